@@ -1,0 +1,56 @@
+# shoal — build, test, run. `make help` lists the targets.
+GO        ?= go
+BIN       := bin/shoal
+SHARED    ?= ../shared
+MODEL_DIR ?= .shoal
+MODEL     ?= $(MODEL_DIR)/builtin-llama-q4_k.gguf
+PKGS      := ./...
+
+.PHONY: help build test test-short run bench lint fuzz cross clean oracle
+
+help:
+	@echo "make build   build $(BIN) (CGO_ENABLED=0)"
+	@echo "make run     build, make the built-in model if missing, and generate text with it"
+	@echo "make test    lint, then every test (engine vs ../shared oracle when present)"
+	@echo "make bench   kernel benchmarks"
+	@echo "make lint    gofmt + go vet"
+	@echo "make fuzz    short fuzz runs of the parsers"
+	@echo "make cross   cross-compile for darwin/arm64 and linux/arm64"
+
+build:
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/shoal
+
+# The oracle keeps some models as recipes; write them before the tests read them.
+oracle:
+	@if [ -x $(SHARED)/oracle/materialize ]; then $(SHARED)/oracle/materialize; else echo "no $(SHARED)/oracle: oracle tests will skip"; fi
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+test: lint oracle
+	$(GO) test -count=1 $(PKGS)
+
+test-short:
+	$(GO) test -short $(PKGS)
+
+$(MODEL): | build
+	@mkdir -p $(MODEL_DIR)
+	$(BIN) gen-model --arch llama --n-embd 256 --n-layer 4 --n-head 8 --n-head-kv 4 --n-ff 768 --type q4_k --seed 1 --out $(MODEL)
+
+run: build $(MODEL)
+	$(BIN) run --model $(MODEL) -p "Once upon a time" -n 32 --seed 1
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 200ms ./engine/kernels/ ./engine/quant/
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./engine/gguf/
+	$(GO) test -run '^$$' -fuzz FuzzEncode -fuzztime 30s ./engine/tokenizer/
+
+cross:
+	CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./cmd/shoal
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -o /dev/null ./cmd/shoal
+
+clean:
+	rm -rf bin $(MODEL_DIR)

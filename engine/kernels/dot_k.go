@@ -1,0 +1,243 @@
+package kernels
+
+import (
+	"encoding/binary"
+
+	"shoal/engine/quant"
+)
+
+// Dots of the K-quants with Q8_K activations. Like ggml's scalar versions,
+// Q3_K..Q6_K keep eight int32 lanes per block (lane l gets the elements whose
+// index is l mod 8), scale them by d into eight float32 lane sums, and add the
+// lanes only at the end; the min terms of Q4_K/Q5_K go into a separate float32
+// through the Q8_K bsums.
+
+// Q8_K block fields: f32 d | int8 qs[256] | int16 bsums[16].
+func q8kBsum(y []byte, j int) int32 {
+	return int32(int16(binary.LittleEndian.Uint16(y[260+2*j:])))
+}
+
+func dotQ2_KQ8_KGeneric(nb int, w, a []byte) float32 {
+	const bx, by = quant.BlockQ2_K, quant.BlockQ8_K
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		sc, q2 := x[0:16], x[16:80]
+		q8 := y[4:260]
+		var summs int32
+		for j, s := range sc {
+			summs += q8kBsum(y, j) * int32(s>>4)
+		}
+		dy := f32(y)
+		dall := dy * f16(x[80:])
+		dmin := dy * f16(x[82:])
+		var isum int32
+		is := 0
+		for k := 0; k < 2; k++ {
+			q := q2[32*k : 32*k+32]
+			for shift := uint(0); shift < 8; shift += 2 {
+				for half := 0; half < 32; half += 16 {
+					var s int32
+					for l := half; l < half+16; l++ {
+						s += int32(int8(q8[l])) * int32((q[l]>>shift)&3)
+					}
+					isum += int32(sc[is]&0xf) * s
+					is++
+				}
+				q8 = q8[32:]
+			}
+		}
+		sumf += float32(dall*float32(isum)) - float32(dmin*float32(summs))
+	}
+	return sumf
+}
+
+// q3kScale unpacks the 6-bit scale j of a Q3_K block (see quant's layout notes):
+// the low nibble of byte j (j<8) or the high nibble of byte j-8, and bits
+// 2*(j/4) of byte 8+j%4 on top.
+func q3kScale(sc []byte, j int) int32 {
+	var lo byte
+	if j < 8 {
+		lo = sc[j] & 0xf
+	} else {
+		lo = sc[j-8] >> 4
+	}
+	return int32(lo | (sc[8+j%4]>>(2*(j/4))&3)<<4)
+}
+
+// addLanes16 adds scale * a[k]*q8[k] into lane k mod 8 for a sub-block of 16
+// elements. (int32 products and sums are exact, so the
+// grouping inside a lane does not matter.)
+func addLanes16(aux *[8]int32, scale int32, a *[16]int8, q8 *[16]byte) {
+	for l := 0; l < 8; l++ {
+		aux[l] += scale * (int32(a[l])*int32(int8(q8[l])) + int32(a[l+8])*int32(int8(q8[l+8])))
+	}
+}
+
+func dotQ3_KQ8_KGeneric(nb int, w, a []byte) float32 {
+	const bx, by = quant.BlockQ3_K, quant.BlockQ8_K
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sums [8]float32
+	var vals [256]int8
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		hm, q3, sc := x[0:32], x[32:96], x[96:108]
+		m := uint8(1)
+		k := 0
+		for half := 0; half < 2; half++ {
+			q := q3[32*half : 32*half+32]
+			for shift := uint(0); shift < 8; shift += 2 {
+				for l := 0; l < 32; l++ {
+					v := int8((q[l] >> shift) & 3)
+					if hm[l]&m == 0 {
+						v -= 4
+					}
+					vals[k] = v
+					k++
+				}
+				m <<= 1
+			}
+		}
+		var aux [8]int32
+		q8 := y[4:260]
+		for j := 0; j < 16; j++ {
+			addLanes16(&aux, q3kScale(sc, j)-32, (*[16]int8)(vals[16*j:]), (*[16]byte)(q8[16*j:]))
+		}
+		d := f16(x[108:]) * f32(y)
+		for l, v := range aux {
+			sums[l] += float32(d * float32(v))
+		}
+	}
+	var sumf float32
+	for _, s := range sums {
+		sumf += s
+	}
+	return sumf
+}
+
+// dotQ45K is the shared body of the Q4_K and Q5_K dots (withHigh for Q5_K's
+// fifth bits). Sub-block j (elements 32j..32j+31) takes nibble j%2 of
+// qs[32*(j/2)+l], plus 16 when bit j of qh[l] is set.
+func dotQ45K(nb, bx int, w, a []byte, withHigh bool) float32 {
+	const by = quant.BlockQ8_K
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sums [8]float32
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		sc := x[4:16]
+		var qh *[32]byte
+		qs := x[16:]
+		if withHigh {
+			qh, qs = (*[32]byte)(x[16:48]), x[48:]
+		}
+		var aux [8]int32
+		var sumi int32
+		for j := 0; j < 8; j++ {
+			s, m := quant.ScaleMinK4(j, sc)
+			sumi += (q8kBsum(y, 2*j) + q8kBsum(y, 2*j+1)) * int32(m)
+			q := (*[32]byte)(qs[32*(j/2):])
+			q8 := (*[32]byte)(y[4+32*j:])
+			shift := uint(4 * (j & 1))
+			var lane [8]int32
+			if withHigh {
+				hb := uint(j)
+				for l := 0; l < 8; l++ {
+					for c := l; c < 32; c += 8 {
+						v := int32((q[c]>>shift)&0xf) | int32((qh[c]>>hb)&1)<<4
+						lane[l] += v * int32(int8(q8[c]))
+					}
+				}
+			} else {
+				for l := 0; l < 8; l++ {
+					lane[l] = int32((q[l]>>shift)&0xf)*int32(int8(q8[l])) +
+						int32((q[l+8]>>shift)&0xf)*int32(int8(q8[l+8])) +
+						int32((q[l+16]>>shift)&0xf)*int32(int8(q8[l+16])) +
+						int32((q[l+24]>>shift)&0xf)*int32(int8(q8[l+24]))
+				}
+			}
+			for l := range lane {
+				aux[l] += int32(s) * lane[l]
+			}
+		}
+		dy := f32(y)
+		d := f16(x) * dy
+		for l, v := range aux {
+			sums[l] += float32(d * float32(v))
+		}
+		dmin := f16(x[2:]) * dy
+		sumf -= float32(dmin * float32(sumi))
+	}
+	for _, s := range sums {
+		sumf += s
+	}
+	return sumf
+}
+
+func dotQ6_KQ8_KGeneric(nb int, w, a []byte) float32 {
+	const bx, by = quant.BlockQ6_K, quant.BlockQ8_K
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sums [8]float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		var aux [8]int32
+		// Each 128-element half: for l < 32, elements l, l+32, l+64, l+96 take the
+		// low/high nibbles of ql[l], ql[l+32] and bit pairs 0..3 of qh[l]; their
+		// sub-blocks (scales) are l/16 + 0, 2, 4, 6. All four share lane l%8.
+		for half := 0; half < 2; half++ {
+			ql := (*[64]byte)(x[64*half:])
+			qh := (*[32]byte)(x[128+32*half:])
+			q8 := (*[128]byte)(y[4+128*half:])
+			sc := (*[8]byte)(x[192+8*half:])
+			for g := 0; g < 2; g++ {
+				s0, s1 := int32(int8(sc[g])), int32(int8(sc[g+2]))
+				s2, s3 := int32(int8(sc[g+4])), int32(int8(sc[g+6]))
+				for l := 16 * g; l < 16*g+16; l++ {
+					h := qh[l]
+					v0 := int32(ql[l]&0xf|(h&3)<<4) - 32
+					v1 := int32(ql[l+32]&0xf|(h>>2&3)<<4) - 32
+					v2 := int32(ql[l]>>4|(h>>4&3)<<4) - 32
+					v3 := int32(ql[l+32]>>4|(h>>6&3)<<4) - 32
+					aux[l&7] += s0*v0*int32(int8(q8[l])) + s1*v1*int32(int8(q8[l+32])) +
+						s2*v2*int32(int8(q8[l+64])) + s3*v3*int32(int8(q8[l+96]))
+				}
+			}
+		}
+		d := f16(x[208:]) * f32(y)
+		for l, v := range aux {
+			sums[l] += float32(d * float32(v))
+		}
+	}
+	var sumf float32
+	for _, s := range sums {
+		sumf += s
+	}
+	return sumf
+}
+
+// dotQ8_KQ8_KGeneric has no ggml counterpart (ggml never uses Q8_K weights);
+// it is here so every supported type has a dot: per block sumi * (dx*dy).
+func dotQ8_KQ8_KGeneric(nb int, w, a []byte) float32 {
+	const bs = quant.BlockQ8_K
+	w, a = row(w, nb*bs), row(a, nb*bs)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bs:(i+1)*bs], a[i*bs:(i+1)*bs]
+		qx, qy := x[4:260], y[4:260]
+		var s int32
+		for j, q := range qx {
+			s += int32(int8(q)) * int32(int8(qy[j]))
+		}
+		sumf += float32(float32(s) * (f32(x) * f32(y)))
+	}
+	return sumf
+}
+
+func dotQ4_KQ8_KGeneric(nb int, w, a []byte) float32 {
+	return dotQ45K(nb, quant.BlockQ4_K, w, a, false)
+}
+
+func dotQ5_KQ8_KGeneric(nb int, w, a []byte) float32 {
+	return dotQ45K(nb, quant.BlockQ5_K, w, a, true)
+}

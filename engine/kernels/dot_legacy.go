@@ -1,0 +1,119 @@
+package kernels
+
+import (
+	"encoding/binary"
+
+	"shoal/engine/quant"
+)
+
+// Dots of the 32-element formats. Per block: an exact integer sum, then float32
+// scales. The explicit float32 conversions keep Go from fusing a product into
+// the following addition, so the rounding matches ggml's unfused C.
+
+func dotQ4_0Q8_0Generic(nb int, w, a []byte) float32 {
+	const bx, by = quant.BlockQ4_0, quant.BlockQ8_0
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		qs, q8 := x[2:18], y[2:34]
+		var s0, s1 int32
+		for j, q := range qs {
+			s0 += (int32(q&0xf) - 8) * int32(int8(q8[j]))
+			s1 += (int32(q>>4) - 8) * int32(int8(q8[j+16]))
+		}
+		sumf += float32(float32(s0+s1) * f16(x) * f16(y))
+	}
+	return sumf
+}
+
+func dotQ4_1Q8_1Generic(nb int, w, a []byte) float32 {
+	const bx, by = quant.BlockQ4_1, quant.BlockQ8_1
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		qs, q8 := x[4:20], y[4:36]
+		var s0, s1 int32
+		for j, q := range qs {
+			s0 += int32(q&0xf) * int32(int8(q8[j]))
+			s1 += int32(q>>4) * int32(int8(q8[j+16]))
+		}
+		dd := f16(x) * f16(y)
+		sumf += float32(dd*float32(s0+s1)) + float32(f16(x[2:])*f16(y[2:]))
+	}
+	return sumf
+}
+
+func dotQ5_0Q8_0Generic(nb int, w, a []byte) float32 {
+	const bx, by = quant.BlockQ5_0, quant.BlockQ8_0
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		qh := binary.LittleEndian.Uint32(x[2:])
+		qs, q8 := x[6:22], y[2:34]
+		var s0, s1 int32
+		for j, q := range qs {
+			h0 := int32(qh>>uint(j)&1) << 4
+			h1 := int32(qh>>uint(j+16)&1) << 4
+			s0 += ((int32(q&0xf) | h0) - 16) * int32(int8(q8[j]))
+			s1 += ((int32(q>>4) | h1) - 16) * int32(int8(q8[j+16]))
+		}
+		sumf += float32(f16(x) * f16(y) * float32(s0+s1))
+	}
+	return sumf
+}
+
+func dotQ5_1Q8_1Generic(nb int, w, a []byte) float32 {
+	const bx, by = quant.BlockQ5_1, quant.BlockQ8_1
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		qh := binary.LittleEndian.Uint32(x[4:])
+		qs, q8 := x[8:24], y[4:36]
+		var s0, s1 int32
+		for j, q := range qs {
+			h0 := int32(qh>>uint(j)&1) << 4
+			h1 := int32(qh>>uint(j+16)&1) << 4
+			s0 += (int32(q&0xf) | h0) * int32(int8(q8[j]))
+			s1 += (int32(q>>4) | h1) * int32(int8(q8[j+16]))
+		}
+		dd := f16(x) * f16(y)
+		sumf += float32(dd*float32(s0+s1)) + float32(f16(x[2:])*f16(y[2:]))
+	}
+	return sumf
+}
+
+func dotQ8_0Q8_0Generic(nb int, w, a []byte) float32 {
+	const bs = quant.BlockQ8_0
+	w, a = row(w, nb*bs), row(a, nb*bs)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bs:(i+1)*bs], a[i*bs:(i+1)*bs]
+		qx, qy := x[2:34], y[2:34]
+		var s int32
+		for j, q := range qx {
+			s += int32(int8(q)) * int32(int8(qy[j]))
+		}
+		sumf += float32(float32(s) * (f16(x) * f16(y)))
+	}
+	return sumf
+}
+
+func dotQ8_1Q8_1Generic(nb int, w, a []byte) float32 {
+	const bs = quant.BlockQ8_1
+	w, a = row(w, nb*bs), row(a, nb*bs)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bs:(i+1)*bs], a[i*bs:(i+1)*bs]
+		qx, qy := x[4:36], y[4:36]
+		var s int32
+		for j, q := range qx {
+			s += int32(int8(q)) * int32(int8(qy[j]))
+		}
+		sumf += float32(float32(s) * (f16(x) * f16(y)))
+	}
+	return sumf
+}

@@ -1,0 +1,266 @@
+package kv
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sync"
+
+	"shoal/engine/quant"
+)
+
+// DefaultBlockSize is the number of token positions per block.
+const DefaultBlockSize = 16
+
+// ErrFull is returned when no free block is left.
+var ErrFull = errors.New("kv cache full")
+
+// SeqID names a sequence in the cache.
+type SeqID int32
+
+// Config sizes a cache.
+type Config struct {
+	FirstLayer int // global index of the first layer held
+	Layers     int // number of layers held
+	KVDim      int // n_head_kv * head_dim
+	BlockSize  int // tokens per block (DefaultBlockSize if 0)
+	NumBlocks  int // blocks in the pool
+}
+
+// Cache holds K and V as F16 for Layers layers in a pool of blocks shared by
+// all sequences. Block b of layer l holds positions [i*BlockSize, (i+1)*BlockSize)
+// of whichever sequence has b at index i of its block table.
+// Methods are safe for concurrent use only for distinct sequences, except the
+// allocation methods, which lock.
+type Cache struct {
+	cfg  Config
+	k, v [][]uint16 // [layer][block*BlockSize*KVDim + slot*KVDim + d]
+
+	mu   sync.Mutex
+	free []int32
+	seqs map[SeqID]*seqState
+}
+
+type seqState struct {
+	blocks []int32
+	n      int // positions filled
+}
+
+// New allocates the cache.
+func New(cfg Config) (*Cache, error) {
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = DefaultBlockSize
+	}
+	if cfg.Layers <= 0 || cfg.KVDim <= 0 || cfg.NumBlocks <= 0 || cfg.BlockSize <= 0 {
+		return nil, fmt.Errorf("kv: invalid config %+v", cfg)
+	}
+	c := &Cache{cfg: cfg, seqs: map[SeqID]*seqState{}}
+	per := cfg.NumBlocks * cfg.BlockSize * cfg.KVDim
+	c.k = make([][]uint16, cfg.Layers)
+	c.v = make([][]uint16, cfg.Layers)
+	for l := range c.k {
+		c.k[l] = make([]uint16, per)
+		c.v[l] = make([]uint16, per)
+	}
+	c.free = make([]int32, cfg.NumBlocks)
+	for i := range c.free {
+		c.free[i] = int32(cfg.NumBlocks - 1 - i)
+	}
+	return c, nil
+}
+
+// Config returns the cache's configuration.
+func (c *Cache) Config() Config { return c.cfg }
+
+// FreeBlocks is the number of unused blocks.
+func (c *Cache) FreeBlocks() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.free)
+}
+
+// Len is the number of positions filled for seq.
+func (c *Cache) Len(seq SeqID) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.seqs[seq]; s != nil {
+		return s.n
+	}
+	return 0
+}
+
+// Reserve makes room for n more positions of seq (creating it if new) and
+// advances its length. It returns the first new position. On ErrFull nothing
+// changes.
+func (c *Cache) Reserve(seq SeqID, n int) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.seqs[seq]
+	if s == nil {
+		s = &seqState{}
+		c.seqs[seq] = s
+	}
+	bs := c.cfg.BlockSize
+	need := (s.n+n+bs-1)/bs - len(s.blocks)
+	if need > len(c.free) {
+		if s.n == 0 && len(s.blocks) == 0 {
+			delete(c.seqs, seq)
+		}
+		return 0, fmt.Errorf("%w: sequence %d needs %d more blocks, %d free", ErrFull, seq, need, len(c.free))
+	}
+	for ; need > 0; need-- {
+		b := c.free[len(c.free)-1]
+		c.free = c.free[:len(c.free)-1]
+		s.blocks = append(s.blocks, b)
+	}
+	start := s.n
+	s.n += n
+	return start, nil
+}
+
+// Truncate drops positions at and after n from seq, freeing whole blocks.
+func (c *Cache) Truncate(seq SeqID, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.seqs[seq]
+	if s == nil || n >= s.n {
+		return
+	}
+	if n < 0 {
+		n = 0
+	}
+	keep := (n + c.cfg.BlockSize - 1) / c.cfg.BlockSize
+	c.free = append(c.free, s.blocks[keep:]...)
+	s.blocks = s.blocks[:keep]
+	s.n = n
+}
+
+// Free releases all blocks of seq.
+func (c *Cache) Free(seq SeqID) {
+	c.Truncate(seq, 0)
+	c.mu.Lock()
+	delete(c.seqs, seq)
+	c.mu.Unlock()
+}
+
+// Blocks returns seq's block table (shared; do not modify). The caller must
+// not run Reserve/Truncate on seq while using it.
+func (c *Cache) Blocks(seq SeqID) []int32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.seqs[seq]; s != nil {
+		return s.blocks
+	}
+	return nil
+}
+
+// offset is the element offset of position pos in a sequence with the given
+// block table.
+func (c *Cache) offset(blocks []int32, pos int) int {
+	bs := c.cfg.BlockSize
+	return (int(blocks[pos/bs])*bs + pos%bs) * c.cfg.KVDim
+}
+
+// Put stores the K and V rows (KVDim each) of position pos of a sequence for
+// the local layer index layer, rounding to F16.
+func (c *Cache) Put(layer int, blocks []int32, pos int, k, v []float32) {
+	o := c.offset(blocks, pos)
+	kd, vd := c.k[layer][o:o+c.cfg.KVDim], c.v[layer][o:o+c.cfg.KVDim]
+	for i := range kd {
+		kd[i] = quant.FP32ToFP16(k[i])
+		vd[i] = quant.FP32ToFP16(v[i])
+	}
+}
+
+// K returns the F16 key row of pos (a view).
+func (c *Cache) K(layer int, blocks []int32, pos int) []uint16 {
+	o := c.offset(blocks, pos)
+	return c.k[layer][o : o+c.cfg.KVDim]
+}
+
+// V returns the F16 value row of pos (a view).
+func (c *Cache) V(layer int, blocks []int32, pos int) []uint16 {
+	o := c.offset(blocks, pos)
+	return c.v[layer][o : o+c.cfg.KVDim]
+}
+
+// Block wire format (little-endian):
+//
+//	magic "SKV1" | u32 firstLayer | u32 layers | u32 kvDim | u32 blockSize | u32 filled
+//	| layers × (K block, V block) as F16 | u32 crc32 (IEEE) of everything before
+const blockMagic = "SKV1"
+
+const blockHeader = 4 + 5*4
+
+// ExportBlock serializes block index i of seq's table (all layers held), with
+// filled = the number of valid positions in it.
+func (c *Cache) ExportBlock(seq SeqID, i int) ([]byte, error) {
+	c.mu.Lock()
+	s := c.seqs[seq]
+	c.mu.Unlock()
+	if s == nil || i < 0 || i >= len(s.blocks) {
+		return nil, fmt.Errorf("kv: sequence %d has no block %d", seq, i)
+	}
+	bs, d := c.cfg.BlockSize, c.cfg.KVDim
+	filled := min(bs, s.n-i*bs)
+	out := make([]byte, 0, blockHeader+c.cfg.Layers*2*bs*d*2+4)
+	out = append(out, blockMagic...)
+	for _, x := range []int{c.cfg.FirstLayer, c.cfg.Layers, d, bs, filled} {
+		out = binary.LittleEndian.AppendUint32(out, uint32(x))
+	}
+	b := int(s.blocks[i])
+	for l := 0; l < c.cfg.Layers; l++ {
+		for _, src := range [][]uint16{c.k[l], c.v[l]} {
+			for _, h := range src[b*bs*d : (b+1)*bs*d] {
+				out = binary.LittleEndian.AppendUint16(out, h)
+			}
+		}
+	}
+	return binary.LittleEndian.AppendUint32(out, crc32.ChecksumIEEE(out)), nil
+}
+
+// ImportBlock appends a block exported by a cache of the same shape to seq,
+// which must currently end on a block boundary. It returns the positions added.
+func (c *Cache) ImportBlock(seq SeqID, data []byte) (int, error) {
+	bs, d := c.cfg.BlockSize, c.cfg.KVDim
+	want := blockHeader + c.cfg.Layers*2*bs*d*2 + 4
+	if len(data) != want {
+		return 0, fmt.Errorf("kv: block of %d bytes, this cache's blocks take %d", len(data), want)
+	}
+	if string(data[:4]) != blockMagic {
+		return 0, fmt.Errorf("kv: bad block magic %q", data[:4])
+	}
+	body := data[:len(data)-4]
+	if got, sum := crc32.ChecksumIEEE(body), binary.LittleEndian.Uint32(data[len(data)-4:]); got != sum {
+		return 0, fmt.Errorf("kv: block checksum %08x, want %08x", got, sum)
+	}
+	hdr := func(i int) int { return int(binary.LittleEndian.Uint32(data[4+4*i:])) }
+	if hdr(0) != c.cfg.FirstLayer || hdr(1) != c.cfg.Layers || hdr(2) != d || hdr(3) != bs {
+		return 0, fmt.Errorf("kv: block for layers [%d,+%d) kvDim %d blockSize %d does not fit this cache (%d,+%d, %d, %d)",
+			hdr(0), hdr(1), hdr(2), hdr(3), c.cfg.FirstLayer, c.cfg.Layers, d, bs)
+	}
+	filled := hdr(4)
+	if filled <= 0 || filled > bs {
+		return 0, fmt.Errorf("kv: block claims %d filled positions (block size %d)", filled, bs)
+	}
+	if n := c.Len(seq); n%bs != 0 {
+		return 0, fmt.Errorf("kv: sequence %d has %d positions, not on a block boundary", seq, n)
+	}
+	start, err := c.Reserve(seq, filled)
+	if err != nil {
+		return 0, err
+	}
+	b := int(c.Blocks(seq)[start/bs])
+	p := blockHeader
+	for l := 0; l < c.cfg.Layers; l++ {
+		for _, dst := range [][]uint16{c.k[l], c.v[l]} {
+			blk := dst[b*bs*d : (b+1)*bs*d]
+			for j := range blk {
+				blk[j] = binary.LittleEndian.Uint16(data[p:])
+				p += 2
+			}
+		}
+	}
+	return filled, nil
+}

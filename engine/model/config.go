@@ -1,0 +1,179 @@
+package model
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"shoal/engine/gguf"
+)
+
+// RopeMode is how RoPE pairs dimensions.
+type RopeMode int
+
+const (
+	// RopeNormal rotates adjacent pairs (2i, 2i+1) (llama).
+	RopeNormal RopeMode = iota
+	// RopeNeoX rotates pairs (i, i+d/2) (qwen2, qwen3, gpt-neox).
+	RopeNeoX
+)
+
+// Arch describes what distinguishes an architecture.
+type Arch struct {
+	Name        string
+	Rope        RopeMode
+	QKNorm      bool // per-head RMSNorm of q and k before RoPE (qwen3)
+	NormExperts bool // renormalize the top-k router weights to sum 1
+	SharedFFN   bool // a sigmoid-gated shared expert beside the routed ones (qwen2moe)
+}
+
+var archs = map[string]Arch{}
+
+// Register adds an architecture. Architectures register themselves in init.
+func Register(a Arch) { archs[a.Name] = a }
+
+func init() {
+	Register(Arch{Name: "llama", Rope: RopeNormal, NormExperts: true})
+	Register(Arch{Name: "mistral", Rope: RopeNormal, NormExperts: true})
+	Register(Arch{Name: "qwen2", Rope: RopeNeoX})
+	Register(Arch{Name: "qwen2moe", Rope: RopeNeoX, SharedFFN: true})
+	Register(Arch{Name: "qwen3", Rope: RopeNeoX, QKNorm: true})
+	Register(Arch{Name: "qwen3moe", Rope: RopeNeoX, QKNorm: true, NormExperts: true})
+}
+
+// Archs lists the registered architecture names.
+func Archs() []string {
+	var names []string
+	for n := range archs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Config holds a model's hyperparameters.
+type Config struct {
+	Arch        Arch
+	NEmbd       int
+	NLayer      int
+	NHead       int
+	NHeadKV     int
+	HeadDim     int // key/value head size
+	NFF         int // dense FFN size
+	NVocab      int
+	NCtx        int // training context length
+	NExpert     int
+	NExpertUsed int
+	NFFExpert   int // per-expert FFN size
+	NFFShared   int // shared expert FFN size (qwen2moe)
+	RopeTheta   float32
+	RopeDim     int     // dimensions rotated per head
+	RopeScale   float32 // position scale (1/linear factor)
+	RMSEps      float32
+}
+
+// QDim is n_head*head_dim; KVDim is n_head_kv*head_dim.
+func (c *Config) QDim() int  { return c.NHead * c.HeadDim }
+func (c *Config) KVDim() int { return c.NHeadKV * c.HeadDim }
+
+// IsMoE reports whether layers use routed experts.
+func (c *Config) IsMoE() bool { return c.NExpert > 0 }
+
+// ConfigFromGGUF reads the hyperparameters of f.
+func ConfigFromGGUF(f *gguf.File) (Config, error) {
+	name, ok := f.String("general.architecture")
+	if !ok {
+		return Config{}, fmt.Errorf("no general.architecture in the file")
+	}
+	arch, ok := archs[name]
+	if !ok {
+		return Config{}, fmt.Errorf("architecture %q is not supported (supported: %s)", name, strings.Join(Archs(), ", "))
+	}
+	c := Config{Arch: arch, RopeScale: 1}
+	p := name + "."
+	var err error
+	geti := func(key string, dst *int, required bool, def int) {
+		if err != nil {
+			return
+		}
+		v, ok := f.Int(p + key)
+		if !ok {
+			if kv, present := f.Lookup(p + key); present {
+				err = fmt.Errorf("%s%s has type %s, want an integer", p, key, kv.Type)
+				return
+			}
+			if required {
+				err = fmt.Errorf("missing %s%s", p, key)
+				return
+			}
+			v = int64(def)
+		}
+		if v < 0 || v > 1<<30 {
+			err = fmt.Errorf("%s%s = %d is out of range", p, key, v)
+			return
+		}
+		*dst = int(v)
+	}
+	getf := func(key string, dst *float32, def float32) {
+		if v, ok := f.Float(p + key); ok {
+			*dst = float32(v)
+		} else {
+			*dst = def
+		}
+	}
+	geti("embedding_length", &c.NEmbd, true, 0)
+	geti("block_count", &c.NLayer, true, 0)
+	geti("attention.head_count", &c.NHead, true, 0)
+	geti("attention.head_count_kv", &c.NHeadKV, false, c.NHead)
+	geti("feed_forward_length", &c.NFF, false, 0)
+	geti("context_length", &c.NCtx, false, 4096)
+	geti("expert_count", &c.NExpert, false, 0)
+	geti("expert_used_count", &c.NExpertUsed, false, 0)
+	geti("expert_feed_forward_length", &c.NFFExpert, false, c.NFF)
+	geti("expert_shared_feed_forward_length", &c.NFFShared, false, c.NFFExpert)
+	if err != nil {
+		return Config{}, err
+	}
+	if c.NHead == 0 || c.NEmbd == 0 || c.NLayer == 0 {
+		return Config{}, fmt.Errorf("embedding_length, block_count and head_count must be positive (got %d, %d, %d)", c.NEmbd, c.NLayer, c.NHead)
+	}
+	geti("attention.key_length", &c.HeadDim, false, c.NEmbd/c.NHead)
+	var vdim int
+	geti("attention.value_length", &vdim, false, c.HeadDim)
+	geti("rope.dimension_count", &c.RopeDim, false, c.HeadDim)
+	if err != nil {
+		return Config{}, err
+	}
+	if vdim != c.HeadDim {
+		return Config{}, fmt.Errorf("value head size %d differs from key head size %d: not supported", vdim, c.HeadDim)
+	}
+	getf("rope.freq_base", &c.RopeTheta, 10000)
+	getf("attention.layer_norm_rms_epsilon", &c.RMSEps, 1e-5)
+	if st, _ := f.String(p + "rope.scaling.type"); st == "linear" {
+		var factor float32
+		getf("rope.scaling.factor", &factor, 1)
+		if factor > 0 {
+			c.RopeScale = 1 / factor
+		}
+	} else if st != "" && st != "none" && st != "yarn" {
+		return Config{}, fmt.Errorf("rope scaling %q is not supported", st)
+	}
+	if v, ok := f.Int(p + "vocab_size"); ok {
+		c.NVocab = int(v)
+	} else if toks, ok := f.Strings("tokenizer.ggml.tokens"); ok {
+		c.NVocab = len(toks)
+	}
+	switch {
+	case c.NHeadKV == 0 || c.NHead%c.NHeadKV != 0:
+		return Config{}, fmt.Errorf("head_count %d is not a multiple of head_count_kv %d", c.NHead, c.NHeadKV)
+	case c.HeadDim == 0 || c.HeadDim%2 != 0:
+		return Config{}, fmt.Errorf("head size %d must be even and positive", c.HeadDim)
+	case c.RopeDim%2 != 0 || c.RopeDim > c.HeadDim:
+		return Config{}, fmt.Errorf("rope.dimension_count %d must be even and at most the head size %d", c.RopeDim, c.HeadDim)
+	case c.NExpert > 0 && (c.NExpertUsed <= 0 || c.NExpertUsed > c.NExpert):
+		return Config{}, fmt.Errorf("expert_used_count %d must be in 1..expert_count %d", c.NExpertUsed, c.NExpert)
+	case c.RMSEps <= 0:
+		return Config{}, fmt.Errorf("layer_norm_rms_epsilon %g must be positive", c.RMSEps)
+	}
+	return c, nil
+}

@@ -1,0 +1,84 @@
+package model
+
+import (
+	"math"
+
+	"shoal/engine/quant"
+)
+
+// rmsNorm writes x / sqrt(mean(x²) + eps) * w to dst (ggml: the sum of
+// squares in float64, the scale in float32, then the weight multiply).
+func rmsNorm(dst, x, w []float32, eps float32) {
+	var sum float64
+	for _, v := range x {
+		sum += float64(v * v)
+	}
+	mean := float32(sum / float64(len(x)))
+	scale := 1 / float32(math.Sqrt(float64(mean+eps)))
+	for i, v := range x {
+		dst[i] = (v * scale) * w[i]
+	}
+}
+
+func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
+
+// softmaxInPlace normalizes x (max-subtracted, the sum in float64).
+func softmaxInPlace(x []float32) {
+	mx := float32(math.Inf(-1))
+	for _, v := range x {
+		mx = max(mx, v)
+	}
+	var sum float64
+	for i, v := range x {
+		e := float32(math.Exp(float64(v - mx)))
+		x[i] = e
+		sum += float64(e)
+	}
+	inv := float32(1 / sum)
+	for i := range x {
+		x[i] *= inv
+	}
+}
+
+// roundF16 rounds v to the nearest half-precision value.
+func roundF16(v float32) float32 { return quant.FP16ToFP32(quant.FP32ToFP16(v)) }
+
+// ropeTable fills cos/sin for one position: half = RopeDim/2 entries
+// (ggml's rope cache: theta starts at pos·scale and is multiplied by
+// base^(-2/n_dims) in float32 for each pair).
+func ropeTable(cos, sin []float32, pos int, c *Config, freqs []float32) {
+	thetaScale := float32(math.Pow(float64(c.RopeTheta), -2.0/float64(c.RopeDim)))
+	theta := float32(pos)
+	for i := range cos {
+		t := theta
+		if freqs != nil {
+			t /= freqs[i]
+		}
+		t *= c.RopeScale
+		cos[i] = float32(math.Cos(float64(t)))
+		sin[i] = float32(math.Sin(float64(t)))
+		theta *= thetaScale
+	}
+}
+
+// rope rotates the first ropeDim dimensions of each head in x (nHead heads
+// of headDim) by the angles in cos/sin.
+func rope(x []float32, nHead, headDim, ropeDim int, mode RopeMode, cos, sin []float32) {
+	half := ropeDim / 2
+	for h := 0; h < nHead; h++ {
+		v := x[h*headDim : (h+1)*headDim]
+		if mode == RopeNeoX {
+			for i := 0; i < half; i++ {
+				a, b := v[i], v[i+half]
+				v[i] = a*cos[i] - b*sin[i]
+				v[i+half] = a*sin[i] + b*cos[i]
+			}
+		} else {
+			for i := 0; i < half; i++ {
+				a, b := v[2*i], v[2*i+1]
+				v[2*i] = a*cos[i] - b*sin[i]
+				v[2*i+1] = a*sin[i] + b*cos[i]
+			}
+		}
+	}
+}

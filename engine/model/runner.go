@@ -1,0 +1,448 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"shoal/engine/kernels"
+	"shoal/engine/kv"
+	"shoal/engine/quant"
+)
+
+// Options configure a Runner.
+type Options struct {
+	Threads int // worker threads (all cores if 0)
+	// Lo, Hi is the layer range this runner executes and caches; Hi == 0
+	// means all layers.
+	Lo, Hi int
+	// CacheTokens is the KV capacity in token positions over all sequences
+	// (the model's context length if 0).
+	CacheTokens int
+	BlockSize   int // KV block size (kv.DefaultBlockSize if 0)
+}
+
+// Chunk is a run of N consecutive tokens of one sequence starting at
+// position Pos (set by Runner.Reserve).
+type Chunk struct {
+	Seq kv.SeqID
+	Pos int
+	N   int
+}
+
+// Batch is a set of chunks whose tokens are laid out chunk after chunk.
+// Prefill chunks and single decode tokens mix freely.
+type Batch struct {
+	Tokens []int32 // needed for Embed; len = sum of N
+	Chunks []Chunk
+}
+
+// Len is the number of tokens in the batch.
+func (b *Batch) Len() int {
+	n := 0
+	for _, c := range b.Chunks {
+		n += c.N
+	}
+	return n
+}
+
+// Runner executes a layer range of a model on batches, holding the KV cache
+// of that range and the scratch space. Not safe for concurrent use.
+type Runner struct {
+	m      *Model
+	pool   *kernels.Pool
+	cache  *kv.Cache
+	lo, hi int
+
+	s scratch
+}
+
+type scratch struct {
+	n                int
+	xn, q, k, v, att []float32
+	g, u, o          []float32
+	acts             []byte
+	cos, sin         []float32 // per token, RopeDim/2 each
+	tokSeq, tokPos   []int32
+	blocks           [][]int32 // per chunk
+	route            []float32 // per token, NExpert router logits
+	expW             []float32 // per token, NExpertUsed weights
+	expID            []int32
+	expRows          []int32
+	eg, eu, eo, ex   []float32
+	shgate           []float32
+}
+
+// NewRunner prepares execution of layers [o.Lo, o.Hi) of m.
+func NewRunner(m *Model, o Options) (*Runner, error) {
+	lo, hi := o.Lo, o.Hi
+	if hi == 0 {
+		hi = m.NLayer
+	}
+	if lo < 0 || hi > m.NLayer || lo >= hi {
+		return nil, fmt.Errorf("layer range [%d,%d) is not within [0,%d)", lo, hi, m.NLayer)
+	}
+	ct := o.CacheTokens
+	if ct <= 0 {
+		ct = m.NCtx
+	}
+	bs := o.BlockSize
+	if bs <= 0 {
+		bs = kv.DefaultBlockSize
+	}
+	cache, err := kv.New(kv.Config{FirstLayer: lo, Layers: hi - lo, KVDim: m.KVDim(), BlockSize: bs, NumBlocks: (ct + bs - 1) / bs})
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{m: m, pool: kernels.NewPool(o.Threads), cache: cache, lo: lo, hi: hi}, nil
+}
+
+// Close stops the runner's threads.
+func (r *Runner) Close() { r.pool.Close() }
+
+// Cache is the runner's KV cache.
+func (r *Runner) Cache() *kv.Cache { return r.cache }
+
+// Model is the runner's model.
+func (r *Runner) Model() *Model { return r.m }
+
+// Range is the layer range the runner holds.
+func (r *Runner) Range() (lo, hi int) { return r.lo, r.hi }
+
+// Reserve allocates KV positions for every chunk of b, setting each Pos to
+// the sequence's current length. On error nothing is reserved.
+func (r *Runner) Reserve(b *Batch) error {
+	for i := range b.Chunks {
+		c := &b.Chunks[i]
+		pos, err := r.cache.Reserve(c.Seq, c.N)
+		if err != nil {
+			for j := 0; j < i; j++ {
+				r.cache.Truncate(b.Chunks[j].Seq, b.Chunks[j].Pos)
+			}
+			return err
+		}
+		c.Pos = pos
+	}
+	return nil
+}
+
+// Embed writes the embedding rows of tokens to x ([len(tokens)][NEmbd]).
+func (r *Runner) Embed(tokens []int32, x []float32) error {
+	E, emb := r.m.NEmbd, r.m.W.TokEmbd
+	for i, t := range tokens {
+		if t < 0 || int(t) >= emb.Rows {
+			return fmt.Errorf("token id %d is outside the vocabulary [0,%d)", t, emb.Rows)
+		}
+		quant.DequantizeRow(emb.Type, emb.Row(int(t)), x[i*E:(i+1)*E])
+	}
+	return nil
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+func (r *Runner) prepare(b *Batch) error {
+	m := r.m
+	n := b.Len()
+	s := &r.s
+	s.n = n
+	maxF := max(m.NFF, m.NFFExpert, m.NFFShared)
+	maxCols := max(m.NEmbd, m.QDim(), maxF)
+	s.xn = grow(s.xn, n*m.NEmbd)
+	s.q = grow(s.q, n*m.QDim())
+	s.k = grow(s.k, n*m.KVDim())
+	s.v = grow(s.v, n*m.KVDim())
+	s.att = grow(s.att, n*m.QDim())
+	s.o = grow(s.o, n*m.NEmbd)
+	s.g = grow(s.g, n*maxF)
+	s.u = grow(s.u, n*maxF)
+	s.acts = grow(s.acts, n*quant.F32.RowSize(maxCols))
+	half := m.RopeDim / 2
+	s.cos = grow(s.cos, n*half)
+	s.sin = grow(s.sin, n*half)
+	s.tokSeq = grow(s.tokSeq, n)
+	s.tokPos = grow(s.tokPos, n)
+	s.blocks = s.blocks[:0]
+	i := 0
+	for ci, c := range b.Chunks {
+		blocks := r.cache.Blocks(c.Seq)
+		if c.N <= 0 || c.Pos < 0 || (c.Pos+c.N+r.cache.Config().BlockSize-1)/r.cache.Config().BlockSize > len(blocks) {
+			return fmt.Errorf("chunk %d (sequence %d, positions [%d,%d)) has no reserved KV space", ci, c.Seq, c.Pos, c.Pos+c.N)
+		}
+		s.blocks = append(s.blocks, blocks)
+		for j := 0; j < c.N; j++ {
+			s.tokSeq[i] = int32(ci)
+			s.tokPos[i] = int32(c.Pos + j)
+			ropeTable(s.cos[i*half:(i+1)*half], s.sin[i*half:(i+1)*half], c.Pos+j, &m.Config, m.W.RopeFreqs)
+			i++
+		}
+	}
+	if m.IsMoE() {
+		s.route = grow(s.route, n*m.NExpert)
+		s.expW = grow(s.expW, n*m.NExpertUsed)
+		s.expID = grow(s.expID, n*m.NExpertUsed)
+		s.expRows = grow(s.expRows, n)
+		s.eg = grow(s.eg, n*m.NFFExpert)
+		s.eu = grow(s.eu, n*m.NFFExpert)
+		s.eo = grow(s.eo, n*m.NEmbd)
+		s.ex = grow(s.ex, n*m.NEmbd)
+		s.shgate = grow(s.shgate, n)
+	}
+	return nil
+}
+
+// matmul computes out[i] = W · x[i] for n rows of x (cols = W.Cols),
+// quantizing x once to W's activation format.
+func (r *Runner) matmul(w *kernels.Matrix, x []float32, n int, out []float32) {
+	t := w.ActType()
+	kernels.QuantizeActs(r.pool, t, x, n, w.Cols, r.s.acts)
+	kernels.MatMul(r.pool, w, r.s.acts, n, out, w.Rows)
+}
+
+// matmulQ is matmul reusing activations already quantized by a previous
+// call for a matrix with the same activation format.
+func (r *Runner) matmulQ(w *kernels.Matrix, n int, out []float32) {
+	kernels.MatMul(r.pool, w, r.s.acts, n, out, w.Rows)
+}
+
+// Forward runs layers [lo,hi) on the batch, x holding the hidden states of
+// its tokens ([Len][NEmbd]) in and out. Chunks must have been reserved.
+func (r *Runner) Forward(b *Batch, lo, hi int, x []float32) error {
+	if lo < r.lo || hi > r.hi || lo > hi {
+		return fmt.Errorf("layers [%d,%d) are not within this runner's [%d,%d)", lo, hi, r.lo, r.hi)
+	}
+	if len(x) < b.Len()*r.m.NEmbd {
+		return fmt.Errorf("hidden state holds %d values, batch needs %d", len(x), b.Len()*r.m.NEmbd)
+	}
+	if err := r.prepare(b); err != nil {
+		return err
+	}
+	for l := lo; l < hi; l++ {
+		r.layer(l, x)
+	}
+	return nil
+}
+
+func (r *Runner) layer(l int, x []float32) {
+	m, s := r.m, &r.s
+	ly := &m.W.Layers[l]
+	n, E, Q, KV, D := s.n, m.NEmbd, m.QDim(), m.KVDim(), m.HeadDim
+	for i := 0; i < n; i++ {
+		rmsNorm(s.xn[i*E:(i+1)*E], x[i*E:(i+1)*E], ly.AttnNorm, m.RMSEps)
+	}
+	r.matmul(ly.Wq, s.xn, n, s.q)
+	if ly.Wk.ActType() == ly.Wq.ActType() {
+		r.matmulQ(ly.Wk, n, s.k)
+	} else {
+		r.matmul(ly.Wk, s.xn, n, s.k)
+	}
+	if ly.Wv.ActType() == ly.Wk.ActType() {
+		r.matmulQ(ly.Wv, n, s.v)
+	} else {
+		r.matmul(ly.Wv, s.xn, n, s.v)
+	}
+	half := m.RopeDim / 2
+	local := l - r.lo
+	r.pool.Run(n, 1, func(a, z int) {
+		for i := a; i < z; i++ {
+			q, k, v := s.q[i*Q:(i+1)*Q], s.k[i*KV:(i+1)*KV], s.v[i*KV:(i+1)*KV]
+			addBias(q, ly.Bq)
+			addBias(k, ly.Bk)
+			addBias(v, ly.Bv)
+			if ly.QNorm != nil {
+				for h := 0; h < m.NHead; h++ {
+					rmsNorm(q[h*D:(h+1)*D], q[h*D:(h+1)*D], ly.QNorm, m.RMSEps)
+				}
+				for h := 0; h < m.NHeadKV; h++ {
+					rmsNorm(k[h*D:(h+1)*D], k[h*D:(h+1)*D], ly.KNorm, m.RMSEps)
+				}
+			}
+			cos, sin := s.cos[i*half:(i+1)*half], s.sin[i*half:(i+1)*half]
+			rope(q, m.NHead, D, m.RopeDim, m.Arch.Rope, cos, sin)
+			rope(k, m.NHeadKV, D, m.RopeDim, m.Arch.Rope, cos, sin)
+			r.cache.Put(local, s.blocks[s.tokSeq[i]], int(s.tokPos[i]), k, v)
+		}
+	})
+	r.attention(local)
+	r.matmul(ly.Wo, s.att, n, s.o)
+	for i := range s.o[:n*E] {
+		x[i] += s.o[i]
+	}
+	for i := 0; i < n; i++ {
+		rmsNorm(s.xn[i*E:(i+1)*E], x[i*E:(i+1)*E], ly.FFNNorm, m.RMSEps)
+	}
+	if m.IsMoE() {
+		r.moe(ly, s.o)
+	} else {
+		r.ffn(ly.Gate, ly.Up, ly.Down, s.xn, n, s.g, s.u, s.o)
+	}
+	for i := range s.o[:n*E] {
+		x[i] += s.o[i]
+	}
+}
+
+func addBias(x, b []float32) {
+	for i := range b {
+		x[i] += b[i]
+	}
+}
+
+// ffn computes out = down(silu(gate·x) * up·x) for n rows of x.
+func (r *Runner) ffn(gate, up, down *kernels.Matrix, x []float32, n int, g, u, out []float32) {
+	F := gate.Rows
+	r.matmul(gate, x, n, g)
+	if up.ActType() == gate.ActType() {
+		r.matmulQ(up, n, u)
+	} else {
+		r.matmul(up, x, n, u)
+	}
+	for i := range g[:n*F] {
+		g[i] = silu(g[i]) * u[i]
+	}
+	r.matmul(down, g, n, out)
+}
+
+// attention computes, for every token and head, softmax(q·K/sqrt(d)) · V over
+// the token's sequence up to its own position, as ggml does without flash
+// attention: q is rounded to F16 before the F16 K dot products and the
+// probabilities are rounded to F16 before the F16 V products.
+func (r *Runner) attention(layer int) {
+	m, s := r.m, &r.s
+	n, D, Q, KV := s.n, m.HeadDim, m.QDim(), m.KVDim()
+	group := m.NHead / m.NHeadKV
+	scale := float32(1 / math.Sqrt(float64(D)))
+	maxLen := 0
+	for i := 0; i < n; i++ {
+		maxLen = max(maxLen, int(s.tokPos[i])+1)
+	}
+	r.pool.Run(n*m.NHead, 1, func(a, z int) {
+		scores := make([]float32, maxLen)
+		qh := make([]float32, D)
+		acc := make([]float64, D)
+		for job := a; job < z; job++ {
+			i, h := job/m.NHead, job%m.NHead
+			kvh := h / group
+			blocks := s.blocks[s.tokSeq[i]]
+			ctx := int(s.tokPos[i]) + 1
+			for d, v := range s.q[i*Q+h*D : i*Q+(h+1)*D] {
+				qh[d] = roundF16(v)
+			}
+			for t := 0; t < ctx; t++ {
+				krow := r.cache.K(layer, blocks, t)[kvh*D : (kvh+1)*D]
+				var dot float64
+				for d, kv := range krow {
+					dot += float64(qh[d] * quant.FP16ToFP32(kv))
+				}
+				scores[t] = float32(dot) * scale
+			}
+			p := scores[:ctx]
+			softmaxInPlace(p)
+			clear(acc)
+			for t := 0; t < ctx; t++ {
+				pt := roundF16(p[t])
+				vrow := r.cache.V(layer, blocks, t)[kvh*D : (kvh+1)*D]
+				for d, vv := range vrow {
+					acc[d] += float64(pt * quant.FP16ToFP32(vv))
+				}
+			}
+			out := s.att[i*Q+h*D : i*Q+(h+1)*D]
+			for d := range out {
+				out[d] = float32(acc[d])
+			}
+		}
+	})
+	_ = KV
+}
+
+// moe runs the routed-expert FFN (plus the shared expert where the
+// architecture has one) on s.xn, writing to out.
+func (r *Runner) moe(ly *Layer, out []float32) {
+	m, s := r.m, &r.s
+	n, E, X, K, F := s.n, m.NEmbd, m.NExpert, m.NExpertUsed, m.NFFExpert
+	r.matmul(ly.Router, s.xn, n, s.route)
+	idx := make([]int, X)
+	for i := 0; i < n; i++ {
+		p := s.route[i*X : (i+1)*X]
+		softmaxInPlace(p)
+		for e := range idx {
+			idx[e] = e
+		}
+		sort.SliceStable(idx, func(a, b int) bool { return p[idx[a]] > p[idx[b]] })
+		var sum float32
+		for j := 0; j < K; j++ {
+			s.expID[i*K+j] = int32(idx[j])
+			s.expW[i*K+j] = p[idx[j]]
+			sum += p[idx[j]]
+		}
+		if m.Arch.NormExperts {
+			for j := 0; j < K; j++ {
+				s.expW[i*K+j] /= sum
+			}
+		}
+	}
+	clear(out[:n*E])
+	// Per expert: gather the tokens routed to it, run its FFN, scatter back
+	// weighted. Experts are visited in each token's selection order so that
+	// sums happen in the order ggml adds them.
+	for j := 0; j < K; j++ {
+		for e := 0; e < X; e++ {
+			rows := s.expRows[:0]
+			for i := 0; i < n; i++ {
+				if int(s.expID[i*K+j]) == e {
+					rows = append(rows, int32(i))
+				}
+			}
+			if len(rows) == 0 {
+				continue
+			}
+			for gi, i := range rows {
+				copy(s.ex[gi*E:(gi+1)*E], s.xn[int(i)*E:(int(i)+1)*E])
+			}
+			g := ly.GateExps.Slice(e*F, (e+1)*F)
+			u := ly.UpExps.Slice(e*F, (e+1)*F)
+			d := ly.DownExps.Slice(e*E, (e+1)*E)
+			r.ffn(g, u, d, s.ex, len(rows), s.eg, s.eu, s.eo)
+			for gi, i := range rows {
+				w := s.expW[int(i)*K+j]
+				o, src := out[int(i)*E:(int(i)+1)*E], s.eo[gi*E:(gi+1)*E]
+				for c := range o {
+					o[c] += src[c] * w
+				}
+			}
+		}
+	}
+	if ly.ShGate != nil {
+		if ly.ShGateInp != nil {
+			r.matmul(ly.ShGateInp, s.xn, n, s.shgate)
+		}
+		r.ffn(ly.ShGate, ly.ShUp, ly.ShDown, s.xn, n, s.g, s.u, s.eo)
+		for i := 0; i < n; i++ {
+			gate := float32(1)
+			if ly.ShGateInp != nil {
+				gate = 1 / (1 + float32(math.Exp(float64(-s.shgate[i]))))
+			}
+			o, src := out[i*E:(i+1)*E], s.eo[i*E:(i+1)*E]
+			for c := range o {
+				o[c] += src[c] * gate
+			}
+		}
+	}
+}
+
+// Logits applies the output norm and head to the hidden rows listed in rows
+// (indexes into x, [*][NEmbd]), writing len(rows) x NVocab values to out.
+func (r *Runner) Logits(x []float32, rows []int, out []float32) {
+	m, s := r.m, &r.s
+	E := m.NEmbd
+	n := len(rows)
+	s.xn = grow(s.xn, n*E)
+	s.acts = grow(s.acts, n*quant.F32.RowSize(E))
+	for j, i := range rows {
+		rmsNorm(s.xn[j*E:(j+1)*E], x[i*E:(i+1)*E], m.W.OutputNorm, m.RMSEps)
+	}
+	r.matmul(m.W.Output, s.xn, n, out)
+}

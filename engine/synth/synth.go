@@ -1,0 +1,430 @@
+package synth
+
+import (
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+
+	"shoal/engine/gguf"
+	"shoal/engine/quant"
+)
+
+// Spec describes the model to write.
+type Spec struct {
+	Arch        string // llama, qwen2, qwen3, llama-moe (Mixtral-style), qwen2moe, qwen3moe
+	NEmbd       int
+	NLayer      int
+	NHead       int
+	NHeadKV     int
+	HeadDim     int // 0 = NEmbd/NHead
+	NFF         int // dense FFN size, or per-expert size for MoE
+	NExpert     int
+	NExpertUsed int
+	NFFShared   int // qwen2moe shared expert size (NFF if 0)
+	Ctx         int
+	RopeTheta   float32 // 0 = 10000 (llama) or 1e6 (qwen)
+	RMSEps      float32 // 0 = 1e-5 (llama) or 1e-6 (qwen)
+	Tied        bool    // no output.weight
+	Type        string  // weight type or mix: f32, f16, bf16, q4_0, q8_0, q4_k, q4_k_m, ...
+	OutputType  string  // "" = as llama-quantize would choose for Type
+	Seed        uint64
+	Std         float32 // weight std (0.02 if 0)
+	Name        string
+	// Tokenizer holds the tokenizer.* metadata to write (copied from another
+	// GGUF or built by the tokenizer package); its token list sets n_vocab.
+	Tokenizer []gguf.KV
+}
+
+type tensorPlan struct {
+	name string
+	typ  quant.Type
+	dims []uint64
+	std  float32
+	mean float32
+}
+
+func (s *Spec) arch() (ggufArch string, moe, qwen bool, err error) {
+	switch s.Arch {
+	case "llama", "":
+		return "llama", false, false, nil
+	case "llama-moe", "moe", "mixtral":
+		return "llama", true, false, nil
+	case "qwen2":
+		return "qwen2", false, true, nil
+	case "qwen3":
+		return "qwen3", false, true, nil
+	case "qwen2moe":
+		return "qwen2moe", true, true, nil
+	case "qwen3moe":
+		return "qwen3moe", true, true, nil
+	}
+	return "", false, false, fmt.Errorf("unknown arch %q (want llama, qwen2, qwen3, moe, qwen2moe or qwen3moe)", s.Arch)
+}
+
+func nVocab(kvs []gguf.KV) int {
+	for _, kv := range kvs {
+		if kv.Key == "tokenizer.ggml.tokens" {
+			if t, ok := kv.Value.([]string); ok {
+				return len(t)
+			}
+		}
+	}
+	return 0
+}
+
+// typeFor picks a tensor's type the way llama-quantize's mixes do.
+type typeChooser struct {
+	base, output quant.Type
+	mix          string // "", "q4_k_m", "q5_k_m", "q4_k_s"
+	nLayer       int
+}
+
+func useMoreBits(i, n int) bool { return i < n/8 || i >= 7*n/8 || (i-n/8)%3 == 2 }
+
+func (c *typeChooser) choose(role string, layer int, cols int) quant.Type {
+	t := c.base
+	switch role {
+	case "output":
+		t = c.output
+	case "attn_v", "ffn_down":
+		if (c.mix == "q4_k_m" || c.mix == "q5_k_m") && useMoreBits(layer, c.nLayer) {
+			t = quant.Q6_K
+		}
+	}
+	return fallback(t, cols)
+}
+
+// fallback replaces a block type whose block does not divide the row length,
+// as llama-quantize does (K-quants → legacy 32-blocks → F16).
+func fallback(t quant.Type, cols int) quant.Type {
+	if cols%t.BlockLen() == 0 {
+		return t
+	}
+	switch t {
+	case quant.Q2_K, quant.Q3_K:
+		t = quant.Q4_0
+	case quant.Q4_K:
+		t = quant.Q5_0
+	case quant.Q5_K:
+		t = quant.Q5_1
+	case quant.Q6_K:
+		t = quant.Q8_0
+	}
+	if cols%t.BlockLen() != 0 {
+		return quant.F16
+	}
+	return t
+}
+
+func parseTypes(typ, out string) (*typeChooser, error) {
+	c := &typeChooser{}
+	switch typ {
+	case "q4_k_m", "q4_k_s":
+		c.base, c.mix = quant.Q4_K, typ
+	case "q5_k_m", "q5_k_s":
+		c.base, c.mix = quant.Q5_K, typ
+	case "q3_k_m", "q3_k_s":
+		c.base, c.mix = quant.Q3_K, typ
+	default:
+		t, err := quant.ParseType(typ)
+		if err != nil {
+			return nil, err
+		}
+		switch t {
+		case quant.Q8_1, quant.Q8_K, quant.I8, quant.I16, quant.I32, quant.I64, quant.F64:
+			return nil, fmt.Errorf("type %s is not a weight type", t)
+		}
+		c.base = t
+	}
+	switch c.base {
+	case quant.F32, quant.F16, quant.BF16, quant.Q8_0:
+		c.output = c.base
+	default:
+		c.output = quant.Q6_K // llama-quantize's choice for the output of low-bit files
+	}
+	if out != "" {
+		t, err := quant.ParseType(out)
+		if err != nil {
+			return nil, err
+		}
+		c.output = t
+	}
+	return c, nil
+}
+
+// fileType maps the weight type to general.file_type (llama_ftype).
+func fileType(typ string, base quant.Type) uint32 {
+	switch typ {
+	case "q4_k_s":
+		return 14
+	case "q4_k_m":
+		return 15
+	case "q5_k_s":
+		return 16
+	case "q5_k_m":
+		return 17
+	case "q3_k_s":
+		return 11
+	case "q3_k_m":
+		return 12
+	}
+	return map[quant.Type]uint32{quant.F32: 0, quant.F16: 1, quant.Q4_0: 2, quant.Q4_1: 3, quant.Q8_0: 7, quant.Q5_0: 8,
+		quant.Q5_1: 9, quant.Q2_K: 10, quant.Q3_K: 12, quant.Q4_K: 15, quant.Q5_K: 17, quant.Q6_K: 18, quant.BF16: 32}[base]
+}
+
+// Write generates the model and writes it to w, reporting progress through
+// progress(done, total) in tensor bytes if non-nil.
+func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
+	name, moe, qwen, err := s.arch()
+	if err != nil {
+		return err
+	}
+	V := nVocab(s.Tokenizer)
+	if V == 0 {
+		return fmt.Errorf("no tokenizer.ggml.tokens in the tokenizer metadata")
+	}
+	if s.NEmbd <= 0 || s.NLayer <= 0 || s.NHead <= 0 || s.NFF <= 0 {
+		return fmt.Errorf("n-embd, n-layer, n-head and n-ff must be positive")
+	}
+	if s.NHeadKV == 0 {
+		s.NHeadKV = s.NHead
+	}
+	if s.NHead%s.NHeadKV != 0 {
+		return fmt.Errorf("n-head %d is not a multiple of n-head-kv %d", s.NHead, s.NHeadKV)
+	}
+	hd := s.HeadDim
+	if hd == 0 {
+		if s.NEmbd%s.NHead != 0 {
+			return fmt.Errorf("n-embd %d is not a multiple of n-head %d", s.NEmbd, s.NHead)
+		}
+		hd = s.NEmbd / s.NHead
+	}
+	if hd%2 != 0 {
+		return fmt.Errorf("head size %d must be even", hd)
+	}
+	if moe {
+		if s.NExpert <= 0 {
+			s.NExpert = 4
+		}
+		if s.NExpertUsed <= 0 {
+			s.NExpertUsed = 2
+		}
+		if s.NExpertUsed > s.NExpert {
+			return fmt.Errorf("n-expert-used %d exceeds n-expert %d", s.NExpertUsed, s.NExpert)
+		}
+	}
+	if s.Ctx <= 0 {
+		s.Ctx = 2048
+	}
+	if s.RopeTheta == 0 {
+		s.RopeTheta = 10000
+		if qwen {
+			s.RopeTheta = 1e6
+		}
+	}
+	if s.RMSEps == 0 {
+		s.RMSEps = 1e-5
+		if qwen {
+			s.RMSEps = 1e-6
+		}
+	}
+	if s.Std == 0 {
+		s.Std = 0.02
+	}
+	if s.Type == "" {
+		s.Type = "f32"
+	}
+	tc, err := parseTypes(s.Type, s.OutputType)
+	if err != nil {
+		return err
+	}
+	tc.nLayer = s.NLayer
+	E, Q, KV, F := s.NEmbd, s.NHead*hd, s.NHeadKV*hd, s.NFF
+	u := func(v int) uint64 { return uint64(v) }
+	var plan []tensorPlan
+	add := func(name string, role string, layer int, std float32, dims ...int) {
+		t := quant.F32
+		if len(dims) > 1 || role == "matrix" {
+			t = tc.choose(role, layer, dims[0])
+		}
+		d := make([]uint64, len(dims))
+		for i := range dims {
+			d[i] = u(dims[i])
+		}
+		p := tensorPlan{name: name, typ: t, dims: d, std: std}
+		if role == "norm" {
+			p.mean, p.std = 1, 0.1
+		}
+		plan = append(plan, p)
+	}
+	embRole := "token_embd"
+	if s.Tied {
+		embRole = "output"
+	}
+	add("token_embd.weight", embRole, 0, s.Std, E, V)
+	for l := 0; l < s.NLayer; l++ {
+		p := fmt.Sprintf("blk.%d.", l)
+		add(p+"attn_norm.weight", "norm", l, 0, E)
+		add(p+"attn_q.weight", "attn_q", l, s.Std, E, Q)
+		add(p+"attn_k.weight", "attn_k", l, s.Std, E, KV)
+		add(p+"attn_v.weight", "attn_v", l, s.Std, E, KV)
+		if qwen && (name == "qwen2" || name == "qwen2moe") {
+			add(p+"attn_q.bias", "bias", l, s.Std, Q)
+			add(p+"attn_k.bias", "bias", l, s.Std, KV)
+			add(p+"attn_v.bias", "bias", l, s.Std, KV)
+		}
+		if name == "qwen3" || name == "qwen3moe" {
+			add(p+"attn_q_norm.weight", "norm", l, 0, hd)
+			add(p+"attn_k_norm.weight", "norm", l, 0, hd)
+		}
+		add(p+"attn_output.weight", "attn_output", l, s.Std, Q, E)
+		add(p+"ffn_norm.weight", "norm", l, 0, E)
+		if moe {
+			X := s.NExpert
+			plan = append(plan, tensorPlan{name: p + "ffn_gate_inp.weight", typ: quant.F32, dims: []uint64{u(E), u(X)}, std: s.Std * 5})
+			add(p+"ffn_gate_exps.weight", "ffn_gate", l, s.Std, E, F, X)
+			add(p+"ffn_up_exps.weight", "ffn_up", l, s.Std, E, F, X)
+			add(p+"ffn_down_exps.weight", "ffn_down", l, s.Std, F, E, X)
+			if name == "qwen2moe" {
+				S := s.NFFShared
+				if S == 0 {
+					S = F
+				}
+				add(p+"ffn_gate_inp_shexp.weight", "vector", l, s.Std, E)
+				add(p+"ffn_gate_shexp.weight", "ffn_gate", l, s.Std, E, S)
+				add(p+"ffn_up_shexp.weight", "ffn_up", l, s.Std, E, S)
+				add(p+"ffn_down_shexp.weight", "ffn_down", l, s.Std, S, E)
+			}
+		} else {
+			add(p+"ffn_gate.weight", "ffn_gate", l, s.Std, E, F)
+			add(p+"ffn_up.weight", "ffn_up", l, s.Std, E, F)
+			add(p+"ffn_down.weight", "ffn_down", l, s.Std, F, E)
+		}
+	}
+	add("output_norm.weight", "norm", 0, 0, E)
+	if !s.Tied {
+		add("output.weight", "output", 0, s.Std, E, V)
+	}
+
+	gw := gguf.NewWriter(w)
+	desc := fmt.Sprintf("shoal gen-model arch=%s n_embd=%d n_layer=%d n_head=%d n_head_kv=%d head_dim=%d n_ff=%d n_expert=%d n_expert_used=%d type=%s seed=%d std=%g tied=%v",
+		s.Arch, E, s.NLayer, s.NHead, s.NHeadKV, hd, F, s.NExpert, s.NExpertUsed, s.Type, s.Seed, s.Std, s.Tied)
+	modelName := s.Name
+	if modelName == "" {
+		modelName = fmt.Sprintf("shoal-random-%s-%dx%d-%s", s.Arch, s.NLayer, E, s.Type)
+	}
+	p := name + "."
+	kvs := []gguf.KV{
+		{Key: "general.architecture", Value: name},
+		{Key: "general.type", Value: "model"},
+		{Key: "general.name", Value: modelName},
+		{Key: "general.description", Value: desc},
+		{Key: "general.file_type", Value: fileType(s.Type, tc.base)},
+		{Key: "general.quantization_version", Value: uint32(2)},
+		{Key: p + "vocab_size", Value: uint32(V)},
+		{Key: p + "context_length", Value: uint32(s.Ctx)},
+		{Key: p + "embedding_length", Value: uint32(E)},
+		{Key: p + "block_count", Value: uint32(s.NLayer)},
+		{Key: p + "feed_forward_length", Value: uint32(F)},
+		{Key: p + "attention.head_count", Value: uint32(s.NHead)},
+		{Key: p + "attention.head_count_kv", Value: uint32(s.NHeadKV)},
+		{Key: p + "rope.freq_base", Value: s.RopeTheta},
+		{Key: p + "rope.dimension_count", Value: uint32(hd)},
+		{Key: p + "attention.layer_norm_rms_epsilon", Value: s.RMSEps},
+	}
+	if hd != E/s.NHead {
+		kvs = append(kvs, gguf.KV{Key: p + "attention.key_length", Value: uint32(hd)}, gguf.KV{Key: p + "attention.value_length", Value: uint32(hd)})
+	}
+	if moe {
+		kvs = append(kvs, gguf.KV{Key: p + "expert_count", Value: uint32(s.NExpert)}, gguf.KV{Key: p + "expert_used_count", Value: uint32(s.NExpertUsed)})
+		if name != "llama" {
+			kvs = append(kvs, gguf.KV{Key: p + "expert_feed_forward_length", Value: uint32(F)})
+		}
+		if name == "qwen2moe" {
+			S := s.NFFShared
+			if S == 0 {
+				S = F
+			}
+			kvs = append(kvs, gguf.KV{Key: p + "expert_shared_feed_forward_length", Value: uint32(S)})
+		}
+	}
+	kvs = append(kvs, s.Tokenizer...)
+	for _, kv := range kvs {
+		if err := gw.AddKV(kv.Key, kv.Value); err != nil {
+			return err
+		}
+	}
+	var total int64
+	for _, t := range plan {
+		if err := gw.AddTensor(t.name, t.typ, t.dims...); err != nil {
+			return err
+		}
+		n := int64(1)
+		for _, d := range t.dims {
+			n *= int64(d)
+		}
+		total += int64(t.typ.RowSize(int(t.dims[0]))) * (n / int64(t.dims[0]))
+	}
+	if err := gw.WriteHeader(); err != nil {
+		return err
+	}
+	var done int64
+	for _, t := range plan {
+		data := generate(t, s.Seed)
+		if err := gw.WriteTensor(t.name, data); err != nil {
+			return err
+		}
+		done += int64(len(data))
+		if progress != nil {
+			progress(done, total)
+		}
+	}
+	return gw.Close()
+}
+
+// generate draws the tensor's values (N(mean, std), per-tensor stream seeded
+// by seed and the name) and stores them in its type, rows in parallel.
+func generate(t tensorPlan, seed uint64) []byte {
+	cols := int(t.dims[0])
+	rows := 1
+	for _, d := range t.dims[1:] {
+		rows *= int(d)
+	}
+	rs := t.typ.RowSize(cols)
+	out := make([]byte, rows*rs)
+	h := fnv.New64a()
+	h.Write([]byte(t.name))
+	base := seed ^ h.Sum64()
+	// Rows are generated in groups with their own stream so the values do
+	// not depend on the number of threads.
+	const group = 64
+	groups := (rows + group - 1) / group
+	var wg sync.WaitGroup
+	next := make(chan int, groups)
+	for g := 0; g < groups; g++ {
+		next <- g
+	}
+	close(next)
+	for w := 0; w < runtime.NumCPU(); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]float32, cols)
+			for g := range next {
+				rng := rand.New(rand.NewPCG(base, uint64(g)))
+				for r := g * group; r < min(rows, (g+1)*group); r++ {
+					for i := range buf {
+						buf[i] = t.mean + t.std*float32(rng.NormFloat64())
+					}
+					quant.QuantizeRow(t.typ, buf, out[r*rs:(r+1)*rs])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
