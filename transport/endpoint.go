@@ -1,0 +1,383 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"go.uber.org/zap"
+)
+
+// Application error codes sent when the endpoint refuses a peer or stream.
+const (
+	codeOK            quic.ApplicationErrorCode = 0
+	codeNoCertificate quic.ApplicationErrorCode = 0x10
+	codeForbidden     quic.StreamErrorCode      = 0x11
+	codeUnknownKind   quic.StreamErrorCode      = 0x12
+)
+
+// Peer is who opened a stream, taken from the verified TLS chain.
+type Peer struct {
+	ID       string // node ID (certificate common name); empty without a certificate
+	Role     string // server or client
+	Addr     net.Addr
+	Verified bool
+}
+
+// Handler serves one accepted stream. It owns the stream and must close it.
+type Handler func(s *Stream)
+
+// Stream is one QUIC stream of a given kind. It implements net.Conn so that
+// stream-oriented libraries (raft) can use it directly.
+type Stream struct {
+	*quic.Stream
+	Kind  Kind
+	Peer  Peer
+	local net.Addr
+}
+
+// LocalAddr implements net.Conn.
+func (s *Stream) LocalAddr() net.Addr { return s.local }
+
+// RemoteAddr implements net.Conn.
+func (s *Stream) RemoteAddr() net.Addr { return s.Peer.Addr }
+
+// Close closes both directions of the stream.
+func (s *Stream) Close() error {
+	s.Stream.CancelRead(0)
+	return s.Stream.Close()
+}
+
+// CloseWrite sends FIN and keeps the read side open for the reply.
+func (s *Stream) CloseWrite() error { return s.Stream.Close() }
+
+// Config of an Endpoint.
+type Config struct {
+	Bind     string // host:port to listen on; port 0 picks one
+	Identity *Identity
+	// Idle timeout of a connection; keep-alives are sent at a third of it.
+	IdleTimeout time.Duration
+	// HandshakeTimeout bounds a dial to a silent peer.
+	HandshakeTimeout time.Duration
+}
+
+// Endpoint is the node's one QUIC endpoint.
+type Endpoint struct {
+	cfg  Config
+	udp  *net.UDPConn
+	tr   *quic.Transport
+	ln   *quic.Listener
+	qcfg *quic.Config
+	log  *zap.Logger
+
+	mu       sync.Mutex
+	handlers map[Kind]Handler
+	conns    map[string]*dialEntry
+	closed   bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type dialEntry struct {
+	done chan struct{}
+	conn *quic.Conn
+	err  error
+}
+
+// Listen opens the UDP socket and starts accepting connections.
+func Listen(cfg Config) (*Endpoint, error) {
+	if cfg.Identity == nil {
+		return nil, errors.New("transport: an identity is required")
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 15 * time.Second
+	}
+	if cfg.HandshakeTimeout == 0 {
+		cfg.HandshakeTimeout = 3 * time.Second
+	}
+	ua, err := net.ResolveUDPAddr("udp", cfg.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("quic bind address %q: %w", cfg.Bind, err)
+	}
+	udp, err := net.ListenUDP("udp", ua)
+	if err != nil {
+		return nil, fmt.Errorf("quic listen on %s: %w", cfg.Bind, err)
+	}
+	e := &Endpoint{
+		cfg: cfg,
+		udp: udp,
+		tr:  &quic.Transport{Conn: udp},
+		qcfg: &quic.Config{
+			MaxIdleTimeout:        cfg.IdleTimeout,
+			KeepAlivePeriod:       cfg.IdleTimeout / 3,
+			HandshakeIdleTimeout:  cfg.HandshakeTimeout,
+			MaxIncomingStreams:    4096,
+			MaxIncomingUniStreams: -1,
+		},
+		log:      zap.L().Named("transport"),
+		handlers: map[Kind]Handler{},
+		conns:    map[string]*dialEntry{},
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.ln, err = e.tr.Listen(cfg.Identity.ServerTLS(), e.qcfg)
+	if err != nil {
+		udp.Close()
+		return nil, fmt.Errorf("quic listen: %w", err)
+	}
+	e.wg.Add(1)
+	go e.acceptLoop()
+	return e, nil
+}
+
+// Addr is the bound UDP address.
+func (e *Endpoint) Addr() *net.UDPAddr { return e.udp.LocalAddr().(*net.UDPAddr) }
+
+// Identity of this endpoint.
+func (e *Endpoint) Identity() *Identity { return e.cfg.Identity }
+
+// Handle registers the handler of a stream kind.
+func (e *Endpoint) Handle(k Kind, h Handler) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.handlers[k] = h
+}
+
+func (e *Endpoint) acceptLoop() {
+	defer e.wg.Done()
+	for {
+		conn, err := e.ln.Accept(e.ctx)
+		if err != nil {
+			return
+		}
+		e.wg.Add(1)
+		go e.serveConn(conn)
+	}
+}
+
+func peerOf(conn *quic.Conn) Peer {
+	st := conn.ConnectionState().TLS
+	p := Peer{Addr: conn.RemoteAddr()}
+	if len(st.VerifiedChains) > 0 {
+		p.ID, p.Role = PeerIdentity(st.VerifiedChains[0])
+		p.Verified = true
+	}
+	return p
+}
+
+func (e *Endpoint) serveConn(conn *quic.Conn) {
+	defer e.wg.Done()
+	peer := peerOf(conn)
+	for {
+		s, err := conn.AcceptStream(e.ctx)
+		if err != nil {
+			return
+		}
+		go e.serveStream(conn, peer, s)
+	}
+}
+
+func (e *Endpoint) serveStream(conn *quic.Conn, peer Peer, s *quic.Stream) {
+	_ = s.SetReadDeadline(time.Now().Add(e.cfg.HandshakeTimeout))
+	var b [1]byte
+	if _, err := io.ReadFull(s, b[:]); err != nil {
+		s.CancelRead(codeUnknownKind)
+		s.CancelWrite(codeUnknownKind)
+		return
+	}
+	_ = s.SetReadDeadline(time.Time{})
+	k := Kind(b[0])
+	if !peer.Verified && k != KindJoin {
+		e.log.Warn("refused peer without a cluster certificate", zap.Stringer("addr", peer.Addr), zap.Stringer("kind", k))
+		_ = conn.CloseWithError(codeNoCertificate, "a cluster certificate is required")
+		return
+	}
+	if k == KindRaft && peer.Role != RoleServer {
+		e.log.Warn("refused raft stream from a non-server", zap.String("peer", peer.ID))
+		s.CancelRead(codeForbidden)
+		s.CancelWrite(codeForbidden)
+		return
+	}
+	e.mu.Lock()
+	h := e.handlers[k]
+	e.mu.Unlock()
+	if h == nil {
+		s.CancelRead(codeUnknownKind)
+		s.CancelWrite(codeUnknownKind)
+		return
+	}
+	h(&Stream{Stream: s, Kind: k, Peer: peer, local: e.Addr()})
+}
+
+// Dial opens a stream of kind k to the endpoint at addr, reusing the
+// connection to that address when one is open.
+func (e *Endpoint) Dial(ctx context.Context, addr string, k Kind) (*Stream, error) {
+	for attempt := 0; attempt < 2; attempt++ {
+		conn, err := e.conn(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		s, err := conn.OpenStreamSync(ctx)
+		if err != nil {
+			e.forget(addr, conn)
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			continue
+		}
+		if _, err := s.Write([]byte{byte(k)}); err != nil {
+			s.CancelRead(0)
+			s.Close()
+			e.forget(addr, conn)
+			continue
+		}
+		p := peerOf(conn)
+		p.Verified = true // the client config verified the server against the CA
+		st := conn.ConnectionState().TLS
+		if len(st.PeerCertificates) > 0 {
+			p.ID, p.Role = PeerIdentity(st.PeerCertificates)
+		}
+		return &Stream{Stream: s, Kind: k, Peer: p, local: e.Addr()}, nil
+	}
+	return nil, fmt.Errorf("dial %s: connection lost", addr)
+}
+
+func (e *Endpoint) conn(ctx context.Context, addr string) (*quic.Conn, error) {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, net.ErrClosed
+	}
+	if d, ok := e.conns[addr]; ok {
+		e.mu.Unlock()
+		select {
+		case <-d.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if d.err == nil && d.conn.Context().Err() == nil {
+			return d.conn, nil
+		}
+		e.mu.Lock()
+		if e.conns[addr] == d {
+			delete(e.conns, addr)
+		}
+		e.mu.Unlock()
+		if d.err != nil {
+			return nil, d.err
+		}
+		return e.conn(ctx, addr)
+	}
+	d := &dialEntry{done: make(chan struct{})}
+	e.conns[addr] = d
+	e.mu.Unlock()
+
+	d.conn, d.err = e.dialConn(ctx, addr, e.cfg.Identity.ClientTLS())
+	close(d.done)
+	if d.err != nil {
+		e.mu.Lock()
+		if e.conns[addr] == d {
+			delete(e.conns, addr)
+		}
+		e.mu.Unlock()
+		return nil, d.err
+	}
+	return d.conn, nil
+}
+
+func (e *Endpoint) dialConn(ctx context.Context, addr string, tc *tls.Config) (*quic.Conn, error) {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.HandshakeTimeout)
+	defer cancel()
+	c, err := e.tr.Dial(ctx, ua, tc, e.qcfg)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+func (e *Endpoint) forget(addr string, c *quic.Conn) {
+	e.mu.Lock()
+	if d, ok := e.conns[addr]; ok && d.conn == c {
+		delete(e.conns, addr)
+	}
+	e.mu.Unlock()
+	_ = c.CloseWithError(codeOK, "")
+}
+
+// Close stops accepting, closes every connection and the socket.
+func (e *Endpoint) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	conns := e.conns
+	e.conns = map[string]*dialEntry{}
+	e.mu.Unlock()
+	e.cancel()
+	for _, d := range conns {
+		<-d.done
+		if d.conn != nil {
+			_ = d.conn.CloseWithError(codeOK, "shutdown")
+		}
+	}
+	_ = e.ln.Close()
+	err := e.tr.Close()
+	_ = e.udp.Close()
+	e.wg.Wait()
+	return err
+}
+
+// DialPinned opens a one-off connection from a fresh UDP socket to addr,
+// trusting the server only if its CA matches caHash, and opens one stream
+// of kind k. It is how a node without a certificate joins. Release the
+// connection with the returned func.
+func DialPinned(ctx context.Context, addr, caHash string, k Kind, timeout time.Duration) (*Stream, func(), error) {
+	var ca *x509.Certificate
+	tc := PinnedTLS(caHash, &ca)
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("join address %q: %w", addr, err)
+	}
+	udp, err := net.ListenUDP("udp", nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	tr := &quic.Transport{Conn: udp}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := tr.Dial(ctx, ua, tc, &quic.Config{HandshakeIdleTimeout: timeout, MaxIdleTimeout: 2 * timeout})
+	if err != nil {
+		tr.Close()
+		udp.Close()
+		return nil, nil, fmt.Errorf("join %s: %w", addr, err)
+	}
+	cleanup := func() {
+		_ = conn.CloseWithError(codeOK, "")
+		tr.Close()
+		udp.Close()
+	}
+	s, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		cleanup()
+		return nil, nil, fmt.Errorf("join %s: %w", addr, err)
+	}
+	if _, err := s.Write([]byte{byte(k)}); err != nil {
+		cleanup()
+		return nil, nil, fmt.Errorf("join %s: %w", addr, err)
+	}
+	return &Stream{Stream: s, Kind: k, Peer: Peer{Addr: conn.RemoteAddr()}, local: udp.LocalAddr()}, cleanup, nil
+}
