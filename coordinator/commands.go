@@ -1,0 +1,279 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// MessageType is the first byte of every Raft log entry.
+type MessageType uint8
+
+// IgnoreUnknownTypeFlag marks a command that a server which does not know
+// its type may skip instead of stopping. Set it on commands added later
+// that older servers can safely miss.
+const IgnoreUnknownTypeFlag MessageType = 128
+
+// Command types. Values are stored in Raft logs: append, never renumber.
+const (
+	RegisterNodeType   MessageType = 0
+	DeregisterNodeType MessageType = 1
+	NodeStatusType     MessageType = 2
+	NodeDrainType      MessageType = 3
+	TokenCreateType    MessageType = 4
+	TokenRevokeType    MessageType = 5
+	ModelUpsertType    MessageType = 6
+	ModelDeleteType    MessageType = 7
+	PlanSetType        MessageType = 8
+	ShardStatusType    MessageType = 9
+)
+
+// RegisterNodeRequest upserts a node from gossip. Draining and RegisteredAt
+// of a known node are kept.
+type RegisterNodeRequest struct {
+	Node Node      `json:"node"`
+	Now  time.Time `json:"now"`
+}
+
+// DeregisterNodeRequest removes a node from the state.
+type DeregisterNodeRequest struct {
+	ID string `json:"id"`
+}
+
+// NodeStatusRequest sets a node's status.
+type NodeStatusRequest struct {
+	ID     string     `json:"id"`
+	Status NodeStatus `json:"status"`
+	Now    time.Time  `json:"now"`
+}
+
+// NodeDrainRequest sets or clears a node's draining flag.
+type NodeDrainRequest struct {
+	ID    string `json:"id"`
+	Drain bool   `json:"drain"`
+}
+
+// TokenCreateRequest stores a new token (hash only).
+type TokenCreateRequest struct {
+	Token Token `json:"token"`
+}
+
+// TokenRevokeRequest revokes a token by ID.
+type TokenRevokeRequest struct {
+	ID  string    `json:"id"`
+	Now time.Time `json:"now"`
+}
+
+// ModelUpsertRequest adds or replaces a model.
+type ModelUpsertRequest struct {
+	Model Model `json:"model"`
+}
+
+// ModelDeleteRequest removes a model with its plan.
+type ModelDeleteRequest struct {
+	Name string `json:"name"`
+}
+
+// PlanSetRequest stores a model's plan; Version must grow.
+type PlanSetRequest struct {
+	Plan Plan `json:"plan"`
+}
+
+// ShardStatusRequest records a node's report about a shard.
+type ShardStatusRequest struct {
+	Shard ShardStatus `json:"shard"`
+}
+
+// Encode builds a log entry: the type byte then the JSON request.
+func Encode(t MessageType, req any) ([]byte, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{byte(t)}, b...), nil
+}
+
+// handler applies one decoded command to the state at index.
+type handler func(s *State, index uint64, body []byte) any
+
+func decode[T any](body []byte) (*T, error) {
+	v := new(T)
+	if err := json.Unmarshal(body, v); err != nil {
+		return nil, fmt.Errorf("decode command: %w", err)
+	}
+	return v, nil
+}
+
+// Error is an error with an HTTP status code, so the admin API can answer
+// with the right status wherever the error came from.
+type Error struct {
+	Code int
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// HTTPStatus reports the status code the error maps to.
+func (e *Error) HTTPStatus() int { return e.Code }
+
+func errorf(code int, format string, args ...any) error {
+	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Errors returned from Apply travel back to the proposer as the future's
+// response; they carry HTTP codes for the admin API.
+func notFound(what, id string) error {
+	return errorf(http.StatusNotFound, "%s %q not found", what, id)
+}
+
+// commands is the command table.
+var commands = map[MessageType]handler{
+	RegisterNodeType: func(s *State, _ uint64, body []byte) any {
+		r, err := decode[RegisterNodeRequest](body)
+		if err != nil {
+			return err
+		}
+		n := r.Node
+		if n.ID == "" {
+			return errorf(http.StatusBadRequest, "node without an id")
+		}
+		if old, ok := s.Nodes[n.ID]; ok {
+			n.Draining = old.Draining
+			n.RegisteredAt = old.RegisteredAt
+			n.StatusSince = old.StatusSince
+			if old.Status != n.Status {
+				n.StatusSince = r.Now
+			}
+		} else {
+			n.RegisteredAt = r.Now
+			n.StatusSince = r.Now
+		}
+		s.Nodes[n.ID] = &n
+		return nil
+	},
+	DeregisterNodeType: func(s *State, _ uint64, body []byte) any {
+		r, err := decode[DeregisterNodeRequest](body)
+		if err != nil {
+			return err
+		}
+		if _, ok := s.Nodes[r.ID]; !ok {
+			return notFound("node", r.ID)
+		}
+		delete(s.Nodes, r.ID)
+		for k, sh := range s.Shards {
+			if sh.Node == r.ID {
+				delete(s.Shards, k)
+			}
+		}
+		return nil
+	},
+	NodeStatusType: func(s *State, _ uint64, body []byte) any {
+		r, err := decode[NodeStatusRequest](body)
+		if err != nil {
+			return err
+		}
+		n, ok := s.Nodes[r.ID]
+		if !ok {
+			return notFound("node", r.ID)
+		}
+		if n.Status != r.Status {
+			n.Status = r.Status
+			n.StatusSince = r.Now
+		}
+		return nil
+	},
+	NodeDrainType: func(s *State, _ uint64, body []byte) any {
+		r, err := decode[NodeDrainRequest](body)
+		if err != nil {
+			return err
+		}
+		n, ok := s.Nodes[r.ID]
+		if !ok {
+			return notFound("node", r.ID)
+		}
+		n.Draining = r.Drain
+		return nil
+	},
+	TokenCreateType: func(s *State, _ uint64, body []byte) any {
+		r, err := decode[TokenCreateRequest](body)
+		if err != nil {
+			return err
+		}
+		if _, ok := s.Tokens[r.Token.ID]; ok {
+			return errorf(http.StatusConflict, "token %q exists", r.Token.ID)
+		}
+		t := r.Token
+		s.Tokens[t.ID] = &t
+		return nil
+	},
+	TokenRevokeType: func(s *State, _ uint64, body []byte) any {
+		r, err := decode[TokenRevokeRequest](body)
+		if err != nil {
+			return err
+		}
+		t, ok := s.Tokens[r.ID]
+		if !ok {
+			return notFound("token", r.ID)
+		}
+		if !t.Revoked {
+			t.Revoked = true
+			now := r.Now
+			t.RevokedAt = &now
+		}
+		return nil
+	},
+	ModelUpsertType: func(s *State, _ uint64, body []byte) any {
+		r, err := decode[ModelUpsertRequest](body)
+		if err != nil {
+			return err
+		}
+		if r.Model.Name == "" {
+			return errorf(http.StatusBadRequest, "model without a name")
+		}
+		m := r.Model
+		s.Models[m.Name] = &m
+		return nil
+	},
+	ModelDeleteType: func(s *State, _ uint64, body []byte) any {
+		r, err := decode[ModelDeleteRequest](body)
+		if err != nil {
+			return err
+		}
+		if _, ok := s.Models[r.Name]; !ok {
+			return notFound("model", r.Name)
+		}
+		delete(s.Models, r.Name)
+		delete(s.Plans, r.Name)
+		for k, sh := range s.Shards {
+			if sh.Model == r.Name {
+				delete(s.Shards, k)
+			}
+		}
+		return nil
+	},
+	PlanSetType: func(s *State, _ uint64, body []byte) any {
+		r, err := decode[PlanSetRequest](body)
+		if err != nil {
+			return err
+		}
+		if _, ok := s.Models[r.Plan.Model]; !ok {
+			return notFound("model", r.Plan.Model)
+		}
+		if old, ok := s.Plans[r.Plan.Model]; ok && r.Plan.Version <= old.Version {
+			return errorf(http.StatusConflict, "plan version %d is not newer than %d", r.Plan.Version, old.Version)
+		}
+		p := r.Plan
+		s.Plans[p.Model] = &p
+		return nil
+	},
+	ShardStatusType: func(s *State, _ uint64, body []byte) any {
+		r, err := decode[ShardStatusRequest](body)
+		if err != nil {
+			return err
+		}
+		sh := r.Shard
+		s.Shards[ShardKey(sh.Node, sh.Model)] = &sh
+		return nil
+	},
+}

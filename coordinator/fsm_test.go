@@ -1,0 +1,192 @@
+package coordinator
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+type applier struct {
+	t     *testing.T
+	f     *FSM
+	index uint64
+}
+
+func (a *applier) apply(typ MessageType, req any) any {
+	a.t.Helper()
+	b, err := Encode(typ, req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	a.index++
+	return a.f.Apply(&raft.Log{Index: a.index, Type: raft.LogCommand, Data: b})
+}
+
+func (a *applier) ok(typ MessageType, req any) {
+	a.t.Helper()
+	if r := a.apply(typ, req); r != nil {
+		a.t.Fatalf("command %d: %v", typ, r)
+	}
+}
+
+// populate applies one of every command.
+func populate(t *testing.T, f *FSM) *applier {
+	a := &applier{t: t, f: f}
+	for i, name := range []string{"mac-1", "mac-2", "linux"} {
+		a.ok(RegisterNodeType, RegisterNodeRequest{Now: t0, Node: Node{
+			ID: name + "-id", Name: name, Role: RoleServer, Addr: "10.0.0.1:7946", RPCAddr: "10.0.0.1:7947",
+			Status: StatusAlive, Caps: Capabilities{MemTotal: uint64(i+1) << 34, Cores: 8, GFLOPS: 100.5, MemGBps: 50},
+		}})
+	}
+	a.ok(NodeDrainType, NodeDrainRequest{ID: "mac-2-id", Drain: true})
+	a.ok(NodeStatusType, NodeStatusRequest{ID: "linux-id", Status: StatusFailed, Now: t0.Add(time.Minute)})
+	exp := t0.Add(24 * time.Hour)
+	a.ok(TokenCreateType, TokenCreateRequest{Token: Token{ID: "abc123", Kind: TokenJoin, SecretHash: "h1", CreatedAt: t0, ExpiresAt: &exp}})
+	a.ok(TokenCreateType, TokenCreateRequest{Token: Token{ID: "def456", Kind: TokenAdmin, SecretHash: "h2", CreatedAt: t0}})
+	a.ok(TokenRevokeType, TokenRevokeRequest{ID: "abc123", Now: t0.Add(time.Hour)})
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "llama", Source: "llama.gguf", Layers: 32, CreatedAt: t0}})
+	a.ok(PlanSetType, PlanSetRequest{Plan: Plan{Version: 1, Model: "llama", PredictedMsPerToken: 12.5, Pools: []Pool{{
+		Role: "shared", Stages: []Stage{{Lo: 0, Hi: 16, Members: []StageMember{{Node: "mac-1-id", TPSize: 1}}},
+			{Lo: 16, Hi: 32, Members: []StageMember{{Node: "linux-id", TPSize: 1}}}},
+	}}}})
+	a.ok(ShardStatusType, ShardStatusRequest{Shard: ShardStatus{Node: "mac-1-id", Model: "llama", Lo: 0, Hi: 16, State: "ready", Bytes: 1 << 30, UpdatedAt: t0}})
+	return a
+}
+
+func TestFSMCommands(t *testing.T) {
+	f := NewFSM()
+	a := populate(t, f)
+	s := f.State()
+	if len(s.Nodes) != 3 || !s.Nodes["mac-2-id"].Draining || s.Nodes["mac-2-id"].Schedulable() {
+		t.Fatalf("drain: %+v", s.Nodes["mac-2-id"])
+	}
+	if !s.Nodes["mac-1-id"].Schedulable() || s.Nodes["linux-id"].Schedulable() {
+		t.Fatal("schedulable flags wrong")
+	}
+	if !s.Tokens["abc123"].Revoked || s.Tokens["abc123"].Valid(t0) || !s.Tokens["def456"].Valid(t0) {
+		t.Fatal("token revocation")
+	}
+	if s.Index != a.index {
+		t.Fatalf("index %d, want %d", s.Index, a.index)
+	}
+	// Re-registering keeps the drain flag and registration time.
+	a.ok(RegisterNodeType, RegisterNodeRequest{Now: t0.Add(time.Hour), Node: Node{ID: "mac-2-id", Name: "mac-2", Status: StatusAlive}})
+	n := f.State().Nodes["mac-2-id"]
+	if !n.Draining || !n.RegisteredAt.Equal(t0) {
+		t.Fatalf("re-register lost fields: %+v", n)
+	}
+	// Errors come back as responses with codes.
+	for _, tc := range []struct {
+		typ  MessageType
+		req  any
+		code int
+		msg  string
+	}{
+		{NodeDrainType, NodeDrainRequest{ID: "nope"}, 404, `node "nope" not found`},
+		{TokenRevokeType, TokenRevokeRequest{ID: "nope"}, 404, `token "nope" not found`},
+		{TokenCreateType, TokenCreateRequest{Token: Token{ID: "def456"}}, 409, `token "def456" exists`},
+		{PlanSetType, PlanSetRequest{Plan: Plan{Version: 1, Model: "llama"}}, 409, "not newer"},
+		{PlanSetType, PlanSetRequest{Plan: Plan{Version: 1, Model: "missing"}}, 404, "not found"},
+	} {
+		r := a.apply(tc.typ, tc.req)
+		e, ok := r.(*Error)
+		if !ok || e.Code != tc.code || !strings.Contains(e.Msg, tc.msg) {
+			t.Errorf("command %d: got %v, want %d %q", tc.typ, r, tc.code, tc.msg)
+		}
+	}
+	// Deleting a model drops its plan and shards; deregistering a node its shards.
+	a.ok(ModelDeleteType, ModelDeleteRequest{Name: "llama"})
+	s = f.State()
+	if len(s.Plans) != 0 || len(s.Shards) != 0 {
+		t.Fatalf("model delete left %d plans %d shards", len(s.Plans), len(s.Shards))
+	}
+	a.ok(DeregisterNodeType, DeregisterNodeRequest{ID: "linux-id"})
+	if _, ok := f.State().Nodes["linux-id"]; ok {
+		t.Fatal("deregistered node still present")
+	}
+}
+
+func TestFSMUnknownCommand(t *testing.T) {
+	f := NewFSM()
+	a := &applier{t: t, f: f}
+	// With the ignore flag, an unknown type is skipped.
+	if r := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte{byte(IgnoreUnknownTypeFlag | 100), '{', '}'}}); r != nil {
+		t.Fatalf("ignored command returned %v", r)
+	}
+	// A known type with the flag still applies.
+	a.index = 1
+	a.ok(IgnoreUnknownTypeFlag|ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "m"}})
+	if _, ok := f.State().Models["m"]; !ok {
+		t.Fatal("flagged known command not applied")
+	}
+	// Without the flag, an unknown type stops the server.
+	defer func() {
+		r := recover()
+		if r == nil || !strings.Contains(r.(error).Error(), "unknown command type 100") {
+			t.Fatalf("recover: %v", r)
+		}
+	}()
+	f.Apply(&raft.Log{Index: 3, Type: raft.LogCommand, Data: []byte{100}})
+}
+
+type memSink struct {
+	bytes.Buffer
+	cancelled bool
+}
+
+func (m *memSink) ID() string    { return "mem" }
+func (m *memSink) Cancel() error { m.cancelled = true; return nil }
+func (m *memSink) Close() error  { return nil }
+
+func TestFSMSnapshotRestore(t *testing.T) {
+	f := NewFSM()
+	populate(t, f)
+	before := f.State()
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Changes after the snapshot must not leak into it.
+	a := &applier{t: t, f: f, index: 100}
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "later"}})
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	snap.Release()
+
+	g := NewFSM()
+	a2 := &applier{t: t, f: g}
+	a2.ok(ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "stale"}}) // replaced by Restore
+	changed := g.Changed()
+	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	default:
+		t.Fatal("restore did not signal a change")
+	}
+	after := g.State()
+	if !reflect.DeepEqual(before, after) {
+		b1, _ := json.MarshalIndent(before, "", " ")
+		b2, _ := json.MarshalIndent(after, "", " ")
+		t.Fatalf("restored state differs:\n%s\nvs\n%s", b1, b2)
+	}
+	if _, ok := after.Models["later"]; ok {
+		t.Fatal("snapshot saw a later command")
+	}
+	// A future snapshot version is refused with a clear error.
+	bad := append([]byte{9}, sink.Bytes()[1:]...)
+	if err := g.Restore(io.NopCloser(bytes.NewReader(bad))); err == nil || !strings.Contains(err.Error(), "snapshot version 9") {
+		t.Fatalf("bad version: %v", err)
+	}
+}

@@ -1,0 +1,318 @@
+package coordinator
+
+import (
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"go.uber.org/zap"
+)
+
+const applyTimeout = 5 * time.Second
+
+func (s *Server) monitorLeadership() {
+	defer s.wg.Done()
+	var stop chan struct{}
+	var loop sync.WaitGroup
+	end := func() {
+		if stop != nil {
+			close(stop)
+			loop.Wait()
+			stop = nil
+		}
+	}
+	defer end()
+	for {
+		select {
+		case <-s.shutdown:
+			return
+		case leader := <-s.notify:
+			if leader && stop == nil {
+				s.log.Info("gained leadership")
+				stop = make(chan struct{})
+				loop.Add(1)
+				go func(stop chan struct{}) {
+					defer loop.Done()
+					s.leaderLoop(stop)
+				}(stop)
+			} else if !leader && stop != nil {
+				s.log.Info("lost leadership")
+				end()
+			}
+		}
+	}
+}
+
+// leaderLoop runs while this server leads: a barrier so the FSM holds every
+// committed entry, then reconcile on membership events and on a timer.
+func (s *Server) leaderLoop(stop chan struct{}) {
+	for attempt := 0; ; attempt++ {
+		if err := s.raft.Barrier(applyTimeout).Error(); err == nil {
+			break
+		} else {
+			s.log.Warn("barrier failed", zap.Error(err))
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(s.cfg.ReconcileInterval):
+		}
+	}
+	s.mu.Lock()
+	s.seen = map[string]time.Time{}
+	s.failed = map[string]time.Time{}
+	s.mu.Unlock()
+	t := time.NewTicker(s.cfg.ReconcileInterval)
+	defer t.Stop()
+	for {
+		s.reconcile()
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		case <-s.cfg.Members.Events():
+		}
+	}
+}
+
+// reconcile brings the state's node list and the Raft configuration in
+// line with gossip.
+func (s *Server) reconcile() {
+	members := s.cfg.Members.Members()
+	st := s.fsm.State()
+	now := time.Now().UTC()
+	seen := map[string]bool{}
+
+	s.mu.Lock()
+	for id, at := range s.removed {
+		if now.Sub(at) > 30*time.Second {
+			delete(s.removed, id)
+		}
+	}
+	removed := make(map[string]bool, len(s.removed))
+	for id := range s.removed {
+		removed[id] = true
+	}
+	s.mu.Unlock()
+
+	for _, m := range members {
+		seen[m.ID] = true
+		if removed[m.ID] {
+			continue
+		}
+		old, known := st.Nodes[m.ID]
+		if !known && m.Status != StatusAlive {
+			continue // only live nodes join the state
+		}
+		n := Node{
+			ID: m.ID, Name: m.Name, Role: m.Role, Addr: m.Addr, RPCAddr: m.RPCAddr, HTTPAddr: m.HTTPAddr,
+			Version: m.Version, Status: m.Status, Caps: m.Caps,
+		}
+		if known {
+			n.Draining, n.RegisteredAt, n.StatusSince = old.Draining, old.RegisteredAt, old.StatusSince
+			if *old == n {
+				continue
+			}
+		}
+		if err := s.Apply(RegisterNodeType, RegisterNodeRequest{Node: n, Now: now}, applyTimeout); err != nil {
+			s.log.Warn("register node", zap.String("node", m.Name), zap.Error(err))
+			return
+		}
+	}
+	// Nodes gossip has forgotten entirely are failed (unless they left).
+	for id, n := range st.Nodes {
+		if seen[id] || n.Status == StatusFailed || n.Status == StatusLeft {
+			continue
+		}
+		if err := s.Apply(NodeStatusType, NodeStatusRequest{ID: id, Status: StatusFailed, Now: now}, applyTimeout); err != nil {
+			s.log.Warn("mark node failed", zap.String("node", n.Name), zap.Error(err))
+			return
+		}
+	}
+	s.manageVoters(members, removed)
+}
+
+// manageVoters adds live servers as non-voters, promotes stable non-voters
+// to keep an odd voter count (3 or 5), and replaces or removes voters that
+// stayed failed past the grace period.
+func (s *Server) manageVoters(members []Member, removed map[string]bool) {
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	conf := f.Configuration()
+	byID := map[string]Member{}
+	for _, m := range members {
+		byID[m.ID] = m
+	}
+	inConf := map[string]raft.Server{}
+	for _, srv := range conf.Servers {
+		inConf[string(srv.ID)] = srv
+	}
+	now := time.Now()
+	self := s.cfg.NodeID
+
+	// New live servers join as non-voters.
+	for _, m := range members {
+		if m.Role != RoleServer || m.Status != StatusAlive || removed[m.ID] {
+			continue
+		}
+		if _, ok := inConf[m.ID]; ok {
+			continue
+		}
+		s.log.Info("adding server as non-voter", zap.String("node", m.Name), zap.String("addr", m.RPCAddr))
+		if err := s.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RPCAddr), 0, applyTimeout).Error(); err != nil {
+			s.log.Warn("add non-voter", zap.String("node", m.Name), zap.Error(err))
+		}
+		return // one configuration change per pass
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	healthy := func(id string) bool {
+		if id == self {
+			return true
+		}
+		m, ok := byID[id]
+		return ok && m.Status == StatusAlive
+	}
+	var liveVoters, deadVoters, readyNonvoters, deadNonvoters []string
+	for _, srv := range conf.Servers {
+		id := string(srv.ID)
+		if healthy(id) {
+			delete(s.failed, id)
+		} else if _, ok := s.failed[id]; !ok {
+			s.failed[id] = now
+		}
+		pastGrace := !healthy(id) && now.Sub(s.failed[id]) >= s.cfg.DeadServerGrace
+		switch {
+		case srv.Suffrage == raft.Voter && healthy(id):
+			liveVoters = append(liveVoters, id)
+		case srv.Suffrage == raft.Voter && pastGrace:
+			deadVoters = append(deadVoters, id)
+		case srv.Suffrage != raft.Voter && healthy(id):
+			if _, ok := s.seen[id]; !ok {
+				s.seen[id] = now
+			}
+			if now.Sub(s.seen[id]) >= s.cfg.ServerStabilization {
+				readyNonvoters = append(readyNonvoters, id)
+			}
+		case srv.Suffrage != raft.Voter && pastGrace:
+			deadNonvoters = append(deadNonvoters, id)
+		}
+		if !healthy(id) {
+			delete(s.seen, id)
+		}
+	}
+	sort.Strings(readyNonvoters)
+	voters := 0
+	for _, srv := range conf.Servers {
+		if srv.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+
+	// A failed voter past grace: replace it by a ready non-voter, or drop it
+	// when enough voters remain.
+	if len(deadVoters) > 0 {
+		dead := deadVoters[0]
+		if len(readyNonvoters) > 0 {
+			s.promote(readyNonvoters[0], byID)
+			readyNonvoters = readyNonvoters[1:]
+			voters++
+		}
+		if voters > 3 {
+			s.log.Info("removing failed voter", zap.String("id", dead))
+			if err := s.raft.RemoveServer(raft.ServerID(dead), 0, applyTimeout).Error(); err != nil {
+				s.log.Warn("remove failed voter", zap.Error(err))
+			}
+			delete(s.failed, dead)
+		}
+		return
+	}
+	for _, id := range deadNonvoters {
+		s.log.Info("removing failed non-voter", zap.String("id", id))
+		_ = s.raft.RemoveServer(raft.ServerID(id), 0, applyTimeout).Error()
+		delete(s.failed, id)
+	}
+
+	// Keep an odd number of voters, at most 5.
+	target := oddTarget(len(liveVoters) + len(readyNonvoters))
+	for len(liveVoters) < target && len(readyNonvoters) > 0 {
+		s.promote(readyNonvoters[0], byID)
+		liveVoters = append(liveVoters, readyNonvoters[0])
+		readyNonvoters = readyNonvoters[1:]
+	}
+	if len(liveVoters) > target {
+		// Demote a follower, never ourselves.
+		sort.Strings(liveVoters)
+		for _, id := range liveVoters {
+			if id == self {
+				continue
+			}
+			s.log.Info("demoting voter to keep an odd voter count", zap.String("id", id))
+			if err := s.raft.DemoteVoter(raft.ServerID(id), 0, applyTimeout).Error(); err != nil {
+				s.log.Warn("demote voter", zap.Error(err))
+			}
+			break
+		}
+	}
+}
+
+// oddTarget is the voter count for n healthy servers: 1, 3 or 5.
+func oddTarget(n int) int {
+	switch {
+	case n >= 5:
+		return 5
+	case n >= 3:
+		return 3
+	}
+	return 1
+}
+
+func (s *Server) promote(id string, byID map[string]Member) {
+	addr := byID[id].RPCAddr
+	if addr == "" {
+		return
+	}
+	s.log.Info("promoting non-voter", zap.String("id", id))
+	if err := s.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, applyTimeout).Error(); err != nil {
+		s.log.Warn("promote", zap.String("id", id), zap.Error(err))
+	}
+}
+
+// RemoveNode removes a node from Raft (if a server) and from the state. The
+// caller tells the node to leave gossip. Runs on the leader.
+func (s *Server) RemoveNode(id string) error {
+	if !s.IsLeader() {
+		return ErrNotLeader
+	}
+	if id == s.cfg.NodeID {
+		return errorf(http.StatusConflict, "node %s is the leader; stop it or transfer leadership first", id)
+	}
+	found := false
+	s.fsm.View(func(st *State) { _, found = st.Nodes[id] })
+	if f := s.raft.GetConfiguration(); f.Error() == nil {
+		for _, srv := range f.Configuration().Servers {
+			if string(srv.ID) == id {
+				found = true
+				if err := s.raft.RemoveServer(srv.ID, 0, applyTimeout).Error(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if !found {
+		return errorf(http.StatusNotFound, "node %q not found", id)
+	}
+	s.mu.Lock()
+	s.removed[id] = time.Now()
+	s.mu.Unlock()
+	err := s.Apply(DeregisterNodeType, DeregisterNodeRequest{ID: id}, applyTimeout)
+	if e, ok := err.(*Error); ok && e.Code == http.StatusNotFound {
+		return nil // was only in Raft
+	}
+	return err
+}

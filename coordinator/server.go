@@ -1,0 +1,391 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"shoal/internal/zapio"
+)
+
+// Member is a node as gossip sees it.
+type Member struct {
+	ID       string
+	Name     string
+	Role     string
+	Addr     string // gossip
+	RPCAddr  string // QUIC; the raft address of a server
+	HTTPAddr string
+	Version  string
+	Status   NodeStatus
+	Expect   int // the server's --bootstrap-expect
+	Caps     Capabilities
+}
+
+// Membership is the gossip view the leader reconciles.
+type Membership interface {
+	Members() []Member
+	// Events delivers a (coalesced) signal when membership changes.
+	Events() <-chan struct{}
+}
+
+// Config of a coordinator server.
+type Config struct {
+	NodeID    string
+	DataDir   string // raft/ below it holds the log, stable store and snapshots
+	Layer     raft.StreamLayer
+	Members   Membership
+	Bootstrap int // --bootstrap-expect; 0 waits to be added by a leader
+
+	// PeerHasState asks another server whether it already belongs to a
+	// Raft cluster, so a late server does not bootstrap a second one.
+	PeerHasState func(ctx context.Context, m Member) (bool, error)
+
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	ReconcileInterval  time.Duration
+	// DeadServerGrace is how long a voter may be failed before the leader
+	// replaces or removes it.
+	DeadServerGrace time.Duration
+	// ServerStabilization is how long a non-voter must be healthy before
+	// promotion.
+	ServerStabilization time.Duration
+	SnapshotThreshold   uint64
+	SnapshotInterval    time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = 500 * time.Millisecond
+	}
+	if c.ElectionTimeout == 0 {
+		c.ElectionTimeout = 500 * time.Millisecond
+	}
+	if c.LeaderLeaseTimeout == 0 {
+		c.LeaderLeaseTimeout = c.HeartbeatTimeout / 2
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = 2 * time.Second
+	}
+	if c.DeadServerGrace == 0 {
+		c.DeadServerGrace = 30 * time.Second
+	}
+	if c.ServerStabilization == 0 {
+		c.ServerStabilization = 2 * time.Second
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = 8192
+	}
+	if c.SnapshotInterval == 0 {
+		c.SnapshotInterval = 2 * time.Minute
+	}
+}
+
+// ErrNotLeader is returned by Apply on a follower; callers forward.
+var ErrNotLeader = &Error{Code: http.StatusServiceUnavailable, Msg: "not the leader"}
+
+// ErrNoLeader means the cluster has no leader right now.
+var ErrNoLeader = &Error{Code: http.StatusServiceUnavailable, Msg: "no cluster leader"}
+
+// Server is one Raft voter or non-voter with the cluster FSM.
+type Server struct {
+	cfg   Config
+	raft  *raft.Raft
+	fsm   *FSM
+	store *raftboltdb.BoltStore
+	trans *raft.NetworkTransport
+	log   *zap.Logger
+
+	notify   chan bool
+	shutdown chan struct{}
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	removed map[string]time.Time // nodes an operator removed, kept out of reconcile a while
+	seen    map[string]time.Time // when the leader first saw a server healthy as non-voter
+	failed  map[string]time.Time // when the leader first saw a server failed
+}
+
+// NewServer opens the stores and starts Raft.
+func NewServer(cfg Config) (*Server, error) {
+	cfg.defaults()
+	if cfg.NodeID == "" || cfg.DataDir == "" || cfg.Layer == nil || cfg.Members == nil {
+		return nil, errors.New("coordinator: NodeID, DataDir, Layer and Members are required")
+	}
+	dir := filepath.Join(cfg.DataDir, "raft")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	log := zap.L().Named("coordinator")
+	hl := hclog.New(&hclog.LoggerOptions{
+		Name:   "raft",
+		Output: zapio.Writer{L: zap.L().Named("raft")},
+		Level:  hclogLevel(zap.L().Core()),
+	})
+	store, err := raftboltdb.NewBoltStore(filepath.Join(dir, "raft.db"))
+	if err != nil {
+		return nil, fmt.Errorf("raft store: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 3, hl)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("raft snapshots: %w", err)
+	}
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  cfg.Layer,
+		MaxPool: 3,
+		Timeout: 2 * time.Second,
+		Logger:  hl,
+	})
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = hl
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = 20 * time.Millisecond
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = 1024
+	notify := make(chan bool, 10)
+	rc.NotifyCh = notify
+	fsm := NewFSM()
+	r, err := raft.NewRaft(rc, fsm, store, store, snaps, trans)
+	if err != nil {
+		trans.Close()
+		store.Close()
+		return nil, fmt.Errorf("raft: %w", err)
+	}
+	s := &Server{
+		cfg: cfg, raft: r, fsm: fsm, store: store, trans: trans, log: log,
+		notify: notify, shutdown: make(chan struct{}),
+		removed: map[string]time.Time{}, seen: map[string]time.Time{}, failed: map[string]time.Time{},
+	}
+	s.wg.Add(2)
+	go s.monitorLeadership()
+	go s.maybeBootstrap()
+	return s, nil
+}
+
+func hclogLevel(c zapcore.Core) hclog.Level {
+	switch {
+	case c.Enabled(zapcore.DebugLevel):
+		return hclog.Debug
+	case c.Enabled(zapcore.InfoLevel):
+		return hclog.Info
+	case c.Enabled(zapcore.WarnLevel):
+		return hclog.Warn
+	}
+	return hclog.Error
+}
+
+// FSM returns the state machine (read it with View or State).
+func (s *Server) FSM() *FSM { return s.fsm }
+
+// Raft exposes the raft instance for status queries.
+func (s *Server) Raft() *raft.Raft { return s.raft }
+
+// IsLeader reports whether this server leads.
+func (s *Server) IsLeader() bool { return s.raft.State() == raft.Leader }
+
+// Leader returns the leader's ID and raft (QUIC) address, empty if none.
+func (s *Server) Leader() (id, addr string) {
+	a, i := s.raft.LeaderWithID()
+	return string(i), string(a)
+}
+
+// HasState reports whether this server belongs to a Raft cluster.
+func (s *Server) HasState() bool {
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	return len(f.Configuration().Servers) > 0
+}
+
+// ServerInfo is one entry of the Raft configuration.
+type ServerInfo struct {
+	ID      string `json:"id"`
+	Address string `json:"address"`
+	Voter   bool   `json:"voter"`
+	Leader  bool   `json:"leader"`
+}
+
+// Servers returns the Raft configuration sorted by ID.
+func (s *Server) Servers() ([]ServerInfo, error) {
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	lid, _ := s.Leader()
+	var out []ServerInfo
+	for _, srv := range f.Configuration().Servers {
+		out = append(out, ServerInfo{
+			ID: string(srv.ID), Address: string(srv.Address),
+			Voter: srv.Suffrage == raft.Voter, Leader: string(srv.ID) == lid,
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Apply proposes a command on the leader and waits for it to be applied.
+// The FSM's response error, if any, is returned.
+func (s *Server) Apply(t MessageType, req any, timeout time.Duration) error {
+	if !s.IsLeader() {
+		return ErrNotLeader
+	}
+	b, err := Encode(t, req)
+	if err != nil {
+		return err
+	}
+	f := s.raft.Apply(b, timeout)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return ErrNotLeader
+		}
+		return fmt.Errorf("raft apply: %w", err)
+	}
+	if r, ok := f.Response().(error); ok {
+		return r
+	}
+	return nil
+}
+
+// maybeBootstrap bootstraps the cluster once Bootstrap servers that all
+// expect that count are alive in gossip, unless Raft state exists or a
+// peer already belongs to a cluster.
+func (s *Server) maybeBootstrap() {
+	defer s.wg.Done()
+	if s.cfg.Bootstrap == 0 {
+		return
+	}
+	has, err := raft.HasExistingState(s.store, s.store, nilSnapshots{})
+	if err == nil && has {
+		return
+	}
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.shutdown:
+			return
+		case <-t.C:
+		}
+		if s.HasState() {
+			return
+		}
+		var servers []Member
+		ok := true
+		for _, m := range s.cfg.Members.Members() {
+			if m.Role != RoleServer || m.Status != StatusAlive {
+				continue
+			}
+			if m.Expect != 0 && m.Expect != s.cfg.Bootstrap {
+				s.log.Error("servers disagree on --bootstrap-expect; not bootstrapping",
+					zap.String("peer", m.Name), zap.Int("peer_expect", m.Expect), zap.Int("expect", s.cfg.Bootstrap))
+				ok = false
+				break
+			}
+			servers = append(servers, m)
+		}
+		if !ok || len(servers) < s.cfg.Bootstrap {
+			continue
+		}
+		if s.peersHaveState(servers) {
+			s.log.Info("a peer already belongs to a cluster; waiting to be added by its leader")
+			return
+		}
+		sort.Slice(servers, func(i, j int) bool { return servers[i].ID < servers[j].ID })
+		var conf raft.Configuration
+		for _, m := range servers {
+			conf.Servers = append(conf.Servers, raft.Server{
+				ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.RPCAddr), Suffrage: raft.Voter,
+			})
+		}
+		s.log.Info("bootstrapping the cluster", zap.Int("servers", len(conf.Servers)))
+		if err := s.raft.BootstrapCluster(conf).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			s.log.Error("bootstrap failed", zap.Error(err))
+		}
+		return
+	}
+}
+
+func (s *Server) peersHaveState(servers []Member) bool {
+	if s.cfg.PeerHasState == nil {
+		return false
+	}
+	for _, m := range servers {
+		if m.ID == s.cfg.NodeID {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		has, err := s.cfg.PeerHasState(ctx, m)
+		cancel()
+		if err == nil && has {
+			return true
+		}
+	}
+	return false
+}
+
+type nilSnapshots struct{}
+
+func (nilSnapshots) Create(raft.SnapshotVersion, uint64, uint64, raft.Configuration, uint64, raft.Transport) (raft.SnapshotSink, error) {
+	return nil, errors.New("unused")
+}
+func (nilSnapshots) List() ([]*raft.SnapshotMeta, error) { return nil, nil }
+func (nilSnapshots) Open(string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	return nil, nil, errors.New("unused")
+}
+
+// Snapshot forces a snapshot now.
+func (s *Server) Snapshot() error { return s.raft.Snapshot().Error() }
+
+// Leave hands leadership to another voter if this server leads, so a
+// graceful stop costs no election timeout.
+func (s *Server) Leave() {
+	if !s.IsLeader() {
+		return
+	}
+	if err := s.raft.LeadershipTransfer().Error(); err != nil {
+		s.log.Warn("leadership transfer failed", zap.Error(err))
+	} else {
+		s.log.Info("leadership transferred")
+	}
+}
+
+// Shutdown stops Raft and closes the stores.
+func (s *Server) Shutdown() error {
+	select {
+	case <-s.shutdown:
+		return nil
+	default:
+	}
+	close(s.shutdown)
+	err := s.raft.Shutdown().Error()
+	s.wg.Wait()
+	_ = s.trans.Close()
+	if cerr := s.store.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Addr of this server as raft knows it.
+func (s *Server) Addr() net.Addr { return s.cfg.Layer.Addr() }

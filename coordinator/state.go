@@ -1,0 +1,200 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"sort"
+	"time"
+)
+
+// NodeStatus is a node's health as the leader last reconciled it.
+type NodeStatus string
+
+// Node statuses. Draining is a separate flag (a draining node can also fail).
+const (
+	StatusAlive   NodeStatus = "alive"
+	StatusSuspect NodeStatus = "suspect"
+	StatusFailed  NodeStatus = "failed"
+	StatusLeft    NodeStatus = "left"
+)
+
+// Roles of a node.
+const (
+	RoleServer = "server"
+	RoleClient = "client"
+)
+
+// Capabilities are measured at agent start and gossiped in node metadata.
+type Capabilities struct {
+	MemTotal uint64  `json:"mem_total"` // bytes
+	MemFree  uint64  `json:"mem_free"`  // bytes, at start
+	Cores    int     `json:"cores"`
+	GFLOPS   float64 `json:"gflops"`    // float32 matmul, all cores
+	MemGBps  float64 `json:"mem_gbps"`  // memory copy bandwidth
+	Accel    string  `json:"accel,omitempty"`
+}
+
+// Node is one machine of the cluster.
+type Node struct {
+	ID           string       `json:"id"`
+	Name         string       `json:"name"`
+	Role         string       `json:"role"`
+	Addr         string       `json:"addr"`      // gossip host:port
+	RPCAddr      string       `json:"rpc_addr"`  // QUIC host:port
+	HTTPAddr     string       `json:"http_addr"` // admin API host:port
+	Version      string       `json:"version"`
+	Status       NodeStatus   `json:"status"`
+	Draining     bool         `json:"draining"`
+	Caps         Capabilities `json:"caps"`
+	RegisteredAt time.Time    `json:"registered_at"`
+	StatusSince  time.Time    `json:"status_since"`
+}
+
+// Schedulable reports whether new placements may use the node. Placement
+// reads this flag; a draining node keeps what it has but gets nothing new.
+func (n *Node) Schedulable() bool { return n.Status == StatusAlive && !n.Draining }
+
+// Token kinds.
+const (
+	TokenJoin  = "join"
+	TokenAdmin = "admin"
+)
+
+// Token is a join token or an admin API key. Only a hash of the secret is
+// stored.
+type Token struct {
+	ID          string     `json:"id"`
+	Kind        string     `json:"kind"`
+	SecretHash  string     `json:"secret_hash"`
+	Description string     `json:"description,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
+	Revoked     bool       `json:"revoked"`
+	RevokedAt   *time.Time `json:"revoked_at,omitempty"`
+}
+
+// Valid reports whether the token may be used at time now.
+func (t *Token) Valid(now time.Time) bool {
+	return !t.Revoked && (t.ExpiresAt == nil || now.Before(*t.ExpiresAt))
+}
+
+// Model is a model the cluster serves.
+type Model struct {
+	Name      string    `json:"name"`
+	Source    string    `json:"source"`
+	Digest    string    `json:"digest,omitempty"`
+	Layers    int       `json:"layers,omitempty"`
+	Bytes     uint64    `json:"bytes,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Plan is the placement of one model, written by the leader's planner.
+type Plan struct {
+	Version             uint64  `json:"version"`
+	Model               string  `json:"model"`
+	Pools               []Pool  `json:"pools"`
+	PredictedMsPerToken float64 `json:"predicted_ms_per_token"`
+}
+
+// Pool is "prefill", "decode" or "shared", a pipeline of stages.
+type Pool struct {
+	Role   string  `json:"role"`
+	Stages []Stage `json:"stages"`
+}
+
+// Stage is a contiguous layer range [Lo,Hi) run by its members.
+type Stage struct {
+	Lo      int           `json:"lo"`
+	Hi      int           `json:"hi"`
+	Members []StageMember `json:"members"`
+}
+
+// StageMember is one node's part of a stage.
+type StageMember struct {
+	Node    string `json:"node"`
+	TPRank  int    `json:"tp_rank"`
+	TPSize  int    `json:"tp_size"`
+	HeadLo  int    `json:"head_lo,omitempty"`
+	HeadHi  int    `json:"head_hi,omitempty"`
+	FFNLo   int    `json:"ffn_lo,omitempty"`
+	FFNHi   int    `json:"ffn_hi,omitempty"`
+	Experts []int  `json:"experts,omitempty"`
+}
+
+// ShardStatus is what a node reports about a shard it should hold.
+type ShardStatus struct {
+	Node      string    `json:"node"`
+	Model     string    `json:"model"`
+	Lo        int       `json:"lo"`
+	Hi        int       `json:"hi"`
+	State     string    `json:"state"` // fetching, ready, failed
+	Bytes     uint64    `json:"bytes"`
+	Error     string    `json:"error,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// ShardKey is the key of a shard status in State.Shards.
+func ShardKey(node, model string) string { return node + "/" + model }
+
+// State is the replicated cluster state.
+type State struct {
+	Nodes  map[string]*Node        `json:"nodes"`
+	Tokens map[string]*Token       `json:"tokens"`
+	Models map[string]*Model       `json:"models"`
+	Plans  map[string]*Plan        `json:"plans"`  // by model name
+	Shards map[string]*ShardStatus `json:"shards"` // by ShardKey
+	Index  uint64                  `json:"index"`  // raft index of the last applied command
+}
+
+// NewState returns an empty state.
+func NewState() *State {
+	return &State{
+		Nodes:  map[string]*Node{},
+		Tokens: map[string]*Token{},
+		Models: map[string]*Model{},
+		Plans:  map[string]*Plan{},
+		Shards: map[string]*ShardStatus{},
+	}
+}
+
+// Clone returns a deep copy.
+func (s *State) Clone() *State {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err) // the state is plain data
+	}
+	c := NewState()
+	if err := json.Unmarshal(b, c); err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// SortedNodes returns the nodes ordered by name, then ID.
+func (s *State) SortedNodes() []*Node {
+	out := make([]*Node, 0, len(s.Nodes))
+	for _, n := range s.Nodes {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// SortedTokens returns the tokens ordered by creation time.
+func (s *State) SortedTokens() []*Token {
+	out := make([]*Token, 0, len(s.Tokens))
+	for _, t := range s.Tokens {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
