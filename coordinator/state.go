@@ -28,8 +28,8 @@ type Capabilities struct {
 	MemTotal uint64  `json:"mem_total"` // bytes
 	MemFree  uint64  `json:"mem_free"`  // bytes, at start
 	Cores    int     `json:"cores"`
-	GFLOPS   float64 `json:"gflops"`    // float32 matmul, all cores
-	MemGBps  float64 `json:"mem_gbps"`  // memory copy bandwidth
+	GFLOPS   float64 `json:"gflops"`   // float32 matmul, all cores
+	MemGBps  float64 `json:"mem_gbps"` // memory copy bandwidth
 	Accel    string  `json:"accel,omitempty"`
 }
 
