@@ -179,6 +179,7 @@ func (s *Server) manageVoters(members []Member, removed map[string]bool) {
 		return ok && m.Status == StatusAlive
 	}
 	var liveVoters, deadVoters, readyNonvoters, deadNonvoters []string
+	unhealthyVoters := 0
 	for _, srv := range conf.Servers {
 		id := string(srv.ID)
 		if healthy(id) {
@@ -204,6 +205,9 @@ func (s *Server) manageVoters(members []Member, removed map[string]bool) {
 		}
 		if !healthy(id) {
 			delete(s.seen, id)
+			if srv.Suffrage == raft.Voter {
+				unhealthyVoters++
+			}
 		}
 	}
 	sort.Strings(readyNonvoters)
@@ -238,6 +242,11 @@ func (s *Server) manageVoters(members []Member, removed map[string]bool) {
 		delete(s.failed, id)
 	}
 
+	// Change the voter count only while every voter is healthy: a voter
+	// that is down but within its grace may come back.
+	if unhealthyVoters > 0 {
+		return
+	}
 	// Keep an odd number of voters, at most 5.
 	target := oddTarget(len(liveVoters) + len(readyNonvoters))
 	for len(liveVoters) < target && len(readyNonvoters) > 0 {

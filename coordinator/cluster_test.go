@@ -1,0 +1,371 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"shoal/transport"
+)
+
+// fakeMembers is a scripted gossip view.
+type fakeMembers struct {
+	mu      sync.Mutex
+	members map[string]Member
+	ev      chan struct{}
+}
+
+func newFakeMembers() *fakeMembers {
+	return &fakeMembers{members: map[string]Member{}, ev: make(chan struct{}, 1)}
+}
+
+func (f *fakeMembers) Members() []Member {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Member
+	for _, m := range f.members {
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (f *fakeMembers) Events() <-chan struct{} { return f.ev }
+
+func (f *fakeMembers) set(m Member) {
+	f.mu.Lock()
+	f.members[m.ID] = m
+	f.mu.Unlock()
+	select {
+	case f.ev <- struct{}{}:
+	default:
+	}
+}
+
+func (f *fakeMembers) setStatus(id string, st NodeStatus) {
+	f.mu.Lock()
+	m := f.members[id]
+	m.Status = st
+	f.mu.Unlock()
+	f.set(m)
+}
+
+type testServer struct {
+	id     string
+	dir    string
+	addr   string
+	expect int
+	ep     *transport.Endpoint
+	srv    *Server
+}
+
+type testCluster struct {
+	t       *testing.T
+	ca      *transport.CA
+	members *fakeMembers
+	servers []*testServer
+}
+
+func newTestCluster(t *testing.T) *testCluster {
+	ca, err := transport.DeriveCA("coordinator-test-secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &testCluster{t: t, ca: ca, members: newFakeMembers()}
+	t.Cleanup(func() {
+		for _, s := range c.servers {
+			c.stop(s)
+		}
+	})
+	return c
+}
+
+func (c *testCluster) add(expect int) *testServer {
+	s := &testServer{id: fmt.Sprintf("node-%d", len(c.servers)), dir: c.t.TempDir(), addr: "127.0.0.1:0", expect: expect}
+	c.servers = append(c.servers, s)
+	c.start(s)
+	return s
+}
+
+func (c *testCluster) start(s *testServer) {
+	c.t.Helper()
+	ident, err := transport.SelfIssue(c.ca, s.id, transport.RoleServer)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var ep *transport.Endpoint
+	for i := 0; i < 20; i++ { // the old port may linger for a moment
+		ep, err = transport.Listen(transport.Config{Bind: s.addr, Identity: ident, IdleTimeout: 3 * time.Second, HandshakeTimeout: time.Second})
+		if err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	s.ep = ep
+	s.addr = ep.Addr().String()
+	srv, err := NewServer(Config{
+		NodeID: s.id, DataDir: s.dir, Layer: transport.NewRaftLayer(ep, ep.Addr()), Members: c.members,
+		Bootstrap:        s.expect,
+		HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond,
+		ReconcileInterval: 100 * time.Millisecond, ServerStabilization: 200 * time.Millisecond, DeadServerGrace: time.Second,
+		SnapshotThreshold: 16, SnapshotInterval: 200 * time.Millisecond,
+		PeerHasState: func(ctx context.Context, m Member) (bool, error) {
+			for _, o := range c.servers {
+				if o.id == m.ID && o.srv != nil {
+					return o.srv.HasState(), nil
+				}
+			}
+			return false, fmt.Errorf("no server %s", m.ID)
+		},
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	s.srv = srv
+	c.members.set(Member{ID: s.id, Name: s.id, Role: RoleServer, RPCAddr: s.addr, Status: StatusAlive, Expect: s.expect})
+}
+
+func (c *testCluster) stop(s *testServer) {
+	if s.srv == nil {
+		return
+	}
+	c.members.setStatus(s.id, StatusFailed)
+	_ = s.srv.Shutdown()
+	_ = s.ep.Close()
+	s.srv, s.ep = nil, nil
+}
+
+func (c *testCluster) leader(timeout time.Duration) *testServer {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		for _, s := range c.servers {
+			if s.srv != nil && s.srv.IsLeader() {
+				return s
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.t.Fatal("no leader")
+	return nil
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+func voters(s *Server) (v, nv int) {
+	servers, err := s.Servers()
+	if err != nil {
+		return 0, 0
+	}
+	for _, x := range servers {
+		if x.Voter {
+			v++
+		} else {
+			nv++
+		}
+	}
+	return
+}
+
+// TestApplyWhileKillingServers applies commands while servers are stopped
+// and restarted from their data dirs; at the end every server holds the
+// same state and no acknowledged command is missing.
+func TestApplyWhileKillingServers(t *testing.T) {
+	c := newTestCluster(t)
+	for i := 0; i < 3; i++ {
+		c.add(3)
+	}
+	c.leader(10 * time.Second)
+
+	var acked []string
+	var down *testServer
+	deadline := time.Now().Add(40 * time.Second)
+	for i := 0; i < 120 && time.Now().Before(deadline); i++ {
+		switch {
+		case i%30 == 10: // stop a server: every other time the leader
+			l := c.leader(5 * time.Second)
+			victim := l
+			if (i/30)%2 == 1 {
+				for _, s := range c.servers {
+					if s != l {
+						victim = s // a follower
+						break
+					}
+				}
+			}
+			t.Logf("cmd %d: stopping %s (leader=%v)", i, victim.id, victim.srv.IsLeader())
+			c.stop(victim)
+			down = victim
+		case i%30 == 25 && down != nil:
+			t.Logf("cmd %d: restarting %s", i, down.id)
+			c.start(down)
+			down = nil
+		}
+		name := fmt.Sprintf("m-%03d", i)
+		l := c.leader(5 * time.Second)
+		if err := l.srv.Apply(ModelUpsertType, ModelUpsertRequest{Model: Model{Name: name}}, 2*time.Second); err == nil {
+			acked = append(acked, name)
+		} else {
+			t.Logf("cmd %d not acknowledged: %v", i, err)
+		}
+	}
+	if down != nil {
+		c.start(down)
+	}
+	if len(acked) < 60 {
+		t.Fatalf("only %d commands acknowledged", len(acked))
+	}
+	l := c.leader(5 * time.Second)
+	if err := l.srv.Raft().Barrier(5 * time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	want := l.srv.FSM().State().Index
+	waitFor(t, 10*time.Second, "all servers to apply the last index", func() bool {
+		for _, s := range c.servers {
+			if s.srv.FSM().State().Index < want {
+				return false
+			}
+		}
+		return true
+	})
+	// Reconcile may still be writing node records; compare models, and the
+	// whole state at one index.
+	ref := l.srv.FSM().State()
+	for _, name := range acked {
+		if _, ok := ref.Models[name]; !ok {
+			t.Errorf("acknowledged command %s lost", name)
+		}
+	}
+	for _, s := range c.servers {
+		st := s.srv.FSM().State()
+		if !reflect.DeepEqual(st.Models, ref.Models) {
+			t.Errorf("%s models differ from the leader's (%d vs %d)", s.id, len(st.Models), len(ref.Models))
+		}
+	}
+	// Stop the writers and compare complete states.
+	for _, s := range c.servers {
+		c.members.setStatus(s.id, StatusAlive)
+	}
+	waitFor(t, 10*time.Second, "identical states", func() bool {
+		var first *State
+		for _, s := range c.servers {
+			st := s.srv.FSM().State()
+			if first == nil {
+				first = st
+			} else if !reflect.DeepEqual(first, st) {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("%d acknowledged commands, final index %d, all %d servers identical", len(acked), want, len(c.servers))
+}
+
+// TestVoterManagement: late servers join as non-voters, are promoted in
+// pairs to keep an odd voter count, removal and dead voters keep it odd.
+func TestVoterManagement(t *testing.T) {
+	c := newTestCluster(t)
+	for i := 0; i < 3; i++ {
+		c.add(3)
+	}
+	l := c.leader(10 * time.Second)
+	waitFor(t, 5*time.Second, "3 voters", func() bool { v, _ := voters(l.srv); return v == 3 })
+
+	c.add(0)
+	waitFor(t, 5*time.Second, "4th server as non-voter", func() bool { v, nv := voters(l.srv); return v == 3 && nv == 1 })
+	time.Sleep(500 * time.Millisecond) // past stabilization: still 3 voters, 4 would be even
+	if v, nv := voters(l.srv); v != 3 || nv != 1 {
+		t.Fatalf("after stabilization: %d voters %d non-voters, want 3+1", v, nv)
+	}
+	c.add(0)
+	waitFor(t, 5*time.Second, "5 voters", func() bool { v, nv := voters(l.srv); return v == 5 && nv == 0 })
+
+	// Removing a voter leaves 4: one is demoted to keep 3.
+	var victim *testServer
+	for _, s := range c.servers {
+		if s != l {
+			victim = s
+			break
+		}
+	}
+	if err := l.srv.RemoveNode(victim.id); err != nil {
+		t.Fatal(err)
+	}
+	c.stop(victim)
+	waitFor(t, 5*time.Second, "3 voters + 1 non-voter after removal", func() bool { v, nv := voters(l.srv); return v == 3 && nv == 1 })
+	if err := l.srv.RemoveNode("nobody"); StatusCode(err) != 404 {
+		t.Fatalf("remove unknown: %v", err)
+	}
+
+	// A voter that stays failed past the grace is replaced by the non-voter.
+	servers, _ := l.srv.Servers()
+	var deadID string
+	for _, s := range servers {
+		if s.Voter && !s.Leader {
+			deadID = s.ID
+			break
+		}
+	}
+	for _, s := range c.servers {
+		if s.id == deadID {
+			c.stop(s)
+		}
+	}
+	waitFor(t, 10*time.Second, "dead voter replaced", func() bool {
+		servers, _ := l.srv.Servers()
+		v := 0
+		for _, s := range servers {
+			if s.ID == deadID {
+				return false
+			}
+			if s.Voter {
+				v++
+			}
+		}
+		return v == 3
+	})
+	st := l.srv.FSM().State()
+	if n := st.Nodes[deadID]; n == nil || n.Status != StatusFailed {
+		t.Fatalf("dead node in state: %+v", n)
+	}
+	if _, ok := st.Nodes[victim.id]; ok {
+		t.Fatal("removed node still in state")
+	}
+}
+
+func StatusCode(err error) int { return transport.StatusOf(err) }
+
+func TestLateServerDoesNotBootstrapAlone(t *testing.T) {
+	c := newTestCluster(t)
+	c.add(1)
+	l := c.leader(10 * time.Second)
+	// A second server also told to expect 1 must not form its own cluster:
+	// it asks its peers first (the node wires this over RPC).
+	late := &testServer{id: "late", dir: t.TempDir(), addr: "127.0.0.1:0", expect: 1}
+	c.servers = append(c.servers, late)
+	c.start(late)
+	waitFor(t, 5*time.Second, "late server added", func() bool { v, nv := voters(l.srv); return v+nv == 2 })
+	time.Sleep(300 * time.Millisecond)
+	if late.srv.IsLeader() {
+		t.Fatal("late server leads a cluster of its own")
+	}
+	if id, _ := late.srv.Leader(); id != l.id {
+		t.Fatalf("late server follows %q, want %q", id, l.id)
+	}
+}

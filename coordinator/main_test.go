@@ -1,0 +1,18 @@
+package coordinator
+
+import (
+	"os"
+	"testing"
+
+	"shoal/internal/logging"
+)
+
+// SHOAL_TEST_LOG=debug shows raft and leader logs in tests.
+func TestMain(m *testing.M) {
+	if lvl := os.Getenv("SHOAL_TEST_LOG"); lvl != "" {
+		if _, err := logging.Setup(logging.Options{Level: lvl}); err != nil {
+			panic(err)
+		}
+	}
+	os.Exit(m.Run())
+}
