@@ -98,7 +98,9 @@ func (c *Cache) Reserve(seq SeqID, n int) (int, error) {
 	defer c.mu.Unlock()
 	s := c.seqs[seq]
 	if s == nil {
-		s = &seqState{}
+		// The table's capacity is the whole pool so that growing it never
+		// allocates in the decode loop.
+		s = &seqState{blocks: make([]int32, 0, c.cfg.NumBlocks)}
 		c.seqs[seq] = s
 	}
 	bs := c.cfg.BlockSize

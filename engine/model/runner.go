@@ -3,7 +3,6 @@ package model
 import (
 	"fmt"
 	"math"
-	"sort"
 
 	"shoal/engine/kernels"
 	"shoal/engine/kv"
@@ -55,6 +54,26 @@ type Runner struct {
 	lo, hi int
 
 	s scratch
+
+	// Parallel sections are built once so Run does not allocate.
+	cur      int // layer being executed
+	prepFn   func(lo, hi int)
+	attnFn   func(w, lo, hi int)
+	attnWork []attnScratch
+
+	x, logits []float32 // Step's hidden states and logits
+	one       struct {  // Decode's batch, kept to avoid allocation
+		tok   [1]int32
+		chunk [1]Chunk
+		rows  [1]int
+		b     Batch
+	}
+}
+
+type attnScratch struct {
+	scores []float32
+	qh     []float32
+	acc    []float64
 }
 
 type scratch struct {
@@ -69,6 +88,7 @@ type scratch struct {
 	expW             []float32 // per token, NExpertUsed weights
 	expID            []int32
 	expRows          []int32
+	expIdx           []int
 	eg, eu, eo, ex   []float32
 	shgate           []float32
 }
@@ -94,7 +114,15 @@ func NewRunner(m *Model, o Options) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Runner{m: m, pool: kernels.NewPool(o.Threads), cache: cache, lo: lo, hi: hi}, nil
+	r := &Runner{m: m, pool: kernels.NewPool(o.Threads), cache: cache, lo: lo, hi: hi}
+	r.prepFn = r.prepRange
+	r.attnFn = r.attnRange
+	r.attnWork = make([]attnScratch, r.pool.Threads())
+	ctx := cache.Config().NumBlocks * cache.Config().BlockSize
+	for i := range r.attnWork {
+		r.attnWork[i] = attnScratch{scores: make([]float32, ctx), qh: make([]float32, m.HeadDim), acc: make([]float64, m.HeadDim)}
+	}
+	return r, nil
 }
 
 // Close stops the runner's threads.
@@ -191,6 +219,7 @@ func (r *Runner) prepare(b *Batch) error {
 		s.eo = grow(s.eo, n*m.NEmbd)
 		s.ex = grow(s.ex, n*m.NEmbd)
 		s.shgate = grow(s.shgate, n)
+		s.expIdx = grow(s.expIdx, m.NExpert)
 	}
 	return nil
 }
@@ -230,7 +259,7 @@ func (r *Runner) Forward(b *Batch, lo, hi int, x []float32) error {
 func (r *Runner) layer(l int, x []float32) {
 	m, s := r.m, &r.s
 	ly := &m.W.Layers[l]
-	n, E, Q, KV, D := s.n, m.NEmbd, m.QDim(), m.KVDim(), m.HeadDim
+	n, E := s.n, m.NEmbd
 	for i := 0; i < n; i++ {
 		rmsNorm(s.xn[i*E:(i+1)*E], x[i*E:(i+1)*E], ly.AttnNorm, m.RMSEps)
 	}
@@ -245,29 +274,9 @@ func (r *Runner) layer(l int, x []float32) {
 	} else {
 		r.matmul(ly.Wv, s.xn, n, s.v)
 	}
-	half := m.RopeDim / 2
-	local := l - r.lo
-	r.pool.Run(n, 1, func(a, z int) {
-		for i := a; i < z; i++ {
-			q, k, v := s.q[i*Q:(i+1)*Q], s.k[i*KV:(i+1)*KV], s.v[i*KV:(i+1)*KV]
-			addBias(q, ly.Bq)
-			addBias(k, ly.Bk)
-			addBias(v, ly.Bv)
-			if ly.QNorm != nil {
-				for h := 0; h < m.NHead; h++ {
-					rmsNorm(q[h*D:(h+1)*D], q[h*D:(h+1)*D], ly.QNorm, m.RMSEps)
-				}
-				for h := 0; h < m.NHeadKV; h++ {
-					rmsNorm(k[h*D:(h+1)*D], k[h*D:(h+1)*D], ly.KNorm, m.RMSEps)
-				}
-			}
-			cos, sin := s.cos[i*half:(i+1)*half], s.sin[i*half:(i+1)*half]
-			rope(q, m.NHead, D, m.RopeDim, m.Arch.Rope, cos, sin)
-			rope(k, m.NHeadKV, D, m.RopeDim, m.Arch.Rope, cos, sin)
-			r.cache.Put(local, s.blocks[s.tokSeq[i]], int(s.tokPos[i]), k, v)
-		}
-	})
-	r.attention(local)
+	r.cur = l
+	r.pool.Run(n, 1, r.prepFn)
+	r.pool.RunWorker(n*m.NHead, 1, r.attnFn)
 	r.matmul(ly.Wo, s.att, n, s.o)
 	for i := range s.o[:n*E] {
 		x[i] += s.o[i]
@@ -282,6 +291,32 @@ func (r *Runner) layer(l int, x []float32) {
 	}
 	for i := range s.o[:n*E] {
 		x[i] += s.o[i]
+	}
+}
+
+// prepRange adds biases, applies q/k norms and RoPE, and stores K and V in
+// the cache for tokens [a,z) of the current layer.
+func (r *Runner) prepRange(a, z int) {
+	m, s := r.m, &r.s
+	ly := &m.W.Layers[r.cur]
+	Q, KV, D, half := m.QDim(), m.KVDim(), m.HeadDim, m.RopeDim/2
+	for i := a; i < z; i++ {
+		q, k, v := s.q[i*Q:(i+1)*Q], s.k[i*KV:(i+1)*KV], s.v[i*KV:(i+1)*KV]
+		addBias(q, ly.Bq)
+		addBias(k, ly.Bk)
+		addBias(v, ly.Bv)
+		if ly.QNorm != nil {
+			for h := 0; h < m.NHead; h++ {
+				rmsNorm(q[h*D:(h+1)*D], q[h*D:(h+1)*D], ly.QNorm, m.RMSEps)
+			}
+			for h := 0; h < m.NHeadKV; h++ {
+				rmsNorm(k[h*D:(h+1)*D], k[h*D:(h+1)*D], ly.KNorm, m.RMSEps)
+			}
+		}
+		cos, sin := s.cos[i*half:(i+1)*half], s.sin[i*half:(i+1)*half]
+		rope(q, m.NHead, D, m.RopeDim, m.Arch.Rope, cos, sin)
+		rope(k, m.NHeadKV, D, m.RopeDim, m.Arch.Rope, cos, sin)
+		r.cache.Put(r.cur-r.lo, s.blocks[s.tokSeq[i]], int(s.tokPos[i]), k, v)
 	}
 }
 
@@ -306,72 +341,63 @@ func (r *Runner) ffn(gate, up, down *kernels.Matrix, x []float32, n int, g, u, o
 	r.matmul(down, g, n, out)
 }
 
-// attention computes, for every token and head, softmax(q·K/sqrt(d)) · V over
-// the token's sequence up to its own position, as ggml does without flash
-// attention: q is rounded to F16 before the F16 K dot products and the
-// probabilities are rounded to F16 before the F16 V products.
-func (r *Runner) attention(layer int) {
+// attnRange computes, for (token, head) jobs [a,z) of the current layer,
+// softmax(q·K/sqrt(d)) · V over the token's sequence up to its own position,
+// as ggml does without flash attention: q is rounded to F16 before the F16 K
+// dot products and the probabilities are rounded to F16 before the F16 V
+// products.
+func (r *Runner) attnRange(w, a, z int) {
 	m, s := r.m, &r.s
-	n, D, Q, KV := s.n, m.HeadDim, m.QDim(), m.KVDim()
+	D, Q := m.HeadDim, m.QDim()
+	layer := r.cur - r.lo
 	group := m.NHead / m.NHeadKV
 	scale := float32(1 / math.Sqrt(float64(D)))
-	maxLen := 0
-	for i := 0; i < n; i++ {
-		maxLen = max(maxLen, int(s.tokPos[i])+1)
-	}
-	r.pool.Run(n*m.NHead, 1, func(a, z int) {
-		scores := make([]float32, maxLen)
-		qh := make([]float32, D)
-		acc := make([]float64, D)
-		for job := a; job < z; job++ {
-			i, h := job/m.NHead, job%m.NHead
-			kvh := h / group
-			blocks := s.blocks[s.tokSeq[i]]
-			ctx := int(s.tokPos[i]) + 1
-			for d, v := range s.q[i*Q+h*D : i*Q+(h+1)*D] {
-				qh[d] = roundF16(v)
+	ws := &r.attnWork[w]
+	qh, acc := ws.qh, ws.acc
+	for job := a; job < z; job++ {
+		i, h := job/m.NHead, job%m.NHead
+		kvh := h / group
+		blocks := s.blocks[s.tokSeq[i]]
+		ctx := int(s.tokPos[i]) + 1
+		for d, v := range s.q[i*Q+h*D : i*Q+(h+1)*D] {
+			qh[d] = roundF16(v)
+		}
+		scores := ws.scores[:ctx]
+		for t := range scores {
+			krow := r.cache.K(layer, blocks, t)[kvh*D : (kvh+1)*D]
+			var dot float64
+			for d, kv := range krow {
+				dot += float64(qh[d] * quant.FP16ToFP32(kv))
 			}
-			for t := 0; t < ctx; t++ {
-				krow := r.cache.K(layer, blocks, t)[kvh*D : (kvh+1)*D]
-				var dot float64
-				for d, kv := range krow {
-					dot += float64(qh[d] * quant.FP16ToFP32(kv))
-				}
-				scores[t] = float32(dot) * scale
-			}
-			p := scores[:ctx]
-			softmaxInPlace(p)
-			clear(acc)
-			for t := 0; t < ctx; t++ {
-				pt := roundF16(p[t])
-				vrow := r.cache.V(layer, blocks, t)[kvh*D : (kvh+1)*D]
-				for d, vv := range vrow {
-					acc[d] += float64(pt * quant.FP16ToFP32(vv))
-				}
-			}
-			out := s.att[i*Q+h*D : i*Q+(h+1)*D]
-			for d := range out {
-				out[d] = float32(acc[d])
+			scores[t] = float32(dot) * scale
+		}
+		softmaxInPlace(scores)
+		clear(acc)
+		for t, p := range scores {
+			pt := roundF16(p)
+			vrow := r.cache.V(layer, blocks, t)[kvh*D : (kvh+1)*D]
+			for d, vv := range vrow {
+				acc[d] += float64(pt * quant.FP16ToFP32(vv))
 			}
 		}
-	})
-	_ = KV
+		out := s.att[i*Q+h*D : i*Q+(h+1)*D]
+		for d := range out {
+			out[d] = float32(acc[d])
+		}
+	}
 }
 
 // moe runs the routed-expert FFN (plus the shared expert where the
 // architecture has one) on s.xn, writing to out.
 func (r *Runner) moe(ly *Layer, out []float32) {
 	m, s := r.m, &r.s
-	n, E, X, K, F := s.n, m.NEmbd, m.NExpert, m.NExpertUsed, m.NFFExpert
+	n, E, X, K := s.n, m.NEmbd, m.NExpert, m.NExpertUsed
 	r.matmul(ly.Router, s.xn, n, s.route)
-	idx := make([]int, X)
+	idx := s.expIdx
 	for i := 0; i < n; i++ {
 		p := s.route[i*X : (i+1)*X]
 		softmaxInPlace(p)
-		for e := range idx {
-			idx[e] = e
-		}
-		sort.SliceStable(idx, func(a, b int) bool { return p[idx[a]] > p[idx[b]] })
+		topK(p, idx, K)
 		var sum float32
 		for j := 0; j < K; j++ {
 			s.expID[i*K+j] = int32(idx[j])
@@ -402,10 +428,8 @@ func (r *Runner) moe(ly *Layer, out []float32) {
 			for gi, i := range rows {
 				copy(s.ex[gi*E:(gi+1)*E], s.xn[int(i)*E:(int(i)+1)*E])
 			}
-			g := ly.GateExps.Slice(e*F, (e+1)*F)
-			u := ly.UpExps.Slice(e*F, (e+1)*F)
-			d := ly.DownExps.Slice(e*E, (e+1)*E)
-			r.ffn(g, u, d, s.ex, len(rows), s.eg, s.eu, s.eo)
+			ex := &ly.Experts[e]
+			r.ffn(ex.Gate, ex.Up, ex.Down, s.ex, len(rows), s.eg, s.eu, s.eo)
 			for gi, i := range rows {
 				w := s.expW[int(i)*K+j]
 				o, src := out[int(i)*E:(int(i)+1)*E], s.eo[gi*E:(gi+1)*E]
@@ -445,4 +469,21 @@ func (r *Runner) Logits(x []float32, rows []int, out []float32) {
 		rmsNorm(s.xn[j*E:(j+1)*E], x[i*E:(i+1)*E], m.W.OutputNorm, m.RMSEps)
 	}
 	r.matmul(m.W.Output, s.xn, n, out)
+}
+
+// topK orders the first k entries of idx as the indexes of the k largest
+// values of p, largest first, ties to the lower index (a stable selection).
+func topK(p []float32, idx []int, k int) {
+	for e := range idx {
+		idx[e] = e
+	}
+	for j := 0; j < k; j++ {
+		best := j
+		for e := j + 1; e < len(idx); e++ {
+			if p[idx[e]] > p[idx[best]] || (p[idx[e]] == p[idx[best]] && idx[e] < idx[best]) {
+				best = e
+			}
+		}
+		idx[j], idx[best] = idx[best], idx[j]
+	}
 }

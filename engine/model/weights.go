@@ -27,7 +27,12 @@ type Layer struct {
 	GateExps, UpExps, DownExps *kernels.Matrix
 	ShGate, ShUp, ShDown       *kernels.Matrix // shared expert (qwen2moe)
 	ShGateInp                  *kernels.Matrix // 1 x NEmbd, sigmoid gate of the shared expert
+
+	Experts []Expert // views of GateExps/UpExps/DownExps per expert
 }
+
+// Expert is one routed expert's FFN.
+type Expert struct{ Gate, Up, Down *kernels.Matrix }
 
 // Weights holds a model's tensors.
 type Weights struct {
@@ -161,6 +166,16 @@ func loadWeights(f *gguf.File, c *Config) (*Weights, error) {
 			must(e)
 			ly.DownExps, e = l.matrix(p+"ffn_down_exps.weight", true, F, E, X)
 			must(e)
+			if err == nil {
+				ly.Experts = make([]Expert, X)
+				for e := range ly.Experts {
+					ly.Experts[e] = Expert{
+						Gate: ly.GateExps.Slice(e*F, (e+1)*F),
+						Up:   ly.UpExps.Slice(e*F, (e+1)*F),
+						Down: ly.DownExps.Slice(e*E, (e+1)*E),
+					}
+				}
+			}
 			if c.Arch.SharedFFN {
 				S := c.NFFShared
 				ly.ShGate, e = l.matrix(p+"ffn_gate_shexp.weight", true, E, S)

@@ -427,4 +427,3 @@ func generate(t tensorPlan, seed uint64) []byte {
 	wg.Wait()
 	return out
 }
-

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"shoal/engine/bench"
+	"shoal/engine/model"
+)
+
+func benchCmd() *cobra.Command {
+	var (
+		path            string
+		threads, pp, tg string
+		reps, bwMB      int
+		asJSON          bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench --model FILE [-t 1,2] [-p 64,512] [-n 64] [-r 3]",
+		Short: "Measure prompt processing and generation speed, like llama-bench",
+		Long: `Measure prompt processing (ppN: N prompt tokens in one batch from an empty
+context) and token generation (tgN: N tokens one at a time from an empty
+context) in tokens per second, mean ± sd over -r runs after one warm-up.
+
+Before each tg row the memory bandwidth is measured (STREAM triad, same
+thread count), and decode is reported as a fraction of the bandwidth
+roofline: tok/s × weight bytes read per token ÷ bandwidth. Bandwidth on
+shared machines swings within minutes, so compare decode by that fraction.
+
+  shoal bench --model tinyllama-q4_0.gguf -t 1,2 -p 64,512 -n 64 -r 3
+  shoal bench --model m.gguf --json > result.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o := bench.Options{Reps: reps, BandwidthMB: bwMB}
+			var err error
+			if o.Threads, err = intList(threads, "-t"); err != nil {
+				return err
+			}
+			if o.Prompt, err = intList(pp, "-p"); err != nil {
+				return err
+			}
+			if o.Gen, err = intList(tg, "-n"); err != nil {
+				return err
+			}
+			m, err := model.Open(path)
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			size, bpt := bench.ModelBytes(m), bench.BytesPerToken(m)
+			w := cmd.OutOrStdout()
+			name := filepath.Base(path)
+			if !asJSON {
+				fmt.Fprintf(w, "model: %s (%s, %d layers, %.2f MiB, %d bytes read per token), kernels: %s\n\n",
+					name, m.Arch.Name, m.NLayer, float64(size)/(1<<20), bpt, kernelsPath())
+				fmt.Fprintln(w, "| threads | test  |            t/s | bandwidth GB/s | roofline |")
+				fmt.Fprintln(w, "| ------: | ----- | -------------: | -------------: | -------: |")
+			}
+			results, err := bench.Run(m, o, func(r bench.Result) {
+				if asJSON {
+					return
+				}
+				bw, roof := "", ""
+				if r.BandwidthGBs > 0 {
+					bw, roof = fmt.Sprintf("%.1f", r.BandwidthGBs), fmt.Sprintf("%.0f%%", 100*r.Roofline)
+				}
+				fmt.Fprintf(w, "| %7d | %-5s | %7.2f ± %5.2f | %14s | %8s |\n", r.Threads, r.Test, r.TokPerSec, r.StdDev, bw, roof)
+			})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				return enc.Encode(map[string]any{
+					"model": name, "arch": m.Arch.Name, "model_bytes": size, "bytes_per_token": bpt,
+					"kernels": kernelsPath(), "results": results,
+				})
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&path, "model", "m", "", "GGUF model file (required)")
+	f.StringVarP(&threads, "threads", "t", "2", "comma-separated thread counts")
+	f.StringVarP(&pp, "n-prompt", "p", "512", "comma-separated prompt sizes (0 = none)")
+	f.StringVarP(&tg, "n-gen", "n", "128", "comma-separated generation lengths (0 = none)")
+	f.IntVarP(&reps, "reps", "r", 3, "measured runs per row")
+	f.IntVar(&bwMB, "bw-mb", 256, "MB per array of the bandwidth probe")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func intList(s, flag string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("%s: %q is not a non-negative integer", flag, f)
+		}
+		if v > 0 {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// kernelsPath names the kernel implementation in use. Until platform
+// assembly lands, every product runs the generic Go kernels.
+func kernelsPath() string { return "generic" }

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// execute runs the CLI in-process with args and stdin, returning stdout and
+// the error main would print (and exit 1 on).
+func execute(t *testing.T, stdin string, args ...string) (string, error) {
+	t.Helper()
+	cmd := rootCmd()
+	var out, errb bytes.Buffer
+	cmd.SetArgs(args)
+	cmd.SetIn(strings.NewReader(stdin))
+	cmd.SetOut(&out)
+	cmd.SetErr(&errb)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func genModel(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	path := filepath.Join(dir, "m.gguf")
+	base := []string{"gen-model", "--arch", "llama", "--n-embd", "256", "--n-layer", "2", "--n-head", "4", "--n-head-kv", "2",
+		"--n-ff", "512", "--type", "q4_k", "--seed", "3", "-q", "--out", path}
+	if _, err := execute(t, "", append(base, args...)...); err != nil {
+		t.Fatalf("gen-model: %v", err)
+	}
+	return path
+}
+
+func TestRunGeneratesTokens(t *testing.T) {
+	dir := t.TempDir()
+	path := genModel(t, dir)
+	out, err := execute(t, "", "run", "-m", path, "-p", "Once upon a time", "-n", "16", "--seed", "1", "--stats=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(strings.TrimSpace(out)) == 0 {
+		t.Fatal("run printed no text")
+	}
+	again, _ := execute(t, "", "run", "-m", path, "-p", "Once upon a time", "-n", "16", "--seed", "1", "--stats=false")
+	if again != out {
+		t.Fatalf("same seed, different text:\n%q\n%q", out, again)
+	}
+	greedy, err := execute(t, "", "run", "-m", path, "-p", "Once upon a time", "-n", "16", "--temp", "0", "--stats=false")
+	if err != nil || len(strings.TrimSpace(greedy)) == 0 {
+		t.Fatalf("greedy run: %q %v", greedy, err)
+	}
+}
+
+func TestLogitsCommand(t *testing.T) {
+	dir := t.TempDir()
+	path := genModel(t, dir)
+	out := filepath.Join(dir, "l.f32")
+	if _, err := execute(t, "", "logits", "-m", path, "--tokens", "1,2,3", "--out", out); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != 3*2048*4 {
+		t.Fatalf("logits file has %d bytes, want 3 x 2048 floats", len(b))
+	}
+	for i := 0; i < len(b); i += 4 {
+		if v := math.Float32frombits(binary.LittleEndian.Uint32(b[i:])); math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			t.Fatalf("logit %d is %v", i/4, v)
+		}
+	}
+	if _, err := execute(t, "", "logits", "-m", path, "--tokens", "1,99999", "--out", out); err == nil || !strings.Contains(err.Error(), "outside the vocabulary") {
+		t.Fatalf("out-of-range token: %v", err)
+	}
+}
+
+func TestTokenizeCommand(t *testing.T) {
+	vocab := "../../../shared/tokenizer/ggml-vocab-llama-spm.gguf"
+	if _, err := os.Stat(vocab); err != nil {
+		t.Skip("../shared/tokenizer absent")
+	}
+	out, err := execute(t, "Hello world", "tokenize", "-m", vocab, "--no-special")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(out) != "15043 3186" {
+		t.Fatalf("got %q", out)
+	}
+	out, _ = execute(t, "Hello world", "tokenize", "-m", vocab)
+	if strings.TrimSpace(out) != "1 15043 3186" {
+		t.Fatalf("with BOS: got %q", out)
+	}
+}
+
+// TestCorruptModel checks that every command refuses a damaged file with a
+// one-line reason instead of crashing.
+func TestCorruptModel(t *testing.T) {
+	dir := t.TempDir()
+	path := genModel(t, dir)
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A tensor whose rank field is damaged, and one whose first dimension
+	// no longer matches its data.
+	flipped := append([]byte(nil), good...)
+	at := bytes.Index(flipped, []byte("token_embd.weight")) + len("token_embd.weight")
+	flipped[at] = 9
+	reshaped := append([]byte(nil), good...)
+	binary.LittleEndian.PutUint64(reshaped[at+4:], 4096)
+	bad := map[string][]byte{
+		"empty":     nil,
+		"truncated": good[:len(good)/2],
+		"header":    good[:64],
+		"garbage":   bytes.Repeat([]byte("shoal"), 1000),
+		"flipped":   flipped,
+		"reshaped":  reshaped,
+	}
+	for name, data := range bad {
+		p := filepath.Join(dir, name+".gguf")
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{
+			{"run", "-m", p, "-p", "hi", "-n", "2"},
+			{"logits", "-m", p, "--tokens", "1,2", "--out", filepath.Join(dir, "o.f32")},
+			{"tokenize", "-m", p},
+			{"bench", "-m", p, "-p", "4", "-n", "2", "-r", "1"},
+		} {
+			_, err := execute(t, "hi", args...)
+			if err == nil {
+				t.Errorf("%s: %s accepted a corrupt file", name, args[0])
+				continue
+			}
+			if msg := oneLine(err); strings.Contains(msg, "\n") || msg == "" {
+				t.Errorf("%s: %s: reason is not one line: %q", name, args[0], msg)
+			}
+		}
+	}
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"shoal/internal/logging"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+var logOpts logging.Options
+
+func commands() []*cobra.Command {
+	return []*cobra.Command{
+		runCmd(),
+		logitsCmd(),
+		tokenizeCmd(),
+		genModelCmd(),
+		benchCmd(),
+		versionCmd(),
+	}
+}
+
+func rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "shoal",
+		Short: "Run one large language model on a cluster of ordinary machines",
+		Long: `shoal serves one LLM from a cluster of ordinary machines. Every machine runs
+the same binary; the engine commands below also work on a single machine.
+
+Quick start:
+  shoal gen-model --arch llama --type q4_k --out model.gguf   # a small random-weight model
+  shoal run --model model.gguf -p "Hello"                     # generate text`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			_, err := logging.Setup(logOpts)
+			return err
+		},
+	}
+	root.PersistentFlags().StringVar(&logOpts.Level, "log-level", "warn", "log level: debug, info, warn, error")
+	root.PersistentFlags().StringVar(&logOpts.Format, "log-format", "console", "log format: console or json")
+	root.AddCommand(commands()...)
+	return root
+}
+
+func main() {
+	if err := rootCmd().Execute(); err != nil {
+		// One line, so scripts and people see the reason at once.
+		fmt.Fprintln(os.Stderr, "shoal: "+oneLine(err))
+		var ee exitError
+		if errors.As(err, &ee) {
+			os.Exit(int(ee))
+		}
+		os.Exit(1)
+	}
+}
+
+type exitError int
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", int(e)) }
+
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+func versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, args []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "shoal", version)
+		},
+	}
+}

@@ -1,0 +1,168 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"shoal/engine/kv"
+	"shoal/engine/model"
+)
+
+// Options select the tests, as llama-bench's -t, -p, -n and -r.
+type Options struct {
+	Threads []int
+	Prompt  []int // pp sizes
+	Gen     []int // tg sizes
+	Reps    int
+	// BandwidthMB is the triad array size (MB per array); 0 = 256.
+	BandwidthMB int
+}
+
+// Result is one row: a test at a thread count.
+type Result struct {
+	Test         string    `json:"test"` // "pp512", "tg64"
+	Threads      int       `json:"threads"`
+	TokPerSec    float64   `json:"tok_per_sec"`
+	StdDev       float64   `json:"stddev"`
+	Samples      []float64 `json:"samples"`
+	BandwidthGBs float64   `json:"bandwidth_gb_s,omitempty"` // triad, measured just before (tg rows)
+	Roofline     float64   `json:"roofline_fraction,omitempty"`
+}
+
+// BytesPerToken is the weight bytes one decode step reads: every matrix
+// except the embedding table (read one row per token) unless the embedding
+// doubles as the output matrix.
+func BytesPerToken(m *model.Model) int64 {
+	var n int64
+	tied := m.W.Output == m.W.TokEmbd
+	for _, t := range m.File.Tensors {
+		if t.Name == "token_embd.weight" && !tied {
+			continue
+		}
+		n += int64(t.Size)
+	}
+	return n
+}
+
+// ModelBytes is the size of all tensors.
+func ModelBytes(m *model.Model) int64 {
+	var n int64
+	for _, t := range m.File.Tensors {
+		n += int64(t.Size)
+	}
+	return n
+}
+
+func meanSD(xs []float64) (float64, float64) {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	mean := s / float64(len(xs))
+	var v float64
+	for _, x := range xs {
+		v += (x - mean) * (x - mean)
+	}
+	if len(xs) > 1 {
+		v /= float64(len(xs) - 1)
+	}
+	return mean, math.Sqrt(v)
+}
+
+// Run runs every test, calling report after each row.
+func Run(m *model.Model, o Options, report func(Result)) ([]Result, error) {
+	if o.Reps <= 0 {
+		o.Reps = 3
+	}
+	if o.BandwidthMB <= 0 {
+		o.BandwidthMB = 256
+	}
+	maxCtx := 16
+	for _, p := range o.Prompt {
+		maxCtx = max(maxCtx, p)
+	}
+	for _, g := range o.Gen {
+		maxCtx = max(maxCtx, g+1)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	tokens := make([]int32, maxCtx)
+	for i := range tokens {
+		tokens[i] = int32(rng.IntN(m.NVocab))
+	}
+	bpt := float64(BytesPerToken(m))
+	var out []Result
+	for _, th := range o.Threads {
+		r, err := model.NewRunner(m, model.Options{Threads: th, CacheTokens: maxCtx})
+		if err != nil {
+			return nil, err
+		}
+		const seq kv.SeqID = 0
+		for _, p := range o.Prompt {
+			run := func() (float64, error) {
+				r.Cache().Free(seq)
+				t0 := time.Now()
+				if _, err := r.Prompt(seq, tokens[:p], []int{p - 1}); err != nil {
+					return 0, err
+				}
+				return float64(p) / time.Since(t0).Seconds(), nil
+			}
+			res, err := repeat(run, o.Reps)
+			if err != nil {
+				r.Close()
+				return nil, err
+			}
+			res.Test, res.Threads = fmt.Sprintf("pp%d", p), th
+			out = append(out, res)
+			if report != nil {
+				report(res)
+			}
+		}
+		for _, g := range o.Gen {
+			bw := MemBandwidth(th, o.BandwidthMB, 3)
+			run := func() (float64, error) {
+				r.Cache().Free(seq)
+				t0 := time.Now()
+				for i := 0; i < g; i++ {
+					if _, err := r.Prompt(seq, tokens[i:i+1], []int{0}); err != nil {
+						return 0, err
+					}
+				}
+				return float64(g) / time.Since(t0).Seconds(), nil
+			}
+			res, err := repeat(run, o.Reps)
+			if err != nil {
+				r.Close()
+				return nil, err
+			}
+			res.Test, res.Threads = fmt.Sprintf("tg%d", g), th
+			res.BandwidthGBs = bw / 1e9
+			res.Roofline = res.TokPerSec * bpt / bw
+			out = append(out, res)
+			if report != nil {
+				report(res)
+			}
+		}
+		r.Cache().Free(seq)
+		r.Close()
+	}
+	return out, nil
+}
+
+// repeat runs one warm-up and reps measured runs.
+func repeat(run func() (float64, error), reps int) (Result, error) {
+	if _, err := run(); err != nil {
+		return Result{}, err
+	}
+	var xs []float64
+	for i := 0; i < reps; i++ {
+		x, err := run()
+		if err != nil {
+			return Result{}, err
+		}
+		xs = append(xs, x)
+	}
+	mean, sd := meanSD(xs)
+	return Result{TokPerSec: mean, StdDev: sd, Samples: xs}, nil
+}

@@ -1,0 +1,50 @@
+package kernels
+
+import (
+	"sync/atomic"
+	"testing"
+)
+
+func TestPoolCoversRange(t *testing.T) {
+	for _, threads := range []int{1, 2, 3, 8} {
+		p := NewPool(threads)
+		for _, n := range []int{0, 1, 5, 17, 1000} {
+			for _, grain := range []int{1, 4, 64} {
+				hits := make([]int32, n)
+				p.Run(n, grain, func(lo, hi int) {
+					for i := lo; i < hi; i++ {
+						atomic.AddInt32(&hits[i], 1)
+					}
+				})
+				var seen [8]atomic.Bool
+				p.RunWorker(n, grain, func(w, lo, hi int) {
+					seen[w].Store(true)
+					for i := lo; i < hi; i++ {
+						atomic.AddInt32(&hits[i], 1)
+					}
+				})
+				for i, h := range hits {
+					if h != 2 {
+						t.Fatalf("threads %d n %d grain %d: index %d visited %d times", threads, n, grain, i, h)
+					}
+				}
+				for w := threads; w < len(seen); w++ {
+					if seen[w].Load() {
+						t.Fatalf("worker index %d out of range for %d threads", w, threads)
+					}
+				}
+			}
+		}
+		p.Close()
+	}
+}
+
+func TestPoolRunAllocs(t *testing.T) {
+	p := NewPool(2)
+	defer p.Close()
+	var sum atomic.Int64
+	fn := func(lo, hi int) { sum.Add(int64(hi - lo)) }
+	if a := testing.AllocsPerRun(100, func() { p.Run(1000, 1, fn) }); a != 0 {
+		t.Fatalf("Run allocates %v times per call", a)
+	}
+}
