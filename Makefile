@@ -5,6 +5,8 @@ SHARED    ?= ../shared
 MODEL_DIR ?= .shoal
 MODEL     ?= $(MODEL_DIR)/builtin-llama-q4_k.gguf
 PKGS      := ./...
+SHELL     := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
 
 .PHONY: help build test test-short run bench lint fuzz cross clean oracle
 
@@ -30,6 +32,8 @@ lint:
 
 test: lint oracle
 	$(GO) test -count=1 $(PKGS)
+	@echo "== engine vs ../shared (llama.cpp logits and token ids)"
+	@$(GO) test -count=1 -run 'TestOracle|TestVocabOracle' -v ./engine/model ./engine/tokenizer | grep -E 'ORACLE|passed [0-9]|SKIP|FAIL' || true
 
 test-short:
 	$(GO) test -short $(PKGS)

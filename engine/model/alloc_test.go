@@ -41,7 +41,12 @@ func TestDecodeNoAlloc(t *testing.T) {
 }
 
 // TestDecodeMatchesPrompt checks that prefill then token-by-token decode
-// gives the logits of evaluating the whole sequence as one prompt.
+// gives the logits of evaluating the whole sequence as one prompt. Batched
+// and single-row matrix kernels may sum in a different order, and on this F16
+// model an upstream difference in the last float bit can flip the F16
+// rounding of an activation (one F16 ulp is ~5e-4 relative), so the bound is
+// 1e-2, still far below any real difference (a wrong position or cache slot
+// moves logits by ~1).
 func TestDecodeMatchesPrompt(t *testing.T) {
 	m, err := Open(filepath.Join(oracleDir, "qwen2-f16", "model.gguf"))
 	if err != nil {
@@ -65,7 +70,7 @@ func TestDecodeMatchesPrompt(t *testing.T) {
 			t.Fatal(err)
 		}
 		for j := range l {
-			if l[j] != whole[i*V+j] {
+			if d := l[j] - whole[i*V+j]; d > 1e-2 || d < -1e-2 {
 				t.Fatalf("position %d logit %d: decode %v, prompt %v", i, j, l[j], whole[i*V+j])
 			}
 		}

@@ -72,8 +72,8 @@ type Runner struct {
 
 type attnScratch struct {
 	scores []float32
-	qh     []float32
-	acc    []float64
+	qh     []uint16
+	acc    []float32
 }
 
 type scratch struct {
@@ -120,7 +120,7 @@ func NewRunner(m *Model, o Options) (*Runner, error) {
 	r.attnWork = make([]attnScratch, r.pool.Threads())
 	ctx := cache.Config().NumBlocks * cache.Config().BlockSize
 	for i := range r.attnWork {
-		r.attnWork[i] = attnScratch{scores: make([]float32, ctx), qh: make([]float32, m.HeadDim), acc: make([]float64, m.HeadDim)}
+		r.attnWork[i] = attnScratch{scores: make([]float32, ctx), qh: make([]uint16, m.HeadDim), acc: make([]float32, m.HeadDim)}
 	}
 	return r, nil
 }
@@ -360,30 +360,18 @@ func (r *Runner) attnRange(w, a, z int) {
 		blocks := s.blocks[s.tokSeq[i]]
 		ctx := int(s.tokPos[i]) + 1
 		for d, v := range s.q[i*Q+h*D : i*Q+(h+1)*D] {
-			qh[d] = roundF16(v)
+			qh[d] = quant.FP32ToFP16(v)
 		}
 		scores := ws.scores[:ctx]
 		for t := range scores {
-			krow := r.cache.K(layer, blocks, t)[kvh*D : (kvh+1)*D]
-			var dot float64
-			for d, kv := range krow {
-				dot += float64(qh[d] * quant.FP16ToFP32(kv))
-			}
-			scores[t] = float32(dot) * scale
+			scores[t] = kernels.DotF16(r.cache.K(layer, blocks, t)[kvh*D:(kvh+1)*D], qh) * scale
 		}
 		softmaxInPlace(scores)
 		clear(acc)
 		for t, p := range scores {
-			pt := roundF16(p)
-			vrow := r.cache.V(layer, blocks, t)[kvh*D : (kvh+1)*D]
-			for d, vv := range vrow {
-				acc[d] += float64(pt * quant.FP16ToFP32(vv))
-			}
+			kernels.AxpyF16(acc, roundF16(p), r.cache.V(layer, blocks, t)[kvh*D:(kvh+1)*D])
 		}
-		out := s.att[i*Q+h*D : i*Q+(h+1)*D]
-		for d := range out {
-			out[d] = float32(acc[d])
-		}
+		copy(s.att[i*Q+h*D:i*Q+(h+1)*D], acc)
 	}
 }
 
