@@ -1,0 +1,502 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"shoal/engine/kv"
+	"shoal/engine/model"
+	"shoal/engine/sample"
+)
+
+// Errors callers map to HTTP statuses.
+var (
+	ErrQueueFull = errors.New("the server is at capacity: request queue full")
+	ErrTooLong   = errors.New("prompt too long")
+	ErrClosed    = errors.New("scheduler closed")
+	ErrBadInput  = errors.New("bad request")
+)
+
+// Options size the scheduler.
+type Options struct {
+	MaxSeqs   int // sequences in the running batch (default 16)
+	MaxTokens int // tokens per step: decode tokens plus prefill chunks (default 256)
+	QueueSize int // requests waiting beyond the running batch (default 64)
+}
+
+func (o *Options) defaults() {
+	if o.MaxSeqs <= 0 {
+		o.MaxSeqs = 16
+	}
+	if o.MaxTokens <= 0 {
+		o.MaxTokens = 256
+	}
+	if o.MaxTokens < o.MaxSeqs {
+		o.MaxTokens = o.MaxSeqs
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = 64
+	}
+}
+
+// Request is one generation.
+type Request struct {
+	Prompt    []int32
+	MaxTokens int // tokens to generate; <= 0 means until end of generation or context
+	Sampling  sample.Params
+	// TopLogprobs > 0 reports that many alternatives per token; Logprobs
+	// reports the chosen token's log-probability.
+	Logprobs    bool
+	TopLogprobs int
+}
+
+// TokenLogprob is a token with its log-probability.
+type TokenLogprob struct {
+	Token   int32
+	Logprob float32
+}
+
+// Event is one generated token, or the end of the sequence (Done).
+type Event struct {
+	Token   int32
+	Logprob float32
+	Top     []TokenLogprob
+	// Set on the final event (which carries no token when Done is set).
+	Done       bool
+	Reason     string // "stop" (end of generation), "length", "cancelled", "error"
+	Err        error
+	Prompt     int // prompt tokens
+	Generated  int
+	Preempted  int // times the sequence was preempted and recomputed
+	TTFT       time.Duration
+	TotalTime  time.Duration
+	KVCapacity int
+}
+
+type seq struct {
+	id        kv.SeqID
+	ctx       context.Context
+	req       Request
+	out       chan Event
+	tokens    []int32 // prompt + generated
+	processed int     // tokens in the KV cache
+	generated int
+	preempted int
+	sampler   *sample.Sampler
+	arrived   time.Time
+	first     time.Time
+	admitted  uint64 // admission order, for choosing the newest to preempt
+}
+
+// Stats is a snapshot of the scheduler's state.
+type Stats struct {
+	Waiting, Running     int
+	KVBlocksUsed         int
+	KVBlocksTotal        int
+	LastBatchTokens      int
+	LastBatchSeqs        int
+	Steps                uint64
+	PromptTokens         uint64
+	GeneratedTokens      uint64
+	Preemptions          uint64
+	Completed, Cancelled uint64
+}
+
+// Scheduler runs sequences on one runner holding the whole model.
+type Scheduler struct {
+	r    *model.Runner
+	eog  func(int32) bool
+	opts Options
+	cap  int // KV capacity in positions
+
+	mu      sync.Mutex
+	waiting []*seq
+	wake    chan struct{}
+	closed  bool
+	nextID  kv.SeqID
+	order   uint64
+
+	running []*seq // owned by the loop
+	batch   model.Batch
+	rows     []int
+	rowSeq   []*seq
+	chunkSeq []*seq
+	stats   Stats
+	statsMu sync.Mutex
+	steps   atomic.Uint64
+	done    chan struct{}
+	lp      []float32 // log-softmax scratch
+}
+
+// New starts the scheduler loop on r. isEOG tells which tokens end a
+// generation. Close stops it.
+func New(r *model.Runner, isEOG func(int32) bool, o Options) (*Scheduler, error) {
+	if lo, hi := r.Range(); lo != 0 || hi != r.Model().NLayer {
+		return nil, fmt.Errorf("serve: the runner holds layers [%d,%d); the scheduler needs the whole model", lo, hi)
+	}
+	o.defaults()
+	c := r.Cache().Config()
+	s := &Scheduler{r: r, eog: isEOG, opts: o, cap: c.NumBlocks * c.BlockSize, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go s.loop()
+	return s, nil
+}
+
+// Capacity is the KV cache capacity in token positions, the longest
+// sequence (prompt + generated) the scheduler can hold.
+func (s *Scheduler) Capacity() int { return s.cap }
+
+// Submit queues a request and returns the channel its events arrive on. The
+// channel is closed after the Done event. Cancelling ctx cancels the
+// sequence and frees its KV blocks.
+func (s *Scheduler) Submit(ctx context.Context, req Request) (<-chan Event, error) {
+	if len(req.Prompt) == 0 {
+		return nil, fmt.Errorf("%w: the prompt has no tokens", ErrBadInput)
+	}
+	if len(req.Prompt) >= s.cap {
+		return nil, fmt.Errorf("%w: the prompt has %d tokens and the context holds %d (prompt plus at least one generated token)", ErrTooLong, len(req.Prompt), s.cap)
+	}
+	nv := int32(s.r.Model().NVocab)
+	for _, t := range req.Prompt {
+		if t < 0 || t >= nv {
+			return nil, fmt.Errorf("%w: token id %d is outside the vocabulary of %d", ErrBadInput, t, nv)
+		}
+	}
+	if err := req.Sampling.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadInput, err)
+	}
+	if req.TopLogprobs < 0 || req.TopLogprobs > 20 {
+		return nil, fmt.Errorf("%w: top_logprobs must be between 0 and 20, got %d", ErrBadInput, req.TopLogprobs)
+	}
+	// The channel holds every event the sequence can produce, so the loop
+	// never blocks on a slow reader.
+	n := req.MaxTokens
+	if n <= 0 || n > s.cap {
+		n = s.cap
+	}
+	sq := &seq{ctx: ctx, req: req, out: make(chan Event, n+2), tokens: append([]int32(nil), req.Prompt...),
+		sampler: sample.New(req.Sampling, int(nv)), arrived: time.Now()}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if len(s.waiting) >= s.opts.QueueSize {
+		return nil, ErrQueueFull
+	}
+	sq.id = s.nextID
+	s.nextID++
+	s.waiting = append(s.waiting, sq)
+	s.signal()
+	return sq.out, nil
+}
+
+func (s *Scheduler) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops the loop; running and waiting sequences end with ErrClosed.
+func (s *Scheduler) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.signal()
+	<-s.done
+}
+
+// Stats returns a snapshot.
+func (s *Scheduler) Stats() Stats {
+	s.statsMu.Lock()
+	st := s.stats
+	s.statsMu.Unlock()
+	s.mu.Lock()
+	st.Waiting = len(s.waiting)
+	s.mu.Unlock()
+	c := s.r.Cache()
+	st.KVBlocksTotal = c.Config().NumBlocks
+	st.KVBlocksUsed = st.KVBlocksTotal - c.FreeBlocks()
+	st.Steps = s.steps.Load()
+	return st
+}
+
+func (s *Scheduler) loop() {
+	defer close(s.done)
+	for {
+		s.mu.Lock()
+		closed := s.closed
+		idle := len(s.waiting) == 0 && len(s.running) == 0
+		s.mu.Unlock()
+		if closed {
+			s.shutdown()
+			return
+		}
+		if idle {
+			<-s.wake
+			continue
+		}
+		s.step()
+	}
+}
+
+func (s *Scheduler) shutdown() {
+	s.mu.Lock()
+	all := append(s.running, s.waiting...)
+	s.waiting, s.running = nil, nil
+	s.mu.Unlock()
+	for _, sq := range all {
+		s.finish(sq, "error", ErrClosed)
+	}
+}
+
+// finish frees the sequence and sends its final event.
+func (s *Scheduler) finish(sq *seq, reason string, err error) {
+	s.r.Cache().Free(sq.id)
+	ev := Event{Done: true, Reason: reason, Err: err, Prompt: len(sq.req.Prompt), Generated: sq.generated,
+		Preempted: sq.preempted, TotalTime: time.Since(sq.arrived), KVCapacity: s.cap}
+	if !sq.first.IsZero() {
+		ev.TTFT = sq.first.Sub(sq.arrived)
+	}
+	sq.out <- ev
+	close(sq.out)
+	s.statsMu.Lock()
+	switch reason {
+	case "cancelled":
+		s.stats.Cancelled++
+	default:
+		s.stats.Completed++
+	}
+	s.statsMu.Unlock()
+}
+
+func blocksFor(n, bs int) int { return (n + bs - 1) / bs }
+
+// admit moves waiting sequences into the running batch while there is room
+// for their first prompt chunk.
+func (s *Scheduler) admit() {
+	c := s.r.Cache()
+	bs := c.Config().BlockSize
+	free := c.FreeBlocks()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.waiting) > 0 && len(s.running) < s.opts.MaxSeqs {
+		sq := s.waiting[0]
+		if sq.ctx.Err() != nil {
+			s.waiting = s.waiting[1:]
+			s.mu.Unlock()
+			s.finish(sq, "cancelled", sq.ctx.Err())
+			s.mu.Lock()
+			continue
+		}
+		// Keep a block per running sequence in reserve for their decoding.
+		need := blocksFor(min(len(sq.tokens), s.opts.MaxTokens), bs) + len(s.running)
+		if need > free && len(s.running) > 0 {
+			break
+		}
+		free -= need
+		s.waiting = s.waiting[1:]
+		s.order++
+		sq.admitted = s.order
+		s.running = append(s.running, sq)
+	}
+}
+
+// preemptNewest evicts the most recently admitted running sequence: its KV
+// blocks are freed and it goes back to the front of the queue, to be
+// recomputed from its prompt and the tokens generated so far.
+func (s *Scheduler) preemptNewest() bool {
+	if len(s.running) <= 1 {
+		return false
+	}
+	newest := 0
+	for i, sq := range s.running {
+		if sq.admitted > s.running[newest].admitted {
+			newest = i
+		}
+	}
+	sq := s.running[newest]
+	s.running = append(s.running[:newest], s.running[newest+1:]...)
+	s.r.Cache().Free(sq.id)
+	sq.processed = 0
+	sq.preempted++
+	s.mu.Lock()
+	s.waiting = append([]*seq{sq}, s.waiting...)
+	s.mu.Unlock()
+	s.statsMu.Lock()
+	s.stats.Preemptions++
+	s.statsMu.Unlock()
+	return true
+}
+
+func (s *Scheduler) step() {
+	s.admit()
+	// Drop cancelled sequences first: their blocks go back to the pool now.
+	kept := s.running[:0]
+	for _, sq := range s.running {
+		if err := sq.ctx.Err(); err != nil {
+			s.finish(sq, "cancelled", err)
+			continue
+		}
+		kept = append(kept, sq)
+	}
+	s.running = kept
+	if len(s.running) == 0 {
+		return
+	}
+	// Decode tokens first (oldest first), then prefill chunks in the
+	// remaining budget.
+	sort.SliceStable(s.running, func(i, j int) bool { return s.running[i].admitted < s.running[j].admitted })
+	for {
+		s.buildBatch()
+		if len(s.batch.Chunks) == 0 {
+			return
+		}
+		logits, err := s.r.Step(&s.batch, s.rows)
+		if errors.Is(err, kv.ErrFull) {
+			if s.preemptNewest() {
+				continue
+			}
+			// A lone sequence that cannot grow has reached the context.
+			for _, sq := range s.running {
+				s.finish(sq, "length", nil)
+			}
+			s.running = s.running[:0]
+			return
+		}
+		if err != nil {
+			for _, sq := range s.running {
+				s.finish(sq, "error", err)
+			}
+			s.running = s.running[:0]
+			return
+		}
+		s.afterStep(logits)
+		return
+	}
+}
+
+func (s *Scheduler) buildBatch() {
+	b := &s.batch
+	b.Tokens, b.Chunks = b.Tokens[:0], b.Chunks[:0]
+	s.rows, s.rowSeq, s.chunkSeq = s.rows[:0], s.rowSeq[:0], s.chunkSeq[:0]
+	budget := s.opts.MaxTokens
+	add := func(sq *seq, n int) {
+		b.Chunks = append(b.Chunks, model.Chunk{Seq: sq.id, N: n})
+		s.chunkSeq = append(s.chunkSeq, sq)
+		b.Tokens = append(b.Tokens, sq.tokens[sq.processed:sq.processed+n]...)
+		if sq.processed+n == len(sq.tokens) {
+			s.rows = append(s.rows, len(b.Tokens)-1)
+			s.rowSeq = append(s.rowSeq, sq)
+		}
+		budget -= n
+	}
+	for _, sq := range s.running {
+		if len(sq.tokens)-sq.processed == 1 {
+			add(sq, 1)
+		}
+	}
+	for _, sq := range s.running {
+		if rest := len(sq.tokens) - sq.processed; rest > 1 && budget > 0 {
+			add(sq, min(rest, budget))
+		}
+	}
+	s.statsMu.Lock()
+	s.stats.LastBatchTokens = len(b.Tokens)
+	s.stats.LastBatchSeqs = len(b.Chunks)
+	s.stats.Running = len(s.running)
+	s.statsMu.Unlock()
+}
+
+func (s *Scheduler) afterStep(logits []float32) {
+	s.steps.Add(1)
+	V := s.r.Model().NVocab
+	var prompt uint64
+	for i, c := range s.batch.Chunks {
+		sq := s.chunkSeq[i]
+		prompt += uint64(max(0, min(sq.processed+c.N, len(sq.req.Prompt))-sq.processed))
+		sq.processed += c.N
+	}
+	finished := map[*seq]bool{}
+	for i, sq := range s.rowSeq {
+		l := logits[i*V : (i+1)*V]
+		tok := sq.sampler.Sample(l, sq.tokens)
+		ev := Event{Token: tok}
+		if sq.req.Logprobs || sq.req.TopLogprobs > 0 {
+			ev.Logprob, ev.Top = s.logprobs(l, tok, sq.req.TopLogprobs)
+		}
+		if sq.first.IsZero() {
+			sq.first = time.Now()
+		}
+		sq.generated++
+		switch {
+		case s.eog(tok):
+			s.finish(sq, "stop", nil)
+			finished[sq] = true
+			continue
+		}
+		sq.tokens = append(sq.tokens, tok)
+		sq.out <- ev
+		if (sq.req.MaxTokens > 0 && sq.generated >= sq.req.MaxTokens) || len(sq.tokens) >= s.cap {
+			s.finish(sq, "length", nil)
+			finished[sq] = true
+		}
+	}
+	s.statsMu.Lock()
+	s.stats.PromptTokens += prompt
+	s.stats.GeneratedTokens += uint64(len(s.rowSeq))
+	s.statsMu.Unlock()
+	if len(finished) > 0 {
+		kept := s.running[:0]
+		for _, sq := range s.running {
+			if !finished[sq] {
+				kept = append(kept, sq)
+			}
+		}
+		s.running = kept
+	}
+}
+
+// logprobs returns the log-probability of tok and the top n tokens.
+func (s *Scheduler) logprobs(l []float32, tok int32, n int) (float32, []TokenLogprob) {
+	mx := float32(math.Inf(-1))
+	for _, v := range l {
+		mx = max(mx, v)
+	}
+	var sum float64
+	for _, v := range l {
+		sum += math.Exp(float64(v - mx))
+	}
+	lse := float64(mx) + math.Log(sum)
+	lp := float32(float64(l[tok]) - lse)
+	if n <= 0 {
+		return lp, nil
+	}
+	top := make([]TokenLogprob, 0, n+1)
+	for id, v := range l {
+		if len(top) < n || v > top[len(top)-1].Logprob {
+			e := TokenLogprob{Token: int32(id), Logprob: v}
+			i := sort.Search(len(top), func(i int) bool { return top[i].Logprob < v })
+			top = append(top, TokenLogprob{})
+			copy(top[i+1:], top[i:])
+			top[i] = e
+			if len(top) > n {
+				top = top[:n]
+			}
+		}
+	}
+	for i := range top {
+		top[i].Logprob = float32(float64(top[i].Logprob) - lse)
+	}
+	return lp, top
+}

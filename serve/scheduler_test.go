@@ -1,0 +1,253 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"shoal/engine/model"
+	"shoal/engine/sample"
+	"shoal/engine/synth"
+	"shoal/engine/tokenizer"
+)
+
+func testModel(t *testing.T) *model.Model {
+	t.Helper()
+	v, err := tokenizer.ByteLevelVocab(300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Pad(512)
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := synth.Spec{Arch: "llama", NEmbd: 128, NLayer: 2, NHead: 4, NHeadKV: 2, NFF: 256, Type: "q8_0", Seed: 5, Std: 0.08, Tokenizer: v.KVs()}
+	if err := synth.Write(f, spec, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	m, err := model.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func newSched(t *testing.T, m *model.Model, cacheTokens int, o Options) *Scheduler {
+	t.Helper()
+	r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: cacheTokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(r, func(int32) bool { return false }, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(); r.Close() })
+	return s
+}
+
+func prompt(i, n int) []int32 {
+	p := make([]int32, n)
+	for j := range p {
+		p[j] = int32((i*37 + j*11) % 500)
+	}
+	return p
+}
+
+func collect(t *testing.T, ch <-chan Event) ([]int32, Event) {
+	t.Helper()
+	var toks []int32
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				t.Fatal("channel closed without a Done event")
+			}
+			if ev.Done {
+				return toks, ev
+			}
+			toks = append(toks, ev.Token)
+		case <-timeout:
+			t.Fatal("no Done event within 60 s")
+		}
+	}
+}
+
+func greedy() sample.Params { return sample.Params{} }
+
+// TestBatchedEqualsAlone runs 8 greedy requests at once (they share the
+// batch, with chunked prefill) and checks each produces exactly the tokens
+// it produces alone.
+func TestBatchedEqualsAlone(t *testing.T) {
+	m := testModel(t)
+	s := newSched(t, m, 2048, Options{MaxSeqs: 8, MaxTokens: 48})
+	const n = 8
+	alone := make([][]int32, n)
+	for i := 0; i < n; i++ {
+		ch, err := s.Submit(context.Background(), Request{Prompt: prompt(i, 10+7*i), MaxTokens: 12, Sampling: greedy()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone[i], _ = collect(t, ch)
+		if len(alone[i]) != 12 {
+			t.Fatalf("request %d produced %d tokens", i, len(alone[i]))
+		}
+	}
+	var wg sync.WaitGroup
+	got := make([][]int32, n)
+	for i := 0; i < n; i++ {
+		ch, err := s.Submit(context.Background(), Request{Prompt: prompt(i, 10+7*i), MaxTokens: 12, Sampling: greedy()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); got[i], _ = collect(t, ch) }()
+	}
+	wg.Wait()
+	for i := range got {
+		if !slices.Equal(got[i], alone[i]) {
+			t.Errorf("request %d: batched %v, alone %v", i, got[i], alone[i])
+		}
+	}
+	if st := s.Stats(); st.KVBlocksUsed != 0 || st.Completed != 2*n {
+		t.Fatalf("after all requests: %+v", st)
+	}
+}
+
+// TestPreemption gives the cache room for fewer sequences than are running:
+// the newest is preempted and recomputed, and every request still gets its
+// full, correct output.
+func TestPreemption(t *testing.T) {
+	m := testModel(t)
+	ref := newSched(t, m, 2048, Options{MaxSeqs: 1})
+	const n = 4
+	want := make([][]int32, n)
+	for i := 0; i < n; i++ {
+		ch, _ := ref.Submit(context.Background(), Request{Prompt: prompt(i, 20), MaxTokens: 40, Sampling: greedy()})
+		want[i], _ = collect(t, ch)
+	}
+	s := newSched(t, m, 128, Options{MaxSeqs: 4, MaxTokens: 64})
+	var wg sync.WaitGroup
+	got := make([][]int32, n)
+	evs := make([]Event, n)
+	for i := 0; i < n; i++ {
+		ch, err := s.Submit(context.Background(), Request{Prompt: prompt(i, 20), MaxTokens: 40, Sampling: greedy()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); got[i], evs[i] = collect(t, ch) }()
+	}
+	wg.Wait()
+	for i := range got {
+		if !slices.Equal(got[i], want[i]) {
+			t.Errorf("request %d: %v, want %v", i, got[i], want[i])
+		}
+		if evs[i].Reason != "length" || evs[i].Generated != 40 {
+			t.Errorf("request %d ended %+v", i, evs[i])
+		}
+	}
+	st := s.Stats()
+	if st.Preemptions == 0 {
+		t.Fatalf("4 sequences of 60 tokens in a 128-token cache ran without preemption: %+v", st)
+	}
+	if st.KVBlocksUsed != 0 {
+		t.Fatalf("blocks still used: %+v", st)
+	}
+	t.Logf("preemptions: %d", st.Preemptions)
+}
+
+func TestCancelFreesBlocks(t *testing.T) {
+	m := testModel(t)
+	s := newSched(t, m, 2048, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := s.Submit(ctx, Request{Prompt: prompt(1, 100), Sampling: greedy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait until it is generating, then disconnect.
+	<-ch
+	if s.Stats().KVBlocksUsed == 0 {
+		t.Fatal("a running sequence holds no blocks")
+	}
+	cancel()
+	_, ev := collect(t, ch)
+	if ev.Reason != "cancelled" {
+		t.Fatalf("reason %q", ev.Reason)
+	}
+	if st := s.Stats(); st.KVBlocksUsed != 0 || st.Cancelled != 1 {
+		t.Fatalf("after cancel: %+v", st)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	m := testModel(t)
+	s := newSched(t, m, 64, Options{MaxSeqs: 1, QueueSize: 2})
+	_, err := s.Submit(context.Background(), Request{Prompt: prompt(0, 64)})
+	if !errors.Is(err, ErrTooLong) || !strings.Contains(err.Error(), "64 tokens") || !strings.Contains(err.Error(), "holds 64") {
+		t.Fatalf("too long: %v", err)
+	}
+	if _, err := s.Submit(context.Background(), Request{}); !errors.Is(err, ErrBadInput) {
+		t.Fatalf("empty prompt: %v", err)
+	}
+	if _, err := s.Submit(context.Background(), Request{Prompt: []int32{1, 99999}}); !errors.Is(err, ErrBadInput) {
+		t.Fatalf("bad token: %v", err)
+	}
+	if _, err := s.Submit(context.Background(), Request{Prompt: []int32{1}, Sampling: sample.Params{Temperature: -1}}); !errors.Is(err, ErrBadInput) {
+		t.Fatalf("bad sampling: %v", err)
+	}
+	// Fill the queue: one running (long), two waiting, the next is refused.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var chans []<-chan Event
+	full := false
+	for i := 0; i < 10; i++ {
+		ch, err := s.Submit(ctx, Request{Prompt: prompt(i, 8), MaxTokens: 50, Sampling: greedy()})
+		if errors.Is(err, ErrQueueFull) {
+			full = true
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans = append(chans, ch)
+	}
+	if !full {
+		t.Fatal("queue of 2 never refused")
+	}
+	cancel()
+	for _, ch := range chans {
+		collect(t, ch)
+	}
+}
+
+func TestLogprobs(t *testing.T) {
+	m := testModel(t)
+	s := newSched(t, m, 256, Options{})
+	ch, err := s.Submit(context.Background(), Request{Prompt: prompt(3, 5), MaxTokens: 3, Sampling: greedy(), Logprobs: true, TopLogprobs: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ev := range ch {
+		if ev.Done {
+			break
+		}
+		if len(ev.Top) != 3 || ev.Top[0].Token != ev.Token || ev.Top[0].Logprob != ev.Logprob {
+			t.Fatalf("greedy token %d lp %v, top %v", ev.Token, ev.Logprob, ev.Top)
+		}
+		if !(ev.Top[0].Logprob >= ev.Top[1].Logprob && ev.Top[1].Logprob >= ev.Top[2].Logprob && ev.Logprob <= 0) {
+			t.Fatalf("top logprobs not ordered: %v", ev.Top)
+		}
+	}
+}
