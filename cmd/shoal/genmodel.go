@@ -77,6 +77,10 @@ another GGUF (--vocab-from) or is a byte-level BPE vocabulary shoal builds.
 				tmp.Close()
 				return err
 			}
+			if err := tmp.Chmod(0o644); err != nil {
+				tmp.Close()
+				return err
+			}
 			if err := tmp.Close(); err != nil {
 				return err
 			}

@@ -149,14 +149,22 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	}
 	getf("rope.freq_base", &c.RopeTheta, 10000)
 	getf("attention.layer_norm_rms_epsilon", &c.RMSEps, 1e-5)
-	if st, _ := f.String(p + "rope.scaling.type"); st == "linear" {
-		var factor float32
-		getf("rope.scaling.factor", &factor, 1)
+	// RoPE scaling as llama.cpp reads it: the type defaults to linear, the
+	// factor comes from rope.scaling.factor or the older rope.scale_linear,
+	// and only "none" turns it off.
+	var factor float32
+	getf("rope.scaling.factor", &factor, 0)
+	if factor == 0 {
+		getf("rope.scale_linear", &factor, 0)
+	}
+	switch st, _ := f.String(p + "rope.scaling.type"); st {
+	case "", "linear":
 		if factor > 0 {
 			c.RopeScale = 1 / factor
 		}
-	} else if st != "" && st != "none" && st != "yarn" {
-		return Config{}, fmt.Errorf("rope scaling %q is not supported", st)
+	case "none":
+	default:
+		return Config{}, fmt.Errorf("rope scaling %q is not supported (linear and none are)", st)
 	}
 	if v, ok := f.Int(p + "vocab_size"); ok {
 		c.NVocab = int(v)
