@@ -1,0 +1,256 @@
+package placement
+
+import (
+	"math"
+)
+
+// actBytes is the size of one hidden-state element on the wire (float32).
+const actBytes = 4
+
+// bytesPerMsPerGbit converts Gbit/s to bytes per millisecond.
+const bytesPerMsPerGbit = 1e9 / 8 / 1e3
+
+// env is one planning problem: the model, the eligible nodes and the
+// options, with per-layer prefix sums so a layer range costs O(1).
+type env struct {
+	p      *ModelProfile
+	o      Options
+	nodes  []Node    // eligible, sorted by ID, unmeasured numbers defaulted
+	usable []float64 // per node: free × (1 − margin) − overhead, bytes
+	links  LinkMatrix
+
+	batch   float64 // sequences per step
+	ctxAvg  float64 // average attended positions per decode token
+	hidden  float64 // bytes of one step's hidden states (batch × n_embd × 4)
+	touched float64 // probability a given expert is used by some token of the step
+
+	attnB, ffnB, expB, fixB []float64 // prefix sums over layers
+	attnF, ffnF, expF, fixF []float64
+}
+
+func newEnv(p *ModelProfile, nodes []Node, links LinkMatrix, o Options) *env {
+	e := &env{p: p, o: o, nodes: nodes, links: links}
+	e.batch = float64(o.Batch)
+	e.ctxAvg = float64(o.Context) / 2
+	e.hidden = e.batch * float64(p.NEmbd) * actBytes
+	if p.NExpert > 0 {
+		e.touched = 1 - math.Pow(1-float64(p.NExpertUsed)/float64(p.NExpert), e.batch)
+	}
+	e.usable = make([]float64, len(nodes))
+	for i, n := range nodes {
+		e.usable[i] = float64(n.MemFree)*(1-o.SafetyMargin) - float64(o.Overhead)
+	}
+	L := p.NLayer
+	for _, s := range []*[]float64{&e.attnB, &e.ffnB, &e.expB, &e.fixB, &e.attnF, &e.ffnF, &e.expF, &e.fixF} {
+		*s = make([]float64, L+1)
+	}
+	for i, l := range p.Layers {
+		e.attnB[i+1] = e.attnB[i] + float64(l.AttnBytes)
+		e.ffnB[i+1] = e.ffnB[i] + float64(l.FFNBytes)
+		e.expB[i+1] = e.expB[i] + float64(l.ExpertBytes)
+		e.fixB[i+1] = e.fixB[i] + float64(l.FixedBytes)
+		e.attnF[i+1] = e.attnF[i] + l.AttnFLOPs
+		e.ffnF[i+1] = e.ffnF[i] + l.FFNFLOPs
+		e.expF[i+1] = e.expF[i] + l.ExpertFLOPs
+		e.fixF[i+1] = e.fixF[i] + l.FixedFLOPs
+	}
+	return e
+}
+
+// work is an amount of memory held, bytes read per step and FLOPs per step.
+type work struct{ mem, read, flops float64 }
+
+func (w work) add(o work) work      { return work{w.mem + o.mem, w.read + o.read, w.flops + o.flops} }
+func (w work) scale(f float64) work { return work{w.mem * f, w.read * f, w.flops * f} }
+
+// parts is a stage's work split by how it divides among TP members.
+type parts struct {
+	attn, ffn, exp work // the whole of each splittable part
+	fixed          work // on every member
+}
+
+// stageParts is the work of layers [lo,hi) for one decode step.
+func (e *env) stageParts(lo, hi int) parts {
+	p := e.p
+	nl := float64(hi - lo)
+	kv := float64(p.KVBytesPerToken)
+	attnB := e.attnB[hi] - e.attnB[lo]
+	var s parts
+	s.attn = work{
+		mem:   attnB + nl*float64(e.o.Context)*e.batch*kv,
+		read:  attnB + nl*e.batch*e.ctxAvg*kv,
+		flops: e.batch * (e.attnF[hi] - e.attnF[lo] + nl*4*float64(p.NHead*p.HeadDim)*e.ctxAvg),
+	}
+	ffnB := e.ffnB[hi] - e.ffnB[lo]
+	s.ffn = work{mem: ffnB, read: ffnB, flops: e.batch * (e.ffnF[hi] - e.ffnF[lo])}
+	if p.NExpert > 0 {
+		expB := (e.expB[hi] - e.expB[lo]) * float64(p.NExpert)
+		s.exp = work{mem: expB, read: expB * e.touched, flops: e.batch * float64(p.NExpertUsed) * (e.expF[hi] - e.expF[lo])}
+	}
+	fixB := e.fixB[hi] - e.fixB[lo]
+	s.fixed = work{mem: fixB + float64(p.GlobalBytes), read: fixB, flops: e.batch * (e.fixF[hi] - e.fixF[lo])}
+	return s
+}
+
+// extras is the work of the embedding and output a member may hold.
+func (e *env) extras(embed, out bool) work {
+	p := e.p
+	var w work
+	if embed {
+		w.mem += float64(p.EmbedBytes)
+		w.read += e.batch * float64(p.EmbedBytes) / float64(max(p.NVocab, 1)) // one row per token
+	}
+	if out {
+		w.mem += float64(p.OutputBytes)
+		w.read += float64(p.OutputBytes)
+		w.flops += e.batch * p.OutputFLOPs()
+		if p.Tied {
+			w.read += float64(p.EmbedBytes)
+			if !embed {
+				w.mem += float64(p.EmbedBytes)
+			}
+		}
+	}
+	return w
+}
+
+// times is the compute and memory time of w on node i, in ms.
+func (e *env) times(i int, w work) (compute, memory float64) {
+	n := &e.nodes[i]
+	return w.flops / (n.GFLOPS * 1e6), w.read / (n.MemGBps * 1e6)
+}
+
+func (e *env) time(i int, w work) float64 {
+	c, m := e.times(i, w)
+	return math.Max(c, m)
+}
+
+// sendMs is the time for node a to send b bytes to node b.
+func (e *env) sendMs(a, b int, bytes float64) float64 {
+	if a == b {
+		return 0
+	}
+	l := e.links.Get(e.nodes[a].ID, e.nodes[b].ID)
+	return l.LatencyMs + bytes/(l.Gbit*bytesPerMsPerGbit)
+}
+
+// fanoutMs is node src sending the step's hidden states to every member of
+// group (itself excluded): the sends share src's uplink, the latencies overlap.
+func (e *env) fanoutMs(src int, group []int) float64 {
+	lat, xfer := 0.0, 0.0
+	for _, m := range group {
+		if m == src {
+			continue
+		}
+		l := e.links.Get(e.nodes[src].ID, e.nodes[m].ID)
+		lat = math.Max(lat, l.LatencyMs)
+		xfer += e.hidden / (l.Gbit * bytesPerMsPerGbit)
+	}
+	return lat + xfer
+}
+
+// allReduceMs is one ring all-reduce of the step's hidden states over group
+// (in rank order): 2(g−1) steps, each moving 1/g of the vector over the
+// slowest link of the ring.
+func (e *env) allReduceMs(group []int) float64 {
+	g := len(group)
+	if g < 2 {
+		return 0
+	}
+	step := 0.0
+	for r := range group {
+		step = math.Max(step, e.sendMs(group[r], group[(r+1)%g], e.hidden/float64(g)))
+	}
+	return float64(2*(g-1)) * step
+}
+
+// shares divides a stage's splittable work among the members of group so
+// that their step times are equal (members with more fixed work get less),
+// without passing any member's memory. It returns nil when the members
+// cannot hold the stage.
+func (e *env) shares(group []int, sp parts, fixed []work) []float64 {
+	g := len(group)
+	split := sp.attn.add(sp.ffn).add(sp.exp)
+	if g == 1 {
+		if fixed[0].mem+split.mem > e.usable[group[0]] {
+			return nil
+		}
+		return []float64{1}
+	}
+	f := make([]float64, g)  // fixed time
+	u := make([]float64, g)  // time of the whole split part
+	cp := make([]float64, g) // share that fills memory
+	total := 0.0
+	for r, m := range group {
+		f[r] = e.time(m, fixed[r])
+		u[r] = math.Max(e.time(m, split), 1e-12)
+		room := e.usable[m] - fixed[r].mem
+		if room < 0 {
+			return nil
+		}
+		cp[r] = 1
+		if split.mem > 0 {
+			cp[r] = math.Min(1, room/split.mem)
+		}
+		total += cp[r]
+	}
+	if total < 1 {
+		return nil
+	}
+	sum := func(T float64) float64 {
+		s := 0.0
+		for r := range f {
+			s += math.Min(cp[r], math.Max(0, (T-f[r])/u[r]))
+		}
+		return s
+	}
+	lo, hi := 0.0, 0.0
+	for r := range f {
+		hi = math.Max(hi, f[r]+u[r])
+	}
+	for range 60 {
+		mid := (lo + hi) / 2
+		if sum(mid) >= 1 {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	s := make([]float64, g)
+	t := 0.0
+	for r := range f {
+		s[r] = math.Min(cp[r], math.Max(0, (hi-f[r])/u[r]))
+		t += s[r]
+	}
+	for r := range s { // remove the bisection's residue
+		s[r] /= t
+	}
+	return s
+}
+
+// stageFixed is the per-member replicated work of a stage: layers' fixed
+// parts plus the embedding (first stage) and output (last stage) on rank 0.
+func (e *env) stageFixed(group []int, sp parts, first, last bool) []work {
+	fx := make([]work, len(group))
+	for r := range group {
+		fx[r] = sp.fixed.add(e.extras(first && r == 0, last && r == 0))
+	}
+	return fx
+}
+
+// stageEstimate is the continuous-share time of layers [lo,hi) on group
+// (all-reduces and the entry hop included) and whether it fits in memory.
+func (e *env) stageEstimate(group []int, lo, hi int, first, last bool, entry float64) (float64, bool) {
+	sp := e.stageParts(lo, hi)
+	fixed := e.stageFixed(group, sp, first, last)
+	s := e.shares(group, sp, fixed)
+	if s == nil {
+		return 0, false
+	}
+	split := sp.attn.add(sp.ffn).add(sp.exp)
+	t := 0.0
+	for r, m := range group {
+		t = math.Max(t, e.time(m, fixed[r].add(split.scale(s[r]))))
+	}
+	return t + entry + float64(2*(hi-lo))*e.allReduceMs(group), true
+}

@@ -1,0 +1,63 @@
+// Package placement decides where a model runs: a pure function from a
+// model profile, node capacities, link measurements and operator options to
+// a Plan with its predicted cost. No I/O; the same inputs give the same plan
+// (nodes are sorted by ID, no map order leaks, ties break on node IDs).
+//
+// # Plan
+//
+// A Plan has pools (one "shared" pool today; "prefill" and "decode" pools
+// fit the same type), each a pipeline of stages. A stage is a layer range
+// [Lo,Hi) run by one node or a tensor-parallel (TP) group; each member has
+// a TP rank/size, a range of query heads (on GQA-group boundaries, so a KV
+// head is never split, and a whole number of attn_output quant blocks), a
+// range of FFN columns (on quant-block boundaries: 256 with K-quants, else
+// 32) and, for MoE models, a contiguous set of whole experts. Rank 0 of the
+// first stage holds the embedding, rank 0 of the last the output.
+//
+// # Cost model
+//
+// The predicted time is one decode step: each of Batch sequences advances
+// one token through every stage in turn. For a member holding fraction h of
+// the heads, f of the FFN columns and x of the experts of layers [lo,hi):
+//
+//	FLOPs  = Batch × (h·(attn matmuls + 4·n_head·head_dim·Context/2) + f·FFN
+//	         + x·n_expert_used·expert + router) + output (rank 0, last stage)
+//	read   = h·(attn weights + Batch·Context/2·KV bytes/token) + f·FFN weights
+//	         + x·n_expert·P(expert used by the batch)·expert weights + norms
+//	         + output weights (rank 0, last stage)
+//	member = max(FLOPs ÷ measured GFLOPS, read ÷ measured memory GB/s)
+//
+// (2 FLOPs per weight element; the KV cache is F16; P = 1−(1−k/n)^Batch.)
+// A stage takes its slowest member plus its communication: the hop into the
+// stage (one hidden vector per token, Batch × n_embd × 4 bytes, from rank 0
+// of the previous stage to each member: max latency + Σ bytes ÷ bandwidth)
+// and, for a TP group of g, two ring all-reduces of that vector per layer,
+// each 2(g−1) × (latency + bytes/g ÷ bandwidth) over the ring's slowest
+// link. The sampled token's return to the first stage adds one latency.
+// MsPerToken is the sum over stages; Cost also reports the compute, memory
+// and network parts and the slowest stage (the step interval of a full
+// pipeline).
+//
+// Memory admission: a member holds its weights, its share of the KV cache
+// for Context × Batch tokens and Options.Overhead, which must stay within
+// free memory × (1 − SafetyMargin). Unmeasured nodes get low defaults, and
+// unknown links 1 Gbit/s and 1 ms.
+//
+// # Search
+//
+// Only alive, non-draining, non-excluded (and, when pinned, pinned) nodes
+// are used. Candidates: every node alone; for a node set, the pure pipeline,
+// one TP group, groups of nodes whose mutual links are at least as fast as
+// each measured bandwidth (so TP groups stay on fast links), and fixed-size
+// groups; the set starts as all eligible nodes and drops, one at a time,
+// the node whose removal lowers the cost most. For each arrangement, layers
+// are split across stages to minimize the slowest stage within memory (a
+// bisection on stage time with a greedy fill: uneven counts proportional to
+// speed), and within a stage heads, FFN columns and experts are shared so
+// members finish together (continuous water-filling with memory caps, then
+// whole units by largest remainder, then moves off over-full and slowest
+// members). The cheapest feasible arrangement wins; ties go to fewer nodes.
+// A forced strategy keeps only pipelines or single TP groups. When nothing
+// fits, a FitError says how much memory the model needs and how much the
+// eligible nodes offer.
+package placement

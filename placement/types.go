@@ -1,0 +1,249 @@
+package placement
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Status is a node's health as the cluster state records it.
+type Status string
+
+// Node statuses (the same words as the coordinator's).
+const (
+	StatusAlive   Status = "alive"
+	StatusSuspect Status = "suspect"
+	StatusFailed  Status = "failed"
+	StatusLeft    Status = "left"
+)
+
+// Node is one machine as the planner sees it: measured capacities and health.
+type Node struct {
+	ID       string  `json:"id"`
+	Status   Status  `json:"status"`
+	Draining bool    `json:"draining"`
+	MemFree  uint64  `json:"mem_free"` // bytes the node can give to models
+	GFLOPS   float64 `json:"gflops"`   // measured matmul throughput, all cores
+	MemGBps  float64 `json:"mem_gbps"` // measured memory bandwidth
+}
+
+// Schedulable reports whether the planner may place anything on n: alive
+// and not draining. (A suspect node gets nothing new either.)
+func (n *Node) Schedulable() bool { return n.Status == StatusAlive && !n.Draining }
+
+// Defaults for nodes whose capabilities were never measured: low, so an
+// unmeasured node is used only when needed.
+const (
+	DefaultGFLOPS  = 10
+	DefaultMemGBps = 5
+)
+
+// Link is a measured one-way network path between two nodes.
+type Link struct {
+	Gbit      float64 `json:"gbit"`       // bandwidth, Gbit/s
+	LatencyMs float64 `json:"latency_ms"` // one-way latency
+}
+
+// DefaultLink is assumed for pairs nobody measured: 1 Gbit/s, 1 ms.
+var DefaultLink = Link{Gbit: 1, LatencyMs: 1}
+
+// LinkMatrix holds the links between pairs of nodes. The zero value knows no
+// links and answers Default (or DefaultLink) for every pair.
+type LinkMatrix struct {
+	Default Link
+	m       map[[2]string]Link
+}
+
+// Set records the link in both directions.
+func (lm *LinkMatrix) Set(a, b string, l Link) {
+	lm.SetOneWay(a, b, l)
+	lm.SetOneWay(b, a, l)
+}
+
+// SetOneWay records the link from a to b only.
+func (lm *LinkMatrix) SetOneWay(a, b string, l Link) {
+	if lm.m == nil {
+		lm.m = map[[2]string]Link{}
+	}
+	lm.m[[2]string{a, b}] = l
+}
+
+// Get returns the link from a to b. A node's link to itself is free.
+func (lm LinkMatrix) Get(a, b string) Link {
+	if a == b {
+		return Link{Gbit: math.Inf(1)}
+	}
+	if l, ok := lm.m[[2]string{a, b}]; ok && l.Gbit > 0 {
+		return l
+	}
+	if lm.Default.Gbit > 0 {
+		return lm.Default
+	}
+	return DefaultLink
+}
+
+// Pairs lists the recorded links sorted by (from, to).
+func (lm LinkMatrix) Pairs() [][2]string {
+	out := make([][2]string, 0, len(lm.m))
+	for k := range lm.m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i][0] != out[j][0] {
+			return out[i][0] < out[j][0]
+		}
+		return out[i][1] < out[j][1]
+	})
+	return out
+}
+
+// Strategy restricts the plans considered.
+type Strategy string
+
+// Strategies.
+const (
+	Auto     Strategy = "auto"     // any mix of pipeline stages and TP groups
+	Pipeline Strategy = "pipeline" // every stage is one node
+	Tensor   Strategy = "tensor"   // one stage, one TP (and expert) group
+)
+
+// Options are the operator's choices.
+type Options struct {
+	Strategy Strategy // "" is Auto
+	// Pin, when non-empty, is the exact set of nodes to use.
+	Pin []string
+	// Exclude lists nodes never to use.
+	Exclude []string
+	// Context is the KV cache length per sequence in tokens (4096 if 0);
+	// Batch is the number of sequences decoded together (1 if 0).
+	Context int
+	Batch   int
+	// SafetyMargin is the fraction of a node's free memory left unused
+	// (0.10 if 0; negative for none).
+	SafetyMargin float64
+	// Overhead is memory per node beyond weights and KV: runtime, scratch,
+	// activations (512 MiB if 0).
+	Overhead uint64
+	// Version is written into the plan (1 if 0); the coordinator passes the
+	// previous plan's version + 1.
+	Version uint64
+}
+
+// Defaults applied by Plan.
+const (
+	DefaultContext      = 4096
+	DefaultSafetyMargin = 0.10
+	DefaultOverhead     = 512 << 20
+)
+
+func (o Options) normalized() Options {
+	if o.Strategy == "" {
+		o.Strategy = Auto
+	}
+	if o.Context <= 0 {
+		o.Context = DefaultContext
+	}
+	if o.Batch <= 0 {
+		o.Batch = 1
+	}
+	switch {
+	case o.SafetyMargin == 0:
+		o.SafetyMargin = DefaultSafetyMargin
+	case o.SafetyMargin < 0:
+		o.SafetyMargin = 0
+	}
+	if o.Overhead == 0 {
+		o.Overhead = DefaultOverhead
+	}
+	if o.Version == 0 {
+		o.Version = 1
+	}
+	return o
+}
+
+// Pool roles. Plans have one shared pool today; disaggregated serving adds
+// a prefill and a decode pool, each planned with its own options.
+const (
+	RoleShared  = "shared"
+	RolePrefill = "prefill"
+	RoleDecode  = "decode"
+)
+
+// Plan is where every part of a model runs, with its predicted cost.
+type Plan struct {
+	Version  uint64   `json:"version"`
+	Model    string   `json:"model"`
+	Strategy string   `json:"strategy"` // single, pipeline, tensor, hybrid (as chosen)
+	Pools    []Pool   `json:"pools"`
+	Cost     Cost     `json:"cost"`
+	Explain  []string `json:"explain"` // why this plan, in a few lines
+	Context  int      `json:"context"` // the options the plan was made for
+	Batch    int      `json:"batch"`
+}
+
+// Pool is a pipeline of stages serving one role.
+type Pool struct {
+	Role   string  `json:"role"`
+	Stages []Stage `json:"stages"`
+	Cost   Cost    `json:"cost"`
+}
+
+// Stage is the contiguous layer range [Lo,Hi) run by its members, one node
+// or a tensor-parallel group.
+type Stage struct {
+	Lo      int      `json:"lo"`
+	Hi      int      `json:"hi"`
+	Members []Member `json:"members"`
+	Ms      float64  `json:"ms"` // predicted time of one decode step in this stage, all-reduces included
+}
+
+// Member is one node's part of a stage. Head ranges count query heads and
+// fall on GQA group boundaries; FFN ranges count FFN columns (of the dense
+// FFN or the shared expert) and fall on quantization block boundaries.
+// Experts lists the routed experts the member holds (nil for dense models).
+type Member struct {
+	Node      string  `json:"node"`
+	TPRank    int     `json:"tp_rank"`
+	TPSize    int     `json:"tp_size"`
+	HeadLo    int     `json:"head_lo"`
+	HeadHi    int     `json:"head_hi"`
+	FFNLo     int     `json:"ffn_lo"`
+	FFNHi     int     `json:"ffn_hi"`
+	Experts   []int   `json:"experts,omitempty"`
+	Embedding bool    `json:"embedding,omitempty"` // holds token_embd and embeds the stage's input
+	Output    bool    `json:"output,omitempty"`    // holds output_norm and output, computes logits
+	MemBytes  uint64  `json:"mem_bytes"`           // predicted: weights + KV + overhead
+	Ms        float64 `json:"ms"`                  // predicted compute/memory time of one decode step
+}
+
+// Cost is a predicted decode step: every sequence of the batch advances
+// one token. Each stage takes the larger of its slowest member's compute
+// and memory time (they overlap), so MsPerToken = Σ stages max(compute,
+// memory) + NetworkMs, and ComputeMs and MemoryMs sum the two sides of that
+// maximum over the stages' slowest members.
+type Cost struct {
+	MsPerToken   float64 `json:"ms_per_token"`
+	ComputeMs    float64 `json:"compute_ms"`    // arithmetic: FLOPs ÷ measured GFLOPS
+	MemoryMs     float64 `json:"memory_ms"`     // weight and KV reads ÷ measured GB/s
+	NetworkMs    float64 `json:"network_ms"`    // hops, all-reduces, the sampled token's return
+	BottleneckMs float64 `json:"bottleneck_ms"` // the slowest stage: the step interval when the pipeline is kept full
+}
+
+// FitError is returned when no plan fits in memory.
+type FitError struct {
+	Model  string
+	Need   uint64 // weights + KV cache
+	Usable uint64 // across the eligible nodes after margin and overhead
+	Nodes  int
+	Msg    string
+}
+
+func (e *FitError) Error() string { return e.Msg }
+
+// GiB formats bytes in GiB with one decimal (in MiB below 1 GiB).
+func GiB(b uint64) string {
+	if b < 1<<30 {
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+}
