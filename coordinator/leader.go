@@ -60,6 +60,9 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 		case <-time.After(s.cfg.ReconcileInterval):
 		}
 	}
+	if s.cfg.OnLeader != nil {
+		s.cfg.OnLeader()
+	}
 	s.mu.Lock()
 	s.seen = map[string]time.Time{}
 	s.failed = map[string]time.Time{}

@@ -55,6 +55,10 @@ type Config struct {
 	// Raft cluster, so a late server does not bootstrap a second one.
 	PeerHasState func(ctx context.Context, m Member) (bool, error)
 
+	// OnLeader runs once each time this server gains leadership, after the
+	// barrier and before the first reconcile (e.g. to seed state).
+	OnLeader func()
+
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration

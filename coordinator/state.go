@@ -55,8 +55,9 @@ func (n *Node) Schedulable() bool { return n.Status == StatusAlive && !n.Drainin
 
 // Token kinds.
 const (
-	TokenJoin  = "join"
-	TokenAdmin = "admin"
+	TokenJoin      = "join"
+	TokenAdmin     = "admin"
+	TokenBootstrap = "bootstrap" // the secret the bootstrap servers share; ID "bootstrap"
 )
 
 // Token is a join token or an admin API key. Only a hash of the secret is

@@ -2,6 +2,8 @@ package transport
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -99,7 +101,7 @@ func Listen(cfg Config) (*Endpoint, error) {
 		return nil, errors.New("transport: an identity is required")
 	}
 	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = 15 * time.Second
+		cfg.IdleTimeout = 6 * time.Second
 	}
 	if cfg.HandshakeTimeout == 0 {
 		cfg.HandshakeTimeout = 3 * time.Second
@@ -115,7 +117,7 @@ func Listen(cfg Config) (*Endpoint, error) {
 	e := &Endpoint{
 		cfg: cfg,
 		udp: udp,
-		tr:  &quic.Transport{Conn: udp},
+		tr:  &quic.Transport{Conn: udp, StatelessResetKey: resetKey(cfg.Identity)},
 		qcfg: &quic.Config{
 			MaxIdleTimeout:        cfg.IdleTimeout,
 			KeepAlivePeriod:       cfg.IdleTimeout / 3,
@@ -136,6 +138,22 @@ func Listen(cfg Config) (*Endpoint, error) {
 	e.wg.Add(1)
 	go e.acceptLoop()
 	return e, nil
+}
+
+// resetKey derives the stateless reset key from the node's private key, so
+// a node restarted on the same address resets the connections its peers
+// still hold to its previous run instead of leaving them to time out.
+func resetKey(id *Identity) *quic.StatelessResetKey {
+	var k quic.StatelessResetKey
+	h := sha256.New()
+	h.Write([]byte("shoal stateless reset v1"))
+	if pk, ok := id.Cert.PrivateKey.(ed25519.PrivateKey); ok {
+		h.Write(pk.Seed())
+	} else {
+		h.Write(id.Cert.Certificate[0])
+	}
+	copy(k[:], h.Sum(nil))
+	return &k
 }
 
 // Addr is the bound UDP address.

@@ -1,0 +1,155 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"shoal/coordinator"
+)
+
+// DefaultAddr is where the CLI finds the local agent.
+const DefaultAddr = "http://127.0.0.1:7948"
+
+// Client calls an agent's admin API.
+type Client struct {
+	Addr  string // base URL; host:port is accepted
+	Token string
+	HTTP  *http.Client
+}
+
+// NewClient builds a client from addr and token, falling back to
+// SHOAL_ADDR and SHOAL_TOKEN.
+func NewClient(addr, token string) *Client {
+	if addr == "" {
+		addr = os.Getenv("SHOAL_ADDR")
+	}
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	if token == "" {
+		token = os.Getenv("SHOAL_TOKEN")
+	}
+	return &Client{Addr: strings.TrimRight(addr, "/"), Token: token, HTTP: &http.Client{Timeout: 15 * time.Second}}
+}
+
+// APIError is an error answer from the agent.
+type APIError struct {
+	Code int
+	Msg  string
+}
+
+func (e *APIError) Error() string   { return e.Msg }
+func (e *APIError) HTTPStatus() int { return e.Code }
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.Addr+path, body)
+	if err != nil {
+		return fmt.Errorf("agent address %q: %w", c.Addr, err)
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if ok := asURLError(err, &ue); ok {
+			err = ue.Err
+		}
+		return fmt.Errorf("cannot reach agent at %s: %v (is 'shoal agent' running? set SHOAL_ADDR)", c.Addr, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var e Error
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return &APIError{Code: resp.StatusCode, Msg: e.Error}
+		}
+		return &APIError{Code: resp.StatusCode, Msg: fmt.Sprintf("%s %s: %s", method, path, resp.Status)}
+	}
+	if out != nil && len(b) > 0 {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+func asURLError(err error, target **url.Error) bool {
+	ue, ok := err.(*url.Error)
+	if ok {
+		*target = ue
+	}
+	return ok
+}
+
+// Status of the cluster as the agent sees it.
+func (c *Client) Status(ctx context.Context) (*Status, error) {
+	var s Status
+	return &s, c.do(ctx, "GET", "/v1/status", nil, &s)
+}
+
+// Nodes in the cluster state.
+func (c *Client) Nodes(ctx context.Context) ([]*coordinator.Node, error) {
+	var n []*coordinator.Node
+	return n, c.do(ctx, "GET", "/v1/nodes", nil, &n)
+}
+
+// Drain keeps new placements off a node (or lifts that with drain=false).
+func (c *Client) Drain(ctx context.Context, id string, drain bool) error {
+	op := "drain"
+	if !drain {
+		op = "undrain"
+	}
+	return c.do(ctx, "POST", "/v1/nodes/"+url.PathEscape(id)+"/"+op, nil, nil)
+}
+
+// RemoveNode removes a node from Raft, gossip and the state.
+func (c *Client) RemoveNode(ctx context.Context, id string) error {
+	return c.do(ctx, "DELETE", "/v1/nodes/"+url.PathEscape(id), nil, nil)
+}
+
+// Members is the raw gossip view.
+func (c *Client) Members(ctx context.Context) ([]Member, error) {
+	var m []Member
+	return m, c.do(ctx, "GET", "/v1/members", nil, &m)
+}
+
+// CreateToken creates a join token or admin API key.
+func (c *Client) CreateToken(ctx context.Context, req TokenRequest) (*NewToken, error) {
+	var t NewToken
+	return &t, c.do(ctx, "POST", "/v1/tokens", req, &t)
+}
+
+// Tokens lists tokens (hashes only).
+func (c *Client) Tokens(ctx context.Context) ([]*coordinator.Token, error) {
+	var t []*coordinator.Token
+	return t, c.do(ctx, "GET", "/v1/tokens", nil, &t)
+}
+
+// RevokeToken revokes a token by ID.
+func (c *Client) RevokeToken(ctx context.Context, id string) error {
+	return c.do(ctx, "DELETE", "/v1/tokens/"+url.PathEscape(id), nil, nil)
+}

@@ -1,0 +1,369 @@
+package openai
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nikolalohinski/gonja/v2/builtins"
+	"github.com/nikolalohinski/gonja/v2/config"
+	"github.com/nikolalohinski/gonja/v2/exec"
+	"github.com/nikolalohinski/gonja/v2/loaders"
+)
+
+// ChatMLTemplate is the template used for models whose GGUF file carries no
+// tokenizer.chat_template (the same fallback llama.cpp uses).
+const ChatMLTemplate = `{%- for message in messages -%}
+{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+{{- '<|im_start|>assistant\n' -}}
+{%- endif -%}`
+
+// ChatTemplate is a compiled Jinja chat template in the Hugging Face
+// convention: it is rendered with messages (role, content), bos_token,
+// eos_token and add_generation_prompt, with raise_exception, strftime_now
+// and a Python-compatible tojson available, trim_blocks and lstrip_blocks
+// on, as transformers' apply_chat_template does.
+type ChatTemplate struct {
+	src string
+	tpl *exec.Template
+}
+
+// TemplateError is a template's raise_exception call: the request is at
+// fault (for example roles that do not alternate), so it maps to 400.
+type TemplateError struct{ Message string }
+
+func (e *TemplateError) Error() string { return e.Message }
+
+// env is the gonja environment chat templates run in: gonja's Python
+// built-ins with tojson replaced by one that prints like Python's
+// json.dumps (", " and ": " separators, keys in insertion order, non-ASCII
+// kept), as transformers' tojson does.
+var env = func() *exec.Environment {
+	filters := exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(builtins.Filters)
+	if err := filters.Replace("tojson", filterToJSON); err != nil {
+		panic(err)
+	}
+	return &exec.Environment{
+		Context:           exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables),
+		Filters:           filters,
+		Tests:             builtins.Tests,
+		ControlStructures: builtins.ControlStructures,
+		Methods:           builtins.Methods,
+	}
+}()
+
+const templateID = "/chat_template"
+
+// ParseChatTemplate compiles a chat template.
+func ParseChatTemplate(src string) (_ *ChatTemplate, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("chat template: parser panic: %v", r)
+		}
+	}()
+	cfg := config.New()
+	cfg.TrimBlocks = true
+	cfg.LeftStripBlocks = true
+	// Only the template itself can be loaded: {% include %} of anything
+	// else fails instead of reading the file system.
+	loader, err := loaders.NewMemoryLoader(map[string]string{templateID: src})
+	if err != nil {
+		return nil, err
+	}
+	tpl, err := exec.NewTemplate(templateID, cfg, loader, env)
+	if err != nil {
+		return nil, fmt.Errorf("chat template: %w", err)
+	}
+	return &ChatTemplate{src: src, tpl: tpl}, nil
+}
+
+// Source returns the template text.
+func (t *ChatTemplate) Source() string { return t.src }
+
+// TemplateMessage is one chat message as the template sees it.
+type TemplateMessage struct {
+	Role    string
+	Content string
+	Name    string
+}
+
+// TemplateInput holds the variables a chat template is rendered with.
+type TemplateInput struct {
+	Messages            []TemplateMessage
+	BOS, EOS            string // token texts ("" when the vocabulary has none)
+	AddGenerationPrompt bool
+	Now                 time.Time // for strftime_now; zero means time.Now()
+}
+
+// Render renders the template. A raise_exception call in the template
+// returns a *TemplateError with its message.
+func (t *ChatTemplate) Render(in TemplateInput) (out string, err error) {
+	var raised *TemplateError
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = "", fmt.Errorf("chat template: panic while rendering: %v", r)
+		}
+	}()
+	now := in.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	msgs := make([]any, len(in.Messages))
+	for i, m := range in.Messages {
+		d := exec.NewDict()
+		d.Pairs = append(d.Pairs,
+			&exec.Pair{Key: exec.AsValue("role"), Value: exec.AsValue(m.Role)},
+			&exec.Pair{Key: exec.AsValue("content"), Value: exec.AsValue(m.Content)})
+		if m.Name != "" {
+			d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue("name"), Value: exec.AsValue(m.Name)})
+		}
+		msgs[i] = d
+	}
+	data := exec.NewContext(map[string]any{
+		"messages":              msgs,
+		"bos_token":             in.BOS,
+		"eos_token":             in.EOS,
+		"add_generation_prompt": in.AddGenerationPrompt,
+		"raise_exception": func(_ *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
+			msg := "the chat template raised an exception"
+			if len(p.Args) > 0 {
+				msg = p.Args[0].String()
+			}
+			if raised == nil {
+				raised = &TemplateError{Message: msg}
+			}
+			return nil, raised
+		},
+		"strftime_now": func(_ *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
+			if len(p.Args) != 1 || !p.Args[0].IsString() {
+				return nil, errors.New("strftime_now takes one format string")
+			}
+			return exec.AsValue(strftime(now, p.Args[0].String())), nil
+		},
+	})
+	out, err = t.tpl.ExecuteToString(data)
+	if raised != nil {
+		return "", raised
+	}
+	if err != nil {
+		return "", fmt.Errorf("chat template: %w", err)
+	}
+	return out, nil
+}
+
+// strftime formats t with the C/Python strftime directives templates use.
+func strftime(t time.Time, f string) string {
+	var b strings.Builder
+	for i := 0; i < len(f); i++ {
+		c := f[i]
+		if c != '%' || i+1 == len(f) {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		switch f[i] {
+		case 'a':
+			b.WriteString(t.Format("Mon"))
+		case 'A':
+			b.WriteString(t.Format("Monday"))
+		case 'b', 'h':
+			b.WriteString(t.Format("Jan"))
+		case 'B':
+			b.WriteString(t.Format("January"))
+		case 'd':
+			b.WriteString(t.Format("02"))
+		case 'e':
+			fmt.Fprintf(&b, "%2d", t.Day())
+		case 'm':
+			b.WriteString(t.Format("01"))
+		case 'y':
+			b.WriteString(t.Format("06"))
+		case 'Y':
+			b.WriteString(t.Format("2006"))
+		case 'H':
+			b.WriteString(t.Format("15"))
+		case 'I':
+			b.WriteString(t.Format("03"))
+		case 'M':
+			b.WriteString(t.Format("04"))
+		case 'S':
+			b.WriteString(t.Format("05"))
+		case 'p':
+			b.WriteString(t.Format("PM"))
+		case 'j':
+			fmt.Fprintf(&b, "%03d", t.YearDay())
+		case 'Z':
+			b.WriteString(t.Format("MST"))
+		case 'z':
+			b.WriteString(t.Format("-0700"))
+		case 'F':
+			b.WriteString(t.Format("2006-01-02"))
+		case 'T':
+			b.WriteString(t.Format("15:04:05"))
+		case '%':
+			b.WriteByte('%')
+		default:
+			b.WriteByte('%')
+			b.WriteByte(f[i])
+		}
+	}
+	return b.String()
+}
+
+// filterToJSON prints a value like Python's json.dumps(x, ensure_ascii=False)
+// with optional indent, which is what transformers' tojson does.
+func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+	if in.IsError() {
+		return in
+	}
+	indent := -1
+	if v, ok := params.KwArgs["indent"]; ok && v.IsInteger() {
+		indent = v.Integer()
+	} else if len(params.Args) > 0 && params.Args[0].IsInteger() {
+		indent = params.Args[0].Integer()
+	}
+	var b strings.Builder
+	if err := writePyJSON(&b, in, indent, 0); err != nil {
+		return exec.AsValue(err)
+	}
+	return exec.AsSafeValue(b.String())
+}
+
+func writePyJSON(b *strings.Builder, v *exec.Value, indent, depth int) error {
+	if depth > 64 {
+		return errors.New("tojson: value nested too deeply")
+	}
+	newline := func(d int) {
+		if indent >= 0 {
+			b.WriteByte('\n')
+			b.WriteString(strings.Repeat(" ", indent*d))
+		}
+	}
+	itemSep := ", "
+	if indent >= 0 {
+		itemSep = ","
+	}
+	switch {
+	case v == nil || v.IsNil():
+		b.WriteString("null")
+	case v.IsBool():
+		if v.Bool() {
+			b.WriteString("true")
+		} else {
+			b.WriteString("false")
+		}
+	case v.IsInteger():
+		b.WriteString(strconv.Itoa(v.Integer()))
+	case v.IsFloat():
+		f := v.Float()
+		switch {
+		case math.IsNaN(f):
+			b.WriteString("NaN")
+		case math.IsInf(f, 1):
+			b.WriteString("Infinity")
+		case math.IsInf(f, -1):
+			b.WriteString("-Infinity")
+		default:
+			s := strconv.FormatFloat(f, 'g', -1, 64)
+			if !strings.ContainsAny(s, ".eEn") {
+				s += ".0"
+			}
+			b.WriteString(s)
+		}
+	case v.IsString():
+		writePyString(b, v.String())
+	case v.IsDict():
+		pairs := dictPairs(v)
+		if len(pairs) == 0 {
+			b.WriteString("{}")
+			return nil
+		}
+		b.WriteByte('{')
+		for i, p := range pairs {
+			if i > 0 {
+				b.WriteString(itemSep)
+			}
+			newline(depth + 1)
+			writePyString(b, p.Key.String())
+			b.WriteString(": ")
+			if err := writePyJSON(b, p.Value, indent, depth+1); err != nil {
+				return err
+			}
+		}
+		newline(depth)
+		b.WriteByte('}')
+	case v.IsList():
+		n := v.Len()
+		if n == 0 {
+			b.WriteString("[]")
+			return nil
+		}
+		b.WriteByte('[')
+		for i := 0; i < n; i++ {
+			if i > 0 {
+				b.WriteString(itemSep)
+			}
+			newline(depth + 1)
+			if err := writePyJSON(b, v.Index(i), indent, depth+1); err != nil {
+				return err
+			}
+		}
+		newline(depth)
+		b.WriteByte(']')
+	default:
+		writePyString(b, v.String())
+	}
+	return nil
+}
+
+// dictPairs returns a dict's entries: in insertion order for gonja dicts,
+// sorted by key for Go maps (which have no order).
+func dictPairs(v *exec.Value) []*exec.Pair {
+	if d, ok := v.Interface().(*exec.Dict); ok {
+		return d.Pairs
+	}
+	if d, ok := v.Interface().(exec.Dict); ok {
+		return d.Pairs
+	}
+	pairs := v.Items()
+	sort.Slice(pairs, func(i, j int) bool { return pairs[i].Key.String() < pairs[j].Key.String() })
+	return pairs
+}
+
+func writePyString(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+		switch r {
+		case '"':
+			b.WriteString(`\"`)
+		case '\\':
+			b.WriteString(`\\`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		case '\b':
+			b.WriteString(`\b`)
+		case '\f':
+			b.WriteString(`\f`)
+		default:
+			if r < 0x20 {
+				fmt.Fprintf(b, `\u%04x`, r)
+			} else {
+				b.WriteRune(r)
+			}
+		}
+	}
+	b.WriteByte('"')
+}

@@ -1,0 +1,392 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+)
+
+// The request and response bodies of the OpenAI API, as far as shoal serves
+// it. Requests decode into typed fields (a wrong type is a 400); fields
+// shoal does not know are ignored.
+
+// StreamOptions is stream_options.
+type StreamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// StopList is "stop": a string or an array of strings.
+type StopList []string
+
+// UnmarshalJSON accepts null, a string or an array of strings.
+func (s *StopList) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch {
+	case bytes.Equal(b, []byte("null")):
+		*s = nil
+		return nil
+	case len(b) > 0 && b[0] == '"':
+		var one string
+		if err := json.Unmarshal(b, &one); err != nil {
+			return err
+		}
+		*s = StopList{one}
+		return nil
+	case len(b) > 0 && b[0] == '[':
+		var many []string
+		if err := json.Unmarshal(b, &many); err != nil {
+			return err
+		}
+		*s = many
+		return nil
+	}
+	return &json.UnmarshalTypeError{Value: jsonKind(b), Type: stopType, Field: "stop"}
+}
+
+// MessageContent is a message's "content": null, a string, or an array of
+// content parts of which shoal reads the text parts.
+type MessageContent struct {
+	Text string
+	// Parts counts the parts when content was an array; NonText counts
+	// parts that were not text (images, audio), which shoal cannot use.
+	Parts, NonText int
+	Null           bool
+}
+
+type contentPart struct {
+	Type string  `json:"type"`
+	Text *string `json:"text"`
+}
+
+// UnmarshalJSON accepts null, a string, or an array of parts; text parts
+// are joined with newlines.
+func (c *MessageContent) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	*c = MessageContent{}
+	switch {
+	case bytes.Equal(b, []byte("null")):
+		c.Null = true
+		return nil
+	case len(b) > 0 && b[0] == '"':
+		return json.Unmarshal(b, &c.Text)
+	case len(b) > 0 && b[0] == '[':
+		var parts []contentPart
+		if err := json.Unmarshal(b, &parts); err != nil {
+			return err
+		}
+		var texts []string
+		for _, p := range parts {
+			c.Parts++
+			if p.Type == "text" && p.Text != nil {
+				texts = append(texts, *p.Text)
+				continue
+			}
+			c.NonText++
+		}
+		c.Text = strings.Join(texts, "\n")
+		return nil
+	}
+	return &json.UnmarshalTypeError{Value: jsonKind(b), Type: contentType, Field: "content"}
+}
+
+var (
+	stopType    = reflect.TypeFor[[]string]()
+	contentType = reflect.TypeFor[string]()
+)
+
+// ChatMessage is one entry of "messages".
+type ChatMessage struct {
+	Role    string          `json:"role"`
+	Content *MessageContent `json:"content"`
+	Name    string          `json:"name,omitempty"`
+}
+
+// ChatRequest is the body of POST /v1/chat/completions.
+type ChatRequest struct {
+	Model               string         `json:"model"`
+	Messages            []ChatMessage  `json:"messages"`
+	MaxTokens           *int           `json:"max_tokens"`
+	MaxCompletionTokens *int           `json:"max_completion_tokens"`
+	Temperature         *float64       `json:"temperature"`
+	TopP                *float64       `json:"top_p"`
+	N                   *int           `json:"n"`
+	Stream              bool           `json:"stream"`
+	StreamOptions       *StreamOptions `json:"stream_options"`
+	Stop                StopList       `json:"stop"`
+	PresencePenalty     *float64       `json:"presence_penalty"`
+	FrequencyPenalty    *float64       `json:"frequency_penalty"`
+	Seed                *int64         `json:"seed"`
+	Logprobs            bool           `json:"logprobs"`
+	TopLogprobs         *int           `json:"top_logprobs"`
+	User                string         `json:"user"`
+	Tools               []any          `json:"tools"`
+	ResponseFormat      *struct {
+		Type string `json:"type"`
+	} `json:"response_format"`
+	// Extensions llama.cpp and vLLM also accept.
+	TopK          *int     `json:"top_k"`
+	MinP          *float64 `json:"min_p"`
+	RepeatPenalty *float64 `json:"repeat_penalty"`
+}
+
+// PromptInput is the completions "prompt": a string, an array of one
+// string, or an array of token ids.
+type PromptInput struct {
+	Text   string
+	Tokens []int32
+	IsText bool
+	Count  int // prompts given (shoal serves one)
+}
+
+// UnmarshalJSON reads the prompt.
+func (p *PromptInput) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	*p = PromptInput{}
+	switch {
+	case len(b) > 0 && b[0] == '"':
+		p.IsText, p.Count = true, 1
+		return json.Unmarshal(b, &p.Text)
+	case len(b) > 0 && b[0] == '[':
+		var raw []json.RawMessage
+		if err := json.Unmarshal(b, &raw); err != nil {
+			return err
+		}
+		if len(raw) == 0 {
+			return nil
+		}
+		first := bytes.TrimSpace(raw[0])
+		switch {
+		case len(first) > 0 && first[0] == '"':
+			var ss []string
+			if err := json.Unmarshal(b, &ss); err != nil {
+				return err
+			}
+			p.IsText, p.Count, p.Text = true, len(ss), ss[0]
+			return nil
+		case len(first) > 0 && first[0] == '[':
+			var tt [][]int32
+			if err := json.Unmarshal(b, &tt); err != nil {
+				return err
+			}
+			p.Count, p.Tokens = len(tt), tt[0]
+			return nil
+		default:
+			p.Count = 1
+			return json.Unmarshal(b, &p.Tokens)
+		}
+	}
+	return &json.UnmarshalTypeError{Value: jsonKind(b), Type: contentType, Field: "prompt"}
+}
+
+// CompletionRequest is the body of POST /v1/completions.
+type CompletionRequest struct {
+	Model            string         `json:"model"`
+	Prompt           *PromptInput   `json:"prompt"`
+	MaxTokens        *int           `json:"max_tokens"`
+	Temperature      *float64       `json:"temperature"`
+	TopP             *float64       `json:"top_p"`
+	N                *int           `json:"n"`
+	BestOf           *int           `json:"best_of"`
+	Stream           bool           `json:"stream"`
+	StreamOptions    *StreamOptions `json:"stream_options"`
+	Stop             StopList       `json:"stop"`
+	PresencePenalty  *float64       `json:"presence_penalty"`
+	FrequencyPenalty *float64       `json:"frequency_penalty"`
+	Seed             *int64         `json:"seed"`
+	Logprobs         *int           `json:"logprobs"`
+	Echo             bool           `json:"echo"`
+	Suffix           *string        `json:"suffix"`
+	User             string         `json:"user"`
+	TopK             *int           `json:"top_k"`
+	MinP             *float64       `json:"min_p"`
+	RepeatPenalty    *float64       `json:"repeat_penalty"`
+}
+
+// Usage is the token accounting of a request.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// TopLogprob is one alternative in the chat logprobs shape.
+type TopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float32 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+// TokenLogprob is one generated token in the chat logprobs shape.
+type TokenLogprob struct {
+	Token       string       `json:"token"`
+	Logprob     float32      `json:"logprob"`
+	Bytes       []int        `json:"bytes"`
+	TopLogprobs []TopLogprob `json:"top_logprobs"`
+}
+
+// ChatLogprobs is choices[].logprobs of a chat completion.
+type ChatLogprobs struct {
+	Content []TokenLogprob `json:"content"`
+	Refusal []TokenLogprob `json:"refusal"`
+}
+
+// AssistantMessage is the message of a chat completion choice.
+type AssistantMessage struct {
+	Role    string  `json:"role"`
+	Content string  `json:"content"`
+	Refusal *string `json:"refusal"`
+}
+
+// ChatChoice is one choice of a chat completion.
+type ChatChoice struct {
+	Index        int              `json:"index"`
+	Message      AssistantMessage `json:"message"`
+	Logprobs     *ChatLogprobs    `json:"logprobs"`
+	FinishReason string           `json:"finish_reason"`
+}
+
+// ChatCompletion is the response of a chat completion.
+type ChatCompletion struct {
+	ID                string       `json:"id"`
+	Object            string       `json:"object"` // "chat.completion"
+	Created           int64        `json:"created"`
+	Model             string       `json:"model"`
+	SystemFingerprint string       `json:"system_fingerprint,omitempty"`
+	Choices           []ChatChoice `json:"choices"`
+	Usage             Usage        `json:"usage"`
+}
+
+// ChatDelta is the delta of a streamed chat chunk.
+type ChatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+// ChatChunkChoice is one choice of a streamed chat chunk.
+type ChatChunkChoice struct {
+	Index        int           `json:"index"`
+	Delta        ChatDelta     `json:"delta"`
+	Logprobs     *ChatLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
+}
+
+// ChatChunk is one "chat.completion.chunk" event.
+type ChatChunk struct {
+	ID                string            `json:"id"`
+	Object            string            `json:"object"`
+	Created           int64             `json:"created"`
+	Model             string            `json:"model"`
+	SystemFingerprint string            `json:"system_fingerprint,omitempty"`
+	Choices           []ChatChunkChoice `json:"choices"`
+	// Usage is null on every chunk but the last when include_usage is set,
+	// and absent otherwise.
+	Usage json.RawMessage `json:"usage,omitempty"`
+}
+
+// CompletionLogprobs is the legacy completions logprobs shape.
+type CompletionLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float32            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float32 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
+// CompletionChoice is one choice of a completion (or completion chunk).
+type CompletionChoice struct {
+	Index        int                 `json:"index"`
+	Text         string              `json:"text"`
+	Logprobs     *CompletionLogprobs `json:"logprobs"`
+	FinishReason *string             `json:"finish_reason"`
+}
+
+// Completion is the response of POST /v1/completions, and each streamed
+// chunk of it.
+type Completion struct {
+	ID                string             `json:"id"`
+	Object            string             `json:"object"` // "text_completion"
+	Created           int64              `json:"created"`
+	Model             string             `json:"model"`
+	SystemFingerprint string             `json:"system_fingerprint,omitempty"`
+	Choices           []CompletionChoice `json:"choices"`
+	Usage             json.RawMessage    `json:"usage,omitempty"`
+}
+
+// ModelEntry is one model of GET /v1/models.
+type ModelEntry struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"` // "model"
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	// shoal's own fields.
+	ChatTemplate string `json:"shoal.chat_template"` // "model" or "fallback-chatml"
+	ContextLen   int    `json:"shoal.context_length,omitempty"`
+}
+
+// ModelList is the response of GET /v1/models.
+type ModelList struct {
+	Object string       `json:"object"` // "list"
+	Data   []ModelEntry `json:"data"`
+}
+
+// ErrorBody is the OpenAI error shape.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the inside of ErrorBody.
+type ErrorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+// jsonKind names the JSON type of a value for error messages.
+func jsonKind(b []byte) string {
+	if len(b) == 0 {
+		return "nothing"
+	}
+	switch b[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "bool"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+// describeJSONError turns a decoding error into a message and the
+// offending parameter.
+func describeJSONError(err error) (msg, param string) {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		field := te.Field
+		want := te.Type.String()
+		switch want {
+		case "float64", "float32":
+			want = "number"
+		case "int", "int64", "int32":
+			want = "integer"
+		case "bool":
+			want = "boolean"
+		}
+		if field == "" {
+			return fmt.Sprintf("invalid type: got %s, expected %s", te.Value, want), ""
+		}
+		return fmt.Sprintf("invalid type for '%s': got %s, expected %s", field, te.Value, want), field
+	case errors.As(err, &se):
+		return fmt.Sprintf("we could not parse the JSON body of your request: %v (at byte %d)", se, se.Offset), ""
+	}
+	return "we could not parse the JSON body of your request: " + err.Error(), ""
+}

@@ -1,0 +1,176 @@
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"shoal/coordinator"
+)
+
+// Error is the JSON body of every error answer.
+type Error struct {
+	Error string `json:"error"`
+}
+
+// statusOf maps an error to an HTTP status.
+func statusOf(err error) int {
+	var s interface{ HTTPStatus() int }
+	if errors.As(err, &s) {
+		return s.HTTPStatus()
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+// Handler returns the admin API.
+func Handler(b Backend) http.Handler {
+	mux := http.NewServeMux()
+	h := &handler{b: b, log: zap.L().Named("api")}
+	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /v1/status", h.auth(func(r *http.Request) (any, error) { return b.Status(r.Context()) }))
+	mux.HandleFunc("GET /v1/nodes", h.auth(func(r *http.Request) (any, error) { return b.Nodes(r.Context()) }))
+	mux.HandleFunc("GET /v1/nodes/{id}", h.auth(func(r *http.Request) (any, error) {
+		nodes, err := b.Nodes(r.Context())
+		if err != nil {
+			return nil, err
+		}
+		n, err := FindNode(nodes, r.PathValue("id"))
+		return n, err
+	}))
+	mux.HandleFunc("POST /v1/nodes/{id}/drain", h.auth(func(r *http.Request) (any, error) {
+		return nil, b.Drain(r.Context(), r.PathValue("id"), true)
+	}))
+	mux.HandleFunc("POST /v1/nodes/{id}/undrain", h.auth(func(r *http.Request) (any, error) {
+		return nil, b.Drain(r.Context(), r.PathValue("id"), false)
+	}))
+	mux.HandleFunc("DELETE /v1/nodes/{id}", h.auth(func(r *http.Request) (any, error) {
+		return nil, b.RemoveNode(r.Context(), r.PathValue("id"))
+	}))
+	mux.HandleFunc("GET /v1/members", h.auth(func(r *http.Request) (any, error) { return b.Members(r.Context()) }))
+	mux.HandleFunc("GET /v1/tokens", h.auth(func(r *http.Request) (any, error) { return b.Tokens(r.Context()) }))
+	mux.HandleFunc("POST /v1/tokens", h.auth(func(r *http.Request) (any, error) {
+		var req TokenRequest
+		if r.ContentLength != 0 {
+			dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 64<<10))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&req); err != nil {
+				return nil, &httpError{http.StatusBadRequest, "malformed token request: " + err.Error()}
+			}
+		}
+		if req.Kind == "" {
+			req.Kind = coordinator.TokenJoin
+		}
+		if req.Kind != coordinator.TokenJoin && req.Kind != coordinator.TokenAdmin {
+			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("token kind %q: want join or admin", req.Kind)}
+		}
+		var ttl time.Duration
+		if req.TTL != "" {
+			d, err := time.ParseDuration(req.TTL)
+			if err != nil || d <= 0 {
+				return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("ttl %q: want a positive duration such as 24h", req.TTL)}
+			}
+			ttl = d
+		}
+		return b.CreateToken(r.Context(), req.Kind, req.Description, ttl)
+	}))
+	mux.HandleFunc("DELETE /v1/tokens/{id}", h.auth(func(r *http.Request) (any, error) {
+		return nil, b.RevokeToken(r.Context(), r.PathValue("id"))
+	}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, Error{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
+	})
+	return mux
+}
+
+type httpError struct {
+	code int
+	msg  string
+}
+
+func (e *httpError) Error() string   { return e.msg }
+func (e *httpError) HTTPStatus() int { return e.code }
+
+// FindNode finds a node by ID, unique ID prefix or name.
+func FindNode(nodes []*coordinator.Node, ref string) (*coordinator.Node, error) {
+	var match []*coordinator.Node
+	for _, n := range nodes {
+		if n.ID == ref || n.Name == ref {
+			return n, nil
+		}
+		if strings.HasPrefix(n.ID, ref) {
+			match = append(match, n)
+		}
+	}
+	switch len(match) {
+	case 1:
+		return match[0], nil
+	case 0:
+		return nil, &httpError{http.StatusNotFound, fmt.Sprintf("node %q not found", ref)}
+	}
+	return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("node %q is ambiguous: %d nodes match", ref, len(match))}
+}
+
+type handler struct {
+	b   Backend
+	log *zap.Logger
+}
+
+func (h *handler) auth(fn func(r *http.Request) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key, ok := bearer(r)
+		if !ok {
+			writeJSON(w, http.StatusUnauthorized, Error{Error: "missing API key: send Authorization: Bearer <key> (shoal reads SHOAL_TOKEN)"})
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		r = r.WithContext(ctx)
+		if err := h.b.Authorize(ctx, key); err != nil {
+			code := statusOf(err)
+			if code == http.StatusInternalServerError {
+				code = http.StatusForbidden
+			}
+			writeJSON(w, code, Error{Error: err.Error()})
+			return
+		}
+		out, err := fn(r)
+		if err != nil {
+			writeJSON(w, statusOf(err), Error{Error: err.Error()})
+			return
+		}
+		if out == nil {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	}
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	const p = "Bearer "
+	if len(h) <= len(p) || subtle.ConstantTimeCompare([]byte(strings.ToLower(h[:len(p)])), []byte("bearer ")) != 1 {
+		return "", false
+	}
+	return strings.TrimSpace(h[len(p):]), true
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

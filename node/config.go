@@ -1,0 +1,153 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+// Config of an agent. Ports of 0 pick a free port (tests); the CLI fills
+// in the defaults.
+type Config struct {
+	Name            string   `json:"name"`
+	DataDir         string   `json:"data_dir"`
+	Bind            string   `json:"bind"`      // IP to listen on
+	Advertise       string   `json:"advertise"` // IP others reach this node at
+	GossipPort      int      `json:"gossip_port"`
+	QUICPort        int      `json:"quic_port"`
+	HTTPPort        int      `json:"http_port"`
+	Join            []string `json:"join"` // QUIC addresses (host or host:port) of agents
+	BootstrapExpect int      `json:"bootstrap_expect"`
+	Server          bool     `json:"server"`
+	Token           string   `json:"token"`
+	Version         string   `json:"-"`
+	Tuning          Tuning   `json:"tuning"`
+}
+
+// Tuning holds timers. Zero values take LAN defaults; tests shorten them.
+type Tuning struct {
+	RaftTimeout         Duration `json:"raft_timeout"`         // heartbeat and election timeout
+	GossipProbe         Duration `json:"gossip_probe"`         // memberlist probe interval
+	ReconcileInterval   Duration `json:"reconcile_interval"`   // leader reconcile timer
+	DeadServerGrace     Duration `json:"dead_server_grace"`    // before a failed voter is replaced
+	ServerStabilization Duration `json:"server_stabilization"` // before a non-voter is promoted
+	ProbeDuration       Duration `json:"probe_duration"`       // each capability measurement
+	JoinTimeout         Duration `json:"join_timeout"`         // give up joining after this
+}
+
+// Duration is a time.Duration written as "500ms" in config files.
+type Duration time.Duration
+
+// UnmarshalJSON accepts "1.5s" or a number of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("duration %q: want e.g. 500ms or 2s", s)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var n int64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("duration %s: want e.g. \"500ms\"", b)
+	}
+	*d = Duration(n)
+	return nil
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d Duration) or(def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return time.Duration(d)
+}
+
+// LoadConfigFile reads a JSON config file into c; flags applied later win.
+func LoadConfigFile(path string, c *Config) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config file: %w", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(c); err != nil {
+		return fmt.Errorf("config file %s: %v", path, err)
+	}
+	return nil
+}
+
+// Validate reports the first problem in one line.
+func (c *Config) Validate() error {
+	if c.Name == "" {
+		return errors.New("--name is empty")
+	}
+	if len(c.Name) > 64 {
+		return fmt.Errorf("--name %q is longer than 64 characters", c.Name)
+	}
+	if c.DataDir == "" {
+		return errors.New("--data-dir is required: the agent keeps its identity, certificates and Raft log there")
+	}
+	if c.Bind != "" && net.ParseIP(c.Bind) == nil {
+		return fmt.Errorf("--bind %q is not an IP address", c.Bind)
+	}
+	if c.Advertise != "" && net.ParseIP(c.Advertise) == nil {
+		return fmt.Errorf("--advertise %q is not an IP address", c.Advertise)
+	}
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"--gossip-port", c.GossipPort}, {"--quic-port", c.QUICPort}, {"--http-port", c.HTTPPort}} {
+		if p.v < 0 || p.v > 65535 {
+			return fmt.Errorf("%s %d is not a port", p.name, p.v)
+		}
+	}
+	if c.BootstrapExpect < 0 {
+		return fmt.Errorf("--bootstrap-expect %d: want a positive number of servers", c.BootstrapExpect)
+	}
+	if c.BootstrapExpect > 0 && !c.Server {
+		return errors.New("--bootstrap-expect needs --server: only servers bootstrap the cluster")
+	}
+	if c.BootstrapExpect > 1 && c.Token == "" {
+		return fmt.Errorf("--bootstrap-expect %d needs --token: servers that bootstrap together must share one secret", c.BootstrapExpect)
+	}
+	if c.BootstrapExpect > 1 && len(c.Join) == 0 {
+		return fmt.Errorf("--bootstrap-expect %d needs --join with the other servers' addresses", c.BootstrapExpect)
+	}
+	if c.Token != "" && !isJoinToken(c.Token) && len(c.Token) < 16 {
+		return errors.New("--token is too short: a bootstrap secret has at least 16 characters")
+	}
+	for _, j := range c.Join {
+		if _, err := joinAddr(j); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DefaultQUICPort is used for --join addresses without a port.
+const DefaultQUICPort = 7947
+
+func joinAddr(s string) (string, error) {
+	if s == "" {
+		return "", errors.New("--join address is empty")
+	}
+	if _, _, err := net.SplitHostPort(s); err == nil {
+		return s, nil
+	}
+	if strings.Count(s, ":") > 1 && !strings.HasPrefix(s, "[") { // bare IPv6
+		return net.JoinHostPort(s, fmt.Sprint(DefaultQUICPort)), nil
+	}
+	if strings.Contains(s, ":") {
+		return "", fmt.Errorf("--join %q: want host or host:port", s)
+	}
+	return net.JoinHostPort(s, fmt.Sprint(DefaultQUICPort)), nil
+}

@@ -1,0 +1,158 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/hashicorp/memberlist"
+
+	"shoal/coordinator"
+)
+
+// meta is what a node gossips about itself; short keys keep it far below
+// memberlist's 512-byte limit.
+type meta struct {
+	Name    string  `json:"n"`
+	Role    string  `json:"r"`
+	Version string  `json:"v"`
+	QUIC    int     `json:"q"`
+	HTTP    int     `json:"h"`
+	Expect  int     `json:"e,omitempty"`
+	Mem     uint64  `json:"mt"`
+	Free    uint64  `json:"mf"`
+	Cores   int     `json:"c"`
+	GFLOPS  float64 `json:"g"`
+	GBps    float64 `json:"b"`
+	Accel   string  `json:"a,omitempty"`
+}
+
+func (m *meta) encode() ([]byte, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("node metadata is %d bytes, limit %d (shorten --name)", len(b), memberlist.MetaMaxSize)
+	}
+	return b, nil
+}
+
+// gossip tracks memberlist's view, including dead and left nodes that
+// Members() no longer lists.
+type gossip struct {
+	ml   *memberlist.Memberlist
+	meta []byte
+
+	mu     sync.Mutex
+	nodes  map[string]*memberlist.Node
+	status map[string]coordinator.NodeStatus
+	events chan struct{}
+}
+
+func newGossip(m []byte) *gossip {
+	return &gossip{
+		meta:   m,
+		nodes:  map[string]*memberlist.Node{},
+		status: map[string]coordinator.NodeStatus{},
+		events: make(chan struct{}, 1),
+	}
+}
+
+// NodeMeta implements memberlist.Delegate.
+func (g *gossip) NodeMeta(limit int) []byte { return g.meta }
+
+// NotifyMsg implements memberlist.Delegate.
+func (g *gossip) NotifyMsg([]byte) {}
+
+// GetBroadcasts implements memberlist.Delegate.
+func (g *gossip) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+
+// LocalState implements memberlist.Delegate.
+func (g *gossip) LocalState(join bool) []byte { return nil }
+
+// MergeRemoteState implements memberlist.Delegate.
+func (g *gossip) MergeRemoteState(buf []byte, join bool) {}
+
+func (g *gossip) set(n *memberlist.Node, st coordinator.NodeStatus) {
+	g.mu.Lock()
+	c := *n
+	g.nodes[n.Name] = &c
+	g.status[n.Name] = st
+	g.mu.Unlock()
+	select {
+	case g.events <- struct{}{}:
+	default:
+	}
+}
+
+// NotifyJoin implements memberlist.EventDelegate.
+func (g *gossip) NotifyJoin(n *memberlist.Node) { g.set(n, coordinator.StatusAlive) }
+
+// NotifyLeave implements memberlist.EventDelegate.
+func (g *gossip) NotifyLeave(n *memberlist.Node) {
+	st := coordinator.StatusFailed
+	if n.State == memberlist.StateLeft {
+		st = coordinator.StatusLeft
+	}
+	g.set(n, st)
+}
+
+// NotifyUpdate implements memberlist.EventDelegate.
+func (g *gossip) NotifyUpdate(n *memberlist.Node) {
+	g.mu.Lock()
+	st := g.status[n.Name]
+	g.mu.Unlock()
+	if st == "" {
+		st = coordinator.StatusAlive
+	}
+	g.set(n, st)
+}
+
+// Events implements coordinator.Membership.
+func (g *gossip) Events() <-chan struct{} { return g.events }
+
+// Members implements coordinator.Membership.
+func (g *gossip) Members() []coordinator.Member {
+	suspect := map[string]bool{}
+	if g.ml != nil {
+		for _, n := range g.ml.Members() {
+			if n.State == memberlist.StateSuspect {
+				suspect[n.Name] = true
+			}
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]coordinator.Member, 0, len(g.nodes))
+	for id, n := range g.nodes {
+		st := g.status[id]
+		if st == coordinator.StatusAlive && suspect[id] {
+			st = coordinator.StatusSuspect
+		}
+		out = append(out, memberOf(n, st))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func memberOf(n *memberlist.Node, st coordinator.NodeStatus) coordinator.Member {
+	var m meta
+	_ = json.Unmarshal(n.Meta, &m)
+	ip := n.Addr.String()
+	mb := coordinator.Member{
+		ID: n.Name, Name: m.Name, Role: m.Role, Version: m.Version, Status: st, Expect: m.Expect,
+		Addr: net.JoinHostPort(ip, strconv.Itoa(int(n.Port))),
+		Caps: coordinator.Capabilities{MemTotal: m.Mem, MemFree: m.Free, Cores: m.Cores, GFLOPS: m.GFLOPS, MemGBps: m.GBps, Accel: m.Accel},
+	}
+	if m.QUIC > 0 {
+		mb.RPCAddr = net.JoinHostPort(ip, strconv.Itoa(m.QUIC))
+	}
+	if m.HTTP > 0 {
+		mb.HTTPAddr = net.JoinHostPort(ip, strconv.Itoa(m.HTTP))
+	}
+	return mb
+}
