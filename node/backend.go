@@ -192,9 +192,19 @@ func (a *Agent) removeNode(ctx context.Context, req removeRequest) error {
 // Authorize implements api.Backend: an admin key, or the bootstrap secret
 // until operators create admin keys.
 func (a *Agent) Authorize(ctx context.Context, key string) error {
+	err := a.authorize(ctx, key, false)
+	if err != nil && a.srv != nil && !a.srv.IsLeader() {
+		// A follower may not have applied a key created a moment ago:
+		// check once more against the leader's state.
+		return a.authorize(ctx, key, true)
+	}
+	return err
+}
+
+func (a *Agent) authorize(ctx context.Context, key string, viaLeader bool) error {
 	var st *coordinator.State
 	var err error
-	if a.srv != nil {
+	if a.srv != nil && !viaLeader {
 		st = a.srv.FSM().State() // servers check locally, so a dead leader cannot lock operators out
 	} else if st, err = a.state(ctx); err != nil {
 		st = coordinator.NewState() // still allow the local bootstrap secret below
