@@ -45,6 +45,7 @@ type handler struct {
 	o    Options
 	log  *zap.Logger
 	base sample.Params
+	mux  *http.ServeMux
 
 	mu        sync.Mutex
 	templates map[*Model]*modelTemplate
@@ -59,8 +60,11 @@ type modelTemplate struct {
 
 // NewHandler returns the OpenAI-compatible endpoint: POST
 // /v1/chat/completions, POST /v1/completions, GET /v1/models and GET
-// /v1/models/{id}.
-func NewHandler(b Backend, o Options) http.Handler {
+// /v1/models/{id}. Every answer, errors included, is JSON in OpenAI's
+// shapes; streams are Server-Sent Events.
+func NewHandler(b Backend, o Options) http.Handler { return newHandler(b, o) }
+
+func newHandler(b Backend, o Options) *handler {
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = defaultMaxBody
 	}
@@ -84,8 +88,11 @@ func NewHandler(b Backend, o Options) http.Handler {
 		writeError(w, &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "unknown_url",
 			msg: fmt.Sprintf("Unknown request URL: %s %s.", r.Method, r.URL.Path)})
 	})
-	return mux
+	h.mux = mux
+	return h
 }
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 // apiError is an error answered in the OpenAI shape.
 type apiError struct {
@@ -140,9 +147,6 @@ func (x *exchange) fail(e *apiError) {
 		return
 	}
 	x.status = e.status
-	if e.status == http.StatusTooManyRequests {
-		// set by the caller via header before fail
-	}
 	writeError(x.w, e)
 }
 

@@ -1,0 +1,324 @@
+package openai
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+
+	"shoal/engine/sample"
+	"shoal/engine/tokenizer"
+	"shoal/serve"
+)
+
+// samplingRequest gathers the generation parameters both endpoints share.
+type samplingRequest struct {
+	Temperature, TopP, PresencePenalty, FrequencyPenalty *float64
+	MinP, RepeatPenalty                                  *float64
+	TopK                                                 *int
+	Seed                                                 *int64
+	Stop                                                 StopList
+	N                                                    *int
+}
+
+const maxStops = 4
+
+// sampling validates the request's parameters and returns the sampler
+// settings and the stop strings.
+func (h *handler) sampling(s samplingRequest) (sample.Params, []string, *apiError) {
+	p := h.base
+	if s.N != nil && *s.N != 1 {
+		return p, nil, badRequest("n", "n = %d is not supported: shoal returns one choice per request (n must be 1)", *s.N)
+	}
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	if v := s.Temperature; v != nil {
+		if !finite(*v) || *v < 0 || *v > 2 {
+			return p, nil, badRequest("temperature", "temperature must be between 0 and 2, got %v", *v)
+		}
+		p.Temperature = float32(*v)
+	}
+	if v := s.TopP; v != nil {
+		if !finite(*v) || *v < 0 || *v > 1 {
+			return p, nil, badRequest("top_p", "top_p must be between 0 and 1, got %v", *v)
+		}
+		if *v == 0 {
+			p.Temperature = 0 // nothing but the most likely token
+		}
+		p.TopP = float32(*v)
+	}
+	for _, pen := range []struct {
+		name string
+		v    *float64
+		dst  *float32
+	}{{"presence_penalty", s.PresencePenalty, &p.PresencePenalty}, {"frequency_penalty", s.FrequencyPenalty, &p.FrequencyPenalty}} {
+		if pen.v == nil {
+			continue
+		}
+		if !finite(*pen.v) || *pen.v < -2 || *pen.v > 2 {
+			return p, nil, badRequest(pen.name, "%s must be between -2 and 2, got %v", pen.name, *pen.v)
+		}
+		*pen.dst = float32(*pen.v)
+	}
+	if v := s.TopK; v != nil {
+		if *v < 0 {
+			return p, nil, badRequest("top_k", "top_k must be >= 0 (0 disables), got %d", *v)
+		}
+		p.TopK = *v
+	}
+	if v := s.MinP; v != nil {
+		if !finite(*v) || *v < 0 || *v > 1 {
+			return p, nil, badRequest("min_p", "min_p must be between 0 and 1, got %v", *v)
+		}
+		p.MinP = float32(*v)
+	}
+	if v := s.RepeatPenalty; v != nil {
+		if !finite(*v) || *v < 0 {
+			return p, nil, badRequest("repeat_penalty", "repeat_penalty must be >= 0, got %v", *v)
+		}
+		p.RepeatPenalty = float32(*v)
+	}
+	if (p.PresencePenalty != 0 || p.FrequencyPenalty != 0 || (p.RepeatPenalty != 0 && p.RepeatPenalty != 1)) && p.RepeatLastN == 0 {
+		p.RepeatLastN = 64
+	}
+	if s.Seed != nil {
+		p.Seed = uint64(*s.Seed)
+	} else {
+		p.Seed = rand.Uint64()
+	}
+	if err := p.Validate(); err != nil {
+		return p, nil, badRequest("", "%v", err)
+	}
+	if len(s.Stop) > maxStops {
+		return p, nil, badRequest("stop", "stop has %d sequences; at most %d are allowed", len(s.Stop), maxStops)
+	}
+	var stops []string
+	for _, st := range s.Stop {
+		if st != "" {
+			stops = append(stops, st)
+		}
+	}
+	return p, stops, nil
+}
+
+// genToken is a generated token with the text attributed to it.
+type genToken struct {
+	id      int32
+	text    string
+	logprob float32
+	top     []serve.TokenLogprob
+}
+
+// generation is a submitted request whose events are being read.
+type generation struct {
+	x      *exchange
+	ctx    context.Context
+	cancel context.CancelFunc
+	ch     <-chan serve.Event
+	tok    *tokenizer.Tokenizer
+	stops  []string
+	prompt int
+}
+
+// genResult is how a generation ended.
+type genResult struct {
+	finish    string // "stop" or "length"; "" when it failed
+	generated int
+	err       error // the client went away, the engine failed, or a write failed
+}
+
+// start submits the request. Errors come back in the OpenAI shape; param
+// names the request field the prompt came from.
+func (h *handler) start(x *exchange, sub Submitter, tok *tokenizer.Tokenizer, req serve.Request, stops []string, param string) (*generation, *apiError) {
+	x.rec.PromptTokens = len(req.Prompt)
+	if c := sub.Capacity(); len(req.Prompt) >= c {
+		return nil, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: param, code: "context_length_exceeded",
+			msg: fmt.Sprintf("This model's maximum context length is %d tokens, and your prompt has %d tokens (the prompt plus at least one generated token must fit).", c, len(req.Prompt))}
+	}
+	ctx, cancel := context.WithCancel(x.r.Context())
+	ch, err := sub.Submit(ctx, req)
+	if err != nil {
+		cancel()
+		return nil, submitError(err, param)
+	}
+	return &generation{x: x, ctx: ctx, cancel: cancel, ch: ch, tok: tok, stops: stops, prompt: len(req.Prompt)}, nil
+}
+
+// run reads the events, applies the stop strings to the detokenized text
+// and calls emit with each piece of final text and the tokens it covers
+// (a token's text is cut where a stop string begins; the stop string is
+// never emitted). Text that might be the start of a stop string is held
+// back until it is known not to be.
+func (g *generation) run(emit func(text string, toks []genToken) error) genResult {
+	defer g.cancel()
+	dec := g.tok.NewContinuationDecoder()
+	var (
+		pend     []genToken
+		received int
+		last     time.Time
+	)
+	rec := &g.x.rec
+	pendText := func() string {
+		var b strings.Builder
+		for _, t := range pend {
+			b.WriteString(t.text)
+		}
+		return b.String()
+	}
+	// settle emits what is safe; it reports whether a stop string ended
+	// the generation.
+	settle := func(final bool) (bool, error) {
+		text := pendText()
+		if idx := earliestStop(text, g.stops); idx >= 0 {
+			var out []genToken
+			off := 0
+			for _, t := range pend {
+				if off >= idx {
+					break
+				}
+				if off+len(t.text) > idx {
+					t.text = t.text[:idx-off]
+				}
+				off += len(t.text)
+				out = append(out, t)
+			}
+			pend = nil
+			return true, emit(text[:idx], out)
+		}
+		if final {
+			if len(pend) == 0 {
+				return false, nil
+			}
+			out := pend
+			pend = nil
+			return false, emit(text, out)
+		}
+		safe := len(text) - heldBack(text, g.stops)
+		n, end, off := 0, 0, 0
+		for i, t := range pend {
+			off += len(t.text)
+			if off > safe {
+				break
+			}
+			if t.text != "" {
+				n, end = i+1, off
+			}
+		}
+		if n == 0 {
+			return false, nil
+		}
+		out := pend[:n:n]
+		pend = append([]genToken(nil), pend[n:]...)
+		return false, emit(text[:end], out)
+	}
+	for {
+		var ev serve.Event
+		var ok bool
+		select {
+		case ev, ok = <-g.ch:
+		case <-g.ctx.Done():
+			rec.FinishReason = "cancelled"
+			rec.GeneratedTokens = received
+			return genResult{generated: received, err: g.ctx.Err()}
+		}
+		if !ok {
+			rec.FinishReason = "error"
+			return genResult{generated: received, err: errors.New("the generation ended without a final event")}
+		}
+		if ev.Done {
+			gen := max(ev.Generated, received)
+			rec.GeneratedTokens = gen
+			switch ev.Reason {
+			case "stop", "length":
+				if rest := dec.Flush(); rest != "" {
+					pend = append(pend, genToken{id: -1, text: rest})
+				}
+				stopped, err := settle(true)
+				if err != nil {
+					rec.FinishReason = "cancelled"
+					return genResult{generated: gen, err: err}
+				}
+				reason := ev.Reason
+				if stopped {
+					reason = "stop"
+				}
+				rec.FinishReason = reason
+				return genResult{finish: reason, generated: gen}
+			case "cancelled":
+				rec.FinishReason = "cancelled"
+				err := ev.Err
+				if err == nil {
+					err = context.Canceled
+				}
+				return genResult{generated: gen, err: err}
+			default:
+				rec.FinishReason = "error"
+				err := ev.Err
+				if err == nil {
+					err = errors.New("the generation failed")
+				}
+				return genResult{generated: gen, err: err}
+			}
+		}
+		now := time.Now()
+		if received == 0 {
+			rec.TTFT = now.Sub(g.x.start)
+		} else {
+			rec.InterToken = append(rec.InterToken, now.Sub(last))
+		}
+		last = now
+		received++
+		pend = append(pend, genToken{id: ev.Token, text: dec.Add(ev.Token), logprob: ev.Logprob, top: ev.Top})
+		stopped, err := settle(false)
+		if err != nil {
+			rec.FinishReason = "cancelled"
+			rec.GeneratedTokens = received
+			return genResult{generated: received, err: err}
+		}
+		if stopped {
+			// Cancelling frees the sequence's KV blocks at once.
+			g.cancel()
+			rec.FinishReason = "stop"
+			rec.GeneratedTokens = received
+			return genResult{finish: "stop", generated: received}
+		}
+	}
+}
+
+// earliestStop returns where the first stop string in text begins, or -1.
+func earliestStop(text string, stops []string) int {
+	best := -1
+	for _, s := range stops {
+		if i := strings.Index(text, s); i >= 0 && (best < 0 || i < best) {
+			best = i
+		}
+	}
+	return best
+}
+
+// heldBack is the length of the longest suffix of text that is a proper
+// prefix of a stop string: text that must wait for the next token.
+func heldBack(text string, stops []string) int {
+	hold := 0
+	for _, s := range stops {
+		for k := min(len(s)-1, len(text)); k > hold; k-- {
+			if strings.HasSuffix(text, s[:k]) {
+				hold = k
+				break
+			}
+		}
+	}
+	return hold
+}
+
+// tokenBytes returns a token's bytes as the ints the logprobs shapes use.
+func tokenBytes(p []byte) []int {
+	out := make([]int, len(p))
+	for i, b := range p {
+		out[i] = int(b)
+	}
+	return out
+}

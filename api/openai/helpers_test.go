@@ -1,0 +1,258 @@
+package openai
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"shoal/engine/gguf"
+	"shoal/engine/model"
+	"shoal/engine/synth"
+	"shoal/engine/tokenizer"
+	"shoal/serve"
+)
+
+var modelDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "shoal-openai-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	modelDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// Control tokens the test vocabulary gives ChatML, in place of padding.
+const (
+	imStart int32 = 300
+	imEnd   int32 = 301
+)
+
+var (
+	modelMu    sync.Mutex
+	modelFiles = map[string]string{}
+)
+
+// testVocab is the shoal byte-level vocabulary (512 tokens, BOS 256 "<|bos|>",
+// EOS 257 "<|eos|>", add_bos true) with <|im_start|> and <|im_end|> as
+// control tokens and <|im_end|> as end of turn.
+func testVocab(t testing.TB) tokenizer.Vocab {
+	v, err := tokenizer.ByteLevelVocab(300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Pad(512)
+	v.Tokens[imStart], v.Tokens[imEnd] = "<|im_start|>", "<|im_end|>"
+	v.Types[imStart], v.Types[imEnd] = tokenizer.TypeControl, tokenizer.TypeControl
+	v.EOT = imEnd
+	return v
+}
+
+// modelFile writes (once per template) a small random llama model whose
+// tokenizer carries chatTemplate ("" = none).
+func modelFile(t testing.TB, chatTemplate string) string {
+	modelMu.Lock()
+	defer modelMu.Unlock()
+	sum := sha256.Sum256([]byte(chatTemplate))
+	key := hex.EncodeToString(sum[:8])
+	if p, ok := modelFiles[key]; ok {
+		return p
+	}
+	v := testVocab(t)
+	kvs := v.KVs()
+	if chatTemplate != "" {
+		kvs = append(kvs, gguf.KV{Key: "tokenizer.chat_template", Value: chatTemplate})
+	}
+	path := filepath.Join(modelDir, key+".gguf")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := synth.Spec{Arch: "llama", NEmbd: 64, NLayer: 2, NHead: 4, NHeadKV: 2, NFF: 128, Type: "q8_0", Seed: 11, Std: 0.1, Tokenizer: kvs}
+	if err := synth.Write(f, spec, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	modelFiles[key] = path
+	return path
+}
+
+type envOptions struct {
+	name        string // model name, default "tiny"
+	template    string // "" = the ChatML template below
+	noTemplate  bool
+	cacheTokens int // default 512
+	sched       serve.Options
+	handler     Options
+	neverEOG    bool // generate until max_tokens or the context
+}
+
+type testEnv struct {
+	srv   *httptest.Server
+	sched *serve.Scheduler
+	model *Model
+	tok   *tokenizer.Tokenizer
+}
+
+// qwenChatML is a Qwen2-style ChatML template with a default system prompt.
+const qwenChatML = `{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system
+You are a helpful assistant.<|im_end|>
+' }}{% endif %}{{'<|im_start|>' + message['role'] + '
+' + message['content'] + '<|im_end|>' + '
+'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant
+' }}{% endif %}`
+
+// newEnv serves one model from a real scheduler behind the handler.
+func newEnv(t testing.TB, o envOptions) *testEnv {
+	t.Helper()
+	tpl := o.template
+	if tpl == "" && !o.noTemplate {
+		tpl = qwenChatML
+	}
+	if o.cacheTokens == 0 {
+		o.cacheTokens = 512
+	}
+	if o.name == "" {
+		o.name = "tiny"
+	}
+	m, err := model.Open(modelFile(t, tpl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.FromGGUF(m.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: o.cacheTokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eog := tok.IsEOG
+	if o.neverEOG {
+		eog = func(int32) bool { return false }
+	}
+	s, err := serve.New(r, eog, o.sched)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct, _ := m.File.String("tokenizer.chat_template")
+	mod := &Model{Name: o.name, Tok: tok, ChatTemplate: ct, Sched: s, Created: time.Unix(1700000000, 0), OwnedBy: "test"}
+	if o.handler.Log == nil {
+		o.handler.Log = zap.NewNop()
+	}
+	srv := httptest.NewServer(NewHandler(NewStaticBackend(mod), o.handler))
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		s.Close()
+		r.Close()
+		m.Close()
+	})
+	return &testEnv{srv: srv, sched: s, model: mod, tok: tok}
+}
+
+// post sends a JSON body (a string is sent as is).
+func (e *testEnv) post(t testing.TB, path string, body any, header ...string) *http.Response {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// decodeBody reads a JSON response.
+func decodeBody[T any](t testing.TB, resp *http.Response) T {
+	t.Helper()
+	defer resp.Body.Close()
+	var v T
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("decoding %q: %v", b, err)
+	}
+	return v
+}
+
+// sseEvents reads a whole SSE stream and returns the data payloads.
+func sseEvents(t testing.TB, r io.Reader) []string {
+	t.Helper()
+	var out []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if d, ok := strings.CutPrefix(line, "data: "); ok {
+			out = append(out, d)
+		} else if line != "" {
+			t.Fatalf("unexpected SSE line %q", line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func chatBody(content string, extra map[string]any) map[string]any {
+	b := map[string]any{"model": "tiny", "messages": []map[string]any{{"role": "user", "content": content}}}
+	for k, v := range extra {
+		b[k] = v
+	}
+	return b
+}

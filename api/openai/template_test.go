@@ -1,0 +1,204 @@
+package openai
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Chat templates in the public formats of well-known model families,
+// written in the Hugging Face tokenizer_config.json conventions (string
+// literals with \n escapes, loop variables, raise_exception, bos_token).
+
+const llama3Template = `{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}`
+
+const mistralTemplate = `{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}`
+
+const llama2Template = `{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\n' + system_message + '\n<</SYS>>\n\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}`
+
+// llama31Template is a multi-line template in the Llama 3.1 style:
+// whitespace control, a default date from strftime_now, rebinding messages.
+const llama31Template = `{{- bos_token }}
+{%- if not date_string is defined %}
+    {%- if strftime_now is defined %}
+        {%- set date_string = strftime_now("%d %b %Y") %}
+    {%- else %}
+        {%- set date_string = "26 Jul 2024" %}
+    {%- endif %}
+{%- endif %}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
+{{- "Today Date: " + date_string + "\n\n" }}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+{%- for message in messages %}
+    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+`
+
+// zephyrTemplate relies on trim_blocks and lstrip_blocks, which
+// apply_chat_template turns on.
+const zephyrTemplate = `{% for message in messages %}
+    {% if message['role'] == 'user' %}
+{{ '<|user|>\n' + message['content'] + eos_token }}
+    {% elif message['role'] == 'system' %}
+{{ '<|system|>\n' + message['content'] + eos_token }}
+    {% elif message['role'] == 'assistant' %}
+{{ '<|assistant|>\n'  + message['content'] + eos_token }}
+    {% endif %}
+    {% if loop.last and add_generation_prompt %}
+{{ '<|assistant|>' }}
+    {% endif %}
+{% endfor %}`
+
+func msgs(pairs ...string) []TemplateMessage {
+	var out []TemplateMessage
+	for i := 0; i+1 < len(pairs); i += 2 {
+		out = append(out, TemplateMessage{Role: pairs[i], Content: pairs[i+1]})
+	}
+	return out
+}
+
+func TestChatTemplates(t *testing.T) {
+	date := time.Date(2025, time.March, 7, 12, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name, tpl, bos, eos string
+		msgs                []TemplateMessage
+		want                string
+	}{
+		{"chatml default system", qwenChatML, "", "<|im_end|>", msgs("user", "Hi"),
+			"<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
+		{"chatml own system", qwenChatML, "", "<|im_end|>", msgs("system", "Be terse.", "user", "Hi", "assistant", "Hello.", "user", "Bye"),
+			"<|im_start|>system\nBe terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"},
+		{"fallback chatml", ChatMLTemplate, "", "", msgs("system", "S", "user", "U"),
+			"<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"},
+		{"llama3", llama3Template, "<|begin_of_text|>", "<|eot_id|>", msgs("system", "You are terse.", "user", "  Hello  "),
+			"<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
+		{"mistral", mistralTemplate, "<s>", "</s>", msgs("user", "Hi", "assistant", "Hello!", "user", "Bye"),
+			"<s>[INST] Hi [/INST]Hello!</s>[INST] Bye [/INST]"},
+		{"llama2 with system", llama2Template, "<s>", "</s>", msgs("system", "Be brief.", "user", "Hi", "assistant", "Hello.", "user", "Bye"),
+			"<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello. </s><s>[INST] Bye [/INST]"},
+		{"llama2 without system", llama2Template, "<s>", "</s>", msgs("user", " Hi "),
+			"<s>[INST] Hi [/INST]"},
+		{"llama3.1 multi-line", llama31Template, "<|begin_of_text|>", "<|eot_id|>", msgs("system", " Be kind. ", "user", "Hi"),
+			"<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nToday Date: 07 Mar 2025\n\nBe kind.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
+		{"zephyr trim/lstrip blocks", zephyrTemplate, "<s>", "</s>", msgs("system", "S", "user", "U"),
+			"<|system|>\nS</s>\n<|user|>\nU</s>\n<|assistant|>\n"},
+		{"tojson like python", `{{ messages | tojson }}|{{ {'k': [1, 2.5, none, true], 'é': 'a"b\n'} | tojson }}|{{ messages[0] | tojson(indent=2) }}`, "", "",
+			msgs("user", `say "hi"`),
+			"[{\"role\": \"user\", \"content\": \"say \\\"hi\\\"\"}]|{\"k\": [1, 2.5, null, true], \"é\": \"a\\\"b\\n\"}|{\n  \"role\": \"user\",\n  \"content\": \"say \\\"hi\\\"\"\n}"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tpl, err := ParseChatTemplate(c.tpl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := tpl.Render(TemplateInput{Messages: c.msgs, BOS: c.bos, EOS: c.eos, AddGenerationPrompt: true, Now: date})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != c.want {
+				t.Fatalf("rendered\n%q\nwant\n%q", got, c.want)
+			}
+		})
+	}
+}
+
+func TestChatTemplateRaiseException(t *testing.T) {
+	for _, c := range []struct {
+		tpl  string
+		msgs []TemplateMessage
+		want string
+	}{
+		{mistralTemplate, msgs("user", "a", "user", "b"), "Conversation roles must alternate user/assistant/user/assistant/..."},
+		{mistralTemplate, msgs("assistant", "a"), "Conversation roles must alternate user/assistant/user/assistant/..."},
+		{llama2Template, msgs("system", "s", "assistant", "a"), "Conversation roles must alternate user/assistant/user/assistant/..."},
+	} {
+		tpl, err := ParseChatTemplate(c.tpl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tpl.Render(TemplateInput{Messages: c.msgs, BOS: "<s>", EOS: "</s>", AddGenerationPrompt: true})
+		var te *TemplateError
+		if !errors.As(err, &te) || te.Message != c.want {
+			t.Fatalf("got %v, want TemplateError %q", err, c.want)
+		}
+	}
+	// Over HTTP the exception is a 400 with its message, and the server
+	// goes on serving.
+	e := newEnv(t, envOptions{template: mistralTemplate, neverEOG: true})
+	resp := e.post(t, "/v1/chat/completions", map[string]any{"model": "tiny", "messages": []map[string]any{
+		{"role": "user", "content": "a"}, {"role": "user", "content": "b"}}})
+	body := decodeBody[ErrorBody](t, resp)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body.Error.Message, "roles must alternate") || body.Error.Type != "invalid_request_error" {
+		t.Fatalf("status %d, body %+v", resp.StatusCode, body)
+	}
+	resp = e.post(t, "/v1/chat/completions", chatBody("hello", map[string]any{"max_tokens": 3}))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("good request after the template error: %d", resp.StatusCode)
+	}
+	resp.Body.Close()
+}
+
+func TestStrftime(t *testing.T) {
+	tm := time.Date(2024, time.July, 6, 15, 4, 5, 0, time.UTC)
+	if got := strftime(tm, "%d %b %Y|%B %e|%Y-%m-%d %H:%M:%S|%I%p|%a %A|%j|%%|%q"); got != "06 Jul 2024|July  6|2024-07-06 15:04:05|03PM|Sat Saturday|188|%|%q" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+// TestChatPromptTokens checks the tokenization of the rendered prompt:
+// special-token texts become their ids, BOS is added when the vocabulary
+// asks for it unless the template already starts with it.
+func TestChatPromptTokens(t *testing.T) {
+	e := newEnv(t, envOptions{neverEOG: true})
+	h := newHandler(NewStaticBackend(e.model), Options{})
+	ids, ae := h.chatPrompt(e.model, msgs("user", "Hi"))
+	if ae != nil {
+		t.Fatal(ae)
+	}
+	rendered := "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+	want := append([]int32{e.tok.BOS()}, e.tok.Encode(rendered, false, true)...)
+	if !slices.Equal(ids, want) {
+		t.Fatalf("ids %v\nwant %v", ids, want)
+	}
+	if ids[1] != imStart || !slices.Contains(ids, imEnd) {
+		t.Fatalf("control tokens were not parsed: %v", ids)
+	}
+	// Over HTTP the usage reports the same count; content given as parts
+	// and the "developer" role are accepted.
+	resp := e.post(t, "/v1/chat/completions", map[string]any{"model": "tiny", "max_tokens": 1, "messages": []map[string]any{
+		{"role": "developer", "content": "Be terse."},
+		{"role": "user", "content": []map[string]any{{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}}}}})
+	cc := decodeBody[ChatCompletion](t, resp)
+	want2 := append([]int32{e.tok.BOS()}, e.tok.Encode("<|im_start|>system\nBe terse.<|im_end|>\n<|im_start|>user\nHi\nthere<|im_end|>\n<|im_start|>assistant\n", false, true)...)
+	if resp.StatusCode != http.StatusOK || cc.Usage.PromptTokens != len(want2) {
+		t.Fatalf("status %d usage %+v, want %d prompt tokens", resp.StatusCode, cc.Usage, len(want2))
+	}
+
+	// A template that writes bos_token itself gets no second BOS.
+	e3 := newEnv(t, envOptions{template: llama3Template, neverEOG: true})
+	h3 := newHandler(NewStaticBackend(e3.model), Options{})
+	ids, ae = h3.chatPrompt(e3.model, msgs("user", "Hi"))
+	if ae != nil {
+		t.Fatal(ae)
+	}
+	if ids[0] != e3.tok.BOS() || ids[1] == e3.tok.BOS() {
+		t.Fatalf("BOS handling: %v", ids[:4])
+	}
+	if want := e3.tok.Encode("<|bos|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", false, true); !slices.Equal(ids, want) {
+		t.Fatalf("ids %v\nwant %v", ids, want)
+	}
+}
