@@ -1,0 +1,60 @@
+// Package shard turns a node's part of a plan into bytes: which tensors and
+// byte ranges of the model file a ShardSpec needs, loading them from a local
+// copy, and assembling them from ranges fetched elsewhere into a verified,
+// resumable shard file. It knows nothing of Raft or HTTP: the transport
+// plugs in as a RangeFetcher.
+//
+// # Slicing
+//
+// GGUF stores a matrix as rows of its first dimension (ggml order): a
+// [cols x rows] weight is rows × RowSize(cols) bytes, each row a run of
+// quantization blocks. A tensor-parallel member holds:
+//
+//   - matrices split by output rows (attn_q, attn_k, attn_v, ffn_gate,
+//     ffn_up and the shared expert's): a contiguous row range, one byte range;
+//   - matrices split by input columns (attn_output, ffn_down): the same
+//     column range of every row, one short range per row. The range must
+//     start and end on block boundaries (256 elements for K-quants, 32 for
+//     the legacy formats), so a split that is not block aligned is an error;
+//   - routed experts (ffn_{gate,up,down}_exps, stacked along the last
+//     dimension): whole experts, a contiguous run of rows per run of
+//     consecutive experts;
+//   - norms, the router, attn_output.bias: whole (small, replicated).
+//
+// Head ranges follow GQA: query heads [lo,hi) use KV heads
+// [lo/g, hi/g) for g query heads per KV head, so a range must not split a
+// group. Needs merges touching ranges and always includes the GGUF header.
+//
+// The column-split matrices cost many small ranges (one per row). The
+// alternatives are a re-laid-out file where each TP slice is contiguous
+// (fast to fetch, but the file no longer matches the model's sha256 and
+// every TP size needs its own layout), or fetching whole rows and dropping
+// the rest (simple, but a 2-way split then moves the full matrix). shard
+// keeps the original file as the single source of truth and packs the row
+// segments: in a shard file, and in Open, a column slice becomes a dense
+// rows × (hi−lo) matrix the engine can use directly. Pieces group those
+// segments so one checksum and (with a BatchFetcher) one request cover many
+// rows.
+//
+// # Shard files
+//
+// Layout is a pure function of the tensor table, the spec and the piece
+// size: the GGUF header then each tensor slice (32-byte aligned) in the
+// data region, and the list of pieces, each a run of (source offset,
+// destination offset, length) segments of at most 1 MiB. Its ID, a sha256
+// of the file's sha256 and every segment, is the shard's content address.
+// Sign fills each piece's sha256 from a trusted copy of the file (one whose
+// whole-file sha256 was verified); the fetch loop trusts nothing else.
+//
+// The file format is described in file.go: a header, the layout as a
+// checksummed JSON index, one state byte per piece and the data region.
+// Assemble fetches missing pieces in parallel, verifies each against its
+// sha256 and fetches it again on a mismatch or a failed read, writes it,
+// and marks it present only after a sync. Restarted on a partial file, it
+// re-hashes the present pieces and fetches only the rest. Progress is
+// reported through a callback after every piece.
+//
+// Open maps a local GGUF and builds the shard from views of only the needed
+// ranges; OpenFile maps a complete shard file. Both give the same Shard:
+// the spec, the model configuration and the tensor slices with their data.
+package shard
