@@ -1,7 +1,10 @@
-// Package placement decides where a model runs: a pure function from a
-// model profile, node capacities, link measurements and operator options to
-// a Plan with its predicted cost. No I/O; the same inputs give the same plan
-// (nodes are sorted by ID, no map order leaks, ties break on node IDs).
+// Package placement decides where a model runs: a pure function (Place)
+// from a model profile, node capacities, link measurements and operator
+// options to a Plan with its predicted cost. No I/O; the same inputs give
+// the same plan (nodes are sorted by ID, no map order leaks, ties break on
+// node IDs). Costs are float64, so bit-identical plans are guaranteed on one
+// architecture; the Raft leader plans and replicates the result, so
+// followers never need to recompute it.
 //
 // # Plan
 //
