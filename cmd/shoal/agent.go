@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+
+	"shoal/node"
+)
+
+func agentCmd() *cobra.Command {
+	var cfg node.Config
+	var configFile string
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the shoal agent on this machine (one per machine)",
+		Long: `Run the long-lived shoal agent. Every machine of the cluster runs one. Agents
+find each other by gossip; servers keep the cluster state in Raft. All
+node-to-node traffic goes over one QUIC port with mutual TLS.
+
+Three servers that bootstrap together share a secret (at least 16 characters),
+which also becomes the admin API key until you create admin keys:
+
+  shoal agent --server --bootstrap-expect 3 --name mac1 --data-dir ~/.shoal \
+      --token "$SECRET" --join mac2 --join mac3
+  (the same on mac2 and mac3, each joining the other two)
+
+Add a machine later with a join token from 'shoal token create':
+
+  shoal agent --name linux1 --data-dir /var/lib/shoal --join mac1 \
+      --token abc123.0123456789abcdef.<ca-hash>            # a client
+  shoal agent --server ... --token <join token>             # another server
+
+A single machine: shoal agent --server --bootstrap-expect 1 --data-dir d
+(the generated secret is written to d/bootstrap-token).
+
+--join takes QUIC addresses (host or host:port, default port 7947).
+Every flag can also come from the environment (SHOAL_NAME, SHOAL_DATA_DIR,
+SHOAL_JOIN=a,b, SHOAL_TOKEN, ...) or a JSON file given with --config
+(keys as in the flags, with underscores: {"data_dir": "...", "join": [...]}).
+Precedence: flag, environment, config file.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			final := node.Config{}
+			if configFile != "" {
+				if err := node.LoadConfigFile(configFile, &final); err != nil {
+					return err
+				}
+			}
+			if err := mergeAgentFlags(cmd.Flags(), &cfg, &final); err != nil {
+				return err
+			}
+			final.Version = version
+			if final.Name == "" {
+				final.Name, _ = os.Hostname()
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			a, err := node.Start(ctx, final)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "shoal agent %s (%s) running: id %s, quic %s, gossip %s, api http://%s\n",
+				final.Name, roleName(final.Server), a.ID(), a.RPCAddr(), a.GossipAddr(), a.HTTPAddr())
+			select {
+			case <-ctx.Done():
+				zap.L().Info("signal received; leaving gracefully")
+				return a.Shutdown(true)
+			case <-a.Done():
+				return fmt.Errorf("this node was removed from the cluster")
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "JSON config file")
+	f.StringVar(&cfg.Name, "name", "", "node name shown in 'shoal node ls' (default: host name)")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the node's identity, certificates and Raft data (required)")
+	f.StringVar(&cfg.Bind, "bind", "0.0.0.0", "IP address to listen on")
+	f.StringVar(&cfg.Advertise, "advertise", "", "IP address other nodes reach this one at (default: detected)")
+	f.IntVar(&cfg.GossipPort, "gossip-port", 7946, "gossip port (TCP and UDP)")
+	f.IntVar(&cfg.QUICPort, "quic-port", node.DefaultQUICPort, "QUIC port (UDP) for Raft and node-to-node traffic")
+	f.IntVar(&cfg.HTTPPort, "http-port", 7948, "admin API port")
+	f.StringArrayVar(&cfg.Join, "join", nil, "QUIC address of an agent to join (repeatable)")
+	f.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "number of servers that bootstrap the cluster together (servers only)")
+	f.BoolVar(&cfg.Server, "server", false, "run as a server (Raft member) instead of a client")
+	f.StringVar(&cfg.Token, "token", "", "bootstrap secret shared by the first servers, or a join token")
+	return cmd
+}
+
+func roleName(server bool) string {
+	if server {
+		return "server"
+	}
+	return "client"
+}
+
+// mergeAgentFlags layers config file < environment < flags set on the
+// command line into out.
+func mergeAgentFlags(fs *pflag.FlagSet, flags, out *node.Config) error {
+	type field struct {
+		flag string
+		set  func(string) error
+		from func()
+	}
+	atoi := func(name string, dst *int) func(string) error {
+		return func(s string) error {
+			v, err := strconv.Atoi(s)
+			if err != nil {
+				return fmt.Errorf("%s %q: want a number", name, s)
+			}
+			*dst = v
+			return nil
+		}
+	}
+	str := func(dst *string) func(string) error { return func(s string) error { *dst = s; return nil } }
+	fields := []field{
+		{"name", str(&out.Name), func() { out.Name = flags.Name }},
+		{"data-dir", str(&out.DataDir), func() { out.DataDir = flags.DataDir }},
+		{"bind", str(&out.Bind), func() { out.Bind = flags.Bind }},
+		{"advertise", str(&out.Advertise), func() { out.Advertise = flags.Advertise }},
+		{"gossip-port", atoi("SHOAL_GOSSIP_PORT", &out.GossipPort), func() { out.GossipPort = flags.GossipPort }},
+		{"quic-port", atoi("SHOAL_QUIC_PORT", &out.QUICPort), func() { out.QUICPort = flags.QUICPort }},
+		{"http-port", atoi("SHOAL_HTTP_PORT", &out.HTTPPort), func() { out.HTTPPort = flags.HTTPPort }},
+		{"join", func(s string) error { out.Join = strings.Split(s, ","); return nil }, func() { out.Join = flags.Join }},
+		{"bootstrap-expect", atoi("SHOAL_BOOTSTRAP_EXPECT", &out.BootstrapExpect), func() { out.BootstrapExpect = flags.BootstrapExpect }},
+		{"server", func(s string) error {
+			v, err := strconv.ParseBool(s)
+			if err != nil {
+				return fmt.Errorf("SHOAL_SERVER %q: want true or false", s)
+			}
+			out.Server = v
+			return nil
+		}, func() { out.Server = flags.Server }},
+		{"token", str(&out.Token), func() { out.Token = flags.Token }},
+	}
+	for _, f := range fields {
+		env := "SHOAL_" + strings.ToUpper(strings.ReplaceAll(f.flag, "-", "_"))
+		switch {
+		case fs.Changed(f.flag):
+			f.from()
+		case os.Getenv(env) != "":
+			if err := f.set(os.Getenv(env)); err != nil {
+				return err
+			}
+		default:
+			// Config file value, else the flag default.
+			if isZeroField(out, f.flag) {
+				f.from()
+			}
+		}
+	}
+	return nil
+}
+
+func isZeroField(c *node.Config, flag string) bool {
+	switch flag {
+	case "name":
+		return c.Name == ""
+	case "data-dir":
+		return c.DataDir == ""
+	case "bind":
+		return c.Bind == ""
+	case "advertise":
+		return c.Advertise == ""
+	case "gossip-port":
+		return c.GossipPort == 0
+	case "quic-port":
+		return c.QUICPort == 0
+	case "http-port":
+		return c.HTTPPort == 0
+	case "join":
+		return len(c.Join) == 0
+	case "bootstrap-expect":
+		return c.BootstrapExpect == 0
+	case "server":
+		return !c.Server
+	case "token":
+		return c.Token == ""
+	}
+	return true
+}

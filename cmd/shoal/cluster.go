@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"shoal/api"
+)
+
+// clusterFlags are shared by the commands that talk to an agent.
+type clusterFlags struct {
+	addr   string
+	token  string
+	output string
+}
+
+func (f *clusterFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.addr, "addr", "", "agent admin API address (default $SHOAL_ADDR or "+api.DefaultAddr+")")
+	cmd.Flags().StringVar(&f.token, "token", "", "API key (default $SHOAL_TOKEN)")
+	cmd.Flags().StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+}
+
+func (f *clusterFlags) client() (*api.Client, context.Context, context.CancelFunc, error) {
+	if f.output != "table" && f.output != "json" {
+		return nil, nil, nil, fmt.Errorf("-o %q: want table or json", f.output)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	return api.NewClient(f.addr, f.token), ctx, cancel, nil
+}
+
+func (f *clusterFlags) json() bool { return f.output == "json" }
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+
+func gib(b uint64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+func nodeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "List, drain and remove the cluster's nodes",
+		Long: `List, drain and remove nodes. A node is named by its ID, a unique ID prefix or
+its name.
+
+  shoal node ls
+  shoal node drain mac2       # keep new placements off mac2
+  shoal node undrain mac2
+  shoal node rm 3f2a9c1e      # remove from Raft, gossip and the state`,
+	}
+	cmd.AddCommand(nodeLsCmd(), nodeDrainCmd(true), nodeDrainCmd(false), nodeRmCmd())
+	return cmd
+}
+
+func nodeLsCmd() *cobra.Command {
+	var f clusterFlags
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List nodes with their role, status and measured capabilities",
+		Long: `List nodes with their role, status and the capabilities each measured at
+start (memory, float32 matmul GFLOPS, memory bandwidth).
+
+  shoal node ls
+  shoal node ls -o json | jq '.[] | select(.status=="alive") | .name'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, cancel, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			nodes, err := c.Nodes(ctx)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if f.json() {
+				return printJSON(w, nodes)
+			}
+			tw := table(w)
+			fmt.Fprintln(tw, "ID\tNAME\tADDRESS\tROLE\tSTATUS\tMEMORY\tFREE\tCORES\tGFLOPS\tGB/s\tACCEL")
+			for _, n := range nodes {
+				st := string(n.Status)
+				if n.Draining {
+					st += ",draining"
+				}
+				accel := n.Caps.Accel
+				if accel == "" {
+					accel = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%s\n", short(n.ID), n.Name, n.RPCAddr, n.Role, st,
+					gib(n.Caps.MemTotal), gib(n.Caps.MemFree), n.Caps.Cores, n.Caps.GFLOPS, n.Caps.MemGBps, accel)
+			}
+			return tw.Flush()
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func nodeDrainCmd(drain bool) *cobra.Command {
+	var f clusterFlags
+	use, short, long := "drain ID", "Keep new placements off a node", `Mark a node draining: it keeps what it runs, but new placements skip it.
+
+  shoal node drain mac2`
+	if !drain {
+		use, short, long = "undrain ID", "Let new placements use a drained node again", `Clear a node's draining mark.
+
+  shoal node undrain mac2`
+	}
+	cmd := &cobra.Command{
+		Use: use, Short: short, Long: long,
+		Args: exactArgs(1, "a node ID or name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, cancel, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			if err := c.Drain(ctx, args[0], drain); err != nil {
+				return err
+			}
+			if f.json() {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"node": args[0], "draining": drain})
+			}
+			verb := "draining"
+			if !drain {
+				verb = "no longer draining"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "node %s is %s\n", args[0], verb)
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func nodeRmCmd() *cobra.Command {
+	var f clusterFlags
+	cmd := &cobra.Command{
+		Use:   "rm ID",
+		Short: "Remove a node from Raft, gossip and the cluster state",
+		Long: `Remove a node: the leader takes it out of the Raft configuration and the
+state, and asks it to leave gossip and stop. A node that is down is removed
+too. Started again with its data dir, a removed node rejoins.
+
+  shoal node rm linux1`,
+		Args: exactArgs(1, "a node ID or name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, cancel, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			if err := c.RemoveNode(ctx, args[0]); err != nil {
+				return err
+			}
+			if f.json() {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"node": args[0], "removed": true})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "node %s removed\n", args[0])
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return fmt.Errorf("%s needs %s (see --help)", cmd.CommandPath(), what)
+		}
+		return nil
+	}
+}

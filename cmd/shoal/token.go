@@ -1,0 +1,142 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"shoal/api"
+)
+
+func tokenCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "token",
+		Short: "Create, list and revoke join tokens and admin API keys",
+		Long: `Join tokens let new machines join ('shoal agent --token ...'); they carry the
+hash of the cluster CA, so the new machine trusts only this cluster. Admin
+keys authorize the CLI; once one exists the bootstrap secret stops working
+as an API key.
+
+  shoal token create --ttl 24h --description "office linux box"
+  shoal token create --kind admin
+  shoal token ls
+  shoal token revoke abc123`,
+	}
+	cmd.AddCommand(tokenCreateCmd(), tokenLsCmd(), tokenRevokeCmd())
+	return cmd
+}
+
+func tokenCreateCmd() *cobra.Command {
+	var f clusterFlags
+	var req api.TokenRequest
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "Create a join token (or an admin API key with --kind admin)",
+		Long: `Create a token. The secret is printed once; only its hash is stored.
+
+  shoal token create                       # a join token that never expires
+  shoal token create --ttl 1h              # expires in an hour
+  shoal token create --kind admin -o json  # an API key for scripts`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, cancel, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			t, err := c.CreateToken(ctx, req)
+			if err != nil {
+				return err
+			}
+			if f.json() {
+				return printJSON(cmd.OutOrStdout(), t)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), t.Secret)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&req.Kind, "kind", "join", "join or admin")
+	cmd.Flags().StringVar(&req.Description, "description", "", "what the token is for")
+	cmd.Flags().StringVar(&req.TTL, "ttl", "", "lifetime such as 24h (default: no expiry)")
+	f.register(cmd)
+	return cmd
+}
+
+func tokenLsCmd() *cobra.Command {
+	var f clusterFlags
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List tokens (secrets are never shown again)",
+		Long: `List tokens with their kind and state.
+
+  shoal token ls
+  shoal token ls -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, cancel, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			toks, err := c.Tokens(ctx)
+			if err != nil {
+				return err
+			}
+			if f.json() {
+				return printJSON(cmd.OutOrStdout(), toks)
+			}
+			tw := table(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "ID\tKIND\tSTATE\tCREATED\tEXPIRES\tDESCRIPTION")
+			now := time.Now()
+			for _, t := range toks {
+				state := "valid"
+				switch {
+				case t.Revoked:
+					state = "revoked"
+				case !t.Valid(now):
+					state = "expired"
+				}
+				exp := "never"
+				if t.ExpiresAt != nil {
+					exp = t.ExpiresAt.Local().Format(time.DateTime)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Kind, state, t.CreatedAt.Local().Format(time.DateTime), exp, t.Description)
+			}
+			return tw.Flush()
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func tokenRevokeCmd() *cobra.Command {
+	var f clusterFlags
+	cmd := &cobra.Command{
+		Use:   "revoke ID",
+		Short: "Revoke a token by its ID",
+		Long: `Revoke a token: it no longer admits nodes or authorizes API calls. Nodes that
+already joined keep their certificates. The bootstrap secret has the ID
+"bootstrap" and can be revoked too.
+
+  shoal token revoke abc123`,
+		Args: exactArgs(1, "a token ID (see 'shoal token ls')"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, cancel, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			if err := c.RevokeToken(ctx, args[0]); err != nil {
+				return err
+			}
+			if f.json() {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"id": args[0], "revoked": true})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "token %s revoked\n", args[0])
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
