@@ -24,6 +24,11 @@ func commands() []*cobra.Command {
 		genModelCmd(),
 		benchCmd(),
 		versionCmd(),
+		agentCmd(),
+		statusCmd(),
+		nodeCmd(),
+		membersCmd(),
+		tokenCmd(),
 	}
 }
 
