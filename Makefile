@@ -8,12 +8,13 @@ PKGS      := ./...
 SHELL     := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: help build test test-short run bench lint fuzz cross clean oracle
+.PHONY: help build test test-short test-integration run bench lint fuzz cross clean oracle
 
 help:
 	@echo "make build   build $(BIN) (CGO_ENABLED=0)"
 	@echo "make run     build, make the built-in model if missing, and generate text with it"
 	@echo "make test    lint, then every test (engine vs ../shared oracle when present)"
+	@echo "make test-integration  agents as processes in network namespaces (root; skips otherwise)"
 	@echo "make bench   kernel benchmarks"
 	@echo "make lint    gofmt + go vet"
 	@echo "make fuzz    short fuzz runs of the parsers"
@@ -34,6 +35,11 @@ test: lint oracle
 	$(GO) test -count=1 $(PKGS)
 	@echo "== engine vs ../shared (llama.cpp logits and token ids)"
 	@$(GO) test -count=1 -run 'TestOracle|TestVocabOracle' -v ./engine/model ./engine/tokenizer | grep -E 'ORACLE|passed [0-9]|SKIP|FAIL' || true
+
+# Agents as separate processes in network namespaces joined by veth links.
+# Needs root for ip netns; the suite skips with a message otherwise.
+test-integration:
+	$(GO) test -tags integration -count=1 -v -timeout 10m ./test/integration/
 
 test-short:
 	$(GO) test -short $(PKGS)
