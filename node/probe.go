@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -75,7 +76,7 @@ func measureGFLOPS(d time.Duration) float64 {
 		}(w)
 	}
 	wg.Wait()
-	return round1(rate(counts, secs) * 2 * n * n * n / 1e9)
+	return round3(rate(counts, secs) * 2 * n * n * n / 1e9)
 }
 
 // measureMemGBps copies buffers larger than caches on every core; the
@@ -104,7 +105,7 @@ func measureMemGBps(d time.Duration) float64 {
 		}(w)
 	}
 	wg.Wait()
-	return round1(rate(counts, secs) * 2 * size / 1e9)
+	return round3(rate(counts, secs) * 2 * size / 1e9)
 }
 
 // rate sums each worker's iterations per second.
@@ -118,7 +119,12 @@ func rate(counts []int, secs []float64) float64 {
 	return r
 }
 
-func round1(x float64) float64 { return float64(int64(x*10+0.5)) / 10 }
+// round3 keeps three significant digits, so slow machines (or -race runs)
+// still report a positive figure.
+func round3(x float64) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'g', 3, 64), 64)
+	return v
+}
 
 // accelerator names a GPU runtime the engine could use, if any.
 func accelerator() string {
