@@ -43,7 +43,7 @@ func (s *StopList) UnmarshalJSON(b []byte) error {
 		*s = many
 		return nil
 	}
-	return &json.UnmarshalTypeError{Value: jsonKind(b), Type: stopType, Field: "stop"}
+	return &json.UnmarshalTypeError{Value: jsonKind(b), Type: reflect.TypeFor[StopList]()}
 }
 
 // MessageContent is a message's "content": null, a string, or an array of
@@ -89,13 +89,8 @@ func (c *MessageContent) UnmarshalJSON(b []byte) error {
 		c.Text = strings.Join(texts, "\n")
 		return nil
 	}
-	return &json.UnmarshalTypeError{Value: jsonKind(b), Type: contentType, Field: "content"}
+	return &json.UnmarshalTypeError{Value: jsonKind(b), Type: reflect.TypeFor[MessageContent]()}
 }
-
-var (
-	stopType    = reflect.TypeFor[[]string]()
-	contentType = reflect.TypeFor[string]()
-)
 
 // ChatMessage is one entry of "messages".
 type ChatMessage struct {
@@ -178,7 +173,7 @@ func (p *PromptInput) UnmarshalJSON(b []byte) error {
 			return json.Unmarshal(b, &p.Tokens)
 		}
 	}
-	return &json.UnmarshalTypeError{Value: jsonKind(b), Type: contentType, Field: "prompt"}
+	return &json.UnmarshalTypeError{Value: jsonKind(b), Type: reflect.TypeFor[PromptInput]()}
 }
 
 // CompletionRequest is the body of POST /v1/completions.
@@ -364,6 +359,36 @@ func jsonKind(b []byte) string {
 	return "number"
 }
 
+// describeType names what a Go type accepts in JSON.
+func describeType(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t {
+	case reflect.TypeFor[StopList]():
+		return "a string or an array of strings"
+	case reflect.TypeFor[MessageContent]():
+		return "a string or an array of content parts"
+	case reflect.TypeFor[PromptInput]():
+		return "a string, an array of strings or an array of token ids"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return t.String()
+}
+
 // describeJSONError turns a decoding error into a message and the
 // offending parameter.
 func describeJSONError(err error) (msg, param string) {
@@ -372,15 +397,7 @@ func describeJSONError(err error) (msg, param string) {
 	switch {
 	case errors.As(err, &te):
 		field := te.Field
-		want := te.Type.String()
-		switch want {
-		case "float64", "float32":
-			want = "number"
-		case "int", "int64", "int32":
-			want = "integer"
-		case "bool":
-			want = "boolean"
-		}
+		want := describeType(te.Type)
 		if field == "" {
 			return fmt.Sprintf("invalid type: got %s, expected %s", te.Value, want), ""
 		}
