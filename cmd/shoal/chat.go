@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"shoal/api"
+	"shoal/api/openai"
+)
+
+func chatCmd() *cobra.Command {
+	var (
+		addr, token, modelName, system string
+		maxTokens                      int
+		temp                           float64
+		asJSON                         bool
+	)
+	cmd := &cobra.Command{
+		Use:   "chat [--addr URL] [--model NAME] [--system TEXT]",
+		Short: "Chat with the cluster's model in the terminal",
+		Long: `Chat with a model served by a shoal agent's OpenAI-compatible endpoint. Each
+line read from stdin is a user message; the answer streams as it arrives and
+the conversation is kept. "/reset" starts over, "/exit" (or end of input)
+quits, Ctrl-C stops the answer being written.
+
+  shoal chat
+  shoal chat --addr mac2:7948 --model qwen2-7b --system "Answer briefly."
+  echo "What is a shoal?" | shoal chat --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if addr == "" {
+				addr = os.Getenv("SHOAL_ADDR")
+			}
+			if addr == "" {
+				addr = api.DefaultAddr
+			}
+			if token == "" {
+				token = os.Getenv("SHOAL_TOKEN")
+			}
+			c := &openai.Client{BaseURL: addr, APIKey: token, HTTP: &http.Client{}}
+			ctx := context.Background()
+			if modelName == "" {
+				models, err := c.Models(ctx)
+				if err != nil {
+					return fmt.Errorf("listing models at %s: %w", addr, err)
+				}
+				if len(models) == 0 {
+					return fmt.Errorf("the agent at %s serves no model yet", addr)
+				}
+				modelName = models[0].ID
+			}
+			p := openai.ChatParams{Model: modelName, MaxTokens: maxTokens}
+			if cmd.Flags().Changed("temperature") {
+				p.Temperature = &temp
+			}
+			return chatLoop(ctx, c, p, system, asJSON, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "addr", "", "agent address (default $SHOAL_ADDR or "+api.DefaultAddr+")")
+	f.StringVar(&token, "token", "", "API key (default $SHOAL_TOKEN)")
+	f.StringVarP(&modelName, "model", "m", "", "model name (default: the first the agent serves)")
+	f.StringVar(&system, "system", "", "system message that starts the conversation")
+	f.IntVarP(&maxTokens, "max-tokens", "n", 0, "tokens per answer (0 = the server's default)")
+	f.Float64Var(&temp, "temperature", 0.8, "sampling temperature (default: the server's)")
+	f.BoolVar(&asJSON, "json", false, "print each answer as one JSON line instead of streaming text")
+	return cmd
+}
+
+// chatLoop reads user lines from in and streams the answers to out.
+func chatLoop(ctx context.Context, c *openai.Client, p openai.ChatParams, system string, asJSON bool, in io.Reader, out, errw io.Writer) error {
+	var history []openai.Message
+	reset := func() {
+		history = history[:0]
+		if system != "" {
+			history = append(history, openai.Message{Role: "system", Content: system})
+		}
+	}
+	reset()
+	interactive := false
+	if f, ok := in.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			interactive = true
+		}
+	}
+	if interactive {
+		fmt.Fprintf(errw, "chatting with %s — /reset to start over, /exit to quit\n", p.Model)
+	}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for {
+		if interactive {
+			fmt.Fprint(errw, "> ")
+		}
+		if !sc.Scan() {
+			if interactive {
+				fmt.Fprintln(errw)
+			}
+			return sc.Err()
+		}
+		line := strings.TrimSpace(sc.Text())
+		switch line {
+		case "":
+			continue
+		case "/exit", "/quit":
+			return nil
+		case "/reset":
+			reset()
+			continue
+		}
+		history = append(history, openai.Message{Role: "user", Content: line})
+		p.Messages = history
+		// Ctrl-C stops this answer, not the program.
+		rctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+		onDelta := func(s string) { fmt.Fprint(out, s) }
+		if asJSON {
+			onDelta = nil
+		}
+		reply, err := c.StreamChat(rctx, p, onDelta)
+		interrupted := rctx.Err() != nil && ctx.Err() == nil
+		stop()
+		switch {
+		case interrupted:
+			fmt.Fprintln(out)
+			fmt.Fprintln(errw, "(interrupted)")
+		case err != nil:
+			var ae *openai.APIError
+			if !asJSON && reply != nil && reply.Content != "" {
+				fmt.Fprintln(out)
+			}
+			if !errors.As(err, &ae) {
+				return err
+			}
+			// The request was refused or failed: drop it and go on.
+			history = history[:len(history)-1]
+			fmt.Fprintln(errw, "error:", ae.Message)
+			continue
+		case asJSON:
+			b, _ := json.Marshal(reply)
+			fmt.Fprintln(out, string(b))
+		default:
+			fmt.Fprintln(out)
+			if reply.FinishReason == "length" {
+				fmt.Fprintln(errw, "(answer cut at the token limit)")
+			}
+		}
+		if reply != nil && reply.Content != "" {
+			history = append(history, openai.Message{Role: "assistant", Content: reply.Content})
+		} else {
+			history = history[:len(history)-1]
+		}
+	}
+}
