@@ -29,6 +29,7 @@ func commands() []*cobra.Command {
 		nodeCmd(),
 		membersCmd(),
 		tokenCmd(),
+		chatCmd(),
 	}
 }
 
