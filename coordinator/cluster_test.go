@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"sync"
@@ -65,6 +66,7 @@ type testServer struct {
 
 type testCluster struct {
 	t       *testing.T
+	base    string
 	ca      *transport.CA
 	members *fakeMembers
 	servers []*testServer
@@ -75,7 +77,9 @@ func newTestCluster(t *testing.T) *testCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &testCluster{t: t, ca: ca, members: newFakeMembers()}
+	// The base dir is created before the stop cleanup, so it is removed
+	// only after every server has stopped writing to it.
+	c := &testCluster{t: t, base: t.TempDir(), ca: ca, members: newFakeMembers()}
 	t.Cleanup(func() {
 		for _, s := range c.servers {
 			c.stop(s)
@@ -85,7 +89,8 @@ func newTestCluster(t *testing.T) *testCluster {
 }
 
 func (c *testCluster) add(expect int) *testServer {
-	s := &testServer{id: fmt.Sprintf("node-%d", len(c.servers)), dir: c.t.TempDir(), addr: "127.0.0.1:0", expect: expect}
+	id := fmt.Sprintf("node-%d", len(c.servers))
+	s := &testServer{id: id, dir: filepath.Join(c.base, id), addr: "127.0.0.1:0", expect: expect}
 	c.servers = append(c.servers, s)
 	c.start(s)
 	return s
@@ -357,7 +362,7 @@ func TestLateServerDoesNotBootstrapAlone(t *testing.T) {
 	l := c.leader(10 * time.Second)
 	// A second server also told to expect 1 must not form its own cluster:
 	// it asks its peers first (the node wires this over RPC).
-	late := &testServer{id: "late", dir: t.TempDir(), addr: "127.0.0.1:0", expect: 1}
+	late := &testServer{id: "late", dir: filepath.Join(c.base, "late"), addr: "127.0.0.1:0", expect: 1}
 	c.servers = append(c.servers, late)
 	c.start(late)
 	waitFor(t, 5*time.Second, "late server added", func() bool { v, nv := voters(l.srv); return v+nv == 2 })

@@ -37,12 +37,15 @@ type Member struct {
 // Cluster is a set of agents.
 type Cluster struct {
 	T       testing.TB
+	base    string
 	Members []*Member
 }
 
 // New starts n servers that bootstrap together.
 func New(t testing.TB, n int) *Cluster {
-	c := &Cluster{T: t}
+	// The base dir is made before the stop cleanup is registered, so it is
+	// removed only after every agent has stopped.
+	c := &Cluster{T: t, base: t.TempDir()}
 	t.Cleanup(c.StopAll)
 	cfgs := make([]node.Config, n)
 	var join []string
@@ -80,7 +83,7 @@ func New(t testing.TB, n int) *Cluster {
 
 func (c *Cluster) config(name string, server bool) node.Config {
 	return node.Config{
-		Name: name, DataDir: filepath.Join(c.T.TempDir(), name), Bind: "127.0.0.1",
+		Name: name, DataDir: filepath.Join(c.base, name), Bind: "127.0.0.1",
 		GossipPort: FreeGossipPort(c.T), QUICPort: FreeUDPPort(c.T), HTTPPort: 0,
 		Server: server, Version: "test", Tuning: Tuning,
 	}
