@@ -44,7 +44,7 @@ A single machine: shoal agent --server --bootstrap-expect 1 --data-dir d
 
 --join takes QUIC addresses (host or host:port, default port 7947).
 Every flag can also come from the environment (SHOAL_NAME, SHOAL_DATA_DIR,
-SHOAL_JOIN=a,b, SHOAL_TOKEN, ...) or a JSON file given with --config
+SHOAL_JOIN=a,b, SHOAL_AGENT_TOKEN, ...; SHOAL_TOKEN stays the CLI's API key) or a JSON file given with --config
 (keys as in the flags, with underscores: {"data_dir": "...", "join": [...]}).
 Precedence: flag, environment, config file.`,
 		Args: cobra.NoArgs,
@@ -143,6 +143,9 @@ func mergeAgentFlags(fs *pflag.FlagSet, flags, out *node.Config) error {
 	}
 	for _, f := range fields {
 		env := "SHOAL_" + strings.ToUpper(strings.ReplaceAll(f.flag, "-", "_"))
+		if f.flag == "token" {
+			env = "SHOAL_AGENT_TOKEN" // SHOAL_TOKEN is the CLI's API key
+		}
 		switch {
 		case fs.Changed(f.flag):
 			f.from()
