@@ -8,7 +8,7 @@ PKGS      := ./...
 SHELL     := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: help build test test-short test-integration run bench lint fuzz cross clean oracle
+.PHONY: help build test test-short test-integration test-kernels test-arm64 run bench lint fuzz cross clean oracle
 
 help:
 	@echo "make build   build $(BIN) (CGO_ENABLED=0)"
@@ -33,6 +33,7 @@ lint:
 
 test: lint oracle
 	$(GO) test -count=1 $(PKGS)
+	$(MAKE) --no-print-directory test-kernels
 	@echo "== engine vs ../shared (llama.cpp logits and token ids)"
 	@$(GO) test -count=1 -run 'TestOracle|TestVocabOracle' -v ./engine/model ./engine/tokenizer | grep -E 'ORACLE|passed [0-9]|SKIP|FAIL' || true
 
@@ -40,6 +41,17 @@ test: lint oracle
 # Needs root for ip netns; the suite skips with a message otherwise.
 test-integration:
 	$(GO) test -tags integration -count=1 -v -timeout 10m ./test/integration/
+
+# Every kernel path this machine can run, the pure-Go build, and arm64 under
+# qemu-user when qemu-aarch64-static is installed (.ci/run installs it).
+test-kernels:
+	$(GO) test -count=1 -tags noasm ./engine/kernels/ ./engine/model/
+	SHOAL_KERNELS=generic $(GO) test -count=1 ./engine/kernels/
+	@if command -v qemu-aarch64-static >/dev/null; then $(MAKE) --no-print-directory test-arm64; \
+	else echo "qemu-aarch64-static not installed: arm64 kernel tests skipped (apt-get install qemu-user-static)"; fi
+
+test-arm64:
+	sh engine/kernels/qemu_test.sh
 
 test-short:
 	$(GO) test -short $(PKGS)

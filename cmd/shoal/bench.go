@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"shoal/engine/bench"
+	"shoal/engine/kernels"
 	"shoal/engine/model"
 )
 
@@ -57,7 +58,7 @@ shared machines swings within minutes, so compare decode by that fraction.
 			name := filepath.Base(path)
 			if !asJSON {
 				fmt.Fprintf(w, "model: %s (%s, %d layers, %.2f MiB, %d bytes read per token), kernels: %s\n\n",
-					name, m.Arch.Name, m.NLayer, float64(size)/(1<<20), bpt, kernelsPath())
+					name, m.Arch.Name, m.NLayer, float64(size)/(1<<20), bpt, kernels.Path())
 				fmt.Fprintln(w, "| threads | test  |            t/s | bandwidth GB/s | roofline |")
 				fmt.Fprintln(w, "| ------: | ----- | -------------: | -------------: | -------: |")
 			}
@@ -79,7 +80,7 @@ shared machines swings within minutes, so compare decode by that fraction.
 				enc.SetIndent("", "  ")
 				return enc.Encode(map[string]any{
 					"model": name, "arch": m.Arch.Name, "model_bytes": size, "bytes_per_token": bpt,
-					"kernels": kernelsPath(), "results": results,
+					"kernels": kernels.Path(), "results": results,
 				})
 			}
 			return nil
@@ -113,7 +114,3 @@ func intList(s, flag string) ([]int, error) {
 	}
 	return out, nil
 }
-
-// kernelsPath names the kernel implementation in use. Until platform
-// assembly lands, every product runs the generic Go kernels.
-func kernelsPath() string { return "generic" }

@@ -2,6 +2,8 @@ package kernels
 
 import (
 	"fmt"
+	"sync"
+	"unsafe"
 
 	"shoal/engine/quant"
 )
@@ -42,32 +44,253 @@ func (m *Matrix) ActType() quant.Type { return quant.VecDotType(m.Type) }
 // ActRowSize is the bytes one quantized activation row takes.
 func (m *Matrix) ActRowSize() int { return m.ActType().RowSize(m.Cols) }
 
-// QuantizeActs converts n activation rows of cols floats each (x, row-major)
-// to the format t, writing n rows of t.RowSize(cols) bytes to dst.
-func QuantizeActs(p *Pool, t quant.Type, x []float32, n, cols int, dst []byte) {
-	rs := t.RowSize(cols)
-	p.Run(n, 1, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			quant.QuantizeRow(t, x[i*cols:(i+1)*cols], dst[i*rs:(i+1)*rs])
-		}
-	})
+// ---- activation quantization
+
+type quantJob struct {
+	t    quant.Type
+	x    []float32
+	cols int
+	dst  []byte
+	rs   int
+	asm  func(x *float32, dst *byte, nb int)
+	bl   int
+	fn   func(lo, hi int)
 }
+
+var quantJobs = sync.Pool{New: func() any {
+	j := new(quantJob)
+	j.fn = j.do
+	return j
+}}
+
+func (j *quantJob) do(lo, hi int) {
+	for i := lo; i < hi; i++ {
+		x, dst := j.x[i*j.cols:(i+1)*j.cols], j.dst[i*j.rs:(i+1)*j.rs]
+		if j.asm != nil {
+			if nb := j.cols / j.bl; nb > 0 {
+				j.asm(&x[0], &dst[0], nb)
+			}
+			continue
+		}
+		quant.QuantizeRow(j.t, x, dst)
+	}
+}
+
+// QuantizeActs converts n activation rows of cols floats each (x, row-major)
+// to the format t, writing n rows of t.RowSize(cols) bytes to dst. The bytes
+// are those of quant.QuantizeRow (Q8_0 and Q8_K have platform versions).
+func QuantizeActs(p *Pool, t quant.Type, x []float32, n, cols int, dst []byte) {
+	if n <= 0 {
+		return
+	}
+	if err := t.CheckRow(cols); err != nil {
+		panic("kernels.QuantizeActs: " + err.Error())
+	}
+	rs := t.RowSize(cols)
+	if len(x) < n*cols || len(dst) < n*rs {
+		panic(fmt.Sprintf("kernels.QuantizeActs: %d rows of %d need %d floats and %d bytes, have %d and %d", n, cols, n*cols, n*rs, len(x), len(dst)))
+	}
+	j := quantJobs.Get().(*quantJob)
+	j.t, j.x, j.cols, j.dst, j.rs, j.asm = t, x, cols, dst, rs, nil
+	switch t {
+	case quant.Q8_0:
+		j.asm, j.bl = cur.q8_0, quant.QK
+	case quant.Q8_K:
+		j.asm, j.bl = cur.q8_K, quant.QKK
+	}
+	p.Run(n, 1, j.fn)
+	j.x, j.dst = nil, nil
+	quantJobs.Put(j)
+}
+
+// ---- matrix product
+
+// mmJob holds one MatMul's parameters, so that the pool runs a method value
+// made once instead of a fresh closure.
+type mmJob struct {
+	m     *Matrix
+	ks    *kset
+	xq    []byte
+	ars   int
+	n     int
+	out   []float32
+	ldo   int
+	group int // rows per work unit
+
+	tile bool
+	ta   []byte // tile activations (xq, or xq widened to float32)
+	tas  int
+	f32  []float32 // scratch for the widened activations
+
+	aux   []byte // per-activation data of the rowsX kernels
+	auxRS int
+
+	fn func(lo, hi int)
+}
+
+var mmJobs = sync.Pool{New: func() any {
+	j := new(mmJob)
+	j.fn = j.do
+	return j
+}}
 
 // MatMul computes out[i*ldo + r] = dot(row r of m, activation row i) for the
 // n activation rows in xq (already in m.ActType(), m.ActRowSize() bytes each).
+//
+// The rows are split between the pool's threads in groups. With platform
+// kernels, n <= 3 (decode) runs a kernel that streams several weight rows
+// against one activation row; larger n runs a tile kernel that uses each
+// loaded weight block for several activation rows. It does not allocate.
 func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
+	if n <= 0 || m.Rows <= 0 {
+		return
+	}
 	ars := m.ActRowSize()
-	const rowBlock = 16
-	p.Run(m.Rows, rowBlock, func(lo, hi int) {
-		for r0 := lo; r0 < hi; r0 += rowBlock {
-			r1 := min(r0+rowBlock, hi)
-			for i := 0; i < n; i++ {
-				a := xq[i*ars : (i+1)*ars]
-				o := out[i*ldo:]
-				for r := r0; r < r1; r++ {
-					o[r] = VecDot(m.Type, m.Cols, m.Data[r*m.RowSize:(r+1)*m.RowSize], a)
-				}
+	if len(xq) < n*ars {
+		panic(fmt.Sprintf("kernels.MatMul: %d activation rows need %d bytes, have %d", n, n*ars, len(xq)))
+	}
+	if len(out) < (n-1)*ldo+m.Rows || (n > 1 && ldo < m.Rows) {
+		panic(fmt.Sprintf("kernels.MatMul: output of %d floats too short for %d rows x %d (ldo %d)", len(out), n, m.Rows, ldo))
+	}
+	if len(m.Data) < m.Rows*m.RowSize || m.RowSize < m.Type.RowSize(m.Cols) {
+		panic(fmt.Sprintf("kernels.MatMul: matrix %v %dx%d data too short", m.Type, m.Rows, m.Cols))
+	}
+	j := mmJobs.Get().(*mmJob)
+	j.m, j.xq, j.ars, j.n, j.out, j.ldo = m, xq, ars, n, out, ldo
+	j.ks = kernelsFor(m.Type)
+	j.group, j.tile = 16, false
+	if ks := j.ks; ks != nil {
+		j.group = ks.rowsR
+		if ks.tile != nil && n >= ks.tileC && m.Cols >= ks.blockLen {
+			j.tile = true
+			j.group = max(ks.rowsR, ks.tileR)
+			j.ta, j.tas = xq, ars
+			if ks.tileF32 && m.Type != quant.F32 {
+				j.widen()
 			}
 		}
-	})
+	}
+	if ks := j.ks; ks != nil && ks.rowsX != nil && (!j.tile || n%ks.tileC != 0) {
+		nb := m.Cols / ks.blockLen
+		j.auxRS = auxSize(nb)
+		if cap(j.aux) < n*j.auxRS {
+			j.aux = make([]byte, n*j.auxRS)
+		}
+		j.aux = j.aux[:n*j.auxRS]
+		for c := 0; c < n; c++ {
+			ks.auxPrep(xq[c*ars:(c+1)*ars], nb, j.aux[c*j.auxRS:(c+1)*j.auxRS])
+		}
+	}
+	units := (m.Rows + j.group - 1) / j.group
+	p.Run(units, max(1, 32/j.group), j.fn)
+	j.m, j.xq, j.out, j.ta = nil, nil, nil, nil
+	mmJobs.Put(j)
+}
+
+// widen converts F16/BF16 activations to float32 for the float tile kernels
+// (exactly: both widen without rounding).
+func (j *mmJob) widen() {
+	cols, n := j.m.Cols, j.n
+	if cap(j.f32) < n*cols {
+		j.f32 = make([]float32, n*cols)
+	}
+	f := j.f32[:n*cols]
+	for i := 0; i < n; i++ {
+		h := halves(j.xq[i*j.ars:], cols)
+		d := f[i*cols : (i+1)*cols]
+		if j.m.Type == quant.BF16 {
+			for k, v := range h {
+				d[k] = quant.BF16ToFP32(v)
+			}
+		} else {
+			for k, v := range h {
+				d[k] = quant.FP16ToFP32(v)
+			}
+		}
+	}
+	j.ta = unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*len(f))
+	j.tas = 4 * cols
+}
+
+func (j *mmJob) do(lo, hi int) {
+	m := j.m
+	r0, r1 := lo*j.group, min(hi*j.group, m.Rows)
+	ks := j.ks
+	if ks == nil {
+		j.generic(r0, r1)
+		return
+	}
+	nb := m.Cols / ks.blockLen
+	if nb > 0 {
+		if j.tile {
+			R, C := ks.tileR, ks.tileC
+			nc := j.n / C * C
+			rt := r0 + (r1-r0)/R*R
+			w, ws := m.Data, m.RowSize
+			for r := r0; r < rt; r += R {
+				for c := 0; c < nc; c += C {
+					ks.tile(&w[r*ws], ws, &j.ta[c*j.tas], j.tas, nb, &j.out[c*j.ldo+r], j.ldo)
+				}
+			}
+			j.decode(rt, r1, 0, nc, nb)
+			j.decode(r0, r1, nc, j.n, nb)
+		} else {
+			j.decode(r0, r1, 0, j.n, nb)
+		}
+	} else {
+		for c := 0; c < j.n; c++ {
+			clear(j.out[c*j.ldo+r0 : c*j.ldo+r1])
+		}
+	}
+	if ks.tail && nb*ks.blockLen < m.Cols {
+		for c := 0; c < j.n; c++ {
+			a := j.xq[c*j.ars : (c+1)*j.ars]
+			for r := r0; r < r1; r++ {
+				j.out[c*j.ldo+r] += floatTail(m.Type, m.Row(r), a, nb*ks.blockLen, m.Cols)
+			}
+		}
+	}
+}
+
+// decode runs the multi-row kernel on rows [r0,r1) x activations [c0,c1),
+// and the one-row kernel on the rows left over.
+func (j *mmJob) decode(r0, r1, c0, c1, nb int) {
+	if r0 >= r1 || c0 >= c1 {
+		return
+	}
+	ks, w, ws := j.ks, j.m.Data, j.m.RowSize
+	R := ks.rowsR
+	r := r0
+	if ks.rowsX != nil {
+		for ; r+4 <= r1; r += 4 {
+			for c := c0; c < c1; c++ {
+				ks.rowsX(&w[r*ws], ws, &j.xq[c*j.ars], &j.aux[c*j.auxRS], nb, &j.out[c*j.ldo+r])
+			}
+		}
+	}
+	for ; r+R <= r1; r += R {
+		for c := c0; c < c1; c++ {
+			ks.rows(&w[r*ws], ws, &j.xq[c*j.ars], 0, nb, &j.out[c*j.ldo+r], 0)
+		}
+	}
+	for ; r < r1; r++ {
+		for c := c0; c < c1; c++ {
+			j.out[c*j.ldo+r] = ks.one(&w[r*ws], &j.xq[c*j.ars], nb)
+		}
+	}
+}
+
+func (j *mmJob) generic(r0, r1 int) {
+	m := j.m
+	const rowBlock = 16
+	for b := r0; b < r1; b += rowBlock {
+		e := min(b+rowBlock, r1)
+		for i := 0; i < j.n; i++ {
+			a := j.xq[i*j.ars : (i+1)*j.ars]
+			o := j.out[i*j.ldo:]
+			for r := b; r < e; r++ {
+				o[r] = vecDotGeneric(m.Type, m.Cols, m.Data[r*m.RowSize:(r+1)*m.RowSize], a)
+			}
+		}
+	}
 }

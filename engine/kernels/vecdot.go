@@ -36,6 +36,57 @@ import (
 //	Q8_1  · Q8_1  (no ggml kernel; same scheme as Q8_0 · Q8_0)
 //	Q8_K  · Q8_K  (no ggml kernel; same scheme as Q8_0 · Q8_0)
 func VecDot(t quant.Type, n int, w, a []byte) float32 {
+	if ks := kernelsFor(t); ks != nil {
+		return vecDotFast(ks, t, n, w, a)
+	}
+	return vecDotGeneric(t, n, w, a)
+}
+
+// vecDotFast is VecDot with the active platform kernel set.
+func vecDotFast(ks *kset, t quant.Type, n int, w, a []byte) float32 {
+	if bl := t.BlockLen(); bl > 1 {
+		blocks(t, n, bl)
+	} else if n < 0 {
+		panic(fmt.Sprintf("kernels.VecDot: %v row of %d elements", t, n))
+	}
+	w, a = row(w, t.RowSize(n)), row(a, quant.VecDotType(t).RowSize(n))
+	nb := n / ks.blockLen
+	var s float32
+	if nb > 0 {
+		s = ks.one(&w[0], &a[0], nb)
+	}
+	if ks.tail && nb*ks.blockLen < n {
+		s += floatTail(t, w, a, nb*ks.blockLen, n)
+	}
+	return s
+}
+
+// floatTail is the dot of elements [lo,hi) of two float rows of type t (F32,
+// F16 or BF16 weights with activations of the same type).
+func floatTail(t quant.Type, w, a []byte, lo, hi int) float32 {
+	var sum float64
+	switch t {
+	case quant.F32:
+		x, y := floats(w, hi), floats(a, hi)
+		for i := lo; i < hi; i++ {
+			sum += float64(x[i] * y[i])
+		}
+	case quant.F16:
+		x, y := halves(w, hi), halves(a, hi)
+		for i := lo; i < hi; i++ {
+			sum += float64(quant.FP16ToFP32(x[i]) * quant.FP16ToFP32(y[i]))
+		}
+	case quant.BF16:
+		x, y := halves(w, hi), halves(a, hi)
+		for i := lo; i < hi; i++ {
+			sum += float64(quant.BF16ToFP32(x[i]) * quant.BF16ToFP32(y[i]))
+		}
+	}
+	return float32(sum)
+}
+
+// vecDotGeneric is VecDot with the generic Go kernels, whatever the level.
+func vecDotGeneric(t quant.Type, n int, w, a []byte) float32 {
 	switch t {
 	case quant.F32:
 		return dotF32Generic(n, w, a)

@@ -157,24 +157,3 @@ func TestVecDotQ4_0Hand(t *testing.T) {
 		t.Errorf("got %g, want 16", got)
 	}
 }
-
-// BenchmarkVecDot/<type> times one 4096-element row; the throughput is in
-// weight bytes (MB/s from SetBytes, and GB/s).
-func BenchmarkVecDot(b *testing.B) {
-	const n = 4096
-	r := rand.New(rand.NewPCG(17, 18))
-	for _, typ := range weightTypes {
-		w, a, _, _ := rows(r, typ, n)
-		b.Run(typ.String(), func(b *testing.B) {
-			b.SetBytes(int64(len(w)))
-			var sink float32
-			for b.Loop() {
-				sink += VecDot(typ, n, w, a)
-			}
-			_ = sink
-			if s := b.Elapsed().Seconds(); s > 0 {
-				b.ReportMetric(float64(len(w))*float64(b.N)/s/1e9, "GB/s")
-			}
-		})
-	}
-}

@@ -1,0 +1,167 @@
+package kernels
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"unsafe"
+
+	"shoal/engine/quant"
+)
+
+// dotFn is the shape of every platform dot kernel: for R weight rows
+// (w + r*ws bytes) and C activation rows (a + c*as bytes) of nb blocks each,
+// it stores out[c*os + r] = dot(weight row r, activation row c). R and C are
+// fixed per kernel. For the float formats a block is 16 elements.
+type dotFn func(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// oneFn is the dot of one weight row with one activation row of nb blocks. (A
+// Go wrapper calls the assembly directly, so that its result slot stays on
+// the stack: through a func value it would escape.)
+type oneFn func(w, a *byte, nb int) float32
+
+// kset is the set of platform kernels for one weight type.
+type kset struct {
+	blockLen int // elements per kernel block (the type's block; 16 for floats)
+	tail     bool
+
+	one oneFn // one row x one activation
+
+	rows  dotFn // rowsR rows x 1 activation: the decode kernel
+	rowsR int
+
+	// rowsX, when set, replaces rows: 4 rows x 1 activation with per-block
+	// activation data that auxPrep computes once per activation row
+	// (auxSize(nb) bytes).
+	rowsX   func(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+	auxPrep func(a []byte, nb int, aux []byte)
+
+	tile         dotFn // tileR rows x tileC activations: the prefill kernel
+	tileR, tileC int
+	tileF32      bool // tile takes float32 activations (float weight types)
+}
+
+// level is one set of kernels, selectable by name.
+type level struct {
+	name string
+	k    [32]*kset // by quant.Type; nil: generic Go
+	q8_0 func(x *float32, dst *byte, nb int)
+	q8_K func(x *float32, dst *byte, nb int)
+}
+
+var (
+	q8SumsAsm func(a *byte, nb int, dst *int32) // set by the platform code
+
+	levels []*level // available on this CPU, best first; "generic" last
+	cur    *level
+)
+
+func init() {
+	levels = append(archLevels(), &level{name: "generic"})
+	cur = levels[0]
+	if s := os.Getenv("SHOAL_KERNELS"); s != "" {
+		if err := SetLevel(s); err != nil {
+			fmt.Fprintf(os.Stderr, "shoal: SHOAL_KERNELS: %v; using %s\n", err, cur.name)
+		}
+	}
+}
+
+// Path reports the active kernel set: "generic", "avx2", "neon" or "neon-dot".
+func Path() string { return cur.name }
+
+// Levels lists the kernel sets this CPU and build can run, best first; the
+// last is always "generic".
+func Levels() []string {
+	var s []string
+	for _, l := range levels {
+		s = append(s, l.name)
+	}
+	return s
+}
+
+// SetLevel selects a kernel set by name (one of Levels(); "" or "auto" for
+// the best). The environment variable SHOAL_KERNELS does the same at start-up.
+// It must not be called while kernels run.
+func SetLevel(name string) error {
+	if name == "" || name == "auto" {
+		cur = levels[0]
+		return nil
+	}
+	for _, l := range levels {
+		if l.name == name {
+			cur = l
+			return nil
+		}
+	}
+	return fmt.Errorf("kernel set %q not available here (have %s)", name, strings.Join(Levels(), ", "))
+}
+
+func kernelsFor(t quant.Type) *kset {
+	if int(t) < len(cur.k) {
+		return cur.k[t]
+	}
+	return nil
+}
+
+// auxSize is the bytes of activation data the rowsX kernels take for an
+// activation row of nb 32-element blocks: 64 per pair of blocks.
+func auxSize(nb int) int { return 64 * ((nb + 1) / 2) }
+
+// auxPairs fills the activation data of the paired Q4_0/Q5_0 kernels from a
+// Q8_0 row of nb blocks: per pair of blocks (b, b1), float32 [d_b d_b d_b1
+// d_b1] twice and int32 [k*s_b k*s_b k*s_b1 k*s_b1] twice, s the sum of the
+// block's quants.
+func auxPairs(k int32) func(a []byte, nb int, aux []byte) {
+	return func(a []byte, nb int, aux []byte) {
+		aux = aux[:auxSize(nb)]
+		f := unsafe.Slice((*float32)(unsafe.Pointer(&aux[0])), len(aux)/4)
+		c := unsafe.Slice((*int32)(unsafe.Pointer(&aux[0])), len(aux)/4)
+		// The block sums go to the start of aux; filling the pairs from the
+		// last one back only overwrites sums already used.
+		q8Sums(a, nb, c[:nb])
+		for p := (nb+1)/2 - 1; p >= 0; p-- {
+			b := 2 * p
+			s0, d0 := k*c[b], f16(a[b*quant.BlockQ8_0:])
+			var s1 int32
+			var d1 float32
+			if b+1 < nb {
+				s1, d1 = k*c[b+1], f16(a[(b+1)*quant.BlockQ8_0:])
+			}
+			o := f[16*p : 16*p+16]
+			o[0], o[1], o[2], o[3] = d0, d0, d1, d1
+			o[4], o[5], o[6], o[7] = d0, d0, d1, d1
+			q := c[16*p+8 : 16*p+16]
+			q[0], q[1], q[2], q[3] = s0, s0, s1, s1
+			q[4], q[5], q[6], q[7] = s0, s0, s1, s1
+		}
+	}
+}
+
+// q8Sums stores the sum of the quants of each of the nb Q8_0 blocks of a.
+func q8Sums(a []byte, nb int, dst []int32) {
+	a, dst = a[:nb*quant.BlockQ8_0], dst[:nb]
+	if q8SumsAsm != nil && nb > 0 {
+		q8SumsAsm(&a[0], nb, &dst[0])
+		return
+	}
+	for b := range dst {
+		var s int32
+		for _, q := range a[b*quant.BlockQ8_0+2 : (b+1)*quant.BlockQ8_0] {
+			s += int32(int8(q))
+		}
+		dst[b] = s
+	}
+}
+
+// auxQ8_0 fills the activation data of the Q8_0 kernel: per pair of blocks
+// float32 [d_b x4 | d_b1 x4] (and 32 unused bytes).
+func auxQ8_0(a []byte, nb int, aux []byte) {
+	aux = aux[:auxSize(nb)]
+	clear(aux[64*(nb/2):])
+	f := unsafe.Slice((*float32)(unsafe.Pointer(&aux[0])), len(aux)/4)
+	for b := 0; b < nb; b++ {
+		d := f16(a[b*quant.BlockQ8_0:])
+		o := 16*(b/2) + 4*(b%2)
+		f[o], f[o+1], f[o+2], f[o+3] = d, d, d, d
+	}
+}

@@ -1,0 +1,51 @@
+//go:build amd64 && !noasm && gc
+
+package kernels
+
+import (
+	"golang.org/x/sys/cpu"
+
+	"shoal/engine/quant"
+)
+
+func archLevels() []*level {
+	if !cpu.X86.HasAVX2 || !cpu.X86.HasFMA || cpuid1ECX()&(1<<29) == 0 {
+		return nil
+	}
+	q8SumsAsm = q8SumsAVX2
+	l := &level{name: "avx2", q8_K: quantQ8_KAVX2}
+	l.k[quant.Q4_0] = &kset{blockLen: quant.QK,
+		one: oneQ4_0, rowsR: 4, rowsX: dotQ4_0X4, auxPrep: auxPairs(8), tile: dotQ4_0R2C4, tileR: 2, tileC: 4}
+	l.k[quant.Q8_0] = &kset{blockLen: quant.QK,
+		one: oneQ8_0, rowsR: 4, rowsX: dotQ8_0X4, auxPrep: auxQ8_0}
+	l.k[quant.Q5_0] = &kset{blockLen: quant.QK,
+		one: oneQ5_0, rowsR: 4, rowsX: dotQ5_0X4, auxPrep: auxPairs(16), tile: dotQ5_0R2C2, tileR: 2, tileC: 2}
+	l.k[quant.Q4_K] = &kset{blockLen: quant.QKK,
+		one: oneQ4_K, rows: dotQ4_KR4C1, rowsR: 4, tile: dotQ4_KR1C4, tileR: 1, tileC: 4}
+	l.k[quant.Q5_K] = &kset{blockLen: quant.QKK,
+		one: oneQ5_K, rows: dotQ5_KR4C1, rowsR: 4, tile: dotQ5_KR1C4, tileR: 1, tileC: 4}
+	l.k[quant.Q6_K] = &kset{blockLen: quant.QKK,
+		one: oneQ6_K, rows: dotQ6_KR4C1, rowsR: 4, tile: dotQ6_KR1C4, tileR: 1, tileC: 4}
+	l.k[quant.F16] = &kset{blockLen: 16, tail: true,
+		one: oneF16, rows: dotF16R4C1, rowsR: 4, tile: dotF16F32R4C3, tileR: 4, tileC: 3, tileF32: true}
+	l.k[quant.BF16] = &kset{blockLen: 16, tail: true,
+		one: oneBF16, rows: dotBF16R4C1, rowsR: 4, tile: dotBF16F32R4C3, tileR: 4, tileC: 3, tileF32: true}
+	l.k[quant.F32] = &kset{blockLen: 16, tail: true,
+		one: oneF32, rows: dotF32R4C1, rowsR: 4, tile: dotF32F32R4C3, tileR: 4, tileC: 3, tileF32: true}
+	return []*level{l}
+}
+
+func oneQ4_0(w, a *byte, nb int) float32 {
+	var o [2]float32
+	dotQ4_0R2C1(w, 0, a, 0, nb, &o[0], 0)
+	return o[0]
+}
+
+func oneQ8_0(w, a *byte, nb int) (o float32) { dotQ8_0R1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneQ5_0(w, a *byte, nb int) (o float32) { dotQ5_0R1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneQ4_K(w, a *byte, nb int) (o float32) { dotQ4_KR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneQ5_K(w, a *byte, nb int) (o float32) { dotQ5_KR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneQ6_K(w, a *byte, nb int) (o float32) { dotQ6_KR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneF16(w, a *byte, nb int) (o float32)  { dotF16R1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneBF16(w, a *byte, nb int) (o float32) { dotBF16R1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneF32(w, a *byte, nb int) (o float32)  { dotF32R1C1(w, 0, a, 0, nb, &o, 0); return }

@@ -1,0 +1,12 @@
+//go:build amd64 && !noasm && gc
+
+package kernels
+
+import "golang.org/x/sys/cpu"
+
+func expectedLevel() string {
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		return "avx2"
+	}
+	return "generic"
+}
