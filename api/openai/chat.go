@@ -17,9 +17,10 @@ const maxTopLogprobs = 20
 // template returns the model's compiled chat template, compiling it (or
 // falling back to ChatML, with one warning) on first use.
 func (h *handler) template(m *Model) *modelTemplate {
+	key := templateKey{m.Name, m.ChatTemplate}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if t, ok := h.templates[m]; ok {
+	if t, ok := h.templates[key]; ok {
 		return t
 	}
 	mt := &modelTemplate{}
@@ -41,17 +42,13 @@ func (h *handler) template(m *Model) *modelTemplate {
 		mt.tpl, mt.fallback = tpl, true
 		h.log.Sugar().Warnf("model %q: %s; chat requests use ChatML", m.Name, mt.reason)
 	}
-	h.templates[m] = mt
+	h.templates[key] = mt
 	return mt
 }
 
-// templateState reports what /v1/models says about a model's template
-// without compiling it.
+// templateState is what /v1/models says about a model's chat template.
 func (h *handler) templateState(m *Model) string {
-	h.mu.Lock()
-	t, ok := h.templates[m]
-	h.mu.Unlock()
-	if ok && t.fallback || !ok && m.ChatTemplate == "" {
+	if h.template(m).fallback {
 		return "fallback-chatml"
 	}
 	return "model"
@@ -206,7 +203,8 @@ func (h *handler) chat(x *exchange) *apiError {
 		return nil
 	}
 	usage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-	sw := newSSE(x)
+	sw := newSSE(x, h.o.StreamWriteTimeout)
+	defer sw.end()
 	chunk := func(c ChatChunkChoice) ChatChunk {
 		ch := ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: m.Name, SystemFingerprint: h.o.SystemFingerprint,
 			Choices: []ChatChunkChoice{c}}

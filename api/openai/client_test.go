@@ -109,6 +109,11 @@ func TestClientCompletionsAndModels(t *testing.T) {
 	if text.String() != res.Choices[0].Text {
 		t.Fatalf("streamed %q, non-streamed %q", text.String(), res.Choices[0].Text)
 	}
+	// echo puts the prompt in front.
+	echo, err := c.Completions.New(ctx, oa.CompletionNewParams{Model: "tiny", Prompt: p.Prompt, MaxTokens: p.MaxTokens, Temperature: p.Temperature, Echo: oa.Bool(true)})
+	if err != nil || echo.Choices[0].Text != "Once upon a time"+res.Choices[0].Text {
+		t.Fatalf("echo: %q %v", echo.Choices[0].Text, err)
+	}
 	// A token-id prompt works too.
 	ids := e.tok.Encode("Once upon a time", true, true)
 	toks := make([]int64, len(ids))
@@ -376,5 +381,61 @@ func TestClientSeed(t *testing.T) {
 	}
 	if a == d {
 		t.Fatalf("seeds 42 and 43 gave the same 24 tokens: %q", a)
+	}
+}
+
+// TestConcurrentChats runs greedy requests at once (sharing the batch and
+// the compiled template) and checks each answers what it answers alone.
+func TestConcurrentChats(t *testing.T) {
+	e := newEnv(t, envOptions{neverEOG: true, cacheTokens: 2048})
+	c := newClient(e)
+	ctx := context.Background()
+	const n = 6
+	params := func(i int) oa.ChatCompletionNewParams {
+		p := chatParams(strings.Repeat("question ", i+1))
+		p.MaxTokens = oa.Int(10)
+		p.Temperature = oa.Float(0)
+		return p
+	}
+	alone := make([]string, n)
+	for i := range alone {
+		res, err := c.Chat.Completions.New(ctx, params(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone[i] = res.Choices[0].Message.Content
+	}
+	got := make([]string, n)
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			if i%2 == 0 {
+				res, err := c.Chat.Completions.New(ctx, params(i))
+				if err == nil {
+					got[i] = res.Choices[0].Message.Content
+				}
+				errs <- err
+				return
+			}
+			s := c.Chat.Completions.NewStreaming(ctx, params(i))
+			var b strings.Builder
+			for s.Next() {
+				for _, ch := range s.Current().Choices {
+					b.WriteString(ch.Delta.Content)
+				}
+			}
+			got[i] = b.String()
+			errs <- s.Err()
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range got {
+		if got[i] != alone[i] {
+			t.Errorf("request %d: concurrent %q, alone %q", i, got[i], alone[i])
+		}
 	}
 }

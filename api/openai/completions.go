@@ -146,7 +146,8 @@ func (h *handler) completions(x *exchange) *apiError {
 		return nil
 	}
 	usage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-	sw := newSSE(x)
+	sw := newSSE(x, h.o.StreamWriteTimeout)
+	defer sw.end()
 	chunk := func(c CompletionChoice) Completion {
 		ch := Completion{ID: id, Object: "text_completion", Created: created, Model: m.Name, SystemFingerprint: h.o.SystemFingerprint,
 			Choices: []CompletionChoice{c}}

@@ -30,6 +30,9 @@ type Options struct {
 	// Sampling is the base for the parameters a request does not set
 	// (default: temperature 1, as OpenAI's API).
 	Sampling *sample.Params
+	// StreamWriteTimeout bounds the write of each streamed event (default
+	// 1 min): a client that stops reading is dropped.
+	StreamWriteTimeout time.Duration
 	// Observer, if set, receives a Record per request.
 	Observer Observer
 	// SystemFingerprint, if set, is returned in every completion.
@@ -48,8 +51,12 @@ type handler struct {
 	mux  *http.ServeMux
 
 	mu        sync.Mutex
-	templates map[*Model]*modelTemplate
+	templates map[templateKey]*modelTemplate
 }
+
+// templateKey identifies a compiled template: a Backend may hand out new
+// *Model values for the same model.
+type templateKey struct{ model, src string }
 
 // modelTemplate is a model's compiled chat template.
 type modelTemplate struct {
@@ -71,10 +78,13 @@ func newHandler(b Backend, o Options) *handler {
 	if o.RetryAfter <= 0 {
 		o.RetryAfter = time.Second
 	}
+	if o.StreamWriteTimeout <= 0 {
+		o.StreamWriteTimeout = time.Minute
+	}
 	if o.Log == nil {
 		o.Log = zap.L().Named("openai")
 	}
-	h := &handler{b: b, o: o, log: o.Log, templates: map[*Model]*modelTemplate{}}
+	h := &handler{b: b, o: o, log: o.Log, templates: map[templateKey]*modelTemplate{}}
 	h.base = sample.Params{Temperature: 1}
 	if o.Sampling != nil {
 		h.base = *o.Sampling

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"time"
 
 	"shoal/serve"
 )
@@ -13,13 +14,17 @@ import (
 // sse writes a Server-Sent Events stream: one "data: JSON" event per chunk
 // and "data: [DONE]" at the end.
 type sse struct {
-	x   *exchange
-	rc  *http.ResponseController
-	buf bytes.Buffer
-	err error
+	x       *exchange
+	rc      *http.ResponseController
+	timeout time.Duration
+	buf     bytes.Buffer
+	err     error
 }
 
-func newSSE(x *exchange) *sse {
+// newSSE starts the stream. Each event must be written within timeout (a
+// client that stops reading without disconnecting cannot hold the handler
+// forever); end clears the deadline for the connection's next request.
+func newSSE(x *exchange, timeout time.Duration) *sse {
 	h := x.w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -27,10 +32,20 @@ func newSSE(x *exchange) *sse {
 	h.Set("X-Accel-Buffering", "no")
 	x.w.WriteHeader(http.StatusOK)
 	x.status = http.StatusOK
-	s := &sse{x: x, rc: http.NewResponseController(x.w)}
+	s := &sse{x: x, rc: http.NewResponseController(x.w), timeout: timeout}
+	s.deadline(time.Now().Add(timeout))
 	s.flush()
 	return s
 }
+
+func (s *sse) deadline(t time.Time) {
+	if err := s.rc.SetWriteDeadline(t); err != nil && !errors.Is(err, http.ErrNotSupported) && s.err == nil {
+		s.err = err
+	}
+}
+
+// end clears the write deadline.
+func (s *sse) end() { _ = s.rc.SetWriteDeadline(time.Time{}) }
 
 func (s *sse) flush() {
 	if s.err == nil {
@@ -44,6 +59,7 @@ func (s *sse) write(data []byte) error {
 	if s.err != nil {
 		return s.err
 	}
+	s.deadline(time.Now().Add(s.timeout))
 	s.buf.Reset()
 	s.buf.WriteString("data: ")
 	s.buf.Write(data)
