@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,12 @@ import (
 const testKey = "sk-test"
 
 func authEnv(t *testing.T, o envOptions) *testEnv {
-	o.handler.CheckKey = func(k string) bool { return k == testKey }
+	o.handler.CheckKey = func(_ context.Context, k string) error {
+		if k != testKey {
+			return errors.New("unknown key")
+		}
+		return nil
+	}
 	o.neverEOG = true
 	return newEnv(t, o)
 }
@@ -334,4 +340,24 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+type unavailable struct{}
+
+func (unavailable) Error() string   { return "key store unreachable" }
+func (unavailable) HTTPStatus() int { return http.StatusServiceUnavailable }
+
+// TestKeyCheckUnavailable: a key checker that cannot decide answers with its
+// own status rather than 401.
+func TestKeyCheckUnavailable(t *testing.T) {
+	h := NewHandler(NewStaticBackend(), Options{CheckKey: func(context.Context, string) error { return unavailable{} }})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer k")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkError(t, resp, http.StatusServiceUnavailable, "", "", "unreachable")
 }

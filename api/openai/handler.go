@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -20,9 +21,11 @@ import (
 
 // Options configure the handler.
 type Options struct {
-	// CheckKey validates the API key of "Authorization: Bearer KEY". Nil
-	// means no key is needed.
-	CheckKey func(key string) bool
+	// CheckKey validates the API key of "Authorization: Bearer KEY": nil
+	// accepts it; an error refuses it with 401, or with its HTTPStatus()
+	// if it has one (e.g. 503 when the key store cannot be reached). A nil
+	// CheckKey means no key is needed.
+	CheckKey func(ctx context.Context, key string) error
 	// MaxBodyBytes limits request bodies (default 4 MiB); larger is 413.
 	MaxBodyBytes int64
 	// RetryAfter is the Retry-After sent with 429 (default 1 s).
@@ -203,15 +206,24 @@ func (h *handler) authorize(r *http.Request) *apiError {
 	auth := r.Header.Get("Authorization")
 	key, ok := strings.CutPrefix(auth, "Bearer ")
 	key = strings.TrimSpace(key)
-	switch {
-	case auth == "":
+	if auth == "" {
 		return &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
 			msg: "You didn't provide an API key. Send it as \"Authorization: Bearer YOUR_KEY\"."}
-	case !ok || key == "" || !h.o.CheckKey(key):
-		return &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
-			msg: "Incorrect API key provided."}
 	}
-	return nil
+	if !ok || key == "" {
+		return &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
+			msg: "Incorrect API key provided: send it as \"Authorization: Bearer YOUR_KEY\"."}
+	}
+	err := h.o.CheckKey(r.Context(), key)
+	if err == nil {
+		return nil
+	}
+	var hs interface{ HTTPStatus() int }
+	if errors.As(err, &hs) && hs.HTTPStatus() != http.StatusUnauthorized && hs.HTTPStatus() != http.StatusForbidden {
+		return &apiError{status: hs.HTTPStatus(), typ: "server_error", msg: "cannot check the API key: " + err.Error()}
+	}
+	return &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
+		msg: "Incorrect API key provided."}
 }
 
 // decode reads the JSON body into v.
