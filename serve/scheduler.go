@@ -122,16 +122,16 @@ type Scheduler struct {
 	nextID  kv.SeqID
 	order   uint64
 
-	running []*seq // owned by the loop
-	batch   model.Batch
+	running  []*seq // owned by the loop
+	batch    model.Batch
 	rows     []int
 	rowSeq   []*seq
 	chunkSeq []*seq
-	stats   Stats
-	statsMu sync.Mutex
-	steps   atomic.Uint64
-	done    chan struct{}
-	lp      []float32 // log-softmax scratch
+	stats    Stats
+	statsMu  sync.Mutex
+	steps    atomic.Uint64
+	done     chan struct{}
+	lp       []float32 // log-softmax scratch
 }
 
 // New starts the scheduler loop on r. isEOG tells which tokens end a
