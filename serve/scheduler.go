@@ -340,6 +340,7 @@ func (s *Scheduler) preemptNewest() bool {
 }
 
 func (s *Scheduler) step() {
+	defer s.noteRunning()
 	s.admit()
 	// Drop cancelled sequences first: their blocks go back to the pool now.
 	kept := s.running[:0]
@@ -386,6 +387,12 @@ func (s *Scheduler) step() {
 	}
 }
 
+func (s *Scheduler) noteRunning() {
+	s.statsMu.Lock()
+	s.stats.Running = len(s.running)
+	s.statsMu.Unlock()
+}
+
 func (s *Scheduler) buildBatch() {
 	b := &s.batch
 	b.Tokens, b.Chunks = b.Tokens[:0], b.Chunks[:0]
@@ -414,7 +421,6 @@ func (s *Scheduler) buildBatch() {
 	s.statsMu.Lock()
 	s.stats.LastBatchTokens = len(b.Tokens)
 	s.stats.LastBatchSeqs = len(b.Chunks)
-	s.stats.Running = len(s.running)
 	s.statsMu.Unlock()
 }
 

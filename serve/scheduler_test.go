@@ -120,7 +120,7 @@ func TestBatchedEqualsAlone(t *testing.T) {
 			t.Errorf("request %d: batched %v, alone %v", i, got[i], alone[i])
 		}
 	}
-	if st := s.Stats(); st.KVBlocksUsed != 0 || st.Completed != 2*n {
+	if st := s.Stats(); st.KVBlocksUsed != 0 || st.Completed != 2*n || st.Running != 0 {
 		t.Fatalf("after all requests: %+v", st)
 	}
 }
