@@ -18,9 +18,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"shoal/api"
+	"shoal/api/openai"
 	"shoal/coordinator"
 	"shoal/internal/zapio"
 	"shoal/transport"
@@ -47,6 +48,11 @@ type Agent struct {
 	httpLn net.Listener
 	advIP  string
 	seeds  []string
+
+	models   *openai.StaticBackend // models this agent serves (the OpenAI endpoint's backend)
+	served   []*served
+	registry *prometheus.Registry
+	observer openai.Observer
 
 	stopOnce sync.Once
 	done     chan struct{}
@@ -248,7 +254,14 @@ func (a *Agent) start() error {
 			return err
 		}
 	}
-	a.http = &http.Server{Handler: api.Handler(a), ReadHeaderTimeout: 10 * time.Second}
+	a.models = openai.NewStaticBackend()
+	if err := a.setupMetrics(); err != nil {
+		return err
+	}
+	if err := a.loadModels(); err != nil {
+		return err
+	}
+	a.http = &http.Server{Handler: a.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = a.http.Serve(a.httpLn) }()
 	return nil
 }
@@ -318,6 +331,7 @@ func (a *Agent) close(graceful bool) {
 		} else if a.httpLn != nil {
 			_ = a.httpLn.Close()
 		}
+		a.closeModels()
 		if a.srv != nil {
 			if err := a.srv.Shutdown(); err != nil {
 				a.log.Warn("raft shutdown", zap.Error(err))

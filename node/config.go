@@ -13,19 +13,20 @@ import (
 // Config of an agent. Ports of 0 pick a free port (tests); the CLI fills
 // in the defaults.
 type Config struct {
-	Name            string   `json:"name"`
-	DataDir         string   `json:"data_dir"`
-	Bind            string   `json:"bind"`      // IP to listen on
-	Advertise       string   `json:"advertise"` // IP others reach this node at
-	GossipPort      int      `json:"gossip_port"`
-	QUICPort        int      `json:"quic_port"`
-	HTTPPort        int      `json:"http_port"`
-	Join            []string `json:"join"` // QUIC addresses (host or host:port) of agents
-	BootstrapExpect int      `json:"bootstrap_expect"`
-	Server          bool     `json:"server"`
-	Token           string   `json:"token"`
-	Version         string   `json:"-"`
-	Tuning          Tuning   `json:"tuning"`
+	Name            string        `json:"name"`
+	DataDir         string        `json:"data_dir"`
+	Bind            string        `json:"bind"`      // IP to listen on
+	Advertise       string        `json:"advertise"` // IP others reach this node at
+	GossipPort      int           `json:"gossip_port"`
+	QUICPort        int           `json:"quic_port"`
+	HTTPPort        int           `json:"http_port"`
+	Join            []string      `json:"join"` // QUIC addresses (host or host:port) of agents
+	BootstrapExpect int           `json:"bootstrap_expect"`
+	Server          bool          `json:"server"`
+	Token           string        `json:"token"`
+	Models          []ModelConfig `json:"models"` // models served whole on this machine
+	Version         string        `json:"-"`
+	Tuning          Tuning        `json:"tuning"`
 }
 
 // Tuning holds timers. Zero values take LAN defaults; tests shorten them.
@@ -128,6 +129,17 @@ func (c *Config) Validate() error {
 	for _, j := range c.Join {
 		if _, err := joinAddr(j); err != nil {
 			return err
+		}
+	}
+	names := map[string]bool{}
+	for i := range c.Models {
+		if err := c.Models[i].validate(); err != nil {
+			return err
+		}
+		if n := c.Models[i].name(); names[n] {
+			return fmt.Errorf("two served models are named %q: give one a different name", n)
+		} else {
+			names[n] = true
 		}
 	}
 	return nil

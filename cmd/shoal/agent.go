@@ -19,6 +19,8 @@ import (
 func agentCmd() *cobra.Command {
 	var cfg node.Config
 	var configFile string
+	var modelPaths []string
+	var modelOpts node.ModelConfig
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the shoal agent on this machine (one per machine)",
@@ -42,6 +44,11 @@ Add a machine later with a join token from 'shoal token create':
 A single machine: shoal agent --server --bootstrap-expect 1 --data-dir d
 (the generated secret is written to d/bootstrap-token).
 
+Serving a model whole on this machine (OpenAI-compatible API on --http-port):
+  shoal agent --server --bootstrap-expect 1 --data-dir d --model model.gguf
+  curl -H "Authorization: Bearer $(cat d/bootstrap-token)" \
+    localhost:7948/v1/chat/completions -d '{"model":"model","messages":[{"role":"user","content":"Hi"}]}'
+
 --join takes QUIC addresses (host or host:port, default port 7947).
 Every flag can also come from the environment (SHOAL_NAME, SHOAL_DATA_DIR,
 SHOAL_JOIN=a,b, SHOAL_AGENT_TOKEN, ...; SHOAL_TOKEN stays the CLI's API key) or a JSON file given with --config
@@ -57,6 +64,15 @@ Precedence: flag, environment, config file.`,
 			}
 			if err := mergeAgentFlags(cmd.Flags(), &cfg, &final); err != nil {
 				return err
+			}
+			if len(modelPaths) == 0 && os.Getenv("SHOAL_MODEL") != "" {
+				modelPaths = strings.Split(os.Getenv("SHOAL_MODEL"), ",")
+			}
+			if len(modelPaths) > 0 {
+				final.Models = nil
+				for _, p := range modelPaths {
+					final.Models = append(final.Models, node.ModelConfig{Path: p, Ctx: modelOpts.Ctx, Threads: modelOpts.Threads, MaxSeqs: modelOpts.MaxSeqs, Queue: modelOpts.Queue})
+				}
 			}
 			final.Version = version
 			if final.Name == "" {
@@ -80,6 +96,11 @@ Precedence: flag, environment, config file.`,
 		},
 	}
 	f := cmd.Flags()
+	f.StringArrayVar(&modelPaths, "model", nil, "serve this GGUF model whole on this machine at the OpenAI-compatible endpoint (repeatable; SHOAL_MODEL=a,b)")
+	f.IntVar(&modelOpts.Ctx, "ctx", 0, "KV cache capacity per served model in tokens, shared by its sequences (default: the model's context, at most 8192)")
+	f.IntVar(&modelOpts.Threads, "threads", 0, "engine worker threads per served model (default: all cores)")
+	f.IntVar(&modelOpts.MaxSeqs, "max-seqs", 0, "sequences decoded together per model (default 16)")
+	f.IntVar(&modelOpts.Queue, "queue", 0, "requests waiting beyond the running batch before 429 (default 64)")
 	f.StringVar(&configFile, "config", "", "JSON config file")
 	f.StringVar(&cfg.Name, "name", "", "node name shown in 'shoal node ls' (default: host name)")
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the node's identity, certificates and Raft data (required)")
