@@ -3,7 +3,6 @@ GO        ?= go
 BIN       := bin/shoal
 SHARED    ?= ../shared
 MODEL_DIR ?= .shoal
-MODEL     ?= $(MODEL_DIR)/builtin-llama-q4_k.gguf
 PKGS      := ./...
 SHELL     := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
@@ -12,7 +11,7 @@ SHELL     := /bin/bash
 
 help:
 	@echo "make build   build $(BIN) (CGO_ENABLED=0)"
-	@echo "make run     build, make the built-in model if missing, and generate text with it"
+	@echo "make run     build and start a local 3-agent cluster serving the built-in model (shoal up)"
 	@echo "make test    lint, then every test (engine vs ../shared oracle when present)"
 	@echo "make test-integration  agents as processes in network namespaces (root; skips otherwise)"
 	@echo "make bench   kernel benchmarks"
@@ -56,12 +55,10 @@ test-arm64:
 test-short:
 	$(GO) test -short $(PKGS)
 
-$(MODEL): | build
-	@mkdir -p $(MODEL_DIR)
-	$(BIN) gen-model --arch llama --n-embd 256 --n-layer 4 --n-head 8 --n-head-kv 4 --n-ff 768 --type q4_k --seed 1 --out $(MODEL)
-
-run: build $(MODEL)
-	$(BIN) run --model $(MODEL) -p "Once upon a time" -n 32 --seed 1
+# A local cluster of 3 agents serving the built-in model (written on first
+# run); it prints the endpoint, an API key and a curl line. Ctrl-C stops it.
+run: build
+	$(BIN) up --nodes 3
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 200ms ./engine/kernels/ ./engine/quant/

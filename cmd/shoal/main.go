@@ -30,6 +30,7 @@ func commands() []*cobra.Command {
 		membersCmd(),
 		tokenCmd(),
 		chatCmd(),
+		upCmd(),
 	}
 }
 

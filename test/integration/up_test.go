@@ -1,0 +1,138 @@
+//go:build integration
+
+package integration
+
+import (
+	"bufio"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestUpCurl runs `shoal up` as a user would (what `make run` does), runs
+// the curl line it prints, and checks that a completion comes back and that
+// Ctrl-C stops every agent.
+func TestUpCurl(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl is not installed")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "shoal")
+	build := exec.Command("go", "build", "-o", bin, "shoal/cmd/shoal")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	base := freeBase(t)
+	cmd := exec.Command(bin, "up", "--nodes", "3", "--data-dir", filepath.Join(dir, "up"), "--port", base)
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	// Collect the printed lines up to "Ctrl-C stops the cluster."
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var curl []string
+	inCurl := false
+	timeout := time.After(120 * time.Second)
+wait:
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("shoal up exited before it was ready")
+			}
+			s := strings.TrimSpace(l)
+			if strings.HasPrefix(s, "curl ") {
+				inCurl = true
+			}
+			if inCurl {
+				curl = append(curl, strings.TrimSuffix(s, "\\"))
+				if !strings.HasSuffix(s, "\\") {
+					inCurl = false
+				}
+			}
+			if strings.HasPrefix(s, "Ctrl-C stops the cluster") {
+				break wait
+			}
+		case <-timeout:
+			t.Fatal("shoal up was not ready within 120 s")
+		}
+	}
+	t.Logf("shoal up ready in %v", time.Since(t0).Round(time.Millisecond))
+	if len(curl) == 0 {
+		t.Fatal("shoal up printed no curl line")
+	}
+	out, err := exec.Command("sh", "-c", strings.Join(curl, " ")+" --silent --show-error --fail").Output()
+	if err != nil {
+		t.Fatalf("the printed curl line failed: %v\n%s", err, out)
+	}
+	var resp struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(out, &resp); err != nil {
+		t.Fatalf("completion is not JSON: %v\n%s", err, out)
+	}
+	if len(resp.Choices) != 1 || resp.Usage.CompletionTokens == 0 || resp.Choices[0].FinishReason == "" {
+		t.Fatalf("unexpected completion: %s", out)
+	}
+	// Ctrl-C: every agent stops and shoal up exits cleanly.
+	cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("shoal up exited with %v after Ctrl-C", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("shoal up did not stop within 30 s of Ctrl-C")
+	}
+	if out, _ := exec.Command("pgrep", "-f", filepath.Join(dir, "up")).Output(); len(out) > 0 {
+		t.Fatalf("agents still running after shoal up stopped: %s", out)
+	}
+}
+
+// freeBase finds a base port whose 3 agents' ports are all free.
+func freeBase(t *testing.T) string {
+	for base := 20000; base < 60000; base += 100 {
+		ok := true
+		for i := 0; i < 30 && ok; i++ {
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i)))
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+		}
+		if ok {
+			return strconv.Itoa(base)
+		}
+	}
+	t.Fatal("no free ports")
+	return ""
+}
