@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"shoal/api"
+	"shoal/api/dashboard"
 	"shoal/api/openai"
 	"shoal/engine/model"
 	"shoal/engine/tokenizer"
@@ -106,19 +107,23 @@ func (a *Agent) closeModels() {
 	a.served = nil
 }
 
-// httpHandler routes the OpenAI-compatible endpoint, /metrics and the admin
-// API on the one HTTP port.
+// httpHandler routes the OpenAI-compatible endpoint, /metrics, the
+// dashboard and the admin API on the one HTTP port.
 func (a *Agent) httpHandler() http.Handler {
 	mux := http.NewServeMux()
+	recent := dashboard.NewRecent(dashboard.DefaultRecent)
 	oai := openai.NewHandler(a.models, openai.Options{
 		CheckKey: a.Authorize,
-		Observer: a.observer,
+		Observer: dashboard.MultiObserver{a.observer, recent},
 		Log:      a.log.Named("openai"),
 	})
 	for _, p := range []string{"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/"} {
 		mux.Handle(p, oai)
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{}))
+	dash := dashboard.Handler(dashboard.Options{Recent: recent, CheckKey: a.Authorize})
+	mux.Handle("GET /{$}", dash)
+	mux.Handle("/dashboard/", dash)
 	mux.Handle("/", api.Handler(a))
 	return mux
 }
