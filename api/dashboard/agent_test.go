@@ -1,0 +1,114 @@
+package dashboard_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"shoal/api/openai"
+	"shoal/engine/synth"
+	"shoal/engine/tokenizer"
+	"shoal/internal/testcluster"
+	"shoal/node"
+)
+
+const (
+	nodeName  = "dash-node-1"
+	modelName = "tiny-synth"
+)
+
+// writeModel writes a small random llama with a byte-level vocabulary.
+func writeModel(t testing.TB, dir string) string {
+	t.Helper()
+	v, err := tokenizer.ByteLevelVocab(300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Pad(512)
+	path := filepath.Join(dir, modelName+".gguf")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	spec := synth.Spec{Arch: "llama", NEmbd: 128, NLayer: 2, NHead: 4, NHeadKV: 2, NFF: 256, Type: "q8_0", Seed: 5, Std: 0.08, Tokenizer: v.KVs()}
+	if err := synth.Write(f, spec, nil); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startAgent starts a one-server cluster on loopback serving the tiny model
+// and waits until it leads and lists itself.
+func startAgent(t testing.TB) (*node.Agent, string) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := node.Config{
+		Name: nodeName, DataDir: filepath.Join(dir, "data"), Bind: "127.0.0.1",
+		GossipPort: testcluster.FreeGossipPort(t), QUICPort: testcluster.FreeUDPPort(t),
+		Server: true, BootstrapExpect: 1, Token: testcluster.Secret, Version: "test", Tuning: testcluster.Tuning,
+		Models: []node.ModelConfig{{Path: writeModel(t, dir), Ctx: 2048, Threads: 2, MaxSeqs: 8}},
+	}
+	a, err := node.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown(false) })
+	base := "http://" + a.HTTPAddr()
+	testcluster.Eventually(t, 20*time.Second, "the agent to lead and list itself", func() bool {
+		nodes, err := a.Nodes(context.Background())
+		return err == nil && len(nodes) == 1 && nodes[0].Name == nodeName
+	})
+	return a, base
+}
+
+// complete runs one non-streamed completion and returns the tokens it
+// generated.
+func complete(t testing.TB, base, prompt string, maxTokens int) int {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"model": modelName, "prompt": prompt, "max_tokens": maxTokens, "temperature": 0})
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/completions", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testcluster.Secret)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("completion: %d %s", resp.StatusCode, raw)
+	}
+	var c openai.Completion
+	if err := json.Unmarshal(raw, &c); err != nil {
+		t.Fatal(err)
+	}
+	var u openai.Usage
+	if err := json.Unmarshal(c.Usage, &u); err != nil {
+		t.Fatalf("usage %s: %v", c.Usage, err)
+	}
+	if u.CompletionTokens <= 0 {
+		t.Fatalf("completion generated no tokens: %s", raw)
+	}
+	return u.CompletionTokens
+}
+
+func getText(t testing.TB, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	return string(b)
+}

@@ -1,0 +1,148 @@
+package dashboard_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"shoal/internal/testcluster"
+)
+
+// chromePath finds a Chromium or Chrome binary ($SHOAL_CHROME first).
+func chromePath() string {
+	if p := os.Getenv("SHOAL_CHROME"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// TestDashboardInBrowser loads the dashboard of a serving agent in headless
+// Chromium: a refused key brings the key form back, the right one fills
+// the node, model and recent-request tables and the token counters, the
+// live tokens/s rises while requests run, and the key survives a reload.
+func TestDashboardInBrowser(t *testing.T) {
+	chrome := chromePath()
+	if chrome == "" {
+		t.Skip("no Chromium binary found (Debian: apt-get install chromium; or set SHOAL_CHROME): dashboard browser test skipped")
+	}
+	_, base := startAgent(t)
+	gen := complete(t, base, "Once upon a time", 16) + complete(t, base, "In a hole in the ground", 16)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.Flag("disable-dev-shm-usage", true))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	defer bcancel()
+
+	poll := func(expr string, d time.Duration) chromedp.Action[chromedp.Void] {
+		return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(d))
+	}
+	err := chromedp.Do(bctx,
+		chromedp.Navigate(base+"/?interval=250"),
+		chromedp.WaitVisible(chromedp.ID("api-key")),
+		chromedp.SendKeys(chromedp.ID("api-key"), "not-the-key"),
+		chromedp.Click(chromedp.ID("key-save")),
+		poll(`!document.getElementById('key-dialog').hidden && document.getElementById('key-error').textContent !== ''`, 15*time.Second),
+	)
+	if err != nil {
+		t.Fatalf("a refused key did not bring the key form back: %v", err)
+	}
+	keyErr, err := chromedp.Run(bctx, chromedp.Text(chromedp.ID("key-error")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("refused key: %q", keyErr)
+
+	filled := `(() => {
+		const q = (s) => document.querySelector(s);
+		return !!q('#nodes tr[data-node="` + nodeName + `"]') && !!q('#models tr[data-model="` + modelName + `"]') &&
+			!!q('#requests tr[data-seq]') && Number(q('#gen-total').textContent.replace(/,/g, '')) > 0;
+	})()`
+	type pageText struct{ Nodes, Models, Requests, Gen, Health, Rate string }
+	read := func() pageText {
+		t.Helper()
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[pageText](`(() => {
+			const q = (s) => document.querySelector(s).textContent;
+			return {Nodes: q('#nodes tbody'), Models: q('#models tbody'), Requests: q('#requests tbody'),
+				Gen: q('#gen-total'), Health: q('#health'), Rate: q('#tok-s')};
+		})()`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	err = chromedp.Do(bctx,
+		chromedp.SendKeys(chromedp.ID("api-key"), testcluster.Secret),
+		chromedp.Click(chromedp.ID("key-save")),
+		poll(filled, 20*time.Second),
+	)
+	if err != nil {
+		main, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("body")))
+		t.Fatalf("the dashboard did not fill: %v\npage:\n%s", err, main)
+	}
+	pg := read()
+	t.Logf("nodes: %q\nmodels: %q\nrequests: %q\ngenerated: %s, health %s", pg.Nodes, pg.Models, pg.Requests, pg.Gen, pg.Health)
+	if !strings.Contains(pg.Nodes, nodeName) || !strings.Contains(pg.Nodes, "alive") || !strings.Contains(pg.Nodes, "leader") {
+		t.Errorf("nodes table %q lacks the node, its status or its raft role", pg.Nodes)
+	}
+	if !strings.Contains(pg.Models, modelName) || !strings.Contains(pg.Models, "whole model on "+nodeName) {
+		t.Errorf("models table %q lacks the model, its serving node or its placement", pg.Models)
+	}
+	if n, _ := strconv.Atoi(strings.ReplaceAll(pg.Gen, ",", "")); n != gen {
+		t.Errorf("generated tokens shows %q, want %d (the completions' usage)", pg.Gen, gen)
+	}
+	if !strings.Contains(pg.Requests, "completions") || !strings.Contains(pg.Requests, modelName) || !strings.Contains(pg.Requests, "200") {
+		t.Errorf("recent requests %q lack the completions", pg.Requests)
+	}
+	if pg.Health != "healthy" {
+		t.Errorf("health badge %q, want healthy", pg.Health)
+	}
+
+	// Live tokens/s: keep the model busy until a scrape sees it working.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			complete(t, base, "Tell me a story", 64)
+		}
+	}()
+	err = chromedp.Do(bctx, poll(`Number(document.getElementById('tok-s').textContent.replace(/,/g, '')) > 0`, 15*time.Second))
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("tokens/s never rose above 0 while requests ran: %v", err)
+	}
+	t.Logf("live tokens/s: %s", read().Rate)
+
+	// The key is remembered: a reload goes straight to the data.
+	err = chromedp.Do(bctx, chromedp.Reload(), poll(filled, 15*time.Second))
+	if err != nil {
+		t.Fatalf("after a reload: %v", err)
+	}
+	hidden, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.getElementById('key-dialog').hidden`))
+	if err != nil || !hidden {
+		t.Fatalf("after a reload the key form shows (err %v): the key was not kept", err)
+	}
+}
