@@ -1,0 +1,139 @@
+package loadgen_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"shoal/api/loadgen"
+	"shoal/engine/synth"
+	"shoal/engine/tokenizer"
+	"shoal/internal/testcluster"
+	"shoal/node"
+)
+
+// startAgent starts a one-server cluster on loopback serving a small random
+// llama and returns its HTTP base URL.
+func startAgent(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	v, err := tokenizer.ByteLevelVocab(300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Pad(512)
+	path := filepath.Join(dir, "tiny.gguf")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := synth.Spec{Arch: "llama", NEmbd: 128, NLayer: 2, NHead: 4, NHeadKV: 2, NFF: 256, Type: "q8_0", Seed: 5, Std: 0.08, Tokenizer: v.KVs()}
+	if err := synth.Write(f, spec, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	a, err := node.Start(context.Background(), node.Config{
+		Name: "bench-node", DataDir: filepath.Join(dir, "data"), Bind: "127.0.0.1",
+		GossipPort: testcluster.FreeGossipPort(t), QUICPort: testcluster.FreeUDPPort(t),
+		Server: true, BootstrapExpect: 1, Token: testcluster.Secret, Version: "test", Tuning: testcluster.Tuning,
+		Models: []node.ModelConfig{{Path: path, Ctx: 4096, Threads: 2, MaxSeqs: 16}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown(false) })
+	return "http://" + a.HTTPAddr()
+}
+
+func generatedTotal(t *testing.T, base string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, ok := fams["shoal_generated_tokens_total"]
+	if !ok {
+		return 0
+	}
+	return f.GetMetric()[0].GetCounter().GetValue()
+}
+
+// TestAgainstAgent drives a real agent serving a tiny synthetic model at
+// three concurrency levels over both endpoints and checks the counts
+// against the agent's own metrics. The speeds are only sanity-checked.
+func TestAgainstAgent(t *testing.T) {
+	base := startAgent(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	total := 0
+	for _, api := range []loadgen.API{loadgen.APIChat, loadgen.APICompletions} {
+		b, err := loadgen.New(loadgen.Options{Endpoint: base, APIKey: testcluster.Secret, API: api, MaxTokens: 16,
+			Concurrency: []int{1, 4, 8}, Requests: 8, Warmup: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := b.Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var table strings.Builder
+		if err := loadgen.WriteTable(&table, res); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s (tiny synthetic model):\n%s", api, table.String())
+		if res.Model != "tiny" || len(res.Levels) != 3 {
+			t.Fatalf("model %q, %d levels", res.Model, len(res.Levels))
+		}
+		for _, l := range res.Levels {
+			if l.Requests != 8 || l.Errors != 0 {
+				t.Errorf("%s c=%d: %d requests, %d errors (%s), want 8 and 0", api, l.Concurrency, l.Requests, l.Errors, l.FirstError)
+			}
+			if l.GeneratedTokens <= 0 || l.GeneratedTokens > 8*16 || l.PromptTokens <= 0 {
+				t.Errorf("%s c=%d: %d generated and %d prompt tokens", api, l.Concurrency, l.GeneratedTokens, l.PromptTokens)
+			}
+			if l.TokensPerSecond <= 0 || l.WallSeconds <= 0 || l.TTFT.N != 8 || l.TTFT.P50 <= 0 || l.TTFT.P50 > l.TTFT.P99 {
+				t.Errorf("%s c=%d: tok/s %v wall %v ttft %+v", api, l.Concurrency, l.TokensPerSecond, l.WallSeconds, l.TTFT)
+			}
+			if l.InterToken.N == 0 || l.InterToken.P50 <= 0 || l.InterToken.P50 > l.InterToken.P99 {
+				t.Errorf("%s c=%d: inter-token %+v", api, l.Concurrency, l.InterToken)
+			}
+			total += l.GeneratedTokens
+		}
+	}
+	if got := generatedTotal(t, base); got != float64(total) {
+		t.Errorf("the agent counted %v generated tokens, loadgen %d", got, total)
+	}
+
+	// A time-bounded level.
+	b, err := loadgen.New(loadgen.Options{Endpoint: base, APIKey: testcluster.Secret, MaxTokens: 8, Concurrency: []int{2},
+		Duration: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := res.Levels[0]; l.Requests < 2 || l.Errors != 0 || l.WallSeconds < 0.3 {
+		t.Errorf("duration-bound level: %d requests, %d errors, wall %v s", l.Requests, l.Errors, l.WallSeconds)
+	}
+
+	// A wrong key fails before any level.
+	b, _ = loadgen.New(loadgen.Options{Endpoint: base, APIKey: "nope", Concurrency: []int{1}})
+	if _, err := b.Run(ctx); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("wrong key: %v", err)
+	}
+}
