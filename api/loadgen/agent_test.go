@@ -104,7 +104,9 @@ func TestAgainstAgent(t *testing.T) {
 			if l.GeneratedTokens <= 0 || l.GeneratedTokens > 8*16 || l.PromptTokens <= 0 {
 				t.Errorf("%s c=%d: %d generated and %d prompt tokens", api, l.Concurrency, l.GeneratedTokens, l.PromptTokens)
 			}
-			if l.TokensPerSecond <= 0 || l.WallSeconds <= 0 || l.TTFT.N != 8 || l.TTFT.P50 <= 0 || l.TTFT.P50 > l.TTFT.P99 {
+			// A random model may end a request with its first token (end
+			// of generation): such a request has no text, hence no TTFT.
+			if l.TokensPerSecond <= 0 || l.WallSeconds <= 0 || l.TTFT.N < 1 || l.TTFT.N > 8 || l.TTFT.P50 <= 0 || l.TTFT.P50 > l.TTFT.P99 {
 				t.Errorf("%s c=%d: tok/s %v wall %v ttft %+v", api, l.Concurrency, l.TokensPerSecond, l.WallSeconds, l.TTFT)
 			}
 			if l.InterToken.N == 0 || l.InterToken.P50 <= 0 || l.InterToken.P50 > l.InterToken.P99 {

@@ -154,7 +154,6 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cur := f.inFlight.Add(1)
-	defer f.inFlight.Add(-1)
 	for {
 		m := f.maxFlight.Load()
 		if cur <= m || f.maxFlight.CompareAndSwap(m, cur) {
@@ -182,6 +181,8 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		send(`{"choices":[{"index":0,"text":"","finish_reason":"length"}]}`)
 	}
 	send(fmt.Sprintf(`{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":%d,"total_tokens":%d}}`, f.chunks, f.chunks+5))
+	// Out of flight before the client can see the end and start another.
+	f.inFlight.Add(-1)
 	send("[DONE]")
 }
 
