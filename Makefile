@@ -7,7 +7,7 @@ PKGS      := ./...
 SHELL     := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: help build test test-short test-integration test-kernels test-arm64 run bench lint fuzz cross clean oracle
+.PHONY: help build test test-short test-integration test-kernels test-arm64 run bench bench-endpoint lint fuzz cross clean oracle
 
 help:
 	@echo "make build   build $(BIN) (CGO_ENABLED=0)"
@@ -15,6 +15,7 @@ help:
 	@echo "make test    lint, then every test (engine vs ../shared oracle when present)"
 	@echo "make test-integration  agents as processes in network namespaces (root; skips otherwise)"
 	@echo "make bench   kernel benchmarks"
+	@echo "make bench-endpoint  one agent on loopback serving a small random model under 1, 4 and 16 streams"
 	@echo "make lint    gofmt + go vet"
 	@echo "make fuzz    short fuzz runs of the parsers"
 	@echo "make cross   cross-compile for darwin/arm64 and linux/arm64"
@@ -62,6 +63,17 @@ run: build
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 200ms ./engine/kernels/ ./engine/quant/
+
+# One agent on loopback serving BENCH_MODEL (a small random llama made with
+# gen-model, or any GGUF), measured through its OpenAI-compatible endpoint at
+# each of BENCH_C concurrent streams (make -s bench-endpoint BENCH_ARGS=--json for JSON).
+BENCH_MODEL ?= $(MODEL_DIR)/bench-llama-q4_k.gguf
+BENCH_C     ?= 1,4,16
+BENCH_N     ?= 64
+bench-endpoint: build
+	@if [ ! -f $(BENCH_MODEL) ]; then mkdir -p $(dir $(BENCH_MODEL)) && \
+		$(BIN) gen-model --arch llama --n-embd 256 --n-layer 4 --n-head 8 --n-head-kv 4 --n-ff 768 --type q4_k --seed 1 -q --out $(BENCH_MODEL); fi
+	BIN=$(BIN) MODEL=$(BENCH_MODEL) C=$(BENCH_C) N=$(BENCH_N) scripts/bench-endpoint.sh $(BENCH_ARGS)
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./engine/gguf/
