@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 
@@ -20,6 +22,7 @@ func benchCmd() *cobra.Command {
 		threads, pp, tg string
 		reps, bwMB      int
 		asJSON          bool
+		cpuProfile      string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench --model FILE [-t 1,2] [-p 64,512] [-n 64] [-r 3]",
@@ -53,6 +56,17 @@ shared machines swings within minutes, so compare decode by that fraction.
 				return err
 			}
 			defer m.Close()
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			size, bpt := bench.ModelBytes(m), bench.BytesPerToken(m)
 			w := cmd.OutOrStdout()
 			name := filepath.Base(path)
@@ -94,6 +108,7 @@ shared machines swings within minutes, so compare decode by that fraction.
 	f.IntVarP(&reps, "reps", "r", 3, "measured runs per row")
 	f.IntVar(&bwMB, "bw-mb", 256, "MB per array of the bandwidth probe")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
 	return cmd
 }
 

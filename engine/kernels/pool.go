@@ -4,18 +4,25 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Pool is a persistent set of worker goroutines that split index ranges
 // between them. The goroutine calling Run works too (as worker 0), so a Pool
 // of n threads starts n-1 goroutines. Run calls must not overlap.
 //
+// Between jobs a worker spins for a short while before it sleeps: a decode
+// step runs a few hundred matrix products of well under a millisecond each,
+// and waking a sleeping thread for each would cost as much as the product.
+//
 // Passing a func value that was built once (not a fresh closure per call)
 // keeps Run free of allocations.
 type Pool struct {
-	n     int
-	start []chan struct{}
-	done  sync.WaitGroup
+	n       int
+	workers []*worker
+	done    sync.WaitGroup
+	gen     atomic.Uint64 // job generation, bumped by every Run
+	closed  atomic.Bool
 
 	fn    func(lo, hi int)
 	fnw   func(w, lo, hi int)
@@ -24,15 +31,27 @@ type Pool struct {
 	next  atomic.Int64
 }
 
+type worker struct {
+	id       int
+	sleeping atomic.Bool
+	wake     chan struct{}
+}
+
+// spinFor is how long an idle worker polls for the next job before sleeping.
+const spinFor = 2 * time.Millisecond
+
 // NewPool starts a pool of n threads (runtime.NumCPU() if n <= 0).
 func NewPool(n int) *Pool {
 	if n <= 0 {
 		n = runtime.NumCPU()
 	}
-	p := &Pool{n: n, start: make([]chan struct{}, n-1)}
-	for i := range p.start {
-		p.start[i] = make(chan struct{}, 1)
-		go p.worker(i+1, p.start[i])
+	p := &Pool{n: n}
+	for i := 1; i < n; i++ {
+		w := &worker{id: i, wake: make(chan struct{}, 1)}
+		p.workers = append(p.workers, w)
+		// The generation is read here, not in the goroutine, so a worker
+		// that starts late still takes part in the first job.
+		go p.loop(w, p.gen.Load())
 	}
 	return p
 }
@@ -42,17 +61,54 @@ func (p *Pool) Threads() int { return p.n }
 
 // Close stops the workers.
 func (p *Pool) Close() {
-	for _, c := range p.start {
-		close(c)
+	if p.closed.Swap(true) {
+		return
 	}
-	p.start = nil
+	p.gen.Add(1)
+	for _, w := range p.workers {
+		close(w.wake)
+	}
 }
 
-func (p *Pool) worker(w int, start chan struct{}) {
-	for range start {
-		p.work(w)
+func (p *Pool) loop(w *worker, seen uint64) {
+	for {
+		g, ok := p.await(w, seen)
+		if !ok {
+			return
+		}
+		seen = g
+		p.work(w.id)
 		p.done.Done()
 	}
+}
+
+// await returns the next job generation after seen, spinning first and then
+// sleeping until Run wakes the worker. It reports false when the pool closes.
+func (p *Pool) await(w *worker, seen uint64) (uint64, bool) {
+	start := time.Now()
+	for i := 0; ; i++ {
+		if g := p.gen.Load(); g != seen {
+			return g, !p.closed.Load()
+		}
+		if i&1023 == 1023 && time.Since(start) > spinFor {
+			break
+		}
+	}
+	w.sleeping.Store(true)
+	if g := p.gen.Load(); g != seen {
+		// A job came while we decided to sleep: cancel the sleep, unless
+		// Run already claimed us and sent a wake-up, which we consume.
+		if !w.sleeping.CompareAndSwap(true, false) {
+			if _, ok := <-w.wake; !ok {
+				return 0, false
+			}
+		}
+		return g, !p.closed.Load()
+	}
+	if _, ok := <-w.wake; !ok {
+		return 0, false
+	}
+	return p.gen.Load(), !p.closed.Load()
 }
 
 func (p *Pool) work(w int) {
@@ -89,8 +145,7 @@ func (p *Pool) run(n, grain int, fn func(lo, hi int), fnw func(w, lo, hi int)) {
 	if grain < 1 {
 		grain = 1
 	}
-	workers := len(p.start)
-	if workers == 0 || n <= grain {
+	if len(p.workers) == 0 || n <= grain || p.closed.Load() {
 		if fnw != nil {
 			fnw(0, 0, n)
 		} else {
@@ -100,12 +155,16 @@ func (p *Pool) run(n, grain int, fn func(lo, hi int), fnw func(w, lo, hi int)) {
 	}
 	// Four chunks per thread balance uneven work without much contention.
 	chunk := max(grain, (n+4*p.n-1)/(4*p.n))
-	used := min(workers, (n+chunk-1)/chunk-1)
 	p.fn, p.fnw, p.total, p.chunk = fn, fnw, n, chunk
 	p.next.Store(0)
-	p.done.Add(used)
-	for i := 0; i < used; i++ {
-		p.start[i] <- struct{}{}
+	// Every worker takes part in every job (one with nothing left to do
+	// returns at once), so each sees every generation exactly once.
+	p.done.Add(len(p.workers))
+	p.gen.Add(1)
+	for _, w := range p.workers {
+		if w.sleeping.CompareAndSwap(true, false) {
+			w.wake <- struct{}{}
+		}
 	}
 	p.work(0)
 	p.done.Wait()
