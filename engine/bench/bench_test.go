@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"shoal/engine/model"
+	"shoal/engine/synth"
+	"shoal/engine/tokenizer"
+)
+
+func TestTriadKernel(t *testing.T) {
+	for _, n := range []int{0, 1, 15, 16, 17, 100, 4099} {
+		a, b, c := make([]float64, n), make([]float64, n), make([]float64, n)
+		want := make([]float64, n)
+		for i := range b {
+			b[i], c[i] = float64(i), 0.25*float64(i)
+		}
+		triadKernel(a, b, c, 3)
+		triadGo(want, b, c, 3)
+		for i := range a {
+			if a[i] != want[i] {
+				t.Fatalf("n=%d: a[%d] = %v, want %v", n, i, a[i], want[i])
+			}
+		}
+	}
+	if bw := MemBandwidth(1, 8, 1); bw <= 0 {
+		t.Fatalf("bandwidth %v", bw)
+	}
+}
+
+func TestBenchRun(t *testing.T) {
+	v, _ := tokenizer.ByteLevelVocab(300)
+	v.Pad(512)
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	f, _ := os.Create(path)
+	if err := synth.Write(f, synth.Spec{Arch: "llama", NEmbd: 64, NLayer: 2, NHead: 4, NFF: 128, Type: "q8_0", Tokenizer: v.KVs()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	m, err := model.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	emb, _ := m.File.Tensor("token_embd.weight")
+	if got, want := BytesPerToken(m), ModelBytes(m)-int64(emb.Size); got != want {
+		t.Fatalf("bytes per token %d, want all but the embedding: %d", got, want)
+	}
+	res, err := Run(m, Options{Threads: []int{1, 2}, Prompt: []int{8}, Gen: []int{4}, Reps: 2, BandwidthMB: 4}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 4 {
+		t.Fatalf("%d rows, want 4", len(res))
+	}
+	for _, r := range res {
+		if r.TokPerSec <= 0 || len(r.Samples) != 2 {
+			t.Fatalf("row %+v", r)
+		}
+		if r.Test == "tg4" && (r.BandwidthGBs <= 0 || r.Roofline <= 0) {
+			t.Fatalf("tg row without bandwidth: %+v", r)
+		}
+	}
+}
