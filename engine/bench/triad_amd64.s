@@ -1,3 +1,5 @@
+//go:build !noasm
+
 #include "textflag.h"
 
 // func triadAVX2(a, b, c *float64, n int, s float64)
