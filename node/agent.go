@@ -206,6 +206,9 @@ func (a *Agent) start() error {
 		QUIC: a.ep.Addr().Port, HTTP: a.httpLn.Addr().(*net.TCPAddr).Port, Expect: a.cfg.BootstrapExpect,
 		Mem: a.caps.MemTotal, Free: a.caps.MemFree, Cores: a.caps.Cores, GFLOPS: a.caps.GFLOPS, GBps: a.caps.MemGBps, Accel: a.caps.Accel,
 	}
+	for _, mc := range a.cfg.Models {
+		m.Models = append(m.Models, mc.name())
+	}
 	mb, err := m.encode()
 	if err != nil {
 		return err

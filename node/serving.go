@@ -117,8 +117,9 @@ func (a *Agent) httpHandler() http.Handler {
 		Observer: dashboard.MultiObserver{a.observer, recent},
 		Log:      a.log.Named("openai"),
 	})
+	fwd := a.forwarding(oai)
 	for _, p := range []string{"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/"} {
-		mux.Handle(p, oai)
+		mux.Handle(p, fwd)
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{}))
 	dash := dashboard.Handler(dashboard.Options{Recent: recent, CheckKey: a.Authorize})

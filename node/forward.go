@@ -1,0 +1,167 @@
+package node
+
+import (
+	"bytes"
+	"encoding/json"
+	"hash/fnv"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"sort"
+	"time"
+)
+
+// forwardedHeader marks a request one agent passed to another, so that it
+// is never passed on twice.
+const forwardedHeader = "X-Shoal-Forwarded-By"
+
+// maxForwardBody bounds the body read to find the model name; larger bodies
+// go to the local handler, which refuses them with 413.
+const maxForwardBody = 4 << 20
+
+// peerModel is a model served whole by another alive agent.
+type peerModel struct {
+	Model    string
+	NodeID   string
+	NodeName string
+	HTTPAddr string
+}
+
+// remoteModels lists the models alive peers announce in gossip.
+func (a *Agent) remoteModels() []peerModel {
+	if a.ml == nil {
+		return nil
+	}
+	var out []peerModel
+	for _, n := range a.ml.Members() {
+		if n.Name == a.id {
+			continue
+		}
+		var m meta
+		if json.Unmarshal(n.Meta, &m) != nil || m.HTTP == 0 {
+			continue
+		}
+		mb := memberOf(n, "")
+		for _, name := range m.Models {
+			out = append(out, peerModel{Model: name, NodeID: n.Name, NodeName: m.Name, HTTPAddr: mb.HTTPAddr})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Model != out[j].Model {
+			return out[i].Model < out[j].Model
+		}
+		return out[i].NodeID < out[j].NodeID
+	})
+	return out
+}
+
+// forwarding wraps the OpenAI handler: a completion for a model this agent
+// does not serve goes to an agent that does (chosen by a hash of the
+// request, so load spreads over replicas), streaming passed through as it
+// comes; /v1/models lists the models of the whole cluster.
+func (a *Agent) forwarding(local http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodPost && (r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/v1/completions"):
+			if r.Header.Get(forwardedHeader) != "" {
+				local.ServeHTTP(w, r)
+				return
+			}
+			body, err := io.ReadAll(io.LimitReader(r.Body, maxForwardBody+1))
+			r.Body.Close()
+			if err != nil {
+				http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			var probe struct {
+				Model string `json:"model"`
+			}
+			if len(body) <= maxForwardBody && json.Unmarshal(body, &probe) == nil && probe.Model != "" {
+				if _, ok := a.models.Model(probe.Model); !ok {
+					if p, ok := a.pickPeer(probe.Model, body); ok {
+						a.proxy(w, r, p)
+						return
+					}
+				}
+			}
+			local.ServeHTTP(w, r)
+		case r.Method == http.MethodGet && r.URL.Path == "/v1/models" && r.Header.Get(forwardedHeader) == "":
+			a.listClusterModels(w, r, local)
+		default:
+			local.ServeHTTP(w, r)
+		}
+	})
+}
+
+func (a *Agent) pickPeer(model string, body []byte) (peerModel, bool) {
+	var cands []peerModel
+	for _, p := range a.remoteModels() {
+		if p.Model == model {
+			cands = append(cands, p)
+		}
+	}
+	if len(cands) == 0 {
+		return peerModel{}, false
+	}
+	h := fnv.New32a()
+	h.Write(body)
+	h.Write([]byte(time.Now().Format(time.RFC3339Nano)))
+	return cands[int(h.Sum32()%uint32(len(cands)))], true
+}
+
+func (a *Agent) proxy(w http.ResponseWriter, r *http.Request, p peerModel) {
+	target := &url.URL{Scheme: "http", Host: p.HTTPAddr}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Header.Set(forwardedHeader, a.id)
+		},
+		FlushInterval: -1, // stream server-sent events as they come
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadGateway)
+			json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
+				"message": "the agent serving model " + p.Model + " (" + p.NodeName + ") did not answer: " + err.Error(),
+				"type":    "server_error", "param": nil, "code": "upstream_unavailable"}})
+		},
+	}
+	a.log.Debug("forwarding request")
+	rp.ServeHTTP(w, r)
+}
+
+// listClusterModels answers /v1/models with the local models followed by
+// those other agents serve.
+func (a *Agent) listClusterModels(w http.ResponseWriter, r *http.Request, local http.Handler) {
+	rec := httptest.NewRecorder()
+	local.ServeHTTP(rec, r)
+	var list struct {
+		Object string           `json:"object"`
+		Data   []map[string]any `json:"data"`
+	}
+	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &list) != nil {
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		w.Write(rec.Body.Bytes())
+		return
+	}
+	seen := map[string]bool{}
+	for _, m := range list.Data {
+		if id, ok := m["id"].(string); ok {
+			seen[id] = true
+		}
+	}
+	for _, p := range a.remoteModels() {
+		if seen[p.Model] {
+			continue
+		}
+		seen[p.Model] = true
+		list.Data = append(list.Data, map[string]any{"id": p.Model, "object": "model", "created": 0, "owned_by": p.NodeName, "shoal.served_by": p.NodeName})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(list)
+}

@@ -1,0 +1,113 @@
+package node_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"shoal/engine/synth"
+	"shoal/engine/tokenizer"
+	tc "shoal/internal/testcluster"
+	"shoal/node"
+)
+
+func writeModel(t *testing.T) string {
+	t.Helper()
+	v, err := tokenizer.ByteLevelVocab(300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Pad(512)
+	path := filepath.Join(t.TempDir(), "tiny.gguf")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := synth.Write(f, synth.Spec{Arch: "llama", NEmbd: 64, NLayer: 2, NHead: 4, NFF: 128, Type: "q8_0", Seed: 3, Tokenizer: v.KVs()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return path
+}
+
+func post(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tc.Secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestForwardToServingAgent: a server that holds no model accepts OpenAI
+// requests for a model another agent serves, lists it in /v1/models, and
+// passes completions (plain and streamed) through to that agent.
+func TestForwardToServingAgent(t *testing.T) {
+	c := tc.New(t, 1)
+	cfg := node.Config{Name: "gpu-box", DataDir: filepath.Join(t.TempDir(), "gpu"), Bind: "127.0.0.1",
+		GossipPort: tc.FreeGossipPort(t), QUICPort: tc.FreeUDPPort(t), Token: tc.Secret, Version: "test", Tuning: tc.Tuning,
+		Join:   []string{fmt.Sprintf("127.0.0.1:%d", c.Members[0].Cfg.QUICPort)},
+		Models: []node.ModelConfig{{Path: writeModel(t), Ctx: 256}}}
+	a, err := node.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Shutdown(false)
+	front := "http://" + c.Members[0].Agent.HTTPAddr()
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		req, _ := http.NewRequest("GET", front+"/v1/models", nil)
+		req.Header.Set("Authorization", "Bearer "+tc.Secret)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			var list struct {
+				Data []struct {
+					ID string `json:"id"`
+				} `json:"data"`
+			}
+			json.NewDecoder(resp.Body).Decode(&list)
+			resp.Body.Close()
+			if len(list.Data) == 1 && list.Data[0].ID == "tiny" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the front agent never listed the model served by gpu-box")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	code, body := post(t, front+"/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`)
+	if code != 200 || !strings.Contains(body, `"completion_tokens":5`) {
+		t.Fatalf("forwarded chat: %d %s", code, body)
+	}
+	code, body = post(t, front+"/v1/completions", `{"model":"tiny","prompt":"hello","max_tokens":4,"stream":true}`)
+	if code != 200 || !strings.Contains(body, "data: [DONE]") {
+		t.Fatalf("forwarded stream: %d %s", code, body)
+	}
+	code, body = post(t, front+"/v1/chat/completions", `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`)
+	if code != 404 || !strings.Contains(body, "model_not_found") {
+		t.Fatalf("unknown model: %d %s", code, body)
+	}
+	// Without a key the serving agent refuses the forwarded request.
+	req, _ := http.NewRequest("POST", front+"/v1/chat/completions", strings.NewReader(`{"model":"tiny","messages":[{"role":"user","content":"hi"}]}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Fatalf("no key: %d", resp.StatusCode)
+	}
+}
