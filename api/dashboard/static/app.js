@@ -152,7 +152,13 @@ function placementOf(model, st) {
     }
     return JSON.stringify(p);
   }
-  return `whole model on ${model.owned_by || 'this agent'} (not yet planned across nodes)`;
+  return `whole model on ${servingNode(model)} (not yet planned across nodes)`;
+}
+
+// servingNode names the agent that runs a model: another agent's models
+// carry shoal.served_by (this agent forwards their requests).
+function servingNode(model) {
+  return model['shoal.served_by'] || model.owned_by || 'this agent';
 }
 
 function renderModels(list, ms, st) {
@@ -164,7 +170,7 @@ function renderModels(list, ms, st) {
     const batch = metricSum(ms, 'shoal_batch_tokens', { model: m.id });
     const kv = used == null ? '—' : `${fmtInt(used)} / ${fmtInt(used + (free || 0))}`;
     return el('tr', { 'data-model': m.id },
-      td(m.id), td(m.owned_by || '—'), num(m['shoal.context_length'] ? fmtInt(m['shoal.context_length']) : '—'),
+      td(m.id), td(servingNode(m)), num(m['shoal.context_length'] ? fmtInt(m['shoal.context_length']) : '—'),
       td(m['shoal.chat_template'] || '—'), num(fmtInt(q)), num(fmtInt(run)), num(kv), num(fmtInt(batch)),
       td(placementOf(m, st), 'placement'));
   });
