@@ -31,6 +31,7 @@ func commands() []*cobra.Command {
 		tokenCmd(),
 		chatCmd(),
 		upCmd(),
+		benchEndpointCmd(),
 	}
 }
 
