@@ -120,7 +120,7 @@ func Run(m *model.Model, o Options, report func(Result)) ([]Result, error) {
 			}
 		}
 		for _, g := range o.Gen {
-			bw := MemBandwidth(th, o.BandwidthMB, 3)
+			bw := MemBandwidth(th, o.BandwidthMB, 5)
 			run := func() (float64, error) {
 				r.Cache().Free(seq)
 				t0 := time.Now()
