@@ -19,9 +19,16 @@ func DotF16(a, b []uint16) float32 {
 	return VecDot(quant.F16, len(a), F16Bytes(a), F16Bytes(b))
 }
 
-// AxpyF16 adds alpha·x to y, x in half floats.
+// AxpyF16 adds alpha·x to y, x in half floats (len(x) >= len(y)).
 func AxpyF16(y []float32, alpha float32, x []uint16) {
-	axpyF16(y, alpha, x)
+	x = x[:len(y)]
+	if k := cur.axpyF16; k != nil {
+		if n := len(y) &^ 7; n > 0 {
+			k(&y[0], alpha, &x[0], n)
+			y, x = y[n:], x[n:]
+		}
+	}
+	axpyF16Generic(y, alpha, x)
 }
 
 func axpyF16Generic(y []float32, alpha float32, x []uint16) {
@@ -37,5 +44,3 @@ func axpyF16Generic(y []float32, alpha float32, x []uint16) {
 		y[i] += alpha * quant.FP16ToFP32(x[i])
 	}
 }
-
-var axpyF16 = axpyF16Generic

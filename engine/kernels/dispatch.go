@@ -47,6 +47,8 @@ type level struct {
 	k    [32]*kset // by quant.Type; nil: generic Go
 	q8_0 func(x *float32, dst *byte, nb int)
 	q8_K func(x *float32, dst *byte, nb int)
+	// axpyF16 adds alpha·x (n half floats, n a multiple of 8) to y.
+	axpyF16 func(y *float32, alpha float32, x *uint16, n int)
 }
 
 var (

@@ -13,7 +13,7 @@ func archLevels() []*level {
 		return nil
 	}
 	q8SumsAsm = q8SumsAVX2
-	l := &level{name: "avx2", q8_K: quantQ8_KAVX2}
+	l := &level{name: "avx2", q8_K: quantQ8_KAVX2, axpyF16: axpyF16AVX2}
 	l.k[quant.Q4_0] = &kset{blockLen: quant.QK,
 		one: oneQ4_0, rowsR: 4, rowsX: dotQ4_0X4, auxPrep: auxPairs(8), tile: dotQ4_0R2C4, tileR: 2, tileC: 4}
 	l.k[quant.Q8_0] = &kset{blockLen: quant.QK,

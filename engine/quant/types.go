@@ -40,7 +40,9 @@ type typeInfo struct {
 	blockSize int // bytes per block
 }
 
-var types = map[Type]typeInfo{
+// typeTable lists the layouts; types is the same indexed by Type, so the
+// hot paths (RowSize, BlockLen) do an array load, not a map lookup.
+var typeTable = map[Type]typeInfo{
 	F32:  {"F32", 1, 4},
 	F16:  {"F16", 1, 2},
 	BF16: {"BF16", 1, 2},
@@ -63,32 +65,50 @@ var types = map[Type]typeInfo{
 	Q8_K: {"Q8_K", QKK, 4 + QKK + QKK/16*2},
 }
 
+var types = func() (a [BF16 + 1]typeInfo) {
+	for t, ti := range typeTable {
+		a[t] = ti
+	}
+	return a
+}()
+
+func info(t Type) (typeInfo, bool) {
+	if int(t) < len(types) && types[t].blockLen > 0 {
+		return types[t], true
+	}
+	return typeInfo{}, false
+}
+
 // Known reports whether shoal knows the layout of t.
-func (t Type) Known() bool { _, ok := types[t]; return ok }
+func (t Type) Known() bool { _, ok := info(t); return ok }
 
 func (t Type) String() string {
-	if ti, ok := types[t]; ok {
+	if ti, ok := info(t); ok {
 		return ti.name
 	}
 	return fmt.Sprintf("type(%d)", uint32(t))
 }
 
-// BlockLen is the number of elements in one block of t (1 for scalar types).
-func (t Type) BlockLen() int { return types[t].blockLen }
+// BlockLen is the number of elements in one block of t (1 for scalar types,
+// 0 for an unknown type).
+func (t Type) BlockLen() int { ti, _ := info(t); return ti.blockLen }
 
 // BlockSize is the number of bytes in one block of t.
-func (t Type) BlockSize() int { return types[t].blockSize }
+func (t Type) BlockSize() int { ti, _ := info(t); return ti.blockSize }
 
 // RowSize is the number of bytes taken by n elements of type t. n must be a
-// multiple of BlockLen (see CheckRow).
+// multiple of BlockLen (see CheckRow); an unknown type has size 0.
 func (t Type) RowSize(n int) int {
-	ti := types[t]
+	ti, ok := info(t)
+	if !ok {
+		return 0
+	}
 	return n / ti.blockLen * ti.blockSize
 }
 
 // CheckRow reports an error when a row of n elements cannot be stored as t.
 func (t Type) CheckRow(n int) error {
-	ti, ok := types[t]
+	ti, ok := info(t)
 	if !ok {
 		return fmt.Errorf("unknown tensor type %d", uint32(t))
 	}
@@ -100,7 +120,7 @@ func (t Type) CheckRow(n int) error {
 
 // ParseType maps a name such as "q4_k" or "F16" to its Type.
 func ParseType(s string) (Type, error) {
-	for t, ti := range types {
+	for t, ti := range typeTable {
 		if equalFold(ti.name, s) {
 			return t, nil
 		}
