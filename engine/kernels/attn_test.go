@@ -11,7 +11,7 @@ import (
 // TestAxpyF16 compares AxpyF16 on every kernel level with the generic loop
 // (an FMA rounds once, so the bound is one float32 rounding of the terms).
 func TestAxpyF16(t *testing.T) {
-	defer SetLevel(Levels()[0])
+	defer SetLevel(Path()) // restore the level the run was started with
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, lv := range Levels() {
 		if err := SetLevel(lv); err != nil {
