@@ -192,9 +192,10 @@ func (a *Agent) start() error {
 	if err != nil {
 		return err
 	}
+	// The RPC methods and the join handler read gossip and Raft state, so
+	// they are registered below, once both exist; a peer calling earlier
+	// gets "unknown method" and retries.
 	a.rpc = transport.NewRPCServer(a.ep, transport.KindRPC, 10*time.Second)
-	a.registerRPC()
-	a.ep.Handle(transport.KindJoin, a.serveJoin)
 
 	// The HTTP listener comes first so its port can ride in gossip meta.
 	a.httpLn, err = net.Listen("tcp", net.JoinHostPort(orDefault(a.cfg.Bind, "0.0.0.0"), strconv.Itoa(a.cfg.HTTPPort)))
@@ -257,6 +258,8 @@ func (a *Agent) start() error {
 			return err
 		}
 	}
+	a.registerRPC()
+	a.ep.Handle(transport.KindJoin, a.serveJoin)
 	a.models = openai.NewStaticBackend()
 	if err := a.setupMetrics(); err != nil {
 		return err
