@@ -60,6 +60,10 @@ func TestForwardToServingAgent(t *testing.T) {
 		Join:   []string{fmt.Sprintf("127.0.0.1:%d", c.Members[0].Cfg.QUICPort)},
 		Models: []node.ModelConfig{{Path: writeModel(t), Ctx: 256}}}
 	a, err := node.Start(context.Background(), cfg)
+	for try := 0; err != nil && strings.Contains(err.Error(), "address already in use") && try < 4; try++ {
+		cfg.QUICPort, cfg.GossipPort = tc.FreeUDPPort(t), tc.FreeGossipPort(t)
+		a, err = node.Start(context.Background(), cfg)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

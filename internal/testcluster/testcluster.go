@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,7 +70,7 @@ func New(t testing.TB, n int) *Cluster {
 	for _, m := range c.Members {
 		go func(m *Member) {
 			var err error
-			m.Agent, err = node.Start(context.Background(), m.Cfg)
+			m.Agent, err = c.start(m)
 			errs <- err
 		}(m)
 	}
@@ -99,7 +100,7 @@ func (c *Cluster) Add(name string, server bool, token string) (*Member, error) {
 		break
 	}
 	m := &Member{Cfg: cfg}
-	a, err := node.Start(context.Background(), cfg)
+	a, err := c.start(m)
 	if err != nil {
 		return nil, err
 	}
@@ -174,6 +175,20 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
 		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// start starts m's agent. Ports are picked free but released before the
+// agent binds them, so another test process can take one in between: on
+// "address already in use" the member gets fresh ports and tries again
+// (peers still find it through gossip from the addresses that work).
+func (c *Cluster) start(m *Member) (*node.Agent, error) {
+	for try := 0; ; try++ {
+		a, err := node.Start(context.Background(), m.Cfg)
+		if err == nil || try == 4 || !strings.Contains(err.Error(), "address already in use") {
+			return a, err
+		}
+		m.Cfg.QUICPort, m.Cfg.GossipPort = FreeUDPPort(c.T), FreeGossipPort(c.T)
 	}
 }
 
