@@ -125,7 +125,7 @@ func Run(m *model.Model, o Options, report func(Result)) ([]Result, error) {
 				r.Cache().Free(seq)
 				t0 := time.Now()
 				for i := 0; i < g; i++ {
-					if _, err := r.Prompt(seq, tokens[i:i+1], []int{0}); err != nil {
+					if _, err := r.Decode(seq, tokens[i]); err != nil {
 						return 0, err
 					}
 				}

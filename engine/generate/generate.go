@@ -101,7 +101,7 @@ func Run(ctx context.Context, r *model.Runner, tok *tokenizer.Tokenizer, seq kv.
 			st.StopReason = "context"
 			break
 		}
-		logits, err = r.Prompt(seq, []int32{next}, []int{0})
+		logits, err = r.Decode(seq, next)
 		if err != nil {
 			return st, err
 		}
