@@ -1010,26 +1010,31 @@ TEXT ·cpuid1ECX(SB), NOSPLIT, $0-4
 	RET
 
 // func dotQ4_0X4(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_0X4(SB), NOSPLIT, $0-48
 	MOVQ    w+0(FP), AX
 	MOVQ    ws+8(FP), CX
 	LEAQ    (AX)(CX*1), DX
 	LEAQ    (DX)(CX*1), BX
-	LEAQ    (BX)(CX*1), CX
-	MOVQ    a+16(FP), SI
-	MOVQ    aux+24(FP), DI
-	MOVQ    nb+32(FP), R8
+	LEAQ    (BX)(CX*1), SI
+	MOVQ    a+16(FP), DI
+	MOVQ    aux+24(FP), R8
+	MOVQ    nb+32(FP), R9
 	VMOVDQU c0F<>+0(SB), Y0
 	VMOVDQU ones16<>+0(SB), Y1
 	VXORPS  Y2, Y2, Y2
-	MOVQ    R8, R9
-	SHRQ    $0x01, R9
+	MOVQ    R9, R10
+	SHRQ    $0x01, R10
+	LEAQ    (SI)(CX*1), CX
 	JZ      tail
 
 loop:
-	VBROADCASTI128 2(SI), Y3
-	VBROADCASTI128 18(SI), Y4
+	PREFETCHT0     (CX)
+	PREFETCHT0     64(CX)
+	PREFETCHT0     128(CX)
+	ADDQ           $0x00000090, CX
+	VBROADCASTI128 2(DI), Y3
+	VBROADCASTI128 18(DI), Y4
 	VBROADCASTI128 2(AX), Y5
 	VPBLENDD       $0xf0, -14(DX), Y5, Y5
 	VPSRLW         $0x04, Y5, Y6
@@ -1040,7 +1045,7 @@ loop:
 	VPADDW         Y6, Y5, Y5
 	VPMADDWD       Y1, Y5, Y5
 	VBROADCASTI128 2(BX), Y6
-	VPBLENDD       $0xf0, -14(CX), Y6, Y6
+	VPBLENDD       $0xf0, -14(SI), Y6, Y6
 	VPSRLW         $0x04, Y6, Y7
 	VPAND          Y0, Y6, Y6
 	VPAND          Y0, Y7, Y7
@@ -1051,8 +1056,8 @@ loop:
 	VPUNPCKHDQ     Y6, Y5, Y3
 	VPUNPCKLDQ     Y6, Y5, Y5
 	VPADDD         Y3, Y5, Y5
-	VBROADCASTI128 36(SI), Y3
-	VBROADCASTI128 52(SI), Y4
+	VBROADCASTI128 36(DI), Y3
+	VBROADCASTI128 52(DI), Y4
 	VBROADCASTI128 20(AX), Y6
 	VPBLENDD       $0xf0, 4(DX), Y6, Y6
 	VPSRLW         $0x04, Y6, Y7
@@ -1063,7 +1068,7 @@ loop:
 	VPADDW         Y7, Y6, Y6
 	VPMADDWD       Y1, Y6, Y6
 	VBROADCASTI128 20(BX), Y7
-	VPBLENDD       $0xf0, 4(CX), Y7, Y7
+	VPBLENDD       $0xf0, 4(SI), Y7, Y7
 	VPSRLW         $0x04, Y7, Y8
 	VPAND          Y0, Y7, Y7
 	VPAND          Y0, Y8, Y8
@@ -1077,47 +1082,47 @@ loop:
 	VPUNPCKHQDQ    Y6, Y5, Y3
 	VPUNPCKLQDQ    Y6, Y5, Y5
 	VPADDD         Y3, Y5, Y5
-	VPSUBD         32(DI), Y5, Y5
+	VPSUBD         32(R8), Y5, Y5
 	VCVTDQ2PS      Y5, Y5
-	MOVWQZX        (AX), R10
-	MOVWQZX        (BX), R11
-	SHLQ           $0x10, R11
-	ORQ            R11, R10
-	MOVWQZX        18(AX), R11
-	SHLQ           $0x20, R11
-	ORQ            R11, R10
-	MOVWQZX        18(BX), R11
-	SHLQ           $0x30, R11
-	ORQ            R11, R10
-	VMOVQ          R10, X3
-	MOVWQZX        (DX), R10
-	MOVWQZX        (CX), R11
-	SHLQ           $0x10, R11
-	ORQ            R11, R10
-	MOVWQZX        18(DX), R11
-	SHLQ           $0x20, R11
-	ORQ            R11, R10
-	MOVWQZX        18(CX), R11
-	SHLQ           $0x30, R11
-	ORQ            R11, R10
-	VPINSRQ        $0x01, R10, X3, X3
+	MOVWQZX        (AX), R11
+	MOVWQZX        (BX), R12
+	SHLQ           $0x10, R12
+	ORQ            R12, R11
+	MOVWQZX        18(AX), R12
+	SHLQ           $0x20, R12
+	ORQ            R12, R11
+	MOVWQZX        18(BX), R12
+	SHLQ           $0x30, R12
+	ORQ            R12, R11
+	VMOVQ          R11, X3
+	MOVWQZX        (DX), R11
+	MOVWQZX        (SI), R12
+	SHLQ           $0x10, R12
+	ORQ            R12, R11
+	MOVWQZX        18(DX), R12
+	SHLQ           $0x20, R12
+	ORQ            R12, R11
+	MOVWQZX        18(SI), R12
+	SHLQ           $0x30, R12
+	ORQ            R12, R11
+	VPINSRQ        $0x01, R11, X3, X3
 	VCVTPH2PS      X3, Y3
-	VMULPS         (DI), Y3, Y3
+	VMULPS         (R8), Y3, Y3
 	VFMADD231PS    Y5, Y3, Y2
 	ADDQ           $0x00000024, AX
 	ADDQ           $0x00000024, DX
 	ADDQ           $0x00000024, BX
-	ADDQ           $0x00000024, CX
-	ADDQ           $0x00000044, SI
-	ADDQ           $0x00000040, DI
-	DECQ           R9
+	ADDQ           $0x00000024, SI
+	ADDQ           $0x00000044, DI
+	ADDQ           $0x00000040, R8
+	DECQ           R10
 	JNZ            loop
 
 tail:
-	TESTQ          $0x00000001, R8
+	TESTQ          $0x00000001, R9
 	JZ             done
-	VBROADCASTI128 2(SI), Y3
-	VBROADCASTI128 18(SI), Y4
+	VBROADCASTI128 2(DI), Y3
+	VBROADCASTI128 18(DI), Y4
 	VBROADCASTI128 2(AX), Y5
 	VPBLENDD       $0xf0, -14(DX), Y5, Y5
 	VPSRLW         $0x04, Y5, Y6
@@ -1128,7 +1133,7 @@ tail:
 	VPADDW         Y6, Y5, Y5
 	VPMADDWD       Y1, Y5, Y5
 	VBROADCASTI128 2(BX), Y6
-	VPBLENDD       $0xf0, -14(CX), Y6, Y6
+	VPBLENDD       $0xf0, -14(SI), Y6, Y6
 	VPSRLW         $0x04, Y6, Y7
 	VPAND          Y0, Y6, Y6
 	VPAND          Y0, Y7, Y7
@@ -1139,8 +1144,8 @@ tail:
 	VPUNPCKHDQ     Y6, Y5, Y3
 	VPUNPCKLDQ     Y6, Y5, Y5
 	VPADDD         Y3, Y5, Y5
-	VBROADCASTI128 2(SI), Y3
-	VBROADCASTI128 18(SI), Y4
+	VBROADCASTI128 2(DI), Y3
+	VBROADCASTI128 18(DI), Y4
 	VBROADCASTI128 2(AX), Y6
 	VPBLENDD       $0xf0, -14(DX), Y6, Y6
 	VPSRLW         $0x04, Y6, Y7
@@ -1151,7 +1156,7 @@ tail:
 	VPADDW         Y7, Y6, Y6
 	VPMADDWD       Y1, Y6, Y6
 	VBROADCASTI128 2(BX), Y7
-	VPBLENDD       $0xf0, -14(CX), Y7, Y7
+	VPBLENDD       $0xf0, -14(SI), Y7, Y7
 	VPSRLW         $0x04, Y7, Y8
 	VPAND          Y0, Y7, Y7
 	VPAND          Y0, Y8, Y8
@@ -1165,32 +1170,32 @@ tail:
 	VPUNPCKHQDQ    Y6, Y5, Y0
 	VPUNPCKLQDQ    Y6, Y5, Y5
 	VPADDD         Y0, Y5, Y5
-	VPSUBD         32(DI), Y5, Y5
+	VPSUBD         32(R8), Y5, Y5
 	VCVTDQ2PS      Y5, Y5
-	MOVWQZX        (AX), SI
-	MOVWQZX        (BX), R8
-	SHLQ           $0x10, R8
-	ORQ            R8, SI
+	MOVWQZX        (AX), CX
+	MOVWQZX        (BX), DI
+	SHLQ           $0x10, DI
+	ORQ            DI, CX
 	MOVWQZX        (AX), AX
 	SHLQ           $0x20, AX
-	ORQ            AX, SI
+	ORQ            AX, CX
 	MOVWQZX        (BX), AX
 	SHLQ           $0x30, AX
-	ORQ            AX, SI
-	VMOVQ          SI, X0
+	ORQ            AX, CX
+	VMOVQ          CX, X0
 	MOVWQZX        (DX), AX
-	MOVWQZX        (CX), BX
-	SHLQ           $0x10, BX
-	ORQ            BX, AX
-	MOVWQZX        (DX), DX
-	SHLQ           $0x20, DX
-	ORQ            DX, AX
-	MOVWQZX        (CX), CX
+	MOVWQZX        (SI), CX
+	SHLQ           $0x10, CX
+	ORQ            CX, AX
+	MOVWQZX        (DX), CX
+	SHLQ           $0x20, CX
+	ORQ            CX, AX
+	MOVWQZX        (SI), CX
 	SHLQ           $0x30, CX
 	ORQ            CX, AX
 	VPINSRQ        $0x01, AX, X0, X0
 	VCVTPH2PS      X0, Y0
-	VMULPS         (DI), Y0, Y0
+	VMULPS         (R8), Y0, Y0
 	VFMADD231PS    Y5, Y0, Y2
 
 done:
@@ -1204,26 +1209,33 @@ done:
 	RET
 
 // func dotQ8_0X4(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ8_0X4(SB), NOSPLIT, $0-48
 	MOVQ    w+0(FP), AX
 	MOVQ    ws+8(FP), CX
 	LEAQ    (AX)(CX*1), DX
 	LEAQ    (DX)(CX*1), BX
-	LEAQ    (BX)(CX*1), CX
-	MOVQ    a+16(FP), SI
-	MOVQ    aux+24(FP), DI
-	MOVQ    nb+32(FP), R8
+	LEAQ    (BX)(CX*1), SI
+	MOVQ    a+16(FP), DI
+	MOVQ    aux+24(FP), R8
+	MOVQ    nb+32(FP), R9
 	VMOVDQU c0F<>+0(SB), Y0
 	VMOVDQU ones16<>+0(SB), Y0
 	VXORPS  Y0, Y0, Y0
-	MOVQ    R8, R9
-	SHRQ    $0x01, R9
+	MOVQ    R9, R10
+	SHRQ    $0x01, R10
+	LEAQ    (SI)(CX*1), CX
 	JZ      tail
 
 loop:
-	VPMOVSXBW   2(SI), Y1
-	VPMOVSXBW   18(SI), Y2
+	PREFETCHT0  (CX)
+	PREFETCHT0  64(CX)
+	PREFETCHT0  128(CX)
+	PREFETCHT0  192(CX)
+	PREFETCHT0  256(CX)
+	ADDQ        $0x00000110, CX
+	VPMOVSXBW   2(DI), Y1
+	VPMOVSXBW   18(DI), Y2
 	VPMOVSXBW   2(AX), Y3
 	VPMOVSXBW   18(AX), Y4
 	VPMADDWD    Y1, Y3, Y3
@@ -1239,8 +1251,8 @@ loop:
 	VPMADDWD    Y1, Y5, Y5
 	VPMADDWD    Y2, Y6, Y6
 	VPADDD      Y6, Y5, Y5
-	VPMOVSXBW   2(CX), Y6
-	VPMOVSXBW   18(CX), Y7
+	VPMOVSXBW   2(SI), Y6
+	VPMOVSXBW   18(SI), Y7
 	VPMADDWD    Y1, Y6, Y6
 	VPMADDWD    Y2, Y7, Y7
 	VPADDD      Y7, Y6, Y6
@@ -1253,8 +1265,8 @@ loop:
 	VPUNPCKHQDQ Y5, Y3, Y1
 	VPUNPCKLQDQ Y5, Y3, Y3
 	VPADDD      Y1, Y3, Y3
-	VPMOVSXBW   36(SI), Y1
-	VPMOVSXBW   52(SI), Y2
+	VPMOVSXBW   36(DI), Y1
+	VPMOVSXBW   52(DI), Y2
 	VPMOVSXBW   36(AX), Y4
 	VPMOVSXBW   52(AX), Y5
 	VPMADDWD    Y1, Y4, Y4
@@ -1270,8 +1282,8 @@ loop:
 	VPMADDWD    Y1, Y6, Y6
 	VPMADDWD    Y2, Y7, Y7
 	VPADDD      Y7, Y6, Y6
-	VPMOVSXBW   36(CX), Y7
-	VPMOVSXBW   52(CX), Y8
+	VPMOVSXBW   36(SI), Y7
+	VPMOVSXBW   52(SI), Y8
 	VPMADDWD    Y1, Y7, Y7
 	VPMADDWD    Y2, Y8, Y8
 	VPADDD      Y8, Y7, Y7
@@ -1288,45 +1300,45 @@ loop:
 	VPERM2I128  $0x31, Y4, Y3, Y2
 	VPADDD      Y2, Y1, Y1
 	VCVTDQ2PS   Y1, Y1
-	MOVWQZX     (AX), R10
-	MOVWQZX     (DX), R11
-	SHLQ        $0x10, R11
-	ORQ         R11, R10
-	MOVWQZX     (BX), R11
-	SHLQ        $0x20, R11
-	ORQ         R11, R10
-	MOVWQZX     (CX), R11
-	SHLQ        $0x30, R11
-	ORQ         R11, R10
-	VMOVQ       R10, X2
-	MOVWQZX     34(AX), R10
-	MOVWQZX     34(DX), R11
-	SHLQ        $0x10, R11
-	ORQ         R11, R10
-	MOVWQZX     34(BX), R11
-	SHLQ        $0x20, R11
-	ORQ         R11, R10
-	MOVWQZX     34(CX), R11
-	SHLQ        $0x30, R11
-	ORQ         R11, R10
-	VPINSRQ     $0x01, R10, X2, X2
+	MOVWQZX     (AX), R11
+	MOVWQZX     (DX), R12
+	SHLQ        $0x10, R12
+	ORQ         R12, R11
+	MOVWQZX     (BX), R12
+	SHLQ        $0x20, R12
+	ORQ         R12, R11
+	MOVWQZX     (SI), R12
+	SHLQ        $0x30, R12
+	ORQ         R12, R11
+	VMOVQ       R11, X2
+	MOVWQZX     34(AX), R11
+	MOVWQZX     34(DX), R12
+	SHLQ        $0x10, R12
+	ORQ         R12, R11
+	MOVWQZX     34(BX), R12
+	SHLQ        $0x20, R12
+	ORQ         R12, R11
+	MOVWQZX     34(SI), R12
+	SHLQ        $0x30, R12
+	ORQ         R12, R11
+	VPINSRQ     $0x01, R11, X2, X2
 	VCVTPH2PS   X2, Y2
-	VMULPS      (DI), Y2, Y2
+	VMULPS      (R8), Y2, Y2
 	VFMADD231PS Y1, Y2, Y0
 	ADDQ        $0x00000044, AX
 	ADDQ        $0x00000044, DX
 	ADDQ        $0x00000044, BX
-	ADDQ        $0x00000044, CX
 	ADDQ        $0x00000044, SI
-	ADDQ        $0x00000040, DI
-	DECQ        R9
+	ADDQ        $0x00000044, DI
+	ADDQ        $0x00000040, R8
+	DECQ        R10
 	JNZ         loop
 
 tail:
-	TESTQ       $0x00000001, R8
+	TESTQ       $0x00000001, R9
 	JZ          done
-	VPMOVSXBW   2(SI), Y1
-	VPMOVSXBW   18(SI), Y2
+	VPMOVSXBW   2(DI), Y1
+	VPMOVSXBW   18(DI), Y2
 	VPMOVSXBW   2(AX), Y3
 	VPMOVSXBW   18(AX), Y4
 	VPMADDWD    Y1, Y3, Y3
@@ -1342,8 +1354,8 @@ tail:
 	VPMADDWD    Y1, Y5, Y5
 	VPMADDWD    Y2, Y6, Y6
 	VPADDD      Y6, Y5, Y5
-	VPMOVSXBW   2(CX), Y6
-	VPMOVSXBW   18(CX), Y7
+	VPMOVSXBW   2(SI), Y6
+	VPMOVSXBW   18(SI), Y7
 	VPMADDWD    Y1, Y6, Y6
 	VPMADDWD    Y2, Y7, Y7
 	VPADDD      Y7, Y6, Y6
@@ -1356,8 +1368,8 @@ tail:
 	VPUNPCKHQDQ Y5, Y3, Y1
 	VPUNPCKLQDQ Y5, Y3, Y3
 	VPADDD      Y1, Y3, Y3
-	VPMOVSXBW   2(SI), Y1
-	VPMOVSXBW   18(SI), Y2
+	VPMOVSXBW   2(DI), Y1
+	VPMOVSXBW   18(DI), Y2
 	VPMOVSXBW   2(AX), Y4
 	VPMOVSXBW   18(AX), Y5
 	VPMADDWD    Y1, Y4, Y4
@@ -1373,8 +1385,8 @@ tail:
 	VPMADDWD    Y1, Y6, Y6
 	VPMADDWD    Y2, Y7, Y7
 	VPADDD      Y7, Y6, Y6
-	VPMOVSXBW   2(CX), Y7
-	VPMOVSXBW   18(CX), Y8
+	VPMOVSXBW   2(SI), Y7
+	VPMOVSXBW   18(SI), Y8
 	VPMADDWD    Y1, Y7, Y7
 	VPMADDWD    Y2, Y8, Y8
 	VPADDD      Y8, Y7, Y7
@@ -1391,30 +1403,30 @@ tail:
 	VPERM2I128  $0x31, Y4, Y3, Y2
 	VPADDD      Y2, Y1, Y1
 	VCVTDQ2PS   Y1, Y1
-	MOVWQZX     (AX), SI
-	MOVWQZX     (DX), R8
-	SHLQ        $0x10, R8
-	ORQ         R8, SI
-	MOVWQZX     (BX), R8
-	SHLQ        $0x20, R8
-	ORQ         R8, SI
-	MOVWQZX     (CX), R8
-	SHLQ        $0x30, R8
-	ORQ         R8, SI
-	VMOVQ       SI, X2
+	MOVWQZX     (AX), CX
+	MOVWQZX     (DX), DI
+	SHLQ        $0x10, DI
+	ORQ         DI, CX
+	MOVWQZX     (BX), DI
+	SHLQ        $0x20, DI
+	ORQ         DI, CX
+	MOVWQZX     (SI), DI
+	SHLQ        $0x30, DI
+	ORQ         DI, CX
+	VMOVQ       CX, X2
 	MOVWQZX     (AX), AX
-	MOVWQZX     (DX), DX
-	SHLQ        $0x10, DX
-	ORQ         DX, AX
-	MOVWQZX     (BX), DX
-	SHLQ        $0x20, DX
-	ORQ         DX, AX
-	MOVWQZX     (CX), CX
+	MOVWQZX     (DX), CX
+	SHLQ        $0x10, CX
+	ORQ         CX, AX
+	MOVWQZX     (BX), CX
+	SHLQ        $0x20, CX
+	ORQ         CX, AX
+	MOVWQZX     (SI), CX
 	SHLQ        $0x30, CX
 	ORQ         CX, AX
 	VPINSRQ     $0x01, AX, X2, X2
 	VCVTPH2PS   X2, Y2
-	VMULPS      (DI), Y2, Y2
+	VMULPS      (R8), Y2, Y2
 	VFMADD231PS Y1, Y2, Y0
 
 done:
@@ -1426,24 +1438,29 @@ done:
 	RET
 
 // func dotQ5_0X4(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ5_0X4(SB), NOSPLIT, $0-48
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
 	LEAQ   (DX)(CX*1), BX
-	LEAQ   (BX)(CX*1), CX
-	MOVQ   a+16(FP), SI
-	MOVQ   aux+24(FP), DI
-	MOVQ   nb+32(FP), R8
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   aux+24(FP), R8
+	MOVQ   nb+32(FP), R9
 	VXORPS Y0, Y0, Y0
-	MOVQ   R8, R9
-	SHRQ   $0x01, R9
+	MOVQ   R9, R10
+	SHRQ   $0x01, R10
+	LEAQ   (SI)(CX*1), CX
 	JZ     tail
 
 loop:
-	VBROADCASTI128 2(SI), Y1
-	VBROADCASTI128 18(SI), Y2
+	PREFETCHT0     (CX)
+	PREFETCHT0     64(CX)
+	PREFETCHT0     128(CX)
+	ADDQ           $0x000000b0, CX
+	VBROADCASTI128 2(DI), Y1
+	VBROADCASTI128 18(DI), Y2
 	VBROADCASTI128 6(AX), Y3
 	VPBLENDD       $0xf0, -10(DX), Y3, Y3
 	VPSRLW         $0x04, Y3, Y4
@@ -1468,19 +1485,19 @@ loop:
 	VPADDW         Y4, Y3, Y3
 	VPMADDWD       ones16<>+0(SB), Y3, Y3
 	VBROADCASTI128 6(BX), Y4
-	VPBLENDD       $0xf0, -10(CX), Y4, Y4
+	VPBLENDD       $0xf0, -10(SI), Y4, Y4
 	VPSRLW         $0x04, Y4, Y5
 	VPAND          c0F<>+0(SB), Y4, Y4
 	VPAND          c0F<>+0(SB), Y5, Y5
 	VBROADCASTI128 2(BX), Y6
-	VPBLENDD       $0xf0, -14(CX), Y6, Y6
+	VPBLENDD       $0xf0, -14(SI), Y6, Y6
 	VPSHUFB        q50Shuf0<>+0(SB), Y6, Y6
 	VPAND          bitsSel<>+0(SB), Y6, Y6
 	VPCMPEQB       bitsSel<>+0(SB), Y6, Y6
 	VPAND          c10<>+0(SB), Y6, Y6
 	VPOR           Y6, Y4, Y4
 	VBROADCASTI128 2(BX), Y6
-	VPBLENDD       $0xf0, -14(CX), Y6, Y6
+	VPBLENDD       $0xf0, -14(SI), Y6, Y6
 	VPSHUFB        q50Shuf1<>+0(SB), Y6, Y6
 	VPAND          bitsSel<>+0(SB), Y6, Y6
 	VPCMPEQB       bitsSel<>+0(SB), Y6, Y6
@@ -1493,8 +1510,8 @@ loop:
 	VPUNPCKHDQ     Y4, Y3, Y1
 	VPUNPCKLDQ     Y4, Y3, Y3
 	VPADDD         Y1, Y3, Y3
-	VBROADCASTI128 36(SI), Y1
-	VBROADCASTI128 52(SI), Y2
+	VBROADCASTI128 36(DI), Y1
+	VBROADCASTI128 52(DI), Y2
 	VBROADCASTI128 28(AX), Y4
 	VPBLENDD       $0xf0, 12(DX), Y4, Y4
 	VPSRLW         $0x04, Y4, Y5
@@ -1519,19 +1536,19 @@ loop:
 	VPADDW         Y5, Y4, Y4
 	VPMADDWD       ones16<>+0(SB), Y4, Y4
 	VBROADCASTI128 28(BX), Y5
-	VPBLENDD       $0xf0, 12(CX), Y5, Y5
+	VPBLENDD       $0xf0, 12(SI), Y5, Y5
 	VPSRLW         $0x04, Y5, Y6
 	VPAND          c0F<>+0(SB), Y5, Y5
 	VPAND          c0F<>+0(SB), Y6, Y6
 	VBROADCASTI128 24(BX), Y7
-	VPBLENDD       $0xf0, 8(CX), Y7, Y7
+	VPBLENDD       $0xf0, 8(SI), Y7, Y7
 	VPSHUFB        q50Shuf0<>+0(SB), Y7, Y7
 	VPAND          bitsSel<>+0(SB), Y7, Y7
 	VPCMPEQB       bitsSel<>+0(SB), Y7, Y7
 	VPAND          c10<>+0(SB), Y7, Y7
 	VPOR           Y7, Y5, Y5
 	VBROADCASTI128 24(BX), Y7
-	VPBLENDD       $0xf0, 8(CX), Y7, Y7
+	VPBLENDD       $0xf0, 8(SI), Y7, Y7
 	VPSHUFB        q50Shuf1<>+0(SB), Y7, Y7
 	VPAND          bitsSel<>+0(SB), Y7, Y7
 	VPCMPEQB       bitsSel<>+0(SB), Y7, Y7
@@ -1547,47 +1564,47 @@ loop:
 	VPUNPCKHQDQ    Y4, Y3, Y1
 	VPUNPCKLQDQ    Y4, Y3, Y3
 	VPADDD         Y1, Y3, Y3
-	VPSUBD         32(DI), Y3, Y3
+	VPSUBD         32(R8), Y3, Y3
 	VCVTDQ2PS      Y3, Y3
-	MOVWQZX        (AX), R10
-	MOVWQZX        (BX), R11
-	SHLQ           $0x10, R11
-	ORQ            R11, R10
-	MOVWQZX        22(AX), R11
-	SHLQ           $0x20, R11
-	ORQ            R11, R10
-	MOVWQZX        22(BX), R11
-	SHLQ           $0x30, R11
-	ORQ            R11, R10
-	VMOVQ          R10, X1
-	MOVWQZX        (DX), R10
-	MOVWQZX        (CX), R11
-	SHLQ           $0x10, R11
-	ORQ            R11, R10
-	MOVWQZX        22(DX), R11
-	SHLQ           $0x20, R11
-	ORQ            R11, R10
-	MOVWQZX        22(CX), R11
-	SHLQ           $0x30, R11
-	ORQ            R11, R10
-	VPINSRQ        $0x01, R10, X1, X1
+	MOVWQZX        (AX), R11
+	MOVWQZX        (BX), R12
+	SHLQ           $0x10, R12
+	ORQ            R12, R11
+	MOVWQZX        22(AX), R12
+	SHLQ           $0x20, R12
+	ORQ            R12, R11
+	MOVWQZX        22(BX), R12
+	SHLQ           $0x30, R12
+	ORQ            R12, R11
+	VMOVQ          R11, X1
+	MOVWQZX        (DX), R11
+	MOVWQZX        (SI), R12
+	SHLQ           $0x10, R12
+	ORQ            R12, R11
+	MOVWQZX        22(DX), R12
+	SHLQ           $0x20, R12
+	ORQ            R12, R11
+	MOVWQZX        22(SI), R12
+	SHLQ           $0x30, R12
+	ORQ            R12, R11
+	VPINSRQ        $0x01, R11, X1, X1
 	VCVTPH2PS      X1, Y1
-	VMULPS         (DI), Y1, Y1
+	VMULPS         (R8), Y1, Y1
 	VFMADD231PS    Y3, Y1, Y0
 	ADDQ           $0x0000002c, AX
 	ADDQ           $0x0000002c, DX
 	ADDQ           $0x0000002c, BX
-	ADDQ           $0x0000002c, CX
-	ADDQ           $0x00000044, SI
-	ADDQ           $0x00000040, DI
-	DECQ           R9
+	ADDQ           $0x0000002c, SI
+	ADDQ           $0x00000044, DI
+	ADDQ           $0x00000040, R8
+	DECQ           R10
 	JNZ            loop
 
 tail:
-	TESTQ          $0x00000001, R8
+	TESTQ          $0x00000001, R9
 	JZ             done
-	VBROADCASTI128 2(SI), Y1
-	VBROADCASTI128 18(SI), Y2
+	VBROADCASTI128 2(DI), Y1
+	VBROADCASTI128 18(DI), Y2
 	VBROADCASTI128 6(AX), Y3
 	VPBLENDD       $0xf0, -10(DX), Y3, Y3
 	VPSRLW         $0x04, Y3, Y4
@@ -1612,19 +1629,19 @@ tail:
 	VPADDW         Y4, Y3, Y3
 	VPMADDWD       ones16<>+0(SB), Y3, Y3
 	VBROADCASTI128 6(BX), Y4
-	VPBLENDD       $0xf0, -10(CX), Y4, Y4
+	VPBLENDD       $0xf0, -10(SI), Y4, Y4
 	VPSRLW         $0x04, Y4, Y5
 	VPAND          c0F<>+0(SB), Y4, Y4
 	VPAND          c0F<>+0(SB), Y5, Y5
 	VBROADCASTI128 2(BX), Y6
-	VPBLENDD       $0xf0, -14(CX), Y6, Y6
+	VPBLENDD       $0xf0, -14(SI), Y6, Y6
 	VPSHUFB        q50Shuf0<>+0(SB), Y6, Y6
 	VPAND          bitsSel<>+0(SB), Y6, Y6
 	VPCMPEQB       bitsSel<>+0(SB), Y6, Y6
 	VPAND          c10<>+0(SB), Y6, Y6
 	VPOR           Y6, Y4, Y4
 	VBROADCASTI128 2(BX), Y6
-	VPBLENDD       $0xf0, -14(CX), Y6, Y6
+	VPBLENDD       $0xf0, -14(SI), Y6, Y6
 	VPSHUFB        q50Shuf1<>+0(SB), Y6, Y6
 	VPAND          bitsSel<>+0(SB), Y6, Y6
 	VPCMPEQB       bitsSel<>+0(SB), Y6, Y6
@@ -1637,8 +1654,8 @@ tail:
 	VPUNPCKHDQ     Y4, Y3, Y1
 	VPUNPCKLDQ     Y4, Y3, Y3
 	VPADDD         Y1, Y3, Y3
-	VBROADCASTI128 2(SI), Y1
-	VBROADCASTI128 18(SI), Y2
+	VBROADCASTI128 2(DI), Y1
+	VBROADCASTI128 18(DI), Y2
 	VBROADCASTI128 6(AX), Y4
 	VPBLENDD       $0xf0, -10(DX), Y4, Y4
 	VPSRLW         $0x04, Y4, Y5
@@ -1663,19 +1680,19 @@ tail:
 	VPADDW         Y5, Y4, Y4
 	VPMADDWD       ones16<>+0(SB), Y4, Y4
 	VBROADCASTI128 6(BX), Y5
-	VPBLENDD       $0xf0, -10(CX), Y5, Y5
+	VPBLENDD       $0xf0, -10(SI), Y5, Y5
 	VPSRLW         $0x04, Y5, Y6
 	VPAND          c0F<>+0(SB), Y5, Y5
 	VPAND          c0F<>+0(SB), Y6, Y6
 	VBROADCASTI128 2(BX), Y7
-	VPBLENDD       $0xf0, -14(CX), Y7, Y7
+	VPBLENDD       $0xf0, -14(SI), Y7, Y7
 	VPSHUFB        q50Shuf0<>+0(SB), Y7, Y7
 	VPAND          bitsSel<>+0(SB), Y7, Y7
 	VPCMPEQB       bitsSel<>+0(SB), Y7, Y7
 	VPAND          c10<>+0(SB), Y7, Y7
 	VPOR           Y7, Y5, Y5
 	VBROADCASTI128 2(BX), Y7
-	VPBLENDD       $0xf0, -14(CX), Y7, Y7
+	VPBLENDD       $0xf0, -14(SI), Y7, Y7
 	VPSHUFB        q50Shuf1<>+0(SB), Y7, Y7
 	VPAND          bitsSel<>+0(SB), Y7, Y7
 	VPCMPEQB       bitsSel<>+0(SB), Y7, Y7
@@ -1691,32 +1708,32 @@ tail:
 	VPUNPCKHQDQ    Y4, Y3, Y1
 	VPUNPCKLQDQ    Y4, Y3, Y3
 	VPADDD         Y1, Y3, Y3
-	VPSUBD         32(DI), Y3, Y3
+	VPSUBD         32(R8), Y3, Y3
 	VCVTDQ2PS      Y3, Y3
-	MOVWQZX        (AX), SI
-	MOVWQZX        (BX), R8
-	SHLQ           $0x10, R8
-	ORQ            R8, SI
+	MOVWQZX        (AX), CX
+	MOVWQZX        (BX), DI
+	SHLQ           $0x10, DI
+	ORQ            DI, CX
 	MOVWQZX        (AX), AX
 	SHLQ           $0x20, AX
-	ORQ            AX, SI
+	ORQ            AX, CX
 	MOVWQZX        (BX), AX
 	SHLQ           $0x30, AX
-	ORQ            AX, SI
-	VMOVQ          SI, X1
+	ORQ            AX, CX
+	VMOVQ          CX, X1
 	MOVWQZX        (DX), AX
-	MOVWQZX        (CX), BX
-	SHLQ           $0x10, BX
-	ORQ            BX, AX
-	MOVWQZX        (DX), DX
-	SHLQ           $0x20, DX
-	ORQ            DX, AX
-	MOVWQZX        (CX), CX
+	MOVWQZX        (SI), CX
+	SHLQ           $0x10, CX
+	ORQ            CX, AX
+	MOVWQZX        (DX), CX
+	SHLQ           $0x20, CX
+	ORQ            CX, AX
+	MOVWQZX        (SI), CX
 	SHLQ           $0x30, CX
 	ORQ            CX, AX
 	VPINSRQ        $0x01, AX, X1, X1
 	VCVTPH2PS      X1, Y1
-	VMULPS         (DI), Y1, Y1
+	VMULPS         (R8), Y1, Y1
 	VFMADD231PS    Y3, Y1, Y0
 
 done:
@@ -1730,34 +1747,37 @@ done:
 	RET
 
 // func dotQ4_0R2C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_0R2C1(SB), NOSPLIT, $0-56
 	MOVQ    w+0(FP), AX
 	MOVQ    ws+8(FP), CX
-	LEAQ    (AX)(CX*1), CX
-	MOVQ    a+16(FP), DX
-	MOVQ    nb+32(FP), BX
+	LEAQ    (AX)(CX*1), DX
+	MOVQ    a+16(FP), BX
+	MOVQ    nb+32(FP), SI
 	VMOVDQU c0F<>+0(SB), Y0
 	VMOVDQU c08<>+0(SB), Y1
 	VXORPS  Y2, Y2, Y2
-	TESTQ   BX, BX
+	LEAQ    (DX)(CX*1), CX
+	TESTQ   SI, SI
 	JZ      done
 
 loop:
-	VBROADCASTI128 2(DX), Y3
-	VBROADCASTI128 18(DX), Y4
+	PREFETCHT0     (CX)
+	ADDQ           $0x00000024, CX
+	VBROADCASTI128 2(BX), Y3
+	VBROADCASTI128 18(BX), Y4
 	VPMADDUBSW     Y3, Y1, Y5
 	VPMADDUBSW     Y4, Y1, Y6
 	VPADDW         Y6, Y5, Y5
-	VPBROADCASTW   (DX), X6
+	VPBROADCASTW   (BX), X6
 	VCVTPH2PS      X6, Y6
 	VBROADCASTI128 2(AX), Y7
-	VINSERTI128    $0x01, 2(CX), Y7, Y7
+	VINSERTI128    $0x01, 2(DX), Y7, Y7
 	VPSRLW         $0x04, Y7, Y8
 	VPAND          Y0, Y7, Y7
 	VPAND          Y0, Y8, Y8
 	VPBROADCASTW   (AX), X9
-	VPBROADCASTW   (CX), X10
+	VPBROADCASTW   (DX), X10
 	VPUNPCKLQDQ    X10, X9, X9
 	VCVTPH2PS      X9, Y9
 	VPMADDUBSW     Y3, Y7, Y3
@@ -1769,9 +1789,9 @@ loop:
 	VMULPS         Y6, Y9, Y4
 	VFMADD231PS    Y3, Y4, Y2
 	ADDQ           $0x00000012, AX
-	ADDQ           $0x00000012, CX
-	ADDQ           $0x00000022, DX
-	DECQ           BX
+	ADDQ           $0x00000012, DX
+	ADDQ           $0x00000022, BX
+	DECQ           SI
 	JNZ            loop
 
 done:
@@ -2191,15 +2211,15 @@ done:
 	RET
 
 // func dotF16R4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
-// Requires: AVX, F16C, FMA3
+// Requires: AVX, F16C, FMA3, MMX+
 TEXT ·dotF16R4C1(SB), NOSPLIT, $0-56
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
 	LEAQ   (DX)(CX*1), BX
-	LEAQ   (BX)(CX*1), CX
-	MOVQ   a+16(FP), SI
-	MOVQ   nb+32(FP), DI
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -2208,12 +2228,16 @@ TEXT ·dotF16R4C1(SB), NOSPLIT, $0-56
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	TESTQ  DI, DI
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
 	JZ     done
 
 loop:
-	VCVTPH2PS   (SI), Y8
-	VCVTPH2PS   16(SI), Y9
+	PREFETCHT0  (CX)
+	PREFETCHT0  64(CX)
+	ADDQ        $0x00000080, CX
+	VCVTPH2PS   (DI), Y8
+	VCVTPH2PS   16(DI), Y9
 	VCVTPH2PS   (AX), Y10
 	VFMADD231PS Y8, Y10, Y0
 	VCVTPH2PS   16(AX), Y10
@@ -2226,16 +2250,16 @@ loop:
 	VFMADD231PS Y8, Y10, Y4
 	VCVTPH2PS   16(BX), Y10
 	VFMADD231PS Y9, Y10, Y5
-	VCVTPH2PS   (CX), Y10
+	VCVTPH2PS   (SI), Y10
 	VFMADD231PS Y8, Y10, Y6
-	VCVTPH2PS   16(CX), Y8
+	VCVTPH2PS   16(SI), Y8
 	VFMADD231PS Y9, Y8, Y7
 	ADDQ        $0x00000020, AX
 	ADDQ        $0x00000020, DX
 	ADDQ        $0x00000020, BX
-	ADDQ        $0x00000020, CX
 	ADDQ        $0x00000020, SI
-	DECQ        DI
+	ADDQ        $0x00000020, DI
+	DECQ        R8
 	JNZ         loop
 
 done:
@@ -2294,15 +2318,15 @@ done:
 	RET
 
 // func dotBF16R4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
-// Requires: AVX, AVX2, FMA3
+// Requires: AVX, AVX2, FMA3, MMX+
 TEXT ·dotBF16R4C1(SB), NOSPLIT, $0-56
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
 	LEAQ   (DX)(CX*1), BX
-	LEAQ   (BX)(CX*1), CX
-	MOVQ   a+16(FP), SI
-	MOVQ   nb+32(FP), DI
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -2311,13 +2335,17 @@ TEXT ·dotBF16R4C1(SB), NOSPLIT, $0-56
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	TESTQ  DI, DI
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
 	JZ     done
 
 loop:
-	VPMOVZXWD   (SI), Y8
+	PREFETCHT0  (CX)
+	PREFETCHT0  64(CX)
+	ADDQ        $0x00000080, CX
+	VPMOVZXWD   (DI), Y8
 	VPSLLD      $0x10, Y8, Y8
-	VPMOVZXWD   16(SI), Y9
+	VPMOVZXWD   16(DI), Y9
 	VPSLLD      $0x10, Y9, Y9
 	VPMOVZXWD   (AX), Y10
 	VPSLLD      $0x10, Y10, Y10
@@ -2337,18 +2365,18 @@ loop:
 	VPMOVZXWD   16(BX), Y10
 	VPSLLD      $0x10, Y10, Y10
 	VFMADD231PS Y9, Y10, Y5
-	VPMOVZXWD   (CX), Y10
+	VPMOVZXWD   (SI), Y10
 	VPSLLD      $0x10, Y10, Y10
 	VFMADD231PS Y8, Y10, Y6
-	VPMOVZXWD   16(CX), Y8
+	VPMOVZXWD   16(SI), Y8
 	VPSLLD      $0x10, Y8, Y8
 	VFMADD231PS Y9, Y8, Y7
 	ADDQ        $0x00000020, AX
 	ADDQ        $0x00000020, DX
 	ADDQ        $0x00000020, BX
-	ADDQ        $0x00000020, CX
 	ADDQ        $0x00000020, SI
-	DECQ        DI
+	ADDQ        $0x00000020, DI
+	DECQ        R8
 	JNZ         loop
 
 done:
@@ -2411,15 +2439,15 @@ done:
 	RET
 
 // func dotF32R4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
-// Requires: AVX, FMA3
+// Requires: AVX, FMA3, MMX+
 TEXT ·dotF32R4C1(SB), NOSPLIT, $0-56
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
 	LEAQ   (DX)(CX*1), BX
-	LEAQ   (BX)(CX*1), CX
-	MOVQ   a+16(FP), SI
-	MOVQ   nb+32(FP), DI
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -2428,12 +2456,18 @@ TEXT ·dotF32R4C1(SB), NOSPLIT, $0-56
 	VXORPS Y5, Y5, Y5
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
-	TESTQ  DI, DI
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
 	JZ     done
 
 loop:
-	VMOVUPS     (SI), Y8
-	VMOVUPS     32(SI), Y9
+	PREFETCHT0  (CX)
+	PREFETCHT0  64(CX)
+	PREFETCHT0  128(CX)
+	PREFETCHT0  192(CX)
+	ADDQ        $0x00000100, CX
+	VMOVUPS     (DI), Y8
+	VMOVUPS     32(DI), Y9
 	VMOVUPS     (AX), Y10
 	VFMADD231PS Y8, Y10, Y0
 	VMOVUPS     32(AX), Y10
@@ -2446,16 +2480,16 @@ loop:
 	VFMADD231PS Y8, Y10, Y4
 	VMOVUPS     32(BX), Y10
 	VFMADD231PS Y9, Y10, Y5
-	VMOVUPS     (CX), Y10
+	VMOVUPS     (SI), Y10
 	VFMADD231PS Y8, Y10, Y6
-	VMOVUPS     32(CX), Y8
+	VMOVUPS     32(SI), Y8
 	VFMADD231PS Y9, Y8, Y7
 	ADDQ        $0x00000040, AX
 	ADDQ        $0x00000040, DX
 	ADDQ        $0x00000040, BX
-	ADDQ        $0x00000040, CX
 	ADDQ        $0x00000040, SI
-	DECQ        DI
+	ADDQ        $0x00000040, DI
+	DECQ        R8
 	JNZ         loop
 
 done:
@@ -2870,46 +2904,57 @@ done:
 	RET
 
 // func dotQ4_KR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ4_KR4C1(SB), NOSPLIT, $32-56
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
 	LEAQ   (DX)(CX*1), BX
-	LEAQ   (BX)(CX*1), CX
-	MOVQ   a+16(FP), SI
-	MOVQ   nb+32(FP), DI
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	TESTQ  DI, DI
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
 	JZ     done
 
 loop:
-	MOVL         4(AX), R8
-	MOVL         8(AX), R9
-	MOVL         12(AX), R10
-	MOVL         R10, R11
-	SHRL         $0x04, R11
+	PREFETCHT0   (CX)
+	PREFETCHT0   64(CX)
+	PREFETCHT0   128(CX)
+	PREFETCHT0   192(CX)
+	PREFETCHT0   256(CX)
+	PREFETCHT0   320(CX)
+	PREFETCHT0   384(CX)
+	PREFETCHT0   448(CX)
+	PREFETCHT0   512(CX)
+	ADDQ         $0x00000240, CX
+	MOVL         4(AX), R9
+	MOVL         8(AX), R10
+	MOVL         12(AX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
 	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
 	ANDL         $0x3f3f3f3f, R9
-	ANDL         $0x0f0f0f0f, R10
-	MOVL         R8, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R10
-	ANDL         $0x3f3f3f3f, R8
-	VMOVD        R8, X4
-	VPINSRD      $0x01, R10, X4, X4
-	VPINSRD      $0x02, R9, X4, X4
-	VPINSRD      $0x03, R11, X4, X4
+	VMOVD        R9, X4
+	VPINSRD      $0x01, R11, X4, X4
+	VPINSRD      $0x02, R10, X4, X4
+	VPINSRD      $0x03, R12, X4, X4
 	VPMOVZXBW    X4, Y4
 	VMOVDQU      Y4, (SP)
 	VMOVDQU      16(AX), Y4
@@ -2918,8 +2963,8 @@ loop:
 	VPAND        c0F<>+0(SB), Y6, Y6
 	VPBROADCASTW (SP), Y7
 	VPBROADCASTW 2(SP), Y8
-	VPMADDUBSW   4(SI), Y4, Y4
-	VPMADDUBSW   36(SI), Y6, Y6
+	VPMADDUBSW   4(DI), Y4, Y4
+	VPMADDUBSW   36(DI), Y6, Y6
 	VPMADDWD     Y7, Y4, Y4
 	VPMADDWD     Y8, Y6, Y6
 	VPADDD       Y6, Y4, Y4
@@ -2929,8 +2974,8 @@ loop:
 	VPAND        c0F<>+0(SB), Y7, Y7
 	VPBROADCASTW 4(SP), Y8
 	VPBROADCASTW 6(SP), Y9
-	VPMADDUBSW   68(SI), Y6, Y6
-	VPMADDUBSW   100(SI), Y7, Y7
+	VPMADDUBSW   68(DI), Y6, Y6
+	VPMADDUBSW   100(DI), Y7, Y7
 	VPMADDWD     Y8, Y6, Y6
 	VPMADDWD     Y9, Y7, Y7
 	VPADDD       Y6, Y4, Y4
@@ -2941,8 +2986,8 @@ loop:
 	VPAND        c0F<>+0(SB), Y7, Y7
 	VPBROADCASTW 8(SP), Y8
 	VPBROADCASTW 10(SP), Y9
-	VPMADDUBSW   132(SI), Y6, Y6
-	VPMADDUBSW   164(SI), Y7, Y7
+	VPMADDUBSW   132(DI), Y6, Y6
+	VPMADDUBSW   164(DI), Y7, Y7
 	VPMADDWD     Y8, Y6, Y6
 	VPMADDWD     Y9, Y7, Y7
 	VPADDD       Y6, Y4, Y4
@@ -2953,48 +2998,48 @@ loop:
 	VPAND        c0F<>+0(SB), Y7, Y7
 	VPBROADCASTW 12(SP), Y8
 	VPBROADCASTW 14(SP), Y9
-	VPMADDUBSW   196(SI), Y6, Y6
-	VPMADDUBSW   228(SI), Y7, Y7
+	VPMADDUBSW   196(DI), Y6, Y6
+	VPMADDUBSW   228(DI), Y7, Y7
 	VPMADDWD     Y8, Y6, Y6
 	VPMADDWD     Y9, Y7, Y7
 	VPADDD       Y6, Y4, Y4
 	VPADDD       Y7, Y4, Y4
-	VMOVDQU      260(SI), X5
-	VPHADDW      276(SI), X5, X5
+	VMOVDQU      260(DI), X5
+	VPHADDW      276(DI), X5, X5
 	VPMADDWD     16(SP), X5, X5
 	VCVTDQ2PS    X5, X5
 	VPBROADCASTD (AX), X6
 	VCVTPH2PS    X6, Y6
-	VBROADCASTSS (SI), Y7
+	VBROADCASTSS (DI), Y7
 	VMULPS       Y7, Y6, Y6
 	VPERMILPS    $0x00, Y6, Y7
 	VPERMILPS    $0x55, Y6, Y6
 	VCVTDQ2PS    Y4, Y4
 	VFMADD231PS  Y4, Y7, Y0
 	VFNMADD231PS Y5, Y6, Y0
-	MOVL         4(DX), R8
-	MOVL         8(DX), R9
-	MOVL         12(DX), R10
-	MOVL         R10, R11
-	SHRL         $0x04, R11
+	MOVL         4(DX), R9
+	MOVL         8(DX), R10
+	MOVL         12(DX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
 	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
 	ANDL         $0x3f3f3f3f, R9
-	ANDL         $0x0f0f0f0f, R10
-	MOVL         R8, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R10
-	ANDL         $0x3f3f3f3f, R8
-	VMOVD        R8, X4
-	VPINSRD      $0x01, R10, X4, X4
-	VPINSRD      $0x02, R9, X4, X4
-	VPINSRD      $0x03, R11, X4, X4
+	VMOVD        R9, X4
+	VPINSRD      $0x01, R11, X4, X4
+	VPINSRD      $0x02, R10, X4, X4
+	VPINSRD      $0x03, R12, X4, X4
 	VPMOVZXBW    X4, Y4
 	VMOVDQU      Y4, (SP)
 	VMOVDQU      16(DX), Y4
@@ -3003,8 +3048,8 @@ loop:
 	VPAND        c0F<>+0(SB), Y6, Y6
 	VPBROADCASTW (SP), Y7
 	VPBROADCASTW 2(SP), Y8
-	VPMADDUBSW   4(SI), Y4, Y4
-	VPMADDUBSW   36(SI), Y6, Y6
+	VPMADDUBSW   4(DI), Y4, Y4
+	VPMADDUBSW   36(DI), Y6, Y6
 	VPMADDWD     Y7, Y4, Y4
 	VPMADDWD     Y8, Y6, Y6
 	VPADDD       Y6, Y4, Y4
@@ -3014,8 +3059,8 @@ loop:
 	VPAND        c0F<>+0(SB), Y7, Y7
 	VPBROADCASTW 4(SP), Y8
 	VPBROADCASTW 6(SP), Y9
-	VPMADDUBSW   68(SI), Y6, Y6
-	VPMADDUBSW   100(SI), Y7, Y7
+	VPMADDUBSW   68(DI), Y6, Y6
+	VPMADDUBSW   100(DI), Y7, Y7
 	VPMADDWD     Y8, Y6, Y6
 	VPMADDWD     Y9, Y7, Y7
 	VPADDD       Y6, Y4, Y4
@@ -3026,8 +3071,8 @@ loop:
 	VPAND        c0F<>+0(SB), Y7, Y7
 	VPBROADCASTW 8(SP), Y8
 	VPBROADCASTW 10(SP), Y9
-	VPMADDUBSW   132(SI), Y6, Y6
-	VPMADDUBSW   164(SI), Y7, Y7
+	VPMADDUBSW   132(DI), Y6, Y6
+	VPMADDUBSW   164(DI), Y7, Y7
 	VPMADDWD     Y8, Y6, Y6
 	VPMADDWD     Y9, Y7, Y7
 	VPADDD       Y6, Y4, Y4
@@ -3038,48 +3083,48 @@ loop:
 	VPAND        c0F<>+0(SB), Y7, Y7
 	VPBROADCASTW 12(SP), Y8
 	VPBROADCASTW 14(SP), Y9
-	VPMADDUBSW   196(SI), Y6, Y6
-	VPMADDUBSW   228(SI), Y7, Y7
+	VPMADDUBSW   196(DI), Y6, Y6
+	VPMADDUBSW   228(DI), Y7, Y7
 	VPMADDWD     Y8, Y6, Y6
 	VPMADDWD     Y9, Y7, Y7
 	VPADDD       Y6, Y4, Y4
 	VPADDD       Y7, Y4, Y4
-	VMOVDQU      260(SI), X5
-	VPHADDW      276(SI), X5, X5
+	VMOVDQU      260(DI), X5
+	VPHADDW      276(DI), X5, X5
 	VPMADDWD     16(SP), X5, X5
 	VCVTDQ2PS    X5, X5
 	VPBROADCASTD (DX), X6
 	VCVTPH2PS    X6, Y6
-	VBROADCASTSS (SI), Y7
+	VBROADCASTSS (DI), Y7
 	VMULPS       Y7, Y6, Y6
 	VPERMILPS    $0x00, Y6, Y7
 	VPERMILPS    $0x55, Y6, Y6
 	VCVTDQ2PS    Y4, Y4
 	VFMADD231PS  Y4, Y7, Y1
 	VFNMADD231PS Y5, Y6, Y1
-	MOVL         4(BX), R8
-	MOVL         8(BX), R9
-	MOVL         12(BX), R10
-	MOVL         R10, R11
-	SHRL         $0x04, R11
+	MOVL         4(BX), R9
+	MOVL         8(BX), R10
+	MOVL         12(BX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
 	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
 	ANDL         $0x3f3f3f3f, R9
-	ANDL         $0x0f0f0f0f, R10
-	MOVL         R8, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R10
-	ANDL         $0x3f3f3f3f, R8
-	VMOVD        R8, X4
-	VPINSRD      $0x01, R10, X4, X4
-	VPINSRD      $0x02, R9, X4, X4
-	VPINSRD      $0x03, R11, X4, X4
+	VMOVD        R9, X4
+	VPINSRD      $0x01, R11, X4, X4
+	VPINSRD      $0x02, R10, X4, X4
+	VPINSRD      $0x03, R12, X4, X4
 	VPMOVZXBW    X4, Y4
 	VMOVDQU      Y4, (SP)
 	VMOVDQU      16(BX), Y4
@@ -3088,8 +3133,8 @@ loop:
 	VPAND        c0F<>+0(SB), Y6, Y6
 	VPBROADCASTW (SP), Y7
 	VPBROADCASTW 2(SP), Y8
-	VPMADDUBSW   4(SI), Y4, Y4
-	VPMADDUBSW   36(SI), Y6, Y6
+	VPMADDUBSW   4(DI), Y4, Y4
+	VPMADDUBSW   36(DI), Y6, Y6
 	VPMADDWD     Y7, Y4, Y4
 	VPMADDWD     Y8, Y6, Y6
 	VPADDD       Y6, Y4, Y4
@@ -3099,8 +3144,8 @@ loop:
 	VPAND        c0F<>+0(SB), Y7, Y7
 	VPBROADCASTW 4(SP), Y8
 	VPBROADCASTW 6(SP), Y9
-	VPMADDUBSW   68(SI), Y6, Y6
-	VPMADDUBSW   100(SI), Y7, Y7
+	VPMADDUBSW   68(DI), Y6, Y6
+	VPMADDUBSW   100(DI), Y7, Y7
 	VPMADDWD     Y8, Y6, Y6
 	VPMADDWD     Y9, Y7, Y7
 	VPADDD       Y6, Y4, Y4
@@ -3111,8 +3156,8 @@ loop:
 	VPAND        c0F<>+0(SB), Y7, Y7
 	VPBROADCASTW 8(SP), Y8
 	VPBROADCASTW 10(SP), Y9
-	VPMADDUBSW   132(SI), Y6, Y6
-	VPMADDUBSW   164(SI), Y7, Y7
+	VPMADDUBSW   132(DI), Y6, Y6
+	VPMADDUBSW   164(DI), Y7, Y7
 	VPMADDWD     Y8, Y6, Y6
 	VPMADDWD     Y9, Y7, Y7
 	VPADDD       Y6, Y4, Y4
@@ -3123,104 +3168,104 @@ loop:
 	VPAND        c0F<>+0(SB), Y7, Y7
 	VPBROADCASTW 12(SP), Y8
 	VPBROADCASTW 14(SP), Y9
-	VPMADDUBSW   196(SI), Y6, Y6
-	VPMADDUBSW   228(SI), Y7, Y7
+	VPMADDUBSW   196(DI), Y6, Y6
+	VPMADDUBSW   228(DI), Y7, Y7
 	VPMADDWD     Y8, Y6, Y6
 	VPMADDWD     Y9, Y7, Y7
 	VPADDD       Y6, Y4, Y4
 	VPADDD       Y7, Y4, Y4
-	VMOVDQU      260(SI), X5
-	VPHADDW      276(SI), X5, X5
+	VMOVDQU      260(DI), X5
+	VPHADDW      276(DI), X5, X5
 	VPMADDWD     16(SP), X5, X5
 	VCVTDQ2PS    X5, X5
 	VPBROADCASTD (BX), X6
 	VCVTPH2PS    X6, Y6
-	VBROADCASTSS (SI), Y7
+	VBROADCASTSS (DI), Y7
 	VMULPS       Y7, Y6, Y6
 	VPERMILPS    $0x00, Y6, Y7
 	VPERMILPS    $0x55, Y6, Y6
 	VCVTDQ2PS    Y4, Y4
 	VFMADD231PS  Y4, Y7, Y2
 	VFNMADD231PS Y5, Y6, Y2
-	MOVL         4(CX), R8
-	MOVL         8(CX), R9
-	MOVL         12(CX), R10
-	MOVL         R10, R11
-	SHRL         $0x04, R11
+	MOVL         4(SI), R9
+	MOVL         8(SI), R10
+	MOVL         12(SI), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
 	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
 	ANDL         $0x3f3f3f3f, R9
-	ANDL         $0x0f0f0f0f, R10
-	MOVL         R8, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R10
-	ANDL         $0x3f3f3f3f, R8
-	VMOVD        R8, X4
-	VPINSRD      $0x01, R10, X4, X4
-	VPINSRD      $0x02, R9, X4, X4
-	VPINSRD      $0x03, R11, X4, X4
+	VMOVD        R9, X4
+	VPINSRD      $0x01, R11, X4, X4
+	VPINSRD      $0x02, R10, X4, X4
+	VPINSRD      $0x03, R12, X4, X4
 	VPMOVZXBW    X4, Y4
 	VMOVDQU      Y4, (SP)
-	VMOVDQU      16(CX), Y4
+	VMOVDQU      16(SI), Y4
 	VPSRLW       $0x04, Y4, Y6
 	VPAND        c0F<>+0(SB), Y4, Y4
 	VPAND        c0F<>+0(SB), Y6, Y6
 	VPBROADCASTW (SP), Y7
 	VPBROADCASTW 2(SP), Y8
-	VPMADDUBSW   4(SI), Y4, Y4
-	VPMADDUBSW   36(SI), Y6, Y6
+	VPMADDUBSW   4(DI), Y4, Y4
+	VPMADDUBSW   36(DI), Y6, Y6
 	VPMADDWD     Y7, Y4, Y4
 	VPMADDWD     Y8, Y6, Y6
 	VPADDD       Y6, Y4, Y4
-	VMOVDQU      48(CX), Y6
+	VMOVDQU      48(SI), Y6
 	VPSRLW       $0x04, Y6, Y7
 	VPAND        c0F<>+0(SB), Y6, Y6
 	VPAND        c0F<>+0(SB), Y7, Y7
 	VPBROADCASTW 4(SP), Y8
 	VPBROADCASTW 6(SP), Y9
-	VPMADDUBSW   68(SI), Y6, Y6
-	VPMADDUBSW   100(SI), Y7, Y7
+	VPMADDUBSW   68(DI), Y6, Y6
+	VPMADDUBSW   100(DI), Y7, Y7
 	VPMADDWD     Y8, Y6, Y6
 	VPMADDWD     Y9, Y7, Y7
 	VPADDD       Y6, Y4, Y4
 	VPADDD       Y7, Y4, Y4
-	VMOVDQU      80(CX), Y6
+	VMOVDQU      80(SI), Y6
 	VPSRLW       $0x04, Y6, Y7
 	VPAND        c0F<>+0(SB), Y6, Y6
 	VPAND        c0F<>+0(SB), Y7, Y7
 	VPBROADCASTW 8(SP), Y8
 	VPBROADCASTW 10(SP), Y9
-	VPMADDUBSW   132(SI), Y6, Y6
-	VPMADDUBSW   164(SI), Y7, Y7
+	VPMADDUBSW   132(DI), Y6, Y6
+	VPMADDUBSW   164(DI), Y7, Y7
 	VPMADDWD     Y8, Y6, Y6
 	VPMADDWD     Y9, Y7, Y7
 	VPADDD       Y6, Y4, Y4
 	VPADDD       Y7, Y4, Y4
-	VMOVDQU      112(CX), Y6
+	VMOVDQU      112(SI), Y6
 	VPSRLW       $0x04, Y6, Y7
 	VPAND        c0F<>+0(SB), Y6, Y6
 	VPAND        c0F<>+0(SB), Y7, Y7
 	VPBROADCASTW 12(SP), Y8
 	VPBROADCASTW 14(SP), Y9
-	VPMADDUBSW   196(SI), Y6, Y6
-	VPMADDUBSW   228(SI), Y7, Y7
+	VPMADDUBSW   196(DI), Y6, Y6
+	VPMADDUBSW   228(DI), Y7, Y7
 	VPMADDWD     Y8, Y6, Y6
 	VPMADDWD     Y9, Y7, Y7
 	VPADDD       Y6, Y4, Y4
 	VPADDD       Y7, Y4, Y4
-	VMOVDQU      260(SI), X5
-	VPHADDW      276(SI), X5, X5
+	VMOVDQU      260(DI), X5
+	VPHADDW      276(DI), X5, X5
 	VPMADDWD     16(SP), X5, X5
 	VCVTDQ2PS    X5, X5
-	VPBROADCASTD (CX), X6
+	VPBROADCASTD (SI), X6
 	VCVTPH2PS    X6, Y6
-	VBROADCASTSS (SI), Y7
+	VBROADCASTSS (DI), Y7
 	VMULPS       Y7, Y6, Y6
 	VPERMILPS    $0x00, Y6, Y7
 	VPERMILPS    $0x55, Y6, Y6
@@ -3230,9 +3275,9 @@ loop:
 	ADDQ         $0x00000090, AX
 	ADDQ         $0x00000090, DX
 	ADDQ         $0x00000090, BX
-	ADDQ         $0x00000090, CX
-	ADDQ         $0x00000124, SI
-	DECQ         DI
+	ADDQ         $0x00000090, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
 	JNZ          loop
 
 done:
@@ -3613,46 +3658,59 @@ done:
 	RET
 
 // func dotQ5_KR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ5_KR4C1(SB), NOSPLIT, $32-56
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
 	LEAQ   (DX)(CX*1), BX
-	LEAQ   (BX)(CX*1), CX
-	MOVQ   a+16(FP), SI
-	MOVQ   nb+32(FP), DI
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	TESTQ  DI, DI
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
 	JZ     done
 
 loop:
-	MOVL         4(AX), R8
-	MOVL         8(AX), R9
-	MOVL         12(AX), R10
-	MOVL         R10, R11
-	SHRL         $0x04, R11
+	PREFETCHT0   (CX)
+	PREFETCHT0   64(CX)
+	PREFETCHT0   128(CX)
+	PREFETCHT0   192(CX)
+	PREFETCHT0   256(CX)
+	PREFETCHT0   320(CX)
+	PREFETCHT0   384(CX)
+	PREFETCHT0   448(CX)
+	PREFETCHT0   512(CX)
+	PREFETCHT0   576(CX)
+	PREFETCHT0   640(CX)
+	ADDQ         $0x000002c0, CX
+	MOVL         4(AX), R9
+	MOVL         8(AX), R10
+	MOVL         12(AX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
 	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
 	ANDL         $0x3f3f3f3f, R9
-	ANDL         $0x0f0f0f0f, R10
-	MOVL         R8, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R10
-	ANDL         $0x3f3f3f3f, R8
-	VMOVD        R8, X4
-	VPINSRD      $0x01, R10, X4, X4
-	VPINSRD      $0x02, R9, X4, X4
-	VPINSRD      $0x03, R11, X4, X4
+	VMOVD        R9, X4
+	VPINSRD      $0x01, R11, X4, X4
+	VPINSRD      $0x02, R10, X4, X4
+	VPINSRD      $0x03, R12, X4, X4
 	VPMOVZXBW    X4, Y4
 	VMOVDQU      Y4, (SP)
 	VMOVDQU      16(AX), Y4
@@ -3668,8 +3726,8 @@ loop:
 	VPOR         Y8, Y7, Y7
 	VPBROADCASTW (SP), Y8
 	VPBROADCASTW 2(SP), Y9
-	VPMADDUBSW   4(SI), Y6, Y6
-	VPMADDUBSW   36(SI), Y7, Y7
+	VPMADDUBSW   4(DI), Y6, Y6
+	VPMADDUBSW   36(DI), Y7, Y7
 	VPMADDWD     Y8, Y6, Y6
 	VPMADDWD     Y9, Y7, Y7
 	VPADDD       Y7, Y6, Y6
@@ -3685,8 +3743,8 @@ loop:
 	VPOR         Y9, Y8, Y8
 	VPBROADCASTW 4(SP), Y9
 	VPBROADCASTW 6(SP), Y10
-	VPMADDUBSW   68(SI), Y7, Y7
-	VPMADDUBSW   100(SI), Y8, Y8
+	VPMADDUBSW   68(DI), Y7, Y7
+	VPMADDUBSW   100(DI), Y8, Y8
 	VPMADDWD     Y9, Y7, Y7
 	VPMADDWD     Y10, Y8, Y8
 	VPADDD       Y7, Y6, Y6
@@ -3702,8 +3760,8 @@ loop:
 	VPOR         Y9, Y8, Y8
 	VPBROADCASTW 8(SP), Y9
 	VPBROADCASTW 10(SP), Y10
-	VPMADDUBSW   132(SI), Y7, Y7
-	VPMADDUBSW   164(SI), Y8, Y8
+	VPMADDUBSW   132(DI), Y7, Y7
+	VPMADDUBSW   164(DI), Y8, Y8
 	VPMADDWD     Y9, Y7, Y7
 	VPMADDWD     Y10, Y8, Y8
 	VPADDD       Y7, Y6, Y6
@@ -3720,48 +3778,48 @@ loop:
 	VPOR         Y4, Y8, Y8
 	VPBROADCASTW 12(SP), Y4
 	VPBROADCASTW 14(SP), Y9
-	VPMADDUBSW   196(SI), Y7, Y7
-	VPMADDUBSW   228(SI), Y8, Y8
+	VPMADDUBSW   196(DI), Y7, Y7
+	VPMADDUBSW   228(DI), Y8, Y8
 	VPMADDWD     Y4, Y7, Y7
 	VPMADDWD     Y9, Y8, Y8
 	VPADDD       Y7, Y6, Y6
 	VPADDD       Y8, Y6, Y6
-	VMOVDQU      260(SI), X4
-	VPHADDW      276(SI), X4, X4
+	VMOVDQU      260(DI), X4
+	VPHADDW      276(DI), X4, X4
 	VPMADDWD     16(SP), X4, X5
 	VCVTDQ2PS    X5, X5
 	VPBROADCASTD (AX), X4
 	VCVTPH2PS    X4, Y4
-	VBROADCASTSS (SI), Y7
+	VBROADCASTSS (DI), Y7
 	VMULPS       Y7, Y4, Y4
 	VPERMILPS    $0x00, Y4, Y7
 	VPERMILPS    $0x55, Y4, Y4
 	VCVTDQ2PS    Y6, Y6
 	VFMADD231PS  Y6, Y7, Y0
 	VFNMADD231PS Y5, Y4, Y0
-	MOVL         4(DX), R8
-	MOVL         8(DX), R9
-	MOVL         12(DX), R10
-	MOVL         R10, R11
-	SHRL         $0x04, R11
+	MOVL         4(DX), R9
+	MOVL         8(DX), R10
+	MOVL         12(DX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
 	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
 	ANDL         $0x3f3f3f3f, R9
-	ANDL         $0x0f0f0f0f, R10
-	MOVL         R8, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R10
-	ANDL         $0x3f3f3f3f, R8
-	VMOVD        R8, X4
-	VPINSRD      $0x01, R10, X4, X4
-	VPINSRD      $0x02, R9, X4, X4
-	VPINSRD      $0x03, R11, X4, X4
+	VMOVD        R9, X4
+	VPINSRD      $0x01, R11, X4, X4
+	VPINSRD      $0x02, R10, X4, X4
+	VPINSRD      $0x03, R12, X4, X4
 	VPMOVZXBW    X4, Y4
 	VMOVDQU      Y4, (SP)
 	VMOVDQU      16(DX), Y4
@@ -3777,8 +3835,8 @@ loop:
 	VPOR         Y8, Y7, Y7
 	VPBROADCASTW (SP), Y8
 	VPBROADCASTW 2(SP), Y9
-	VPMADDUBSW   4(SI), Y6, Y6
-	VPMADDUBSW   36(SI), Y7, Y7
+	VPMADDUBSW   4(DI), Y6, Y6
+	VPMADDUBSW   36(DI), Y7, Y7
 	VPMADDWD     Y8, Y6, Y6
 	VPMADDWD     Y9, Y7, Y7
 	VPADDD       Y7, Y6, Y6
@@ -3794,8 +3852,8 @@ loop:
 	VPOR         Y9, Y8, Y8
 	VPBROADCASTW 4(SP), Y9
 	VPBROADCASTW 6(SP), Y10
-	VPMADDUBSW   68(SI), Y7, Y7
-	VPMADDUBSW   100(SI), Y8, Y8
+	VPMADDUBSW   68(DI), Y7, Y7
+	VPMADDUBSW   100(DI), Y8, Y8
 	VPMADDWD     Y9, Y7, Y7
 	VPMADDWD     Y10, Y8, Y8
 	VPADDD       Y7, Y6, Y6
@@ -3811,8 +3869,8 @@ loop:
 	VPOR         Y9, Y8, Y8
 	VPBROADCASTW 8(SP), Y9
 	VPBROADCASTW 10(SP), Y10
-	VPMADDUBSW   132(SI), Y7, Y7
-	VPMADDUBSW   164(SI), Y8, Y8
+	VPMADDUBSW   132(DI), Y7, Y7
+	VPMADDUBSW   164(DI), Y8, Y8
 	VPMADDWD     Y9, Y7, Y7
 	VPMADDWD     Y10, Y8, Y8
 	VPADDD       Y7, Y6, Y6
@@ -3829,48 +3887,48 @@ loop:
 	VPOR         Y4, Y8, Y8
 	VPBROADCASTW 12(SP), Y4
 	VPBROADCASTW 14(SP), Y9
-	VPMADDUBSW   196(SI), Y7, Y7
-	VPMADDUBSW   228(SI), Y8, Y8
+	VPMADDUBSW   196(DI), Y7, Y7
+	VPMADDUBSW   228(DI), Y8, Y8
 	VPMADDWD     Y4, Y7, Y7
 	VPMADDWD     Y9, Y8, Y8
 	VPADDD       Y7, Y6, Y6
 	VPADDD       Y8, Y6, Y6
-	VMOVDQU      260(SI), X4
-	VPHADDW      276(SI), X4, X4
+	VMOVDQU      260(DI), X4
+	VPHADDW      276(DI), X4, X4
 	VPMADDWD     16(SP), X4, X5
 	VCVTDQ2PS    X5, X5
 	VPBROADCASTD (DX), X4
 	VCVTPH2PS    X4, Y4
-	VBROADCASTSS (SI), Y7
+	VBROADCASTSS (DI), Y7
 	VMULPS       Y7, Y4, Y4
 	VPERMILPS    $0x00, Y4, Y7
 	VPERMILPS    $0x55, Y4, Y4
 	VCVTDQ2PS    Y6, Y6
 	VFMADD231PS  Y6, Y7, Y1
 	VFNMADD231PS Y5, Y4, Y1
-	MOVL         4(BX), R8
-	MOVL         8(BX), R9
-	MOVL         12(BX), R10
-	MOVL         R10, R11
-	SHRL         $0x04, R11
+	MOVL         4(BX), R9
+	MOVL         8(BX), R10
+	MOVL         12(BX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
 	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
 	ANDL         $0x3f3f3f3f, R9
-	ANDL         $0x0f0f0f0f, R10
-	MOVL         R8, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R10
-	ANDL         $0x3f3f3f3f, R8
-	VMOVD        R8, X4
-	VPINSRD      $0x01, R10, X4, X4
-	VPINSRD      $0x02, R9, X4, X4
-	VPINSRD      $0x03, R11, X4, X4
+	VMOVD        R9, X4
+	VPINSRD      $0x01, R11, X4, X4
+	VPINSRD      $0x02, R10, X4, X4
+	VPINSRD      $0x03, R12, X4, X4
 	VPMOVZXBW    X4, Y4
 	VMOVDQU      Y4, (SP)
 	VMOVDQU      16(BX), Y4
@@ -3886,8 +3944,8 @@ loop:
 	VPOR         Y8, Y7, Y7
 	VPBROADCASTW (SP), Y8
 	VPBROADCASTW 2(SP), Y9
-	VPMADDUBSW   4(SI), Y6, Y6
-	VPMADDUBSW   36(SI), Y7, Y7
+	VPMADDUBSW   4(DI), Y6, Y6
+	VPMADDUBSW   36(DI), Y7, Y7
 	VPMADDWD     Y8, Y6, Y6
 	VPMADDWD     Y9, Y7, Y7
 	VPADDD       Y7, Y6, Y6
@@ -3903,8 +3961,8 @@ loop:
 	VPOR         Y9, Y8, Y8
 	VPBROADCASTW 4(SP), Y9
 	VPBROADCASTW 6(SP), Y10
-	VPMADDUBSW   68(SI), Y7, Y7
-	VPMADDUBSW   100(SI), Y8, Y8
+	VPMADDUBSW   68(DI), Y7, Y7
+	VPMADDUBSW   100(DI), Y8, Y8
 	VPMADDWD     Y9, Y7, Y7
 	VPMADDWD     Y10, Y8, Y8
 	VPADDD       Y7, Y6, Y6
@@ -3920,8 +3978,8 @@ loop:
 	VPOR         Y9, Y8, Y8
 	VPBROADCASTW 8(SP), Y9
 	VPBROADCASTW 10(SP), Y10
-	VPMADDUBSW   132(SI), Y7, Y7
-	VPMADDUBSW   164(SI), Y8, Y8
+	VPMADDUBSW   132(DI), Y7, Y7
+	VPMADDUBSW   164(DI), Y8, Y8
 	VPMADDWD     Y9, Y7, Y7
 	VPMADDWD     Y10, Y8, Y8
 	VPADDD       Y7, Y6, Y6
@@ -3938,52 +3996,52 @@ loop:
 	VPOR         Y4, Y8, Y8
 	VPBROADCASTW 12(SP), Y4
 	VPBROADCASTW 14(SP), Y9
-	VPMADDUBSW   196(SI), Y7, Y7
-	VPMADDUBSW   228(SI), Y8, Y8
+	VPMADDUBSW   196(DI), Y7, Y7
+	VPMADDUBSW   228(DI), Y8, Y8
 	VPMADDWD     Y4, Y7, Y7
 	VPMADDWD     Y9, Y8, Y8
 	VPADDD       Y7, Y6, Y6
 	VPADDD       Y8, Y6, Y6
-	VMOVDQU      260(SI), X4
-	VPHADDW      276(SI), X4, X4
+	VMOVDQU      260(DI), X4
+	VPHADDW      276(DI), X4, X4
 	VPMADDWD     16(SP), X4, X5
 	VCVTDQ2PS    X5, X5
 	VPBROADCASTD (BX), X4
 	VCVTPH2PS    X4, Y4
-	VBROADCASTSS (SI), Y7
+	VBROADCASTSS (DI), Y7
 	VMULPS       Y7, Y4, Y4
 	VPERMILPS    $0x00, Y4, Y7
 	VPERMILPS    $0x55, Y4, Y4
 	VCVTDQ2PS    Y6, Y6
 	VFMADD231PS  Y6, Y7, Y2
 	VFNMADD231PS Y5, Y4, Y2
-	MOVL         4(CX), R8
-	MOVL         8(CX), R9
-	MOVL         12(CX), R10
-	MOVL         R10, R11
-	SHRL         $0x04, R11
+	MOVL         4(SI), R9
+	MOVL         8(SI), R10
+	MOVL         12(SI), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
 	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
 	ANDL         $0x3f3f3f3f, R9
-	ANDL         $0x0f0f0f0f, R10
-	MOVL         R8, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R10
-	ANDL         $0x3f3f3f3f, R8
-	VMOVD        R8, X4
-	VPINSRD      $0x01, R10, X4, X4
-	VPINSRD      $0x02, R9, X4, X4
-	VPINSRD      $0x03, R11, X4, X4
+	VMOVD        R9, X4
+	VPINSRD      $0x01, R11, X4, X4
+	VPINSRD      $0x02, R10, X4, X4
+	VPINSRD      $0x03, R12, X4, X4
 	VPMOVZXBW    X4, Y4
 	VMOVDQU      Y4, (SP)
-	VMOVDQU      16(CX), Y4
-	VMOVDQU      48(CX), Y6
+	VMOVDQU      16(SI), Y4
+	VMOVDQU      48(SI), Y6
 	VPSRLW       $0x04, Y6, Y7
 	VPAND        c0F<>+0(SB), Y6, Y6
 	VPAND        c0F<>+0(SB), Y7, Y7
@@ -3995,12 +4053,12 @@ loop:
 	VPOR         Y8, Y7, Y7
 	VPBROADCASTW (SP), Y8
 	VPBROADCASTW 2(SP), Y9
-	VPMADDUBSW   4(SI), Y6, Y6
-	VPMADDUBSW   36(SI), Y7, Y7
+	VPMADDUBSW   4(DI), Y6, Y6
+	VPMADDUBSW   36(DI), Y7, Y7
 	VPMADDWD     Y8, Y6, Y6
 	VPMADDWD     Y9, Y7, Y7
 	VPADDD       Y7, Y6, Y6
-	VMOVDQU      80(CX), Y7
+	VMOVDQU      80(SI), Y7
 	VPSRLW       $0x04, Y7, Y8
 	VPAND        c0F<>+0(SB), Y7, Y7
 	VPAND        c0F<>+0(SB), Y8, Y8
@@ -4012,13 +4070,13 @@ loop:
 	VPOR         Y9, Y8, Y8
 	VPBROADCASTW 4(SP), Y9
 	VPBROADCASTW 6(SP), Y10
-	VPMADDUBSW   68(SI), Y7, Y7
-	VPMADDUBSW   100(SI), Y8, Y8
+	VPMADDUBSW   68(DI), Y7, Y7
+	VPMADDUBSW   100(DI), Y8, Y8
 	VPMADDWD     Y9, Y7, Y7
 	VPMADDWD     Y10, Y8, Y8
 	VPADDD       Y7, Y6, Y6
 	VPADDD       Y8, Y6, Y6
-	VMOVDQU      112(CX), Y7
+	VMOVDQU      112(SI), Y7
 	VPSRLW       $0x04, Y7, Y8
 	VPAND        c0F<>+0(SB), Y7, Y7
 	VPAND        c0F<>+0(SB), Y8, Y8
@@ -4029,13 +4087,13 @@ loop:
 	VPOR         Y9, Y8, Y8
 	VPBROADCASTW 8(SP), Y9
 	VPBROADCASTW 10(SP), Y10
-	VPMADDUBSW   132(SI), Y7, Y7
-	VPMADDUBSW   164(SI), Y8, Y8
+	VPMADDUBSW   132(DI), Y7, Y7
+	VPMADDUBSW   164(DI), Y8, Y8
 	VPMADDWD     Y9, Y7, Y7
 	VPMADDWD     Y10, Y8, Y8
 	VPADDD       Y7, Y6, Y6
 	VPADDD       Y8, Y6, Y6
-	VMOVDQU      144(CX), Y7
+	VMOVDQU      144(SI), Y7
 	VPSRLW       $0x04, Y7, Y8
 	VPAND        c0F<>+0(SB), Y7, Y7
 	VPAND        c0F<>+0(SB), Y8, Y8
@@ -4047,19 +4105,19 @@ loop:
 	VPOR         Y4, Y8, Y8
 	VPBROADCASTW 12(SP), Y4
 	VPBROADCASTW 14(SP), Y9
-	VPMADDUBSW   196(SI), Y7, Y7
-	VPMADDUBSW   228(SI), Y8, Y8
+	VPMADDUBSW   196(DI), Y7, Y7
+	VPMADDUBSW   228(DI), Y8, Y8
 	VPMADDWD     Y4, Y7, Y7
 	VPMADDWD     Y9, Y8, Y8
 	VPADDD       Y7, Y6, Y6
 	VPADDD       Y8, Y6, Y6
-	VMOVDQU      260(SI), X4
-	VPHADDW      276(SI), X4, X4
+	VMOVDQU      260(DI), X4
+	VPHADDW      276(DI), X4, X4
 	VPMADDWD     16(SP), X4, X5
 	VCVTDQ2PS    X5, X5
-	VPBROADCASTD (CX), X4
+	VPBROADCASTD (SI), X4
 	VCVTPH2PS    X4, Y4
-	VBROADCASTSS (SI), Y7
+	VBROADCASTSS (DI), Y7
 	VMULPS       Y7, Y4, Y4
 	VPERMILPS    $0x00, Y4, Y7
 	VPERMILPS    $0x55, Y4, Y4
@@ -4069,9 +4127,9 @@ loop:
 	ADDQ         $0x000000b0, AX
 	ADDQ         $0x000000b0, DX
 	ADDQ         $0x000000b0, BX
-	ADDQ         $0x000000b0, CX
-	ADDQ         $0x00000124, SI
-	DECQ         DI
+	ADDQ         $0x000000b0, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
 	JNZ          loop
 
 done:
@@ -4500,23 +4558,39 @@ done:
 	RET
 
 // func dotQ6_KR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
-// Requires: AVX, AVX2, F16C, FMA3
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
 TEXT ·dotQ6_KR4C1(SB), NOSPLIT, $0-56
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
 	LEAQ   (DX)(CX*1), BX
-	LEAQ   (BX)(CX*1), CX
-	MOVQ   a+16(FP), SI
-	MOVQ   nb+32(FP), DI
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	TESTQ  DI, DI
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
 	JZ     done
 
 loop:
+	PREFETCHT0   (CX)
+	PREFETCHT0   64(CX)
+	PREFETCHT0   128(CX)
+	PREFETCHT0   192(CX)
+	PREFETCHT0   256(CX)
+	PREFETCHT0   320(CX)
+	PREFETCHT0   384(CX)
+	PREFETCHT0   448(CX)
+	PREFETCHT0   512(CX)
+	PREFETCHT0   576(CX)
+	PREFETCHT0   640(CX)
+	PREFETCHT0   704(CX)
+	PREFETCHT0   768(CX)
+	PREFETCHT0   832(CX)
+	ADDQ         $0x00000348, CX
 	VMOVDQU      192(AX), X4
 	VPSHUFB      q6kEvenOdd<>+0(SB), X4, X4
 	VPMOVSXBW    X4, Y4
@@ -4527,7 +4601,7 @@ loop:
 	VPAND        c30<>+0(SB), Y6, Y6
 	VPOR         Y6, Y5, Y5
 	VPSHUFB      wordBcast<>+0(SB), Y4, Y6
-	VPMADDUBSW   4(SI), Y5, Y5
+	VPMADDUBSW   4(DI), Y5, Y5
 	VPMADDWD     Y6, Y5, Y5
 	VMOVDQU      32(AX), Y6
 	VPAND        c0F<>+0(SB), Y6, Y6
@@ -4536,7 +4610,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+32(SB), Y4, Y7
-	VPMADDUBSW   36(SI), Y6, Y6
+	VPMADDUBSW   36(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      (AX), Y6
@@ -4546,7 +4620,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+64(SB), Y4, Y7
-	VPMADDUBSW   68(SI), Y6, Y6
+	VPMADDUBSW   68(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      32(AX), Y6
@@ -4557,7 +4631,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+96(SB), Y4, Y7
-	VPMADDUBSW   100(SI), Y6, Y6
+	VPMADDUBSW   100(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      64(AX), Y6
@@ -4567,7 +4641,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+128(SB), Y4, Y7
-	VPMADDUBSW   132(SI), Y6, Y6
+	VPMADDUBSW   132(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      96(AX), Y6
@@ -4577,7 +4651,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+160(SB), Y4, Y7
-	VPMADDUBSW   164(SI), Y6, Y6
+	VPMADDUBSW   164(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      64(AX), Y6
@@ -4587,7 +4661,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+192(SB), Y4, Y7
-	VPMADDUBSW   196(SI), Y6, Y6
+	VPMADDUBSW   196(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      96(AX), Y6
@@ -4598,17 +4672,17 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+224(SB), Y4, Y4
-	VPMADDUBSW   228(SI), Y6, Y6
+	VPMADDUBSW   228(DI), Y6, Y6
 	VPMADDWD     Y4, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VPMOVSXBW    192(AX), Y4
-	VPMADDWD     260(SI), Y4, Y4
+	VPMADDWD     260(DI), Y4, Y4
 	VPSLLD       $0x05, Y4, Y4
 	VPSUBD       Y4, Y5, Y5
 	VCVTDQ2PS    Y5, Y5
 	VPBROADCASTW 208(AX), X4
 	VCVTPH2PS    X4, Y4
-	VBROADCASTSS (SI), Y6
+	VBROADCASTSS (DI), Y6
 	VMULPS       Y6, Y4, Y4
 	VFMADD231PS  Y5, Y4, Y0
 	VMOVDQU      192(DX), X4
@@ -4621,7 +4695,7 @@ loop:
 	VPAND        c30<>+0(SB), Y6, Y6
 	VPOR         Y6, Y5, Y5
 	VPSHUFB      wordBcast<>+0(SB), Y4, Y6
-	VPMADDUBSW   4(SI), Y5, Y5
+	VPMADDUBSW   4(DI), Y5, Y5
 	VPMADDWD     Y6, Y5, Y5
 	VMOVDQU      32(DX), Y6
 	VPAND        c0F<>+0(SB), Y6, Y6
@@ -4630,7 +4704,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+32(SB), Y4, Y7
-	VPMADDUBSW   36(SI), Y6, Y6
+	VPMADDUBSW   36(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      (DX), Y6
@@ -4640,7 +4714,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+64(SB), Y4, Y7
-	VPMADDUBSW   68(SI), Y6, Y6
+	VPMADDUBSW   68(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      32(DX), Y6
@@ -4651,7 +4725,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+96(SB), Y4, Y7
-	VPMADDUBSW   100(SI), Y6, Y6
+	VPMADDUBSW   100(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      64(DX), Y6
@@ -4661,7 +4735,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+128(SB), Y4, Y7
-	VPMADDUBSW   132(SI), Y6, Y6
+	VPMADDUBSW   132(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      96(DX), Y6
@@ -4671,7 +4745,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+160(SB), Y4, Y7
-	VPMADDUBSW   164(SI), Y6, Y6
+	VPMADDUBSW   164(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      64(DX), Y6
@@ -4681,7 +4755,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+192(SB), Y4, Y7
-	VPMADDUBSW   196(SI), Y6, Y6
+	VPMADDUBSW   196(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      96(DX), Y6
@@ -4692,17 +4766,17 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+224(SB), Y4, Y4
-	VPMADDUBSW   228(SI), Y6, Y6
+	VPMADDUBSW   228(DI), Y6, Y6
 	VPMADDWD     Y4, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VPMOVSXBW    192(DX), Y4
-	VPMADDWD     260(SI), Y4, Y4
+	VPMADDWD     260(DI), Y4, Y4
 	VPSLLD       $0x05, Y4, Y4
 	VPSUBD       Y4, Y5, Y5
 	VCVTDQ2PS    Y5, Y5
 	VPBROADCASTW 208(DX), X4
 	VCVTPH2PS    X4, Y4
-	VBROADCASTSS (SI), Y6
+	VBROADCASTSS (DI), Y6
 	VMULPS       Y6, Y4, Y4
 	VFMADD231PS  Y5, Y4, Y1
 	VMOVDQU      192(BX), X4
@@ -4715,7 +4789,7 @@ loop:
 	VPAND        c30<>+0(SB), Y6, Y6
 	VPOR         Y6, Y5, Y5
 	VPSHUFB      wordBcast<>+0(SB), Y4, Y6
-	VPMADDUBSW   4(SI), Y5, Y5
+	VPMADDUBSW   4(DI), Y5, Y5
 	VPMADDWD     Y6, Y5, Y5
 	VMOVDQU      32(BX), Y6
 	VPAND        c0F<>+0(SB), Y6, Y6
@@ -4724,7 +4798,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+32(SB), Y4, Y7
-	VPMADDUBSW   36(SI), Y6, Y6
+	VPMADDUBSW   36(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      (BX), Y6
@@ -4734,7 +4808,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+64(SB), Y4, Y7
-	VPMADDUBSW   68(SI), Y6, Y6
+	VPMADDUBSW   68(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      32(BX), Y6
@@ -4745,7 +4819,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+96(SB), Y4, Y7
-	VPMADDUBSW   100(SI), Y6, Y6
+	VPMADDUBSW   100(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      64(BX), Y6
@@ -4755,7 +4829,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+128(SB), Y4, Y7
-	VPMADDUBSW   132(SI), Y6, Y6
+	VPMADDUBSW   132(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      96(BX), Y6
@@ -4765,7 +4839,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+160(SB), Y4, Y7
-	VPMADDUBSW   164(SI), Y6, Y6
+	VPMADDUBSW   164(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      64(BX), Y6
@@ -4775,7 +4849,7 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+192(SB), Y4, Y7
-	VPMADDUBSW   196(SI), Y6, Y6
+	VPMADDUBSW   196(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VMOVDQU      96(BX), Y6
@@ -4786,119 +4860,119 @@ loop:
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+224(SB), Y4, Y4
-	VPMADDUBSW   228(SI), Y6, Y6
+	VPMADDUBSW   228(DI), Y6, Y6
 	VPMADDWD     Y4, Y6, Y6
 	VPADDD       Y6, Y5, Y5
 	VPMOVSXBW    192(BX), Y4
-	VPMADDWD     260(SI), Y4, Y4
+	VPMADDWD     260(DI), Y4, Y4
 	VPSLLD       $0x05, Y4, Y4
 	VPSUBD       Y4, Y5, Y5
 	VCVTDQ2PS    Y5, Y5
 	VPBROADCASTW 208(BX), X4
 	VCVTPH2PS    X4, Y4
-	VBROADCASTSS (SI), Y6
+	VBROADCASTSS (DI), Y6
 	VMULPS       Y6, Y4, Y4
 	VFMADD231PS  Y5, Y4, Y2
-	VMOVDQU      192(CX), X4
+	VMOVDQU      192(SI), X4
 	VPSHUFB      q6kEvenOdd<>+0(SB), X4, X4
 	VPMOVSXBW    X4, Y4
-	VMOVDQU      (CX), Y5
+	VMOVDQU      (SI), Y5
 	VPAND        c0F<>+0(SB), Y5, Y5
-	VMOVDQU      128(CX), Y6
+	VMOVDQU      128(SI), Y6
 	VPSLLW       $0x04, Y6, Y6
 	VPAND        c30<>+0(SB), Y6, Y6
 	VPOR         Y6, Y5, Y5
 	VPSHUFB      wordBcast<>+0(SB), Y4, Y6
-	VPMADDUBSW   4(SI), Y5, Y5
+	VPMADDUBSW   4(DI), Y5, Y5
 	VPMADDWD     Y6, Y5, Y5
-	VMOVDQU      32(CX), Y6
+	VMOVDQU      32(SI), Y6
 	VPAND        c0F<>+0(SB), Y6, Y6
-	VMOVDQU      128(CX), Y7
+	VMOVDQU      128(SI), Y7
 	VPSLLW       $0x02, Y7, Y7
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+32(SB), Y4, Y7
-	VPMADDUBSW   36(SI), Y6, Y6
+	VPMADDUBSW   36(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
-	VMOVDQU      (CX), Y6
+	VMOVDQU      (SI), Y6
 	VPSRLW       $0x04, Y6, Y6
 	VPAND        c0F<>+0(SB), Y6, Y6
-	VMOVDQU      128(CX), Y7
+	VMOVDQU      128(SI), Y7
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+64(SB), Y4, Y7
-	VPMADDUBSW   68(SI), Y6, Y6
+	VPMADDUBSW   68(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
-	VMOVDQU      32(CX), Y6
+	VMOVDQU      32(SI), Y6
 	VPSRLW       $0x04, Y6, Y6
 	VPAND        c0F<>+0(SB), Y6, Y6
-	VMOVDQU      128(CX), Y7
+	VMOVDQU      128(SI), Y7
 	VPSRLW       $0x02, Y7, Y7
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+96(SB), Y4, Y7
-	VPMADDUBSW   100(SI), Y6, Y6
+	VPMADDUBSW   100(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
-	VMOVDQU      64(CX), Y6
+	VMOVDQU      64(SI), Y6
 	VPAND        c0F<>+0(SB), Y6, Y6
-	VMOVDQU      160(CX), Y7
+	VMOVDQU      160(SI), Y7
 	VPSLLW       $0x04, Y7, Y7
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+128(SB), Y4, Y7
-	VPMADDUBSW   132(SI), Y6, Y6
+	VPMADDUBSW   132(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
-	VMOVDQU      96(CX), Y6
+	VMOVDQU      96(SI), Y6
 	VPAND        c0F<>+0(SB), Y6, Y6
-	VMOVDQU      160(CX), Y7
+	VMOVDQU      160(SI), Y7
 	VPSLLW       $0x02, Y7, Y7
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+160(SB), Y4, Y7
-	VPMADDUBSW   164(SI), Y6, Y6
+	VPMADDUBSW   164(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
-	VMOVDQU      64(CX), Y6
+	VMOVDQU      64(SI), Y6
 	VPSRLW       $0x04, Y6, Y6
 	VPAND        c0F<>+0(SB), Y6, Y6
-	VMOVDQU      160(CX), Y7
+	VMOVDQU      160(SI), Y7
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+192(SB), Y4, Y7
-	VPMADDUBSW   196(SI), Y6, Y6
+	VPMADDUBSW   196(DI), Y6, Y6
 	VPMADDWD     Y7, Y6, Y6
 	VPADDD       Y6, Y5, Y5
-	VMOVDQU      96(CX), Y6
+	VMOVDQU      96(SI), Y6
 	VPSRLW       $0x04, Y6, Y6
 	VPAND        c0F<>+0(SB), Y6, Y6
-	VMOVDQU      160(CX), Y7
+	VMOVDQU      160(SI), Y7
 	VPSRLW       $0x02, Y7, Y7
 	VPAND        c30<>+0(SB), Y7, Y7
 	VPOR         Y7, Y6, Y6
 	VPSHUFB      wordBcast<>+224(SB), Y4, Y4
-	VPMADDUBSW   228(SI), Y6, Y6
+	VPMADDUBSW   228(DI), Y6, Y6
 	VPMADDWD     Y4, Y6, Y6
 	VPADDD       Y6, Y5, Y5
-	VPMOVSXBW    192(CX), Y4
-	VPMADDWD     260(SI), Y4, Y4
+	VPMOVSXBW    192(SI), Y4
+	VPMADDWD     260(DI), Y4, Y4
 	VPSLLD       $0x05, Y4, Y4
 	VPSUBD       Y4, Y5, Y5
 	VCVTDQ2PS    Y5, Y5
-	VPBROADCASTW 208(CX), X4
+	VPBROADCASTW 208(SI), X4
 	VCVTPH2PS    X4, Y4
-	VBROADCASTSS (SI), Y6
+	VBROADCASTSS (DI), Y6
 	VMULPS       Y6, Y4, Y4
 	VFMADD231PS  Y5, Y4, Y3
 	ADDQ         $0x000000d2, AX
 	ADDQ         $0x000000d2, DX
 	ADDQ         $0x000000d2, BX
-	ADDQ         $0x000000d2, CX
-	ADDQ         $0x00000124, SI
-	DECQ         DI
+	ADDQ         $0x000000d2, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
 	JNZ          loop
 
 done:

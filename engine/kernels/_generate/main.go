@@ -16,8 +16,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -25,16 +23,6 @@ import (
 )
 
 const sig = "func(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)"
-
-// prefetch is the distance in bytes the decode kernels prefetch each weight
-// row ahead (0: none).
-func prefetch() int {
-	if v := os.Getenv("PF"); v != "" {
-		n, _ := strconv.Atoi(v)
-		return n
-	}
-	return 0
-}
 
 func main() {
 	ConstraintExpr("amd64,!noasm,gc")
@@ -199,6 +187,7 @@ type kern struct {
 	w    []GPVirtual
 	a    []GPVirtual
 	nb   GPVirtual
+	ws   GPVirtual // weight row stride (R > 1)
 }
 
 func begin(name string, R, C int, doc string) *kern {
@@ -209,6 +198,7 @@ func begin(name string, R, C int, doc string) *kern {
 	k.w = append(k.w, ld("w"))
 	if R > 1 {
 		ws := ld("ws")
+		k.ws = ws
 		for r := 1; r < R; r++ {
 			p := GP64()
 			LEAQ(Mem{Base: k.w[r-1], Index: ws, Scale: 1}, p)
@@ -244,9 +234,24 @@ func zeros(n int) []VecVirtual {
 }
 
 func (k *kern) loop(wstep, astep int, body func()) {
+	// The multi-row decode kernels prefetch the next group of R rows
+	// (w[R-1]+ws, contiguous for R rows) as fast as they read this one, so
+	// the caller's next call finds its rows in cache: without it a row of a
+	// few cache lines ends before the hardware prefetcher ramps up.
+	var pf GPVirtual
+	if k.R > 1 && k.C == 1 {
+		pf = GP64()
+		LEAQ(Mem{Base: k.w[k.R-1], Index: k.ws, Scale: 1}, pf)
+	}
 	TESTQ(k.nb, k.nb)
 	JZ(LabelRef("done"))
 	Label("loop")
+	if pf != nil {
+		for i := 0; i < k.R*wstep; i += 64 {
+			PREFETCHT0(Mem{Base: pf, Disp: i})
+		}
+		ADDQ(U32(k.R*wstep), pf)
+	}
 	body()
 	for _, p := range k.w {
 		ADDQ(U32(wstep), p)
@@ -1211,13 +1216,17 @@ func q40x(name string, q legacy) {
 	cnt := GP64()
 	MOVQ(nb, cnt)
 	SHRQ(U8(1), cnt)
+	// pf runs through the next group of 4 rows (w0+4ws), as far per
+	// iteration as the loop reads here (8 blocks), so the group after this
+	// one is in cache when the caller gets to it.
+	pf := GP64()
+	LEAQ(Mem{Base: w[3], Index: ws, Scale: 1}, pf)
 	JZ(LabelRef("tail"))
 	Label("loop")
-	if pf := prefetch(); pf > 0 {
-		for _, p := range w {
-			PREFETCHT0(Mem{Base: p, Disp: pf})
-		}
+	for i := 0; i < 8*bs; i += 64 {
+		PREFETCHT0(Mem{Base: pf, Disp: i})
 	}
+	ADDQ(U32(8*bs), pf)
 	body(bs, 34)
 	for _, p := range w {
 		ADDQ(U32(2*bs), p)
