@@ -52,7 +52,9 @@ func New(cfg Config) (*Cache, error) {
 	if cfg.BlockSize == 0 {
 		cfg.BlockSize = DefaultBlockSize
 	}
-	if cfg.Layers <= 0 || cfg.KVDim <= 0 || cfg.NumBlocks <= 0 || cfg.BlockSize <= 0 {
+	// KVDim 0 is a tensor-parallel member holding no heads: it tracks
+	// positions and blocks but stores nothing.
+	if cfg.Layers <= 0 || cfg.KVDim < 0 || cfg.NumBlocks <= 0 || cfg.BlockSize <= 0 {
 		return nil, fmt.Errorf("kv: invalid config %+v", cfg)
 	}
 	c := &Cache{cfg: cfg, seqs: map[SeqID]*seqState{}}

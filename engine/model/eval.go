@@ -15,6 +15,9 @@ func (r *Runner) Step(b *Batch, rows []int) ([]float32, error) {
 	if r.lo != 0 || r.hi != r.m.NLayer {
 		return nil, fmt.Errorf("runner holds layers [%d,%d), Step needs the whole model", r.lo, r.hi)
 	}
+	if r.m.W.TokEmbd == nil || r.m.W.Output == nil || r.m.W.OutputNorm == nil {
+		return nil, fmt.Errorf("Step needs the embedding, output norm and output, the weights lack some")
+	}
 	n := b.Len()
 	if len(b.Tokens) != n {
 		return nil, fmt.Errorf("batch has %d tokens but its chunks cover %d", len(b.Tokens), n)

@@ -19,6 +19,18 @@ type Options struct {
 	// (the model's context length if 0).
 	CacheTokens int
 	BlockSize   int // KV block size (kv.DefaultBlockSize if 0)
+
+	// Slice is the part of each layer this runner executes as a member of
+	// a tensor-parallel group; nil means the slice the model's weights hold
+	// (Model.Slice; the whole layer for a model loaded from a GGUF file).
+	// When set, it must be the slice the weights hold.
+	Slice *Slice
+	// Collective connects the members of the group; nil for a single
+	// member. Its rank and size must be the slice's. Every member must run
+	// the same batches (Reserve, then Forward or Step) in the same order,
+	// concurrently; the first Forward exchanges and checks the members'
+	// slices.
+	Collective Collective
 }
 
 // Chunk is a run of N consecutive tokens of one sequence starting at
@@ -52,6 +64,11 @@ type Runner struct {
 	pool   *kernels.Pool
 	cache  *kv.Cache
 	lo, hi int
+
+	sl      Slice    // what this runner executes (the whole layer on one member)
+	nh, nkv int      // query and KV heads held
+	qd, kvd int      // their widths: nh·HeadDim, nkv·HeadDim
+	tp      *tpState // nil on a single member
 
 	s scratch
 
@@ -102,6 +119,34 @@ func NewRunner(m *Model, o Options) (*Runner, error) {
 	if lo < 0 || hi > m.NLayer || lo >= hi {
 		return nil, fmt.Errorf("layer range [%d,%d) is not within [0,%d)", lo, hi, m.NLayer)
 	}
+	if lo < m.W.Lo || hi > m.W.Hi {
+		return nil, fmt.Errorf("layer range [%d,%d) is not within the layers [%d,%d) the weights hold", lo, hi, m.W.Lo, m.W.Hi)
+	}
+	sl := m.Config.whole()
+	if m.Slice != nil {
+		sl = *m.Slice
+	}
+	if o.Slice != nil {
+		want := o.Slice.normalize(&m.Config)
+		if err := want.check(&m.Config); err != nil {
+			return nil, err
+		}
+		if (want.Size > 1 || sl.Size > 1) && !want.equal(&sl) {
+			return nil, fmt.Errorf("slice %+v is not the slice %+v the weights hold (load the member's weights with LoadSource)", want, sl)
+		}
+	}
+	var tp *tpState
+	if sl.Size > 1 {
+		c := o.Collective
+		if c == nil || c.Rank() != sl.Rank || c.Size() != sl.Size {
+			return nil, fmt.Errorf("tensor-parallel rank %d of %d needs a collective of that rank and size", sl.Rank, sl.Size)
+		}
+		tp = &tpState{coll: c}
+	} else if o.Collective != nil && o.Collective.Size() > 1 {
+		return nil, fmt.Errorf("a collective of %d members needs weights holding a tensor-parallel slice", o.Collective.Size())
+	}
+	nh := sl.HeadHi - sl.HeadLo
+	nkv := nh / (m.NHead / m.NHeadKV)
 	ct := o.CacheTokens
 	if ct <= 0 {
 		ct = m.NCtx
@@ -110,11 +155,12 @@ func NewRunner(m *Model, o Options) (*Runner, error) {
 	if bs <= 0 {
 		bs = kv.DefaultBlockSize
 	}
-	cache, err := kv.New(kv.Config{FirstLayer: lo, Layers: hi - lo, KVDim: m.KVDim(), BlockSize: bs, NumBlocks: (ct + bs - 1) / bs})
+	cache, err := kv.New(kv.Config{FirstLayer: lo, Layers: hi - lo, KVDim: nkv * m.HeadDim, BlockSize: bs, NumBlocks: (ct + bs - 1) / bs})
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{m: m, pool: kernels.NewPool(o.Threads), cache: cache, lo: lo, hi: hi}
+	r := &Runner{m: m, pool: kernels.NewPool(o.Threads), cache: cache, lo: lo, hi: hi,
+		sl: sl, nh: nh, nkv: nkv, qd: nh * m.HeadDim, kvd: nkv * m.HeadDim, tp: tp}
 	r.prepFn = r.prepRange
 	r.attnFn = r.attnRange
 	r.attnWork = make([]attnScratch, r.pool.Threads())
@@ -137,6 +183,9 @@ func (r *Runner) Model() *Model { return r.m }
 // Range is the layer range the runner holds.
 func (r *Runner) Range() (lo, hi int) { return r.lo, r.hi }
 
+// Slice is the part of each layer the runner executes.
+func (r *Runner) Slice() Slice { return r.sl }
+
 // Reserve allocates KV positions for every chunk of b, setting each Pos to
 // the sequence's current length. On error nothing is reserved.
 func (r *Runner) Reserve(b *Batch) error {
@@ -157,6 +206,9 @@ func (r *Runner) Reserve(b *Batch) error {
 // Embed writes the embedding rows of tokens to x ([len(tokens)][NEmbd]).
 func (r *Runner) Embed(tokens []int32, x []float32) error {
 	E, emb := r.m.NEmbd, r.m.W.TokEmbd
+	if emb == nil {
+		return fmt.Errorf("the weights hold no token embedding")
+	}
 	for i, t := range tokens {
 		if t < 0 || int(t) >= emb.Rows {
 			return fmt.Errorf("token id %d is outside the vocabulary [0,%d)", t, emb.Rows)
@@ -181,10 +233,10 @@ func (r *Runner) prepare(b *Batch) error {
 	maxF := max(m.NFF, m.NFFExpert, m.NFFShared)
 	maxCols := max(m.NEmbd, m.QDim(), maxF)
 	s.xn = grow(s.xn, n*m.NEmbd)
-	s.q = grow(s.q, n*m.QDim())
-	s.k = grow(s.k, n*m.KVDim())
-	s.v = grow(s.v, n*m.KVDim())
-	s.att = grow(s.att, n*m.QDim())
+	s.q = grow(s.q, n*r.qd)
+	s.k = grow(s.k, n*r.kvd)
+	s.v = grow(s.v, n*r.kvd)
+	s.att = grow(s.att, n*r.qd)
 	s.o = grow(s.o, n*m.NEmbd)
 	s.g = grow(s.g, n*maxF)
 	s.u = grow(s.u, n*maxF)
@@ -250,72 +302,140 @@ func (r *Runner) Forward(b *Batch, lo, hi int, x []float32) error {
 	if err := r.prepare(b); err != nil {
 		return err
 	}
+	if r.tp != nil && !r.tp.agreed {
+		if err := r.handshake(); err != nil {
+			return err
+		}
+	}
 	for l := lo; l < hi; l++ {
-		r.layer(l, x)
+		if err := r.layer(l, x); err != nil {
+			return fmt.Errorf("layer %d: %w", l, err)
+		}
 	}
 	return nil
 }
 
-func (r *Runner) layer(l int, x []float32) {
+func (r *Runner) layer(l int, x []float32) error {
 	m, s := r.m, &r.s
 	ly := &m.W.Layers[l]
 	n, E := s.n, m.NEmbd
 	for i := 0; i < n; i++ {
 		rmsNorm(s.xn[i*E:(i+1)*E], x[i*E:(i+1)*E], ly.AttnNorm, m.RMSEps)
 	}
-	r.matmul(ly.Wq, s.xn, n, s.q)
-	if ly.Wk.ActType() == ly.Wq.ActType() {
-		r.matmulQ(ly.Wk, n, s.k)
-	} else {
-		r.matmul(ly.Wk, s.xn, n, s.k)
+	if r.nh > 0 {
+		r.matmul(ly.Wq, s.xn, n, s.q)
+		if ly.Wk.ActType() == ly.Wq.ActType() {
+			r.matmulQ(ly.Wk, n, s.k)
+		} else {
+			r.matmul(ly.Wk, s.xn, n, s.k)
+		}
+		if ly.Wv.ActType() == ly.Wk.ActType() {
+			r.matmulQ(ly.Wv, n, s.v)
+		} else {
+			r.matmul(ly.Wv, s.xn, n, s.v)
+		}
+		r.cur = l
+		r.pool.Run(n, 1, r.prepFn)
+		r.pool.RunWorker(n*r.nh, 1, r.attnFn)
 	}
-	if ly.Wv.ActType() == ly.Wk.ActType() {
-		r.matmulQ(ly.Wv, n, s.v)
-	} else {
-		r.matmul(ly.Wv, s.xn, n, s.v)
+	if err := r.project(ly.Wo, ly.WoGather, s.att, n, r.tpCols(false), s.o); err != nil {
+		return err
 	}
-	r.cur = l
-	r.pool.Run(n, 1, r.prepFn)
-	r.pool.RunWorker(n*m.NHead, 1, r.attnFn)
-	r.matmul(ly.Wo, s.att, n, s.o)
 	for i := range s.o[:n*E] {
 		x[i] += s.o[i]
+	}
+	if ly.Bo != nil {
+		for i := 0; i < n; i++ {
+			addBias(x[i*E:(i+1)*E], ly.Bo)
+		}
 	}
 	for i := 0; i < n; i++ {
 		rmsNorm(s.xn[i*E:(i+1)*E], x[i*E:(i+1)*E], ly.FFNNorm, m.RMSEps)
 	}
+	var err error
 	if m.IsMoE() {
-		r.moe(ly, s.o)
+		err = r.moe(ly, s.o)
 	} else {
-		r.ffn(ly.Gate, ly.Up, ly.Down, s.xn, n, s.g, s.u, s.o)
+		r.swiglu(ly.Gate, ly.Up, s.xn, n, s.g, s.u)
+		err = r.project(ly.Down, ly.DownGather, s.g, n, r.tpCols(true), s.o)
+	}
+	if err != nil {
+		return err
 	}
 	for i := range s.o[:n*E] {
 		x[i] += s.o[i]
 	}
+	return nil
+}
+
+// tpCols is the per-rank input widths of attn_output (or of ffn_down) for
+// gathering; nil on a single member.
+func (r *Runner) tpCols(ffn bool) []int {
+	if r.tp == nil {
+		return nil
+	}
+	if ffn {
+		return r.tp.ffnCols
+	}
+	return r.tp.attnCols
+}
+
+// project computes out = W·in ([n][NEmbd]) for this member's part of a
+// matrix split by input columns. With a column slice (or on one member), in
+// holds the member's columns and out its product, all-reduced over the
+// group. Gathered (gather), the members' inputs (cols[p] values per token
+// from member p) are all-gathered, W holds this member's output rows, and
+// their products are all-gathered into out. A nil W (nothing held)
+// contributes zeros.
+func (r *Runner) project(w *kernels.Matrix, gather bool, in []float32, n int, cols []int, out []float32) error {
+	E := r.m.NEmbd
+	if !gather {
+		if w == nil {
+			clear(out[:n*E])
+		} else {
+			r.matmul(w, in, n, out)
+		}
+		return r.allReduce(out[:n*E])
+	}
+	t := r.tp
+	total := 0
+	for _, c := range cols {
+		total += c
+	}
+	t.full = grow(t.full, n*total)
+	if err := r.gatherRows(in, n, cols, t.full); err != nil {
+		return err
+	}
+	rows := t.outRows[t.coll.Rank()]
+	t.part = grow(t.part, n*rows)
+	if w != nil {
+		r.matmul(w, t.full, n, t.part)
+	}
+	return r.gatherRows(t.part, n, t.outRows, out)
 }
 
 // prepRange adds biases, applies q/k norms and RoPE, and stores K and V in
-// the cache for tokens [a,z) of the current layer.
+// the cache for tokens [a,z) of the current layer (the member's heads).
 func (r *Runner) prepRange(a, z int) {
 	m, s := r.m, &r.s
 	ly := &m.W.Layers[r.cur]
-	Q, KV, D, half := m.QDim(), m.KVDim(), m.HeadDim, m.RopeDim/2
+	Q, KV, D, half := r.qd, r.kvd, m.HeadDim, m.RopeDim/2
 	for i := a; i < z; i++ {
 		q, k, v := s.q[i*Q:(i+1)*Q], s.k[i*KV:(i+1)*KV], s.v[i*KV:(i+1)*KV]
 		addBias(q, ly.Bq)
 		addBias(k, ly.Bk)
 		addBias(v, ly.Bv)
 		if ly.QNorm != nil {
-			for h := 0; h < m.NHead; h++ {
+			for h := 0; h < r.nh; h++ {
 				rmsNorm(q[h*D:(h+1)*D], q[h*D:(h+1)*D], ly.QNorm, m.RMSEps)
 			}
-			for h := 0; h < m.NHeadKV; h++ {
+			for h := 0; h < r.nkv; h++ {
 				rmsNorm(k[h*D:(h+1)*D], k[h*D:(h+1)*D], ly.KNorm, m.RMSEps)
 			}
 		}
 		cos, sin := s.cos[i*half:(i+1)*half], s.sin[i*half:(i+1)*half]
-		rope(q, m.NHead, D, m.RopeDim, m.Arch.Rope, cos, sin)
-		rope(k, m.NHeadKV, D, m.RopeDim, m.Arch.Rope, cos, sin)
+		rope(q, r.nh, D, m.RopeDim, m.Arch.Rope, cos, sin)
+		rope(k, r.nkv, D, m.RopeDim, m.Arch.Rope, cos, sin)
 		r.cache.Put(r.cur-r.lo, s.blocks[s.tokSeq[i]], int(s.tokPos[i]), k, v)
 	}
 }
@@ -326,8 +446,12 @@ func addBias(x, b []float32) {
 	}
 }
 
-// ffn computes out = down(silu(gate·x) * up·x) for n rows of x.
-func (r *Runner) ffn(gate, up, down *kernels.Matrix, x []float32, n int, g, u, out []float32) {
+// swiglu computes g = silu(gate·x) * up·x for n rows of x (nothing when
+// the member holds no FFN columns).
+func (r *Runner) swiglu(gate, up *kernels.Matrix, x []float32, n int, g, u []float32) {
+	if gate == nil {
+		return
+	}
 	F := gate.Rows
 	r.matmul(gate, x, n, g)
 	if up.ActType() == gate.ActType() {
@@ -338,6 +462,11 @@ func (r *Runner) ffn(gate, up, down *kernels.Matrix, x []float32, n int, g, u, o
 	for i := range g[:n*F] {
 		g[i] = silu(g[i]) * u[i]
 	}
+}
+
+// ffn computes out = down(silu(gate·x) * up·x) for n rows of x.
+func (r *Runner) ffn(gate, up, down *kernels.Matrix, x []float32, n int, g, u, out []float32) {
+	r.swiglu(gate, up, x, n, g, u)
 	r.matmul(down, g, n, out)
 }
 
@@ -348,14 +477,14 @@ func (r *Runner) ffn(gate, up, down *kernels.Matrix, x []float32, n int, g, u, o
 // products.
 func (r *Runner) attnRange(w, a, z int) {
 	m, s := r.m, &r.s
-	D, Q := m.HeadDim, m.QDim()
+	D, Q := m.HeadDim, r.qd
 	layer := r.cur - r.lo
 	group := m.NHead / m.NHeadKV
 	scale := float32(1 / math.Sqrt(float64(D)))
 	ws := &r.attnWork[w]
 	qh, acc := ws.qh, ws.acc
 	for job := a; job < z; job++ {
-		i, h := job/m.NHead, job%m.NHead
+		i, h := job/r.nh, job%r.nh // h and kvh count the member's heads
 		kvh := h / group
 		blocks := s.blocks[s.tokSeq[i]]
 		ctx := int(s.tokPos[i]) + 1
@@ -376,8 +505,9 @@ func (r *Runner) attnRange(w, a, z int) {
 }
 
 // moe runs the routed-expert FFN (plus the shared expert where the
-// architecture has one) on s.xn, writing to out.
-func (r *Runner) moe(ly *Layer, out []float32) {
+// architecture has one) on s.xn, writing to out. Every member routes every
+// token; a member runs the chosen experts it holds and the group sums.
+func (r *Runner) moe(ly *Layer, out []float32) error {
 	m, s := r.m, &r.s
 	n, E, X, K := s.n, m.NEmbd, m.NExpert, m.NExpertUsed
 	r.matmul(ly.Router, s.xn, n, s.route)
@@ -404,6 +534,10 @@ func (r *Runner) moe(ly *Layer, out []float32) {
 	// sums happen in the order ggml adds them.
 	for j := 0; j < K; j++ {
 		for e := 0; e < X; e++ {
+			ex := &ly.Experts[e]
+			if ex.Gate == nil {
+				continue // held by another member
+			}
 			rows := s.expRows[:0]
 			for i := 0; i < n; i++ {
 				if int(s.expID[i*K+j]) == e {
@@ -416,7 +550,6 @@ func (r *Runner) moe(ly *Layer, out []float32) {
 			for gi, i := range rows {
 				copy(s.ex[gi*E:(gi+1)*E], s.xn[int(i)*E:(int(i)+1)*E])
 			}
-			ex := &ly.Experts[e]
 			r.ffn(ex.Gate, ex.Up, ex.Down, s.ex, len(rows), s.eg, s.eu, s.eo)
 			for gi, i := range rows {
 				w := s.expW[int(i)*K+j]
@@ -427,22 +560,41 @@ func (r *Runner) moe(ly *Layer, out []float32) {
 			}
 		}
 	}
-	if ly.ShGate != nil {
-		if ly.ShGateInp != nil {
-			r.matmul(ly.ShGateInp, s.xn, n, s.shgate)
+	if !m.Arch.SharedFFN {
+		return r.allReduce(out[:n*E])
+	}
+	if ly.ShGateInp != nil {
+		r.matmul(ly.ShGateInp, s.xn, n, s.shgate)
+	}
+	// The shared expert's partial product joins the routed sum before the
+	// one all-reduce; gathered, it is complete and joins after it.
+	if ly.ShDownGather {
+		if err := r.allReduce(out[:n*E]); err != nil {
+			return err
 		}
+		r.swiglu(ly.ShGate, ly.ShUp, s.xn, n, s.g, s.u)
+		if err := r.project(ly.ShDown, true, s.g, n, r.tpCols(true), s.eo); err != nil {
+			return err
+		}
+	} else if ly.ShGate == nil || ly.ShDown == nil {
+		clear(s.eo[:n*E])
+	} else {
 		r.ffn(ly.ShGate, ly.ShUp, ly.ShDown, s.xn, n, s.g, s.u, s.eo)
-		for i := 0; i < n; i++ {
-			gate := float32(1)
-			if ly.ShGateInp != nil {
-				gate = 1 / (1 + float32(math.Exp(float64(-s.shgate[i]))))
-			}
-			o, src := out[i*E:(i+1)*E], s.eo[i*E:(i+1)*E]
-			for c := range o {
-				o[c] += src[c] * gate
-			}
+	}
+	for i := 0; i < n; i++ {
+		gate := float32(1)
+		if ly.ShGateInp != nil {
+			gate = 1 / (1 + float32(math.Exp(float64(-s.shgate[i]))))
+		}
+		o, src := out[i*E:(i+1)*E], s.eo[i*E:(i+1)*E]
+		for c := range o {
+			o[c] += src[c] * gate
 		}
 	}
+	if ly.ShDownGather {
+		return nil
+	}
+	return r.allReduce(out[:n*E])
 }
 
 // Logits applies the output norm and head to the hidden rows listed in rows

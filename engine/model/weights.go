@@ -14,6 +14,7 @@ type Layer struct {
 	Wq, Wk, Wv *kernels.Matrix
 	Wo         *kernels.Matrix
 	Bq, Bk, Bv []float32 // nil when the architecture has no biases
+	Bo         []float32 // attn_output bias, or nil
 	QNorm      []float32 // per-head RMSNorm weights (qwen3), else nil
 	KNorm      []float32
 	FFNNorm    []float32
@@ -28,7 +29,12 @@ type Layer struct {
 	ShGate, ShUp, ShDown       *kernels.Matrix // shared expert (qwen2moe)
 	ShGateInp                  *kernels.Matrix // 1 x NEmbd, sigmoid gate of the shared expert
 
-	Experts []Expert // views of GateExps/UpExps/DownExps per expert
+	Experts []Expert // views of GateExps/UpExps/DownExps per expert (nil matrices for experts not held)
+
+	// Set when a tensor-parallel member's column range of attn_output,
+	// ffn_down or ffn_down_shexp is not block aligned: the matrix then holds
+	// whole output rows (see Slice).
+	WoGather, DownGather, ShDownGather bool
 }
 
 // Expert is one routed expert's FFN.
@@ -40,24 +46,66 @@ type Weights struct {
 	OutputNorm []float32
 	Output     *kernels.Matrix // == TokEmbd when tied
 	RopeFreqs  []float32       // llama3 per-dimension frequency divisors, or nil
-	Layers     []Layer
+	Layers     []Layer         // NLayer entries; only [Lo,Hi) are loaded
+	Lo, Hi     int
 }
 
-// loader binds tensors by name and checks their shapes.
+// HeldTensor is the part of a tensor a source holds, packed densely: Rows
+// rows (counted over every dimension but the first, so stacked experts are
+// row runs too) of Cols elements each.
+type HeldTensor struct {
+	Type       quant.Type
+	Cols, Rows int
+	Data       []byte
+}
+
+// Source gives the tensors of a model slice by GGUF name (shard.Shard is
+// one). What each tensor must hold follows from the slice (see LoadSource).
+type Source interface {
+	HeldTensor(name string) (HeldTensor, bool)
+}
+
+// loader binds tensors by name and checks their shapes, from a whole GGUF
+// file (f) or from a source of sliced tensors (src).
 type loader struct {
-	f    *gguf.File
-	used map[string]bool
+	f   *gguf.File
+	src Source
 }
 
-func (l *loader) tensor(name string, required bool, dims ...int) (*gguf.TensorInfo, error) {
+// tensor finds name and checks that it holds dims (ggml order; for a
+// source, dims are what is held and only the first and the product of the
+// rest are checked).
+func (l *loader) tensor(name string, required bool, dims ...int) (HeldTensor, bool, error) {
+	rows := 1
+	for _, d := range dims[1:] {
+		rows *= d
+	}
+	if l.src != nil {
+		h, ok := l.src.HeldTensor(name)
+		if !ok {
+			if required {
+				return HeldTensor{}, false, fmt.Errorf("missing tensor %s", name)
+			}
+			return HeldTensor{}, false, nil
+		}
+		if dims[0] == 0 || rows == 0 { // nothing held: any empty shape
+			if h.Cols*h.Rows != 0 {
+				return HeldTensor{}, false, fmt.Errorf("tensor %s holds %d x %d, want nothing", name, h.Rows, h.Cols)
+			}
+			return h, true, nil
+		}
+		if h.Cols != dims[0] || h.Rows != rows {
+			return HeldTensor{}, false, fmt.Errorf("tensor %s holds %d x %d, want %d x %d", name, h.Rows, h.Cols, rows, dims[0])
+		}
+		return h, true, nil
+	}
 	t, ok := l.f.Tensor(name)
 	if !ok {
 		if required {
-			return nil, fmt.Errorf("missing tensor %s", name)
+			return HeldTensor{}, false, fmt.Errorf("missing tensor %s", name)
 		}
-		return nil, nil
+		return HeldTensor{}, false, nil
 	}
-	l.used[name] = true
 	match := len(t.Dims) >= 1
 	for i, d := range dims {
 		if t.Dim(i) != d {
@@ -70,22 +118,32 @@ func (l *loader) tensor(name string, required bool, dims ...int) (*gguf.TensorIn
 		}
 	}
 	if !match {
-		return nil, fmt.Errorf("tensor %s has shape %v, want %v", name, t.Dims, dims)
+		return HeldTensor{}, false, fmt.Errorf("tensor %s has shape %v, want %v", name, t.Dims, dims)
 	}
-	return t, nil
+	return HeldTensor{Type: t.Type, Cols: dims[0], Rows: rows, Data: l.f.Data(t)}, true, nil
 }
 
-// matrix binds a 2-D (or 3-D, experts stacked) weight: cols x rows (x experts).
+// typeOf is the type of name, if present.
+func (l *loader) typeOf(name string) (quant.Type, bool) {
+	if l.src != nil {
+		h, ok := l.src.HeldTensor(name)
+		return h.Type, ok
+	}
+	t, ok := l.f.Tensor(name)
+	if !ok {
+		return 0, false
+	}
+	return t.Type, true
+}
+
+// matrix binds a 2-D (or 3-D, experts stacked) weight: cols x rows (x
+// experts). A matrix holding no rows or columns is nil.
 func (l *loader) matrix(name string, required bool, dims ...int) (*kernels.Matrix, error) {
-	t, err := l.tensor(name, required, dims...)
-	if t == nil || err != nil {
+	t, ok, err := l.tensor(name, required, dims...)
+	if !ok || err != nil || t.Rows == 0 || t.Cols == 0 {
 		return nil, err
 	}
-	rows := 1
-	for _, d := range dims[1:] {
-		rows *= d
-	}
-	m, err := kernels.NewMatrix(t.Type, rows, dims[0], l.f.Data(t))
+	m, err := kernels.NewMatrix(t.Type, t.Rows, t.Cols, t.Data)
 	if err != nil {
 		return nil, fmt.Errorf("tensor %s: %w", name, err)
 	}
@@ -95,34 +153,62 @@ func (l *loader) matrix(name string, required bool, dims ...int) (*kernels.Matri
 	return m, nil
 }
 
-// vector binds a 1-D tensor and converts it to float32.
+// vector binds a 1-D tensor and converts it to float32 (nil when it holds
+// nothing).
 func (l *loader) vector(name string, required bool, n int) ([]float32, error) {
-	t, err := l.tensor(name, required, n)
-	if t == nil || err != nil {
+	t, ok, err := l.tensor(name, required, n)
+	if !ok || err != nil || n == 0 {
 		return nil, err
 	}
 	if err := t.Type.CheckRow(n); err != nil {
 		return nil, fmt.Errorf("tensor %s: %w", name, err)
 	}
+	if len(t.Data) != t.Type.RowSize(n) {
+		return nil, fmt.Errorf("tensor %s: %d bytes for %d values of %s", name, len(t.Data), n, t.Type)
+	}
 	out := make([]float32, n)
-	quant.DequantizeRow(t.Type, l.f.Data(t), out)
+	quant.DequantizeRow(t.Type, t.Data, out)
 	return out, nil
 }
 
-func loadWeights(f *gguf.File, c *Config) (*Weights, error) {
-	l := &loader{f: f, used: map[string]bool{}}
-	w := &Weights{Layers: make([]Layer, c.NLayer)}
+// splitMatrix binds a matrix of rows x cols split by input columns [lo,hi)
+// in a tensor-parallel slice: the column slice when it is block aligned,
+// else output rows OutputRows(sl.Rank, sl.Size, rows) of every column
+// (gathered reports which).
+func (l *loader) splitMatrix(name string, sl *Slice, cols, rows, lo, hi int) (m *kernels.Matrix, gathered bool, err error) {
+	t, ok := l.typeOf(name)
+	if !ok {
+		return nil, false, fmt.Errorf("missing tensor %s", name)
+	}
+	if sl.Size <= 1 || ColumnSplitAligned(t, lo, hi) {
+		m, err = l.matrix(name, true, hi-lo, rows)
+		return m, false, err
+	}
+	rlo, rhi := OutputRows(sl.Rank, sl.Size, rows)
+	m, err = l.matrix(name, true, cols, rhi-rlo)
+	return m, true, err
+}
+
+// loadWeights binds the tensors of layers [lo,hi) and slice sl of the
+// model; the embedding, output norm and output are required when loading a
+// whole file and optional from a source.
+func loadWeights(l *loader, c *Config, lo, hi int, sl *Slice) (*Weights, error) {
+	w := &Weights{Layers: make([]Layer, c.NLayer), Lo: lo, Hi: hi}
 	var err error
 	must := func(e error) {
 		if err == nil && e != nil {
 			err = e
 		}
 	}
-	E, Q, KV := c.NEmbd, c.QDim(), c.KVDim()
+	global := l.src == nil
+	E, D := c.NEmbd, c.HeadDim
+	group := c.NHead / c.NHeadKV
+	Q, KV := (sl.HeadHi-sl.HeadLo)*D, (sl.HeadHi-sl.HeadLo)/group*D
+	qlo := sl.HeadLo * D
 	var e error
-	w.TokEmbd, e = l.matrix("token_embd.weight", true, E, c.NVocab)
+	w.TokEmbd, e = l.matrix("token_embd.weight", global, E, c.NVocab)
 	must(e)
-	w.OutputNorm, e = l.vector("output_norm.weight", true, E)
+	w.OutputNorm, e = l.vector("output_norm.weight", global, E)
 	must(e)
 	w.Output, e = l.matrix("output.weight", false, E, c.NVocab)
 	must(e)
@@ -131,7 +217,7 @@ func loadWeights(f *gguf.File, c *Config) (*Weights, error) {
 	}
 	w.RopeFreqs, e = l.vector("rope_freqs.weight", false, c.RopeDim/2)
 	must(e)
-	for i := range w.Layers {
+	for i := lo; i < hi; i++ {
 		ly := &w.Layers[i]
 		p := fmt.Sprintf("blk.%d.", i)
 		ly.AttnNorm, e = l.vector(p+"attn_norm.weight", true, E)
@@ -142,7 +228,7 @@ func loadWeights(f *gguf.File, c *Config) (*Weights, error) {
 		must(e)
 		ly.Wv, e = l.matrix(p+"attn_v.weight", true, E, KV)
 		must(e)
-		ly.Wo, e = l.matrix(p+"attn_output.weight", true, Q, E)
+		ly.Wo, ly.WoGather, e = l.splitMatrix(p+"attn_output.weight", sl, c.QDim(), E, qlo, qlo+Q)
 		must(e)
 		ly.Bq, e = l.vector(p+"attn_q.bias", false, Q)
 		must(e)
@@ -150,39 +236,50 @@ func loadWeights(f *gguf.File, c *Config) (*Weights, error) {
 		must(e)
 		ly.Bv, e = l.vector(p+"attn_v.bias", false, KV)
 		must(e)
+		ly.Bo, e = l.vector(p+"attn_output.bias", false, E)
+		must(e)
 		ly.QNorm, e = l.vector(p+"attn_q_norm.weight", c.Arch.QKNorm, c.HeadDim)
 		must(e)
 		ly.KNorm, e = l.vector(p+"attn_k_norm.weight", c.Arch.QKNorm, c.HeadDim)
 		must(e)
 		ly.FFNNorm, e = l.vector(p+"ffn_norm.weight", true, E)
 		must(e)
+		F := sl.FFNHi - sl.FFNLo
 		if c.IsMoE() {
-			F, X := c.NFFExpert, c.NExpert
+			FE, X := c.NFFExpert, c.NExpert
+			held := X
+			if sl.Experts != nil {
+				held = len(sl.Experts)
+			}
 			ly.Router, e = l.matrix(p+"ffn_gate_inp.weight", true, E, X)
 			must(e)
-			ly.GateExps, e = l.matrix(p+"ffn_gate_exps.weight", true, E, F, X)
+			ly.GateExps, e = l.matrix(p+"ffn_gate_exps.weight", true, E, FE, held)
 			must(e)
-			ly.UpExps, e = l.matrix(p+"ffn_up_exps.weight", true, E, F, X)
+			ly.UpExps, e = l.matrix(p+"ffn_up_exps.weight", true, E, FE, held)
 			must(e)
-			ly.DownExps, e = l.matrix(p+"ffn_down_exps.weight", true, F, E, X)
+			ly.DownExps, e = l.matrix(p+"ffn_down_exps.weight", true, FE, E, held)
 			must(e)
 			if err == nil {
 				ly.Experts = make([]Expert, X)
-				for e := range ly.Experts {
-					ly.Experts[e] = Expert{
-						Gate: ly.GateExps.Slice(e*F, (e+1)*F),
-						Up:   ly.UpExps.Slice(e*F, (e+1)*F),
-						Down: ly.DownExps.Slice(e*E, (e+1)*E),
+				j := 0
+				for x := range ly.Experts {
+					if !sl.holds(x) {
+						continue
 					}
+					ly.Experts[x] = Expert{
+						Gate: ly.GateExps.Slice(j*FE, (j+1)*FE),
+						Up:   ly.UpExps.Slice(j*FE, (j+1)*FE),
+						Down: ly.DownExps.Slice(j*E, (j+1)*E),
+					}
+					j++
 				}
 			}
 			if c.Arch.SharedFFN {
-				S := c.NFFShared
-				ly.ShGate, e = l.matrix(p+"ffn_gate_shexp.weight", true, E, S)
+				ly.ShGate, e = l.matrix(p+"ffn_gate_shexp.weight", true, E, F)
 				must(e)
-				ly.ShUp, e = l.matrix(p+"ffn_up_shexp.weight", true, E, S)
+				ly.ShUp, e = l.matrix(p+"ffn_up_shexp.weight", true, E, F)
 				must(e)
-				ly.ShDown, e = l.matrix(p+"ffn_down_shexp.weight", true, S, E)
+				ly.ShDown, ly.ShDownGather, e = l.splitMatrix(p+"ffn_down_shexp.weight", sl, c.NFFShared, E, sl.FFNLo, sl.FFNHi)
 				must(e)
 				ly.ShGateInp, e = l.matrix(p+"ffn_gate_inp_shexp.weight", false, E)
 				must(e)
@@ -191,11 +288,11 @@ func loadWeights(f *gguf.File, c *Config) (*Weights, error) {
 			if c.NFF == 0 {
 				must(fmt.Errorf("feed_forward_length is missing or 0"))
 			}
-			ly.Gate, e = l.matrix(p+"ffn_gate.weight", true, E, c.NFF)
+			ly.Gate, e = l.matrix(p+"ffn_gate.weight", true, E, F)
 			must(e)
-			ly.Up, e = l.matrix(p+"ffn_up.weight", true, E, c.NFF)
+			ly.Up, e = l.matrix(p+"ffn_up.weight", true, E, F)
 			must(e)
-			ly.Down, e = l.matrix(p+"ffn_down.weight", true, c.NFF, E)
+			ly.Down, ly.DownGather, e = l.splitMatrix(p+"ffn_down.weight", sl, c.NFF, E, sl.FFNLo, sl.FFNHi)
 			must(e)
 		}
 		if err != nil {
