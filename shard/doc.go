@@ -13,9 +13,12 @@
 //   - matrices split by output rows (attn_q, attn_k, attn_v, ffn_gate,
 //     ffn_up and the shared expert's): a contiguous row range, one byte range;
 //   - matrices split by input columns (attn_output, ffn_down): the same
-//     column range of every row, one short range per row. The range must
-//     start and end on block boundaries (256 elements for K-quants, 32 for
-//     the legacy formats), so a split that is not block aligned is an error;
+//     column range of every row, one short range per row. A column range
+//     must start and end on block boundaries (256 elements for K-quants, 32
+//     for the legacy formats) to be stored; when it does not (a 2-way head
+//     split of a 256-column Q4_K attn_output), the member holds whole rows
+//     model.OutputRows(rank, size, rows) instead and the engine gathers the
+//     input (see model.Slice);
 //   - routed experts (ffn_{gate,up,down}_exps, stacked along the last
 //     dimension): whole experts, a contiguous run of rows per run of
 //     consecutive experts;

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"shoal/engine/gguf"
+	"shoal/engine/model"
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
 	"shoal/placement"
@@ -208,7 +209,6 @@ func TestSplitErrors(t *testing.T) {
 		want string
 	}{
 		{ShardSpec{FileSHA: m.sha, Lo: 0, Hi: 4, TPSize: 2, HeadLo: 2, HeadHi: 8, FFNLo: 0, FFNHi: 512}, "GQA group"},
-		{ShardSpec{FileSHA: m.sha, Lo: 0, Hi: 4, TPSize: 2, HeadLo: 0, HeadHi: 4, FFNLo: 0, FFNHi: 384}, "Q4_K block boundaries"},
 		{ShardSpec{FileSHA: m.sha, Lo: 0, Hi: 4, TPSize: 2, HeadLo: 0, HeadHi: 4, FFNLo: 0, FFNHi: 2048}, "past the FFN size"},
 		{ShardSpec{FileSHA: m.sha, Lo: 2, Hi: 9}, "not within"},
 		{ShardSpec{FileSHA: m.sha, Lo: 0, Hi: 1, Experts: []int{0}}, "experts"},
@@ -217,6 +217,36 @@ func TestSplitErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want one mentioning %q", tc.spec, err, tc.want)
 		}
+	}
+}
+
+// TestUnalignedSplit checks that a column split off block boundaries (FFN
+// [0,384) of a Q4_K ffn_down, whose blocks are 256 columns) holds the
+// member's output rows of the whole matrix instead, as the engine expects.
+func TestUnalignedSplit(t *testing.T) {
+	m := writeModel(t, denseSpec)
+	spec := ShardSpec{FileSHA: m.sha, Lo: 0, Hi: 1, TPRank: 1, TPSize: 2, HeadLo: 4, HeadHi: 8, FFNLo: 384, FFNHi: 1024}
+	sh, err := Open(m.path, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sh.Close()
+	tn, ok := sh.Tensor("blk.0.ffn_down.weight")
+	if !ok {
+		t.Fatal("ffn_down missing")
+	}
+	lo, hi := model.OutputRows(1, 2, 512)
+	if tn.Cols() != 1024 || len(tn.RowRuns) != 1 || tn.RowRuns[0] != [2]int{lo, hi} {
+		t.Errorf("ffn_down holds rows %v of %d columns, want rows [%d,%d) of 1024", tn.RowRuns, tn.Cols(), lo, hi)
+	}
+	if !bytes.Equal(tn.Data, m.cut(t, tn.Name, lo, hi, 0, 1024)) {
+		t.Error("ffn_down data differs from the file's rows")
+	}
+	if tn, _ := sh.Tensor("blk.0.attn_output.weight"); tn.Cols() != 256 || tn.Rows() != 512 {
+		t.Errorf("aligned attn_output holds %d x %d, want 512 x 256", tn.Rows(), tn.Cols())
+	}
+	if _, err := sh.Model(); err != nil {
+		t.Errorf("the engine does not take the shard: %v", err)
 	}
 }
 
@@ -553,6 +583,14 @@ func TestPlanSpecsSlice(t *testing.T) {
 					for i := range sl {
 						held[sl[i].Name] += sl[i].Size()
 					}
+					sh, err := Open(m.path, spec)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := sh.Model(); err != nil {
+						t.Errorf("%s %s node %s: the engine does not take the shard: %v", s.Name, strategy, n.ID, err)
+					}
+					sh.Close()
 				}
 			}
 			for _, ti := range m.f.Tensors {

@@ -117,8 +117,9 @@ func (s *TensorSlice) Whole() bool {
 }
 
 // Slices lists the tensor slices spec needs, in file order. It checks that
-// the spec is consistent with the model and that every column split falls
-// on a quantization block boundary.
+// the spec is consistent with the model. A column split of attn_output or
+// ffn_down that does not fall on quantization block boundaries becomes the
+// member's output rows (see splitSlice).
 func (s ShardSpec) Slices(t *Table) ([]TensorSlice, error) {
 	c := &t.Config
 	if s.Lo < 0 || s.Hi > c.NLayer || s.Lo >= s.Hi {
@@ -197,11 +198,11 @@ func (s ShardSpec) Slices(t *Table) ([]TensorSlice, error) {
 			case "attn_k.bias", "attn_v.bias":
 				sl, err = colSlice(ti, hLo/group*hd, hHi/group*hd)
 			case "attn_output.weight":
-				sl, err = colSlice(ti, hLo*hd, hHi*hd)
+				sl, err = s.splitSlice(ti, hLo*hd, hHi*hd)
 			case "ffn_gate.weight", "ffn_up.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight":
 				sl, err = rowSlice(ti, [][2]int{{lo, hi}})
 			case "ffn_down.weight", "ffn_down_shexp.weight":
-				sl, err = colSlice(ti, lo, hi)
+				sl, err = s.splitSlice(ti, lo, hi)
 			case "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight":
 				per := ti.Dim(1) // rows per expert
 				sl, err = rowSlice(ti, expertRuns(experts, per))
@@ -324,6 +325,19 @@ func colSlice(ti gguf.TensorInfo, lo, hi int) (*TensorSlice, error) {
 		sl.Segs[r] = Range{int64(ti.Offset) + int64(r)*rs + skip, n}
 	}
 	return sl, nil
+}
+
+// splitSlice is the part of a matrix split by input columns [lo,hi) that
+// the member holds: those columns when model.ColumnSplitAligned, else
+// (a column slice cannot be stored) whole rows model.OutputRows of the
+// member's rank, the engine gathering the input instead. The engine loads
+// exactly this (model.LoadSource).
+func (s ShardSpec) splitSlice(ti gguf.TensorInfo, lo, hi int) (*TensorSlice, error) {
+	if s.TPSize > 1 && !model.ColumnSplitAligned(ti.Type, lo, hi) {
+		rlo, rhi := model.OutputRows(s.TPRank, s.TPSize, ti.Rows())
+		return rowSlice(ti, [][2]int{{rlo, rhi}})
+	}
+	return colSlice(ti, lo, hi)
 }
 
 // expertRuns turns ascending expert ids into row runs of per rows each,
