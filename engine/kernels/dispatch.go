@@ -39,6 +39,9 @@ type kset struct {
 	tile         dotFn // tileR rows x tileC activations: the prefill kernel
 	tileR, tileC int
 	tileF32      bool // tile takes float32 activations (float weight types)
+	// tileU8: the tile takes Q8_0 activations prepared by prepU8 (per
+	// 32-element block a float32 scale, then the quants plus 128 as bytes).
+	tileU8 bool
 }
 
 // level is one set of kernels, selectable by name.
@@ -68,7 +71,8 @@ func init() {
 	}
 }
 
-// Path reports the active kernel set: "generic", "avx2", "neon" or "neon-dot".
+// Path reports the active kernel set: "generic", "avx2", "avx512", "neon" or
+// "neon-dot".
 func Path() string { return cur.name }
 
 // Levels lists the kernel sets this CPU and build can run, best first; the

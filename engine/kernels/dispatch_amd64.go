@@ -32,7 +32,22 @@ func archLevels() []*level {
 		one: oneBF16, rows: dotBF16R4C1, rowsR: 4, tile: dotBF16F32R4C3, tileR: 4, tileC: 3, tileF32: true}
 	l.k[quant.F32] = &kset{blockLen: 16, tail: true,
 		one: oneF32, rows: dotF32R4C1, rowsR: 4, tile: dotF32F32R4C3, tileR: 4, tileC: 3, tileF32: true}
-	return []*level{l}
+	ls := []*level{l}
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI {
+		// AVX-512 VNNI: the prefill tiles of the 32-element formats; decode
+		// is bandwidth bound and keeps the AVX2 kernels.
+		v := &level{name: "avx512", q8_K: l.q8_K, axpyF16: l.axpyF16}
+		v.k = l.k
+		for _, t := range []quant.Type{quant.Q4_0, quant.Q8_0} {
+			ks := *l.k[t]
+			ks.tileR, ks.tileC, ks.tileU8 = 4, 8, true
+			v.k[t] = &ks
+		}
+		v.k[quant.Q4_0].tile = dotQ4_0V4C8
+		v.k[quant.Q8_0].tile = dotQ8_0V4C8
+		ls = append([]*level{v}, ls...)
+	}
+	return ls
 }
 
 func oneQ4_0(w, a *byte, nb int) float32 {

@@ -142,6 +142,16 @@ func dotQ6_KR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 //go:noescape
 func dotQ6_KR1C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
+// dotQ4_0V4C8: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ4_0V4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ8_0V4C8: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ8_0V4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
 // quantQ8_0AVX2 quantizes nb blocks of 32 floats to Q8_0 exactly as quant.QuantizeRow.
 //
 //go:noescape

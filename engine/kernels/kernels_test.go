@@ -197,9 +197,9 @@ func TestMatMulLevels(t *testing.T) {
 			if typ.BlockLen() == 1 {
 				colsList = append(colsList, 40, 7)
 			}
-			rowsList, nList := []int{1, 2, 3, 5, 8, 13, 70}, []int{1, 2, 3, 4, 5, 7, 9, 12}
+			rowsList, nList := []int{1, 2, 3, 5, 8, 13, 70}, []int{1, 2, 3, 4, 5, 7, 9, 12, 16, 17}
 			if testing.Short() {
-				rowsList, nList = []int{3, 13}, []int{1, 3, 5, 8}
+				rowsList, nList = []int{3, 13}, []int{1, 3, 5, 8, 9}
 			}
 			for _, cols := range colsList {
 				for _, rowsN := range rowsList {

@@ -1,7 +1,9 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"sync"
 	"unsafe"
 
@@ -121,6 +123,7 @@ type mmJob struct {
 	ta   []byte // tile activations (xq, or xq widened to float32)
 	tas  int
 	f32  []float32 // scratch for the widened activations
+	u8   []byte    // scratch for the prepared activations of tileU8 kernels
 
 	aux   []byte // per-activation data of the rowsX kernels
 	auxRS int
@@ -168,6 +171,9 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 			if ks.tileF32 && m.Type != quant.F32 {
 				j.widen()
 			}
+			if ks.tileU8 {
+				j.prepU8(m.Cols / quant.QK)
+			}
 		}
 	}
 	if ks := j.ks; ks != nil && ks.rowsX != nil && (!j.tile || n%ks.tileC != 0) {
@@ -185,6 +191,31 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 	p.Run(units, max(1, 32/j.group), j.fn)
 	j.m, j.xq, j.out, j.ta = nil, nil, nil, nil
 	mmJobs.Put(j)
+}
+
+// u8Block is the size of a prepared 32-element activation block: a float32
+// scale, then the quants plus 128 as unsigned bytes.
+const u8Block = 36
+
+// prepU8 lays out the Q8_0 activations for the tileU8 kernels (nb blocks per
+// row), which multiply unsigned activation bytes by signed weight bytes.
+func (j *mmJob) prepU8(nb int) {
+	n, rs := j.n, nb*u8Block
+	if cap(j.u8) < n*rs {
+		j.u8 = make([]byte, n*rs)
+	}
+	u := j.u8[:n*rs]
+	for i := 0; i < n; i++ {
+		src, dst := j.xq[i*j.ars:], u[i*rs:]
+		for b := 0; b < nb; b++ {
+			s, d := src[b*quant.Q8_0.BlockSize():], dst[b*u8Block:]
+			binary.LittleEndian.PutUint32(d, math.Float32bits(quant.FP16ToFP32(binary.LittleEndian.Uint16(s))))
+			for k := 0; k < quant.QK; k++ {
+				d[4+k] = s[2+k] ^ 0x80
+			}
+		}
+	}
+	j.ta, j.tas = u, rs
 }
 
 // widen converts F16/BF16 activations to float32 for the float tile kernels
@@ -227,9 +258,15 @@ func (j *mmJob) do(lo, hi int) {
 			nc := j.n / C * C
 			rt := r0 + (r1-r0)/R*R
 			w, ws := m.Data, m.RowSize
-			for r := r0; r < rt; r += R {
-				for c := 0; c < nc; c += C {
-					ks.tile(&w[r*ws], ws, &j.ta[c*j.tas], j.tas, nb, &j.out[c*j.ldo+r], j.ldo)
+			// Activations go in slabs of about 128 KiB, so that a slab and the
+			// chunk's rows both stay in L2 while every row meets every column.
+			slab := max(C, (128<<10)/j.tas/C*C)
+			for c0 := 0; c0 < nc; c0 += slab {
+				c1 := min(c0+slab, nc)
+				for r := r0; r < rt; r += R {
+					for c := c0; c < c1; c += C {
+						ks.tile(&w[r*ws], ws, &j.ta[c*j.tas], j.tas, nb, &j.out[c*j.ldo+r], j.ldo)
+					}
 				}
 			}
 			j.decode(rt, r1, 0, nc, nb)

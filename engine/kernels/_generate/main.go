@@ -27,6 +27,7 @@ const sig = "func(w *byte, ws int, a *byte, as int, nb int, out *float32, os int
 func main() {
 	ConstraintExpr("amd64,!noasm,gc")
 	consts()
+	consts512()
 	cpuid()
 
 	q40x("dotQ4_0X4", quant40)
@@ -58,6 +59,9 @@ func main() {
 	q6k("dotQ6_KR4C1", 4, 1)
 	q6k("dotQ6_KR1C1", 1, 1)
 	q6k("dotQ6_KR1C4", 1, 4)
+
+	legacyV4("dotQ4_0V4C8", quant40, 8)
+	legacyV4("dotQ8_0V4C8", quant80, 8)
 
 	quantQ8_0()
 	q8sums()

@@ -1,0 +1,183 @@
+package main
+
+import (
+	. "github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/ir"
+	. "github.com/mmcloughlin/avo/operand"
+	. "github.com/mmcloughlin/avo/reg"
+)
+
+// ---- AVX-512 VNNI prefill tiles for the 32-element legacy formats
+//
+// The tile kernels take activations prepared once per matmul ("u8 rows"):
+// per 32-element block a float32 scale then the 32 quants plus 128 as
+// unsigned bytes (36 bytes). Weights become signed bytes (Q4_0: nibble-8;
+// Q8_0: as stored), so VPDPBUSD multiplies unsigned activations by signed
+// weights directly, and
+//
+//	sum (a+128)·w − 128·sum w = sum a·w
+//
+// where the 128·sum w term is per weight block, shared by all C activations.
+// A zmm holds one block of each of 4 weight rows, a 128-bit lane per row:
+// the activation's half-block is broadcast to all four lanes. Each lane ends
+// with 4 partial sums of its row, reduced at the store.
+
+// u8Block is the size of one prepared activation block.
+const u8Block = 36
+
+// vpdpbusd adds to each dword of acc the four products of the unsigned bytes
+// of u with the signed bytes of s (AVX512_VNNI; avo's table lacks it).
+func vpdpbusd(s, u Op, acc VecVirtual) {
+	Instruction(&ir.Instruction{
+		Opcode:   "VPDPBUSD",
+		Operands: []Op{s, u, acc},
+		Inputs:   []Op{s, u, acc},
+		Outputs:  []Op{acc},
+		ISA:      []string{"AVX512VNNI"},
+	})
+}
+
+var laneIdx, pickIdx, c80m Mem
+
+func consts512() {
+	c80m = splat8("c80", 0x80)
+	// VPERMPS control: float i of the source to lane i (4 copies each).
+	laneIdx = GLOBL("laneIdx", RODATA|NOPTR)
+	for i := 0; i < 16; i++ {
+		DATA(4*i, U32(i/4))
+	}
+	// element 0 of each 128-bit lane to the low 4 floats
+	pickIdx = GLOBL("pickIdx", RODATA|NOPTR)
+	for i := 0; i < 16; i++ {
+		DATA(4*i, U32(4*(i%4)))
+	}
+}
+
+// legacyV4 generates a 4-row x C-activation VNNI tile for Q4_0 (bs 18) or
+// Q8_0 (bs 34) weights against u8 activation rows.
+func legacyV4(name string, q legacy, C int) {
+	TEXT(name, NOSPLIT, sig)
+	Pragma("noescape")
+	Doc(name + ": 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.")
+	const R = 4
+	bs := q.size()
+	w := []GPVirtual{ld("w")}
+	ws := ld("ws")
+	for r := 1; r < R; r++ {
+		p := GP64()
+		LEAQ(Mem{Base: w[r-1], Index: ws, Scale: 1}, p)
+		w = append(w, p)
+	}
+	// activation c is at base[c/3] + (c%3)*as
+	as := ld("as")
+	a := []GPVirtual{ld("a")}
+	for i := 1; i*3 < C; i++ {
+		p := GP64()
+		LEAQ(Mem{Base: a[i-1], Index: as, Scale: 2}, p)
+		LEAQ(Mem{Base: p, Index: as, Scale: 1}, p)
+		a = append(a, p)
+	}
+	actMem := func(c, disp int) Mem {
+		m := Mem{Base: a[c/3], Disp: disp}
+		if c%3 > 0 {
+			m.Index, m.Scale = as, uint8(c%3)
+		}
+		return m
+	}
+	nb := ld("nb")
+
+	mask, eights, c80, lidx := ZMM(), ZMM(), ZMM(), ZMM()
+	VPBROADCASTB(c0F, mask)
+	VPBROADCASTB(c08, eights)
+	VPBROADCASTB(c80m, c80)
+	VMOVDQU32(laneIdx, lidx)
+	acc := make([]VecVirtual, C)
+	for c := range acc {
+		acc[c] = ZMM()
+		VPXORD(acc[c], acc[c], acc[c])
+	}
+
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	Label("loop")
+	// weights: lo/hi halves of the block of each row as signed bytes
+	load := func(disp int) VecVirtual {
+		z := ZMM()
+		VMOVDQU32(Mem{Base: w[0], Disp: disp}, z.AsX())
+		for r := 1; r < R; r++ {
+			VINSERTI32X4(U8(r), Mem{Base: w[r], Disp: disp}, z, z)
+		}
+		return z
+	}
+	var lo, hi VecVirtual
+	if q == quant40 {
+		lo = load(2)
+		hi = ZMM()
+		VPSRLW(U8(4), lo, hi)
+		VPANDD(mask, lo, lo)
+		VPANDD(mask, hi, hi)
+		VPSUBB(eights, lo, lo)
+		VPSUBB(eights, hi, hi)
+	} else {
+		lo, hi = load(2), load(18)
+	}
+	// −128·sum w per dword
+	corr := ZMM()
+	VPXORD(corr, corr, corr)
+	vpdpbusd(lo, c80, corr)
+	vpdpbusd(hi, c80, corr)
+	neg := ZMM()
+	VPXORD(neg, neg, neg)
+	VPSUBD(corr, neg, neg)
+	// row scales, each to the 4 floats of its lane
+	g := GP32()
+	x := XMM()
+	MOVWLZX(Mem{Base: w[0]}, g)
+	VMOVD(g, x)
+	for r := 1; r < R; r++ {
+		VPINSRW(U8(r), Mem{Base: w[r]}, x, x)
+	}
+	VCVTPH2PS(x, x)
+	dw := ZMM()
+	VPERMPS(x.AsZ(), lidx, dw)
+	for c := 0; c < C; c++ {
+		t, al, ah := ZMM(), ZMM(), ZMM()
+		VMOVDQA32(neg, t)
+		VBROADCASTI32X4(actMem(c, 4), al)
+		VBROADCASTI32X4(actMem(c, 20), ah)
+		vpdpbusd(lo, al, t)
+		vpdpbusd(hi, ah, t)
+		VCVTDQ2PS(t, t)
+		VMULPS_BCST(actMem(c, 0), t, t)
+		VFMADD231PS(dw, t, acc[c])
+	}
+	for _, p := range w {
+		ADDQ(U32(bs), p)
+	}
+	for _, p := range a {
+		ADDQ(U32(u8Block), p)
+	}
+	DECQ(nb)
+	JNZ(LabelRef("loop"))
+	Label("done")
+
+	out, os := ld("out"), ld("os")
+	SHLQ(U8(2), os)
+	pidx := ZMM()
+	VMOVDQU32(pickIdx, pidx)
+	for c := 0; c < C; c++ {
+		s := ZMM()
+		VPERMILPS(U8(0xb1), acc[c], s)
+		VADDPS(s, acc[c], s)
+		u := ZMM()
+		VPERMILPS(U8(0x4e), s, u)
+		VADDPS(u, s, s)
+		VPERMPS(s, pidx, s)
+		VMOVUPS(s.AsX(), Mem{Base: out})
+		if c+1 < C {
+			ADDQ(os, out)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
