@@ -1,0 +1,568 @@
+package model_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"shoal/engine/kv"
+	"shoal/engine/model"
+	"shoal/shard"
+)
+
+// memGroup is an in-memory Collective: the members are goroutines that
+// meet at a barrier, publish their buffers and read each other's. Sums run
+// in rank order, so every member gets bitwise the same result.
+type memGroup struct {
+	n       int
+	mu      sync.Mutex
+	cond    *sync.Cond
+	gen     int
+	arrived int
+	op      []string
+	in      [][]float32
+}
+
+type memMember struct {
+	g    *memGroup
+	rank int
+	tmp  []float32
+}
+
+func newGroup(n int) []model.Collective {
+	g := &memGroup{n: n, op: make([]string, n), in: make([][]float32, n)}
+	g.cond = sync.NewCond(&g.mu)
+	out := make([]model.Collective, n)
+	for r := range out {
+		out[r] = &memMember{g: g, rank: r}
+	}
+	return out
+}
+
+func (g *memGroup) barrier() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gen := g.gen
+	g.arrived++
+	if g.arrived == g.n {
+		g.arrived = 0
+		g.gen++
+		g.cond.Broadcast()
+		return
+	}
+	for gen == g.gen {
+		g.cond.Wait()
+	}
+}
+
+// check reports a mismatch between what the members called.
+func (g *memGroup) check(op string) error {
+	for p := range g.n {
+		if g.op[p] != op {
+			return fmt.Errorf("member %d called %s while member %s", p, g.op[p], op)
+		}
+	}
+	return nil
+}
+
+func (m *memMember) Rank() int { return m.rank }
+func (m *memMember) Size() int { return m.g.n }
+
+func (m *memMember) AllReduceSum(x []float32) error {
+	g := m.g
+	g.op[m.rank], g.in[m.rank] = "AllReduceSum", x
+	g.barrier()
+	err := g.check("AllReduceSum")
+	for p := 0; err == nil && p < g.n; p++ {
+		if len(g.in[p]) != len(x) {
+			err = fmt.Errorf("AllReduceSum of %d values on member %d, %d on member %d", len(g.in[p]), p, len(x), m.rank)
+		}
+	}
+	if err == nil {
+		if cap(m.tmp) < len(x) {
+			m.tmp = make([]float32, len(x))
+		}
+		sum := m.tmp[:len(x)]
+		copy(sum, g.in[0])
+		for p := 1; p < g.n; p++ {
+			for i, v := range g.in[p] {
+				sum[i] += v
+			}
+		}
+	}
+	g.barrier() // everyone has read every x
+	if err == nil {
+		copy(x, m.tmp[:len(x)])
+	}
+	return err
+}
+
+func (m *memMember) AllGather(part, out []float32) error {
+	g := m.g
+	g.op[m.rank], g.in[m.rank] = "AllGather", part
+	g.barrier()
+	err := g.check("AllGather")
+	if err == nil {
+		total := 0
+		for p := range g.n {
+			total += len(g.in[p])
+		}
+		if total != len(out) {
+			err = fmt.Errorf("AllGather of %d values into %d on member %d", total, len(out), m.rank)
+		}
+	}
+	if err == nil {
+		at := 0
+		for p := range g.n {
+			at += copy(out[at:], g.in[p])
+		}
+	}
+	g.barrier()
+	return err
+}
+
+// memberSpec is one member's part of a stage: query heads, FFN columns
+// and experts (nil: all).
+type memberSpec struct {
+	heads, ffn [2]int
+	experts    []int
+}
+
+type stageSpec struct {
+	lo, hi  int
+	members []memberSpec // one member: the whole layers
+}
+
+type member struct {
+	sh *shard.Shard
+	r  *model.Runner
+}
+
+type stage struct {
+	lo, hi  int
+	members []*member
+}
+
+// group is a plan's runners, built from the shards of a model file.
+type group struct{ stages []stage }
+
+// build opens every member's shard with shard.Open and binds a runner to
+// it. With all, every member holds the embedding and the output (so it
+// can run Step); else the first stage's rank 0 embeds and the last stage's
+// rank 0 computes logits.
+func build(t *testing.T, path string, specs []stageSpec, all bool) *group {
+	t.Helper()
+	g := &group{}
+	t.Cleanup(func() {
+		for _, st := range g.stages {
+			for _, mb := range st.members {
+				mb.r.Close()
+				mb.sh.Close()
+			}
+		}
+	})
+	for si, ss := range specs {
+		st := stage{lo: ss.lo, hi: ss.hi}
+		var colls []model.Collective
+		if len(ss.members) > 1 {
+			colls = newGroup(len(ss.members))
+		}
+		for r, ms := range ss.members {
+			spec := shard.ShardSpec{Lo: ss.lo, Hi: ss.hi, Experts: ms.experts,
+				Embedding: all || (si == 0 && r == 0), Output: all || (si == len(specs)-1 && r == 0)}
+			var coll model.Collective
+			if len(ss.members) > 1 {
+				spec.TPRank, spec.TPSize = r, len(ss.members)
+				spec.HeadLo, spec.HeadHi, spec.FFNLo, spec.FFNHi = ms.heads[0], ms.heads[1], ms.ffn[0], ms.ffn[1]
+				coll = colls[r]
+			}
+			sh, err := shard.Open(path, spec)
+			if err != nil {
+				t.Fatalf("stage %d member %d: %v", si, r, err)
+			}
+			m, err := sh.Model()
+			if err != nil {
+				sh.Close()
+				t.Fatalf("stage %d member %d: %v", si, r, err)
+			}
+			run, err := model.NewRunner(m, model.Options{Threads: 1, Lo: ss.lo, Hi: ss.hi, CacheTokens: 64, Collective: coll})
+			if err != nil {
+				sh.Close()
+				t.Fatalf("stage %d member %d: %v", si, r, err)
+			}
+			st.members = append(st.members, &member{sh: sh, r: run})
+		}
+		g.stages = append(g.stages, st)
+	}
+	return g
+}
+
+// concurrently runs fn for every member of st, each in its own goroutine,
+// and fails the test on an error or if they do not finish (a member waiting
+// in a collective the others never reach).
+func concurrently(t *testing.T, st *stage, fn func(rank int, mb *member) error) {
+	t.Helper()
+	errs := make([]error, len(st.members))
+	var wg sync.WaitGroup
+	for r, mb := range st.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = fn(r, mb)
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("tensor-parallel members did not finish (stuck in a collective)")
+	}
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("member %d: %v", r, err)
+		}
+	}
+}
+
+// step runs toks of seq through the stages (Reserve, then Forward on every
+// member of a stage at once, hidden states handed from stage to stage) and
+// returns the logits of every token.
+func (g *group) step(t *testing.T, seq kv.SeqID, toks []int32, nEmbd, nVocab int) []float32 {
+	t.Helper()
+	n := len(toks)
+	x := make([]float32, n*nEmbd)
+	if err := g.stages[0].members[0].r.Embed(toks, x); err != nil {
+		t.Fatal(err)
+	}
+	for si := range g.stages {
+		st := &g.stages[si]
+		xs := make([][]float32, len(st.members))
+		batches := make([]model.Batch, len(st.members))
+		for r, mb := range st.members {
+			xs[r] = slices.Clone(x)
+			batches[r] = model.Batch{Tokens: toks, Chunks: []model.Chunk{{Seq: seq, N: n}}}
+			if err := mb.r.Reserve(&batches[r]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		concurrently(t, st, func(r int, mb *member) error {
+			return mb.r.Forward(&batches[r], st.lo, st.hi, xs[r])
+		})
+		for r := 1; r < len(xs); r++ {
+			if !slices.Equal(xs[r], xs[0]) {
+				t.Fatalf("stage %d: member %d's hidden states differ from member 0's", si, r)
+			}
+		}
+		x = xs[0]
+	}
+	rows := make([]int, n)
+	for i := range rows {
+		rows[i] = i
+	}
+	out := make([]float32, n*nVocab)
+	last := g.stages[len(g.stages)-1].members[0].r
+	last.Logits(x, rows, out)
+	return out
+}
+
+// splitEven splits n units into parts as evenly as possible, the first
+// ones larger.
+func splitEven(n, parts int) []int {
+	out := make([]int, parts)
+	for i := range out {
+		out[i] = n / parts
+		if i < n%parts {
+			out[i]++
+		}
+	}
+	return out
+}
+
+// tpMembers describes a TP group of len(groups) members: member i holds
+// groups[i] GQA groups of heads, FFN columns between the cuts and the
+// experts between the expert cuts.
+func tpMembers(c *model.Config, groups, ffnCuts []int, expParts []int) []memberSpec {
+	g := c.NHead / c.NHeadKV
+	out := make([]memberSpec, len(groups))
+	h, x := 0, 0
+	for i := range out {
+		out[i].heads = [2]int{h, h + groups[i]*g}
+		h += groups[i] * g
+		if c.FFNDim() > 0 {
+			lo, hi := 0, c.FFNDim()
+			if i > 0 {
+				lo = ffnCuts[i-1]
+			}
+			if i < len(ffnCuts) {
+				hi = ffnCuts[i]
+			}
+			out[i].ffn = [2]int{lo, hi}
+		}
+		if c.NExpert > 0 {
+			out[i].experts = []int{}
+			for range expParts[i] {
+				out[i].experts = append(out[i].experts, x)
+				x++
+			}
+		}
+	}
+	return out
+}
+
+type namedPlan struct {
+	name   string
+	stages []stageSpec
+}
+
+// plans lists the execution plans checked against a single node for a
+// model: pipelines, tensor parallel over 2 (block-aligned FFN split) and 3
+// (uneven heads, FFN cut off block boundaries), pipeline x tensor, and for
+// MoE models expert parallel.
+func plans(c *model.Config) []namedPlan {
+	L, F := c.NLayer, c.FFNDim()
+	whole := []memberSpec{{}}
+	var ps []namedPlan
+	k := L / 2
+	ps = append(ps, namedPlan{"pp2", []stageSpec{{0, k, whole}, {k, L, whole}}})
+	if L >= 3 {
+		ps = append(ps, namedPlan{"pp3", []stageSpec{{0, 1, whole}, {1, L - 1, whole}, {L - 1, L, whole}}})
+	}
+	half := F / 2 / 32 * 32
+	tp2 := tpMembers(c, splitEven(c.NHeadKV, 2), []int{half}, splitEven(c.NExpert, 2))
+	tp3 := tpMembers(c, splitEven(c.NHeadKV, 3), []int{F/3 + 5, 2*F/3 - 3}, splitEven(c.NExpert, 3))
+	ps = append(ps,
+		namedPlan{"tp2", []stageSpec{{0, L, tp2}}},
+		namedPlan{"tp3", []stageSpec{{0, L, tp3}}},
+		namedPlan{"pp2xtp2", []stageSpec{{0, k, tp2}, {k, L, tp2}}},
+	)
+	if c.NExpert == 4 {
+		all := c.NHead
+		ps = append(ps,
+			namedPlan{"ep2 {0,1}/{2,3}", []stageSpec{{0, L, []memberSpec{
+				{heads: [2]int{0, all}, experts: []int{0, 1}},
+				{heads: [2]int{all, all}, experts: []int{2, 3}},
+			}}}},
+			namedPlan{"ep2 {0}/{1,2,3}", []stageSpec{{0, L, []memberSpec{
+				{heads: [2]int{0, all / 2}, experts: []int{0}},
+				{heads: [2]int{all / 2, all}, experts: []int{1, 2, 3}},
+			}}}},
+		)
+	}
+	return ps
+}
+
+// TestParallelPlans runs every oracle case through each plan: a prompt,
+// then a few decode steps, and compares the logits of every position with
+// a single node's by the tolerances TestOracle holds the engine to against
+// llama.cpp.
+func TestParallelPlans(t *testing.T) {
+	for _, oc := range model.LoadOracleCases(t) {
+		t.Run(oc.Name, func(t *testing.T) {
+			ref, err := model.Open(oc.Model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ref.Close()
+			float := model.IsFloatModel(ref)
+			toks := oc.Tokens
+			prompt, decode := toks[:len(toks)-3], toks[len(toks)-3:]
+			const seq = 7
+			single, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer single.Close()
+			want, err := single.Prompt(seq, prompt, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tok := range decode {
+				l, err := single.Decode(seq, tok)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, l...)
+			}
+			for _, p := range plans(&ref.Config) {
+				t.Run(p.name, func(t *testing.T) {
+					g := build(t, oc.Model, p.stages, false)
+					got := g.step(t, seq, prompt, ref.NEmbd, ref.NVocab)
+					for _, tok := range decode {
+						got = append(got, g.step(t, seq, []int32{tok}, ref.NEmbd, ref.NVocab)...)
+					}
+					desc, err := model.LogitDiff(want, got, ref.NVocab, float)
+					t.Logf("PARALLEL %-13s %-16s %s %s", oc.Name, p.name, desc, describe(p.stages))
+					if err != nil {
+						t.Error(err)
+					}
+				})
+			}
+		})
+	}
+}
+
+// describe prints a plan's stages and members.
+func describe(stages []stageSpec) string {
+	s := ""
+	for _, st := range stages {
+		s += fmt.Sprintf(" [%d,%d)", st.lo, st.hi)
+		if len(st.members) > 1 {
+			for _, m := range st.members {
+				s += fmt.Sprintf(" h%d-%d", m.heads[0], m.heads[1])
+				if m.ffn != [2]int{} {
+					s += fmt.Sprintf("/f%d-%d", m.ffn[0], m.ffn[1])
+				}
+				if m.experts != nil {
+					s += fmt.Sprintf("/e%v", m.experts)
+				}
+			}
+		}
+	}
+	return s
+}
+
+// TestParallelStepDecode runs a TP group whose members all hold the
+// embedding and the output through the runner's own Prompt and Decode,
+// concurrently: every member returns the same logits, those of a single
+// node; and once warm, a decode step of the group allocates nothing.
+func TestParallelStepDecode(t *testing.T) {
+	for _, name := range []string{"llama-q4_k_m", "moe-q4_0", "qwen2-f16"} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(model.OracleDir, name, "model.gguf")
+			ref, err := model.Open(path)
+			if err != nil {
+				t.Skipf("oracle model absent: %v", err)
+			}
+			defer ref.Close()
+			c := &ref.Config
+			single, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer single.Close()
+			prompt := []int32{1, 450, 4996, 17354, 1701}
+			decode := []int32{29916, 432, 975, 278}
+			F := c.FFNDim()
+			g := build(t, path, []stageSpec{{0, c.NLayer, tpMembers(c, splitEven(c.NHeadKV, 2), []int{F / 2 / 32 * 32}, splitEven(c.NExpert, 2))}}, true)
+			st := &g.stages[0]
+			got := make([][]float32, len(st.members))
+			concurrently(t, st, func(r int, mb *member) error {
+				l, err := mb.r.Prompt(1, prompt, []int{len(prompt) - 1})
+				got[r] = l
+				return err
+			})
+			want, err := single.Prompt(1, prompt, []int{len(prompt) - 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			check := func(step int) {
+				t.Helper()
+				for r := range got {
+					if !slices.Equal(got[r], got[0]) {
+						t.Fatalf("step %d: member %d's logits differ from member 0's", step, r)
+					}
+				}
+				desc, err := model.LogitDiff(want, got[0], c.NVocab, model.IsFloatModel(ref))
+				t.Logf("step %d: %s", step, desc)
+				if err != nil {
+					t.Error(err)
+				}
+			}
+			check(0)
+			for i, tok := range decode {
+				concurrently(t, st, func(r int, mb *member) error {
+					l, err := mb.r.Decode(1, tok)
+					got[r] = slices.Clone(l)
+					return err
+				})
+				if want, err = single.Decode(1, tok); err != nil {
+					t.Fatal(err)
+				}
+				check(i + 1)
+			}
+
+			// Allocation: members wait on channels, so a step is only
+			// channel operations, the engine and the collective.
+			type result struct{ err error }
+			in := make([]chan int32, len(st.members))
+			out := make([]chan result, len(st.members))
+			for r, mb := range st.members {
+				in[r], out[r] = make(chan int32), make(chan result)
+				go func() {
+					for tok := range in[r] {
+						_, err := mb.r.Decode(2, tok)
+						out[r] <- result{err}
+					}
+				}()
+			}
+			defer func() {
+				for _, ch := range in {
+					close(ch)
+				}
+			}()
+			tok := int32(100)
+			stepAll := func() {
+				tok++
+				for _, ch := range in {
+					ch <- tok
+				}
+				for r, ch := range out {
+					if res := <-ch; res.err != nil {
+						t.Fatalf("member %d: %v", r, res.err)
+					}
+				}
+			}
+			stepAll()
+			stepAll()
+			if allocs := testing.AllocsPerRun(20, stepAll); allocs != 0 {
+				t.Errorf("a tensor-parallel decode step allocates %v times", allocs)
+			}
+		})
+	}
+}
+
+// TestParallelRejectsMixedSplit builds a group whose members disagree on
+// how attn_output is split (rank 0 holds no heads, a block-aligned empty
+// column range; the others split a Q4_K block): every member's first
+// Forward fails instead of waiting for collectives the others never make.
+func TestParallelRejectsMixedSplit(t *testing.T) {
+	path := filepath.Join(model.OracleDir, "llama-q4_k_m", "model.gguf")
+	ref, err := model.Open(path)
+	if err != nil {
+		t.Skipf("oracle model absent: %v", err)
+	}
+	defer ref.Close()
+	c := &ref.Config
+	ms := []memberSpec{
+		{heads: [2]int{0, 0}, ffn: [2]int{0, 352}},
+		{heads: [2]int{0, 4}, ffn: [2]int{352, 352}},
+		{heads: [2]int{4, 8}, ffn: [2]int{352, 704}},
+	}
+	g := build(t, path, []stageSpec{{0, c.NLayer, ms}}, false)
+	st := &g.stages[0]
+	toks := []int32{1, 450, 4996}
+	errs := make([]error, len(st.members))
+	x := make([]float32, len(toks)*c.NEmbd)
+	if err := st.members[0].r.Embed(toks, x); err != nil {
+		t.Fatal(err)
+	}
+	concurrently(t, st, func(r int, mb *member) error {
+		b := model.Batch{Tokens: toks, Chunks: []model.Chunk{{Seq: 1, N: len(toks)}}}
+		if err := mb.r.Reserve(&b); err != nil {
+			return err
+		}
+		errs[r] = mb.r.Forward(&b, 0, c.NLayer, slices.Clone(x))
+		return nil
+	})
+	for r, err := range errs {
+		if err == nil {
+			t.Errorf("member %d accepted a group that mixes column-split and gathered attn_output", r)
+		} else if r == 0 {
+			t.Logf("member 0: %v", err)
+		}
+	}
+}
