@@ -341,13 +341,13 @@ func (r *Runner) layer(l int, x []float32) error {
 	if err := r.project(ly.Wo, ly.WoGather, s.att, n, r.tpCols(false), s.o); err != nil {
 		return err
 	}
+	if ly.Bo != nil { // once, on the reduced product every member holds
+		for i := 0; i < n; i++ {
+			addBias(s.o[i*E:(i+1)*E], ly.Bo)
+		}
+	}
 	for i := range s.o[:n*E] {
 		x[i] += s.o[i]
-	}
-	if ly.Bo != nil {
-		for i := 0; i < n; i++ {
-			addBias(x[i*E:(i+1)*E], ly.Bo)
-		}
 	}
 	for i := 0; i < n; i++ {
 		rmsNorm(s.xn[i*E:(i+1)*E], x[i*E:(i+1)*E], ly.FFNNorm, m.RMSEps)
