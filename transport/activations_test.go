@@ -207,10 +207,7 @@ func TestMailboxFrameAboveLimitRefused(t *testing.T) {
 }
 
 func TestMailboxRefusesPeerFromAnotherCA(t *testing.T) {
-	ca, _ := DeriveCA(testSecret)
-	other, _ := DeriveCA("another-secret-0123456789")
-	a := newEndpoint(t, ca, "a", RoleServer)
-	x := newEndpoint(t, other, "intruder", RoleServer)
+	a, x := intruderPair(t)
 	ma, mx := NewMailbox(a, MailboxOptions{}), NewMailbox(x, MailboxOptions{})
 	defer ma.Close()
 	defer mx.Close()
@@ -234,21 +231,37 @@ func TestMailboxRefusesPeerFromAnotherCA(t *testing.T) {
 
 func TestMailboxCloseUnblocksRecv(t *testing.T) {
 	_, _, ma, _ := mailboxPair(t, MailboxOptions{})
-	done := make(chan error, 1)
-	go func() {
+	closeUnblocks(t, func() error {
 		_, _, err := ma.Recv(context.Background(), "", 1, "x", make([]float32, 1))
-		done <- err
-	}()
+		return err
+	}, ma.Close)
+}
+
+// closeUnblocks runs call, then close, and checks that call returns
+// ErrClosed soon after.
+func closeUnblocks(t *testing.T, call func() error, close func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- call() }()
 	time.Sleep(50 * time.Millisecond)
-	ma.Close()
+	close()
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrClosed) {
 			t.Fatalf("got %v, want ErrClosed", err)
 		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("Close did not unblock Recv")
+	case <-time.After(3 * time.Second):
+		t.Fatal("Close did not unblock the pending call")
 	}
+}
+
+// intruderPair is a cluster endpoint and one with a certificate from
+// another CA.
+func intruderPair(t *testing.T) (member, intruder *Endpoint) {
+	t.Helper()
+	ca, _ := DeriveCA(testSecret)
+	other, _ := DeriveCA("another-secret-0123456789")
+	return newEndpoint(t, ca, "a", RoleServer), newEndpoint(t, other, "intruder", RoleServer)
 }
 
 func ExampleMailbox() {

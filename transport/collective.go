@@ -331,13 +331,29 @@ func (c *call) exchangeSum(x []float32) error {
 		_ = DecodeTensor(g.cfg.DType, payloadOf(g.frame, h.Tag), x)
 	}
 	c.sendAll(func(int) []byte { return g.frame })
-	acc, tmp := scratch(&g.acc, n), scratch(&g.tmp, n)
+	acc, err := c.sumRankOrder(phaseExchange, x)
+	if err != nil {
+		return err
+	}
+	if err := c.wait(); err != nil {
+		return err
+	}
+	copy(x, acc)
+	return nil
+}
+
+// sumRankOrder sums own, this member's values, and the same-length vectors
+// the other members send in phase, in rank order, into the group's
+// accumulator, which it returns.
+func (c *call) sumRankOrder(phase int, own []float32) ([]float32, error) {
+	g := c.g
+	acc, tmp := scratch(&g.acc, len(own)), scratch(&g.tmp, len(own))
 	for src := range g.cfg.Members {
-		v := x
+		v := own
 		if src != g.cfg.Rank {
-			m, err := c.recv(phaseExchange, src, n)
+			m, err := c.recv(phase, src, len(own))
 			if err != nil {
-				return c.fail(err)
+				return nil, c.fail(err)
 			}
 			_ = m.frame.Decode(tmp)
 			v = tmp
@@ -348,11 +364,7 @@ func (c *call) exchangeSum(x []float32) error {
 			addTo(acc, v)
 		}
 	}
-	if err := c.wait(); err != nil {
-		return err
-	}
-	copy(x, acc)
-	return nil
+	return acc, nil
 }
 
 // chunkOf is the range of x that member i reduces in scatterGatherSum:
@@ -391,29 +403,15 @@ func (c *call) scatterGatherSum(x []float32) error {
 	lo, hi := chunkOf(n, size, rank)
 	own := x[lo:hi]
 	g.frame = RoundTrip(dt, own, g.frame)
-	acc, tmp := scratch(&g.acc, hi-lo), scratch(&g.tmp, hi-lo)
-	for src := range size {
-		v := own
-		if src != rank {
-			m, err := c.recv(phaseScatter, src, hi-lo)
-			if err != nil {
-				return c.fail(err)
-			}
-			_ = m.frame.Decode(tmp)
-			v = tmp
-		}
-		if src == 0 {
-			copy(acc, v)
-		} else {
-			addTo(acc, v)
-		}
+	acc, err := c.sumRankOrder(phaseScatter, own)
+	if err != nil {
+		return err
 	}
 	// The scatter sends read x; they must be done before x is written.
 	if err := c.wait(); err != nil {
 		return err
 	}
 	h := TensorHeader{Type: MsgCollective, DType: dt, ID: c.seq, Tag: g.tags[phaseGatherSum][rank], Rows: 1, Cols: hi - lo}
-	var err error
 	if g.frame, err = AppendTensorMessage(g.frame[:0], h, acc); err != nil {
 		return err
 	}

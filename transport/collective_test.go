@@ -83,61 +83,31 @@ func noErrors(t testing.TB, errs []error) {
 	}
 }
 
-// rankOrderSum is what every member must compute: x0 + x1 + ... in float32,
-// of the values as they arrive over the wire in dtype dt.
-func rankOrderSum(xs [][]float32, dt DType) []float32 {
-	sum := make([]float32, len(xs[0]))
-	for r, x := range xs {
-		v := append([]float32(nil), x...)
-		RoundTrip(dt, v, nil)
-		if r == 0 {
-			copy(sum, v)
-		} else {
-			for i := range sum {
-				sum[i] += v[i]
-			}
-		}
+// rankOrderSum is what every member must compute with f32 on the wire:
+// x0 + x1 + ... in float32.
+func rankOrderSum(xs [][]float32) []float32 {
+	sum := append([]float32(nil), xs[0]...)
+	for _, x := range xs[1:] {
+		addTo(sum, x)
 	}
 	return sum
 }
 
+// TestGroupAllReduceSum: every member ends with the same bits; with f32 on
+// the wire they are the rank-order sum computed here, with f16 and q8_0
+// they are within the encodings' error of the exact sum.
 func TestGroupAllReduceSum(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
-	for _, n := range []int{2, 3, 4} {
-		// DirectMaxBytes 4 KiB: the longer vectors take reduce-scatter +
-		// all-gather in groups of 3 and 4.
-		tg := newTestGroup(t, n, GroupConfig{DirectMaxBytes: 4 << 10})
-		for _, size := range []int{1, 7, 100, 2048, 5000} {
-			xs := make([][]float32, n)
-			for i := range xs {
-				xs[i] = randVec(r, size, 10)
-			}
-			want := rankOrderSum(xs, F32)
-			outs := make([][]float32, n)
-			noErrors(t, tg.each(func(r int, g *Group) error {
-				outs[r] = append([]float32(nil), xs[r]...)
-				return g.AllReduceSum(outs[r])
-			}))
-			for r := range outs {
-				if !slicesEqualBits(outs[r], want) {
-					t.Fatalf("%d members, %d values: rank %d differs from the rank-order sum", n, size, r)
-				}
-			}
-		}
-	}
-}
-
-func TestGroupAllReduceLossyDTypes(t *testing.T) {
-	r := rand.New(rand.NewPCG(13, 14))
-	for _, dt := range []DType{F16, Q8_0} {
-		for _, n := range []int{2, 3} {
-			tg := newTestGroup(t, n, GroupConfig{ID: "tp-" + dt.String(), DType: dt, DirectMaxBytes: 1 << 10})
-			for _, size := range []int{33, 3000} {
+	for _, dt := range []DType{F32, F16, Q8_0} {
+		for _, n := range []int{2, 3, 4} {
+			// DirectMaxBytes 4 KiB: the longer vectors take reduce-scatter
+			// + all-gather in groups of 3 and 4.
+			tg := newTestGroup(t, n, GroupConfig{ID: "tp-" + dt.String(), DType: dt, DirectMaxBytes: 4 << 10})
+			for _, size := range []int{1, 7, 100, 2048, 5000} {
 				xs := make([][]float32, n)
 				for i := range xs {
 					xs[i] = randVec(r, size, 1)
 				}
-				exact := rankOrderSum(xs, F32)
 				outs := make([][]float32, n)
 				noErrors(t, tg.each(func(r int, g *Group) error {
 					outs[r] = append([]float32(nil), xs[r]...)
@@ -145,13 +115,22 @@ func TestGroupAllReduceLossyDTypes(t *testing.T) {
 				}))
 				for r := range outs {
 					if !slicesEqualBits(outs[r], outs[0]) {
-						t.Fatalf("%v, %d members: rank %d differs from rank 0", dt, n, r)
+						t.Fatalf("%v, %d members, %d values: rank %d differs from rank 0", dt, n, size, r)
 					}
 				}
-				tol := float32(n) * 2e-3 // per member: half an f16 ulp of 1, or q8_0's step of 1/127/2
-				if dt == Q8_0 {
-					tol = float32(n) / 127 * 1.1 // half a step for each value, and again for the reduced sum
+				if dt == F32 {
+					if !slicesEqualBits(outs[0], rankOrderSum(xs)) {
+						t.Fatalf("%d members, %d values: not the rank-order sum", n, size)
+					}
+					continue
 				}
+				// Per value: half an f16 ulp, or half a q8_0 step, for each
+				// member's value and again for the reduced sum.
+				tol := float32(n) * 2e-3
+				if dt == Q8_0 {
+					tol = float32(n) / 127 * 1.1
+				}
+				exact := rankOrderSum(xs)
 				for i := range exact {
 					if d := float32(math.Abs(float64(outs[0][i] - exact[i]))); d > tol {
 						t.Fatalf("%v, %d members, %d values: [%d] %v vs exact %v", dt, n, size, i, outs[0][i], exact[i])
@@ -292,18 +271,7 @@ func TestGroupSilentMemberTimesOut(t *testing.T) {
 
 func TestGroupCloseUnblocksCall(t *testing.T) {
 	tg := newTestGroup(t, 2, GroupConfig{Timeout: 30 * time.Second})
-	done := make(chan error, 1)
-	go func() { done <- tg.groups[0].AllReduceSum(make([]float32, 8)) }()
-	time.Sleep(50 * time.Millisecond)
-	tg.groups[0].Close()
-	select {
-	case err := <-done:
-		if !errors.Is(err, ErrClosed) {
-			t.Fatalf("got %v, want ErrClosed", err)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("Close did not unblock the pending call")
-	}
+	closeUnblocks(t, func() error { return tg.groups[0].AllReduceSum(make([]float32, 8)) }, tg.groups[0].Close)
 	if err := tg.groups[0].AllReduceSum(make([]float32, 8)); err == nil {
 		t.Fatal("call on a closed group succeeded")
 	}
@@ -345,10 +313,7 @@ func TestGroupMemberJoinsLate(t *testing.T) {
 }
 
 func TestGroupRefusesPeerFromAnotherCA(t *testing.T) {
-	ca, _ := DeriveCA(testSecret)
-	other, _ := DeriveCA("another-secret-0123456789")
-	a := newEndpoint(t, ca, "a", RoleServer)
-	x := newEndpoint(t, other, "intruder", RoleServer)
+	a, x := intruderPair(t)
 	members := []string{a.Addr().String(), x.Addr().String()}
 	ga, _ := NewGroup(a, GroupConfig{ID: "g", Members: members, Rank: 0, Timeout: time.Second})
 	gx, _ := NewGroup(x, GroupConfig{ID: "g", Members: members, Rank: 1, Timeout: time.Second})

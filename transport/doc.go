@@ -6,4 +6,64 @@
 //
 // The package also holds the cluster PKI (CA, node certificates, CA pinning
 // for join tokens) and a raft.StreamLayer over streams of kind KindRaft.
+//
+// # Tensor frames
+//
+// Activations and collectives move float32 tensors as tensor frames: a
+// 32-byte header (big-endian fields), the tag, then the payload.
+//
+//	off size field
+//	0   1    magic 0xA7
+//	1   1    version, 1
+//	2   1    message type: 1 activation, 2 collective
+//	3   1    dtype: 1 f32, 2 f16, 3 q8_0
+//	4   8    id (request/step id, or a collective's sequence number)
+//	12  4    rows
+//	16  4    cols
+//	20  2    tag length (at most MaxTagLen)
+//	22  2    reserved, zero
+//	24  4    payload length, = dtype.EncodedLen(rows*cols)
+//	28  4    CRC32C of tag and payload
+//
+// Payloads are little-endian: f32 exact, f16 rounded to nearest even, q8_0
+// as ggml's block_q8_0 (per 32 values an f16 scale and 32 int8; a short last
+// block is zero-padded). A payload above the reader's limit is refused from
+// the header, before anything is allocated; a cut stream, a bad checksum or
+// an inconsistent header are errors (ErrTruncatedFrame, ErrChecksum,
+// ErrBadTensorFrame) and reset the stream.
+//
+// A sender keeps one long-lived stream per peer and kind, opened by a dial
+// that waits for the handler's ready byte (a peer that does not serve the
+// kind yet is retried until the caller's deadline). Receivers hold frames
+// for their readers, matched by (id, tag), up to a byte budget; beyond it
+// they stop reading and QUIC flow control stalls the sender. Every send and
+// receive is bounded by a context.
+//
+// # Collectives
+//
+// A Group is one member of a tensor-parallel group: ordered member
+// addresses, its rank, a wire dtype and a timeout per call. Frames carry
+// the call's sequence number and a tag of group id, phase and sender rank,
+// so consecutive calls never mix; early frames of the next call wait in
+// the receive buffer.
+//
+//   - AllReduceSum with two members, or vectors up to DirectMaxBytes on the
+//     wire: every member sends its vector to every other one and sums all
+//     of them (one round, latency-bound decode sizes).
+//   - Larger vectors and more members: reduce-scatter then all-gather, both
+//     direct. Member j receives chunk j (32-value aligned) of every vector
+//     and sums it, then sends the reduced chunk to all; each member moves
+//     2(p-1)/p of the vector in two rounds.
+//   - AllGather: every member sends its part to every other one; parts are
+//     placed in rank order and may differ in length.
+//
+// Sums are taken in rank order (x0 + x1 + ...), and with a lossy dtype each
+// member uses the decoded value of its own contribution, so every member
+// ends with the same bits. A member that dies ends the others' call at once
+// when its stream resets, else at the timeout, with an error naming its
+// rank and address; the group is then unusable (a new group takes a new
+// ID). Close aborts a pending call.
+//
+// Link probes (KindProbe, Endpoint.Probe) report the median round trip of
+// small pings and the time to push a bounded number of bytes.
 package transport

@@ -36,10 +36,7 @@ func TestProbeLoopback(t *testing.T) {
 }
 
 func TestProbeRefusesPeerFromAnotherCA(t *testing.T) {
-	ca, _ := DeriveCA(testSecret)
-	other, _ := DeriveCA("another-secret-0123456789")
-	a := newEndpoint(t, ca, "a", RoleServer)
-	x := newEndpoint(t, other, "intruder", RoleServer)
+	a, x := intruderPair(t)
 	ServeProbe(a, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
