@@ -301,7 +301,23 @@ func (c *call) recv(phase, src, want int) (*message, error) {
 	return m, nil
 }
 
-func payloadOf(frame []byte, tag string) []byte { return frame[tensorHeaderLen+len(tag):] }
+// encode builds this member's frame of phase carrying data in buf.
+func (c *call) encode(buf []byte, phase int, data []float32) ([]byte, error) {
+	g := c.g
+	if n := g.cfg.DType.EncodedLen(len(data)); n > DefaultMaxTensorFrame {
+		return buf, fmt.Errorf("transport: group %q %s: %w: %d values take %d bytes in %v, limit %d",
+			g.cfg.ID, c.op, ErrFrameTooLarge, len(data), n, g.cfg.DType, DefaultMaxTensorFrame)
+	}
+	h := TensorHeader{Type: MsgCollective, DType: g.cfg.DType, ID: c.seq, Tag: g.tags[phase][g.cfg.Rank], Rows: 1, Cols: len(data)}
+	return AppendTensorMessage(buf[:0], h, data)
+}
+
+// decodeOwn decodes this member's frame of phase into dst, which gets the
+// values the other members receive.
+func (c *call) decodeOwn(frame []byte, phase int, dst []float32) {
+	tag := c.g.tags[phase][c.g.cfg.Rank]
+	_ = DecodeTensor(c.g.cfg.DType, frame[tensorHeaderLen+len(tag):], dst)
+}
 
 func scratch(p *[]float32, n int) []float32 {
 	if cap(*p) < n {
@@ -321,14 +337,12 @@ func addTo(acc, v []float32) {
 // and sums all vectors in rank order. One round of messages.
 func (c *call) exchangeSum(x []float32) error {
 	g := c.g
-	n := len(x)
-	h := TensorHeader{Type: MsgCollective, DType: g.cfg.DType, ID: c.seq, Tag: g.tags[phaseExchange][g.cfg.Rank], Rows: 1, Cols: n}
 	var err error
-	if g.frame, err = AppendTensorMessage(g.frame[:0], h, x); err != nil {
+	if g.frame, err = c.encode(g.frame, phaseExchange, x); err != nil {
 		return err
 	}
 	if g.cfg.DType != F32 { // sum what the others will see of x
-		_ = DecodeTensor(g.cfg.DType, payloadOf(g.frame, h.Tag), x)
+		c.decodeOwn(g.frame, phaseExchange, x)
 	}
 	c.sendAll(func(int) []byte { return g.frame })
 	acc, err := c.sumRankOrder(phaseExchange, x)
@@ -393,9 +407,8 @@ func (c *call) scatterGatherSum(x []float32) error {
 			continue
 		}
 		lo, hi := chunkOf(n, size, j)
-		h := TensorHeader{Type: MsgCollective, DType: dt, ID: c.seq, Tag: g.tags[phaseScatter][rank], Rows: 1, Cols: hi - lo}
 		var err error
-		if g.frames[j], err = AppendTensorMessage(g.frames[j][:0], h, x[lo:hi]); err != nil {
+		if g.frames[j], err = c.encode(g.frames[j], phaseScatter, x[lo:hi]); err != nil {
 			return err
 		}
 	}
@@ -411,12 +424,11 @@ func (c *call) scatterGatherSum(x []float32) error {
 	if err := c.wait(); err != nil {
 		return err
 	}
-	h := TensorHeader{Type: MsgCollective, DType: dt, ID: c.seq, Tag: g.tags[phaseGatherSum][rank], Rows: 1, Cols: hi - lo}
-	if g.frame, err = AppendTensorMessage(g.frame[:0], h, acc); err != nil {
+	if g.frame, err = c.encode(g.frame, phaseGatherSum, acc); err != nil {
 		return err
 	}
 	if dt != F32 {
-		_ = DecodeTensor(dt, payloadOf(g.frame, h.Tag), acc)
+		c.decodeOwn(g.frame, phaseGatherSum, acc)
 	}
 	copy(own, acc)
 	c.sendAll(func(int) []byte { return g.frame })
@@ -438,9 +450,8 @@ func (c *call) scatterGatherSum(x []float32) error {
 // the parts in rank order.
 func (c *call) gather(part, out []float32) error {
 	g := c.g
-	h := TensorHeader{Type: MsgCollective, DType: g.cfg.DType, ID: c.seq, Tag: g.tags[phaseAllGather][g.cfg.Rank], Rows: 1, Cols: len(part)}
 	var err error
-	if g.frame, err = AppendTensorMessage(g.frame[:0], h, part); err != nil {
+	if g.frame, err = c.encode(g.frame, phaseAllGather, part); err != nil {
 		return err
 	}
 	c.sendAll(func(int) []byte { return g.frame })
@@ -456,7 +467,7 @@ func (c *call) gather(part, out []float32) error {
 			}
 			// Decode our own frame, so that lossy dtypes give every member
 			// the same values (and part may overlap out).
-			_ = DecodeTensor(g.cfg.DType, payloadOf(g.frame, h.Tag), out[off:off+k])
+			c.decodeOwn(g.frame, phaseAllGather, out[off:off+k])
 			off += k
 			continue
 		}

@@ -62,7 +62,9 @@
 // ends with the same bits. A member that dies ends the others' call at once
 // when its stream resets, else at the timeout, with an error naming its
 // rank and address; the group is then unusable (a new group takes a new
-// ID). Close aborts a pending call.
+// ID). Close aborts a pending call. One message carries at most
+// DefaultMaxTensorFrame bytes: a larger vector (part, or chunk) is refused
+// with ErrFrameTooLarge before anything is sent.
 //
 // Link probes (KindProbe, Endpoint.Probe) report the median round trip of
 // small pings and the time to push a bounded number of bytes.
