@@ -152,6 +152,16 @@ func dotQ4_0V4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 //go:noescape
 func dotQ8_0V4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
+// scoresF16AVX2: out[t] = q·row t for T half-float rows at k + t*stride bytes; d a multiple of 8.
+//
+//go:noescape
+func scoresF16AVX2(q *float32, k *uint16, stride int, d int, T int, out *float32)
+
+// accumF16AVX2: acc[0:d] += Σ_t p[t]·row t for T half-float rows at v + t*stride bytes; d a multiple of 8.
+//
+//go:noescape
+func accumF16AVX2(acc *float32, p *float32, v *uint16, stride int, d int, T int)
+
 // quantQ8_0AVX2 quantizes nb blocks of 32 floats to Q8_0 exactly as quant.QuantizeRow.
 //
 //go:noescape

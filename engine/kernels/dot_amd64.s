@@ -5805,6 +5805,155 @@ done:
 	VZEROUPPER
 	RET
 
+// func scoresF16AVX2(q *float32, k *uint16, stride int, d int, T int, out *float32)
+// Requires: AVX, F16C, FMA3
+TEXT ·scoresF16AVX2(SB), NOSPLIT, $0-48
+	MOVQ q+0(FP), AX
+	MOVQ k+8(FP), CX
+	MOVQ stride+16(FP), DX
+	MOVQ d+24(FP), BX
+	MOVQ T+32(FP), SI
+	MOVQ out+40(FP), DI
+	CMPQ SI, $0x04
+	JB   single
+
+quad:
+	LEAQ   (CX)(DX*1), R9
+	LEAQ   (CX)(DX*2), R10
+	LEAQ   (R9)(DX*2), R11
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ   R8, R8
+
+quadDim:
+	VMOVUPS      (AX)(R8*4), Y4
+	VCVTPH2PS    (CX)(R8*2), Y5
+	VFMADD231PS  Y5, Y4, Y0
+	VCVTPH2PS    (R9)(R8*2), Y5
+	VFMADD231PS  Y5, Y4, Y1
+	VCVTPH2PS    (R10)(R8*2), Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VCVTPH2PS    (R11)(R8*2), Y5
+	VFMADD231PS  Y5, Y4, Y3
+	ADDQ         $0x08, R8
+	CMPQ         R8, BX
+	JB           quadDim
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (DI)
+	LEAQ         (R11)(DX*1), CX
+	ADDQ         $0x10, DI
+	SUBQ         $0x04, SI
+	CMPQ         SI, $0x04
+	JAE          quad
+
+single:
+	TESTQ  SI, SI
+	JZ     done
+	VXORPS Y0, Y0, Y0
+	XORQ   R8, R8
+
+singleDim:
+	VCVTPH2PS    (CX)(R8*2), Y1
+	VFMADD231PS  (AX)(R8*4), Y1, Y0
+	ADDQ         $0x08, R8
+	CMPQ         R8, BX
+	JB           singleDim
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (DI)
+	ADDQ         DX, CX
+	ADDQ         $0x04, DI
+	DECQ         SI
+	JMP          single
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumF16AVX2(acc *float32, p *float32, v *uint16, stride int, d int, T int)
+// Requires: AVX, F16C, FMA3
+TEXT ·accumF16AVX2(SB), NOSPLIT, $0-48
+	MOVQ  acc+0(FP), AX
+	MOVQ  p+8(FP), CX
+	MOVQ  v+16(FP), DX
+	MOVQ  stride+24(FP), BX
+	MOVQ  d+32(FP), SI
+	MOVQ  T+40(FP), DI
+	TESTQ DI, DI
+	JZ    done
+
+wide:
+	CMPQ    SI, $0x20
+	JB      narrow
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	MOVQ    DX, R8
+	XORQ    R9, R9
+
+wideRow:
+	VBROADCASTSS (CX)(R9*4), Y4
+	VCVTPH2PS    (R8), Y5
+	VFMADD231PS  Y5, Y4, Y0
+	VCVTPH2PS    16(R8), Y5
+	VFMADD231PS  Y5, Y4, Y1
+	VCVTPH2PS    32(R8), Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VCVTPH2PS    48(R8), Y5
+	VFMADD231PS  Y5, Y4, Y3
+	ADDQ         BX, R8
+	INCQ         R9
+	CMPQ         R9, DI
+	JB           wideRow
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      Y3, 96(AX)
+	ADDQ         $0x00000080, AX
+	ADDQ         $0x00000040, DX
+	SUBQ         $0x20, SI
+	JMP          wide
+
+narrow:
+	TESTQ   SI, SI
+	JZ      done
+	VMOVUPS (AX), Y0
+	MOVQ    DX, R8
+	XORQ    R9, R9
+
+narrowRow:
+	VBROADCASTSS (CX)(R9*4), Y1
+	VCVTPH2PS    (R8), Y2
+	VFMADD231PS  Y2, Y1, Y0
+	ADDQ         BX, R8
+	INCQ         R9
+	CMPQ         R9, DI
+	JB           narrowRow
+	VMOVUPS      Y0, (AX)
+	ADDQ         $0x00000020, AX
+	ADDQ         $0x00000010, DX
+	SUBQ         $0x08, SI
+	JMP          narrow
+
+done:
+	VZEROUPPER
+	RET
+
 // func quantQ8_0AVX2(x *float32, dst *byte, nb int)
 // Requires: AVX, AVX2, F16C
 TEXT ·quantQ8_0AVX2(SB), NOSPLIT, $0-24

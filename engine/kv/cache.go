@@ -189,6 +189,22 @@ func (c *Cache) V(layer int, blocks []int32, pos int) []uint16 {
 	return c.v[layer][o : o+c.cfg.KVDim]
 }
 
+// KRun returns the F16 key rows from pos to the end of its block, KVDim
+// elements apart: row pos+t starts at element t*KVDim (a view).
+func (c *Cache) KRun(layer int, blocks []int32, pos int) []uint16 {
+	return c.k[layer][c.offset(blocks, pos):c.blockEnd(blocks, pos)]
+}
+
+// VRun is KRun for the value rows.
+func (c *Cache) VRun(layer int, blocks []int32, pos int) []uint16 {
+	return c.v[layer][c.offset(blocks, pos):c.blockEnd(blocks, pos)]
+}
+
+func (c *Cache) blockEnd(blocks []int32, pos int) int {
+	bs := c.cfg.BlockSize
+	return (int(blocks[pos/bs]) + 1) * bs * c.cfg.KVDim
+}
+
 // Block wire format (little-endian):
 //
 //	magic "SKV1" | u32 firstLayer | u32 layers | u32 kvDim | u32 blockSize | u32 filled

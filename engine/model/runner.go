@@ -89,7 +89,7 @@ type Runner struct {
 
 type attnScratch struct {
 	scores []float32
-	qh     []uint16
+	qh     []float32
 	acc    []float32
 }
 
@@ -166,7 +166,7 @@ func NewRunner(m *Model, o Options) (*Runner, error) {
 	r.attnWork = make([]attnScratch, r.pool.Threads())
 	ctx := cache.Config().NumBlocks * cache.Config().BlockSize
 	for i := range r.attnWork {
-		r.attnWork[i] = attnScratch{scores: make([]float32, ctx), qh: make([]uint16, m.HeadDim), acc: make([]float32, m.HeadDim)}
+		r.attnWork[i] = attnScratch{scores: make([]float32, ctx), qh: make([]float32, m.HeadDim), acc: make([]float32, m.HeadDim)}
 	}
 	return r, nil
 }
@@ -477,9 +477,10 @@ func (r *Runner) ffn(gate, up, down *kernels.Matrix, x []float32, n int, g, u, o
 // products.
 func (r *Runner) attnRange(w, a, z int) {
 	m, s := r.m, &r.s
-	D, Q := m.HeadDim, r.qd
+	D, Q, KV := m.HeadDim, r.qd, r.kvd
 	layer := r.cur - r.lo
 	group := m.NHead / m.NHeadKV
+	bs := r.cache.Config().BlockSize
 	scale := float32(1 / math.Sqrt(float64(D)))
 	ws := &r.attnWork[w]
 	qh, acc := ws.qh, ws.acc
@@ -489,16 +490,26 @@ func (r *Runner) attnRange(w, a, z int) {
 		blocks := s.blocks[s.tokSeq[i]]
 		ctx := int(s.tokPos[i]) + 1
 		for d, v := range s.q[i*Q+h*D : i*Q+(h+1)*D] {
-			qh[d] = quant.FP32ToFP16(v)
+			qh[d] = roundF16(v)
 		}
+		// K and V rows of one head are KV apart within a block: one kernel
+		// call per block of positions.
 		scores := ws.scores[:ctx]
+		for t := 0; t < ctx; t += bs {
+			e := min(t+bs, ctx)
+			kernels.ScoresF16(scores[t:e], qh, r.cache.KRun(layer, blocks, t)[kvh*D:], KV)
+		}
 		for t := range scores {
-			scores[t] = kernels.DotF16(r.cache.K(layer, blocks, t)[kvh*D:(kvh+1)*D], qh) * scale
+			scores[t] *= scale
 		}
 		softmaxInPlace(scores)
-		clear(acc)
 		for t, p := range scores {
-			kernels.AxpyF16(acc, roundF16(p), r.cache.V(layer, blocks, t)[kvh*D:(kvh+1)*D])
+			scores[t] = roundF16(p)
+		}
+		clear(acc)
+		for t := 0; t < ctx; t += bs {
+			e := min(t+bs, ctx)
+			kernels.AccumF16(acc, scores[t:e], r.cache.VRun(layer, blocks, t)[kvh*D:], KV)
 		}
 		copy(s.att[i*Q+h*D:i*Q+(h+1)*D], acc)
 	}

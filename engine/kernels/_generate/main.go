@@ -63,6 +63,9 @@ func main() {
 	legacyV4("dotQ4_0V4C8", quant40, 8)
 	legacyV4("dotQ8_0V4C8", quant80, 8)
 
+	scoresF16()
+	accumF16()
+
 	quantQ8_0()
 	q8sums()
 	quantQ8_K()
