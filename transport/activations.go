@@ -95,7 +95,7 @@ func (m *Mailbox) Recv(ctx context.Context, from string, id uint64, tag string, 
 		}
 		return 0, 0, fmt.Errorf("transport: receive %q #%d from %s: %w", tag, id, from, err)
 	}
-	if err := msg.frame.Decode(dst); err != nil {
+	if err := msg.decode(dst); err != nil {
 		return msg.frame.Rows, msg.frame.Cols, err
 	}
 	return msg.frame.Rows, msg.frame.Cols, nil

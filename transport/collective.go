@@ -369,7 +369,7 @@ func (c *call) sumRankOrder(phase int, own []float32) ([]float32, error) {
 			if err != nil {
 				return nil, c.fail(err)
 			}
-			_ = m.frame.Decode(tmp)
+			_ = m.decode(tmp)
 			v = tmp
 		}
 		if src == 0 {
@@ -441,7 +441,7 @@ func (c *call) scatterGatherSum(x []float32) error {
 		if err != nil {
 			return c.fail(err)
 		}
-		_ = m.frame.Decode(x[slo:shi])
+		_ = m.decode(x[slo:shi])
 	}
 	return c.wait()
 }
@@ -479,7 +479,7 @@ func (c *call) gather(part, out []float32) error {
 		if off+k > len(out) {
 			return c.fail(tooShort())
 		}
-		_ = m.frame.Decode(out[off : off+k])
+		_ = m.decode(out[off : off+k])
 		off += k
 	}
 	if err := c.wait(); err != nil {

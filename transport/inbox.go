@@ -28,7 +28,24 @@ const streamReady = 0x01
 type message struct {
 	from  Peer
 	frame TensorFrame
-	size  int // bytes counted against the inbox budget
+	size  int     // bytes counted against the inbox budget
+	buf   *[]byte // pooled buffer under frame.Payload
+}
+
+// recvPool recycles the buffers frames are read into, so that a stream of
+// large activations does not allocate (and zero) a new buffer each time.
+var recvPool = sync.Pool{New: func() any { return new([]byte) }}
+
+// decode decodes the payload into dst and returns the buffer to the pool;
+// the message must not be used afterwards.
+func (m *message) decode(dst []float32) error {
+	err := m.frame.Decode(dst)
+	if m.buf != nil {
+		recvPool.Put(m.buf)
+		m.buf = nil
+	}
+	m.frame.Payload = nil
+	return err
 }
 
 type inboxKey struct {
@@ -231,7 +248,9 @@ func serveTensorStream(s *Stream, in *inbox, typ MsgType, maxPayload int) {
 		return
 	}
 	for {
-		f, err := ReadTensorFrame(s, maxPayload, nil)
+		bp := recvPool.Get().(*[]byte)
+		f, body, err := readTensorFrame(s, maxPayload, *bp)
+		*bp = body[:0]
 		if err == nil && f.Type != typ {
 			err = fmt.Errorf("%w: message type %d on a %v stream", ErrBadTensorFrame, f.Type, s.Kind)
 		}
@@ -246,7 +265,7 @@ func serveTensorStream(s *Stream, in *inbox, typ MsgType, maxPayload int) {
 			_ = s.Stream.Close()
 			return
 		}
-		m := &message{from: s.Peer, frame: f, size: len(f.Payload) + len(f.Tag)}
+		m := &message{from: s.Peer, frame: f, size: len(f.Payload) + len(f.Tag), buf: bp}
 		if in.deliver(m) != nil {
 			return
 		}

@@ -294,20 +294,27 @@ func (h *TensorHeader) check() error {
 // does not match its checksum ErrChecksum, any other inconsistency
 // ErrBadTensorFrame. A stream that ends cleanly between frames gives io.EOF.
 func ReadTensorFrame(r io.Reader, maxPayload int, buf []byte) (TensorFrame, error) {
+	f, _, err := readTensorFrame(r, maxPayload, buf)
+	return f, err
+}
+
+// readTensorFrame is ReadTensorFrame that also returns the buffer holding
+// tag and payload, for reuse.
+func readTensorFrame(r io.Reader, maxPayload int, buf []byte) (TensorFrame, []byte, error) {
 	var hdr [tensorHeaderLen]byte
 	var f TensorFrame
 	if n, err := io.ReadFull(r, hdr[:]); err != nil {
 		if err == io.EOF {
-			return f, io.EOF
+			return f, nil, io.EOF
 		}
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return f, fmt.Errorf("%w: header cut after %d of %d bytes", ErrTruncatedFrame, n, tensorHeaderLen)
+			return f, nil, fmt.Errorf("%w: header cut after %d of %d bytes", ErrTruncatedFrame, n, tensorHeaderLen)
 		}
-		return f, err
+		return f, nil, err
 	}
 	h, plen, sum, err := parseTensorHeader(hdr[:], maxPayload)
 	if err != nil {
-		return f, err
+		return f, nil, err
 	}
 	taglen := int(binary.BigEndian.Uint16(hdr[20:]))
 	need := taglen + plen
@@ -318,17 +325,17 @@ func ReadTensorFrame(r io.Reader, maxPayload int, buf []byte) (TensorFrame, erro
 	}
 	if n, err := io.ReadFull(r, buf); err != nil {
 		if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
-			return f, fmt.Errorf("%w: body cut after %d of %d bytes", ErrTruncatedFrame, n, need)
+			return f, nil, fmt.Errorf("%w: body cut after %d of %d bytes", ErrTruncatedFrame, n, need)
 		}
-		return f, err
+		return f, nil, err
 	}
 	if got := crc32.Checksum(buf, castagnoli); got != sum {
-		return f, fmt.Errorf("%w: %q id %d: crc32c %08x, header says %08x", ErrChecksum, buf[:taglen], h.ID, got, sum)
+		return f, nil, fmt.Errorf("%w: %q id %d: crc32c %08x, header says %08x", ErrChecksum, buf[:taglen], h.ID, got, sum)
 	}
 	h.Tag = string(buf[:taglen])
 	f.TensorHeader = h
 	f.Payload = buf[taglen:]
-	return f, nil
+	return f, buf, nil
 }
 
 func parseTensorHeader(b []byte, maxPayload int) (h TensorHeader, plen int, sum uint32, err error) {
