@@ -34,7 +34,7 @@ func archLevels() []*level {
 		one: oneF32, rows: dotF32R4C1, rowsR: 4, tile: dotF32F32R4C3, tileR: 4, tileC: 3, tileF32: true}
 	ls := []*level{l}
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI {
-		// AVX-512 VNNI: the prefill tiles of the 32-element formats; decode
+		// AVX-512 VNNI: prefill tiles for the 32-element and float formats; decode
 		// is bandwidth bound and keeps the AVX2 kernels.
 		v := &level{name: "avx512", q8_K: l.q8_K, axpyF16: l.axpyF16, scoresF16: l.scoresF16, accumF16: l.accumF16}
 		v.k = l.k
@@ -45,6 +45,11 @@ func archLevels() []*level {
 		}
 		v.k[quant.Q4_0].tile = dotQ4_0V4C8
 		v.k[quant.Q8_0].tile = dotQ8_0V4C8
+		for t, f := range map[quant.Type]dotFn{quant.F16: dotF16F32V4C6, quant.BF16: dotBF16F32V4C6, quant.F32: dotF32F32V4C6} {
+			ks := *l.k[t]
+			ks.tile, ks.tileR, ks.tileC = f, 4, 6
+			v.k[t] = &ks
+		}
 		ls = append([]*level{v}, ls...)
 	}
 	return ls

@@ -181,3 +181,102 @@ func legacyV4(name string, q legacy, C int) {
 	VZEROUPPER()
 	RET()
 }
+
+// fdot512 generates a 4-row x C-activation float tile: weights of format wf
+// (16 per block) against float32 activations, one zmm accumulator per (row,
+// activation); each activation block is loaded once for all four rows.
+func fdot512(name string, wf ffmt, C int) {
+	TEXT(name, NOSPLIT, sig)
+	Pragma("noescape")
+	Doc(name + ": 4 float weight rows x C float32 activation rows, AVX-512, 16 elements per block.")
+	const R = 4
+	w := []GPVirtual{ld("w")}
+	ws := ld("ws")
+	for r := 1; r < R; r++ {
+		p := GP64()
+		LEAQ(Mem{Base: w[r-1], Index: ws, Scale: 1}, p)
+		w = append(w, p)
+	}
+	as := ld("as")
+	a := []GPVirtual{ld("a")}
+	for i := 1; i*3 < C; i++ {
+		p := GP64()
+		LEAQ(Mem{Base: a[i-1], Index: as, Scale: 2}, p)
+		LEAQ(Mem{Base: p, Index: as, Scale: 1}, p)
+		a = append(a, p)
+	}
+	actMem := func(c int) Mem {
+		m := Mem{Base: a[c/3]}
+		if c%3 > 0 {
+			m.Index, m.Scale = as, uint8(c%3)
+		}
+		return m
+	}
+	nb := ld("nb")
+	acc := make([][]VecVirtual, R)
+	for r := range acc {
+		for c := 0; c < C; c++ {
+			z := ZMM()
+			VPXORD(z, z, z)
+			acc[r] = append(acc[r], z)
+		}
+	}
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	Label("loop")
+	xs := make([]VecVirtual, R)
+	for r := range xs {
+		xs[r] = ZMM()
+		m := Mem{Base: w[r]}
+		switch wf {
+		case fF32:
+			VMOVUPS(m, xs[r])
+		case fF16:
+			VCVTPH2PS(m, xs[r])
+		case fBF16:
+			VPMOVZXWD(m, xs[r])
+			VPSLLD(U8(16), xs[r], xs[r])
+		}
+	}
+	for c := 0; c < C; c++ {
+		y := ZMM()
+		VMOVUPS(actMem(c), y)
+		for r := 0; r < R; r++ {
+			VFMADD231PS(y, xs[r], acc[r][c])
+		}
+	}
+	for _, p := range w {
+		ADDQ(U32(16*wf.size()), p)
+	}
+	for _, p := range a {
+		ADDQ(U32(64), p)
+	}
+	DECQ(nb)
+	JNZ(LabelRef("loop"))
+	Label("done")
+
+	out, os := ld("out"), ld("os")
+	SHLQ(U8(2), os)
+	// (EVEX forms only: the accumulators may sit in registers 16-31)
+	for c := 0; c < C; c++ {
+		for r := 0; r < R; r++ {
+			y := YMM()
+			VEXTRACTF64X4(U8(1), acc[r][c], y)
+			VADDPS(acc[r][c].AsY(), y, y)
+			x := XMM()
+			VEXTRACTF32X4(U8(1), y, x)
+			VADDPS(y.AsX(), x, x)
+			t := XMM()
+			VPERMILPS(U8(0xb1), x, t)
+			VADDPS(t, x, x)
+			VPERMILPS(U8(0x4e), x, t)
+			VADDPS(t, x, x)
+			VMOVSS(x, Mem{Base: out, Disp: 4 * r})
+		}
+		if c+1 < C {
+			ADDQ(os, out)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
