@@ -1,0 +1,377 @@
+package dist
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"shoal/engine/kv"
+	"shoal/engine/model"
+	"shoal/placement"
+	"shoal/transport"
+)
+
+// DefaultTimeout bounds a step (and every wait inside it) when Options
+// leave it 0.
+const DefaultTimeout = 5 * time.Second
+
+// abortTimeout bounds telling the members that a session failed.
+const abortTimeout = time.Second
+
+// Options of a Cluster.
+type Options struct {
+	// Pool is the role of the plan's pool to run ("" for the first).
+	Pool string
+	// Timeout bounds one step end to end, on the driver and on every
+	// member (DefaultTimeout if 0): a prefill chunk must fit in it.
+	Timeout time.Duration
+	// Activations and Collectives are the wire encodings of hidden states
+	// between stages and of tensor-parallel all-reduces (transport.F32 if
+	// 0: results match a single node's; F16 and Q8_0 trade precision for
+	// bytes). Logits always travel as F32.
+	Activations transport.DType
+	Collectives transport.DType
+}
+
+// Stats counts what a cluster's steps sent: payload bytes of the step
+// descriptions and replies (Control), of hidden states between stages and
+// from the embedder (Activations), of tensor-parallel collectives, summed
+// over the members (Collectives), and of the logits returned (Logits).
+// Frame headers and QUIC overhead are not counted.
+type Stats struct {
+	Steps, Tokens int64
+	Control       int64
+	Activations   int64
+	Collectives   int64
+	Logits        int64
+}
+
+// Bytes is the total payload.
+func (s Stats) Bytes() int64 { return s.Control + s.Activations + s.Collectives + s.Logits }
+
+// BytesPerToken is the payload per token stepped (0 before any).
+func (s Stats) BytesPerToken() float64 {
+	if s.Tokens == 0 {
+		return 0
+	}
+	return float64(s.Bytes()) / float64(s.Tokens)
+}
+
+// Cluster drives one plan's members from a host: whoever receives a
+// request opens a Session and steps it.
+type Cluster struct {
+	h   *Host
+	lay *layout
+	opt Options
+
+	steps, tokens, control, act, coll, logits atomic.Int64
+}
+
+// NewCluster prepares to drive the plan whose nodes are at addrs (node ID
+// -> endpoint address). It contacts nobody until Open.
+func (h *Host) NewCluster(plan placement.Plan, addrs map[string]string, opt Options) (*Cluster, error) {
+	lay, err := newLayout(plan, opt.Pool, addrs)
+	if err != nil {
+		return nil, err
+	}
+	if opt.Timeout <= 0 {
+		opt.Timeout = DefaultTimeout
+	}
+	for _, d := range []*transport.DType{&opt.Activations, &opt.Collectives} {
+		if *d == 0 {
+			*d = transport.F32
+		}
+		if !d.Valid() {
+			return nil, fmt.Errorf("dist: unknown wire dtype %d", byte(*d))
+		}
+	}
+	return &Cluster{h: h, lay: lay, opt: opt}, nil
+}
+
+// Stats returns the counters of every session's steps so far.
+func (c *Cluster) Stats() Stats {
+	return Stats{Steps: c.steps.Load(), Tokens: c.tokens.Load(), Control: c.control.Load(),
+		Activations: c.act.Load(), Collectives: c.coll.Load(), Logits: c.logits.Load()}
+}
+
+// Session is one sequence of numbered steps through every member of the
+// plan, each member holding the KV cache of its layers for the session's
+// sequences. Steps run one at a time. After a failed step the session is
+// unusable: every call returns that error; open a new one.
+type Session struct {
+	c      *Cluster
+	id     string
+	nEmbd  int
+	nVocab int
+
+	mu     sync.Mutex
+	step   uint64
+	err    error
+	closed bool
+	seqLen map[kv.SeqID]int
+	pos    map[kv.SeqID]int
+	reqs   []stepReq
+	logits []float32
+	aborts sync.WaitGroup
+}
+
+// Open starts a session on every member.
+func (c *Cluster) Open(ctx context.Context) (*Session, error) {
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	s := &Session{c: c, id: hex.EncodeToString(id[:]), seqLen: map[kv.SeqID]int{}, pos: map[kv.SeqID]int{}}
+	ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
+	defer cancel()
+	ms := c.lay.members()
+	resps := make([]openResp, len(ms))
+	err := c.each(ctx, func(i int, m memberRef) error {
+		req := openReq{memberAddr: s.addr(m), Version: c.lay.Version, Pool: c.lay.Pool, Stage: m.Stage, Rank: m.Rank,
+			TimeoutMs: c.opt.Timeout.Milliseconds(), Activations: c.opt.Activations, Collectives: c.opt.Collectives, Driver: c.h.Addr()}
+		_, _, err := c.h.call(ctx, m.Addr, methodOpen, &req, &resps[i])
+		return err
+	})
+	if err != nil {
+		s.err = err
+		s.release(context.Background(), methodClose)
+		return nil, fmt.Errorf("dist: open session: %w", err)
+	}
+	for i, m := range ms {
+		if m == c.lay.Output {
+			s.nEmbd, s.nVocab = resps[i].NEmbd, resps[i].NVocab
+		}
+	}
+	return s, nil
+}
+
+func (s *Session) addr(m memberRef) memberAddr {
+	return memberAddr{Session: s.id, Key: memberKey(s.c.lay, m)}
+}
+
+// each runs f for every member concurrently; the first error (naming the
+// member) cancels the others' calls and is returned.
+func (c *Cluster) each(ctx context.Context, f func(i int, m memberRef) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ms := c.lay.members()
+	var first error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Go(func() {
+			if err := f(i, m); err != nil {
+				once.Do(func() {
+					first = fmt.Errorf("%v: %w", m, err)
+					cancel()
+				})
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// ID is the session's identifier on the members.
+func (s *Session) ID() string { return s.id }
+
+// NVocab is the width of a logits row.
+func (s *Session) NVocab() int { return s.nVocab }
+
+// Err is the error that made the session unusable, or nil.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.usable()
+}
+
+func (s *Session) usable() error {
+	if s.err != nil {
+		return s.err
+	}
+	if s.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Step runs one batch through the plan: prefill chunks and decode tokens
+// of any of the session's sequences (b.Tokens laid out chunk after chunk),
+// and returns the logits of the listed rows (indexes into the batch's
+// tokens), len(rows) x NVocab, valid until the next Step. It sets each
+// chunk's Pos to where its tokens go in its sequence. A step that fails,
+// or does not finish within the cluster's timeout, makes the session
+// unusable; the error names the member that failed when one did.
+func (s *Session) Step(ctx context.Context, b *model.Batch, rows []int) ([]float32, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	n := b.Len()
+	if n == 0 || len(b.Tokens) != n {
+		return nil, fmt.Errorf("dist: a step needs tokens for its chunks (%d tokens, chunks cover %d)", len(b.Tokens), n)
+	}
+	for _, c := range b.Chunks {
+		if c.N <= 0 {
+			return nil, fmt.Errorf("dist: chunk of sequence %d has %d tokens", c.Seq, c.N)
+		}
+	}
+	for _, i := range rows {
+		if i < 0 || i >= n {
+			return nil, fmt.Errorf("dist: logits row %d is outside the batch of %d", i, n)
+		}
+	}
+	c := s.c
+	lay := c.lay
+	s.step++
+	step := s.step
+	chunks := make([]wireChunk, len(b.Chunks))
+	clear(s.pos)
+	for i := range b.Chunks {
+		ch := &b.Chunks[i]
+		p, ok := s.pos[ch.Seq]
+		if !ok {
+			p = s.seqLen[ch.Seq]
+		}
+		ch.Pos = p
+		s.pos[ch.Seq] = p + ch.N
+		chunks[i] = wireChunk{Seq: int32(ch.Seq), Pos: p, N: ch.N}
+	}
+	ms := lay.members()
+	s.reqs = s.reqs[:0]
+	for _, m := range ms {
+		r := stepReq{memberAddr: s.addr(m), Step: step, Chunks: chunks}
+		if m == lay.Embedder || (m.Stage == 0 && m.Embedding) {
+			r.Tokens = b.Tokens
+		}
+		if m == lay.Output {
+			r.Rows = rows
+		}
+		s.reqs = append(s.reqs, r)
+	}
+	s.logits = grow(s.logits, len(rows)*s.nVocab)
+
+	sctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
+	defer cancel()
+	var control atomic.Int64
+	var tr [3]atomic.Int64
+	err := c.each(sctx, func(i int, m memberRef) error {
+		var recvErr chan error
+		if m == lay.Output && len(rows) > 0 {
+			recvErr = make(chan error, 1)
+			go func() {
+				recvErr <- recvRows(sctx, c.h.mb, step, tagLogits(s.id), len(rows), s.nVocab, s.logits)
+			}()
+		}
+		var got traffic
+		sent, recvd, err := c.h.call(sctx, m.Addr, methodStep, &s.reqs[i], &got)
+		control.Add(int64(sent + recvd))
+		if err == nil && recvErr != nil {
+			// The member sent the logits before replying.
+			if err = <-recvErr; err != nil {
+				err = fmt.Errorf("receiving the logits: %w", err)
+			}
+		} else if recvErr != nil {
+			cancel()
+			<-recvErr
+		}
+		if err != nil {
+			return err
+		}
+		tr[0].Add(got.Activations)
+		tr[1].Add(got.Collectives)
+		tr[2].Add(got.Logits)
+		return nil
+	})
+	c.control.Add(control.Load())
+	c.act.Add(tr[0].Load())
+	c.coll.Add(tr[1].Load())
+	c.logits.Add(tr[2].Load())
+	if err != nil {
+		if ctx.Err() == nil && sctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (no reply within %v)", err, c.opt.Timeout)
+		}
+		s.err = fmt.Errorf("dist: session %s step %d: %w", s.id, step, err)
+		s.abortAll()
+		return nil, s.err
+	}
+	c.steps.Add(1)
+	c.tokens.Add(int64(n))
+	for q, p := range s.pos {
+		s.seqLen[q] = p
+	}
+	return s.logits, nil
+}
+
+// abortAll tells every member, in the background and bounded, that the
+// session failed, so that members still waiting inside the step give up
+// now rather than at their timeout.
+func (s *Session) abortAll() {
+	s.aborts.Go(func() { s.release(context.Background(), methodAbort) })
+}
+
+// release calls method (abort or close) on every member, best effort,
+// within abortTimeout.
+func (s *Session) release(ctx context.Context, method string) {
+	ctx, cancel := context.WithTimeout(ctx, min(abortTimeout, s.c.opt.Timeout))
+	defer cancel()
+	reason := "closed"
+	if s.err != nil {
+		reason = s.err.Error()
+	}
+	_ = s.c.each(ctx, func(i int, m memberRef) error {
+		var req any = s.addr(m)
+		if method == methodAbort {
+			req = abortReq{memberAddr: s.addr(m), Reason: reason}
+		}
+		_, _, err := s.c.h.call(ctx, m.Addr, method, req, nil)
+		return err
+	})
+}
+
+// Free drops sequences from every member's KV cache.
+func (s *Session) Free(ctx context.Context, seqs ...kv.SeqID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usable(); err != nil {
+		return err
+	}
+	ids := make([]int32, len(seqs))
+	for i, q := range seqs {
+		ids[i] = int32(q)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.c.opt.Timeout)
+	defer cancel()
+	err := s.c.each(ctx, func(i int, m memberRef) error {
+		_, _, err := s.c.h.call(ctx, m.Addr, methodFree, freeReq{memberAddr: s.addr(m), Seqs: ids}, nil)
+		return err
+	})
+	if err != nil {
+		s.err = fmt.Errorf("dist: session %s free: %w", s.id, err)
+		s.abortAll()
+		return s.err
+	}
+	for _, q := range seqs {
+		delete(s.seqLen, q)
+	}
+	return nil
+}
+
+// Close ends the session on every member (best effort, bounded) and
+// waits for pending aborts.
+func (s *Session) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.aborts.Wait()
+	s.release(ctx, methodClose)
+	return nil
+}

@@ -1,0 +1,419 @@
+package dist
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"shoal/engine/kv"
+	"shoal/engine/model"
+	"shoal/engine/quant"
+	"shoal/placement"
+	"shoal/shard"
+	"shoal/transport"
+)
+
+const oracleDir = "../../shared/oracle"
+
+type oracleCase struct {
+	name, model string
+	tokens      []int32
+}
+
+// oracleCases lists the oracle cases, materializing the models kept as
+// recipes first; the test is skipped when ../shared is absent.
+func oracleCases(t *testing.T) []oracleCase {
+	t.Helper()
+	tjs, _ := filepath.Glob(filepath.Join(oracleDir, "*", "tokens.json"))
+	if len(tjs) == 0 {
+		t.Skip("../shared/oracle absent")
+	}
+	for _, tj := range tjs {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(tj), "model.gguf")); err != nil {
+			out, err := exec.Command(filepath.Join(oracleDir, "materialize")).CombinedOutput()
+			t.Logf("materialize: %s %v", out, err)
+			break
+		}
+	}
+	var cases []oracleCase
+	for _, tj := range tjs {
+		dir := filepath.Dir(tj)
+		c := oracleCase{name: filepath.Base(dir), model: filepath.Join(dir, "model.gguf")}
+		if _, err := os.Stat(c.model); err != nil {
+			t.Logf("%s: no model.gguf, skipped", c.name)
+			continue
+		}
+		raw, err := os.ReadFile(tj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var js struct {
+			Tokens []int32 `json:"tokens"`
+		}
+		if err := json.Unmarshal(raw, &js); err != nil {
+			t.Fatalf("%s: %v", tj, err)
+		}
+		c.tokens = js.Tokens
+		cases = append(cases, c)
+	}
+	return cases
+}
+
+// diff compares got with ref (rows of nVocab logits) by the oracle
+// tolerances engine/model holds itself to against llama.cpp.
+func diff(ref, got []float32, nVocab int, float bool) (maxAbs float64, desc string, err error) {
+	if len(ref) != len(got) {
+		return 0, "", fmt.Errorf("%d logits, want %d", len(got), len(ref))
+	}
+	var sq, sum, sum2, meanKL, maxKL float64
+	for i := range ref {
+		d := float64(got[i]) - float64(ref[i])
+		maxAbs = math.Max(maxAbs, math.Abs(d))
+		sq += d * d
+		sum += float64(ref[i])
+		sum2 += float64(ref[i]) * float64(ref[i])
+	}
+	n := float64(len(ref))
+	nrmse := math.Sqrt(sq/n) / math.Sqrt(sum2/n-(sum/n)*(sum/n))
+	rows := len(ref) / nVocab
+	for r := range rows {
+		kl := klDiv(ref[r*nVocab:(r+1)*nVocab], got[r*nVocab:(r+1)*nVocab])
+		meanKL += kl / float64(rows)
+		maxKL = math.Max(maxKL, kl)
+	}
+	desc = fmt.Sprintf("max|Δ|=%.6f nrmse=%.2e meanKL=%.2e maxKL=%.2e", maxAbs, nrmse, meanKL, maxKL)
+	if float && (maxAbs > 0.02 || nrmse > 2e-3) {
+		err = fmt.Errorf("float model outside tolerance (max|Δ| ≤ 0.02, nrmse ≤ 2e-3): %s", desc)
+	} else if !float && (nrmse > 0.07 || meanKL > 0.005 || maxKL > 0.01 || maxAbs > 0.75) {
+		err = fmt.Errorf("quantized model outside tolerance (nrmse ≤ 0.07, mean KL ≤ 0.005, max KL ≤ 0.01, max|Δ| ≤ 0.75): %s", desc)
+	}
+	return maxAbs, desc, err
+}
+
+func klDiv(p, q []float32) float64 {
+	lp, lq := logSoftmax(p), logSoftmax(q)
+	kl := 0.0
+	for i := range lp {
+		kl += math.Exp(lp[i]) * (lp[i] - lq[i])
+	}
+	return kl
+}
+
+func logSoftmax(x []float32) []float64 {
+	mx := math.Inf(-1)
+	for _, v := range x {
+		mx = math.Max(mx, float64(v))
+	}
+	s := 0.0
+	for _, v := range x {
+		s += math.Exp(float64(v) - mx)
+	}
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v) - mx - math.Log(s)
+	}
+	return out
+}
+
+func isFloat(m *model.Model) bool {
+	for _, ti := range m.File.Tensors {
+		if ti.Type != quant.F32 && ti.Type != quant.F16 && ti.Type != quant.BF16 {
+			return false
+		}
+	}
+	return true
+}
+
+// part is one member of a test plan's stage: its share of the heads (in
+// GQA groups), FFN columns and experts.
+type part struct {
+	groups     int
+	ffnLo, ffn int // FFN columns [ffnLo, ffn)
+	experts    []int
+}
+
+type testStage struct {
+	lo, hi int
+	parts  []part // one part: whole layers
+}
+
+// makePlan builds the plan of stages, naming nodes n0, n1, ... in stage
+// and rank order; the first stage's rank 0 holds the embedding and the
+// last stage's rank 0 the output.
+func makePlan(c *model.Config, name string, stages []testStage) placement.Plan {
+	g := c.NHead / c.NHeadKV
+	pool := placement.Pool{Role: placement.RoleShared}
+	node := 0
+	for si, st := range stages {
+		ps := placement.Stage{Lo: st.lo, Hi: st.hi}
+		h := 0
+		for r, p := range st.parts {
+			m := placement.Member{Node: fmt.Sprintf("n%d", node), TPRank: r, TPSize: len(st.parts),
+				Embedding: si == 0 && r == 0, Output: si == len(stages)-1 && r == 0}
+			node++
+			if len(st.parts) > 1 {
+				m.HeadLo, m.HeadHi = h, h+p.groups*g
+				m.FFNLo, m.FFNHi = p.ffnLo, p.ffn
+				m.Experts = p.experts
+				h += p.groups * g
+			} else {
+				m.TPSize = 1
+			}
+			ps.Members = append(ps.Members, m)
+		}
+		pool.Stages = append(pool.Stages, ps)
+	}
+	return placement.Plan{Version: 1, Model: name, Strategy: "test", Pools: []placement.Pool{pool}}
+}
+
+// tp splits a stage among len(groups) members: member i holds groups[i]
+// GQA groups, the FFN columns between cuts and experts[i].
+func tp(c *model.Config, groups, cuts []int, experts [][]int) []part {
+	ps := make([]part, len(groups))
+	F := c.FFNDim()
+	for i := range ps {
+		ps[i].groups = groups[i]
+		if F > 0 {
+			ps[i].ffnLo, ps[i].ffn = 0, F
+			if i > 0 {
+				ps[i].ffnLo = cuts[i-1]
+			}
+			if i < len(cuts) {
+				ps[i].ffn = cuts[i]
+			}
+		}
+		if c.NExpert > 0 {
+			ps[i].experts = experts[i]
+		}
+	}
+	return ps
+}
+
+// splitEven splits n into parts as evenly as possible, the first larger.
+func splitEven(n, parts int) []int {
+	out := make([]int, parts)
+	for i := range out {
+		out[i] = n/parts + min(1, max(0, n%parts-i))
+	}
+	return out
+}
+
+// expertRuns gives member i counts[i] consecutive experts.
+func expertRuns(counts []int) [][]int {
+	var out [][]int
+	x := 0
+	for _, k := range counts {
+		e := []int{}
+		for range k {
+			e = append(e, x)
+			x++
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+type namedPlan struct {
+	name string
+	plan placement.Plan
+}
+
+// testPlans: pipelines of 2 and 3 stages, tensor parallel over 2 and 3
+// (uneven heads, an FFN cut off block boundaries), 2 stages x TP2, and
+// for the MoE model expert parallel over 2.
+func testPlans(c *model.Config, name string) []namedPlan {
+	L, F := c.NLayer, c.FFNDim()
+	whole := []part{{}}
+	k := L / 2
+	var ps []namedPlan
+	add := func(n string, st ...testStage) { ps = append(ps, namedPlan{n, makePlan(c, name, st)}) }
+	add("pp2", testStage{0, k, whole}, testStage{k, L, whole})
+	if L >= 3 { // moe-q4_0 has 2 layers
+		add("pp3", testStage{0, 1, whole}, testStage{1, L - 1, whole}, testStage{L - 1, L, whole})
+	}
+	tp2 := tp(c, splitEven(c.NHeadKV, 2), []int{F / 2 / 32 * 32}, expertRuns(splitEven(c.NExpert, 2)))
+	tp3 := tp(c, splitEven(c.NHeadKV, 3), []int{F/3 + 5, 2*F/3 - 3}, expertRuns(splitEven(c.NExpert, 3)))
+	add("tp2", testStage{0, L, tp2})
+	add("tp3", testStage{0, L, tp3})
+	add("pp2xtp2", testStage{0, k, tp2}, testStage{k, L, tp2})
+	if c.IsMoE() {
+		add("ep2", testStage{0, L, []part{
+			{groups: c.NHeadKV, experts: []int{0, 1}},
+			{groups: 0, experts: []int{2, 3}},
+		}})
+	}
+	return ps
+}
+
+// cluster is an in-process cluster: one endpoint, host and member per
+// node of a plan, the driver on the first node's host.
+type cluster struct {
+	eps     []*transport.Endpoint
+	hosts   []*Host
+	members []*Member
+	shards  []*shard.Shard
+	drv     *Cluster
+}
+
+func startCluster(t *testing.T, path string, plan placement.Plan, opt Options) *cluster {
+	t.Helper()
+	ca, err := transport.DeriveCA("dist-test-secret-0123456789")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []string
+	for _, st := range plan.Pools[0].Stages {
+		for _, m := range st.Members {
+			nodes = append(nodes, m.Node)
+		}
+	}
+	cl := &cluster{}
+	t.Cleanup(cl.close)
+	addrs := map[string]string{}
+	for _, n := range nodes {
+		id, err := transport.SelfIssue(ca, n, transport.RoleServer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep, err := transport.Listen(transport.Config{Bind: "127.0.0.1:0", Identity: id, HandshakeTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl.eps = append(cl.eps, ep)
+		cl.hosts = append(cl.hosts, NewHost(ep, nil, nil))
+		addrs[n] = ep.Addr().String()
+	}
+	for i, n := range nodes {
+		for _, spec := range shard.SpecsFor(plan, n, "") {
+			sh, err := shard.Open(path, spec)
+			if err != nil {
+				t.Fatalf("%s: %v", n, err)
+			}
+			cl.shards = append(cl.shards, sh)
+			m, err := sh.Model()
+			if err != nil {
+				t.Fatalf("%s: %v", n, err)
+			}
+			mb, err := cl.hosts[i].AddMember(MemberConfig{Plan: plan, Node: n, Addrs: addrs, Spec: spec, Model: m, Threads: 1, CacheTokens: 64})
+			if err != nil {
+				t.Fatalf("%s: %v", n, err)
+			}
+			cl.members = append(cl.members, mb)
+		}
+	}
+	cl.drv, err = cl.hosts[0].NewCluster(plan, addrs, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+func (cl *cluster) close() {
+	for _, h := range cl.hosts {
+		h.Close()
+	}
+	for _, ep := range cl.eps {
+		ep.Close()
+	}
+	for _, sh := range cl.shards {
+		sh.Close()
+	}
+}
+
+func allRows(n int) []int {
+	rows := make([]int, n)
+	for i := range rows {
+		rows[i] = i
+	}
+	return rows
+}
+
+// generate runs the prompt (logits of every row) and then one decode
+// step per token of decode through s, returning all logits.
+func generate(t *testing.T, s *Session, seq kv.SeqID, prompt, decode []int32) []float32 {
+	t.Helper()
+	ctx := context.Background()
+	b := model.Batch{Tokens: prompt, Chunks: []model.Chunk{{Seq: seq, N: len(prompt)}}}
+	l, err := s.Step(ctx, &b, allRows(len(prompt)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := append([]float32(nil), l...)
+	for i, tok := range decode {
+		b := model.Batch{Tokens: []int32{tok}, Chunks: []model.Chunk{{Seq: seq, N: 1}}}
+		l, err := s.Step(ctx, &b, []int{0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Chunks[0].Pos != len(prompt)+i {
+			t.Fatalf("decode step %d went to position %d, want %d", i, b.Chunks[0].Pos, len(prompt)+i)
+		}
+		got = append(got, l...)
+	}
+	return got
+}
+
+// TestPlans runs every oracle case through pipeline, tensor-, pipeline x
+// tensor- and expert-parallel plans on an in-process cluster over QUIC:
+// the full prompt, then 3 decode steps, compared with a single node.
+func TestPlans(t *testing.T) {
+	for _, oc := range oracleCases(t) {
+		t.Run(oc.name, func(t *testing.T) {
+			ref, err := model.Open(oc.model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ref.Close()
+			prompt, decode := oc.tokens[:len(oc.tokens)-3], oc.tokens[len(oc.tokens)-3:]
+			const seq = 3
+			single, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer single.Close()
+			want, err := single.Prompt(seq, prompt, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tok := range decode {
+				l, err := single.Decode(seq, tok)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, l...)
+			}
+			for _, p := range testPlans(&ref.Config, oc.name) {
+				t.Run(p.name, func(t *testing.T) {
+					cl := startCluster(t, oc.model, p.plan, Options{Timeout: 10 * time.Second})
+					s, err := cl.drv.Open(context.Background())
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer s.Close(context.Background())
+					got := generate(t, s, seq, prompt, decode)
+					_, desc, err := diff(want, got, ref.NVocab, isFloat(ref))
+					st := cl.drv.Stats()
+					t.Logf("DIST %-13s %-8s %s  wire %.0f B/token (%d steps, %d tokens: control %d, activations %d, collectives %d, logits %d)",
+						oc.name, p.name, desc, st.BytesPerToken(), st.Steps, st.Tokens, st.Control, st.Activations, st.Collectives, st.Logits)
+					if err != nil {
+						t.Error(err)
+					}
+					if err := s.Free(context.Background(), seq); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+		})
+	}
+}
+
+var _ = binary.LittleEndian
+var _ = runtime.NumGoroutine

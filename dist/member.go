@@ -1,0 +1,453 @@
+package dist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"shoal/engine/kv"
+	"shoal/engine/model"
+	"shoal/placement"
+	"shoal/shard"
+	"shoal/transport"
+)
+
+// MemberConfig describes one member of a plan on this node.
+type MemberConfig struct {
+	Plan placement.Plan
+	// Pool is the role of the plan's pool the member belongs to ("" for
+	// the first pool).
+	Pool string
+	// Node is this node's ID in the plan; Addrs maps every node of the
+	// plan to its endpoint address.
+	Node  string
+	Addrs map[string]string
+	// Spec is the member's shard (shard.SpecsFor) and Model the weights it
+	// holds (shard.Shard.Model), which must outlive the member.
+	Spec  shard.ShardSpec
+	Model *model.Model
+	// Runner options of every session: worker threads (all cores if 0),
+	// KV capacity in tokens over all sequences (the model's context if 0)
+	// and KV block size (the engine's default if 0).
+	Threads     int
+	CacheTokens int
+	BlockSize   int
+}
+
+// Member is the runtime of one member of a plan: for every session a
+// driver opens, a model.Runner of the member's layers and slice (and a
+// collective of its stage's tensor-parallel group), which runs the
+// session's steps as they come.
+type Member struct {
+	h   *Host
+	cfg MemberConfig
+	lay *layout
+	me  memberRef
+	key string
+
+	mu       sync.Mutex
+	sessions map[string]*memberSession
+	closed   bool
+	busy     atomic.Int32
+}
+
+// memberKey names a member of a plan on its host.
+func memberKey(l *layout, m memberRef) string {
+	return fmt.Sprintf("%s/v%d/%s/%s", l.Model, l.Version, l.Pool, m.key())
+}
+
+// AddMember starts serving a member of a plan on h.
+func (h *Host) AddMember(cfg MemberConfig) (*Member, error) {
+	if cfg.Model == nil {
+		return nil, errors.New("dist: member without a model")
+	}
+	lay, err := newLayout(cfg.Plan, cfg.Pool, cfg.Addrs)
+	if err != nil {
+		return nil, err
+	}
+	me, err := lay.locate(cfg.Node, cfg.Spec.Lo, cfg.Spec.Hi, cfg.Spec.TPRank)
+	if err != nil {
+		return nil, err
+	}
+	w := cfg.Model.W
+	switch size := len(lay.Stages[me.Stage].Members); {
+	case max(cfg.Spec.TPSize, 1) != size:
+		return nil, fmt.Errorf("dist: %v: the shard is for a group of %d, the stage has %d members", me, cfg.Spec.TPSize, size)
+	case (me.Embedding || me == lay.Embedder) && w.TokEmbd == nil:
+		return nil, fmt.Errorf("dist: %v embeds but its weights hold no token embedding", me)
+	case me == lay.Output && (w.Output == nil || w.OutputNorm == nil):
+		return nil, fmt.Errorf("dist: %v computes the logits but its weights hold no output", me)
+	}
+	m := &Member{h: h, cfg: cfg, lay: lay, me: me, key: memberKey(lay, me), sessions: map[string]*memberSession{}}
+	if err := h.add(m.key, m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Busy is the number of steps the member is running.
+func (m *Member) Busy() int { return int(m.busy.Load()) }
+
+// Sessions is the number of open sessions.
+func (m *Member) Sessions() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sessions)
+}
+
+// Close ends the member's sessions (waiting for steps in progress) and
+// stops serving it.
+func (m *Member) Close() error {
+	m.h.remove(m.key, m)
+	m.mu.Lock()
+	m.closed = true
+	ss := m.sessions
+	m.sessions = map[string]*memberSession{}
+	m.mu.Unlock()
+	for _, s := range ss {
+		s.close()
+	}
+	return nil
+}
+
+// memberSession is a member's part of one session.
+type memberSession struct {
+	m       *Member
+	id      string
+	timeout time.Duration
+	act     transport.DType
+	driver  string
+	runner  *model.Runner
+	group   *transport.Group // nil outside a tensor-parallel group
+	coll    *countingGroup
+
+	ctx    context.Context // ended by abort and close
+	cancel context.CancelFunc
+
+	stateMu sync.Mutex
+	err     error // sticky: why the session is unusable
+
+	stepMu sync.Mutex // one step (or free) at a time; held by close
+	next   uint64
+	x, emb []float32
+	logits []float32
+	rows   []int
+	batch  model.Batch
+}
+
+// openResp tells the driver the shapes it needs.
+type openResp struct {
+	NEmbd  int `json:"n_embd"`
+	NVocab int `json:"n_vocab"`
+}
+
+func (m *Member) open(req *openReq) (*openResp, error) {
+	if req.Stage != m.me.Stage || req.Rank != m.me.Rank || req.Version != m.lay.Version {
+		return nil, transport.Errorf(http.StatusConflict, "dist: %v of plan version %d was asked for stage %d rank %d of version %d",
+			m.me, m.lay.Version, req.Stage, req.Rank, req.Version)
+	}
+	if !req.Activations.Valid() || !req.Collectives.Valid() || req.TimeoutMs <= 0 || req.Session == "" {
+		return nil, transport.Errorf(http.StatusBadRequest, "dist: invalid session options")
+	}
+	s := &memberSession{m: m, id: req.Session, timeout: time.Duration(req.TimeoutMs) * time.Millisecond,
+		act: req.Activations, driver: req.Driver, next: 1}
+	st := m.lay.Stages[m.me.Stage]
+	var coll model.Collective
+	if len(st.Members) > 1 {
+		addrs := make([]string, len(st.Members))
+		for i, p := range st.Members {
+			addrs[i] = p.Addr
+		}
+		g, err := transport.NewGroup(m.h.ep, transport.GroupConfig{ID: fmt.Sprintf("%s/s%d", req.Session, m.me.Stage),
+			Members: addrs, Rank: m.me.Rank, DType: req.Collectives, Timeout: s.timeout})
+		if err != nil {
+			return nil, err
+		}
+		s.group = g
+		s.coll = &countingGroup{g: g, dt: req.Collectives}
+		coll = s.coll
+	}
+	cfg := &m.cfg
+	r, err := model.NewRunner(cfg.Model, model.Options{Threads: cfg.Threads, Lo: st.Lo, Hi: st.Hi,
+		CacheTokens: cfg.CacheTokens, BlockSize: cfg.BlockSize, Slice: cfg.Spec.Slice(&cfg.Model.Config), Collective: coll})
+	if err != nil {
+		if s.group != nil {
+			s.group.Close()
+		}
+		return nil, fmt.Errorf("dist: %v: %w", m.me, err)
+	}
+	s.runner = r
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || m.sessions[req.Session] != nil {
+		s.close()
+		if m.closed {
+			return nil, ErrClosed
+		}
+		return nil, transport.Errorf(http.StatusConflict, "dist: session %s is already open on %v", req.Session, m.me)
+	}
+	m.sessions[req.Session] = s
+	return &openResp{NEmbd: cfg.Model.NEmbd, NVocab: cfg.Model.NVocab}, nil
+}
+
+func (m *Member) session(id string) (*memberSession, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.sessions[id]; s != nil {
+		return s, nil
+	}
+	return nil, transport.Errorf(http.StatusNotFound, "dist: no session %s on %v", id, m.me)
+}
+
+func (m *Member) abort(id string, why error) {
+	if s, err := m.session(id); err == nil {
+		s.fail(fmt.Errorf("aborted by the driver: %w", why))
+	}
+}
+
+func (m *Member) closeSession(id string) {
+	m.mu.Lock()
+	s := m.sessions[id]
+	delete(m.sessions, id)
+	m.mu.Unlock()
+	if s != nil {
+		s.close()
+	}
+}
+
+func (m *Member) free(req *freeReq) error {
+	s, err := m.session(req.Session)
+	if err != nil {
+		return err
+	}
+	s.stepMu.Lock()
+	defer s.stepMu.Unlock()
+	for _, q := range req.Seqs {
+		s.runner.Cache().Free(kv.SeqID(q))
+	}
+	return nil
+}
+
+// fail makes the session unusable: the step in progress is cancelled
+// (its collective calls fail at once) and later ones are refused.
+func (s *memberSession) fail(err error) {
+	s.stateMu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.stateMu.Unlock()
+	s.cancel()
+	if s.group != nil {
+		s.group.Close()
+	}
+}
+
+func (s *memberSession) failed() error {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	return s.err
+}
+
+// close fails the session and releases its runner once no step runs.
+func (s *memberSession) close() {
+	if s.cancel != nil {
+		s.fail(ErrClosed)
+	} else if s.group != nil {
+		s.group.Close()
+	}
+	s.stepMu.Lock()
+	defer s.stepMu.Unlock()
+	if s.runner != nil {
+		s.runner.Close()
+		s.runner = nil
+	}
+}
+
+func (m *Member) step(ctx context.Context, req *stepReq) (*traffic, error) {
+	s, err := m.session(req.Session)
+	if err != nil {
+		return nil, err
+	}
+	m.busy.Add(1)
+	defer m.busy.Add(-1)
+	s.stepMu.Lock()
+	defer s.stepMu.Unlock()
+	if err := s.failed(); err != nil {
+		return nil, fmt.Errorf("dist: session %s is unusable on %v: %w", s.id, m.me, err)
+	}
+	if s.runner == nil {
+		return nil, ErrClosed
+	}
+	if req.Step != s.next {
+		err := fmt.Errorf("dist: %v got step %d of session %s, expected %d", m.me, req.Step, s.id, s.next)
+		s.fail(err)
+		return nil, err
+	}
+	s.next++
+	sctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	var tr traffic
+	if err := s.run(sctx, req, &tr); err != nil {
+		if s.failed() == nil {
+			err = fmt.Errorf("dist: %v, step %d: %w", m.me, req.Step, err)
+		} else {
+			err = fmt.Errorf("dist: %v, step %d: %w (%v)", m.me, req.Step, err, s.failed())
+		}
+		s.fail(err)
+		return nil, err
+	}
+	if s.coll != nil {
+		tr.Collectives = s.coll.bytes.Swap(0)
+	}
+	return &tr, nil
+}
+
+// run executes one step on this member: take the input (embed it, or
+// receive it from the embedder or the previous stage), run the layers,
+// and pass the result on (next stage, or logits to the driver).
+func (s *memberSession) run(ctx context.Context, req *stepReq, tr *traffic) error {
+	m, lay, me := s.m, s.m.lay, s.m.me
+	r := s.runner
+	E := m.cfg.Model.NEmbd
+	b := &s.batch
+	b.Chunks = b.Chunks[:0]
+	n := 0
+	for _, c := range req.Chunks {
+		if c.N <= 0 {
+			return fmt.Errorf("chunk of sequence %d has %d tokens", c.Seq, c.N)
+		}
+		b.Chunks = append(b.Chunks, model.Chunk{Seq: kv.SeqID(c.Seq), N: c.N})
+		n += c.N
+	}
+	if n == 0 {
+		return errors.New("empty step")
+	}
+	b.Tokens = req.Tokens
+	embedder := me == lay.Embedder
+	embeds := embedder || (me.Stage == 0 && me.Embedding)
+	if embeds && len(req.Tokens) != n {
+		return fmt.Errorf("step has %d tokens, its chunks cover %d", len(req.Tokens), n)
+	}
+	if err := r.Reserve(b); err != nil {
+		return err
+	}
+	for i, c := range b.Chunks {
+		if c.Pos != req.Chunks[i].Pos {
+			return fmt.Errorf("sequence %d is at position %d here, the driver says %d", c.Seq, c.Pos, req.Chunks[i].Pos)
+		}
+	}
+	s.x = grow(s.x, n*E)
+	x := s.x
+	if embedder {
+		e := x
+		if me.Stage != 0 {
+			s.emb = grow(s.emb, n*E)
+			e = s.emb
+		}
+		if err := r.Embed(req.Tokens, e); err != nil {
+			return err
+		}
+		var targets []memberRef
+		for _, t := range lay.Stages[0].Members {
+			if lay.receivesEmbedding(t) && t != me {
+				targets = append(targets, t)
+			}
+		}
+		sent, err := fanOut(ctx, targets, func(t memberRef) (int64, error) {
+			return sendRows(ctx, m.h.mb, t.Addr, req.Step, tagEmbed(s.id), s.act, n, E, e)
+		})
+		tr.Activations += sent
+		if err != nil {
+			return fmt.Errorf("sending the embedding: %w", err)
+		}
+	}
+	switch {
+	case me.Stage == 0 && me.Embedding:
+		if !embedder {
+			if err := r.Embed(req.Tokens, x); err != nil {
+				return err
+			}
+		}
+	case me.Stage == 0:
+		if err := recvRows(ctx, m.h.mb, req.Step, tagEmbed(s.id), n, E, x); err != nil {
+			return fmt.Errorf("waiting for the embedding from %v: %w", lay.Embedder, err)
+		}
+	default:
+		from := lay.Stages[me.Stage-1].Members[0]
+		if err := recvRows(ctx, m.h.mb, req.Step, tagHidden(s.id, me.Stage), n, E, x); err != nil {
+			return fmt.Errorf("waiting for the hidden state from %v: %w", from, err)
+		}
+	}
+	st := lay.Stages[me.Stage]
+	if err := r.Forward(b, st.Lo, st.Hi, x); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", err, context.Cause(ctx))
+		}
+		return err
+	}
+	if me.Stage+1 < len(lay.Stages) && me.Rank == 0 {
+		sent, err := fanOut(ctx, lay.Stages[me.Stage+1].Members, func(t memberRef) (int64, error) {
+			return sendRows(ctx, m.h.mb, t.Addr, req.Step, tagHidden(s.id, me.Stage+1), s.act, n, E, x)
+		})
+		tr.Activations += sent
+		if err != nil {
+			return fmt.Errorf("sending the hidden state: %w", err)
+		}
+	}
+	if me == lay.Output && len(req.Rows) > 0 {
+		for _, i := range req.Rows {
+			if i < 0 || i >= n {
+				return fmt.Errorf("logits row %d is outside the step's %d tokens", i, n)
+			}
+		}
+		V := m.cfg.Model.NVocab
+		s.logits = grow(s.logits, len(req.Rows)*V)
+		r.Logits(x, req.Rows, s.logits)
+		sent, err := sendRows(ctx, m.h.mb, s.driver, req.Step, tagLogits(s.id), transport.F32, len(req.Rows), V, s.logits)
+		tr.Logits += sent
+		if err != nil {
+			return fmt.Errorf("sending the logits to the driver at %s: %w", s.driver, err)
+		}
+	}
+	return nil
+}
+
+// fanOut runs send for every target concurrently and returns the bytes
+// sent and the first error, naming its target.
+func fanOut(ctx context.Context, targets []memberRef, send func(t memberRef) (int64, error)) (int64, error) {
+	if len(targets) == 1 {
+		n, err := send(targets[0])
+		if err != nil {
+			err = fmt.Errorf("to %v: %w", targets[0], err)
+		}
+		return n, err
+	}
+	var total atomic.Int64
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Go(func() {
+			n, err := send(t)
+			total.Add(n)
+			if err != nil {
+				errs[i] = fmt.Errorf("to %v: %w", t, err)
+			}
+		})
+	}
+	wg.Wait()
+	return total.Load(), errors.Join(errs...)
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}

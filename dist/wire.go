@@ -1,0 +1,154 @@
+package dist
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"shoal/engine/quant"
+	"shoal/transport"
+)
+
+// RPC methods a Host serves (on the endpoint's KindRPC server).
+const (
+	methodOpen  = "dist.open"
+	methodStep  = "dist.step"
+	methodFree  = "dist.free"
+	methodAbort = "dist.abort"
+	methodClose = "dist.close"
+)
+
+// maxFramePayload bounds the payload of one tensor frame the package sends;
+// larger tensors go as several frames of whole rows (same id and tag, in
+// order).
+const maxFramePayload = 8 << 20
+
+// memberAddr names a member of a session on its host.
+type memberAddr struct {
+	Session string `json:"session"`
+	Key     string `json:"key"` // model/version/pool/stage/rank
+}
+
+// openReq opens a session on a member.
+type openReq struct {
+	memberAddr
+	Version     uint64          `json:"version"`
+	Pool        string          `json:"pool"`
+	Stage       int             `json:"stage"`
+	Rank        int             `json:"rank"`
+	TimeoutMs   int64           `json:"timeout_ms"`
+	Activations transport.DType `json:"activations"`
+	Collectives transport.DType `json:"collectives"`
+	Driver      string          `json:"driver"` // address the logits go to
+}
+
+type wireChunk struct {
+	Seq int32 `json:"seq"`
+	Pos int   `json:"pos"`
+	N   int   `json:"n"`
+}
+
+// stepReq is one step as a member sees it: every member gets the chunks;
+// members that embed get the tokens; the output member gets the rows.
+type stepReq struct {
+	memberAddr
+	Step   uint64      `json:"step"`
+	Chunks []wireChunk `json:"chunks"`
+	Tokens []int32     `json:"tokens,omitempty"`
+	Rows   []int       `json:"rows,omitempty"`
+}
+
+// traffic is the payload bytes a member sent during a step.
+type traffic struct {
+	Activations int64 `json:"act"`
+	Collectives int64 `json:"coll"`
+	Logits      int64 `json:"logits"`
+}
+
+type freeReq struct {
+	memberAddr
+	Seqs []int32 `json:"seqs"`
+}
+
+type abortReq struct {
+	memberAddr
+	Reason string `json:"reason"`
+}
+
+// Tags of the package's activation frames, by session.
+func tagEmbed(session string) string             { return session + "/embd" }
+func tagHidden(session string, stage int) string { return fmt.Sprintf("%s/h%d", session, stage) }
+func tagLogits(session string) string            { return session + "/logits" }
+
+// sendRows sends rows x cols values of data to addr as frames of whole
+// rows of at most maxFramePayload bytes, returning the payload bytes sent.
+func sendRows(ctx context.Context, mb *transport.Mailbox, addr string, id uint64, tag string, dt transport.DType, rows, cols int, data []float32) (int64, error) {
+	per := max(1, maxFramePayload/max(1, dt.EncodedLen(cols)))
+	var sent int64
+	for r := 0; r < rows; r += per {
+		n := min(per, rows-r)
+		if err := mb.Send(ctx, addr, id, tag, dt, n, cols, data[r*cols:(r+n)*cols]); err != nil {
+			return sent, err
+		}
+		sent += int64(dt.EncodedLen(n * cols))
+	}
+	return sent, nil
+}
+
+// recvRows receives what sendRows sent: rows x cols values into dst.
+func recvRows(ctx context.Context, mb *transport.Mailbox, id uint64, tag string, rows, cols int, dst []float32) error {
+	got := 0
+	for got < rows {
+		n, c, err := mb.Recv(ctx, "", id, tag, dst[got*cols:rows*cols])
+		if err != nil {
+			return err
+		}
+		if c != cols || n <= 0 || got+n > rows {
+			return fmt.Errorf("dist: %q #%d: received %d x %d values, want %d rows of %d", tag, id, n, c, rows-got, cols)
+		}
+		got += n
+	}
+	return nil
+}
+
+// countingGroup is a transport.Group that counts the payload bytes this
+// member sends, following the group's choice of algorithm.
+type countingGroup struct {
+	g     *transport.Group
+	dt    transport.DType
+	bytes atomic.Int64
+}
+
+func (c *countingGroup) Rank() int { return c.g.Rank() }
+func (c *countingGroup) Size() int { return c.g.Size() }
+
+func (c *countingGroup) AllReduceSum(x []float32) error {
+	n, p, rank := len(x), c.g.Size(), c.g.Rank()
+	switch {
+	case n == 0 || p == 1:
+	case p == 2 || c.dt.EncodedLen(n) <= transport.DefaultDirectMaxBytes:
+		c.bytes.Add(int64((p - 1) * c.dt.EncodedLen(n)))
+	default: // reduce-scatter: the others' chunks; all-gather: ours to each
+		per := n / p
+		if per >= quant.QK {
+			per -= per % quant.QK
+		}
+		chunk := func(i int) int {
+			if i == p-1 {
+				return n - i*per
+			}
+			return per
+		}
+		for j := range p {
+			if j != rank {
+				c.bytes.Add(int64(c.dt.EncodedLen(chunk(j)) + c.dt.EncodedLen(chunk(rank))))
+			}
+		}
+	}
+	return c.g.AllReduceSum(x)
+}
+
+func (c *countingGroup) AllGather(part, out []float32) error {
+	c.bytes.Add(int64((c.g.Size() - 1) * c.dt.EncodedLen(len(part))))
+	return c.g.AllGather(part, out)
+}
