@@ -13,7 +13,8 @@ func archLevels() []*level {
 		return nil
 	}
 	q8SumsAsm = q8SumsAVX2
-	l := &level{name: "avx2", q8_K: quantQ8_KAVX2, axpyF16: axpyF16AVX2, scoresF16: scoresF16AVX2, accumF16: accumF16AVX2}
+	l := &level{name: "avx2", q8_K: quantQ8_KAVX2, axpyF16: axpyF16AVX2, scoresF16: scoresF16AVX2, accumF16: accumF16AVX2,
+		expSub: expSubAVX2, siluMul: siluMulAVX2}
 	l.k[quant.Q4_0] = &kset{blockLen: quant.QK,
 		one: oneQ4_0, rowsR: 4, rowsX: dotQ4_0X4, auxPrep: auxPairs(8), tile: dotQ4_0R2C4, tileR: 2, tileC: 4}
 	l.k[quant.Q8_0] = &kset{blockLen: quant.QK,
@@ -36,8 +37,8 @@ func archLevels() []*level {
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI {
 		// AVX-512 VNNI: prefill tiles for the 32-element and float formats; decode
 		// is bandwidth bound and keeps the AVX2 kernels.
-		v := &level{name: "avx512", q8_K: l.q8_K, axpyF16: l.axpyF16, scoresF16: l.scoresF16, accumF16: l.accumF16}
-		v.k = l.k
+		v := *l
+		v.name = "avx512"
 		for _, t := range []quant.Type{quant.Q4_0, quant.Q8_0} {
 			ks := *l.k[t]
 			ks.tileR, ks.tileC, ks.tileU8 = 4, 8, true
@@ -50,7 +51,7 @@ func archLevels() []*level {
 			ks.tile, ks.tileR, ks.tileC = f, 4, 6
 			v.k[t] = &ks
 		}
-		ls = append([]*level{v}, ls...)
+		ls = append([]*level{&v}, ls...)
 	}
 	return ls
 }

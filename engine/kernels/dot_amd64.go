@@ -177,6 +177,16 @@ func scoresF16AVX2(q *float32, k *uint16, stride int, d int, T int, out *float32
 //go:noescape
 func accumF16AVX2(acc *float32, p *float32, v *uint16, stride int, d int, T int)
 
+// expSubAVX2: x[i] = exp(x[i]-m) for n (a multiple of 8) floats; returns their sum.
+//
+//go:noescape
+func expSubAVX2(x *float32, n int, m float32) float32
+
+// siluMulAVX2: g[i] = silu(g[i])·u[i] for n (a multiple of 8) floats.
+//
+//go:noescape
+func siluMulAVX2(gate *float32, up *float32, n int)
+
 // quantQ8_0AVX2 quantizes nb blocks of 32 floats to Q8_0 exactly as quant.QuantizeRow.
 //
 //go:noescape

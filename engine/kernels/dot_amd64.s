@@ -1070,6 +1070,136 @@ DATA pickIdx<>+56(SB)/4, $0x00000008
 DATA pickIdx<>+60(SB)/4, $0x0000000c
 GLOBL pickIdx<>(SB), RODATA|NOPTR, $64
 
+DATA expLo<>+0(SB)/4, $0xc2aeac4f
+DATA expLo<>+4(SB)/4, $0xc2aeac4f
+DATA expLo<>+8(SB)/4, $0xc2aeac4f
+DATA expLo<>+12(SB)/4, $0xc2aeac4f
+DATA expLo<>+16(SB)/4, $0xc2aeac4f
+DATA expLo<>+20(SB)/4, $0xc2aeac4f
+DATA expLo<>+24(SB)/4, $0xc2aeac4f
+DATA expLo<>+28(SB)/4, $0xc2aeac4f
+GLOBL expLo<>(SB), RODATA|NOPTR, $32
+
+DATA expHi<>+0(SB)/4, $0x42b0c0a5
+DATA expHi<>+4(SB)/4, $0x42b0c0a5
+DATA expHi<>+8(SB)/4, $0x42b0c0a5
+DATA expHi<>+12(SB)/4, $0x42b0c0a5
+DATA expHi<>+16(SB)/4, $0x42b0c0a5
+DATA expHi<>+20(SB)/4, $0x42b0c0a5
+DATA expHi<>+24(SB)/4, $0x42b0c0a5
+DATA expHi<>+28(SB)/4, $0x42b0c0a5
+GLOBL expHi<>(SB), RODATA|NOPTR, $32
+
+DATA expLog2e<>+0(SB)/4, $0x3fb8aa3b
+DATA expLog2e<>+4(SB)/4, $0x3fb8aa3b
+DATA expLog2e<>+8(SB)/4, $0x3fb8aa3b
+DATA expLog2e<>+12(SB)/4, $0x3fb8aa3b
+DATA expLog2e<>+16(SB)/4, $0x3fb8aa3b
+DATA expLog2e<>+20(SB)/4, $0x3fb8aa3b
+DATA expLog2e<>+24(SB)/4, $0x3fb8aa3b
+DATA expLog2e<>+28(SB)/4, $0x3fb8aa3b
+GLOBL expLog2e<>(SB), RODATA|NOPTR, $32
+
+DATA expLn2hi<>+0(SB)/4, $0x3f318000
+DATA expLn2hi<>+4(SB)/4, $0x3f318000
+DATA expLn2hi<>+8(SB)/4, $0x3f318000
+DATA expLn2hi<>+12(SB)/4, $0x3f318000
+DATA expLn2hi<>+16(SB)/4, $0x3f318000
+DATA expLn2hi<>+20(SB)/4, $0x3f318000
+DATA expLn2hi<>+24(SB)/4, $0x3f318000
+DATA expLn2hi<>+28(SB)/4, $0x3f318000
+GLOBL expLn2hi<>(SB), RODATA|NOPTR, $32
+
+DATA expLn2lo<>+0(SB)/4, $0xb95e8083
+DATA expLn2lo<>+4(SB)/4, $0xb95e8083
+DATA expLn2lo<>+8(SB)/4, $0xb95e8083
+DATA expLn2lo<>+12(SB)/4, $0xb95e8083
+DATA expLn2lo<>+16(SB)/4, $0xb95e8083
+DATA expLn2lo<>+20(SB)/4, $0xb95e8083
+DATA expLn2lo<>+24(SB)/4, $0xb95e8083
+DATA expLn2lo<>+28(SB)/4, $0xb95e8083
+GLOBL expLn2lo<>(SB), RODATA|NOPTR, $32
+
+DATA expOne<>+0(SB)/4, $0x3f800000
+DATA expOne<>+4(SB)/4, $0x3f800000
+DATA expOne<>+8(SB)/4, $0x3f800000
+DATA expOne<>+12(SB)/4, $0x3f800000
+DATA expOne<>+16(SB)/4, $0x3f800000
+DATA expOne<>+20(SB)/4, $0x3f800000
+DATA expOne<>+24(SB)/4, $0x3f800000
+DATA expOne<>+28(SB)/4, $0x3f800000
+GLOBL expOne<>(SB), RODATA|NOPTR, $32
+
+DATA expBias<>+0(SB)/4, $0x0000007f
+DATA expBias<>+4(SB)/4, $0x0000007f
+DATA expBias<>+8(SB)/4, $0x0000007f
+DATA expBias<>+12(SB)/4, $0x0000007f
+DATA expBias<>+16(SB)/4, $0x0000007f
+DATA expBias<>+20(SB)/4, $0x0000007f
+DATA expBias<>+24(SB)/4, $0x0000007f
+DATA expBias<>+28(SB)/4, $0x0000007f
+GLOBL expBias<>(SB), RODATA|NOPTR, $32
+
+DATA expP0<>+0(SB)/4, $0x39506967
+DATA expP0<>+4(SB)/4, $0x39506967
+DATA expP0<>+8(SB)/4, $0x39506967
+DATA expP0<>+12(SB)/4, $0x39506967
+DATA expP0<>+16(SB)/4, $0x39506967
+DATA expP0<>+20(SB)/4, $0x39506967
+DATA expP0<>+24(SB)/4, $0x39506967
+DATA expP0<>+28(SB)/4, $0x39506967
+GLOBL expP0<>(SB), RODATA|NOPTR, $32
+
+DATA expP1<>+0(SB)/4, $0x3ab743ce
+DATA expP1<>+4(SB)/4, $0x3ab743ce
+DATA expP1<>+8(SB)/4, $0x3ab743ce
+DATA expP1<>+12(SB)/4, $0x3ab743ce
+DATA expP1<>+16(SB)/4, $0x3ab743ce
+DATA expP1<>+20(SB)/4, $0x3ab743ce
+DATA expP1<>+24(SB)/4, $0x3ab743ce
+DATA expP1<>+28(SB)/4, $0x3ab743ce
+GLOBL expP1<>(SB), RODATA|NOPTR, $32
+
+DATA expP2<>+0(SB)/4, $0x3c088908
+DATA expP2<>+4(SB)/4, $0x3c088908
+DATA expP2<>+8(SB)/4, $0x3c088908
+DATA expP2<>+12(SB)/4, $0x3c088908
+DATA expP2<>+16(SB)/4, $0x3c088908
+DATA expP2<>+20(SB)/4, $0x3c088908
+DATA expP2<>+24(SB)/4, $0x3c088908
+DATA expP2<>+28(SB)/4, $0x3c088908
+GLOBL expP2<>(SB), RODATA|NOPTR, $32
+
+DATA expP3<>+0(SB)/4, $0x3d2aa9c1
+DATA expP3<>+4(SB)/4, $0x3d2aa9c1
+DATA expP3<>+8(SB)/4, $0x3d2aa9c1
+DATA expP3<>+12(SB)/4, $0x3d2aa9c1
+DATA expP3<>+16(SB)/4, $0x3d2aa9c1
+DATA expP3<>+20(SB)/4, $0x3d2aa9c1
+DATA expP3<>+24(SB)/4, $0x3d2aa9c1
+DATA expP3<>+28(SB)/4, $0x3d2aa9c1
+GLOBL expP3<>(SB), RODATA|NOPTR, $32
+
+DATA expP4<>+0(SB)/4, $0x3e2aaaaa
+DATA expP4<>+4(SB)/4, $0x3e2aaaaa
+DATA expP4<>+8(SB)/4, $0x3e2aaaaa
+DATA expP4<>+12(SB)/4, $0x3e2aaaaa
+DATA expP4<>+16(SB)/4, $0x3e2aaaaa
+DATA expP4<>+20(SB)/4, $0x3e2aaaaa
+DATA expP4<>+24(SB)/4, $0x3e2aaaaa
+DATA expP4<>+28(SB)/4, $0x3e2aaaaa
+GLOBL expP4<>(SB), RODATA|NOPTR, $32
+
+DATA expP5<>+0(SB)/4, $0x3f000000
+DATA expP5<>+4(SB)/4, $0x3f000000
+DATA expP5<>+8(SB)/4, $0x3f000000
+DATA expP5<>+12(SB)/4, $0x3f000000
+DATA expP5<>+16(SB)/4, $0x3f000000
+DATA expP5<>+20(SB)/4, $0x3f000000
+DATA expP5<>+24(SB)/4, $0x3f000000
+DATA expP5<>+28(SB)/4, $0x3f000000
+GLOBL expP5<>(SB), RODATA|NOPTR, $32
+
 // func cpuid1ECX() uint32
 // Requires: CPUID
 TEXT ·cpuid1ECX(SB), NOSPLIT, $0-4
@@ -6889,6 +7019,99 @@ narrowRow:
 	ADDQ         $0x00000010, DX
 	SUBQ         $0x08, SI
 	JMP          narrow
+
+done:
+	VZEROUPPER
+	RET
+
+// func expSubAVX2(x *float32, n int, m float32) float32
+// Requires: AVX, AVX2, FMA3, SSE
+TEXT ·expSubAVX2(SB), NOSPLIT, $0-28
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVSS        m+16(FP), X0
+	VBROADCASTSS X0, Y0
+	VXORPS       Y1, Y1, Y1
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	VMOVUPS      (AX), Y2
+	VSUBPS       Y0, Y2, Y2
+	VMAXPS       expLo<>+0(SB), Y2, Y2
+	VMINPS       expHi<>+0(SB), Y2, Y2
+	VMULPS       expLog2e<>+0(SB), Y2, Y3
+	VROUNDPS     $0x00, Y3, Y3
+	VFNMADD231PS expLn2hi<>+0(SB), Y3, Y2
+	VFNMADD231PS expLn2lo<>+0(SB), Y3, Y2
+	VMOVUPS      expP0<>+0(SB), Y4
+	VFMADD213PS  expP1<>+0(SB), Y2, Y4
+	VFMADD213PS  expP2<>+0(SB), Y2, Y4
+	VFMADD213PS  expP3<>+0(SB), Y2, Y4
+	VFMADD213PS  expP4<>+0(SB), Y2, Y4
+	VFMADD213PS  expP5<>+0(SB), Y2, Y4
+	VMULPS       Y2, Y2, Y5
+	VFMADD213PS  Y2, Y5, Y4
+	VADDPS       expOne<>+0(SB), Y4, Y4
+	VCVTPS2DQ    Y3, Y2
+	VPADDD       expBias<>+0(SB), Y2, Y2
+	VPSLLD       $0x17, Y2, Y2
+	VMULPS       Y2, Y4, Y4
+	VMOVUPS      Y4, (AX)
+	VADDPS       Y4, Y1, Y1
+	ADDQ         $0x20, AX
+	SUBQ         $0x08, CX
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	MOVSS        X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func siluMulAVX2(gate *float32, up *float32, n int)
+// Requires: AVX, AVX2, FMA3
+TEXT ·siluMulAVX2(SB), NOSPLIT, $0-24
+	MOVQ  gate+0(FP), AX
+	MOVQ  up+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VMOVUPS      (AX), Y0
+	VXORPS       Y1, Y1, Y1
+	VSUBPS       Y0, Y1, Y1
+	VMAXPS       expLo<>+0(SB), Y1, Y1
+	VMINPS       expHi<>+0(SB), Y1, Y1
+	VMULPS       expLog2e<>+0(SB), Y1, Y2
+	VROUNDPS     $0x00, Y2, Y2
+	VFNMADD231PS expLn2hi<>+0(SB), Y2, Y1
+	VFNMADD231PS expLn2lo<>+0(SB), Y2, Y1
+	VMOVUPS      expP0<>+0(SB), Y3
+	VFMADD213PS  expP1<>+0(SB), Y1, Y3
+	VFMADD213PS  expP2<>+0(SB), Y1, Y3
+	VFMADD213PS  expP3<>+0(SB), Y1, Y3
+	VFMADD213PS  expP4<>+0(SB), Y1, Y3
+	VFMADD213PS  expP5<>+0(SB), Y1, Y3
+	VMULPS       Y1, Y1, Y4
+	VFMADD213PS  Y1, Y4, Y3
+	VADDPS       expOne<>+0(SB), Y3, Y3
+	VCVTPS2DQ    Y2, Y1
+	VPADDD       expBias<>+0(SB), Y1, Y1
+	VPSLLD       $0x17, Y1, Y1
+	VMULPS       Y1, Y3, Y3
+	VADDPS       expOne<>+0(SB), Y3, Y3
+	VDIVPS       Y3, Y0, Y0
+	VMULPS       (CX), Y0, Y0
+	VMOVUPS      Y0, (AX)
+	ADDQ         $0x20, AX
+	ADDQ         $0x20, CX
+	SUBQ         $0x08, DX
+	JNZ          loop
 
 done:
 	VZEROUPPER

@@ -3,6 +3,7 @@ package model
 import (
 	"math"
 
+	"shoal/engine/kernels"
 	"shoal/engine/quant"
 )
 
@@ -20,21 +21,15 @@ func rmsNorm(dst, x, w []float32, eps float32) {
 	}
 }
 
-func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
 
-// softmaxInPlace normalizes x (max-subtracted, the sum in float64).
+// softmaxInPlace normalizes x (max-subtracted, float32 exp, the sum in
+// float64 as ggml does).
 func softmaxInPlace(x []float32) {
 	mx := float32(math.Inf(-1))
 	for _, v := range x {
 		mx = max(mx, v)
 	}
-	var sum float64
-	for i, v := range x {
-		e := float32(math.Exp(float64(v - mx)))
-		x[i] = e
-		sum += float64(e)
-	}
-	inv := float32(1 / sum)
+	inv := float32(1 / kernels.ExpSub(x, mx))
 	for i := range x {
 		x[i] *= inv
 	}

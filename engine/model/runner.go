@@ -459,9 +459,7 @@ func (r *Runner) swiglu(gate, up *kernels.Matrix, x []float32, n int, g, u []flo
 	} else {
 		r.matmul(up, x, n, u)
 	}
-	for i := range g[:n*F] {
-		g[i] = silu(g[i]) * u[i]
-	}
+	kernels.SiLUMul(g[:n*F], u[:n*F])
 }
 
 // ffn computes out = down(silu(gate·x) * up·x) for n rows of x.

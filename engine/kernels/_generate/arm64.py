@@ -3,9 +3,14 @@
 
 Run from engine/kernels/_generate: python3 arm64.py > ../dot_arm64.s
 
-Go's arm64 assembler lacks SDOT, SMULL, SADALP, SADDLP, SCVTF (vector),
-FCVTL and FADDP (vector); they are emitted as WORD encodings with the
-instruction in a comment (encodings from the Arm ARM, A64 SIMD section).
+Kernels: Q8_0 and Q4_0 (against Q8_0) and Q4_K and Q6_K (against Q8_K),
+each with SDOT (level neon-dot) and without (level neon: SMULL/SMULL2 and
+SADDLP/SADALP), and F16.
+
+Go's arm64 assembler lacks SDOT, SMULL (8H and 4S), SMULL2, SMLAL2, SADALP,
+SADDLP, MUL and MLA (vector), SXTL/SXTL2 (SSHLL #0), SCVTF (vector), FCVTL
+and FADDP (vector); they are emitted as WORD encodings with the instruction
+in a comment (encodings from the Arm ARM, A64 SIMD section).
 """
 
 def sdot(d, n, m):    return (0x4E809400 | m << 16 | n << 5 | d, f"SDOT V{d}.4S, V{n}.16B, V{m}.16B")
@@ -18,6 +23,13 @@ def fcvtl(d, n):      return (0x0E217800 | n << 5 | d, f"FCVTL V{d}.4S, V{n}.4H"
 def fcvtl2(d, n):     return (0x4E217800 | n << 5 | d, f"FCVTL2 V{d}.4S, V{n}.8H")
 def faddp(d, n, m):   return (0x6E20D400 | m << 16 | n << 5 | d, f"FADDP V{d}.4S, V{n}.4S, V{m}.4S")
 def fadd(d, n, m):    return (0x4E20D400 | m << 16 | n << 5 | d, f"FADD V{d}.4S, V{n}.4S, V{m}.4S")
+def mul4s(d, n, m):   return (0x4EA09C00 | m << 16 | n << 5 | d, f"MUL V{d}.4S, V{n}.4S, V{m}.4S")
+def mla4s(d, n, m):   return (0x4EA09400 | m << 16 | n << 5 | d, f"MLA V{d}.4S, V{n}.4S, V{m}.4S")
+def smull4s(d, n, m): return (0x0E60C000 | m << 16 | n << 5 | d, f"SMULL V{d}.4S, V{n}.4H, V{m}.4H")
+def smlal2s(d, n, m): return (0x4E608000 | m << 16 | n << 5 | d, f"SMLAL2 V{d}.4S, V{n}.8H, V{m}.8H")
+def sxtl8h(d, n):     return (0x0F08A400 | n << 5 | d, f"SXTL V{d}.8H, V{n}.8B")
+def sxtl4s(d, n):     return (0x0F10A400 | n << 5 | d, f"SXTL V{d}.4S, V{n}.4H")
+def sxtl2s(d, n):     return (0x4F10A400 | n << 5 | d, f"SXTL2 V{d}.4S, V{n}.8H")
 
 def w(enc):
     code, text = enc
@@ -62,22 +74,26 @@ SCALE = """\tMOVHU (R0), R4
 \tVDUP V20.S[0], V20.S4
 """
 
-def intdot(dot, pairs):
-    """int32x4 sum in V8 of the int8 products of the register pairs."""
+def subdot(dot, acc, pairs, temps):
+    """int32x4 sum in V{acc} of the int8 products of the register pairs; the
+    NEON form widens the products into the temps (two per pair)."""
     s = ""
     if dot:
-        s += "\tVEOR V8.B16, V8.B16, V8.B16\n"
+        s += f"\tVEOR V{acc}.B16, V{acc}.B16, V{acc}.B16\n"
         for x, y in pairs:
-            s += w(sdot(8, x, y))
+            s += w(sdot(acc, x, y))
         return s
-    t = 10
-    for x, y in pairs:
-        s += w(smull(t, x, y)) + w(smull2(t + 1, x, y))
-        t += 2
-    s += w(saddlp(8, 10))
-    for r in range(11, t):
-        s += w(sadalp(8, r))
+    t = list(temps)
+    for i, (x, y) in enumerate(pairs):
+        s += w(smull(t[2*i], x, y)) + w(smull2(t[2*i + 1], x, y))
+    s += w(saddlp(acc, t[0]))
+    for r in t[1:2*len(pairs)]:
+        s += w(sadalp(acc, r))
     return s
+
+def intdot(dot, pairs):
+    """int32x4 sum in V8 of the int8 products of the register pairs."""
+    return subdot(dot, 8, pairs, range(10, 10 + 2*len(pairs)))
 
 def accumulate():
     return w(scvtf(8, 8)) + "\tVFMLA V20.S4, V8.S4, V31.S4\n"
@@ -103,6 +119,112 @@ def q4_0(dot):
     s += "\tADD $18, R0\n\tADD $34, R1\n\tSUB $1, R2\n\tCBNZ R2, loop\n"
     return s + epilogue()
 
+def vregs(first, n):
+    return "[" + ", ".join(f"V{first + i}.B16" for i in range(n)) + "]"
+
+def addp_tree(acc):
+    """Pairwise sums of the eight int32x4 registers acc: returns (a, b) with
+    lanes a = [S0 S1 S2 S3], b = [S4 S5 S6 S7], S_k the lane sum of acc[k]."""
+    s = ""
+    for i in range(0, 8, 2):
+        s += f"\tVADDP V{acc[i+1]}.S4, V{acc[i]}.S4, V{acc[i]}.S4\n"
+    for i in (0, 4):
+        s += f"\tVADDP V{acc[i+2]}.S4, V{acc[i]}.S4, V{acc[i]}.S4\n"
+    return s, acc[0], acc[4]
+
+def dscale(v, half, off, dy):
+    """V{v} = f16 at off(R0) times the float32 in F{dy}, broadcast (R{half}
+    is scratch)."""
+    return (f"\tMOVHU {off}(R0), R{half}\n\tVMOV R{half}, V{v}.H[0]\n\tFCVTHS F{v}, F{v}\n"
+            f"\tFMULS F{dy}, F{v}, F{v}\n\tVDUP V{v}.S[0], V{v}.S4\n")
+
+def kname(t, dot):
+    return f"dot{t}" + ("SDOT" if dot else "NEON")
+
+def consts(name, vals):
+    """prologue with byte constants (value, register) set before the loop."""
+    c = "".join(f"\tVMOVI ${v}, V{r}.B16\n" for v, r in vals)
+    return prologue(name).replace("\tCBZ R2, done\n", c + "\tCBZ R2, done\n")
+
+def step(wbytes):
+    return f"\tADD ${wbytes}, R0\n\tADD $292, R1\n\tSUB $1, R2\n\tCBNZ R2, loop\n"
+
+# Q4_K x Q8_K. Block: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128
+# bytes of nibbles (sub-block j: nibble j%2 of bytes 32*(j/2)..+31). Q8_K: f32
+# d, 256 int8, 16 int16 bsums. Per block: isum = sum_j sc_j * dot_j (int32,
+# exact), msum = sum_j m_j * (bsum_2j + bsum_2j+1); acc += d*dy*isum -
+# dmin*dy*msum, lane-wise in float32.
+def q4_k(dot):
+    s = consts(kname("Q4_K", dot), [(15, 30)]) + "loop:\n"
+    s += "\tMOVWU 4(R0), R6\n\tMOVWU 8(R0), R7\n\tMOVWU 12(R0), R8\n"
+    s += "\tADD $16, R0, R9\n\tVLD1.P 64(R9), " + vregs(0, 4) + "\n\tVLD1 (R9), " + vregs(4, 4) + "\n"
+    s += "\tADD $4, R1, R10\n"
+    for c in range(4):
+        s += "\tVLD1.P 64(R10), " + vregs(16, 4) + "\n"
+        s += f"\tVAND V30.B16, V{2*c}.B16, V8.B16\n\tVAND V30.B16, V{2*c+1}.B16, V9.B16\n"
+        s += f"\tVUSHR $4, V{2*c}.B16, V10.B16\n\tVUSHR $4, V{2*c+1}.B16, V11.B16\n"
+        s += subdot(dot, 20 + 2*c, [(8, 16), (9, 17)], range(12, 16))
+        s += subdot(dot, 21 + 2*c, [(10, 18), (11, 19)], range(12, 16))
+    s += "\tVLD1 (R10), [V16.B16, V17.B16]\n"  # bsums (R10 = a + 260)
+    t, lo, hi = addp_tree(list(range(20, 28)))
+    s += t
+    # 6-bit scales and mins of sub-blocks 0-3 and 4-7, four bytes per word:
+    # bytes 0-3 (u0), 4-7 (u1), 8-11 (u2) of the packed 12.
+    s += "\tANDW $0x3f3f3f3f, R6, R11\n"             # sc0-3 = u0 & 63
+    s += "\tANDW $0x3f3f3f3f, R7, R12\n"             # m0-3 = u1 & 63
+    s += "\tANDW $0x0f0f0f0f, R8, R13\n\tLSRW $2, R6, R14\n\tANDW $0x30303030, R14, R14\n"
+    s += "\tORRW R14, R13, R13\n"                    # sc4-7 = u2&15 | (u0>>6)<<4
+    s += "\tLSRW $4, R8, R14\n\tANDW $0x0f0f0f0f, R14, R14\n\tLSRW $2, R7, R15\n"
+    s += "\tANDW $0x30303030, R15, R15\n\tORRW R15, R14, R14\n"  # m4-7 = u2>>4 | (u1>>6)<<4
+    s += "\tORR R13<<32, R11, R11\n\tORR R14<<32, R12, R12\n"
+    s += "\tVMOV R11, V12.D[0]\n\tVMOV R12, V14.D[0]\n"
+    s += "\tVUXTL V12.B8, V12.H8\n\tVUXTL2 V12.H8, V13.S4\n\tVUXTL V12.H4, V12.S4\n"
+    s += "\tVUXTL V14.B8, V14.H8\n"
+    s += w(mul4s(lo, lo, 12)) + w(mla4s(lo, hi, 13))
+    s += "\tVADDP V17.H8, V16.H8, V16.H8\n"           # bsum pairs, one per sub-block
+    s += w(smull4s(15, 16, 14)) + w(smlal2s(15, 16, 14))
+    s += w(scvtf(lo, lo)) + w(scvtf(15, 15))
+    s += "\tFMOVS (R1), F21\n" + dscale(22, 4, 0, 21) + dscale(23, 5, 2, 21)
+    s += f"\tVFMLA V22.S4, V{lo}.S4, V31.S4\n\tVFMLS V23.S4, V15.S4, V31.S4\n"
+    return s + step(144) + epilogue()
+
+# Q6_K x Q8_K. Block: ql[128], qh[64], int8 scales[16], f16 d. In each
+# 128-element half (ql 64, qh 32, scales 8 bytes), for l < 32 the elements l,
+# l+32, l+64, l+96 are the low nibble of ql[l], of ql[l+32], the high nibble
+# of ql[l], of ql[l+32], with bit pairs 0-1, 2-3, 4-5, 6-7 of qh[l] on top,
+# minus 32; scale k covers elements 16k..16k+15 of the half.
+def q6_k(dot):
+    s = consts(kname("Q6_K", dot), [(15, 30), (48, 29), (32, 28)]) + "loop:\n"
+    s += "\tVEOR V26.B16, V26.B16, V26.B16\n"
+    s += "\tMOVD R0, R9\n\tADD $128, R0, R11\n\tADD $4, R1, R10\n"
+    for half in range(2):
+        s += "\tVLD1.P 64(R9), " + vregs(0, 4) + "\n\tVLD1.P 32(R11), [V4.B16, V5.B16]\n"
+        s += "\tVLD1.P 64(R10), " + vregs(16, 4) + "\n\tVLD1.P 64(R10), " + vregs(20, 4) + "\n"
+        for k in range(2):
+            ql0, ql1, qh = k, 2 + k, 4 + k
+            # low nibbles: qh bits 0-1 (<<4), bits 2-3 (<<2)
+            for v, src, sh in ((6 + k, ql0, "VSHL $4"), (8 + k, ql1, "VSHL $2")):
+                s += f"\tVAND V30.B16, V{src}.B16, V{v}.B16\n\t{sh}, V{qh}.B16, V14.B16\n"
+                s += f"\tVAND V29.B16, V14.B16, V14.B16\n\tVORR V14.B16, V{v}.B16, V{v}.B16\n"
+                s += f"\tVSUB V28.B16, V{v}.B16, V{v}.B16\n"
+            # high nibbles: qh bits 4-5 (in place), bits 6-7 (>>2)
+            s += f"\tVUSHR $4, V{ql0}.B16, V{10+k}.B16\n\tVAND V29.B16, V{qh}.B16, V14.B16\n"
+            s += f"\tVORR V14.B16, V{10+k}.B16, V{10+k}.B16\n\tVSUB V28.B16, V{10+k}.B16, V{10+k}.B16\n"
+            s += f"\tVUSHR $4, V{ql1}.B16, V{12+k}.B16\n\tVUSHR $2, V{qh}.B16, V14.B16\n"
+            s += f"\tVAND V29.B16, V14.B16, V14.B16\n\tVORR V14.B16, V{12+k}.B16, V{12+k}.B16\n"
+            s += f"\tVSUB V28.B16, V{12+k}.B16, V{12+k}.B16\n"
+        acc = [0, 1, 2, 3, 4, 5, 14, 15]
+        for g in range(8):  # values V6..V13 against q8 V16..V23
+            s += subdot(dot, acc[g], [(6 + g, 16 + g)], (24, 25))
+        t, lo, hi = addp_tree(acc)
+        s += t
+        s += f"\tFMOVD {192 + 8*half}(R0), F24\n"
+        s += w(sxtl8h(24, 24)) + w(sxtl2s(25, 24)) + w(sxtl4s(24, 24))
+        s += w(mla4s(26, lo, 24)) + w(mla4s(26, hi, 25))
+    s += w(scvtf(26, 26)) + "\tFMOVS (R1), F27\n" + dscale(25, 4, 208, 27)
+    s += "\tVFMLA V25.S4, V26.S4, V31.S4\n"
+    return s + step(210) + epilogue()
+
 def f16():
     name = "dotF16NEON"
     s = prologue(name).replace("\tVEOR V31.B16, V31.B16, V31.B16\n",
@@ -116,4 +238,5 @@ def f16():
     s += w(fadd(24, 24, 25)) + w(fadd(26, 26, 27)) + w(fadd(31, 24, 26))
     return s + epilogue()
 
-print(HDR + q8_0(True) + q8_0(False) + q4_0(True) + q4_0(False) + f16(), end="")
+print(HDR + q8_0(True) + q8_0(False) + q4_0(True) + q4_0(False) + f16() +
+      q4_k(True) + q4_k(False) + q6_k(True) + q6_k(False), end="")

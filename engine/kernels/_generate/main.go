@@ -28,6 +28,7 @@ func main() {
 	ConstraintExpr("amd64,!noasm,gc")
 	consts()
 	consts512()
+	constsExp()
 	cpuid()
 
 	q40x("dotQ4_0X4", quant40)
@@ -68,6 +69,8 @@ func main() {
 
 	scoresF16()
 	accumF16()
+	expSub()
+	siluMul()
 
 	quantQ8_0()
 	q8sums()
