@@ -51,6 +51,12 @@ type Stats struct {
 	Logits        int64
 }
 
+// Sub is the difference s - o of two readings of the counters.
+func (s Stats) Sub(o Stats) Stats {
+	return Stats{Steps: s.Steps - o.Steps, Tokens: s.Tokens - o.Tokens, Control: s.Control - o.Control,
+		Activations: s.Activations - o.Activations, Collectives: s.Collectives - o.Collectives, Logits: s.Logits - o.Logits}
+}
+
 // Bytes is the total payload.
 func (s Stats) Bytes() int64 { return s.Control + s.Activations + s.Collectives + s.Logits }
 
@@ -129,7 +135,7 @@ func (c *Cluster) Open(ctx context.Context) (*Session, error) {
 	defer cancel()
 	ms := c.lay.members()
 	resps := make([]openResp, len(ms))
-	err := c.each(ctx, func(i int, m memberRef) error {
+	err := c.each(ctx, func(ctx context.Context, i int, m memberRef) error {
 		req := openReq{memberAddr: s.addr(m), Version: c.lay.Version, Pool: c.lay.Pool, Stage: m.Stage, Rank: m.Rank,
 			TimeoutMs: c.opt.Timeout.Milliseconds(), Activations: c.opt.Activations, Collectives: c.opt.Collectives, Driver: c.h.Addr()}
 		_, _, err := c.h.call(ctx, m.Addr, methodOpen, &req, &resps[i])
@@ -154,7 +160,7 @@ func (s *Session) addr(m memberRef) memberAddr {
 
 // each runs f for every member concurrently; the first error (naming the
 // member) cancels the others' calls and is returned.
-func (c *Cluster) each(ctx context.Context, f func(i int, m memberRef) error) error {
+func (c *Cluster) each(ctx context.Context, f func(ctx context.Context, i int, m memberRef) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ms := c.lay.members()
@@ -163,7 +169,7 @@ func (c *Cluster) each(ctx context.Context, f func(i int, m memberRef) error) er
 	var wg sync.WaitGroup
 	for i, m := range ms {
 		wg.Go(func() {
-			if err := f(i, m); err != nil {
+			if err := f(ctx, i, m); err != nil {
 				once.Do(func() {
 					first = fmt.Errorf("%v: %w", m, err)
 					cancel()
@@ -259,25 +265,27 @@ func (s *Session) Step(ctx context.Context, b *model.Batch, rows []int) ([]float
 	defer cancel()
 	var control atomic.Int64
 	var tr [3]atomic.Int64
-	err := c.each(sctx, func(i int, m memberRef) error {
+	err := c.each(sctx, func(ctx context.Context, i int, m memberRef) error {
 		var recvErr chan error
+		rctx, rcancel := context.WithCancel(ctx)
+		defer rcancel()
 		if m == lay.Output && len(rows) > 0 {
 			recvErr = make(chan error, 1)
 			go func() {
-				recvErr <- recvRows(sctx, c.h.mb, step, tagLogits(s.id), len(rows), s.nVocab, s.logits)
+				recvErr <- recvRows(rctx, c.h.mb, step, tagLogits(s.id), len(rows), s.nVocab, s.logits)
 			}()
 		}
 		var got traffic
-		sent, recvd, err := c.h.call(sctx, m.Addr, methodStep, &s.reqs[i], &got)
+		sent, recvd, err := c.h.call(ctx, m.Addr, methodStep, &s.reqs[i], &got)
 		control.Add(int64(sent + recvd))
-		if err == nil && recvErr != nil {
-			// The member sent the logits before replying.
-			if err = <-recvErr; err != nil {
-				err = fmt.Errorf("receiving the logits: %w", err)
+		if recvErr != nil {
+			if err != nil {
+				rcancel()
 			}
-		} else if recvErr != nil {
-			cancel()
-			<-recvErr
+			// The member sends the logits before it replies.
+			if rerr := <-recvErr; err == nil && rerr != nil {
+				err = fmt.Errorf("receiving the logits: %w", rerr)
+			}
 		}
 		if err != nil {
 			return err
@@ -323,7 +331,7 @@ func (s *Session) release(ctx context.Context, method string) {
 	if s.err != nil {
 		reason = s.err.Error()
 	}
-	_ = s.c.each(ctx, func(i int, m memberRef) error {
+	_ = s.c.each(ctx, func(ctx context.Context, i int, m memberRef) error {
 		var req any = s.addr(m)
 		if method == methodAbort {
 			req = abortReq{memberAddr: s.addr(m), Reason: reason}
@@ -346,7 +354,7 @@ func (s *Session) Free(ctx context.Context, seqs ...kv.SeqID) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.c.opt.Timeout)
 	defer cancel()
-	err := s.c.each(ctx, func(i int, m memberRef) error {
+	err := s.c.each(ctx, func(ctx context.Context, i int, m memberRef) error {
 		_, _, err := s.c.h.call(ctx, m.Addr, methodFree, freeReq{memberAddr: s.addr(m), Seqs: ids}, nil)
 		return err
 	})

@@ -2,7 +2,6 @@ package dist
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -10,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -265,10 +266,6 @@ type cluster struct {
 
 func startCluster(t *testing.T, path string, plan placement.Plan, opt Options) *cluster {
 	t.Helper()
-	ca, err := transport.DeriveCA("dist-test-secret-0123456789")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var nodes []string
 	for _, st := range plan.Pools[0].Stages {
 		for _, m := range st.Members {
@@ -279,14 +276,7 @@ func startCluster(t *testing.T, path string, plan placement.Plan, opt Options) *
 	t.Cleanup(cl.close)
 	addrs := map[string]string{}
 	for _, n := range nodes {
-		id, err := transport.SelfIssue(ca, n, transport.RoleServer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ep, err := transport.Listen(transport.Config{Bind: "127.0.0.1:0", Identity: id, HandshakeTimeout: 2 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ep := listen(t, n)
 		cl.eps = append(cl.eps, ep)
 		cl.hosts = append(cl.hosts, NewHost(ep, nil, nil))
 		addrs[n] = ep.Addr().String()
@@ -309,11 +299,53 @@ func startCluster(t *testing.T, path string, plan placement.Plan, opt Options) *
 			cl.members = append(cl.members, mb)
 		}
 	}
+	var err error
 	cl.drv, err = cl.hosts[0].NewCluster(plan, addrs, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cl
+}
+
+// addrs maps the plan's nodes to their endpoints.
+func (cl *cluster) addrs() map[string]string {
+	out := map[string]string{}
+	for _, m := range cl.members {
+		out[m.me.Node] = m.me.Addr
+	}
+	return out
+}
+
+// extraHost starts a host on a new endpoint that is not in the plan.
+func (cl *cluster) extraHost(t *testing.T) *Host {
+	t.Helper()
+	ep := listen(t, "driver")
+	cl.eps = append(cl.eps, ep)
+	h := NewHost(ep, nil, nil)
+	cl.hosts = append(cl.hosts, h)
+	return h
+}
+
+var testCA = sync.OnceValue(func() *transport.CA {
+	ca, err := transport.DeriveCA("dist-test-secret-0123456789")
+	if err != nil {
+		panic(err)
+	}
+	return ca
+})
+
+// listen opens an endpoint on loopback with a certificate for node.
+func listen(t *testing.T, node string) *transport.Endpoint {
+	t.Helper()
+	id, err := transport.SelfIssue(testCA(), node, transport.RoleServer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := transport.Listen(transport.Config{Bind: "127.0.0.1:0", Identity: id, HandshakeTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ep
 }
 
 func (cl *cluster) close() {
@@ -337,8 +369,9 @@ func allRows(n int) []int {
 }
 
 // generate runs the prompt (logits of every row) and then one decode
-// step per token of decode through s, returning all logits.
-func generate(t *testing.T, s *Session, seq kv.SeqID, prompt, decode []int32) []float32 {
+// step per token of decode through s, returning all logits and the
+// cluster's counters after the prompt.
+func generate(t *testing.T, cl *Cluster, s *Session, seq kv.SeqID, prompt, decode []int32) ([]float32, Stats) {
 	t.Helper()
 	ctx := context.Background()
 	b := model.Batch{Tokens: prompt, Chunks: []model.Chunk{{Seq: seq, N: len(prompt)}}}
@@ -347,6 +380,7 @@ func generate(t *testing.T, s *Session, seq kv.SeqID, prompt, decode []int32) []
 		t.Fatal(err)
 	}
 	got := append([]float32(nil), l...)
+	afterPrompt := cl.Stats()
 	for i, tok := range decode {
 		b := model.Batch{Tokens: []int32{tok}, Chunks: []model.Chunk{{Seq: seq, N: 1}}}
 		l, err := s.Step(ctx, &b, []int{0})
@@ -358,7 +392,7 @@ func generate(t *testing.T, s *Session, seq kv.SeqID, prompt, decode []int32) []
 		}
 		got = append(got, l...)
 	}
-	return got
+	return got, afterPrompt
 }
 
 // TestPlans runs every oracle case through pipeline, tensor-, pipeline x
@@ -398,11 +432,11 @@ func TestPlans(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer s.Close(context.Background())
-					got := generate(t, s, seq, prompt, decode)
+					got, pst := generate(t, cl.drv, s, seq, prompt, decode)
 					_, desc, err := diff(want, got, ref.NVocab, isFloat(ref))
+					t.Logf("DIST %-13s %-8s %s", oc.name, p.name, desc)
 					st := cl.drv.Stats()
-					t.Logf("DIST %-13s %-8s %s  wire %.0f B/token (%d steps, %d tokens: control %d, activations %d, collectives %d, logits %d)",
-						oc.name, p.name, desc, st.BytesPerToken(), st.Steps, st.Tokens, st.Control, st.Activations, st.Collectives, st.Logits)
+					t.Logf("WIRE %-13s %-8s prompt %s; decode %s", oc.name, p.name, describeStats(pst), describeStats(st.Sub(pst)))
 					if err != nil {
 						t.Error(err)
 					}
@@ -415,5 +449,187 @@ func TestPlans(t *testing.T) {
 	}
 }
 
-var _ = binary.LittleEndian
-var _ = runtime.NumGoroutine
+func describeStats(st Stats) string {
+	return fmt.Sprintf("%.0f B/token (%d tokens: control %d, activations %d, collectives %d, logits %d)",
+		st.BytesPerToken(), st.Tokens, st.Control, st.Activations, st.Collectives, st.Logits)
+}
+
+// TestWireDTypes runs a pipeline x tensor plan with hidden states and
+// all-reduces encoded as f16 and as q8_0 on the wire: fewer bytes, logits
+// still within the quantized-model tolerances of a single node.
+func TestWireDTypes(t *testing.T) {
+	oracleCases(t)
+	path := filepath.Join(oracleDir, "llama-q8_0", "model.gguf")
+	ref, err := model.Open(path)
+	if err != nil {
+		t.Skipf("oracle model absent: %v", err)
+	}
+	defer ref.Close()
+	c := &ref.Config
+	toks := []int32{1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975}
+	prompt, decode := toks[:6], toks[6:]
+	single, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer single.Close()
+	want, err := single.Prompt(1, prompt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range decode {
+		l, err := single.Decode(1, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, l...)
+	}
+	L, F := c.NLayer, c.FFNDim()
+	tp2 := tp(c, splitEven(c.NHeadKV, 2), []int{F / 2 / 32 * 32}, nil)
+	plan := makePlan(c, "llama-q8_0", []testStage{{0, L / 2, tp2}, {L / 2, L, tp2}})
+	for _, dt := range []transport.DType{transport.F32, transport.F16, transport.Q8_0} {
+		t.Run(dt.String(), func(t *testing.T) {
+			cl := startCluster(t, path, plan, Options{Timeout: 10 * time.Second, Activations: dt, Collectives: dt})
+			s, err := cl.drv.Open(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close(context.Background())
+			got, pst := generate(t, cl.drv, s, 1, prompt, decode)
+			_, desc, err := diff(want, got, ref.NVocab, false)
+			t.Logf("%v: %s; decode %s", dt, desc, describeStats(cl.drv.Stats().Sub(pst)))
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestMemberDies closes one member's endpoint between the decode steps of
+// a generation: the next step fails within the timeout naming that
+// member, the session stays unusable, and the surviving members finish
+// their part of the step and release the session without leaking
+// goroutines.
+func TestMemberDies(t *testing.T) {
+	path := filepath.Join(oracleDir, "llama-q8_0", "model.gguf")
+	oracleCases(t) // skips without ../shared, materializes the models
+	ref, err := model.Open(path)
+	if err != nil {
+		t.Skipf("oracle model absent: %v", err)
+	}
+	c := ref.Config
+	ref.Close()
+	L, F := c.NLayer, c.FFNDim()
+	tp2 := tp(&c, splitEven(c.NHeadKV, 2), []int{F / 2 / 32 * 32}, nil)
+	whole := []part{{}}
+	for _, tc := range []struct {
+		name   string
+		stages []testStage
+		victim int // index of the member (node) closed
+	}{
+		{"pp3, middle stage", []testStage{{0, 1, whole}, {1, L - 1, whole}, {L - 1, L, whole}}, 1},
+		{"pp2xtp2, stage 1 rank 1", []testStage{{0, L / 2, tp2}, {L / 2, L, tp2}}, 3},
+		{"pp2xtp2, stage 0 rank 0", []testStage{{0, L / 2, tp2}, {L / 2, L, tp2}}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const timeout = 2 * time.Second
+			plan := makePlan(&c, "llama-q8_0", tc.stages)
+			cl := startCluster(t, path, plan, Options{Timeout: timeout})
+			// Drive from a host that is not in the plan, so any member
+			// may die.
+			drvHost := cl.extraHost(t)
+			drv, err := drvHost.NewCluster(plan, cl.addrs(), Options{Timeout: timeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			toks := []int32{1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975}
+			var s *Session
+			step := func(tok []int32) error {
+				b := model.Batch{Tokens: tok, Chunks: []model.Chunk{{Seq: 1, N: len(tok)}}}
+				_, err := s.Step(ctx, &b, []int{len(tok) - 1})
+				return err
+			}
+			// A first session opens the connections and streams between
+			// the nodes, which outlive it.
+			if s, err = drv.Open(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := step(toks[:5]); err != nil {
+				t.Fatal(err)
+			}
+			s.Close(ctx)
+			time.Sleep(50 * time.Millisecond)
+			baseline := runtime.NumGoroutine()
+			if s, err = drv.Open(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := step(toks[:5]); err != nil {
+				t.Fatal(err)
+			}
+			for _, tok := range toks[5:7] {
+				if err := step([]int32{tok}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			victim := cl.members[tc.victim]
+			cl.eps[tc.victim].Close()
+			start := time.Now()
+			err = step(toks[7:8])
+			elapsed := time.Since(start)
+			t.Logf("step after closing %v failed after %v: %v", victim.me, elapsed.Round(time.Millisecond), err)
+			if err == nil {
+				t.Fatal("a step with a dead member succeeded")
+			}
+			if elapsed >= 2*timeout {
+				t.Errorf("the step failed after %v, want < %v", elapsed, 2*timeout)
+			}
+			if !strings.Contains(err.Error(), victim.me.Node) {
+				t.Errorf("the error does not name node %s", victim.me.Node)
+			}
+			if err2 := step(toks[8:9]); err2 == nil || s.Err() == nil {
+				t.Error("the session is usable after a failed step")
+			}
+			// The survivors give up on the step at once (the driver
+			// aborts it), not at their timeout, and stay up.
+			deadline := time.Now().Add(timeout)
+			for i, m := range cl.members {
+				if i == tc.victim {
+					continue
+				}
+				for m.Busy() > 0 && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if m.Busy() > 0 {
+					t.Errorf("%v still runs the failed step after %v", m.me, timeout)
+				}
+			}
+			s.Close(ctx)
+			for i, m := range cl.members {
+				if i != tc.victim && m.Sessions() != 0 {
+					t.Errorf("%v keeps %d sessions after close", m.me, m.Sessions())
+				}
+			}
+			// Goroutines: back to where they were before the session
+			// (fewer: the connections to the dead node end).
+			var n int
+			for end := time.Now().Add(3 * timeout); ; time.Sleep(20 * time.Millisecond) {
+				if n = runtime.NumGoroutine(); n <= baseline || time.Now().After(end) {
+					break
+				}
+			}
+			t.Logf("goroutines: %d before the session, %d after", baseline, n)
+			if n > baseline {
+				t.Errorf("%d goroutines leaked", n-baseline)
+			}
+			// The surviving hosts still serve: a new session reaches
+			// them (and fails on the dead member only).
+			if s2, err := drv.Open(ctx); err == nil {
+				s2.Close(ctx)
+				t.Error("a session opened with a dead member")
+			} else if !strings.Contains(err.Error(), victim.me.Node) {
+				t.Errorf("opening a session with a dead member: %v (does not name %s)", err, victim.me.Node)
+			}
+		})
+	}
+}

@@ -122,8 +122,7 @@ type memberSession struct {
 	act     transport.DType
 	driver  string
 	runner  *model.Runner
-	group   *transport.Group // nil outside a tensor-parallel group
-	coll    *countingGroup
+	coll    *countingGroup // nil outside a tensor-parallel group
 
 	ctx    context.Context // ended by abort and close
 	cancel context.CancelFunc
@@ -134,6 +133,7 @@ type memberSession struct {
 	stepMu sync.Mutex // one step (or free) at a time; held by close
 	next   uint64
 	x, emb []float32
+	wire   []byte // scratch of roundRows
 	logits []float32
 	rows   []int
 	batch  model.Batch
@@ -162,21 +162,28 @@ func (m *Member) open(req *openReq) (*openResp, error) {
 		for i, p := range st.Members {
 			addrs[i] = p.Addr
 		}
-		g, err := transport.NewGroup(m.h.ep, transport.GroupConfig{ID: fmt.Sprintf("%s/s%d", req.Session, m.me.Stage),
-			Members: addrs, Rank: m.me.Rank, DType: req.Collectives, Timeout: s.timeout})
+		gc := transport.GroupConfig{ID: fmt.Sprintf("%s/s%d", req.Session, m.me.Stage),
+			Members: addrs, Rank: m.me.Rank, DType: req.Collectives, Timeout: s.timeout}
+		sum, err := transport.NewGroup(m.h.ep, gc)
 		if err != nil {
 			return nil, err
 		}
-		s.group = g
-		s.coll = &countingGroup{g: g, dt: req.Collectives}
+		gc.ID += "g"
+		gc.DType = transport.F32
+		gather, err := transport.NewGroup(m.h.ep, gc)
+		if err != nil {
+			sum.Close()
+			return nil, err
+		}
+		s.coll = &countingGroup{sum: sum, gather: gather, dt: req.Collectives}
 		coll = s.coll
 	}
 	cfg := &m.cfg
 	r, err := model.NewRunner(cfg.Model, model.Options{Threads: cfg.Threads, Lo: st.Lo, Hi: st.Hi,
 		CacheTokens: cfg.CacheTokens, BlockSize: cfg.BlockSize, Slice: cfg.Spec.Slice(&cfg.Model.Config), Collective: coll})
 	if err != nil {
-		if s.group != nil {
-			s.group.Close()
+		if s.coll != nil {
+			s.coll.close()
 		}
 		return nil, fmt.Errorf("dist: %v: %w", m.me, err)
 	}
@@ -242,8 +249,8 @@ func (s *memberSession) fail(err error) {
 	}
 	s.stateMu.Unlock()
 	s.cancel()
-	if s.group != nil {
-		s.group.Close()
+	if s.coll != nil {
+		s.coll.close()
 	}
 }
 
@@ -257,8 +264,8 @@ func (s *memberSession) failed() error {
 func (s *memberSession) close() {
 	if s.cancel != nil {
 		s.fail(ErrClosed)
-	} else if s.group != nil {
-		s.group.Close()
+	} else if s.coll != nil {
+		s.coll.close()
 	}
 	s.stepMu.Lock()
 	defer s.stepMu.Unlock()
@@ -289,7 +296,9 @@ func (m *Member) step(ctx context.Context, req *stepReq) (*traffic, error) {
 		return nil, err
 	}
 	s.next++
-	sctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+	// A member gives up a little before the driver does, so that its
+	// error, which names the peer it waited for, reaches the driver.
+	sctx, cancel := context.WithTimeout(s.ctx, s.timeout*3/4)
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
@@ -367,6 +376,11 @@ func (s *memberSession) run(ctx context.Context, req *stepReq, tr *traffic) erro
 		if err != nil {
 			return fmt.Errorf("sending the embedding: %w", err)
 		}
+		if len(targets) > 0 && me.Stage == 0 {
+			// The group must hold one hidden state: this member's too
+			// is what its peers decoded.
+			s.wire = roundRows(s.act, n, E, e, s.wire)
+		}
 	}
 	switch {
 	case me.Stage == 0 && me.Embedding:
@@ -387,8 +401,8 @@ func (s *memberSession) run(ctx context.Context, req *stepReq, tr *traffic) erro
 	}
 	st := lay.Stages[me.Stage]
 	if err := r.Forward(b, st.Lo, st.Hi, x); err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%v)", err, context.Cause(ctx))
+		if len(st.Members) > 1 {
+			err = fmt.Errorf("%w (tensor-parallel group: %v)", err, st.Members)
 		}
 		return err
 	}

@@ -83,7 +83,7 @@ func tagLogits(session string) string            { return session + "/logits" }
 // sendRows sends rows x cols values of data to addr as frames of whole
 // rows of at most maxFramePayload bytes, returning the payload bytes sent.
 func sendRows(ctx context.Context, mb *transport.Mailbox, addr string, id uint64, tag string, dt transport.DType, rows, cols int, data []float32) (int64, error) {
-	per := max(1, maxFramePayload/max(1, dt.EncodedLen(cols)))
+	per := rowsPerFrame(dt, cols)
 	var sent int64
 	for r := 0; r < rows; r += per {
 		n := min(per, rows-r)
@@ -93,6 +93,21 @@ func sendRows(ctx context.Context, mb *transport.Mailbox, addr string, id uint64
 		sent += int64(dt.EncodedLen(n * cols))
 	}
 	return sent, nil
+}
+
+// roundRows replaces data by what a receiver of sendRows decodes; tmp is
+// scratch space, returned grown.
+func roundRows(dt transport.DType, rows, cols int, data []float32, tmp []byte) []byte {
+	per := rowsPerFrame(dt, cols)
+	for r := 0; r < rows; r += per {
+		n := min(per, rows-r)
+		tmp = transport.RoundTrip(dt, data[r*cols:(r+n)*cols], tmp)
+	}
+	return tmp
+}
+
+func rowsPerFrame(dt transport.DType, cols int) int {
+	return max(1, maxFramePayload/max(1, dt.EncodedLen(cols)))
 }
 
 // recvRows receives what sendRows sent: rows x cols values into dst.
@@ -111,19 +126,28 @@ func recvRows(ctx context.Context, mb *transport.Mailbox, id uint64, tag string,
 	return nil
 }
 
-// countingGroup is a transport.Group that counts the payload bytes this
-// member sends, following the group's choice of algorithm.
+// countingGroup is a model.Collective over two transport groups of the
+// same members: all-reduces in the session's wire dtype, all-gathers
+// exact (F32), since the runner's handshake all-gathers its layer range
+// and slice as floats, which Q8_0 would not carry exactly. It counts the
+// payload bytes this member sends, following the group's choice of
+// algorithm.
 type countingGroup struct {
-	g     *transport.Group
-	dt    transport.DType
-	bytes atomic.Int64
+	sum, gather *transport.Group
+	dt          transport.DType
+	bytes       atomic.Int64
 }
 
-func (c *countingGroup) Rank() int { return c.g.Rank() }
-func (c *countingGroup) Size() int { return c.g.Size() }
+func (c *countingGroup) Rank() int { return c.sum.Rank() }
+func (c *countingGroup) Size() int { return c.sum.Size() }
+
+func (c *countingGroup) close() {
+	c.sum.Close()
+	c.gather.Close()
+}
 
 func (c *countingGroup) AllReduceSum(x []float32) error {
-	n, p, rank := len(x), c.g.Size(), c.g.Rank()
+	n, p, rank := len(x), c.sum.Size(), c.sum.Rank()
 	switch {
 	case n == 0 || p == 1:
 	case p == 2 || c.dt.EncodedLen(n) <= transport.DefaultDirectMaxBytes:
@@ -145,10 +169,10 @@ func (c *countingGroup) AllReduceSum(x []float32) error {
 			}
 		}
 	}
-	return c.g.AllReduceSum(x)
+	return c.sum.AllReduceSum(x)
 }
 
 func (c *countingGroup) AllGather(part, out []float32) error {
-	c.bytes.Add(int64((c.g.Size() - 1) * c.dt.EncodedLen(len(part))))
-	return c.g.AllGather(part, out)
+	c.bytes.Add(int64((c.gather.Size() - 1) * transport.F32.EncodedLen(len(part))))
+	return c.gather.AllGather(part, out)
 }
