@@ -6,7 +6,8 @@
 
 // NEON dot kernels, one weight row x one activation row:
 //	func(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
-// (ws, as and os are unused). *SDOT use the dot-product extension
+// (ws, as and os are unused): Q8_0 and Q4_0 against Q8_0, Q4_K and Q6_K
+// against Q8_K, F16 against F16. *SDOT use the dot-product extension
 // (FEAT_DotProd, cpu.ARM64.HasASIMDDP); *NEON widen with SMULL/SADALP.
 
 // func dotQ8_0SDOT(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
