@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -408,22 +409,7 @@ func TestPlans(t *testing.T) {
 			defer ref.Close()
 			prompt, decode := oc.tokens[:len(oc.tokens)-3], oc.tokens[len(oc.tokens)-3:]
 			const seq = 3
-			single, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer single.Close()
-			want, err := single.Prompt(seq, prompt, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, tok := range decode {
-				l, err := single.Decode(seq, tok)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want = append(want, l...)
-			}
+			want := singleNode(t, ref, seq, prompt, decode)
 			for _, p := range testPlans(&ref.Config, oc.name) {
 				t.Run(p.name, func(t *testing.T) {
 					cl := startCluster(t, oc.model, p.plan, Options{Timeout: 10 * time.Second})
@@ -449,6 +435,43 @@ func TestPlans(t *testing.T) {
 	}
 }
 
+// openRef opens the named oracle case's model (closed with the test) and
+// returns it with its path; the test is skipped when it is absent.
+func openRef(t *testing.T, name string) (*model.Model, string) {
+	t.Helper()
+	oracleCases(t) // skips without ../shared, materializes the models
+	path := filepath.Join(oracleDir, name, "model.gguf")
+	ref, err := model.Open(path)
+	if err != nil {
+		t.Skipf("oracle model absent: %v", err)
+	}
+	t.Cleanup(func() { ref.Close() })
+	return ref, path
+}
+
+// singleNode is the reference: the logits of every prompt row, then of
+// each decode token, from one runner holding the whole model.
+func singleNode(t *testing.T, ref *model.Model, seq kv.SeqID, prompt, decode []int32) []float32 {
+	t.Helper()
+	r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	want, err := r.Prompt(seq, prompt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range decode {
+		l, err := r.Decode(seq, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, l...)
+	}
+	return want
+}
+
 func describeStats(st Stats) string {
 	return fmt.Sprintf("%.0f B/token (%d tokens: control %d, activations %d, collectives %d, logits %d)",
 		st.BytesPerToken(), st.Tokens, st.Control, st.Activations, st.Collectives, st.Logits)
@@ -458,32 +481,11 @@ func describeStats(st Stats) string {
 // all-reduces encoded as f16 and as q8_0 on the wire: fewer bytes, logits
 // still within the quantized-model tolerances of a single node.
 func TestWireDTypes(t *testing.T) {
-	oracleCases(t)
-	path := filepath.Join(oracleDir, "llama-q8_0", "model.gguf")
-	ref, err := model.Open(path)
-	if err != nil {
-		t.Skipf("oracle model absent: %v", err)
-	}
-	defer ref.Close()
+	ref, path := openRef(t, "llama-q8_0")
 	c := &ref.Config
 	toks := []int32{1, 450, 4996, 17354, 1701, 29916, 432, 17204, 975}
 	prompt, decode := toks[:6], toks[6:]
-	single, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer single.Close()
-	want, err := single.Prompt(1, prompt, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tok := range decode {
-		l, err := single.Decode(1, tok)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, l...)
-	}
+	want := singleNode(t, ref, 1, prompt, decode)
 	L, F := c.NLayer, c.FFNDim()
 	tp2 := tp(c, splitEven(c.NHeadKV, 2), []int{F / 2 / 32 * 32}, nil)
 	plan := makePlan(c, "llama-q8_0", []testStage{{0, L / 2, tp2}, {L / 2, L, tp2}})
@@ -505,20 +507,81 @@ func TestWireDTypes(t *testing.T) {
 	}
 }
 
+// TestBatchedSequences steps several sequences through one session:
+// prefill chunks and decode tokens of different sequences in one batch,
+// a sequence freed on every member and started again, compared with a
+// single node running the same batches.
+func TestBatchedSequences(t *testing.T) {
+	ref, path := openRef(t, "llama-q8_0")
+	c := &ref.Config
+	single, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer single.Close()
+	L, F := c.NLayer, c.FFNDim()
+	tp2 := tp(c, splitEven(c.NHeadKV, 2), []int{F / 2 / 32 * 32}, nil)
+	plan := makePlan(c, "llama-q8_0", []testStage{{0, L / 2, tp2}, {L / 2, L, tp2}})
+	cl := startCluster(t, path, plan, Options{Timeout: 10 * time.Second})
+	ctx := context.Background()
+	s, err := cl.drv.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	type step struct {
+		chunks []model.Chunk
+		tokens []int32
+		rows   []int
+		free   []kv.SeqID // freed before the step
+		pos    []int      // the chunks' positions
+	}
+	steps := []step{
+		{chunks: []model.Chunk{{Seq: 1, N: 5}}, tokens: []int32{1, 450, 4996, 17354, 1701}, rows: []int{4}, pos: []int{0}},
+		{chunks: []model.Chunk{{Seq: 2, N: 4}, {Seq: 1, N: 1}}, tokens: []int32{1, 29916, 432, 17204, 975}, rows: []int{3, 4}, pos: []int{0, 5}},
+		{chunks: []model.Chunk{{Seq: 1, N: 1}, {Seq: 2, N: 1}, {Seq: 3, N: 2}}, tokens: []int32{278, 11203, 1, 512}, rows: []int{0, 1, 2, 3}, pos: []int{6, 4, 0}},
+		{free: []kv.SeqID{1}, chunks: []model.Chunk{{Seq: 1, N: 3}, {Seq: 3, N: 1}}, tokens: []int32{1, 29889, 29871, 29896}, rows: []int{2, 3}, pos: []int{0, 2}},
+	}
+	for i, st := range steps {
+		if len(st.free) > 0 {
+			if err := s.Free(ctx, st.free...); err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range st.free {
+				single.Cache().Free(q)
+			}
+		}
+		wb := model.Batch{Tokens: st.tokens, Chunks: slices.Clone(st.chunks)}
+		want, err := single.Step(&wb, st.rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gb := model.Batch{Tokens: st.tokens, Chunks: slices.Clone(st.chunks)}
+		got, err := s.Step(ctx, &gb, st.rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, ch := range gb.Chunks {
+			if ch.Pos != st.pos[j] || wb.Chunks[j].Pos != st.pos[j] {
+				t.Errorf("step %d chunk %d at position %d (single node %d), want %d", i, j, ch.Pos, wb.Chunks[j].Pos, st.pos[j])
+			}
+		}
+		_, desc, err := diff(want, got, c.NVocab, false)
+		t.Logf("step %d: %s", i, desc)
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 // TestMemberDies closes one member's endpoint between the decode steps of
 // a generation: the next step fails within the timeout naming that
 // member, the session stays unusable, and the surviving members finish
 // their part of the step and release the session without leaking
 // goroutines.
 func TestMemberDies(t *testing.T) {
-	path := filepath.Join(oracleDir, "llama-q8_0", "model.gguf")
-	oracleCases(t) // skips without ../shared, materializes the models
-	ref, err := model.Open(path)
-	if err != nil {
-		t.Skipf("oracle model absent: %v", err)
-	}
+	ref, path := openRef(t, "llama-q8_0")
 	c := ref.Config
-	ref.Close()
 	L, F := c.NLayer, c.FFNDim()
 	tp2 := tp(&c, splitEven(c.NHeadKV, 2), []int{F / 2 / 32 * 32}, nil)
 	whole := []part{{}}
