@@ -27,6 +27,9 @@ const (
 	ModelDeleteType    MessageType = 7
 	PlanSetType        MessageType = 8
 	ShardStatusType    MessageType = 9
+	// LinkReportType is sent with IgnoreUnknownTypeFlag: a server that
+	// predates it skips link reports.
+	LinkReportType MessageType = 10
 )
 
 // RegisterNodeRequest upserts a node from gossip. Draining and RegisteredAt
@@ -83,6 +86,11 @@ type PlanSetRequest struct {
 // ShardStatusRequest records a node's report about a shard.
 type ShardStatusRequest struct {
 	Shard ShardStatus `json:"shard"`
+}
+
+// LinkReportRequest records link probes measured from one node.
+type LinkReportRequest struct {
+	Links []LinkStat `json:"links"`
 }
 
 // Encode builds a log entry: the type byte then the JSON request.
@@ -164,6 +172,11 @@ var commands = map[MessageType]handler{
 		for k, sh := range s.Shards {
 			if sh.Node == r.ID {
 				delete(s.Shards, k)
+			}
+		}
+		for k, l := range s.Links {
+			if l.From == r.ID || l.To == r.ID {
+				delete(s.Links, k)
 			}
 		}
 		return nil
@@ -274,6 +287,25 @@ var commands = map[MessageType]handler{
 		}
 		sh := r.Shard
 		s.Shards[ShardKey(sh.Node, sh.Model)] = &sh
+		return nil
+	},
+	LinkReportType: func(s *State, _ uint64, body []byte) any {
+		r, err := decode[LinkReportRequest](body)
+		if err != nil {
+			return err
+		}
+		for _, l := range r.Links {
+			if l.From == "" || l.To == "" || l.From == l.To {
+				return errorf(http.StatusBadRequest, "link report needs two different nodes")
+			}
+		}
+		for _, l := range r.Links {
+			l := l
+			if s.Links == nil {
+				s.Links = map[string]*LinkStat{}
+			}
+			s.Links[l.From+">"+l.To] = &l
+		}
 		return nil
 	},
 }

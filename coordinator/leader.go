@@ -66,16 +66,26 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 	s.mu.Lock()
 	s.seen = map[string]time.Time{}
 	s.failed = map[string]time.Time{}
+	s.planSig = map[string]string{}
 	s.mu.Unlock()
 	t := time.NewTicker(s.cfg.ReconcileInterval)
 	defer t.Stop()
 	for {
 		s.reconcile()
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		case <-s.cfg.Members.Events():
+		s.planModels()
+		// Model loads and drains arrive as state changes: plan on them
+		// too, without another membership pass.
+		for again := true; again; {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				again = false
+			case <-s.cfg.Members.Events():
+				again = false
+			case <-s.fsm.Changed():
+				s.planModels()
+			}
 		}
 	}
 }

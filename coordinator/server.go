@@ -123,6 +123,7 @@ type Server struct {
 	removed map[string]time.Time // nodes an operator removed, kept out of reconcile a while
 	seen    map[string]time.Time // when the leader first saw a server healthy as non-voter
 	failed  map[string]time.Time // when the leader first saw a server failed
+	planSig map[string]string    // per model, the planning inputs of the last committed decision
 }
 
 // NewServer opens the stores and starts Raft.

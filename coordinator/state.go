@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"sort"
 	"time"
+
+	"shoal/placement"
 )
 
 // NodeStatus is a node's health as the leader last reconciled it.
@@ -81,19 +83,92 @@ func (t *Token) Valid(now time.Time) bool {
 // Model is a model the cluster serves.
 type Model struct {
 	Name      string    `json:"name"`
-	Source    string    `json:"source"`
-	Digest    string    `json:"digest,omitempty"`
+	Source    string    `json:"source"`           // the file's path on SourceNode
+	Digest    string    `json:"digest,omitempty"` // hex sha256 of the whole file, once hashed
 	Layers    int       `json:"layers,omitempty"`
 	Bytes     uint64    `json:"bytes,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+
+	// SourceNode is the ID of the node that has the file and serves its
+	// ranges to the others.
+	SourceNode string `json:"source_node,omitempty"`
+	// Ctx is the KV cache length per sequence the plan reserves (the
+	// planner's default when 0); Overhead the memory per node beyond
+	// weights and KV (the planner's default when 0).
+	Ctx      int    `json:"ctx,omitempty"`
+	Overhead uint64 `json:"overhead,omitempty"`
+	// Profile is what the planner needs of the file (shapes, bytes and
+	// FLOPs per layer), taken by the source node from its GGUF header.
+	Profile *placement.ModelProfile `json:"profile,omitempty"`
+	// Status is hashing (the source node is computing Digest), failed
+	// (the file could not be read), unservable (no plan fits: Reason
+	// says why) or planned. Reason explains failed and unservable.
+	Status string `json:"status,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
+// Model statuses written to the state.
+const (
+	ModelHashing    = "hashing"
+	ModelPlanned    = "planned"
+	ModelUnservable = "unservable"
+	ModelFailed     = "failed"
+)
+
 // Plan is the placement of one model, written by the leader's planner.
+// Pools mirror Placement in the cluster's own types; Placement is the
+// planner's full answer (member memory, predicted costs, explanation),
+// which shard.SpecsFor and the distributed runtime read.
 type Plan struct {
 	Version             uint64  `json:"version"`
 	Model               string  `json:"model"`
 	Pools               []Pool  `json:"pools"`
 	PredictedMsPerToken float64 `json:"predicted_ms_per_token"`
+
+	Placement *placement.Plan `json:"placement,omitempty"`
+	// Moved says what this plan changed against the previous one, one line
+	// per node, and MovedBytes how many weight bytes nodes must fetch.
+	Moved      []string  `json:"moved,omitempty"`
+	MovedBytes uint64    `json:"moved_bytes,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// NewPlan wraps a planner result for the state.
+func NewPlan(p placement.Plan) Plan {
+	out := Plan{Version: p.Version, Model: p.Model, PredictedMsPerToken: p.Cost.MsPerToken, Placement: &p}
+	for _, pool := range p.Pools {
+		cp := Pool{Role: pool.Role}
+		for _, st := range pool.Stages {
+			cs := Stage{Lo: st.Lo, Hi: st.Hi}
+			for _, m := range st.Members {
+				cs.Members = append(cs.Members, StageMember{
+					Node: m.Node, TPRank: m.TPRank, TPSize: m.TPSize, HeadLo: m.HeadLo, HeadHi: m.HeadHi,
+					FFNLo: m.FFNLo, FFNHi: m.FFNHi, Experts: m.Experts,
+				})
+			}
+			cp.Stages = append(cp.Stages, cs)
+		}
+		out.Pools = append(out.Pools, cp)
+	}
+	return out
+}
+
+// Nodes lists the IDs of the nodes the plan uses, sorted.
+func (p *Plan) Nodes() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, pool := range p.Pools {
+		for _, st := range pool.Stages {
+			for _, m := range st.Members {
+				if !seen[m.Node] {
+					seen[m.Node] = true
+					out = append(out, m.Node)
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Pool is "prefill", "decode" or "shared", a pipeline of stages.
@@ -121,6 +196,13 @@ type StageMember struct {
 	Experts []int  `json:"experts,omitempty"`
 }
 
+// Shard states a node reports.
+const (
+	ShardFetching = "fetching"
+	ShardReady    = "ready"
+	ShardFailed   = "failed"
+)
+
 // ShardStatus is what a node reports about a shard it should hold.
 type ShardStatus struct {
 	Node      string    `json:"node"`
@@ -131,6 +213,26 @@ type ShardStatus struct {
 	Bytes     uint64    `json:"bytes"`
 	Error     string    `json:"error,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
+
+	// PlanVersion is the plan the report is about; Done the bytes present
+	// (of Bytes); Source "local" when opened from the node's own copy of
+	// the file, else the node ID the ranges came from; Fetched the bytes
+	// received over the network by this attempt (refetches included).
+	PlanVersion uint64 `json:"plan_version,omitempty"`
+	Done        uint64 `json:"done,omitempty"`
+	Source      string `json:"source,omitempty"`
+	Fetched     uint64 `json:"fetched,omitempty"`
+	Refetched   int    `json:"refetched,omitempty"`
+}
+
+// LinkStat is a measured one-way link between two nodes (a probe from
+// From to To over the QUIC endpoint).
+type LinkStat struct {
+	From       string    `json:"from"`
+	To         string    `json:"to"`
+	Gbit       float64   `json:"gbit"`
+	LatencyMs  float64   `json:"latency_ms"`
+	MeasuredAt time.Time `json:"measured_at"`
 }
 
 // ShardKey is the key of a shard status in State.Shards.
@@ -141,9 +243,10 @@ type State struct {
 	Nodes  map[string]*Node        `json:"nodes"`
 	Tokens map[string]*Token       `json:"tokens"`
 	Models map[string]*Model       `json:"models"`
-	Plans  map[string]*Plan        `json:"plans"`  // by model name
-	Shards map[string]*ShardStatus `json:"shards"` // by ShardKey
-	Index  uint64                  `json:"index"`  // raft index of the last applied command
+	Plans  map[string]*Plan        `json:"plans"`           // by model name
+	Shards map[string]*ShardStatus `json:"shards"`          // by ShardKey
+	Links  map[string]*LinkStat    `json:"links,omitempty"` // by "from>to"
+	Index  uint64                  `json:"index"`           // raft index of the last applied command
 }
 
 // NewState returns an empty state.
