@@ -7,10 +7,12 @@ Kernels: Q8_0 and Q4_0 (against Q8_0) and Q4_K and Q6_K (against Q8_K),
 each with SDOT (level neon-dot) and without (level neon: SMULL/SMULL2 and
 SADDLP/SADALP), and F16.
 
-Go's arm64 assembler lacks SDOT, SMULL (8H and 4S), SMULL2, SMLAL2, SADALP,
-SADDLP, MUL and MLA (vector), SXTL/SXTL2 (SSHLL #0), SCVTF (vector), FCVTL
-and FADDP (vector); they are emitted as WORD encodings with the instruction
-in a comment (encodings from the Arm ARM, A64 SIMD section).
+Go's arm64 assembler lacks SDOT, SMULL (8H and 4S forms), SMULL2, SMLAL2,
+SADDLP, SADALP, MUL and MLA (vector), SXTL/SXTL2 (SSHLL #0), SCVTF (vector),
+FCVTL/FCVTL2, FADD and FADDP (vector); they are emitted as WORD encodings
+with the instruction in a comment (encodings from the Arm ARM, A64 SIMD
+section; llvm-mc --disassemble -mattr=+dotprod decodes every WORD back to
+its comment).
 """
 
 def sdot(d, n, m):    return (0x4E809400 | m << 16 | n << 5 | d, f"SDOT V{d}.4S, V{n}.16B, V{m}.16B")
