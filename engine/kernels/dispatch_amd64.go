@@ -44,11 +44,15 @@ func archLevels() []*level {
 			ks.tileR, ks.tileC, ks.tileU8 = 4, 8, true
 			v.k[t] = &ks
 		}
-		v.k[quant.Q4_0].tile = dotQ4_0V4C8
-		v.k[quant.Q8_0].tile = dotQ8_0V4C8
-		for t, f := range map[quant.Type]dotFn{quant.F16: dotF16F32V4C6, quant.BF16: dotBF16F32V4C6, quant.F32: dotF32F32V4C6} {
+		v.k[quant.Q4_0].tile, v.k[quant.Q4_0].tile4 = dotQ4_0V4C8, dotQ4_0V4C4
+		v.k[quant.Q8_0].tile, v.k[quant.Q8_0].tile4 = dotQ8_0V4C8, dotQ8_0V4C4
+		for t, f := range map[quant.Type][2]dotFn{
+			quant.F16:  {dotF16F32V4C6, dotF16F32V4C4},
+			quant.BF16: {dotBF16F32V4C6, dotBF16F32V4C4},
+			quant.F32:  {dotF32F32V4C6, dotF32F32V4C4},
+		} {
 			ks := *l.k[t]
-			ks.tile, ks.tileR, ks.tileC = f, 4, 6
+			ks.tile, ks.tile4, ks.tileR, ks.tileC = f[0], f[1], 4, 6
 			v.k[t] = &ks
 		}
 		ls = append([]*level{&v}, ls...)

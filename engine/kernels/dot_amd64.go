@@ -152,6 +152,16 @@ func dotQ4_0V4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 //go:noescape
 func dotQ8_0V4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
+// dotQ4_0V4C4: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ4_0V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ8_0V4C4: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ8_0V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
 // dotF16F32V4C6: 4 float weight rows x C float32 activation rows, AVX-512, 16 elements per block.
 //
 //go:noescape
@@ -166,6 +176,21 @@ func dotBF16F32V4C6(w *byte, ws int, a *byte, as int, nb int, out *float32, os i
 //
 //go:noescape
 func dotF32F32V4C6(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotF16F32V4C4: 4 float weight rows x C float32 activation rows, AVX-512, 16 elements per block.
+//
+//go:noescape
+func dotF16F32V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotBF16F32V4C4: 4 float weight rows x C float32 activation rows, AVX-512, 16 elements per block.
+//
+//go:noescape
+func dotBF16F32V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotF32F32V4C4: 4 float weight rows x C float32 activation rows, AVX-512, 16 elements per block.
+//
+//go:noescape
+func dotF32F32V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
 // scoresF16AVX2: out[t] = q·row t for T half-float rows at k + t*stride bytes; d a multiple of 8.
 //

@@ -119,7 +119,9 @@ type mmJob struct {
 	ldo   int
 	group int // rows per work unit
 
-	tile bool
+	tile   bool
+	tileFn dotFn // the tile kernel for this call (ks.tile or ks.tile4)
+	tileC  int   // its activation count
 	ta   []byte // tile activations (xq, or xq widened to float32)
 	tas  int
 	f32  []float32 // scratch for the widened activations
@@ -164,7 +166,11 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 	j.group, j.tile = 16, false
 	if ks := j.ks; ks != nil {
 		j.group = ks.rowsR
-		if ks.tile != nil && n >= ks.tileC && m.Cols >= ks.blockLen {
+		j.tileFn, j.tileC = ks.tile, ks.tileC
+		if ks.tile4 != nil && n%ks.tileC != 0 && n%4 == 0 && n < 64 {
+			j.tileFn, j.tileC = ks.tile4, 4
+		}
+		if ks.tile != nil && n >= j.tileC && m.Cols >= ks.blockLen {
 			j.tile = true
 			j.group = max(ks.rowsR, ks.tileR)
 			j.ta, j.tas = xq, ars
@@ -176,7 +182,7 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 			}
 		}
 	}
-	if ks := j.ks; ks != nil && ks.rowsX != nil && (!j.tile || n%ks.tileC != 0) {
+	if ks := j.ks; ks != nil && ks.rowsX != nil && (!j.tile || n%j.tileC != 0) {
 		nb := m.Cols / ks.blockLen
 		j.auxRS = auxSize(nb)
 		if cap(j.aux) < n*j.auxRS {
@@ -254,7 +260,7 @@ func (j *mmJob) do(lo, hi int) {
 	nb := m.Cols / ks.blockLen
 	if nb > 0 {
 		if j.tile {
-			R, C := ks.tileR, ks.tileC
+			R, C := ks.tileR, j.tileC
 			nc := j.n / C * C
 			rt := r0 + (r1-r0)/R*R
 			w, ws := m.Data, m.RowSize
@@ -265,7 +271,7 @@ func (j *mmJob) do(lo, hi int) {
 				c1 := min(c0+slab, nc)
 				for r := r0; r < rt; r += R {
 					for c := c0; c < c1; c += C {
-						ks.tile(&w[r*ws], ws, &j.ta[c*j.tas], j.tas, nb, &j.out[c*j.ldo+r], j.ldo)
+						j.tileFn(&w[r*ws], ws, &j.ta[c*j.tas], j.tas, nb, &j.out[c*j.ldo+r], j.ldo)
 					}
 				}
 			}

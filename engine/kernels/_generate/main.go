@@ -63,9 +63,14 @@ func main() {
 
 	legacyV4("dotQ4_0V4C8", quant40, 8)
 	legacyV4("dotQ8_0V4C8", quant80, 8)
+	legacyV4("dotQ4_0V4C4", quant40, 4)
+	legacyV4("dotQ8_0V4C4", quant80, 4)
 	fdot512("dotF16F32V4C6", fF16, 6)
 	fdot512("dotBF16F32V4C6", fBF16, 6)
 	fdot512("dotF32F32V4C6", fF32, 6)
+	fdot512("dotF16F32V4C4", fF16, 4)
+	fdot512("dotBF16F32V4C4", fBF16, 4)
+	fdot512("dotF32F32V4C4", fF32, 4)
 
 	scoresF16()
 	accumF16()
