@@ -64,16 +64,19 @@ run: build
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 200ms ./engine/kernels/ ./engine/quant/
 
-# One agent on loopback serving BENCH_MODEL (a small random llama made with
-# gen-model, or any GGUF), measured through its OpenAI-compatible endpoint at
-# each of BENCH_C concurrent streams (make -s bench-endpoint BENCH_ARGS=--json for JSON).
-BENCH_MODEL ?= $(MODEL_DIR)/bench-llama-q4_k.gguf
+# One agent on loopback serving BENCH_MODEL, measured through its
+# OpenAI-compatible endpoint at each of BENCH_C concurrent streams (make -s
+# bench-endpoint BENCH_ARGS=--json for JSON). The default is a random F16
+# llama (1024 wide, 8 layers, 190 MB) made with gen-model: big enough that one
+# stream is bound by memory bandwidth, as real models are, so the batching of
+# concurrent streams shows (a tiny model is bound by per-token overheads).
+BENCH_MODEL ?= $(MODEL_DIR)/bench-llama-f16.gguf
 BENCH_C     ?= 1,4,16
 BENCH_N     ?= 64
 bench-endpoint: build
 	@if [ ! -f $(BENCH_MODEL) ]; then mkdir -p $(dir $(BENCH_MODEL)) && \
-		$(BIN) gen-model --arch llama --n-embd 256 --n-layer 4 --n-head 8 --n-head-kv 4 --n-ff 768 --type q4_k --seed 1 -q --out $(BENCH_MODEL); fi
-	BIN=$(BIN) MODEL=$(BENCH_MODEL) C=$(BENCH_C) N=$(BENCH_N) scripts/bench-endpoint.sh $(BENCH_ARGS)
+		$(BIN) gen-model --arch llama --n-embd 1024 --n-layer 8 --n-head 16 --n-head-kv 4 --n-ff 2816 --type f16 --seed 1 -q --out $(BENCH_MODEL); fi
+	BIN=$(BIN) MODEL=$(BENCH_MODEL) C=$(BENCH_C) N=$(BENCH_N) scripts/bench-endpoint.sh --ignore-eos $(BENCH_ARGS)
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./engine/gguf/

@@ -5,13 +5,13 @@
 #   scripts/bench-endpoint.sh [extra bench-endpoint flags, e.g. --json]
 #
 # Environment: BIN (default bin/shoal), MODEL (default
-# .shoal/bench-llama-q4_k.gguf, made by `make bench-endpoint`), C (levels,
+# .shoal/bench-llama-f16.gguf, made by `make bench-endpoint`), C (levels,
 # default 1,4,16), N (max_tokens, default 64), THREADS (engine threads,
 # default all cores), MAX_SEQS (sequences decoded together, default 16).
 set -euo pipefail
 
 BIN=${BIN:-bin/shoal}
-MODEL=${MODEL:-.shoal/bench-llama-q4_k.gguf}
+MODEL=${MODEL:-.shoal/bench-llama-f16.gguf}
 C=${C:-1,4,16}
 N=${N:-64}
 MAX_SEQS=${MAX_SEQS:-16}
