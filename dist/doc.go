@@ -3,12 +3,24 @@
 // groups all-reduce through transport collectives, expert-parallel members
 // each run their experts; single-node is the degenerate plan.
 //
-// A Host sits on a node's transport endpoint and serves the members
-// (one per shard the node holds) that run there. A Cluster, made on any
-// host, drives a plan: it opens a Session on every member, sends each
-// numbered step's description (chunks, tokens, requested rows) over RPC,
-// and receives the logits from the member that holds the output. Hidden
-// states travel member to member over the activation mailbox; the driver
-// never relays them. Every wait is bounded by the session's timeout; a
-// failed step makes the session unusable on every member, not the hosts.
+// A Host sits on a node's transport endpoint (its RPC server and
+// activation mailbox) and serves the Members that run there, one per shard
+// (shard.SpecsFor) the node holds. A Cluster, made on any host, drives a
+// plan: Open starts a Session on every member (a model.Runner of the
+// member's layers and slice, and for a tensor-parallel stage two
+// transport.Groups, all-reduces in the session's wire dtype and exact
+// all-gathers); Step sends every member the step's number and chunks over
+// RPC ("dist.step"), the tokens to the members that embed and the
+// requested rows to the member that computes the logits. The first
+// stage's members that hold no embedding receive it from the one that
+// does; TP rank 0 of each stage sends the stage's output to every member
+// of the next; the output member sends the logits (f32) to the driver.
+// Hidden states travel member to member over the mailbox (f32 by default,
+// f16 or q8_0 on request); the driver never relays them.
+//
+// Every step is bounded by the cluster's timeout, on the driver and on the
+// members (which give up a little earlier so that their error, naming the
+// peer they waited for, reaches the driver). A failed step makes the
+// session unusable everywhere (the driver aborts it on every member); the
+// hosts and their other sessions keep running.
 package dist

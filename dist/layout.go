@@ -2,8 +2,11 @@ package dist
 
 import (
 	"fmt"
+	"reflect"
+	"slices"
 
 	"shoal/placement"
+	"shoal/shard"
 )
 
 // memberRef is one member of a plan's pool as the runtime addresses it.
@@ -35,6 +38,8 @@ type layout struct {
 	Stages   []stageRef
 	Embedder memberRef // the first member holding the embedding, first stage preferred
 	Output   memberRef // the first member of the last stage holding the output
+
+	planned [][]placement.Member // by stage and rank
 }
 
 // newLayout resolves pool (its role; "" for the plan's first pool) of plan
@@ -84,6 +89,7 @@ func newLayout(plan placement.Plan, pool string, addrs map[string]string) (*layo
 			}
 		}
 		l.Stages = append(l.Stages, sr)
+		l.planned = append(l.planned, st.Members)
 	}
 	if embedder < 0 {
 		return nil, fmt.Errorf("dist: no member of the plan for %s holds the embedding", plan.Model)
@@ -123,6 +129,29 @@ func (l *layout) locate(node string, lo, hi, rank int) (memberRef, error) {
 		}
 	}
 	return memberRef{}, fmt.Errorf("dist: node %s is not rank %d of a stage [%d,%d) in pool %q of the plan for %s", node, rank, lo, hi, l.Pool, l.Model)
+}
+
+// checkSpec reports how spec differs from what the plan gives m.
+func (l *layout) checkSpec(m memberRef, spec shard.ShardSpec) error {
+	pm := l.planned[m.Stage][m.Rank]
+	st := l.Stages[m.Stage]
+	want := shard.ShardSpec{Lo: st.Lo, Hi: st.Hi, TPRank: pm.TPRank, TPSize: pm.TPSize, HeadLo: pm.HeadLo, HeadHi: pm.HeadHi,
+		FFNLo: pm.FFNLo, FFNHi: pm.FFNHi, Experts: pm.Experts, Embedding: pm.Embedding, Output: pm.Output}
+	got := spec
+	got.Model, got.FileSHA = "", ""
+	if max(got.TPSize, 1) == 1 && max(want.TPSize, 1) == 1 {
+		got.TPSize, want.TPSize = 1, 1
+		got.HeadLo, got.HeadHi, got.FFNLo, got.FFNHi = 0, 0, 0, 0
+		want.HeadLo, want.HeadHi, want.FFNLo, want.FFNHi = 0, 0, 0, 0
+	}
+	if !slices.Equal(got.Experts, want.Experts) || (got.Experts == nil) != (want.Experts == nil) {
+		return fmt.Errorf("dist: %v: the shard holds experts %v, the plan gives it %v", m, spec.Experts, pm.Experts)
+	}
+	got.Experts, want.Experts = nil, nil
+	if !reflect.DeepEqual(got, want) {
+		return fmt.Errorf("dist: %v: the shard %+v is not the plan's %+v", m, spec, want)
+	}
+	return nil
 }
 
 // receivesEmbedding reports whether m takes its input from the embedder:

@@ -73,6 +73,9 @@ func (h *Host) AddMember(cfg MemberConfig) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := lay.checkSpec(me, cfg.Spec); err != nil {
+		return nil, err
+	}
 	w := cfg.Model.W
 	switch size := len(lay.Stages[me.Stage].Members); {
 	case max(cfg.Spec.TPSize, 1) != size:
