@@ -110,7 +110,7 @@ type Stats struct {
 
 // Scheduler runs sequences on one runner holding the whole model.
 type Scheduler struct {
-	r    *model.Runner
+	r    Engine
 	eog  func(int32) bool
 	opts Options
 	cap  int // KV capacity in positions
@@ -140,9 +140,38 @@ func New(r *model.Runner, isEOG func(int32) bool, o Options) (*Scheduler, error)
 	if lo, hi := r.Range(); lo != 0 || hi != r.Model().NLayer {
 		return nil, fmt.Errorf("serve: the runner holds layers [%d,%d); the scheduler needs the whole model", lo, hi)
 	}
+	return NewEngine(RunnerEngine{r}, isEOG, o)
+}
+
+// Engine is the model the scheduler drives, one batch per step: a local
+// runner holding every layer (RunnerEngine) or a session of a model
+// distributed over several nodes.
+type Engine interface {
+	// Step reserves KV space for b's chunks (setting their positions), runs
+	// the model and returns the logits of the listed rows, len(rows) x
+	// NVocab(), valid until the next Step. When the cache cannot hold b it
+	// returns kv.ErrFull (possibly wrapped) and nothing changed.
+	Step(b *model.Batch, rows []int) ([]float32, error)
+	// Free releases a sequence's KV blocks.
+	Free(seq kv.SeqID)
+	// Cache holds the block accounting the scheduler admits and preempts by.
+	Cache() *kv.Cache
+	NVocab() int
+}
+
+// RunnerEngine is an Engine running a whole model on this machine.
+type RunnerEngine struct{ R *model.Runner }
+
+func (e RunnerEngine) Step(b *model.Batch, rows []int) ([]float32, error) { return e.R.Step(b, rows) }
+func (e RunnerEngine) Free(seq kv.SeqID)                                  { e.R.Cache().Free(seq) }
+func (e RunnerEngine) Cache() *kv.Cache                                   { return e.R.Cache() }
+func (e RunnerEngine) NVocab() int                                        { return e.R.Model().NVocab }
+
+// NewEngine starts a scheduler driving e.
+func NewEngine(e Engine, isEOG func(int32) bool, o Options) (*Scheduler, error) {
 	o.defaults()
-	c := r.Cache().Config()
-	s := &Scheduler{r: r, eog: isEOG, opts: o, cap: c.NumBlocks * c.BlockSize, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	c := e.Cache().Config()
+	s := &Scheduler{r: e, eog: isEOG, opts: o, cap: c.NumBlocks * c.BlockSize, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go s.loop()
 	return s, nil
 }
@@ -161,7 +190,7 @@ func (s *Scheduler) Submit(ctx context.Context, req Request) (<-chan Event, erro
 	if len(req.Prompt) >= s.cap {
 		return nil, fmt.Errorf("%w: the prompt has %d tokens and the context holds %d (prompt plus at least one generated token)", ErrTooLong, len(req.Prompt), s.cap)
 	}
-	nv := int32(s.r.Model().NVocab)
+	nv := int32(s.r.NVocab())
 	for _, t := range req.Prompt {
 		if t < 0 || t >= nv {
 			return nil, fmt.Errorf("%w: token id %d is outside the vocabulary of %d", ErrBadInput, t, nv)
@@ -262,7 +291,7 @@ func (s *Scheduler) shutdown() {
 
 // finish frees the sequence and sends its final event.
 func (s *Scheduler) finish(sq *seq, reason string, err error) {
-	s.r.Cache().Free(sq.id)
+	s.r.Free(sq.id)
 	ev := Event{Done: true, Reason: reason, Err: err, Prompt: len(sq.req.Prompt), Generated: sq.generated,
 		Preempted: sq.preempted, TotalTime: time.Since(sq.arrived), KVCapacity: s.cap}
 	if !sq.first.IsZero() {
@@ -327,7 +356,7 @@ func (s *Scheduler) preemptNewest() bool {
 	}
 	sq := s.running[newest]
 	s.running = append(s.running[:newest], s.running[newest+1:]...)
-	s.r.Cache().Free(sq.id)
+	s.r.Free(sq.id)
 	sq.processed = 0
 	sq.preempted++
 	s.mu.Lock()
@@ -426,7 +455,7 @@ func (s *Scheduler) buildBatch() {
 
 func (s *Scheduler) afterStep(logits []float32) {
 	s.steps.Add(1)
-	V := s.r.Model().NVocab
+	V := s.r.NVocab()
 	var prompt uint64
 	for i, c := range s.batch.Chunks {
 		sq := s.chunkSeq[i]
