@@ -153,3 +153,26 @@ func (c *Client) Tokens(ctx context.Context) ([]*coordinator.Token, error) {
 func (c *Client) RevokeToken(ctx context.Context, id string) error {
 	return c.do(ctx, "DELETE", "/v1/tokens/"+url.PathEscape(id), nil, nil)
 }
+
+// LoadModel registers a model file on a node with the cluster.
+func (c *Client) LoadModel(ctx context.Context, req LoadModelRequest) (*ModelInfo, error) {
+	var m ModelInfo
+	return &m, c.do(ctx, "POST", "/v1/cluster/models", req, &m)
+}
+
+// Models lists the cluster's models with their shards.
+func (c *Client) Models(ctx context.Context) ([]ModelInfo, error) {
+	var m []ModelInfo
+	return m, c.do(ctx, "GET", "/v1/cluster/models", nil, &m)
+}
+
+// UnloadModel removes a model, its plan and its shards.
+func (c *Client) UnloadModel(ctx context.Context, name string) error {
+	return c.do(ctx, "DELETE", "/v1/cluster/models/"+url.PathEscape(name), nil, nil)
+}
+
+// Placement is a model's committed plan.
+func (c *Client) Placement(ctx context.Context, name string) (*PlacementInfo, error) {
+	var p PlacementInfo
+	return &p, c.do(ctx, "GET", "/v1/cluster/models/"+url.PathEscape(name)+"/placement", nil, &p)
+}

@@ -88,6 +88,34 @@ func Handler(b Backend) http.Handler {
 	mux.HandleFunc("DELETE /v1/tokens/{id}", h.auth(func(r *http.Request) (any, error) {
 		return nil, b.RevokeToken(r.Context(), r.PathValue("id"))
 	}))
+	mux.HandleFunc("GET /v1/cluster/models", h.auth(func(r *http.Request) (any, error) {
+		ms, err := b.Models(r.Context())
+		if ms == nil && err == nil {
+			ms = []ModelInfo{}
+		}
+		return ms, err
+	}))
+	mux.HandleFunc("POST /v1/cluster/models", h.auth(func(r *http.Request) (any, error) {
+		var req LoadModelRequest
+		dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 64<<10))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return nil, &httpError{http.StatusBadRequest, "malformed load request: " + err.Error()}
+		}
+		if req.Path == "" {
+			return nil, &httpError{http.StatusBadRequest, "load request without a file path"}
+		}
+		if req.Ctx < 0 {
+			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("ctx %d: want a positive number of tokens", req.Ctx)}
+		}
+		return b.LoadModel(r.Context(), req)
+	}))
+	mux.HandleFunc("DELETE /v1/cluster/models/{name}", h.auth(func(r *http.Request) (any, error) {
+		return nil, b.UnloadModel(r.Context(), r.PathValue("name"))
+	}))
+	mux.HandleFunc("GET /v1/cluster/models/{name}/placement", h.auth(func(r *http.Request) (any, error) {
+		return b.Placement(r.Context(), r.PathValue("name"))
+	}))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, Error{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
 	})

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"shoal/coordinator"
+	"shoal/placement"
 )
 
 // Status is the answer of GET /v1/status.
@@ -70,4 +71,105 @@ type Backend interface {
 	CreateToken(ctx context.Context, kind, description string, ttl time.Duration) (*NewToken, error)
 	Tokens(ctx context.Context) ([]*coordinator.Token, error)
 	RevokeToken(ctx context.Context, id string) error
+	ModelBackend
+}
+
+// LoadModelRequest is the body of POST /v1/cluster/models.
+type LoadModelRequest struct {
+	// Path is the GGUF file on the node that loads it: Node (an ID,
+	// unique ID prefix or name), or the agent that answers when empty.
+	Path string `json:"path"`
+	Name string `json:"name,omitempty"` // default: the file name without .gguf
+	Node string `json:"node,omitempty"`
+	// Ctx is the context length per sequence the plan reserves KV cache
+	// for (the planner's 4096 when 0); Overhead is memory per node beyond
+	// weights and KV (512 MiB when 0).
+	Ctx      int    `json:"ctx,omitempty"`
+	Overhead uint64 `json:"overhead,omitempty"`
+}
+
+// ModelInfo is one entry of GET /v1/cluster/models.
+type ModelInfo struct {
+	Name string `json:"name"`
+	// Status: hashing, planning, loading, ready, degraded (a shard
+	// failed), unservable or failed; Reason explains the last three.
+	Status              string      `json:"status"`
+	Reason              string      `json:"reason,omitempty"`
+	Path                string      `json:"path"`
+	SourceNode          string      `json:"source_node"`
+	SourceName          string      `json:"source_name"`
+	Digest              string      `json:"digest,omitempty"`
+	Bytes               uint64      `json:"bytes"`
+	Layers              int         `json:"layers"`
+	Ctx                 int         `json:"ctx,omitempty"`
+	PlanVersion         uint64      `json:"plan_version,omitempty"`
+	PredictedMsPerToken float64     `json:"predicted_ms_per_token,omitempty"`
+	Progress            float64     `json:"progress"` // bytes present over bytes needed, 0..1
+	Shards              []ShardInfo `json:"shards"`
+}
+
+// ShardInfo is one node's part of a model and how far it got.
+type ShardInfo struct {
+	Node      string  `json:"node"`
+	NodeName  string  `json:"node_name"`
+	Lo        int     `json:"lo"`
+	Hi        int     `json:"hi"`
+	State     string  `json:"state"` // pending (no report for this plan yet), fetching, ready, failed
+	Bytes     uint64  `json:"bytes"`
+	Done      uint64  `json:"done"`
+	Progress  float64 `json:"progress"`
+	Source    string  `json:"source,omitempty"` // "local" or the node the ranges came from
+	Fetched   uint64  `json:"fetched,omitempty"`
+	Refetched int     `json:"refetched,omitempty"`
+	Error     string  `json:"error,omitempty"`
+}
+
+// PlacementInfo is the answer of GET /v1/cluster/models/{name}/placement.
+type PlacementInfo struct {
+	Model      string           `json:"model"`
+	Status     string           `json:"status"`
+	Reason     string           `json:"reason,omitempty"`
+	Version    uint64           `json:"version"`
+	Strategy   string           `json:"strategy"`
+	Context    int              `json:"context"`
+	Batch      int              `json:"batch"`
+	Cost       placement.Cost   `json:"cost"`
+	Stages     []PlacementStage `json:"stages"`
+	Nodes      []NodeMemory     `json:"nodes"`
+	Explain    []string         `json:"explain"`
+	Moved      []string         `json:"moved,omitempty"`
+	MovedBytes uint64           `json:"moved_bytes,omitempty"`
+}
+
+// PlacementStage is one pipeline stage of a plan.
+type PlacementStage struct {
+	Pool    string            `json:"pool"`
+	Index   int               `json:"index"`
+	Lo      int               `json:"lo"`
+	Hi      int               `json:"hi"`
+	Ms      float64           `json:"ms"`
+	Members []PlacementMember `json:"members"`
+}
+
+// PlacementMember is a plan member with its node's name.
+type PlacementMember struct {
+	placement.Member
+	NodeName string `json:"node_name"`
+}
+
+// NodeMemory is a node's predicted memory use under a plan.
+type NodeMemory struct {
+	Node     string `json:"node"`
+	Name     string `json:"name"`
+	Status   string `json:"status"`
+	MemBytes uint64 `json:"mem_bytes"` // weights + KV + overhead the plan gives it
+	MemFree  uint64 `json:"mem_free"`  // what the node advertises (after --memory-limit)
+}
+
+// ModelBackend is the model part of the admin API.
+type ModelBackend interface {
+	LoadModel(ctx context.Context, req LoadModelRequest) (*ModelInfo, error)
+	Models(ctx context.Context) ([]ModelInfo, error)
+	UnloadModel(ctx context.Context, name string) error
+	Placement(ctx context.Context, name string) (*PlacementInfo, error)
 }

@@ -155,7 +155,7 @@ func (s *Server) planModel(st *State, m *Model, old *Plan) error {
 	var cands []cand
 	best, err := placement.Place(profile, nodes, links, opts)
 	if err == nil {
-		cands = append(cands, cand{plan: best, moved: MovedBytes(&profile, prev, &best)})
+		cands = append(cands, cand{plan: best, moved: MovedBytes(&profile, prev, &best, m.SourceNode)})
 	}
 	if oldValid {
 		cands = append(cands, cand{plan: *prev, keep: true})
@@ -172,7 +172,7 @@ func (s *Server) planModel(st *State, m *Model, old *Plan) error {
 			o := opts
 			o.Pin = pin
 			if p, err := placement.Place(profile, nodes, links, o); err == nil {
-				cands = append(cands, cand{plan: p, moved: MovedBytes(&profile, prev, &p)})
+				cands = append(cands, cand{plan: p, moved: MovedBytes(&profile, prev, &p, m.SourceNode)})
 			}
 		}
 	}
@@ -223,7 +223,7 @@ func (s *Server) planModel(st *State, m *Model, old *Plan) error {
 		p := NewPlan(chosen.plan)
 		p.CreatedAt = time.Now().UTC()
 		p.MovedBytes = chosen.moved
-		p.Moved = describeMoves(st, &profile, prev, &chosen.plan)
+		p.Moved = describeMoves(st, &profile, prev, &chosen.plan, m.SourceNode)
 		if err := s.Apply(PlanSetType, PlanSetRequest{Plan: p}, applyTimeout); err != nil {
 			return err
 		}
@@ -391,18 +391,21 @@ func nodeMoved(prof *placement.ModelProfile, olds, news []holding) uint64 {
 }
 
 // MovedBytes estimates the weight bytes nodes must fetch to go from plan
-// a (nil: nothing loaded) to plan b.
-func MovedBytes(prof *placement.ModelProfile, a, b *placement.Plan) uint64 {
+// a (nil: nothing loaded) to plan b. The node that has the file (local)
+// reads its shard from it and fetches nothing.
+func MovedBytes(prof *placement.ModelProfile, a, b *placement.Plan, local string) uint64 {
 	olds, news := holdings(a, prof), holdings(b, prof)
 	var n uint64
 	for node, hs := range news {
-		n += nodeMoved(prof, olds[node], hs)
+		if node != local {
+			n += nodeMoved(prof, olds[node], hs)
+		}
 	}
 	return n
 }
 
 // describeMoves says, per node, what changes from plan a to plan b.
-func describeMoves(st *State, prof *placement.ModelProfile, a, b *placement.Plan) []string {
+func describeMoves(st *State, prof *placement.ModelProfile, a, b *placement.Plan, local string) []string {
 	olds, news := holdings(a, prof), holdings(b, prof)
 	ids := map[string]bool{}
 	for id := range olds {
@@ -439,7 +442,14 @@ func describeMoves(st *State, prof *placement.ModelProfile, a, b *placement.Plan
 		if o == n {
 			continue
 		}
-		out = append(out, fmt.Sprintf("%s: %s -> %s (fetches %s)", nodeName(st, id), o, n, placement.GiB(nodeMoved(prof, olds[id], news[id]))))
+		how := "reads its own copy of the file"
+		if id != local {
+			how = "fetches " + placement.GiB(nodeMoved(prof, olds[id], news[id]))
+		}
+		if len(news[id]) == 0 {
+			how = "releases its shard"
+		}
+		out = append(out, fmt.Sprintf("%s: %s -> %s (%s)", nodeName(st, id), o, n, how))
 	}
 	return out
 }

@@ -49,6 +49,10 @@ type Agent struct {
 	advIP  string
 	seeds  []string
 
+	files   *fileRegistry // model files this node has and serves to peers
+	layouts signedLayouts
+	shards  shardSet
+
 	models   *openai.StaticBackend // models this agent serves (the OpenAI endpoint's backend)
 	served   []*served
 	registry *prometheus.Registry
@@ -82,14 +86,20 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.caps = ProbeCapabilities(cfg.DataDir, cfg.Version, cfg.Tuning.ProbeDuration.or(300*time.Millisecond))
+	if l := cfg.MemoryLimit; l > 0 {
+		// Advertise no more than the operator allows models to use.
+		a.caps.MemTotal, a.caps.MemFree = min(a.caps.MemTotal, l), min(a.caps.MemFree, l)
+	}
+	a.files = openFileRegistry(cfg.DataDir, a.log)
 	if err := a.start(); err != nil {
 		a.close(false)
 		return nil, err
 	}
 	a.log.Info("agent started", zap.String("id", a.id), zap.String("role", a.role),
 		zap.String("quic", a.RPCAddr()), zap.String("gossip", a.GossipAddr()), zap.String("http", a.HTTPAddr()))
-	a.bg.Add(1)
+	a.bg.Add(2)
 	go a.joinLoop()
+	go a.shardLoop()
 	return a, nil
 }
 
@@ -259,7 +269,9 @@ func (a *Agent) start() error {
 		}
 	}
 	a.registerRPC()
+	a.registerModelRPC()
 	a.ep.Handle(transport.KindJoin, a.serveJoin)
+	transport.ServeWeights(a.ep, a.files, transport.WeightsOptions{})
 	a.models = openai.NewStaticBackend()
 	if err := a.setupMetrics(); err != nil {
 		return err
@@ -347,6 +359,9 @@ func (a *Agent) close(graceful bool) {
 			_ = a.ep.Close()
 		}
 		a.bg.Wait()
+		if a.files != nil {
+			a.files.close()
+		}
 		a.log.Info("agent stopped", zap.Bool("graceful", graceful))
 	})
 }

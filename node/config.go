@@ -25,8 +25,11 @@ type Config struct {
 	Server          bool          `json:"server"`
 	Token           string        `json:"token"`
 	Models          []ModelConfig `json:"models"` // models served whole on this machine
-	Version         string        `json:"-"`
-	Tuning          Tuning        `json:"tuning"`
+	// MemoryLimit caps the memory this node advertises to the planner, in
+	// bytes (0: what the machine has free).
+	MemoryLimit uint64 `json:"memory_limit"`
+	Version     string `json:"-"`
+	Tuning      Tuning `json:"tuning"`
 }
 
 // Tuning holds timers. Zero values take LAN defaults; tests shorten them.

@@ -21,6 +21,7 @@ func agentCmd() *cobra.Command {
 	var configFile string
 	var modelPaths []string
 	var modelOpts node.ModelConfig
+	var memLimit string
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the shoal agent on this machine (one per machine)",
@@ -62,6 +63,7 @@ Precedence: flag, environment, config file.`,
 					return err
 				}
 			}
+			var err error
 			if err := mergeAgentFlags(cmd.Flags(), &cfg, &final); err != nil {
 				return err
 			}
@@ -72,6 +74,15 @@ Precedence: flag, environment, config file.`,
 				final.Models = nil
 				for _, p := range modelPaths {
 					final.Models = append(final.Models, node.ModelConfig{Path: p, Ctx: modelOpts.Ctx, Threads: modelOpts.Threads, MaxSeqs: modelOpts.MaxSeqs, Queue: modelOpts.Queue})
+				}
+			}
+			if memLimit != "" {
+				if final.MemoryLimit, err = parseSize(memLimit); err != nil {
+					return fmt.Errorf("--memory-limit: %w", err)
+				}
+			} else if v := os.Getenv("SHOAL_MEMORY_LIMIT"); v != "" {
+				if final.MemoryLimit, err = parseSize(v); err != nil {
+					return fmt.Errorf("SHOAL_MEMORY_LIMIT: %w", err)
 				}
 			}
 			final.Version = version
@@ -102,6 +113,7 @@ Precedence: flag, environment, config file.`,
 	f.IntVar(&modelOpts.MaxSeqs, "max-seqs", 0, "sequences decoded together per model (default 16)")
 	f.IntVar(&modelOpts.Queue, "queue", 0, "requests waiting beyond the running batch before 429 (default 64)")
 	f.StringVar(&configFile, "config", "", "JSON config file")
+	f.StringVar(&memLimit, "memory-limit", "", "cap the memory this node offers to placed models, e.g. 8GiB (default: what is free at start)")
 	f.StringVar(&cfg.Name, "name", "", "node name shown in 'shoal node ls' (default: host name)")
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the node's identity, certificates and Raft data (required)")
 	f.StringVar(&cfg.Bind, "bind", "0.0.0.0", "IP address to listen on")

@@ -18,12 +18,14 @@ type clusterFlags struct {
 	addr   string
 	token  string
 	output string
+	asJSON bool
 }
 
 func (f *clusterFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.addr, "addr", "", "agent admin API address (default $SHOAL_ADDR or "+api.DefaultAddr+")")
 	cmd.Flags().StringVar(&f.token, "token", "", "API key (default $SHOAL_TOKEN)")
 	cmd.Flags().StringVarP(&f.output, "output", "o", "table", "output format: table or json")
+	cmd.Flags().BoolVar(&f.asJSON, "json", false, "JSON output (same as -o json)")
 }
 
 func (f *clusterFlags) client() (*api.Client, context.Context, context.CancelFunc, error) {
@@ -34,7 +36,7 @@ func (f *clusterFlags) client() (*api.Client, context.Context, context.CancelFun
 	return api.NewClient(f.addr, f.token), ctx, cancel, nil
 }
 
-func (f *clusterFlags) json() bool { return f.output == "json" }
+func (f *clusterFlags) json() bool { return f.output == "json" || f.asJSON }
 
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

@@ -32,6 +32,8 @@ func commands() []*cobra.Command {
 		chatCmd(),
 		upCmd(),
 		benchEndpointCmd(),
+		modelCmd(),
+		placementCmd(),
 	}
 }
 

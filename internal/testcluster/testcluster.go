@@ -43,7 +43,11 @@ type Cluster struct {
 }
 
 // New starts n servers that bootstrap together.
-func New(t testing.TB, n int) *Cluster {
+func New(t testing.TB, n int) *Cluster { return NewWith(t, n, nil) }
+
+// NewWith starts n servers that bootstrap together after edit changed
+// member i's configuration (e.g. its memory limit).
+func NewWith(t testing.TB, n int, edit func(i int, c *node.Config)) *Cluster {
 	// The base dir is made before the stop cleanup is registered, so it is
 	// removed only after every agent has stopped.
 	c := &Cluster{T: t, base: t.TempDir()}
@@ -61,6 +65,9 @@ func New(t testing.TB, n int) *Cluster {
 			if j != i {
 				cfgs[i].Join = append(cfgs[i].Join, a)
 			}
+		}
+		if edit != nil {
+			edit(i, &cfgs[i])
 		}
 		m := &Member{Cfg: cfgs[i]}
 		c.Members = append(c.Members, m)

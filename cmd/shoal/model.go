@@ -1,0 +1,419 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"shoal/api"
+	"shoal/placement"
+)
+
+func modelCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "model",
+		Short: "Load models onto the cluster, list them, unload them",
+		Long: `Load a GGUF model onto the cluster: the leader plans where its layers run
+from the nodes' measured memory, compute and links, and every node of the
+plan opens its shard from its own copy of the file or fetches exactly its
+byte ranges from the node that has it.
+
+  shoal model load /models/llama-8b-q4_k_m.gguf --ctx 8192
+  shoal model ls
+  shoal placement show llama-8b-q4_k_m
+  shoal model unload llama-8b-q4_k_m`,
+	}
+	cmd.AddCommand(modelLoadCmd(), modelLsCmd(), modelUnloadCmd())
+	return cmd
+}
+
+func modelLoadCmd() *cobra.Command {
+	var f clusterFlags
+	var req api.LoadModelRequest
+	var overhead string
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "load FILE",
+		Short: "Register a GGUF file with the cluster; the leader plans it and nodes fetch their shards",
+		Long: `Register a GGUF model file with the cluster. The file stays where it is: on
+the agent this command talks to (--addr), or on the node --node names. That
+agent profiles the file, hashes it and registers it; the leader then plans
+it across the nodes, and nodes without the file fetch only their byte
+ranges from that agent over QUIC. The command waits until every shard is
+ready (or the model is unservable) unless --wait 0.
+
+  shoal model load /models/qwen2-7b-q4_k_m.gguf
+  shoal model load /data/m.gguf --node linux1 --name m --ctx 8192
+  shoal model load m.gguf --wait 0 -o json      # print the record and return`,
+		Args: exactArgs(1, "the path of a GGUF file"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, cancel, err := f.client()
+			if err != nil {
+				return err
+			}
+			cancel()
+			req.Path = args[0]
+			if !filepath.IsAbs(req.Path) {
+				// Relative to here when the file is here; else as given (the
+				// agent asks for an absolute path on its machine).
+				if _, err := os.Stat(req.Path); err == nil {
+					req.Path, _ = filepath.Abs(req.Path)
+				}
+			}
+			if overhead != "" {
+				if req.Overhead, err = parseSize(overhead); err != nil {
+					return fmt.Errorf("--overhead: %w", err)
+				}
+			}
+			if req.Ctx < 0 {
+				return fmt.Errorf("--ctx %d: want a positive number of tokens", req.Ctx)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			m, err := c.LoadModel(ctx, req)
+			cancel()
+			if err != nil {
+				return err
+			}
+			w, ew := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if wait <= 0 {
+				if f.json() {
+					return printJSON(w, m)
+				}
+				fmt.Fprintf(w, "model %s registered from %s on %s (%s, %d layers); see 'shoal model ls'\n", m.Name, m.Path, m.SourceName, gib(m.Bytes), m.Layers)
+				return nil
+			}
+			if !f.json() {
+				fmt.Fprintf(ew, "model %s registered from %s on %s (%s, %d layers); waiting for its shards\n", m.Name, m.Path, m.SourceName, gib(m.Bytes), m.Layers)
+			}
+			final, err := waitModel(c, m.Name, wait, func(mi *api.ModelInfo) {
+				if !f.json() {
+					fmt.Fprintf(ew, "  %s: %s %3.0f%%\n", mi.Name, mi.Status, 100*mi.Progress)
+				}
+			})
+			if err != nil {
+				return err
+			}
+			if f.json() {
+				return printJSON(w, final)
+			}
+			switch final.Status {
+			case "ready":
+				fmt.Fprintf(w, "model %s is ready on %d node(s): predicted %.2f ms/token (see 'shoal placement show %s')\n", final.Name, len(final.Shards), final.PredictedMsPerToken, final.Name)
+				return nil
+			default:
+				return fmt.Errorf("model %s is %s: %s", final.Name, final.Status, final.Reason)
+			}
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&req.Name, "name", "", "model name (default: the file name without .gguf)")
+	cmd.Flags().IntVar(&req.Ctx, "ctx", 0, "context length per sequence the plan reserves KV cache for (default 4096)")
+	cmd.Flags().StringVar(&req.Node, "node", "", "the node that has the file (ID, ID prefix or name; default: the agent at --addr)")
+	cmd.Flags().StringVar(&overhead, "overhead", "", "memory per node beyond weights and KV cache, e.g. 256MiB (default 512MiB)")
+	cmd.Flags().DurationVar(&wait, "wait", 10*time.Minute, "wait this long for all shards to be ready; 0 returns at once")
+	return cmd
+}
+
+// waitModel polls until the model is ready, unservable, failed or degraded,
+// reporting each change.
+func waitModel(c *api.Client, name string, wait time.Duration, report func(*api.ModelInfo)) (*api.ModelInfo, error) {
+	deadline := time.Now().Add(wait)
+	last := ""
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ms, err := c.Models(ctx)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		var m *api.ModelInfo
+		for i := range ms {
+			if ms[i].Name == name {
+				m = &ms[i]
+			}
+		}
+		if m == nil {
+			return nil, fmt.Errorf("model %s disappeared (unloaded?)", name)
+		}
+		if k := fmt.Sprintf("%s %.0f", m.Status, 100*m.Progress); k != last {
+			last = k
+			report(m)
+		}
+		switch m.Status {
+		case "ready", "unservable", "failed", "degraded":
+			return m, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("model %s is still %s after %v (see 'shoal model ls')", name, m.Status, wait)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func modelLsCmd() *cobra.Command {
+	var f clusterFlags
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List the cluster's models with their status and per-node shard progress",
+		Long: `List models: size, status (hashing, planning, loading, ready, degraded,
+unservable, failed) and, per node of the plan, its layers, shard state and
+progress. Unservable and failed models say why.
+
+  shoal model ls
+  shoal model ls -o json | jq '.[] | {name, status, progress}'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, cancel, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			ms, err := c.Models(ctx)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if f.json() {
+				if ms == nil {
+					ms = []api.ModelInfo{}
+				}
+				return printJSON(w, ms)
+			}
+			if len(ms) == 0 {
+				fmt.Fprintln(w, "no models loaded (shoal model load FILE)")
+				return nil
+			}
+			printModels(w, ms)
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func printModels(w io.Writer, ms []api.ModelInfo) {
+	tw := table(w)
+	fmt.Fprintln(tw, "MODEL\tSIZE\tLAYERS\tSTATUS\tPROGRESS\tSOURCE\tNODE\tLAYERS\tSHARD\tBYTES\tFROM")
+	for _, m := range ms {
+		prog := "-"
+		if m.PlanVersion > 0 {
+			prog = fmt.Sprintf("%.0f%%", 100*m.Progress)
+		}
+		head := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s", m.Name, gib(m.Bytes), m.Layers, m.Status, prog, m.SourceName)
+		if len(m.Shards) == 0 {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\n", head)
+		}
+		for i, s := range m.Shards {
+			if i > 0 {
+				head = "\t\t\t\t\t"
+			}
+			state := s.State
+			if s.State == "fetching" {
+				state = fmt.Sprintf("fetching %.0f%%", 100*s.Progress)
+			}
+			from := s.Source
+			if from == "" {
+				from = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t[%d,%d)\t%s\t%s\t%s\n", head, s.NodeName, s.Lo, s.Hi, state, mib(s.Bytes), from)
+		}
+	}
+	tw.Flush()
+	for _, m := range ms {
+		if m.Reason != "" {
+			fmt.Fprintf(w, "%s: %s\n", m.Name, m.Reason)
+		}
+	}
+}
+
+func modelUnloadCmd() *cobra.Command {
+	var f clusterFlags
+	cmd := &cobra.Command{
+		Use:   "unload NAME",
+		Short: "Remove a model, its plan and its shards from the cluster",
+		Long: `Remove a model: its plan and shard records leave the cluster state and every
+node releases its shard (assembled shard files are deleted; the original
+file is left alone).
+
+  shoal model unload llama-8b-q4_k_m`,
+		Args: exactArgs(1, "a model name (see 'shoal model ls')"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, cancel, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			if err := c.UnloadModel(ctx, args[0]); err != nil {
+				return err
+			}
+			if f.json() {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"model": args[0], "unloaded": true})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "model %s unloaded\n", args[0])
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func placementCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "placement",
+		Short: "Show where a model's layers run and why",
+		Long: `Show a model's committed plan: stages, members, memory per node and the
+predicted ms/token with its compute, memory and network parts.
+
+  shoal placement show llama-8b-q4_k_m`,
+	}
+	cmd.AddCommand(placementShowCmd())
+	return cmd
+}
+
+func placementShowCmd() *cobra.Command {
+	var f clusterFlags
+	cmd := &cobra.Command{
+		Use:   "show MODEL",
+		Short: "Print a model's plan: stages, members, memory per node, predicted ms/token",
+		Long: `Print the plan the leader committed for a model: each pipeline stage with
+its layer range and members (tensor-parallel rank, heads, FFN columns,
+experts), each node's predicted memory use against what it offers, and the
+predicted time of one decode step with its compute, memory and network
+parts, then the planner's reasoning and what the last re-plan moved.
+
+  shoal placement show llama-8b-q4_k_m
+  shoal placement show llama-8b-q4_k_m -o json | jq .cost`,
+		Args: exactArgs(1, "a model name (see 'shoal model ls')"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, cancel, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			p, err := c.Placement(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if f.json() {
+				return printJSON(w, p)
+			}
+			printPlacement(w, p)
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func printPlacement(w io.Writer, p *api.PlacementInfo) {
+	fmt.Fprintf(w, "model %s: %s", p.Model, p.Status)
+	if p.Reason != "" {
+		fmt.Fprintf(w, " (%s)", p.Reason)
+	}
+	fmt.Fprintln(w)
+	if len(p.Stages) == 0 {
+		if p.Version == 0 {
+			fmt.Fprintln(w, "no plan yet")
+		} else {
+			fmt.Fprintf(w, "plan v%d places nothing\n", p.Version)
+		}
+		for _, e := range p.Explain {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
+		return
+	}
+	fmt.Fprintf(w, "plan v%d, strategy %s, context %d x %d sequence(s)\n", p.Version, p.Strategy, p.Context, p.Batch)
+	fmt.Fprintf(w, "predicted %.2f ms/token: compute %.2f, memory %.2f, network %.2f (slowest stage %.2f ms)\n\n",
+		p.Cost.MsPerToken, p.Cost.ComputeMs, p.Cost.MemoryMs, p.Cost.NetworkMs, p.Cost.BottleneckMs)
+	tw := table(w)
+	fmt.Fprintln(tw, "STAGE\tLAYERS\tNODE\tTP\tHEADS\tFFN\tEXPERTS\tHOLDS\tMEMORY\tMS")
+	for _, st := range p.Stages {
+		for i, m := range st.Members {
+			stage, layers := "", ""
+			if i == 0 {
+				stage, layers = strconv.Itoa(st.Index), fmt.Sprintf("[%d,%d)", st.Lo, st.Hi)
+			}
+			var holds []string
+			if m.Embedding {
+				holds = append(holds, "embedding")
+			}
+			if m.Output {
+				holds = append(holds, "output")
+			}
+			h := strings.Join(holds, ",")
+			if h == "" {
+				h = "-"
+			}
+			ffn := "-"
+			if m.FFNHi > m.FFNLo {
+				ffn = fmt.Sprintf("[%d,%d)", m.FFNLo, m.FFNHi)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t[%d,%d)\t%s\t%s\t%s\t%s\t%.2f\n", stage, layers, m.NodeName, m.TPRank, m.TPSize,
+				m.HeadLo, m.HeadHi, ffn, placement.ExpertList(m.Experts), h, mib(m.MemBytes), m.Ms)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = table(w)
+	fmt.Fprintln(tw, "NODE\tSTATUS\tPLANNED\tOFFERS\tUSE")
+	for _, n := range p.Nodes {
+		use := "-"
+		if n.MemFree > 0 {
+			use = fmt.Sprintf("%.0f%%", 100*float64(n.MemBytes)/float64(n.MemFree))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Name, n.Status, mib(n.MemBytes), mib(n.MemFree), use)
+	}
+	tw.Flush()
+	if len(p.Explain) > 0 {
+		fmt.Fprintln(w, "\nwhy:")
+		for _, e := range p.Explain {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
+	}
+	if len(p.Moved) > 0 {
+		fmt.Fprintf(w, "\nlast change (%s to fetch):\n", placement.GiB(p.MovedBytes))
+		for _, m := range p.Moved {
+			fmt.Fprintf(w, "  %s\n", m)
+		}
+	}
+}
+
+func mib(b uint64) string {
+	if b == 0 {
+		return "-"
+	}
+	return placement.GiB(b)
+}
+
+// parseSize reads a byte count: 1073741824, 512MiB, 1GiB, 1.5GB, 64k.
+func parseSize(s string) (uint64, error) {
+	t := strings.TrimSpace(strings.ToLower(s))
+	units := []struct {
+		suffix string
+		mult   float64
+	}{
+		{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
+		{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
+		{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40}, {"b", 1},
+	}
+	mult := 1.0
+	for _, u := range units {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%q is not a size: want e.g. 512MiB or 2GiB", s)
+	}
+	return uint64(v * mult), nil
+}

@@ -1,0 +1,182 @@
+package node_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"shoal/api"
+	"shoal/engine/synth"
+	"shoal/engine/tokenizer"
+	tc "shoal/internal/testcluster"
+	"shoal/node"
+)
+
+// writeSpreadModel writes a 12-layer Q8_0 llama of about 29 MB.
+func writeSpreadModel(t *testing.T) string {
+	t.Helper()
+	v, err := tokenizer.ByteLevelVocab(300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Pad(512)
+	s := synth.Spec{Arch: "llama", NEmbd: 512, NLayer: 12, NHead: 8, NHeadKV: 2, NFF: 1024, Type: "q8_0", Seed: 5, Name: "spread", Tokenizer: v.KVs()}
+	path := filepath.Join(t.TempDir(), "spread.gguf")
+	fh, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := synth.Write(fh, s, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := fh.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func modelInfo(t *testing.T, c *tc.Cluster, i int, name string) *api.ModelInfo {
+	t.Helper()
+	ms, err := c.Client(i, "").Models(ctx(t))
+	if err != nil {
+		return nil
+	}
+	for k := range ms {
+		if ms[k].Name == name {
+			return &ms[k]
+		}
+	}
+	return nil
+}
+
+func planNodes(p *api.PlacementInfo) map[string]bool {
+	out := map[string]bool{}
+	for _, st := range p.Stages {
+		for _, m := range st.Members {
+			out[m.Node] = true
+		}
+	}
+	return out
+}
+
+// checkPlan asserts the plan spreads over several nodes, none above its
+// memory limit, and returns the nodes holding layers.
+func checkPlan(t *testing.T, p *api.PlacementInfo, limit uint64) map[string]bool {
+	t.Helper()
+	nodes := planNodes(p)
+	if len(nodes) < 2 {
+		t.Fatalf("plan v%d holds the model on %d node(s); it exceeds one node's limit", p.Version, len(nodes))
+	}
+	for _, n := range p.Nodes {
+		if n.MemBytes > limit || n.MemBytes > n.MemFree {
+			t.Errorf("node %s is planned %d bytes, its limit is %d (offers %d)", n.Name, n.MemBytes, limit, n.MemFree)
+		}
+	}
+	return nodes
+}
+
+// Must-show 4: three agents, each with a memory limit one node cannot
+// hold the model under; `model load` on one of them; the plan spreads it,
+// every shard becomes ready (fetched over QUIC by the nodes without the
+// file); a planned node dies and the leader re-plans onto the survivors,
+// or, when they cannot hold it, marks the model unservable with numbers.
+func TestModelLoadSpreadsAndReplans(t *testing.T) {
+	path := writeSpreadModel(t)
+	for _, tcase := range []struct {
+		name      string
+		limit     uint64
+		survivors bool // the two survivors can hold the model
+	}{
+		{"survivors hold it", 24 << 20, true},
+		{"survivors cannot", 18 << 20, false},
+	} {
+		t.Run(tcase.name, func(t *testing.T) {
+			c := tc.NewWith(t, 3, func(i int, cfg *node.Config) { cfg.MemoryLimit = tcase.limit })
+			waitHealthy(t, c, 0, 3, 3, 15*time.Second)
+			start := time.Now()
+			m, err := c.Client(0, "").LoadModel(ctx(t), api.LoadModelRequest{Path: path, Ctx: 256, Overhead: 4 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Name != "spread" || m.SourceName != "server-0" {
+				t.Fatalf("registered %+v", m)
+			}
+			var mi *api.ModelInfo
+			deadline := time.Now().Add(30 * time.Second)
+			for mi = modelInfo(t, c, 1, "spread"); mi == nil || mi.Status != "ready"; mi = modelInfo(t, c, 1, "spread") {
+				if time.Now().After(deadline) {
+					t.Fatalf("not ready after 30s: %+v", mi)
+				}
+				time.Sleep(25 * time.Millisecond)
+			}
+			t.Logf("load -> all shards ready: %v", time.Since(start).Round(time.Millisecond))
+			p, err := c.Client(2, "").Placement(ctx(t), "spread")
+			if err != nil {
+				t.Fatal(err)
+			}
+			nodes := checkPlan(t, p, tcase.limit)
+			t.Logf("plan v%d: %s over %d nodes, predicted %.2f ms/token (compute %.2f, memory %.2f, network %.2f)",
+				p.Version, p.Strategy, len(nodes), p.Cost.MsPerToken, p.Cost.ComputeMs, p.Cost.MemoryMs, p.Cost.NetworkMs)
+			source := c.Members[0].Agent.ID()
+			fetched := 0
+			for _, s := range mi.Shards {
+				switch {
+				case s.Node == source && s.Source != "local":
+					t.Errorf("the node with the file got its shard from %q", s.Source)
+				case s.Node != source && (s.Source != "server-0" || s.Fetched < s.Bytes || s.Bytes == 0):
+					t.Errorf("shard on %s: source %q, fetched %d of %d bytes", s.NodeName, s.Source, s.Fetched, s.Bytes)
+				case s.Node != source:
+					fetched++
+				}
+			}
+			if fetched == 0 {
+				t.Errorf("no node fetched its shard over the network: %+v", mi.Shards)
+			}
+
+			// Kill a planned node other than the one with the file.
+			victim := -1
+			for i := 1; i < 3; i++ {
+				if nodes[c.Members[i].Agent.ID()] {
+					victim = i
+					break
+				}
+			}
+			if victim < 0 {
+				t.Fatalf("only the source node is in the plan: %v", nodes)
+			}
+			deadID := c.Members[victim].Agent.ID()
+			watch := 0
+			if victim == 0 {
+				watch = 1
+			}
+			killed := time.Now()
+			c.Stop(victim, false)
+			if !tcase.survivors {
+				var got *api.ModelInfo
+				tc.Eventually(t, 30*time.Second, "the model marked unservable", func() bool {
+					got = modelInfo(t, c, watch, "spread")
+					return got != nil && got.Status == "unservable"
+				})
+				t.Logf("kill -> unservable: %v; reason: %s", time.Since(killed).Round(time.Millisecond), got.Reason)
+				if got.Reason == "" {
+					t.Error("unservable without a reason")
+				}
+				return
+			}
+			var p2 *api.PlacementInfo
+			tc.Eventually(t, 30*time.Second, "a plan without the dead node", func() bool {
+				p2, err = c.Client(watch, "").Placement(ctx(t), "spread")
+				return err == nil && p2.Version > p.Version && len(p2.Stages) > 0 && !planNodes(p2)[deadID]
+			})
+			replanned := time.Since(killed)
+			checkPlan(t, p2, tcase.limit)
+			tc.Eventually(t, 30*time.Second, "shards ready again", func() bool {
+				mi = modelInfo(t, c, watch, "spread")
+				return mi != nil && mi.Status == "ready" && mi.PlanVersion == p2.Version
+			})
+			t.Logf("kill -> re-plan v%d: %v, -> all shards ready: %v; moved %d bytes: %v",
+				p2.Version, replanned.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), p2.MovedBytes, p2.Moved)
+		})
+	}
+}

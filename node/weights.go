@@ -1,0 +1,288 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"shoal/coordinator"
+	"shoal/engine/gguf"
+	"shoal/shard"
+	"shoal/transport"
+)
+
+// localFile is a model file this node has, verified by its sha256.
+type localFile struct {
+	SHA   string    `json:"sha256"`
+	Path  string    `json:"path"`
+	Size  int64     `json:"size"`
+	MTime time.Time `json:"mtime"`
+
+	f *os.File
+}
+
+// fileRegistry holds the model files this node serves to peers, by sha256,
+// and remembers them across restarts (files.json in the data dir). A file
+// that changed size or mtime since it was hashed is dropped.
+type fileRegistry struct {
+	path string
+	mu   sync.Mutex
+	bySH map[string]*localFile
+	read atomic.Int64 // bytes read for peers
+}
+
+const filesFile = "files.json"
+
+func openFileRegistry(dir string, log *zap.Logger) *fileRegistry {
+	r := &fileRegistry{path: filepath.Join(dir, filesFile), bySH: map[string]*localFile{}}
+	b, err := os.ReadFile(r.path)
+	if err != nil {
+		return r
+	}
+	var list []*localFile
+	if err := json.Unmarshal(b, &list); err != nil {
+		log.Warn("ignoring a corrupt file list", zap.String("file", r.path), zap.Error(err))
+		return r
+	}
+	for _, lf := range list {
+		if err := lf.open(); err != nil {
+			log.Warn("a model file this node served is gone or changed", zap.String("path", lf.Path), zap.Error(err))
+			continue
+		}
+		r.bySH[lf.SHA] = lf
+	}
+	return r
+}
+
+func (lf *localFile) open() error {
+	f, err := os.Open(lf.Path)
+	if err != nil {
+		return err
+	}
+	st, err := f.Stat()
+	if err == nil && (st.Size() != lf.Size || !st.ModTime().Equal(lf.MTime)) {
+		err = fmt.Errorf("%s changed since it was hashed", lf.Path)
+	}
+	if err != nil {
+		f.Close()
+		return err
+	}
+	lf.f = f
+	return nil
+}
+
+// lookupPath returns the sha256 of path when it was hashed before and has
+// not changed since.
+func (r *fileRegistry) lookupPath(path string, st os.FileInfo) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, lf := range r.bySH {
+		if lf.Path == path && lf.Size == st.Size() && lf.MTime.Equal(st.ModTime()) {
+			return lf.SHA, true
+		}
+	}
+	return "", false
+}
+
+// add registers path, hashed to sha, and saves the list.
+func (r *fileRegistry) add(sha, path string, st os.FileInfo) error {
+	lf := &localFile{SHA: sha, Path: path, Size: st.Size(), MTime: st.ModTime()}
+	if err := lf.open(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old := r.bySH[sha]; old != nil {
+		old.f.Close()
+	}
+	r.bySH[sha] = lf
+	list := make([]*localFile, 0, len(r.bySH))
+	for _, f := range r.bySH {
+		list = append(list, f)
+	}
+	b, _ := json.MarshalIndent(list, "", "  ")
+	return os.WriteFile(r.path, b, 0o600)
+}
+
+// get returns the registered file with sha.
+func (r *fileRegistry) get(sha string) (*localFile, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	lf, ok := r.bySH[sha]
+	return lf, ok
+}
+
+// OpenWeights implements transport.WeightSource.
+func (r *fileRegistry) OpenWeights(sha string) (io.ReaderAt, int64, bool) {
+	lf, ok := r.get(sha)
+	if !ok {
+		return nil, 0, false
+	}
+	return countingReaderAt{lf.f, &r.read}, lf.Size, true
+}
+
+func (r *fileRegistry) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, lf := range r.bySH {
+		lf.f.Close()
+	}
+}
+
+type countingReaderAt struct {
+	r io.ReaderAt
+	n *atomic.Int64
+}
+
+func (c countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(p, off)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// PeerFetcher fetches byte ranges of a model file from the peer at Addr
+// over the weights stream. It implements shard.RangeFetcher and
+// shard.BatchFetcher; Received counts the bytes it delivered.
+type PeerFetcher struct {
+	EP       *transport.Endpoint
+	Addr     string
+	Received atomic.Int64
+}
+
+// Fetch implements shard.RangeFetcher.
+func (p *PeerFetcher) Fetch(ctx context.Context, sha string, off, n int64) (io.ReadCloser, error) {
+	return p.FetchRanges(ctx, sha, []shard.Range{{Off: off, N: n}})
+}
+
+// FetchRanges implements shard.BatchFetcher: one request for all ranges.
+func (p *PeerFetcher) FetchRanges(ctx context.Context, sha string, ranges []shard.Range) (io.ReadCloser, error) {
+	wr := make([]transport.WeightRange, len(ranges))
+	for i, r := range ranges {
+		wr[i] = transport.WeightRange{Off: r.Off, N: r.N}
+	}
+	rc, err := p.EP.FetchWeights(ctx, p.Addr, sha, wr)
+	if err != nil {
+		return nil, err
+	}
+	return &countingReadCloser{rc: rc, n: &p.Received}, nil
+}
+
+type countingReadCloser struct {
+	rc io.ReadCloser
+	n  *atomic.Int64
+}
+
+func (c *countingReadCloser) Read(b []byte) (int, error) {
+	n, err := c.rc.Read(b)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (c *countingReadCloser) Close() error { return c.rc.Close() }
+
+// layoutRequest asks the node that has a model file for the signed layout
+// of a shard: the file's table and every piece's sha256, from which the
+// asker rebuilds the layout (shard.NewLayout is a pure function of both).
+type layoutRequest struct {
+	Spec      shard.ShardSpec `json:"spec"`
+	PieceSize int64           `json:"piece_size"`
+}
+
+type layoutResponse struct {
+	Table *shard.Table `json:"table"`
+	Sums  []string     `json:"sums"`
+}
+
+// signedLayouts caches the layouts this node signed for peers.
+type signedLayouts struct {
+	mu sync.Mutex
+	m  map[string]*layoutResponse
+}
+
+// serveLayout answers Weights.Layout from a local copy of the file.
+func (a *Agent) serveLayout(ctx context.Context, p transport.Peer, body json.RawMessage) (any, error) {
+	var req layoutRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, &coordinator.Error{Code: http.StatusBadRequest, Msg: "malformed layout request"}
+	}
+	key, _ := json.Marshal(req)
+	a.layouts.mu.Lock()
+	if r, ok := a.layouts.m[string(key)]; ok {
+		a.layouts.mu.Unlock()
+		return r, nil
+	}
+	a.layouts.mu.Unlock()
+	lf, ok := a.files.get(req.Spec.FileSHA)
+	if !ok {
+		return nil, &coordinator.Error{Code: http.StatusNotFound, Msg: fmt.Sprintf("node %s has no file with sha256 %s", a.cfg.Name, req.Spec.FileSHA)}
+	}
+	r, err := signLayout(lf, req)
+	if err != nil {
+		return nil, err
+	}
+	a.layouts.mu.Lock()
+	if a.layouts.m == nil || len(a.layouts.m) > 64 {
+		a.layouts.m = map[string]*layoutResponse{}
+	}
+	a.layouts.m[string(key)] = r
+	a.layouts.mu.Unlock()
+	return r, nil
+}
+
+func signLayout(lf *localFile, req layoutRequest) (*layoutResponse, error) {
+	f, err := gguf.Open(lf.Path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	t, err := shard.TableOf(f)
+	if err != nil {
+		return nil, err
+	}
+	l, err := shard.NewLayout(t, req.Spec, req.PieceSize)
+	if err != nil {
+		return nil, &coordinator.Error{Code: http.StatusBadRequest, Msg: err.Error()}
+	}
+	if err := l.Sign(lf.f); err != nil {
+		return nil, err
+	}
+	r := &layoutResponse{Table: t, Sums: make([]string, len(l.Pieces))}
+	for i := range l.Pieces {
+		r.Sums[i] = l.Pieces[i].Sum
+	}
+	return r, nil
+}
+
+// fetchLayout asks the peer at addr for the signed layout of spec.
+func fetchLayout(ctx context.Context, ep *transport.Endpoint, addr string, spec shard.ShardSpec, piece int64) (*shard.Layout, error) {
+	var resp layoutResponse
+	if err := transport.Call(ctx, ep, addr, transport.KindRPC, "Weights.Layout", layoutRequest{Spec: spec, PieceSize: piece}, &resp); err != nil {
+		return nil, err
+	}
+	if resp.Table == nil {
+		return nil, fmt.Errorf("layout from %s: no table", addr)
+	}
+	l, err := shard.NewLayout(resp.Table, spec, piece)
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Sums) != len(l.Pieces) {
+		return nil, fmt.Errorf("layout from %s: %d piece checksums for %d pieces", addr, len(resp.Sums), len(l.Pieces))
+	}
+	for i := range l.Pieces {
+		l.Pieces[i].Sum = resp.Sums[i]
+	}
+	if !l.Signed() {
+		return nil, fmt.Errorf("layout from %s: malformed piece checksums", addr)
+	}
+	return l, nil
+}
