@@ -136,6 +136,7 @@ type PlacementInfo struct {
 	Cost       placement.Cost   `json:"cost"`
 	Stages     []PlacementStage `json:"stages"`
 	Nodes      []NodeMemory     `json:"nodes"`
+	Links      []Link           `json:"links,omitempty"` // measured links between the plan's nodes
 	Explain    []string         `json:"explain"`
 	Moved      []string         `json:"moved,omitempty"`
 	MovedBytes uint64           `json:"moved_bytes,omitempty"`
@@ -155,6 +156,14 @@ type PlacementStage struct {
 type PlacementMember struct {
 	placement.Member
 	NodeName string `json:"node_name"`
+}
+
+// Link is a measured one-way link, by node name.
+type Link struct {
+	From      string  `json:"from"`
+	To        string  `json:"to"`
+	Gbit      float64 `json:"gbit"`
+	LatencyMs float64 `json:"latency_ms"`
 }
 
 // NodeMemory is a node's predicted memory use under a plan.

@@ -97,9 +97,10 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a.log.Info("agent started", zap.String("id", a.id), zap.String("role", a.role),
 		zap.String("quic", a.RPCAddr()), zap.String("gossip", a.GossipAddr()), zap.String("http", a.HTTPAddr()))
-	a.bg.Add(2)
+	a.bg.Add(3)
 	go a.joinLoop()
 	go a.shardLoop()
+	go a.linkLoop()
 	return a, nil
 }
 
@@ -272,6 +273,7 @@ func (a *Agent) start() error {
 	a.registerModelRPC()
 	a.ep.Handle(transport.KindJoin, a.serveJoin)
 	transport.ServeWeights(a.ep, a.files, transport.WeightsOptions{})
+	transport.ServeProbe(a.ep, 0)
 	a.models = openai.NewStaticBackend()
 	if err := a.setupMetrics(); err != nil {
 		return err

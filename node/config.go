@@ -41,6 +41,7 @@ type Tuning struct {
 	ServerStabilization Duration `json:"server_stabilization"` // before a non-voter is promoted
 	ProbeDuration       Duration `json:"probe_duration"`       // each capability measurement
 	JoinTimeout         Duration `json:"join_timeout"`         // give up joining after this
+	LinkProbe           Duration `json:"link_probe"`           // between link measurements to peers
 }
 
 // Duration is a time.Duration written as "500ms" in config files.

@@ -297,6 +297,26 @@ func (a *Agent) Placement(ctx context.Context, name string) (*api.PlacementInfo,
 			out.Stages = append(out.Stages, ps)
 		}
 	}
+	in := map[string]bool{}
+	for _, id := range order {
+		in[id] = true
+	}
+	keys := make([]string, 0, len(st.Links))
+	for k := range st.Links {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	nameOf := func(id string) string {
+		if n := st.Nodes[id]; n != nil {
+			return n.Name
+		}
+		return id
+	}
+	for _, k := range keys {
+		if l := st.Links[k]; in[l.From] && in[l.To] {
+			out.Links = append(out.Links, api.Link{From: nameOf(l.From), To: nameOf(l.To), Gbit: l.Gbit, LatencyMs: l.LatencyMs})
+		}
+	}
 	for _, id := range order {
 		nm := api.NodeMemory{Node: id, Name: id, MemBytes: mem[id]}
 		if n := st.Nodes[id]; n != nil {

@@ -177,6 +177,15 @@ func TestModelLoadSpreadsAndReplans(t *testing.T) {
 			})
 			t.Logf("kill -> re-plan v%d: %v, -> all shards ready: %v; moved %d bytes: %v",
 				p2.Version, replanned.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), p2.MovedBytes, p2.Moved)
+			// Link probes reach the state, where the planner reads them.
+			tc.Eventually(t, 15*time.Second, "measured links in the plan", func() bool {
+				p3, err := c.Client(watch, "").Placement(ctx(t), "spread")
+				if err == nil && len(p3.Links) > 0 {
+					t.Logf("links: %+v", p3.Links)
+					return true
+				}
+				return false
+			})
 		})
 	}
 }

@@ -46,6 +46,29 @@
 // free memory × (1 − SafetyMargin). Unmeasured nodes get low defaults, and
 // unknown links 1 Gbit/s and 1 ms.
 //
+// # Calibration
+//
+// The terms are only as good as the numbers the cluster measures (the
+// coordinator turns its state into Nodes and a LinkMatrix):
+//
+//   - compute, FLOPs ÷ GFLOPS: Node.GFLOPS is the agent's start-up probe
+//     (node/probe.go: a blocked float32 matmul on every core, cached in the
+//     data dir), gossiped as a capability;
+//   - memory, bytes read ÷ GB/s: Node.MemGBps is the same probe's memory
+//     copy rate (bytes read plus written, every core);
+//   - admission: Node.MemFree is free memory at agent start, capped by the
+//     agent's --memory-limit;
+//   - network, latency and bytes ÷ bandwidth per hop and all-reduce: the
+//     link matrix comes from the link probes agents run over the QUIC
+//     endpoint (transport.Endpoint.Probe: median ping round trip halved,
+//     time to push 1 MiB) and record in the cluster state; a pair not yet
+//     probed takes DefaultLink.
+//
+// The probe GFLOPS is a float32 kernel, not the engine's quantized ones,
+// and the copy rate is not the kernels' streaming rate, so the absolute
+// ms/token is a ranking more than a forecast until predicted and measured
+// step times are compared (distributed execution, issue #6).
+//
 // # Search
 //
 // Only alive, non-draining, non-excluded (and, when pinned, pinned) nodes

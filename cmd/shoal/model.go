@@ -372,6 +372,12 @@ func printPlacement(w io.Writer, p *api.PlacementInfo) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Name, n.Status, mib(n.MemBytes), mib(n.MemFree), use)
 	}
 	tw.Flush()
+	if len(p.Links) > 0 {
+		fmt.Fprintln(w, "\nmeasured links:")
+		for _, l := range p.Links {
+			fmt.Fprintf(w, "  %s -> %s: %.2f Gbit/s, %.3f ms\n", l.From, l.To, l.Gbit, l.LatencyMs)
+		}
+	}
 	if len(p.Explain) > 0 {
 		fmt.Fprintln(w, "\nwhy:")
 		for _, e := range p.Explain {

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"shoal/api"
+	tc "shoal/internal/testcluster"
+)
+
+// TestModelCommands drives model load/ls/unload and placement show against
+// a one-agent cluster, errors included.
+func TestModelCommands(t *testing.T) {
+	dir := t.TempDir()
+	path := genModel(t, dir)
+	c := tc.New(t, 1)
+	tc.Eventually(t, 15*time.Second, "a leader", func() bool {
+		s, err := c.Client(0, "").Status(t.Context())
+		return err == nil && s.Leader != "" && s.NodesAlive == 1
+	})
+	flags := []string{"--addr", c.Members[0].Agent.HTTPAddr(), "--token", tc.Secret}
+	run := func(args ...string) (string, error) { return execute(t, "", append(args, flags...)...) }
+
+	if _, err := run("model", "load", filepath.Join(dir, "missing.gguf")); err == nil || !strings.Contains(err.Error(), "file not found") {
+		t.Errorf("missing file: %v", err)
+	}
+	notGGUF := filepath.Join(dir, "notes.gguf")
+	os.WriteFile(notGGUF, []byte("hello, not a model"), 0o644)
+	if _, err := run("model", "load", notGGUF); err == nil || !strings.Contains(err.Error(), "not a GGUF") {
+		t.Errorf("not a GGUF: %v", err)
+	}
+	out, err := run("model", "load", path, "--name", "tiny", "--ctx", "128", "--overhead", "16MiB", "--wait", "30s")
+	if err != nil || !strings.Contains(out, "model tiny is ready") {
+		t.Fatalf("load: %q %v", out, err)
+	}
+	out, err = run("model", "ls")
+	t.Logf("shoal model ls:\n%s", out)
+	if err != nil || !strings.Contains(out, "tiny") || !strings.Contains(out, "ready") || !strings.Contains(out, "[0,2)") {
+		t.Errorf("ls: %q %v", out, err)
+	}
+	out, err = run("model", "ls", "--json")
+	var ms []api.ModelInfo
+	if err != nil || json.Unmarshal([]byte(out), &ms) != nil || len(ms) != 1 || ms[0].Status != "ready" || ms[0].Shards[0].Source != "local" {
+		t.Errorf("ls --json: %q %v", out, err)
+	}
+	t.Logf("shoal model ls:\n%s", out)
+	out, err = run("placement", "show", "tiny")
+	t.Logf("shoal placement show tiny:\n%s", out)
+	if err != nil || !strings.Contains(out, "predicted") || !strings.Contains(out, "server-0") || !strings.Contains(out, "compute") {
+		t.Errorf("placement show: %q %v", out, err)
+	}
+	out, err = run("placement", "show", "tiny", "-o", "json")
+	var p api.PlacementInfo
+	if err != nil || json.Unmarshal([]byte(out), &p) != nil || len(p.Stages) != 1 || p.Cost.MsPerToken <= 0 {
+		t.Errorf("placement show -o json: %q %v", out, err)
+	}
+	if _, err := run("placement", "show", "nope"); err == nil || !strings.Contains(err.Error(), "not loaded") {
+		t.Errorf("unknown model: %v", err)
+	}
+	if _, err := run("model", "unload", "nope"); err == nil || !strings.Contains(err.Error(), "not loaded") {
+		t.Errorf("unload unknown: %v", err)
+	}
+	if out, err := run("model", "unload", "tiny"); err != nil || !strings.Contains(out, "unloaded") {
+		t.Errorf("unload: %q %v", out, err)
+	}
+	if out, err := run("model", "ls"); err != nil || !strings.Contains(out, "no models") {
+		t.Errorf("ls after unload: %q %v", out, err)
+	}
+	for _, args := range [][]string{{"model", "load", "--help"}, {"placement", "show", "--help"}, {"model", "ls", "--help"}, {"model", "unload", "--help"}} {
+		if out, err := execute(t, "", args...); err != nil || !strings.Contains(out, "shoal ") {
+			t.Errorf("%v: %q %v", args, out, err)
+		}
+	}
+}
