@@ -97,9 +97,19 @@ func legacyV4(name string, q legacy, C int) {
 		VPXORD(acc[c], acc[c], acc[c])
 	}
 
+	// The next group of 4 rows (contiguous from w3+ws) is prefetched as fast
+	// as this one is read: in a batch of a few sequences each weight row is
+	// used by few tiles, and a row of a few cache lines ends before the
+	// hardware prefetcher ramps up.
+	pf := GP64()
+	LEAQ(Mem{Base: w[3], Index: ws, Scale: 1}, pf)
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
 	Label("loop")
+	for i := 0; i < R*bs; i += 64 {
+		PREFETCHT0(Mem{Base: pf, Disp: i})
+	}
+	ADDQ(U32(R*bs), pf)
 	// weights: lo/hi halves of the block of each row as signed bytes
 	load := func(disp int) VecVirtual {
 		z := ZMM()
@@ -221,9 +231,15 @@ func fdot512(name string, wf ffmt, C int) {
 			acc[r] = append(acc[r], z)
 		}
 	}
+	pf := GP64() // the next group of rows, as in legacyV4
+	LEAQ(Mem{Base: w[3], Index: ws, Scale: 1}, pf)
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
 	Label("loop")
+	for i := 0; i < R*16*wf.size(); i += 64 {
+		PREFETCHT0(Mem{Base: pf, Disp: i})
+	}
+	ADDQ(U32(R*16*wf.size()), pf)
 	xs := make([]VecVirtual, R)
 	for r := range xs {
 		xs[r] = ZMM()
