@@ -53,6 +53,17 @@ func (e *APIError) Error() string   { return e.Msg }
 func (e *APIError) HTTPStatus() int { return e.Code }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	return c.doRaw(ctx, method, path, in, func(_ *http.Response, b []byte) error {
+		if out != nil && len(b) > 0 {
+			return json.Unmarshal(b, out)
+		}
+		return nil
+	})
+}
+
+// doRaw sends in as JSON and hands a successful answer to read; an error
+// answer becomes an *APIError.
+func (c *Client) doRaw(ctx context.Context, method, path string, in any, read func(resp *http.Response, body []byte) error) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -80,7 +91,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return fmt.Errorf("cannot reach agent at %s: %v (is 'shoal agent' running? set SHOAL_ADDR)", c.Addr, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	if err != nil {
 		return err
 	}
@@ -91,10 +102,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		}
 		return &APIError{Code: resp.StatusCode, Msg: fmt.Sprintf("%s %s: %s", method, path, resp.Status)}
 	}
-	if out != nil && len(b) > 0 {
-		return json.Unmarshal(b, out)
-	}
-	return nil
+	return read(resp, b)
 }
 
 func asURLError(err error, target **url.Error) bool {

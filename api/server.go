@@ -108,6 +108,14 @@ func Handler(b Backend) http.Handler {
 		if req.Ctx < 0 {
 			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("ctx %d: want a positive number of tokens", req.Ctx)}
 		}
+		switch req.Strategy {
+		case "", "auto", "pipeline", "tensor":
+		default:
+			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("strategy %q: want auto, pipeline or tensor", req.Strategy)}
+		}
+		if req.Strategy == "auto" {
+			req.Strategy = ""
+		}
 		return b.LoadModel(r.Context(), req)
 	}))
 	mux.HandleFunc("DELETE /v1/cluster/models/{name}", h.auth(func(r *http.Request) (any, error) {
@@ -116,6 +124,9 @@ func Handler(b Backend) http.Handler {
 	mux.HandleFunc("GET /v1/cluster/models/{name}/placement", h.auth(func(r *http.Request) (any, error) {
 		return b.Placement(r.Context(), r.PathValue("name"))
 	}))
+	if cr, ok := b.(ClusterRunner); ok {
+		h.clusterRunner(mux, cr)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, Error{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
 	})
@@ -157,20 +168,10 @@ type handler struct {
 
 func (h *handler) auth(fn func(r *http.Request) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		key, ok := bearer(r)
-		if !ok {
-			writeJSON(w, http.StatusUnauthorized, Error{Error: "missing API key: send Authorization: Bearer <key> (shoal reads SHOAL_TOKEN)"})
-			return
-		}
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
 		r = r.WithContext(ctx)
-		if err := h.b.Authorize(ctx, key); err != nil {
-			code := statusOf(err)
-			if code == http.StatusInternalServerError {
-				code = http.StatusForbidden
-			}
-			writeJSON(w, code, Error{Error: err.Error()})
+		if !h.authorized(w, r) {
 			return
 		}
 		out, err := fn(r)
@@ -184,6 +185,25 @@ func (h *handler) auth(fn func(r *http.Request) (any, error)) http.HandlerFunc {
 		}
 		writeJSON(w, http.StatusOK, out)
 	}
+}
+
+// authorized checks the request's API key within the request's context
+// and answers the refusal itself.
+func (h *handler) authorized(w http.ResponseWriter, r *http.Request) bool {
+	key, ok := bearer(r)
+	if !ok {
+		writeJSON(w, http.StatusUnauthorized, Error{Error: "missing API key: send Authorization: Bearer <key> (shoal reads SHOAL_TOKEN)"})
+		return false
+	}
+	if err := h.b.Authorize(r.Context(), key); err != nil {
+		code := statusOf(err)
+		if code == http.StatusInternalServerError {
+			code = http.StatusForbidden
+		}
+		writeJSON(w, code, Error{Error: err.Error()})
+		return false
+	}
+	return true
 }
 
 func bearer(r *http.Request) (string, bool) {

@@ -86,6 +86,10 @@ type LoadModelRequest struct {
 	// weights and KV (512 MiB when 0).
 	Ctx      int    `json:"ctx,omitempty"`
 	Overhead uint64 `json:"overhead,omitempty"`
+	// Strategy forces the planner's choice: "pipeline" (one node per
+	// stage) or "tensor" (one tensor-parallel group); empty or "auto"
+	// lets it choose.
+	Strategy string `json:"strategy,omitempty"`
 }
 
 // ModelInfo is one entry of GET /v1/cluster/models.
@@ -181,4 +185,64 @@ type ModelBackend interface {
 	Models(ctx context.Context) ([]ModelInfo, error)
 	UnloadModel(ctx context.Context, name string) error
 	Placement(ctx context.Context, name string) (*PlacementInfo, error)
+}
+
+// LogitsRequest is the body of POST /v1/cluster/models/{name}/logits: token
+// ids evaluated as one prompt (positions 0..n-1, one batch).
+type LogitsRequest struct {
+	Tokens []int32 `json:"tokens"`
+}
+
+// Logits is the answer: NTokens rows of NVocab raw logits, row i the
+// logits after token i. Over HTTP the rows travel as little-endian float32
+// (application/octet-stream) with the shape in the X-Shoal-Tokens and
+// X-Shoal-Vocab headers.
+type Logits struct {
+	NTokens int
+	NVocab  int
+	Data    []float32
+}
+
+// BenchRequest is the body of POST /v1/cluster/models/{name}/bench: as
+// `shoal bench`, prompt sizes (ppN) and generation lengths (tgN), each
+// measured Reps times after one warm-up.
+type BenchRequest struct {
+	Prompt []int `json:"prompt"`
+	Gen    []int `json:"gen"`
+	Reps   int   `json:"reps"`
+}
+
+// BenchRow is one test of a cluster benchmark.
+type BenchRow struct {
+	Test      string    `json:"test"` // "pp64", "tg64"
+	TokPerSec float64   `json:"tok_per_sec"`
+	StdDev    float64   `json:"stddev"`
+	Samples   []float64 `json:"samples"`
+	// MsPerToken is 1000 / TokPerSec; BytesPerToken the payload the
+	// plan's nodes sent per token over the measured runs (hidden states,
+	// collectives, logits and step control, frame overhead excluded).
+	MsPerToken    float64 `json:"ms_per_token"`
+	BytesPerToken float64 `json:"bytes_per_token"`
+}
+
+// BenchResult is the answer of a cluster benchmark, run on the model's
+// driver through the committed plan.
+type BenchResult struct {
+	Model               string     `json:"model"`
+	PlanVersion         uint64     `json:"plan_version"`
+	Strategy            string     `json:"strategy"`
+	Nodes               int        `json:"nodes"`
+	Stages              []string   `json:"stages"` // "[0,11) node-a", "[11,22) node-b+node-c (tp)"
+	Driver              string     `json:"driver"`
+	Activations         string     `json:"activations"` // wire dtype of hidden states
+	PredictedMsPerToken float64    `json:"predicted_ms_per_token"`
+	Results             []BenchRow `json:"results"`
+}
+
+// ClusterRunner is what the driver of a distributed model runs for the
+// admin API: logits and benchmarks through the cluster. Requests reach the
+// model's driver (the node forwards them).
+type ClusterRunner interface {
+	ClusterLogits(ctx context.Context, model string, tokens []int32) (*Logits, error)
+	ClusterBench(ctx context.Context, model string, req BenchRequest) (*BenchResult, error)
 }

@@ -97,6 +97,9 @@ type Model struct {
 	// weights and KV (the planner's default when 0).
 	Ctx      int    `json:"ctx,omitempty"`
 	Overhead uint64 `json:"overhead,omitempty"`
+	// Strategy forces the planner's strategy (placement.Pipeline or
+	// placement.Tensor); empty lets it choose.
+	Strategy string `json:"strategy,omitempty"`
 	// Profile is what the planner needs of the file (shapes, bytes and
 	// FLOPs per layer), taken by the source node from its GGUF header.
 	Profile *placement.ModelProfile `json:"profile,omitempty"`

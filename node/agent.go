@@ -23,6 +23,7 @@ import (
 
 	"shoal/api/openai"
 	"shoal/coordinator"
+	"shoal/dist"
 	"shoal/internal/zapio"
 	"shoal/transport"
 )
@@ -52,6 +53,10 @@ type Agent struct {
 	files   *fileRegistry // model files this node has and serves to peers
 	layouts signedLayouts
 	shards  shardSet
+
+	mb   *transport.Mailbox // the endpoint's activation mailbox
+	host *dist.Host         // distributed members and the models this node drives
+	dist distState
 
 	models   *openai.StaticBackend // models this agent serves (the OpenAI endpoint's backend)
 	served   []*served
@@ -206,7 +211,11 @@ func (a *Agent) start() error {
 	// The RPC methods and the join handler read gossip and Raft state, so
 	// they are registered below, once both exist; a peer calling earlier
 	// gets "unknown method" and retries.
-	a.rpc = transport.NewRPCServer(a.ep, transport.KindRPC, 10*time.Second)
+	a.rpc = transport.NewRPCServer(a.ep, transport.KindRPC, rpcTimeout)
+	a.mb = transport.NewMailbox(a.ep, transport.MailboxOptions{})
+	a.host = dist.NewHost(a.ep, a.rpc, a.mb)
+	a.dist = distState{members: map[string]*distMember{}, drivers: map[string]*distDriver{}, routes: map[string]distRoute{},
+		logged: map[string]string{}, wake: make(chan struct{}, 1)}
 
 	// The HTTP listener comes first so its port can ride in gossip meta.
 	a.httpLn, err = net.Listen("tcp", net.JoinHostPort(orDefault(a.cfg.Bind, "0.0.0.0"), strconv.Itoa(a.cfg.HTTPPort)))

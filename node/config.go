@@ -28,8 +28,11 @@ type Config struct {
 	// MemoryLimit caps the memory this node advertises to the planner, in
 	// bytes (0: what the machine has free).
 	MemoryLimit uint64 `json:"memory_limit"`
-	Version     string `json:"-"`
-	Tuning      Tuning `json:"tuning"`
+	// Threads is the worker threads of each shard this node runs for a
+	// model spread over the cluster (0: all cores).
+	Threads int    `json:"threads"`
+	Version string `json:"-"`
+	Tuning  Tuning `json:"tuning"`
 }
 
 // Tuning holds timers. Zero values take LAN defaults; tests shorten them.
@@ -42,6 +45,7 @@ type Tuning struct {
 	ProbeDuration       Duration `json:"probe_duration"`       // each capability measurement
 	JoinTimeout         Duration `json:"join_timeout"`         // give up joining after this
 	LinkProbe           Duration `json:"link_probe"`           // between link measurements to peers
+	DistStep            Duration `json:"dist_step"`            // bounds a step of a model served across nodes (30s)
 }
 
 // Duration is a time.Duration written as "500ms" in config files.

@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"hash/fnv"
 	"io"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"net/url"
 	"sort"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // forwardedHeader marks a request one agent passed to another, so that it
@@ -81,6 +84,10 @@ func (a *Agent) forwarding(local http.Handler) http.Handler {
 			}
 			if len(body) <= maxForwardBody && json.Unmarshal(body, &probe) == nil && probe.Model != "" {
 				if _, ok := a.models.Model(probe.Model); !ok {
+					if rt, ok := a.distRoute(probe.Model); ok {
+						a.toDistDriver(w, r, rt)
+						return
+					}
 					if p, ok := a.pickPeer(probe.Model, body); ok {
 						a.proxy(w, r, p)
 						return
@@ -113,23 +120,61 @@ func (a *Agent) pickPeer(model string, body []byte) (peerModel, bool) {
 }
 
 func (a *Agent) proxy(w http.ResponseWriter, r *http.Request, p peerModel) {
-	target := &url.URL{Scheme: "http", Host: p.HTTPAddr}
+	a.proxyTo(w, r, p.HTTPAddr, func(w http.ResponseWriter, err error) {
+		openAIError(w, http.StatusBadGateway, "server_error", "upstream_unavailable",
+			"the agent serving model "+p.Model+" ("+p.NodeName+") did not answer: "+err.Error())
+	})
+}
+
+// proxyTo passes r to the agent at addr, marked as forwarded, streaming
+// the answer as it comes; fail answers when that agent cannot be reached.
+func (a *Agent) proxyTo(w http.ResponseWriter, r *http.Request, addr string, fail func(w http.ResponseWriter, err error)) {
+	target := &url.URL{Scheme: "http", Host: addr}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Header.Set(forwardedHeader, a.id)
 		},
 		FlushInterval: -1, // stream server-sent events as they come
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+		ErrorHandler:  func(w http.ResponseWriter, r *http.Request, err error) { fail(w, err) },
+	}
+	a.log.Debug("forwarding request", zap.String("to", addr), zap.String("path", r.URL.Path))
+	rp.ServeHTTP(w, r)
+}
+
+func openAIError(w http.ResponseWriter, status int, typ, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
+}
+
+// toDistDriver forwards a completion for a model spread over the cluster
+// to the agent that drives it, or says why it cannot run yet.
+func (a *Agent) toDistDriver(w http.ResponseWriter, r *http.Request, rt distRoute) {
+	switch {
+	case rt.Node == a.id || !rt.Ready || rt.HTTPAddr == "":
+		openAIError(w, http.StatusServiceUnavailable, "server_error", "model_not_ready",
+			fmt.Sprintf("model %s is spread over the cluster and not served yet (%s; driver %s)", rt.Model, rt.Status, rt.NodeName))
+	default:
+		a.proxy(w, r, peerModel{Model: rt.Model, NodeID: rt.Node, NodeName: rt.NodeName, HTTPAddr: rt.HTTPAddr})
+	}
+}
+
+// adminToDriver passes the admin API's logits and benchmark requests for a
+// model spread over the cluster to the agent that drives it.
+func (a *Agent) adminToDriver(local http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rt, ok := a.distRoute(r.PathValue("name"))
+		if r.Header.Get(forwardedHeader) != "" || !ok || rt.Node == a.id || rt.HTTPAddr == "" {
+			local.ServeHTTP(w, r)
+			return
+		}
+		a.proxyTo(w, r, rt.HTTPAddr, func(w http.ResponseWriter, err error) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusBadGateway)
-			json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
-				"message": "the agent serving model " + p.Model + " (" + p.NodeName + ") did not answer: " + err.Error(),
-				"type":    "server_error", "param": nil, "code": "upstream_unavailable"}})
-		},
-	}
-	a.log.Debug("forwarding request")
-	rp.ServeHTTP(w, r)
+			json.NewEncoder(w).Encode(map[string]string{"error": fmt.Sprintf("the agent driving model %s (%s) did not answer: %v", rt.Model, rt.NodeName, err)})
+		})
+	})
 }
 
 // listClusterModels answers /v1/models with the local models followed by
@@ -154,6 +199,13 @@ func (a *Agent) listClusterModels(w http.ResponseWriter, r *http.Request, local 
 		if id, ok := m["id"].(string); ok {
 			seen[id] = true
 		}
+	}
+	for _, rt := range a.distRoutes() {
+		if seen[rt.Model] || !rt.Ready || rt.Node == a.id {
+			continue
+		}
+		seen[rt.Model] = true
+		list.Data = append(list.Data, map[string]any{"id": rt.Model, "object": "model", "created": 0, "owned_by": rt.NodeName, "shoal.served_by": rt.NodeName})
 	}
 	for _, p := range a.remoteModels() {
 		if seen[p.Model] {

@@ -104,7 +104,7 @@ func (a *Agent) registerModel(ctx context.Context, req api.LoadModelRequest) (*c
 	}
 	m := coordinator.Model{
 		Name: name, Source: path, Layers: prof.NLayer, Bytes: uint64(st.Size()), CreatedAt: time.Now().UTC(),
-		SourceNode: a.id, Ctx: req.Ctx, Overhead: req.Overhead, Profile: &prof, Status: coordinator.ModelHashing,
+		SourceNode: a.id, Ctx: req.Ctx, Overhead: req.Overhead, Strategy: req.Strategy, Profile: &prof, Status: coordinator.ModelHashing,
 	}
 	if sha, ok := a.files.lookupPath(path, st); ok {
 		m.Digest, m.Status = sha, ""

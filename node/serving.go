@@ -99,6 +99,7 @@ func (a *Agent) loadModels() error {
 
 // closeModels stops the schedulers (ending their requests) and unmaps files.
 func (a *Agent) closeModels() {
+	a.closeDist()
 	for _, s := range a.served {
 		s.sched.Close()
 		s.runner.Close()
@@ -125,7 +126,11 @@ func (a *Agent) httpHandler() http.Handler {
 	dash := dashboard.Handler(dashboard.Options{Recent: recent, CheckKey: a.Authorize})
 	mux.Handle("GET /{$}", dash)
 	mux.Handle("/dashboard/", dash)
-	mux.Handle("/", api.Handler(a))
+	admin := api.Handler(a)
+	toDriver := a.adminToDriver(admin)
+	mux.Handle("POST /v1/cluster/models/{name}/logits", toDriver)
+	mux.Handle("POST /v1/cluster/models/{name}/bench", toDriver)
+	mux.Handle("/", admin)
 	return mux
 }
 

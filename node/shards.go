@@ -80,6 +80,7 @@ func (a *Agent) shardLoop() {
 			a.dropShards()
 			return
 		case <-changed:
+		case <-a.dist.wake:
 		case <-time.After(interval):
 		}
 	}
@@ -148,6 +149,7 @@ func (a *Agent) reconcileShards() {
 	for model := range touched {
 		a.reportModel(model, false)
 	}
+	a.reconcileDist(st)
 }
 
 func isClosed(c chan struct{}) bool {
@@ -276,6 +278,7 @@ func safeName(s string) string {
 // releaseShard stops a shard the plan no longer gives this node, closes it
 // and removes its assembled file.
 func (a *Agent) releaseShard(j *shardJob) {
+	a.dropMember(j.key)
 	j.mu.Lock()
 	cancel, done := j.cancel, j.done
 	j.mu.Unlock()
@@ -296,6 +299,7 @@ func (a *Agent) releaseShard(j *shardJob) {
 }
 
 func (a *Agent) dropShards() {
+	a.closeDist()
 	a.shards.mu.Lock()
 	jobs := a.shards.jobs
 	a.shards.jobs = nil

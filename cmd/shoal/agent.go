@@ -76,6 +76,9 @@ Precedence: flag, environment, config file.`,
 					final.Models = append(final.Models, node.ModelConfig{Path: p, Ctx: modelOpts.Ctx, Threads: modelOpts.Threads, MaxSeqs: modelOpts.MaxSeqs, Queue: modelOpts.Queue})
 				}
 			}
+			if modelOpts.Threads > 0 {
+				final.Threads = modelOpts.Threads
+			}
 			if memLimit != "" {
 				if final.MemoryLimit, err = parseSize(memLimit); err != nil {
 					return fmt.Errorf("--memory-limit: %w", err)
@@ -109,7 +112,7 @@ Precedence: flag, environment, config file.`,
 	f := cmd.Flags()
 	f.StringArrayVar(&modelPaths, "model", nil, "serve this GGUF model whole on this machine at the OpenAI-compatible endpoint (repeatable; SHOAL_MODEL=a,b)")
 	f.IntVar(&modelOpts.Ctx, "ctx", 0, "KV cache capacity per served model in tokens, shared by its sequences (default: the model's context, at most 8192)")
-	f.IntVar(&modelOpts.Threads, "threads", 0, "engine worker threads per served model (default: all cores)")
+	f.IntVar(&modelOpts.Threads, "threads", 0, "engine worker threads per served model and per shard this node runs of a model spread over the cluster (default: all cores)")
 	f.IntVar(&modelOpts.MaxSeqs, "max-seqs", 0, "sequences decoded together per model (default 16)")
 	f.IntVar(&modelOpts.Queue, "queue", 0, "requests waiting beyond the running batch before 429 (default 64)")
 	f.StringVar(&configFile, "config", "", "JSON config file")

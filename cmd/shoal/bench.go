@@ -1,16 +1,20 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"shoal/api"
 	"shoal/engine/bench"
 	"shoal/engine/kernels"
 	"shoal/engine/model"
@@ -23,6 +27,7 @@ func benchCmd() *cobra.Command {
 		reps, bwMB      int
 		asJSON          bool
 		cpuProfile      string
+		cluster, key    string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench --model FILE [-t 1,2] [-p 64,512] [-n 64] [-r 3]",
@@ -37,7 +42,15 @@ roofline: tok/s × weight bytes read per token ÷ bandwidth. Bandwidth on
 shared machines swings within minutes, so compare decode by that fraction.
 
   shoal bench --model tinyllama-q4_0.gguf -t 1,2 -p 64,512 -n 64 -r 3
-  shoal bench --model m.gguf --json > result.json`,
+  shoal bench --model m.gguf --json > result.json
+
+With --cluster ADDR, --model names a model loaded on the cluster and the
+runs step through its committed plan on the agent that drives it (ADDR may
+be any agent). Each row adds the bytes the plan's nodes sent per token
+(hidden states, collectives, logits, step control) and, for tg rows, the
+measured ms/token beside the planner's predicted ms/token.
+
+  shoal bench --cluster 10.0.0.1:7948 --model tinyllama -p 64 -n 64 -r 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := bench.Options{Reps: reps, BandwidthMB: bwMB}
@@ -50,6 +63,12 @@ shared machines swings within minutes, so compare decode by that fraction.
 			}
 			if o.Gen, err = intList(tg, "-n"); err != nil {
 				return err
+			}
+			if path == "" {
+				return fmt.Errorf("--model is required")
+			}
+			if cluster != "" {
+				return benchCluster(cmd.OutOrStdout(), cluster, key, path, o, asJSON)
 			}
 			m, err := model.Open(path)
 			if err != nil {
@@ -101,7 +120,9 @@ shared machines swings within minutes, so compare decode by that fraction.
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&path, "model", "m", "", "GGUF model file (required)")
+	f.StringVarP(&path, "model", "m", "", "GGUF model file, or with --cluster the name of a loaded model (required)")
+	f.StringVar(&cluster, "cluster", "", "benchmark a model loaded on the cluster: an agent's admin API address")
+	f.StringVar(&key, "token", "", "API key for --cluster (default $SHOAL_TOKEN)")
 	f.StringVarP(&threads, "threads", "t", "2", "comma-separated thread counts")
 	f.StringVarP(&pp, "n-prompt", "p", "512", "comma-separated prompt sizes (0 = none)")
 	f.StringVarP(&tg, "n-gen", "n", "128", "comma-separated generation lengths (0 = none)")
@@ -128,4 +149,32 @@ func intList(s, flag string) ([]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// benchCluster runs the benchmark on the driver of a model loaded on the
+// cluster and prints it like the single-node table.
+func benchCluster(w io.Writer, addr, key, name string, o bench.Options, asJSON bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	res, err := api.NewClient(addr, key).ClusterBench(ctx, name, api.BenchRequest{Prompt: o.Prompt, Gen: o.Gen, Reps: o.Reps})
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	fmt.Fprintf(w, "model: %s on the cluster (plan v%d: %s over %d node(s): %s; driver %s; activations %s)\n\n",
+		res.Model, res.PlanVersion, res.Strategy, res.Nodes, strings.Join(res.Stages, ", "), res.Driver, res.Activations)
+	fmt.Fprintln(w, "| nodes | test  |            t/s | ms/token | predicted ms/token | bytes/token |")
+	fmt.Fprintln(w, "| ----: | ----- | -------------: | -------: | -----------------: | ----------: |")
+	for _, r := range res.Results {
+		pred := ""
+		if strings.HasPrefix(r.Test, "tg") {
+			pred = fmt.Sprintf("%.2f", res.PredictedMsPerToken)
+		}
+		fmt.Fprintf(w, "| %5d | %-5s | %7.2f ± %5.2f | %8.2f | %18s | %11.0f |\n", res.Nodes, r.Test, r.TokPerSec, r.StdDev, r.MsPerToken, pred, r.BytesPerToken)
+	}
+	return nil
 }

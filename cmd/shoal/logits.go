@@ -2,13 +2,16 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"shoal/api"
 	"shoal/engine/model"
 )
 
@@ -16,6 +19,7 @@ func logitsCmd() *cobra.Command {
 	var (
 		path, tokens, out string
 		threads           int
+		cluster, key      string
 	)
 	cmd := &cobra.Command{
 		Use:   "logits --model FILE --tokens 1,2,3 --out FILE",
@@ -24,7 +28,13 @@ func logitsCmd() *cobra.Command {
 little-endian float32 [n_tokens][n_vocab] to --out: row i holds the logits
 after token i, raw (no softmax), the layout llama.cpp's logits dumps use.
 
-  shoal logits --model model.gguf --tokens 1,450,4996 --out logits.f32`,
+  shoal logits --model model.gguf --tokens 1,450,4996 --out logits.f32
+
+With --cluster ADDR, --model names a model loaded on the cluster ('shoal
+model load') and the tokens run through its committed plan, on the agent
+that drives it (ADDR may be any agent's admin API); the output is the same.
+
+  shoal logits --cluster 10.0.0.1:7948 --model tinyllama --tokens 1,450 --out c.f32`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
@@ -34,19 +44,34 @@ after token i, raw (no softmax), the layout llama.cpp's logits dumps use.
 			if err != nil {
 				return err
 			}
-			m, err := model.Open(path)
-			if err != nil {
-				return err
+			if path == "" {
+				return fmt.Errorf("--model is required")
 			}
-			defer m.Close()
-			r, err := model.NewRunner(m, model.Options{Threads: threads, CacheTokens: len(ids)})
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			logits, err := r.Prompt(0, ids, nil)
-			if err != nil {
-				return err
+			var logits []float32
+			var nVocab int
+			if cluster != "" {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+				defer cancel()
+				l, err := api.NewClient(cluster, key).ClusterLogits(ctx, path, ids)
+				if err != nil {
+					return err
+				}
+				logits, nVocab = l.Data, l.NVocab
+			} else {
+				m, err := model.Open(path)
+				if err != nil {
+					return err
+				}
+				defer m.Close()
+				r, err := model.NewRunner(m, model.Options{Threads: threads, CacheTokens: len(ids)})
+				if err != nil {
+					return err
+				}
+				defer r.Close()
+				if logits, err = r.Prompt(0, ids, nil); err != nil {
+					return err
+				}
+				nVocab = m.NVocab
 			}
 			f, err := os.Create(out)
 			if err != nil {
@@ -65,12 +90,14 @@ after token i, raw (no softmax), the layout llama.cpp's logits dumps use.
 			if err := f.Close(); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d x %d logits to %s\n", len(ids), m.NVocab, out)
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d x %d logits to %s\n", len(ids), nVocab, out)
 			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&path, "model", "m", "", "GGUF model file (required)")
+	f.StringVarP(&path, "model", "m", "", "GGUF model file, or with --cluster the name of a loaded model (required)")
+	f.StringVar(&cluster, "cluster", "", "evaluate through the cluster: an agent's admin API address")
+	f.StringVar(&key, "token", "", "API key for --cluster (default $SHOAL_TOKEN)")
 	f.StringVar(&tokens, "tokens", "", "comma-separated token ids (required)")
 	f.StringVarP(&out, "out", "o", "", "output file (required)")
 	f.IntVarP(&threads, "threads", "t", 0, "worker threads (0 = all cores)")

@@ -116,6 +116,7 @@ ready (or the model is unservable) unless --wait 0.
 	cmd.Flags().StringVar(&req.Name, "name", "", "model name (default: the file name without .gguf)")
 	cmd.Flags().IntVar(&req.Ctx, "ctx", 0, "context length per sequence the plan reserves KV cache for (default 4096)")
 	cmd.Flags().StringVar(&req.Node, "node", "", "the node that has the file (ID, ID prefix or name; default: the agent at --addr)")
+	cmd.Flags().StringVar(&req.Strategy, "strategy", "", "force the plan's strategy: pipeline or tensor (default: the planner chooses)")
 	cmd.Flags().StringVar(&overhead, "overhead", "", "memory per node beyond weights and KV cache, e.g. 256MiB (default 512MiB)")
 	cmd.Flags().DurationVar(&wait, "wait", 10*time.Minute, "wait this long for all shards to be ready; 0 returns at once")
 	return cmd
