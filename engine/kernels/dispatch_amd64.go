@@ -35,8 +35,9 @@ func archLevels() []*level {
 		one: oneF32, rows: dotF32R4C1, rowsR: 4, tile: dotF32F32R4C3, tileR: 4, tileC: 3, tileF32: true}
 	ls := []*level{l}
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI {
-		// AVX-512 VNNI: prefill tiles for the 32-element and float formats; decode
-		// is bandwidth bound and keeps the AVX2 kernels.
+		// AVX-512 VNNI: prefill tiles for the 32-element and float formats, and
+		// the Q4_K decode kernel (the AVX2 one is compute bound on one core);
+		// the other decode kernels keep up with memory in AVX2.
 		v := *l
 		v.name = "avx512"
 		for _, t := range []quant.Type{quant.Q4_0, quant.Q8_0} {
@@ -46,6 +47,9 @@ func archLevels() []*level {
 		}
 		v.k[quant.Q4_0].tile, v.k[quant.Q4_0].tile4 = dotQ4_0V4C8, dotQ4_0V4C4
 		v.k[quant.Q8_0].tile, v.k[quant.Q8_0].tile4 = dotQ8_0V4C8, dotQ8_0V4C4
+		q4k := *l.k[quant.Q4_K]
+		q4k.rows = dotQ4_KV4C1
+		v.k[quant.Q4_K] = &q4k
 		for t, f := range map[quant.Type][2]dotFn{
 			quant.F16:  {dotF16F32V4C6, dotF16F32V4C4},
 			quant.BF16: {dotBF16F32V4C6, dotBF16F32V4C4},

@@ -1070,6 +1070,160 @@ DATA pickIdx<>+56(SB)/4, $0x00000008
 DATA pickIdx<>+60(SB)/4, $0x0000000c
 GLOBL pickIdx<>(SB), RODATA|NOPTR, $64
 
+DATA q4kScaleIdx0<>+0(SB)/2, $0x0000
+DATA q4kScaleIdx0<>+2(SB)/2, $0x0000
+DATA q4kScaleIdx0<>+4(SB)/2, $0x0000
+DATA q4kScaleIdx0<>+6(SB)/2, $0x0000
+DATA q4kScaleIdx0<>+8(SB)/2, $0x0000
+DATA q4kScaleIdx0<>+10(SB)/2, $0x0000
+DATA q4kScaleIdx0<>+12(SB)/2, $0x0000
+DATA q4kScaleIdx0<>+14(SB)/2, $0x0000
+DATA q4kScaleIdx0<>+16(SB)/2, $0x0000
+DATA q4kScaleIdx0<>+18(SB)/2, $0x0000
+DATA q4kScaleIdx0<>+20(SB)/2, $0x0000
+DATA q4kScaleIdx0<>+22(SB)/2, $0x0000
+DATA q4kScaleIdx0<>+24(SB)/2, $0x0000
+DATA q4kScaleIdx0<>+26(SB)/2, $0x0000
+DATA q4kScaleIdx0<>+28(SB)/2, $0x0000
+DATA q4kScaleIdx0<>+30(SB)/2, $0x0000
+DATA q4kScaleIdx0<>+32(SB)/2, $0x0002
+DATA q4kScaleIdx0<>+34(SB)/2, $0x0002
+DATA q4kScaleIdx0<>+36(SB)/2, $0x0002
+DATA q4kScaleIdx0<>+38(SB)/2, $0x0002
+DATA q4kScaleIdx0<>+40(SB)/2, $0x0002
+DATA q4kScaleIdx0<>+42(SB)/2, $0x0002
+DATA q4kScaleIdx0<>+44(SB)/2, $0x0002
+DATA q4kScaleIdx0<>+46(SB)/2, $0x0002
+DATA q4kScaleIdx0<>+48(SB)/2, $0x0002
+DATA q4kScaleIdx0<>+50(SB)/2, $0x0002
+DATA q4kScaleIdx0<>+52(SB)/2, $0x0002
+DATA q4kScaleIdx0<>+54(SB)/2, $0x0002
+DATA q4kScaleIdx0<>+56(SB)/2, $0x0002
+DATA q4kScaleIdx0<>+58(SB)/2, $0x0002
+DATA q4kScaleIdx0<>+60(SB)/2, $0x0002
+DATA q4kScaleIdx0<>+62(SB)/2, $0x0002
+GLOBL q4kScaleIdx0<>(SB), RODATA|NOPTR, $64
+
+DATA q4kScaleIdx1<>+0(SB)/2, $0x0001
+DATA q4kScaleIdx1<>+2(SB)/2, $0x0001
+DATA q4kScaleIdx1<>+4(SB)/2, $0x0001
+DATA q4kScaleIdx1<>+6(SB)/2, $0x0001
+DATA q4kScaleIdx1<>+8(SB)/2, $0x0001
+DATA q4kScaleIdx1<>+10(SB)/2, $0x0001
+DATA q4kScaleIdx1<>+12(SB)/2, $0x0001
+DATA q4kScaleIdx1<>+14(SB)/2, $0x0001
+DATA q4kScaleIdx1<>+16(SB)/2, $0x0001
+DATA q4kScaleIdx1<>+18(SB)/2, $0x0001
+DATA q4kScaleIdx1<>+20(SB)/2, $0x0001
+DATA q4kScaleIdx1<>+22(SB)/2, $0x0001
+DATA q4kScaleIdx1<>+24(SB)/2, $0x0001
+DATA q4kScaleIdx1<>+26(SB)/2, $0x0001
+DATA q4kScaleIdx1<>+28(SB)/2, $0x0001
+DATA q4kScaleIdx1<>+30(SB)/2, $0x0001
+DATA q4kScaleIdx1<>+32(SB)/2, $0x0003
+DATA q4kScaleIdx1<>+34(SB)/2, $0x0003
+DATA q4kScaleIdx1<>+36(SB)/2, $0x0003
+DATA q4kScaleIdx1<>+38(SB)/2, $0x0003
+DATA q4kScaleIdx1<>+40(SB)/2, $0x0003
+DATA q4kScaleIdx1<>+42(SB)/2, $0x0003
+DATA q4kScaleIdx1<>+44(SB)/2, $0x0003
+DATA q4kScaleIdx1<>+46(SB)/2, $0x0003
+DATA q4kScaleIdx1<>+48(SB)/2, $0x0003
+DATA q4kScaleIdx1<>+50(SB)/2, $0x0003
+DATA q4kScaleIdx1<>+52(SB)/2, $0x0003
+DATA q4kScaleIdx1<>+54(SB)/2, $0x0003
+DATA q4kScaleIdx1<>+56(SB)/2, $0x0003
+DATA q4kScaleIdx1<>+58(SB)/2, $0x0003
+DATA q4kScaleIdx1<>+60(SB)/2, $0x0003
+DATA q4kScaleIdx1<>+62(SB)/2, $0x0003
+GLOBL q4kScaleIdx1<>(SB), RODATA|NOPTR, $64
+
+DATA q4kScaleIdx2<>+0(SB)/2, $0x0004
+DATA q4kScaleIdx2<>+2(SB)/2, $0x0004
+DATA q4kScaleIdx2<>+4(SB)/2, $0x0004
+DATA q4kScaleIdx2<>+6(SB)/2, $0x0004
+DATA q4kScaleIdx2<>+8(SB)/2, $0x0004
+DATA q4kScaleIdx2<>+10(SB)/2, $0x0004
+DATA q4kScaleIdx2<>+12(SB)/2, $0x0004
+DATA q4kScaleIdx2<>+14(SB)/2, $0x0004
+DATA q4kScaleIdx2<>+16(SB)/2, $0x0004
+DATA q4kScaleIdx2<>+18(SB)/2, $0x0004
+DATA q4kScaleIdx2<>+20(SB)/2, $0x0004
+DATA q4kScaleIdx2<>+22(SB)/2, $0x0004
+DATA q4kScaleIdx2<>+24(SB)/2, $0x0004
+DATA q4kScaleIdx2<>+26(SB)/2, $0x0004
+DATA q4kScaleIdx2<>+28(SB)/2, $0x0004
+DATA q4kScaleIdx2<>+30(SB)/2, $0x0004
+DATA q4kScaleIdx2<>+32(SB)/2, $0x0006
+DATA q4kScaleIdx2<>+34(SB)/2, $0x0006
+DATA q4kScaleIdx2<>+36(SB)/2, $0x0006
+DATA q4kScaleIdx2<>+38(SB)/2, $0x0006
+DATA q4kScaleIdx2<>+40(SB)/2, $0x0006
+DATA q4kScaleIdx2<>+42(SB)/2, $0x0006
+DATA q4kScaleIdx2<>+44(SB)/2, $0x0006
+DATA q4kScaleIdx2<>+46(SB)/2, $0x0006
+DATA q4kScaleIdx2<>+48(SB)/2, $0x0006
+DATA q4kScaleIdx2<>+50(SB)/2, $0x0006
+DATA q4kScaleIdx2<>+52(SB)/2, $0x0006
+DATA q4kScaleIdx2<>+54(SB)/2, $0x0006
+DATA q4kScaleIdx2<>+56(SB)/2, $0x0006
+DATA q4kScaleIdx2<>+58(SB)/2, $0x0006
+DATA q4kScaleIdx2<>+60(SB)/2, $0x0006
+DATA q4kScaleIdx2<>+62(SB)/2, $0x0006
+GLOBL q4kScaleIdx2<>(SB), RODATA|NOPTR, $64
+
+DATA q4kScaleIdx3<>+0(SB)/2, $0x0005
+DATA q4kScaleIdx3<>+2(SB)/2, $0x0005
+DATA q4kScaleIdx3<>+4(SB)/2, $0x0005
+DATA q4kScaleIdx3<>+6(SB)/2, $0x0005
+DATA q4kScaleIdx3<>+8(SB)/2, $0x0005
+DATA q4kScaleIdx3<>+10(SB)/2, $0x0005
+DATA q4kScaleIdx3<>+12(SB)/2, $0x0005
+DATA q4kScaleIdx3<>+14(SB)/2, $0x0005
+DATA q4kScaleIdx3<>+16(SB)/2, $0x0005
+DATA q4kScaleIdx3<>+18(SB)/2, $0x0005
+DATA q4kScaleIdx3<>+20(SB)/2, $0x0005
+DATA q4kScaleIdx3<>+22(SB)/2, $0x0005
+DATA q4kScaleIdx3<>+24(SB)/2, $0x0005
+DATA q4kScaleIdx3<>+26(SB)/2, $0x0005
+DATA q4kScaleIdx3<>+28(SB)/2, $0x0005
+DATA q4kScaleIdx3<>+30(SB)/2, $0x0005
+DATA q4kScaleIdx3<>+32(SB)/2, $0x0007
+DATA q4kScaleIdx3<>+34(SB)/2, $0x0007
+DATA q4kScaleIdx3<>+36(SB)/2, $0x0007
+DATA q4kScaleIdx3<>+38(SB)/2, $0x0007
+DATA q4kScaleIdx3<>+40(SB)/2, $0x0007
+DATA q4kScaleIdx3<>+42(SB)/2, $0x0007
+DATA q4kScaleIdx3<>+44(SB)/2, $0x0007
+DATA q4kScaleIdx3<>+46(SB)/2, $0x0007
+DATA q4kScaleIdx3<>+48(SB)/2, $0x0007
+DATA q4kScaleIdx3<>+50(SB)/2, $0x0007
+DATA q4kScaleIdx3<>+52(SB)/2, $0x0007
+DATA q4kScaleIdx3<>+54(SB)/2, $0x0007
+DATA q4kScaleIdx3<>+56(SB)/2, $0x0007
+DATA q4kScaleIdx3<>+58(SB)/2, $0x0007
+DATA q4kScaleIdx3<>+60(SB)/2, $0x0007
+DATA q4kScaleIdx3<>+62(SB)/2, $0x0007
+GLOBL q4kScaleIdx3<>(SB), RODATA|NOPTR, $64
+
+DATA q4kMinIdx<>+0(SB)/2, $0x0008
+DATA q4kMinIdx<>+2(SB)/2, $0x0008
+DATA q4kMinIdx<>+4(SB)/2, $0x0009
+DATA q4kMinIdx<>+6(SB)/2, $0x0009
+DATA q4kMinIdx<>+8(SB)/2, $0x000a
+DATA q4kMinIdx<>+10(SB)/2, $0x000a
+DATA q4kMinIdx<>+12(SB)/2, $0x000b
+DATA q4kMinIdx<>+14(SB)/2, $0x000b
+DATA q4kMinIdx<>+16(SB)/2, $0x000c
+DATA q4kMinIdx<>+18(SB)/2, $0x000c
+DATA q4kMinIdx<>+20(SB)/2, $0x000d
+DATA q4kMinIdx<>+22(SB)/2, $0x000d
+DATA q4kMinIdx<>+24(SB)/2, $0x000e
+DATA q4kMinIdx<>+26(SB)/2, $0x000e
+DATA q4kMinIdx<>+28(SB)/2, $0x000f
+DATA q4kMinIdx<>+30(SB)/2, $0x000f
+GLOBL q4kMinIdx<>(SB), RODATA|NOPTR, $32
+
 DATA expLo<>+0(SB)/4, $0xc2aeac4f
 DATA expLo<>+4(SB)/4, $0xc2aeac4f
 DATA expLo<>+8(SB)/4, $0xc2aeac4f
@@ -5941,6 +6095,336 @@ done:
 	VADDPS    Z2, Z1, Z1
 	VPERMPS   Z1, Z0, Z1
 	VMOVUPS   X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_KV4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·dotQ4_KV4C1(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         ws+8(FP), CX
+	LEAQ         (AX)(CX*1), DX
+	LEAQ         (DX)(CX*1), BX
+	LEAQ         (BX)(CX*1), SI
+	MOVQ         a+16(FP), DI
+	MOVQ         nb+32(FP), R8
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VMOVDQU      q4kMinIdx<>+0(SB), Y1
+	VMOVDQU64    q4kScaleIdx0<>+0(SB), Z2
+	VMOVDQU64    q4kScaleIdx1<>+0(SB), Z3
+	VMOVDQU64    q4kScaleIdx2<>+0(SB), Z4
+	VMOVDQU64    q4kScaleIdx3<>+0(SB), Z5
+	VPXORD       Z6, Z6, Z6
+	VXORPS       Y7, Y7, Y7
+	VPXORD       Z8, Z8, Z8
+	VXORPS       Y9, Y9, Y9
+	VPXORD       Z10, Z10, Z10
+	VXORPS       Y11, Y11, Y11
+	VPXORD       Z12, Z12, Z12
+	VXORPS       Y13, Y13, Y13
+	LEAQ         (SI)(CX*1), CX
+	TESTQ        R8, R8
+	JZ           done
+
+loop:
+	PREFETCHT0   (CX)
+	PREFETCHT0   64(CX)
+	PREFETCHT0   128(CX)
+	PREFETCHT0   192(CX)
+	PREFETCHT0   256(CX)
+	PREFETCHT0   320(CX)
+	PREFETCHT0   384(CX)
+	PREFETCHT0   448(CX)
+	PREFETCHT0   512(CX)
+	ADDQ         $0x00000240, CX
+	VMOVDQU32    4(DI), Y14
+	VINSERTI64X4 $0x01, 68(DI), Z14, Z14
+	VMOVDQU32    36(DI), Y15
+	VINSERTI64X4 $0x01, 100(DI), Z15, Z15
+	VMOVDQU32    132(DI), Y16
+	VINSERTI64X4 $0x01, 196(DI), Z16, Z16
+	VMOVDQU32    164(DI), Y17
+	VINSERTI64X4 $0x01, 228(DI), Z17, Z17
+	VMOVDQU32    260(DI), Y18
+	VBROADCASTSS (DI), X19
+	MOVL         4(AX), R9
+	MOVL         8(AX), R10
+	MOVL         12(AX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
+	ANDL         $0x3f3f3f3f, R9
+	VMOVD        R9, X20
+	VPINSRD      $0x01, R11, X20, X20
+	VPINSRD      $0x02, R10, X20, X20
+	VPINSRD      $0x03, R12, X20, X20
+	VPMOVZXBW    X20, Y20
+	VPXORD       Z21, Z21, Z21
+	VMOVDQU64    16(AX), Z25
+	VPSRLW       $0x04, Z25, Z26
+	VPANDD       Z0, Z25, Z25
+	VPANDD       Z0, Z26, Z26
+	VPMADDUBSW   Z14, Z25, Z25
+	VPERMW       Z20, Z2, Z27
+	VPDPWSSD     Z25, Z27, Z21
+	VPMADDUBSW   Z15, Z26, Z25
+	VPERMW       Z20, Z3, Z26
+	VPDPWSSD     Z25, Z26, Z21
+	VMOVDQU64    80(AX), Z25
+	VPSRLW       $0x04, Z25, Z26
+	VPANDD       Z0, Z25, Z25
+	VPANDD       Z0, Z26, Z26
+	VPMADDUBSW   Z16, Z25, Z25
+	VPERMW       Z20, Z4, Z27
+	VPDPWSSD     Z25, Z27, Z21
+	VPMADDUBSW   Z17, Z26, Z25
+	VPERMW       Z20, Z5, Z26
+	VPDPWSSD     Z25, Z26, Z21
+	VPERMW       Y20, Y1, Y20
+	VPMADDWD     Y18, Y20, Y20
+	VPBROADCASTD (AX), X26
+	VCVTPH2PS    X26, X26
+	VMULPS       X19, X26, X26
+	VBROADCASTSS X26, Z25
+	VPERMILPS    $0x55, X26, X26
+	VBROADCASTSS X26, Y26
+	VCVTDQ2PS    Z21, Z21
+	VFMADD231PS  Z21, Z25, Z6
+	VCVTDQ2PS    Y20, Y20
+	VFNMADD231PS Y20, Y26, Y7
+	MOVL         4(DX), R9
+	MOVL         8(DX), R10
+	MOVL         12(DX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
+	ANDL         $0x3f3f3f3f, R9
+	VMOVD        R9, X20
+	VPINSRD      $0x01, R11, X20, X20
+	VPINSRD      $0x02, R10, X20, X20
+	VPINSRD      $0x03, R12, X20, X20
+	VPMOVZXBW    X20, Y20
+	VPXORD       Z22, Z22, Z22
+	VMOVDQU64    16(DX), Z25
+	VPSRLW       $0x04, Z25, Z26
+	VPANDD       Z0, Z25, Z25
+	VPANDD       Z0, Z26, Z26
+	VPMADDUBSW   Z14, Z25, Z25
+	VPERMW       Z20, Z2, Z27
+	VPDPWSSD     Z25, Z27, Z22
+	VPMADDUBSW   Z15, Z26, Z25
+	VPERMW       Z20, Z3, Z26
+	VPDPWSSD     Z25, Z26, Z22
+	VMOVDQU64    80(DX), Z25
+	VPSRLW       $0x04, Z25, Z26
+	VPANDD       Z0, Z25, Z25
+	VPANDD       Z0, Z26, Z26
+	VPMADDUBSW   Z16, Z25, Z25
+	VPERMW       Z20, Z4, Z27
+	VPDPWSSD     Z25, Z27, Z22
+	VPMADDUBSW   Z17, Z26, Z25
+	VPERMW       Z20, Z5, Z26
+	VPDPWSSD     Z25, Z26, Z22
+	VPERMW       Y20, Y1, Y20
+	VPMADDWD     Y18, Y20, Y20
+	VPBROADCASTD (DX), X26
+	VCVTPH2PS    X26, X26
+	VMULPS       X19, X26, X26
+	VBROADCASTSS X26, Z25
+	VPERMILPS    $0x55, X26, X26
+	VBROADCASTSS X26, Y26
+	VCVTDQ2PS    Z22, Z22
+	VFMADD231PS  Z22, Z25, Z8
+	VCVTDQ2PS    Y20, Y20
+	VFNMADD231PS Y20, Y26, Y9
+	MOVL         4(BX), R9
+	MOVL         8(BX), R10
+	MOVL         12(BX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
+	ANDL         $0x3f3f3f3f, R9
+	VMOVD        R9, X20
+	VPINSRD      $0x01, R11, X20, X20
+	VPINSRD      $0x02, R10, X20, X20
+	VPINSRD      $0x03, R12, X20, X20
+	VPMOVZXBW    X20, Y20
+	VPXORD       Z23, Z23, Z23
+	VMOVDQU64    16(BX), Z25
+	VPSRLW       $0x04, Z25, Z26
+	VPANDD       Z0, Z25, Z25
+	VPANDD       Z0, Z26, Z26
+	VPMADDUBSW   Z14, Z25, Z25
+	VPERMW       Z20, Z2, Z27
+	VPDPWSSD     Z25, Z27, Z23
+	VPMADDUBSW   Z15, Z26, Z25
+	VPERMW       Z20, Z3, Z26
+	VPDPWSSD     Z25, Z26, Z23
+	VMOVDQU64    80(BX), Z25
+	VPSRLW       $0x04, Z25, Z26
+	VPANDD       Z0, Z25, Z25
+	VPANDD       Z0, Z26, Z26
+	VPMADDUBSW   Z16, Z25, Z25
+	VPERMW       Z20, Z4, Z27
+	VPDPWSSD     Z25, Z27, Z23
+	VPMADDUBSW   Z17, Z26, Z25
+	VPERMW       Z20, Z5, Z26
+	VPDPWSSD     Z25, Z26, Z23
+	VPERMW       Y20, Y1, Y20
+	VPMADDWD     Y18, Y20, Y20
+	VPBROADCASTD (BX), X26
+	VCVTPH2PS    X26, X26
+	VMULPS       X19, X26, X26
+	VBROADCASTSS X26, Z25
+	VPERMILPS    $0x55, X26, X26
+	VBROADCASTSS X26, Y26
+	VCVTDQ2PS    Z23, Z23
+	VFMADD231PS  Z23, Z25, Z10
+	VCVTDQ2PS    Y20, Y20
+	VFNMADD231PS Y20, Y26, Y11
+	MOVL         4(SI), R9
+	MOVL         8(SI), R10
+	MOVL         12(SI), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
+	ANDL         $0x3f3f3f3f, R9
+	VMOVD        R9, X20
+	VPINSRD      $0x01, R11, X20, X20
+	VPINSRD      $0x02, R10, X20, X20
+	VPINSRD      $0x03, R12, X20, X20
+	VPMOVZXBW    X20, Y20
+	VPXORD       Z24, Z24, Z24
+	VMOVDQU64    16(SI), Z25
+	VPSRLW       $0x04, Z25, Z26
+	VPANDD       Z0, Z25, Z25
+	VPANDD       Z0, Z26, Z26
+	VPMADDUBSW   Z14, Z25, Z25
+	VPERMW       Z20, Z2, Z27
+	VPDPWSSD     Z25, Z27, Z24
+	VPMADDUBSW   Z15, Z26, Z25
+	VPERMW       Z20, Z3, Z26
+	VPDPWSSD     Z25, Z26, Z24
+	VMOVDQU64    80(SI), Z25
+	VPSRLW       $0x04, Z25, Z26
+	VPANDD       Z0, Z25, Z25
+	VPANDD       Z0, Z26, Z26
+	VPMADDUBSW   Z16, Z25, Z25
+	VPERMW       Z20, Z4, Z27
+	VPDPWSSD     Z25, Z27, Z24
+	VPMADDUBSW   Z17, Z26, Z25
+	VPERMW       Z20, Z5, Z26
+	VPDPWSSD     Z25, Z26, Z24
+	VPERMW       Y20, Y1, Y14
+	VPMADDWD     Y18, Y14, Y14
+	VPBROADCASTD (SI), X15
+	VCVTPH2PS    X15, X15
+	VMULPS       X19, X15, X15
+	VBROADCASTSS X15, Z18
+	VPERMILPS    $0x55, X15, X15
+	VBROADCASTSS X15, Y15
+	VCVTDQ2PS    Z24, Z24
+	VFMADD231PS  Z24, Z18, Z12
+	VCVTDQ2PS    Y14, Y14
+	VFNMADD231PS Y14, Y15, Y13
+	ADDQ         $0x00000090, AX
+	ADDQ         $0x00000090, DX
+	ADDQ         $0x00000090, BX
+	ADDQ         $0x00000090, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	MOVQ          out+40(FP), AX
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y6, Y0, Y0
+	VADDPS        Y7, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y8, Y0, Y0
+	VADDPS        Y9, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z10, Y0
+	VADDPS        Y10, Y0, Y0
+	VADDPS        Y11, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z12, Y0
+	VADDPS        Y12, Y0, Y0
+	VADDPS        Y13, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, 12(AX)
 	VZEROUPPER
 	RET
 

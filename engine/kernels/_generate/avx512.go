@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	. "github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/ir"
 	. "github.com/mmcloughlin/avo/operand"
@@ -292,6 +294,181 @@ func fdot512(name string, wf ffmt, C int) {
 		if c+1 < C {
 			ADDQ(os, out)
 		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// vpdpwssd adds to each dword of acc the two products of the signed words
+// of a and b (AVX512_VNNI; avo's table lacks it).
+func vpdpwssd(a, b Op, acc VecVirtual) {
+	Instruction(&ir.Instruction{
+		Opcode:   "VPDPWSSD",
+		Operands: []Op{a, b, acc},
+		Inputs:   []Op{a, b, acc},
+		Outputs:  []Op{acc},
+		ISA:      []string{"AVX512VNNI"},
+	})
+}
+
+var q4kScaleIdx [4]Mem
+var q4kMinIdx Mem
+
+func constsQ4K512() {
+	// Words of the unpacked scales (0..7) and mins (8..15): vector k of a
+	// block's nibbles holds sub-blocks (lo, hi) = (0,2), (1,3), (4,6), (5,7)
+	// in its two 256-bit halves; its scale vector repeats scale lo 16 times,
+	// then scale hi.
+	for k, sb := range [][2]int{{0, 2}, {1, 3}, {4, 6}, {5, 7}} {
+		q4kScaleIdx[k] = GLOBL(fmt.Sprintf("q4kScaleIdx%d", k), RODATA|NOPTR)
+		for i := 0; i < 32; i++ {
+			DATA(2*i, U16(sb[i/16]))
+		}
+	}
+	// min j for Q8_K bsums 2j and 2j+1
+	q4kMinIdx = GLOBL("q4kMinIdx", RODATA|NOPTR)
+	for i := 0; i < 16; i++ {
+		DATA(2*i, U16(8+i/2))
+	}
+}
+
+// q4kV4 generates the AVX-512 Q4_K decode kernel: 4 weight rows x 1 Q8_K
+// activation. Per block the activation's sub-blocks are paired into zmm
+// halves once for the 4 rows; per row the nibbles meet them in VPMADDUBSW
+// and the 6-bit scales in VPDPWSSD (one int32 accumulator per block), the
+// mins meet the pairwise bsums in one VPMADDWD.
+func q4kV4(name string) {
+	TEXT(name, NOSPLIT, sig)
+	Pragma("noescape")
+	Doc(name + ": 4 Q4_K weight rows x 1 Q8_K activation, AVX-512 VNNI.")
+	const R = 4
+	w := []GPVirtual{ld("w")}
+	ws := ld("ws")
+	for r := 1; r < R; r++ {
+		p := GP64()
+		LEAQ(Mem{Base: w[r-1], Index: ws, Scale: 1}, p)
+		w = append(w, p)
+	}
+	a, nb := ld("a"), ld("nb")
+	mask, midx := ZMM(), YMM()
+	VPBROADCASTB(c0F, mask)
+	VMOVDQU(q4kMinIdx, midx)
+	sidx := make([]VecVirtual, 4)
+	for k := range sidx {
+		sidx[k] = ZMM()
+		VMOVDQU64(q4kScaleIdx[k], sidx[k])
+	}
+	accS, accM := make([]VecVirtual, R), make([]VecVirtual, R)
+	for r := 0; r < R; r++ {
+		accS[r], accM[r] = ZMM(), YMM()
+		VPXORD(accS[r], accS[r], accS[r])
+		VXORPS(accM[r], accM[r], accM[r])
+	}
+	pf := GP64()
+	LEAQ(Mem{Base: w[3], Index: ws, Scale: 1}, pf)
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	Label("loop")
+	for i := 0; i < R*144; i += 64 {
+		PREFETCHT0(Mem{Base: pf, Disp: i})
+	}
+	ADDQ(U32(R*144), pf)
+	// activation sub-blocks paired as the nibble vectors pair them
+	act := make([]VecVirtual, 4)
+	for k, sb := range [][2]int{{0, 2}, {1, 3}, {4, 6}, {5, 7}} {
+		act[k] = ZMM()
+		VMOVDQU32(Mem{Base: a, Disp: 4 + 32*sb[0]}, act[k].AsY())
+		VINSERTI64X4(U8(1), Mem{Base: a, Disp: 4 + 32*sb[1]}, act[k], act[k])
+	}
+	bs := YMM()
+	VMOVDQU32(Mem{Base: a, Disp: 260}, bs)
+	da := XMM()
+	VBROADCASTSS(Mem{Base: a}, da)
+	for r := 0; r < R; r++ {
+		x := w[r]
+		// the 6-bit scales and mins (the utmp unpacking of q4k)
+		u0, u1, u2, u3, t := GP32(), GP32(), GP32(), GP32(), GP32()
+		MOVL(Mem{Base: x, Disp: 4}, u0)
+		MOVL(Mem{Base: x, Disp: 8}, u1)
+		MOVL(Mem{Base: x, Disp: 12}, u2)
+		MOVL(u2, u3)
+		SHRL(U8(4), u3)
+		ANDL(U32(0x0f0f0f0f), u3)
+		MOVL(u1, t)
+		SHRL(U8(6), t)
+		ANDL(U32(0x03030303), t)
+		SHLL(U8(4), t)
+		ORL(t, u3)
+		ANDL(U32(0x3f3f3f3f), u1)
+		ANDL(U32(0x0f0f0f0f), u2)
+		MOVL(u0, t)
+		SHRL(U8(6), t)
+		ANDL(U32(0x03030303), t)
+		SHLL(U8(4), t)
+		ORL(t, u2)
+		ANDL(U32(0x3f3f3f3f), u0)
+		xs := XMM()
+		VMOVD(u0, xs)
+		VPINSRD(U8(1), u2, xs, xs)
+		VPINSRD(U8(2), u1, xs, xs)
+		VPINSRD(U8(3), u3, xs, xs)
+		wds := YMM()
+		VPMOVZXBW(xs, wds) // scales 0..7, mins 8..15 as words
+		sumi := ZMM()
+		VPXORD(sumi, sumi, sumi)
+		for half := 0; half < 2; half++ {
+			z, h := ZMM(), ZMM()
+			VMOVDQU64(Mem{Base: x, Disp: 16 + 64*half}, z)
+			VPSRLW(U8(4), z, h)
+			VPANDD(mask, z, z)
+			VPANDD(mask, h, h)
+			for i, q := range []VecVirtual{z, h} {
+				k := 2*half + i
+				p, s := ZMM(), ZMM()
+				VPMADDUBSW(act[k], q, p)
+				VPERMW(wds.AsZ(), sidx[k], s)
+				vpdpwssd(p, s, sumi)
+			}
+		}
+		mins := YMM()
+		VPERMW(wds, midx, mins)
+		VPMADDWD(bs, mins, mins)
+		// d·da and dmin·da
+		dd := XMM()
+		VPBROADCASTD(Mem{Base: x}, dd)
+		VCVTPH2PS(dd, dd)
+		VMULPS(da, dd, dd)
+		dv, dm := ZMM(), YMM()
+		VBROADCASTSS(dd, dv)
+		VPERMILPS(U8(0x55), dd, dd)
+		VBROADCASTSS(dd, dm)
+		VCVTDQ2PS(sumi, sumi)
+		VFMADD231PS(sumi, dv, accS[r])
+		VCVTDQ2PS(mins, mins)
+		VFNMADD231PS(mins, dm, accM[r])
+	}
+	for _, p := range w {
+		ADDQ(U32(144), p)
+	}
+	ADDQ(U32(292), a)
+	DECQ(nb)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	out := ld("out")
+	for r := 0; r < R; r++ {
+		y := YMM()
+		VEXTRACTF64X4(U8(1), accS[r], y)
+		VADDPS(accS[r].AsY(), y, y)
+		VADDPS(accM[r], y, y)
+		x := XMM()
+		VEXTRACTF32X4(U8(1), y, x)
+		VADDPS(y.AsX(), x, x)
+		t := XMM()
+		VPERMILPS(U8(0xb1), x, t)
+		VADDPS(t, x, x)
+		VPERMILPS(U8(0x4e), x, t)
+		VADDPS(t, x, x)
+		VMOVSS(x, Mem{Base: out, Disp: 4 * r})
 	}
 	VZEROUPPER()
 	RET()

@@ -28,6 +28,7 @@ func main() {
 	ConstraintExpr("amd64,!noasm,gc")
 	consts()
 	consts512()
+	constsQ4K512()
 	constsExp()
 	cpuid()
 
@@ -63,6 +64,7 @@ func main() {
 
 	legacyV4("dotQ4_0V4C8", quant40, 8)
 	legacyV4("dotQ8_0V4C8", quant80, 8)
+	q4kV4("dotQ4_KV4C1")
 	legacyV4("dotQ4_0V4C4", quant40, 4)
 	legacyV4("dotQ8_0V4C4", quant80, 4)
 	fdot512("dotF16F32V4C6", fF16, 6)
