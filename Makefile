@@ -7,7 +7,7 @@ PKGS      := ./...
 SHELL     := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: help build test test-short test-integration test-kernels test-arm64 run bench bench-endpoint lint fuzz cross clean oracle
+.PHONY: help build test test-short test-integration test-kernels test-arm64 run bench bench-endpoint bench-cluster lint fuzz cross clean oracle
 
 help:
 	@echo "make build   build $(BIN) (CGO_ENABLED=0)"
@@ -16,6 +16,7 @@ help:
 	@echo "make test-integration  agents as processes in network namespaces (root; skips otherwise)"
 	@echo "make bench   kernel benchmarks"
 	@echo "make bench-endpoint  one agent on loopback serving a small random model under 1, 4 and 16 streams"
+	@echo "make bench-cluster  a model over 1, 2 and 4 emulated devices (netns, tc tbf links, cgroup CPU quotas; root)"
 	@echo "make lint    gofmt + go vet"
 	@echo "make fuzz    short fuzz runs of the parsers"
 	@echo "make cross   cross-compile for darwin/arm64 and linux/arm64"
@@ -77,6 +78,14 @@ bench-endpoint: build
 	@if [ ! -f $(BENCH_MODEL) ]; then mkdir -p $(dir $(BENCH_MODEL)) && \
 		$(BIN) gen-model --arch llama --n-embd 1024 --n-layer 8 --n-head 16 --n-head-kv 4 --n-ff 2816 --type f16 --seed 1 -q --out $(BENCH_MODEL); fi
 	BIN=$(BIN) MODEL=$(BENCH_MODEL) C=$(BENCH_C) N=$(BENCH_N) scripts/bench-endpoint.sh --ignore-eos $(BENCH_ARGS)
+
+# A TinyLlama-shaped Q4_0 llama (made on first run in $(MODEL_DIR)) spread
+# over 1, 2 and 4 emulated devices: network namespaces with tc tbf links of
+# 10 and 1 Gbit/s (no added latency: no netem here) and each agent in a
+# cgroup v1 CPU group of 2/N cores. Root only; never part of `make test`.
+# BENCH_CLUSTER_ENV passes settings, e.g. BENCH_CLUSTER_ENV="QUICK=1 DEVICES='1 2'".
+bench-cluster: build
+	env BIN=$(BIN) SHARED=$(SHARED) $(BENCH_CLUSTER_ENV) scripts/bench-cluster.sh
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./engine/gguf/

@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# Benchmark a model spread over emulated devices on this machine.
+#
+# Each device is a network namespace joined by a veth pair to a bridge
+# namespace; every veth end is shaped with a token bucket (tc tbf) to the
+# link rate, and each device's agent runs in its own cgroup v1 CPU group
+# with a quota of CORES/N cores (N devices share CORES cores; one device
+# gets all CORES). For every link rate and device count the script starts N
+# agents, loads MODEL with each strategy, waits until it is served, and runs
+# `shoal bench --cluster` (prefill and decode) on the driver. It prints a
+# table: devices, link, plan, decode and prompt tok/s, bytes on the wire
+# per token, and the planner's predicted ms/token beside the measured one.
+#
+# Added latency is NOT emulated: this kernel has no netem qdisc, so links
+# carry only the rate limit and the veth/bridge latency of the host (a few
+# microseconds), not the 0.1 ms / 0.3 ms of real 10 / 1 GbE.
+#
+#   sudo scripts/bench-cluster.sh            # or: make bench-cluster
+#
+# Environment:
+#   BIN        shoal binary (bin/shoal)
+#   MODEL      GGUF file (default .shoal/bench-tinyllama-q4_0.gguf: a random
+#              llama with TinyLlama-1.1B's shapes in Q4_0, made if missing)
+#   QUICK=1    use a small model instead (.shoal/bench-small-q4_0.gguf)
+#   DEVICES    device counts (default "1 2 4")
+#   LINKS      link rates (default "10gbit 1gbit")
+#   STRATEGIES plans tried for N > 1 (default "auto pipeline tensor"; auto
+#              lets the planner choose)
+#   CORES      cores shared by the devices (default 2)
+#   PROMPT, GEN, REPS   bench sizes (default 64, 64, 3)
+#   CTX        context the plan reserves (default 256)
+#   SHARED     the shared data dir with the tokenizer (default ../shared)
+set -euo pipefail
+
+BIN=${BIN:-bin/shoal}
+SHARED=${SHARED:-../shared}
+DEVICES=${DEVICES:-1 2 4}
+LINKS=${LINKS:-10gbit 1gbit}
+STRATEGIES=${STRATEGIES:-auto pipeline tensor}
+CORES=${CORES:-2}
+PROMPT=${PROMPT:-64}
+GEN=${GEN:-64}
+REPS=${REPS:-3}
+CTX=${CTX:-256}
+if [ "${QUICK:-}" = 1 ]; then
+	MODEL=${MODEL:-.shoal/bench-small-q4_0.gguf}
+	GENARGS=(--arch llama --n-embd 512 --n-layer 8 --n-head 8 --n-head-kv 4 --n-ff 1408 --type q4_0 --seed 1)
+else
+	MODEL=${MODEL:-.shoal/bench-tinyllama-q4_0.gguf}
+	GENARGS=(--arch llama --n-embd 2048 --n-layer 22 --n-head 32 --n-head-kv 4 --n-ff 5632 --type q4_0 --seed 1)
+fi
+
+die() { echo "bench-cluster: $*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || die "needs root (ip netns, tc, cgroups)"
+command -v ip >/dev/null && command -v tc >/dev/null || die "needs iproute2 (ip, tc)"
+command -v jq >/dev/null || die "needs jq"
+[ -x "$BIN" ] || die "$BIN not built (make build)"
+CG=/sys/fs/cgroup/cpu
+[ -f $CG/cpu.cfs_quota_us ] || die "no cgroup v1 cpu controller at $CG"
+
+if [ ! -f "$MODEL" ]; then
+	mkdir -p "$(dirname "$MODEL")"
+	vocab=()
+	[ -f "$SHARED/tokenizer/ggml-vocab-llama-spm.gguf" ] && vocab=(--vocab-from "$SHARED/tokenizer/ggml-vocab-llama-spm.gguf")
+	echo "bench-cluster: generating $MODEL" >&2
+	"$BIN" gen-model "${GENARGS[@]}" "${vocab[@]}" -q --out "$MODEL"
+fi
+MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
+
+prefix=sb$$
+secret=bench-cluster-$$-secret
+work=$(mktemp -d "${TMPDIR:-/tmp}/shoal-bench-cluster.XXXXXX")
+pids=()
+namespaces=()
+groups=()
+
+stop_cluster() {
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do
+		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+		kill -KILL "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	pids=()
+	for ns in "${namespaces[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+	namespaces=()
+	for g in "${groups[@]}"; do
+		for _ in $(seq 20); do rmdir "$g" 2>/dev/null && break; sleep 0.1; done
+	done
+	groups=()
+}
+cleanup() {
+	stop_cluster
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ipof() { echo "10.78.0.$(($1 + 1))"; }
+
+# shoal_in I ARGS...: the CLI inside device I's namespace, against its agent.
+shoal_in() {
+	local i=$1
+	shift
+	SHOAL_ADDR="$(ipof "$i"):7948" SHOAL_TOKEN=$secret ip netns exec "$prefix-d$i" "$BIN" "$@"
+}
+
+# start_cluster N RATE: N devices behind a bridge, links shaped to RATE,
+# each agent in a cgroup with CORES/N cores.
+start_cluster() {
+	local n=$1 rate=$2 burst=1mb
+	[ "$rate" = 10gbit ] && burst=8mb
+	local br=$prefix-br
+	ip netns add "$br"
+	namespaces+=("$br")
+	ip -n "$br" link add br0 type bridge
+	ip -n "$br" link set br0 up
+	local quota=$((CORES * 100000 / n)) threads=$((CORES / n))
+	[ "$threads" -ge 1 ] || threads=1
+	for i in $(seq 0 $((n - 1))); do
+		local ns=$prefix-d$i
+		ip netns add "$ns"
+		namespaces+=("$ns")
+		ip link add "$prefix-b$i" type veth peer name "v$i"
+		ip link set "v$i" netns "$ns"
+		ip link set "$prefix-b$i" netns "$br"
+		ip -n "$br" link set "$prefix-b$i" master br0
+		ip -n "$br" link set "$prefix-b$i" up
+		ip -n "$ns" addr add "$(ipof "$i")/24" dev "v$i"
+		ip -n "$ns" link set "v$i" up
+		ip -n "$ns" link set lo up
+		# Both directions: the device's egress and the bridge port's egress.
+		ip netns exec "$ns" tc qdisc add dev "v$i" root tbf rate "$rate" burst "$burst" latency 50ms
+		ip netns exec "$br" tc qdisc add dev "$prefix-b$i" root tbf rate "$rate" burst "$burst" latency 50ms
+		local g=$CG/shoal-$prefix-d$i
+		mkdir -p "$g"
+		groups+=("$g")
+		echo 100000 >"$g/cpu.cfs_period_us"
+		echo "$quota" >"$g/cpu.cfs_quota_us"
+		local args=(agent --server --bootstrap-expect "$n" --name "d$i" --data-dir "$work/d$i" --bind "$(ipof "$i")"
+			--token "$secret" --threads "$threads" --log-level warn)
+		for j in $(seq 0 $((n - 1))); do [ "$j" != "$i" ] && args+=(--join "$(ipof "$j")"); done
+		# The shell joins the cgroup, then becomes the agent (same pid).
+		sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$g" ip netns exec "$ns" "$BIN" "${args[@]}" >"$work/d$i.log" 2>&1 &
+		pids+=($!)
+	done
+	local deadline=$((SECONDS + 90))
+	until shoal_in 0 status -o json 2>/dev/null | jq -e --argjson n "$n" '.health == "healthy" and .nodes_alive == $n' >/dev/null; do
+		[ $SECONDS -lt $deadline ] || { tail -n 20 "$work"/d*.log >&2; die "$n agents not healthy within 90 s"; }
+		sleep 0.5
+	done
+	# Let the first link probes land in the state: the planner reads them.
+	[ "$n" -gt 1 ] && sleep 5
+	return 0
+}
+
+# run_one N RATE STRATEGY OUT: appends one JSON line with the results to
+# OUT. (Not in a subshell: the cleanup must see the namespaces it made.)
+run_one() {
+	local n=$1 rate=$2 strategy=$3 out=$4
+	start_cluster "$n" "$rate"
+	local load=(model load "$MODEL" --name bench --ctx "$CTX" --overhead 256MiB --wait 600s)
+	[ "$strategy" != auto ] && [ "$n" -gt 1 ] && load+=(--strategy "$strategy")
+	shoal_in 0 "${load[@]}" >&2 || { tail -n 20 "$work"/d*.log >&2; die "load failed ($n devices, $rate, $strategy)"; }
+	local pl
+	pl=$(shoal_in 0 placement show bench -o json)
+	shoal_in 0 placement show bench >&2 || true
+	# Served once the driver lists it.
+	local deadline=$((SECONDS + 120)) res=""
+	until res=$(shoal_in 0 bench --cluster "$(ipof 0):7948" --model bench -p "$PROMPT" -n "$GEN" -r "$REPS" --json 2>"$work/bench.err"); do
+		grep -q "not served yet\|not loaded" "$work/bench.err" || { cat "$work/bench.err" >&2; die "bench failed ($n devices, $rate, $strategy)"; }
+		[ $SECONDS -lt $deadline ] || die "model not served within 120 s"
+		sleep 1
+	done
+	jq -c -n --argjson n "$n" --arg link "$rate" --arg asked "$strategy" --argjson pl "$pl" --argjson res "$res" '{
+		devices: $n, link: $link, asked: $asked, strategy: $res.strategy, stages: $res.stages,
+		predicted_ms: $pl.cost.ms_per_token,
+		decode: ($res.results[] | select(.test | startswith("tg"))),
+		prompt: ($res.results[] | select(.test | startswith("pp")))}' >>"$out"
+	stop_cluster
+}
+
+echo "bench-cluster: $(basename "$MODEL"), $CORES cores shared by the devices, links shaped by tc tbf (rate only: no added latency, this kernel has no netem)" >&2
+results=$work/results.jsonl
+: >"$results"
+one=$work/one.jsonl
+for rate in $LINKS; do
+	for n in $DEVICES; do
+		if [ "$n" = 1 ]; then
+			# One device sends nothing over its link: measure it once.
+			[ -s "$one" ] || run_one 1 "$rate" auto "$one"
+			jq -c --arg link "$rate" '.link = $link' "$one" >>"$results"
+			continue
+		fi
+		for s in $STRATEGIES; do
+			echo "bench-cluster: $n devices, $rate, $s" >&2
+			run_one "$n" "$rate" "$s" "$results"
+		done
+	done
+done
+
+echo
+echo "model $(basename "$MODEL"); CPU: $CORES cores split evenly over the devices (cgroup v1 quota); links: tbf rate, no added latency"
+echo "decode: tg$GEN, prompt: pp$PROMPT, $REPS runs each; bytes/token: payload sent between nodes per decoded token"
+echo
+printf '| %-7s | %-6s | %-8s | %-9s | %-13s | %-13s | %-11s | %-12s | %-11s |\n' devices link asked plan "decode tok/s" "prompt tok/s" bytes/token "predicted ms" "measured ms"
+printf '| %-7s | %-6s | %-8s | %-9s | %-13s | %-13s | %-11s | %-12s | %-11s |\n' ------: ------ -------- --------- ------------: ------------: ----------: -----------: ----------:
+jq -r '[.devices, .link, .asked, .strategy, (.decode.tok_per_sec*100|round/100), (.prompt.tok_per_sec*100|round/100),
+	(.decode.bytes_per_token|round), (.predicted_ms*100|round/100), (.decode.ms_per_token*100|round/100)] | @tsv' "$results" |
+	while IFS=$'\t' read -r d l a s dt pt b pm mm; do
+		printf '| %7s | %-6s | %-8s | %-9s | %13s | %13s | %11s | %12s | %11s |\n' "$d" "$l" "$a" "$s" "$dt" "$pt" "$b" "$pm" "$mm"
+	done
+echo
+jq -r '"plan of \(.devices) device(s), \(.link), \(.asked): \(.stages | join(", "))"' "$results"
