@@ -88,6 +88,7 @@ stop_cluster() {
 		for _ in $(seq 20); do rmdir "$g" 2>/dev/null && break; sleep 0.1; done
 	done
 	groups=()
+	rm -rf "$work"/d[0-9]*/ # every cluster starts from empty data dirs
 }
 cleanup() {
 	stop_cluster
