@@ -473,3 +473,132 @@ func q4kV4(name string) {
 	VZEROUPPER()
 	RET()
 }
+
+var q6kIdx [4]Mem
+var c03 Mem
+
+func constsQ6K512() {
+	c03 = splat8("c03", 0x03)
+	// Vector (half h, part p) of a block holds groups 8h+4p .. 8h+4p+3 of 16
+	// values; after VPMADDUBSW each group is 8 words.
+	for i := range q6kIdx {
+		q6kIdx[i] = GLOBL(fmt.Sprintf("q6kIdx%d", i), RODATA|NOPTR)
+		for j := 0; j < 32; j++ {
+			DATA(2*j, U16(4*i+j/8))
+		}
+	}
+}
+
+// q6kV4 generates the AVX-512 Q6_K decode kernel: 4 weight rows x 1 Q8_K
+// activation. The 6-bit values are used unsigned (q+32) in VPMADDUBSW
+// against the activation in its natural order, the int8 group scales meet
+// the products in VPDPWSSD, and the +32 offset is taken back once per block
+// as 32·Σ scale_g·bsum_g.
+func q6kV4(name string) {
+	TEXT(name, NOSPLIT, sig)
+	Pragma("noescape")
+	Doc(name + ": 4 Q6_K weight rows x 1 Q8_K activation, AVX-512 VNNI.")
+	const R, bx = 4, 210
+	w := []GPVirtual{ld("w")}
+	ws := ld("ws")
+	for r := 1; r < R; r++ {
+		p := GP64()
+		LEAQ(Mem{Base: w[r-1], Index: ws, Scale: 1}, p)
+		w = append(w, p)
+	}
+	a, nb := ld("a"), ld("nb")
+	mask, m3 := ZMM(), ZMM()
+	VPBROADCASTB(c0F, mask)
+	VPBROADCASTB(c03, m3)
+	idx := make([]VecVirtual, 4)
+	for i := range idx {
+		idx[i] = ZMM()
+		VMOVDQU64(q6kIdx[i], idx[i])
+	}
+	acc := make([]VecVirtual, R)
+	for r := range acc {
+		acc[r] = ZMM()
+		VPXORD(acc[r], acc[r], acc[r])
+	}
+	pf := GP64()
+	LEAQ(Mem{Base: w[3], Index: ws, Scale: 1}, pf)
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	Label("loop")
+	for i := 0; i < R*bx; i += 64 {
+		PREFETCHT0(Mem{Base: pf, Disp: i})
+	}
+	ADDQ(U32(R*bx), pf)
+	bs := YMM()
+	VMOVDQU32(Mem{Base: a, Disp: 260}, bs)
+	da := XMM()
+	VBROADCASTSS(Mem{Base: a}, da)
+	for r := 0; r < R; r++ {
+		x := w[r]
+		sc := YMM()
+		VPMOVSXBW(Mem{Base: x, Disp: 192}, sc) // 16 group scales as words
+		sumi := ZMM()
+		VPXORD(sumi, sumi, sumi)
+		for h := 0; h < 2; h++ {
+			l, hb, hz := ZMM(), YMM(), ZMM()
+			VMOVDQU64(Mem{Base: x, Disp: 64 * h}, l)
+			VMOVDQU32(Mem{Base: x, Disp: 128 + 32*h}, hb)
+			// hz = [qh | qh>>2] (bits of parts 0 and 1), qh>>4 gives parts 2, 3
+			VPSRLW(U8(2), hb, hz.AsY())
+			VINSERTI64X4(U8(1), hz.AsY(), hb.AsZ(), hz)
+			lo, hi := ZMM(), ZMM()
+			VPSRLW(U8(4), l, hi)
+			VPANDD(mask, l, lo)
+			VPANDD(mask, hi, hi)
+			hh := ZMM()
+			VPSRLW(U8(4), hz, hh)
+			for p, v := range []struct{ q, bits VecVirtual }{{lo, hz}, {hi, hh}} {
+				t := ZMM()
+				VPANDD(m3, v.bits, t)
+				VPSLLW(U8(4), t, t)
+				VPORD(t, v.q, v.q)
+				pr, s := ZMM(), ZMM()
+				VPMADDUBSW(Mem{Base: a, Disp: 4 + 128*h + 64*p}, v.q, pr)
+				VPERMW(sc.AsZ(), idx[2*h+p], s)
+				vpdpwssd(pr, s, sumi)
+			}
+		}
+		// 32·Σ scale_g·bsum_g, per pair of groups
+		cor := YMM()
+		VPMADDWD(bs, sc, cor)
+		VPSLLD(U8(5), cor, cor)
+		VPSUBD(cor.AsZ(), sumi, sumi) // only the low 8 dwords: the upper half of cor.AsZ() is zero
+		dd := XMM()
+		VPBROADCASTW(Mem{Base: x, Disp: 208}, dd)
+		VCVTPH2PS(dd, dd)
+		VMULPS(da, dd, dd)
+		dv := ZMM()
+		VBROADCASTSS(dd, dv)
+		VCVTDQ2PS(sumi, sumi)
+		VFMADD231PS(sumi, dv, acc[r])
+	}
+	for _, p := range w {
+		ADDQ(U32(bx), p)
+	}
+	ADDQ(U32(292), a)
+	DECQ(nb)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	out := ld("out")
+	for r := 0; r < R; r++ {
+		y := YMM()
+		VEXTRACTF64X4(U8(1), acc[r], y)
+		VADDPS(acc[r].AsY(), y, y)
+		x := XMM()
+		VEXTRACTF32X4(U8(1), y, x)
+		VADDPS(y.AsX(), x, x)
+		t := XMM()
+		VPERMILPS(U8(0xb1), x, t)
+		VADDPS(t, x, x)
+		VPERMILPS(U8(0x4e), x, t)
+		VADDPS(t, x, x)
+		VMOVSS(x, Mem{Base: out, Disp: 4 * r})
+	}
+	VZEROUPPER()
+	RET()
+}

@@ -29,6 +29,7 @@ func main() {
 	consts()
 	consts512()
 	constsQ4K512()
+	constsQ6K512()
 	constsExp()
 	cpuid()
 
@@ -65,6 +66,7 @@ func main() {
 	legacyV4("dotQ4_0V4C8", quant40, 8)
 	legacyV4("dotQ8_0V4C8", quant80, 8)
 	q4kV4("dotQ4_KV4C1")
+	q6kV4("dotQ6_KV4C1")
 	legacyV4("dotQ4_0V4C4", quant40, 4)
 	legacyV4("dotQ8_0V4C4", quant80, 4)
 	fdot512("dotF16F32V4C6", fF16, 6)
