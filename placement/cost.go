@@ -131,7 +131,7 @@ func (e *env) sendMs(a, b int, bytes float64) float64 {
 		return 0
 	}
 	l := e.links.Get(e.nodes[a].ID, e.nodes[b].ID)
-	return l.LatencyMs + bytes/(l.Gbit*bytesPerMsPerGbit)
+	return e.o.MessageMs + l.LatencyMs + bytes/(l.Gbit*bytesPerMsPerGbit)
 }
 
 // fanoutMs is node src sending the step's hidden states to every member of
@@ -144,7 +144,7 @@ func (e *env) fanoutMs(src int, group []int) float64 {
 		}
 		l := e.links.Get(e.nodes[src].ID, e.nodes[m].ID)
 		lat = math.Max(lat, l.LatencyMs)
-		xfer += e.hidden / (l.Gbit * bytesPerMsPerGbit)
+		xfer += e.o.MessageMs + e.hidden/(l.Gbit*bytesPerMsPerGbit)
 	}
 	return lat + xfer
 }

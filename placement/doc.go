@@ -35,8 +35,11 @@
 // stage (one hidden vector per token, Batch × n_embd × 4 bytes, from rank 0
 // of the previous stage to each member: max latency + Σ bytes ÷ bandwidth)
 // and, for a TP group of g, two ring all-reduces of that vector per layer,
-// each 2(g−1) × (latency + bytes/g ÷ bandwidth) over the ring's slowest
-// link. The sampled token's return to the first stage adds one latency.
+// each 2(g−1) × (message + latency + bytes/g ÷ bandwidth) over the ring's
+// slowest link. Every message also costs Options.MessageMs of software time
+// (framing, the QUIC stream, waking the receiver; DefaultMessageMs 0.1 ms,
+// measured with transport's BenchmarkAllReduce on loopback), which is what
+// makes many small all-reduces expensive next to a pipeline's few hops. The sampled token's return to the first stage adds one latency.
 // MsPerToken is the sum over stages; Cost also reports the compute, memory
 // and network parts and the slowest stage (the step interval of a full
 // pipeline).
@@ -52,10 +55,12 @@
 // coordinator turns its state into Nodes and a LinkMatrix):
 //
 //   - compute, FLOPs ÷ GFLOPS: Node.GFLOPS is the agent's start-up probe
-//     (node/probe.go: a blocked float32 matmul on every core, cached in the
-//     data dir), gossiped as a capability;
-//   - memory, bytes read ÷ GB/s: Node.MemGBps is the same probe's memory
-//     copy rate (bytes read plus written, every core);
+//     (node/probe.go: the engine's Q8_0 matmul kernel against 8 activation
+//     rows on every core, cached in the data dir), gossiped as a
+//     capability;
+//   - memory, bytes read ÷ GB/s: Node.MemGBps is the same probe streaming
+//     Q8_0 weights far larger than caches through the engine's decode
+//     kernel on every core (the rate a decode step reads memory at);
 //   - admission: Node.MemFree is free memory at agent start, capped by the
 //     agent's --memory-limit;
 //   - network, latency and bytes ÷ bandwidth per hop and all-reduce: the
@@ -64,10 +69,10 @@
 //     time to push 1 MiB) and record in the cluster state; a pair not yet
 //     probed takes DefaultLink.
 //
-// The probe GFLOPS is a float32 kernel, not the engine's quantized ones,
-// and the copy rate is not the kernels' streaming rate, so the absolute
-// ms/token is a ranking more than a forecast until predicted and measured
-// step times are compared (distributed execution, issue #6).
+// Both probes run the engine's own kernels (an earlier float32 loop and a
+// buffer copy put predictions 5-9x above measured step times). The
+// remaining gaps are measured by `make bench-cluster`, which prints the
+// predicted beside the measured ms/token.
 //
 // # Search
 //
