@@ -3,6 +3,7 @@ package kernels
 import (
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestPoolCoversRange(t *testing.T) {
@@ -46,5 +47,35 @@ func TestPoolRunAllocs(t *testing.T) {
 	fn := func(lo, hi int) { sum.Add(int64(hi - lo)) }
 	if a := testing.AllocsPerRun(100, func() { p.Run(1000, 1, fn) }); a != 0 {
 		t.Fatalf("Run allocates %v times per call", a)
+	}
+}
+
+// A held pool runs jobs as an unheld one does (its workers poll instead of
+// sleeping between them), holds nest, and after the last Release a worker
+// goes back to sleep and is woken by the next job.
+func TestPoolHold(t *testing.T) {
+	p := NewPool(3)
+	defer p.Close()
+	sum := func() int64 {
+		var s atomic.Int64
+		p.Run(1000, 1, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				s.Add(int64(i))
+			}
+		})
+		return s.Load()
+	}
+	p.Hold()
+	p.Hold()
+	for i := 0; i < 100; i++ {
+		if got := sum(); got != 999*1000/2 {
+			t.Fatalf("held run %d: sum %d", i, got)
+		}
+	}
+	p.Release()
+	p.Release()
+	time.Sleep(20 * time.Millisecond) // idle workers go to sleep
+	if got := sum(); got != 999*1000/2 {
+		t.Fatalf("after release: sum %d", got)
 	}
 }

@@ -293,6 +293,8 @@ func (r *Runner) matmulQ(w *kernels.Matrix, n int, out []float32) {
 // Forward runs layers [lo,hi) on the batch, x holding the hidden states of
 // its tokens ([Len][NEmbd]) in and out. Chunks must have been reserved.
 func (r *Runner) Forward(b *Batch, lo, hi int, x []float32) error {
+	r.pool.Hold() // the layers' many short jobs: keep the workers awake
+	defer r.pool.Release()
 	if lo < r.lo || hi > r.hi || lo > hi {
 		return fmt.Errorf("layers [%d,%d) are not within this runner's [%d,%d)", lo, hi, r.lo, r.hi)
 	}
