@@ -41,8 +41,8 @@ type kset struct {
 	// tile4, when set, is the same kernel for 4 activations, used when a
 	// small batch (a decode step of several sequences) is a multiple of 4
 	// but not of tileC, so no activation falls back to the decode kernel.
-	tile4 dotFn
-	tileF32      bool // tile takes float32 activations (float weight types)
+	tile4   dotFn
+	tileF32 bool // tile takes float32 activations (float weight types)
 	// tileU8: the tile takes Q8_0 activations prepared by prepU8 (per
 	// 32-element block a float32 scale, then the quants plus 128 as bytes).
 	tileU8 bool

@@ -120,12 +120,12 @@ type mmJob struct {
 	group int // rows per work unit
 
 	tile   bool
-	tileFn dotFn // the tile kernel for this call (ks.tile or ks.tile4)
-	tileC  int   // its activation count
-	ta   []byte // tile activations (xq, or xq widened to float32)
-	tas  int
-	f32  []float32 // scratch for the widened activations
-	u8   []byte    // scratch for the prepared activations of tileU8 kernels
+	tileFn dotFn  // the tile kernel for this call (ks.tile or ks.tile4)
+	tileC  int    // its activation count
+	ta     []byte // tile activations (xq, or xq widened to float32)
+	tas    int
+	f32    []float32 // scratch for the widened activations
+	u8     []byte    // scratch for the prepared activations of tileU8 kernels
 
 	aux   []byte // per-activation data of the rowsX kernels
 	auxRS int

@@ -21,7 +21,6 @@ func rmsNorm(dst, x, w []float32, eps float32) {
 	}
 }
 
-
 // softmaxInPlace normalizes x (max-subtracted, float32 exp, the sum in
 // float64 as ggml does).
 func softmaxInPlace(x []float32) {
