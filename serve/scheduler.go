@@ -297,8 +297,8 @@ func (s *Scheduler) finish(sq *seq, reason string, err error) {
 	if !sq.first.IsZero() {
 		ev.TTFT = sq.first.Sub(sq.arrived)
 	}
-	sq.out <- ev
-	close(sq.out)
+	// Count it before the client sees the end, so Stats read after the
+	// final event includes it.
 	s.statsMu.Lock()
 	switch reason {
 	case "cancelled":
@@ -307,6 +307,8 @@ func (s *Scheduler) finish(sq *seq, reason string, err error) {
 		s.stats.Completed++
 	}
 	s.statsMu.Unlock()
+	sq.out <- ev
+	close(sq.out)
 }
 
 func blocksFor(n, bs int) int { return (n + bs - 1) / bs }

@@ -87,40 +87,91 @@ func collect(t *testing.T, ch <-chan Event) ([]int32, Event) {
 func greedy() sample.Params { return sample.Params{} }
 
 // TestBatchedEqualsAlone runs 8 greedy requests at once (they share the
-// batch, with chunked prefill) and checks each produces exactly the tokens
-// it produces alone.
+// batch, with chunked prefill) and checks each produces the tokens it
+// produces alone. Batched steps may run other kernels than a lone decode
+// step (prefill tiles), whose float sums round differently; through the
+// quantized activations that can move a logit by ~1e-2, so a greedy choice
+// may flip where the two best tokens nearly tie. The test allows exactly
+// that: up to the first difference the tokens are equal, and there the
+// token chosen batched is the lone run's second choice within 0.05 of the
+// first. A batch that mixed up sequences would differ far more.
 func TestBatchedEqualsAlone(t *testing.T) {
 	m := testModel(t)
 	s := newSched(t, m, 2048, Options{MaxSeqs: 8, MaxTokens: 48})
 	const n = 8
-	alone := make([][]int32, n)
+	type gen struct {
+		toks []int32
+		top  [][]TokenLogprob
+	}
+	run := func(ch <-chan Event) gen {
+		var g gen
+		timeout := time.After(60 * time.Second)
+		for {
+			select {
+			case ev, ok := <-ch:
+				if !ok {
+					t.Fatal("channel closed without a Done event")
+				}
+				if ev.Done {
+					return g
+				}
+				g.toks = append(g.toks, ev.Token)
+				g.top = append(g.top, ev.Top)
+			case <-timeout:
+				t.Fatal("no Done event within 60 s")
+			}
+		}
+	}
+	req := func(i int) Request {
+		return Request{Prompt: prompt(i, 10+7*i), MaxTokens: 12, Sampling: greedy(), TopLogprobs: 2}
+	}
+	alone := make([]gen, n)
 	for i := 0; i < n; i++ {
-		ch, err := s.Submit(context.Background(), Request{Prompt: prompt(i, 10+7*i), MaxTokens: 12, Sampling: greedy()})
+		ch, err := s.Submit(context.Background(), req(i))
 		if err != nil {
 			t.Fatal(err)
 		}
-		alone[i], _ = collect(t, ch)
-		if len(alone[i]) != 12 {
-			t.Fatalf("request %d produced %d tokens", i, len(alone[i]))
+		alone[i] = run(ch)
+		if len(alone[i].toks) != 12 {
+			t.Fatalf("request %d produced %d tokens", i, len(alone[i].toks))
 		}
 	}
 	var wg sync.WaitGroup
-	got := make([][]int32, n)
+	got := make([]gen, n)
 	for i := 0; i < n; i++ {
-		ch, err := s.Submit(context.Background(), Request{Prompt: prompt(i, 10+7*i), MaxTokens: 12, Sampling: greedy()})
+		ch, err := s.Submit(context.Background(), req(i))
 		if err != nil {
 			t.Fatal(err)
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); got[i], _ = collect(t, ch) }()
+		go func() { defer wg.Done(); got[i] = run(ch) }()
 	}
 	wg.Wait()
 	for i := range got {
-		if !slices.Equal(got[i], alone[i]) {
-			t.Errorf("request %d: batched %v, alone %v", i, got[i], alone[i])
+		if len(got[i].toks) != 12 {
+			t.Fatalf("batched request %d produced %d tokens", i, len(got[i].toks))
+		}
+		for k, tok := range got[i].toks {
+			if tok == alone[i].toks[k] {
+				continue
+			}
+			top := alone[i].top[k]
+			if len(top) < 2 || top[1].Token != tok || top[0].Logprob-top[1].Logprob > 0.05 {
+				t.Errorf("request %d: batched %v, alone %v (position %d, alone's choices %v)", i, got[i].toks, alone[i].toks, k, top)
+			} else {
+				t.Logf("request %d: position %d is a near tie (%v); batched chose the second", i, k, top)
+			}
+			break
 		}
 	}
-	if st := s.Stats(); st.KVBlocksUsed != 0 || st.Completed != 2*n || st.Running != 0 {
+	// Running is noted at the end of the step that finished the last one.
+	deadline := time.Now().Add(2 * time.Second)
+	st := s.Stats()
+	for st.Running != 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+		st = s.Stats()
+	}
+	if st.KVBlocksUsed != 0 || st.Completed != 2*n || st.Running != 0 {
 		t.Fatalf("after all requests: %+v", st)
 	}
 }
