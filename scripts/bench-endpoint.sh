@@ -7,7 +7,8 @@
 # Environment: BIN (default bin/shoal), MODEL (default
 # .shoal/bench-llama-f16.gguf, made by `make bench-endpoint`), C (levels,
 # default 1,4,16), N (max_tokens, default 64), THREADS (engine threads,
-# default all cores), MAX_SEQS (sequences decoded together, default 16).
+# default all cores), MAX_SEQS (sequences decoded together, default 16),
+# CPUPROFILE (write the agent's Go CPU profile to this file).
 set -euo pipefail
 
 BIN=${BIN:-bin/shoal}
@@ -40,6 +41,7 @@ trap 'exit 130' INT TERM
 args=(agent --server --bootstrap-expect 1 --name bench --data-dir "$work/data" --bind 127.0.0.1
 	--gossip-port 0 --quic-port 0 --http-port 0 --model "$MODEL" --max-seqs "$MAX_SEQS" --log-level warn)
 [ -n "${THREADS:-}" ] && args+=(--threads "$THREADS")
+[ -n "${CPUPROFILE:-}" ] && args+=(--cpuprofile "$CPUPROFILE")
 "$BIN" "${args[@]}" >"$log" 2>&1 &
 agent=$!
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +23,7 @@ func agentCmd() *cobra.Command {
 	var modelPaths []string
 	var modelOpts node.ModelConfig
 	var memLimit string
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the shoal agent on this machine (one per machine)",
@@ -92,6 +94,16 @@ Precedence: flag, environment, config file.`,
 			if final.Name == "" {
 				final.Name, _ = os.Hostname()
 			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			a, err := node.Start(ctx, final)
@@ -110,6 +122,7 @@ Precedence: flag, environment, config file.`,
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the agent's run to this file (written when it stops)")
 	f.StringArrayVar(&modelPaths, "model", nil, "serve this GGUF model whole on this machine at the OpenAI-compatible endpoint (repeatable; SHOAL_MODEL=a,b)")
 	f.IntVar(&modelOpts.Ctx, "ctx", 0, "KV cache capacity per served model in tokens, shared by its sequences (default: the model's context, at most 8192)")
 	f.IntVar(&modelOpts.Threads, "threads", 0, "engine worker threads per served model and per shard this node runs of a model spread over the cluster (default: all cores)")
