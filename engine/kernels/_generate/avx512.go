@@ -63,13 +63,7 @@ func legacyV4(name string, q legacy, C int) {
 	Doc(name + ": 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.")
 	const R = 4
 	bs := q.size()
-	w := []GPVirtual{ld("w")}
-	ws := ld("ws")
-	for r := 1; r < R; r++ {
-		p := GP64()
-		LEAQ(Mem{Base: w[r-1], Index: ws, Scale: 1}, p)
-		w = append(w, p)
-	}
+	w, ws := rowPtrs(R)
 	// activation c is at base[c/3] + (c%3)*as
 	as := ld("as")
 	a := []GPVirtual{ld("a")}
@@ -99,19 +93,13 @@ func legacyV4(name string, q legacy, C int) {
 		VPXORD(acc[c], acc[c], acc[c])
 	}
 
-	// The next group of 4 rows (contiguous from w3+ws) is prefetched as fast
-	// as this one is read: in a batch of a few sequences each weight row is
-	// used by few tiles, and a row of a few cache lines ends before the
-	// hardware prefetcher ramps up.
-	pf := GP64()
-	LEAQ(Mem{Base: w[3], Index: ws, Scale: 1}, pf)
+	// The next 4 rows are prefetched: in a batch of a few sequences each
+	// weight row is used by few tiles.
+	pf := nextRows(w[3], ws)
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
 	Label("loop")
-	for i := 0; i < R*bs; i += 64 {
-		PREFETCHT0(Mem{Base: pf, Disp: i})
-	}
-	ADDQ(U32(R*bs), pf)
+	prefetchStep(pf, R*bs)
 	// weights: lo/hi halves of the block of each row as signed bytes
 	load := func(disp int) VecVirtual {
 		z := ZMM()
@@ -202,13 +190,7 @@ func fdot512(name string, wf ffmt, C int) {
 	Pragma("noescape")
 	Doc(name + ": 4 float weight rows x C float32 activation rows, AVX-512, 16 elements per block.")
 	const R = 4
-	w := []GPVirtual{ld("w")}
-	ws := ld("ws")
-	for r := 1; r < R; r++ {
-		p := GP64()
-		LEAQ(Mem{Base: w[r-1], Index: ws, Scale: 1}, p)
-		w = append(w, p)
-	}
+	w, ws := rowPtrs(R)
 	as := ld("as")
 	a := []GPVirtual{ld("a")}
 	for i := 1; i*3 < C; i++ {
@@ -233,15 +215,11 @@ func fdot512(name string, wf ffmt, C int) {
 			acc[r] = append(acc[r], z)
 		}
 	}
-	pf := GP64() // the next group of rows, as in legacyV4
-	LEAQ(Mem{Base: w[3], Index: ws, Scale: 1}, pf)
+	pf := nextRows(w[3], ws)
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
 	Label("loop")
-	for i := 0; i < R*16*wf.size(); i += 64 {
-		PREFETCHT0(Mem{Base: pf, Disp: i})
-	}
-	ADDQ(U32(R*16*wf.size()), pf)
+	prefetchStep(pf, R*16*wf.size())
 	xs := make([]VecVirtual, R)
 	for r := range xs {
 		xs[r] = ZMM()
@@ -278,18 +256,7 @@ func fdot512(name string, wf ffmt, C int) {
 	// (EVEX forms only: the accumulators may sit in registers 16-31)
 	for c := 0; c < C; c++ {
 		for r := 0; r < R; r++ {
-			y := YMM()
-			VEXTRACTF64X4(U8(1), acc[r][c], y)
-			VADDPS(acc[r][c].AsY(), y, y)
-			x := XMM()
-			VEXTRACTF32X4(U8(1), y, x)
-			VADDPS(y.AsX(), x, x)
-			t := XMM()
-			VPERMILPS(U8(0xb1), x, t)
-			VADDPS(t, x, x)
-			VPERMILPS(U8(0x4e), x, t)
-			VADDPS(t, x, x)
-			VMOVSS(x, Mem{Base: out, Disp: 4 * r})
+			storeSum512(acc[r][c], nil, Mem{Base: out, Disp: 4 * r})
 		}
 		if c+1 < C {
 			ADDQ(os, out)
@@ -342,13 +309,7 @@ func q4kV4(name string) {
 	Pragma("noescape")
 	Doc(name + ": 4 Q4_K weight rows x 1 Q8_K activation, AVX-512 VNNI.")
 	const R = 4
-	w := []GPVirtual{ld("w")}
-	ws := ld("ws")
-	for r := 1; r < R; r++ {
-		p := GP64()
-		LEAQ(Mem{Base: w[r-1], Index: ws, Scale: 1}, p)
-		w = append(w, p)
-	}
+	w, ws := rowPtrs(R)
 	a, nb := ld("a"), ld("nb")
 	mask, midx := ZMM(), YMM()
 	VPBROADCASTB(c0F, mask)
@@ -364,15 +325,11 @@ func q4kV4(name string) {
 		VPXORD(accS[r], accS[r], accS[r])
 		VXORPS(accM[r], accM[r], accM[r])
 	}
-	pf := GP64()
-	LEAQ(Mem{Base: w[3], Index: ws, Scale: 1}, pf)
+	pf := nextRows(w[3], ws)
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
 	Label("loop")
-	for i := 0; i < R*144; i += 64 {
-		PREFETCHT0(Mem{Base: pf, Disp: i})
-	}
-	ADDQ(U32(R*144), pf)
+	prefetchStep(pf, R*144)
 	// activation sub-blocks paired as the nibble vectors pair them
 	act := make([]VecVirtual, 4)
 	for k, sb := range [][2]int{{0, 2}, {1, 3}, {4, 6}, {5, 7}} {
@@ -386,32 +343,7 @@ func q4kV4(name string) {
 	VBROADCASTSS(Mem{Base: a}, da)
 	for r := 0; r < R; r++ {
 		x := w[r]
-		// the 6-bit scales and mins (the utmp unpacking of q4k)
-		u0, u1, u2, u3, t := GP32(), GP32(), GP32(), GP32(), GP32()
-		MOVL(Mem{Base: x, Disp: 4}, u0)
-		MOVL(Mem{Base: x, Disp: 8}, u1)
-		MOVL(Mem{Base: x, Disp: 12}, u2)
-		MOVL(u2, u3)
-		SHRL(U8(4), u3)
-		ANDL(U32(0x0f0f0f0f), u3)
-		MOVL(u1, t)
-		SHRL(U8(6), t)
-		ANDL(U32(0x03030303), t)
-		SHLL(U8(4), t)
-		ORL(t, u3)
-		ANDL(U32(0x3f3f3f3f), u1)
-		ANDL(U32(0x0f0f0f0f), u2)
-		MOVL(u0, t)
-		SHRL(U8(6), t)
-		ANDL(U32(0x03030303), t)
-		SHLL(U8(4), t)
-		ORL(t, u2)
-		ANDL(U32(0x3f3f3f3f), u0)
-		xs := XMM()
-		VMOVD(u0, xs)
-		VPINSRD(U8(1), u2, xs, xs)
-		VPINSRD(U8(2), u1, xs, xs)
-		VPINSRD(U8(3), u3, xs, xs)
+		xs := q4kScales(x)
 		wds := YMM()
 		VPMOVZXBW(xs, wds) // scales 0..7, mins 8..15 as words
 		sumi := ZMM()
@@ -456,19 +388,7 @@ func q4kV4(name string) {
 	Label("done")
 	out := ld("out")
 	for r := 0; r < R; r++ {
-		y := YMM()
-		VEXTRACTF64X4(U8(1), accS[r], y)
-		VADDPS(accS[r].AsY(), y, y)
-		VADDPS(accM[r], y, y)
-		x := XMM()
-		VEXTRACTF32X4(U8(1), y, x)
-		VADDPS(y.AsX(), x, x)
-		t := XMM()
-		VPERMILPS(U8(0xb1), x, t)
-		VADDPS(t, x, x)
-		VPERMILPS(U8(0x4e), x, t)
-		VADDPS(t, x, x)
-		VMOVSS(x, Mem{Base: out, Disp: 4 * r})
+		storeSum512(accS[r], accM[r], Mem{Base: out, Disp: 4 * r})
 	}
 	VZEROUPPER()
 	RET()
@@ -499,13 +419,7 @@ func q6kV4(name string) {
 	Pragma("noescape")
 	Doc(name + ": 4 Q6_K weight rows x 1 Q8_K activation, AVX-512 VNNI.")
 	const R, bx = 4, 210
-	w := []GPVirtual{ld("w")}
-	ws := ld("ws")
-	for r := 1; r < R; r++ {
-		p := GP64()
-		LEAQ(Mem{Base: w[r-1], Index: ws, Scale: 1}, p)
-		w = append(w, p)
-	}
+	w, ws := rowPtrs(R)
 	a, nb := ld("a"), ld("nb")
 	mask, m3 := ZMM(), ZMM()
 	VPBROADCASTB(c0F, mask)
@@ -520,15 +434,11 @@ func q6kV4(name string) {
 		acc[r] = ZMM()
 		VPXORD(acc[r], acc[r], acc[r])
 	}
-	pf := GP64()
-	LEAQ(Mem{Base: w[3], Index: ws, Scale: 1}, pf)
+	pf := nextRows(w[3], ws)
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
 	Label("loop")
-	for i := 0; i < R*bx; i += 64 {
-		PREFETCHT0(Mem{Base: pf, Disp: i})
-	}
-	ADDQ(U32(R*bx), pf)
+	prefetchStep(pf, R*bx)
 	bs := YMM()
 	VMOVDQU32(Mem{Base: a, Disp: 260}, bs)
 	da := XMM()
@@ -586,18 +496,7 @@ func q6kV4(name string) {
 	Label("done")
 	out := ld("out")
 	for r := 0; r < R; r++ {
-		y := YMM()
-		VEXTRACTF64X4(U8(1), acc[r], y)
-		VADDPS(acc[r].AsY(), y, y)
-		x := XMM()
-		VEXTRACTF32X4(U8(1), y, x)
-		VADDPS(y.AsX(), x, x)
-		t := XMM()
-		VPERMILPS(U8(0xb1), x, t)
-		VADDPS(t, x, x)
-		VPERMILPS(U8(0x4e), x, t)
-		VADDPS(t, x, x)
-		VMOVSS(x, Mem{Base: out, Disp: 4 * r})
+		storeSum512(acc[r], nil, Mem{Base: out, Disp: 4 * r})
 	}
 	VZEROUPPER()
 	RET()

@@ -217,15 +217,10 @@ func begin(name string, R, C int, doc string) *kern {
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s: %d weight row(s) x %d activation row(s); %s", name, R, C, doc))
 	k := &kern{name: name, R: R, C: C}
-	k.w = append(k.w, ld("w"))
 	if R > 1 {
-		ws := ld("ws")
-		k.ws = ws
-		for r := 1; r < R; r++ {
-			p := GP64()
-			LEAQ(Mem{Base: k.w[r-1], Index: ws, Scale: 1}, p)
-			k.w = append(k.w, p)
-		}
+		k.w, k.ws = rowPtrs(R)
+	} else {
+		k.w = []GPVirtual{ld("w")}
 	}
 	k.a = append(k.a, ld("a"))
 	if C > 1 {
@@ -256,23 +251,16 @@ func zeros(n int) []VecVirtual {
 }
 
 func (k *kern) loop(wstep, astep int, body func()) {
-	// The multi-row decode kernels prefetch the next group of R rows
-	// (w[R-1]+ws, contiguous for R rows) as fast as they read this one, so
-	// the caller's next call finds its rows in cache: without it a row of a
-	// few cache lines ends before the hardware prefetcher ramps up.
+	// The multi-row decode kernels prefetch the next group of R rows.
 	var pf GPVirtual
 	if k.R > 1 && k.C == 1 {
-		pf = GP64()
-		LEAQ(Mem{Base: k.w[k.R-1], Index: k.ws, Scale: 1}, pf)
+		pf = nextRows(k.w[k.R-1], k.ws)
 	}
 	TESTQ(k.nb, k.nb)
 	JZ(LabelRef("done"))
 	Label("loop")
 	if pf != nil {
-		for i := 0; i < k.R*wstep; i += 64 {
-			PREFETCHT0(Mem{Base: pf, Disp: i})
-		}
-		ADDQ(U32(k.R*wstep), pf)
+		prefetchStep(pf, k.R*wstep)
 	}
 	body()
 	for _, p := range k.w {
@@ -642,34 +630,7 @@ func q4k(name string, R, C int, withHigh bool) {
 	acc := grid(R, C)
 	k.loop(bx, 292, func() {
 		scales := func(x GPVirtual) {
-			u0, u1, u2, u3, t := GP32(), GP32(), GP32(), GP32(), GP32()
-			MOVL(Mem{Base: x, Disp: 4}, u0)
-			MOVL(Mem{Base: x, Disp: 8}, u1)
-			MOVL(Mem{Base: x, Disp: 12}, u2)
-			// u3 = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4)
-			MOVL(u2, u3)
-			SHRL(U8(4), u3)
-			ANDL(U32(0x0f0f0f0f), u3)
-			MOVL(u1, t)
-			SHRL(U8(6), t)
-			ANDL(U32(0x03030303), t)
-			SHLL(U8(4), t)
-			ORL(t, u3)
-			// mins 0..3 = u1 & 0x3f3f3f3f
-			ANDL(U32(0x3f3f3f3f), u1)
-			// scales 4..7 = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4)
-			ANDL(U32(0x0f0f0f0f), u2)
-			MOVL(u0, t)
-			SHRL(U8(6), t)
-			ANDL(U32(0x03030303), t)
-			SHLL(U8(4), t)
-			ORL(t, u2)
-			ANDL(U32(0x3f3f3f3f), u0)
-			xs := XMM()
-			VMOVD(u0, xs)
-			VPINSRD(U8(1), u2, xs, xs)
-			VPINSRD(U8(2), u1, xs, xs)
-			VPINSRD(U8(3), u3, xs, xs)
+			xs := q4kScales(x)
 			wds := YMM()
 			VPMOVZXBW(xs, wds)
 			VMOVDQU(wds, slot)
@@ -1074,13 +1035,7 @@ func q40x(name string, q legacy) {
 	TEXT(name, NOSPLIT, "func(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)")
 	Pragma("noescape")
 	Doc(name + ": 4 weight rows x 1 Q8_0 activation row, two blocks per iteration.")
-	w := []GPVirtual{ld("w")}
-	ws := ld("ws")
-	for r := 1; r < 4; r++ {
-		p := GP64()
-		LEAQ(Mem{Base: w[r-1], Index: ws, Scale: 1}, p)
-		w = append(w, p)
-	}
+	w, ws := rowPtrs(4)
 	a, aux, nb := ld("a"), ld("aux"), ld("nb")
 	bs := q.size()
 	var mask, ones Op = c0F, ones16
@@ -1238,17 +1193,10 @@ func q40x(name string, q legacy) {
 	cnt := GP64()
 	MOVQ(nb, cnt)
 	SHRQ(U8(1), cnt)
-	// pf runs through the next group of 4 rows (w0+4ws), as far per
-	// iteration as the loop reads here (8 blocks), so the group after this
-	// one is in cache when the caller gets to it.
-	pf := GP64()
-	LEAQ(Mem{Base: w[3], Index: ws, Scale: 1}, pf)
+	pf := nextRows(w[3], ws)
 	JZ(LabelRef("tail"))
 	Label("loop")
-	for i := 0; i < 8*bs; i += 64 {
-		PREFETCHT0(Mem{Base: pf, Disp: i})
-	}
-	ADDQ(U32(8*bs), pf)
+	prefetchStep(pf, 8*bs) // the next 4 rows, as far as this iteration reads
 	body(bs, 34)
 	for _, p := range w {
 		ADDQ(U32(2*bs), p)
@@ -1309,4 +1257,94 @@ func q8sums() {
 	Label("done")
 	VZEROUPPER()
 	RET()
+}
+
+// ---- shared pieces
+
+// rowPtrs loads w and ws and returns pointers to rows 0..R-1 (w + r*ws)
+// with ws.
+func rowPtrs(R int) ([]GPVirtual, GPVirtual) {
+	w := []GPVirtual{ld("w")}
+	ws := ld("ws")
+	for r := 1; r < R; r++ {
+		p := GP64()
+		LEAQ(Mem{Base: w[r-1], Index: ws, Scale: 1}, p)
+		w = append(w, p)
+	}
+	return w, ws
+}
+
+// nextRows returns a pointer to the group of rows after the one starting at
+// w[0] (w[last] + ws: the groups are contiguous). The decode and tile
+// kernels prefetch it as fast as they read their own rows (prefetchStep),
+// so the caller's next call finds its rows in cache: a row of a few cache
+// lines ends before the hardware prefetcher ramps up.
+func nextRows(last, ws GPVirtual) GPVirtual {
+	pf := GP64()
+	LEAQ(Mem{Base: last, Index: ws, Scale: 1}, pf)
+	return pf
+}
+
+// prefetchStep prefetches the next n bytes at pf and advances it.
+func prefetchStep(pf GPVirtual, n int) {
+	for i := 0; i < n; i += 64 {
+		PREFETCHT0(Mem{Base: pf, Disp: i})
+	}
+	ADDQ(U32(n), pf)
+}
+
+// q4kScales unpacks the 12 packed 6-bit scales and mins of the Q4_K (or
+// Q5_K) block at x into bytes: scales 0..7 then mins 0..7 (ggml's "utmp"
+// shuffle, in general registers).
+func q4kScales(x GPVirtual) VecVirtual {
+	u0, u1, u2, u3, t := GP32(), GP32(), GP32(), GP32(), GP32()
+	MOVL(Mem{Base: x, Disp: 4}, u0)
+	MOVL(Mem{Base: x, Disp: 8}, u1)
+	MOVL(Mem{Base: x, Disp: 12}, u2)
+	// u3 = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4)
+	MOVL(u2, u3)
+	SHRL(U8(4), u3)
+	ANDL(U32(0x0f0f0f0f), u3)
+	MOVL(u1, t)
+	SHRL(U8(6), t)
+	ANDL(U32(0x03030303), t)
+	SHLL(U8(4), t)
+	ORL(t, u3)
+	// mins 0..3 = u1 & 0x3f3f3f3f
+	ANDL(U32(0x3f3f3f3f), u1)
+	// scales 4..7 = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4)
+	ANDL(U32(0x0f0f0f0f), u2)
+	MOVL(u0, t)
+	SHRL(U8(6), t)
+	ANDL(U32(0x03030303), t)
+	SHLL(U8(4), t)
+	ORL(t, u2)
+	ANDL(U32(0x3f3f3f3f), u0)
+	xs := XMM()
+	VMOVD(u0, xs)
+	VPINSRD(U8(1), u2, xs, xs)
+	VPINSRD(U8(2), u1, xs, xs)
+	VPINSRD(U8(3), u3, xs, xs)
+	return xs
+}
+
+// storeSum512 stores the sum of the 16 floats of acc (plus the 8 of extra,
+// if given) at m, with EVEX forms only (AVX-512 kernels may hold it in
+// registers 16-31).
+func storeSum512(acc VecVirtual, extra VecVirtual, m Mem) {
+	y := YMM()
+	VEXTRACTF64X4(U8(1), acc, y)
+	VADDPS(acc.AsY(), y, y)
+	if extra != nil {
+		VADDPS(extra, y, y)
+	}
+	x := XMM()
+	VEXTRACTF32X4(U8(1), y, x)
+	VADDPS(y.AsX(), x, x)
+	t := XMM()
+	VPERMILPS(U8(0xb1), x, t)
+	VADDPS(t, x, x)
+	VPERMILPS(U8(0x4e), x, t)
+	VADDPS(t, x, x)
+	VMOVSS(x, m)
 }
