@@ -36,7 +36,7 @@ func archLevels() []*level {
 	ls := []*level{l}
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI {
 		// AVX-512 VNNI: prefill tiles for the 32-element and float formats, and
-		// the Q4_K and Q6_K decode kernels (the AVX2 ones are compute bound on one
+		// the Q4_K, Q5_K and Q6_K decode kernels (the AVX2 ones are compute bound on one
 		// core);
 		// the other decode kernels keep up with memory in AVX2.
 		v := *l
@@ -48,9 +48,9 @@ func archLevels() []*level {
 		}
 		v.k[quant.Q4_0].tile, v.k[quant.Q4_0].tile4 = dotQ4_0V4C8, dotQ4_0V4C4
 		v.k[quant.Q8_0].tile, v.k[quant.Q8_0].tile4 = dotQ8_0V4C8, dotQ8_0V4C4
-		q4k, q6k := *l.k[quant.Q4_K], *l.k[quant.Q6_K]
-		q4k.rows, q6k.rows = dotQ4_KV4C1, dotQ6_KV4C1
-		v.k[quant.Q4_K], v.k[quant.Q6_K] = &q4k, &q6k
+		q4k, q5k, q6k := *l.k[quant.Q4_K], *l.k[quant.Q5_K], *l.k[quant.Q6_K]
+		q4k.rows, q5k.rows, q6k.rows = dotQ4_KV4C1, dotQ5_KV4C1, dotQ6_KV4C1
+		v.k[quant.Q4_K], v.k[quant.Q5_K], v.k[quant.Q6_K] = &q4k, &q5k, &q6k
 		for t, f := range map[quant.Type][2]dotFn{
 			quant.F16:  {dotF16F32V4C6, dotF16F32V4C4},
 			quant.BF16: {dotBF16F32V4C6, dotBF16F32V4C4},

@@ -157,6 +157,11 @@ func dotQ8_0V4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 //go:noescape
 func dotQ4_KV4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
+// dotQ5_KV4C1: 4 Q5_K weight rows x 1 Q8_K activation, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ5_KV4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
 // dotQ6_KV4C1: 4 Q6_K weight rows x 1 Q8_K activation, AVX-512 VNNI.
 //
 //go:noescape

@@ -1206,6 +1206,176 @@ DATA q4kScaleIdx3<>+60(SB)/2, $0x0007
 DATA q4kScaleIdx3<>+62(SB)/2, $0x0007
 GLOBL q4kScaleIdx3<>(SB), RODATA|NOPTR, $64
 
+DATA q5kShift0<>+0(SB)/2, $0x0000
+DATA q5kShift0<>+2(SB)/2, $0x0000
+DATA q5kShift0<>+4(SB)/2, $0x0000
+DATA q5kShift0<>+6(SB)/2, $0x0000
+DATA q5kShift0<>+8(SB)/2, $0x0000
+DATA q5kShift0<>+10(SB)/2, $0x0000
+DATA q5kShift0<>+12(SB)/2, $0x0000
+DATA q5kShift0<>+14(SB)/2, $0x0000
+DATA q5kShift0<>+16(SB)/2, $0x0000
+DATA q5kShift0<>+18(SB)/2, $0x0000
+DATA q5kShift0<>+20(SB)/2, $0x0000
+DATA q5kShift0<>+22(SB)/2, $0x0000
+DATA q5kShift0<>+24(SB)/2, $0x0000
+DATA q5kShift0<>+26(SB)/2, $0x0000
+DATA q5kShift0<>+28(SB)/2, $0x0000
+DATA q5kShift0<>+30(SB)/2, $0x0000
+DATA q5kShift0<>+32(SB)/2, $0x0002
+DATA q5kShift0<>+34(SB)/2, $0x0002
+DATA q5kShift0<>+36(SB)/2, $0x0002
+DATA q5kShift0<>+38(SB)/2, $0x0002
+DATA q5kShift0<>+40(SB)/2, $0x0002
+DATA q5kShift0<>+42(SB)/2, $0x0002
+DATA q5kShift0<>+44(SB)/2, $0x0002
+DATA q5kShift0<>+46(SB)/2, $0x0002
+DATA q5kShift0<>+48(SB)/2, $0x0002
+DATA q5kShift0<>+50(SB)/2, $0x0002
+DATA q5kShift0<>+52(SB)/2, $0x0002
+DATA q5kShift0<>+54(SB)/2, $0x0002
+DATA q5kShift0<>+56(SB)/2, $0x0002
+DATA q5kShift0<>+58(SB)/2, $0x0002
+DATA q5kShift0<>+60(SB)/2, $0x0002
+DATA q5kShift0<>+62(SB)/2, $0x0002
+GLOBL q5kShift0<>(SB), RODATA|NOPTR, $64
+
+DATA q5kShift1<>+0(SB)/2, $0x0001
+DATA q5kShift1<>+2(SB)/2, $0x0001
+DATA q5kShift1<>+4(SB)/2, $0x0001
+DATA q5kShift1<>+6(SB)/2, $0x0001
+DATA q5kShift1<>+8(SB)/2, $0x0001
+DATA q5kShift1<>+10(SB)/2, $0x0001
+DATA q5kShift1<>+12(SB)/2, $0x0001
+DATA q5kShift1<>+14(SB)/2, $0x0001
+DATA q5kShift1<>+16(SB)/2, $0x0001
+DATA q5kShift1<>+18(SB)/2, $0x0001
+DATA q5kShift1<>+20(SB)/2, $0x0001
+DATA q5kShift1<>+22(SB)/2, $0x0001
+DATA q5kShift1<>+24(SB)/2, $0x0001
+DATA q5kShift1<>+26(SB)/2, $0x0001
+DATA q5kShift1<>+28(SB)/2, $0x0001
+DATA q5kShift1<>+30(SB)/2, $0x0001
+DATA q5kShift1<>+32(SB)/2, $0x0003
+DATA q5kShift1<>+34(SB)/2, $0x0003
+DATA q5kShift1<>+36(SB)/2, $0x0003
+DATA q5kShift1<>+38(SB)/2, $0x0003
+DATA q5kShift1<>+40(SB)/2, $0x0003
+DATA q5kShift1<>+42(SB)/2, $0x0003
+DATA q5kShift1<>+44(SB)/2, $0x0003
+DATA q5kShift1<>+46(SB)/2, $0x0003
+DATA q5kShift1<>+48(SB)/2, $0x0003
+DATA q5kShift1<>+50(SB)/2, $0x0003
+DATA q5kShift1<>+52(SB)/2, $0x0003
+DATA q5kShift1<>+54(SB)/2, $0x0003
+DATA q5kShift1<>+56(SB)/2, $0x0003
+DATA q5kShift1<>+58(SB)/2, $0x0003
+DATA q5kShift1<>+60(SB)/2, $0x0003
+DATA q5kShift1<>+62(SB)/2, $0x0003
+GLOBL q5kShift1<>(SB), RODATA|NOPTR, $64
+
+DATA q5kShift2<>+0(SB)/2, $0x0004
+DATA q5kShift2<>+2(SB)/2, $0x0004
+DATA q5kShift2<>+4(SB)/2, $0x0004
+DATA q5kShift2<>+6(SB)/2, $0x0004
+DATA q5kShift2<>+8(SB)/2, $0x0004
+DATA q5kShift2<>+10(SB)/2, $0x0004
+DATA q5kShift2<>+12(SB)/2, $0x0004
+DATA q5kShift2<>+14(SB)/2, $0x0004
+DATA q5kShift2<>+16(SB)/2, $0x0004
+DATA q5kShift2<>+18(SB)/2, $0x0004
+DATA q5kShift2<>+20(SB)/2, $0x0004
+DATA q5kShift2<>+22(SB)/2, $0x0004
+DATA q5kShift2<>+24(SB)/2, $0x0004
+DATA q5kShift2<>+26(SB)/2, $0x0004
+DATA q5kShift2<>+28(SB)/2, $0x0004
+DATA q5kShift2<>+30(SB)/2, $0x0004
+DATA q5kShift2<>+32(SB)/2, $0x0006
+DATA q5kShift2<>+34(SB)/2, $0x0006
+DATA q5kShift2<>+36(SB)/2, $0x0006
+DATA q5kShift2<>+38(SB)/2, $0x0006
+DATA q5kShift2<>+40(SB)/2, $0x0006
+DATA q5kShift2<>+42(SB)/2, $0x0006
+DATA q5kShift2<>+44(SB)/2, $0x0006
+DATA q5kShift2<>+46(SB)/2, $0x0006
+DATA q5kShift2<>+48(SB)/2, $0x0006
+DATA q5kShift2<>+50(SB)/2, $0x0006
+DATA q5kShift2<>+52(SB)/2, $0x0006
+DATA q5kShift2<>+54(SB)/2, $0x0006
+DATA q5kShift2<>+56(SB)/2, $0x0006
+DATA q5kShift2<>+58(SB)/2, $0x0006
+DATA q5kShift2<>+60(SB)/2, $0x0006
+DATA q5kShift2<>+62(SB)/2, $0x0006
+GLOBL q5kShift2<>(SB), RODATA|NOPTR, $64
+
+DATA q5kShift3<>+0(SB)/2, $0x0005
+DATA q5kShift3<>+2(SB)/2, $0x0005
+DATA q5kShift3<>+4(SB)/2, $0x0005
+DATA q5kShift3<>+6(SB)/2, $0x0005
+DATA q5kShift3<>+8(SB)/2, $0x0005
+DATA q5kShift3<>+10(SB)/2, $0x0005
+DATA q5kShift3<>+12(SB)/2, $0x0005
+DATA q5kShift3<>+14(SB)/2, $0x0005
+DATA q5kShift3<>+16(SB)/2, $0x0005
+DATA q5kShift3<>+18(SB)/2, $0x0005
+DATA q5kShift3<>+20(SB)/2, $0x0005
+DATA q5kShift3<>+22(SB)/2, $0x0005
+DATA q5kShift3<>+24(SB)/2, $0x0005
+DATA q5kShift3<>+26(SB)/2, $0x0005
+DATA q5kShift3<>+28(SB)/2, $0x0005
+DATA q5kShift3<>+30(SB)/2, $0x0005
+DATA q5kShift3<>+32(SB)/2, $0x0007
+DATA q5kShift3<>+34(SB)/2, $0x0007
+DATA q5kShift3<>+36(SB)/2, $0x0007
+DATA q5kShift3<>+38(SB)/2, $0x0007
+DATA q5kShift3<>+40(SB)/2, $0x0007
+DATA q5kShift3<>+42(SB)/2, $0x0007
+DATA q5kShift3<>+44(SB)/2, $0x0007
+DATA q5kShift3<>+46(SB)/2, $0x0007
+DATA q5kShift3<>+48(SB)/2, $0x0007
+DATA q5kShift3<>+50(SB)/2, $0x0007
+DATA q5kShift3<>+52(SB)/2, $0x0007
+DATA q5kShift3<>+54(SB)/2, $0x0007
+DATA q5kShift3<>+56(SB)/2, $0x0007
+DATA q5kShift3<>+58(SB)/2, $0x0007
+DATA q5kShift3<>+60(SB)/2, $0x0007
+DATA q5kShift3<>+62(SB)/2, $0x0007
+GLOBL q5kShift3<>(SB), RODATA|NOPTR, $64
+
+DATA c01<>+0(SB)/1, $0x01
+DATA c01<>+1(SB)/1, $0x01
+DATA c01<>+2(SB)/1, $0x01
+DATA c01<>+3(SB)/1, $0x01
+DATA c01<>+4(SB)/1, $0x01
+DATA c01<>+5(SB)/1, $0x01
+DATA c01<>+6(SB)/1, $0x01
+DATA c01<>+7(SB)/1, $0x01
+DATA c01<>+8(SB)/1, $0x01
+DATA c01<>+9(SB)/1, $0x01
+DATA c01<>+10(SB)/1, $0x01
+DATA c01<>+11(SB)/1, $0x01
+DATA c01<>+12(SB)/1, $0x01
+DATA c01<>+13(SB)/1, $0x01
+DATA c01<>+14(SB)/1, $0x01
+DATA c01<>+15(SB)/1, $0x01
+DATA c01<>+16(SB)/1, $0x01
+DATA c01<>+17(SB)/1, $0x01
+DATA c01<>+18(SB)/1, $0x01
+DATA c01<>+19(SB)/1, $0x01
+DATA c01<>+20(SB)/1, $0x01
+DATA c01<>+21(SB)/1, $0x01
+DATA c01<>+22(SB)/1, $0x01
+DATA c01<>+23(SB)/1, $0x01
+DATA c01<>+24(SB)/1, $0x01
+DATA c01<>+25(SB)/1, $0x01
+DATA c01<>+26(SB)/1, $0x01
+DATA c01<>+27(SB)/1, $0x01
+DATA c01<>+28(SB)/1, $0x01
+DATA c01<>+29(SB)/1, $0x01
+DATA c01<>+30(SB)/1, $0x01
+DATA c01<>+31(SB)/1, $0x01
+GLOBL c01<>(SB), RODATA|NOPTR, $32
+
 DATA q4kMinIdx<>+0(SB)/2, $0x0008
 DATA q4kMinIdx<>+2(SB)/2, $0x0008
 DATA q4kMinIdx<>+4(SB)/2, $0x0009
@@ -6279,7 +6449,7 @@ TEXT ·dotQ4_KV4C1(SB), NOSPLIT, $0-56
 	MOVQ         a+16(FP), DI
 	MOVQ         nb+32(FP), R8
 	VPBROADCASTB c0F<>+0(SB), Z0
-	VMOVDQU      q4kMinIdx<>+0(SB), Y1
+	VMOVDQU32    q4kMinIdx<>+0(SB), Y1
 	VMOVDQU64    q4kScaleIdx0<>+0(SB), Z2
 	VMOVDQU64    q4kScaleIdx1<>+0(SB), Z3
 	VMOVDQU64    q4kScaleIdx2<>+0(SB), Z4
@@ -6588,6 +6758,407 @@ done:
 	VEXTRACTF64X4 $0x01, Z12, Y0
 	VADDPS        Y12, Y0, Y0
 	VADDPS        Y13, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, 12(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_KV4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·dotQ5_KV4C1(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         ws+8(FP), CX
+	LEAQ         (AX)(CX*1), DX
+	LEAQ         (DX)(CX*1), BX
+	LEAQ         (BX)(CX*1), SI
+	MOVQ         a+16(FP), DI
+	MOVQ         nb+32(FP), R8
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VMOVDQU32    q4kMinIdx<>+0(SB), Y1
+	VPBROADCASTB c01<>+0(SB), Z2
+	VMOVDQU64    q4kScaleIdx0<>+0(SB), Z3
+	VMOVDQU64    q4kScaleIdx1<>+0(SB), Z4
+	VMOVDQU64    q4kScaleIdx2<>+0(SB), Z5
+	VMOVDQU64    q4kScaleIdx3<>+0(SB), Z6
+	VPXORD       Z7, Z7, Z7
+	VXORPS       Y8, Y8, Y8
+	VPXORD       Z9, Z9, Z9
+	VXORPS       Y10, Y10, Y10
+	VPXORD       Z11, Z11, Z11
+	VXORPS       Y12, Y12, Y12
+	VPXORD       Z13, Z13, Z13
+	VXORPS       Y14, Y14, Y14
+	LEAQ         (SI)(CX*1), CX
+	TESTQ        R8, R8
+	JZ           done
+
+loop:
+	PREFETCHT0      (CX)
+	PREFETCHT0      64(CX)
+	PREFETCHT0      128(CX)
+	PREFETCHT0      192(CX)
+	PREFETCHT0      256(CX)
+	PREFETCHT0      320(CX)
+	PREFETCHT0      384(CX)
+	PREFETCHT0      448(CX)
+	PREFETCHT0      512(CX)
+	PREFETCHT0      576(CX)
+	PREFETCHT0      640(CX)
+	ADDQ            $0x000002c0, CX
+	VMOVDQU32       4(DI), Y15
+	VINSERTI64X4    $0x01, 68(DI), Z15, Z15
+	VMOVDQU32       36(DI), Y16
+	VINSERTI64X4    $0x01, 100(DI), Z16, Z16
+	VMOVDQU32       132(DI), Y17
+	VINSERTI64X4    $0x01, 196(DI), Z17, Z17
+	VMOVDQU32       164(DI), Y18
+	VINSERTI64X4    $0x01, 228(DI), Z18, Z18
+	VMOVDQU32       260(DI), Y19
+	VBROADCASTSS    (DI), X20
+	MOVL            4(AX), R9
+	MOVL            8(AX), R10
+	MOVL            12(AX), R11
+	MOVL            R11, R12
+	SHRL            $0x04, R12
+	ANDL            $0x0f0f0f0f, R12
+	MOVL            R10, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R12
+	ANDL            $0x3f3f3f3f, R10
+	ANDL            $0x0f0f0f0f, R11
+	MOVL            R9, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R11
+	ANDL            $0x3f3f3f3f, R9
+	VMOVD           R9, X21
+	VPINSRD         $0x01, R11, X21, X21
+	VPINSRD         $0x02, R10, X21, X21
+	VPINSRD         $0x03, R12, X21, X21
+	VPMOVZXBW       X21, Y21
+	VPXORD          Z22, Z22, Z22
+	VBROADCASTI64X4 16(AX), Z26
+	VMOVDQU64       48(AX), Z27
+	VPSRLW          $0x04, Z27, Z28
+	VPANDD          Z0, Z27, Z27
+	VPANDD          Z0, Z28, Z28
+	VPSRLVW         q5kShift0<>+0(SB), Z26, Z29
+	VPANDD          Z2, Z29, Z29
+	VPSLLW          $0x04, Z29, Z29
+	VPORD           Z29, Z27, Z27
+	VPMADDUBSW      Z15, Z27, Z27
+	VPERMW          Z21, Z3, Z29
+	VPDPWSSD        Z27, Z29, Z22
+	VPSRLVW         q5kShift1<>+0(SB), Z26, Z27
+	VPANDD          Z2, Z27, Z27
+	VPSLLW          $0x04, Z27, Z27
+	VPORD           Z27, Z28, Z28
+	VPMADDUBSW      Z16, Z28, Z27
+	VPERMW          Z21, Z4, Z28
+	VPDPWSSD        Z27, Z28, Z22
+	VMOVDQU64       112(AX), Z27
+	VPSRLW          $0x04, Z27, Z28
+	VPANDD          Z0, Z27, Z27
+	VPANDD          Z0, Z28, Z28
+	VPSRLVW         q5kShift2<>+0(SB), Z26, Z29
+	VPANDD          Z2, Z29, Z29
+	VPSLLW          $0x04, Z29, Z29
+	VPORD           Z29, Z27, Z27
+	VPMADDUBSW      Z17, Z27, Z27
+	VPERMW          Z21, Z5, Z29
+	VPDPWSSD        Z27, Z29, Z22
+	VPSRLVW         q5kShift3<>+0(SB), Z26, Z26
+	VPANDD          Z2, Z26, Z26
+	VPSLLW          $0x04, Z26, Z26
+	VPORD           Z26, Z28, Z28
+	VPMADDUBSW      Z18, Z28, Z26
+	VPERMW          Z21, Z6, Z27
+	VPDPWSSD        Z26, Z27, Z22
+	VPERMW          Y21, Y1, Y21
+	VPMADDWD        Y19, Y21, Y21
+	VPBROADCASTD    (AX), X27
+	VCVTPH2PS       X27, X27
+	VMULPS          X20, X27, X27
+	VBROADCASTSS    X27, Z26
+	VPERMILPS       $0x55, X27, X27
+	VBROADCASTSS    X27, Y27
+	VCVTDQ2PS       Z22, Z22
+	VFMADD231PS     Z22, Z26, Z7
+	VCVTDQ2PS       Y21, Y21
+	VFNMADD231PS    Y21, Y27, Y8
+	MOVL            4(DX), R9
+	MOVL            8(DX), R10
+	MOVL            12(DX), R11
+	MOVL            R11, R12
+	SHRL            $0x04, R12
+	ANDL            $0x0f0f0f0f, R12
+	MOVL            R10, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R12
+	ANDL            $0x3f3f3f3f, R10
+	ANDL            $0x0f0f0f0f, R11
+	MOVL            R9, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R11
+	ANDL            $0x3f3f3f3f, R9
+	VMOVD           R9, X21
+	VPINSRD         $0x01, R11, X21, X21
+	VPINSRD         $0x02, R10, X21, X21
+	VPINSRD         $0x03, R12, X21, X21
+	VPMOVZXBW       X21, Y21
+	VPXORD          Z23, Z23, Z23
+	VBROADCASTI64X4 16(DX), Z26
+	VMOVDQU64       48(DX), Z27
+	VPSRLW          $0x04, Z27, Z28
+	VPANDD          Z0, Z27, Z27
+	VPANDD          Z0, Z28, Z28
+	VPSRLVW         q5kShift0<>+0(SB), Z26, Z29
+	VPANDD          Z2, Z29, Z29
+	VPSLLW          $0x04, Z29, Z29
+	VPORD           Z29, Z27, Z27
+	VPMADDUBSW      Z15, Z27, Z27
+	VPERMW          Z21, Z3, Z29
+	VPDPWSSD        Z27, Z29, Z23
+	VPSRLVW         q5kShift1<>+0(SB), Z26, Z27
+	VPANDD          Z2, Z27, Z27
+	VPSLLW          $0x04, Z27, Z27
+	VPORD           Z27, Z28, Z28
+	VPMADDUBSW      Z16, Z28, Z27
+	VPERMW          Z21, Z4, Z28
+	VPDPWSSD        Z27, Z28, Z23
+	VMOVDQU64       112(DX), Z27
+	VPSRLW          $0x04, Z27, Z28
+	VPANDD          Z0, Z27, Z27
+	VPANDD          Z0, Z28, Z28
+	VPSRLVW         q5kShift2<>+0(SB), Z26, Z29
+	VPANDD          Z2, Z29, Z29
+	VPSLLW          $0x04, Z29, Z29
+	VPORD           Z29, Z27, Z27
+	VPMADDUBSW      Z17, Z27, Z27
+	VPERMW          Z21, Z5, Z29
+	VPDPWSSD        Z27, Z29, Z23
+	VPSRLVW         q5kShift3<>+0(SB), Z26, Z26
+	VPANDD          Z2, Z26, Z26
+	VPSLLW          $0x04, Z26, Z26
+	VPORD           Z26, Z28, Z28
+	VPMADDUBSW      Z18, Z28, Z26
+	VPERMW          Z21, Z6, Z27
+	VPDPWSSD        Z26, Z27, Z23
+	VPERMW          Y21, Y1, Y21
+	VPMADDWD        Y19, Y21, Y21
+	VPBROADCASTD    (DX), X27
+	VCVTPH2PS       X27, X27
+	VMULPS          X20, X27, X27
+	VBROADCASTSS    X27, Z26
+	VPERMILPS       $0x55, X27, X27
+	VBROADCASTSS    X27, Y27
+	VCVTDQ2PS       Z23, Z23
+	VFMADD231PS     Z23, Z26, Z9
+	VCVTDQ2PS       Y21, Y21
+	VFNMADD231PS    Y21, Y27, Y10
+	MOVL            4(BX), R9
+	MOVL            8(BX), R10
+	MOVL            12(BX), R11
+	MOVL            R11, R12
+	SHRL            $0x04, R12
+	ANDL            $0x0f0f0f0f, R12
+	MOVL            R10, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R12
+	ANDL            $0x3f3f3f3f, R10
+	ANDL            $0x0f0f0f0f, R11
+	MOVL            R9, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R11
+	ANDL            $0x3f3f3f3f, R9
+	VMOVD           R9, X21
+	VPINSRD         $0x01, R11, X21, X21
+	VPINSRD         $0x02, R10, X21, X21
+	VPINSRD         $0x03, R12, X21, X21
+	VPMOVZXBW       X21, Y21
+	VPXORD          Z24, Z24, Z24
+	VBROADCASTI64X4 16(BX), Z26
+	VMOVDQU64       48(BX), Z27
+	VPSRLW          $0x04, Z27, Z28
+	VPANDD          Z0, Z27, Z27
+	VPANDD          Z0, Z28, Z28
+	VPSRLVW         q5kShift0<>+0(SB), Z26, Z29
+	VPANDD          Z2, Z29, Z29
+	VPSLLW          $0x04, Z29, Z29
+	VPORD           Z29, Z27, Z27
+	VPMADDUBSW      Z15, Z27, Z27
+	VPERMW          Z21, Z3, Z29
+	VPDPWSSD        Z27, Z29, Z24
+	VPSRLVW         q5kShift1<>+0(SB), Z26, Z27
+	VPANDD          Z2, Z27, Z27
+	VPSLLW          $0x04, Z27, Z27
+	VPORD           Z27, Z28, Z28
+	VPMADDUBSW      Z16, Z28, Z27
+	VPERMW          Z21, Z4, Z28
+	VPDPWSSD        Z27, Z28, Z24
+	VMOVDQU64       112(BX), Z27
+	VPSRLW          $0x04, Z27, Z28
+	VPANDD          Z0, Z27, Z27
+	VPANDD          Z0, Z28, Z28
+	VPSRLVW         q5kShift2<>+0(SB), Z26, Z29
+	VPANDD          Z2, Z29, Z29
+	VPSLLW          $0x04, Z29, Z29
+	VPORD           Z29, Z27, Z27
+	VPMADDUBSW      Z17, Z27, Z27
+	VPERMW          Z21, Z5, Z29
+	VPDPWSSD        Z27, Z29, Z24
+	VPSRLVW         q5kShift3<>+0(SB), Z26, Z26
+	VPANDD          Z2, Z26, Z26
+	VPSLLW          $0x04, Z26, Z26
+	VPORD           Z26, Z28, Z28
+	VPMADDUBSW      Z18, Z28, Z26
+	VPERMW          Z21, Z6, Z27
+	VPDPWSSD        Z26, Z27, Z24
+	VPERMW          Y21, Y1, Y21
+	VPMADDWD        Y19, Y21, Y21
+	VPBROADCASTD    (BX), X27
+	VCVTPH2PS       X27, X27
+	VMULPS          X20, X27, X27
+	VBROADCASTSS    X27, Z26
+	VPERMILPS       $0x55, X27, X27
+	VBROADCASTSS    X27, Y27
+	VCVTDQ2PS       Z24, Z24
+	VFMADD231PS     Z24, Z26, Z11
+	VCVTDQ2PS       Y21, Y21
+	VFNMADD231PS    Y21, Y27, Y12
+	MOVL            4(SI), R9
+	MOVL            8(SI), R10
+	MOVL            12(SI), R11
+	MOVL            R11, R12
+	SHRL            $0x04, R12
+	ANDL            $0x0f0f0f0f, R12
+	MOVL            R10, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R12
+	ANDL            $0x3f3f3f3f, R10
+	ANDL            $0x0f0f0f0f, R11
+	MOVL            R9, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R11
+	ANDL            $0x3f3f3f3f, R9
+	VMOVD           R9, X21
+	VPINSRD         $0x01, R11, X21, X21
+	VPINSRD         $0x02, R10, X21, X21
+	VPINSRD         $0x03, R12, X21, X21
+	VPMOVZXBW       X21, Y21
+	VPXORD          Z25, Z25, Z25
+	VBROADCASTI64X4 16(SI), Z26
+	VMOVDQU64       48(SI), Z27
+	VPSRLW          $0x04, Z27, Z28
+	VPANDD          Z0, Z27, Z27
+	VPANDD          Z0, Z28, Z28
+	VPSRLVW         q5kShift0<>+0(SB), Z26, Z29
+	VPANDD          Z2, Z29, Z29
+	VPSLLW          $0x04, Z29, Z29
+	VPORD           Z29, Z27, Z27
+	VPMADDUBSW      Z15, Z27, Z27
+	VPERMW          Z21, Z3, Z29
+	VPDPWSSD        Z27, Z29, Z25
+	VPSRLVW         q5kShift1<>+0(SB), Z26, Z27
+	VPANDD          Z2, Z27, Z27
+	VPSLLW          $0x04, Z27, Z27
+	VPORD           Z27, Z28, Z28
+	VPMADDUBSW      Z16, Z28, Z27
+	VPERMW          Z21, Z4, Z28
+	VPDPWSSD        Z27, Z28, Z25
+	VMOVDQU64       112(SI), Z27
+	VPSRLW          $0x04, Z27, Z28
+	VPANDD          Z0, Z27, Z27
+	VPANDD          Z0, Z28, Z28
+	VPSRLVW         q5kShift2<>+0(SB), Z26, Z29
+	VPANDD          Z2, Z29, Z29
+	VPSLLW          $0x04, Z29, Z29
+	VPORD           Z29, Z27, Z27
+	VPMADDUBSW      Z17, Z27, Z27
+	VPERMW          Z21, Z5, Z29
+	VPDPWSSD        Z27, Z29, Z25
+	VPSRLVW         q5kShift3<>+0(SB), Z26, Z26
+	VPANDD          Z2, Z26, Z26
+	VPSLLW          $0x04, Z26, Z26
+	VPORD           Z26, Z28, Z28
+	VPMADDUBSW      Z18, Z28, Z26
+	VPERMW          Z21, Z6, Z27
+	VPDPWSSD        Z26, Z27, Z25
+	VPERMW          Y21, Y1, Y15
+	VPMADDWD        Y19, Y15, Y15
+	VPBROADCASTD    (SI), X16
+	VCVTPH2PS       X16, X16
+	VMULPS          X20, X16, X16
+	VBROADCASTSS    X16, Z19
+	VPERMILPS       $0x55, X16, X16
+	VBROADCASTSS    X16, Y16
+	VCVTDQ2PS       Z25, Z25
+	VFMADD231PS     Z25, Z19, Z13
+	VCVTDQ2PS       Y15, Y15
+	VFNMADD231PS    Y15, Y16, Y14
+	ADDQ            $0x000000b0, AX
+	ADDQ            $0x000000b0, DX
+	ADDQ            $0x000000b0, BX
+	ADDQ            $0x000000b0, SI
+	ADDQ            $0x00000124, DI
+	DECQ            R8
+	JNZ             loop
+
+done:
+	MOVQ          out+40(FP), AX
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y7, Y0, Y0
+	VADDPS        Y8, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y9, Y0, Y0
+	VADDPS        Y10, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z11, Y0
+	VADDPS        Y11, Y0, Y0
+	VADDPS        Y12, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z13, Y0
+	VADDPS        Y13, Y0, Y0
+	VADDPS        Y14, Y0, Y0
 	VEXTRACTF32X4 $0x01, Y0, X1
 	VADDPS        X0, X1, X1
 	VPERMILPS     $0xb1, X1, X0

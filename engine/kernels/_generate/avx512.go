@@ -278,8 +278,8 @@ func vpdpwssd(a, b Op, acc VecVirtual) {
 	})
 }
 
-var q4kScaleIdx [4]Mem
-var q4kMinIdx Mem
+var q4kScaleIdx, q5kShift [4]Mem
+var q4kMinIdx, c01 Mem
 
 func constsQ4K512() {
 	// Words of the unpacked scales (0..7) and mins (8..15): vector k of a
@@ -292,6 +292,15 @@ func constsQ4K512() {
 			DATA(2*i, U16(sb[i/16]))
 		}
 	}
+	// Q5_K fifth bits: qh byte l holds bit j for element l of sub-block j;
+	// vector k shifts [qh | qh] right by its two sub-blocks (word counts).
+	for k, sb := range [][2]int{{0, 2}, {1, 3}, {4, 6}, {5, 7}} {
+		q5kShift[k] = GLOBL(fmt.Sprintf("q5kShift%d", k), RODATA|NOPTR)
+		for i := 0; i < 32; i++ {
+			DATA(2*i, U16(sb[i/16]))
+		}
+	}
+	c01 = splat8("c01", 0x01)
 	// min j for Q8_K bsums 2j and 2j+1
 	q4kMinIdx = GLOBL("q4kMinIdx", RODATA|NOPTR)
 	for i := 0; i < 16; i++ {
@@ -299,21 +308,31 @@ func constsQ4K512() {
 	}
 }
 
-// q4kV4 generates the AVX-512 Q4_K decode kernel: 4 weight rows x 1 Q8_K
-// activation. Per block the activation's sub-blocks are paired into zmm
-// halves once for the 4 rows; per row the nibbles meet them in VPMADDUBSW
-// and the 6-bit scales in VPDPWSSD (one int32 accumulator per block), the
-// mins meet the pairwise bsums in one VPMADDWD.
-func q4kV4(name string) {
+// q4kV4 generates the AVX-512 Q4_K (withHigh: Q5_K) decode kernel: 4
+// weight rows x 1 Q8_K activation. Per block the activation's sub-blocks are
+// paired into zmm halves once for the 4 rows; per row the nibbles (with
+// their fifth bits for Q5_K) meet them in VPMADDUBSW and the 6-bit scales in
+// VPDPWSSD (one int32 accumulator per block), the mins meet the pairwise
+// bsums in one VPMADDWD.
+func q4kV4(name string, withHigh bool) {
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
-	Doc(name + ": 4 Q4_K weight rows x 1 Q8_K activation, AVX-512 VNNI.")
+	bx, qoff, what := 144, 16, "Q4_K"
+	if withHigh {
+		bx, qoff, what = 176, 48, "Q5_K"
+	}
+	Doc(name + ": 4 " + what + " weight rows x 1 Q8_K activation, AVX-512 VNNI.")
 	const R = 4
 	w, ws := rowPtrs(R)
 	a, nb := ld("a"), ld("nb")
 	mask, midx := ZMM(), YMM()
 	VPBROADCASTB(c0F, mask)
-	VMOVDQU(q4kMinIdx, midx)
+	VMOVDQU32(q4kMinIdx, midx)
+	var c01m VecVirtual
+	if withHigh {
+		c01m = ZMM()
+		VPBROADCASTB(c01, c01m)
+	}
 	sidx := make([]VecVirtual, 4)
 	for k := range sidx {
 		sidx[k] = ZMM()
@@ -329,7 +348,7 @@ func q4kV4(name string) {
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
 	Label("loop")
-	prefetchStep(pf, R*144)
+	prefetchStep(pf, R*bx)
 	// activation sub-blocks paired as the nibble vectors pair them
 	act := make([]VecVirtual, 4)
 	for k, sb := range [][2]int{{0, 2}, {1, 3}, {4, 6}, {5, 7}} {
@@ -348,14 +367,26 @@ func q4kV4(name string) {
 		VPMOVZXBW(xs, wds) // scales 0..7, mins 8..15 as words
 		sumi := ZMM()
 		VPXORD(sumi, sumi, sumi)
+		var qhz VecVirtual
+		if withHigh {
+			qhz = ZMM()
+			VBROADCASTI64X4(Mem{Base: x, Disp: 16}, qhz)
+		}
 		for half := 0; half < 2; half++ {
 			z, h := ZMM(), ZMM()
-			VMOVDQU64(Mem{Base: x, Disp: 16 + 64*half}, z)
+			VMOVDQU64(Mem{Base: x, Disp: qoff + 64*half}, z)
 			VPSRLW(U8(4), z, h)
 			VPANDD(mask, z, z)
 			VPANDD(mask, h, h)
 			for i, q := range []VecVirtual{z, h} {
 				k := 2*half + i
+				if withHigh { // q |= ((qh >> sub-block) & 1) << 4
+					b := ZMM()
+					VPSRLVW(q5kShift[k], qhz, b)
+					VPANDD(c01m, b, b)
+					VPSLLW(U8(4), b, b)
+					VPORD(b, q, q)
+				}
 				p, s := ZMM(), ZMM()
 				VPMADDUBSW(act[k], q, p)
 				VPERMW(wds.AsZ(), sidx[k], s)
@@ -380,7 +411,7 @@ func q4kV4(name string) {
 		VFNMADD231PS(mins, dm, accM[r])
 	}
 	for _, p := range w {
-		ADDQ(U32(144), p)
+		ADDQ(U32(bx), p)
 	}
 	ADDQ(U32(292), a)
 	DECQ(nb)

@@ -65,7 +65,8 @@ func main() {
 
 	legacyV4("dotQ4_0V4C8", quant40, 8)
 	legacyV4("dotQ8_0V4C8", quant80, 8)
-	q4kV4("dotQ4_KV4C1")
+	q4kV4("dotQ4_KV4C1", false)
+	q4kV4("dotQ5_KV4C1", true)
 	q6kV4("dotQ6_KV4C1")
 	legacyV4("dotQ4_0V4C4", quant40, 4)
 	legacyV4("dotQ8_0V4C4", quant80, 4)
