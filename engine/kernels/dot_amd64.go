@@ -177,6 +177,16 @@ func dotQ4_0V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 //go:noescape
 func dotQ8_0V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
+// dotQ5_0V4C8: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ5_0V4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ5_0V4C4: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ5_0V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
 // dotF16F32V4C6: 4 float weight rows x C float32 activation rows, AVX-512, 16 elements per block.
 //
 //go:noescape

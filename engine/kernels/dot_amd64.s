@@ -7716,6 +7716,383 @@ done:
 	VZEROUPPER
 	RET
 
+// func dotQ5_0V4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
+TEXT ·dotQ5_0V4C8(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         ws+8(FP), CX
+	LEAQ         (AX)(CX*1), DX
+	LEAQ         (DX)(CX*1), BX
+	LEAQ         (BX)(CX*1), SI
+	MOVQ         as+24(FP), DI
+	MOVQ         a+16(FP), R8
+	LEAQ         (R8)(DI*2), R9
+	LEAQ         (R9)(DI*1), R9
+	LEAQ         (R9)(DI*2), R10
+	LEAQ         (R10)(DI*1), R10
+	MOVQ         nb+32(FP), R11
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPBROADCASTB c08<>+0(SB), Z1
+	VPBROADCASTB c10<>+0(SB), Z15
+	VPBROADCASTB c80<>+0(SB), Z1
+	VMOVDQU32    laneIdx<>+0(SB), Z14
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	LEAQ         (SI)(CX*1), CX
+	TESTQ        R11, R11
+	JZ           done
+
+loop:
+	PREFETCHT0      (CX)
+	PREFETCHT0      64(CX)
+	ADDQ            $0x00000058, CX
+	VMOVDQU32       6(AX), X10
+	VINSERTI32X4    $0x01, 6(DX), Z10, Z10
+	VINSERTI32X4    $0x02, 6(BX), Z10, Z10
+	VINSERTI32X4    $0x03, 6(SI), Z10, Z10
+	VPSRLW          $0x04, Z10, Z16
+	VPANDD          Z0, Z10, Z10
+	VPANDD          Z0, Z16, Z16
+	MOVWQZX         2(SI), R12
+	SHLQ            $0x10, R12
+	MOVWQZX         2(BX), R13
+	ORQ             R13, R12
+	SHLQ            $0x10, R12
+	MOVWQZX         2(DX), R13
+	ORQ             R13, R12
+	SHLQ            $0x10, R12
+	MOVWQZX         2(AX), R13
+	ORQ             R13, R12
+	KMOVQ           R12, K1
+	VPMOVM2B        K1, Z17
+	VPANDD          Z15, Z17, Z17
+	VPORD           Z17, Z10, Z10
+	VPSUBB          Z15, Z10, Z10
+	MOVWQZX         4(SI), R12
+	SHLQ            $0x10, R12
+	MOVWQZX         4(BX), R13
+	ORQ             R13, R12
+	SHLQ            $0x10, R12
+	MOVWQZX         4(DX), R13
+	ORQ             R13, R12
+	SHLQ            $0x10, R12
+	MOVWQZX         4(AX), R13
+	ORQ             R13, R12
+	KMOVQ           R12, K1
+	VPMOVM2B        K1, Z17
+	VPANDD          Z15, Z17, Z17
+	VPORD           Z17, Z16, Z16
+	VPSUBB          Z15, Z16, Z16
+	VPXORD          Z11, Z11, Z11
+	VPDPBUSD        Z10, Z1, Z11
+	VPDPBUSD        Z16, Z1, Z11
+	VPXORD          Z12, Z12, Z12
+	VPSUBD          Z11, Z12, Z12
+	MOVWLZX         (AX), R12
+	VMOVD           R12, X13
+	VPINSRW         $0x01, (DX), X13, X13
+	VPINSRW         $0x02, (BX), X13, X13
+	VPINSRW         $0x03, (SI), X13, X13
+	VCVTPH2PS       X13, X13
+	VPERMPS         Z13, Z14, Z17
+	VMOVDQA32       Z12, Z18
+	VBROADCASTI32X4 4(R8), Z19
+	VBROADCASTI32X4 20(R8), Z20
+	VPDPBUSD        Z10, Z19, Z18
+	VPDPBUSD        Z16, Z20, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS.BCST     (R8), Z18, Z18
+	VFMADD231PS     Z17, Z18, Z2
+	VMOVDQA32       Z12, Z18
+	VBROADCASTI32X4 4(R8)(DI*1), Z19
+	VBROADCASTI32X4 20(R8)(DI*1), Z20
+	VPDPBUSD        Z10, Z19, Z18
+	VPDPBUSD        Z16, Z20, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS.BCST     (R8)(DI*1), Z18, Z18
+	VFMADD231PS     Z17, Z18, Z3
+	VMOVDQA32       Z12, Z18
+	VBROADCASTI32X4 4(R8)(DI*2), Z19
+	VBROADCASTI32X4 20(R8)(DI*2), Z20
+	VPDPBUSD        Z10, Z19, Z18
+	VPDPBUSD        Z16, Z20, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS.BCST     (R8)(DI*2), Z18, Z18
+	VFMADD231PS     Z17, Z18, Z4
+	VMOVDQA32       Z12, Z18
+	VBROADCASTI32X4 4(R9), Z19
+	VBROADCASTI32X4 20(R9), Z20
+	VPDPBUSD        Z10, Z19, Z18
+	VPDPBUSD        Z16, Z20, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS.BCST     (R9), Z18, Z18
+	VFMADD231PS     Z17, Z18, Z5
+	VMOVDQA32       Z12, Z18
+	VBROADCASTI32X4 4(R9)(DI*1), Z19
+	VBROADCASTI32X4 20(R9)(DI*1), Z20
+	VPDPBUSD        Z10, Z19, Z18
+	VPDPBUSD        Z16, Z20, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS.BCST     (R9)(DI*1), Z18, Z18
+	VFMADD231PS     Z17, Z18, Z6
+	VMOVDQA32       Z12, Z18
+	VBROADCASTI32X4 4(R9)(DI*2), Z19
+	VBROADCASTI32X4 20(R9)(DI*2), Z20
+	VPDPBUSD        Z10, Z19, Z18
+	VPDPBUSD        Z16, Z20, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS.BCST     (R9)(DI*2), Z18, Z18
+	VFMADD231PS     Z17, Z18, Z7
+	VMOVDQA32       Z12, Z18
+	VBROADCASTI32X4 4(R10), Z19
+	VBROADCASTI32X4 20(R10), Z20
+	VPDPBUSD        Z10, Z19, Z18
+	VPDPBUSD        Z16, Z20, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS.BCST     (R10), Z18, Z18
+	VFMADD231PS     Z17, Z18, Z8
+	VMOVDQA32       Z12, Z18
+	VBROADCASTI32X4 4(R10)(DI*1), Z19
+	VBROADCASTI32X4 20(R10)(DI*1), Z20
+	VPDPBUSD        Z10, Z19, Z18
+	VPDPBUSD        Z16, Z20, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS.BCST     (R10)(DI*1), Z18, Z18
+	VFMADD231PS     Z17, Z18, Z9
+	ADDQ            $0x00000016, AX
+	ADDQ            $0x00000016, DX
+	ADDQ            $0x00000016, BX
+	ADDQ            $0x00000016, SI
+	ADDQ            $0x00000024, R8
+	ADDQ            $0x00000024, R9
+	ADDQ            $0x00000024, R10
+	DECQ            R11
+	JNZ             loop
+
+done:
+	MOVQ      out+40(FP), AX
+	MOVQ      os+48(FP), CX
+	SHLQ      $0x02, CX
+	VMOVDQU32 pickIdx<>+0(SB), Z0
+	VPERMILPS $0xb1, Z2, Z1
+	VADDPS    Z1, Z2, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z3, Z1
+	VADDPS    Z1, Z3, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z4, Z1
+	VADDPS    Z1, Z4, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z5, Z1
+	VADDPS    Z1, Z5, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z6, Z1
+	VADDPS    Z1, Z6, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z7, Z1
+	VADDPS    Z1, Z7, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z8, Z1
+	VADDPS    Z1, Z8, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z9, Z1
+	VADDPS    Z1, Z9, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_0V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
+TEXT ·dotQ5_0V4C4(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         ws+8(FP), CX
+	LEAQ         (AX)(CX*1), DX
+	LEAQ         (DX)(CX*1), BX
+	LEAQ         (BX)(CX*1), SI
+	MOVQ         as+24(FP), DI
+	MOVQ         a+16(FP), R8
+	LEAQ         (R8)(DI*2), R9
+	LEAQ         (R9)(DI*1), R9
+	MOVQ         nb+32(FP), R10
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPBROADCASTB c08<>+0(SB), Z1
+	VPBROADCASTB c10<>+0(SB), Z11
+	VPBROADCASTB c80<>+0(SB), Z1
+	VMOVDQU32    laneIdx<>+0(SB), Z10
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	LEAQ         (SI)(CX*1), CX
+	TESTQ        R10, R10
+	JZ           done
+
+loop:
+	PREFETCHT0      (CX)
+	PREFETCHT0      64(CX)
+	ADDQ            $0x00000058, CX
+	VMOVDQU32       6(AX), X6
+	VINSERTI32X4    $0x01, 6(DX), Z6, Z6
+	VINSERTI32X4    $0x02, 6(BX), Z6, Z6
+	VINSERTI32X4    $0x03, 6(SI), Z6, Z6
+	VPSRLW          $0x04, Z6, Z12
+	VPANDD          Z0, Z6, Z6
+	VPANDD          Z0, Z12, Z12
+	MOVWQZX         2(SI), R11
+	SHLQ            $0x10, R11
+	MOVWQZX         2(BX), R12
+	ORQ             R12, R11
+	SHLQ            $0x10, R11
+	MOVWQZX         2(DX), R12
+	ORQ             R12, R11
+	SHLQ            $0x10, R11
+	MOVWQZX         2(AX), R12
+	ORQ             R12, R11
+	KMOVQ           R11, K1
+	VPMOVM2B        K1, Z13
+	VPANDD          Z11, Z13, Z13
+	VPORD           Z13, Z6, Z6
+	VPSUBB          Z11, Z6, Z6
+	MOVWQZX         4(SI), R11
+	SHLQ            $0x10, R11
+	MOVWQZX         4(BX), R12
+	ORQ             R12, R11
+	SHLQ            $0x10, R11
+	MOVWQZX         4(DX), R12
+	ORQ             R12, R11
+	SHLQ            $0x10, R11
+	MOVWQZX         4(AX), R12
+	ORQ             R12, R11
+	KMOVQ           R11, K1
+	VPMOVM2B        K1, Z13
+	VPANDD          Z11, Z13, Z13
+	VPORD           Z13, Z12, Z12
+	VPSUBB          Z11, Z12, Z12
+	VPXORD          Z7, Z7, Z7
+	VPDPBUSD        Z6, Z1, Z7
+	VPDPBUSD        Z12, Z1, Z7
+	VPXORD          Z8, Z8, Z8
+	VPSUBD          Z7, Z8, Z8
+	MOVWLZX         (AX), R11
+	VMOVD           R11, X9
+	VPINSRW         $0x01, (DX), X9, X9
+	VPINSRW         $0x02, (BX), X9, X9
+	VPINSRW         $0x03, (SI), X9, X9
+	VCVTPH2PS       X9, X9
+	VPERMPS         Z9, Z10, Z13
+	VMOVDQA32       Z8, Z14
+	VBROADCASTI32X4 4(R8), Z15
+	VBROADCASTI32X4 20(R8), Z16
+	VPDPBUSD        Z6, Z15, Z14
+	VPDPBUSD        Z12, Z16, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS.BCST     (R8), Z14, Z14
+	VFMADD231PS     Z13, Z14, Z2
+	VMOVDQA32       Z8, Z14
+	VBROADCASTI32X4 4(R8)(DI*1), Z15
+	VBROADCASTI32X4 20(R8)(DI*1), Z16
+	VPDPBUSD        Z6, Z15, Z14
+	VPDPBUSD        Z12, Z16, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS.BCST     (R8)(DI*1), Z14, Z14
+	VFMADD231PS     Z13, Z14, Z3
+	VMOVDQA32       Z8, Z14
+	VBROADCASTI32X4 4(R8)(DI*2), Z15
+	VBROADCASTI32X4 20(R8)(DI*2), Z16
+	VPDPBUSD        Z6, Z15, Z14
+	VPDPBUSD        Z12, Z16, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS.BCST     (R8)(DI*2), Z14, Z14
+	VFMADD231PS     Z13, Z14, Z4
+	VMOVDQA32       Z8, Z14
+	VBROADCASTI32X4 4(R9), Z15
+	VBROADCASTI32X4 20(R9), Z16
+	VPDPBUSD        Z6, Z15, Z14
+	VPDPBUSD        Z12, Z16, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS.BCST     (R9), Z14, Z14
+	VFMADD231PS     Z13, Z14, Z5
+	ADDQ            $0x00000016, AX
+	ADDQ            $0x00000016, DX
+	ADDQ            $0x00000016, BX
+	ADDQ            $0x00000016, SI
+	ADDQ            $0x00000024, R8
+	ADDQ            $0x00000024, R9
+	DECQ            R10
+	JNZ             loop
+
+done:
+	MOVQ      out+40(FP), AX
+	MOVQ      os+48(FP), CX
+	SHLQ      $0x02, CX
+	VMOVDQU32 pickIdx<>+0(SB), Z0
+	VPERMILPS $0xb1, Z2, Z1
+	VADDPS    Z1, Z2, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z3, Z1
+	VADDPS    Z1, Z3, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z4, Z1
+	VADDPS    Z1, Z4, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z5, Z1
+	VADDPS    Z1, Z5, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	VZEROUPPER
+	RET
+
 // func dotF16F32V4C6(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
 TEXT ·dotF16F32V4C6(SB), NOSPLIT, $0-56

@@ -55,8 +55,8 @@ func consts512() {
 	}
 }
 
-// legacyV4 generates a 4-row x C-activation VNNI tile for Q4_0 (bs 18) or
-// Q8_0 (bs 34) weights against u8 activation rows.
+// legacyV4 generates a 4-row x C-activation VNNI tile for Q4_0 (bs 18),
+// Q5_0 (bs 22) or Q8_0 (bs 34) weights against u8 activation rows.
 func legacyV4(name string, q legacy, C int) {
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
@@ -85,6 +85,11 @@ func legacyV4(name string, q legacy, C int) {
 	mask, eights, c80, lidx := ZMM(), ZMM(), ZMM(), ZMM()
 	VPBROADCASTB(c0F, mask)
 	VPBROADCASTB(c08, eights)
+	var c10m VecVirtual
+	if q == quant50 {
+		c10m = ZMM()
+		VPBROADCASTB(c10, c10m)
+	}
 	VPBROADCASTB(c80m, c80)
 	VMOVDQU32(laneIdx, lidx)
 	acc := make([]VecVirtual, C)
@@ -110,7 +115,8 @@ func legacyV4(name string, q legacy, C int) {
 		return z
 	}
 	var lo, hi VecVirtual
-	if q == quant40 {
+	switch q {
+	case quant40:
 		lo = load(2)
 		hi = ZMM()
 		VPSRLW(U8(4), lo, hi)
@@ -118,7 +124,34 @@ func legacyV4(name string, q legacy, C int) {
 		VPANDD(mask, hi, hi)
 		VPSUBB(eights, lo, lo)
 		VPSUBB(eights, hi, hi)
-	} else {
+	case quant50:
+		// nibbles at 6, fifth bits in the 32-bit qh at 2: bits 0-15 of each
+		// row's qh go to its lane of lo, bits 16-31 to hi, through a 64-bit
+		// mask (16 bits per row) and VPMOVM2B; then value − 16.
+		lo = load(6)
+		hi = ZMM()
+		VPSRLW(U8(4), lo, hi)
+		VPANDD(mask, lo, lo)
+		VPANDD(mask, hi, hi)
+		for i, v := range []VecVirtual{lo, hi} {
+			bits, t := GP64(), GP64()
+			for r := R - 1; r >= 0; r-- {
+				if r == R-1 {
+					MOVWQZX(Mem{Base: w[r], Disp: 2 + 2*i}, bits)
+					continue
+				}
+				SHLQ(U8(16), bits)
+				MOVWQZX(Mem{Base: w[r], Disp: 2 + 2*i}, t)
+				ORQ(t, bits)
+			}
+			k, b := K(), ZMM()
+			KMOVQ(bits, k)
+			VPMOVM2B(k, b)
+			VPANDD(c10m, b, b)
+			VPORD(b, v, v)
+			VPSUBB(c10m, v, v)
+		}
+	default:
 		lo, hi = load(2), load(18)
 	}
 	// −128·sum w per dword

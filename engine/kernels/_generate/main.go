@@ -70,6 +70,8 @@ func main() {
 	q6kV4("dotQ6_KV4C1")
 	legacyV4("dotQ4_0V4C4", quant40, 4)
 	legacyV4("dotQ8_0V4C4", quant80, 4)
+	legacyV4("dotQ5_0V4C8", quant50, 8)
+	legacyV4("dotQ5_0V4C4", quant50, 4)
 	fdot512("dotF16F32V4C6", fF16, 6)
 	fdot512("dotBF16F32V4C6", fBF16, 6)
 	fdot512("dotF32F32V4C6", fF32, 6)
