@@ -59,3 +59,24 @@ func short(id string) string {
 	}
 	return id
 }
+
+// actOnName is the RunE of a command that does one thing to the object its
+// single argument names (remove a node, revoke a token, unload a model) and
+// reports it: {key: name, done: true} with --json, else "noun name done".
+func (f *clusterFlags) actOnName(act func(ctx context.Context, c *api.Client, name string) error, key, noun, done string) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, ctx, cancel, err := f.client()
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		if err := act(ctx, c, args[0]); err != nil {
+			return err
+		}
+		if f.json() {
+			return printJSON(cmd.OutOrStdout(), map[string]any{key: args[0], done: true})
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s %s %s\n", noun, args[0], done)
+		return nil
+	}
+}

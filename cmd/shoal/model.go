@@ -245,21 +245,9 @@ file is left alone).
 
   shoal model unload llama-8b-q4_k_m`,
 		Args: exactArgs(1, "a model name (see 'shoal model ls')"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, cancel, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			if err := c.UnloadModel(ctx, args[0]); err != nil {
-				return err
-			}
-			if f.json() {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"model": args[0], "unloaded": true})
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "model %s unloaded\n", args[0])
-			return nil
-		},
+		RunE: f.actOnName(func(ctx context.Context, c *api.Client, name string) error {
+			return c.UnloadModel(ctx, name)
+		}, "model", "model", "unloaded"),
 	}
 	f.register(cmd)
 	return cmd

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"shoal/api"
 )
 
 func nodeCmd() *cobra.Command {
@@ -116,21 +119,9 @@ too. Started again with its data dir, a removed node rejoins.
 
   shoal node rm linux1`,
 		Args: exactArgs(1, "a node ID or name"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, cancel, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			if err := c.RemoveNode(ctx, args[0]); err != nil {
-				return err
-			}
-			if f.json() {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"node": args[0], "removed": true})
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "node %s removed\n", args[0])
-			return nil
-		},
+		RunE: f.actOnName(func(ctx context.Context, c *api.Client, name string) error {
+			return c.RemoveNode(ctx, name)
+		}, "node", "node", "removed"),
 	}
 	f.register(cmd)
 	return cmd

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -121,21 +122,9 @@ already joined keep their certificates. The bootstrap secret has the ID
 
   shoal token revoke abc123`,
 		Args: exactArgs(1, "a token ID (see 'shoal token ls')"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, cancel, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			if err := c.RevokeToken(ctx, args[0]); err != nil {
-				return err
-			}
-			if f.json() {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"id": args[0], "revoked": true})
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "token %s revoked\n", args[0])
-			return nil
-		},
+		RunE: f.actOnName(func(ctx context.Context, c *api.Client, name string) error {
+			return c.RevokeToken(ctx, name)
+		}, "id", "token", "revoked"),
 	}
 	f.register(cmd)
 	return cmd
