@@ -14,7 +14,7 @@ func archLevels() []*level {
 	}
 	q8SumsAsm = q8SumsAVX2
 	l := &level{name: "avx2", q8_K: quantQ8_KAVX2, axpyF16: axpyF16AVX2, scoresF16: scoresF16AVX2, accumF16: accumF16AVX2,
-		expSub: expSubAVX2, siluMul: siluMulAVX2}
+		expSub: expSubAVX2, siluMul: siluMulAVX2, f32ToF16: f32ToF16AVX2, roundF16: roundF16AVX2}
 	l.k[quant.Q4_0] = &kset{blockLen: quant.QK,
 		one: oneQ4_0, rowsR: 4, rowsX: dotQ4_0X4, auxPrep: auxPairs(8), tile: dotQ4_0R2C4, tileR: 2, tileC: 4}
 	l.k[quant.Q8_0] = &kset{blockLen: quant.QK,

@@ -237,6 +237,16 @@ func expSubAVX2(x *float32, n int, m float32) float32
 //go:noescape
 func siluMulAVX2(gate *float32, up *float32, n int)
 
+// f32ToF16AVX2: dst[i] = half bits of src[i] (round to nearest even) for n (a multiple of 8) floats.
+//
+//go:noescape
+func f32ToF16AVX2(dst *uint16, src *float32, n int)
+
+// roundF16AVX2: x[i] = x[i] rounded to half precision (nearest even), n a multiple of 8.
+//
+//go:noescape
+func roundF16AVX2(x *float32, n int)
+
 // quantQ8_0AVX2 quantizes nb blocks of 32 floats to Q8_0 exactly as quant.QuantizeRow.
 //
 //go:noescape

@@ -9967,6 +9967,49 @@ done:
 	VZEROUPPER
 	RET
 
+// func f32ToF16AVX2(dst *uint16, src *float32, n int)
+// Requires: AVX, F16C
+TEXT ·f32ToF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VMOVUPS   (CX), Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VMOVDQU   X0, (AX)
+	ADDQ      $0x20, CX
+	ADDQ      $0x10, AX
+	SUBQ      $0x08, DX
+	JNZ       loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func roundF16AVX2(x *float32, n int)
+// Requires: AVX, F16C
+TEXT ·roundF16AVX2(SB), NOSPLIT, $0-16
+	MOVQ  x+0(FP), AX
+	MOVQ  n+8(FP), CX
+	TESTQ CX, CX
+	JZ    done
+
+loop:
+	VMOVUPS   (AX), Y0
+	VCVTPS2PH $0x00, Y0, X0
+	VCVTPH2PS X0, Y0
+	VMOVUPS   Y0, (AX)
+	ADDQ      $0x20, AX
+	SUBQ      $0x08, CX
+	JNZ       loop
+
+done:
+	VZEROUPPER
+	RET
+
 // func quantQ8_0AVX2(x *float32, dst *byte, nb int)
 // Requires: AVX, AVX2, F16C
 TEXT ·quantQ8_0AVX2(SB), NOSPLIT, $0-24

@@ -407,8 +407,8 @@ func BenchmarkMatMul(b *testing.B) {
 					ms = append(ms, &Matrix{Type: typ, Rows: shape.rows, Cols: shape.cols, RowSize: ms[0].RowSize, Data: append([]byte(nil), ms[0].Data...)})
 				}
 			}
-			for _, n := range []int{1, 64} {
-				if shape.name == "stream" && n != 1 {
+			for _, n := range []int{1, 16, 64} {
+				if shape.name == "stream" && n != 1 && n != 16 {
 					continue
 				}
 				_, xq := randActs(r, typ, n, shape.cols)

@@ -68,6 +68,10 @@ var quantJobs = sync.Pool{New: func() any {
 func (j *quantJob) do(lo, hi int) {
 	for i := lo; i < hi; i++ {
 		x, dst := j.x[i*j.cols:(i+1)*j.cols], j.dst[i*j.rs:(i+1)*j.rs]
+		if j.t == quant.F16 {
+			F32ToF16(unsafe.Slice((*uint16)(unsafe.Pointer(&dst[0])), j.cols), x)
+			continue
+		}
 		if j.asm != nil {
 			if nb := j.cols / j.bl; nb > 0 {
 				j.asm(&x[0], &dst[0], nb)

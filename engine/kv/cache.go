@@ -7,7 +7,7 @@ import (
 	"hash/crc32"
 	"sync"
 
-	"shoal/engine/quant"
+	"shoal/engine/kernels"
 )
 
 // DefaultBlockSize is the number of token positions per block.
@@ -171,10 +171,8 @@ func (c *Cache) offset(blocks []int32, pos int) int {
 func (c *Cache) Put(layer int, blocks []int32, pos int, k, v []float32) {
 	o := c.offset(blocks, pos)
 	kd, vd := c.k[layer][o:o+c.cfg.KVDim], c.v[layer][o:o+c.cfg.KVDim]
-	for i := range kd {
-		kd[i] = quant.FP32ToFP16(k[i])
-		vd[i] = quant.FP32ToFP16(v[i])
-	}
+	kernels.F32ToF16(kd, k[:len(kd)])
+	kernels.F32ToF16(vd, v[:len(vd)])
 }
 
 // K returns the F16 key row of pos (a view).

@@ -4,7 +4,6 @@ import (
 	"math"
 
 	"shoal/engine/kernels"
-	"shoal/engine/quant"
 )
 
 // rmsNorm writes x / sqrt(mean(x²) + eps) * w to dst (ggml: the sum of
@@ -33,9 +32,6 @@ func softmaxInPlace(x []float32) {
 		x[i] *= inv
 	}
 }
-
-// roundF16 rounds v to the nearest half-precision value.
-func roundF16(v float32) float32 { return quant.FP16ToFP32(quant.FP32ToFP16(v)) }
 
 // ropeTable fills cos/sin for one position: half = RopeDim/2 entries
 // (ggml's rope cache: theta starts at pos·scale and is multiplied by

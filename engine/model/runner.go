@@ -489,9 +489,8 @@ func (r *Runner) attnRange(w, a, z int) {
 		kvh := h / group
 		blocks := s.blocks[s.tokSeq[i]]
 		ctx := int(s.tokPos[i]) + 1
-		for d, v := range s.q[i*Q+h*D : i*Q+(h+1)*D] {
-			qh[d] = roundF16(v)
-		}
+		copy(qh, s.q[i*Q+h*D:i*Q+(h+1)*D])
+		kernels.RoundF16(qh)
 		// K and V rows of one head are KV apart within a block: one kernel
 		// call per block of positions.
 		scores := ws.scores[:ctx]
@@ -503,9 +502,7 @@ func (r *Runner) attnRange(w, a, z int) {
 			scores[t] *= scale
 		}
 		softmaxInPlace(scores)
-		for t, p := range scores {
-			scores[t] = roundF16(p)
-		}
+		kernels.RoundF16(scores)
 		clear(acc)
 		for t := 0; t < ctx; t += bs {
 			e := min(t+bs, ctx)

@@ -121,3 +121,50 @@ func siluMul() {
 	VZEROUPPER()
 	RET()
 }
+
+// ---- float32 to half conversion (F16C), for F16 activations and the F16
+// KV cache: VCVTPS2PH with round-to-nearest-even, as quant.FP32ToFP16.
+
+// f32ToF16: dst[i] = half(src[i]) for n (a multiple of 8) floats.
+func f32ToF16() {
+	TEXT("f32ToF16AVX2", NOSPLIT, "func(dst *uint16, src *float32, n int)")
+	Pragma("noescape")
+	Doc("f32ToF16AVX2: dst[i] = half bits of src[i] (round to nearest even) for n (a multiple of 8) floats.")
+	d, s, n := ld("dst"), ld("src"), ld("n")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	Label("loop")
+	v, h := YMM(), XMM()
+	VMOVUPS(Mem{Base: s}, v)
+	VCVTPS2PH(U8(0), v, h)
+	VMOVDQU(h, Mem{Base: d})
+	ADDQ(U8(32), s)
+	ADDQ(U8(16), d)
+	SUBQ(U8(8), n)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// roundF16s: x[i] = float32(half(x[i])) in place for n (a multiple of 8) floats.
+func roundF16s() {
+	TEXT("roundF16AVX2", NOSPLIT, "func(x *float32, n int)")
+	Pragma("noescape")
+	Doc("roundF16AVX2: x[i] = x[i] rounded to half precision (nearest even), n a multiple of 8.")
+	x, n := ld("x"), ld("n")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	Label("loop")
+	v, h := YMM(), XMM()
+	VMOVUPS(Mem{Base: x}, v)
+	VCVTPS2PH(U8(0), v, h)
+	VCVTPH2PS(h, v)
+	VMOVUPS(v, Mem{Base: x})
+	ADDQ(U8(32), x)
+	SUBQ(U8(8), n)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}

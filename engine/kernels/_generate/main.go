@@ -83,6 +83,8 @@ func main() {
 	accumF16()
 	expSub()
 	siluMul()
+	f32ToF16()
+	roundF16s()
 
 	quantQ8_0()
 	q8sums()

@@ -1,0 +1,34 @@
+package kernels
+
+import "shoal/engine/quant"
+
+// F32ToF16 writes the half-precision bits of src[i] to dst[i], rounding to
+// nearest even: quant.FP32ToFP16 element by element (F16C's VCVTPS2PH on
+// amd64). It converts F16 activations and the rows written to the F16 KV
+// cache.
+func F32ToF16(dst []uint16, src []float32) {
+	dst = dst[:len(src)]
+	if f := cur.f32ToF16; f != nil {
+		if n := len(src) &^ 7; n > 0 {
+			f(&dst[0], &src[0], n)
+			dst, src = dst[n:], src[n:]
+		}
+	}
+	for i, v := range src {
+		dst[i] = quant.FP32ToFP16(v)
+	}
+}
+
+// RoundF16 rounds every x[i] to the nearest half-precision value (ties to
+// even), in place.
+func RoundF16(x []float32) {
+	if f := cur.roundF16; f != nil {
+		if n := len(x) &^ 7; n > 0 {
+			f(&x[0], n)
+			x = x[n:]
+		}
+	}
+	for i, v := range x {
+		x[i] = quant.FP16ToFP32(quant.FP32ToFP16(v))
+	}
+}
