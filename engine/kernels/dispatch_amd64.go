@@ -61,6 +61,13 @@ func archLevels() []*level {
 			ks.tile, ks.tile4, ks.tileR, ks.tileC = f[0], f[1], 4, 6
 			v.k[t] = &ks
 		}
+		if cpu.X86.HasAVX512BF16 {
+			// BF16 weights against the BF16 activation rows as they are
+			// (VDPBF16PS, 32 products per instruction), not widened.
+			ks := *v.k[quant.BF16]
+			ks.tile, ks.tile4, ks.tileR, ks.tileC, ks.tileF32 = dotBF16V4C6, dotBF16V4C4, 4, 6, false
+			v.k[quant.BF16] = &ks
+		}
 		ls = append([]*level{&v}, ls...)
 	}
 	return ls

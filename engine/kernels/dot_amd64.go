@@ -217,6 +217,16 @@ func dotBF16F32V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os i
 //go:noescape
 func dotF32F32V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
+// dotBF16V4C6: 4 BF16 weight rows x C BF16 activation rows, AVX-512 BF16 (VDPBF16PS), 16 elements per block.
+//
+//go:noescape
+func dotBF16V4C6(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotBF16V4C4: 4 BF16 weight rows x C BF16 activation rows, AVX-512 BF16 (VDPBF16PS), 16 elements per block.
+//
+//go:noescape
+func dotBF16V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
 // scoresF16AVX2: out[t] = q·row t for T half-float rows at k + t*stride bytes; d a multiple of 8.
 //
 //go:noescape

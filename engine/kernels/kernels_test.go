@@ -21,7 +21,7 @@ var fastTypes = []quant.Type{
 // eachLevel runs f under every kernel set this CPU and build can run, after
 // checking that selecting it took effect.
 func eachLevel(t testing.TB, f func(level string)) {
-	defer SetLevel("")
+	defer SetLevel(Path()) // restore the level the run was started with
 	for _, l := range Levels() {
 		if err := SetLevel(l); err != nil {
 			t.Fatal(err)
@@ -234,6 +234,48 @@ func TestMatMulLevels(t *testing.T) {
 	})
 }
 
+// The tile paths for batch sizes around the tile widths: whole tiles, tile4
+// for the batch or for four activations left over, and the decode kernel for
+// the rest; odd and even block counts and, for the float formats, a tail.
+func TestMatMulTiles(t *testing.T) {
+	p := NewPool(2)
+	defer p.Close()
+	eachLevel(t, func(level string) {
+		r := rand.New(rand.NewPCG(37, 38))
+		for _, typ := range fastTypes {
+			bl := typ.BlockLen()
+			colsList := []int{3 * bl, 4 * bl}
+			if bl == 1 {
+				colsList = []int{16, 48, 64, 200, 2048} // 16-element blocks: 1, 3, 4, 12 (+8), 128
+			}
+			for _, cols := range colsList {
+				const rowsN = 13
+				m := randMatrix(r, typ, rowsN, cols)
+				ars := m.ActRowSize()
+				for _, n := range []int{4, 6, 8, 12, 13, 16, 24, 28, 45, 46, 47, 64, 70} {
+					_, xq := randActs(r, typ, n, cols)
+					ldo := rowsN + 2
+					want := matmulWant(m, xq, n, ldo)
+					out := make([]float32, len(want))
+					MatMul(p, m, xq, n, out, ldo)
+					for i := 0; i < n; i++ {
+						for row := 0; row < ldo && (row < rowsN || i < n-1); row++ {
+							g, w := out[i*ldo+row], want[i*ldo+row]
+							tol := 1e-30
+							if row < rowsN {
+								tol += 1e-5 * magnitude(typ, cols, m.Row(row), xq[i*ars:])
+							}
+							if d := math.Abs(float64(g - w)); d > tol || math.IsNaN(float64(g)) {
+								t.Fatalf("%s %v %dx%d n=%d: out[%d][%d] = %g, want %g", level, typ, rowsN, cols, n, i, row, g, w)
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
 func TestMatMulNoAlloc(t *testing.T) {
 	p := NewPool(2)
 	defer p.Close()
@@ -353,7 +395,7 @@ func TestRoundAwayTrick(t *testing.T) {
 // ---- benchmarks
 
 func benchLevels(b *testing.B, f func(b *testing.B)) {
-	defer SetLevel("")
+	defer SetLevel(Path()) // restore the level the run was started with
 	for _, l := range Levels() {
 		SetLevel(l)
 		b.Run(l, f)

@@ -126,6 +126,7 @@ type mmJob struct {
 	tile   bool
 	tileFn dotFn  // the tile kernel for this call (ks.tile or ks.tile4)
 	tileC  int    // its activation count
+	nt     int    // activations done by tiles: tileC-tiles, then maybe one tile4
 	ta     []byte // tile activations (xq, or xq widened to float32)
 	tas    int
 	f32    []float32 // scratch for the widened activations
@@ -171,11 +172,19 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 	if ks := j.ks; ks != nil {
 		j.group = ks.rowsR
 		j.tileFn, j.tileC = ks.tile, ks.tileC
-		if ks.tile4 != nil && n%ks.tileC != 0 && n%4 == 0 && n < 64 {
+		// tileC-tiles are followed by one tile4 when 4 or more activations
+		// are left (see do). A small batch runs tile4 throughout when it is
+		// below tileC, or a multiple of 4 that tileC-tiles and one tile4
+		// would not cover (with tileC 6: 8 = 4+4, not 6+2; 16 = 6+6+4).
+		if ks.tile4 != nil && n >= 4 && (n < ks.tileC || n%4 == 0 && n%ks.tileC%4 != 0 && n < 64) {
 			j.tileFn, j.tileC = ks.tile4, 4
 		}
 		if ks.tile != nil && n >= j.tileC && m.Cols >= ks.blockLen {
 			j.tile = true
+			j.nt = n / j.tileC * j.tileC
+			if ks.tile4 != nil && n-j.nt >= 4 {
+				j.nt += 4
+			}
 			j.group = max(ks.rowsR, ks.tileR)
 			j.ta, j.tas = xq, ars
 			if ks.tileF32 && m.Type != quant.F32 {
@@ -186,7 +195,7 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 			}
 		}
 	}
-	if ks := j.ks; ks != nil && ks.rowsX != nil && (!j.tile || n%j.tileC != 0) {
+	if ks := j.ks; ks != nil && ks.rowsX != nil && (!j.tile || j.nt < n) {
 		nb := m.Cols / ks.blockLen
 		j.auxRS = auxSize(nb)
 		if cap(j.aux) < n*j.auxRS {
@@ -265,7 +274,7 @@ func (j *mmJob) do(lo, hi int) {
 	if nb > 0 {
 		if j.tile {
 			R, C := ks.tileR, j.tileC
-			nc := j.n / C * C
+			nc, nt := j.n/C*C, j.nt
 			rt := r0 + (r1-r0)/R*R
 			w, ws := m.Data, m.RowSize
 			// Activations go in slabs of about 128 KiB, so that a slab and the
@@ -277,10 +286,15 @@ func (j *mmJob) do(lo, hi int) {
 					for c := c0; c < c1; c += C {
 						j.tileFn(&w[r*ws], ws, &j.ta[c*j.tas], j.tas, nb, &j.out[c*j.ldo+r], j.ldo)
 					}
+					// four activations left over: with the last slab,
+					// while the rows are in L1
+					if c1 == nc && nt > nc {
+						ks.tile4(&w[r*ws], ws, &j.ta[nc*j.tas], j.tas, nb, &j.out[nc*j.ldo+r], j.ldo)
+					}
 				}
 			}
-			j.decode(rt, r1, 0, nc, nb)
-			j.decode(r0, r1, nc, j.n, nb)
+			j.decode(rt, r1, 0, nt, nb)
+			j.decode(r0, r1, nt, j.n, nb)
 		} else {
 			j.decode(r0, r1, 0, j.n, nb)
 		}

@@ -78,6 +78,8 @@ func main() {
 	fdot512("dotF16F32V4C4", fF16, 4)
 	fdot512("dotBF16F32V4C4", fBF16, 4)
 	fdot512("dotF32F32V4C4", fF32, 4)
+	bf16V4("dotBF16V4C6", 6)
+	bf16V4("dotBF16V4C4", 4)
 
 	scoresF16()
 	accumF16()
