@@ -30,6 +30,8 @@ type ModelConfig struct {
 	Threads int    `json:"threads"`  // worker threads (default: all cores)
 	MaxSeqs int    `json:"max_seqs"` // sequences decoded together (default 16)
 	Queue   int    `json:"queue"`    // requests waiting beyond the batch before 429 (default 64)
+	// NoPrefixCache turns off reusing the KV blocks of shared prompt prefixes.
+	NoPrefixCache bool `json:"no_prefix_cache,omitempty"`
 }
 
 // served is one model this agent runs.
@@ -82,7 +84,7 @@ func (a *Agent) loadModels() error {
 			m.Close()
 			return err
 		}
-		sc, err := serve.New(r, tok.IsEOG, serve.Options{MaxSeqs: mc.MaxSeqs, QueueSize: mc.Queue})
+		sc, err := serve.New(r, tok.IsEOG, serve.Options{MaxSeqs: mc.MaxSeqs, QueueSize: mc.Queue, NoPrefixCache: mc.NoPrefixCache})
 		if err != nil {
 			r.Close()
 			m.Close()
@@ -156,6 +158,8 @@ var (
 	descBatch     = prometheus.NewDesc("shoal_batch_tokens", "Tokens in the last batch step.", []string{"model"}, nil)
 	descSteps     = prometheus.NewDesc("shoal_batch_steps_total", "Batch steps run.", []string{"model"}, nil)
 	descPreempt   = prometheus.NewDesc("shoal_preemptions_total", "Sequences preempted for lack of KV blocks.", []string{"model"}, nil)
+	descKVCached  = prometheus.NewDesc("shoal_kv_blocks_cached", "KV cache blocks registered in the prefix cache (held by sequences or idle and reusable).", []string{"model"}, nil)
+	descPrefixHit = prometheus.NewDesc("shoal_prompt_tokens_cached_total", "Prompt tokens read from the prefix cache instead of computed.", []string{"model"}, nil)
 	descLeader    = prometheus.NewDesc("shoal_raft_leader", "1 if this agent is the Raft leader.", nil, nil)
 	descMembers   = prometheus.NewDesc("shoal_gossip_members", "Gossip members by state as this agent sees them.", []string{"state"}, nil)
 	descRaftKnown = prometheus.NewDesc("shoal_raft_leader_known", "1 if this agent knows a Raft leader.", nil, nil)
@@ -165,7 +169,7 @@ var (
 type agentCollector struct{ a *Agent }
 
 func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueue, descRunning, descKVUsed, descKVFree, descBatch, descSteps, descPreempt, descLeader, descMembers, descRaftKnown} {
+	for _, d := range []*prometheus.Desc{descQueue, descRunning, descKVUsed, descKVFree, descBatch, descSteps, descPreempt, descKVCached, descPrefixHit, descLeader, descMembers, descRaftKnown} {
 		ch <- d
 	}
 }
@@ -182,6 +186,8 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBatch, prometheus.GaugeValue, float64(st.LastBatchTokens), n)
 		ch <- prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(st.Steps), n)
 		ch <- prometheus.MustNewConstMetric(descPreempt, prometheus.CounterValue, float64(st.Preemptions), n)
+		ch <- prometheus.MustNewConstMetric(descKVCached, prometheus.GaugeValue, float64(st.KVBlocksCached), n)
+		ch <- prometheus.MustNewConstMetric(descPrefixHit, prometheus.CounterValue, float64(st.CachedPromptTokens), n)
 	}
 	leader, known := 0.0, 0.0
 	if a.srv != nil {

@@ -28,6 +28,9 @@ type Options struct {
 	MaxSeqs   int // sequences in the running batch (default 16)
 	MaxTokens int // tokens per step: decode tokens plus prefill chunks (default 256)
 	QueueSize int // requests waiting beyond the running batch (default 64)
+	// NoPrefixCache turns off the reuse of KV blocks across requests that
+	// share a prompt prefix (on by default where the engine supports it).
+	NoPrefixCache bool
 }
 
 func (o *Options) defaults() {
@@ -72,6 +75,7 @@ type Event struct {
 	Reason     string // "stop" (end of generation), "length", "cancelled", "error"
 	Err        error
 	Prompt     int // prompt tokens
+	Cached     int // of which read from the prefix cache instead of computed
 	Generated  int
 	Preempted  int // times the sequence was preempted and recomputed
 	TTFT       time.Duration
@@ -92,17 +96,22 @@ type seq struct {
 	arrived   time.Time
 	first     time.Time
 	admitted  uint64 // admission order, for choosing the newest to preempt
+	cached    int    // prompt positions taken from the prefix cache
+	keys      []uint64
+	published int // full blocks registered in the prefix cache
 }
 
 // Stats is a snapshot of the scheduler's state.
 type Stats struct {
 	Waiting, Running     int
-	KVBlocksUsed         int
+	KVBlocksUsed         int // held by sequences
 	KVBlocksTotal        int
+	KVBlocksCached       int // registered in the prefix cache (held or idle)
 	LastBatchTokens      int
 	LastBatchSeqs        int
 	Steps                uint64
-	PromptTokens         uint64
+	PromptTokens         uint64 // computed
+	CachedPromptTokens   uint64 // read from the prefix cache
 	GeneratedTokens      uint64
 	Preemptions          uint64
 	Completed, Cancelled uint64
@@ -110,10 +119,11 @@ type Stats struct {
 
 // Scheduler runs sequences on one runner holding the whole model.
 type Scheduler struct {
-	r    Engine
-	eog  func(int32) bool
-	opts Options
-	cap  int // KV capacity in positions
+	r      Engine
+	eog    func(int32) bool
+	opts   Options
+	cap    int  // KV capacity in positions
+	prefix bool // share KV blocks of common prompt prefixes
 
 	mu      sync.Mutex
 	waiting []*seq
@@ -167,11 +177,23 @@ func (e RunnerEngine) Free(seq kv.SeqID)                                  { e.R.
 func (e RunnerEngine) Cache() *kv.Cache                                   { return e.R.Cache() }
 func (e RunnerEngine) NVocab() int                                        { return e.R.Model().NVocab }
 
+// PrefixCache reports that the runner's cache holds every K and V the
+// model reads, so blocks shared through it are complete.
+func (e RunnerEngine) PrefixCache() bool { return true }
+
+// prefixCacher is an Engine whose Cache can share blocks between sequences
+// (kv.Cache.Share); a distributed engine's cache is only a shadow of its
+// members' and cannot.
+type prefixCacher interface{ PrefixCache() bool }
+
 // NewEngine starts a scheduler driving e.
 func NewEngine(e Engine, isEOG func(int32) bool, o Options) (*Scheduler, error) {
 	o.defaults()
 	c := e.Cache().Config()
 	s := &Scheduler{r: e, eog: isEOG, opts: o, cap: c.NumBlocks * c.BlockSize, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if pc, ok := e.(prefixCacher); ok && pc.PrefixCache() && !o.NoPrefixCache {
+		s.prefix = true
+	}
 	go s.loop()
 	return s, nil
 }
@@ -256,6 +278,7 @@ func (s *Scheduler) Stats() Stats {
 	c := s.r.Cache()
 	st.KVBlocksTotal = c.Config().NumBlocks
 	st.KVBlocksUsed = st.KVBlocksTotal - c.FreeBlocks()
+	st.KVBlocksCached = c.CachedBlocks()
 	st.Steps = s.steps.Load()
 	return st
 }
@@ -292,7 +315,7 @@ func (s *Scheduler) shutdown() {
 // finish frees the sequence and sends its final event.
 func (s *Scheduler) finish(sq *seq, reason string, err error) {
 	s.r.Free(sq.id)
-	ev := Event{Done: true, Reason: reason, Err: err, Prompt: len(sq.req.Prompt), Generated: sq.generated,
+	ev := Event{Done: true, Reason: reason, Err: err, Prompt: len(sq.req.Prompt), Cached: sq.cached, Generated: sq.generated,
 		Preempted: sq.preempted, TotalTime: time.Since(sq.arrived), KVCapacity: s.cap}
 	if !sq.first.IsZero() {
 		ev.TTFT = sq.first.Sub(sq.arrived)
@@ -340,7 +363,40 @@ func (s *Scheduler) admit() {
 		s.order++
 		sq.admitted = s.order
 		s.running = append(s.running, sq)
+		if s.prefix && sq.processed == 0 {
+			s.share(c, sq)
+		}
 	}
+}
+
+// share starts sq from the cached blocks of its longest cached prefix,
+// leaving at least its last token to compute (its logits are needed).
+func (s *Scheduler) share(c *kv.Cache, sq *seq) {
+	sq.keys = c.PrefixKeys(sq.tokens[:len(sq.tokens)-1], sq.keys)
+	n := c.Share(sq.id, sq.tokens, sq.keys)
+	if n == 0 {
+		return
+	}
+	sq.processed = n
+	sq.published = n / c.Config().BlockSize
+	if sq.generated == 0 {
+		sq.cached = n
+		s.statsMu.Lock()
+		s.stats.CachedPromptTokens += uint64(n)
+		s.statsMu.Unlock()
+	}
+}
+
+// publish registers sq's newly filled blocks in the prefix cache.
+func (s *Scheduler) publish(sq *seq) {
+	c := s.r.Cache()
+	full := sq.processed / c.Config().BlockSize
+	if full <= sq.published {
+		return
+	}
+	sq.keys = c.PrefixKeys(sq.tokens[:sq.processed], sq.keys)
+	c.Publish(sq.id, sq.tokens, sq.keys)
+	sq.published = full
 }
 
 // preemptNewest evicts the most recently admitted running sequence: its KV
@@ -359,7 +415,7 @@ func (s *Scheduler) preemptNewest() bool {
 	sq := s.running[newest]
 	s.running = append(s.running[:newest], s.running[newest+1:]...)
 	s.r.Free(sq.id)
-	sq.processed = 0
+	sq.processed, sq.published = 0, 0
 	sq.preempted++
 	s.mu.Lock()
 	s.waiting = append([]*seq{sq}, s.waiting...)
@@ -463,6 +519,9 @@ func (s *Scheduler) afterStep(logits []float32) {
 		sq := s.chunkSeq[i]
 		prompt += uint64(max(0, min(sq.processed+c.N, len(sq.req.Prompt))-sq.processed))
 		sq.processed += c.N
+		if s.prefix {
+			s.publish(sq)
+		}
 	}
 	finished := map[*seq]bool{}
 	for i, sq := range s.rowSeq {

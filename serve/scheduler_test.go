@@ -302,3 +302,69 @@ func TestLogprobs(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefixCache sends a prompt, then the same prompt, then twice one
+// extending it: each reads the full blocks its prompt shares with what ran
+// before (the first request's generated tokens follow its prompt, so the
+// longer prompt shares 2 blocks, then 4 from its own first run; a block
+// holding the last prompt token is always computed), and generates what a
+// cold run does, up to a near tie (shared positions were computed in other
+// batches).
+func TestPrefixCache(t *testing.T) {
+	m := testModel(t)
+	s := newSched(t, m, 2048, Options{})
+	cold := newSched(t, m, 2048, Options{NoPrefixCache: true})
+	p := prompt(3, 40)
+	longer := append(append([]int32(nil), p...), prompt(4, 30)...)
+	type out struct {
+		toks []int32
+		top  [][]TokenLogprob
+		ev   Event
+	}
+	run := func(s *Scheduler, pr []int32) out {
+		ch, err := s.Submit(context.Background(), Request{Prompt: pr, MaxTokens: 10, Sampling: greedy(), TopLogprobs: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var o out
+		for ev := range ch {
+			if ev.Done {
+				o.ev = ev
+				break
+			}
+			o.toks = append(o.toks, ev.Token)
+			o.top = append(o.top, ev.Top)
+		}
+		return o
+	}
+	first := run(s, p)
+	if first.ev.Cached != 0 {
+		t.Fatalf("first request read %d cached positions", first.ev.Cached)
+	}
+	for _, c := range []struct {
+		pr     []int32
+		cached int
+	}{{p, 32}, {longer, 32}, {longer, 64}} {
+		got, want := run(s, c.pr), run(cold, c.pr)
+		if got.ev.Cached != c.cached || got.ev.Prompt != len(c.pr) || want.ev.Cached != 0 {
+			t.Fatalf("prompt of %d: cached %d (want %d), cold cached %d", len(c.pr), got.ev.Cached, c.cached, want.ev.Cached)
+		}
+		for k, tok := range got.toks {
+			if tok == want.toks[k] {
+				continue
+			}
+			top := want.top[k]
+			if len(top) < 2 || top[1].Token != tok || top[0].Logprob-top[1].Logprob > 0.05 {
+				t.Fatalf("prompt of %d: with the prefix cache %v, cold %v", len(c.pr), got.toks, want.toks)
+			}
+			break
+		}
+	}
+	st := s.Stats()
+	if st.CachedPromptTokens != 128 || st.KVBlocksUsed != 0 {
+		t.Fatalf("stats %+v: want 128 cached prompt tokens and no block in use", st)
+	}
+	if cold.Stats().CachedPromptTokens != 0 {
+		t.Fatal("NoPrefixCache read the cache")
+	}
+}

@@ -199,7 +199,7 @@ func (h *handler) chat(x *exchange) *apiError {
 		}
 		x.ok(ChatCompletion{ID: id, Object: "chat.completion", Created: created, Model: m.Name, SystemFingerprint: h.o.SystemFingerprint,
 			Choices: []ChatChoice{{Message: AssistantMessage{Role: "assistant", Content: text.String()}, Logprobs: all, FinishReason: res.finish}},
-			Usage:   Usage{PromptTokens: g.prompt, CompletionTokens: res.generated, TotalTokens: g.prompt + res.generated}})
+			Usage:   g.usage(res)})
 		return nil
 	}
 	usage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
@@ -229,7 +229,7 @@ func (h *handler) chat(x *exchange) *apiError {
 		return nil
 	}
 	if usage {
-		u, _ := json.Marshal(Usage{PromptTokens: g.prompt, CompletionTokens: res.generated, TotalTokens: g.prompt + res.generated})
+		u, _ := json.Marshal(g.usage(res))
 		last := ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: m.Name, SystemFingerprint: h.o.SystemFingerprint,
 			Choices: []ChatChunkChoice{}, Usage: u}
 		if sw.send(last) != nil {

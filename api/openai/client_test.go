@@ -78,6 +78,11 @@ func TestClientChat(t *testing.T) {
 	if len(last.Choices) != 0 || last.Usage.CompletionTokens != 12 || last.Usage.TotalTokens != u.TotalTokens || chunks < 3 {
 		t.Fatalf("last chunk %+v after %d chunks", last, chunks)
 	}
+	// The repeated prompt's full blocks (16 positions) came from the prefix
+	// cache; the block with its last token was computed.
+	if got, want := last.Usage.PromptTokensDetails.CachedTokens, (u.PromptTokens-1)/16*16; u.PromptTokensDetails.CachedTokens != 0 || got != want || want == 0 {
+		t.Fatalf("cached prompt tokens %d then %d, want 0 then %d (prompt of %d)", u.PromptTokensDetails.CachedTokens, got, want, u.PromptTokens)
+	}
 }
 
 func TestClientCompletionsAndModels(t *testing.T) {

@@ -140,7 +140,7 @@ func (h *handler) completions(x *exchange) *apiError {
 			all = logprobs("", nil)
 		}
 		finish := res.finish
-		u, _ := json.Marshal(Usage{PromptTokens: g.prompt, CompletionTokens: res.generated, TotalTokens: g.prompt + res.generated})
+		u, _ := json.Marshal(g.usage(res))
 		x.ok(Completion{ID: id, Object: "text_completion", Created: created, Model: m.Name, SystemFingerprint: h.o.SystemFingerprint,
 			Choices: []CompletionChoice{{Text: text.String(), Logprobs: all, FinishReason: &finish}}, Usage: u})
 		return nil
@@ -173,7 +173,7 @@ func (h *handler) completions(x *exchange) *apiError {
 		return nil
 	}
 	if usage {
-		u, _ := json.Marshal(Usage{PromptTokens: g.prompt, CompletionTokens: res.generated, TotalTokens: g.prompt + res.generated})
+		u, _ := json.Marshal(g.usage(res))
 		if sw.send(Completion{ID: id, Object: "text_completion", Created: created, Model: m.Name, SystemFingerprint: h.o.SystemFingerprint,
 			Choices: []CompletionChoice{}, Usage: u}) != nil {
 			return nil

@@ -127,7 +127,14 @@ type generation struct {
 type genResult struct {
 	finish    string // "stop" or "length"; "" when it failed
 	generated int
+	cached    int   // prompt tokens read from the prefix cache
 	err       error // the client went away, the engine failed, or a write failed
+}
+
+// usage is the token accounting of a finished generation.
+func (g *generation) usage(res genResult) Usage {
+	return Usage{PromptTokens: g.prompt, CompletionTokens: res.generated, TotalTokens: g.prompt + res.generated,
+		PromptTokensDetails: PromptTokensDetails{CachedTokens: res.cached}}
 }
 
 // start submits the request. Errors come back in the OpenAI shape; param
@@ -246,7 +253,7 @@ func (g *generation) run(emit func(text string, toks []genToken) error) genResul
 					reason = "stop"
 				}
 				rec.FinishReason = reason
-				return genResult{finish: reason, generated: gen}
+				return genResult{finish: reason, generated: gen, cached: ev.Cached}
 			case "cancelled":
 				rec.FinishReason = "cancelled"
 				err := ev.Err

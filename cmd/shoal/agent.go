@@ -75,7 +75,7 @@ Precedence: flag, environment, config file.`,
 			if len(modelPaths) > 0 {
 				final.Models = nil
 				for _, p := range modelPaths {
-					final.Models = append(final.Models, node.ModelConfig{Path: p, Ctx: modelOpts.Ctx, Threads: modelOpts.Threads, MaxSeqs: modelOpts.MaxSeqs, Queue: modelOpts.Queue})
+					final.Models = append(final.Models, node.ModelConfig{Path: p, Ctx: modelOpts.Ctx, Threads: modelOpts.Threads, MaxSeqs: modelOpts.MaxSeqs, Queue: modelOpts.Queue, NoPrefixCache: modelOpts.NoPrefixCache})
 				}
 			}
 			if modelOpts.Threads > 0 {
@@ -127,6 +127,7 @@ Precedence: flag, environment, config file.`,
 	f.IntVar(&modelOpts.Ctx, "ctx", 0, "KV cache capacity per served model in tokens, shared by its sequences (default: the model's context, at most 8192)")
 	f.IntVar(&modelOpts.Threads, "threads", 0, "engine worker threads per served model and per shard this node runs of a model spread over the cluster (default: all cores)")
 	f.IntVar(&modelOpts.MaxSeqs, "max-seqs", 0, "sequences decoded together per model (default 16)")
+	f.BoolVar(&modelOpts.NoPrefixCache, "no-prefix-cache", false, "compute every prompt in full instead of reusing the KV blocks of a prefix an earlier request computed")
 	f.IntVar(&modelOpts.Queue, "queue", 0, "requests waiting beyond the running batch before 429 (default 64)")
 	f.StringVar(&configFile, "config", "", "JSON config file")
 	f.StringVar(&memLimit, "memory-limit", "", "cap the memory this node offers to placed models, e.g. 8GiB (default: what is free at start)")

@@ -1,10 +1,12 @@
 package kv
 
 import (
+	"container/list"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"sync"
 
 	"shoal/engine/kernels"
@@ -40,6 +42,23 @@ type Cache struct {
 	mu   sync.Mutex
 	free []int32
 	seqs map[SeqID]*seqState
+
+	// Prefix cache: full blocks registered under the hash of the tokens up
+	// to their end stay readable after their sequences end, until a
+	// reservation needs the space (least recently released first).
+	ref   []int32                 // per block: sequences holding it
+	reg   []*prefixEntry          // per block: its entry, if registered
+	index map[uint64]int32        // key -> block
+	idle  *list.List              // registered blocks no sequence holds, oldest first
+	elem  map[int32]*list.Element // their places in idle
+}
+
+// prefixEntry is what a registered block holds: the tokens of its positions
+// and the key of the block before it, compared on every lookup so that a
+// hash collision can never hand a sequence another prompt's cache.
+type prefixEntry struct {
+	key, parent uint64
+	tokens      []int32
 }
 
 type seqState struct {
@@ -57,7 +76,8 @@ func New(cfg Config) (*Cache, error) {
 	if cfg.Layers <= 0 || cfg.KVDim < 0 || cfg.NumBlocks <= 0 || cfg.BlockSize <= 0 {
 		return nil, fmt.Errorf("kv: invalid config %+v", cfg)
 	}
-	c := &Cache{cfg: cfg, seqs: map[SeqID]*seqState{}}
+	c := &Cache{cfg: cfg, seqs: map[SeqID]*seqState{}, ref: make([]int32, cfg.NumBlocks), reg: make([]*prefixEntry, cfg.NumBlocks),
+		index: map[uint64]int32{}, idle: list.New(), elem: map[int32]*list.Element{}}
 	per := cfg.NumBlocks * cfg.BlockSize * cfg.KVDim
 	c.k = make([][]uint16, cfg.Layers)
 	c.v = make([][]uint16, cfg.Layers)
@@ -75,11 +95,20 @@ func New(cfg Config) (*Cache, error) {
 // Config returns the cache's configuration.
 func (c *Cache) Config() Config { return c.cfg }
 
-// FreeBlocks is the number of unused blocks.
+// FreeBlocks is the number of blocks a reservation can take: the unused
+// ones and the prefix-cache blocks no sequence holds.
 func (c *Cache) FreeBlocks() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.free)
+	return len(c.free) + c.idle.Len()
+}
+
+// CachedBlocks is the number of blocks registered in the prefix cache (held
+// by sequences or idle).
+func (c *Cache) CachedBlocks() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.index)
 }
 
 // Len is the number of positions filled for seq.
@@ -107,15 +136,24 @@ func (c *Cache) Reserve(seq SeqID, n int) (int, error) {
 	}
 	bs := c.cfg.BlockSize
 	need := (s.n+n+bs-1)/bs - len(s.blocks)
-	if need > len(c.free) {
+	if avail := len(c.free) + c.idle.Len(); need > avail {
 		if s.n == 0 && len(s.blocks) == 0 {
 			delete(c.seqs, seq)
 		}
-		return 0, fmt.Errorf("%w: sequence %d needs %d more blocks, %d free", ErrFull, seq, need, len(c.free))
+		return 0, fmt.Errorf("%w: sequence %d needs %d more blocks, %d free", ErrFull, seq, need, avail)
 	}
 	for ; need > 0; need-- {
-		b := c.free[len(c.free)-1]
-		c.free = c.free[:len(c.free)-1]
+		var b int32
+		if len(c.free) > 0 {
+			b = c.free[len(c.free)-1]
+			c.free = c.free[:len(c.free)-1]
+		} else {
+			// Evict the prefix-cache block released longest ago.
+			b = c.idle.Remove(c.idle.Front()).(int32)
+			delete(c.elem, b)
+			c.unregister(b)
+		}
+		c.ref[b] = 1
 		s.blocks = append(s.blocks, b)
 	}
 	start := s.n
@@ -135,9 +173,133 @@ func (c *Cache) Truncate(seq SeqID, n int) {
 		n = 0
 	}
 	keep := (n + c.cfg.BlockSize - 1) / c.cfg.BlockSize
-	c.free = append(c.free, s.blocks[keep:]...)
+	for _, b := range s.blocks[keep:] {
+		c.release(b)
+	}
 	s.blocks = s.blocks[:keep]
 	s.n = n
+	// A block cut short will be written again: it no longer holds what it
+	// was registered under.
+	if n%c.cfg.BlockSize != 0 && keep > 0 {
+		if b := s.blocks[keep-1]; c.reg[b] != nil && c.ref[b] == 1 {
+			c.unregister(b)
+		}
+	}
+}
+
+// release drops one sequence's hold on b: a registered block no sequence
+// holds stays in the prefix cache, any other goes back to the pool.
+func (c *Cache) release(b int32) {
+	c.ref[b]--
+	if c.ref[b] > 0 {
+		return
+	}
+	if c.reg[b] != nil {
+		c.elem[b] = c.idle.PushBack(b)
+		return
+	}
+	c.free = append(c.free, b)
+}
+
+func (c *Cache) unregister(b int32) {
+	if e := c.reg[b]; e != nil {
+		if c.index[e.key] == b {
+			delete(c.index, e.key)
+		}
+		c.reg[b] = nil
+	}
+}
+
+// PrefixKeys returns the prefix-cache key of each full block of tokens:
+// block i's key hashes tokens[0:(i+1)·BlockSize] (chained block by block).
+// Keys from caches with the same block size are comparable.
+func (c *Cache) PrefixKeys(tokens []int32, keys []uint64) []uint64 {
+	bs := c.cfg.BlockSize
+	keys = keys[:0]
+	var h uint64 = 0xcbf29ce484222325
+	for i := 0; i+bs <= len(tokens); i += bs {
+		for _, t := range tokens[i : i+bs] {
+			for k := 0; k < 4; k++ { // FNV-1a over the token's bytes
+				h ^= uint64(byte(t >> (8 * k)))
+				h *= 0x100000001b3
+			}
+		}
+		keys = append(keys, h)
+	}
+	return keys
+}
+
+// Share starts the new sequence seq with the longest run of cached blocks
+// whose keys and tokens match the first len(keys) full blocks of tokens, and
+// returns the positions it now holds (a multiple of the block size; 0 when
+// nothing matched or seq already has positions). The caller computes from
+// there on; it must not write into the shared positions.
+func (c *Cache) Share(seq SeqID, tokens []int32, keys []uint64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.seqs[seq]; s != nil && (s.n > 0 || len(s.blocks) > 0) {
+		return 0
+	}
+	bs := c.cfg.BlockSize
+	var parent uint64
+	var got []int32
+	for i, k := range keys {
+		b, ok := c.index[k]
+		if !ok {
+			break
+		}
+		e := c.reg[b]
+		if e == nil || e.parent != parent || !slices.Equal(e.tokens, tokens[i*bs:(i+1)*bs]) {
+			break
+		}
+		got = append(got, b)
+		parent = k
+	}
+	if len(got) == 0 {
+		return 0
+	}
+	s := c.seqs[seq]
+	if s == nil {
+		s = &seqState{blocks: make([]int32, 0, c.cfg.NumBlocks)}
+		c.seqs[seq] = s
+	}
+	for _, b := range got {
+		if c.ref[b] == 0 {
+			c.idle.Remove(c.elem[b])
+			delete(c.elem, b)
+		}
+		c.ref[b]++
+		s.blocks = append(s.blocks, b)
+	}
+	s.n = len(got) * bs
+	return s.n
+}
+
+// Publish registers seq's full blocks [0, len(keys)) under keys (see
+// PrefixKeys), tokens being the sequence's tokens from position 0. Blocks
+// already registered, and keys another block holds, are left as they are.
+func (c *Cache) Publish(seq SeqID, tokens []int32, keys []uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.seqs[seq]
+	if s == nil {
+		return
+	}
+	bs := c.cfg.BlockSize
+	var parent uint64
+	for i, k := range keys {
+		if (i+1)*bs > s.n || i >= len(s.blocks) {
+			return
+		}
+		b := s.blocks[i]
+		if c.reg[b] == nil {
+			if _, taken := c.index[k]; !taken {
+				c.reg[b] = &prefixEntry{key: k, parent: parent, tokens: append([]int32(nil), tokens[i*bs:(i+1)*bs]...)}
+				c.index[k] = b
+			}
+		}
+		parent = k
+	}
 }
 
 // Free releases all blocks of seq.
