@@ -115,7 +115,14 @@ func TestAgainstAgent(t *testing.T) {
 			total += l.GeneratedTokens
 		}
 	}
-	if got := generatedTotal(t, base); got != float64(total) {
+	// The agent records a request after its handler returns, which can be
+	// just after the client has read the whole response.
+	got := generatedTotal(t, base)
+	for deadline := time.Now().Add(2 * time.Second); got != float64(total) && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		got = generatedTotal(t, base)
+	}
+	if got != float64(total) {
 		t.Errorf("the agent counted %v generated tokens, loadgen %d", got, total)
 	}
 

@@ -192,15 +192,19 @@ func TestDisconnectFreesBlocks(t *testing.T) {
 		body := chatBody("Tell me everything", map[string]any{"stream": stream}) // no max_tokens: until the context is full
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.srv.URL+"/v1/chat/completions", strings.NewReader(mustJSON(t, body)))
 		done := make(chan error, 1)
+		held := make(chan int, 1) // blocks in use while the stream is read
 		go func() {
 			resp, err := e.srv.Client().Do(req)
 			if err == nil {
 				if stream {
-					// Read a few chunks, then go away.
+					// Read a few chunks, then go away. (The tiny model can
+					// generate dozens of tokens between two polls, so the
+					// blocks are looked at here, while the stream is open.)
 					buf := make([]byte, 4096)
 					for i := 0; i < 3 && err == nil; i++ {
 						_, err = resp.Body.Read(buf)
 					}
+					held <- e.sched.Stats().KVBlocksUsed
 					cancel()
 				} else {
 					_, err = io.ReadAll(resp.Body)
@@ -209,8 +213,17 @@ func TestDisconnectFreesBlocks(t *testing.T) {
 			}
 			done <- err
 		}()
-		waitFor(t, 10*time.Second, "the sequence to hold KV blocks", func() bool { return e.sched.Stats().KVBlocksUsed > 0 })
-		if !stream {
+		if stream {
+			select {
+			case n := <-held:
+				if n == 0 {
+					t.Fatal("an open stream's sequence holds no KV blocks")
+				}
+			case err := <-done:
+				t.Fatalf("the stream ended before it was read: %v", err)
+			}
+		} else {
+			waitFor(t, 10*time.Second, "the sequence to hold KV blocks", func() bool { return e.sched.Stats().KVBlocksUsed > 0 })
 			cancel()
 		}
 		<-done
