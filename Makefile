@@ -67,16 +67,19 @@ bench:
 
 # One agent on loopback serving BENCH_MODEL, measured through its
 # OpenAI-compatible endpoint at each of BENCH_C concurrent streams (make -s
-# bench-endpoint BENCH_ARGS=--json for JSON). The default is a random F16
+# bench-endpoint BENCH_ARGS=--json for JSON). The default is a random BF16
 # llama (1024 wide, 8 layers, 190 MB) made with gen-model: big enough that one
 # stream is bound by memory bandwidth, as real models are, so the batching of
 # concurrent streams shows (a tiny model is bound by per-token overheads).
-BENCH_MODEL ?= $(MODEL_DIR)/bench-llama-f16.gguf
+# BF16 is the float format this CPU multiplies fastest (AVX-512 BF16);
+# BENCH_TYPE=f16 (or q8_0, f32...) makes another.
+BENCH_TYPE  ?= bf16
+BENCH_MODEL ?= $(MODEL_DIR)/bench-llama-$(BENCH_TYPE).gguf
 BENCH_C     ?= 1,4,16
 BENCH_N     ?= 64
 bench-endpoint: build
 	@if [ ! -f $(BENCH_MODEL) ]; then mkdir -p $(dir $(BENCH_MODEL)) && \
-		$(BIN) gen-model --arch llama --n-embd 1024 --n-layer 8 --n-head 16 --n-head-kv 4 --n-ff 2816 --type f16 --seed 1 -q --out $(BENCH_MODEL); fi
+		$(BIN) gen-model --arch llama --n-embd 1024 --n-layer 8 --n-head 16 --n-head-kv 4 --n-ff 2816 --type $(BENCH_TYPE) --seed 1 -q --out $(BENCH_MODEL); fi
 	BIN=$(BIN) MODEL=$(BENCH_MODEL) C=$(BENCH_C) N=$(BENCH_N) scripts/bench-endpoint.sh --ignore-eos $(BENCH_ARGS)
 
 # A TinyLlama-shaped Q4_0 llama (made on first run in $(MODEL_DIR)) spread

@@ -5,14 +5,15 @@
 #   scripts/bench-endpoint.sh [extra bench-endpoint flags, e.g. --json]
 #
 # Environment: BIN (default bin/shoal), MODEL (default
-# .shoal/bench-llama-f16.gguf, made by `make bench-endpoint`), C (levels,
+# .shoal/bench-llama-bf16.gguf, made by `make bench-endpoint`), C (levels,
 # default 1,4,16), N (max_tokens, default 64), THREADS (engine threads,
 # default all cores), MAX_SEQS (sequences decoded together, default 16),
-# CPUPROFILE (write the agent's Go CPU profile to this file).
+# CPUPROFILE (write the agent's Go CPU profile to this file), NO_PREFIX_CACHE=1
+# (compute every prompt in full: the agent's --no-prefix-cache).
 set -euo pipefail
 
 BIN=${BIN:-bin/shoal}
-MODEL=${MODEL:-.shoal/bench-llama-f16.gguf}
+MODEL=${MODEL:-.shoal/bench-llama-bf16.gguf}
 C=${C:-1,4,16}
 N=${N:-64}
 MAX_SEQS=${MAX_SEQS:-16}
@@ -42,6 +43,7 @@ args=(agent --server --bootstrap-expect 1 --name bench --data-dir "$work/data" -
 	--gossip-port 0 --quic-port 0 --http-port 0 --model "$MODEL" --max-seqs "$MAX_SEQS" --log-level warn)
 [ -n "${THREADS:-}" ] && args+=(--threads "$THREADS")
 [ -n "${CPUPROFILE:-}" ] && args+=(--cpuprofile "$CPUPROFILE")
+[ "${NO_PREFIX_CACHE:-}" = 1 ] && args+=(--no-prefix-cache)
 "$BIN" "${args[@]}" >"$log" 2>&1 &
 agent=$!
 

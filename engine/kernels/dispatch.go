@@ -41,7 +41,11 @@ type kset struct {
 	// tile4, when set, is the same kernel for 4 activations, used when a
 	// small batch (a decode step of several sequences) is a multiple of 4
 	// but not of tileC, so no activation falls back to the decode kernel.
-	tile4   dotFn
+	tile4 dotFn
+	// rest, where set, are the tile kernel for 1, 2 or 3 activations: the
+	// ones left after the tileC-tiles and tile4, run while the rows are in
+	// L1 instead of by the decode kernel.
+	rest    [4]dotFn
 	tileF32 bool // tile takes float32 activations (float weight types)
 	// tileU8: the tile takes Q8_0 activations prepared by prepU8 (per
 	// 32-element block a float32 scale, then the quants plus 128 as bytes).

@@ -66,6 +66,7 @@ func archLevels() []*level {
 			// (VDPBF16PS, 32 products per instruction), not widened.
 			ks := *v.k[quant.BF16]
 			ks.tile, ks.tile4, ks.tileR, ks.tileC, ks.tileF32 = dotBF16V4C6, dotBF16V4C4, 4, 6, false
+			ks.rest = [4]dotFn{nil, dotBF16V4C1, dotBF16V4C2, dotBF16V4C3}
 			v.k[quant.BF16] = &ks
 		}
 		ls = append([]*level{&v}, ls...)

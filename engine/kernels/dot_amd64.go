@@ -227,6 +227,21 @@ func dotBF16V4C6(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 //go:noescape
 func dotBF16V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
+// dotBF16V4C3: 4 BF16 weight rows x C BF16 activation rows, AVX-512 BF16 (VDPBF16PS), 16 elements per block.
+//
+//go:noescape
+func dotBF16V4C3(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotBF16V4C2: 4 BF16 weight rows x C BF16 activation rows, AVX-512 BF16 (VDPBF16PS), 16 elements per block.
+//
+//go:noescape
+func dotBF16V4C2(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotBF16V4C1: 4 BF16 weight rows x C BF16 activation rows, AVX-512 BF16 (VDPBF16PS), 16 elements per block.
+//
+//go:noescape
+func dotBF16V4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
 // scoresF16AVX2: out[t] = q·row t for T half-float rows at k + t*stride bytes; d a multiple of 8.
 //
 //go:noescape

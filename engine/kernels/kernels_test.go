@@ -252,7 +252,7 @@ func TestMatMulTiles(t *testing.T) {
 				const rowsN = 13
 				m := randMatrix(r, typ, rowsN, cols)
 				ars := m.ActRowSize()
-				for _, n := range []int{4, 6, 8, 12, 13, 16, 24, 28, 45, 46, 47, 64, 70} {
+				for _, n := range []int{4, 6, 8, 12, 13, 14, 16, 20, 24, 28, 45, 46, 47, 64, 70} {
 					_, xq := randActs(r, typ, n, cols)
 					ldo := rowsN + 2
 					want := matmulWant(m, xq, n, ldo)

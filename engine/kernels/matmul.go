@@ -127,6 +127,7 @@ type mmJob struct {
 	tileFn dotFn  // the tile kernel for this call (ks.tile or ks.tile4)
 	tileC  int    // its activation count
 	nt     int    // activations done by tiles: tileC-tiles, then maybe one tile4
+	nr     int    // activations after those done by a rest tile (kset.rest)
 	ta     []byte // tile activations (xq, or xq widened to float32)
 	tas    int
 	f32    []float32 // scratch for the widened activations
@@ -185,6 +186,10 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 			if ks.tile4 != nil && n-j.nt >= 4 {
 				j.nt += 4
 			}
+			j.nr = 0
+			if k := n - j.nt; k < len(ks.rest) && ks.rest[k] != nil {
+				j.nr = k
+			}
 			j.group = max(ks.rowsR, ks.tileR)
 			j.ta, j.tas = xq, ars
 			if ks.tileF32 && m.Type != quant.F32 {
@@ -195,7 +200,7 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 			}
 		}
 	}
-	if ks := j.ks; ks != nil && ks.rowsX != nil && (!j.tile || j.nt < n) {
+	if ks := j.ks; ks != nil && ks.rowsX != nil && (!j.tile || j.nt+j.nr < n) {
 		nb := m.Cols / ks.blockLen
 		j.auxRS = auxSize(nb)
 		if cap(j.aux) < n*j.auxRS {
@@ -291,10 +296,13 @@ func (j *mmJob) do(lo, hi int) {
 					if c1 == nc && nt > nc {
 						ks.tile4(&w[r*ws], ws, &j.ta[nc*j.tas], j.tas, nb, &j.out[nc*j.ldo+r], j.ldo)
 					}
+					if c1 == nc && j.nr > 0 {
+						ks.rest[j.nr](&w[r*ws], ws, &j.ta[nt*j.tas], j.tas, nb, &j.out[nt*j.ldo+r], j.ldo)
+					}
 				}
 			}
-			j.decode(rt, r1, 0, nt, nb)
-			j.decode(r0, r1, nt, j.n, nb)
+			j.decode(rt, r1, 0, nt+j.nr, nb)
+			j.decode(r0, r1, nt+j.nr, j.n, nb)
 		} else {
 			j.decode(r0, r1, 0, j.n, nb)
 		}

@@ -80,6 +80,9 @@ func main() {
 	fdot512("dotF32F32V4C4", fF32, 4)
 	bf16V4("dotBF16V4C6", 6)
 	bf16V4("dotBF16V4C4", 4)
+	bf16V4("dotBF16V4C3", 3)
+	bf16V4("dotBF16V4C2", 2)
+	bf16V4("dotBF16V4C1", 1)
 
 	scoresF16()
 	accumF16()
