@@ -27,6 +27,11 @@
 #   STRATEGIES plans tried for N > 1 (default "auto pipeline tensor"; auto
 #              lets the planner choose)
 #   CORES      cores shared by the devices (default 2)
+#   SHARE      cores per device, the same for every device count (e.g. 1, or
+#              0.5), so N devices are compared with one device of the same
+#              size; default: CORES/N (N devices split CORES, one gets all)
+#   PERIOD_US  CFS period of the quota (default 100000; a shorter one makes
+#              a fractional share less bursty)
 #   PROMPT, GEN, REPS   bench sizes (default 64, 64, 3)
 #   CTX        context the plan reserves (default 256)
 #   SHARED     the shared data dir with the tokenizer (default ../shared)
@@ -116,8 +121,14 @@ start_cluster() {
 	namespaces+=("$br")
 	ip -n "$br" link add br0 type bridge
 	ip -n "$br" link set br0 up
-	local quota=$((CORES * 100000 / n)) threads=$((CORES / n))
-	[ "$threads" -ge 1 ] || threads=1
+	local period=${PERIOD_US:-100000} quota threads
+	if [ -n "${SHARE:-}" ]; then
+		quota=$(awk -v s="$SHARE" -v p="$period" 'BEGIN { printf "%d", s * p }')
+		threads=$(awk -v s="$SHARE" 'BEGIN { t = int(s); if (t < s) t++; if (t < 1) t = 1; print t }')
+	else
+		quota=$((CORES * period / n)) threads=$((CORES / n))
+		[ "$threads" -ge 1 ] || threads=1
+	fi
 	for i in $(seq 0 $((n - 1))); do
 		local ns=$prefix-d$i
 		ip netns add "$ns"
@@ -136,7 +147,7 @@ start_cluster() {
 		local g=$CG/shoal-$prefix-d$i
 		mkdir -p "$g"
 		groups+=("$g")
-		echo 100000 >"$g/cpu.cfs_period_us"
+		echo "$period" >"$g/cpu.cfs_period_us"
 		echo "$quota" >"$g/cpu.cfs_quota_us"
 		local args=(agent --server --bootstrap-expect "$n" --name "d$i" --data-dir "$work/d$i" --bind "$(ipof "$i")"
 			--token "$secret" --threads "$threads" --log-level warn)
@@ -181,7 +192,7 @@ run_one() {
 	stop_cluster
 }
 
-echo "bench-cluster: $(basename "$MODEL"), $CORES cores shared by the devices, links shaped by tc tbf (rate only: no added latency, this kernel has no netem)" >&2
+echo "bench-cluster: $(basename "$MODEL"), ${SHARE:+$SHARE core(s) per device of }$CORES cores, links shaped by tc tbf (rate only: no added latency, this kernel has no netem)" >&2
 results=$work/results.jsonl
 : >"$results"
 one=$work/one.jsonl
@@ -201,7 +212,11 @@ for rate in $LINKS; do
 done
 
 echo
-echo "model $(basename "$MODEL"); CPU: $CORES cores split evenly over the devices (cgroup v1 quota); links: tbf rate, no added latency"
+if [ -n "${SHARE:-}" ]; then
+	echo "model $(basename "$MODEL"); CPU: $SHARE core(s) per device (cgroup v1 quota, period ${PERIOD_US:-100000} us); links: tbf rate, no added latency"
+else
+	echo "model $(basename "$MODEL"); CPU: $CORES cores split evenly over the devices (cgroup v1 quota); links: tbf rate, no added latency"
+fi
 echo "decode: tg$GEN, prompt: pp$PROMPT, $REPS runs each; bytes/token: payload sent between nodes per decoded token"
 echo
 printf '| %-7s | %-6s | %-8s | %-9s | %-13s | %-13s | %-11s | %-12s | %-11s |\n' devices link asked plan "decode tok/s" "prompt tok/s" bytes/token "predicted ms" "measured ms"
