@@ -224,21 +224,7 @@ func fdot512(name string, wf ffmt, C int) {
 	Doc(name + ": 4 float weight rows x C float32 activation rows, AVX-512, 16 elements per block.")
 	const R = 4
 	w, ws := rowPtrs(R)
-	as := ld("as")
-	a := []GPVirtual{ld("a")}
-	for i := 1; i*3 < C; i++ {
-		p := GP64()
-		LEAQ(Mem{Base: a[i-1], Index: as, Scale: 2}, p)
-		LEAQ(Mem{Base: p, Index: as, Scale: 1}, p)
-		a = append(a, p)
-	}
-	actMem := func(c int) Mem {
-		m := Mem{Base: a[c/3]}
-		if c%3 > 0 {
-			m.Index, m.Scale = as, uint8(c%3)
-		}
-		return m
-	}
+	actMem, a := actAddrs(C)
 	nb := ld("nb")
 	acc := make([][]VecVirtual, R)
 	for r := range acc {
@@ -564,4 +550,25 @@ func q6kV4(name string) {
 	}
 	VZEROUPPER()
 	RET()
+}
+
+// actAddrs loads the activation pointer "a" and stride "as" and returns the
+// address of activation row c (c < C) and the base registers (one per three
+// rows, the rest reached by a scaled index), which the loop advances.
+func actAddrs(C int) (func(c int) Mem, []GPVirtual) {
+	as := ld("as")
+	a := []GPVirtual{ld("a")}
+	for i := 1; i*3 < C; i++ {
+		p := GP64()
+		LEAQ(Mem{Base: a[i-1], Index: as, Scale: 2}, p)
+		LEAQ(Mem{Base: p, Index: as, Scale: 1}, p)
+		a = append(a, p)
+	}
+	return func(c int) Mem {
+		m := Mem{Base: a[c/3]}
+		if c%3 > 0 {
+			m.Index, m.Scale = as, uint8(c%3)
+		}
+		return m
+	}, a
 }

@@ -77,21 +77,7 @@ func bf16V4(name string, C int) {
 		panic("bf16V4: too many accumulators")
 	}
 	w, ws := rowPtrs(R)
-	as := ld("as")
-	a := []GPVirtual{ld("a")}
-	for i := 1; i*3 < C; i++ {
-		p := GP64()
-		LEAQ(Mem{Base: a[i-1], Index: as, Scale: 2}, p)
-		LEAQ(Mem{Base: p, Index: as, Scale: 1}, p)
-		a = append(a, p)
-	}
-	actMem := func(c int) Mem {
-		m := Mem{Base: a[c/3]}
-		if c%3 > 0 {
-			m.Index, m.Scale = as, uint8(c%3)
-		}
-		return m
-	}
+	actMem, a := actAddrs(C)
 	nb := ld("nb")
 	acc := func(r, c int) VecPhysical { return zreg(R*c + r) }
 	for i := 0; i < R*C; i++ {
