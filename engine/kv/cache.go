@@ -212,12 +212,17 @@ func (c *Cache) unregister(b int32) {
 
 // PrefixKeys returns the prefix-cache key of each full block of tokens:
 // block i's key hashes tokens[0:(i+1)·BlockSize] (chained block by block).
-// Keys from caches with the same block size are comparable.
+// keys may hold the keys of a prefix of tokens already (an earlier call's
+// result): they are kept and only the blocks after them are hashed. Keys
+// from caches with the same block size are comparable.
 func (c *Cache) PrefixKeys(tokens []int32, keys []uint64) []uint64 {
 	bs := c.cfg.BlockSize
-	keys = keys[:0]
+	keys = keys[:min(len(keys), len(tokens)/bs)]
 	var h uint64 = 0xcbf29ce484222325
-	for i := 0; i+bs <= len(tokens); i += bs {
+	if len(keys) > 0 {
+		h = keys[len(keys)-1]
+	}
+	for i := len(keys) * bs; i+bs <= len(tokens); i += bs {
 		for _, t := range tokens[i : i+bs] {
 			for k := 0; k < 4; k++ { // FNV-1a over the token's bytes
 				h ^= uint64(byte(t >> (8 * k)))

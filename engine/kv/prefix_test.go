@@ -108,3 +108,20 @@ func TestPrefixVerifiesTokens(t *testing.T) {
 		t.Fatalf("cached %d after truncating into the block", c.CachedBlocks())
 	}
 }
+
+// Extending earlier keys gives the keys computed from scratch.
+func TestPrefixKeysExtend(t *testing.T) {
+	c, _ := New(Config{Layers: 1, KVDim: 4, BlockSize: 4, NumBlocks: 4})
+	toks := []int32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}
+	full := c.PrefixKeys(toks, nil)
+	part := c.PrefixKeys(toks[:6], nil)
+	if len(full) != 3 || len(part) != 1 || part[0] != full[0] {
+		t.Fatalf("full %v part %v", full, part)
+	}
+	if got := c.PrefixKeys(toks, part); len(got) != 3 || got[1] != full[1] || got[2] != full[2] {
+		t.Fatalf("extended %v, want %v", got, full)
+	}
+	if got := c.PrefixKeys(toks[:9], full); len(got) != 2 || got[1] != full[1] {
+		t.Fatalf("shortened %v", got)
+	}
+}
