@@ -35,6 +35,9 @@ type kset struct {
 	// (auxSize(nb) bytes).
 	rowsX   func(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 	auxPrep func(a []byte, nb int, aux []byte)
+	// rowsX8, when set, is rowsX for 8 rows (same activation data), run
+	// first: eight rows read at once keep more of memory's streams busy.
+	rowsX8 func(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 
 	tile         dotFn // tileR rows x tileC activations: the prefill kernel
 	tileR, tileC int

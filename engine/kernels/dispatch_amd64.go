@@ -18,7 +18,7 @@ func archLevels() []*level {
 	l.k[quant.Q4_0] = &kset{blockLen: quant.QK,
 		one: oneQ4_0, rowsR: 4, rowsX: dotQ4_0X4, auxPrep: auxPairs(8), tile: dotQ4_0R2C4, tileR: 2, tileC: 4}
 	l.k[quant.Q8_0] = &kset{blockLen: quant.QK,
-		one: oneQ8_0, rowsR: 4, rowsX: dotQ8_0X4, auxPrep: auxQ8_0}
+		one: oneQ8_0, rowsR: 4, rowsX: dotQ8_0X4, rowsX8: dotQ8_0X8, auxPrep: auxQ8_0}
 	l.k[quant.Q5_0] = &kset{blockLen: quant.QK,
 		one: oneQ5_0, rowsR: 4, rowsX: dotQ5_0X4, auxPrep: auxPairs(16), tile: dotQ5_0R2C2, tileR: 2, tileC: 2}
 	l.k[quant.Q4_K] = &kset{blockLen: quant.QKK,
@@ -33,6 +33,12 @@ func archLevels() []*level {
 		one: oneBF16, rows: dotBF16R4C1, rowsR: 4, tile: dotBF16F32R4C3, tileR: 4, tileC: 3, tileF32: true}
 	l.k[quant.F32] = &kset{blockLen: 16, tail: true,
 		one: oneF32, rows: dotF32R4C1, rowsR: 4, tile: dotF32F32R4C3, tileR: 4, tileC: 3, tileF32: true}
+	if cpuidVendorEBX() == vendorIntel {
+		// Float rows decode faster on Intel cores with the hardware
+		// prefetcher alone (TinyLlama F16 tg on one thread of a Xeon with
+		// AVX-512 BF16: 77% -> 89% of the bandwidth roofline).
+		l.k[quant.F16].rows, l.k[quant.BF16].rows, l.k[quant.F32].rows = dotF16R4C1NP, dotBF16R4C1NP, dotF32R4C1NP
+	}
 	ls := []*level{l}
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI {
 		// AVX-512 VNNI: prefill tiles for the 32-element and float formats, and
@@ -73,6 +79,9 @@ func archLevels() []*level {
 	}
 	return ls
 }
+
+// vendorIntel is "Genu", the first four bytes of "GenuineIntel" in EBX.
+const vendorIntel = 0x756e6547
 
 func oneQ4_0(w, a *byte, nb int) float32 {
 	var o [2]float32

@@ -7,6 +7,9 @@ package kernels
 // cpuid1ECX returns ECX of CPUID leaf 1 (bit 29: F16C).
 func cpuid1ECX() uint32
 
+// cpuidVendorEBX returns EBX of CPUID leaf 0: the first four bytes of the vendor string ("Genu", "Auth").
+func cpuidVendorEBX() uint32
+
 // dotQ4_0X4: 4 weight rows x 1 Q8_0 activation row, two blocks per iteration.
 //
 //go:noescape
@@ -21,6 +24,11 @@ func dotQ8_0X4(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 //
 //go:noescape
 func dotQ5_0X4(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+
+// dotQ8_0X8: 8 weight rows x 1 Q8_0 activation row, two blocks per iteration.
+//
+//go:noescape
+func dotQ8_0X8(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 
 // dotQ4_0R2C1: 2 weight row(s) x 1 activation row(s); Q4_0 weights, Q8_0 activations
 //
@@ -81,6 +89,21 @@ func dotF32R4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 //
 //go:noescape
 func dotF32R1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotF16R4C1NP: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
+//
+//go:noescape
+func dotF16R4C1NP(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotBF16R4C1NP: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
+//
+//go:noescape
+func dotBF16R4C1NP(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotF32R4C1NP: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
+//
+//go:noescape
+func dotF32R4C1NP(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
 // dotF16F32R4C3: 4 weight row(s) x 3 activation row(s); float rows, 16 elements per block
 //

@@ -45,3 +45,27 @@ func BenchmarkL1(b *testing.B) {
 		})
 	}
 }
+
+// The float decode kernels with and without the next-rows prefetch (the
+// dispatch picks one by CPU vendor) compute the same sums, bit for bit.
+func TestFloatDecodePrefetchVariants(t *testing.T) {
+	if cpuid1ECX()&(1<<29) == 0 {
+		t.Skip("no F16C")
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, c := range []struct {
+		t      quant.Type
+		pf, np dotFn
+	}{{quant.F16, dotF16R4C1, dotF16R4C1NP}, {quant.BF16, dotBF16R4C1, dotBF16R4C1NP}, {quant.F32, dotF32R4C1, dotF32R4C1NP}} {
+		for _, cols := range []int{16, 48, 2048} {
+			m := randMatrix(r, c.t, 8, cols)
+			_, xq := randActs(r, c.t, 1, cols)
+			var a, b [4]float32
+			c.pf(&m.Data[0], m.RowSize, &xq[0], 0, cols/16, &a[0], 0)
+			c.np(&m.Data[0], m.RowSize, &xq[0], 0, cols/16, &b[0], 0)
+			if a != b || a == [4]float32{} {
+				t.Errorf("%v cols %d: prefetching kernel %v, hardware-prefetch kernel %v", c.t, cols, a, b)
+			}
+		}
+	}
+}

@@ -330,6 +330,13 @@ func (j *mmJob) decode(r0, r1, c0, c1, nb int) {
 	ks, w, ws := j.ks, j.m.Data, j.m.RowSize
 	R := ks.rowsR
 	r := r0
+	if ks.rowsX8 != nil {
+		for ; r+8 <= r1; r += 8 {
+			for c := c0; c < c1; c++ {
+				ks.rowsX8(&w[r*ws], ws, &j.xq[c*j.ars], &j.aux[c*j.auxRS], nb, &j.out[c*j.ldo+r])
+			}
+		}
+	}
 	if ks.rowsX != nil {
 		for ; r+4 <= r1; r += 4 {
 			for c := c0; c < c1; c++ {

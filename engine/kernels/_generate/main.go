@@ -16,6 +16,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -33,9 +34,10 @@ func main() {
 	constsExp()
 	cpuid()
 
-	q40x("dotQ4_0X4", quant40)
-	q40x("dotQ8_0X4", quant80)
-	q40x("dotQ5_0X4", quant50)
+	q40x("dotQ4_0X4", quant40, 4)
+	q40x("dotQ8_0X4", quant80, 4)
+	q40x("dotQ5_0X4", quant50, 4)
+	q40x("dotQ8_0X8", quant80, 8)
 	q40("dotQ4_0R2C1", 2, 1)
 	q40("dotQ4_0R2C4", 2, 4)
 	q80("dotQ8_0R1C1", 1, 1)
@@ -49,6 +51,9 @@ func main() {
 	fdot("dotBF16R1C1", fBF16, fBF16, 1, 1)
 	fdot("dotF32R4C1", fF32, fF32, 4, 1)
 	fdot("dotF32R1C1", fF32, fF32, 1, 1)
+	fdot("dotF16R4C1NP", fF16, fF16, 4, 1)
+	fdot("dotBF16R4C1NP", fBF16, fBF16, 4, 1)
+	fdot("dotF32R4C1NP", fF32, fF32, 4, 1)
 	fdot("dotF16F32R4C3", fF16, fF32, 4, 3)
 	fdot("dotBF16F32R4C3", fBF16, fF32, 4, 3)
 	fdot("dotF32F32R4C3", fF32, fF32, 4, 3)
@@ -209,6 +214,14 @@ func cpuid() {
 	CPUID()
 	Store(ECX, ReturnIndex(0))
 	RET()
+
+	TEXT("cpuidVendorEBX", NOSPLIT, "func() uint32")
+	Doc("cpuidVendorEBX returns EBX of CPUID leaf 0: the first four bytes of the vendor string (\"Genu\", \"Auth\").")
+	XORL(EAX, EAX)
+	XORL(ECX, ECX)
+	CPUID()
+	Store(EBX, ReturnIndex(0))
+	RET()
 }
 
 // ---- frame
@@ -261,9 +274,11 @@ func zeros(n int) []VecVirtual {
 }
 
 func (k *kern) loop(wstep, astep int, body func()) {
-	// The multi-row decode kernels prefetch the next group of R rows.
+	// The multi-row decode kernels prefetch the next group of R rows, except
+	// the NP variants, which leave it to the hardware prefetcher (faster
+	// for float rows on Intel cores: see dispatch_amd64.go).
 	var pf GPVirtual
-	if k.R > 1 && k.C == 1 {
+	if k.R > 1 && k.C == 1 && !strings.HasSuffix(k.name, "NP") {
 		pf = nextRows(k.w[k.R-1], k.ws)
 	}
 	TESTQ(k.nb, k.nb)
@@ -1041,11 +1056,39 @@ const (
 
 func (q legacy) size() int { return [...]int{18, 34, 22}[q] }
 
-func q40x(name string, q legacy) {
+func q40x(name string, q legacy, R int) {
 	TEXT(name, NOSPLIT, "func(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)")
 	Pragma("noescape")
-	Doc(name + ": 4 weight rows x 1 Q8_0 activation row, two blocks per iteration.")
-	w, ws := rowPtrs(4)
+	Doc(fmt.Sprintf("%s: %d weight rows x 1 Q8_0 activation row, two blocks per iteration.", name, R))
+	// rm addresses row r at displacement d. Four rows have a pointer each;
+	// eight are two groups of four, each a pointer plus (0, ws, 2ws, 3ws),
+	// which leaves general registers for the rest. Eight rows at once help
+	// Q8_0 on Intel cores, where one core's bandwidth grows with the number
+	// of streams it reads (Qwen-shaped Q8_0 tg, Xeon with AVX-512 BF16: 1
+	// thread 67% -> 71% of the roofline, 2 threads 50-56% -> 55-59%); Q4_0
+	// lost with them (70% -> 66%), so it keeps 4.
+	var w []GPVirtual
+	var ws, ws3 GPVirtual
+	if R == 4 {
+		w, ws = rowPtrs(4)
+	} else {
+		w, ws, ws3 = []GPVirtual{ld("w"), GP64()}, ld("ws"), GP64()
+		LEAQ(Mem{Base: ws, Index: ws, Scale: 2}, ws3)
+		LEAQ(Mem{Base: w[0], Index: ws, Scale: 4}, w[1])
+	}
+	rm := func(r, d int) Mem {
+		if R == 4 {
+			return Mem{Base: w[r], Disp: d}
+		}
+		m := Mem{Base: w[r/4], Disp: d}
+		switch r % 4 {
+		case 1, 2:
+			m.Index, m.Scale = ws, uint8(r%4)
+		case 3:
+			m.Index, m.Scale = ws3, 1
+		}
+		return m
+	}
 	a, aux, nb := ld("a"), ld("aux"), ld("nb")
 	bs := q.size()
 	var mask, ones Op = c0F, ones16
@@ -1055,8 +1098,11 @@ func q40x(name string, q legacy) {
 		VMOVDQU(ones16, o)
 		mask, ones = m, o
 	}
-	acc := YMM()
-	VXORPS(acc, acc, acc)
+	accs := make([]VecVirtual, R/4)
+	for i := range accs {
+		accs[i] = YMM()
+		VXORPS(accs[i], accs[i], accs[i])
+	}
 
 	// rowSums returns, for rows (2p, 2p+1) of the block at displacement
 	// disp, [row 2p: 4 int32 | row 2p+1: 4 int32].
@@ -1076,14 +1122,14 @@ func q40x(name string, q legacy) {
 	}
 	// pairSums: Q4_0/Q5_0 rows paired in lanes.
 	pairSums := func(p int, wd int, y act) VecVirtual {
-		x0, x1 := w[2*p], w[2*p+1]
+		x0, x1 := 2*p, 2*p+1
 		qo := 2
 		if q == quant50 {
 			qo = 6
 		}
 		t, h := YMM(), YMM()
-		VBROADCASTI128(Mem{Base: x0, Disp: wd + qo}, t)
-		VPBLENDD(U8(0xf0), Mem{Base: x1, Disp: wd + qo - 16}, t, t)
+		VBROADCASTI128(rm(x0, wd+qo), t)
+		VPBLENDD(U8(0xf0), rm(x1, wd+qo-16), t, t)
 		VPSRLW(U8(4), t, h)
 		VPAND(mask, t, t)
 		VPAND(mask, h, h)
@@ -1091,8 +1137,8 @@ func q40x(name string, q legacy) {
 			// fifth bits: qh of row 2p to the low lane, of row 2p+1 to the high
 			b := YMM()
 			for i, v := range []VecVirtual{t, h} {
-				VBROADCASTI128(Mem{Base: x0, Disp: wd + 2}, b)
-				VPBLENDD(U8(0xf0), Mem{Base: x1, Disp: wd + 2 - 16}, b, b)
+				VBROADCASTI128(rm(x0, wd+2), b)
+				VPBLENDD(U8(0xf0), rm(x1, wd+2-16), b, b)
 				VPSHUFB(q50Shuf[i], b, b)
 				VPAND(bitsSel, b, b)
 				VPCMPEQB(bitsSel, b, b)
@@ -1107,10 +1153,10 @@ func q40x(name string, q legacy) {
 		return t
 	}
 	// rowSums8: Q8_0, one row: 8 int32.
-	rowSums8 := func(x GPVirtual, wd int, y act) VecVirtual {
+	rowSums8 := func(x int, wd int, y act) VecVirtual {
 		t, h := YMM(), YMM()
-		VPMOVSXBW(Mem{Base: x, Disp: wd + 2}, t)
-		VPMOVSXBW(Mem{Base: x, Disp: wd + 18}, h)
+		VPMOVSXBW(rm(x, wd+2), t)
+		VPMOVSXBW(rm(x, wd+18), h)
 		VPMADDWD(y.lo, t, t)
 		VPMADDWD(y.hi, h, h)
 		VPADDD(h, t, t)
@@ -1134,22 +1180,22 @@ func q40x(name string, q legacy) {
 	// blockSums returns the int32 partial sums of the 4 rows for the block at
 	// weight displacement wd and activation displacement ad: for the paired
 	// formats [r0 r2 r0 r2 | r1 r3 r1 r3], for Q8_0 [r0 r1 r2 r3 | r0 r1 r2 r3].
-	blockSums := func(wd, ad int) VecVirtual {
+	blockSums := func(g, wd, ad int) VecVirtual {
 		y := loadAct(ad)
 		if q == quant80 {
 			v := make([]VecVirtual, 4)
 			for r := range v {
-				v[r] = rowSums8(w[r], wd, y)
+				v[r] = rowSums8(4*g+r, wd, y)
 			}
 			return zipQ(zipD(v[0], v[1]), zipD(v[2], v[3]))
 		}
-		p01 := pairSums(0, wd, y)
-		p23 := pairSums(1, wd, y)
+		p01 := pairSums(2*g, wd, y)
+		p23 := pairSums(2*g+1, wd, y)
 		return zipD(p01, p23)
 	}
 	// scales gathers the 8 weight scales of blocks b (displacement 0) and b1
 	// (wd1) in the order of the sums and multiplies them by the activation's.
-	scales := func(wd1 int) VecVirtual {
+	scales := func(g, wd1 int) VecVirtual {
 		order := [][4]int{{0, 2, 0, 2}, {1, 3, 1, 3}} // rows of halves 0..3 of each qword
 		if q == quant80 {
 			order = [][4]int{{0, 1, 2, 3}, {0, 1, 2, 3}}
@@ -1166,7 +1212,7 @@ func q40x(name string, q legacy) {
 				if j == 0 {
 					t = acc
 				}
-				MOVWQZX(Mem{Base: w[r], Disp: d}, t)
+				MOVWQZX(rm(4*g+r, d), t)
 				if j > 0 {
 					SHLQ(U8(16*j), t)
 					ORQ(t, acc)
@@ -1183,9 +1229,10 @@ func q40x(name string, q legacy) {
 		VMULPS(Mem{Base: aux}, d, d)
 		return d
 	}
-	body := func(wd1, ad1 int) {
-		zb := blockSums(0, 0)
-		zb1 := blockSums(wd1, ad1)
+	body := func(g, wd1, ad1 int) {
+		acc := accs[g]
+		zb := blockSums(g, 0, 0)
+		zb1 := blockSums(g, wd1, ad1)
 		var z VecVirtual
 		if q == quant80 {
 			z = YMM()
@@ -1198,16 +1245,25 @@ func q40x(name string, q legacy) {
 			VPSUBD(Mem{Base: aux, Disp: 32}, z, z)
 		}
 		VCVTDQ2PS(z, z)
-		VFMADD231PS(z, scales(wd1), acc)
+		VFMADD231PS(z, scales(g, wd1), acc)
 	}
 	cnt := GP64()
 	MOVQ(nb, cnt)
 	SHRQ(U8(1), cnt)
-	pf := nextRows(w[3], ws)
+	var pf GPVirtual
+	if R == 4 {
+		pf = nextRows(w[3], ws)
+	} else {
+		pf = GP64()
+		LEAQ(Mem{Base: w[1], Index: ws, Scale: 4}, pf)
+	}
+	TESTQ(cnt, cnt)
 	JZ(LabelRef("tail"))
 	Label("loop")
-	prefetchStep(pf, 8*bs) // the next 4 rows, as far as this iteration reads
-	body(bs, 34)
+	prefetchStep(pf, 2*R*bs) // the next R rows, as far as this iteration reads
+	for g := range accs {
+		body(g, bs, 34)
+	}
 	for _, p := range w {
 		ADDQ(U32(2*bs), p)
 	}
@@ -1218,21 +1274,25 @@ func q40x(name string, q legacy) {
 	Label("tail")
 	TESTQ(U32(1), nb)
 	JZ(LabelRef("done"))
-	body(0, 0) // the phantom second block has scale 0
+	for g := range accs { // the phantom second block has scale 0
+		body(g, 0, 0)
+	}
 	Label("done")
 	out := ld("out")
-	hi := XMM()
-	VEXTRACTF128(U8(1), acc, hi)
-	if q == quant80 {
-		VADDPS(hi, acc.AsX(), hi)
-	} else {
-		// [r0 r2 r0 r2] and [r1 r3 r1 r3] to [r0 r1 r2 r3]
-		t := XMM()
-		VUNPCKHPS(hi, acc.AsX(), t)
-		VUNPCKLPS(hi, acc.AsX(), hi)
-		VADDPS(t, hi, hi)
+	for g, acc := range accs {
+		hi := XMM()
+		VEXTRACTF128(U8(1), acc, hi)
+		if q == quant80 {
+			VADDPS(hi, acc.AsX(), hi)
+		} else {
+			// [r0 r2 r0 r2] and [r1 r3 r1 r3] to [r0 r1 r2 r3]
+			t := XMM()
+			VUNPCKHPS(hi, acc.AsX(), t)
+			VUNPCKLPS(hi, acc.AsX(), hi)
+			VADDPS(t, hi, hi)
+		}
+		VMOVUPS(hi, Mem{Base: out, Disp: 16 * g})
 	}
-	VMOVUPS(hi, Mem{Base: out})
 	VZEROUPPER()
 	RET()
 }
@@ -1295,10 +1355,15 @@ func nextRows(last, ws GPVirtual) GPVirtual {
 	return pf
 }
 
-// prefetchStep prefetches the next n bytes at pf and advances it.
+// prefetchStep prefetches the next n bytes at pf and advances it. The lines
+// go to L2 (PREFETCHT1), not L1: on Intel cores a PREFETCHT0 that misses
+// holds one of the core's few L1 fill buffers until the line arrives from
+// DRAM, which caps one core's stream near 10 GB/s (Q8_0 decode on one
+// thread, Xeon with AVX-512 BF16: 9.3 -> 12.7 GB/s with T1). T0 was the
+// hint measured on the AMD EPYC hosts of earlier sessions.
 func prefetchStep(pf GPVirtual, n int) {
 	for i := 0; i < n; i += 64 {
-		PREFETCHT0(Mem{Base: pf, Disp: i})
+		PREFETCHT1(Mem{Base: pf, Disp: i})
 	}
 	ADDQ(U32(n), pf)
 }
