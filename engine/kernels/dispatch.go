@@ -38,6 +38,9 @@ type kset struct {
 	// rowsX8, when set, is rowsX for 8 rows (same activation data), run
 	// first: eight rows read at once keep more of memory's streams busy.
 	rowsX8 func(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+	// rowsU8, when set, replaces rowsX and rows: 4 rows x 1 activation
+	// prepared as the tileU8 kernels take it (prepU8).
+	rowsU8 dotFn
 
 	tile         dotFn // tileR rows x tileC activations: the prefill kernel
 	tileR, tileC int

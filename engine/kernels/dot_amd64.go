@@ -195,6 +195,21 @@ func dotQ6_KV4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 //go:noescape
 func dotQ4_0V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
+// dotQ4_0V4C1: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ4_0V4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ8_0V4C1: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ8_0V4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ5_0V4C1: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ5_0V4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
 // dotQ8_0V4C4: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 //
 //go:noescape

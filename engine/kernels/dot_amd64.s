@@ -8236,6 +8236,260 @@ done:
 	VZEROUPPER
 	RET
 
+// func dotQ4_0V4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
+TEXT ·dotQ4_0V4C1(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         ws+8(FP), CX
+	LEAQ         (AX)(CX*1), DX
+	LEAQ         (DX)(CX*1), BX
+	LEAQ         (BX)(CX*1), SI
+	MOVQ         as+24(FP), DI
+	MOVQ         a+16(FP), DI
+	MOVQ         nb+32(FP), R8
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPBROADCASTB c08<>+0(SB), Z1
+	VPBROADCASTB c80<>+0(SB), Z2
+	VMOVDQU32    laneIdx<>+0(SB), Z3
+	VPXORD       Z4, Z4, Z4
+	LEAQ         (SI)(CX*1), CX
+	TESTQ        R8, R8
+	JZ           done
+
+loop:
+	PREFETCHT1      (CX)
+	PREFETCHT1      64(CX)
+	ADDQ            $0x00000048, CX
+	VMOVDQU32       2(AX), X5
+	VINSERTI32X4    $0x01, 2(DX), Z5, Z5
+	VINSERTI32X4    $0x02, 2(BX), Z5, Z5
+	VINSERTI32X4    $0x03, 2(SI), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VPANDD          Z0, Z5, Z5
+	VPANDD          Z0, Z6, Z6
+	VPSUBB          Z1, Z5, Z5
+	VPSUBB          Z1, Z6, Z6
+	VPXORD          Z7, Z7, Z7
+	VPDPBUSD        Z5, Z2, Z7
+	VPDPBUSD        Z6, Z2, Z7
+	VPXORD          Z8, Z8, Z8
+	VPSUBD          Z7, Z8, Z8
+	MOVWLZX         (AX), R9
+	VMOVD           R9, X9
+	VPINSRW         $0x01, (DX), X9, X9
+	VPINSRW         $0x02, (BX), X9, X9
+	VPINSRW         $0x03, (SI), X9, X9
+	VCVTPH2PS       X9, X9
+	VPERMPS         Z9, Z3, Z10
+	VMOVDQA32       Z8, Z11
+	VBROADCASTI32X4 4(DI), Z12
+	VBROADCASTI32X4 20(DI), Z13
+	VPDPBUSD        Z5, Z12, Z11
+	VPDPBUSD        Z6, Z13, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS.BCST     (DI), Z11, Z11
+	VFMADD231PS     Z10, Z11, Z4
+	ADDQ            $0x00000012, AX
+	ADDQ            $0x00000012, DX
+	ADDQ            $0x00000012, BX
+	ADDQ            $0x00000012, SI
+	ADDQ            $0x00000024, DI
+	DECQ            R8
+	JNZ             loop
+
+done:
+	MOVQ      out+40(FP), AX
+	MOVQ      os+48(FP), CX
+	SHLQ      $0x02, CX
+	VMOVDQU32 pickIdx<>+0(SB), Z0
+	VPERMILPS $0xb1, Z4, Z1
+	VADDPS    Z1, Z4, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0V4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
+TEXT ·dotQ8_0V4C1(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         ws+8(FP), CX
+	LEAQ         (AX)(CX*1), DX
+	LEAQ         (DX)(CX*1), BX
+	LEAQ         (BX)(CX*1), SI
+	MOVQ         as+24(FP), DI
+	MOVQ         a+16(FP), DI
+	MOVQ         nb+32(FP), R8
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPBROADCASTB c08<>+0(SB), Z0
+	VPBROADCASTB c80<>+0(SB), Z0
+	VMOVDQU32    laneIdx<>+0(SB), Z7
+	VPXORD       Z1, Z1, Z1
+	LEAQ         (SI)(CX*1), CX
+	TESTQ        R8, R8
+	JZ           done
+
+loop:
+	PREFETCHT1      (CX)
+	PREFETCHT1      64(CX)
+	PREFETCHT1      128(CX)
+	ADDQ            $0x00000088, CX
+	VMOVDQU32       2(AX), X2
+	VINSERTI32X4    $0x01, 2(DX), Z2, Z2
+	VINSERTI32X4    $0x02, 2(BX), Z2, Z2
+	VINSERTI32X4    $0x03, 2(SI), Z2, Z2
+	VMOVDQU32       18(AX), X3
+	VINSERTI32X4    $0x01, 18(DX), Z3, Z3
+	VINSERTI32X4    $0x02, 18(BX), Z3, Z3
+	VINSERTI32X4    $0x03, 18(SI), Z3, Z3
+	VPXORD          Z4, Z4, Z4
+	VPDPBUSD        Z2, Z0, Z4
+	VPDPBUSD        Z3, Z0, Z4
+	VPXORD          Z5, Z5, Z5
+	VPSUBD          Z4, Z5, Z5
+	MOVWLZX         (AX), R9
+	VMOVD           R9, X6
+	VPINSRW         $0x01, (DX), X6, X6
+	VPINSRW         $0x02, (BX), X6, X6
+	VPINSRW         $0x03, (SI), X6, X6
+	VCVTPH2PS       X6, X6
+	VPERMPS         Z6, Z7, Z8
+	VMOVDQA32       Z5, Z9
+	VBROADCASTI32X4 4(DI), Z10
+	VBROADCASTI32X4 20(DI), Z11
+	VPDPBUSD        Z2, Z10, Z9
+	VPDPBUSD        Z3, Z11, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS.BCST     (DI), Z9, Z9
+	VFMADD231PS     Z8, Z9, Z1
+	ADDQ            $0x00000022, AX
+	ADDQ            $0x00000022, DX
+	ADDQ            $0x00000022, BX
+	ADDQ            $0x00000022, SI
+	ADDQ            $0x00000024, DI
+	DECQ            R8
+	JNZ             loop
+
+done:
+	MOVQ      out+40(FP), AX
+	MOVQ      os+48(FP), CX
+	SHLQ      $0x02, CX
+	VMOVDQU32 pickIdx<>+0(SB), Z0
+	VPERMILPS $0xb1, Z1, Z2
+	VADDPS    Z2, Z1, Z2
+	VPERMILPS $0x4e, Z2, Z1
+	VADDPS    Z1, Z2, Z2
+	VPERMPS   Z2, Z0, Z2
+	VMOVUPS   X2, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_0V4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
+TEXT ·dotQ5_0V4C1(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         ws+8(FP), CX
+	LEAQ         (AX)(CX*1), DX
+	LEAQ         (DX)(CX*1), BX
+	LEAQ         (BX)(CX*1), SI
+	MOVQ         as+24(FP), DI
+	MOVQ         a+16(FP), DI
+	MOVQ         nb+32(FP), R8
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPBROADCASTB c08<>+0(SB), Z1
+	VPBROADCASTB c10<>+0(SB), Z8
+	VPBROADCASTB c80<>+0(SB), Z1
+	VMOVDQU32    laneIdx<>+0(SB), Z7
+	VPXORD       Z2, Z2, Z2
+	LEAQ         (SI)(CX*1), CX
+	TESTQ        R8, R8
+	JZ           done
+
+loop:
+	PREFETCHT1      (CX)
+	PREFETCHT1      64(CX)
+	ADDQ            $0x00000058, CX
+	VMOVDQU32       6(AX), X3
+	VINSERTI32X4    $0x01, 6(DX), Z3, Z3
+	VINSERTI32X4    $0x02, 6(BX), Z3, Z3
+	VINSERTI32X4    $0x03, 6(SI), Z3, Z3
+	VPSRLW          $0x04, Z3, Z9
+	VPANDD          Z0, Z3, Z3
+	VPANDD          Z0, Z9, Z9
+	MOVWQZX         2(SI), R9
+	SHLQ            $0x10, R9
+	MOVWQZX         2(BX), R10
+	ORQ             R10, R9
+	SHLQ            $0x10, R9
+	MOVWQZX         2(DX), R10
+	ORQ             R10, R9
+	SHLQ            $0x10, R9
+	MOVWQZX         2(AX), R10
+	ORQ             R10, R9
+	KMOVQ           R9, K1
+	VPMOVM2B        K1, Z10
+	VPANDD          Z8, Z10, Z10
+	VPORD           Z10, Z3, Z3
+	VPSUBB          Z8, Z3, Z3
+	MOVWQZX         4(SI), R9
+	SHLQ            $0x10, R9
+	MOVWQZX         4(BX), R10
+	ORQ             R10, R9
+	SHLQ            $0x10, R9
+	MOVWQZX         4(DX), R10
+	ORQ             R10, R9
+	SHLQ            $0x10, R9
+	MOVWQZX         4(AX), R10
+	ORQ             R10, R9
+	KMOVQ           R9, K1
+	VPMOVM2B        K1, Z10
+	VPANDD          Z8, Z10, Z10
+	VPORD           Z10, Z9, Z9
+	VPSUBB          Z8, Z9, Z9
+	VPXORD          Z4, Z4, Z4
+	VPDPBUSD        Z3, Z1, Z4
+	VPDPBUSD        Z9, Z1, Z4
+	VPXORD          Z5, Z5, Z5
+	VPSUBD          Z4, Z5, Z5
+	MOVWLZX         (AX), R9
+	VMOVD           R9, X6
+	VPINSRW         $0x01, (DX), X6, X6
+	VPINSRW         $0x02, (BX), X6, X6
+	VPINSRW         $0x03, (SI), X6, X6
+	VCVTPH2PS       X6, X6
+	VPERMPS         Z6, Z7, Z10
+	VMOVDQA32       Z5, Z11
+	VBROADCASTI32X4 4(DI), Z12
+	VBROADCASTI32X4 20(DI), Z13
+	VPDPBUSD        Z3, Z12, Z11
+	VPDPBUSD        Z9, Z13, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS.BCST     (DI), Z11, Z11
+	VFMADD231PS     Z10, Z11, Z2
+	ADDQ            $0x00000016, AX
+	ADDQ            $0x00000016, DX
+	ADDQ            $0x00000016, BX
+	ADDQ            $0x00000016, SI
+	ADDQ            $0x00000024, DI
+	DECQ            R8
+	JNZ             loop
+
+done:
+	MOVQ      out+40(FP), AX
+	MOVQ      os+48(FP), CX
+	SHLQ      $0x02, CX
+	VMOVDQU32 pickIdx<>+0(SB), Z0
+	VPERMILPS $0xb1, Z2, Z1
+	VADDPS    Z1, Z2, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	VZEROUPPER
+	RET
+
 // func dotQ8_0V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
 TEXT ·dotQ8_0V4C4(SB), NOSPLIT, $0-56

@@ -200,7 +200,10 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 			}
 		}
 	}
-	if ks := j.ks; ks != nil && ks.rowsX != nil && (!j.tile || j.nt+j.nr < n) {
+	if ks := j.ks; ks != nil && ks.rowsU8 != nil && !j.tile {
+		j.prepU8(m.Cols / quant.QK)
+	}
+	if ks := j.ks; ks != nil && ks.rowsX != nil && ks.rowsU8 == nil && (!j.tile || j.nt+j.nr < n) {
 		nb := m.Cols / ks.blockLen
 		j.auxRS = auxSize(nb)
 		if cap(j.aux) < n*j.auxRS {
@@ -234,8 +237,8 @@ func (j *mmJob) prepU8(nb int) {
 		for b := 0; b < nb; b++ {
 			s, d := src[b*quant.Q8_0.BlockSize():], dst[b*u8Block:]
 			binary.LittleEndian.PutUint32(d, math.Float32bits(quant.FP16ToFP32(binary.LittleEndian.Uint16(s))))
-			for k := 0; k < quant.QK; k++ {
-				d[4+k] = s[2+k] ^ 0x80
+			for k := 0; k < quant.QK; k += 8 {
+				binary.LittleEndian.PutUint64(d[4+k:], binary.LittleEndian.Uint64(s[2+k:])^0x8080808080808080)
 			}
 		}
 	}
@@ -330,14 +333,21 @@ func (j *mmJob) decode(r0, r1, c0, c1, nb int) {
 	ks, w, ws := j.ks, j.m.Data, j.m.RowSize
 	R := ks.rowsR
 	r := r0
-	if ks.rowsX8 != nil {
+	if ks.rowsU8 != nil {
+		for ; r+4 <= r1; r += 4 {
+			for c := c0; c < c1; c++ {
+				ks.rowsU8(&w[r*ws], ws, &j.ta[c*j.tas], 0, nb, &j.out[c*j.ldo+r], 0)
+			}
+		}
+	}
+	if ks.rowsU8 == nil && ks.rowsX8 != nil {
 		for ; r+8 <= r1; r += 8 {
 			for c := c0; c < c1; c++ {
 				ks.rowsX8(&w[r*ws], ws, &j.xq[c*j.ars], &j.aux[c*j.auxRS], nb, &j.out[c*j.ldo+r])
 			}
 		}
 	}
-	if ks.rowsX != nil {
+	if ks.rowsU8 == nil && ks.rowsX != nil {
 		for ; r+4 <= r1; r += 4 {
 			for c := c0; c < c1; c++ {
 				ks.rowsX(&w[r*ws], ws, &j.xq[c*j.ars], &j.aux[c*j.auxRS], nb, &j.out[c*j.ldo+r])
