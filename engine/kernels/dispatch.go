@@ -1,7 +1,9 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"unsafe"
@@ -194,5 +196,24 @@ func auxQ8_0(a []byte, nb int, aux []byte) {
 		d := f16(a[b*quant.BlockQ8_0:])
 		o := 16*(b/2) + 4*(b%2)
 		f[o], f[o+1], f[o+2], f[o+3] = d, d, d, d
+	}
+}
+
+// auxQ4_0S fills the activation data of the AVX-512 Q4_0 decode kernel: per
+// block int32 [c0 c1 c2 c3], ck = −8·(the sum of quants 4k..4k+3 and
+// 16+4k..16+4k+3, the ones the kernel's dword k multiplies), then the
+// block's scale as float32 (32 bytes a block).
+func auxQ4_0S(a []byte, nb int, aux []byte) {
+	aux = aux[:32*nb]
+	for b := 0; b < nb; b++ {
+		q, o := a[b*quant.BlockQ8_0+2:(b+1)*quant.BlockQ8_0], aux[32*b:]
+		for k := 0; k < 4; k++ {
+			var s int32
+			for j := 0; j < 4; j++ {
+				s += int32(int8(q[4*k+j])) + int32(int8(q[16+4*k+j]))
+			}
+			binary.LittleEndian.PutUint32(o[4*k:], uint32(-8*s))
+		}
+		binary.LittleEndian.PutUint32(o[16:], math.Float32bits(f16(a[b*quant.BlockQ8_0:])))
 	}
 }

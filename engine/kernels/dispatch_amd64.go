@@ -55,7 +55,8 @@ func archLevels() []*level {
 		v.k[quant.Q4_0].tile, v.k[quant.Q4_0].tile4 = dotQ4_0V4C8, dotQ4_0V4C4
 		v.k[quant.Q8_0].tile, v.k[quant.Q8_0].tile4 = dotQ8_0V4C8, dotQ8_0V4C4
 		v.k[quant.Q5_0].tile, v.k[quant.Q5_0].tile4 = dotQ5_0V4C8, dotQ5_0V4C4
-		v.k[quant.Q4_0].rowsU8, v.k[quant.Q8_0].rowsU8, v.k[quant.Q5_0].rowsU8 = dotQ4_0V4C1, dotQ8_0V4C1, dotQ5_0V4C1
+		v.k[quant.Q8_0].rowsU8, v.k[quant.Q5_0].rowsU8 = dotQ8_0V4C1, dotQ5_0V4C1
+		v.k[quant.Q4_0].rowsX, v.k[quant.Q4_0].auxPrep = dotQ4_0SV4C1, auxQ4_0S
 		q4k, q5k, q6k := *l.k[quant.Q4_K], *l.k[quant.Q5_K], *l.k[quant.Q6_K]
 		q4k.rows, q5k.rows, q6k.rows = dotQ4_KV4C1, dotQ5_KV4C1, dotQ6_KV4C1
 		v.k[quant.Q4_K], v.k[quant.Q5_K], v.k[quant.Q6_K] = &q4k, &q5k, &q6k

@@ -195,10 +195,10 @@ func dotQ6_KV4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 //go:noescape
 func dotQ4_0V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
-// dotQ4_0V4C1: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+// dotQ4_0SV4C1: 4 Q4_0 weight rows x 1 Q8_0 activation row, AVX-512 VNNI.
 //
 //go:noescape
-func dotQ4_0V4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+func dotQ4_0SV4C1(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 
 // dotQ8_0V4C1: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 //

@@ -8236,74 +8236,64 @@ done:
 	VZEROUPPER
 	RET
 
-// func dotQ4_0V4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// func dotQ4_0SV4C1(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·dotQ4_0V4C1(SB), NOSPLIT, $0-56
+TEXT ·dotQ4_0SV4C1(SB), NOSPLIT, $0-48
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
 	LEAQ         (DX)(CX*1), BX
 	LEAQ         (BX)(CX*1), SI
-	MOVQ         as+24(FP), DI
 	MOVQ         a+16(FP), DI
-	MOVQ         nb+32(FP), R8
+	MOVQ         aux+24(FP), R8
+	MOVQ         nb+32(FP), R9
 	VPBROADCASTB c0F<>+0(SB), Z0
-	VPBROADCASTB c08<>+0(SB), Z1
-	VPBROADCASTB c80<>+0(SB), Z2
-	VMOVDQU32    laneIdx<>+0(SB), Z3
-	VPXORD       Z4, Z4, Z4
+	VMOVDQU32    laneIdx<>+0(SB), Z1
+	VPXORD       Z2, Z2, Z2
 	LEAQ         (SI)(CX*1), CX
-	TESTQ        R8, R8
+	TESTQ        R9, R9
 	JZ           done
 
 loop:
 	PREFETCHT1      (CX)
 	PREFETCHT1      64(CX)
 	ADDQ            $0x00000048, CX
-	VMOVDQU32       2(AX), X5
-	VINSERTI32X4    $0x01, 2(DX), Z5, Z5
-	VINSERTI32X4    $0x02, 2(BX), Z5, Z5
-	VINSERTI32X4    $0x03, 2(SI), Z5, Z5
-	VPSRLW          $0x04, Z5, Z6
-	VPANDD          Z0, Z5, Z5
-	VPANDD          Z0, Z6, Z6
-	VPSUBB          Z1, Z5, Z5
-	VPSUBB          Z1, Z6, Z6
-	VPXORD          Z7, Z7, Z7
-	VPDPBUSD        Z5, Z2, Z7
-	VPDPBUSD        Z6, Z2, Z7
-	VPXORD          Z8, Z8, Z8
-	VPSUBD          Z7, Z8, Z8
-	MOVWLZX         (AX), R9
-	VMOVD           R9, X9
-	VPINSRW         $0x01, (DX), X9, X9
-	VPINSRW         $0x02, (BX), X9, X9
-	VPINSRW         $0x03, (SI), X9, X9
-	VCVTPH2PS       X9, X9
-	VPERMPS         Z9, Z3, Z10
-	VMOVDQA32       Z8, Z11
-	VBROADCASTI32X4 4(DI), Z12
-	VBROADCASTI32X4 20(DI), Z13
-	VPDPBUSD        Z5, Z12, Z11
-	VPDPBUSD        Z6, Z13, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS.BCST     (DI), Z11, Z11
-	VFMADD231PS     Z10, Z11, Z4
+	VMOVDQU32       2(AX), X3
+	VINSERTI32X4    $0x01, 2(DX), Z3, Z3
+	VINSERTI32X4    $0x02, 2(BX), Z3, Z3
+	VINSERTI32X4    $0x03, 2(SI), Z3, Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPANDD          Z0, Z3, Z3
+	VPANDD          Z0, Z4, Z4
+	VBROADCASTI32X4 (R8), Z5
+	VBROADCASTI32X4 2(DI), Z6
+	VBROADCASTI32X4 18(DI), Z7
+	VPDPBUSD        Z6, Z3, Z5
+	VPDPBUSD        Z7, Z4, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS.BCST     16(R8), Z5, Z5
+	MOVWLZX         (AX), R10
+	VMOVD           R10, X8
+	VPINSRW         $0x01, (DX), X8, X8
+	VPINSRW         $0x02, (BX), X8, X8
+	VPINSRW         $0x03, (SI), X8, X8
+	VCVTPH2PS       X8, X8
+	VPERMPS         Z8, Z1, Z4
+	VFMADD231PS     Z4, Z5, Z2
 	ADDQ            $0x00000012, AX
 	ADDQ            $0x00000012, DX
 	ADDQ            $0x00000012, BX
 	ADDQ            $0x00000012, SI
-	ADDQ            $0x00000024, DI
-	DECQ            R8
+	ADDQ            $0x00000022, DI
+	ADDQ            $0x00000020, R8
+	DECQ            R9
 	JNZ             loop
 
 done:
 	MOVQ      out+40(FP), AX
-	MOVQ      os+48(FP), CX
-	SHLQ      $0x02, CX
 	VMOVDQU32 pickIdx<>+0(SB), Z0
-	VPERMILPS $0xb1, Z4, Z1
-	VADDPS    Z1, Z4, Z1
+	VPERMILPS $0xb1, Z2, Z1
+	VADDPS    Z1, Z2, Z1
 	VPERMILPS $0x4e, Z1, Z2
 	VADDPS    Z2, Z1, Z1
 	VPERMPS   Z1, Z0, Z1

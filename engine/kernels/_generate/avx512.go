@@ -572,3 +572,72 @@ func actAddrs(C int) (func(c int) Mem, []GPVirtual) {
 		return m
 	}, a
 }
+
+// q40s generates the AVX-512 VNNI Q4_0 decode kernel: 4 weight rows x one
+// Q8_0 activation row, one block per iteration, a 128-bit lane per row.
+// The nibbles (0..15) are the unsigned operand of VPDPBUSD and the
+// activation's quants the signed one, so neither needs converting; the −8
+// offset of Q4_0 becomes a per-dword correction −8·(sum of the activation
+// bytes that dword multiplies), which aux holds per block with the
+// activation's scale (auxQ4_0S: int32 x4, float32, padding; 32 bytes).
+func q40s(name string) {
+	TEXT(name, NOSPLIT, "func(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)")
+	Pragma("noescape")
+	Doc(name + ": 4 Q4_0 weight rows x 1 Q8_0 activation row, AVX-512 VNNI.")
+	const R = 4
+	w, ws := rowPtrs(R)
+	a, aux, nb := ld("a"), ld("aux"), ld("nb")
+	mask, lidx, acc := ZMM(), ZMM(), ZMM()
+	VPBROADCASTB(c0F, mask)
+	VMOVDQU32(laneIdx, lidx)
+	VPXORD(acc, acc, acc)
+	pf := nextRows(w[3], ws)
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	Label("loop")
+	prefetchStep(pf, R*18)
+	lo, hi := ZMM(), ZMM()
+	VMOVDQU32(Mem{Base: w[0], Disp: 2}, lo.AsX())
+	for r := 1; r < R; r++ {
+		VINSERTI32X4(U8(r), Mem{Base: w[r], Disp: 2}, lo, lo)
+	}
+	VPSRLW(U8(4), lo, hi)
+	VPANDD(mask, lo, lo)
+	VPANDD(mask, hi, hi)
+	t, al, ah := ZMM(), ZMM(), ZMM()
+	VBROADCASTI32X4(Mem{Base: aux}, t)
+	VBROADCASTI32X4(Mem{Base: a, Disp: 2}, al)
+	VBROADCASTI32X4(Mem{Base: a, Disp: 18}, ah)
+	vpdpbusd(al, lo, t)
+	vpdpbusd(ah, hi, t)
+	VCVTDQ2PS(t, t)
+	VMULPS_BCST(Mem{Base: aux, Disp: 16}, t, t)
+	g, x, dw := GP32(), XMM(), ZMM()
+	MOVWLZX(Mem{Base: w[0]}, g)
+	VMOVD(g, x)
+	for r := 1; r < R; r++ {
+		VPINSRW(U8(r), Mem{Base: w[r]}, x, x)
+	}
+	VCVTPH2PS(x, x)
+	VPERMPS(x.AsZ(), lidx, dw)
+	VFMADD231PS(dw, t, acc)
+	for _, p := range w {
+		ADDQ(U32(18), p)
+	}
+	ADDQ(U32(34), a)
+	ADDQ(U32(32), aux)
+	DECQ(nb)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	out := ld("out")
+	pidx, s, u := ZMM(), ZMM(), ZMM()
+	VMOVDQU32(pickIdx, pidx)
+	VPERMILPS(U8(0xb1), acc, s)
+	VADDPS(s, acc, s)
+	VPERMILPS(U8(0x4e), s, u)
+	VADDPS(u, s, s)
+	VPERMPS(s, pidx, s)
+	VMOVUPS(s.AsX(), Mem{Base: out})
+	VZEROUPPER()
+	RET()
+}

@@ -74,7 +74,7 @@ func main() {
 	q4kV4("dotQ5_KV4C1", true)
 	q6kV4("dotQ6_KV4C1")
 	legacyV4("dotQ4_0V4C4", quant40, 4)
-	legacyV4("dotQ4_0V4C1", quant40, 1)
+	q40s("dotQ4_0SV4C1")
 	legacyV4("dotQ8_0V4C1", quant80, 1)
 	legacyV4("dotQ5_0V4C1", quant50, 1)
 	legacyV4("dotQ8_0V4C4", quant80, 4)
