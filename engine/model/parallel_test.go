@@ -518,7 +518,7 @@ func TestParallelStepDecode(t *testing.T) {
 			}
 			stepAll()
 			stepAll()
-			if allocs := testing.AllocsPerRun(20, stepAll); allocs != 0 {
+			if allocs := testing.AllocsPerRun(20, stepAll); allocs != 0 && !model.RaceEnabled {
 				t.Errorf("a tensor-parallel decode step allocates %v times", allocs)
 			}
 		})
