@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -90,8 +91,8 @@ measured ms/token beside the planner's predicted ms/token.
 			w := cmd.OutOrStdout()
 			name := filepath.Base(path)
 			if !asJSON {
-				fmt.Fprintf(w, "model: %s (%s, %d layers, %.2f MiB, %d bytes read per token), kernels: %s\n\n",
-					name, m.Arch.Name, m.NLayer, float64(size)/(1<<20), bpt, kernels.Path())
+				fmt.Fprintf(w, "model: %s (%s, %d layers, %.2f MiB, %d bytes read per token)\ncpu: %s (%d logical cores), kernels: %s\n\n",
+					name, m.Arch.Name, m.NLayer, float64(size)/(1<<20), bpt, bench.CPUName(), runtime.NumCPU(), kernels.Path())
 				fmt.Fprintln(w, "| threads | test  |            t/s | bandwidth GB/s | roofline |")
 				fmt.Fprintln(w, "| ------: | ----- | -------------: | -------------: | -------: |")
 			}
@@ -113,7 +114,7 @@ measured ms/token beside the planner's predicted ms/token.
 				enc.SetIndent("", "  ")
 				return enc.Encode(map[string]any{
 					"model": name, "arch": m.Arch.Name, "model_bytes": size, "bytes_per_token": bpt,
-					"kernels": kernels.Path(), "results": results,
+					"kernels": kernels.Path(), "cpu": bench.CPUName(), "cores": runtime.NumCPU(), "results": results,
 				})
 			}
 			return nil

@@ -3,6 +3,8 @@ package bench
 import (
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 
 	"shoal/engine/model"
@@ -62,5 +64,19 @@ func TestBenchRun(t *testing.T) {
 		if r.Test == "tg4" && (r.BandwidthGBs <= 0 || r.Roofline <= 0) {
 			t.Fatalf("tg row without bandwidth: %+v", r)
 		}
+	}
+}
+
+func TestCPUName(t *testing.T) {
+	n := CPUName()
+	if n == "" {
+		t.Fatal("empty CPU name")
+	}
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil || !strings.Contains(string(b), "model name") {
+		t.Skipf("no model name in /proc/cpuinfo; CPUName gives %q", n)
+	}
+	if n == runtime.GOOS+"/"+runtime.GOARCH || !strings.Contains(string(b), n) {
+		t.Errorf("CPUName %q is not the model name of /proc/cpuinfo", n)
 	}
 }
