@@ -22,6 +22,7 @@ import (
 // keeps Run free of allocations.
 type Pool struct {
 	n       int
+	crowded bool // fewer Ps than threads: pollers yield at once
 	workers []*worker
 	pending atomic.Int32  // workers still in the current job
 	gen     atomic.Uint64 // job generation, bumped by every Run
@@ -66,7 +67,7 @@ func NewPool(n int) *Pool {
 	if n <= 0 {
 		n = runtime.NumCPU()
 	}
-	p := &Pool{n: n}
+	p := &Pool{n: n, crowded: runtime.GOMAXPROCS(0) < n}
 	for i := 1; i < n; i++ {
 		w := &worker{id: i, wake: make(chan struct{}, 1)}
 		p.workers = append(p.workers, w)
@@ -118,7 +119,7 @@ func (p *Pool) await(w *worker, seen uint64) (uint64, bool) {
 				if el > spinFor {
 					break
 				}
-			} else if el-yielded > yieldEvery {
+			} else if p.crowded || el-yielded > yieldEvery {
 				yielded = el
 				runtime.Gosched() // let this P's other goroutines run
 			}
@@ -161,12 +162,15 @@ func (p *Pool) work(w int) {
 // tens of microseconds on a VM, at each of the hundreds of jobs of a model
 // step (TinyLlama-shaped Q4_0 decode on 2 threads spent 3-5% of its time in
 // that wake-up path with a WaitGroup here). Past yieldEvery it lets the
-// P's other goroutines run now and then, in case a worker shares its P.
+// P's other goroutines run now and then; with fewer Ps than threads a
+// worker may be waiting for this P, so it yields at every poll.
 func (p *Pool) finish() {
 	start := time.Now()
 	yielded := time.Duration(0)
 	for i := 0; p.pending.Load() > 0; i++ {
-		if i&1023 == 1023 {
+		if p.crowded {
+			runtime.Gosched()
+		} else if i&1023 == 1023 {
 			if el := time.Since(start); el-yielded > yieldEvery {
 				yielded = el
 				runtime.Gosched()
@@ -175,7 +179,11 @@ func (p *Pool) finish() {
 	}
 }
 
-// yieldEvery is how often a polling worker or caller yields its P.
+// yieldEvery is how often a polling worker or caller yields its P when the
+// pool has a P per thread (GOMAXPROCS, which Go lowers to a cgroup's CPU
+// quota, can be below the pool's size): with fewer, a held worker yields
+// every 1024 polls, and the caller at every poll (Qwen-shaped Q8_0 decode
+// with GOMAXPROCS=1 and 2 threads lost 27% when both waited 50us instead).
 const yieldEvery = 50 * time.Microsecond
 
 // Run calls fn on disjoint subranges covering [0,n), at least grain items
