@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -77,5 +78,38 @@ func TestPoolHold(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // idle workers go to sleep
 	if got := sum(); got != 999*1000/2 {
 		t.Fatalf("after release: sum %d", got)
+	}
+}
+
+// With fewer Ps than threads (GOMAXPROCS below the pool's size, as under a
+// cgroup CPU quota) the polling caller and workers must hand each other the
+// P: held or not, every job completes and covers its range.
+func TestPoolCrowded(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	p := NewPool(3)
+	defer p.Close()
+	if !p.crowded {
+		t.Fatal("a pool of 3 threads on 1 P is not marked crowded")
+	}
+	var sum atomic.Int64
+	fn := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			sum.Add(int64(i))
+		}
+	}
+	for _, held := range []bool{false, true} {
+		if held {
+			p.Hold()
+		}
+		sum.Store(0)
+		for k := 0; k < 200; k++ {
+			p.Run(1000, 1, fn)
+		}
+		if got, want := sum.Load(), int64(200*999*1000/2); got != want {
+			t.Errorf("held=%v: sum %d, want %d", held, got, want)
+		}
+		if held {
+			p.Release()
+		}
 	}
 }
