@@ -162,17 +162,7 @@ func legacyV4(name string, q legacy, C int) {
 	neg := ZMM()
 	VPXORD(neg, neg, neg)
 	VPSUBD(corr, neg, neg)
-	// row scales, each to the 4 floats of its lane
-	g := GP32()
-	x := XMM()
-	MOVWLZX(Mem{Base: w[0]}, g)
-	VMOVD(g, x)
-	for r := 1; r < R; r++ {
-		VPINSRW(U8(r), Mem{Base: w[r]}, x, x)
-	}
-	VCVTPH2PS(x, x)
-	dw := ZMM()
-	VPERMPS(x.AsZ(), lidx, dw)
+	dw := laneScales(w, lidx)
 	for c := 0; c < C; c++ {
 		t, al, ah := ZMM(), ZMM(), ZMM()
 		VMOVDQA32(neg, t)
@@ -199,14 +189,7 @@ func legacyV4(name string, q legacy, C int) {
 	pidx := ZMM()
 	VMOVDQU32(pickIdx, pidx)
 	for c := 0; c < C; c++ {
-		s := ZMM()
-		VPERMILPS(U8(0xb1), acc[c], s)
-		VADDPS(s, acc[c], s)
-		u := ZMM()
-		VPERMILPS(U8(0x4e), s, u)
-		VADDPS(u, s, s)
-		VPERMPS(s, pidx, s)
-		VMOVUPS(s.AsX(), Mem{Base: out})
+		storeLanes(acc[c], pidx, Mem{Base: out})
 		if c+1 < C {
 			ADDQ(os, out)
 		}
@@ -612,15 +595,7 @@ func q40s(name string) {
 	vpdpbusd(ah, hi, t)
 	VCVTDQ2PS(t, t)
 	VMULPS_BCST(Mem{Base: aux, Disp: 16}, t, t)
-	g, x, dw := GP32(), XMM(), ZMM()
-	MOVWLZX(Mem{Base: w[0]}, g)
-	VMOVD(g, x)
-	for r := 1; r < R; r++ {
-		VPINSRW(U8(r), Mem{Base: w[r]}, x, x)
-	}
-	VCVTPH2PS(x, x)
-	VPERMPS(x.AsZ(), lidx, dw)
-	VFMADD231PS(dw, t, acc)
+	VFMADD231PS(laneScales(w, lidx), t, acc)
 	for _, p := range w {
 		ADDQ(U32(18), p)
 	}
@@ -630,14 +605,36 @@ func q40s(name string) {
 	JNZ(LabelRef("loop"))
 	Label("done")
 	out := ld("out")
-	pidx, s, u := ZMM(), ZMM(), ZMM()
+	pidx := ZMM()
 	VMOVDQU32(pickIdx, pidx)
+	storeLanes(acc, pidx, Mem{Base: out})
+	VZEROUPPER()
+	RET()
+}
+
+// laneScales loads the F16 scales at the start of the blocks at w[0..3] and
+// returns them as float32, each in the 4 floats of its row's 128-bit lane
+// (lidx: laneIdx).
+func laneScales(w []GPVirtual, lidx VecVirtual) VecVirtual {
+	g, x, dw := GP32(), XMM(), ZMM()
+	MOVWLZX(Mem{Base: w[0]}, g)
+	VMOVD(g, x)
+	for r := 1; r < len(w); r++ {
+		VPINSRW(U8(r), Mem{Base: w[r]}, x, x)
+	}
+	VCVTPH2PS(x, x)
+	VPERMPS(x.AsZ(), lidx, dw)
+	return dw
+}
+
+// storeLanes sums the 4 floats of each 128-bit lane of acc and stores the
+// four sums (one per row) at m (pidx: pickIdx).
+func storeLanes(acc, pidx VecVirtual, m Mem) {
+	s, u := ZMM(), ZMM()
 	VPERMILPS(U8(0xb1), acc, s)
 	VADDPS(s, acc, s)
 	VPERMILPS(U8(0x4e), s, u)
 	VADDPS(u, s, s)
 	VPERMPS(s, pidx, s)
-	VMOVUPS(s.AsX(), Mem{Base: out})
-	VZEROUPPER()
-	RET()
+	VMOVUPS(s.AsX(), m)
 }
