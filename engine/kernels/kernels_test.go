@@ -496,20 +496,23 @@ func BenchmarkQuantizeActs(b *testing.B) {
 	}
 }
 
-// BenchmarkKernel/<type>/<path> runs single-threaded MatMul (n=1) on 64 rows
-// x 4096 (in L2): the decode kernel's speed apart from DRAM.
+// BenchmarkKernel/<type>/<path> runs single-threaded MatMul (n=1) on about
+// 1 MiB of rows x 4096 (in L2): the decode kernel's speed apart from DRAM,
+// with the per-call activation preparation spread over as many rows as a
+// model's matrices have.
 func BenchmarkKernel(b *testing.B) {
 	p := NewPool(1)
 	defer p.Close()
 	r := rand.New(rand.NewPCG(35, 36))
 	for _, typ := range fastTypes {
-		m := randMatrix(r, typ, 64, 4096)
+		rows := max(64, (1<<20)/typ.RowSize(4096)/8*8)
+		m := randMatrix(r, typ, rows, 4096)
 		_, xq := randActs(r, typ, 1, 4096)
-		out := make([]float32, 64)
+		out := make([]float32, rows)
 		b.Run(typ.String(), func(b *testing.B) {
 			benchLevels(b, func(b *testing.B) {
 				b.SetBytes(int64(len(m.Data)))
-				cpuBench(b, len(m.Data), func() { MatMul(p, m, xq, 1, out, 64) })
+				cpuBench(b, len(m.Data), func() { MatMul(p, m, xq, 1, out, rows) })
 			})
 		})
 	}
