@@ -17,6 +17,9 @@ import (
 // fixed per kernel. For the float formats a block is 16 elements.
 type dotFn func(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
+// rowsXFn is a decode kernel that takes activation data from auxPrep.
+type rowsXFn func(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+
 // oneFn is the dot of one weight row with one activation row of nb blocks. (A
 // Go wrapper calls the assembly directly, so that its result slot stays on
 // the stack: through a func value it would escape.)
@@ -35,11 +38,11 @@ type kset struct {
 	// rowsX, when set, replaces rows: 4 rows x 1 activation with per-block
 	// activation data that auxPrep computes once per activation row
 	// (auxSize(nb) bytes).
-	rowsX   func(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+	rowsX   rowsXFn
 	auxPrep func(a []byte, nb int, aux []byte)
 	// rowsX8, when set, is rowsX for 8 rows (same activation data), run
 	// first: eight rows read at once keep more of memory's streams busy.
-	rowsX8 func(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+	rowsX8 rowsXFn
 	// rowsU8, when set, replaces rowsX and rows: 4 rows x 1 activation
 	// prepared as the tileU8 kernels take it (prepU8).
 	rowsU8 dotFn

@@ -13,27 +13,32 @@ func archLevels() []*level {
 		return nil
 	}
 	q8SumsAsm = q8SumsAVX2
+	// Decode kernels prefetch the next rows to L2 on Intel cores and to L1
+	// elsewhere (see prefetchStep in _generate/main.go).
+	intel := cpuidVendorEBX() == vendorIntel
+	pick := func(t1, t0 dotFn) dotFn { return forVendor(intel, t1, t0) }
+	pickX := func(t1, t0 rowsXFn) rowsXFn { return forVendor(intel, t1, t0) }
 	l := &level{name: "avx2", q8_K: quantQ8_KAVX2, axpyF16: axpyF16AVX2, scoresF16: scoresF16AVX2, accumF16: accumF16AVX2,
 		expSub: expSubAVX2, siluMul: siluMulAVX2, f32ToF16: f32ToF16AVX2, roundF16: roundF16AVX2}
 	l.k[quant.Q4_0] = &kset{blockLen: quant.QK,
-		one: oneQ4_0, rowsR: 4, rowsX: dotQ4_0X4, auxPrep: auxPairs(8), tile: dotQ4_0R2C4, tileR: 2, tileC: 4}
+		one: oneQ4_0, rowsR: 4, rowsX: pickX(dotQ4_0X4, dotQ4_0X4T0), auxPrep: auxPairs(8), tile: dotQ4_0R2C4, tileR: 2, tileC: 4}
 	l.k[quant.Q8_0] = &kset{blockLen: quant.QK,
-		one: oneQ8_0, rowsR: 4, rowsX: dotQ8_0X4, rowsX8: dotQ8_0X8, auxPrep: auxQ8_0}
+		one: oneQ8_0, rowsR: 4, rowsX: pickX(dotQ8_0X4, dotQ8_0X4T0), rowsX8: pickX(dotQ8_0X8, dotQ8_0X8T0), auxPrep: auxQ8_0}
 	l.k[quant.Q5_0] = &kset{blockLen: quant.QK,
-		one: oneQ5_0, rowsR: 4, rowsX: dotQ5_0X4, auxPrep: auxPairs(16), tile: dotQ5_0R2C2, tileR: 2, tileC: 2}
+		one: oneQ5_0, rowsR: 4, rowsX: pickX(dotQ5_0X4, dotQ5_0X4T0), auxPrep: auxPairs(16), tile: dotQ5_0R2C2, tileR: 2, tileC: 2}
 	l.k[quant.Q4_K] = &kset{blockLen: quant.QKK,
-		one: oneQ4_K, rows: dotQ4_KR4C1, rowsR: 4, tile: dotQ4_KR1C4, tileR: 1, tileC: 4}
+		one: oneQ4_K, rows: pick(dotQ4_KR4C1, dotQ4_KR4C1T0), rowsR: 4, tile: dotQ4_KR1C4, tileR: 1, tileC: 4}
 	l.k[quant.Q5_K] = &kset{blockLen: quant.QKK,
-		one: oneQ5_K, rows: dotQ5_KR4C1, rowsR: 4, tile: dotQ5_KR1C4, tileR: 1, tileC: 4}
+		one: oneQ5_K, rows: pick(dotQ5_KR4C1, dotQ5_KR4C1T0), rowsR: 4, tile: dotQ5_KR1C4, tileR: 1, tileC: 4}
 	l.k[quant.Q6_K] = &kset{blockLen: quant.QKK,
-		one: oneQ6_K, rows: dotQ6_KR4C1, rowsR: 4, tile: dotQ6_KR1C4, tileR: 1, tileC: 4}
+		one: oneQ6_K, rows: pick(dotQ6_KR4C1, dotQ6_KR4C1T0), rowsR: 4, tile: dotQ6_KR1C4, tileR: 1, tileC: 4}
 	l.k[quant.F16] = &kset{blockLen: 16, tail: true,
-		one: oneF16, rows: dotF16R4C1, rowsR: 4, tile: dotF16F32R4C3, tileR: 4, tileC: 3, tileF32: true}
+		one: oneF16, rows: pick(dotF16R4C1, dotF16R4C1T0), rowsR: 4, tile: dotF16F32R4C3, tileR: 4, tileC: 3, tileF32: true}
 	l.k[quant.BF16] = &kset{blockLen: 16, tail: true,
-		one: oneBF16, rows: dotBF16R4C1, rowsR: 4, tile: dotBF16F32R4C3, tileR: 4, tileC: 3, tileF32: true}
+		one: oneBF16, rows: pick(dotBF16R4C1, dotBF16R4C1T0), rowsR: 4, tile: dotBF16F32R4C3, tileR: 4, tileC: 3, tileF32: true}
 	l.k[quant.F32] = &kset{blockLen: 16, tail: true,
-		one: oneF32, rows: dotF32R4C1, rowsR: 4, tile: dotF32F32R4C3, tileR: 4, tileC: 3, tileF32: true}
-	if cpuidVendorEBX() == vendorIntel {
+		one: oneF32, rows: pick(dotF32R4C1, dotF32R4C1T0), rowsR: 4, tile: dotF32F32R4C3, tileR: 4, tileC: 3, tileF32: true}
+	if intel {
 		// Float rows decode faster on Intel cores with the hardware
 		// prefetcher alone (TinyLlama F16 tg on one thread of a Xeon with
 		// AVX-512 BF16: 77% -> 89% of the bandwidth roofline).
@@ -55,10 +60,10 @@ func archLevels() []*level {
 		v.k[quant.Q4_0].tile, v.k[quant.Q4_0].tile4 = dotQ4_0V4C8, dotQ4_0V4C4
 		v.k[quant.Q8_0].tile, v.k[quant.Q8_0].tile4 = dotQ8_0V4C8, dotQ8_0V4C4
 		v.k[quant.Q5_0].tile, v.k[quant.Q5_0].tile4 = dotQ5_0V4C8, dotQ5_0V4C4
-		v.k[quant.Q8_0].rowsU8, v.k[quant.Q5_0].rowsU8 = dotQ8_0V4C1, dotQ5_0V4C1
-		v.k[quant.Q4_0].rowsX, v.k[quant.Q4_0].auxPrep = dotQ4_0SV4C1, auxQ4_0S
+		v.k[quant.Q8_0].rowsU8, v.k[quant.Q5_0].rowsU8 = pick(dotQ8_0V4C1, dotQ8_0V4C1T0), pick(dotQ5_0V4C1, dotQ5_0V4C1T0)
+		v.k[quant.Q4_0].rowsX, v.k[quant.Q4_0].auxPrep = pickX(dotQ4_0SV4C1, dotQ4_0SV4C1T0), auxQ4_0S
 		q4k, q5k, q6k := *l.k[quant.Q4_K], *l.k[quant.Q5_K], *l.k[quant.Q6_K]
-		q4k.rows, q5k.rows, q6k.rows = dotQ4_KV4C1, dotQ5_KV4C1, dotQ6_KV4C1
+		q4k.rows, q5k.rows, q6k.rows = pick(dotQ4_KV4C1, dotQ4_KV4C1T0), pick(dotQ5_KV4C1, dotQ5_KV4C1T0), pick(dotQ6_KV4C1, dotQ6_KV4C1T0)
 		v.k[quant.Q4_K], v.k[quant.Q5_K], v.k[quant.Q6_K] = &q4k, &q5k, &q6k
 		for t, f := range map[quant.Type][2]dotFn{
 			quant.F16:  {dotF16F32V4C6, dotF16F32V4C4},
@@ -80,6 +85,15 @@ func archLevels() []*level {
 		ls = append([]*level{&v}, ls...)
 	}
 	return ls
+}
+
+// forVendor returns the kernel that prefetches to L2 (t1) on Intel cores and
+// the one that prefetches to L1 (t0) on others.
+func forVendor[F any](intel bool, t1, t0 F) F {
+	if intel {
+		return t1
+	}
+	return t0
 }
 
 // vendorIntel is "Genu", the first four bytes of "GenuineIntel" in EBX.

@@ -280,6 +280,86 @@ func dotBF16V4C2(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 //go:noescape
 func dotBF16V4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
+// dotQ4_0X4T0: 4 weight rows x 1 Q8_0 activation row, two blocks per iteration.
+//
+//go:noescape
+func dotQ4_0X4T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+
+// dotQ8_0X4T0: 4 weight rows x 1 Q8_0 activation row, two blocks per iteration.
+//
+//go:noescape
+func dotQ8_0X4T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+
+// dotQ5_0X4T0: 4 weight rows x 1 Q8_0 activation row, two blocks per iteration.
+//
+//go:noescape
+func dotQ5_0X4T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+
+// dotQ8_0X8T0: 8 weight rows x 1 Q8_0 activation row, two blocks per iteration.
+//
+//go:noescape
+func dotQ8_0X8T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+
+// dotF16R4C1T0: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
+//
+//go:noescape
+func dotF16R4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotBF16R4C1T0: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
+//
+//go:noescape
+func dotBF16R4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotF32R4C1T0: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
+//
+//go:noescape
+func dotF32R4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ4_KR4C1T0: 4 weight row(s) x 1 activation row(s); Q4_K weights, Q8_K activations
+//
+//go:noescape
+func dotQ4_KR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ5_KR4C1T0: 4 weight row(s) x 1 activation row(s); Q5_K weights, Q8_K activations
+//
+//go:noescape
+func dotQ5_KR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ6_KR4C1T0: 4 weight row(s) x 1 activation row(s); Q6_K weights, Q8_K activations
+//
+//go:noescape
+func dotQ6_KR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ4_KV4C1T0: 4 Q4_K weight rows x 1 Q8_K activation, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ4_KV4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ5_KV4C1T0: 4 Q5_K weight rows x 1 Q8_K activation, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ5_KV4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ6_KV4C1T0: 4 Q6_K weight rows x 1 Q8_K activation, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ6_KV4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ4_0SV4C1T0: 4 Q4_0 weight rows x 1 Q8_0 activation row, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ4_0SV4C1T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+
+// dotQ8_0V4C1T0: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ8_0V4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ5_0V4C1T0: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ5_0V4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
 // scoresF16AVX2: out[t] = q·row t for T half-float rows at k + t*stride bytes; d a multiple of 8.
 //
 //go:noescape

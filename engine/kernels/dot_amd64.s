@@ -11346,6 +11346,3985 @@ done:
 	VZEROUPPER
 	RET
 
+// func dotQ4_0X4T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotQ4_0X4T0(SB), NOSPLIT, $0-48
+	MOVQ    w+0(FP), AX
+	MOVQ    ws+8(FP), CX
+	LEAQ    (AX)(CX*1), DX
+	LEAQ    (DX)(CX*1), BX
+	LEAQ    (BX)(CX*1), SI
+	MOVQ    a+16(FP), DI
+	MOVQ    aux+24(FP), R8
+	MOVQ    nb+32(FP), R9
+	VMOVDQU c0F<>+0(SB), Y0
+	VMOVDQU ones16<>+0(SB), Y1
+	VXORPS  Y2, Y2, Y2
+	MOVQ    R9, R10
+	SHRQ    $0x01, R10
+	LEAQ    (SI)(CX*1), CX
+	TESTQ   R10, R10
+	JZ      tail
+
+loop:
+	PREFETCHT0     (CX)
+	PREFETCHT0     64(CX)
+	PREFETCHT0     128(CX)
+	ADDQ           $0x00000090, CX
+	VBROADCASTI128 2(DI), Y3
+	VBROADCASTI128 18(DI), Y4
+	VBROADCASTI128 2(AX), Y5
+	VPBLENDD       $0xf0, -14(DX), Y5, Y5
+	VPSRLW         $0x04, Y5, Y6
+	VPAND          Y0, Y5, Y5
+	VPAND          Y0, Y6, Y6
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDUBSW     Y4, Y6, Y6
+	VPADDW         Y6, Y5, Y5
+	VPMADDWD       Y1, Y5, Y5
+	VBROADCASTI128 2(BX), Y6
+	VPBLENDD       $0xf0, -14(SI), Y6, Y6
+	VPSRLW         $0x04, Y6, Y7
+	VPAND          Y0, Y6, Y6
+	VPAND          Y0, Y7, Y7
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDUBSW     Y4, Y7, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDWD       Y1, Y6, Y6
+	VPUNPCKHDQ     Y6, Y5, Y3
+	VPUNPCKLDQ     Y6, Y5, Y5
+	VPADDD         Y3, Y5, Y5
+	VBROADCASTI128 36(DI), Y3
+	VBROADCASTI128 52(DI), Y4
+	VBROADCASTI128 20(AX), Y6
+	VPBLENDD       $0xf0, 4(DX), Y6, Y6
+	VPSRLW         $0x04, Y6, Y7
+	VPAND          Y0, Y6, Y6
+	VPAND          Y0, Y7, Y7
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDUBSW     Y4, Y7, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDWD       Y1, Y6, Y6
+	VBROADCASTI128 20(BX), Y7
+	VPBLENDD       $0xf0, 4(SI), Y7, Y7
+	VPSRLW         $0x04, Y7, Y8
+	VPAND          Y0, Y7, Y7
+	VPAND          Y0, Y8, Y8
+	VPMADDUBSW     Y3, Y7, Y7
+	VPMADDUBSW     Y4, Y8, Y8
+	VPADDW         Y8, Y7, Y7
+	VPMADDWD       Y1, Y7, Y7
+	VPUNPCKHDQ     Y7, Y6, Y3
+	VPUNPCKLDQ     Y7, Y6, Y6
+	VPADDD         Y3, Y6, Y6
+	VPUNPCKHQDQ    Y6, Y5, Y3
+	VPUNPCKLQDQ    Y6, Y5, Y5
+	VPADDD         Y3, Y5, Y5
+	VPSUBD         32(R8), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	MOVWQZX        (AX), R11
+	MOVWQZX        (BX), R12
+	SHLQ           $0x10, R12
+	ORQ            R12, R11
+	MOVWQZX        18(AX), R12
+	SHLQ           $0x20, R12
+	ORQ            R12, R11
+	MOVWQZX        18(BX), R12
+	SHLQ           $0x30, R12
+	ORQ            R12, R11
+	VMOVQ          R11, X3
+	MOVWQZX        (DX), R11
+	MOVWQZX        (SI), R12
+	SHLQ           $0x10, R12
+	ORQ            R12, R11
+	MOVWQZX        18(DX), R12
+	SHLQ           $0x20, R12
+	ORQ            R12, R11
+	MOVWQZX        18(SI), R12
+	SHLQ           $0x30, R12
+	ORQ            R12, R11
+	VPINSRQ        $0x01, R11, X3, X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         (R8), Y3, Y3
+	VFMADD231PS    Y5, Y3, Y2
+	ADDQ           $0x00000024, AX
+	ADDQ           $0x00000024, DX
+	ADDQ           $0x00000024, BX
+	ADDQ           $0x00000024, SI
+	ADDQ           $0x00000044, DI
+	ADDQ           $0x00000040, R8
+	DECQ           R10
+	JNZ            loop
+
+tail:
+	TESTQ          $0x00000001, R9
+	JZ             done
+	VBROADCASTI128 2(DI), Y3
+	VBROADCASTI128 18(DI), Y4
+	VBROADCASTI128 2(AX), Y5
+	VPBLENDD       $0xf0, -14(DX), Y5, Y5
+	VPSRLW         $0x04, Y5, Y6
+	VPAND          Y0, Y5, Y5
+	VPAND          Y0, Y6, Y6
+	VPMADDUBSW     Y3, Y5, Y5
+	VPMADDUBSW     Y4, Y6, Y6
+	VPADDW         Y6, Y5, Y5
+	VPMADDWD       Y1, Y5, Y5
+	VBROADCASTI128 2(BX), Y6
+	VPBLENDD       $0xf0, -14(SI), Y6, Y6
+	VPSRLW         $0x04, Y6, Y7
+	VPAND          Y0, Y6, Y6
+	VPAND          Y0, Y7, Y7
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDUBSW     Y4, Y7, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDWD       Y1, Y6, Y6
+	VPUNPCKHDQ     Y6, Y5, Y3
+	VPUNPCKLDQ     Y6, Y5, Y5
+	VPADDD         Y3, Y5, Y5
+	VBROADCASTI128 2(DI), Y3
+	VBROADCASTI128 18(DI), Y4
+	VBROADCASTI128 2(AX), Y6
+	VPBLENDD       $0xf0, -14(DX), Y6, Y6
+	VPSRLW         $0x04, Y6, Y7
+	VPAND          Y0, Y6, Y6
+	VPAND          Y0, Y7, Y7
+	VPMADDUBSW     Y3, Y6, Y6
+	VPMADDUBSW     Y4, Y7, Y7
+	VPADDW         Y7, Y6, Y6
+	VPMADDWD       Y1, Y6, Y6
+	VBROADCASTI128 2(BX), Y7
+	VPBLENDD       $0xf0, -14(SI), Y7, Y7
+	VPSRLW         $0x04, Y7, Y8
+	VPAND          Y0, Y7, Y7
+	VPAND          Y0, Y8, Y8
+	VPMADDUBSW     Y3, Y7, Y7
+	VPMADDUBSW     Y4, Y8, Y8
+	VPADDW         Y8, Y7, Y7
+	VPMADDWD       Y1, Y7, Y7
+	VPUNPCKHDQ     Y7, Y6, Y0
+	VPUNPCKLDQ     Y7, Y6, Y6
+	VPADDD         Y0, Y6, Y6
+	VPUNPCKHQDQ    Y6, Y5, Y0
+	VPUNPCKLQDQ    Y6, Y5, Y5
+	VPADDD         Y0, Y5, Y5
+	VPSUBD         32(R8), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	MOVWQZX        (AX), CX
+	MOVWQZX        (BX), DI
+	SHLQ           $0x10, DI
+	ORQ            DI, CX
+	MOVWQZX        (AX), AX
+	SHLQ           $0x20, AX
+	ORQ            AX, CX
+	MOVWQZX        (BX), AX
+	SHLQ           $0x30, AX
+	ORQ            AX, CX
+	VMOVQ          CX, X0
+	MOVWQZX        (DX), AX
+	MOVWQZX        (SI), CX
+	SHLQ           $0x10, CX
+	ORQ            CX, AX
+	MOVWQZX        (DX), CX
+	SHLQ           $0x20, CX
+	ORQ            CX, AX
+	MOVWQZX        (SI), CX
+	SHLQ           $0x30, CX
+	ORQ            CX, AX
+	VPINSRQ        $0x01, AX, X0, X0
+	VCVTPH2PS      X0, Y0
+	VMULPS         (R8), Y0, Y0
+	VFMADD231PS    Y5, Y0, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VUNPCKHPS    X0, X2, X1
+	VUNPCKLPS    X0, X2, X0
+	VADDPS       X1, X0, X0
+	VMOVUPS      X0, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0X4T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotQ8_0X4T0(SB), NOSPLIT, $0-48
+	MOVQ    w+0(FP), AX
+	MOVQ    ws+8(FP), CX
+	LEAQ    (AX)(CX*1), DX
+	LEAQ    (DX)(CX*1), BX
+	LEAQ    (BX)(CX*1), SI
+	MOVQ    a+16(FP), DI
+	MOVQ    aux+24(FP), R8
+	MOVQ    nb+32(FP), R9
+	VMOVDQU c0F<>+0(SB), Y0
+	VMOVDQU ones16<>+0(SB), Y0
+	VXORPS  Y0, Y0, Y0
+	MOVQ    R9, R10
+	SHRQ    $0x01, R10
+	LEAQ    (SI)(CX*1), CX
+	TESTQ   R10, R10
+	JZ      tail
+
+loop:
+	PREFETCHT0  (CX)
+	PREFETCHT0  64(CX)
+	PREFETCHT0  128(CX)
+	PREFETCHT0  192(CX)
+	PREFETCHT0  256(CX)
+	ADDQ        $0x00000110, CX
+	VPMOVSXBW   2(DI), Y1
+	VPMOVSXBW   18(DI), Y2
+	VPMOVSXBW   2(AX), Y3
+	VPMOVSXBW   18(AX), Y4
+	VPMADDWD    Y1, Y3, Y3
+	VPMADDWD    Y2, Y4, Y4
+	VPADDD      Y4, Y3, Y3
+	VPMOVSXBW   2(DX), Y4
+	VPMOVSXBW   18(DX), Y5
+	VPMADDWD    Y1, Y4, Y4
+	VPMADDWD    Y2, Y5, Y5
+	VPADDD      Y5, Y4, Y4
+	VPMOVSXBW   2(BX), Y5
+	VPMOVSXBW   18(BX), Y6
+	VPMADDWD    Y1, Y5, Y5
+	VPMADDWD    Y2, Y6, Y6
+	VPADDD      Y6, Y5, Y5
+	VPMOVSXBW   2(SI), Y6
+	VPMOVSXBW   18(SI), Y7
+	VPMADDWD    Y1, Y6, Y6
+	VPMADDWD    Y2, Y7, Y7
+	VPADDD      Y7, Y6, Y6
+	VPUNPCKHDQ  Y4, Y3, Y1
+	VPUNPCKLDQ  Y4, Y3, Y3
+	VPADDD      Y1, Y3, Y3
+	VPUNPCKHDQ  Y6, Y5, Y1
+	VPUNPCKLDQ  Y6, Y5, Y5
+	VPADDD      Y1, Y5, Y5
+	VPUNPCKHQDQ Y5, Y3, Y1
+	VPUNPCKLQDQ Y5, Y3, Y3
+	VPADDD      Y1, Y3, Y3
+	VPMOVSXBW   36(DI), Y1
+	VPMOVSXBW   52(DI), Y2
+	VPMOVSXBW   36(AX), Y4
+	VPMOVSXBW   52(AX), Y5
+	VPMADDWD    Y1, Y4, Y4
+	VPMADDWD    Y2, Y5, Y5
+	VPADDD      Y5, Y4, Y4
+	VPMOVSXBW   36(DX), Y5
+	VPMOVSXBW   52(DX), Y6
+	VPMADDWD    Y1, Y5, Y5
+	VPMADDWD    Y2, Y6, Y6
+	VPADDD      Y6, Y5, Y5
+	VPMOVSXBW   36(BX), Y6
+	VPMOVSXBW   52(BX), Y7
+	VPMADDWD    Y1, Y6, Y6
+	VPMADDWD    Y2, Y7, Y7
+	VPADDD      Y7, Y6, Y6
+	VPMOVSXBW   36(SI), Y7
+	VPMOVSXBW   52(SI), Y8
+	VPMADDWD    Y1, Y7, Y7
+	VPMADDWD    Y2, Y8, Y8
+	VPADDD      Y8, Y7, Y7
+	VPUNPCKHDQ  Y5, Y4, Y1
+	VPUNPCKLDQ  Y5, Y4, Y4
+	VPADDD      Y1, Y4, Y4
+	VPUNPCKHDQ  Y7, Y6, Y1
+	VPUNPCKLDQ  Y7, Y6, Y6
+	VPADDD      Y1, Y6, Y6
+	VPUNPCKHQDQ Y6, Y4, Y1
+	VPUNPCKLQDQ Y6, Y4, Y4
+	VPADDD      Y1, Y4, Y4
+	VPERM2I128  $0x20, Y4, Y3, Y1
+	VPERM2I128  $0x31, Y4, Y3, Y2
+	VPADDD      Y2, Y1, Y1
+	VCVTDQ2PS   Y1, Y1
+	MOVWQZX     (AX), R11
+	MOVWQZX     (DX), R12
+	SHLQ        $0x10, R12
+	ORQ         R12, R11
+	MOVWQZX     (BX), R12
+	SHLQ        $0x20, R12
+	ORQ         R12, R11
+	MOVWQZX     (SI), R12
+	SHLQ        $0x30, R12
+	ORQ         R12, R11
+	VMOVQ       R11, X2
+	MOVWQZX     34(AX), R11
+	MOVWQZX     34(DX), R12
+	SHLQ        $0x10, R12
+	ORQ         R12, R11
+	MOVWQZX     34(BX), R12
+	SHLQ        $0x20, R12
+	ORQ         R12, R11
+	MOVWQZX     34(SI), R12
+	SHLQ        $0x30, R12
+	ORQ         R12, R11
+	VPINSRQ     $0x01, R11, X2, X2
+	VCVTPH2PS   X2, Y2
+	VMULPS      (R8), Y2, Y2
+	VFMADD231PS Y1, Y2, Y0
+	ADDQ        $0x00000044, AX
+	ADDQ        $0x00000044, DX
+	ADDQ        $0x00000044, BX
+	ADDQ        $0x00000044, SI
+	ADDQ        $0x00000044, DI
+	ADDQ        $0x00000040, R8
+	DECQ        R10
+	JNZ         loop
+
+tail:
+	TESTQ       $0x00000001, R9
+	JZ          done
+	VPMOVSXBW   2(DI), Y1
+	VPMOVSXBW   18(DI), Y2
+	VPMOVSXBW   2(AX), Y3
+	VPMOVSXBW   18(AX), Y4
+	VPMADDWD    Y1, Y3, Y3
+	VPMADDWD    Y2, Y4, Y4
+	VPADDD      Y4, Y3, Y3
+	VPMOVSXBW   2(DX), Y4
+	VPMOVSXBW   18(DX), Y5
+	VPMADDWD    Y1, Y4, Y4
+	VPMADDWD    Y2, Y5, Y5
+	VPADDD      Y5, Y4, Y4
+	VPMOVSXBW   2(BX), Y5
+	VPMOVSXBW   18(BX), Y6
+	VPMADDWD    Y1, Y5, Y5
+	VPMADDWD    Y2, Y6, Y6
+	VPADDD      Y6, Y5, Y5
+	VPMOVSXBW   2(SI), Y6
+	VPMOVSXBW   18(SI), Y7
+	VPMADDWD    Y1, Y6, Y6
+	VPMADDWD    Y2, Y7, Y7
+	VPADDD      Y7, Y6, Y6
+	VPUNPCKHDQ  Y4, Y3, Y1
+	VPUNPCKLDQ  Y4, Y3, Y3
+	VPADDD      Y1, Y3, Y3
+	VPUNPCKHDQ  Y6, Y5, Y1
+	VPUNPCKLDQ  Y6, Y5, Y5
+	VPADDD      Y1, Y5, Y5
+	VPUNPCKHQDQ Y5, Y3, Y1
+	VPUNPCKLQDQ Y5, Y3, Y3
+	VPADDD      Y1, Y3, Y3
+	VPMOVSXBW   2(DI), Y1
+	VPMOVSXBW   18(DI), Y2
+	VPMOVSXBW   2(AX), Y4
+	VPMOVSXBW   18(AX), Y5
+	VPMADDWD    Y1, Y4, Y4
+	VPMADDWD    Y2, Y5, Y5
+	VPADDD      Y5, Y4, Y4
+	VPMOVSXBW   2(DX), Y5
+	VPMOVSXBW   18(DX), Y6
+	VPMADDWD    Y1, Y5, Y5
+	VPMADDWD    Y2, Y6, Y6
+	VPADDD      Y6, Y5, Y5
+	VPMOVSXBW   2(BX), Y6
+	VPMOVSXBW   18(BX), Y7
+	VPMADDWD    Y1, Y6, Y6
+	VPMADDWD    Y2, Y7, Y7
+	VPADDD      Y7, Y6, Y6
+	VPMOVSXBW   2(SI), Y7
+	VPMOVSXBW   18(SI), Y8
+	VPMADDWD    Y1, Y7, Y7
+	VPMADDWD    Y2, Y8, Y8
+	VPADDD      Y8, Y7, Y7
+	VPUNPCKHDQ  Y5, Y4, Y1
+	VPUNPCKLDQ  Y5, Y4, Y4
+	VPADDD      Y1, Y4, Y4
+	VPUNPCKHDQ  Y7, Y6, Y1
+	VPUNPCKLDQ  Y7, Y6, Y6
+	VPADDD      Y1, Y6, Y6
+	VPUNPCKHQDQ Y6, Y4, Y1
+	VPUNPCKLQDQ Y6, Y4, Y4
+	VPADDD      Y1, Y4, Y4
+	VPERM2I128  $0x20, Y4, Y3, Y1
+	VPERM2I128  $0x31, Y4, Y3, Y2
+	VPADDD      Y2, Y1, Y1
+	VCVTDQ2PS   Y1, Y1
+	MOVWQZX     (AX), CX
+	MOVWQZX     (DX), DI
+	SHLQ        $0x10, DI
+	ORQ         DI, CX
+	MOVWQZX     (BX), DI
+	SHLQ        $0x20, DI
+	ORQ         DI, CX
+	MOVWQZX     (SI), DI
+	SHLQ        $0x30, DI
+	ORQ         DI, CX
+	VMOVQ       CX, X2
+	MOVWQZX     (AX), AX
+	MOVWQZX     (DX), CX
+	SHLQ        $0x10, CX
+	ORQ         CX, AX
+	MOVWQZX     (BX), CX
+	SHLQ        $0x20, CX
+	ORQ         CX, AX
+	MOVWQZX     (SI), CX
+	SHLQ        $0x30, CX
+	ORQ         CX, AX
+	VPINSRQ     $0x01, AX, X2, X2
+	VCVTPH2PS   X2, Y2
+	VMULPS      (R8), Y2, Y2
+	VFMADD231PS Y1, Y2, Y0
+
+done:
+	MOVQ         out+40(FP), AX
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVUPS      X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_0X4T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotQ5_0X4T0(SB), NOSPLIT, $0-48
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   aux+24(FP), R8
+	MOVQ   nb+32(FP), R9
+	VXORPS Y0, Y0, Y0
+	MOVQ   R9, R10
+	SHRQ   $0x01, R10
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R10, R10
+	JZ     tail
+
+loop:
+	PREFETCHT0     (CX)
+	PREFETCHT0     64(CX)
+	PREFETCHT0     128(CX)
+	ADDQ           $0x000000b0, CX
+	VBROADCASTI128 2(DI), Y1
+	VBROADCASTI128 18(DI), Y2
+	VBROADCASTI128 6(AX), Y3
+	VPBLENDD       $0xf0, -10(DX), Y3, Y3
+	VPSRLW         $0x04, Y3, Y4
+	VPAND          c0F<>+0(SB), Y3, Y3
+	VPAND          c0F<>+0(SB), Y4, Y4
+	VBROADCASTI128 2(AX), Y5
+	VPBLENDD       $0xf0, -14(DX), Y5, Y5
+	VPSHUFB        q50Shuf0<>+0(SB), Y5, Y5
+	VPAND          bitsSel<>+0(SB), Y5, Y5
+	VPCMPEQB       bitsSel<>+0(SB), Y5, Y5
+	VPAND          c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y3, Y3
+	VBROADCASTI128 2(AX), Y5
+	VPBLENDD       $0xf0, -14(DX), Y5, Y5
+	VPSHUFB        q50Shuf1<>+0(SB), Y5, Y5
+	VPAND          bitsSel<>+0(SB), Y5, Y5
+	VPCMPEQB       bitsSel<>+0(SB), Y5, Y5
+	VPAND          c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y3, Y3
+	VPMADDUBSW     Y2, Y4, Y4
+	VPADDW         Y4, Y3, Y3
+	VPMADDWD       ones16<>+0(SB), Y3, Y3
+	VBROADCASTI128 6(BX), Y4
+	VPBLENDD       $0xf0, -10(SI), Y4, Y4
+	VPSRLW         $0x04, Y4, Y5
+	VPAND          c0F<>+0(SB), Y4, Y4
+	VPAND          c0F<>+0(SB), Y5, Y5
+	VBROADCASTI128 2(BX), Y6
+	VPBLENDD       $0xf0, -14(SI), Y6, Y6
+	VPSHUFB        q50Shuf0<>+0(SB), Y6, Y6
+	VPAND          bitsSel<>+0(SB), Y6, Y6
+	VPCMPEQB       bitsSel<>+0(SB), Y6, Y6
+	VPAND          c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y4, Y4
+	VBROADCASTI128 2(BX), Y6
+	VPBLENDD       $0xf0, -14(SI), Y6, Y6
+	VPSHUFB        q50Shuf1<>+0(SB), Y6, Y6
+	VPAND          bitsSel<>+0(SB), Y6, Y6
+	VPCMPEQB       bitsSel<>+0(SB), Y6, Y6
+	VPAND          c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y1, Y4, Y4
+	VPMADDUBSW     Y2, Y5, Y5
+	VPADDW         Y5, Y4, Y4
+	VPMADDWD       ones16<>+0(SB), Y4, Y4
+	VPUNPCKHDQ     Y4, Y3, Y1
+	VPUNPCKLDQ     Y4, Y3, Y3
+	VPADDD         Y1, Y3, Y3
+	VBROADCASTI128 36(DI), Y1
+	VBROADCASTI128 52(DI), Y2
+	VBROADCASTI128 28(AX), Y4
+	VPBLENDD       $0xf0, 12(DX), Y4, Y4
+	VPSRLW         $0x04, Y4, Y5
+	VPAND          c0F<>+0(SB), Y4, Y4
+	VPAND          c0F<>+0(SB), Y5, Y5
+	VBROADCASTI128 24(AX), Y6
+	VPBLENDD       $0xf0, 8(DX), Y6, Y6
+	VPSHUFB        q50Shuf0<>+0(SB), Y6, Y6
+	VPAND          bitsSel<>+0(SB), Y6, Y6
+	VPCMPEQB       bitsSel<>+0(SB), Y6, Y6
+	VPAND          c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y4, Y4
+	VBROADCASTI128 24(AX), Y6
+	VPBLENDD       $0xf0, 8(DX), Y6, Y6
+	VPSHUFB        q50Shuf1<>+0(SB), Y6, Y6
+	VPAND          bitsSel<>+0(SB), Y6, Y6
+	VPCMPEQB       bitsSel<>+0(SB), Y6, Y6
+	VPAND          c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y1, Y4, Y4
+	VPMADDUBSW     Y2, Y5, Y5
+	VPADDW         Y5, Y4, Y4
+	VPMADDWD       ones16<>+0(SB), Y4, Y4
+	VBROADCASTI128 28(BX), Y5
+	VPBLENDD       $0xf0, 12(SI), Y5, Y5
+	VPSRLW         $0x04, Y5, Y6
+	VPAND          c0F<>+0(SB), Y5, Y5
+	VPAND          c0F<>+0(SB), Y6, Y6
+	VBROADCASTI128 24(BX), Y7
+	VPBLENDD       $0xf0, 8(SI), Y7, Y7
+	VPSHUFB        q50Shuf0<>+0(SB), Y7, Y7
+	VPAND          bitsSel<>+0(SB), Y7, Y7
+	VPCMPEQB       bitsSel<>+0(SB), Y7, Y7
+	VPAND          c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y5, Y5
+	VBROADCASTI128 24(BX), Y7
+	VPBLENDD       $0xf0, 8(SI), Y7, Y7
+	VPSHUFB        q50Shuf1<>+0(SB), Y7, Y7
+	VPAND          bitsSel<>+0(SB), Y7, Y7
+	VPCMPEQB       bitsSel<>+0(SB), Y7, Y7
+	VPAND          c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y1, Y5, Y5
+	VPMADDUBSW     Y2, Y6, Y6
+	VPADDW         Y6, Y5, Y5
+	VPMADDWD       ones16<>+0(SB), Y5, Y5
+	VPUNPCKHDQ     Y5, Y4, Y1
+	VPUNPCKLDQ     Y5, Y4, Y4
+	VPADDD         Y1, Y4, Y4
+	VPUNPCKHQDQ    Y4, Y3, Y1
+	VPUNPCKLQDQ    Y4, Y3, Y3
+	VPADDD         Y1, Y3, Y3
+	VPSUBD         32(R8), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	MOVWQZX        (AX), R11
+	MOVWQZX        (BX), R12
+	SHLQ           $0x10, R12
+	ORQ            R12, R11
+	MOVWQZX        22(AX), R12
+	SHLQ           $0x20, R12
+	ORQ            R12, R11
+	MOVWQZX        22(BX), R12
+	SHLQ           $0x30, R12
+	ORQ            R12, R11
+	VMOVQ          R11, X1
+	MOVWQZX        (DX), R11
+	MOVWQZX        (SI), R12
+	SHLQ           $0x10, R12
+	ORQ            R12, R11
+	MOVWQZX        22(DX), R12
+	SHLQ           $0x20, R12
+	ORQ            R12, R11
+	MOVWQZX        22(SI), R12
+	SHLQ           $0x30, R12
+	ORQ            R12, R11
+	VPINSRQ        $0x01, R11, X1, X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         (R8), Y1, Y1
+	VFMADD231PS    Y3, Y1, Y0
+	ADDQ           $0x0000002c, AX
+	ADDQ           $0x0000002c, DX
+	ADDQ           $0x0000002c, BX
+	ADDQ           $0x0000002c, SI
+	ADDQ           $0x00000044, DI
+	ADDQ           $0x00000040, R8
+	DECQ           R10
+	JNZ            loop
+
+tail:
+	TESTQ          $0x00000001, R9
+	JZ             done
+	VBROADCASTI128 2(DI), Y1
+	VBROADCASTI128 18(DI), Y2
+	VBROADCASTI128 6(AX), Y3
+	VPBLENDD       $0xf0, -10(DX), Y3, Y3
+	VPSRLW         $0x04, Y3, Y4
+	VPAND          c0F<>+0(SB), Y3, Y3
+	VPAND          c0F<>+0(SB), Y4, Y4
+	VBROADCASTI128 2(AX), Y5
+	VPBLENDD       $0xf0, -14(DX), Y5, Y5
+	VPSHUFB        q50Shuf0<>+0(SB), Y5, Y5
+	VPAND          bitsSel<>+0(SB), Y5, Y5
+	VPCMPEQB       bitsSel<>+0(SB), Y5, Y5
+	VPAND          c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y3, Y3
+	VBROADCASTI128 2(AX), Y5
+	VPBLENDD       $0xf0, -14(DX), Y5, Y5
+	VPSHUFB        q50Shuf1<>+0(SB), Y5, Y5
+	VPAND          bitsSel<>+0(SB), Y5, Y5
+	VPCMPEQB       bitsSel<>+0(SB), Y5, Y5
+	VPAND          c10<>+0(SB), Y5, Y5
+	VPOR           Y5, Y4, Y4
+	VPMADDUBSW     Y1, Y3, Y3
+	VPMADDUBSW     Y2, Y4, Y4
+	VPADDW         Y4, Y3, Y3
+	VPMADDWD       ones16<>+0(SB), Y3, Y3
+	VBROADCASTI128 6(BX), Y4
+	VPBLENDD       $0xf0, -10(SI), Y4, Y4
+	VPSRLW         $0x04, Y4, Y5
+	VPAND          c0F<>+0(SB), Y4, Y4
+	VPAND          c0F<>+0(SB), Y5, Y5
+	VBROADCASTI128 2(BX), Y6
+	VPBLENDD       $0xf0, -14(SI), Y6, Y6
+	VPSHUFB        q50Shuf0<>+0(SB), Y6, Y6
+	VPAND          bitsSel<>+0(SB), Y6, Y6
+	VPCMPEQB       bitsSel<>+0(SB), Y6, Y6
+	VPAND          c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y4, Y4
+	VBROADCASTI128 2(BX), Y6
+	VPBLENDD       $0xf0, -14(SI), Y6, Y6
+	VPSHUFB        q50Shuf1<>+0(SB), Y6, Y6
+	VPAND          bitsSel<>+0(SB), Y6, Y6
+	VPCMPEQB       bitsSel<>+0(SB), Y6, Y6
+	VPAND          c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y1, Y4, Y4
+	VPMADDUBSW     Y2, Y5, Y5
+	VPADDW         Y5, Y4, Y4
+	VPMADDWD       ones16<>+0(SB), Y4, Y4
+	VPUNPCKHDQ     Y4, Y3, Y1
+	VPUNPCKLDQ     Y4, Y3, Y3
+	VPADDD         Y1, Y3, Y3
+	VBROADCASTI128 2(DI), Y1
+	VBROADCASTI128 18(DI), Y2
+	VBROADCASTI128 6(AX), Y4
+	VPBLENDD       $0xf0, -10(DX), Y4, Y4
+	VPSRLW         $0x04, Y4, Y5
+	VPAND          c0F<>+0(SB), Y4, Y4
+	VPAND          c0F<>+0(SB), Y5, Y5
+	VBROADCASTI128 2(AX), Y6
+	VPBLENDD       $0xf0, -14(DX), Y6, Y6
+	VPSHUFB        q50Shuf0<>+0(SB), Y6, Y6
+	VPAND          bitsSel<>+0(SB), Y6, Y6
+	VPCMPEQB       bitsSel<>+0(SB), Y6, Y6
+	VPAND          c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y4, Y4
+	VBROADCASTI128 2(AX), Y6
+	VPBLENDD       $0xf0, -14(DX), Y6, Y6
+	VPSHUFB        q50Shuf1<>+0(SB), Y6, Y6
+	VPAND          bitsSel<>+0(SB), Y6, Y6
+	VPCMPEQB       bitsSel<>+0(SB), Y6, Y6
+	VPAND          c10<>+0(SB), Y6, Y6
+	VPOR           Y6, Y5, Y5
+	VPMADDUBSW     Y1, Y4, Y4
+	VPMADDUBSW     Y2, Y5, Y5
+	VPADDW         Y5, Y4, Y4
+	VPMADDWD       ones16<>+0(SB), Y4, Y4
+	VBROADCASTI128 6(BX), Y5
+	VPBLENDD       $0xf0, -10(SI), Y5, Y5
+	VPSRLW         $0x04, Y5, Y6
+	VPAND          c0F<>+0(SB), Y5, Y5
+	VPAND          c0F<>+0(SB), Y6, Y6
+	VBROADCASTI128 2(BX), Y7
+	VPBLENDD       $0xf0, -14(SI), Y7, Y7
+	VPSHUFB        q50Shuf0<>+0(SB), Y7, Y7
+	VPAND          bitsSel<>+0(SB), Y7, Y7
+	VPCMPEQB       bitsSel<>+0(SB), Y7, Y7
+	VPAND          c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y5, Y5
+	VBROADCASTI128 2(BX), Y7
+	VPBLENDD       $0xf0, -14(SI), Y7, Y7
+	VPSHUFB        q50Shuf1<>+0(SB), Y7, Y7
+	VPAND          bitsSel<>+0(SB), Y7, Y7
+	VPCMPEQB       bitsSel<>+0(SB), Y7, Y7
+	VPAND          c10<>+0(SB), Y7, Y7
+	VPOR           Y7, Y6, Y6
+	VPMADDUBSW     Y1, Y5, Y5
+	VPMADDUBSW     Y2, Y6, Y6
+	VPADDW         Y6, Y5, Y5
+	VPMADDWD       ones16<>+0(SB), Y5, Y5
+	VPUNPCKHDQ     Y5, Y4, Y1
+	VPUNPCKLDQ     Y5, Y4, Y4
+	VPADDD         Y1, Y4, Y4
+	VPUNPCKHQDQ    Y4, Y3, Y1
+	VPUNPCKLQDQ    Y4, Y3, Y3
+	VPADDD         Y1, Y3, Y3
+	VPSUBD         32(R8), Y3, Y3
+	VCVTDQ2PS      Y3, Y3
+	MOVWQZX        (AX), CX
+	MOVWQZX        (BX), DI
+	SHLQ           $0x10, DI
+	ORQ            DI, CX
+	MOVWQZX        (AX), AX
+	SHLQ           $0x20, AX
+	ORQ            AX, CX
+	MOVWQZX        (BX), AX
+	SHLQ           $0x30, AX
+	ORQ            AX, CX
+	VMOVQ          CX, X1
+	MOVWQZX        (DX), AX
+	MOVWQZX        (SI), CX
+	SHLQ           $0x10, CX
+	ORQ            CX, AX
+	MOVWQZX        (DX), CX
+	SHLQ           $0x20, CX
+	ORQ            CX, AX
+	MOVWQZX        (SI), CX
+	SHLQ           $0x30, CX
+	ORQ            CX, AX
+	VPINSRQ        $0x01, AX, X1, X1
+	VCVTPH2PS      X1, Y1
+	VMULPS         (R8), Y1, Y1
+	VFMADD231PS    Y3, Y1, Y0
+
+done:
+	MOVQ         out+40(FP), AX
+	VEXTRACTF128 $0x01, Y0, X1
+	VUNPCKHPS    X1, X0, X2
+	VUNPCKLPS    X1, X0, X1
+	VADDPS       X2, X1, X1
+	VMOVUPS      X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0X8T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotQ8_0X8T0(SB), NOSPLIT, $0-48
+	MOVQ    w+0(FP), AX
+	MOVQ    ws+8(FP), DX
+	LEAQ    (DX)(DX*2), BX
+	LEAQ    (AX)(DX*4), CX
+	MOVQ    a+16(FP), SI
+	MOVQ    aux+24(FP), DI
+	MOVQ    nb+32(FP), R8
+	VMOVDQU c0F<>+0(SB), Y0
+	VMOVDQU ones16<>+0(SB), Y0
+	VXORPS  Y0, Y0, Y0
+	VXORPS  Y1, Y1, Y1
+	MOVQ    R8, R9
+	SHRQ    $0x01, R9
+	LEAQ    (CX)(DX*4), R10
+	TESTQ   R9, R9
+	JZ      tail
+
+loop:
+	PREFETCHT0  (R10)
+	PREFETCHT0  64(R10)
+	PREFETCHT0  128(R10)
+	PREFETCHT0  192(R10)
+	PREFETCHT0  256(R10)
+	PREFETCHT0  320(R10)
+	PREFETCHT0  384(R10)
+	PREFETCHT0  448(R10)
+	PREFETCHT0  512(R10)
+	ADDQ        $0x00000220, R10
+	VPMOVSXBW   2(SI), Y2
+	VPMOVSXBW   18(SI), Y3
+	VPMOVSXBW   2(AX), Y4
+	VPMOVSXBW   18(AX), Y5
+	VPMADDWD    Y2, Y4, Y4
+	VPMADDWD    Y3, Y5, Y5
+	VPADDD      Y5, Y4, Y4
+	VPMOVSXBW   2(AX)(DX*1), Y5
+	VPMOVSXBW   18(AX)(DX*1), Y6
+	VPMADDWD    Y2, Y5, Y5
+	VPMADDWD    Y3, Y6, Y6
+	VPADDD      Y6, Y5, Y5
+	VPMOVSXBW   2(AX)(DX*2), Y6
+	VPMOVSXBW   18(AX)(DX*2), Y7
+	VPMADDWD    Y2, Y6, Y6
+	VPMADDWD    Y3, Y7, Y7
+	VPADDD      Y7, Y6, Y6
+	VPMOVSXBW   2(AX)(BX*1), Y7
+	VPMOVSXBW   18(AX)(BX*1), Y8
+	VPMADDWD    Y2, Y7, Y7
+	VPMADDWD    Y3, Y8, Y8
+	VPADDD      Y8, Y7, Y7
+	VPUNPCKHDQ  Y5, Y4, Y2
+	VPUNPCKLDQ  Y5, Y4, Y4
+	VPADDD      Y2, Y4, Y4
+	VPUNPCKHDQ  Y7, Y6, Y2
+	VPUNPCKLDQ  Y7, Y6, Y6
+	VPADDD      Y2, Y6, Y6
+	VPUNPCKHQDQ Y6, Y4, Y2
+	VPUNPCKLQDQ Y6, Y4, Y4
+	VPADDD      Y2, Y4, Y4
+	VPMOVSXBW   36(SI), Y2
+	VPMOVSXBW   52(SI), Y3
+	VPMOVSXBW   36(AX), Y5
+	VPMOVSXBW   52(AX), Y6
+	VPMADDWD    Y2, Y5, Y5
+	VPMADDWD    Y3, Y6, Y6
+	VPADDD      Y6, Y5, Y5
+	VPMOVSXBW   36(AX)(DX*1), Y6
+	VPMOVSXBW   52(AX)(DX*1), Y7
+	VPMADDWD    Y2, Y6, Y6
+	VPMADDWD    Y3, Y7, Y7
+	VPADDD      Y7, Y6, Y6
+	VPMOVSXBW   36(AX)(DX*2), Y7
+	VPMOVSXBW   52(AX)(DX*2), Y8
+	VPMADDWD    Y2, Y7, Y7
+	VPMADDWD    Y3, Y8, Y8
+	VPADDD      Y8, Y7, Y7
+	VPMOVSXBW   36(AX)(BX*1), Y8
+	VPMOVSXBW   52(AX)(BX*1), Y9
+	VPMADDWD    Y2, Y8, Y8
+	VPMADDWD    Y3, Y9, Y9
+	VPADDD      Y9, Y8, Y8
+	VPUNPCKHDQ  Y6, Y5, Y2
+	VPUNPCKLDQ  Y6, Y5, Y5
+	VPADDD      Y2, Y5, Y5
+	VPUNPCKHDQ  Y8, Y7, Y2
+	VPUNPCKLDQ  Y8, Y7, Y7
+	VPADDD      Y2, Y7, Y7
+	VPUNPCKHQDQ Y7, Y5, Y2
+	VPUNPCKLQDQ Y7, Y5, Y5
+	VPADDD      Y2, Y5, Y5
+	VPERM2I128  $0x20, Y5, Y4, Y2
+	VPERM2I128  $0x31, Y5, Y4, Y3
+	VPADDD      Y3, Y2, Y2
+	VCVTDQ2PS   Y2, Y2
+	MOVWQZX     (AX), R11
+	MOVWQZX     (AX)(DX*1), R12
+	SHLQ        $0x10, R12
+	ORQ         R12, R11
+	MOVWQZX     (AX)(DX*2), R12
+	SHLQ        $0x20, R12
+	ORQ         R12, R11
+	MOVWQZX     (AX)(BX*1), R12
+	SHLQ        $0x30, R12
+	ORQ         R12, R11
+	VMOVQ       R11, X3
+	MOVWQZX     34(AX), R11
+	MOVWQZX     34(AX)(DX*1), R12
+	SHLQ        $0x10, R12
+	ORQ         R12, R11
+	MOVWQZX     34(AX)(DX*2), R12
+	SHLQ        $0x20, R12
+	ORQ         R12, R11
+	MOVWQZX     34(AX)(BX*1), R12
+	SHLQ        $0x30, R12
+	ORQ         R12, R11
+	VPINSRQ     $0x01, R11, X3, X3
+	VCVTPH2PS   X3, Y3
+	VMULPS      (DI), Y3, Y3
+	VFMADD231PS Y2, Y3, Y0
+	VPMOVSXBW   2(SI), Y2
+	VPMOVSXBW   18(SI), Y3
+	VPMOVSXBW   2(CX), Y4
+	VPMOVSXBW   18(CX), Y5
+	VPMADDWD    Y2, Y4, Y4
+	VPMADDWD    Y3, Y5, Y5
+	VPADDD      Y5, Y4, Y4
+	VPMOVSXBW   2(CX)(DX*1), Y5
+	VPMOVSXBW   18(CX)(DX*1), Y6
+	VPMADDWD    Y2, Y5, Y5
+	VPMADDWD    Y3, Y6, Y6
+	VPADDD      Y6, Y5, Y5
+	VPMOVSXBW   2(CX)(DX*2), Y6
+	VPMOVSXBW   18(CX)(DX*2), Y7
+	VPMADDWD    Y2, Y6, Y6
+	VPMADDWD    Y3, Y7, Y7
+	VPADDD      Y7, Y6, Y6
+	VPMOVSXBW   2(CX)(BX*1), Y7
+	VPMOVSXBW   18(CX)(BX*1), Y8
+	VPMADDWD    Y2, Y7, Y7
+	VPMADDWD    Y3, Y8, Y8
+	VPADDD      Y8, Y7, Y7
+	VPUNPCKHDQ  Y5, Y4, Y2
+	VPUNPCKLDQ  Y5, Y4, Y4
+	VPADDD      Y2, Y4, Y4
+	VPUNPCKHDQ  Y7, Y6, Y2
+	VPUNPCKLDQ  Y7, Y6, Y6
+	VPADDD      Y2, Y6, Y6
+	VPUNPCKHQDQ Y6, Y4, Y2
+	VPUNPCKLQDQ Y6, Y4, Y4
+	VPADDD      Y2, Y4, Y4
+	VPMOVSXBW   36(SI), Y2
+	VPMOVSXBW   52(SI), Y3
+	VPMOVSXBW   36(CX), Y5
+	VPMOVSXBW   52(CX), Y6
+	VPMADDWD    Y2, Y5, Y5
+	VPMADDWD    Y3, Y6, Y6
+	VPADDD      Y6, Y5, Y5
+	VPMOVSXBW   36(CX)(DX*1), Y6
+	VPMOVSXBW   52(CX)(DX*1), Y7
+	VPMADDWD    Y2, Y6, Y6
+	VPMADDWD    Y3, Y7, Y7
+	VPADDD      Y7, Y6, Y6
+	VPMOVSXBW   36(CX)(DX*2), Y7
+	VPMOVSXBW   52(CX)(DX*2), Y8
+	VPMADDWD    Y2, Y7, Y7
+	VPMADDWD    Y3, Y8, Y8
+	VPADDD      Y8, Y7, Y7
+	VPMOVSXBW   36(CX)(BX*1), Y8
+	VPMOVSXBW   52(CX)(BX*1), Y9
+	VPMADDWD    Y2, Y8, Y8
+	VPMADDWD    Y3, Y9, Y9
+	VPADDD      Y9, Y8, Y8
+	VPUNPCKHDQ  Y6, Y5, Y2
+	VPUNPCKLDQ  Y6, Y5, Y5
+	VPADDD      Y2, Y5, Y5
+	VPUNPCKHDQ  Y8, Y7, Y2
+	VPUNPCKLDQ  Y8, Y7, Y7
+	VPADDD      Y2, Y7, Y7
+	VPUNPCKHQDQ Y7, Y5, Y2
+	VPUNPCKLQDQ Y7, Y5, Y5
+	VPADDD      Y2, Y5, Y5
+	VPERM2I128  $0x20, Y5, Y4, Y2
+	VPERM2I128  $0x31, Y5, Y4, Y3
+	VPADDD      Y3, Y2, Y2
+	VCVTDQ2PS   Y2, Y2
+	MOVWQZX     (CX), R11
+	MOVWQZX     (CX)(DX*1), R12
+	SHLQ        $0x10, R12
+	ORQ         R12, R11
+	MOVWQZX     (CX)(DX*2), R12
+	SHLQ        $0x20, R12
+	ORQ         R12, R11
+	MOVWQZX     (CX)(BX*1), R12
+	SHLQ        $0x30, R12
+	ORQ         R12, R11
+	VMOVQ       R11, X3
+	MOVWQZX     34(CX), R11
+	MOVWQZX     34(CX)(DX*1), R12
+	SHLQ        $0x10, R12
+	ORQ         R12, R11
+	MOVWQZX     34(CX)(DX*2), R12
+	SHLQ        $0x20, R12
+	ORQ         R12, R11
+	MOVWQZX     34(CX)(BX*1), R12
+	SHLQ        $0x30, R12
+	ORQ         R12, R11
+	VPINSRQ     $0x01, R11, X3, X3
+	VCVTPH2PS   X3, Y3
+	VMULPS      (DI), Y3, Y3
+	VFMADD231PS Y2, Y3, Y1
+	ADDQ        $0x00000044, AX
+	ADDQ        $0x00000044, CX
+	ADDQ        $0x00000044, SI
+	ADDQ        $0x00000040, DI
+	DECQ        R9
+	JNZ         loop
+
+tail:
+	TESTQ       $0x00000001, R8
+	JZ          done
+	VPMOVSXBW   2(SI), Y2
+	VPMOVSXBW   18(SI), Y3
+	VPMOVSXBW   2(AX), Y4
+	VPMOVSXBW   18(AX), Y5
+	VPMADDWD    Y2, Y4, Y4
+	VPMADDWD    Y3, Y5, Y5
+	VPADDD      Y5, Y4, Y4
+	VPMOVSXBW   2(AX)(DX*1), Y5
+	VPMOVSXBW   18(AX)(DX*1), Y6
+	VPMADDWD    Y2, Y5, Y5
+	VPMADDWD    Y3, Y6, Y6
+	VPADDD      Y6, Y5, Y5
+	VPMOVSXBW   2(AX)(DX*2), Y6
+	VPMOVSXBW   18(AX)(DX*2), Y7
+	VPMADDWD    Y2, Y6, Y6
+	VPMADDWD    Y3, Y7, Y7
+	VPADDD      Y7, Y6, Y6
+	VPMOVSXBW   2(AX)(BX*1), Y7
+	VPMOVSXBW   18(AX)(BX*1), Y8
+	VPMADDWD    Y2, Y7, Y7
+	VPMADDWD    Y3, Y8, Y8
+	VPADDD      Y8, Y7, Y7
+	VPUNPCKHDQ  Y5, Y4, Y2
+	VPUNPCKLDQ  Y5, Y4, Y4
+	VPADDD      Y2, Y4, Y4
+	VPUNPCKHDQ  Y7, Y6, Y2
+	VPUNPCKLDQ  Y7, Y6, Y6
+	VPADDD      Y2, Y6, Y6
+	VPUNPCKHQDQ Y6, Y4, Y2
+	VPUNPCKLQDQ Y6, Y4, Y4
+	VPADDD      Y2, Y4, Y4
+	VPMOVSXBW   2(SI), Y2
+	VPMOVSXBW   18(SI), Y3
+	VPMOVSXBW   2(AX), Y5
+	VPMOVSXBW   18(AX), Y6
+	VPMADDWD    Y2, Y5, Y5
+	VPMADDWD    Y3, Y6, Y6
+	VPADDD      Y6, Y5, Y5
+	VPMOVSXBW   2(AX)(DX*1), Y6
+	VPMOVSXBW   18(AX)(DX*1), Y7
+	VPMADDWD    Y2, Y6, Y6
+	VPMADDWD    Y3, Y7, Y7
+	VPADDD      Y7, Y6, Y6
+	VPMOVSXBW   2(AX)(DX*2), Y7
+	VPMOVSXBW   18(AX)(DX*2), Y8
+	VPMADDWD    Y2, Y7, Y7
+	VPMADDWD    Y3, Y8, Y8
+	VPADDD      Y8, Y7, Y7
+	VPMOVSXBW   2(AX)(BX*1), Y8
+	VPMOVSXBW   18(AX)(BX*1), Y9
+	VPMADDWD    Y2, Y8, Y8
+	VPMADDWD    Y3, Y9, Y9
+	VPADDD      Y9, Y8, Y8
+	VPUNPCKHDQ  Y6, Y5, Y2
+	VPUNPCKLDQ  Y6, Y5, Y5
+	VPADDD      Y2, Y5, Y5
+	VPUNPCKHDQ  Y8, Y7, Y2
+	VPUNPCKLDQ  Y8, Y7, Y7
+	VPADDD      Y2, Y7, Y7
+	VPUNPCKHQDQ Y7, Y5, Y2
+	VPUNPCKLQDQ Y7, Y5, Y5
+	VPADDD      Y2, Y5, Y5
+	VPERM2I128  $0x20, Y5, Y4, Y2
+	VPERM2I128  $0x31, Y5, Y4, Y3
+	VPADDD      Y3, Y2, Y2
+	VCVTDQ2PS   Y2, Y2
+	MOVWQZX     (AX), R8
+	MOVWQZX     (AX)(DX*1), R9
+	SHLQ        $0x10, R9
+	ORQ         R9, R8
+	MOVWQZX     (AX)(DX*2), R9
+	SHLQ        $0x20, R9
+	ORQ         R9, R8
+	MOVWQZX     (AX)(BX*1), R9
+	SHLQ        $0x30, R9
+	ORQ         R9, R8
+	VMOVQ       R8, X3
+	MOVWQZX     (AX), R8
+	MOVWQZX     (AX)(DX*1), R9
+	SHLQ        $0x10, R9
+	ORQ         R9, R8
+	MOVWQZX     (AX)(DX*2), R9
+	SHLQ        $0x20, R9
+	ORQ         R9, R8
+	MOVWQZX     (AX)(BX*1), AX
+	SHLQ        $0x30, AX
+	ORQ         AX, R8
+	VPINSRQ     $0x01, R8, X3, X3
+	VCVTPH2PS   X3, Y3
+	VMULPS      (DI), Y3, Y3
+	VFMADD231PS Y2, Y3, Y0
+	VPMOVSXBW   2(SI), Y2
+	VPMOVSXBW   18(SI), Y3
+	VPMOVSXBW   2(CX), Y4
+	VPMOVSXBW   18(CX), Y5
+	VPMADDWD    Y2, Y4, Y4
+	VPMADDWD    Y3, Y5, Y5
+	VPADDD      Y5, Y4, Y4
+	VPMOVSXBW   2(CX)(DX*1), Y5
+	VPMOVSXBW   18(CX)(DX*1), Y6
+	VPMADDWD    Y2, Y5, Y5
+	VPMADDWD    Y3, Y6, Y6
+	VPADDD      Y6, Y5, Y5
+	VPMOVSXBW   2(CX)(DX*2), Y6
+	VPMOVSXBW   18(CX)(DX*2), Y7
+	VPMADDWD    Y2, Y6, Y6
+	VPMADDWD    Y3, Y7, Y7
+	VPADDD      Y7, Y6, Y6
+	VPMOVSXBW   2(CX)(BX*1), Y7
+	VPMOVSXBW   18(CX)(BX*1), Y8
+	VPMADDWD    Y2, Y7, Y7
+	VPMADDWD    Y3, Y8, Y8
+	VPADDD      Y8, Y7, Y7
+	VPUNPCKHDQ  Y5, Y4, Y2
+	VPUNPCKLDQ  Y5, Y4, Y4
+	VPADDD      Y2, Y4, Y4
+	VPUNPCKHDQ  Y7, Y6, Y2
+	VPUNPCKLDQ  Y7, Y6, Y6
+	VPADDD      Y2, Y6, Y6
+	VPUNPCKHQDQ Y6, Y4, Y2
+	VPUNPCKLQDQ Y6, Y4, Y4
+	VPADDD      Y2, Y4, Y4
+	VPMOVSXBW   2(SI), Y2
+	VPMOVSXBW   18(SI), Y3
+	VPMOVSXBW   2(CX), Y5
+	VPMOVSXBW   18(CX), Y6
+	VPMADDWD    Y2, Y5, Y5
+	VPMADDWD    Y3, Y6, Y6
+	VPADDD      Y6, Y5, Y5
+	VPMOVSXBW   2(CX)(DX*1), Y6
+	VPMOVSXBW   18(CX)(DX*1), Y7
+	VPMADDWD    Y2, Y6, Y6
+	VPMADDWD    Y3, Y7, Y7
+	VPADDD      Y7, Y6, Y6
+	VPMOVSXBW   2(CX)(DX*2), Y7
+	VPMOVSXBW   18(CX)(DX*2), Y8
+	VPMADDWD    Y2, Y7, Y7
+	VPMADDWD    Y3, Y8, Y8
+	VPADDD      Y8, Y7, Y7
+	VPMOVSXBW   2(CX)(BX*1), Y8
+	VPMOVSXBW   18(CX)(BX*1), Y9
+	VPMADDWD    Y2, Y8, Y8
+	VPMADDWD    Y3, Y9, Y9
+	VPADDD      Y9, Y8, Y8
+	VPUNPCKHDQ  Y6, Y5, Y2
+	VPUNPCKLDQ  Y6, Y5, Y5
+	VPADDD      Y2, Y5, Y5
+	VPUNPCKHDQ  Y8, Y7, Y2
+	VPUNPCKLDQ  Y8, Y7, Y7
+	VPADDD      Y2, Y7, Y7
+	VPUNPCKHQDQ Y7, Y5, Y2
+	VPUNPCKLQDQ Y7, Y5, Y5
+	VPADDD      Y2, Y5, Y5
+	VPERM2I128  $0x20, Y5, Y4, Y2
+	VPERM2I128  $0x31, Y5, Y4, Y3
+	VPADDD      Y3, Y2, Y2
+	VCVTDQ2PS   Y2, Y2
+	MOVWQZX     (CX), AX
+	MOVWQZX     (CX)(DX*1), SI
+	SHLQ        $0x10, SI
+	ORQ         SI, AX
+	MOVWQZX     (CX)(DX*2), SI
+	SHLQ        $0x20, SI
+	ORQ         SI, AX
+	MOVWQZX     (CX)(BX*1), SI
+	SHLQ        $0x30, SI
+	ORQ         SI, AX
+	VMOVQ       AX, X3
+	MOVWQZX     (CX), AX
+	MOVWQZX     (CX)(DX*1), SI
+	SHLQ        $0x10, SI
+	ORQ         SI, AX
+	MOVWQZX     (CX)(DX*2), DX
+	SHLQ        $0x20, DX
+	ORQ         DX, AX
+	MOVWQZX     (CX)(BX*1), CX
+	SHLQ        $0x30, CX
+	ORQ         CX, AX
+	VPINSRQ     $0x01, AX, X3, X3
+	VCVTPH2PS   X3, Y3
+	VMULPS      (DI), Y3, Y3
+	VFMADD231PS Y2, Y3, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X2
+	VMOVUPS      X2, (AX)
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VMOVUPS      X0, 16(AX)
+	VZEROUPPER
+	RET
+
+// func dotF16R4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, F16C, FMA3, MMX+
+TEXT ·dotF16R4C1T0(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT0  (CX)
+	PREFETCHT0  64(CX)
+	ADDQ        $0x00000080, CX
+	VCVTPH2PS   (DI), Y8
+	VCVTPH2PS   16(DI), Y9
+	VCVTPH2PS   (AX), Y10
+	VFMADD231PS Y8, Y10, Y0
+	VCVTPH2PS   16(AX), Y10
+	VFMADD231PS Y9, Y10, Y1
+	VCVTPH2PS   (DX), Y10
+	VFMADD231PS Y8, Y10, Y2
+	VCVTPH2PS   16(DX), Y10
+	VFMADD231PS Y9, Y10, Y3
+	VCVTPH2PS   (BX), Y10
+	VFMADD231PS Y8, Y10, Y4
+	VCVTPH2PS   16(BX), Y10
+	VFMADD231PS Y9, Y10, Y5
+	VCVTPH2PS   (SI), Y10
+	VFMADD231PS Y8, Y10, Y6
+	VCVTPH2PS   16(SI), Y8
+	VFMADD231PS Y9, Y8, Y7
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R8
+	JNZ         loop
+
+done:
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y7, Y6, Y6
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X2, X0, X0
+	VEXTRACTF128 $0x01, Y4, X2
+	VADDPS       X4, X2, X2
+	VEXTRACTF128 $0x01, Y6, X3
+	VADDPS       X6, X3, X3
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X1, X1
+	VHADDPS      X3, X2, X2
+	VHADDPS      X2, X1, X1
+	VMOVUPS      X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotBF16R4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, FMA3, MMX+
+TEXT ·dotBF16R4C1T0(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT0  (CX)
+	PREFETCHT0  64(CX)
+	ADDQ        $0x00000080, CX
+	VPMOVZXWD   (DI), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VPMOVZXWD   16(DI), Y9
+	VPSLLD      $0x10, Y9, Y9
+	VPMOVZXWD   (AX), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VFMADD231PS Y8, Y10, Y0
+	VPMOVZXWD   16(AX), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VFMADD231PS Y9, Y10, Y1
+	VPMOVZXWD   (DX), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VFMADD231PS Y8, Y10, Y2
+	VPMOVZXWD   16(DX), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VFMADD231PS Y9, Y10, Y3
+	VPMOVZXWD   (BX), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VFMADD231PS Y8, Y10, Y4
+	VPMOVZXWD   16(BX), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VFMADD231PS Y9, Y10, Y5
+	VPMOVZXWD   (SI), Y10
+	VPSLLD      $0x10, Y10, Y10
+	VFMADD231PS Y8, Y10, Y6
+	VPMOVZXWD   16(SI), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VFMADD231PS Y9, Y8, Y7
+	ADDQ        $0x00000020, AX
+	ADDQ        $0x00000020, DX
+	ADDQ        $0x00000020, BX
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000020, DI
+	DECQ        R8
+	JNZ         loop
+
+done:
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y7, Y6, Y6
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X2, X0, X0
+	VEXTRACTF128 $0x01, Y4, X2
+	VADDPS       X4, X2, X2
+	VEXTRACTF128 $0x01, Y6, X3
+	VADDPS       X6, X3, X3
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X1, X1
+	VHADDPS      X3, X2, X2
+	VHADDPS      X2, X1, X1
+	VMOVUPS      X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotF32R4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, FMA3, MMX+
+TEXT ·dotF32R4C1T0(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT0  (CX)
+	PREFETCHT0  64(CX)
+	PREFETCHT0  128(CX)
+	PREFETCHT0  192(CX)
+	ADDQ        $0x00000100, CX
+	VMOVUPS     (DI), Y8
+	VMOVUPS     32(DI), Y9
+	VMOVUPS     (AX), Y10
+	VFMADD231PS Y8, Y10, Y0
+	VMOVUPS     32(AX), Y10
+	VFMADD231PS Y9, Y10, Y1
+	VMOVUPS     (DX), Y10
+	VFMADD231PS Y8, Y10, Y2
+	VMOVUPS     32(DX), Y10
+	VFMADD231PS Y9, Y10, Y3
+	VMOVUPS     (BX), Y10
+	VFMADD231PS Y8, Y10, Y4
+	VMOVUPS     32(BX), Y10
+	VFMADD231PS Y9, Y10, Y5
+	VMOVUPS     (SI), Y10
+	VFMADD231PS Y8, Y10, Y6
+	VMOVUPS     32(SI), Y8
+	VFMADD231PS Y9, Y8, Y7
+	ADDQ        $0x00000040, AX
+	ADDQ        $0x00000040, DX
+	ADDQ        $0x00000040, BX
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000040, DI
+	DECQ        R8
+	JNZ         loop
+
+done:
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y7, Y6, Y6
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X2, X0, X0
+	VEXTRACTF128 $0x01, Y4, X2
+	VADDPS       X4, X2, X2
+	VEXTRACTF128 $0x01, Y6, X3
+	VADDPS       X6, X3, X3
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X1, X1
+	VHADDPS      X3, X2, X2
+	VHADDPS      X2, X1, X1
+	VMOVUPS      X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_KR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotQ4_KR4C1T0(SB), NOSPLIT, $32-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT0   (CX)
+	PREFETCHT0   64(CX)
+	PREFETCHT0   128(CX)
+	PREFETCHT0   192(CX)
+	PREFETCHT0   256(CX)
+	PREFETCHT0   320(CX)
+	PREFETCHT0   384(CX)
+	PREFETCHT0   448(CX)
+	PREFETCHT0   512(CX)
+	ADDQ         $0x00000240, CX
+	MOVL         4(AX), R9
+	MOVL         8(AX), R10
+	MOVL         12(AX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
+	ANDL         $0x3f3f3f3f, R9
+	VMOVD        R9, X4
+	VPINSRD      $0x01, R11, X4, X4
+	VPINSRD      $0x02, R10, X4, X4
+	VPINSRD      $0x03, R12, X4, X4
+	VPMOVZXBW    X4, Y4
+	VMOVDQU      Y4, (SP)
+	VMOVDQU      16(AX), Y4
+	VPSRLW       $0x04, Y4, Y6
+	VPAND        c0F<>+0(SB), Y4, Y4
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPBROADCASTW (SP), Y7
+	VPBROADCASTW 2(SP), Y8
+	VPMADDUBSW   4(DI), Y4, Y4
+	VPMADDUBSW   36(DI), Y6, Y6
+	VPMADDWD     Y7, Y4, Y4
+	VPMADDWD     Y8, Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VMOVDQU      48(AX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW 4(SP), Y8
+	VPBROADCASTW 6(SP), Y9
+	VPMADDUBSW   68(DI), Y6, Y6
+	VPMADDUBSW   100(DI), Y7, Y7
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y6, Y4, Y4
+	VPADDD       Y7, Y4, Y4
+	VMOVDQU      80(AX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW 8(SP), Y8
+	VPBROADCASTW 10(SP), Y9
+	VPMADDUBSW   132(DI), Y6, Y6
+	VPMADDUBSW   164(DI), Y7, Y7
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y6, Y4, Y4
+	VPADDD       Y7, Y4, Y4
+	VMOVDQU      112(AX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW 12(SP), Y8
+	VPBROADCASTW 14(SP), Y9
+	VPMADDUBSW   196(DI), Y6, Y6
+	VPMADDUBSW   228(DI), Y7, Y7
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y6, Y4, Y4
+	VPADDD       Y7, Y4, Y4
+	VMOVDQU      260(DI), X5
+	VPHADDW      276(DI), X5, X5
+	VPMADDWD     16(SP), X5, X5
+	VCVTDQ2PS    X5, X5
+	VPBROADCASTD (AX), X6
+	VCVTPH2PS    X6, Y6
+	VBROADCASTSS (DI), Y7
+	VMULPS       Y7, Y6, Y6
+	VPERMILPS    $0x00, Y6, Y7
+	VPERMILPS    $0x55, Y6, Y6
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y7, Y0
+	VFNMADD231PS Y5, Y6, Y0
+	MOVL         4(DX), R9
+	MOVL         8(DX), R10
+	MOVL         12(DX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
+	ANDL         $0x3f3f3f3f, R9
+	VMOVD        R9, X4
+	VPINSRD      $0x01, R11, X4, X4
+	VPINSRD      $0x02, R10, X4, X4
+	VPINSRD      $0x03, R12, X4, X4
+	VPMOVZXBW    X4, Y4
+	VMOVDQU      Y4, (SP)
+	VMOVDQU      16(DX), Y4
+	VPSRLW       $0x04, Y4, Y6
+	VPAND        c0F<>+0(SB), Y4, Y4
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPBROADCASTW (SP), Y7
+	VPBROADCASTW 2(SP), Y8
+	VPMADDUBSW   4(DI), Y4, Y4
+	VPMADDUBSW   36(DI), Y6, Y6
+	VPMADDWD     Y7, Y4, Y4
+	VPMADDWD     Y8, Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VMOVDQU      48(DX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW 4(SP), Y8
+	VPBROADCASTW 6(SP), Y9
+	VPMADDUBSW   68(DI), Y6, Y6
+	VPMADDUBSW   100(DI), Y7, Y7
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y6, Y4, Y4
+	VPADDD       Y7, Y4, Y4
+	VMOVDQU      80(DX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW 8(SP), Y8
+	VPBROADCASTW 10(SP), Y9
+	VPMADDUBSW   132(DI), Y6, Y6
+	VPMADDUBSW   164(DI), Y7, Y7
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y6, Y4, Y4
+	VPADDD       Y7, Y4, Y4
+	VMOVDQU      112(DX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW 12(SP), Y8
+	VPBROADCASTW 14(SP), Y9
+	VPMADDUBSW   196(DI), Y6, Y6
+	VPMADDUBSW   228(DI), Y7, Y7
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y6, Y4, Y4
+	VPADDD       Y7, Y4, Y4
+	VMOVDQU      260(DI), X5
+	VPHADDW      276(DI), X5, X5
+	VPMADDWD     16(SP), X5, X5
+	VCVTDQ2PS    X5, X5
+	VPBROADCASTD (DX), X6
+	VCVTPH2PS    X6, Y6
+	VBROADCASTSS (DI), Y7
+	VMULPS       Y7, Y6, Y6
+	VPERMILPS    $0x00, Y6, Y7
+	VPERMILPS    $0x55, Y6, Y6
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y7, Y1
+	VFNMADD231PS Y5, Y6, Y1
+	MOVL         4(BX), R9
+	MOVL         8(BX), R10
+	MOVL         12(BX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
+	ANDL         $0x3f3f3f3f, R9
+	VMOVD        R9, X4
+	VPINSRD      $0x01, R11, X4, X4
+	VPINSRD      $0x02, R10, X4, X4
+	VPINSRD      $0x03, R12, X4, X4
+	VPMOVZXBW    X4, Y4
+	VMOVDQU      Y4, (SP)
+	VMOVDQU      16(BX), Y4
+	VPSRLW       $0x04, Y4, Y6
+	VPAND        c0F<>+0(SB), Y4, Y4
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPBROADCASTW (SP), Y7
+	VPBROADCASTW 2(SP), Y8
+	VPMADDUBSW   4(DI), Y4, Y4
+	VPMADDUBSW   36(DI), Y6, Y6
+	VPMADDWD     Y7, Y4, Y4
+	VPMADDWD     Y8, Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VMOVDQU      48(BX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW 4(SP), Y8
+	VPBROADCASTW 6(SP), Y9
+	VPMADDUBSW   68(DI), Y6, Y6
+	VPMADDUBSW   100(DI), Y7, Y7
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y6, Y4, Y4
+	VPADDD       Y7, Y4, Y4
+	VMOVDQU      80(BX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW 8(SP), Y8
+	VPBROADCASTW 10(SP), Y9
+	VPMADDUBSW   132(DI), Y6, Y6
+	VPMADDUBSW   164(DI), Y7, Y7
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y6, Y4, Y4
+	VPADDD       Y7, Y4, Y4
+	VMOVDQU      112(BX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW 12(SP), Y8
+	VPBROADCASTW 14(SP), Y9
+	VPMADDUBSW   196(DI), Y6, Y6
+	VPMADDUBSW   228(DI), Y7, Y7
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y6, Y4, Y4
+	VPADDD       Y7, Y4, Y4
+	VMOVDQU      260(DI), X5
+	VPHADDW      276(DI), X5, X5
+	VPMADDWD     16(SP), X5, X5
+	VCVTDQ2PS    X5, X5
+	VPBROADCASTD (BX), X6
+	VCVTPH2PS    X6, Y6
+	VBROADCASTSS (DI), Y7
+	VMULPS       Y7, Y6, Y6
+	VPERMILPS    $0x00, Y6, Y7
+	VPERMILPS    $0x55, Y6, Y6
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y7, Y2
+	VFNMADD231PS Y5, Y6, Y2
+	MOVL         4(SI), R9
+	MOVL         8(SI), R10
+	MOVL         12(SI), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
+	ANDL         $0x3f3f3f3f, R9
+	VMOVD        R9, X4
+	VPINSRD      $0x01, R11, X4, X4
+	VPINSRD      $0x02, R10, X4, X4
+	VPINSRD      $0x03, R12, X4, X4
+	VPMOVZXBW    X4, Y4
+	VMOVDQU      Y4, (SP)
+	VMOVDQU      16(SI), Y4
+	VPSRLW       $0x04, Y4, Y6
+	VPAND        c0F<>+0(SB), Y4, Y4
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPBROADCASTW (SP), Y7
+	VPBROADCASTW 2(SP), Y8
+	VPMADDUBSW   4(DI), Y4, Y4
+	VPMADDUBSW   36(DI), Y6, Y6
+	VPMADDWD     Y7, Y4, Y4
+	VPMADDWD     Y8, Y6, Y6
+	VPADDD       Y6, Y4, Y4
+	VMOVDQU      48(SI), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW 4(SP), Y8
+	VPBROADCASTW 6(SP), Y9
+	VPMADDUBSW   68(DI), Y6, Y6
+	VPMADDUBSW   100(DI), Y7, Y7
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y6, Y4, Y4
+	VPADDD       Y7, Y4, Y4
+	VMOVDQU      80(SI), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW 8(SP), Y8
+	VPBROADCASTW 10(SP), Y9
+	VPMADDUBSW   132(DI), Y6, Y6
+	VPMADDUBSW   164(DI), Y7, Y7
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y6, Y4, Y4
+	VPADDD       Y7, Y4, Y4
+	VMOVDQU      112(SI), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPBROADCASTW 12(SP), Y8
+	VPBROADCASTW 14(SP), Y9
+	VPMADDUBSW   196(DI), Y6, Y6
+	VPMADDUBSW   228(DI), Y7, Y7
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y6, Y4, Y4
+	VPADDD       Y7, Y4, Y4
+	VMOVDQU      260(DI), X5
+	VPHADDW      276(DI), X5, X5
+	VPMADDWD     16(SP), X5, X5
+	VCVTDQ2PS    X5, X5
+	VPBROADCASTD (SI), X6
+	VCVTPH2PS    X6, Y6
+	VBROADCASTSS (DI), Y7
+	VMULPS       Y7, Y6, Y6
+	VPERMILPS    $0x00, Y6, Y7
+	VPERMILPS    $0x55, Y6, Y6
+	VCVTDQ2PS    Y4, Y4
+	VFMADD231PS  Y4, Y7, Y3
+	VFNMADD231PS Y5, Y6, Y3
+	ADDQ         $0x00000090, AX
+	ADDQ         $0x00000090, DX
+	ADDQ         $0x00000090, BX
+	ADDQ         $0x00000090, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_KR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotQ5_KR4C1T0(SB), NOSPLIT, $32-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT0   (CX)
+	PREFETCHT0   64(CX)
+	PREFETCHT0   128(CX)
+	PREFETCHT0   192(CX)
+	PREFETCHT0   256(CX)
+	PREFETCHT0   320(CX)
+	PREFETCHT0   384(CX)
+	PREFETCHT0   448(CX)
+	PREFETCHT0   512(CX)
+	PREFETCHT0   576(CX)
+	PREFETCHT0   640(CX)
+	ADDQ         $0x000002c0, CX
+	MOVL         4(AX), R9
+	MOVL         8(AX), R10
+	MOVL         12(AX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
+	ANDL         $0x3f3f3f3f, R9
+	VMOVD        R9, X4
+	VPINSRD      $0x01, R11, X4, X4
+	VPINSRD      $0x02, R10, X4, X4
+	VPINSRD      $0x03, R12, X4, X4
+	VPMOVZXBW    X4, Y4
+	VMOVDQU      Y4, (SP)
+	VMOVDQU      16(AX), Y4
+	VMOVDQU      48(AX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPAND        q5kBit0<>+0(SB), Y4, Y8
+	VPSLLW       $0x04, Y8, Y8
+	VPOR         Y8, Y6, Y6
+	VPAND        q5kBit1<>+0(SB), Y4, Y8
+	VPSLLW       $0x03, Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPBROADCASTW (SP), Y8
+	VPBROADCASTW 2(SP), Y9
+	VPMADDUBSW   4(DI), Y6, Y6
+	VPMADDUBSW   36(DI), Y7, Y7
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VMOVDQU      80(AX), Y7
+	VPSRLW       $0x04, Y7, Y8
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPAND        c0F<>+0(SB), Y8, Y8
+	VPAND        q5kBit2<>+0(SB), Y4, Y9
+	VPSLLW       $0x02, Y9, Y9
+	VPOR         Y9, Y7, Y7
+	VPAND        q5kBit3<>+0(SB), Y4, Y9
+	VPSLLW       $0x01, Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPBROADCASTW 4(SP), Y9
+	VPBROADCASTW 6(SP), Y10
+	VPMADDUBSW   68(DI), Y7, Y7
+	VPMADDUBSW   100(DI), Y8, Y8
+	VPMADDWD     Y9, Y7, Y7
+	VPMADDWD     Y10, Y8, Y8
+	VPADDD       Y7, Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VMOVDQU      112(AX), Y7
+	VPSRLW       $0x04, Y7, Y8
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPAND        c0F<>+0(SB), Y8, Y8
+	VPAND        q5kBit4<>+0(SB), Y4, Y9
+	VPOR         Y9, Y7, Y7
+	VPAND        q5kBit5<>+0(SB), Y4, Y9
+	VPSRLW       $0x01, Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPBROADCASTW 8(SP), Y9
+	VPBROADCASTW 10(SP), Y10
+	VPMADDUBSW   132(DI), Y7, Y7
+	VPMADDUBSW   164(DI), Y8, Y8
+	VPMADDWD     Y9, Y7, Y7
+	VPMADDWD     Y10, Y8, Y8
+	VPADDD       Y7, Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VMOVDQU      144(AX), Y7
+	VPSRLW       $0x04, Y7, Y8
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPAND        c0F<>+0(SB), Y8, Y8
+	VPAND        q5kBit6<>+0(SB), Y4, Y9
+	VPSRLW       $0x02, Y9, Y9
+	VPOR         Y9, Y7, Y7
+	VPAND        q5kBit7<>+0(SB), Y4, Y4
+	VPSRLW       $0x03, Y4, Y4
+	VPOR         Y4, Y8, Y8
+	VPBROADCASTW 12(SP), Y4
+	VPBROADCASTW 14(SP), Y9
+	VPMADDUBSW   196(DI), Y7, Y7
+	VPMADDUBSW   228(DI), Y8, Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y7, Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VMOVDQU      260(DI), X4
+	VPHADDW      276(DI), X4, X4
+	VPMADDWD     16(SP), X4, X5
+	VCVTDQ2PS    X5, X5
+	VPBROADCASTD (AX), X4
+	VCVTPH2PS    X4, Y4
+	VBROADCASTSS (DI), Y7
+	VMULPS       Y7, Y4, Y4
+	VPERMILPS    $0x00, Y4, Y7
+	VPERMILPS    $0x55, Y4, Y4
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y7, Y0
+	VFNMADD231PS Y5, Y4, Y0
+	MOVL         4(DX), R9
+	MOVL         8(DX), R10
+	MOVL         12(DX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
+	ANDL         $0x3f3f3f3f, R9
+	VMOVD        R9, X4
+	VPINSRD      $0x01, R11, X4, X4
+	VPINSRD      $0x02, R10, X4, X4
+	VPINSRD      $0x03, R12, X4, X4
+	VPMOVZXBW    X4, Y4
+	VMOVDQU      Y4, (SP)
+	VMOVDQU      16(DX), Y4
+	VMOVDQU      48(DX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPAND        q5kBit0<>+0(SB), Y4, Y8
+	VPSLLW       $0x04, Y8, Y8
+	VPOR         Y8, Y6, Y6
+	VPAND        q5kBit1<>+0(SB), Y4, Y8
+	VPSLLW       $0x03, Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPBROADCASTW (SP), Y8
+	VPBROADCASTW 2(SP), Y9
+	VPMADDUBSW   4(DI), Y6, Y6
+	VPMADDUBSW   36(DI), Y7, Y7
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VMOVDQU      80(DX), Y7
+	VPSRLW       $0x04, Y7, Y8
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPAND        c0F<>+0(SB), Y8, Y8
+	VPAND        q5kBit2<>+0(SB), Y4, Y9
+	VPSLLW       $0x02, Y9, Y9
+	VPOR         Y9, Y7, Y7
+	VPAND        q5kBit3<>+0(SB), Y4, Y9
+	VPSLLW       $0x01, Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPBROADCASTW 4(SP), Y9
+	VPBROADCASTW 6(SP), Y10
+	VPMADDUBSW   68(DI), Y7, Y7
+	VPMADDUBSW   100(DI), Y8, Y8
+	VPMADDWD     Y9, Y7, Y7
+	VPMADDWD     Y10, Y8, Y8
+	VPADDD       Y7, Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VMOVDQU      112(DX), Y7
+	VPSRLW       $0x04, Y7, Y8
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPAND        c0F<>+0(SB), Y8, Y8
+	VPAND        q5kBit4<>+0(SB), Y4, Y9
+	VPOR         Y9, Y7, Y7
+	VPAND        q5kBit5<>+0(SB), Y4, Y9
+	VPSRLW       $0x01, Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPBROADCASTW 8(SP), Y9
+	VPBROADCASTW 10(SP), Y10
+	VPMADDUBSW   132(DI), Y7, Y7
+	VPMADDUBSW   164(DI), Y8, Y8
+	VPMADDWD     Y9, Y7, Y7
+	VPMADDWD     Y10, Y8, Y8
+	VPADDD       Y7, Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VMOVDQU      144(DX), Y7
+	VPSRLW       $0x04, Y7, Y8
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPAND        c0F<>+0(SB), Y8, Y8
+	VPAND        q5kBit6<>+0(SB), Y4, Y9
+	VPSRLW       $0x02, Y9, Y9
+	VPOR         Y9, Y7, Y7
+	VPAND        q5kBit7<>+0(SB), Y4, Y4
+	VPSRLW       $0x03, Y4, Y4
+	VPOR         Y4, Y8, Y8
+	VPBROADCASTW 12(SP), Y4
+	VPBROADCASTW 14(SP), Y9
+	VPMADDUBSW   196(DI), Y7, Y7
+	VPMADDUBSW   228(DI), Y8, Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y7, Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VMOVDQU      260(DI), X4
+	VPHADDW      276(DI), X4, X4
+	VPMADDWD     16(SP), X4, X5
+	VCVTDQ2PS    X5, X5
+	VPBROADCASTD (DX), X4
+	VCVTPH2PS    X4, Y4
+	VBROADCASTSS (DI), Y7
+	VMULPS       Y7, Y4, Y4
+	VPERMILPS    $0x00, Y4, Y7
+	VPERMILPS    $0x55, Y4, Y4
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y7, Y1
+	VFNMADD231PS Y5, Y4, Y1
+	MOVL         4(BX), R9
+	MOVL         8(BX), R10
+	MOVL         12(BX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
+	ANDL         $0x3f3f3f3f, R9
+	VMOVD        R9, X4
+	VPINSRD      $0x01, R11, X4, X4
+	VPINSRD      $0x02, R10, X4, X4
+	VPINSRD      $0x03, R12, X4, X4
+	VPMOVZXBW    X4, Y4
+	VMOVDQU      Y4, (SP)
+	VMOVDQU      16(BX), Y4
+	VMOVDQU      48(BX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPAND        q5kBit0<>+0(SB), Y4, Y8
+	VPSLLW       $0x04, Y8, Y8
+	VPOR         Y8, Y6, Y6
+	VPAND        q5kBit1<>+0(SB), Y4, Y8
+	VPSLLW       $0x03, Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPBROADCASTW (SP), Y8
+	VPBROADCASTW 2(SP), Y9
+	VPMADDUBSW   4(DI), Y6, Y6
+	VPMADDUBSW   36(DI), Y7, Y7
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VMOVDQU      80(BX), Y7
+	VPSRLW       $0x04, Y7, Y8
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPAND        c0F<>+0(SB), Y8, Y8
+	VPAND        q5kBit2<>+0(SB), Y4, Y9
+	VPSLLW       $0x02, Y9, Y9
+	VPOR         Y9, Y7, Y7
+	VPAND        q5kBit3<>+0(SB), Y4, Y9
+	VPSLLW       $0x01, Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPBROADCASTW 4(SP), Y9
+	VPBROADCASTW 6(SP), Y10
+	VPMADDUBSW   68(DI), Y7, Y7
+	VPMADDUBSW   100(DI), Y8, Y8
+	VPMADDWD     Y9, Y7, Y7
+	VPMADDWD     Y10, Y8, Y8
+	VPADDD       Y7, Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VMOVDQU      112(BX), Y7
+	VPSRLW       $0x04, Y7, Y8
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPAND        c0F<>+0(SB), Y8, Y8
+	VPAND        q5kBit4<>+0(SB), Y4, Y9
+	VPOR         Y9, Y7, Y7
+	VPAND        q5kBit5<>+0(SB), Y4, Y9
+	VPSRLW       $0x01, Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPBROADCASTW 8(SP), Y9
+	VPBROADCASTW 10(SP), Y10
+	VPMADDUBSW   132(DI), Y7, Y7
+	VPMADDUBSW   164(DI), Y8, Y8
+	VPMADDWD     Y9, Y7, Y7
+	VPMADDWD     Y10, Y8, Y8
+	VPADDD       Y7, Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VMOVDQU      144(BX), Y7
+	VPSRLW       $0x04, Y7, Y8
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPAND        c0F<>+0(SB), Y8, Y8
+	VPAND        q5kBit6<>+0(SB), Y4, Y9
+	VPSRLW       $0x02, Y9, Y9
+	VPOR         Y9, Y7, Y7
+	VPAND        q5kBit7<>+0(SB), Y4, Y4
+	VPSRLW       $0x03, Y4, Y4
+	VPOR         Y4, Y8, Y8
+	VPBROADCASTW 12(SP), Y4
+	VPBROADCASTW 14(SP), Y9
+	VPMADDUBSW   196(DI), Y7, Y7
+	VPMADDUBSW   228(DI), Y8, Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y7, Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VMOVDQU      260(DI), X4
+	VPHADDW      276(DI), X4, X4
+	VPMADDWD     16(SP), X4, X5
+	VCVTDQ2PS    X5, X5
+	VPBROADCASTD (BX), X4
+	VCVTPH2PS    X4, Y4
+	VBROADCASTSS (DI), Y7
+	VMULPS       Y7, Y4, Y4
+	VPERMILPS    $0x00, Y4, Y7
+	VPERMILPS    $0x55, Y4, Y4
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y7, Y2
+	VFNMADD231PS Y5, Y4, Y2
+	MOVL         4(SI), R9
+	MOVL         8(SI), R10
+	MOVL         12(SI), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
+	ANDL         $0x3f3f3f3f, R9
+	VMOVD        R9, X4
+	VPINSRD      $0x01, R11, X4, X4
+	VPINSRD      $0x02, R10, X4, X4
+	VPINSRD      $0x03, R12, X4, X4
+	VPMOVZXBW    X4, Y4
+	VMOVDQU      Y4, (SP)
+	VMOVDQU      16(SI), Y4
+	VMOVDQU      48(SI), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPAND        q5kBit0<>+0(SB), Y4, Y8
+	VPSLLW       $0x04, Y8, Y8
+	VPOR         Y8, Y6, Y6
+	VPAND        q5kBit1<>+0(SB), Y4, Y8
+	VPSLLW       $0x03, Y8, Y8
+	VPOR         Y8, Y7, Y7
+	VPBROADCASTW (SP), Y8
+	VPBROADCASTW 2(SP), Y9
+	VPMADDUBSW   4(DI), Y6, Y6
+	VPMADDUBSW   36(DI), Y7, Y7
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VMOVDQU      80(SI), Y7
+	VPSRLW       $0x04, Y7, Y8
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPAND        c0F<>+0(SB), Y8, Y8
+	VPAND        q5kBit2<>+0(SB), Y4, Y9
+	VPSLLW       $0x02, Y9, Y9
+	VPOR         Y9, Y7, Y7
+	VPAND        q5kBit3<>+0(SB), Y4, Y9
+	VPSLLW       $0x01, Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPBROADCASTW 4(SP), Y9
+	VPBROADCASTW 6(SP), Y10
+	VPMADDUBSW   68(DI), Y7, Y7
+	VPMADDUBSW   100(DI), Y8, Y8
+	VPMADDWD     Y9, Y7, Y7
+	VPMADDWD     Y10, Y8, Y8
+	VPADDD       Y7, Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VMOVDQU      112(SI), Y7
+	VPSRLW       $0x04, Y7, Y8
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPAND        c0F<>+0(SB), Y8, Y8
+	VPAND        q5kBit4<>+0(SB), Y4, Y9
+	VPOR         Y9, Y7, Y7
+	VPAND        q5kBit5<>+0(SB), Y4, Y9
+	VPSRLW       $0x01, Y9, Y9
+	VPOR         Y9, Y8, Y8
+	VPBROADCASTW 8(SP), Y9
+	VPBROADCASTW 10(SP), Y10
+	VPMADDUBSW   132(DI), Y7, Y7
+	VPMADDUBSW   164(DI), Y8, Y8
+	VPMADDWD     Y9, Y7, Y7
+	VPMADDWD     Y10, Y8, Y8
+	VPADDD       Y7, Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VMOVDQU      144(SI), Y7
+	VPSRLW       $0x04, Y7, Y8
+	VPAND        c0F<>+0(SB), Y7, Y7
+	VPAND        c0F<>+0(SB), Y8, Y8
+	VPAND        q5kBit6<>+0(SB), Y4, Y9
+	VPSRLW       $0x02, Y9, Y9
+	VPOR         Y9, Y7, Y7
+	VPAND        q5kBit7<>+0(SB), Y4, Y4
+	VPSRLW       $0x03, Y4, Y4
+	VPOR         Y4, Y8, Y8
+	VPBROADCASTW 12(SP), Y4
+	VPBROADCASTW 14(SP), Y9
+	VPMADDUBSW   196(DI), Y7, Y7
+	VPMADDUBSW   228(DI), Y8, Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y9, Y8, Y8
+	VPADDD       Y7, Y6, Y6
+	VPADDD       Y8, Y6, Y6
+	VMOVDQU      260(DI), X4
+	VPHADDW      276(DI), X4, X4
+	VPMADDWD     16(SP), X4, X5
+	VCVTDQ2PS    X5, X5
+	VPBROADCASTD (SI), X4
+	VCVTPH2PS    X4, Y4
+	VBROADCASTSS (DI), Y7
+	VMULPS       Y7, Y4, Y4
+	VPERMILPS    $0x00, Y4, Y7
+	VPERMILPS    $0x55, Y4, Y4
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y7, Y3
+	VFNMADD231PS Y5, Y4, Y3
+	ADDQ         $0x000000b0, AX
+	ADDQ         $0x000000b0, DX
+	ADDQ         $0x000000b0, BX
+	ADDQ         $0x000000b0, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ6_KR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotQ6_KR4C1T0(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT0   (CX)
+	PREFETCHT0   64(CX)
+	PREFETCHT0   128(CX)
+	PREFETCHT0   192(CX)
+	PREFETCHT0   256(CX)
+	PREFETCHT0   320(CX)
+	PREFETCHT0   384(CX)
+	PREFETCHT0   448(CX)
+	PREFETCHT0   512(CX)
+	PREFETCHT0   576(CX)
+	PREFETCHT0   640(CX)
+	PREFETCHT0   704(CX)
+	PREFETCHT0   768(CX)
+	PREFETCHT0   832(CX)
+	ADDQ         $0x00000348, CX
+	VMOVDQU      192(AX), X4
+	VPSHUFB      q6kEvenOdd<>+0(SB), X4, X4
+	VPMOVSXBW    X4, Y4
+	VMOVDQU      (AX), Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VMOVDQU      128(AX), Y6
+	VPSLLW       $0x04, Y6, Y6
+	VPAND        c30<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      wordBcast<>+0(SB), Y4, Y6
+	VPMADDUBSW   4(DI), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VMOVDQU      32(AX), Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      128(AX), Y7
+	VPSLLW       $0x02, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+32(SB), Y4, Y7
+	VPMADDUBSW   36(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      (AX), Y6
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      128(AX), Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+64(SB), Y4, Y7
+	VPMADDUBSW   68(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      32(AX), Y6
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      128(AX), Y7
+	VPSRLW       $0x02, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+96(SB), Y4, Y7
+	VPMADDUBSW   100(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      64(AX), Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      160(AX), Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+128(SB), Y4, Y7
+	VPMADDUBSW   132(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      96(AX), Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      160(AX), Y7
+	VPSLLW       $0x02, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+160(SB), Y4, Y7
+	VPMADDUBSW   164(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      64(AX), Y6
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      160(AX), Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+192(SB), Y4, Y7
+	VPMADDUBSW   196(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      96(AX), Y6
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      160(AX), Y7
+	VPSRLW       $0x02, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+224(SB), Y4, Y4
+	VPMADDUBSW   228(DI), Y6, Y6
+	VPMADDWD     Y4, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPMOVSXBW    192(AX), Y4
+	VPMADDWD     260(DI), Y4, Y4
+	VPSLLD       $0x05, Y4, Y4
+	VPSUBD       Y4, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW 208(AX), X4
+	VCVTPH2PS    X4, Y4
+	VBROADCASTSS (DI), Y6
+	VMULPS       Y6, Y4, Y4
+	VFMADD231PS  Y5, Y4, Y0
+	VMOVDQU      192(DX), X4
+	VPSHUFB      q6kEvenOdd<>+0(SB), X4, X4
+	VPMOVSXBW    X4, Y4
+	VMOVDQU      (DX), Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VMOVDQU      128(DX), Y6
+	VPSLLW       $0x04, Y6, Y6
+	VPAND        c30<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      wordBcast<>+0(SB), Y4, Y6
+	VPMADDUBSW   4(DI), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VMOVDQU      32(DX), Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      128(DX), Y7
+	VPSLLW       $0x02, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+32(SB), Y4, Y7
+	VPMADDUBSW   36(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      (DX), Y6
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      128(DX), Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+64(SB), Y4, Y7
+	VPMADDUBSW   68(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      32(DX), Y6
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      128(DX), Y7
+	VPSRLW       $0x02, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+96(SB), Y4, Y7
+	VPMADDUBSW   100(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      64(DX), Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      160(DX), Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+128(SB), Y4, Y7
+	VPMADDUBSW   132(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      96(DX), Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      160(DX), Y7
+	VPSLLW       $0x02, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+160(SB), Y4, Y7
+	VPMADDUBSW   164(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      64(DX), Y6
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      160(DX), Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+192(SB), Y4, Y7
+	VPMADDUBSW   196(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      96(DX), Y6
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      160(DX), Y7
+	VPSRLW       $0x02, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+224(SB), Y4, Y4
+	VPMADDUBSW   228(DI), Y6, Y6
+	VPMADDWD     Y4, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPMOVSXBW    192(DX), Y4
+	VPMADDWD     260(DI), Y4, Y4
+	VPSLLD       $0x05, Y4, Y4
+	VPSUBD       Y4, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW 208(DX), X4
+	VCVTPH2PS    X4, Y4
+	VBROADCASTSS (DI), Y6
+	VMULPS       Y6, Y4, Y4
+	VFMADD231PS  Y5, Y4, Y1
+	VMOVDQU      192(BX), X4
+	VPSHUFB      q6kEvenOdd<>+0(SB), X4, X4
+	VPMOVSXBW    X4, Y4
+	VMOVDQU      (BX), Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VMOVDQU      128(BX), Y6
+	VPSLLW       $0x04, Y6, Y6
+	VPAND        c30<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      wordBcast<>+0(SB), Y4, Y6
+	VPMADDUBSW   4(DI), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VMOVDQU      32(BX), Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      128(BX), Y7
+	VPSLLW       $0x02, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+32(SB), Y4, Y7
+	VPMADDUBSW   36(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      (BX), Y6
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      128(BX), Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+64(SB), Y4, Y7
+	VPMADDUBSW   68(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      32(BX), Y6
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      128(BX), Y7
+	VPSRLW       $0x02, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+96(SB), Y4, Y7
+	VPMADDUBSW   100(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      64(BX), Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      160(BX), Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+128(SB), Y4, Y7
+	VPMADDUBSW   132(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      96(BX), Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      160(BX), Y7
+	VPSLLW       $0x02, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+160(SB), Y4, Y7
+	VPMADDUBSW   164(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      64(BX), Y6
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      160(BX), Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+192(SB), Y4, Y7
+	VPMADDUBSW   196(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      96(BX), Y6
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      160(BX), Y7
+	VPSRLW       $0x02, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+224(SB), Y4, Y4
+	VPMADDUBSW   228(DI), Y6, Y6
+	VPMADDWD     Y4, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPMOVSXBW    192(BX), Y4
+	VPMADDWD     260(DI), Y4, Y4
+	VPSLLD       $0x05, Y4, Y4
+	VPSUBD       Y4, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW 208(BX), X4
+	VCVTPH2PS    X4, Y4
+	VBROADCASTSS (DI), Y6
+	VMULPS       Y6, Y4, Y4
+	VFMADD231PS  Y5, Y4, Y2
+	VMOVDQU      192(SI), X4
+	VPSHUFB      q6kEvenOdd<>+0(SB), X4, X4
+	VPMOVSXBW    X4, Y4
+	VMOVDQU      (SI), Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VMOVDQU      128(SI), Y6
+	VPSLLW       $0x04, Y6, Y6
+	VPAND        c30<>+0(SB), Y6, Y6
+	VPOR         Y6, Y5, Y5
+	VPSHUFB      wordBcast<>+0(SB), Y4, Y6
+	VPMADDUBSW   4(DI), Y5, Y5
+	VPMADDWD     Y6, Y5, Y5
+	VMOVDQU      32(SI), Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      128(SI), Y7
+	VPSLLW       $0x02, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+32(SB), Y4, Y7
+	VPMADDUBSW   36(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      (SI), Y6
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      128(SI), Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+64(SB), Y4, Y7
+	VPMADDUBSW   68(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      32(SI), Y6
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      128(SI), Y7
+	VPSRLW       $0x02, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+96(SB), Y4, Y7
+	VPMADDUBSW   100(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      64(SI), Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      160(SI), Y7
+	VPSLLW       $0x04, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+128(SB), Y4, Y7
+	VPMADDUBSW   132(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      96(SI), Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      160(SI), Y7
+	VPSLLW       $0x02, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+160(SB), Y4, Y7
+	VPMADDUBSW   164(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      64(SI), Y6
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      160(SI), Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+192(SB), Y4, Y7
+	VPMADDUBSW   196(DI), Y6, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VMOVDQU      96(SI), Y6
+	VPSRLW       $0x04, Y6, Y6
+	VPAND        c0F<>+0(SB), Y6, Y6
+	VMOVDQU      160(SI), Y7
+	VPSRLW       $0x02, Y7, Y7
+	VPAND        c30<>+0(SB), Y7, Y7
+	VPOR         Y7, Y6, Y6
+	VPSHUFB      wordBcast<>+224(SB), Y4, Y4
+	VPMADDUBSW   228(DI), Y6, Y6
+	VPMADDWD     Y4, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VPMOVSXBW    192(SI), Y4
+	VPMADDWD     260(DI), Y4, Y4
+	VPSLLD       $0x05, Y4, Y4
+	VPSUBD       Y4, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW 208(SI), X4
+	VCVTPH2PS    X4, Y4
+	VBROADCASTSS (DI), Y6
+	VMULPS       Y6, Y4, Y4
+	VFMADD231PS  Y5, Y4, Y3
+	ADDQ         $0x000000d2, AX
+	ADDQ         $0x000000d2, DX
+	ADDQ         $0x000000d2, BX
+	ADDQ         $0x000000d2, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_KV4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·dotQ4_KV4C1T0(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         ws+8(FP), CX
+	LEAQ         (AX)(CX*1), DX
+	LEAQ         (DX)(CX*1), BX
+	LEAQ         (BX)(CX*1), SI
+	MOVQ         a+16(FP), DI
+	MOVQ         nb+32(FP), R8
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VMOVDQU32    q4kMinIdx<>+0(SB), Y1
+	VMOVDQU64    q4kScaleIdx0<>+0(SB), Z2
+	VMOVDQU64    q4kScaleIdx1<>+0(SB), Z3
+	VMOVDQU64    q4kScaleIdx2<>+0(SB), Z4
+	VMOVDQU64    q4kScaleIdx3<>+0(SB), Z5
+	VPXORD       Z6, Z6, Z6
+	VXORPS       Y7, Y7, Y7
+	VPXORD       Z8, Z8, Z8
+	VXORPS       Y9, Y9, Y9
+	VPXORD       Z10, Z10, Z10
+	VXORPS       Y11, Y11, Y11
+	VPXORD       Z12, Z12, Z12
+	VXORPS       Y13, Y13, Y13
+	LEAQ         (SI)(CX*1), CX
+	TESTQ        R8, R8
+	JZ           done
+
+loop:
+	PREFETCHT0   (CX)
+	PREFETCHT0   64(CX)
+	PREFETCHT0   128(CX)
+	PREFETCHT0   192(CX)
+	PREFETCHT0   256(CX)
+	PREFETCHT0   320(CX)
+	PREFETCHT0   384(CX)
+	PREFETCHT0   448(CX)
+	PREFETCHT0   512(CX)
+	ADDQ         $0x00000240, CX
+	VMOVDQU32    4(DI), Y14
+	VINSERTI64X4 $0x01, 68(DI), Z14, Z14
+	VMOVDQU32    36(DI), Y15
+	VINSERTI64X4 $0x01, 100(DI), Z15, Z15
+	VMOVDQU32    132(DI), Y16
+	VINSERTI64X4 $0x01, 196(DI), Z16, Z16
+	VMOVDQU32    164(DI), Y17
+	VINSERTI64X4 $0x01, 228(DI), Z17, Z17
+	VMOVDQU32    260(DI), Y18
+	VBROADCASTSS (DI), X19
+	MOVL         4(AX), R9
+	MOVL         8(AX), R10
+	MOVL         12(AX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
+	ANDL         $0x3f3f3f3f, R9
+	VMOVD        R9, X20
+	VPINSRD      $0x01, R11, X20, X20
+	VPINSRD      $0x02, R10, X20, X20
+	VPINSRD      $0x03, R12, X20, X20
+	VPMOVZXBW    X20, Y20
+	VPXORD       Z21, Z21, Z21
+	VMOVDQU64    16(AX), Z25
+	VPSRLW       $0x04, Z25, Z26
+	VPANDD       Z0, Z25, Z25
+	VPANDD       Z0, Z26, Z26
+	VPMADDUBSW   Z14, Z25, Z25
+	VPERMW       Z20, Z2, Z27
+	VPDPWSSD     Z25, Z27, Z21
+	VPMADDUBSW   Z15, Z26, Z25
+	VPERMW       Z20, Z3, Z26
+	VPDPWSSD     Z25, Z26, Z21
+	VMOVDQU64    80(AX), Z25
+	VPSRLW       $0x04, Z25, Z26
+	VPANDD       Z0, Z25, Z25
+	VPANDD       Z0, Z26, Z26
+	VPMADDUBSW   Z16, Z25, Z25
+	VPERMW       Z20, Z4, Z27
+	VPDPWSSD     Z25, Z27, Z21
+	VPMADDUBSW   Z17, Z26, Z25
+	VPERMW       Z20, Z5, Z26
+	VPDPWSSD     Z25, Z26, Z21
+	VPERMW       Y20, Y1, Y20
+	VPMADDWD     Y18, Y20, Y20
+	VPBROADCASTD (AX), X26
+	VCVTPH2PS    X26, X26
+	VMULPS       X19, X26, X26
+	VBROADCASTSS X26, Z25
+	VPERMILPS    $0x55, X26, X26
+	VBROADCASTSS X26, Y26
+	VCVTDQ2PS    Z21, Z21
+	VFMADD231PS  Z21, Z25, Z6
+	VCVTDQ2PS    Y20, Y20
+	VFNMADD231PS Y20, Y26, Y7
+	MOVL         4(DX), R9
+	MOVL         8(DX), R10
+	MOVL         12(DX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
+	ANDL         $0x3f3f3f3f, R9
+	VMOVD        R9, X20
+	VPINSRD      $0x01, R11, X20, X20
+	VPINSRD      $0x02, R10, X20, X20
+	VPINSRD      $0x03, R12, X20, X20
+	VPMOVZXBW    X20, Y20
+	VPXORD       Z22, Z22, Z22
+	VMOVDQU64    16(DX), Z25
+	VPSRLW       $0x04, Z25, Z26
+	VPANDD       Z0, Z25, Z25
+	VPANDD       Z0, Z26, Z26
+	VPMADDUBSW   Z14, Z25, Z25
+	VPERMW       Z20, Z2, Z27
+	VPDPWSSD     Z25, Z27, Z22
+	VPMADDUBSW   Z15, Z26, Z25
+	VPERMW       Z20, Z3, Z26
+	VPDPWSSD     Z25, Z26, Z22
+	VMOVDQU64    80(DX), Z25
+	VPSRLW       $0x04, Z25, Z26
+	VPANDD       Z0, Z25, Z25
+	VPANDD       Z0, Z26, Z26
+	VPMADDUBSW   Z16, Z25, Z25
+	VPERMW       Z20, Z4, Z27
+	VPDPWSSD     Z25, Z27, Z22
+	VPMADDUBSW   Z17, Z26, Z25
+	VPERMW       Z20, Z5, Z26
+	VPDPWSSD     Z25, Z26, Z22
+	VPERMW       Y20, Y1, Y20
+	VPMADDWD     Y18, Y20, Y20
+	VPBROADCASTD (DX), X26
+	VCVTPH2PS    X26, X26
+	VMULPS       X19, X26, X26
+	VBROADCASTSS X26, Z25
+	VPERMILPS    $0x55, X26, X26
+	VBROADCASTSS X26, Y26
+	VCVTDQ2PS    Z22, Z22
+	VFMADD231PS  Z22, Z25, Z8
+	VCVTDQ2PS    Y20, Y20
+	VFNMADD231PS Y20, Y26, Y9
+	MOVL         4(BX), R9
+	MOVL         8(BX), R10
+	MOVL         12(BX), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
+	ANDL         $0x3f3f3f3f, R9
+	VMOVD        R9, X20
+	VPINSRD      $0x01, R11, X20, X20
+	VPINSRD      $0x02, R10, X20, X20
+	VPINSRD      $0x03, R12, X20, X20
+	VPMOVZXBW    X20, Y20
+	VPXORD       Z23, Z23, Z23
+	VMOVDQU64    16(BX), Z25
+	VPSRLW       $0x04, Z25, Z26
+	VPANDD       Z0, Z25, Z25
+	VPANDD       Z0, Z26, Z26
+	VPMADDUBSW   Z14, Z25, Z25
+	VPERMW       Z20, Z2, Z27
+	VPDPWSSD     Z25, Z27, Z23
+	VPMADDUBSW   Z15, Z26, Z25
+	VPERMW       Z20, Z3, Z26
+	VPDPWSSD     Z25, Z26, Z23
+	VMOVDQU64    80(BX), Z25
+	VPSRLW       $0x04, Z25, Z26
+	VPANDD       Z0, Z25, Z25
+	VPANDD       Z0, Z26, Z26
+	VPMADDUBSW   Z16, Z25, Z25
+	VPERMW       Z20, Z4, Z27
+	VPDPWSSD     Z25, Z27, Z23
+	VPMADDUBSW   Z17, Z26, Z25
+	VPERMW       Z20, Z5, Z26
+	VPDPWSSD     Z25, Z26, Z23
+	VPERMW       Y20, Y1, Y20
+	VPMADDWD     Y18, Y20, Y20
+	VPBROADCASTD (BX), X26
+	VCVTPH2PS    X26, X26
+	VMULPS       X19, X26, X26
+	VBROADCASTSS X26, Z25
+	VPERMILPS    $0x55, X26, X26
+	VBROADCASTSS X26, Y26
+	VCVTDQ2PS    Z23, Z23
+	VFMADD231PS  Z23, Z25, Z10
+	VCVTDQ2PS    Y20, Y20
+	VFNMADD231PS Y20, Y26, Y11
+	MOVL         4(SI), R9
+	MOVL         8(SI), R10
+	MOVL         12(SI), R11
+	MOVL         R11, R12
+	SHRL         $0x04, R12
+	ANDL         $0x0f0f0f0f, R12
+	MOVL         R10, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R12
+	ANDL         $0x3f3f3f3f, R10
+	ANDL         $0x0f0f0f0f, R11
+	MOVL         R9, R13
+	SHRL         $0x06, R13
+	ANDL         $0x03030303, R13
+	SHLL         $0x04, R13
+	ORL          R13, R11
+	ANDL         $0x3f3f3f3f, R9
+	VMOVD        R9, X20
+	VPINSRD      $0x01, R11, X20, X20
+	VPINSRD      $0x02, R10, X20, X20
+	VPINSRD      $0x03, R12, X20, X20
+	VPMOVZXBW    X20, Y20
+	VPXORD       Z24, Z24, Z24
+	VMOVDQU64    16(SI), Z25
+	VPSRLW       $0x04, Z25, Z26
+	VPANDD       Z0, Z25, Z25
+	VPANDD       Z0, Z26, Z26
+	VPMADDUBSW   Z14, Z25, Z25
+	VPERMW       Z20, Z2, Z27
+	VPDPWSSD     Z25, Z27, Z24
+	VPMADDUBSW   Z15, Z26, Z25
+	VPERMW       Z20, Z3, Z26
+	VPDPWSSD     Z25, Z26, Z24
+	VMOVDQU64    80(SI), Z25
+	VPSRLW       $0x04, Z25, Z26
+	VPANDD       Z0, Z25, Z25
+	VPANDD       Z0, Z26, Z26
+	VPMADDUBSW   Z16, Z25, Z25
+	VPERMW       Z20, Z4, Z27
+	VPDPWSSD     Z25, Z27, Z24
+	VPMADDUBSW   Z17, Z26, Z25
+	VPERMW       Z20, Z5, Z26
+	VPDPWSSD     Z25, Z26, Z24
+	VPERMW       Y20, Y1, Y14
+	VPMADDWD     Y18, Y14, Y14
+	VPBROADCASTD (SI), X15
+	VCVTPH2PS    X15, X15
+	VMULPS       X19, X15, X15
+	VBROADCASTSS X15, Z18
+	VPERMILPS    $0x55, X15, X15
+	VBROADCASTSS X15, Y15
+	VCVTDQ2PS    Z24, Z24
+	VFMADD231PS  Z24, Z18, Z12
+	VCVTDQ2PS    Y14, Y14
+	VFNMADD231PS Y14, Y15, Y13
+	ADDQ         $0x00000090, AX
+	ADDQ         $0x00000090, DX
+	ADDQ         $0x00000090, BX
+	ADDQ         $0x00000090, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	MOVQ          out+40(FP), AX
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y6, Y0, Y0
+	VADDPS        Y7, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y8, Y0, Y0
+	VADDPS        Y9, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z10, Y0
+	VADDPS        Y10, Y0, Y0
+	VADDPS        Y11, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z12, Y0
+	VADDPS        Y12, Y0, Y0
+	VADDPS        Y13, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, 12(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_KV4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
+TEXT ·dotQ5_KV4C1T0(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         ws+8(FP), CX
+	LEAQ         (AX)(CX*1), DX
+	LEAQ         (DX)(CX*1), BX
+	LEAQ         (BX)(CX*1), SI
+	MOVQ         a+16(FP), DI
+	MOVQ         nb+32(FP), R8
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VMOVDQU32    q4kMinIdx<>+0(SB), Y1
+	VPBROADCASTB c01<>+0(SB), Z2
+	VMOVDQU64    q4kScaleIdx0<>+0(SB), Z3
+	VMOVDQU64    q4kScaleIdx1<>+0(SB), Z4
+	VMOVDQU64    q4kScaleIdx2<>+0(SB), Z5
+	VMOVDQU64    q4kScaleIdx3<>+0(SB), Z6
+	VPXORD       Z7, Z7, Z7
+	VXORPS       Y8, Y8, Y8
+	VPXORD       Z9, Z9, Z9
+	VXORPS       Y10, Y10, Y10
+	VPXORD       Z11, Z11, Z11
+	VXORPS       Y12, Y12, Y12
+	VPXORD       Z13, Z13, Z13
+	VXORPS       Y14, Y14, Y14
+	LEAQ         (SI)(CX*1), CX
+	TESTQ        R8, R8
+	JZ           done
+
+loop:
+	PREFETCHT0      (CX)
+	PREFETCHT0      64(CX)
+	PREFETCHT0      128(CX)
+	PREFETCHT0      192(CX)
+	PREFETCHT0      256(CX)
+	PREFETCHT0      320(CX)
+	PREFETCHT0      384(CX)
+	PREFETCHT0      448(CX)
+	PREFETCHT0      512(CX)
+	PREFETCHT0      576(CX)
+	PREFETCHT0      640(CX)
+	ADDQ            $0x000002c0, CX
+	VMOVDQU32       4(DI), Y15
+	VINSERTI64X4    $0x01, 68(DI), Z15, Z15
+	VMOVDQU32       36(DI), Y16
+	VINSERTI64X4    $0x01, 100(DI), Z16, Z16
+	VMOVDQU32       132(DI), Y17
+	VINSERTI64X4    $0x01, 196(DI), Z17, Z17
+	VMOVDQU32       164(DI), Y18
+	VINSERTI64X4    $0x01, 228(DI), Z18, Z18
+	VMOVDQU32       260(DI), Y19
+	VBROADCASTSS    (DI), X20
+	MOVL            4(AX), R9
+	MOVL            8(AX), R10
+	MOVL            12(AX), R11
+	MOVL            R11, R12
+	SHRL            $0x04, R12
+	ANDL            $0x0f0f0f0f, R12
+	MOVL            R10, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R12
+	ANDL            $0x3f3f3f3f, R10
+	ANDL            $0x0f0f0f0f, R11
+	MOVL            R9, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R11
+	ANDL            $0x3f3f3f3f, R9
+	VMOVD           R9, X21
+	VPINSRD         $0x01, R11, X21, X21
+	VPINSRD         $0x02, R10, X21, X21
+	VPINSRD         $0x03, R12, X21, X21
+	VPMOVZXBW       X21, Y21
+	VPXORD          Z22, Z22, Z22
+	VBROADCASTI64X4 16(AX), Z26
+	VMOVDQU64       48(AX), Z27
+	VPSRLW          $0x04, Z27, Z28
+	VPANDD          Z0, Z27, Z27
+	VPANDD          Z0, Z28, Z28
+	VPSRLVW         q5kShift0<>+0(SB), Z26, Z29
+	VPANDD          Z2, Z29, Z29
+	VPSLLW          $0x04, Z29, Z29
+	VPORD           Z29, Z27, Z27
+	VPMADDUBSW      Z15, Z27, Z27
+	VPERMW          Z21, Z3, Z29
+	VPDPWSSD        Z27, Z29, Z22
+	VPSRLVW         q5kShift1<>+0(SB), Z26, Z27
+	VPANDD          Z2, Z27, Z27
+	VPSLLW          $0x04, Z27, Z27
+	VPORD           Z27, Z28, Z28
+	VPMADDUBSW      Z16, Z28, Z27
+	VPERMW          Z21, Z4, Z28
+	VPDPWSSD        Z27, Z28, Z22
+	VMOVDQU64       112(AX), Z27
+	VPSRLW          $0x04, Z27, Z28
+	VPANDD          Z0, Z27, Z27
+	VPANDD          Z0, Z28, Z28
+	VPSRLVW         q5kShift2<>+0(SB), Z26, Z29
+	VPANDD          Z2, Z29, Z29
+	VPSLLW          $0x04, Z29, Z29
+	VPORD           Z29, Z27, Z27
+	VPMADDUBSW      Z17, Z27, Z27
+	VPERMW          Z21, Z5, Z29
+	VPDPWSSD        Z27, Z29, Z22
+	VPSRLVW         q5kShift3<>+0(SB), Z26, Z26
+	VPANDD          Z2, Z26, Z26
+	VPSLLW          $0x04, Z26, Z26
+	VPORD           Z26, Z28, Z28
+	VPMADDUBSW      Z18, Z28, Z26
+	VPERMW          Z21, Z6, Z27
+	VPDPWSSD        Z26, Z27, Z22
+	VPERMW          Y21, Y1, Y21
+	VPMADDWD        Y19, Y21, Y21
+	VPBROADCASTD    (AX), X27
+	VCVTPH2PS       X27, X27
+	VMULPS          X20, X27, X27
+	VBROADCASTSS    X27, Z26
+	VPERMILPS       $0x55, X27, X27
+	VBROADCASTSS    X27, Y27
+	VCVTDQ2PS       Z22, Z22
+	VFMADD231PS     Z22, Z26, Z7
+	VCVTDQ2PS       Y21, Y21
+	VFNMADD231PS    Y21, Y27, Y8
+	MOVL            4(DX), R9
+	MOVL            8(DX), R10
+	MOVL            12(DX), R11
+	MOVL            R11, R12
+	SHRL            $0x04, R12
+	ANDL            $0x0f0f0f0f, R12
+	MOVL            R10, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R12
+	ANDL            $0x3f3f3f3f, R10
+	ANDL            $0x0f0f0f0f, R11
+	MOVL            R9, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R11
+	ANDL            $0x3f3f3f3f, R9
+	VMOVD           R9, X21
+	VPINSRD         $0x01, R11, X21, X21
+	VPINSRD         $0x02, R10, X21, X21
+	VPINSRD         $0x03, R12, X21, X21
+	VPMOVZXBW       X21, Y21
+	VPXORD          Z23, Z23, Z23
+	VBROADCASTI64X4 16(DX), Z26
+	VMOVDQU64       48(DX), Z27
+	VPSRLW          $0x04, Z27, Z28
+	VPANDD          Z0, Z27, Z27
+	VPANDD          Z0, Z28, Z28
+	VPSRLVW         q5kShift0<>+0(SB), Z26, Z29
+	VPANDD          Z2, Z29, Z29
+	VPSLLW          $0x04, Z29, Z29
+	VPORD           Z29, Z27, Z27
+	VPMADDUBSW      Z15, Z27, Z27
+	VPERMW          Z21, Z3, Z29
+	VPDPWSSD        Z27, Z29, Z23
+	VPSRLVW         q5kShift1<>+0(SB), Z26, Z27
+	VPANDD          Z2, Z27, Z27
+	VPSLLW          $0x04, Z27, Z27
+	VPORD           Z27, Z28, Z28
+	VPMADDUBSW      Z16, Z28, Z27
+	VPERMW          Z21, Z4, Z28
+	VPDPWSSD        Z27, Z28, Z23
+	VMOVDQU64       112(DX), Z27
+	VPSRLW          $0x04, Z27, Z28
+	VPANDD          Z0, Z27, Z27
+	VPANDD          Z0, Z28, Z28
+	VPSRLVW         q5kShift2<>+0(SB), Z26, Z29
+	VPANDD          Z2, Z29, Z29
+	VPSLLW          $0x04, Z29, Z29
+	VPORD           Z29, Z27, Z27
+	VPMADDUBSW      Z17, Z27, Z27
+	VPERMW          Z21, Z5, Z29
+	VPDPWSSD        Z27, Z29, Z23
+	VPSRLVW         q5kShift3<>+0(SB), Z26, Z26
+	VPANDD          Z2, Z26, Z26
+	VPSLLW          $0x04, Z26, Z26
+	VPORD           Z26, Z28, Z28
+	VPMADDUBSW      Z18, Z28, Z26
+	VPERMW          Z21, Z6, Z27
+	VPDPWSSD        Z26, Z27, Z23
+	VPERMW          Y21, Y1, Y21
+	VPMADDWD        Y19, Y21, Y21
+	VPBROADCASTD    (DX), X27
+	VCVTPH2PS       X27, X27
+	VMULPS          X20, X27, X27
+	VBROADCASTSS    X27, Z26
+	VPERMILPS       $0x55, X27, X27
+	VBROADCASTSS    X27, Y27
+	VCVTDQ2PS       Z23, Z23
+	VFMADD231PS     Z23, Z26, Z9
+	VCVTDQ2PS       Y21, Y21
+	VFNMADD231PS    Y21, Y27, Y10
+	MOVL            4(BX), R9
+	MOVL            8(BX), R10
+	MOVL            12(BX), R11
+	MOVL            R11, R12
+	SHRL            $0x04, R12
+	ANDL            $0x0f0f0f0f, R12
+	MOVL            R10, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R12
+	ANDL            $0x3f3f3f3f, R10
+	ANDL            $0x0f0f0f0f, R11
+	MOVL            R9, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R11
+	ANDL            $0x3f3f3f3f, R9
+	VMOVD           R9, X21
+	VPINSRD         $0x01, R11, X21, X21
+	VPINSRD         $0x02, R10, X21, X21
+	VPINSRD         $0x03, R12, X21, X21
+	VPMOVZXBW       X21, Y21
+	VPXORD          Z24, Z24, Z24
+	VBROADCASTI64X4 16(BX), Z26
+	VMOVDQU64       48(BX), Z27
+	VPSRLW          $0x04, Z27, Z28
+	VPANDD          Z0, Z27, Z27
+	VPANDD          Z0, Z28, Z28
+	VPSRLVW         q5kShift0<>+0(SB), Z26, Z29
+	VPANDD          Z2, Z29, Z29
+	VPSLLW          $0x04, Z29, Z29
+	VPORD           Z29, Z27, Z27
+	VPMADDUBSW      Z15, Z27, Z27
+	VPERMW          Z21, Z3, Z29
+	VPDPWSSD        Z27, Z29, Z24
+	VPSRLVW         q5kShift1<>+0(SB), Z26, Z27
+	VPANDD          Z2, Z27, Z27
+	VPSLLW          $0x04, Z27, Z27
+	VPORD           Z27, Z28, Z28
+	VPMADDUBSW      Z16, Z28, Z27
+	VPERMW          Z21, Z4, Z28
+	VPDPWSSD        Z27, Z28, Z24
+	VMOVDQU64       112(BX), Z27
+	VPSRLW          $0x04, Z27, Z28
+	VPANDD          Z0, Z27, Z27
+	VPANDD          Z0, Z28, Z28
+	VPSRLVW         q5kShift2<>+0(SB), Z26, Z29
+	VPANDD          Z2, Z29, Z29
+	VPSLLW          $0x04, Z29, Z29
+	VPORD           Z29, Z27, Z27
+	VPMADDUBSW      Z17, Z27, Z27
+	VPERMW          Z21, Z5, Z29
+	VPDPWSSD        Z27, Z29, Z24
+	VPSRLVW         q5kShift3<>+0(SB), Z26, Z26
+	VPANDD          Z2, Z26, Z26
+	VPSLLW          $0x04, Z26, Z26
+	VPORD           Z26, Z28, Z28
+	VPMADDUBSW      Z18, Z28, Z26
+	VPERMW          Z21, Z6, Z27
+	VPDPWSSD        Z26, Z27, Z24
+	VPERMW          Y21, Y1, Y21
+	VPMADDWD        Y19, Y21, Y21
+	VPBROADCASTD    (BX), X27
+	VCVTPH2PS       X27, X27
+	VMULPS          X20, X27, X27
+	VBROADCASTSS    X27, Z26
+	VPERMILPS       $0x55, X27, X27
+	VBROADCASTSS    X27, Y27
+	VCVTDQ2PS       Z24, Z24
+	VFMADD231PS     Z24, Z26, Z11
+	VCVTDQ2PS       Y21, Y21
+	VFNMADD231PS    Y21, Y27, Y12
+	MOVL            4(SI), R9
+	MOVL            8(SI), R10
+	MOVL            12(SI), R11
+	MOVL            R11, R12
+	SHRL            $0x04, R12
+	ANDL            $0x0f0f0f0f, R12
+	MOVL            R10, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R12
+	ANDL            $0x3f3f3f3f, R10
+	ANDL            $0x0f0f0f0f, R11
+	MOVL            R9, R13
+	SHRL            $0x06, R13
+	ANDL            $0x03030303, R13
+	SHLL            $0x04, R13
+	ORL             R13, R11
+	ANDL            $0x3f3f3f3f, R9
+	VMOVD           R9, X21
+	VPINSRD         $0x01, R11, X21, X21
+	VPINSRD         $0x02, R10, X21, X21
+	VPINSRD         $0x03, R12, X21, X21
+	VPMOVZXBW       X21, Y21
+	VPXORD          Z25, Z25, Z25
+	VBROADCASTI64X4 16(SI), Z26
+	VMOVDQU64       48(SI), Z27
+	VPSRLW          $0x04, Z27, Z28
+	VPANDD          Z0, Z27, Z27
+	VPANDD          Z0, Z28, Z28
+	VPSRLVW         q5kShift0<>+0(SB), Z26, Z29
+	VPANDD          Z2, Z29, Z29
+	VPSLLW          $0x04, Z29, Z29
+	VPORD           Z29, Z27, Z27
+	VPMADDUBSW      Z15, Z27, Z27
+	VPERMW          Z21, Z3, Z29
+	VPDPWSSD        Z27, Z29, Z25
+	VPSRLVW         q5kShift1<>+0(SB), Z26, Z27
+	VPANDD          Z2, Z27, Z27
+	VPSLLW          $0x04, Z27, Z27
+	VPORD           Z27, Z28, Z28
+	VPMADDUBSW      Z16, Z28, Z27
+	VPERMW          Z21, Z4, Z28
+	VPDPWSSD        Z27, Z28, Z25
+	VMOVDQU64       112(SI), Z27
+	VPSRLW          $0x04, Z27, Z28
+	VPANDD          Z0, Z27, Z27
+	VPANDD          Z0, Z28, Z28
+	VPSRLVW         q5kShift2<>+0(SB), Z26, Z29
+	VPANDD          Z2, Z29, Z29
+	VPSLLW          $0x04, Z29, Z29
+	VPORD           Z29, Z27, Z27
+	VPMADDUBSW      Z17, Z27, Z27
+	VPERMW          Z21, Z5, Z29
+	VPDPWSSD        Z27, Z29, Z25
+	VPSRLVW         q5kShift3<>+0(SB), Z26, Z26
+	VPANDD          Z2, Z26, Z26
+	VPSLLW          $0x04, Z26, Z26
+	VPORD           Z26, Z28, Z28
+	VPMADDUBSW      Z18, Z28, Z26
+	VPERMW          Z21, Z6, Z27
+	VPDPWSSD        Z26, Z27, Z25
+	VPERMW          Y21, Y1, Y15
+	VPMADDWD        Y19, Y15, Y15
+	VPBROADCASTD    (SI), X16
+	VCVTPH2PS       X16, X16
+	VMULPS          X20, X16, X16
+	VBROADCASTSS    X16, Z19
+	VPERMILPS       $0x55, X16, X16
+	VBROADCASTSS    X16, Y16
+	VCVTDQ2PS       Z25, Z25
+	VFMADD231PS     Z25, Z19, Z13
+	VCVTDQ2PS       Y15, Y15
+	VFNMADD231PS    Y15, Y16, Y14
+	ADDQ            $0x000000b0, AX
+	ADDQ            $0x000000b0, DX
+	ADDQ            $0x000000b0, BX
+	ADDQ            $0x000000b0, SI
+	ADDQ            $0x00000124, DI
+	DECQ            R8
+	JNZ             loop
+
+done:
+	MOVQ          out+40(FP), AX
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y7, Y0, Y0
+	VADDPS        Y8, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y9, Y0, Y0
+	VADDPS        Y10, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z11, Y0
+	VADDPS        Y11, Y0, Y0
+	VADDPS        Y12, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z13, Y0
+	VADDPS        Y13, Y0, Y0
+	VADDPS        Y14, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, 12(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ6_KV4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
+TEXT ·dotQ6_KV4C1T0(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         ws+8(FP), CX
+	LEAQ         (AX)(CX*1), DX
+	LEAQ         (DX)(CX*1), BX
+	LEAQ         (BX)(CX*1), SI
+	MOVQ         a+16(FP), DI
+	MOVQ         nb+32(FP), R8
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPBROADCASTB c03<>+0(SB), Z1
+	VMOVDQU64    q6kIdx0<>+0(SB), Z2
+	VMOVDQU64    q6kIdx1<>+0(SB), Z3
+	VMOVDQU64    q6kIdx2<>+0(SB), Z4
+	VMOVDQU64    q6kIdx3<>+0(SB), Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	LEAQ         (SI)(CX*1), CX
+	TESTQ        R8, R8
+	JZ           done
+
+loop:
+	PREFETCHT0   (CX)
+	PREFETCHT0   64(CX)
+	PREFETCHT0   128(CX)
+	PREFETCHT0   192(CX)
+	PREFETCHT0   256(CX)
+	PREFETCHT0   320(CX)
+	PREFETCHT0   384(CX)
+	PREFETCHT0   448(CX)
+	PREFETCHT0   512(CX)
+	PREFETCHT0   576(CX)
+	PREFETCHT0   640(CX)
+	PREFETCHT0   704(CX)
+	PREFETCHT0   768(CX)
+	PREFETCHT0   832(CX)
+	ADDQ         $0x00000348, CX
+	VMOVDQU32    260(DI), Y10
+	VBROADCASTSS (DI), X11
+	VPMOVSXBW    192(AX), Y12
+	VPXORD       Z13, Z13, Z13
+	VMOVDQU64    (AX), Z14
+	VMOVDQU32    128(AX), Y15
+	VPSRLW       $0x02, Y15, Y16
+	VINSERTI64X4 $0x01, Y16, Z15, Z16
+	VPSRLW       $0x04, Z14, Z17
+	VPANDD       Z0, Z14, Z14
+	VPANDD       Z0, Z17, Z17
+	VPSRLW       $0x04, Z16, Z21
+	VPANDD       Z1, Z16, Z16
+	VPSLLW       $0x04, Z16, Z16
+	VPORD        Z16, Z14, Z14
+	VPMADDUBSW   4(DI), Z14, Z14
+	VPERMW       Z12, Z2, Z16
+	VPDPWSSD     Z14, Z16, Z13
+	VPANDD       Z1, Z21, Z14
+	VPSLLW       $0x04, Z14, Z14
+	VPORD        Z14, Z17, Z17
+	VPMADDUBSW   68(DI), Z17, Z14
+	VPERMW       Z12, Z3, Z16
+	VPDPWSSD     Z14, Z16, Z13
+	VMOVDQU64    64(AX), Z14
+	VMOVDQU32    160(AX), Y15
+	VPSRLW       $0x02, Y15, Y16
+	VINSERTI64X4 $0x01, Y16, Z15, Z16
+	VPSRLW       $0x04, Z14, Z17
+	VPANDD       Z0, Z14, Z14
+	VPANDD       Z0, Z17, Z17
+	VPSRLW       $0x04, Z16, Z21
+	VPANDD       Z1, Z16, Z16
+	VPSLLW       $0x04, Z16, Z16
+	VPORD        Z16, Z14, Z14
+	VPMADDUBSW   132(DI), Z14, Z14
+	VPERMW       Z12, Z4, Z16
+	VPDPWSSD     Z14, Z16, Z13
+	VPANDD       Z1, Z21, Z14
+	VPSLLW       $0x04, Z14, Z14
+	VPORD        Z14, Z17, Z17
+	VPMADDUBSW   196(DI), Z17, Z14
+	VPERMW       Z12, Z5, Z16
+	VPDPWSSD     Z14, Z16, Z13
+	VPMADDWD     Y10, Y12, Y12
+	VPSLLD       $0x05, Y12, Y12
+	VPSUBD       Z12, Z13, Z13
+	VPBROADCASTW 208(AX), X12
+	VCVTPH2PS    X12, X12
+	VMULPS       X11, X12, X12
+	VBROADCASTSS X12, Z14
+	VCVTDQ2PS    Z13, Z13
+	VFMADD231PS  Z13, Z14, Z6
+	VPMOVSXBW    192(DX), Y12
+	VPXORD       Z18, Z18, Z18
+	VMOVDQU64    (DX), Z14
+	VMOVDQU32    128(DX), Y15
+	VPSRLW       $0x02, Y15, Y16
+	VINSERTI64X4 $0x01, Y16, Z15, Z16
+	VPSRLW       $0x04, Z14, Z17
+	VPANDD       Z0, Z14, Z14
+	VPANDD       Z0, Z17, Z17
+	VPSRLW       $0x04, Z16, Z21
+	VPANDD       Z1, Z16, Z16
+	VPSLLW       $0x04, Z16, Z16
+	VPORD        Z16, Z14, Z14
+	VPMADDUBSW   4(DI), Z14, Z14
+	VPERMW       Z12, Z2, Z16
+	VPDPWSSD     Z14, Z16, Z18
+	VPANDD       Z1, Z21, Z14
+	VPSLLW       $0x04, Z14, Z14
+	VPORD        Z14, Z17, Z17
+	VPMADDUBSW   68(DI), Z17, Z14
+	VPERMW       Z12, Z3, Z16
+	VPDPWSSD     Z14, Z16, Z18
+	VMOVDQU64    64(DX), Z14
+	VMOVDQU32    160(DX), Y15
+	VPSRLW       $0x02, Y15, Y16
+	VINSERTI64X4 $0x01, Y16, Z15, Z16
+	VPSRLW       $0x04, Z14, Z17
+	VPANDD       Z0, Z14, Z14
+	VPANDD       Z0, Z17, Z17
+	VPSRLW       $0x04, Z16, Z21
+	VPANDD       Z1, Z16, Z16
+	VPSLLW       $0x04, Z16, Z16
+	VPORD        Z16, Z14, Z14
+	VPMADDUBSW   132(DI), Z14, Z14
+	VPERMW       Z12, Z4, Z16
+	VPDPWSSD     Z14, Z16, Z18
+	VPANDD       Z1, Z21, Z14
+	VPSLLW       $0x04, Z14, Z14
+	VPORD        Z14, Z17, Z17
+	VPMADDUBSW   196(DI), Z17, Z14
+	VPERMW       Z12, Z5, Z16
+	VPDPWSSD     Z14, Z16, Z18
+	VPMADDWD     Y10, Y12, Y12
+	VPSLLD       $0x05, Y12, Y12
+	VPSUBD       Z12, Z18, Z18
+	VPBROADCASTW 208(DX), X12
+	VCVTPH2PS    X12, X12
+	VMULPS       X11, X12, X12
+	VBROADCASTSS X12, Z14
+	VCVTDQ2PS    Z18, Z18
+	VFMADD231PS  Z18, Z14, Z7
+	VPMOVSXBW    192(BX), Y12
+	VPXORD       Z19, Z19, Z19
+	VMOVDQU64    (BX), Z14
+	VMOVDQU32    128(BX), Y15
+	VPSRLW       $0x02, Y15, Y16
+	VINSERTI64X4 $0x01, Y16, Z15, Z16
+	VPSRLW       $0x04, Z14, Z17
+	VPANDD       Z0, Z14, Z14
+	VPANDD       Z0, Z17, Z17
+	VPSRLW       $0x04, Z16, Z21
+	VPANDD       Z1, Z16, Z16
+	VPSLLW       $0x04, Z16, Z16
+	VPORD        Z16, Z14, Z14
+	VPMADDUBSW   4(DI), Z14, Z14
+	VPERMW       Z12, Z2, Z16
+	VPDPWSSD     Z14, Z16, Z19
+	VPANDD       Z1, Z21, Z14
+	VPSLLW       $0x04, Z14, Z14
+	VPORD        Z14, Z17, Z17
+	VPMADDUBSW   68(DI), Z17, Z14
+	VPERMW       Z12, Z3, Z16
+	VPDPWSSD     Z14, Z16, Z19
+	VMOVDQU64    64(BX), Z14
+	VMOVDQU32    160(BX), Y15
+	VPSRLW       $0x02, Y15, Y16
+	VINSERTI64X4 $0x01, Y16, Z15, Z16
+	VPSRLW       $0x04, Z14, Z17
+	VPANDD       Z0, Z14, Z14
+	VPANDD       Z0, Z17, Z17
+	VPSRLW       $0x04, Z16, Z21
+	VPANDD       Z1, Z16, Z16
+	VPSLLW       $0x04, Z16, Z16
+	VPORD        Z16, Z14, Z14
+	VPMADDUBSW   132(DI), Z14, Z14
+	VPERMW       Z12, Z4, Z16
+	VPDPWSSD     Z14, Z16, Z19
+	VPANDD       Z1, Z21, Z14
+	VPSLLW       $0x04, Z14, Z14
+	VPORD        Z14, Z17, Z17
+	VPMADDUBSW   196(DI), Z17, Z14
+	VPERMW       Z12, Z5, Z16
+	VPDPWSSD     Z14, Z16, Z19
+	VPMADDWD     Y10, Y12, Y12
+	VPSLLD       $0x05, Y12, Y12
+	VPSUBD       Z12, Z19, Z19
+	VPBROADCASTW 208(BX), X12
+	VCVTPH2PS    X12, X12
+	VMULPS       X11, X12, X12
+	VBROADCASTSS X12, Z14
+	VCVTDQ2PS    Z19, Z19
+	VFMADD231PS  Z19, Z14, Z8
+	VPMOVSXBW    192(SI), Y12
+	VPXORD       Z20, Z20, Z20
+	VMOVDQU64    (SI), Z14
+	VMOVDQU32    128(SI), Y15
+	VPSRLW       $0x02, Y15, Y16
+	VINSERTI64X4 $0x01, Y16, Z15, Z16
+	VPSRLW       $0x04, Z14, Z17
+	VPANDD       Z0, Z14, Z14
+	VPANDD       Z0, Z17, Z17
+	VPSRLW       $0x04, Z16, Z21
+	VPANDD       Z1, Z16, Z16
+	VPSLLW       $0x04, Z16, Z16
+	VPORD        Z16, Z14, Z14
+	VPMADDUBSW   4(DI), Z14, Z14
+	VPERMW       Z12, Z2, Z16
+	VPDPWSSD     Z14, Z16, Z20
+	VPANDD       Z1, Z21, Z14
+	VPSLLW       $0x04, Z14, Z14
+	VPORD        Z14, Z17, Z17
+	VPMADDUBSW   68(DI), Z17, Z14
+	VPERMW       Z12, Z3, Z16
+	VPDPWSSD     Z14, Z16, Z20
+	VMOVDQU64    64(SI), Z14
+	VMOVDQU32    160(SI), Y15
+	VPSRLW       $0x02, Y15, Y16
+	VINSERTI64X4 $0x01, Y16, Z15, Z16
+	VPSRLW       $0x04, Z14, Z17
+	VPANDD       Z0, Z14, Z14
+	VPANDD       Z0, Z17, Z17
+	VPSRLW       $0x04, Z16, Z21
+	VPANDD       Z1, Z16, Z16
+	VPSLLW       $0x04, Z16, Z16
+	VPORD        Z16, Z14, Z14
+	VPMADDUBSW   132(DI), Z14, Z14
+	VPERMW       Z12, Z4, Z16
+	VPDPWSSD     Z14, Z16, Z20
+	VPANDD       Z1, Z21, Z14
+	VPSLLW       $0x04, Z14, Z14
+	VPORD        Z14, Z17, Z17
+	VPMADDUBSW   196(DI), Z17, Z14
+	VPERMW       Z12, Z5, Z16
+	VPDPWSSD     Z14, Z16, Z20
+	VPMADDWD     Y10, Y12, Y10
+	VPSLLD       $0x05, Y10, Y10
+	VPSUBD       Z10, Z20, Z20
+	VPBROADCASTW 208(SI), X10
+	VCVTPH2PS    X10, X10
+	VMULPS       X11, X10, X10
+	VBROADCASTSS X10, Z11
+	VCVTDQ2PS    Z20, Z20
+	VFMADD231PS  Z20, Z11, Z9
+	ADDQ         $0x000000d2, AX
+	ADDQ         $0x000000d2, DX
+	ADDQ         $0x000000d2, BX
+	ADDQ         $0x000000d2, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	MOVQ          out+40(FP), AX
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y6, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y7, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y8, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y9, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, 12(AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0SV4C1T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
+TEXT ·dotQ4_0SV4C1T0(SB), NOSPLIT, $0-48
+	MOVQ         w+0(FP), AX
+	MOVQ         ws+8(FP), CX
+	LEAQ         (AX)(CX*1), DX
+	LEAQ         (DX)(CX*1), BX
+	LEAQ         (BX)(CX*1), SI
+	MOVQ         a+16(FP), DI
+	MOVQ         aux+24(FP), R8
+	MOVQ         nb+32(FP), R9
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VMOVDQU32    laneIdx<>+0(SB), Z1
+	VPXORD       Z2, Z2, Z2
+	LEAQ         (SI)(CX*1), CX
+	TESTQ        R9, R9
+	JZ           done
+
+loop:
+	PREFETCHT0      (CX)
+	PREFETCHT0      64(CX)
+	ADDQ            $0x00000048, CX
+	VMOVDQU32       2(AX), X3
+	VINSERTI32X4    $0x01, 2(DX), Z3, Z3
+	VINSERTI32X4    $0x02, 2(BX), Z3, Z3
+	VINSERTI32X4    $0x03, 2(SI), Z3, Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPANDD          Z0, Z3, Z3
+	VPANDD          Z0, Z4, Z4
+	VBROADCASTI32X4 (R8), Z5
+	VBROADCASTI32X4 2(DI), Z6
+	VBROADCASTI32X4 18(DI), Z7
+	VPDPBUSD        Z6, Z3, Z5
+	VPDPBUSD        Z7, Z4, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS.BCST     16(R8), Z5, Z5
+	MOVWLZX         (AX), R10
+	VMOVD           R10, X8
+	VPINSRW         $0x01, (DX), X8, X8
+	VPINSRW         $0x02, (BX), X8, X8
+	VPINSRW         $0x03, (SI), X8, X8
+	VCVTPH2PS       X8, X8
+	VPERMPS         Z8, Z1, Z4
+	VFMADD231PS     Z4, Z5, Z2
+	ADDQ            $0x00000012, AX
+	ADDQ            $0x00000012, DX
+	ADDQ            $0x00000012, BX
+	ADDQ            $0x00000012, SI
+	ADDQ            $0x00000022, DI
+	ADDQ            $0x00000020, R8
+	DECQ            R9
+	JNZ             loop
+
+done:
+	MOVQ      out+40(FP), AX
+	VMOVDQU32 pickIdx<>+0(SB), Z0
+	VPERMILPS $0xb1, Z2, Z1
+	VADDPS    Z1, Z2, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0V4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
+TEXT ·dotQ8_0V4C1T0(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         ws+8(FP), CX
+	LEAQ         (AX)(CX*1), DX
+	LEAQ         (DX)(CX*1), BX
+	LEAQ         (BX)(CX*1), SI
+	MOVQ         as+24(FP), DI
+	MOVQ         a+16(FP), DI
+	MOVQ         nb+32(FP), R8
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPBROADCASTB c08<>+0(SB), Z0
+	VPBROADCASTB c80<>+0(SB), Z0
+	VMOVDQU32    laneIdx<>+0(SB), Z7
+	VPXORD       Z1, Z1, Z1
+	LEAQ         (SI)(CX*1), CX
+	TESTQ        R8, R8
+	JZ           done
+
+loop:
+	PREFETCHT0      (CX)
+	PREFETCHT0      64(CX)
+	PREFETCHT0      128(CX)
+	ADDQ            $0x00000088, CX
+	VMOVDQU32       2(AX), X2
+	VINSERTI32X4    $0x01, 2(DX), Z2, Z2
+	VINSERTI32X4    $0x02, 2(BX), Z2, Z2
+	VINSERTI32X4    $0x03, 2(SI), Z2, Z2
+	VMOVDQU32       18(AX), X3
+	VINSERTI32X4    $0x01, 18(DX), Z3, Z3
+	VINSERTI32X4    $0x02, 18(BX), Z3, Z3
+	VINSERTI32X4    $0x03, 18(SI), Z3, Z3
+	VPXORD          Z4, Z4, Z4
+	VPDPBUSD        Z2, Z0, Z4
+	VPDPBUSD        Z3, Z0, Z4
+	VPXORD          Z5, Z5, Z5
+	VPSUBD          Z4, Z5, Z5
+	MOVWLZX         (AX), R9
+	VMOVD           R9, X6
+	VPINSRW         $0x01, (DX), X6, X6
+	VPINSRW         $0x02, (BX), X6, X6
+	VPINSRW         $0x03, (SI), X6, X6
+	VCVTPH2PS       X6, X6
+	VPERMPS         Z6, Z7, Z8
+	VMOVDQA32       Z5, Z9
+	VBROADCASTI32X4 4(DI), Z10
+	VBROADCASTI32X4 20(DI), Z11
+	VPDPBUSD        Z2, Z10, Z9
+	VPDPBUSD        Z3, Z11, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS.BCST     (DI), Z9, Z9
+	VFMADD231PS     Z8, Z9, Z1
+	ADDQ            $0x00000022, AX
+	ADDQ            $0x00000022, DX
+	ADDQ            $0x00000022, BX
+	ADDQ            $0x00000022, SI
+	ADDQ            $0x00000024, DI
+	DECQ            R8
+	JNZ             loop
+
+done:
+	MOVQ      out+40(FP), AX
+	MOVQ      os+48(FP), CX
+	SHLQ      $0x02, CX
+	VMOVDQU32 pickIdx<>+0(SB), Z0
+	VPERMILPS $0xb1, Z1, Z2
+	VADDPS    Z2, Z1, Z2
+	VPERMILPS $0x4e, Z2, Z1
+	VADDPS    Z1, Z2, Z2
+	VPERMPS   Z2, Z0, Z2
+	VMOVUPS   X2, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_0V4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
+TEXT ·dotQ5_0V4C1T0(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         ws+8(FP), CX
+	LEAQ         (AX)(CX*1), DX
+	LEAQ         (DX)(CX*1), BX
+	LEAQ         (BX)(CX*1), SI
+	MOVQ         as+24(FP), DI
+	MOVQ         a+16(FP), DI
+	MOVQ         nb+32(FP), R8
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPBROADCASTB c08<>+0(SB), Z1
+	VPBROADCASTB c10<>+0(SB), Z8
+	VPBROADCASTB c80<>+0(SB), Z1
+	VMOVDQU32    laneIdx<>+0(SB), Z7
+	VPXORD       Z2, Z2, Z2
+	LEAQ         (SI)(CX*1), CX
+	TESTQ        R8, R8
+	JZ           done
+
+loop:
+	PREFETCHT0      (CX)
+	PREFETCHT0      64(CX)
+	ADDQ            $0x00000058, CX
+	VMOVDQU32       6(AX), X3
+	VINSERTI32X4    $0x01, 6(DX), Z3, Z3
+	VINSERTI32X4    $0x02, 6(BX), Z3, Z3
+	VINSERTI32X4    $0x03, 6(SI), Z3, Z3
+	VPSRLW          $0x04, Z3, Z9
+	VPANDD          Z0, Z3, Z3
+	VPANDD          Z0, Z9, Z9
+	MOVWQZX         2(SI), R9
+	SHLQ            $0x10, R9
+	MOVWQZX         2(BX), R10
+	ORQ             R10, R9
+	SHLQ            $0x10, R9
+	MOVWQZX         2(DX), R10
+	ORQ             R10, R9
+	SHLQ            $0x10, R9
+	MOVWQZX         2(AX), R10
+	ORQ             R10, R9
+	KMOVQ           R9, K1
+	VPMOVM2B        K1, Z10
+	VPANDD          Z8, Z10, Z10
+	VPORD           Z10, Z3, Z3
+	VPSUBB          Z8, Z3, Z3
+	MOVWQZX         4(SI), R9
+	SHLQ            $0x10, R9
+	MOVWQZX         4(BX), R10
+	ORQ             R10, R9
+	SHLQ            $0x10, R9
+	MOVWQZX         4(DX), R10
+	ORQ             R10, R9
+	SHLQ            $0x10, R9
+	MOVWQZX         4(AX), R10
+	ORQ             R10, R9
+	KMOVQ           R9, K1
+	VPMOVM2B        K1, Z10
+	VPANDD          Z8, Z10, Z10
+	VPORD           Z10, Z9, Z9
+	VPSUBB          Z8, Z9, Z9
+	VPXORD          Z4, Z4, Z4
+	VPDPBUSD        Z3, Z1, Z4
+	VPDPBUSD        Z9, Z1, Z4
+	VPXORD          Z5, Z5, Z5
+	VPSUBD          Z4, Z5, Z5
+	MOVWLZX         (AX), R9
+	VMOVD           R9, X6
+	VPINSRW         $0x01, (DX), X6, X6
+	VPINSRW         $0x02, (BX), X6, X6
+	VPINSRW         $0x03, (SI), X6, X6
+	VCVTPH2PS       X6, X6
+	VPERMPS         Z6, Z7, Z10
+	VMOVDQA32       Z5, Z11
+	VBROADCASTI32X4 4(DI), Z12
+	VBROADCASTI32X4 20(DI), Z13
+	VPDPBUSD        Z3, Z12, Z11
+	VPDPBUSD        Z9, Z13, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS.BCST     (DI), Z11, Z11
+	VFMADD231PS     Z10, Z11, Z2
+	ADDQ            $0x00000016, AX
+	ADDQ            $0x00000016, DX
+	ADDQ            $0x00000016, BX
+	ADDQ            $0x00000016, SI
+	ADDQ            $0x00000024, DI
+	DECQ            R8
+	JNZ             loop
+
+done:
+	MOVQ      out+40(FP), AX
+	MOVQ      os+48(FP), CX
+	SHLQ      $0x02, CX
+	VMOVDQU32 pickIdx<>+0(SB), Z0
+	VPERMILPS $0xb1, Z2, Z1
+	VADDPS    Z1, Z2, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	VZEROUPPER
+	RET
+
 // func scoresF16AVX2(q *float32, k *uint16, stride int, d int, T int, out *float32)
 // Requires: AVX, F16C, FMA3
 TEXT ·scoresF16AVX2(SB), NOSPLIT, $0-48

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"golang.org/x/sys/cpu"
+
 	"shoal/engine/quant"
 )
 
@@ -46,26 +48,98 @@ func BenchmarkL1(b *testing.B) {
 	}
 }
 
-// The float decode kernels with and without the next-rows prefetch (the
-// dispatch picks one by CPU vendor) compute the same sums, bit for bit.
-func TestFloatDecodePrefetchVariants(t *testing.T) {
+// The decode kernels' variants (prefetch to L2, prefetch to L1, no software
+// prefetch: the dispatch picks one by CPU vendor) compute the same sums, bit
+// for bit, so the ones this machine does not run are checked too.
+func TestDecodePrefetchVariants(t *testing.T) {
 	if cpuid1ECX()&(1<<29) == 0 {
 		t.Skip("no F16C")
 	}
+	avx512 := cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI
 	r := rand.New(rand.NewPCG(7, 8))
+	same := func(name string, cols int, a, b [8]float32) {
+		t.Helper()
+		if a != b || a == [8]float32{} {
+			t.Errorf("%s cols %d: variants give %v and %v", name, cols, a, b)
+		}
+	}
+	// rows kernels on the type's own activations
 	for _, c := range []struct {
-		t      quant.Type
-		pf, np dotFn
-	}{{quant.F16, dotF16R4C1, dotF16R4C1NP}, {quant.BF16, dotBF16R4C1, dotBF16R4C1NP}, {quant.F32, dotF32R4C1, dotF32R4C1NP}} {
-		for _, cols := range []int{16, 48, 2048} {
+		t    quant.Type
+		v512 bool
+		blk  int
+		fn   []dotFn
+		name string
+	}{
+		{quant.F16, false, 16, []dotFn{dotF16R4C1, dotF16R4C1T0, dotF16R4C1NP}, "F16"},
+		{quant.BF16, false, 16, []dotFn{dotBF16R4C1, dotBF16R4C1T0, dotBF16R4C1NP}, "BF16"},
+		{quant.F32, false, 16, []dotFn{dotF32R4C1, dotF32R4C1T0, dotF32R4C1NP}, "F32"},
+		{quant.Q4_K, false, 256, []dotFn{dotQ4_KR4C1, dotQ4_KR4C1T0}, "Q4_K"},
+		{quant.Q5_K, false, 256, []dotFn{dotQ5_KR4C1, dotQ5_KR4C1T0}, "Q5_K"},
+		{quant.Q6_K, false, 256, []dotFn{dotQ6_KR4C1, dotQ6_KR4C1T0}, "Q6_K"},
+		{quant.Q4_K, true, 256, []dotFn{dotQ4_KV4C1, dotQ4_KV4C1T0}, "Q4_K V4"},
+		{quant.Q5_K, true, 256, []dotFn{dotQ5_KV4C1, dotQ5_KV4C1T0}, "Q5_K V4"},
+		{quant.Q6_K, true, 256, []dotFn{dotQ6_KV4C1, dotQ6_KV4C1T0}, "Q6_K V4"},
+	} {
+		if c.v512 && !avx512 {
+			continue
+		}
+		for _, cols := range []int{256, 2048} {
 			m := randMatrix(r, c.t, 8, cols)
 			_, xq := randActs(r, c.t, 1, cols)
-			var a, b [4]float32
-			c.pf(&m.Data[0], m.RowSize, &xq[0], 0, cols/16, &a[0], 0)
-			c.np(&m.Data[0], m.RowSize, &xq[0], 0, cols/16, &b[0], 0)
-			if a != b || a == [4]float32{} {
-				t.Errorf("%v cols %d: prefetching kernel %v, hardware-prefetch kernel %v", c.t, cols, a, b)
+			var want [8]float32
+			c.fn[0](&m.Data[0], m.RowSize, &xq[0], 0, cols/c.blk, &want[0], 0)
+			for _, f := range c.fn[1:] {
+				var got [8]float32
+				f(&m.Data[0], m.RowSize, &xq[0], 0, cols/c.blk, &got[0], 0)
+				same(c.name, cols, want, got)
 			}
+		}
+	}
+	// kernels with activation data from auxPrep
+	for _, c := range []struct {
+		t      quant.Type
+		v512   bool
+		prep   func(a []byte, nb int, aux []byte)
+		t1, t0 rowsXFn
+		name   string
+	}{
+		{quant.Q4_0, false, auxPairs(8), dotQ4_0X4, dotQ4_0X4T0, "Q4_0 X4"},
+		{quant.Q8_0, false, auxQ8_0, dotQ8_0X4, dotQ8_0X4T0, "Q8_0 X4"},
+		{quant.Q8_0, false, auxQ8_0, dotQ8_0X8, dotQ8_0X8T0, "Q8_0 X8"},
+		{quant.Q5_0, false, auxPairs(16), dotQ5_0X4, dotQ5_0X4T0, "Q5_0 X4"},
+		{quant.Q4_0, true, auxQ4_0S, dotQ4_0SV4C1, dotQ4_0SV4C1T0, "Q4_0 SV4"},
+	} {
+		if c.v512 && !avx512 {
+			continue
+		}
+		for _, cols := range []int{64, 2048} {
+			m := randMatrix(r, c.t, 8, cols)
+			_, xq := randActs(r, c.t, 1, cols)
+			nb := cols / quant.QK
+			aux := make([]byte, max(auxSize(nb), 32*nb))
+			c.prep(xq, nb, aux)
+			var a, b [8]float32
+			c.t1(&m.Data[0], m.RowSize, &xq[0], &aux[0], nb, &a[0])
+			c.t0(&m.Data[0], m.RowSize, &xq[0], &aux[0], nb, &b[0])
+			same(c.name, cols, a, b)
+		}
+	}
+	// the u8 decode kernels, on activations laid out by prepU8
+	if avx512 {
+		for _, c := range []struct {
+			t      quant.Type
+			t1, t0 dotFn
+		}{{quant.Q8_0, dotQ8_0V4C1, dotQ8_0V4C1T0}, {quant.Q5_0, dotQ5_0V4C1, dotQ5_0V4C1T0}} {
+			const cols = 2048
+			m := randMatrix(r, c.t, 4, cols)
+			_, xq := randActs(r, c.t, 1, cols)
+			j := &mmJob{xq: xq, n: 1, ars: len(xq)}
+			j.prepU8(cols / quant.QK)
+			var a, b [8]float32
+			c.t1(&m.Data[0], m.RowSize, &j.ta[0], 0, cols/quant.QK, &a[0], 0)
+			c.t0(&m.Data[0], m.RowSize, &j.ta[0], 0, cols/quant.QK, &b[0], 0)
+			same(c.t.String()+" V4", cols, a, b)
 		}
 	}
 }
