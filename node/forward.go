@@ -68,10 +68,6 @@ func (a *Agent) forwarding(local http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Method == http.MethodPost && (r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/v1/completions"):
-			if r.Header.Get(forwardedHeader) != "" {
-				local.ServeHTTP(w, r)
-				return
-			}
 			body, err := io.ReadAll(io.LimitReader(r.Body, maxForwardBody+1))
 			r.Body.Close()
 			if err != nil {
@@ -82,10 +78,15 @@ func (a *Agent) forwarding(local http.Handler) http.Handler {
 			var probe struct {
 				Model string `json:"model"`
 			}
+			forwarded := r.Header.Get(forwardedHeader) != ""
 			if len(body) <= maxForwardBody && json.Unmarshal(body, &probe) == nil && probe.Model != "" {
 				if _, ok := a.models.Model(probe.Model); !ok {
-					if rt, ok := a.distRoute(probe.Model); ok {
-						a.toDistDriver(w, r, rt)
+					if rt, ok := a.distRoute(probe.Model); ok && (!forwarded || rt.Node == a.id) {
+						a.toDistDriver(w, r, rt, local)
+						return
+					}
+					if forwarded {
+						local.ServeHTTP(w, r)
 						return
 					}
 					if p, ok := a.pickPeer(probe.Model, body); ok {
@@ -148,15 +149,45 @@ func openAIError(w http.ResponseWriter, status int, typ, code, msg string) {
 	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
 }
 
+// driverStartWait bounds how long a completion for a model this agent is
+// planned to drive waits for its driver to start: the plan turns ready
+// (every shard loaded) a moment before the driver has opened its session.
+const driverStartWait = 15 * time.Second
+
 // toDistDriver forwards a completion for a model spread over the cluster
-// to the agent that drives it, or says why it cannot run yet.
-func (a *Agent) toDistDriver(w http.ResponseWriter, r *http.Request, rt distRoute) {
+// to the agent that drives it, serves it here once this agent's driver is
+// up, or says why it cannot run yet.
+func (a *Agent) toDistDriver(w http.ResponseWriter, r *http.Request, rt distRoute, local http.Handler) {
+	if rt.Node == a.id && rt.Ready && a.awaitDriver(r, rt.Model) {
+		local.ServeHTTP(w, r)
+		return
+	}
 	switch {
 	case rt.Node == a.id || !rt.Ready || rt.HTTPAddr == "":
 		openAIError(w, http.StatusServiceUnavailable, "server_error", "model_not_ready",
 			fmt.Sprintf("model %s is spread over the cluster and not served yet (%s; driver %s)", rt.Model, rt.Status, rt.NodeName))
 	default:
 		a.proxy(w, r, peerModel{Model: rt.Model, NodeID: rt.Node, NodeName: rt.NodeName, HTTPAddr: rt.HTTPAddr})
+	}
+}
+
+// awaitDriver waits until this agent serves model (its driver started),
+// the request ends, the model is planned elsewhere, or driverStartWait
+// passes.
+func (a *Agent) awaitDriver(r *http.Request, model string) bool {
+	deadline := time.Now().Add(driverStartWait)
+	for {
+		if _, ok := a.models.Model(model); ok {
+			return true
+		}
+		if rt, ok := a.distRoute(model); !ok || rt.Node != a.id || time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-r.Context().Done():
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
