@@ -61,6 +61,9 @@ type kset struct {
 	// tileU8: the tile takes Q8_0 activations prepared by prepU8 (per
 	// 32-element block a float32 scale, then the quants plus 128 as bytes).
 	tileU8 bool
+	// tileK8: the tile takes Q8_K activations with their sub-blocks paired
+	// (pairK8).
+	tileK8 bool
 }
 
 // level is one set of kernels, selectable by name.

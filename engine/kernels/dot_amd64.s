@@ -8110,6 +8110,962 @@ done:
 	VZEROUPPER
 	RET
 
+// func dotQ4_KV1C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
+TEXT ·dotQ4_KV1C8(SB), NOSPLIT, $8-56
+	MOVQ         w+0(FP), AX
+	MOVQ         a+16(FP), CX
+	MOVQ         as+24(FP), DX
+	LEAQ         (CX)(DX*1), BX
+	LEAQ         (BX)(DX*1), SI
+	LEAQ         (SI)(DX*1), DI
+	LEAQ         (DI)(DX*1), R8
+	LEAQ         (R8)(DX*1), R9
+	LEAQ         (R9)(DX*1), R10
+	LEAQ         (R10)(DX*1), DX
+	MOVQ         nb+32(FP), R11
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VMOVDQU32    q4kMinIdx<>+0(SB), Y1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	TESTQ        R11, R11
+	JZ           done
+
+loop:
+	MOVL             4(AX), R12
+	MOVL             8(AX), R13
+	MOVL             12(AX), R14
+	MOVL             R14, R15
+	SHRL             $0x04, R15
+	ANDL             $0x0f0f0f0f, R15
+	MOVL             R13, BP
+	SHRL             $0x06, BP
+	ANDL             $0x03030303, BP
+	SHLL             $0x04, BP
+	ORL              BP, R15
+	ANDL             $0x3f3f3f3f, R13
+	ANDL             $0x0f0f0f0f, R14
+	MOVL             R12, BP
+	SHRL             $0x06, BP
+	ANDL             $0x03030303, BP
+	SHLL             $0x04, BP
+	ORL              BP, R14
+	ANDL             $0x3f3f3f3f, R12
+	VMOVD            R12, X10
+	VPINSRD          $0x01, R14, X10, X10
+	VPINSRD          $0x02, R13, X10, X10
+	VPINSRD          $0x03, R15, X10, X10
+	VPMOVZXBW        X10, Y10
+	VPERMW           Y10, Y1, Y11
+	VMOVDQU64        16(AX), Z12
+	VPSRLW           $0x04, Z12, Z13
+	VPANDD           Z0, Z12, Z12
+	VPANDD           Z0, Z13, Z13
+	VMOVDQU64        80(AX), Z14
+	VPSRLW           $0x04, Z14, Z15
+	VPANDD           Z0, Z14, Z14
+	VPANDD           Z0, Z15, Z15
+	VMOVDQU64        q4kScaleIdx0<>+0(SB), Z16
+	VPERMW           Z10, Z16, Z16
+	VMOVDQU64        q4kScaleIdx1<>+0(SB), Z17
+	VPERMW           Z10, Z17, Z17
+	VMOVDQU64        q4kScaleIdx2<>+0(SB), Z18
+	VPERMW           Z10, Z18, Z18
+	VMOVDQU64        q4kScaleIdx3<>+0(SB), Z19
+	VPERMW           Z10, Z19, Z19
+	VPBROADCASTD     (AX), X10
+	VCVTPH2PS        X10, X10
+	VBROADCASTSS     X10, Z20
+	VPERMILPS        $0x55, X10, X10
+	VBROADCASTSS     X10, Z21
+	VPMADDUBSW       4(CX), Z12, Z22
+	VPMADDWD         Z16, Z22, Z22
+	VPMADDUBSW       68(CX), Z13, Z23
+	VPDPWSSD         Z23, Z17, Z22
+	VPMADDUBSW       132(CX), Z14, Z23
+	VPDPWSSD         Z23, Z18, Z22
+	VPMADDUBSW       196(CX), Z15, Z23
+	VPDPWSSD         Z23, Z19, Z22
+	VPMADDWD         260(CX), Y11, Y10
+	VCVTDQ2PS        Z22, Z22
+	VCVTDQ2PS        Y10, Y10
+	VMULPS           Z20, Z22, Z22
+	VFNMADD231PS     Z10, Z21, Z22
+	VFMADD231PS.BCST (CX), Z22, Z2
+	VPMADDUBSW       4(BX), Z12, Z22
+	VPMADDWD         Z16, Z22, Z22
+	VPMADDUBSW       68(BX), Z13, Z23
+	VPDPWSSD         Z23, Z17, Z22
+	VPMADDUBSW       132(BX), Z14, Z23
+	VPDPWSSD         Z23, Z18, Z22
+	VPMADDUBSW       196(BX), Z15, Z23
+	VPDPWSSD         Z23, Z19, Z22
+	VPMADDWD         260(BX), Y11, Y10
+	VCVTDQ2PS        Z22, Z22
+	VCVTDQ2PS        Y10, Y10
+	VMULPS           Z20, Z22, Z22
+	VFNMADD231PS     Z10, Z21, Z22
+	VFMADD231PS.BCST (BX), Z22, Z3
+	VPMADDUBSW       4(SI), Z12, Z22
+	VPMADDWD         Z16, Z22, Z22
+	VPMADDUBSW       68(SI), Z13, Z23
+	VPDPWSSD         Z23, Z17, Z22
+	VPMADDUBSW       132(SI), Z14, Z23
+	VPDPWSSD         Z23, Z18, Z22
+	VPMADDUBSW       196(SI), Z15, Z23
+	VPDPWSSD         Z23, Z19, Z22
+	VPMADDWD         260(SI), Y11, Y10
+	VCVTDQ2PS        Z22, Z22
+	VCVTDQ2PS        Y10, Y10
+	VMULPS           Z20, Z22, Z22
+	VFNMADD231PS     Z10, Z21, Z22
+	VFMADD231PS.BCST (SI), Z22, Z4
+	VPMADDUBSW       4(DI), Z12, Z22
+	VPMADDWD         Z16, Z22, Z22
+	VPMADDUBSW       68(DI), Z13, Z23
+	VPDPWSSD         Z23, Z17, Z22
+	VPMADDUBSW       132(DI), Z14, Z23
+	VPDPWSSD         Z23, Z18, Z22
+	VPMADDUBSW       196(DI), Z15, Z23
+	VPDPWSSD         Z23, Z19, Z22
+	VPMADDWD         260(DI), Y11, Y10
+	VCVTDQ2PS        Z22, Z22
+	VCVTDQ2PS        Y10, Y10
+	VMULPS           Z20, Z22, Z22
+	VFNMADD231PS     Z10, Z21, Z22
+	VFMADD231PS.BCST (DI), Z22, Z5
+	VPMADDUBSW       4(R8), Z12, Z22
+	VPMADDWD         Z16, Z22, Z22
+	VPMADDUBSW       68(R8), Z13, Z23
+	VPDPWSSD         Z23, Z17, Z22
+	VPMADDUBSW       132(R8), Z14, Z23
+	VPDPWSSD         Z23, Z18, Z22
+	VPMADDUBSW       196(R8), Z15, Z23
+	VPDPWSSD         Z23, Z19, Z22
+	VPMADDWD         260(R8), Y11, Y10
+	VCVTDQ2PS        Z22, Z22
+	VCVTDQ2PS        Y10, Y10
+	VMULPS           Z20, Z22, Z22
+	VFNMADD231PS     Z10, Z21, Z22
+	VFMADD231PS.BCST (R8), Z22, Z6
+	VPMADDUBSW       4(R9), Z12, Z22
+	VPMADDWD         Z16, Z22, Z22
+	VPMADDUBSW       68(R9), Z13, Z23
+	VPDPWSSD         Z23, Z17, Z22
+	VPMADDUBSW       132(R9), Z14, Z23
+	VPDPWSSD         Z23, Z18, Z22
+	VPMADDUBSW       196(R9), Z15, Z23
+	VPDPWSSD         Z23, Z19, Z22
+	VPMADDWD         260(R9), Y11, Y10
+	VCVTDQ2PS        Z22, Z22
+	VCVTDQ2PS        Y10, Y10
+	VMULPS           Z20, Z22, Z22
+	VFNMADD231PS     Z10, Z21, Z22
+	VFMADD231PS.BCST (R9), Z22, Z7
+	VPMADDUBSW       4(R10), Z12, Z22
+	VPMADDWD         Z16, Z22, Z22
+	VPMADDUBSW       68(R10), Z13, Z23
+	VPDPWSSD         Z23, Z17, Z22
+	VPMADDUBSW       132(R10), Z14, Z23
+	VPDPWSSD         Z23, Z18, Z22
+	VPMADDUBSW       196(R10), Z15, Z23
+	VPDPWSSD         Z23, Z19, Z22
+	VPMADDWD         260(R10), Y11, Y10
+	VCVTDQ2PS        Z22, Z22
+	VCVTDQ2PS        Y10, Y10
+	VMULPS           Z20, Z22, Z22
+	VFNMADD231PS     Z10, Z21, Z22
+	VFMADD231PS.BCST (R10), Z22, Z8
+	VPMADDUBSW       4(DX), Z12, Z12
+	VPMADDWD         Z16, Z12, Z12
+	VPMADDUBSW       68(DX), Z13, Z13
+	VPDPWSSD         Z13, Z17, Z12
+	VPMADDUBSW       132(DX), Z14, Z13
+	VPDPWSSD         Z13, Z18, Z12
+	VPMADDUBSW       196(DX), Z15, Z13
+	VPDPWSSD         Z13, Z19, Z12
+	VPMADDWD         260(DX), Y11, Y10
+	VCVTDQ2PS        Z12, Z12
+	VCVTDQ2PS        Y10, Y10
+	VMULPS           Z20, Z12, Z12
+	VFNMADD231PS     Z10, Z21, Z12
+	VFMADD231PS.BCST (DX), Z12, Z9
+	ADDQ             $0x00000090, AX
+	ADDQ             $0x00000124, CX
+	ADDQ             $0x00000124, BX
+	ADDQ             $0x00000124, SI
+	ADDQ             $0x00000124, DI
+	ADDQ             $0x00000124, R8
+	ADDQ             $0x00000124, R9
+	ADDQ             $0x00000124, R10
+	ADDQ             $0x00000124, DX
+	DECQ             R11
+	JNZ              loop
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	SHLQ          $0x02, CX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y2, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y3, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y4, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y5, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y6, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y7, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y8, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y9, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_KV1C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
+TEXT ·dotQ4_KV1C4(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         a+16(FP), CX
+	MOVQ         as+24(FP), DX
+	LEAQ         (CX)(DX*1), BX
+	LEAQ         (BX)(DX*1), SI
+	LEAQ         (SI)(DX*1), DX
+	MOVQ         nb+32(FP), DI
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VMOVDQU32    q4kMinIdx<>+0(SB), Y1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	TESTQ        DI, DI
+	JZ           done
+
+loop:
+	MOVL             4(AX), R8
+	MOVL             8(AX), R9
+	MOVL             12(AX), R10
+	MOVL             R10, R11
+	SHRL             $0x04, R11
+	ANDL             $0x0f0f0f0f, R11
+	MOVL             R9, R12
+	SHRL             $0x06, R12
+	ANDL             $0x03030303, R12
+	SHLL             $0x04, R12
+	ORL              R12, R11
+	ANDL             $0x3f3f3f3f, R9
+	ANDL             $0x0f0f0f0f, R10
+	MOVL             R8, R12
+	SHRL             $0x06, R12
+	ANDL             $0x03030303, R12
+	SHLL             $0x04, R12
+	ORL              R12, R10
+	ANDL             $0x3f3f3f3f, R8
+	VMOVD            R8, X6
+	VPINSRD          $0x01, R10, X6, X6
+	VPINSRD          $0x02, R9, X6, X6
+	VPINSRD          $0x03, R11, X6, X6
+	VPMOVZXBW        X6, Y6
+	VPERMW           Y6, Y1, Y7
+	VMOVDQU64        16(AX), Z8
+	VPSRLW           $0x04, Z8, Z9
+	VPANDD           Z0, Z8, Z8
+	VPANDD           Z0, Z9, Z9
+	VMOVDQU64        80(AX), Z10
+	VPSRLW           $0x04, Z10, Z11
+	VPANDD           Z0, Z10, Z10
+	VPANDD           Z0, Z11, Z11
+	VMOVDQU64        q4kScaleIdx0<>+0(SB), Z12
+	VPERMW           Z6, Z12, Z12
+	VMOVDQU64        q4kScaleIdx1<>+0(SB), Z13
+	VPERMW           Z6, Z13, Z13
+	VMOVDQU64        q4kScaleIdx2<>+0(SB), Z14
+	VPERMW           Z6, Z14, Z14
+	VMOVDQU64        q4kScaleIdx3<>+0(SB), Z15
+	VPERMW           Z6, Z15, Z15
+	VPBROADCASTD     (AX), X6
+	VCVTPH2PS        X6, X6
+	VBROADCASTSS     X6, Z16
+	VPERMILPS        $0x55, X6, X6
+	VBROADCASTSS     X6, Z17
+	VPMADDUBSW       4(CX), Z8, Z18
+	VPMADDWD         Z12, Z18, Z18
+	VPMADDUBSW       68(CX), Z9, Z19
+	VPDPWSSD         Z19, Z13, Z18
+	VPMADDUBSW       132(CX), Z10, Z19
+	VPDPWSSD         Z19, Z14, Z18
+	VPMADDUBSW       196(CX), Z11, Z19
+	VPDPWSSD         Z19, Z15, Z18
+	VPMADDWD         260(CX), Y7, Y6
+	VCVTDQ2PS        Z18, Z18
+	VCVTDQ2PS        Y6, Y6
+	VMULPS           Z16, Z18, Z18
+	VFNMADD231PS     Z6, Z17, Z18
+	VFMADD231PS.BCST (CX), Z18, Z2
+	VPMADDUBSW       4(BX), Z8, Z18
+	VPMADDWD         Z12, Z18, Z18
+	VPMADDUBSW       68(BX), Z9, Z19
+	VPDPWSSD         Z19, Z13, Z18
+	VPMADDUBSW       132(BX), Z10, Z19
+	VPDPWSSD         Z19, Z14, Z18
+	VPMADDUBSW       196(BX), Z11, Z19
+	VPDPWSSD         Z19, Z15, Z18
+	VPMADDWD         260(BX), Y7, Y6
+	VCVTDQ2PS        Z18, Z18
+	VCVTDQ2PS        Y6, Y6
+	VMULPS           Z16, Z18, Z18
+	VFNMADD231PS     Z6, Z17, Z18
+	VFMADD231PS.BCST (BX), Z18, Z3
+	VPMADDUBSW       4(SI), Z8, Z18
+	VPMADDWD         Z12, Z18, Z18
+	VPMADDUBSW       68(SI), Z9, Z19
+	VPDPWSSD         Z19, Z13, Z18
+	VPMADDUBSW       132(SI), Z10, Z19
+	VPDPWSSD         Z19, Z14, Z18
+	VPMADDUBSW       196(SI), Z11, Z19
+	VPDPWSSD         Z19, Z15, Z18
+	VPMADDWD         260(SI), Y7, Y6
+	VCVTDQ2PS        Z18, Z18
+	VCVTDQ2PS        Y6, Y6
+	VMULPS           Z16, Z18, Z18
+	VFNMADD231PS     Z6, Z17, Z18
+	VFMADD231PS.BCST (SI), Z18, Z4
+	VPMADDUBSW       4(DX), Z8, Z8
+	VPMADDWD         Z12, Z8, Z8
+	VPMADDUBSW       68(DX), Z9, Z9
+	VPDPWSSD         Z9, Z13, Z8
+	VPMADDUBSW       132(DX), Z10, Z9
+	VPDPWSSD         Z9, Z14, Z8
+	VPMADDUBSW       196(DX), Z11, Z9
+	VPDPWSSD         Z9, Z15, Z8
+	VPMADDWD         260(DX), Y7, Y6
+	VCVTDQ2PS        Z8, Z8
+	VCVTDQ2PS        Y6, Y6
+	VMULPS           Z16, Z8, Z8
+	VFNMADD231PS     Z6, Z17, Z8
+	VFMADD231PS.BCST (DX), Z8, Z5
+	ADDQ             $0x00000090, AX
+	ADDQ             $0x00000124, CX
+	ADDQ             $0x00000124, BX
+	ADDQ             $0x00000124, SI
+	ADDQ             $0x00000124, DX
+	DECQ             DI
+	JNZ              loop
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	SHLQ          $0x02, CX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y2, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y3, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y4, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y5, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_KV1C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
+TEXT ·dotQ5_KV1C8(SB), NOSPLIT, $8-56
+	MOVQ         w+0(FP), AX
+	MOVQ         a+16(FP), CX
+	MOVQ         as+24(FP), DX
+	LEAQ         (CX)(DX*1), BX
+	LEAQ         (BX)(DX*1), SI
+	LEAQ         (SI)(DX*1), DI
+	LEAQ         (DI)(DX*1), R8
+	LEAQ         (R8)(DX*1), R9
+	LEAQ         (R9)(DX*1), R10
+	LEAQ         (R10)(DX*1), DX
+	MOVQ         nb+32(FP), R11
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VMOVDQU32    q4kMinIdx<>+0(SB), Y1
+	VPBROADCASTB c01<>+0(SB), Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	TESTQ        R11, R11
+	JZ           done
+
+loop:
+	MOVL             4(AX), R12
+	MOVL             8(AX), R13
+	MOVL             12(AX), R14
+	MOVL             R14, R15
+	SHRL             $0x04, R15
+	ANDL             $0x0f0f0f0f, R15
+	MOVL             R13, BP
+	SHRL             $0x06, BP
+	ANDL             $0x03030303, BP
+	SHLL             $0x04, BP
+	ORL              BP, R15
+	ANDL             $0x3f3f3f3f, R13
+	ANDL             $0x0f0f0f0f, R14
+	MOVL             R12, BP
+	SHRL             $0x06, BP
+	ANDL             $0x03030303, BP
+	SHLL             $0x04, BP
+	ORL              BP, R14
+	ANDL             $0x3f3f3f3f, R12
+	VMOVD            R12, X11
+	VPINSRD          $0x01, R14, X11, X11
+	VPINSRD          $0x02, R13, X11, X11
+	VPINSRD          $0x03, R15, X11, X11
+	VPMOVZXBW        X11, Y11
+	VPERMW           Y11, Y1, Y12
+	VBROADCASTI64X4  16(AX), Z13
+	VMOVDQU64        48(AX), Z14
+	VPSRLW           $0x04, Z14, Z15
+	VPANDD           Z0, Z14, Z14
+	VPANDD           Z0, Z15, Z15
+	VMOVDQU64        112(AX), Z16
+	VPSRLW           $0x04, Z16, Z17
+	VPANDD           Z0, Z16, Z16
+	VPANDD           Z0, Z17, Z17
+	VPSRLVW          q5kShift0<>+0(SB), Z13, Z18
+	VPANDD           Z2, Z18, Z18
+	VPSLLW           $0x04, Z18, Z18
+	VPORD            Z18, Z14, Z14
+	VMOVDQU64        q4kScaleIdx0<>+0(SB), Z18
+	VPERMW           Z11, Z18, Z18
+	VPSRLVW          q5kShift1<>+0(SB), Z13, Z19
+	VPANDD           Z2, Z19, Z19
+	VPSLLW           $0x04, Z19, Z19
+	VPORD            Z19, Z15, Z15
+	VMOVDQU64        q4kScaleIdx1<>+0(SB), Z19
+	VPERMW           Z11, Z19, Z19
+	VPSRLVW          q5kShift2<>+0(SB), Z13, Z20
+	VPANDD           Z2, Z20, Z20
+	VPSLLW           $0x04, Z20, Z20
+	VPORD            Z20, Z16, Z16
+	VMOVDQU64        q4kScaleIdx2<>+0(SB), Z20
+	VPERMW           Z11, Z20, Z20
+	VPSRLVW          q5kShift3<>+0(SB), Z13, Z13
+	VPANDD           Z2, Z13, Z13
+	VPSLLW           $0x04, Z13, Z13
+	VPORD            Z13, Z17, Z17
+	VMOVDQU64        q4kScaleIdx3<>+0(SB), Z13
+	VPERMW           Z11, Z13, Z13
+	VPBROADCASTD     (AX), X11
+	VCVTPH2PS        X11, X11
+	VBROADCASTSS     X11, Z21
+	VPERMILPS        $0x55, X11, X11
+	VBROADCASTSS     X11, Z22
+	VPMADDUBSW       4(CX), Z14, Z23
+	VPMADDWD         Z18, Z23, Z23
+	VPMADDUBSW       68(CX), Z15, Z24
+	VPDPWSSD         Z24, Z19, Z23
+	VPMADDUBSW       132(CX), Z16, Z24
+	VPDPWSSD         Z24, Z20, Z23
+	VPMADDUBSW       196(CX), Z17, Z24
+	VPDPWSSD         Z24, Z13, Z23
+	VPMADDWD         260(CX), Y12, Y11
+	VCVTDQ2PS        Z23, Z23
+	VCVTDQ2PS        Y11, Y11
+	VMULPS           Z21, Z23, Z23
+	VFNMADD231PS     Z11, Z22, Z23
+	VFMADD231PS.BCST (CX), Z23, Z3
+	VPMADDUBSW       4(BX), Z14, Z23
+	VPMADDWD         Z18, Z23, Z23
+	VPMADDUBSW       68(BX), Z15, Z24
+	VPDPWSSD         Z24, Z19, Z23
+	VPMADDUBSW       132(BX), Z16, Z24
+	VPDPWSSD         Z24, Z20, Z23
+	VPMADDUBSW       196(BX), Z17, Z24
+	VPDPWSSD         Z24, Z13, Z23
+	VPMADDWD         260(BX), Y12, Y11
+	VCVTDQ2PS        Z23, Z23
+	VCVTDQ2PS        Y11, Y11
+	VMULPS           Z21, Z23, Z23
+	VFNMADD231PS     Z11, Z22, Z23
+	VFMADD231PS.BCST (BX), Z23, Z4
+	VPMADDUBSW       4(SI), Z14, Z23
+	VPMADDWD         Z18, Z23, Z23
+	VPMADDUBSW       68(SI), Z15, Z24
+	VPDPWSSD         Z24, Z19, Z23
+	VPMADDUBSW       132(SI), Z16, Z24
+	VPDPWSSD         Z24, Z20, Z23
+	VPMADDUBSW       196(SI), Z17, Z24
+	VPDPWSSD         Z24, Z13, Z23
+	VPMADDWD         260(SI), Y12, Y11
+	VCVTDQ2PS        Z23, Z23
+	VCVTDQ2PS        Y11, Y11
+	VMULPS           Z21, Z23, Z23
+	VFNMADD231PS     Z11, Z22, Z23
+	VFMADD231PS.BCST (SI), Z23, Z5
+	VPMADDUBSW       4(DI), Z14, Z23
+	VPMADDWD         Z18, Z23, Z23
+	VPMADDUBSW       68(DI), Z15, Z24
+	VPDPWSSD         Z24, Z19, Z23
+	VPMADDUBSW       132(DI), Z16, Z24
+	VPDPWSSD         Z24, Z20, Z23
+	VPMADDUBSW       196(DI), Z17, Z24
+	VPDPWSSD         Z24, Z13, Z23
+	VPMADDWD         260(DI), Y12, Y11
+	VCVTDQ2PS        Z23, Z23
+	VCVTDQ2PS        Y11, Y11
+	VMULPS           Z21, Z23, Z23
+	VFNMADD231PS     Z11, Z22, Z23
+	VFMADD231PS.BCST (DI), Z23, Z6
+	VPMADDUBSW       4(R8), Z14, Z23
+	VPMADDWD         Z18, Z23, Z23
+	VPMADDUBSW       68(R8), Z15, Z24
+	VPDPWSSD         Z24, Z19, Z23
+	VPMADDUBSW       132(R8), Z16, Z24
+	VPDPWSSD         Z24, Z20, Z23
+	VPMADDUBSW       196(R8), Z17, Z24
+	VPDPWSSD         Z24, Z13, Z23
+	VPMADDWD         260(R8), Y12, Y11
+	VCVTDQ2PS        Z23, Z23
+	VCVTDQ2PS        Y11, Y11
+	VMULPS           Z21, Z23, Z23
+	VFNMADD231PS     Z11, Z22, Z23
+	VFMADD231PS.BCST (R8), Z23, Z7
+	VPMADDUBSW       4(R9), Z14, Z23
+	VPMADDWD         Z18, Z23, Z23
+	VPMADDUBSW       68(R9), Z15, Z24
+	VPDPWSSD         Z24, Z19, Z23
+	VPMADDUBSW       132(R9), Z16, Z24
+	VPDPWSSD         Z24, Z20, Z23
+	VPMADDUBSW       196(R9), Z17, Z24
+	VPDPWSSD         Z24, Z13, Z23
+	VPMADDWD         260(R9), Y12, Y11
+	VCVTDQ2PS        Z23, Z23
+	VCVTDQ2PS        Y11, Y11
+	VMULPS           Z21, Z23, Z23
+	VFNMADD231PS     Z11, Z22, Z23
+	VFMADD231PS.BCST (R9), Z23, Z8
+	VPMADDUBSW       4(R10), Z14, Z23
+	VPMADDWD         Z18, Z23, Z23
+	VPMADDUBSW       68(R10), Z15, Z24
+	VPDPWSSD         Z24, Z19, Z23
+	VPMADDUBSW       132(R10), Z16, Z24
+	VPDPWSSD         Z24, Z20, Z23
+	VPMADDUBSW       196(R10), Z17, Z24
+	VPDPWSSD         Z24, Z13, Z23
+	VPMADDWD         260(R10), Y12, Y11
+	VCVTDQ2PS        Z23, Z23
+	VCVTDQ2PS        Y11, Y11
+	VMULPS           Z21, Z23, Z23
+	VFNMADD231PS     Z11, Z22, Z23
+	VFMADD231PS.BCST (R10), Z23, Z9
+	VPMADDUBSW       4(DX), Z14, Z14
+	VPMADDWD         Z18, Z14, Z14
+	VPMADDUBSW       68(DX), Z15, Z15
+	VPDPWSSD         Z15, Z19, Z14
+	VPMADDUBSW       132(DX), Z16, Z15
+	VPDPWSSD         Z15, Z20, Z14
+	VPMADDUBSW       196(DX), Z17, Z15
+	VPDPWSSD         Z15, Z13, Z14
+	VPMADDWD         260(DX), Y12, Y11
+	VCVTDQ2PS        Z14, Z14
+	VCVTDQ2PS        Y11, Y11
+	VMULPS           Z21, Z14, Z14
+	VFNMADD231PS     Z11, Z22, Z14
+	VFMADD231PS.BCST (DX), Z14, Z10
+	ADDQ             $0x000000b0, AX
+	ADDQ             $0x00000124, CX
+	ADDQ             $0x00000124, BX
+	ADDQ             $0x00000124, SI
+	ADDQ             $0x00000124, DI
+	ADDQ             $0x00000124, R8
+	ADDQ             $0x00000124, R9
+	ADDQ             $0x00000124, R10
+	ADDQ             $0x00000124, DX
+	DECQ             R11
+	JNZ              loop
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	SHLQ          $0x02, CX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y3, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y4, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y5, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y6, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y7, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y8, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y9, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z10, Y0
+	VADDPS        Y10, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ5_KV1C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
+TEXT ·dotQ5_KV1C4(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         a+16(FP), CX
+	MOVQ         as+24(FP), DX
+	LEAQ         (CX)(DX*1), BX
+	LEAQ         (BX)(DX*1), SI
+	LEAQ         (SI)(DX*1), DX
+	MOVQ         nb+32(FP), DI
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VMOVDQU32    q4kMinIdx<>+0(SB), Y1
+	VPBROADCASTB c01<>+0(SB), Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	TESTQ        DI, DI
+	JZ           done
+
+loop:
+	MOVL             4(AX), R8
+	MOVL             8(AX), R9
+	MOVL             12(AX), R10
+	MOVL             R10, R11
+	SHRL             $0x04, R11
+	ANDL             $0x0f0f0f0f, R11
+	MOVL             R9, R12
+	SHRL             $0x06, R12
+	ANDL             $0x03030303, R12
+	SHLL             $0x04, R12
+	ORL              R12, R11
+	ANDL             $0x3f3f3f3f, R9
+	ANDL             $0x0f0f0f0f, R10
+	MOVL             R8, R12
+	SHRL             $0x06, R12
+	ANDL             $0x03030303, R12
+	SHLL             $0x04, R12
+	ORL              R12, R10
+	ANDL             $0x3f3f3f3f, R8
+	VMOVD            R8, X7
+	VPINSRD          $0x01, R10, X7, X7
+	VPINSRD          $0x02, R9, X7, X7
+	VPINSRD          $0x03, R11, X7, X7
+	VPMOVZXBW        X7, Y7
+	VPERMW           Y7, Y1, Y8
+	VBROADCASTI64X4  16(AX), Z9
+	VMOVDQU64        48(AX), Z10
+	VPSRLW           $0x04, Z10, Z11
+	VPANDD           Z0, Z10, Z10
+	VPANDD           Z0, Z11, Z11
+	VMOVDQU64        112(AX), Z12
+	VPSRLW           $0x04, Z12, Z13
+	VPANDD           Z0, Z12, Z12
+	VPANDD           Z0, Z13, Z13
+	VPSRLVW          q5kShift0<>+0(SB), Z9, Z14
+	VPANDD           Z2, Z14, Z14
+	VPSLLW           $0x04, Z14, Z14
+	VPORD            Z14, Z10, Z10
+	VMOVDQU64        q4kScaleIdx0<>+0(SB), Z14
+	VPERMW           Z7, Z14, Z14
+	VPSRLVW          q5kShift1<>+0(SB), Z9, Z15
+	VPANDD           Z2, Z15, Z15
+	VPSLLW           $0x04, Z15, Z15
+	VPORD            Z15, Z11, Z11
+	VMOVDQU64        q4kScaleIdx1<>+0(SB), Z15
+	VPERMW           Z7, Z15, Z15
+	VPSRLVW          q5kShift2<>+0(SB), Z9, Z16
+	VPANDD           Z2, Z16, Z16
+	VPSLLW           $0x04, Z16, Z16
+	VPORD            Z16, Z12, Z12
+	VMOVDQU64        q4kScaleIdx2<>+0(SB), Z16
+	VPERMW           Z7, Z16, Z16
+	VPSRLVW          q5kShift3<>+0(SB), Z9, Z9
+	VPANDD           Z2, Z9, Z9
+	VPSLLW           $0x04, Z9, Z9
+	VPORD            Z9, Z13, Z13
+	VMOVDQU64        q4kScaleIdx3<>+0(SB), Z9
+	VPERMW           Z7, Z9, Z9
+	VPBROADCASTD     (AX), X7
+	VCVTPH2PS        X7, X7
+	VBROADCASTSS     X7, Z17
+	VPERMILPS        $0x55, X7, X7
+	VBROADCASTSS     X7, Z18
+	VPMADDUBSW       4(CX), Z10, Z19
+	VPMADDWD         Z14, Z19, Z19
+	VPMADDUBSW       68(CX), Z11, Z20
+	VPDPWSSD         Z20, Z15, Z19
+	VPMADDUBSW       132(CX), Z12, Z20
+	VPDPWSSD         Z20, Z16, Z19
+	VPMADDUBSW       196(CX), Z13, Z20
+	VPDPWSSD         Z20, Z9, Z19
+	VPMADDWD         260(CX), Y8, Y7
+	VCVTDQ2PS        Z19, Z19
+	VCVTDQ2PS        Y7, Y7
+	VMULPS           Z17, Z19, Z19
+	VFNMADD231PS     Z7, Z18, Z19
+	VFMADD231PS.BCST (CX), Z19, Z3
+	VPMADDUBSW       4(BX), Z10, Z19
+	VPMADDWD         Z14, Z19, Z19
+	VPMADDUBSW       68(BX), Z11, Z20
+	VPDPWSSD         Z20, Z15, Z19
+	VPMADDUBSW       132(BX), Z12, Z20
+	VPDPWSSD         Z20, Z16, Z19
+	VPMADDUBSW       196(BX), Z13, Z20
+	VPDPWSSD         Z20, Z9, Z19
+	VPMADDWD         260(BX), Y8, Y7
+	VCVTDQ2PS        Z19, Z19
+	VCVTDQ2PS        Y7, Y7
+	VMULPS           Z17, Z19, Z19
+	VFNMADD231PS     Z7, Z18, Z19
+	VFMADD231PS.BCST (BX), Z19, Z4
+	VPMADDUBSW       4(SI), Z10, Z19
+	VPMADDWD         Z14, Z19, Z19
+	VPMADDUBSW       68(SI), Z11, Z20
+	VPDPWSSD         Z20, Z15, Z19
+	VPMADDUBSW       132(SI), Z12, Z20
+	VPDPWSSD         Z20, Z16, Z19
+	VPMADDUBSW       196(SI), Z13, Z20
+	VPDPWSSD         Z20, Z9, Z19
+	VPMADDWD         260(SI), Y8, Y7
+	VCVTDQ2PS        Z19, Z19
+	VCVTDQ2PS        Y7, Y7
+	VMULPS           Z17, Z19, Z19
+	VFNMADD231PS     Z7, Z18, Z19
+	VFMADD231PS.BCST (SI), Z19, Z5
+	VPMADDUBSW       4(DX), Z10, Z10
+	VPMADDWD         Z14, Z10, Z10
+	VPMADDUBSW       68(DX), Z11, Z11
+	VPDPWSSD         Z11, Z15, Z10
+	VPMADDUBSW       132(DX), Z12, Z11
+	VPDPWSSD         Z11, Z16, Z10
+	VPMADDUBSW       196(DX), Z13, Z11
+	VPDPWSSD         Z11, Z9, Z10
+	VPMADDWD         260(DX), Y8, Y7
+	VCVTDQ2PS        Z10, Z10
+	VCVTDQ2PS        Y7, Y7
+	VMULPS           Z17, Z10, Z10
+	VFNMADD231PS     Z7, Z18, Z10
+	VFMADD231PS.BCST (DX), Z10, Z6
+	ADDQ             $0x000000b0, AX
+	ADDQ             $0x00000124, CX
+	ADDQ             $0x00000124, BX
+	ADDQ             $0x00000124, SI
+	ADDQ             $0x00000124, DX
+	DECQ             DI
+	JNZ              loop
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	SHLQ          $0x02, CX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y3, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y4, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y5, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y6, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VZEROUPPER
+	RET
+
 // func dotQ4_0V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
 TEXT ·dotQ4_0V4C4(SB), NOSPLIT, $0-56

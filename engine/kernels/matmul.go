@@ -198,6 +198,9 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 			if ks.tileU8 {
 				j.prepU8(m.Cols / quant.QK)
 			}
+			if ks.tileK8 {
+				j.pairK8(m.Cols / quant.QKK)
+			}
 		}
 	}
 	if ks := j.ks; ks != nil && ks.rowsU8 != nil && !j.tile {
@@ -240,6 +243,33 @@ func (j *mmJob) prepU8(nb int) {
 			for k := 0; k < quant.QK; k += 8 {
 				binary.LittleEndian.PutUint64(d[4+k:], binary.LittleEndian.Uint64(s[2+k:])^0x8080808080808080)
 			}
+		}
+	}
+	j.ta, j.tas = u, rs
+}
+
+// k8Pairs is the order of the 32-byte sub-blocks in a paired Q8_K block:
+// the AVX-512 K-quant tiles hold sub-blocks (0,2), (1,3), (4,6), (5,7) of a
+// weight block in the halves of one vector.
+var k8Pairs = [8]int{0, 2, 1, 3, 4, 6, 5, 7}
+
+// pairK8 lays out the Q8_K activations (nb blocks per row) for the tileK8
+// kernels: each block as it is, but its sub-blocks in k8Pairs order.
+func (j *mmJob) pairK8(nb int) {
+	n, rs := j.n, nb*quant.BlockQ8_K
+	if cap(j.u8) < n*rs {
+		j.u8 = make([]byte, n*rs)
+	}
+	u := j.u8[:n*rs]
+	for i := 0; i < n; i++ {
+		src, dst := j.xq[i*j.ars:i*j.ars+rs], u[i*rs:(i+1)*rs]
+		for b := 0; b < nb; b++ {
+			s, d := src[b*quant.BlockQ8_K:(b+1)*quant.BlockQ8_K], dst[b*quant.BlockQ8_K:(b+1)*quant.BlockQ8_K]
+			copy(d[:4], s[:4])
+			for k, sb := range k8Pairs {
+				copy(d[4+32*k:4+32*k+32], s[4+32*sb:4+32*sb+32])
+			}
+			copy(d[260:], s[260:])
 		}
 	}
 	j.ta, j.tas = u, rs

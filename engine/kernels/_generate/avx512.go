@@ -638,3 +638,103 @@ func storeLanes(acc, pidx VecVirtual, m Mem) {
 	VPERMPS(s, pidx, s)
 	VMOVUPS(s.AsX(), m)
 }
+
+// q4kTile generates the AVX-512 Q4_K (withHigh: Q5_K) prefill tile: 1
+// weight row x C Q8_K activations whose sub-blocks come paired as the
+// nibble vectors pair them (pairK8: (0,2) (1,3) (4,6) (5,7), 64 bytes each),
+// so each VPMADDUBSW takes its activation straight from memory. The row's
+// nibbles, scale vectors and mins are unpacked once per block for the C
+// activations; d and dmin scale each activation's sums before its own
+// scale, broadcast from memory, adds them to its accumulator.
+func q4kTile(name string, C int, withHigh bool) {
+	bx, qoff, what := 144, 16, "Q4_K"
+	if withHigh {
+		bx, qoff, what = 176, 48, "Q5_K"
+	}
+	k := begin(name, 1, C, what+" weights, paired Q8_K activations (pairK8), AVX-512 VNNI")
+	mask, midx := ZMM(), YMM()
+	VPBROADCASTB(c0F, mask)
+	VMOVDQU32(q4kMinIdx, midx)
+	var c01m VecVirtual
+	if withHigh {
+		c01m = ZMM()
+		VPBROADCASTB(c01, c01m)
+	}
+	acc := make([]VecVirtual, C)
+	for c := range acc {
+		acc[c] = ZMM()
+		VPXORD(acc[c], acc[c], acc[c])
+	}
+	k.loop(bx, 292, func() {
+		x := k.w[0]
+		xs := q4kScales(x)
+		wds := YMM()
+		VPMOVZXBW(xs, wds) // scales 0..7, mins 8..15 as words
+		mins := YMM()
+		VPERMW(wds, midx, mins)
+		var qhz VecVirtual
+		if withHigh {
+			qhz = ZMM()
+			VBROADCASTI64X4(Mem{Base: x, Disp: 16}, qhz)
+		}
+		q, s := make([]VecVirtual, 4), make([]VecVirtual, 4)
+		for half := 0; half < 2; half++ {
+			z, h := ZMM(), ZMM()
+			VMOVDQU64(Mem{Base: x, Disp: qoff + 64*half}, z)
+			VPSRLW(U8(4), z, h)
+			VPANDD(mask, z, z)
+			VPANDD(mask, h, h)
+			q[2*half], q[2*half+1] = z, h
+		}
+		for i := range q {
+			if withHigh { // q |= ((qh >> sub-block) & 1) << 4
+				b := ZMM()
+				VPSRLVW(q5kShift[i], qhz, b)
+				VPANDD(c01m, b, b)
+				VPSLLW(U8(4), b, b)
+				VPORD(b, q[i], q[i])
+			}
+			s[i] = ZMM()
+			VMOVDQU64(q4kScaleIdx[i], s[i])
+			VPERMW(wds.AsZ(), s[i], s[i])
+		}
+		dd := XMM()
+		VPBROADCASTD(Mem{Base: x}, dd)
+		VCVTPH2PS(dd, dd)
+		dv, dm := ZMM(), ZMM()
+		VBROADCASTSS(dd, dv)
+		VPERMILPS(U8(0x55), dd, dd)
+		VBROADCASTSS(dd, dm)
+		for c := 0; c < C; c++ {
+			a := k.a[c]
+			sumi := ZMM()
+			for i := range q {
+				p := ZMM()
+				VPMADDUBSW(Mem{Base: a, Disp: 4 + 64*i}, q[i], p)
+				if i == 0 {
+					VPMADDWD(s[i], p, sumi)
+				} else {
+					vpdpwssd(p, s[i], sumi)
+				}
+			}
+			md := YMM()
+			VPMADDWD(Mem{Base: a, Disp: 260}, mins, md)
+			VCVTDQ2PS(sumi, sumi)
+			VCVTDQ2PS(md, md)
+			VMULPS(dv, sumi, sumi)
+			VFNMADD231PS(md.AsZ(), dm, sumi)
+			VFMADD231PS_BCST(Mem{Base: a}, sumi, acc[c])
+		}
+	})
+	out := ld("out")
+	os := ld("os")
+	SHLQ(U8(2), os)
+	for c := 0; c < C; c++ {
+		storeSum512(acc[c], nil, Mem{Base: out})
+		if c+1 < C {
+			ADDQ(os, out)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
