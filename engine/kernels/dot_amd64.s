@@ -7162,20 +7162,20 @@ loop:
 	VPSRLW       $0x04, Z25, Z26
 	VPANDD       Z0, Z25, Z25
 	VPANDD       Z0, Z26, Z26
+	VMOVDQU64    80(AX), Z27
+	VPSRLW       $0x04, Z27, Z28
+	VPANDD       Z0, Z27, Z27
+	VPANDD       Z0, Z28, Z28
 	VPMADDUBSW   Z14, Z25, Z25
-	VPERMW       Z20, Z2, Z27
-	VPDPWSSD     Z25, Z27, Z21
+	VPERMW       Z20, Z2, Z29
+	VPDPWSSD     Z25, Z29, Z21
 	VPMADDUBSW   Z15, Z26, Z25
 	VPERMW       Z20, Z3, Z26
 	VPDPWSSD     Z25, Z26, Z21
-	VMOVDQU64    80(AX), Z25
-	VPSRLW       $0x04, Z25, Z26
-	VPANDD       Z0, Z25, Z25
-	VPANDD       Z0, Z26, Z26
-	VPMADDUBSW   Z16, Z25, Z25
-	VPERMW       Z20, Z4, Z27
-	VPDPWSSD     Z25, Z27, Z21
-	VPMADDUBSW   Z17, Z26, Z25
+	VPMADDUBSW   Z16, Z27, Z25
+	VPERMW       Z20, Z4, Z26
+	VPDPWSSD     Z25, Z26, Z21
+	VPMADDUBSW   Z17, Z28, Z25
 	VPERMW       Z20, Z5, Z26
 	VPDPWSSD     Z25, Z26, Z21
 	VPERMW       Y20, Y1, Y20
@@ -7219,20 +7219,20 @@ loop:
 	VPSRLW       $0x04, Z25, Z26
 	VPANDD       Z0, Z25, Z25
 	VPANDD       Z0, Z26, Z26
+	VMOVDQU64    80(DX), Z27
+	VPSRLW       $0x04, Z27, Z28
+	VPANDD       Z0, Z27, Z27
+	VPANDD       Z0, Z28, Z28
 	VPMADDUBSW   Z14, Z25, Z25
-	VPERMW       Z20, Z2, Z27
-	VPDPWSSD     Z25, Z27, Z22
+	VPERMW       Z20, Z2, Z29
+	VPDPWSSD     Z25, Z29, Z22
 	VPMADDUBSW   Z15, Z26, Z25
 	VPERMW       Z20, Z3, Z26
 	VPDPWSSD     Z25, Z26, Z22
-	VMOVDQU64    80(DX), Z25
-	VPSRLW       $0x04, Z25, Z26
-	VPANDD       Z0, Z25, Z25
-	VPANDD       Z0, Z26, Z26
-	VPMADDUBSW   Z16, Z25, Z25
-	VPERMW       Z20, Z4, Z27
-	VPDPWSSD     Z25, Z27, Z22
-	VPMADDUBSW   Z17, Z26, Z25
+	VPMADDUBSW   Z16, Z27, Z25
+	VPERMW       Z20, Z4, Z26
+	VPDPWSSD     Z25, Z26, Z22
+	VPMADDUBSW   Z17, Z28, Z25
 	VPERMW       Z20, Z5, Z26
 	VPDPWSSD     Z25, Z26, Z22
 	VPERMW       Y20, Y1, Y20
@@ -7276,20 +7276,20 @@ loop:
 	VPSRLW       $0x04, Z25, Z26
 	VPANDD       Z0, Z25, Z25
 	VPANDD       Z0, Z26, Z26
+	VMOVDQU64    80(BX), Z27
+	VPSRLW       $0x04, Z27, Z28
+	VPANDD       Z0, Z27, Z27
+	VPANDD       Z0, Z28, Z28
 	VPMADDUBSW   Z14, Z25, Z25
-	VPERMW       Z20, Z2, Z27
-	VPDPWSSD     Z25, Z27, Z23
+	VPERMW       Z20, Z2, Z29
+	VPDPWSSD     Z25, Z29, Z23
 	VPMADDUBSW   Z15, Z26, Z25
 	VPERMW       Z20, Z3, Z26
 	VPDPWSSD     Z25, Z26, Z23
-	VMOVDQU64    80(BX), Z25
-	VPSRLW       $0x04, Z25, Z26
-	VPANDD       Z0, Z25, Z25
-	VPANDD       Z0, Z26, Z26
-	VPMADDUBSW   Z16, Z25, Z25
-	VPERMW       Z20, Z4, Z27
-	VPDPWSSD     Z25, Z27, Z23
-	VPMADDUBSW   Z17, Z26, Z25
+	VPMADDUBSW   Z16, Z27, Z25
+	VPERMW       Z20, Z4, Z26
+	VPDPWSSD     Z25, Z26, Z23
+	VPMADDUBSW   Z17, Z28, Z25
 	VPERMW       Z20, Z5, Z26
 	VPDPWSSD     Z25, Z26, Z23
 	VPERMW       Y20, Y1, Y20
@@ -7333,20 +7333,20 @@ loop:
 	VPSRLW       $0x04, Z25, Z26
 	VPANDD       Z0, Z25, Z25
 	VPANDD       Z0, Z26, Z26
+	VMOVDQU64    80(SI), Z27
+	VPSRLW       $0x04, Z27, Z28
+	VPANDD       Z0, Z27, Z27
+	VPANDD       Z0, Z28, Z28
 	VPMADDUBSW   Z14, Z25, Z25
-	VPERMW       Z20, Z2, Z27
-	VPDPWSSD     Z25, Z27, Z24
+	VPERMW       Z20, Z2, Z29
+	VPDPWSSD     Z25, Z29, Z24
 	VPMADDUBSW   Z15, Z26, Z25
 	VPERMW       Z20, Z3, Z26
 	VPDPWSSD     Z25, Z26, Z24
-	VMOVDQU64    80(SI), Z25
-	VPSRLW       $0x04, Z25, Z26
-	VPANDD       Z0, Z25, Z25
-	VPANDD       Z0, Z26, Z26
-	VPMADDUBSW   Z16, Z25, Z25
-	VPERMW       Z20, Z4, Z27
-	VPDPWSSD     Z25, Z27, Z24
-	VPMADDUBSW   Z17, Z26, Z25
+	VPMADDUBSW   Z16, Z27, Z25
+	VPERMW       Z20, Z4, Z26
+	VPDPWSSD     Z25, Z26, Z24
+	VPMADDUBSW   Z17, Z28, Z25
 	VPERMW       Z20, Z5, Z26
 	VPDPWSSD     Z25, Z26, Z24
 	VPERMW       Y20, Y1, Y14
@@ -7496,36 +7496,36 @@ loop:
 	VPSRLW          $0x04, Z27, Z28
 	VPANDD          Z0, Z27, Z27
 	VPANDD          Z0, Z28, Z28
-	VPSRLVW         q5kShift0<>+0(SB), Z26, Z29
-	VPANDD          Z2, Z29, Z29
-	VPSLLW          $0x04, Z29, Z29
-	VPORD           Z29, Z27, Z27
-	VPMADDUBSW      Z15, Z27, Z27
-	VPERMW          Z21, Z3, Z29
-	VPDPWSSD        Z27, Z29, Z22
-	VPSRLVW         q5kShift1<>+0(SB), Z26, Z27
-	VPANDD          Z2, Z27, Z27
-	VPSLLW          $0x04, Z27, Z27
-	VPORD           Z27, Z28, Z28
-	VPMADDUBSW      Z16, Z28, Z27
-	VPERMW          Z21, Z4, Z28
-	VPDPWSSD        Z27, Z28, Z22
-	VMOVDQU64       112(AX), Z27
-	VPSRLW          $0x04, Z27, Z28
-	VPANDD          Z0, Z27, Z27
-	VPANDD          Z0, Z28, Z28
-	VPSRLVW         q5kShift2<>+0(SB), Z26, Z29
-	VPANDD          Z2, Z29, Z29
-	VPSLLW          $0x04, Z29, Z29
-	VPORD           Z29, Z27, Z27
-	VPMADDUBSW      Z17, Z27, Z27
-	VPERMW          Z21, Z5, Z29
-	VPDPWSSD        Z27, Z29, Z22
+	VMOVDQU64       112(AX), Z29
+	VPSRLW          $0x04, Z29, Z30
+	VPANDD          Z0, Z29, Z29
+	VPANDD          Z0, Z30, Z30
+	VPSRLVW         q5kShift0<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z27, Z27
+	VPSRLVW         q5kShift1<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z28, Z28
+	VPSRLVW         q5kShift2<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z29, Z29
 	VPSRLVW         q5kShift3<>+0(SB), Z26, Z26
 	VPANDD          Z2, Z26, Z26
 	VPSLLW          $0x04, Z26, Z26
-	VPORD           Z26, Z28, Z28
-	VPMADDUBSW      Z18, Z28, Z26
+	VPORD           Z26, Z30, Z30
+	VPMADDUBSW      Z15, Z27, Z26
+	VPERMW          Z21, Z3, Z27
+	VPDPWSSD        Z26, Z27, Z22
+	VPMADDUBSW      Z16, Z28, Z26
+	VPERMW          Z21, Z4, Z27
+	VPDPWSSD        Z26, Z27, Z22
+	VPMADDUBSW      Z17, Z29, Z26
+	VPERMW          Z21, Z5, Z27
+	VPDPWSSD        Z26, Z27, Z22
+	VPMADDUBSW      Z18, Z30, Z26
 	VPERMW          Z21, Z6, Z27
 	VPDPWSSD        Z26, Z27, Z22
 	VPERMW          Y21, Y1, Y21
@@ -7570,36 +7570,36 @@ loop:
 	VPSRLW          $0x04, Z27, Z28
 	VPANDD          Z0, Z27, Z27
 	VPANDD          Z0, Z28, Z28
-	VPSRLVW         q5kShift0<>+0(SB), Z26, Z29
-	VPANDD          Z2, Z29, Z29
-	VPSLLW          $0x04, Z29, Z29
-	VPORD           Z29, Z27, Z27
-	VPMADDUBSW      Z15, Z27, Z27
-	VPERMW          Z21, Z3, Z29
-	VPDPWSSD        Z27, Z29, Z23
-	VPSRLVW         q5kShift1<>+0(SB), Z26, Z27
-	VPANDD          Z2, Z27, Z27
-	VPSLLW          $0x04, Z27, Z27
-	VPORD           Z27, Z28, Z28
-	VPMADDUBSW      Z16, Z28, Z27
-	VPERMW          Z21, Z4, Z28
-	VPDPWSSD        Z27, Z28, Z23
-	VMOVDQU64       112(DX), Z27
-	VPSRLW          $0x04, Z27, Z28
-	VPANDD          Z0, Z27, Z27
-	VPANDD          Z0, Z28, Z28
-	VPSRLVW         q5kShift2<>+0(SB), Z26, Z29
-	VPANDD          Z2, Z29, Z29
-	VPSLLW          $0x04, Z29, Z29
-	VPORD           Z29, Z27, Z27
-	VPMADDUBSW      Z17, Z27, Z27
-	VPERMW          Z21, Z5, Z29
-	VPDPWSSD        Z27, Z29, Z23
+	VMOVDQU64       112(DX), Z29
+	VPSRLW          $0x04, Z29, Z30
+	VPANDD          Z0, Z29, Z29
+	VPANDD          Z0, Z30, Z30
+	VPSRLVW         q5kShift0<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z27, Z27
+	VPSRLVW         q5kShift1<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z28, Z28
+	VPSRLVW         q5kShift2<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z29, Z29
 	VPSRLVW         q5kShift3<>+0(SB), Z26, Z26
 	VPANDD          Z2, Z26, Z26
 	VPSLLW          $0x04, Z26, Z26
-	VPORD           Z26, Z28, Z28
-	VPMADDUBSW      Z18, Z28, Z26
+	VPORD           Z26, Z30, Z30
+	VPMADDUBSW      Z15, Z27, Z26
+	VPERMW          Z21, Z3, Z27
+	VPDPWSSD        Z26, Z27, Z23
+	VPMADDUBSW      Z16, Z28, Z26
+	VPERMW          Z21, Z4, Z27
+	VPDPWSSD        Z26, Z27, Z23
+	VPMADDUBSW      Z17, Z29, Z26
+	VPERMW          Z21, Z5, Z27
+	VPDPWSSD        Z26, Z27, Z23
+	VPMADDUBSW      Z18, Z30, Z26
 	VPERMW          Z21, Z6, Z27
 	VPDPWSSD        Z26, Z27, Z23
 	VPERMW          Y21, Y1, Y21
@@ -7644,36 +7644,36 @@ loop:
 	VPSRLW          $0x04, Z27, Z28
 	VPANDD          Z0, Z27, Z27
 	VPANDD          Z0, Z28, Z28
-	VPSRLVW         q5kShift0<>+0(SB), Z26, Z29
-	VPANDD          Z2, Z29, Z29
-	VPSLLW          $0x04, Z29, Z29
-	VPORD           Z29, Z27, Z27
-	VPMADDUBSW      Z15, Z27, Z27
-	VPERMW          Z21, Z3, Z29
-	VPDPWSSD        Z27, Z29, Z24
-	VPSRLVW         q5kShift1<>+0(SB), Z26, Z27
-	VPANDD          Z2, Z27, Z27
-	VPSLLW          $0x04, Z27, Z27
-	VPORD           Z27, Z28, Z28
-	VPMADDUBSW      Z16, Z28, Z27
-	VPERMW          Z21, Z4, Z28
-	VPDPWSSD        Z27, Z28, Z24
-	VMOVDQU64       112(BX), Z27
-	VPSRLW          $0x04, Z27, Z28
-	VPANDD          Z0, Z27, Z27
-	VPANDD          Z0, Z28, Z28
-	VPSRLVW         q5kShift2<>+0(SB), Z26, Z29
-	VPANDD          Z2, Z29, Z29
-	VPSLLW          $0x04, Z29, Z29
-	VPORD           Z29, Z27, Z27
-	VPMADDUBSW      Z17, Z27, Z27
-	VPERMW          Z21, Z5, Z29
-	VPDPWSSD        Z27, Z29, Z24
+	VMOVDQU64       112(BX), Z29
+	VPSRLW          $0x04, Z29, Z30
+	VPANDD          Z0, Z29, Z29
+	VPANDD          Z0, Z30, Z30
+	VPSRLVW         q5kShift0<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z27, Z27
+	VPSRLVW         q5kShift1<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z28, Z28
+	VPSRLVW         q5kShift2<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z29, Z29
 	VPSRLVW         q5kShift3<>+0(SB), Z26, Z26
 	VPANDD          Z2, Z26, Z26
 	VPSLLW          $0x04, Z26, Z26
-	VPORD           Z26, Z28, Z28
-	VPMADDUBSW      Z18, Z28, Z26
+	VPORD           Z26, Z30, Z30
+	VPMADDUBSW      Z15, Z27, Z26
+	VPERMW          Z21, Z3, Z27
+	VPDPWSSD        Z26, Z27, Z24
+	VPMADDUBSW      Z16, Z28, Z26
+	VPERMW          Z21, Z4, Z27
+	VPDPWSSD        Z26, Z27, Z24
+	VPMADDUBSW      Z17, Z29, Z26
+	VPERMW          Z21, Z5, Z27
+	VPDPWSSD        Z26, Z27, Z24
+	VPMADDUBSW      Z18, Z30, Z26
 	VPERMW          Z21, Z6, Z27
 	VPDPWSSD        Z26, Z27, Z24
 	VPERMW          Y21, Y1, Y21
@@ -7718,36 +7718,36 @@ loop:
 	VPSRLW          $0x04, Z27, Z28
 	VPANDD          Z0, Z27, Z27
 	VPANDD          Z0, Z28, Z28
-	VPSRLVW         q5kShift0<>+0(SB), Z26, Z29
-	VPANDD          Z2, Z29, Z29
-	VPSLLW          $0x04, Z29, Z29
-	VPORD           Z29, Z27, Z27
-	VPMADDUBSW      Z15, Z27, Z27
-	VPERMW          Z21, Z3, Z29
-	VPDPWSSD        Z27, Z29, Z25
-	VPSRLVW         q5kShift1<>+0(SB), Z26, Z27
-	VPANDD          Z2, Z27, Z27
-	VPSLLW          $0x04, Z27, Z27
-	VPORD           Z27, Z28, Z28
-	VPMADDUBSW      Z16, Z28, Z27
-	VPERMW          Z21, Z4, Z28
-	VPDPWSSD        Z27, Z28, Z25
-	VMOVDQU64       112(SI), Z27
-	VPSRLW          $0x04, Z27, Z28
-	VPANDD          Z0, Z27, Z27
-	VPANDD          Z0, Z28, Z28
-	VPSRLVW         q5kShift2<>+0(SB), Z26, Z29
-	VPANDD          Z2, Z29, Z29
-	VPSLLW          $0x04, Z29, Z29
-	VPORD           Z29, Z27, Z27
-	VPMADDUBSW      Z17, Z27, Z27
-	VPERMW          Z21, Z5, Z29
-	VPDPWSSD        Z27, Z29, Z25
+	VMOVDQU64       112(SI), Z29
+	VPSRLW          $0x04, Z29, Z30
+	VPANDD          Z0, Z29, Z29
+	VPANDD          Z0, Z30, Z30
+	VPSRLVW         q5kShift0<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z27, Z27
+	VPSRLVW         q5kShift1<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z28, Z28
+	VPSRLVW         q5kShift2<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z29, Z29
 	VPSRLVW         q5kShift3<>+0(SB), Z26, Z26
 	VPANDD          Z2, Z26, Z26
 	VPSLLW          $0x04, Z26, Z26
-	VPORD           Z26, Z28, Z28
-	VPMADDUBSW      Z18, Z28, Z26
+	VPORD           Z26, Z30, Z30
+	VPMADDUBSW      Z15, Z27, Z26
+	VPERMW          Z21, Z3, Z27
+	VPDPWSSD        Z26, Z27, Z25
+	VPMADDUBSW      Z16, Z28, Z26
+	VPERMW          Z21, Z4, Z27
+	VPDPWSSD        Z26, Z27, Z25
+	VPMADDUBSW      Z17, Z29, Z26
+	VPERMW          Z21, Z5, Z27
+	VPDPWSSD        Z26, Z27, Z25
+	VPMADDUBSW      Z18, Z30, Z26
 	VPERMW          Z21, Z6, Z27
 	VPDPWSSD        Z26, Z27, Z25
 	VPERMW          Y21, Y1, Y15
@@ -8637,39 +8637,39 @@ loop:
 	VPANDD           Z2, Z18, Z18
 	VPSLLW           $0x04, Z18, Z18
 	VPORD            Z18, Z14, Z14
-	VMOVDQU64        q4kScaleIdx0<>+0(SB), Z18
-	VPERMW           Z11, Z18, Z18
-	VPSRLVW          q5kShift1<>+0(SB), Z13, Z19
-	VPANDD           Z2, Z19, Z19
-	VPSLLW           $0x04, Z19, Z19
-	VPORD            Z19, Z15, Z15
-	VMOVDQU64        q4kScaleIdx1<>+0(SB), Z19
-	VPERMW           Z11, Z19, Z19
-	VPSRLVW          q5kShift2<>+0(SB), Z13, Z20
-	VPANDD           Z2, Z20, Z20
-	VPSLLW           $0x04, Z20, Z20
-	VPORD            Z20, Z16, Z16
-	VMOVDQU64        q4kScaleIdx2<>+0(SB), Z20
-	VPERMW           Z11, Z20, Z20
+	VPSRLVW          q5kShift1<>+0(SB), Z13, Z18
+	VPANDD           Z2, Z18, Z18
+	VPSLLW           $0x04, Z18, Z18
+	VPORD            Z18, Z15, Z15
+	VPSRLVW          q5kShift2<>+0(SB), Z13, Z18
+	VPANDD           Z2, Z18, Z18
+	VPSLLW           $0x04, Z18, Z18
+	VPORD            Z18, Z16, Z16
 	VPSRLVW          q5kShift3<>+0(SB), Z13, Z13
 	VPANDD           Z2, Z13, Z13
 	VPSLLW           $0x04, Z13, Z13
 	VPORD            Z13, Z17, Z17
-	VMOVDQU64        q4kScaleIdx3<>+0(SB), Z13
+	VMOVDQU64        q4kScaleIdx0<>+0(SB), Z13
 	VPERMW           Z11, Z13, Z13
+	VMOVDQU64        q4kScaleIdx1<>+0(SB), Z18
+	VPERMW           Z11, Z18, Z18
+	VMOVDQU64        q4kScaleIdx2<>+0(SB), Z19
+	VPERMW           Z11, Z19, Z19
+	VMOVDQU64        q4kScaleIdx3<>+0(SB), Z20
+	VPERMW           Z11, Z20, Z20
 	VPBROADCASTD     (AX), X11
 	VCVTPH2PS        X11, X11
 	VBROADCASTSS     X11, Z21
 	VPERMILPS        $0x55, X11, X11
 	VBROADCASTSS     X11, Z22
 	VPMADDUBSW       4(CX), Z14, Z23
-	VPMADDWD         Z18, Z23, Z23
+	VPMADDWD         Z13, Z23, Z23
 	VPMADDUBSW       68(CX), Z15, Z24
-	VPDPWSSD         Z24, Z19, Z23
+	VPDPWSSD         Z24, Z18, Z23
 	VPMADDUBSW       132(CX), Z16, Z24
-	VPDPWSSD         Z24, Z20, Z23
+	VPDPWSSD         Z24, Z19, Z23
 	VPMADDUBSW       196(CX), Z17, Z24
-	VPDPWSSD         Z24, Z13, Z23
+	VPDPWSSD         Z24, Z20, Z23
 	VPMADDWD         260(CX), Y12, Y11
 	VCVTDQ2PS        Z23, Z23
 	VCVTDQ2PS        Y11, Y11
@@ -8677,13 +8677,13 @@ loop:
 	VFNMADD231PS     Z11, Z22, Z23
 	VFMADD231PS.BCST (CX), Z23, Z3
 	VPMADDUBSW       4(BX), Z14, Z23
-	VPMADDWD         Z18, Z23, Z23
+	VPMADDWD         Z13, Z23, Z23
 	VPMADDUBSW       68(BX), Z15, Z24
-	VPDPWSSD         Z24, Z19, Z23
+	VPDPWSSD         Z24, Z18, Z23
 	VPMADDUBSW       132(BX), Z16, Z24
-	VPDPWSSD         Z24, Z20, Z23
+	VPDPWSSD         Z24, Z19, Z23
 	VPMADDUBSW       196(BX), Z17, Z24
-	VPDPWSSD         Z24, Z13, Z23
+	VPDPWSSD         Z24, Z20, Z23
 	VPMADDWD         260(BX), Y12, Y11
 	VCVTDQ2PS        Z23, Z23
 	VCVTDQ2PS        Y11, Y11
@@ -8691,13 +8691,13 @@ loop:
 	VFNMADD231PS     Z11, Z22, Z23
 	VFMADD231PS.BCST (BX), Z23, Z4
 	VPMADDUBSW       4(SI), Z14, Z23
-	VPMADDWD         Z18, Z23, Z23
+	VPMADDWD         Z13, Z23, Z23
 	VPMADDUBSW       68(SI), Z15, Z24
-	VPDPWSSD         Z24, Z19, Z23
+	VPDPWSSD         Z24, Z18, Z23
 	VPMADDUBSW       132(SI), Z16, Z24
-	VPDPWSSD         Z24, Z20, Z23
+	VPDPWSSD         Z24, Z19, Z23
 	VPMADDUBSW       196(SI), Z17, Z24
-	VPDPWSSD         Z24, Z13, Z23
+	VPDPWSSD         Z24, Z20, Z23
 	VPMADDWD         260(SI), Y12, Y11
 	VCVTDQ2PS        Z23, Z23
 	VCVTDQ2PS        Y11, Y11
@@ -8705,13 +8705,13 @@ loop:
 	VFNMADD231PS     Z11, Z22, Z23
 	VFMADD231PS.BCST (SI), Z23, Z5
 	VPMADDUBSW       4(DI), Z14, Z23
-	VPMADDWD         Z18, Z23, Z23
+	VPMADDWD         Z13, Z23, Z23
 	VPMADDUBSW       68(DI), Z15, Z24
-	VPDPWSSD         Z24, Z19, Z23
+	VPDPWSSD         Z24, Z18, Z23
 	VPMADDUBSW       132(DI), Z16, Z24
-	VPDPWSSD         Z24, Z20, Z23
+	VPDPWSSD         Z24, Z19, Z23
 	VPMADDUBSW       196(DI), Z17, Z24
-	VPDPWSSD         Z24, Z13, Z23
+	VPDPWSSD         Z24, Z20, Z23
 	VPMADDWD         260(DI), Y12, Y11
 	VCVTDQ2PS        Z23, Z23
 	VCVTDQ2PS        Y11, Y11
@@ -8719,13 +8719,13 @@ loop:
 	VFNMADD231PS     Z11, Z22, Z23
 	VFMADD231PS.BCST (DI), Z23, Z6
 	VPMADDUBSW       4(R8), Z14, Z23
-	VPMADDWD         Z18, Z23, Z23
+	VPMADDWD         Z13, Z23, Z23
 	VPMADDUBSW       68(R8), Z15, Z24
-	VPDPWSSD         Z24, Z19, Z23
+	VPDPWSSD         Z24, Z18, Z23
 	VPMADDUBSW       132(R8), Z16, Z24
-	VPDPWSSD         Z24, Z20, Z23
+	VPDPWSSD         Z24, Z19, Z23
 	VPMADDUBSW       196(R8), Z17, Z24
-	VPDPWSSD         Z24, Z13, Z23
+	VPDPWSSD         Z24, Z20, Z23
 	VPMADDWD         260(R8), Y12, Y11
 	VCVTDQ2PS        Z23, Z23
 	VCVTDQ2PS        Y11, Y11
@@ -8733,13 +8733,13 @@ loop:
 	VFNMADD231PS     Z11, Z22, Z23
 	VFMADD231PS.BCST (R8), Z23, Z7
 	VPMADDUBSW       4(R9), Z14, Z23
-	VPMADDWD         Z18, Z23, Z23
+	VPMADDWD         Z13, Z23, Z23
 	VPMADDUBSW       68(R9), Z15, Z24
-	VPDPWSSD         Z24, Z19, Z23
+	VPDPWSSD         Z24, Z18, Z23
 	VPMADDUBSW       132(R9), Z16, Z24
-	VPDPWSSD         Z24, Z20, Z23
+	VPDPWSSD         Z24, Z19, Z23
 	VPMADDUBSW       196(R9), Z17, Z24
-	VPDPWSSD         Z24, Z13, Z23
+	VPDPWSSD         Z24, Z20, Z23
 	VPMADDWD         260(R9), Y12, Y11
 	VCVTDQ2PS        Z23, Z23
 	VCVTDQ2PS        Y11, Y11
@@ -8747,13 +8747,13 @@ loop:
 	VFNMADD231PS     Z11, Z22, Z23
 	VFMADD231PS.BCST (R9), Z23, Z8
 	VPMADDUBSW       4(R10), Z14, Z23
-	VPMADDWD         Z18, Z23, Z23
+	VPMADDWD         Z13, Z23, Z23
 	VPMADDUBSW       68(R10), Z15, Z24
-	VPDPWSSD         Z24, Z19, Z23
+	VPDPWSSD         Z24, Z18, Z23
 	VPMADDUBSW       132(R10), Z16, Z24
-	VPDPWSSD         Z24, Z20, Z23
+	VPDPWSSD         Z24, Z19, Z23
 	VPMADDUBSW       196(R10), Z17, Z24
-	VPDPWSSD         Z24, Z13, Z23
+	VPDPWSSD         Z24, Z20, Z23
 	VPMADDWD         260(R10), Y12, Y11
 	VCVTDQ2PS        Z23, Z23
 	VCVTDQ2PS        Y11, Y11
@@ -8761,19 +8761,19 @@ loop:
 	VFNMADD231PS     Z11, Z22, Z23
 	VFMADD231PS.BCST (R10), Z23, Z9
 	VPMADDUBSW       4(DX), Z14, Z14
-	VPMADDWD         Z18, Z14, Z14
-	VPMADDUBSW       68(DX), Z15, Z15
-	VPDPWSSD         Z15, Z19, Z14
-	VPMADDUBSW       132(DX), Z16, Z15
-	VPDPWSSD         Z15, Z20, Z14
-	VPMADDUBSW       196(DX), Z17, Z15
-	VPDPWSSD         Z15, Z13, Z14
+	VPMADDWD         Z13, Z14, Z13
+	VPMADDUBSW       68(DX), Z15, Z14
+	VPDPWSSD         Z14, Z18, Z13
+	VPMADDUBSW       132(DX), Z16, Z14
+	VPDPWSSD         Z14, Z19, Z13
+	VPMADDUBSW       196(DX), Z17, Z14
+	VPDPWSSD         Z14, Z20, Z13
 	VPMADDWD         260(DX), Y12, Y11
-	VCVTDQ2PS        Z14, Z14
+	VCVTDQ2PS        Z13, Z13
 	VCVTDQ2PS        Y11, Y11
-	VMULPS           Z21, Z14, Z14
-	VFNMADD231PS     Z11, Z22, Z14
-	VFMADD231PS.BCST (DX), Z14, Z10
+	VMULPS           Z21, Z13, Z13
+	VFNMADD231PS     Z11, Z22, Z13
+	VFMADD231PS.BCST (DX), Z13, Z10
 	ADDQ             $0x000000b0, AX
 	ADDQ             $0x00000124, CX
 	ADDQ             $0x00000124, BX
@@ -8931,39 +8931,39 @@ loop:
 	VPANDD           Z2, Z14, Z14
 	VPSLLW           $0x04, Z14, Z14
 	VPORD            Z14, Z10, Z10
-	VMOVDQU64        q4kScaleIdx0<>+0(SB), Z14
-	VPERMW           Z7, Z14, Z14
-	VPSRLVW          q5kShift1<>+0(SB), Z9, Z15
-	VPANDD           Z2, Z15, Z15
-	VPSLLW           $0x04, Z15, Z15
-	VPORD            Z15, Z11, Z11
-	VMOVDQU64        q4kScaleIdx1<>+0(SB), Z15
-	VPERMW           Z7, Z15, Z15
-	VPSRLVW          q5kShift2<>+0(SB), Z9, Z16
-	VPANDD           Z2, Z16, Z16
-	VPSLLW           $0x04, Z16, Z16
-	VPORD            Z16, Z12, Z12
-	VMOVDQU64        q4kScaleIdx2<>+0(SB), Z16
-	VPERMW           Z7, Z16, Z16
+	VPSRLVW          q5kShift1<>+0(SB), Z9, Z14
+	VPANDD           Z2, Z14, Z14
+	VPSLLW           $0x04, Z14, Z14
+	VPORD            Z14, Z11, Z11
+	VPSRLVW          q5kShift2<>+0(SB), Z9, Z14
+	VPANDD           Z2, Z14, Z14
+	VPSLLW           $0x04, Z14, Z14
+	VPORD            Z14, Z12, Z12
 	VPSRLVW          q5kShift3<>+0(SB), Z9, Z9
 	VPANDD           Z2, Z9, Z9
 	VPSLLW           $0x04, Z9, Z9
 	VPORD            Z9, Z13, Z13
-	VMOVDQU64        q4kScaleIdx3<>+0(SB), Z9
+	VMOVDQU64        q4kScaleIdx0<>+0(SB), Z9
 	VPERMW           Z7, Z9, Z9
+	VMOVDQU64        q4kScaleIdx1<>+0(SB), Z14
+	VPERMW           Z7, Z14, Z14
+	VMOVDQU64        q4kScaleIdx2<>+0(SB), Z15
+	VPERMW           Z7, Z15, Z15
+	VMOVDQU64        q4kScaleIdx3<>+0(SB), Z16
+	VPERMW           Z7, Z16, Z16
 	VPBROADCASTD     (AX), X7
 	VCVTPH2PS        X7, X7
 	VBROADCASTSS     X7, Z17
 	VPERMILPS        $0x55, X7, X7
 	VBROADCASTSS     X7, Z18
 	VPMADDUBSW       4(CX), Z10, Z19
-	VPMADDWD         Z14, Z19, Z19
+	VPMADDWD         Z9, Z19, Z19
 	VPMADDUBSW       68(CX), Z11, Z20
-	VPDPWSSD         Z20, Z15, Z19
+	VPDPWSSD         Z20, Z14, Z19
 	VPMADDUBSW       132(CX), Z12, Z20
-	VPDPWSSD         Z20, Z16, Z19
+	VPDPWSSD         Z20, Z15, Z19
 	VPMADDUBSW       196(CX), Z13, Z20
-	VPDPWSSD         Z20, Z9, Z19
+	VPDPWSSD         Z20, Z16, Z19
 	VPMADDWD         260(CX), Y8, Y7
 	VCVTDQ2PS        Z19, Z19
 	VCVTDQ2PS        Y7, Y7
@@ -8971,13 +8971,13 @@ loop:
 	VFNMADD231PS     Z7, Z18, Z19
 	VFMADD231PS.BCST (CX), Z19, Z3
 	VPMADDUBSW       4(BX), Z10, Z19
-	VPMADDWD         Z14, Z19, Z19
+	VPMADDWD         Z9, Z19, Z19
 	VPMADDUBSW       68(BX), Z11, Z20
-	VPDPWSSD         Z20, Z15, Z19
+	VPDPWSSD         Z20, Z14, Z19
 	VPMADDUBSW       132(BX), Z12, Z20
-	VPDPWSSD         Z20, Z16, Z19
+	VPDPWSSD         Z20, Z15, Z19
 	VPMADDUBSW       196(BX), Z13, Z20
-	VPDPWSSD         Z20, Z9, Z19
+	VPDPWSSD         Z20, Z16, Z19
 	VPMADDWD         260(BX), Y8, Y7
 	VCVTDQ2PS        Z19, Z19
 	VCVTDQ2PS        Y7, Y7
@@ -8985,13 +8985,13 @@ loop:
 	VFNMADD231PS     Z7, Z18, Z19
 	VFMADD231PS.BCST (BX), Z19, Z4
 	VPMADDUBSW       4(SI), Z10, Z19
-	VPMADDWD         Z14, Z19, Z19
+	VPMADDWD         Z9, Z19, Z19
 	VPMADDUBSW       68(SI), Z11, Z20
-	VPDPWSSD         Z20, Z15, Z19
+	VPDPWSSD         Z20, Z14, Z19
 	VPMADDUBSW       132(SI), Z12, Z20
-	VPDPWSSD         Z20, Z16, Z19
+	VPDPWSSD         Z20, Z15, Z19
 	VPMADDUBSW       196(SI), Z13, Z20
-	VPDPWSSD         Z20, Z9, Z19
+	VPDPWSSD         Z20, Z16, Z19
 	VPMADDWD         260(SI), Y8, Y7
 	VCVTDQ2PS        Z19, Z19
 	VCVTDQ2PS        Y7, Y7
@@ -8999,19 +8999,19 @@ loop:
 	VFNMADD231PS     Z7, Z18, Z19
 	VFMADD231PS.BCST (SI), Z19, Z5
 	VPMADDUBSW       4(DX), Z10, Z10
-	VPMADDWD         Z14, Z10, Z10
-	VPMADDUBSW       68(DX), Z11, Z11
-	VPDPWSSD         Z11, Z15, Z10
-	VPMADDUBSW       132(DX), Z12, Z11
-	VPDPWSSD         Z11, Z16, Z10
-	VPMADDUBSW       196(DX), Z13, Z11
-	VPDPWSSD         Z11, Z9, Z10
+	VPMADDWD         Z9, Z10, Z9
+	VPMADDUBSW       68(DX), Z11, Z10
+	VPDPWSSD         Z10, Z14, Z9
+	VPMADDUBSW       132(DX), Z12, Z10
+	VPDPWSSD         Z10, Z15, Z9
+	VPMADDUBSW       196(DX), Z13, Z10
+	VPDPWSSD         Z10, Z16, Z9
 	VPMADDWD         260(DX), Y8, Y7
-	VCVTDQ2PS        Z10, Z10
+	VCVTDQ2PS        Z9, Z9
 	VCVTDQ2PS        Y7, Y7
-	VMULPS           Z17, Z10, Z10
-	VFNMADD231PS     Z7, Z18, Z10
-	VFMADD231PS.BCST (DX), Z10, Z6
+	VMULPS           Z17, Z9, Z9
+	VFNMADD231PS     Z7, Z18, Z9
+	VFMADD231PS.BCST (DX), Z9, Z6
 	ADDQ             $0x000000b0, AX
 	ADDQ             $0x00000124, CX
 	ADDQ             $0x00000124, BX
@@ -15089,20 +15089,20 @@ loop:
 	VPSRLW       $0x04, Z25, Z26
 	VPANDD       Z0, Z25, Z25
 	VPANDD       Z0, Z26, Z26
+	VMOVDQU64    80(AX), Z27
+	VPSRLW       $0x04, Z27, Z28
+	VPANDD       Z0, Z27, Z27
+	VPANDD       Z0, Z28, Z28
 	VPMADDUBSW   Z14, Z25, Z25
-	VPERMW       Z20, Z2, Z27
-	VPDPWSSD     Z25, Z27, Z21
+	VPERMW       Z20, Z2, Z29
+	VPDPWSSD     Z25, Z29, Z21
 	VPMADDUBSW   Z15, Z26, Z25
 	VPERMW       Z20, Z3, Z26
 	VPDPWSSD     Z25, Z26, Z21
-	VMOVDQU64    80(AX), Z25
-	VPSRLW       $0x04, Z25, Z26
-	VPANDD       Z0, Z25, Z25
-	VPANDD       Z0, Z26, Z26
-	VPMADDUBSW   Z16, Z25, Z25
-	VPERMW       Z20, Z4, Z27
-	VPDPWSSD     Z25, Z27, Z21
-	VPMADDUBSW   Z17, Z26, Z25
+	VPMADDUBSW   Z16, Z27, Z25
+	VPERMW       Z20, Z4, Z26
+	VPDPWSSD     Z25, Z26, Z21
+	VPMADDUBSW   Z17, Z28, Z25
 	VPERMW       Z20, Z5, Z26
 	VPDPWSSD     Z25, Z26, Z21
 	VPERMW       Y20, Y1, Y20
@@ -15146,20 +15146,20 @@ loop:
 	VPSRLW       $0x04, Z25, Z26
 	VPANDD       Z0, Z25, Z25
 	VPANDD       Z0, Z26, Z26
+	VMOVDQU64    80(DX), Z27
+	VPSRLW       $0x04, Z27, Z28
+	VPANDD       Z0, Z27, Z27
+	VPANDD       Z0, Z28, Z28
 	VPMADDUBSW   Z14, Z25, Z25
-	VPERMW       Z20, Z2, Z27
-	VPDPWSSD     Z25, Z27, Z22
+	VPERMW       Z20, Z2, Z29
+	VPDPWSSD     Z25, Z29, Z22
 	VPMADDUBSW   Z15, Z26, Z25
 	VPERMW       Z20, Z3, Z26
 	VPDPWSSD     Z25, Z26, Z22
-	VMOVDQU64    80(DX), Z25
-	VPSRLW       $0x04, Z25, Z26
-	VPANDD       Z0, Z25, Z25
-	VPANDD       Z0, Z26, Z26
-	VPMADDUBSW   Z16, Z25, Z25
-	VPERMW       Z20, Z4, Z27
-	VPDPWSSD     Z25, Z27, Z22
-	VPMADDUBSW   Z17, Z26, Z25
+	VPMADDUBSW   Z16, Z27, Z25
+	VPERMW       Z20, Z4, Z26
+	VPDPWSSD     Z25, Z26, Z22
+	VPMADDUBSW   Z17, Z28, Z25
 	VPERMW       Z20, Z5, Z26
 	VPDPWSSD     Z25, Z26, Z22
 	VPERMW       Y20, Y1, Y20
@@ -15203,20 +15203,20 @@ loop:
 	VPSRLW       $0x04, Z25, Z26
 	VPANDD       Z0, Z25, Z25
 	VPANDD       Z0, Z26, Z26
+	VMOVDQU64    80(BX), Z27
+	VPSRLW       $0x04, Z27, Z28
+	VPANDD       Z0, Z27, Z27
+	VPANDD       Z0, Z28, Z28
 	VPMADDUBSW   Z14, Z25, Z25
-	VPERMW       Z20, Z2, Z27
-	VPDPWSSD     Z25, Z27, Z23
+	VPERMW       Z20, Z2, Z29
+	VPDPWSSD     Z25, Z29, Z23
 	VPMADDUBSW   Z15, Z26, Z25
 	VPERMW       Z20, Z3, Z26
 	VPDPWSSD     Z25, Z26, Z23
-	VMOVDQU64    80(BX), Z25
-	VPSRLW       $0x04, Z25, Z26
-	VPANDD       Z0, Z25, Z25
-	VPANDD       Z0, Z26, Z26
-	VPMADDUBSW   Z16, Z25, Z25
-	VPERMW       Z20, Z4, Z27
-	VPDPWSSD     Z25, Z27, Z23
-	VPMADDUBSW   Z17, Z26, Z25
+	VPMADDUBSW   Z16, Z27, Z25
+	VPERMW       Z20, Z4, Z26
+	VPDPWSSD     Z25, Z26, Z23
+	VPMADDUBSW   Z17, Z28, Z25
 	VPERMW       Z20, Z5, Z26
 	VPDPWSSD     Z25, Z26, Z23
 	VPERMW       Y20, Y1, Y20
@@ -15260,20 +15260,20 @@ loop:
 	VPSRLW       $0x04, Z25, Z26
 	VPANDD       Z0, Z25, Z25
 	VPANDD       Z0, Z26, Z26
+	VMOVDQU64    80(SI), Z27
+	VPSRLW       $0x04, Z27, Z28
+	VPANDD       Z0, Z27, Z27
+	VPANDD       Z0, Z28, Z28
 	VPMADDUBSW   Z14, Z25, Z25
-	VPERMW       Z20, Z2, Z27
-	VPDPWSSD     Z25, Z27, Z24
+	VPERMW       Z20, Z2, Z29
+	VPDPWSSD     Z25, Z29, Z24
 	VPMADDUBSW   Z15, Z26, Z25
 	VPERMW       Z20, Z3, Z26
 	VPDPWSSD     Z25, Z26, Z24
-	VMOVDQU64    80(SI), Z25
-	VPSRLW       $0x04, Z25, Z26
-	VPANDD       Z0, Z25, Z25
-	VPANDD       Z0, Z26, Z26
-	VPMADDUBSW   Z16, Z25, Z25
-	VPERMW       Z20, Z4, Z27
-	VPDPWSSD     Z25, Z27, Z24
-	VPMADDUBSW   Z17, Z26, Z25
+	VPMADDUBSW   Z16, Z27, Z25
+	VPERMW       Z20, Z4, Z26
+	VPDPWSSD     Z25, Z26, Z24
+	VPMADDUBSW   Z17, Z28, Z25
 	VPERMW       Z20, Z5, Z26
 	VPDPWSSD     Z25, Z26, Z24
 	VPERMW       Y20, Y1, Y14
@@ -15423,36 +15423,36 @@ loop:
 	VPSRLW          $0x04, Z27, Z28
 	VPANDD          Z0, Z27, Z27
 	VPANDD          Z0, Z28, Z28
-	VPSRLVW         q5kShift0<>+0(SB), Z26, Z29
-	VPANDD          Z2, Z29, Z29
-	VPSLLW          $0x04, Z29, Z29
-	VPORD           Z29, Z27, Z27
-	VPMADDUBSW      Z15, Z27, Z27
-	VPERMW          Z21, Z3, Z29
-	VPDPWSSD        Z27, Z29, Z22
-	VPSRLVW         q5kShift1<>+0(SB), Z26, Z27
-	VPANDD          Z2, Z27, Z27
-	VPSLLW          $0x04, Z27, Z27
-	VPORD           Z27, Z28, Z28
-	VPMADDUBSW      Z16, Z28, Z27
-	VPERMW          Z21, Z4, Z28
-	VPDPWSSD        Z27, Z28, Z22
-	VMOVDQU64       112(AX), Z27
-	VPSRLW          $0x04, Z27, Z28
-	VPANDD          Z0, Z27, Z27
-	VPANDD          Z0, Z28, Z28
-	VPSRLVW         q5kShift2<>+0(SB), Z26, Z29
-	VPANDD          Z2, Z29, Z29
-	VPSLLW          $0x04, Z29, Z29
-	VPORD           Z29, Z27, Z27
-	VPMADDUBSW      Z17, Z27, Z27
-	VPERMW          Z21, Z5, Z29
-	VPDPWSSD        Z27, Z29, Z22
+	VMOVDQU64       112(AX), Z29
+	VPSRLW          $0x04, Z29, Z30
+	VPANDD          Z0, Z29, Z29
+	VPANDD          Z0, Z30, Z30
+	VPSRLVW         q5kShift0<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z27, Z27
+	VPSRLVW         q5kShift1<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z28, Z28
+	VPSRLVW         q5kShift2<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z29, Z29
 	VPSRLVW         q5kShift3<>+0(SB), Z26, Z26
 	VPANDD          Z2, Z26, Z26
 	VPSLLW          $0x04, Z26, Z26
-	VPORD           Z26, Z28, Z28
-	VPMADDUBSW      Z18, Z28, Z26
+	VPORD           Z26, Z30, Z30
+	VPMADDUBSW      Z15, Z27, Z26
+	VPERMW          Z21, Z3, Z27
+	VPDPWSSD        Z26, Z27, Z22
+	VPMADDUBSW      Z16, Z28, Z26
+	VPERMW          Z21, Z4, Z27
+	VPDPWSSD        Z26, Z27, Z22
+	VPMADDUBSW      Z17, Z29, Z26
+	VPERMW          Z21, Z5, Z27
+	VPDPWSSD        Z26, Z27, Z22
+	VPMADDUBSW      Z18, Z30, Z26
 	VPERMW          Z21, Z6, Z27
 	VPDPWSSD        Z26, Z27, Z22
 	VPERMW          Y21, Y1, Y21
@@ -15497,36 +15497,36 @@ loop:
 	VPSRLW          $0x04, Z27, Z28
 	VPANDD          Z0, Z27, Z27
 	VPANDD          Z0, Z28, Z28
-	VPSRLVW         q5kShift0<>+0(SB), Z26, Z29
-	VPANDD          Z2, Z29, Z29
-	VPSLLW          $0x04, Z29, Z29
-	VPORD           Z29, Z27, Z27
-	VPMADDUBSW      Z15, Z27, Z27
-	VPERMW          Z21, Z3, Z29
-	VPDPWSSD        Z27, Z29, Z23
-	VPSRLVW         q5kShift1<>+0(SB), Z26, Z27
-	VPANDD          Z2, Z27, Z27
-	VPSLLW          $0x04, Z27, Z27
-	VPORD           Z27, Z28, Z28
-	VPMADDUBSW      Z16, Z28, Z27
-	VPERMW          Z21, Z4, Z28
-	VPDPWSSD        Z27, Z28, Z23
-	VMOVDQU64       112(DX), Z27
-	VPSRLW          $0x04, Z27, Z28
-	VPANDD          Z0, Z27, Z27
-	VPANDD          Z0, Z28, Z28
-	VPSRLVW         q5kShift2<>+0(SB), Z26, Z29
-	VPANDD          Z2, Z29, Z29
-	VPSLLW          $0x04, Z29, Z29
-	VPORD           Z29, Z27, Z27
-	VPMADDUBSW      Z17, Z27, Z27
-	VPERMW          Z21, Z5, Z29
-	VPDPWSSD        Z27, Z29, Z23
+	VMOVDQU64       112(DX), Z29
+	VPSRLW          $0x04, Z29, Z30
+	VPANDD          Z0, Z29, Z29
+	VPANDD          Z0, Z30, Z30
+	VPSRLVW         q5kShift0<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z27, Z27
+	VPSRLVW         q5kShift1<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z28, Z28
+	VPSRLVW         q5kShift2<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z29, Z29
 	VPSRLVW         q5kShift3<>+0(SB), Z26, Z26
 	VPANDD          Z2, Z26, Z26
 	VPSLLW          $0x04, Z26, Z26
-	VPORD           Z26, Z28, Z28
-	VPMADDUBSW      Z18, Z28, Z26
+	VPORD           Z26, Z30, Z30
+	VPMADDUBSW      Z15, Z27, Z26
+	VPERMW          Z21, Z3, Z27
+	VPDPWSSD        Z26, Z27, Z23
+	VPMADDUBSW      Z16, Z28, Z26
+	VPERMW          Z21, Z4, Z27
+	VPDPWSSD        Z26, Z27, Z23
+	VPMADDUBSW      Z17, Z29, Z26
+	VPERMW          Z21, Z5, Z27
+	VPDPWSSD        Z26, Z27, Z23
+	VPMADDUBSW      Z18, Z30, Z26
 	VPERMW          Z21, Z6, Z27
 	VPDPWSSD        Z26, Z27, Z23
 	VPERMW          Y21, Y1, Y21
@@ -15571,36 +15571,36 @@ loop:
 	VPSRLW          $0x04, Z27, Z28
 	VPANDD          Z0, Z27, Z27
 	VPANDD          Z0, Z28, Z28
-	VPSRLVW         q5kShift0<>+0(SB), Z26, Z29
-	VPANDD          Z2, Z29, Z29
-	VPSLLW          $0x04, Z29, Z29
-	VPORD           Z29, Z27, Z27
-	VPMADDUBSW      Z15, Z27, Z27
-	VPERMW          Z21, Z3, Z29
-	VPDPWSSD        Z27, Z29, Z24
-	VPSRLVW         q5kShift1<>+0(SB), Z26, Z27
-	VPANDD          Z2, Z27, Z27
-	VPSLLW          $0x04, Z27, Z27
-	VPORD           Z27, Z28, Z28
-	VPMADDUBSW      Z16, Z28, Z27
-	VPERMW          Z21, Z4, Z28
-	VPDPWSSD        Z27, Z28, Z24
-	VMOVDQU64       112(BX), Z27
-	VPSRLW          $0x04, Z27, Z28
-	VPANDD          Z0, Z27, Z27
-	VPANDD          Z0, Z28, Z28
-	VPSRLVW         q5kShift2<>+0(SB), Z26, Z29
-	VPANDD          Z2, Z29, Z29
-	VPSLLW          $0x04, Z29, Z29
-	VPORD           Z29, Z27, Z27
-	VPMADDUBSW      Z17, Z27, Z27
-	VPERMW          Z21, Z5, Z29
-	VPDPWSSD        Z27, Z29, Z24
+	VMOVDQU64       112(BX), Z29
+	VPSRLW          $0x04, Z29, Z30
+	VPANDD          Z0, Z29, Z29
+	VPANDD          Z0, Z30, Z30
+	VPSRLVW         q5kShift0<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z27, Z27
+	VPSRLVW         q5kShift1<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z28, Z28
+	VPSRLVW         q5kShift2<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z29, Z29
 	VPSRLVW         q5kShift3<>+0(SB), Z26, Z26
 	VPANDD          Z2, Z26, Z26
 	VPSLLW          $0x04, Z26, Z26
-	VPORD           Z26, Z28, Z28
-	VPMADDUBSW      Z18, Z28, Z26
+	VPORD           Z26, Z30, Z30
+	VPMADDUBSW      Z15, Z27, Z26
+	VPERMW          Z21, Z3, Z27
+	VPDPWSSD        Z26, Z27, Z24
+	VPMADDUBSW      Z16, Z28, Z26
+	VPERMW          Z21, Z4, Z27
+	VPDPWSSD        Z26, Z27, Z24
+	VPMADDUBSW      Z17, Z29, Z26
+	VPERMW          Z21, Z5, Z27
+	VPDPWSSD        Z26, Z27, Z24
+	VPMADDUBSW      Z18, Z30, Z26
 	VPERMW          Z21, Z6, Z27
 	VPDPWSSD        Z26, Z27, Z24
 	VPERMW          Y21, Y1, Y21
@@ -15645,36 +15645,36 @@ loop:
 	VPSRLW          $0x04, Z27, Z28
 	VPANDD          Z0, Z27, Z27
 	VPANDD          Z0, Z28, Z28
-	VPSRLVW         q5kShift0<>+0(SB), Z26, Z29
-	VPANDD          Z2, Z29, Z29
-	VPSLLW          $0x04, Z29, Z29
-	VPORD           Z29, Z27, Z27
-	VPMADDUBSW      Z15, Z27, Z27
-	VPERMW          Z21, Z3, Z29
-	VPDPWSSD        Z27, Z29, Z25
-	VPSRLVW         q5kShift1<>+0(SB), Z26, Z27
-	VPANDD          Z2, Z27, Z27
-	VPSLLW          $0x04, Z27, Z27
-	VPORD           Z27, Z28, Z28
-	VPMADDUBSW      Z16, Z28, Z27
-	VPERMW          Z21, Z4, Z28
-	VPDPWSSD        Z27, Z28, Z25
-	VMOVDQU64       112(SI), Z27
-	VPSRLW          $0x04, Z27, Z28
-	VPANDD          Z0, Z27, Z27
-	VPANDD          Z0, Z28, Z28
-	VPSRLVW         q5kShift2<>+0(SB), Z26, Z29
-	VPANDD          Z2, Z29, Z29
-	VPSLLW          $0x04, Z29, Z29
-	VPORD           Z29, Z27, Z27
-	VPMADDUBSW      Z17, Z27, Z27
-	VPERMW          Z21, Z5, Z29
-	VPDPWSSD        Z27, Z29, Z25
+	VMOVDQU64       112(SI), Z29
+	VPSRLW          $0x04, Z29, Z30
+	VPANDD          Z0, Z29, Z29
+	VPANDD          Z0, Z30, Z30
+	VPSRLVW         q5kShift0<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z27, Z27
+	VPSRLVW         q5kShift1<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z28, Z28
+	VPSRLVW         q5kShift2<>+0(SB), Z26, Z31
+	VPANDD          Z2, Z31, Z31
+	VPSLLW          $0x04, Z31, Z31
+	VPORD           Z31, Z29, Z29
 	VPSRLVW         q5kShift3<>+0(SB), Z26, Z26
 	VPANDD          Z2, Z26, Z26
 	VPSLLW          $0x04, Z26, Z26
-	VPORD           Z26, Z28, Z28
-	VPMADDUBSW      Z18, Z28, Z26
+	VPORD           Z26, Z30, Z30
+	VPMADDUBSW      Z15, Z27, Z26
+	VPERMW          Z21, Z3, Z27
+	VPDPWSSD        Z26, Z27, Z25
+	VPMADDUBSW      Z16, Z28, Z26
+	VPERMW          Z21, Z4, Z27
+	VPDPWSSD        Z26, Z27, Z25
+	VPMADDUBSW      Z17, Z29, Z26
+	VPERMW          Z21, Z5, Z27
+	VPDPWSSD        Z26, Z27, Z25
+	VPMADDUBSW      Z18, Z30, Z26
 	VPERMW          Z21, Z6, Z27
 	VPDPWSSD        Z26, Z27, Z25
 	VPERMW          Y21, Y1, Y15

@@ -369,31 +369,11 @@ func q4kV4(name string, withHigh bool) {
 		VPMOVZXBW(xs, wds) // scales 0..7, mins 8..15 as words
 		sumi := ZMM()
 		VPXORD(sumi, sumi, sumi)
-		var qhz VecVirtual
-		if withHigh {
-			qhz = ZMM()
-			VBROADCASTI64X4(Mem{Base: x, Disp: 16}, qhz)
-		}
-		for half := 0; half < 2; half++ {
-			z, h := ZMM(), ZMM()
-			VMOVDQU64(Mem{Base: x, Disp: qoff + 64*half}, z)
-			VPSRLW(U8(4), z, h)
-			VPANDD(mask, z, z)
-			VPANDD(mask, h, h)
-			for i, q := range []VecVirtual{z, h} {
-				k := 2*half + i
-				if withHigh { // q |= ((qh >> sub-block) & 1) << 4
-					b := ZMM()
-					VPSRLVW(q5kShift[k], qhz, b)
-					VPANDD(c01m, b, b)
-					VPSLLW(U8(4), b, b)
-					VPORD(b, q, q)
-				}
-				p, s := ZMM(), ZMM()
-				VPMADDUBSW(act[k], q, p)
-				VPERMW(wds.AsZ(), sidx[k], s)
-				vpdpwssd(p, s, sumi)
-			}
+		for k, q := range q4kNibbles512(x, qoff, mask, c01m) {
+			p, s := ZMM(), ZMM()
+			VPMADDUBSW(act[k], q, p)
+			VPERMW(wds.AsZ(), sidx[k], s)
+			vpdpwssd(p, s, sumi)
 		}
 		mins := YMM()
 		VPERMW(wds, midx, mins)
@@ -639,6 +619,36 @@ func storeLanes(acc, pidx VecVirtual, m Mem) {
 	VMOVUPS(s.AsX(), m)
 }
 
+// q4kNibbles512 unpacks the 4-bit values of the Q4_K block at x (quants at
+// qoff) into 4 vectors holding sub-blocks (0,2) (1,3) (4,6) (5,7); with
+// c01m (Q5_K) each value gets its fifth bit from the block's qh.
+func q4kNibbles512(x GPVirtual, qoff int, mask, c01m VecVirtual) []VecVirtual {
+	var qhz VecVirtual
+	if c01m != nil {
+		qhz = ZMM()
+		VBROADCASTI64X4(Mem{Base: x, Disp: 16}, qhz)
+	}
+	q := make([]VecVirtual, 4)
+	for half := 0; half < 2; half++ {
+		z, h := ZMM(), ZMM()
+		VMOVDQU64(Mem{Base: x, Disp: qoff + 64*half}, z)
+		VPSRLW(U8(4), z, h)
+		VPANDD(mask, z, z)
+		VPANDD(mask, h, h)
+		q[2*half], q[2*half+1] = z, h
+	}
+	for i := range q {
+		if c01m != nil { // q |= ((qh >> sub-block) & 1) << 4
+			b := ZMM()
+			VPSRLVW(q5kShift[i], qhz, b)
+			VPANDD(c01m, b, b)
+			VPSLLW(U8(4), b, b)
+			VPORD(b, q[i], q[i])
+		}
+	}
+	return q
+}
+
 // q4kTile generates the AVX-512 Q4_K (withHigh: Q5_K) prefill tile: 1
 // weight row x C Q8_K activations whose sub-blocks come paired as the
 // nibble vectors pair them (pairK8: (0,2) (1,3) (4,6) (5,7), 64 bytes each),
@@ -672,28 +682,8 @@ func q4kTile(name string, C int, withHigh bool) {
 		VPMOVZXBW(xs, wds) // scales 0..7, mins 8..15 as words
 		mins := YMM()
 		VPERMW(wds, midx, mins)
-		var qhz VecVirtual
-		if withHigh {
-			qhz = ZMM()
-			VBROADCASTI64X4(Mem{Base: x, Disp: 16}, qhz)
-		}
-		q, s := make([]VecVirtual, 4), make([]VecVirtual, 4)
-		for half := 0; half < 2; half++ {
-			z, h := ZMM(), ZMM()
-			VMOVDQU64(Mem{Base: x, Disp: qoff + 64*half}, z)
-			VPSRLW(U8(4), z, h)
-			VPANDD(mask, z, z)
-			VPANDD(mask, h, h)
-			q[2*half], q[2*half+1] = z, h
-		}
+		q, s := q4kNibbles512(x, qoff, mask, c01m), make([]VecVirtual, 4)
 		for i := range q {
-			if withHigh { // q |= ((qh >> sub-block) & 1) << 4
-				b := ZMM()
-				VPSRLVW(q5kShift[i], qhz, b)
-				VPANDD(c01m, b, b)
-				VPSLLW(U8(4), b, b)
-				VPORD(b, q[i], q[i])
-			}
 			s[i] = ZMM()
 			VMOVDQU64(q4kScaleIdx[i], s[i])
 			VPERMW(wds.AsZ(), s[i], s[i])
