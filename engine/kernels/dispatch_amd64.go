@@ -66,6 +66,7 @@ func archLevels() []*level {
 		q4k.rows, q5k.rows, q6k.rows = pick(dotQ4_KV4C1, dotQ4_KV4C1T0), pick(dotQ5_KV4C1, dotQ5_KV4C1T0), pick(dotQ6_KV4C1, dotQ6_KV4C1T0)
 		q4k.tile, q4k.tile4, q4k.tileR, q4k.tileC, q4k.tileK8 = dotQ4_KV1C8, dotQ4_KV1C4, 1, 8, true
 		q5k.tile, q5k.tile4, q5k.tileR, q5k.tileC, q5k.tileK8 = dotQ5_KV1C8, dotQ5_KV1C4, 1, 8, true
+		q6k.tile, q6k.tile4, q6k.tileR, q6k.tileC = dotQ6_KV1C8, dotQ6_KV1C4, 1, 8
 		v.k[quant.Q4_K], v.k[quant.Q5_K], v.k[quant.Q6_K] = &q4k, &q5k, &q6k
 		for t, f := range map[quant.Type][2]dotFn{
 			quant.F16:  {dotF16F32V4C6, dotF16F32V4C4},

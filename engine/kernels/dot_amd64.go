@@ -210,6 +210,16 @@ func dotQ5_KV1C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 //go:noescape
 func dotQ5_KV1C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
+// dotQ6_KV1C8: 1 weight row(s) x 8 activation row(s); Q6_K weights, Q8_K activations, AVX-512 VNNI
+//
+//go:noescape
+func dotQ6_KV1C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ6_KV1C4: 1 weight row(s) x 4 activation row(s); Q6_K weights, Q8_K activations, AVX-512 VNNI
+//
+//go:noescape
+func dotQ6_KV1C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
 // dotQ4_0V4C4: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 //
 //go:noescape

@@ -9066,6 +9066,454 @@ done:
 	VZEROUPPER
 	RET
 
+// func dotQ6_KV1C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
+TEXT ·dotQ6_KV1C8(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         a+16(FP), CX
+	MOVQ         as+24(FP), DX
+	LEAQ         (CX)(DX*1), BX
+	LEAQ         (BX)(DX*1), SI
+	LEAQ         (SI)(DX*1), DI
+	LEAQ         (DI)(DX*1), R8
+	LEAQ         (R8)(DX*1), R9
+	LEAQ         (R9)(DX*1), R10
+	LEAQ         (R10)(DX*1), DX
+	MOVQ         nb+32(FP), R11
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPBROADCASTB c03<>+0(SB), Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	TESTQ        R11, R11
+	JZ           done
+
+loop:
+	VPMOVSXBW        192(AX), Y10
+	VMOVDQU64        (AX), Z11
+	VMOVDQU32        128(AX), Y12
+	VPSRLW           $0x02, Y12, Y13
+	VINSERTI64X4     $0x01, Y13, Z12, Z13
+	VPSRLW           $0x04, Z11, Z14
+	VPANDD           Z0, Z11, Z11
+	VPANDD           Z0, Z14, Z14
+	VPSRLW           $0x04, Z13, Z15
+	VPANDD           Z1, Z13, Z13
+	VPSLLW           $0x04, Z13, Z13
+	VPORD            Z13, Z11, Z11
+	VMOVDQU64        q6kIdx0<>+0(SB), Z13
+	VPERMW           Z10, Z13, Z13
+	VPANDD           Z1, Z15, Z15
+	VPSLLW           $0x04, Z15, Z15
+	VPORD            Z15, Z14, Z14
+	VMOVDQU64        q6kIdx1<>+0(SB), Z15
+	VPERMW           Z10, Z15, Z15
+	VMOVDQU64        64(AX), Z16
+	VMOVDQU32        160(AX), Y12
+	VPSRLW           $0x02, Y12, Y17
+	VINSERTI64X4     $0x01, Y17, Z12, Z17
+	VPSRLW           $0x04, Z16, Z18
+	VPANDD           Z0, Z16, Z16
+	VPANDD           Z0, Z18, Z18
+	VPSRLW           $0x04, Z17, Z19
+	VPANDD           Z1, Z17, Z17
+	VPSLLW           $0x04, Z17, Z17
+	VPORD            Z17, Z16, Z16
+	VMOVDQU64        q6kIdx2<>+0(SB), Z17
+	VPERMW           Z10, Z17, Z17
+	VPANDD           Z1, Z19, Z19
+	VPSLLW           $0x04, Z19, Z19
+	VPORD            Z19, Z18, Z18
+	VMOVDQU64        q6kIdx3<>+0(SB), Z19
+	VPERMW           Z10, Z19, Z19
+	VPBROADCASTW     208(AX), X12
+	VCVTPH2PS        X12, X12
+	VBROADCASTSS     X12, Z20
+	VPMADDUBSW       4(CX), Z11, Z21
+	VPMADDWD         Z13, Z21, Z21
+	VPMADDUBSW       68(CX), Z14, Z22
+	VPDPWSSD         Z22, Z15, Z21
+	VPMADDUBSW       132(CX), Z16, Z22
+	VPDPWSSD         Z22, Z17, Z21
+	VPMADDUBSW       196(CX), Z18, Z22
+	VPDPWSSD         Z22, Z19, Z21
+	VPMADDWD         260(CX), Y10, Y12
+	VPSLLD           $0x05, Y12, Y12
+	VPSUBD           Z12, Z21, Z21
+	VCVTDQ2PS        Z21, Z21
+	VMULPS           Z20, Z21, Z21
+	VFMADD231PS.BCST (CX), Z21, Z2
+	VPMADDUBSW       4(BX), Z11, Z21
+	VPMADDWD         Z13, Z21, Z21
+	VPMADDUBSW       68(BX), Z14, Z22
+	VPDPWSSD         Z22, Z15, Z21
+	VPMADDUBSW       132(BX), Z16, Z22
+	VPDPWSSD         Z22, Z17, Z21
+	VPMADDUBSW       196(BX), Z18, Z22
+	VPDPWSSD         Z22, Z19, Z21
+	VPMADDWD         260(BX), Y10, Y12
+	VPSLLD           $0x05, Y12, Y12
+	VPSUBD           Z12, Z21, Z21
+	VCVTDQ2PS        Z21, Z21
+	VMULPS           Z20, Z21, Z21
+	VFMADD231PS.BCST (BX), Z21, Z3
+	VPMADDUBSW       4(SI), Z11, Z21
+	VPMADDWD         Z13, Z21, Z21
+	VPMADDUBSW       68(SI), Z14, Z22
+	VPDPWSSD         Z22, Z15, Z21
+	VPMADDUBSW       132(SI), Z16, Z22
+	VPDPWSSD         Z22, Z17, Z21
+	VPMADDUBSW       196(SI), Z18, Z22
+	VPDPWSSD         Z22, Z19, Z21
+	VPMADDWD         260(SI), Y10, Y12
+	VPSLLD           $0x05, Y12, Y12
+	VPSUBD           Z12, Z21, Z21
+	VCVTDQ2PS        Z21, Z21
+	VMULPS           Z20, Z21, Z21
+	VFMADD231PS.BCST (SI), Z21, Z4
+	VPMADDUBSW       4(DI), Z11, Z21
+	VPMADDWD         Z13, Z21, Z21
+	VPMADDUBSW       68(DI), Z14, Z22
+	VPDPWSSD         Z22, Z15, Z21
+	VPMADDUBSW       132(DI), Z16, Z22
+	VPDPWSSD         Z22, Z17, Z21
+	VPMADDUBSW       196(DI), Z18, Z22
+	VPDPWSSD         Z22, Z19, Z21
+	VPMADDWD         260(DI), Y10, Y12
+	VPSLLD           $0x05, Y12, Y12
+	VPSUBD           Z12, Z21, Z21
+	VCVTDQ2PS        Z21, Z21
+	VMULPS           Z20, Z21, Z21
+	VFMADD231PS.BCST (DI), Z21, Z5
+	VPMADDUBSW       4(R8), Z11, Z21
+	VPMADDWD         Z13, Z21, Z21
+	VPMADDUBSW       68(R8), Z14, Z22
+	VPDPWSSD         Z22, Z15, Z21
+	VPMADDUBSW       132(R8), Z16, Z22
+	VPDPWSSD         Z22, Z17, Z21
+	VPMADDUBSW       196(R8), Z18, Z22
+	VPDPWSSD         Z22, Z19, Z21
+	VPMADDWD         260(R8), Y10, Y12
+	VPSLLD           $0x05, Y12, Y12
+	VPSUBD           Z12, Z21, Z21
+	VCVTDQ2PS        Z21, Z21
+	VMULPS           Z20, Z21, Z21
+	VFMADD231PS.BCST (R8), Z21, Z6
+	VPMADDUBSW       4(R9), Z11, Z21
+	VPMADDWD         Z13, Z21, Z21
+	VPMADDUBSW       68(R9), Z14, Z22
+	VPDPWSSD         Z22, Z15, Z21
+	VPMADDUBSW       132(R9), Z16, Z22
+	VPDPWSSD         Z22, Z17, Z21
+	VPMADDUBSW       196(R9), Z18, Z22
+	VPDPWSSD         Z22, Z19, Z21
+	VPMADDWD         260(R9), Y10, Y12
+	VPSLLD           $0x05, Y12, Y12
+	VPSUBD           Z12, Z21, Z21
+	VCVTDQ2PS        Z21, Z21
+	VMULPS           Z20, Z21, Z21
+	VFMADD231PS.BCST (R9), Z21, Z7
+	VPMADDUBSW       4(R10), Z11, Z21
+	VPMADDWD         Z13, Z21, Z21
+	VPMADDUBSW       68(R10), Z14, Z22
+	VPDPWSSD         Z22, Z15, Z21
+	VPMADDUBSW       132(R10), Z16, Z22
+	VPDPWSSD         Z22, Z17, Z21
+	VPMADDUBSW       196(R10), Z18, Z22
+	VPDPWSSD         Z22, Z19, Z21
+	VPMADDWD         260(R10), Y10, Y12
+	VPSLLD           $0x05, Y12, Y12
+	VPSUBD           Z12, Z21, Z21
+	VCVTDQ2PS        Z21, Z21
+	VMULPS           Z20, Z21, Z21
+	VFMADD231PS.BCST (R10), Z21, Z8
+	VPMADDUBSW       4(DX), Z11, Z11
+	VPMADDWD         Z13, Z11, Z11
+	VPMADDUBSW       68(DX), Z14, Z13
+	VPDPWSSD         Z13, Z15, Z11
+	VPMADDUBSW       132(DX), Z16, Z13
+	VPDPWSSD         Z13, Z17, Z11
+	VPMADDUBSW       196(DX), Z18, Z13
+	VPDPWSSD         Z13, Z19, Z11
+	VPMADDWD         260(DX), Y10, Y10
+	VPSLLD           $0x05, Y10, Y10
+	VPSUBD           Z10, Z11, Z11
+	VCVTDQ2PS        Z11, Z11
+	VMULPS           Z20, Z11, Z11
+	VFMADD231PS.BCST (DX), Z11, Z9
+	ADDQ             $0x000000d2, AX
+	ADDQ             $0x00000124, CX
+	ADDQ             $0x00000124, BX
+	ADDQ             $0x00000124, SI
+	ADDQ             $0x00000124, DI
+	ADDQ             $0x00000124, R8
+	ADDQ             $0x00000124, R9
+	ADDQ             $0x00000124, R10
+	ADDQ             $0x00000124, DX
+	DECQ             R11
+	JNZ              loop
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	SHLQ          $0x02, CX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y2, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y3, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y4, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y5, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y6, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y7, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y8, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y9, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ6_KV1C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
+TEXT ·dotQ6_KV1C4(SB), NOSPLIT, $0-56
+	MOVQ         w+0(FP), AX
+	MOVQ         a+16(FP), CX
+	MOVQ         as+24(FP), DX
+	LEAQ         (CX)(DX*1), BX
+	LEAQ         (BX)(DX*1), SI
+	LEAQ         (SI)(DX*1), DX
+	MOVQ         nb+32(FP), DI
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPBROADCASTB c03<>+0(SB), Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	TESTQ        DI, DI
+	JZ           done
+
+loop:
+	VPMOVSXBW        192(AX), Y6
+	VMOVDQU64        (AX), Z7
+	VMOVDQU32        128(AX), Y8
+	VPSRLW           $0x02, Y8, Y9
+	VINSERTI64X4     $0x01, Y9, Z8, Z9
+	VPSRLW           $0x04, Z7, Z10
+	VPANDD           Z0, Z7, Z7
+	VPANDD           Z0, Z10, Z10
+	VPSRLW           $0x04, Z9, Z11
+	VPANDD           Z1, Z9, Z9
+	VPSLLW           $0x04, Z9, Z9
+	VPORD            Z9, Z7, Z7
+	VMOVDQU64        q6kIdx0<>+0(SB), Z9
+	VPERMW           Z6, Z9, Z9
+	VPANDD           Z1, Z11, Z11
+	VPSLLW           $0x04, Z11, Z11
+	VPORD            Z11, Z10, Z10
+	VMOVDQU64        q6kIdx1<>+0(SB), Z11
+	VPERMW           Z6, Z11, Z11
+	VMOVDQU64        64(AX), Z12
+	VMOVDQU32        160(AX), Y8
+	VPSRLW           $0x02, Y8, Y13
+	VINSERTI64X4     $0x01, Y13, Z8, Z13
+	VPSRLW           $0x04, Z12, Z14
+	VPANDD           Z0, Z12, Z12
+	VPANDD           Z0, Z14, Z14
+	VPSRLW           $0x04, Z13, Z15
+	VPANDD           Z1, Z13, Z13
+	VPSLLW           $0x04, Z13, Z13
+	VPORD            Z13, Z12, Z12
+	VMOVDQU64        q6kIdx2<>+0(SB), Z13
+	VPERMW           Z6, Z13, Z13
+	VPANDD           Z1, Z15, Z15
+	VPSLLW           $0x04, Z15, Z15
+	VPORD            Z15, Z14, Z14
+	VMOVDQU64        q6kIdx3<>+0(SB), Z15
+	VPERMW           Z6, Z15, Z15
+	VPBROADCASTW     208(AX), X8
+	VCVTPH2PS        X8, X8
+	VBROADCASTSS     X8, Z16
+	VPMADDUBSW       4(CX), Z7, Z17
+	VPMADDWD         Z9, Z17, Z17
+	VPMADDUBSW       68(CX), Z10, Z18
+	VPDPWSSD         Z18, Z11, Z17
+	VPMADDUBSW       132(CX), Z12, Z18
+	VPDPWSSD         Z18, Z13, Z17
+	VPMADDUBSW       196(CX), Z14, Z18
+	VPDPWSSD         Z18, Z15, Z17
+	VPMADDWD         260(CX), Y6, Y8
+	VPSLLD           $0x05, Y8, Y8
+	VPSUBD           Z8, Z17, Z17
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z16, Z17, Z17
+	VFMADD231PS.BCST (CX), Z17, Z2
+	VPMADDUBSW       4(BX), Z7, Z17
+	VPMADDWD         Z9, Z17, Z17
+	VPMADDUBSW       68(BX), Z10, Z18
+	VPDPWSSD         Z18, Z11, Z17
+	VPMADDUBSW       132(BX), Z12, Z18
+	VPDPWSSD         Z18, Z13, Z17
+	VPMADDUBSW       196(BX), Z14, Z18
+	VPDPWSSD         Z18, Z15, Z17
+	VPMADDWD         260(BX), Y6, Y8
+	VPSLLD           $0x05, Y8, Y8
+	VPSUBD           Z8, Z17, Z17
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z16, Z17, Z17
+	VFMADD231PS.BCST (BX), Z17, Z3
+	VPMADDUBSW       4(SI), Z7, Z17
+	VPMADDWD         Z9, Z17, Z17
+	VPMADDUBSW       68(SI), Z10, Z18
+	VPDPWSSD         Z18, Z11, Z17
+	VPMADDUBSW       132(SI), Z12, Z18
+	VPDPWSSD         Z18, Z13, Z17
+	VPMADDUBSW       196(SI), Z14, Z18
+	VPDPWSSD         Z18, Z15, Z17
+	VPMADDWD         260(SI), Y6, Y8
+	VPSLLD           $0x05, Y8, Y8
+	VPSUBD           Z8, Z17, Z17
+	VCVTDQ2PS        Z17, Z17
+	VMULPS           Z16, Z17, Z17
+	VFMADD231PS.BCST (SI), Z17, Z4
+	VPMADDUBSW       4(DX), Z7, Z7
+	VPMADDWD         Z9, Z7, Z7
+	VPMADDUBSW       68(DX), Z10, Z9
+	VPDPWSSD         Z9, Z11, Z7
+	VPMADDUBSW       132(DX), Z12, Z9
+	VPDPWSSD         Z9, Z13, Z7
+	VPMADDUBSW       196(DX), Z14, Z9
+	VPDPWSSD         Z9, Z15, Z7
+	VPMADDWD         260(DX), Y6, Y6
+	VPSLLD           $0x05, Y6, Y6
+	VPSUBD           Z6, Z7, Z7
+	VCVTDQ2PS        Z7, Z7
+	VMULPS           Z16, Z7, Z7
+	VFMADD231PS.BCST (DX), Z7, Z5
+	ADDQ             $0x000000d2, AX
+	ADDQ             $0x00000124, CX
+	ADDQ             $0x00000124, BX
+	ADDQ             $0x00000124, SI
+	ADDQ             $0x00000124, DX
+	DECQ             DI
+	JNZ              loop
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	SHLQ          $0x02, CX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y2, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y3, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y4, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y5, Y0, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VZEROUPPER
+	RET
+
 // func dotQ4_0V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
 TEXT ·dotQ4_0V4C4(SB), NOSPLIT, $0-56

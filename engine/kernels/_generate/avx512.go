@@ -716,12 +716,91 @@ func q4kTile(name string, C int, withHigh bool) {
 			VFMADD231PS_BCST(Mem{Base: a}, sumi, acc[c])
 		}
 	})
+	storeTile512(acc)
+}
+
+// q6kTile generates the AVX-512 Q6_K prefill tile: 1 weight row x C Q8_K
+// activations (in their natural order). The row's 6-bit values (used
+// unsigned, q+32) and group-scale vectors are unpacked once per block for
+// the C activations, as in q6kV4.
+func q6kTile(name string, C int) {
+	const bx = 210
+	k := begin(name, 1, C, "Q6_K weights, Q8_K activations, AVX-512 VNNI")
+	mask, m3 := ZMM(), ZMM()
+	VPBROADCASTB(c0F, mask)
+	VPBROADCASTB(c03, m3)
+	acc := make([]VecVirtual, C)
+	for c := range acc {
+		acc[c] = ZMM()
+		VPXORD(acc[c], acc[c], acc[c])
+	}
+	k.loop(bx, 292, func() {
+		x := k.w[0]
+		sc := YMM()
+		VPMOVSXBW(Mem{Base: x, Disp: 192}, sc) // 16 group scales as words
+		q, s := make([]VecVirtual, 4), make([]VecVirtual, 4)
+		for h := 0; h < 2; h++ {
+			l, hb, hz := ZMM(), YMM(), ZMM()
+			VMOVDQU64(Mem{Base: x, Disp: 64 * h}, l)
+			VMOVDQU32(Mem{Base: x, Disp: 128 + 32*h}, hb)
+			// hz = [qh | qh>>2] (bits of parts 0 and 1), qh>>4 gives parts 2, 3
+			VPSRLW(U8(2), hb, hz.AsY())
+			VINSERTI64X4(U8(1), hz.AsY(), hb.AsZ(), hz)
+			lo, hi := ZMM(), ZMM()
+			VPSRLW(U8(4), l, hi)
+			VPANDD(mask, l, lo)
+			VPANDD(mask, hi, hi)
+			hh := ZMM()
+			VPSRLW(U8(4), hz, hh)
+			for p, v := range []struct{ q, bits VecVirtual }{{lo, hz}, {hi, hh}} {
+				t := ZMM()
+				VPANDD(m3, v.bits, t)
+				VPSLLW(U8(4), t, t)
+				VPORD(t, v.q, v.q)
+				q[2*h+p] = v.q
+				s[2*h+p] = ZMM()
+				VMOVDQU64(q6kIdx[2*h+p], s[2*h+p])
+				VPERMW(sc.AsZ(), s[2*h+p], s[2*h+p])
+			}
+		}
+		dd, dv := XMM(), ZMM()
+		VPBROADCASTW(Mem{Base: x, Disp: 208}, dd)
+		VCVTPH2PS(dd, dd)
+		VBROADCASTSS(dd, dv)
+		for c := 0; c < C; c++ {
+			a := k.a[c]
+			sumi := ZMM()
+			for i := range q {
+				pr := ZMM()
+				VPMADDUBSW(Mem{Base: a, Disp: 4 + 64*i}, q[i], pr)
+				if i == 0 {
+					VPMADDWD(s[i], pr, sumi)
+				} else {
+					vpdpwssd(pr, s[i], sumi)
+				}
+			}
+			// 32·Σ scale_g·bsum_g, per pair of groups
+			cor := YMM()
+			VPMADDWD(Mem{Base: a, Disp: 260}, sc, cor)
+			VPSLLD(U8(5), cor, cor)
+			VPSUBD(cor.AsZ(), sumi, sumi) // the upper half of cor.AsZ() is zero
+			VCVTDQ2PS(sumi, sumi)
+			VMULPS(dv, sumi, sumi)
+			VFMADD231PS_BCST(Mem{Base: a}, sumi, acc[c])
+		}
+	})
+	storeTile512(acc)
+}
+
+// storeTile512 stores the sums of the 16 floats of acc[c] at out + c·os
+// (the 1-row tiles' outputs).
+func storeTile512(acc []VecVirtual) {
 	out := ld("out")
 	os := ld("os")
 	SHLQ(U8(2), os)
-	for c := 0; c < C; c++ {
+	for c := range acc {
 		storeSum512(acc[c], nil, Mem{Base: out})
-		if c+1 < C {
+		if c+1 < len(acc) {
 			ADDQ(os, out)
 		}
 	}

@@ -80,6 +80,8 @@ func main() {
 	q4kTile("dotQ4_KV1C4", 4, false)
 	q4kTile("dotQ5_KV1C8", 8, true)
 	q4kTile("dotQ5_KV1C4", 4, true)
+	q6kTile("dotQ6_KV1C8", 8)
+	q6kTile("dotQ6_KV1C4", 4)
 	legacyV4("dotQ4_0V4C4", quant40, 4)
 	q40s("dotQ4_0SV4C1")
 	legacyV4("dotQ8_0V4C1", quant80, 1)
