@@ -462,30 +462,12 @@ func q6kV4(name string) {
 		VPMOVSXBW(Mem{Base: x, Disp: 192}, sc) // 16 group scales as words
 		sumi := ZMM()
 		VPXORD(sumi, sumi, sumi)
-		for h := 0; h < 2; h++ {
-			l, hb, hz := ZMM(), YMM(), ZMM()
-			VMOVDQU64(Mem{Base: x, Disp: 64 * h}, l)
-			VMOVDQU32(Mem{Base: x, Disp: 128 + 32*h}, hb)
-			// hz = [qh | qh>>2] (bits of parts 0 and 1), qh>>4 gives parts 2, 3
-			VPSRLW(U8(2), hb, hz.AsY())
-			VINSERTI64X4(U8(1), hz.AsY(), hb.AsZ(), hz)
-			lo, hi := ZMM(), ZMM()
-			VPSRLW(U8(4), l, hi)
-			VPANDD(mask, l, lo)
-			VPANDD(mask, hi, hi)
-			hh := ZMM()
-			VPSRLW(U8(4), hz, hh)
-			for p, v := range []struct{ q, bits VecVirtual }{{lo, hz}, {hi, hh}} {
-				t := ZMM()
-				VPANDD(m3, v.bits, t)
-				VPSLLW(U8(4), t, t)
-				VPORD(t, v.q, v.q)
-				pr, s := ZMM(), ZMM()
-				VPMADDUBSW(Mem{Base: a, Disp: 4 + 128*h + 64*p}, v.q, pr)
-				VPERMW(sc.AsZ(), idx[2*h+p], s)
-				vpdpwssd(pr, s, sumi)
-			}
-		}
+		q6kValues512(x, mask, m3, func(i int, q VecVirtual) {
+			pr, s := ZMM(), ZMM()
+			VPMADDUBSW(Mem{Base: a, Disp: 4 + 64*i}, q, pr)
+			VPERMW(sc.AsZ(), idx[i], s)
+			vpdpwssd(pr, s, sumi)
+		})
 		// 32·Σ scale_g·bsum_g, per pair of groups
 		cor := YMM()
 		VPMADDWD(bs, sc, cor)
@@ -719,6 +701,33 @@ func q4kTile(name string, C int, withHigh bool) {
 	storeTile512(acc)
 }
 
+// q6kValues512 unpacks the 6-bit values of the Q6_K block at x, unsigned
+// (q+32), into 4 vectors of 64 in element order (mask: 0x0f bytes, m3:
+// 0x03 bytes), and passes each to use as it is ready.
+func q6kValues512(x GPVirtual, mask, m3 VecVirtual, use func(i int, q VecVirtual)) {
+	for h := 0; h < 2; h++ {
+		l, hb, hz := ZMM(), YMM(), ZMM()
+		VMOVDQU64(Mem{Base: x, Disp: 64 * h}, l)
+		VMOVDQU32(Mem{Base: x, Disp: 128 + 32*h}, hb)
+		// hz = [qh | qh>>2] (bits of parts 0 and 1), qh>>4 gives parts 2, 3
+		VPSRLW(U8(2), hb, hz.AsY())
+		VINSERTI64X4(U8(1), hz.AsY(), hb.AsZ(), hz)
+		lo, hi := ZMM(), ZMM()
+		VPSRLW(U8(4), l, hi)
+		VPANDD(mask, l, lo)
+		VPANDD(mask, hi, hi)
+		hh := ZMM()
+		VPSRLW(U8(4), hz, hh)
+		for p, v := range []struct{ q, bits VecVirtual }{{lo, hz}, {hi, hh}} {
+			t := ZMM()
+			VPANDD(m3, v.bits, t)
+			VPSLLW(U8(4), t, t)
+			VPORD(t, v.q, v.q)
+			use(2*h+p, v.q)
+		}
+	}
+}
+
 // q6kTile generates the AVX-512 Q6_K prefill tile: 1 weight row x C Q8_K
 // activations (in their natural order). The row's 6-bit values (used
 // unsigned, q+32) and group-scale vectors are unpacked once per block for
@@ -739,30 +748,11 @@ func q6kTile(name string, C int) {
 		sc := YMM()
 		VPMOVSXBW(Mem{Base: x, Disp: 192}, sc) // 16 group scales as words
 		q, s := make([]VecVirtual, 4), make([]VecVirtual, 4)
-		for h := 0; h < 2; h++ {
-			l, hb, hz := ZMM(), YMM(), ZMM()
-			VMOVDQU64(Mem{Base: x, Disp: 64 * h}, l)
-			VMOVDQU32(Mem{Base: x, Disp: 128 + 32*h}, hb)
-			// hz = [qh | qh>>2] (bits of parts 0 and 1), qh>>4 gives parts 2, 3
-			VPSRLW(U8(2), hb, hz.AsY())
-			VINSERTI64X4(U8(1), hz.AsY(), hb.AsZ(), hz)
-			lo, hi := ZMM(), ZMM()
-			VPSRLW(U8(4), l, hi)
-			VPANDD(mask, l, lo)
-			VPANDD(mask, hi, hi)
-			hh := ZMM()
-			VPSRLW(U8(4), hz, hh)
-			for p, v := range []struct{ q, bits VecVirtual }{{lo, hz}, {hi, hh}} {
-				t := ZMM()
-				VPANDD(m3, v.bits, t)
-				VPSLLW(U8(4), t, t)
-				VPORD(t, v.q, v.q)
-				q[2*h+p] = v.q
-				s[2*h+p] = ZMM()
-				VMOVDQU64(q6kIdx[2*h+p], s[2*h+p])
-				VPERMW(sc.AsZ(), s[2*h+p], s[2*h+p])
-			}
-		}
+		q6kValues512(x, mask, m3, func(i int, v VecVirtual) {
+			q[i], s[i] = v, ZMM()
+			VMOVDQU64(q6kIdx[i], s[i])
+			VPERMW(sc.AsZ(), s[i], s[i])
+		})
 		dd, dv := XMM(), ZMM()
 		VPBROADCASTW(Mem{Base: x, Disp: 208}, dd)
 		VCVTPH2PS(dd, dd)
