@@ -679,16 +679,7 @@ func q4kTile(name string, C int, withHigh bool) {
 		VBROADCASTSS(dd, dm)
 		for c := 0; c < C; c++ {
 			a := k.a[c]
-			sumi := ZMM()
-			for i := range q {
-				p := ZMM()
-				VPMADDUBSW(Mem{Base: a, Disp: 4 + 64*i}, q[i], p)
-				if i == 0 {
-					VPMADDWD(s[i], p, sumi)
-				} else {
-					vpdpwssd(p, s[i], sumi)
-				}
-			}
+			sumi := scaledDots512(a, q, s)
 			md := YMM()
 			VPMADDWD(Mem{Base: a, Disp: 260}, mins, md)
 			VCVTDQ2PS(sumi, sumi)
@@ -759,16 +750,7 @@ func q6kTile(name string, C int) {
 		VBROADCASTSS(dd, dv)
 		for c := 0; c < C; c++ {
 			a := k.a[c]
-			sumi := ZMM()
-			for i := range q {
-				pr := ZMM()
-				VPMADDUBSW(Mem{Base: a, Disp: 4 + 64*i}, q[i], pr)
-				if i == 0 {
-					VPMADDWD(s[i], pr, sumi)
-				} else {
-					vpdpwssd(pr, s[i], sumi)
-				}
-			}
+			sumi := scaledDots512(a, q, s)
 			// 32·Σ scale_g·bsum_g, per pair of groups
 			cor := YMM()
 			VPMADDWD(Mem{Base: a, Disp: 260}, sc, cor)
@@ -780,6 +762,24 @@ func q6kTile(name string, C int) {
 		}
 	})
 	storeTile512(acc)
+}
+
+// scaledDots512 returns the int32 sums, per dword, of the 4 vectors of 64
+// unsigned weight values q times the 256 activation quants of the Q8_K
+// block at a (in the order q holds them), each product pair weighted by
+// the words of its scale vector s.
+func scaledDots512(a GPVirtual, q, s []VecVirtual) VecVirtual {
+	sumi := ZMM()
+	for i := range q {
+		p := ZMM()
+		VPMADDUBSW(Mem{Base: a, Disp: 4 + 64*i}, q[i], p)
+		if i == 0 {
+			VPMADDWD(s[i], p, sumi)
+		} else {
+			vpdpwssd(p, s[i], sumi)
+		}
+	}
+	return sumi
 }
 
 // storeTile512 stores the sums of the 16 floats of acc[c] at out + c·os
