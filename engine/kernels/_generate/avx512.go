@@ -92,11 +92,7 @@ func legacyV4(name string, q legacy, C int) {
 	}
 	VPBROADCASTB(c80m, c80)
 	VMOVDQU32(laneIdx, lidx)
-	acc := make([]VecVirtual, C)
-	for c := range acc {
-		acc[c] = ZMM()
-		VPXORD(acc[c], acc[c], acc[c])
-	}
+	acc := zeros512(C)
 
 	// The next 4 rows are prefetched: in a batch of a few sequences each
 	// weight row is used by few tiles.
@@ -442,11 +438,7 @@ func q6kV4(name string) {
 		idx[i] = ZMM()
 		VMOVDQU64(q6kIdx[i], idx[i])
 	}
-	acc := make([]VecVirtual, R)
-	for r := range acc {
-		acc[r] = ZMM()
-		VPXORD(acc[r], acc[r], acc[r])
-	}
+	acc := zeros512(R)
 	pf := nextRows(w[3], ws)
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
@@ -652,11 +644,7 @@ func q4kTile(name string, C int, withHigh bool) {
 		c01m = ZMM()
 		VPBROADCASTB(c01, c01m)
 	}
-	acc := make([]VecVirtual, C)
-	for c := range acc {
-		acc[c] = ZMM()
-		VPXORD(acc[c], acc[c], acc[c])
-	}
+	acc := zeros512(C)
 	k.loop(bx, 292, func() {
 		x := k.w[0]
 		xs := q4kScales(x)
@@ -729,11 +717,7 @@ func q6kTile(name string, C int) {
 	mask, m3 := ZMM(), ZMM()
 	VPBROADCASTB(c0F, mask)
 	VPBROADCASTB(c03, m3)
-	acc := make([]VecVirtual, C)
-	for c := range acc {
-		acc[c] = ZMM()
-		VPXORD(acc[c], acc[c], acc[c])
-	}
+	acc := zeros512(C)
 	k.loop(bx, 292, func() {
 		x := k.w[0]
 		sc := YMM()
@@ -780,6 +764,16 @@ func scaledDots512(a GPVirtual, q, s []VecVirtual) VecVirtual {
 		}
 	}
 	return sumi
+}
+
+// zeros512 returns n zeroed zmm accumulators.
+func zeros512(n int) []VecVirtual {
+	v := make([]VecVirtual, n)
+	for i := range v {
+		v[i] = ZMM()
+		VPXORD(v[i], v[i], v[i])
+	}
+	return v
 }
 
 // storeTile512 stores the sums of the 16 floats of acc[c] at out + c·os
