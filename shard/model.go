@@ -12,6 +12,16 @@ func (s *Shard) HeldTensor(name string) (model.HeldTensor, bool) {
 	return model.HeldTensor{Type: t.Info.Type, Cols: t.Cols(), Rows: t.Rows(), Data: t.Data}, true
 }
 
+// Release drops the pages of b, tensor bytes the engine has copied, when
+// they are mapped from the model file; it reports whether it did (see
+// gguf.File.Release). Bytes the shard holds in memory are left alone.
+func (s *Shard) Release(b []byte) bool {
+	if s.release == nil {
+		return false
+	}
+	return s.release(b)
+}
+
 // Slice is the engine's view of the spec's tensor-parallel part: nil when
 // the spec holds whole layers.
 func (s ShardSpec) Slice(c *model.Config) *model.Slice {

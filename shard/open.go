@@ -22,6 +22,7 @@ type Shard struct {
 	Tensors []Tensor // file order
 	byName  map[string]int
 	closer  func() error
+	release func([]byte) bool // drops pages of mapped tensor bytes (nil: none mapped)
 }
 
 // Tensor returns the named tensor's slice.
@@ -71,7 +72,7 @@ func Open(path string, spec ShardSpec) (*Shard, error) {
 		f.Close()
 		return nil, err
 	}
-	s.closer = f.Close
+	s.closer, s.release = f.Close, f.Release
 	return s, nil
 }
 

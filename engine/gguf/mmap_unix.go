@@ -5,6 +5,8 @@ package gguf
 import (
 	"os"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 func mapFile(fh *os.File, size int64) ([]byte, func() error, error) {
@@ -19,4 +21,21 @@ func mapFile(fh *os.File, size int64) ([]byte, func() error, error) {
 		return nil, nil, err
 	}
 	return b, func() error { return syscall.Munmap(b) }, nil
+}
+
+// dropPages tells the kernel that the mapped file pages wholly inside b are
+// not needed: they leave the process's resident set (the file's bytes stay;
+// a later read faults them in again).
+func dropPages(b []byte) bool {
+	ps := uintptr(os.Getpagesize())
+	if len(b) == 0 {
+		return false
+	}
+	start := uintptrOf(b)
+	lo := (start + ps - 1) &^ (ps - 1)
+	hi := (start + uintptr(len(b))) &^ (ps - 1)
+	if hi <= lo {
+		return true
+	}
+	return unix.Madvise(b[lo-start:hi-start], unix.MADV_DONTNEED) == nil
 }

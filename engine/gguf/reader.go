@@ -595,3 +595,21 @@ func Float32s(b []byte) []float32 {
 	}
 	return out
 }
+
+// Release drops from memory the pages of b, a part of f's tensor data that
+// the caller has copied and will not read again (others may still read it:
+// its bytes stay valid). It reports whether b is mapped from the file and
+// its pages were dropped; when false (f parsed from memory, or not mapped
+// on this platform) nothing was done.
+func (f *File) Release(b []byte) bool {
+	if f.unmap == nil || len(b) == 0 || len(f.data) == 0 {
+		return false
+	}
+	base, p := uintptrOf(f.data), uintptrOf(b)
+	if p < base || p+uintptr(len(b)) > base+uintptr(len(f.data)) {
+		return false
+	}
+	return dropPages(b)
+}
+
+func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

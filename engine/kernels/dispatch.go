@@ -64,6 +64,10 @@ type kset struct {
 	// tileK8: the tile takes Q8_K activations with their sub-blocks paired
 	// (pairK8).
 	tileK8 bool
+
+	// packed, when set, are the kernels for matrices of this type in the
+	// packed layout (see Pack): each takes a group of PackRows rows at w.
+	packed *kset
 }
 
 // level is one set of kernels, selectable by name.

@@ -62,6 +62,14 @@ func archLevels() []*level {
 		v.k[quant.Q5_0].tile, v.k[quant.Q5_0].tile4 = dotQ5_0V4C8, dotQ5_0V4C4
 		v.k[quant.Q8_0].rowsU8, v.k[quant.Q5_0].rowsU8 = pick(dotQ8_0V4C1, dotQ8_0V4C1T0), pick(dotQ5_0V4C1, dotQ5_0V4C1T0)
 		v.k[quant.Q4_0].rowsX, v.k[quant.Q4_0].auxPrep = pickX(dotQ4_0SV4C1, dotQ4_0SV4C1T0), auxQ4_0S
+		// Matrices in the packed layout (Pack): the same tiles and decode
+		// kernels without the per-row loads and inserts.
+		v.k[quant.Q4_0].packed = &kset{blockLen: quant.QK, rowsR: 4,
+			rowsX: pickX(dotQ4_0PSV4C1, dotQ4_0PSV4C1T0), auxPrep: auxQ4_0S,
+			tile: dotQ4_0PV4C8, tile4: dotQ4_0PV4C4, tileR: 4, tileC: 8, tileU8: true}
+		v.k[quant.Q8_0].packed = &kset{blockLen: quant.QK, rowsR: 4,
+			rowsU8: pick(dotQ8_0PV4C1, dotQ8_0PV4C1T0),
+			tile:   dotQ8_0PV4C8, tile4: dotQ8_0PV4C4, tileR: 4, tileC: 8, tileU8: true}
 		q4k, q5k, q6k := *l.k[quant.Q4_K], *l.k[quant.Q5_K], *l.k[quant.Q6_K]
 		q4k.rows, q5k.rows, q6k.rows = pick(dotQ4_KV4C1, dotQ4_KV4C1T0), pick(dotQ5_KV4C1, dotQ5_KV4C1T0), pick(dotQ6_KV4C1, dotQ6_KV4C1T0)
 		q4k.tile, q4k.tile4, q4k.tileR, q4k.tileC, q4k.tileK8 = dotQ4_KV1C8, dotQ4_KV1C4, 1, 8, true

@@ -255,6 +255,36 @@ func dotQ5_0V4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 //go:noescape
 func dotQ5_0V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
+// dotQ4_0PV4C8: a packed group of 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ4_0PV4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ4_0PV4C4: a packed group of 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ4_0PV4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ8_0PV4C8: a packed group of 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ8_0PV4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ8_0PV4C4: a packed group of 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ8_0PV4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ4_0PSV4C1: a packed group of 4 Q4_0 weight rows x 1 Q8_0 activation row, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ4_0PSV4C1(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+
+// dotQ8_0PV4C1: a packed group of 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ8_0PV4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
 // dotF16F32V4C6: 4 float weight rows x C float32 activation rows, AVX-512, 16 elements per block.
 //
 //go:noescape
@@ -389,6 +419,16 @@ func dotQ8_0V4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os in
 //
 //go:noescape
 func dotQ5_0V4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotQ4_0PSV4C1T0: a packed group of 4 Q4_0 weight rows x 1 Q8_0 activation row, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ4_0PSV4C1T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+
+// dotQ8_0PV4C1T0: a packed group of 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
+//
+//go:noescape
+func dotQ8_0PV4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
 // scoresF16AVX2: out[t] = q·row t for T half-float rows at k + t*stride bytes; d a multiple of 8.
 //

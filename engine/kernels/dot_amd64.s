@@ -1070,6 +1070,40 @@ DATA pickIdx<>+56(SB)/4, $0x00000008
 DATA pickIdx<>+60(SB)/4, $0x0000000c
 GLOBL pickIdx<>(SB), RODATA|NOPTR, $64
 
+DATA scaleShuf<>+0(SB)/1, $0x00
+DATA scaleShuf<>+1(SB)/1, $0x01
+DATA scaleShuf<>+2(SB)/1, $0x00
+DATA scaleShuf<>+3(SB)/1, $0x01
+DATA scaleShuf<>+4(SB)/1, $0x00
+DATA scaleShuf<>+5(SB)/1, $0x01
+DATA scaleShuf<>+6(SB)/1, $0x00
+DATA scaleShuf<>+7(SB)/1, $0x01
+DATA scaleShuf<>+8(SB)/1, $0x02
+DATA scaleShuf<>+9(SB)/1, $0x03
+DATA scaleShuf<>+10(SB)/1, $0x02
+DATA scaleShuf<>+11(SB)/1, $0x03
+DATA scaleShuf<>+12(SB)/1, $0x02
+DATA scaleShuf<>+13(SB)/1, $0x03
+DATA scaleShuf<>+14(SB)/1, $0x02
+DATA scaleShuf<>+15(SB)/1, $0x03
+DATA scaleShuf<>+16(SB)/1, $0x04
+DATA scaleShuf<>+17(SB)/1, $0x05
+DATA scaleShuf<>+18(SB)/1, $0x04
+DATA scaleShuf<>+19(SB)/1, $0x05
+DATA scaleShuf<>+20(SB)/1, $0x04
+DATA scaleShuf<>+21(SB)/1, $0x05
+DATA scaleShuf<>+22(SB)/1, $0x04
+DATA scaleShuf<>+23(SB)/1, $0x05
+DATA scaleShuf<>+24(SB)/1, $0x06
+DATA scaleShuf<>+25(SB)/1, $0x07
+DATA scaleShuf<>+26(SB)/1, $0x06
+DATA scaleShuf<>+27(SB)/1, $0x07
+DATA scaleShuf<>+28(SB)/1, $0x06
+DATA scaleShuf<>+29(SB)/1, $0x07
+DATA scaleShuf<>+30(SB)/1, $0x06
+DATA scaleShuf<>+31(SB)/1, $0x07
+GLOBL scaleShuf<>(SB), RODATA|NOPTR, $32
+
 DATA q4kScaleIdx0<>+0(SB)/2, $0x0000
 DATA q4kScaleIdx0<>+2(SB)/2, $0x0000
 DATA q4kScaleIdx0<>+4(SB)/2, $0x0000
@@ -10387,6 +10421,758 @@ done:
 	VZEROUPPER
 	RET
 
+// func dotQ4_0PV4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, MMX+
+TEXT ·dotQ4_0PV4C8(SB), NOSPLIT, $0-56
+	MOVQ         ws+8(FP), AX
+	MOVQ         as+24(FP), CX
+	MOVQ         a+16(FP), DX
+	LEAQ         (DX)(CX*2), BX
+	LEAQ         (BX)(CX*1), BX
+	LEAQ         (BX)(CX*2), SI
+	LEAQ         (SI)(CX*1), SI
+	MOVQ         nb+32(FP), DI
+	MOVQ         w+0(FP), R8
+	MOVQ         DI, R9
+	SHLQ         $0x06, R9
+	ADDQ         R8, R9
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPBROADCASTB c08<>+0(SB), Z1
+	VPBROADCASTB c80<>+0(SB), Z2
+	VMOVDQU32    laneIdx<>+0(SB), Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	VPXORD       Z9, Z9, Z9
+	VPXORD       Z10, Z10, Z10
+	VPXORD       Z11, Z11, Z11
+	LEAQ         (R8)(AX*4), AX
+	TESTQ        DI, DI
+	JZ           done
+
+loop:
+	PREFETCHT1      (AX)
+	PREFETCHT1      64(AX)
+	ADDQ            $0x00000048, AX
+	VMOVDQU32       (R8), Z3
+	VPSRLW          $0x04, Z3, Z14
+	VPANDD          Z0, Z3, Z3
+	VPANDD          Z0, Z14, Z14
+	VPSUBB          Z1, Z3, Z3
+	VPSUBB          Z1, Z14, Z14
+	VPXORD          Z12, Z12, Z12
+	VPDPBUSD        Z3, Z2, Z12
+	VPDPBUSD        Z14, Z2, Z12
+	VPXORD          Z13, Z13, Z13
+	VPSUBD          Z12, Z13, Z13
+	VPBROADCASTQ    (R9), Y15
+	VPSHUFB         scaleShuf<>+0(SB), Y15, Y15
+	VCVTPH2PS       Y15, Z15
+	VMOVDQA32       Z13, Z16
+	VBROADCASTI32X4 4(DX), Z17
+	VBROADCASTI32X4 20(DX), Z18
+	VPDPBUSD        Z3, Z17, Z16
+	VPDPBUSD        Z14, Z18, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS.BCST     (DX), Z16, Z16
+	VFMADD231PS     Z15, Z16, Z4
+	VMOVDQA32       Z13, Z16
+	VBROADCASTI32X4 4(DX)(CX*1), Z17
+	VBROADCASTI32X4 20(DX)(CX*1), Z18
+	VPDPBUSD        Z3, Z17, Z16
+	VPDPBUSD        Z14, Z18, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS.BCST     (DX)(CX*1), Z16, Z16
+	VFMADD231PS     Z15, Z16, Z5
+	VMOVDQA32       Z13, Z16
+	VBROADCASTI32X4 4(DX)(CX*2), Z17
+	VBROADCASTI32X4 20(DX)(CX*2), Z18
+	VPDPBUSD        Z3, Z17, Z16
+	VPDPBUSD        Z14, Z18, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS.BCST     (DX)(CX*2), Z16, Z16
+	VFMADD231PS     Z15, Z16, Z6
+	VMOVDQA32       Z13, Z16
+	VBROADCASTI32X4 4(BX), Z17
+	VBROADCASTI32X4 20(BX), Z18
+	VPDPBUSD        Z3, Z17, Z16
+	VPDPBUSD        Z14, Z18, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS.BCST     (BX), Z16, Z16
+	VFMADD231PS     Z15, Z16, Z7
+	VMOVDQA32       Z13, Z16
+	VBROADCASTI32X4 4(BX)(CX*1), Z17
+	VBROADCASTI32X4 20(BX)(CX*1), Z18
+	VPDPBUSD        Z3, Z17, Z16
+	VPDPBUSD        Z14, Z18, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS.BCST     (BX)(CX*1), Z16, Z16
+	VFMADD231PS     Z15, Z16, Z8
+	VMOVDQA32       Z13, Z16
+	VBROADCASTI32X4 4(BX)(CX*2), Z17
+	VBROADCASTI32X4 20(BX)(CX*2), Z18
+	VPDPBUSD        Z3, Z17, Z16
+	VPDPBUSD        Z14, Z18, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS.BCST     (BX)(CX*2), Z16, Z16
+	VFMADD231PS     Z15, Z16, Z9
+	VMOVDQA32       Z13, Z16
+	VBROADCASTI32X4 4(SI), Z17
+	VBROADCASTI32X4 20(SI), Z18
+	VPDPBUSD        Z3, Z17, Z16
+	VPDPBUSD        Z14, Z18, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS.BCST     (SI), Z16, Z16
+	VFMADD231PS     Z15, Z16, Z10
+	VMOVDQA32       Z13, Z16
+	VBROADCASTI32X4 4(SI)(CX*1), Z17
+	VBROADCASTI32X4 20(SI)(CX*1), Z18
+	VPDPBUSD        Z3, Z17, Z16
+	VPDPBUSD        Z14, Z18, Z16
+	VCVTDQ2PS       Z16, Z16
+	VMULPS.BCST     (SI)(CX*1), Z16, Z16
+	VFMADD231PS     Z15, Z16, Z11
+	ADDQ            $0x00000040, R8
+	ADDQ            $0x00000008, R9
+	ADDQ            $0x00000024, DX
+	ADDQ            $0x00000024, BX
+	ADDQ            $0x00000024, SI
+	DECQ            DI
+	JNZ             loop
+
+done:
+	MOVQ      out+40(FP), AX
+	MOVQ      os+48(FP), CX
+	SHLQ      $0x02, CX
+	VMOVDQU32 pickIdx<>+0(SB), Z0
+	VPERMILPS $0xb1, Z4, Z1
+	VADDPS    Z1, Z4, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z5, Z1
+	VADDPS    Z1, Z5, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z6, Z1
+	VADDPS    Z1, Z6, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z7, Z1
+	VADDPS    Z1, Z7, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z8, Z1
+	VADDPS    Z1, Z8, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z9, Z1
+	VADDPS    Z1, Z9, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z10, Z1
+	VADDPS    Z1, Z10, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z11, Z1
+	VADDPS    Z1, Z11, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0PV4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, MMX+
+TEXT ·dotQ4_0PV4C4(SB), NOSPLIT, $0-56
+	MOVQ         ws+8(FP), AX
+	MOVQ         as+24(FP), CX
+	MOVQ         a+16(FP), DX
+	LEAQ         (DX)(CX*2), BX
+	LEAQ         (BX)(CX*1), BX
+	MOVQ         nb+32(FP), SI
+	MOVQ         w+0(FP), DI
+	MOVQ         SI, R8
+	SHLQ         $0x06, R8
+	ADDQ         DI, R8
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPBROADCASTB c08<>+0(SB), Z1
+	VPBROADCASTB c80<>+0(SB), Z2
+	VMOVDQU32    laneIdx<>+0(SB), Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	LEAQ         (DI)(AX*4), AX
+	TESTQ        SI, SI
+	JZ           done
+
+loop:
+	PREFETCHT1      (AX)
+	PREFETCHT1      64(AX)
+	ADDQ            $0x00000048, AX
+	VMOVDQU32       (DI), Z3
+	VPSRLW          $0x04, Z3, Z10
+	VPANDD          Z0, Z3, Z3
+	VPANDD          Z0, Z10, Z10
+	VPSUBB          Z1, Z3, Z3
+	VPSUBB          Z1, Z10, Z10
+	VPXORD          Z8, Z8, Z8
+	VPDPBUSD        Z3, Z2, Z8
+	VPDPBUSD        Z10, Z2, Z8
+	VPXORD          Z9, Z9, Z9
+	VPSUBD          Z8, Z9, Z9
+	VPBROADCASTQ    (R8), Y11
+	VPSHUFB         scaleShuf<>+0(SB), Y11, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQA32       Z9, Z12
+	VBROADCASTI32X4 4(DX), Z13
+	VBROADCASTI32X4 20(DX), Z14
+	VPDPBUSD        Z3, Z13, Z12
+	VPDPBUSD        Z10, Z14, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS.BCST     (DX), Z12, Z12
+	VFMADD231PS     Z11, Z12, Z4
+	VMOVDQA32       Z9, Z12
+	VBROADCASTI32X4 4(DX)(CX*1), Z13
+	VBROADCASTI32X4 20(DX)(CX*1), Z14
+	VPDPBUSD        Z3, Z13, Z12
+	VPDPBUSD        Z10, Z14, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS.BCST     (DX)(CX*1), Z12, Z12
+	VFMADD231PS     Z11, Z12, Z5
+	VMOVDQA32       Z9, Z12
+	VBROADCASTI32X4 4(DX)(CX*2), Z13
+	VBROADCASTI32X4 20(DX)(CX*2), Z14
+	VPDPBUSD        Z3, Z13, Z12
+	VPDPBUSD        Z10, Z14, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS.BCST     (DX)(CX*2), Z12, Z12
+	VFMADD231PS     Z11, Z12, Z6
+	VMOVDQA32       Z9, Z12
+	VBROADCASTI32X4 4(BX), Z13
+	VBROADCASTI32X4 20(BX), Z14
+	VPDPBUSD        Z3, Z13, Z12
+	VPDPBUSD        Z10, Z14, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS.BCST     (BX), Z12, Z12
+	VFMADD231PS     Z11, Z12, Z7
+	ADDQ            $0x00000040, DI
+	ADDQ            $0x00000008, R8
+	ADDQ            $0x00000024, DX
+	ADDQ            $0x00000024, BX
+	DECQ            SI
+	JNZ             loop
+
+done:
+	MOVQ      out+40(FP), AX
+	MOVQ      os+48(FP), CX
+	SHLQ      $0x02, CX
+	VMOVDQU32 pickIdx<>+0(SB), Z0
+	VPERMILPS $0xb1, Z4, Z1
+	VADDPS    Z1, Z4, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z5, Z1
+	VADDPS    Z1, Z5, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z6, Z1
+	VADDPS    Z1, Z6, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z7, Z1
+	VADDPS    Z1, Z7, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0PV4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, MMX+
+TEXT ·dotQ8_0PV4C8(SB), NOSPLIT, $0-56
+	MOVQ         ws+8(FP), AX
+	MOVQ         as+24(FP), CX
+	MOVQ         a+16(FP), DX
+	LEAQ         (DX)(CX*2), BX
+	LEAQ         (BX)(CX*1), BX
+	LEAQ         (BX)(CX*2), SI
+	LEAQ         (SI)(CX*1), SI
+	MOVQ         nb+32(FP), DI
+	MOVQ         w+0(FP), R8
+	MOVQ         DI, R9
+	SHLQ         $0x07, R9
+	ADDQ         R8, R9
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPBROADCASTB c08<>+0(SB), Z0
+	VPBROADCASTB c80<>+0(SB), Z0
+	VMOVDQU32    laneIdx<>+0(SB), Z11
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	VPXORD       Z5, Z5, Z5
+	VPXORD       Z6, Z6, Z6
+	VPXORD       Z7, Z7, Z7
+	VPXORD       Z8, Z8, Z8
+	LEAQ         (R8)(AX*4), AX
+	TESTQ        DI, DI
+	JZ           done
+
+loop:
+	PREFETCHT1      (AX)
+	PREFETCHT1      64(AX)
+	PREFETCHT1      128(AX)
+	ADDQ            $0x00000088, AX
+	VMOVDQU32       (R8), Z11
+	VMOVDQU32       64(R8), Z12
+	VPXORD          Z9, Z9, Z9
+	VPDPBUSD        Z11, Z0, Z9
+	VPDPBUSD        Z12, Z0, Z9
+	VPXORD          Z10, Z10, Z10
+	VPSUBD          Z9, Z10, Z10
+	VPBROADCASTQ    (R9), Y13
+	VPSHUFB         scaleShuf<>+0(SB), Y13, Y13
+	VCVTPH2PS       Y13, Z13
+	VMOVDQA32       Z10, Z14
+	VBROADCASTI32X4 4(DX), Z15
+	VBROADCASTI32X4 20(DX), Z16
+	VPDPBUSD        Z11, Z15, Z14
+	VPDPBUSD        Z12, Z16, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS.BCST     (DX), Z14, Z14
+	VFMADD231PS     Z13, Z14, Z1
+	VMOVDQA32       Z10, Z14
+	VBROADCASTI32X4 4(DX)(CX*1), Z15
+	VBROADCASTI32X4 20(DX)(CX*1), Z16
+	VPDPBUSD        Z11, Z15, Z14
+	VPDPBUSD        Z12, Z16, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS.BCST     (DX)(CX*1), Z14, Z14
+	VFMADD231PS     Z13, Z14, Z2
+	VMOVDQA32       Z10, Z14
+	VBROADCASTI32X4 4(DX)(CX*2), Z15
+	VBROADCASTI32X4 20(DX)(CX*2), Z16
+	VPDPBUSD        Z11, Z15, Z14
+	VPDPBUSD        Z12, Z16, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS.BCST     (DX)(CX*2), Z14, Z14
+	VFMADD231PS     Z13, Z14, Z3
+	VMOVDQA32       Z10, Z14
+	VBROADCASTI32X4 4(BX), Z15
+	VBROADCASTI32X4 20(BX), Z16
+	VPDPBUSD        Z11, Z15, Z14
+	VPDPBUSD        Z12, Z16, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS.BCST     (BX), Z14, Z14
+	VFMADD231PS     Z13, Z14, Z4
+	VMOVDQA32       Z10, Z14
+	VBROADCASTI32X4 4(BX)(CX*1), Z15
+	VBROADCASTI32X4 20(BX)(CX*1), Z16
+	VPDPBUSD        Z11, Z15, Z14
+	VPDPBUSD        Z12, Z16, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS.BCST     (BX)(CX*1), Z14, Z14
+	VFMADD231PS     Z13, Z14, Z5
+	VMOVDQA32       Z10, Z14
+	VBROADCASTI32X4 4(BX)(CX*2), Z15
+	VBROADCASTI32X4 20(BX)(CX*2), Z16
+	VPDPBUSD        Z11, Z15, Z14
+	VPDPBUSD        Z12, Z16, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS.BCST     (BX)(CX*2), Z14, Z14
+	VFMADD231PS     Z13, Z14, Z6
+	VMOVDQA32       Z10, Z14
+	VBROADCASTI32X4 4(SI), Z15
+	VBROADCASTI32X4 20(SI), Z16
+	VPDPBUSD        Z11, Z15, Z14
+	VPDPBUSD        Z12, Z16, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS.BCST     (SI), Z14, Z14
+	VFMADD231PS     Z13, Z14, Z7
+	VMOVDQA32       Z10, Z14
+	VBROADCASTI32X4 4(SI)(CX*1), Z15
+	VBROADCASTI32X4 20(SI)(CX*1), Z16
+	VPDPBUSD        Z11, Z15, Z14
+	VPDPBUSD        Z12, Z16, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS.BCST     (SI)(CX*1), Z14, Z14
+	VFMADD231PS     Z13, Z14, Z8
+	ADDQ            $0x00000080, R8
+	ADDQ            $0x00000008, R9
+	ADDQ            $0x00000024, DX
+	ADDQ            $0x00000024, BX
+	ADDQ            $0x00000024, SI
+	DECQ            DI
+	JNZ             loop
+
+done:
+	MOVQ      out+40(FP), AX
+	MOVQ      os+48(FP), CX
+	SHLQ      $0x02, CX
+	VMOVDQU32 pickIdx<>+0(SB), Z0
+	VPERMILPS $0xb1, Z1, Z9
+	VADDPS    Z9, Z1, Z9
+	VPERMILPS $0x4e, Z9, Z1
+	VADDPS    Z1, Z9, Z9
+	VPERMPS   Z9, Z0, Z9
+	VMOVUPS   X9, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z2, Z1
+	VADDPS    Z1, Z2, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z3, Z1
+	VADDPS    Z1, Z3, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z4, Z1
+	VADDPS    Z1, Z4, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z5, Z1
+	VADDPS    Z1, Z5, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z6, Z1
+	VADDPS    Z1, Z6, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z7, Z1
+	VADDPS    Z1, Z7, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z8, Z1
+	VADDPS    Z1, Z8, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0PV4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, MMX+
+TEXT ·dotQ8_0PV4C4(SB), NOSPLIT, $0-56
+	MOVQ         ws+8(FP), AX
+	MOVQ         as+24(FP), CX
+	MOVQ         a+16(FP), DX
+	LEAQ         (DX)(CX*2), BX
+	LEAQ         (BX)(CX*1), BX
+	MOVQ         nb+32(FP), SI
+	MOVQ         w+0(FP), DI
+	MOVQ         SI, R8
+	SHLQ         $0x07, R8
+	ADDQ         DI, R8
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPBROADCASTB c08<>+0(SB), Z0
+	VPBROADCASTB c80<>+0(SB), Z0
+	VMOVDQU32    laneIdx<>+0(SB), Z7
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z4, Z4, Z4
+	LEAQ         (DI)(AX*4), AX
+	TESTQ        SI, SI
+	JZ           done
+
+loop:
+	PREFETCHT1      (AX)
+	PREFETCHT1      64(AX)
+	PREFETCHT1      128(AX)
+	ADDQ            $0x00000088, AX
+	VMOVDQU32       (DI), Z7
+	VMOVDQU32       64(DI), Z8
+	VPXORD          Z5, Z5, Z5
+	VPDPBUSD        Z7, Z0, Z5
+	VPDPBUSD        Z8, Z0, Z5
+	VPXORD          Z6, Z6, Z6
+	VPSUBD          Z5, Z6, Z6
+	VPBROADCASTQ    (R8), Y9
+	VPSHUFB         scaleShuf<>+0(SB), Y9, Y9
+	VCVTPH2PS       Y9, Z9
+	VMOVDQA32       Z6, Z10
+	VBROADCASTI32X4 4(DX), Z11
+	VBROADCASTI32X4 20(DX), Z12
+	VPDPBUSD        Z7, Z11, Z10
+	VPDPBUSD        Z8, Z12, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS.BCST     (DX), Z10, Z10
+	VFMADD231PS     Z9, Z10, Z1
+	VMOVDQA32       Z6, Z10
+	VBROADCASTI32X4 4(DX)(CX*1), Z11
+	VBROADCASTI32X4 20(DX)(CX*1), Z12
+	VPDPBUSD        Z7, Z11, Z10
+	VPDPBUSD        Z8, Z12, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS.BCST     (DX)(CX*1), Z10, Z10
+	VFMADD231PS     Z9, Z10, Z2
+	VMOVDQA32       Z6, Z10
+	VBROADCASTI32X4 4(DX)(CX*2), Z11
+	VBROADCASTI32X4 20(DX)(CX*2), Z12
+	VPDPBUSD        Z7, Z11, Z10
+	VPDPBUSD        Z8, Z12, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS.BCST     (DX)(CX*2), Z10, Z10
+	VFMADD231PS     Z9, Z10, Z3
+	VMOVDQA32       Z6, Z10
+	VBROADCASTI32X4 4(BX), Z11
+	VBROADCASTI32X4 20(BX), Z12
+	VPDPBUSD        Z7, Z11, Z10
+	VPDPBUSD        Z8, Z12, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS.BCST     (BX), Z10, Z10
+	VFMADD231PS     Z9, Z10, Z4
+	ADDQ            $0x00000080, DI
+	ADDQ            $0x00000008, R8
+	ADDQ            $0x00000024, DX
+	ADDQ            $0x00000024, BX
+	DECQ            SI
+	JNZ             loop
+
+done:
+	MOVQ      out+40(FP), AX
+	MOVQ      os+48(FP), CX
+	SHLQ      $0x02, CX
+	VMOVDQU32 pickIdx<>+0(SB), Z0
+	VPERMILPS $0xb1, Z1, Z5
+	VADDPS    Z5, Z1, Z5
+	VPERMILPS $0x4e, Z5, Z1
+	VADDPS    Z1, Z5, Z5
+	VPERMPS   Z5, Z0, Z5
+	VMOVUPS   X5, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z2, Z1
+	VADDPS    Z1, Z2, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z3, Z1
+	VADDPS    Z1, Z3, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	ADDQ      CX, AX
+	VPERMILPS $0xb1, Z4, Z1
+	VADDPS    Z1, Z4, Z1
+	VPERMILPS $0x4e, Z1, Z2
+	VADDPS    Z2, Z1, Z1
+	VPERMPS   Z1, Z0, Z1
+	VMOVUPS   X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0PSV4C1(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, MMX+
+TEXT ·dotQ4_0PSV4C1(SB), NOSPLIT, $0-48
+	MOVQ         ws+8(FP), AX
+	MOVQ         a+16(FP), CX
+	MOVQ         aux+24(FP), DX
+	MOVQ         nb+32(FP), BX
+	MOVQ         w+0(FP), SI
+	MOVQ         BX, DI
+	SHLQ         $0x06, DI
+	ADDQ         SI, DI
+	LEAQ         (SI)(AX*4), AX
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	MOVQ         BX, R8
+	SHRQ         $0x01, R8
+	JZ           tail
+
+loop:
+	PREFETCHT1      (AX)
+	PREFETCHT1      64(AX)
+	PREFETCHT1      128(AX)
+	ADDQ            $0x00000090, AX
+	VMOVDQU32       (SI), Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPANDD          Z0, Z3, Z3
+	VPANDD          Z0, Z4, Z4
+	VBROADCASTI32X4 (DX), Z5
+	VBROADCASTI32X4 2(CX), Z6
+	VBROADCASTI32X4 18(CX), Z7
+	VPDPBUSD        Z6, Z3, Z5
+	VPDPBUSD        Z7, Z4, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS.BCST     16(DX), Z5, Z5
+	VPBROADCASTQ    (DI), Y3
+	VPSHUFB         scaleShuf<>+0(SB), Y3, Y3
+	VCVTPH2PS       Y3, Z3
+	VFMADD231PS     Z3, Z5, Z1
+	VMOVDQU32       64(SI), Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPANDD          Z0, Z3, Z3
+	VPANDD          Z0, Z4, Z4
+	VBROADCASTI32X4 32(DX), Z5
+	VBROADCASTI32X4 36(CX), Z6
+	VBROADCASTI32X4 52(CX), Z7
+	VPDPBUSD        Z6, Z3, Z5
+	VPDPBUSD        Z7, Z4, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS.BCST     48(DX), Z5, Z5
+	VPBROADCASTQ    8(DI), Y3
+	VPSHUFB         scaleShuf<>+0(SB), Y3, Y3
+	VCVTPH2PS       Y3, Z3
+	VFMADD231PS     Z3, Z5, Z2
+	ADDQ            $0x00000080, SI
+	ADDQ            $0x00000010, DI
+	ADDQ            $0x00000044, CX
+	ADDQ            $0x00000040, DX
+	DECQ            R8
+	JNZ             loop
+
+tail:
+	TESTQ           $0x00000001, BX
+	JZ              done
+	VMOVDQU32       (SI), Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPANDD          Z0, Z3, Z3
+	VPANDD          Z0, Z4, Z4
+	VBROADCASTI32X4 (DX), Z0
+	VBROADCASTI32X4 2(CX), Z5
+	VBROADCASTI32X4 18(CX), Z6
+	VPDPBUSD        Z5, Z3, Z0
+	VPDPBUSD        Z6, Z4, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS.BCST     16(DX), Z0, Z0
+	VPBROADCASTQ    (DI), Y3
+	VPSHUFB         scaleShuf<>+0(SB), Y3, Y3
+	VCVTPH2PS       Y3, Z3
+	VFMADD231PS     Z3, Z0, Z1
+
+done:
+	VADDPS    Z2, Z1, Z1
+	MOVQ      out+40(FP), AX
+	VMOVDQU32 pickIdx<>+0(SB), Z0
+	VPERMILPS $0xb1, Z1, Z2
+	VADDPS    Z2, Z1, Z2
+	VPERMILPS $0x4e, Z2, Z1
+	VADDPS    Z1, Z2, Z2
+	VPERMPS   Z2, Z0, Z2
+	VMOVUPS   X2, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0PV4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, MMX+
+TEXT ·dotQ8_0PV4C1(SB), NOSPLIT, $0-56
+	MOVQ         ws+8(FP), AX
+	MOVQ         as+24(FP), CX
+	MOVQ         a+16(FP), CX
+	MOVQ         nb+32(FP), DX
+	MOVQ         w+0(FP), BX
+	MOVQ         DX, SI
+	SHLQ         $0x07, SI
+	ADDQ         BX, SI
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPBROADCASTB c08<>+0(SB), Z0
+	VPBROADCASTB c80<>+0(SB), Z0
+	VMOVDQU32    laneIdx<>+0(SB), Z4
+	VPXORD       Z1, Z1, Z1
+	LEAQ         (BX)(AX*4), AX
+	TESTQ        DX, DX
+	JZ           done
+
+loop:
+	PREFETCHT1      (AX)
+	PREFETCHT1      64(AX)
+	PREFETCHT1      128(AX)
+	ADDQ            $0x00000088, AX
+	VMOVDQU32       (BX), Z4
+	VMOVDQU32       64(BX), Z5
+	VPXORD          Z2, Z2, Z2
+	VPDPBUSD        Z4, Z0, Z2
+	VPDPBUSD        Z5, Z0, Z2
+	VPXORD          Z3, Z3, Z3
+	VPSUBD          Z2, Z3, Z3
+	VPBROADCASTQ    (SI), Y6
+	VPSHUFB         scaleShuf<>+0(SB), Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQA32       Z3, Z7
+	VBROADCASTI32X4 4(CX), Z8
+	VBROADCASTI32X4 20(CX), Z9
+	VPDPBUSD        Z4, Z8, Z7
+	VPDPBUSD        Z5, Z9, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS.BCST     (CX), Z7, Z7
+	VFMADD231PS     Z6, Z7, Z1
+	ADDQ            $0x00000080, BX
+	ADDQ            $0x00000008, SI
+	ADDQ            $0x00000024, CX
+	DECQ            DX
+	JNZ             loop
+
+done:
+	MOVQ      out+40(FP), AX
+	MOVQ      os+48(FP), CX
+	SHLQ      $0x02, CX
+	VMOVDQU32 pickIdx<>+0(SB), Z0
+	VPERMILPS $0xb1, Z1, Z2
+	VADDPS    Z2, Z1, Z2
+	VPERMILPS $0x4e, Z2, Z1
+	VADDPS    Z1, Z2, Z2
+	VPERMPS   Z2, Z0, Z2
+	VMOVUPS   X2, (AX)
+	VZEROUPPER
+	RET
+
 // func dotF16F32V4C6(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
 TEXT ·dotF16F32V4C6(SB), NOSPLIT, $0-56
@@ -16726,6 +17512,162 @@ done:
 	VADDPS    Z2, Z1, Z1
 	VPERMPS   Z1, Z0, Z1
 	VMOVUPS   X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ4_0PSV4C1T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, MMX+
+TEXT ·dotQ4_0PSV4C1T0(SB), NOSPLIT, $0-48
+	MOVQ         ws+8(FP), AX
+	MOVQ         a+16(FP), CX
+	MOVQ         aux+24(FP), DX
+	MOVQ         nb+32(FP), BX
+	MOVQ         w+0(FP), SI
+	MOVQ         BX, DI
+	SHLQ         $0x06, DI
+	ADDQ         SI, DI
+	LEAQ         (SI)(AX*4), AX
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	MOVQ         BX, R8
+	SHRQ         $0x01, R8
+	JZ           tail
+
+loop:
+	PREFETCHT0      (AX)
+	PREFETCHT0      64(AX)
+	PREFETCHT0      128(AX)
+	ADDQ            $0x00000090, AX
+	VMOVDQU32       (SI), Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPANDD          Z0, Z3, Z3
+	VPANDD          Z0, Z4, Z4
+	VBROADCASTI32X4 (DX), Z5
+	VBROADCASTI32X4 2(CX), Z6
+	VBROADCASTI32X4 18(CX), Z7
+	VPDPBUSD        Z6, Z3, Z5
+	VPDPBUSD        Z7, Z4, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS.BCST     16(DX), Z5, Z5
+	VPBROADCASTQ    (DI), Y3
+	VPSHUFB         scaleShuf<>+0(SB), Y3, Y3
+	VCVTPH2PS       Y3, Z3
+	VFMADD231PS     Z3, Z5, Z1
+	VMOVDQU32       64(SI), Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPANDD          Z0, Z3, Z3
+	VPANDD          Z0, Z4, Z4
+	VBROADCASTI32X4 32(DX), Z5
+	VBROADCASTI32X4 36(CX), Z6
+	VBROADCASTI32X4 52(CX), Z7
+	VPDPBUSD        Z6, Z3, Z5
+	VPDPBUSD        Z7, Z4, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS.BCST     48(DX), Z5, Z5
+	VPBROADCASTQ    8(DI), Y3
+	VPSHUFB         scaleShuf<>+0(SB), Y3, Y3
+	VCVTPH2PS       Y3, Z3
+	VFMADD231PS     Z3, Z5, Z2
+	ADDQ            $0x00000080, SI
+	ADDQ            $0x00000010, DI
+	ADDQ            $0x00000044, CX
+	ADDQ            $0x00000040, DX
+	DECQ            R8
+	JNZ             loop
+
+tail:
+	TESTQ           $0x00000001, BX
+	JZ              done
+	VMOVDQU32       (SI), Z3
+	VPSRLW          $0x04, Z3, Z4
+	VPANDD          Z0, Z3, Z3
+	VPANDD          Z0, Z4, Z4
+	VBROADCASTI32X4 (DX), Z0
+	VBROADCASTI32X4 2(CX), Z5
+	VBROADCASTI32X4 18(CX), Z6
+	VPDPBUSD        Z5, Z3, Z0
+	VPDPBUSD        Z6, Z4, Z0
+	VCVTDQ2PS       Z0, Z0
+	VMULPS.BCST     16(DX), Z0, Z0
+	VPBROADCASTQ    (DI), Y3
+	VPSHUFB         scaleShuf<>+0(SB), Y3, Y3
+	VCVTPH2PS       Y3, Z3
+	VFMADD231PS     Z3, Z0, Z1
+
+done:
+	VADDPS    Z2, Z1, Z1
+	MOVQ      out+40(FP), AX
+	VMOVDQU32 pickIdx<>+0(SB), Z0
+	VPERMILPS $0xb1, Z1, Z2
+	VADDPS    Z2, Z1, Z2
+	VPERMILPS $0x4e, Z2, Z1
+	VADDPS    Z1, Z2, Z2
+	VPERMPS   Z2, Z0, Z2
+	VMOVUPS   X2, (AX)
+	VZEROUPPER
+	RET
+
+// func dotQ8_0PV4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, MMX+
+TEXT ·dotQ8_0PV4C1T0(SB), NOSPLIT, $0-56
+	MOVQ         ws+8(FP), AX
+	MOVQ         as+24(FP), CX
+	MOVQ         a+16(FP), CX
+	MOVQ         nb+32(FP), DX
+	MOVQ         w+0(FP), BX
+	MOVQ         DX, SI
+	SHLQ         $0x07, SI
+	ADDQ         BX, SI
+	VPBROADCASTB c0F<>+0(SB), Z0
+	VPBROADCASTB c08<>+0(SB), Z0
+	VPBROADCASTB c80<>+0(SB), Z0
+	VMOVDQU32    laneIdx<>+0(SB), Z4
+	VPXORD       Z1, Z1, Z1
+	LEAQ         (BX)(AX*4), AX
+	TESTQ        DX, DX
+	JZ           done
+
+loop:
+	PREFETCHT0      (AX)
+	PREFETCHT0      64(AX)
+	PREFETCHT0      128(AX)
+	ADDQ            $0x00000088, AX
+	VMOVDQU32       (BX), Z4
+	VMOVDQU32       64(BX), Z5
+	VPXORD          Z2, Z2, Z2
+	VPDPBUSD        Z4, Z0, Z2
+	VPDPBUSD        Z5, Z0, Z2
+	VPXORD          Z3, Z3, Z3
+	VPSUBD          Z2, Z3, Z3
+	VPBROADCASTQ    (SI), Y6
+	VPSHUFB         scaleShuf<>+0(SB), Y6, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQA32       Z3, Z7
+	VBROADCASTI32X4 4(CX), Z8
+	VBROADCASTI32X4 20(CX), Z9
+	VPDPBUSD        Z4, Z8, Z7
+	VPDPBUSD        Z5, Z9, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS.BCST     (CX), Z7, Z7
+	VFMADD231PS     Z6, Z7, Z1
+	ADDQ            $0x00000080, BX
+	ADDQ            $0x00000008, SI
+	ADDQ            $0x00000024, CX
+	DECQ            DX
+	JNZ             loop
+
+done:
+	MOVQ      out+40(FP), AX
+	MOVQ      os+48(FP), CX
+	SHLQ      $0x02, CX
+	VMOVDQU32 pickIdx<>+0(SB), Z0
+	VPERMILPS $0xb1, Z1, Z2
+	VADDPS    Z2, Z1, Z2
+	VPERMILPS $0x4e, Z2, Z1
+	VADDPS    Z1, Z2, Z2
+	VPERMPS   Z2, Z0, Z2
+	VMOVUPS   X2, (AX)
 	VZEROUPPER
 	RET
 

@@ -208,30 +208,38 @@ func TestMatMulLevels(t *testing.T) {
 						_, xq := randActs(r, typ, n, cols)
 						ldo := rowsN + 3
 						want := matmulWant(m, xq, n, ldo)
-						ars := m.ActRowSize()
 						for pi, p := range pools {
 							out := make([]float32, len(want))
 							MatMul(p, m, xq, n, out, ldo)
-							for i := 0; i < n; i++ {
-								for row := 0; row < rowsN; row++ {
-									g, w := out[i*ldo+row], want[i*ldo+row]
-									tol := 1e-5*magnitude(typ, cols, m.Row(row), xq[i*ars:]) + 1e-30
-									if d := math.Abs(float64(g - w)); d > tol || math.IsNaN(float64(g)) {
-										t.Fatalf("%s %v %dx%d n=%d pool %d: out[%d][%d] = %g, want %g", level, typ, rowsN, cols, n, pi, i, row, g, w)
-									}
-								}
-								for row := rowsN; row < ldo && i < n-1; row++ {
-									if out[i*ldo+row] != 0 {
-										t.Fatalf("%s %v: wrote outside the rows (act %d, %d)", level, typ, i, row)
-									}
-								}
-							}
+							checkMatMul(t, fmt.Sprintf("%s %v %dx%d n=%d pool %d", level, typ, rowsN, cols, n, pi), m, xq, n, ldo, out, want)
 						}
 					}
 				}
 			}
 		}
 	})
+}
+
+// checkMatMul compares MatMul's out with want (n activation rows of xq
+// against the rows of m, unpacked, ldo apart) within the error of float32
+// sums, and checks that nothing was written between the rows.
+func checkMatMul(t *testing.T, what string, m *Matrix, xq []byte, n, ldo int, out, want []float32) {
+	t.Helper()
+	ars := m.ActRowSize()
+	for i := 0; i < n; i++ {
+		for row := 0; row < m.Rows; row++ {
+			g, w := out[i*ldo+row], want[i*ldo+row]
+			tol := 1e-5*magnitude(m.Type, m.Cols, m.Row(row), xq[i*ars:]) + 1e-30
+			if d := math.Abs(float64(g - w)); d > tol || math.IsNaN(float64(g)) {
+				t.Fatalf("%s: out[%d][%d] = %g, want %g", what, i, row, g, w)
+			}
+		}
+		for row := m.Rows; row < ldo && i < n-1; row++ {
+			if out[i*ldo+row] != 0 {
+				t.Fatalf("%s: wrote outside the rows (act %d, %d)", what, i, row)
+			}
+		}
+	}
 }
 
 // The tile paths for batch sizes around the tile widths: whole tiles, tile4
@@ -443,35 +451,49 @@ func BenchmarkMatMul(b *testing.B) {
 			name       string
 			rows, cols int
 		}{{"2048x2048", 2048, 2048}, {"5632x2048", 5632, 2048}, {"stream", 5632, 2048}} {
-			ms := []*Matrix{randMatrix(r, typ, shape.rows, shape.cols)}
-			if shape.name == "stream" {
-				for total := len(ms[0].Data); total < 160<<20; total += len(ms[0].Data) {
-					ms = append(ms, &Matrix{Type: typ, Rows: shape.rows, Cols: shape.cols, RowSize: ms[0].RowSize, Data: append([]byte(nil), ms[0].Data...)})
-				}
-			}
-			for _, n := range []int{1, 16, 64} {
-				if shape.name == "stream" && n != 1 && n != 16 {
+			for _, packed := range []bool{false, true} {
+				if packed && packQuant(typ) == 0 {
 					continue
 				}
-				_, xq := randActs(r, typ, n, shape.cols)
-				out := make([]float32, n*shape.rows)
-				b.Run(fmt.Sprintf("%v/%s/n=%d", typ, shape.name, n), func(b *testing.B) {
-					benchLevels(b, func(b *testing.B) {
-						if Path() == "generic" && n > 1 {
-							b.Skip("slow")
-						}
-						b.SetBytes(int64(len(ms[0].Data)))
-						i := 0
-						for b.Loop() {
-							MatMul(p, ms[i%len(ms)], xq, n, out, shape.rows)
-							i++
-						}
-						gbps(b, len(ms[0].Data))
-						if n > 1 {
-							b.ReportMetric(float64(2*shape.rows*shape.cols*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-						}
+				tname := typ.String()
+				m0 := randMatrix(r, typ, shape.rows, shape.cols)
+				if packed {
+					tname += "p"
+					m0 = PackMatrix(m0)
+				}
+				ms := []*Matrix{m0}
+				if shape.name == "stream" {
+					for total := len(ms[0].Data); total < 160<<20; total += len(ms[0].Data) {
+						c := *m0
+						c.Data = alignedBytes(len(m0.Data))
+						copy(c.Data, m0.Data)
+						ms = append(ms, &c)
+					}
+				}
+				for _, n := range []int{1, 16, 64} {
+					if shape.name == "stream" && n != 1 && n != 16 {
+						continue
+					}
+					_, xq := randActs(r, typ, n, shape.cols)
+					out := make([]float32, n*shape.rows)
+					b.Run(fmt.Sprintf("%s/%s/n=%d", tname, shape.name, n), func(b *testing.B) {
+						benchLevels(b, func(b *testing.B) {
+							if Path() == "generic" && n > 1 {
+								b.Skip("slow")
+							}
+							b.SetBytes(int64(len(ms[0].Data)))
+							i := 0
+							for b.Loop() {
+								MatMul(p, ms[i%len(ms)], xq, n, out, shape.rows)
+								i++
+							}
+							gbps(b, len(ms[0].Data))
+							if n > 1 {
+								b.ReportMetric(float64(2*shape.rows*shape.cols*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+							}
+						})
 					})
-				})
+				}
 			}
 			runtime.GC()
 		}
@@ -504,12 +526,16 @@ func BenchmarkKernel(b *testing.B) {
 	p := NewPool(1)
 	defer p.Close()
 	r := rand.New(rand.NewPCG(35, 36))
-	for _, typ := range fastTypes {
+	for i, typ := range append(fastTypes, packTypes...) {
 		rows := max(64, (1<<20)/typ.RowSize(4096)/8*8)
 		m := randMatrix(r, typ, rows, 4096)
+		name := typ.String()
+		if i >= len(fastTypes) { // the packed layout (name suffix p)
+			m, name = PackMatrix(m), name+"p"
+		}
 		_, xq := randActs(r, typ, 1, 4096)
 		out := make([]float32, rows)
-		b.Run(typ.String(), func(b *testing.B) {
+		b.Run(name, func(b *testing.B) {
 			benchLevels(b, func(b *testing.B) {
 				b.SetBytes(int64(len(m.Data)))
 				cpuBench(b, len(m.Data), func() { MatMul(p, m, xq, 1, out, rows) })

@@ -18,6 +18,9 @@ type Matrix struct {
 	Cols    int
 	RowSize int // bytes per row
 	Data    []byte
+	// Packed: Data holds the rows in groups of 4 in the packed layout (see
+	// Pack), not one after another; each group takes 4·RowSize bytes.
+	Packed bool
 }
 
 // NewMatrix checks that data holds rows×cols elements of type t.
@@ -32,13 +35,22 @@ func NewMatrix(t quant.Type, rows, cols int, data []byte) (*Matrix, error) {
 	return &Matrix{Type: t, Rows: rows, Cols: cols, RowSize: rs, Data: data}, nil
 }
 
-// Slice returns rows [lo,hi) as a matrix sharing m's data.
+// Slice returns rows [lo,hi) as a matrix sharing m's data. In a packed
+// matrix lo and hi must be multiples of 4 (whole groups).
 func (m *Matrix) Slice(lo, hi int) *Matrix {
-	return &Matrix{Type: m.Type, Rows: hi - lo, Cols: m.Cols, RowSize: m.RowSize, Data: m.Data[lo*m.RowSize : hi*m.RowSize]}
+	if m.Packed && (lo%PackRows != 0 || hi%PackRows != 0) {
+		panic(fmt.Sprintf("kernels.Matrix.Slice: rows [%d,%d) split a packed group", lo, hi))
+	}
+	return &Matrix{Type: m.Type, Rows: hi - lo, Cols: m.Cols, RowSize: m.RowSize, Data: m.Data[lo*m.RowSize : hi*m.RowSize], Packed: m.Packed}
 }
 
-// Row returns the bytes of row r.
-func (m *Matrix) Row(r int) []byte { return m.Data[r*m.RowSize : (r+1)*m.RowSize] }
+// Row returns the bytes of row r of a matrix that is not packed.
+func (m *Matrix) Row(r int) []byte {
+	if m.Packed {
+		panic("kernels.Matrix.Row: the matrix is packed")
+	}
+	return m.Data[r*m.RowSize : (r+1)*m.RowSize]
+}
 
 // ActType is the format activations take in a product with m.
 func (m *Matrix) ActType() quant.Type { return quant.VecDotType(m.Type) }
@@ -136,12 +148,24 @@ type mmJob struct {
 	aux   []byte // per-activation data of the rowsX kernels
 	auxRS int
 
-	fn func(lo, hi int)
+	// unpack: m is packed and the kernel set has no packed kernels; each
+	// worker unpacks unpackRows rows at a time into its scr.
+	unpack bool
+	scr    [][]byte
+
+	fn  func(lo, hi int)
+	fnw func(w, lo, hi int)
 }
+
+// unpackRows is how many rows of a packed matrix a worker unpacks at a time
+// when the kernels cannot read the packed layout (a multiple of every
+// work-unit size).
+const unpackRows = 64
 
 var mmJobs = sync.Pool{New: func() any {
 	j := new(mmJob)
 	j.fn = j.do
+	j.fnw = j.doUnpacked
 	return j
 }}
 
@@ -169,6 +193,17 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 	j := mmJobs.Get().(*mmJob)
 	j.m, j.xq, j.ars, j.n, j.out, j.ldo = m, xq, ars, n, out, ldo
 	j.ks = kernelsFor(m.Type)
+	j.unpack = false
+	if m.Packed {
+		if m.Rows%PackRows != 0 {
+			panic(fmt.Sprintf("kernels.MatMul: packed matrix of %d rows", m.Rows))
+		}
+		if j.ks != nil && j.ks.packed != nil {
+			j.ks = j.ks.packed
+		} else {
+			j.unpack = true
+		}
+	}
 	j.group, j.tile = 16, false
 	if ks := j.ks; ks != nil {
 		j.group = ks.rowsR
@@ -218,7 +253,14 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 		}
 	}
 	units := (m.Rows + j.group - 1) / j.group
-	p.Run(units, max(1, 32/j.group), j.fn)
+	if j.unpack {
+		for len(j.scr) < p.Threads() {
+			j.scr = append(j.scr, nil)
+		}
+		p.RunWorker(units, max(1, 32/j.group), j.fnw)
+	} else {
+		p.Run(units, max(1, 32/j.group), j.fn)
+	}
 	j.m, j.xq, j.out, j.ta = nil, nil, nil, nil
 	mmJobs.Put(j)
 }
@@ -301,11 +343,32 @@ func (j *mmJob) widen() {
 }
 
 func (j *mmJob) do(lo, hi int) {
+	j.rows(j.m.Data, 0, lo*j.group, min(hi*j.group, j.m.Rows))
+}
+
+// doUnpacked is do for a packed matrix whose kernels read rows: worker w
+// unpacks the rows in pieces into its scratch space.
+func (j *mmJob) doUnpacked(w, lo, hi int) {
 	m := j.m
 	r0, r1 := lo*j.group, min(hi*j.group, m.Rows)
+	if need := unpackRows * m.RowSize; cap(j.scr[w]) < need {
+		j.scr[w] = make([]byte, need)
+	}
+	for r := r0; r < r1; r += unpackRows {
+		e := min(r+unpackRows, r1)
+		buf := j.scr[w][:(e-r)*m.RowSize]
+		unpackMatrixRows(m, r, e, buf)
+		j.rows(buf, r, r, e)
+	}
+}
+
+// rows computes output rows [r0,r1); row r's bytes are at (r-base)·RowSize
+// in wd.
+func (j *mmJob) rows(wd []byte, base, r0, r1 int) {
+	m := j.m
 	ks := j.ks
 	if ks == nil {
-		j.generic(r0, r1)
+		j.generic(wd, base, r0, r1)
 		return
 	}
 	nb := m.Cols / ks.blockLen
@@ -314,7 +377,7 @@ func (j *mmJob) do(lo, hi int) {
 			R, C := ks.tileR, j.tileC
 			nc, nt := j.n/C*C, j.nt
 			rt := r0 + (r1-r0)/R*R
-			w, ws := m.Data, m.RowSize
+			w, ws := wd, m.RowSize
 			// Activations go in slabs of about 128 KiB, so that a slab and the
 			// chunk's rows both stay in L2 while every row meets every column.
 			slab := max(C, (128<<10)/j.tas/C*C)
@@ -322,22 +385,22 @@ func (j *mmJob) do(lo, hi int) {
 				c1 := min(c0+slab, nc)
 				for r := r0; r < rt; r += R {
 					for c := c0; c < c1; c += C {
-						j.tileFn(&w[r*ws], ws, &j.ta[c*j.tas], j.tas, nb, &j.out[c*j.ldo+r], j.ldo)
+						j.tileFn(&w[(r-base)*ws], ws, &j.ta[c*j.tas], j.tas, nb, &j.out[c*j.ldo+r], j.ldo)
 					}
 					// four activations left over: with the last slab,
 					// while the rows are in L1
 					if c1 == nc && nt > nc {
-						ks.tile4(&w[r*ws], ws, &j.ta[nc*j.tas], j.tas, nb, &j.out[nc*j.ldo+r], j.ldo)
+						ks.tile4(&w[(r-base)*ws], ws, &j.ta[nc*j.tas], j.tas, nb, &j.out[nc*j.ldo+r], j.ldo)
 					}
 					if c1 == nc && j.nr > 0 {
-						ks.rest[j.nr](&w[r*ws], ws, &j.ta[nt*j.tas], j.tas, nb, &j.out[nt*j.ldo+r], j.ldo)
+						ks.rest[j.nr](&w[(r-base)*ws], ws, &j.ta[nt*j.tas], j.tas, nb, &j.out[nt*j.ldo+r], j.ldo)
 					}
 				}
 			}
-			j.decode(rt, r1, 0, nt+j.nr, nb)
-			j.decode(r0, r1, nt+j.nr, j.n, nb)
+			j.decode(wd, base, rt, r1, 0, nt+j.nr, nb)
+			j.decode(wd, base, r0, r1, nt+j.nr, j.n, nb)
 		} else {
-			j.decode(r0, r1, 0, j.n, nb)
+			j.decode(wd, base, r0, r1, 0, j.n, nb)
 		}
 	} else {
 		for c := 0; c < j.n; c++ {
@@ -348,55 +411,56 @@ func (j *mmJob) do(lo, hi int) {
 		for c := 0; c < j.n; c++ {
 			a := j.xq[c*j.ars : (c+1)*j.ars]
 			for r := r0; r < r1; r++ {
-				j.out[c*j.ldo+r] += floatTail(m.Type, m.Row(r), a, nb*ks.blockLen, m.Cols)
+				j.out[c*j.ldo+r] += floatTail(m.Type, wd[(r-base)*m.RowSize:(r-base+1)*m.RowSize], a, nb*ks.blockLen, m.Cols)
 			}
 		}
 	}
 }
 
 // decode runs the multi-row kernel on rows [r0,r1) x activations [c0,c1),
-// and the one-row kernel on the rows left over.
-func (j *mmJob) decode(r0, r1, c0, c1, nb int) {
+// and the one-row kernel on the rows left over (row r at (r-base)·RowSize in
+// w).
+func (j *mmJob) decode(w []byte, base, r0, r1, c0, c1, nb int) {
 	if r0 >= r1 || c0 >= c1 {
 		return
 	}
-	ks, w, ws := j.ks, j.m.Data, j.m.RowSize
+	ks, ws := j.ks, j.m.RowSize
 	R := ks.rowsR
 	r := r0
 	if ks.rowsU8 != nil {
 		for ; r+4 <= r1; r += 4 {
 			for c := c0; c < c1; c++ {
-				ks.rowsU8(&w[r*ws], ws, &j.ta[c*j.tas], 0, nb, &j.out[c*j.ldo+r], 0)
+				ks.rowsU8(&w[(r-base)*ws], ws, &j.ta[c*j.tas], 0, nb, &j.out[c*j.ldo+r], 0)
 			}
 		}
 	}
 	if ks.rowsU8 == nil && ks.rowsX8 != nil {
 		for ; r+8 <= r1; r += 8 {
 			for c := c0; c < c1; c++ {
-				ks.rowsX8(&w[r*ws], ws, &j.xq[c*j.ars], &j.aux[c*j.auxRS], nb, &j.out[c*j.ldo+r])
+				ks.rowsX8(&w[(r-base)*ws], ws, &j.xq[c*j.ars], &j.aux[c*j.auxRS], nb, &j.out[c*j.ldo+r])
 			}
 		}
 	}
 	if ks.rowsU8 == nil && ks.rowsX != nil {
 		for ; r+4 <= r1; r += 4 {
 			for c := c0; c < c1; c++ {
-				ks.rowsX(&w[r*ws], ws, &j.xq[c*j.ars], &j.aux[c*j.auxRS], nb, &j.out[c*j.ldo+r])
+				ks.rowsX(&w[(r-base)*ws], ws, &j.xq[c*j.ars], &j.aux[c*j.auxRS], nb, &j.out[c*j.ldo+r])
 			}
 		}
 	}
 	for ; r+R <= r1; r += R {
 		for c := c0; c < c1; c++ {
-			ks.rows(&w[r*ws], ws, &j.xq[c*j.ars], 0, nb, &j.out[c*j.ldo+r], 0)
+			ks.rows(&w[(r-base)*ws], ws, &j.xq[c*j.ars], 0, nb, &j.out[c*j.ldo+r], 0)
 		}
 	}
 	for ; r < r1; r++ {
 		for c := c0; c < c1; c++ {
-			j.out[c*j.ldo+r] = ks.one(&w[r*ws], &j.xq[c*j.ars], nb)
+			j.out[c*j.ldo+r] = ks.one(&w[(r-base)*ws], &j.xq[c*j.ars], nb)
 		}
 	}
 }
 
-func (j *mmJob) generic(r0, r1 int) {
+func (j *mmJob) generic(wd []byte, base, r0, r1 int) {
 	m := j.m
 	const rowBlock = 16
 	for b := r0; b < r1; b += rowBlock {
@@ -405,7 +469,7 @@ func (j *mmJob) generic(r0, r1 int) {
 			a := j.xq[i*j.ars : (i+1)*j.ars]
 			o := j.out[i*j.ldo:]
 			for r := b; r < e; r++ {
-				o[r] = vecDotGeneric(m.Type, m.Cols, m.Data[r*m.RowSize:(r+1)*m.RowSize], a)
+				o[r] = vecDotGeneric(m.Type, m.Cols, wd[(r-base)*m.RowSize:(r-base+1)*m.RowSize], a)
 			}
 		}
 	}

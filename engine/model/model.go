@@ -24,7 +24,7 @@ func Load(f *gguf.File) (*Model, error) {
 		return nil, fmt.Errorf("%s: %w", displayPath(f), err)
 	}
 	whole := c.whole()
-	w, err := loadWeights(&loader{f: f}, &c, 0, c.NLayer, &whole)
+	w, err := loadWeights(&loader{f: f, release: f.Release}, &c, 0, c.NLayer, &whole)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", displayPath(f), err)
 	}
@@ -60,7 +60,11 @@ func LoadSource(c Config, lo, hi int, sl *Slice, src Source) (*Model, error) {
 	if err := s.check(&c); err != nil {
 		return nil, err
 	}
-	w, err := loadWeights(&loader{src: src}, &c, lo, hi, &s)
+	l := &loader{src: src}
+	if r, ok := src.(Releaser); ok {
+		l.release = r.Release
+	}
+	w, err := loadWeights(l, &c, lo, hi, &s)
 	if err != nil {
 		return nil, err
 	}

@@ -70,6 +70,15 @@ type Source interface {
 type loader struct {
 	f   *gguf.File
 	src Source
+	// release, when set, drops the pages of tensor bytes copied elsewhere
+	// and reports whether it did (see gguf.File.Release).
+	release func([]byte) bool
+}
+
+// Releaser is a Source whose tensor bytes may be mapped from a file: Release
+// drops the pages of bytes the engine has copied (see gguf.File.Release).
+type Releaser interface {
+	Release(b []byte) bool
 }
 
 // tensor finds name and checks that it holds dims (ggml order; for a
@@ -302,5 +311,35 @@ func loadWeights(l *loader, c *Config, lo, hi int, sl *Slice) (*Weights, error) 
 	if err != nil {
 		return nil, err
 	}
+	if l.release != nil {
+		packWeights(w, l.release)
+	}
 	return w, nil
+}
+
+// packWeights puts the layers' matrices (and an output matrix that is not
+// the embedding) in the packed layout of the active kernels where they have
+// one (kernels.Pack), so that decoding reads each group of rows with aligned
+// loads. A packed copy replaces its matrix only when release dropped the
+// original's file pages, so the weights take the same memory as before. The
+// embedding (read a row at a time) and the stacked experts (sliced per
+// expert) keep the file's layout.
+func packWeights(w *Weights, release func([]byte) bool) {
+	pack := func(m **kernels.Matrix) {
+		if *m == nil {
+			return
+		}
+		if p := kernels.Pack(*m); p != *m && release((*m).Data) {
+			*m = p
+		}
+	}
+	for i := w.Lo; i < w.Hi; i++ {
+		ly := &w.Layers[i]
+		for _, m := range []**kernels.Matrix{&ly.Wq, &ly.Wk, &ly.Wv, &ly.Wo, &ly.Gate, &ly.Up, &ly.Down, &ly.ShGate, &ly.ShUp, &ly.ShDown} {
+			pack(m)
+		}
+	}
+	if w.Output != w.TokEmbd {
+		pack(&w.Output)
+	}
 }

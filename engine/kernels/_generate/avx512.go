@@ -39,7 +39,7 @@ func vpdpbusd(s, u Op, acc VecVirtual) {
 	})
 }
 
-var laneIdx, pickIdx, c80m Mem
+var laneIdx, pickIdx, c80m, scaleShuf Mem
 
 func consts512() {
 	c80m = splat8("c80", 0x80)
@@ -53,17 +53,70 @@ func consts512() {
 	for i := 0; i < 16; i++ {
 		DATA(4*i, U32(4*(i%4)))
 	}
+	// VPSHUFB control on the 4 half-float scales of a packed group (8
+	// bytes, broadcast to both 128-bit lanes): scale r to halves 4r..4r+3
+	// (rows 0, 1 from the low lane, 2, 3 from the high one).
+	scaleShuf = GLOBL("scaleShuf", RODATA|NOPTR)
+	for i := 0; i < 16; i++ {
+		r := i / 4 // the same 8 bytes are in both lanes
+		DATA(2*i, U8(2*r))
+		DATA(2*i+1, U8(2*r+1))
+	}
+}
+
+// packedPtrs loads the group pointer "w" of a packed 4-row group (see
+// kernels.Pack) and returns it with the address of its scales: nb blocks of
+// quants (qb bytes a block for the four rows) come first, then the 8 bytes
+// of scales per block.
+func packedPtrs(qb int, nb GPVirtual) (w, s GPVirtual) {
+	w, s = ld("w"), GP64()
+	MOVQ(nb, s)
+	switch qb {
+	case 64:
+		SHLQ(U8(6), s)
+	case 128:
+		SHLQ(U8(7), s)
+	default:
+		panic("packedPtrs: quant bytes per block must be 64 or 128")
+	}
+	ADDQ(w, s)
+	return w, s
+}
+
+// packedScales loads the 4 half-float scales of a packed block at s and
+// returns them as float32, each in the 4 floats of its row's 128-bit lane.
+func packedScales(s GPVirtual) VecVirtual {
+	y, z := YMM(), ZMM()
+	VPBROADCASTQ(Mem{Base: s}, y)
+	VPSHUFB(scaleShuf, y, y)
+	VCVTPH2PS(y, z)
+	return z
 }
 
 // legacyV4 generates a 4-row x C-activation VNNI tile for Q4_0 (bs 18),
 // Q5_0 (bs 22) or Q8_0 (bs 34) weights against u8 activation rows.
-func legacyV4(name string, q legacy, C int) {
+//
+// With packed (Q4_0 and Q8_0 only), w is a group of 4 rows in the packed
+// layout (see kernels.Pack): each vector of quants is one aligned load and
+// the 4 rows' scales one 8-byte load.
+func legacyV4(name string, q legacy, C int, packed bool) {
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
-	Doc(name + ": 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.")
+	if packed {
+		Doc(name + ": a packed group of 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.")
+	} else {
+		Doc(name + ": 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.")
+	}
 	const R = 4
 	bs := q.size()
-	w, ws := rowPtrs(R)
+	qb := 4 * (bs - 2) // packed: quant bytes of a block, 4 rows
+	var w []GPVirtual
+	var ws, s GPVirtual
+	if packed {
+		ws = ld("ws")
+	} else {
+		w, ws = rowPtrs(R)
+	}
 	// activation c is at base[c/3] + (c%3)*as
 	as := ld("as")
 	a := []GPVirtual{ld("a")}
@@ -81,6 +134,11 @@ func legacyV4(name string, q legacy, C int) {
 		return m
 	}
 	nb := ld("nb")
+	if packed {
+		var g GPVirtual
+		g, s = packedPtrs(qb, nb)
+		w = []GPVirtual{g}
+	}
 
 	mask, eights, c80, lidx := ZMM(), ZMM(), ZMM(), ZMM()
 	VPBROADCASTB(c0F, mask)
@@ -96,7 +154,13 @@ func legacyV4(name string, q legacy, C int) {
 
 	// The next 4 rows are prefetched: in a batch of a few sequences each
 	// weight row is used by few tiles.
-	pf := nextRows(w[3], ws)
+	var pf GPVirtual
+	if packed {
+		pf = GP64()
+		LEAQ(Mem{Base: w[0], Index: ws, Scale: 4}, pf)
+	} else {
+		pf = nextRows(w[3], ws)
+	}
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
 	Label("loop")
@@ -104,6 +168,10 @@ func legacyV4(name string, q legacy, C int) {
 	// weights: lo/hi halves of the block of each row as signed bytes
 	load := func(disp int) VecVirtual {
 		z := ZMM()
+		if packed { // the quants of packed vector disp/16
+			VMOVDQU32(Mem{Base: w[0], Disp: disp / 16 * 64}, z)
+			return z
+		}
 		VMOVDQU32(Mem{Base: w[0], Disp: disp}, z.AsX())
 		for r := 1; r < R; r++ {
 			VINSERTI32X4(U8(r), Mem{Base: w[r], Disp: disp}, z, z)
@@ -158,7 +226,12 @@ func legacyV4(name string, q legacy, C int) {
 	neg := ZMM()
 	VPXORD(neg, neg, neg)
 	VPSUBD(corr, neg, neg)
-	dw := laneScales(w, lidx)
+	var dw VecVirtual
+	if packed {
+		dw = packedScales(s)
+	} else {
+		dw = laneScales(w, lidx)
+	}
 	for c := 0; c < C; c++ {
 		t, al, ah := ZMM(), ZMM(), ZMM()
 		VMOVDQA32(neg, t)
@@ -170,8 +243,13 @@ func legacyV4(name string, q legacy, C int) {
 		VMULPS_BCST(actMem(c, 0), t, t)
 		VFMADD231PS(dw, t, acc[c])
 	}
-	for _, p := range w {
-		ADDQ(U32(bs), p)
+	if packed {
+		ADDQ(U32(qb), w[0])
+		ADDQ(U32(8), s)
+	} else {
+		for _, p := range w {
+			ADDQ(U32(bs), p)
+		}
 	}
 	for _, p := range a {
 		ADDQ(U32(u8Block), p)
@@ -562,6 +640,70 @@ func q40s(name string) {
 	pidx := ZMM()
 	VMOVDQU32(pickIdx, pidx)
 	storeLanes(acc, pidx, Mem{Base: out})
+	VZEROUPPER()
+	RET()
+}
+
+// q40p generates the packed-layout version of q40s: a group of 4 Q4_0 rows
+// (see kernels.Pack) x one Q8_0 activation row, two blocks per iteration
+// into two accumulators, so that the block sums do not wait on each other.
+func q40p(name string) {
+	TEXT(name, NOSPLIT, "func(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)")
+	Pragma("noescape")
+	Doc(name + ": a packed group of 4 Q4_0 weight rows x 1 Q8_0 activation row, AVX-512 VNNI.")
+	ws := ld("ws")
+	a, aux, nb := ld("a"), ld("aux"), ld("nb")
+	w, s := packedPtrs(64, nb)
+	pf := GP64()
+	LEAQ(Mem{Base: w, Index: ws, Scale: 4}, pf)
+	mask := ZMM()
+	VPBROADCASTB(c0F, mask)
+	acc := zeros512(2)
+	// block k of the iteration (k = 0, 1)
+	block := func(acc VecVirtual, k int) {
+		lo, hi := ZMM(), ZMM()
+		VMOVDQU32(Mem{Base: w, Disp: 64 * k}, lo)
+		VPSRLW(U8(4), lo, hi)
+		VPANDD(mask, lo, lo)
+		VPANDD(mask, hi, hi)
+		t, al, ah := ZMM(), ZMM(), ZMM()
+		VBROADCASTI32X4(Mem{Base: aux, Disp: 32 * k}, t)
+		VBROADCASTI32X4(Mem{Base: a, Disp: 34*k + 2}, al)
+		VBROADCASTI32X4(Mem{Base: a, Disp: 34*k + 18}, ah)
+		vpdpbusd(al, lo, t)
+		vpdpbusd(ah, hi, t)
+		VCVTDQ2PS(t, t)
+		VMULPS_BCST(Mem{Base: aux, Disp: 32*k + 16}, t, t)
+		y, z := YMM(), ZMM()
+		VPBROADCASTQ(Mem{Base: s, Disp: 8 * k}, y)
+		VPSHUFB(scaleShuf, y, y)
+		VCVTPH2PS(y, z)
+		VFMADD231PS(z, t, acc)
+	}
+	n2 := GP64()
+	MOVQ(nb, n2)
+	SHRQ(U8(1), n2)
+	JZ(LabelRef("tail"))
+	Label("loop")
+	prefetchStep(pf, 2*4*18)
+	block(acc[0], 0)
+	block(acc[1], 1)
+	ADDQ(U32(128), w)
+	ADDQ(U32(16), s)
+	ADDQ(U32(68), a)
+	ADDQ(U32(64), aux)
+	DECQ(n2)
+	JNZ(LabelRef("loop"))
+	Label("tail")
+	TESTQ(U32(1), nb)
+	JZ(LabelRef("done"))
+	block(acc[0], 0)
+	Label("done")
+	VADDPS(acc[1], acc[0], acc[0])
+	out := ld("out")
+	pidx := ZMM()
+	VMOVDQU32(pickIdx, pidx)
+	storeLanes(acc[0], pidx, Mem{Base: out})
 	VZEROUPPER()
 	RET()
 }

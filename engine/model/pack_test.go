@@ -1,0 +1,93 @@
+package model_test
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"shoal/engine/gguf"
+	"shoal/engine/kernels"
+	"shoal/engine/model"
+	"shoal/engine/synth"
+	"shoal/engine/tokenizer"
+)
+
+// A model opened from a file has its Q4_0/Q8_0 layer matrices packed where
+// the kernels read the packed layout, and gives the logits of the same model
+// parsed from memory (never packed), prompt and decode.
+func TestOpenPacksMatrices(t *testing.T) {
+	voc, err := tokenizer.ByteLevelVocab(300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	voc.Pad(512)
+	for _, typ := range []string{"q8_0", "q4_0"} {
+		t.Run(typ, func(t *testing.T) {
+			spec := synth.Spec{Arch: "llama", NLayer: 2, NEmbd: 128, NHead: 4, NHeadKV: 2, NFF: 256,
+				Type: typ, OutputType: "q8_0", Seed: 5, Std: 0.08, Tokenizer: voc.KVs()}
+			var buf bytes.Buffer
+			if err := synth.Write(&buf, spec, nil); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(t.TempDir(), "m.gguf")
+			if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fromFile, err := model.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fromFile.File.Close()
+			f, err := gguf.Parse(buf.Bytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			inMemory, err := model.Load(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			probe := kernels.Pack(inMemory.W.Layers[0].Wq)
+			wantPacked := probe.Packed // the active kernels read the packed layout
+			ly := fromFile.W.Layers[1]
+			for name, m := range map[string]*kernels.Matrix{"wq": ly.Wq, "wk": ly.Wk, "wv": ly.Wv, "wo": ly.Wo, "gate": ly.Gate, "up": ly.Up, "down": ly.Down, "output": fromFile.W.Output} {
+				if m.Packed != wantPacked {
+					t.Errorf("%s (%s): packed %v, want %v (kernels %s)", name, m.Type, m.Packed, wantPacked, kernels.Path())
+				}
+			}
+			if fromFile.W.TokEmbd.Packed || inMemory.W.Layers[1].Wq.Packed {
+				t.Errorf("the embedding or a matrix of the in-memory model is packed")
+			}
+			tokens := []int32{3, 70, 250, 9, 1, 400, 77, 12}
+			logits := func(m *model.Model) []float32 {
+				r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 32})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Close()
+				out, err := r.Prompt(0, tokens[:5], nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, tk := range tokens[5:] {
+					l, err := r.Decode(0, tk)
+					if err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, l...)
+				}
+				return out
+			}
+			got, want := logits(fromFile), logits(inMemory)
+			if len(got) != len(want) {
+				t.Fatalf("%d logits, want %d", len(got), len(want))
+			}
+			for i := range want {
+				if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) {
+					t.Fatalf("logit %d: packed model %g, in-memory model %g", i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
