@@ -216,14 +216,38 @@ func auxQ8_0(a []byte, nb int, aux []byte) {
 func auxQ4_0S(a []byte, nb int, aux []byte) {
 	aux = aux[:32*nb]
 	for b := 0; b < nb; b++ {
-		q, o := a[b*quant.BlockQ8_0+2:(b+1)*quant.BlockQ8_0], aux[32*b:]
-		for k := 0; k < 4; k++ {
-			var s int32
-			for j := 0; j < 4; j++ {
-				s += int32(int8(q[4*k+j])) + int32(int8(q[16+4*k+j]))
-			}
-			binary.LittleEndian.PutUint32(o[4*k:], uint32(-8*s))
+		q4Corr(a[b*quant.BlockQ8_0:], aux[32*b:])
+		binary.LittleEndian.PutUint32(aux[32*b+16:], math.Float32bits(f16(a[b*quant.BlockQ8_0:])))
+	}
+}
+
+// auxQ4_0P fills the activation data of the packed-layout Q4_0 decode
+// kernel: per 4 blocks their corrections as auxQ4_0S has them (16 bytes
+// each), then their scales as float32, each 4 times (128 bytes); the nb%4
+// blocks after the last 4 as auxQ4_0S.
+func auxQ4_0P(a []byte, nb int, aux []byte) {
+	aux = aux[:32*nb]
+	q := nb / 4 * 4
+	for b := 0; b < q; b++ {
+		o := aux[128*(b/4):]
+		q4Corr(a[b*quant.BlockQ8_0:], o[16*(b%4):])
+		d := math.Float32bits(f16(a[b*quant.BlockQ8_0:]))
+		for i := 0; i < 4; i++ {
+			binary.LittleEndian.PutUint32(o[64+16*(b%4)+4*i:], d)
 		}
-		binary.LittleEndian.PutUint32(o[16:], math.Float32bits(f16(a[b*quant.BlockQ8_0:])))
+	}
+	auxQ4_0S(a[q*quant.BlockQ8_0:], nb-q, aux[32*q:])
+}
+
+// q4Corr stores the 4 int32 corrections of the Q8_0 block at a (see
+// auxQ4_0S) at dst.
+func q4Corr(a, dst []byte) {
+	q := a[2:quant.BlockQ8_0]
+	for k := 0; k < 4; k++ {
+		var s int32
+		for j := 0; j < 4; j++ {
+			s += int32(int8(q[4*k+j])) + int32(int8(q[16+4*k+j]))
+		}
+		binary.LittleEndian.PutUint32(dst[4*k:], uint32(-8*s))
 	}
 }

@@ -65,7 +65,7 @@ func archLevels() []*level {
 		// Matrices in the packed layout (Pack): the same tiles and decode
 		// kernels without the per-row loads and inserts.
 		v.k[quant.Q4_0].packed = &kset{blockLen: quant.QK, rowsR: 4,
-			rowsX: pickX(dotQ4_0PSV4C1, dotQ4_0PSV4C1T0), auxPrep: auxQ4_0S,
+			rowsX: pickX(dotQ4_0PSV4C1, dotQ4_0PSV4C1T0), auxPrep: auxQ4_0P,
 			tile: dotQ4_0PV4C8, tile4: dotQ4_0PV4C4, tileR: 4, tileC: 8, tileU8: true}
 		v.k[quant.Q8_0].packed = &kset{blockLen: quant.QK, rowsR: 4,
 			rowsU8: pick(dotQ8_0PV4C1, dotQ8_0PV4C1T0),

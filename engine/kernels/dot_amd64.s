@@ -1070,6 +1070,72 @@ DATA pickIdx<>+56(SB)/4, $0x00000008
 DATA pickIdx<>+60(SB)/4, $0x0000000c
 GLOBL pickIdx<>(SB), RODATA|NOPTR, $64
 
+DATA blockPick<>+0(SB)/4, $0x00000000
+DATA blockPick<>+4(SB)/4, $0x00000000
+DATA blockPick<>+8(SB)/4, $0x00000000
+DATA blockPick<>+12(SB)/4, $0x00000000
+DATA blockPick<>+16(SB)/4, $0x00000001
+DATA blockPick<>+20(SB)/4, $0x00000001
+DATA blockPick<>+24(SB)/4, $0x00000001
+DATA blockPick<>+28(SB)/4, $0x00000001
+DATA blockPick<>+32(SB)/4, $0x00000002
+DATA blockPick<>+36(SB)/4, $0x00000002
+DATA blockPick<>+40(SB)/4, $0x00000002
+DATA blockPick<>+44(SB)/4, $0x00000002
+DATA blockPick<>+48(SB)/4, $0x00000003
+DATA blockPick<>+52(SB)/4, $0x00000003
+DATA blockPick<>+56(SB)/4, $0x00000003
+DATA blockPick<>+60(SB)/4, $0x00000003
+DATA blockPick<>+64(SB)/4, $0x00000004
+DATA blockPick<>+68(SB)/4, $0x00000004
+DATA blockPick<>+72(SB)/4, $0x00000004
+DATA blockPick<>+76(SB)/4, $0x00000004
+DATA blockPick<>+80(SB)/4, $0x00000005
+DATA blockPick<>+84(SB)/4, $0x00000005
+DATA blockPick<>+88(SB)/4, $0x00000005
+DATA blockPick<>+92(SB)/4, $0x00000005
+DATA blockPick<>+96(SB)/4, $0x00000006
+DATA blockPick<>+100(SB)/4, $0x00000006
+DATA blockPick<>+104(SB)/4, $0x00000006
+DATA blockPick<>+108(SB)/4, $0x00000006
+DATA blockPick<>+112(SB)/4, $0x00000007
+DATA blockPick<>+116(SB)/4, $0x00000007
+DATA blockPick<>+120(SB)/4, $0x00000007
+DATA blockPick<>+124(SB)/4, $0x00000007
+DATA blockPick<>+128(SB)/4, $0x00000008
+DATA blockPick<>+132(SB)/4, $0x00000008
+DATA blockPick<>+136(SB)/4, $0x00000008
+DATA blockPick<>+140(SB)/4, $0x00000008
+DATA blockPick<>+144(SB)/4, $0x00000009
+DATA blockPick<>+148(SB)/4, $0x00000009
+DATA blockPick<>+152(SB)/4, $0x00000009
+DATA blockPick<>+156(SB)/4, $0x00000009
+DATA blockPick<>+160(SB)/4, $0x0000000a
+DATA blockPick<>+164(SB)/4, $0x0000000a
+DATA blockPick<>+168(SB)/4, $0x0000000a
+DATA blockPick<>+172(SB)/4, $0x0000000a
+DATA blockPick<>+176(SB)/4, $0x0000000b
+DATA blockPick<>+180(SB)/4, $0x0000000b
+DATA blockPick<>+184(SB)/4, $0x0000000b
+DATA blockPick<>+188(SB)/4, $0x0000000b
+DATA blockPick<>+192(SB)/4, $0x0000000c
+DATA blockPick<>+196(SB)/4, $0x0000000c
+DATA blockPick<>+200(SB)/4, $0x0000000c
+DATA blockPick<>+204(SB)/4, $0x0000000c
+DATA blockPick<>+208(SB)/4, $0x0000000d
+DATA blockPick<>+212(SB)/4, $0x0000000d
+DATA blockPick<>+216(SB)/4, $0x0000000d
+DATA blockPick<>+220(SB)/4, $0x0000000d
+DATA blockPick<>+224(SB)/4, $0x0000000e
+DATA blockPick<>+228(SB)/4, $0x0000000e
+DATA blockPick<>+232(SB)/4, $0x0000000e
+DATA blockPick<>+236(SB)/4, $0x0000000e
+DATA blockPick<>+240(SB)/4, $0x0000000f
+DATA blockPick<>+244(SB)/4, $0x0000000f
+DATA blockPick<>+248(SB)/4, $0x0000000f
+DATA blockPick<>+252(SB)/4, $0x0000000f
+GLOBL blockPick<>(SB), RODATA|NOPTR, $256
+
 DATA scaleShuf<>+0(SB)/1, $0x00
 DATA scaleShuf<>+1(SB)/1, $0x01
 DATA scaleShuf<>+2(SB)/1, $0x00
@@ -11032,15 +11098,83 @@ TEXT ·dotQ4_0PSV4C1(SB), NOSPLIT, $0-48
 	VPBROADCASTB c0F<>+0(SB), Z0
 	VPXORD       Z1, Z1, Z1
 	VPXORD       Z2, Z2, Z2
+	VMOVDQU32    blockPick<>+0(SB), Z3
+	VMOVDQU32    blockPick<>+64(SB), Z4
+	VMOVDQU32    blockPick<>+128(SB), Z5
+	VMOVDQU32    blockPick<>+192(SB), Z6
 	MOVQ         BX, R8
-	SHRQ         $0x01, R8
+	SHRQ         $0x02, R8
 	JZ           tail
 
 loop:
 	PREFETCHT1      (AX)
 	PREFETCHT1      64(AX)
 	PREFETCHT1      128(AX)
-	ADDQ            $0x00000090, AX
+	PREFETCHT1      192(AX)
+	PREFETCHT1      256(AX)
+	ADDQ            $0x00000120, AX
+	VCVTPH2PS       (DI), Z7
+	VMULPS          64(DX), Z7, Z7
+	VMOVDQU32       (SI), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPANDD          Z0, Z8, Z8
+	VPANDD          Z0, Z9, Z9
+	VBROADCASTI32X4 (DX), Z10
+	VBROADCASTI32X4 2(CX), Z11
+	VBROADCASTI32X4 18(CX), Z12
+	VPDPBUSD        Z11, Z8, Z10
+	VPDPBUSD        Z12, Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VPERMPS         Z7, Z3, Z8
+	VFMADD231PS     Z8, Z10, Z1
+	VMOVDQU32       64(SI), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPANDD          Z0, Z8, Z8
+	VPANDD          Z0, Z9, Z9
+	VBROADCASTI32X4 16(DX), Z10
+	VBROADCASTI32X4 36(CX), Z11
+	VBROADCASTI32X4 52(CX), Z12
+	VPDPBUSD        Z11, Z8, Z10
+	VPDPBUSD        Z12, Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VPERMPS         Z7, Z4, Z8
+	VFMADD231PS     Z8, Z10, Z2
+	VMOVDQU32       128(SI), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPANDD          Z0, Z8, Z8
+	VPANDD          Z0, Z9, Z9
+	VBROADCASTI32X4 32(DX), Z10
+	VBROADCASTI32X4 70(CX), Z11
+	VBROADCASTI32X4 86(CX), Z12
+	VPDPBUSD        Z11, Z8, Z10
+	VPDPBUSD        Z12, Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VPERMPS         Z7, Z5, Z8
+	VFMADD231PS     Z8, Z10, Z1
+	VMOVDQU32       192(SI), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPANDD          Z0, Z8, Z8
+	VPANDD          Z0, Z9, Z9
+	VBROADCASTI32X4 48(DX), Z10
+	VBROADCASTI32X4 104(CX), Z11
+	VBROADCASTI32X4 120(CX), Z12
+	VPDPBUSD        Z11, Z8, Z10
+	VPDPBUSD        Z12, Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VPERMPS         Z7, Z6, Z7
+	VFMADD231PS     Z7, Z10, Z2
+	ADDQ            $0x00000100, SI
+	ADDQ            $0x00000020, DI
+	ADDQ            $0x00000088, CX
+	ADDQ            $0x00000080, DX
+	DECQ            R8
+	JNZ             loop
+
+tail:
+	ANDQ $0x00000003, BX
+	JZ   done
+
+one:
 	VMOVDQU32       (SI), Z3
 	VPSRLW          $0x04, Z3, Z4
 	VPANDD          Z0, Z3, Z3
@@ -11056,46 +11190,12 @@ loop:
 	VPSHUFB         scaleShuf<>+0(SB), Y3, Y3
 	VCVTPH2PS       Y3, Z3
 	VFMADD231PS     Z3, Z5, Z1
-	VMOVDQU32       64(SI), Z3
-	VPSRLW          $0x04, Z3, Z4
-	VPANDD          Z0, Z3, Z3
-	VPANDD          Z0, Z4, Z4
-	VBROADCASTI32X4 32(DX), Z5
-	VBROADCASTI32X4 36(CX), Z6
-	VBROADCASTI32X4 52(CX), Z7
-	VPDPBUSD        Z6, Z3, Z5
-	VPDPBUSD        Z7, Z4, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS.BCST     48(DX), Z5, Z5
-	VPBROADCASTQ    8(DI), Y3
-	VPSHUFB         scaleShuf<>+0(SB), Y3, Y3
-	VCVTPH2PS       Y3, Z3
-	VFMADD231PS     Z3, Z5, Z2
-	ADDQ            $0x00000080, SI
-	ADDQ            $0x00000010, DI
-	ADDQ            $0x00000044, CX
-	ADDQ            $0x00000040, DX
-	DECQ            R8
-	JNZ             loop
-
-tail:
-	TESTQ           $0x00000001, BX
-	JZ              done
-	VMOVDQU32       (SI), Z3
-	VPSRLW          $0x04, Z3, Z4
-	VPANDD          Z0, Z3, Z3
-	VPANDD          Z0, Z4, Z4
-	VBROADCASTI32X4 (DX), Z0
-	VBROADCASTI32X4 2(CX), Z5
-	VBROADCASTI32X4 18(CX), Z6
-	VPDPBUSD        Z5, Z3, Z0
-	VPDPBUSD        Z6, Z4, Z0
-	VCVTDQ2PS       Z0, Z0
-	VMULPS.BCST     16(DX), Z0, Z0
-	VPBROADCASTQ    (DI), Y3
-	VPSHUFB         scaleShuf<>+0(SB), Y3, Y3
-	VCVTPH2PS       Y3, Z3
-	VFMADD231PS     Z3, Z0, Z1
+	ADDQ            $0x00000040, SI
+	ADDQ            $0x00000008, DI
+	ADDQ            $0x00000022, CX
+	ADDQ            $0x00000020, DX
+	DECQ            BX
+	JNZ             one
 
 done:
 	VADDPS    Z2, Z1, Z1
@@ -17530,15 +17630,83 @@ TEXT ·dotQ4_0PSV4C1T0(SB), NOSPLIT, $0-48
 	VPBROADCASTB c0F<>+0(SB), Z0
 	VPXORD       Z1, Z1, Z1
 	VPXORD       Z2, Z2, Z2
+	VMOVDQU32    blockPick<>+0(SB), Z3
+	VMOVDQU32    blockPick<>+64(SB), Z4
+	VMOVDQU32    blockPick<>+128(SB), Z5
+	VMOVDQU32    blockPick<>+192(SB), Z6
 	MOVQ         BX, R8
-	SHRQ         $0x01, R8
+	SHRQ         $0x02, R8
 	JZ           tail
 
 loop:
 	PREFETCHT0      (AX)
 	PREFETCHT0      64(AX)
 	PREFETCHT0      128(AX)
-	ADDQ            $0x00000090, AX
+	PREFETCHT0      192(AX)
+	PREFETCHT0      256(AX)
+	ADDQ            $0x00000120, AX
+	VCVTPH2PS       (DI), Z7
+	VMULPS          64(DX), Z7, Z7
+	VMOVDQU32       (SI), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPANDD          Z0, Z8, Z8
+	VPANDD          Z0, Z9, Z9
+	VBROADCASTI32X4 (DX), Z10
+	VBROADCASTI32X4 2(CX), Z11
+	VBROADCASTI32X4 18(CX), Z12
+	VPDPBUSD        Z11, Z8, Z10
+	VPDPBUSD        Z12, Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VPERMPS         Z7, Z3, Z8
+	VFMADD231PS     Z8, Z10, Z1
+	VMOVDQU32       64(SI), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPANDD          Z0, Z8, Z8
+	VPANDD          Z0, Z9, Z9
+	VBROADCASTI32X4 16(DX), Z10
+	VBROADCASTI32X4 36(CX), Z11
+	VBROADCASTI32X4 52(CX), Z12
+	VPDPBUSD        Z11, Z8, Z10
+	VPDPBUSD        Z12, Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VPERMPS         Z7, Z4, Z8
+	VFMADD231PS     Z8, Z10, Z2
+	VMOVDQU32       128(SI), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPANDD          Z0, Z8, Z8
+	VPANDD          Z0, Z9, Z9
+	VBROADCASTI32X4 32(DX), Z10
+	VBROADCASTI32X4 70(CX), Z11
+	VBROADCASTI32X4 86(CX), Z12
+	VPDPBUSD        Z11, Z8, Z10
+	VPDPBUSD        Z12, Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VPERMPS         Z7, Z5, Z8
+	VFMADD231PS     Z8, Z10, Z1
+	VMOVDQU32       192(SI), Z8
+	VPSRLW          $0x04, Z8, Z9
+	VPANDD          Z0, Z8, Z8
+	VPANDD          Z0, Z9, Z9
+	VBROADCASTI32X4 48(DX), Z10
+	VBROADCASTI32X4 104(CX), Z11
+	VBROADCASTI32X4 120(CX), Z12
+	VPDPBUSD        Z11, Z8, Z10
+	VPDPBUSD        Z12, Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VPERMPS         Z7, Z6, Z7
+	VFMADD231PS     Z7, Z10, Z2
+	ADDQ            $0x00000100, SI
+	ADDQ            $0x00000020, DI
+	ADDQ            $0x00000088, CX
+	ADDQ            $0x00000080, DX
+	DECQ            R8
+	JNZ             loop
+
+tail:
+	ANDQ $0x00000003, BX
+	JZ   done
+
+one:
 	VMOVDQU32       (SI), Z3
 	VPSRLW          $0x04, Z3, Z4
 	VPANDD          Z0, Z3, Z3
@@ -17554,46 +17722,12 @@ loop:
 	VPSHUFB         scaleShuf<>+0(SB), Y3, Y3
 	VCVTPH2PS       Y3, Z3
 	VFMADD231PS     Z3, Z5, Z1
-	VMOVDQU32       64(SI), Z3
-	VPSRLW          $0x04, Z3, Z4
-	VPANDD          Z0, Z3, Z3
-	VPANDD          Z0, Z4, Z4
-	VBROADCASTI32X4 32(DX), Z5
-	VBROADCASTI32X4 36(CX), Z6
-	VBROADCASTI32X4 52(CX), Z7
-	VPDPBUSD        Z6, Z3, Z5
-	VPDPBUSD        Z7, Z4, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS.BCST     48(DX), Z5, Z5
-	VPBROADCASTQ    8(DI), Y3
-	VPSHUFB         scaleShuf<>+0(SB), Y3, Y3
-	VCVTPH2PS       Y3, Z3
-	VFMADD231PS     Z3, Z5, Z2
-	ADDQ            $0x00000080, SI
-	ADDQ            $0x00000010, DI
-	ADDQ            $0x00000044, CX
-	ADDQ            $0x00000040, DX
-	DECQ            R8
-	JNZ             loop
-
-tail:
-	TESTQ           $0x00000001, BX
-	JZ              done
-	VMOVDQU32       (SI), Z3
-	VPSRLW          $0x04, Z3, Z4
-	VPANDD          Z0, Z3, Z3
-	VPANDD          Z0, Z4, Z4
-	VBROADCASTI32X4 (DX), Z0
-	VBROADCASTI32X4 2(CX), Z5
-	VBROADCASTI32X4 18(CX), Z6
-	VPDPBUSD        Z5, Z3, Z0
-	VPDPBUSD        Z6, Z4, Z0
-	VCVTDQ2PS       Z0, Z0
-	VMULPS.BCST     16(DX), Z0, Z0
-	VPBROADCASTQ    (DI), Y3
-	VPSHUFB         scaleShuf<>+0(SB), Y3, Y3
-	VCVTPH2PS       Y3, Z3
-	VFMADD231PS     Z3, Z0, Z1
+	ADDQ            $0x00000040, SI
+	ADDQ            $0x00000008, DI
+	ADDQ            $0x00000022, CX
+	ADDQ            $0x00000020, DX
+	DECQ            BX
+	JNZ             one
 
 done:
 	VADDPS    Z2, Z1, Z1

@@ -63,7 +63,7 @@ func TestMatMulPacked(t *testing.T) {
 			if want := level == "avx512"; hasPacked != want {
 				t.Errorf("%s %v: packed kernels %v, want %v", level, typ, hasPacked, want)
 			}
-			for _, cols := range []int{32, 96, 256, 2048} {
+			for _, cols := range []int{32, 96, 224, 256, 2048} {
 				for _, rowsN := range []int{4, 8, 36, 132} {
 					m := randMatrix(r, typ, rowsN, cols)
 					if pm := Pack(m); pm.Packed != hasPacked {

@@ -39,7 +39,7 @@ func vpdpbusd(s, u Op, acc VecVirtual) {
 	})
 }
 
-var laneIdx, pickIdx, c80m, scaleShuf Mem
+var laneIdx, pickIdx, c80m, scaleShuf, blockPick Mem
 
 func consts512() {
 	c80m = splat8("c80", 0x80)
@@ -56,6 +56,14 @@ func consts512() {
 	// VPSHUFB control on the 4 half-float scales of a packed group (8
 	// bytes, broadcast to both 128-bit lanes): scale r to halves 4r..4r+3
 	// (rows 0, 1 from the low lane, 2, 3 from the high one).
+	// VPERMPS controls, one per block k of 4: the float of row r of block
+	// k (4k+r) to the 4 floats of lane r.
+	blockPick = GLOBL("blockPick", RODATA|NOPTR)
+	for k := 0; k < 4; k++ {
+		for i := 0; i < 16; i++ {
+			DATA(64*k+4*i, U32(4*k+i/4))
+		}
+	}
 	scaleShuf = GLOBL("scaleShuf", RODATA|NOPTR)
 	for i := 0; i < 16; i++ {
 		r := i / 4 // the same 8 bytes are in both lanes
@@ -645,8 +653,11 @@ func q40s(name string) {
 }
 
 // q40p generates the packed-layout version of q40s: a group of 4 Q4_0 rows
-// (see kernels.Pack) x one Q8_0 activation row, two blocks per iteration
-// into two accumulators, so that the block sums do not wait on each other.
+// (see kernels.Pack) x one Q8_0 activation row. Four blocks per iteration:
+// their 16 scales are converted at once and multiplied by the activation
+// scales (aux: auxQ4_0P), then each block's 4 picked out by one VPERMPS;
+// two accumulators, so that the block sums do not wait on each other. The
+// nb%4 blocks left are done one at a time as q40s does.
 func q40p(name string) {
 	TEXT(name, NOSPLIT, "func(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)")
 	Pragma("noescape")
@@ -659,45 +670,63 @@ func q40p(name string) {
 	mask := ZMM()
 	VPBROADCASTB(c0F, mask)
 	acc := zeros512(2)
-	// block k of the iteration (k = 0, 1)
-	block := func(acc VecVirtual, k int) {
+	// the integer dot of block k (at w+64k, a+34k) with the correction at
+	// corr, as float32
+	dot := func(k int, corr Mem) VecVirtual {
 		lo, hi := ZMM(), ZMM()
 		VMOVDQU32(Mem{Base: w, Disp: 64 * k}, lo)
 		VPSRLW(U8(4), lo, hi)
 		VPANDD(mask, lo, lo)
 		VPANDD(mask, hi, hi)
 		t, al, ah := ZMM(), ZMM(), ZMM()
-		VBROADCASTI32X4(Mem{Base: aux, Disp: 32 * k}, t)
+		VBROADCASTI32X4(corr, t)
 		VBROADCASTI32X4(Mem{Base: a, Disp: 34*k + 2}, al)
 		VBROADCASTI32X4(Mem{Base: a, Disp: 34*k + 18}, ah)
 		vpdpbusd(al, lo, t)
 		vpdpbusd(ah, hi, t)
 		VCVTDQ2PS(t, t)
-		VMULPS_BCST(Mem{Base: aux, Disp: 32*k + 16}, t, t)
-		y, z := YMM(), ZMM()
-		VPBROADCASTQ(Mem{Base: s, Disp: 8 * k}, y)
-		VPSHUFB(scaleShuf, y, y)
-		VCVTPH2PS(y, z)
-		VFMADD231PS(z, t, acc)
+		return t
 	}
-	n2 := GP64()
-	MOVQ(nb, n2)
-	SHRQ(U8(1), n2)
+	pick := make([]VecVirtual, 4)
+	for k := range pick {
+		pick[k] = ZMM()
+		VMOVDQU32(blockPick.Offset(64*k), pick[k])
+	}
+	n4 := GP64()
+	MOVQ(nb, n4)
+	SHRQ(U8(2), n4)
 	JZ(LabelRef("tail"))
 	Label("loop")
-	prefetchStep(pf, 2*4*18)
-	block(acc[0], 0)
-	block(acc[1], 1)
-	ADDQ(U32(128), w)
-	ADDQ(U32(16), s)
-	ADDQ(U32(68), a)
-	ADDQ(U32(64), aux)
-	DECQ(n2)
+	prefetchStep(pf, 4*4*18)
+	// scales of blocks 0..3 x rows 0..3, times the blocks' activation scales
+	d := ZMM()
+	VCVTPH2PS(Mem{Base: s}, d)
+	VMULPS(Mem{Base: aux, Disp: 64}, d, d)
+	for k := 0; k < 4; k++ {
+		t := dot(k, Mem{Base: aux, Disp: 16 * k})
+		dk := ZMM()
+		VPERMPS(d, pick[k], dk)
+		VFMADD231PS(dk, t, acc[k%2])
+	}
+	ADDQ(U32(256), w)
+	ADDQ(U32(32), s)
+	ADDQ(U32(4*34), a)
+	ADDQ(U32(128), aux)
+	DECQ(n4)
 	JNZ(LabelRef("loop"))
 	Label("tail")
-	TESTQ(U32(1), nb)
+	ANDQ(U32(3), nb)
 	JZ(LabelRef("done"))
-	block(acc[0], 0)
+	Label("one")
+	t := dot(0, Mem{Base: aux})
+	VMULPS_BCST(Mem{Base: aux, Disp: 16}, t, t)
+	VFMADD231PS(packedScales(s), t, acc[0])
+	ADDQ(U32(64), w)
+	ADDQ(U32(8), s)
+	ADDQ(U32(34), a)
+	ADDQ(U32(32), aux)
+	DECQ(nb)
+	JNZ(LabelRef("one"))
 	Label("done")
 	VADDPS(acc[1], acc[0], acc[0])
 	out := ld("out")
