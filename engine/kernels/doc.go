@@ -26,4 +26,13 @@
 // cores the decode kernels prefetch into L2 and the float formats decode
 // faster with the hardware prefetcher alone, elsewhere they prefetch into
 // L1; dispatch picks the variants by CPUID vendor.
+//
+// Q4_0 and Q8_0 matrices can be held in a packed layout (pack.go): rows in
+// groups of 4, each block's quants of the 4 rows in whole 64-byte vectors and
+// their scales together, in the same bytes. The model loader packs a matrix
+// (Pack) when the active level has kernels that read the layout (avx512: a
+// decode kernel and the tiles, each loading a vector of 4 rows at once instead
+// of four 16-byte pieces) and drops the file pages of the original; other
+// levels unpack a packed matrix a few rows at a time, so results never depend
+// on the layout.
 package kernels
