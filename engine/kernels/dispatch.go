@@ -89,6 +89,8 @@ type level struct {
 	// floats.
 	f32ToF16 func(dst *uint16, src *float32, n int)
 	roundF16 func(x *float32, n int)
+	// scaleRoundF16 is ScaleRoundF16 on n (a multiple of 8) floats.
+	scaleRoundF16 func(x *float32, n int, s float32)
 }
 
 var (

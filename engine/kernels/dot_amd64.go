@@ -455,6 +455,11 @@ func siluMulAVX2(gate *float32, up *float32, n int)
 //go:noescape
 func f32ToF16AVX2(dst *uint16, src *float32, n int)
 
+// scaleRoundF16AVX2: x[i] = x[i]·s rounded to half precision (nearest even), n a multiple of 8.
+//
+//go:noescape
+func scaleRoundF16AVX2(x *float32, n int, s float32)
+
 // roundF16AVX2: x[i] = x[i] rounded to half precision (nearest even), n a multiple of 8.
 //
 //go:noescape

@@ -18069,6 +18069,29 @@ done:
 	VZEROUPPER
 	RET
 
+// func scaleRoundF16AVX2(x *float32, n int, s float32)
+// Requires: AVX, AVX2, F16C, SSE
+TEXT ·scaleRoundF16AVX2(SB), NOSPLIT, $0-20
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVSS        s+16(FP), X0
+	VBROADCASTSS X0, Y0
+	TESTQ        CX, CX
+	JZ           done
+
+loop:
+	VMULPS    (AX), Y0, Y1
+	VCVTPS2PH $0x00, Y1, X1
+	VCVTPH2PS X1, Y1
+	VMOVUPS   Y1, (AX)
+	ADDQ      $0x20, AX
+	SUBQ      $0x08, CX
+	JNZ       loop
+
+done:
+	VZEROUPPER
+	RET
+
 // func roundF16AVX2(x *float32, n int)
 // Requires: AVX, F16C
 TEXT ·roundF16AVX2(SB), NOSPLIT, $0-16

@@ -32,3 +32,17 @@ func RoundF16(x []float32) {
 		x[i] = quant.FP16ToFP32(quant.FP32ToFP16(v))
 	}
 }
+
+// ScaleRoundF16 sets x[i] to x[i]·s (a float32 product) rounded to half
+// precision: RoundF16 after scaling, in one pass.
+func ScaleRoundF16(x []float32, s float32) {
+	if f := cur.scaleRoundF16; f != nil {
+		if n := len(x) &^ 7; n > 0 {
+			f(&x[0], n, s)
+			x = x[n:]
+		}
+	}
+	for i, v := range x {
+		x[i] = quant.FP16ToFP32(quant.FP32ToFP16(v * s))
+	}
+}

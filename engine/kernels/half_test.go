@@ -29,8 +29,8 @@ func halfInputs(rng *rand.Rand, n int) []float32 {
 	return x
 }
 
-// F32ToF16 and RoundF16 give quant.FP32ToFP16's bits on every level, for
-// lengths around the 8-lane step.
+// F32ToF16, RoundF16 and ScaleRoundF16 give quant.FP32ToFP16's bits on
+// every level, for lengths around the 8-lane step.
 func TestHalfKernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	eachLevel(t, func(lv string) {
@@ -40,7 +40,14 @@ func TestHalfKernels(t *testing.T) {
 			F32ToF16(h, x)
 			r := append([]float32(nil), x...)
 			RoundF16(r)
+			const scale = 0.37
+			sr := append([]float32(nil), x...)
+			ScaleRoundF16(sr, scale)
 			for i, v := range x {
+				ws := quant.FP16ToFP32(quant.FP32ToFP16(v * scale))
+				if math.Float32bits(sr[i]) != math.Float32bits(ws) && !(sr[i] != sr[i] && ws != ws) {
+					t.Fatalf("%s n=%d: ScaleRoundF16(%v, %v) = %v, want %v", lv, n, v, scale, sr[i], ws)
+				}
 				want := quant.FP32ToFP16(v)
 				if h[i] != want {
 					t.Fatalf("%s n=%d: F32ToF16(%v = %#08x) = %#04x, want %#04x", lv, n, v, math.Float32bits(v), h[i], want)

@@ -498,11 +498,15 @@ func (r *Runner) attnRange(w, a, z int) {
 			e := min(t+bs, ctx)
 			kernels.ScoresF16(scores[t:e], qh, r.cache.KRun(layer, blocks, t)[kvh*D:], KV)
 		}
-		for t := range scores {
-			scores[t] *= scale
+		mx := float32(math.Inf(-1))
+		for t, v := range scores { // scale, and find the maximum in the same pass
+			v *= scale
+			scores[t] = v
+			mx = max(mx, v)
 		}
-		softmaxInPlace(scores)
-		kernels.RoundF16(scores)
+		// softmaxInPlace's arithmetic, the probabilities then rounded to
+		// half precision in the same pass
+		kernels.ScaleRoundF16(scores, float32(1/kernels.ExpSub(scores, mx)))
 		clear(acc)
 		for t := 0; t < ctx; t += bs {
 			e := min(t+bs, ctx)

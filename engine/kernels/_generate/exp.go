@@ -149,6 +149,7 @@ func f32ToF16() {
 
 // roundF16s: x[i] = float32(half(x[i])) in place for n (a multiple of 8) floats.
 func roundF16s() {
+	scaleRoundF16()
 	TEXT("roundF16AVX2", NOSPLIT, "func(x *float32, n int)")
 	Pragma("noescape")
 	Doc("roundF16AVX2: x[i] = x[i] rounded to half precision (nearest even), n a multiple of 8.")
@@ -158,6 +159,30 @@ func roundF16s() {
 	Label("loop")
 	v, h := YMM(), XMM()
 	VMOVUPS(Mem{Base: x}, v)
+	VCVTPS2PH(U8(0), v, h)
+	VCVTPH2PS(h, v)
+	VMOVUPS(v, Mem{Base: x})
+	ADDQ(U8(32), x)
+	SUBQ(U8(8), n)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+func scaleRoundF16() {
+	TEXT("scaleRoundF16AVX2", NOSPLIT, "func(x *float32, n int, s float32)")
+	Pragma("noescape")
+	Doc("scaleRoundF16AVX2: x[i] = x[i]·s rounded to half precision (nearest even), n a multiple of 8.")
+	x, n := ld("x"), ld("n")
+	sx, sv := XMM(), YMM()
+	Load(Param("s"), sx)
+	VBROADCASTSS(sx, sv)
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	Label("loop")
+	v, h := YMM(), XMM()
+	VMULPS(Mem{Base: x}, sv, v)
 	VCVTPS2PH(U8(0), v, h)
 	VCVTPH2PS(h, v)
 	VMOVUPS(v, Mem{Base: x})
