@@ -77,6 +77,9 @@ type Runner struct {
 	prepFn   func(lo, hi int)
 	attnFn   func(w, lo, hi int)
 	attnWork []attnScratch
+	// attnParts: attention jobs split each KV head's query heads in this
+	// many parts (see attention).
+	attnParts int
 
 	x, logits []float32 // Step's hidden states and logits
 	one       struct {  // Decode's batch, kept to avoid allocation
@@ -87,7 +90,10 @@ type Runner struct {
 	}
 }
 
+// attnScratch is one worker's space for the query heads of a KV head:
+// head j's scores at j·ctx, its query and sums at j·HeadDim.
 type attnScratch struct {
+	ctx    int
 	scores []float32
 	qh     []float32
 	acc    []float32
@@ -165,8 +171,9 @@ func NewRunner(m *Model, o Options) (*Runner, error) {
 	r.attnFn = r.attnRange
 	r.attnWork = make([]attnScratch, r.pool.Threads())
 	ctx := cache.Config().NumBlocks * cache.Config().BlockSize
+	group := m.NHead / m.NHeadKV
 	for i := range r.attnWork {
-		r.attnWork[i] = attnScratch{scores: make([]float32, ctx), qh: make([]float32, m.HeadDim), acc: make([]float32, m.HeadDim)}
+		r.attnWork[i] = attnScratch{ctx: ctx, scores: make([]float32, group*ctx), qh: make([]float32, group*m.HeadDim), acc: make([]float32, group*m.HeadDim)}
 	}
 	return r, nil
 }
@@ -338,7 +345,7 @@ func (r *Runner) layer(l int, x []float32) error {
 		}
 		r.cur = l
 		r.pool.Run(n, 1, r.prepFn)
-		r.pool.RunWorker(n*r.nh, 1, r.attnFn)
+		r.attention(n)
 	}
 	if err := r.project(ly.Wo, ly.WoGather, s.att, n, r.tpCols(false), s.o); err != nil {
 		return err
@@ -470,11 +477,24 @@ func (r *Runner) ffn(gate, up, down *kernels.Matrix, x []float32, n int, g, u, o
 	r.matmul(down, g, n, out)
 }
 
-// attnRange computes, for (token, head) jobs [a,z) of the current layer,
-// softmax(q·K/sqrt(d)) · V over the token's sequence up to its own position,
-// as ggml does without flash attention: q is rounded to F16 before the F16 K
-// dot products and the probabilities are rounded to F16 before the F16 V
-// products.
+// attention runs the attention of the batch's n tokens. A job is a token
+// and a KV head, with all the query heads that share it (or a part of
+// them, when there would otherwise be fewer jobs than twice the threads):
+// each block of keys and values is read from memory once and then from L1
+// for the other heads, instead of once per query head.
+func (r *Runner) attention(n int) {
+	group := r.m.NHead / r.m.NHeadKV
+	r.attnParts = 1
+	if jobs := n * r.nkv; jobs < 2*r.pool.Threads() {
+		r.attnParts = min(group, (2*r.pool.Threads()+jobs-1)/jobs)
+	}
+	r.pool.RunWorker(n*r.nkv*r.attnParts, 1, r.attnFn)
+}
+
+// attnRange runs attention jobs [a,z) (see attention) on worker w: per
+// query head, softmax(q·K/√D)·V over the token's context, in float32 with
+// the query and probabilities rounded to half precision as ggml does with an
+// F16 cache.
 func (r *Runner) attnRange(w, a, z int) {
 	m, s := r.m, &r.s
 	D, Q, KV := m.HeadDim, r.qd, r.kvd
@@ -483,36 +503,57 @@ func (r *Runner) attnRange(w, a, z int) {
 	bs := r.cache.Config().BlockSize
 	scale := float32(1 / math.Sqrt(float64(D)))
 	ws := &r.attnWork[w]
-	qh, acc := ws.qh, ws.acc
+	parts := r.attnParts
+	per := (group + parts - 1) / parts
 	for job := a; job < z; job++ {
-		i, h := job/r.nh, job%r.nh // h and kvh count the member's heads
-		kvh := h / group
+		i, kvh, part := job/(r.nkv*parts), job/parts%r.nkv, job%parts
+		// the member's query heads [h0,h0+g) share its KV head kvh
+		h0 := kvh*group + part*per
+		g := min(per, (kvh+1)*group-h0)
+		if g <= 0 {
+			continue
+		}
 		blocks := s.blocks[s.tokSeq[i]]
 		ctx := int(s.tokPos[i]) + 1
-		copy(qh, s.q[i*Q+h*D:i*Q+(h+1)*D])
-		kernels.RoundF16(qh)
+		qh := func(j int) []float32 { return ws.qh[j*D : (j+1)*D] }
+		acc := func(j int) []float32 { return ws.acc[j*D : (j+1)*D] }
+		scores := func(j int) []float32 { return ws.scores[j*ws.ctx : j*ws.ctx+ctx] }
+		for j := 0; j < g; j++ {
+			copy(qh(j), s.q[i*Q+(h0+j)*D:i*Q+(h0+j+1)*D])
+			kernels.RoundF16(qh(j))
+		}
 		// K and V rows of one head are KV apart within a block: one kernel
-		// call per block of positions.
-		scores := ws.scores[:ctx]
+		// call per block of positions and query head.
 		for t := 0; t < ctx; t += bs {
 			e := min(t+bs, ctx)
-			kernels.ScoresF16(scores[t:e], qh, r.cache.KRun(layer, blocks, t)[kvh*D:], KV)
+			k := r.cache.KRun(layer, blocks, t)[kvh*D:]
+			for j := 0; j < g; j++ {
+				kernels.ScoresF16(scores(j)[t:e], qh(j), k, KV)
+			}
 		}
-		mx := float32(math.Inf(-1))
-		for t, v := range scores { // scale, and find the maximum in the same pass
-			v *= scale
-			scores[t] = v
-			mx = max(mx, v)
+		for j := 0; j < g; j++ {
+			sc := scores(j)
+			mx := float32(math.Inf(-1))
+			for t, v := range sc { // scale, and find the maximum in the same pass
+				v *= scale
+				sc[t] = v
+				mx = max(mx, v)
+			}
+			// softmaxInPlace's arithmetic, the probabilities then rounded
+			// to half precision in the same pass
+			kernels.ScaleRoundF16(sc, float32(1/kernels.ExpSub(sc, mx)))
+			clear(acc(j))
 		}
-		// softmaxInPlace's arithmetic, the probabilities then rounded to
-		// half precision in the same pass
-		kernels.ScaleRoundF16(scores, float32(1/kernels.ExpSub(scores, mx)))
-		clear(acc)
 		for t := 0; t < ctx; t += bs {
 			e := min(t+bs, ctx)
-			kernels.AccumF16(acc, scores[t:e], r.cache.VRun(layer, blocks, t)[kvh*D:], KV)
+			v := r.cache.VRun(layer, blocks, t)[kvh*D:]
+			for j := 0; j < g; j++ {
+				kernels.AccumF16(acc(j), scores(j)[t:e], v, KV)
+			}
 		}
-		copy(s.att[i*Q+h*D:i*Q+(h+1)*D], acc)
+		for j := 0; j < g; j++ {
+			copy(s.att[i*Q+(h0+j)*D:i*Q+(h0+j+1)*D], acc(j))
+		}
 	}
 }
 
