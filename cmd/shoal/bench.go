@@ -26,6 +26,7 @@ func benchCmd() *cobra.Command {
 		path            string
 		threads, pp, tg string
 		reps, bwMB      int
+		depth           int
 		asJSON          bool
 		cpuProfile      string
 		cluster, key    string
@@ -36,6 +37,9 @@ func benchCmd() *cobra.Command {
 		Long: `Measure prompt processing (ppN: N prompt tokens in one batch from an empty
 context) and token generation (tgN: N tokens one at a time from an empty
 context) in tokens per second, mean ± sd over -r runs after one warm-up.
+With -d N every run starts from a context of N tokens (prompted, untimed),
+as llama-bench's -d: "tg64 @ d1024" is decode with attention over 1024+
+cached positions.
 
 Before each tg row the memory bandwidth is measured (STREAM triad, same
 thread count), and decode is reported as a fraction of the bandwidth
@@ -54,7 +58,7 @@ measured ms/token beside the planner's predicted ms/token.
   shoal bench --cluster 10.0.0.1:7948 --model tinyllama -p 64 -n 64 -r 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o := bench.Options{Reps: reps, BandwidthMB: bwMB}
+			o := bench.Options{Reps: reps, BandwidthMB: bwMB, Depth: depth}
 			var err error
 			if o.Threads, err = intList(threads, "-t"); err != nil {
 				return err
@@ -69,6 +73,9 @@ measured ms/token beside the planner's predicted ms/token.
 				return fmt.Errorf("--model is required")
 			}
 			if cluster != "" {
+				if depth != 0 {
+					return fmt.Errorf("--depth is not supported with --cluster yet")
+				}
 				return benchCluster(cmd.OutOrStdout(), cluster, key, path, o, asJSON)
 			}
 			m, err := model.Open(path)
@@ -93,8 +100,8 @@ measured ms/token beside the planner's predicted ms/token.
 			if !asJSON {
 				fmt.Fprintf(w, "model: %s (%s, %d layers, %.2f MiB, %d bytes read per token)\ncpu: %s (%d logical cores), kernels: %s\n\n",
 					name, m.Arch.Name, m.NLayer, float64(size)/(1<<20), bpt, bench.CPUName(), runtime.NumCPU(), kernels.Path())
-				fmt.Fprintln(w, "| threads | test  |            t/s | bandwidth GB/s | roofline |")
-				fmt.Fprintln(w, "| ------: | ----- | -------------: | -------------: | -------: |")
+				fmt.Fprintln(w, "| threads | test          |            t/s | bandwidth GB/s | roofline |")
+				fmt.Fprintln(w, "| ------: | ------------- | -------------: | -------------: | -------: |")
 			}
 			results, err := bench.Run(m, o, func(r bench.Result) {
 				if asJSON {
@@ -104,7 +111,7 @@ measured ms/token beside the planner's predicted ms/token.
 				if r.BandwidthGBs > 0 {
 					bw, roof = fmt.Sprintf("%.1f", r.BandwidthGBs), fmt.Sprintf("%.0f%%", 100*r.Roofline)
 				}
-				fmt.Fprintf(w, "| %7d | %-5s | %7.2f ± %5.2f | %14s | %8s |\n", r.Threads, r.Test, r.TokPerSec, r.StdDev, bw, roof)
+				fmt.Fprintf(w, "| %7d | %-13s | %7.2f ± %5.2f | %14s | %8s |\n", r.Threads, r.Test, r.TokPerSec, r.StdDev, bw, roof)
 			})
 			if err != nil {
 				return err
@@ -128,6 +135,7 @@ measured ms/token beside the planner's predicted ms/token.
 	f.StringVarP(&pp, "n-prompt", "p", "512", "comma-separated prompt sizes (0 = none)")
 	f.StringVarP(&tg, "n-gen", "n", "128", "comma-separated generation lengths (0 = none)")
 	f.IntVarP(&reps, "reps", "r", 3, "measured runs per row")
+	f.IntVarP(&depth, "depth", "d", 0, "context length each run starts from (tokens prompted untimed first), as llama-bench -d")
 	f.IntVar(&bwMB, "bw-mb", 256, "MB per array of the bandwidth probe")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")

@@ -10,19 +10,23 @@ import (
 	"shoal/engine/model"
 )
 
-// Options select the tests, as llama-bench's -t, -p, -n and -r.
+// Options select the tests, as llama-bench's -t, -p, -n, -r and -d.
 type Options struct {
 	Threads []int
 	Prompt  []int // pp sizes
 	Gen     []int // tg sizes
 	Reps    int
+	// Depth is the context each run starts from: that many tokens are
+	// prompted (untimed) before the timed tokens, so that attention reads a
+	// cache of that length; 0 = an empty context.
+	Depth int
 	// BandwidthMB is the triad array size (MB per array); 0 = 256.
 	BandwidthMB int
 }
 
 // Result is one row: a test at a thread count.
 type Result struct {
-	Test         string    `json:"test"` // "pp512", "tg64"
+	Test         string    `json:"test"` // "pp512", "tg64"; "tg64 @ d1024" with a depth
 	Threads      int       `json:"threads"`
 	TokPerSec    float64   `json:"tok_per_sec"`
 	StdDev       float64   `json:"stddev"`
@@ -79,12 +83,19 @@ func Run(m *model.Model, o Options, report func(Result)) ([]Result, error) {
 	if o.BandwidthMB <= 0 {
 		o.BandwidthMB = 256
 	}
+	if o.Depth < 0 {
+		return nil, fmt.Errorf("depth %d is negative", o.Depth)
+	}
 	maxCtx := 16
 	for _, p := range o.Prompt {
-		maxCtx = max(maxCtx, p)
+		maxCtx = max(maxCtx, o.Depth+p)
 	}
 	for _, g := range o.Gen {
-		maxCtx = max(maxCtx, g+1)
+		maxCtx = max(maxCtx, o.Depth+g+1)
+	}
+	at := ""
+	if o.Depth > 0 {
+		at = fmt.Sprintf(" @ d%d", o.Depth)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	tokens := make([]int32, maxCtx)
@@ -99,11 +110,23 @@ func Run(m *model.Model, o Options, report func(Result)) ([]Result, error) {
 			return nil, err
 		}
 		const seq kv.SeqID = 0
+		d := o.Depth
+		// start empties the sequence and prompts the depth's tokens.
+		start := func() error {
+			r.Cache().Free(seq)
+			if d == 0 {
+				return nil
+			}
+			_, err := r.Prompt(seq, tokens[:d], []int{d - 1})
+			return err
+		}
 		for _, p := range o.Prompt {
 			run := func() (float64, error) {
-				r.Cache().Free(seq)
+				if err := start(); err != nil {
+					return 0, err
+				}
 				t0 := time.Now()
-				if _, err := r.Prompt(seq, tokens[:p], []int{p - 1}); err != nil {
+				if _, err := r.Prompt(seq, tokens[d:d+p], []int{p - 1}); err != nil {
 					return 0, err
 				}
 				return float64(p) / time.Since(t0).Seconds(), nil
@@ -113,7 +136,7 @@ func Run(m *model.Model, o Options, report func(Result)) ([]Result, error) {
 				r.Close()
 				return nil, err
 			}
-			res.Test, res.Threads = fmt.Sprintf("pp%d", p), th
+			res.Test, res.Threads = fmt.Sprintf("pp%d%s", p, at), th
 			out = append(out, res)
 			if report != nil {
 				report(res)
@@ -122,10 +145,12 @@ func Run(m *model.Model, o Options, report func(Result)) ([]Result, error) {
 		for _, g := range o.Gen {
 			bw := MemBandwidth(th, o.BandwidthMB, 5)
 			run := func() (float64, error) {
-				r.Cache().Free(seq)
+				if err := start(); err != nil {
+					return 0, err
+				}
 				t0 := time.Now()
 				for i := 0; i < g; i++ {
-					if _, err := r.Decode(seq, tokens[i]); err != nil {
+					if _, err := r.Decode(seq, tokens[d+i]); err != nil {
 						return 0, err
 					}
 				}
@@ -136,7 +161,7 @@ func Run(m *model.Model, o Options, report func(Result)) ([]Result, error) {
 				r.Close()
 				return nil, err
 			}
-			res.Test, res.Threads = fmt.Sprintf("tg%d", g), th
+			res.Test, res.Threads = fmt.Sprintf("tg%d%s", g, at), th
 			res.BandwidthGBs = bw / 1e9
 			res.Roofline = res.TokPerSec * bpt / bw
 			out = append(out, res)

@@ -67,6 +67,34 @@ func TestBenchRun(t *testing.T) {
 	}
 }
 
+// With a depth every run starts from that many cached tokens, and the rows
+// are named as llama-bench names them; a negative depth is an error.
+func TestBenchDepth(t *testing.T) {
+	v, _ := tokenizer.ByteLevelVocab(300)
+	v.Pad(512)
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	f, _ := os.Create(path)
+	if err := synth.Write(f, synth.Spec{Arch: "llama", NEmbd: 64, NLayer: 2, NHead: 4, NFF: 128, Ctx: 64, Type: "q4_0", Tokenizer: v.KVs()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	m, err := model.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	res, err := Run(m, Options{Threads: []int{2}, Prompt: []int{8}, Gen: []int{4}, Reps: 1, BandwidthMB: 4, Depth: 40}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || res[0].Test != "pp8 @ d40" || res[1].Test != "tg4 @ d40" || res[1].TokPerSec <= 0 {
+		t.Fatalf("rows %+v", res)
+	}
+	if _, err := Run(m, Options{Threads: []int{1}, Gen: []int{4}, Reps: 1, BandwidthMB: 4, Depth: -1}, nil); err == nil {
+		t.Error("a negative depth was accepted")
+	}
+}
+
 func TestCPUName(t *testing.T) {
 	n := CPUName()
 	if n == "" {
