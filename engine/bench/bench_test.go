@@ -32,12 +32,14 @@ func TestTriadKernel(t *testing.T) {
 	}
 }
 
-func TestBenchRun(t *testing.T) {
+// testModel writes a small llama model of weight type typ and opens it.
+func testModel(t *testing.T, typ string) *model.Model {
+	t.Helper()
 	v, _ := tokenizer.ByteLevelVocab(300)
 	v.Pad(512)
 	path := filepath.Join(t.TempDir(), "m.gguf")
 	f, _ := os.Create(path)
-	if err := synth.Write(f, synth.Spec{Arch: "llama", NEmbd: 64, NLayer: 2, NHead: 4, NFF: 128, Type: "q8_0", Tokenizer: v.KVs()}, nil); err != nil {
+	if err := synth.Write(f, synth.Spec{Arch: "llama", NEmbd: 64, NLayer: 2, NHead: 4, NFF: 128, Ctx: 64, Type: typ, Tokenizer: v.KVs()}, nil); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
@@ -45,7 +47,12 @@ func TestBenchRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func TestBenchRun(t *testing.T) {
+	m := testModel(t, "q8_0")
 	emb, _ := m.File.Tensor("token_embd.weight")
 	if got, want := BytesPerToken(m), ModelBytes(m)-int64(emb.Size); got != want {
 		t.Fatalf("bytes per token %d, want all but the embedding: %d", got, want)
@@ -70,19 +77,7 @@ func TestBenchRun(t *testing.T) {
 // With a depth every run starts from that many cached tokens, and the rows
 // are named as llama-bench names them; a negative depth is an error.
 func TestBenchDepth(t *testing.T) {
-	v, _ := tokenizer.ByteLevelVocab(300)
-	v.Pad(512)
-	path := filepath.Join(t.TempDir(), "m.gguf")
-	f, _ := os.Create(path)
-	if err := synth.Write(f, synth.Spec{Arch: "llama", NEmbd: 64, NLayer: 2, NHead: 4, NFF: 128, Ctx: 64, Type: "q4_0", Tokenizer: v.KVs()}, nil); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	m, err := model.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := testModel(t, "q4_0")
 	res, err := Run(m, Options{Threads: []int{2}, Prompt: []int{8}, Gen: []int{4}, Reps: 1, BandwidthMB: 4, Depth: 40}, nil)
 	if err != nil {
 		t.Fatal(err)

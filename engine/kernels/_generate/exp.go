@@ -147,42 +147,40 @@ func f32ToF16() {
 	RET()
 }
 
-// roundF16s: x[i] = float32(half(x[i])) in place for n (a multiple of 8) floats.
+// roundF16s: x[i] = float32(half(x[i])) in place for n (a multiple of 8)
+// floats, and the same after scaling by s (scaleRoundF16AVX2).
 func roundF16s() {
-	scaleRoundF16()
-	TEXT("roundF16AVX2", NOSPLIT, "func(x *float32, n int)")
-	Pragma("noescape")
-	Doc("roundF16AVX2: x[i] = x[i] rounded to half precision (nearest even), n a multiple of 8.")
-	x, n := ld("x"), ld("n")
-	TESTQ(n, n)
-	JZ(LabelRef("done"))
-	Label("loop")
-	v, h := YMM(), XMM()
-	VMOVUPS(Mem{Base: x}, v)
-	VCVTPS2PH(U8(0), v, h)
-	VCVTPH2PS(h, v)
-	VMOVUPS(v, Mem{Base: x})
-	ADDQ(U8(32), x)
-	SUBQ(U8(8), n)
-	JNZ(LabelRef("loop"))
-	Label("done")
-	VZEROUPPER()
-	RET()
+	roundF16Kernel(true)
+	roundF16Kernel(false)
 }
 
-func scaleRoundF16() {
-	TEXT("scaleRoundF16AVX2", NOSPLIT, "func(x *float32, n int, s float32)")
-	Pragma("noescape")
-	Doc("scaleRoundF16AVX2: x[i] = x[i]·s rounded to half precision (nearest even), n a multiple of 8.")
-	x, n := ld("x"), ld("n")
-	sx, sv := XMM(), YMM()
-	Load(Param("s"), sx)
-	VBROADCASTSS(sx, sv)
+func roundF16Kernel(scaled bool) {
+	var x, n GPVirtual
+	var sv VecVirtual
+	if scaled {
+		TEXT("scaleRoundF16AVX2", NOSPLIT, "func(x *float32, n int, s float32)")
+		Pragma("noescape")
+		Doc("scaleRoundF16AVX2: x[i] = x[i]·s rounded to half precision (nearest even), n a multiple of 8.")
+		x, n = ld("x"), ld("n")
+		sx := XMM()
+		sv = YMM()
+		Load(Param("s"), sx)
+		VBROADCASTSS(sx, sv)
+	} else {
+		TEXT("roundF16AVX2", NOSPLIT, "func(x *float32, n int)")
+		Pragma("noescape")
+		Doc("roundF16AVX2: x[i] = x[i] rounded to half precision (nearest even), n a multiple of 8.")
+		x, n = ld("x"), ld("n")
+	}
 	TESTQ(n, n)
 	JZ(LabelRef("done"))
 	Label("loop")
 	v, h := YMM(), XMM()
-	VMULPS(Mem{Base: x}, sv, v)
+	if scaled {
+		VMULPS(Mem{Base: x}, sv, v)
+	} else {
+		VMOVUPS(Mem{Base: x}, v)
+	}
 	VCVTPS2PH(U8(0), v, h)
 	VCVTPH2PS(h, v)
 	VMOVUPS(v, Mem{Base: x})
