@@ -65,6 +65,10 @@ type kset struct {
 	// (pairK8).
 	tileK8 bool
 
+	// panel, when set, runs batches of panelMinN or more activations (see
+	// panel.go) instead of tile.
+	panel *panelSet
+
 	// packed, when set, are the kernels for matrices of this type in the
 	// packed layout (see Pack): each takes a group of PackRows rows at w.
 	packed *kset

@@ -23,8 +23,12 @@ func archLevels() []*level {
 		scaleRoundF16: scaleRoundF16AVX2}
 	l.k[quant.Q4_0] = &kset{blockLen: quant.QK,
 		one: oneQ4_0, rowsR: 4, rowsX: pickX(dotQ4_0X4, dotQ4_0X4T0), auxPrep: auxPairs(8), tile: dotQ4_0R2C4, tileR: 2, tileC: 4}
+	l.k[quant.Q4_0].panel = &panelSet{C: 4, tiles: [5]dotFn{nil, panelQ4_0C1, panelQ4_0C2, panelQ4_0C3, panelQ4_0C4},
+		blockBytes: 144, actBytes: 40, pack: packQ4_0Panel, prep: prepS8}
 	l.k[quant.Q8_0] = &kset{blockLen: quant.QK,
 		one: oneQ8_0, rowsR: 4, rowsX: pickX(dotQ8_0X4, dotQ8_0X4T0), rowsX8: pickX(dotQ8_0X8, dotQ8_0X8T0), auxPrep: auxQ8_0}
+	l.k[quant.Q8_0].panel = &panelSet{C: 4, tiles: [5]dotFn{nil, panelQ8_0C1, panelQ8_0C2, panelQ8_0C3, panelQ8_0C4},
+		blockBytes: 528, actBytes: 68, pack: packQ8_0Panel, prep: prepI16}
 	l.k[quant.Q5_0] = &kset{blockLen: quant.QK,
 		one: oneQ5_0, rowsR: 4, rowsX: pickX(dotQ5_0X4, dotQ5_0X4T0), auxPrep: auxPairs(16), tile: dotQ5_0R2C2, tileR: 2, tileC: 2}
 	l.k[quant.Q4_K] = &kset{blockLen: quant.QKK,
@@ -56,6 +60,7 @@ func archLevels() []*level {
 		for _, t := range []quant.Type{quant.Q4_0, quant.Q5_0, quant.Q8_0} {
 			ks := *l.k[t]
 			ks.tileR, ks.tileC, ks.tileU8 = 4, 8, true
+			ks.panel = nil // VNNI tiles need no panels
 			v.k[t] = &ks
 		}
 		v.k[quant.Q4_0].tile, v.k[quant.Q4_0].tile4 = dotQ4_0V4C8, dotQ4_0V4C4

@@ -60,6 +60,46 @@ func dotQ5_0R1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 //go:noescape
 func dotQ5_0R2C2(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
+// panelQ4_0C1: a panel of 8 weight rows x 1 activation row(s); Q4_0 weights, s8 activations
+//
+//go:noescape
+func panelQ4_0C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// panelQ8_0C1: a panel of 8 weight rows x 1 activation row(s); Q8_0 weights, i16 activations
+//
+//go:noescape
+func panelQ8_0C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// panelQ4_0C2: a panel of 8 weight rows x 2 activation row(s); Q4_0 weights, s8 activations
+//
+//go:noescape
+func panelQ4_0C2(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// panelQ8_0C2: a panel of 8 weight rows x 2 activation row(s); Q8_0 weights, i16 activations
+//
+//go:noescape
+func panelQ8_0C2(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// panelQ4_0C3: a panel of 8 weight rows x 3 activation row(s); Q4_0 weights, s8 activations
+//
+//go:noescape
+func panelQ4_0C3(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// panelQ8_0C3: a panel of 8 weight rows x 3 activation row(s); Q8_0 weights, i16 activations
+//
+//go:noescape
+func panelQ8_0C3(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// panelQ4_0C4: a panel of 8 weight rows x 4 activation row(s); Q4_0 weights, s8 activations
+//
+//go:noescape
+func panelQ4_0C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// panelQ8_0C4: a panel of 8 weight rows x 4 activation row(s); Q8_0 weights, i16 activations
+//
+//go:noescape
+func panelQ8_0C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
 // dotF16R4C1: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
 //
 //go:noescape

@@ -153,6 +153,12 @@ type mmJob struct {
 	unpack bool
 	scr    [][]byte
 
+	// panel: the batch runs on the panel kernels (ks.panel); each worker
+	// packs rows into its scr.
+	panel bool
+
+	fnp func(w, lo, hi int)
+
 	fn  func(lo, hi int)
 	fnw func(w, lo, hi int)
 }
@@ -166,6 +172,7 @@ var mmJobs = sync.Pool{New: func() any {
 	j := new(mmJob)
 	j.fn = j.do
 	j.fnw = j.doUnpacked
+	j.fnp = j.doPanel
 	return j
 }}
 
@@ -204,8 +211,12 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 			j.unpack = true
 		}
 	}
-	j.group, j.tile = 16, false
-	if ks := j.ks; ks != nil {
+	j.group, j.tile, j.panel = 16, false, false
+	if ks := j.ks; ks != nil && ks.panel != nil && !m.Packed && n >= panelMinN && m.Cols >= quant.QK {
+		j.panel = true
+		j.prepPanel(m.Cols / quant.QK)
+	}
+	if ks := j.ks; ks != nil && !j.panel {
 		j.group = ks.rowsR
 		j.tileFn, j.tileC = ks.tile, ks.tileC
 		// tileC-tiles are followed by one tile4 when 4 or more activations
@@ -238,10 +249,10 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 			}
 		}
 	}
-	if ks := j.ks; ks != nil && ks.rowsU8 != nil && !j.tile {
+	if ks := j.ks; ks != nil && ks.rowsU8 != nil && !j.tile && !j.panel {
 		j.prepU8(m.Cols / quant.QK)
 	}
-	if ks := j.ks; ks != nil && ks.rowsX != nil && ks.rowsU8 == nil && (!j.tile || j.nt+j.nr < n) {
+	if ks := j.ks; ks != nil && ks.rowsX != nil && ks.rowsU8 == nil && (j.panel && m.Rows%panelRows != 0 || !j.panel && (!j.tile || j.nt+j.nr < n)) {
 		nb := m.Cols / ks.blockLen
 		j.auxRS = auxSize(nb)
 		if cap(j.aux) < n*j.auxRS {
@@ -253,7 +264,12 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 		}
 	}
 	units := (m.Rows + j.group - 1) / j.group
-	if j.unpack {
+	if j.panel {
+		for len(j.scr) < p.Threads() {
+			j.scr = append(j.scr, nil)
+		}
+		p.RunWorker((m.Rows+panelGroup-1)/panelGroup, 1, j.fnp)
+	} else if j.unpack {
 		for len(j.scr) < p.Threads() {
 			j.scr = append(j.scr, nil)
 		}

@@ -47,6 +47,10 @@ func main() {
 	q80("dotQ8_0R2C2", 2, 2)
 	q50("dotQ5_0R1C1", 1, 1)
 	q50("dotQ5_0R2C2", 2, 2)
+	for c := 1; c <= 4; c++ {
+		panelQ4_0(fmt.Sprintf("panelQ4_0C%d", c), c)
+		panelQ8_0(fmt.Sprintf("panelQ8_0C%d", c), c)
+	}
 
 	fdot("dotF16R4C1", fF16, fF16, 4, 1)
 	fdot("dotF16R1C1", fF16, fF16, 1, 1)

@@ -1,0 +1,161 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"math"
+
+	"shoal/engine/quant"
+)
+
+// Panels: the AVX2 prefill path for Q4_0 and Q8_0 weights.
+//
+// Without VNNI a row-by-row tile spends most of its instructions on
+// horizontal sums, scales and activation handling per block. So for a batch
+// of activations MatMul copies each 8 weight rows into a panel, where one
+// ymm holds the same columns of all 8 rows, and the panel kernels multiply
+// it by activation words broadcast to all lanes: the 8 row sums of a block
+// build up in the lanes of one register. Packing costs one pass over the
+// rows, repaid over every activation of the batch.
+
+// panelRows is the number of weight rows in a panel.
+const panelRows = 8
+
+// panelGroup is the rows a worker packs before it runs them against the
+// activations slab by slab (a multiple of panelRows).
+const panelGroup = 64
+
+// panelSet describes the panel kernels of one weight type.
+type panelSet struct {
+	C          int      // activations per full tile
+	tiles      [5]dotFn // by activation count, 1..C
+	blockBytes int      // panel bytes per 32-element block
+	actBytes   int      // prepared activation bytes per block
+	// pack writes panelRows rows of nb blocks (rs bytes apart) as a panel.
+	pack func(rows []byte, rs, nb int, dst []byte)
+	// prep writes one Q8_0 activation row of nb blocks as the kernels take it.
+	prep func(a []byte, nb int, dst []byte)
+}
+
+// panelMinN is the smallest batch that takes the panel path: packing reads
+// the rows once, so from a few activations on it costs less than the decode
+// kernels reading them once per activation.
+const panelMinN = 4
+
+// packQ4_0Panel lays out 8 Q4_0 rows as a panel: per block, quant dword d
+// (bytes 4d..4d+3: elements 4d..4d+3 in the low nibbles, 16+4d.. in the
+// high) of rows 0..7 in bytes 32d..32d+31, then the 8 f16 scales; 144 bytes,
+// as much as the rows' blocks.
+func packQ4_0Panel(rows []byte, rs, nb int, dst []byte) {
+	const bs = 18
+	for r := 0; r < panelRows; r++ {
+		row := rows[r*rs : r*rs+nb*bs]
+		for b := 0; b < nb; b++ {
+			blk, p := row[b*bs:b*bs+bs], dst[b*8*bs:b*8*bs+8*bs]
+			p[128+2*r], p[129+2*r] = blk[0], blk[1]
+			for d := 0; d < 4; d++ {
+				binary.LittleEndian.PutUint32(p[32*d+4*r:], binary.LittleEndian.Uint32(blk[2+4*d:]))
+			}
+		}
+	}
+}
+
+// prepS8 lays out a Q8_0 activation row for the Q4_0 panel kernels: per
+// block 40 bytes, the scale as float32, 8 times the sum of the quants as
+// int32, then the 32 quants.
+func prepS8(a []byte, nb int, dst []byte) {
+	for b := 0; b < nb; b++ {
+		s, d := a[b*34:b*34+34], dst[b*40:b*40+40]
+		binary.LittleEndian.PutUint32(d, math.Float32bits(quant.FP16ToFP32(binary.LittleEndian.Uint16(s))))
+		sum := int32(0)
+		for _, q := range s[2:] {
+			sum += int32(int8(q))
+		}
+		binary.LittleEndian.PutUint32(d[4:], uint32(8*sum))
+		copy(d[8:], s[2:])
+	}
+}
+
+// packQ8_0Panel lays out 8 Q8_0 rows as a panel: per block, the quants
+// widened to int16, elements 2j and 2j+1 of rows 0..7 in bytes 32j..32j+31,
+// then the 8 f16 scales; 528 bytes.
+func packQ8_0Panel(rows []byte, rs, nb int, dst []byte) {
+	const bs = 34
+	for r := 0; r < panelRows; r++ {
+		row := rows[r*rs : r*rs+nb*bs]
+		for b := 0; b < nb; b++ {
+			blk, p := row[b*bs:b*bs+bs], dst[b*528:b*528+528]
+			p[512+2*r], p[513+2*r] = blk[0], blk[1]
+			for j := 0; j < 16; j++ {
+				lo, hi := uint32(uint16(int16(int8(blk[2+2*j])))), uint32(uint16(int16(int8(blk[3+2*j]))))
+				binary.LittleEndian.PutUint32(p[32*j+4*r:], lo|hi<<16)
+			}
+		}
+	}
+}
+
+// prepI16 lays out a Q8_0 activation row for the Q8_0 panel kernels: per
+// block 68 bytes, the scale as float32, then the 32 quants as int16.
+func prepI16(a []byte, nb int, dst []byte) {
+	for b := 0; b < nb; b++ {
+		s, d := a[b*34:b*34+34], dst[b*68:b*68+68]
+		binary.LittleEndian.PutUint32(d, math.Float32bits(quant.FP16ToFP32(binary.LittleEndian.Uint16(s))))
+		for k, q := range s[2:] {
+			binary.LittleEndian.PutUint16(d[4+2*k:], uint16(int16(int8(q))))
+		}
+	}
+}
+
+// doPanel is the worker function of the panel path: units of panelGroup
+// rows; rows past the last whole panel go to the decode kernels.
+func (j *mmJob) doPanel(w, lo, hi int) {
+	m, ps := j.m, j.ks.panel
+	nb := m.Cols / quant.QK
+	r0, r1 := lo*panelGroup, min(hi*panelGroup, m.Rows)
+	pb := nb * ps.blockBytes
+	if need := panelGroup / panelRows * pb; cap(j.scr[w]) < need {
+		j.scr[w] = make([]byte, need)
+	}
+	scr := j.scr[w]
+	as := nb * ps.actBytes
+	// Activations go in slabs of about 128 KiB, so that a slab and the
+	// group's panels both stay in L2 while every panel meets every column.
+	C := ps.C
+	slab := max(C, (128<<10)/as/C*C)
+	for g := r0; g+panelRows <= r1; g += panelGroup {
+		np := min(panelGroup, r1-g) / panelRows
+		for p := 0; p < np; p++ {
+			r := g + p*panelRows
+			ps.pack(m.Data[r*m.RowSize:], m.RowSize, nb, scr[p*pb:(p+1)*pb])
+		}
+		for c0 := 0; c0 < j.n; c0 += slab {
+			c1 := min(c0+slab, j.n)
+			for p := 0; p < np; p++ {
+				r := g + p*panelRows
+				c := c0
+				for ; c+C <= c1; c += C {
+					ps.tiles[C](&scr[p*pb], 0, &j.ta[c*as], as, nb, &j.out[c*j.ldo+r], j.ldo)
+				}
+				if c < c1 {
+					ps.tiles[c1-c](&scr[p*pb], 0, &j.ta[c*as], as, nb, &j.out[c*j.ldo+r], j.ldo)
+				}
+			}
+		}
+	}
+	if full := r0 + (r1-r0)/panelRows*panelRows; full < r1 {
+		j.decode(m.Data, 0, full, r1, 0, j.n, nb)
+	}
+}
+
+// prepPanel lays out the activations for the panel kernels in j.u8.
+func (j *mmJob) prepPanel(nb int) {
+	ps := j.ks.panel
+	n, rs := j.n, nb*ps.actBytes
+	if cap(j.u8) < n*rs {
+		j.u8 = make([]byte, n*rs)
+	}
+	u := j.u8[:n*rs]
+	for i := 0; i < n; i++ {
+		ps.prep(j.xq[i*j.ars:], nb, u[i*rs:])
+	}
+	j.ta, j.tas = u, rs
+}

@@ -1,0 +1,87 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"shoal/engine/quant"
+)
+
+// panelTypes are the weight types with panel kernels on some level.
+var panelTypes = []quant.Type{quant.Q4_0, quant.Q8_0}
+
+// The panel path against row products: several 64-row groups, a last
+// partial group, rows past the last whole panel (decode kernels), more
+// activations than one slab, and every count of activations left over after
+// the full tiles.
+func TestMatMulPanels(t *testing.T) {
+	p := NewPool(2)
+	defer p.Close()
+	ran := false
+	eachLevel(t, func(level string) {
+		r := rand.New(rand.NewPCG(43, 44))
+		for _, typ := range panelTypes {
+			ks := kernelsFor(typ)
+			if ks == nil || ks.panel == nil {
+				continue
+			}
+			ran = true
+			for _, sh := range []struct{ rows, cols int }{{5, 64}, {77, 96}, {136, 2048}, {8, 32}} {
+				m := randMatrix(r, typ, sh.rows, sh.cols)
+				for _, n := range []int{4, 5, 6, 7, 13, 101} {
+					if sh.cols == 2048 && n < 101 && n != 7 {
+						continue
+					}
+					_, xq := randActs(r, typ, n, sh.cols)
+					ldo := sh.rows + 3
+					want := matmulWant(m, xq, n, ldo)
+					out := make([]float32, len(want))
+					MatMul(p, m, xq, n, out, ldo)
+					checkMatMul(t, fmt.Sprintf("%s %v %dx%d n=%d", level, typ, sh.rows, sh.cols, n), m, xq, n, ldo, out, want)
+				}
+			}
+		}
+	})
+	if Levels()[0] == "avx2" && !ran {
+		t.Fatal("the avx2 level has no panel kernels")
+	}
+}
+
+// The slab loop needs more activation bytes than a slab holds: 2048 columns
+// of Q8_0 prepared as int16 take 4352 bytes per activation, so 101
+// activations are four slabs.
+func TestPanelSlabs(t *testing.T) {
+	for _, typ := range panelTypes {
+		ks := kernelsFor(typ)
+		if ks == nil || ks.panel == nil {
+			t.Skipf("%s: no panel kernels on level %s", typ, Path())
+		}
+		as := 2048 / quant.QK * ks.panel.actBytes
+		if slab := (128 << 10) / as; slab >= 101 {
+			t.Fatalf("%s: a slab holds %d activations; TestMatMulPanels does not cross slabs", typ, slab)
+		}
+	}
+}
+
+// BenchmarkPanelKernel times the 8x4 panel kernels on a panel and activations
+// in L1 (no packing): the kernels' compute rate.
+func BenchmarkPanelKernel(b *testing.B) {
+	for _, typ := range panelTypes {
+		ks := kernelsFor(typ)
+		if ks == nil || ks.panel == nil {
+			continue
+		}
+		ps := ks.panel
+		const nb = 32
+		w := make([]byte, nb*ps.blockBytes)
+		a := make([]byte, ps.C*nb*ps.actBytes)
+		out := make([]float32, 8*ps.C)
+		b.Run(typ.String(), func(b *testing.B) {
+			for b.Loop() {
+				ps.tiles[ps.C](&w[0], 0, &a[0], nb*ps.actBytes, nb, &out[0], 8)
+			}
+			b.ReportMetric(float64(2*8*ps.C*32*nb)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
