@@ -23,12 +23,12 @@ func archLevels() []*level {
 		scaleRoundF16: scaleRoundF16AVX2}
 	l.k[quant.Q4_0] = &kset{blockLen: quant.QK,
 		one: oneQ4_0, rowsR: 4, rowsX: pickX(dotQ4_0X4, dotQ4_0X4T0), auxPrep: auxPairs(8), tile: dotQ4_0R2C4, tileR: 2, tileC: 4}
-	l.k[quant.Q4_0].panel = &panelSet{C: 4, tiles: [5]dotFn{nil, panelQ4_0C1, panelQ4_0C2, panelQ4_0C3, panelQ4_0C4},
-		blockBytes: 144, actBytes: 40, pack: packQ4_0Panel, prep: prepS8}
+	l.k[quant.Q4_0].panel = &panelSet{R: 8, group: 64, blockLen: quant.QK, C: 4, tiles: [7]dotFn{nil, panelQ4_0C1, panelQ4_0C2, panelQ4_0C3, panelQ4_0C4},
+		blockBytes: 144, pack: packQ4_0Panel, prep: prepS8, actBytes: 40}
 	l.k[quant.Q8_0] = &kset{blockLen: quant.QK,
 		one: oneQ8_0, rowsR: 4, rowsX: pickX(dotQ8_0X4, dotQ8_0X4T0), rowsX8: pickX(dotQ8_0X8, dotQ8_0X8T0), auxPrep: auxQ8_0}
-	l.k[quant.Q8_0].panel = &panelSet{C: 4, tiles: [5]dotFn{nil, panelQ8_0C1, panelQ8_0C2, panelQ8_0C3, panelQ8_0C4},
-		blockBytes: 528, actBytes: 68, pack: packQ8_0Panel, prep: prepI16}
+	l.k[quant.Q8_0].panel = &panelSet{R: 8, group: 64, blockLen: quant.QK, C: 4, tiles: [7]dotFn{nil, panelQ8_0C1, panelQ8_0C2, panelQ8_0C3, panelQ8_0C4},
+		blockBytes: 528, pack: packQ8_0Panel, prep: prepI16, actBytes: 68}
 	l.k[quant.Q5_0] = &kset{blockLen: quant.QK,
 		one: oneQ5_0, rowsR: 4, rowsX: pickX(dotQ5_0X4, dotQ5_0X4T0), auxPrep: auxPairs(16), tile: dotQ5_0R2C2, tileR: 2, tileC: 2}
 	l.k[quant.Q4_K] = &kset{blockLen: quant.QKK,
@@ -43,6 +43,11 @@ func archLevels() []*level {
 		one: oneBF16, rows: pick(dotBF16R4C1, dotBF16R4C1T0), rowsR: 4, tile: dotBF16F32R4C3, tileR: 4, tileC: 3, tileF32: true}
 	l.k[quant.F32] = &kset{blockLen: 16, tail: true,
 		one: oneF32, rows: pick(dotF32R4C1, dotF32R4C1T0), rowsR: 4, tile: dotF32F32R4C3, tileR: 4, tileC: 3, tileF32: true}
+	floatTiles := [7]dotFn{nil, panelF32C1, panelF32C2, panelF32C3, panelF32C4, panelF32C5, panelF32C6}
+	for t, pack := range map[quant.Type]func(*byte, int, int, *float32, int){
+		quant.F16: panelPackF16, quant.BF16: panelPackBF16, quant.F32: panelPackF32} {
+		l.k[t].panel = &panelSet{R: 16, group: 16, blockLen: 16, C: 6, tiles: floatTiles, blockBytes: 1024, pack: floatPanel(pack)}
+	}
 	if intel {
 		// Float rows decode faster on Intel cores with the hardware
 		// prefetcher alone (TinyLlama F16 tg on one thread of a Xeon with
@@ -89,6 +94,7 @@ func archLevels() []*level {
 		} {
 			ks := *l.k[t]
 			ks.tile, ks.tile4, ks.tileR, ks.tileC = f[0], f[1], 4, 6
+			ks.panel = nil
 			v.k[t] = &ks
 		}
 		if cpu.X86.HasAVX512BF16 {

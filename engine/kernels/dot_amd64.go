@@ -60,45 +60,90 @@ func dotQ5_0R1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 //go:noescape
 func dotQ5_0R2C2(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
-// panelQ4_0C1: a panel of 8 weight rows x 1 activation row(s); Q4_0 weights, s8 activations
+// panelQ4_0C1: a panel of 8 Q4_0 weight rows (s8 activations) x 1 activation row(s)
 //
 //go:noescape
 func panelQ4_0C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
-// panelQ8_0C1: a panel of 8 weight rows x 1 activation row(s); Q8_0 weights, i16 activations
+// panelQ8_0C1: a panel of 8 Q8_0 weight rows (i16 activations) x 1 activation row(s)
 //
 //go:noescape
 func panelQ8_0C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
-// panelQ4_0C2: a panel of 8 weight rows x 2 activation row(s); Q4_0 weights, s8 activations
+// panelQ4_0C2: a panel of 8 Q4_0 weight rows (s8 activations) x 2 activation row(s)
 //
 //go:noescape
 func panelQ4_0C2(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
-// panelQ8_0C2: a panel of 8 weight rows x 2 activation row(s); Q8_0 weights, i16 activations
+// panelQ8_0C2: a panel of 8 Q8_0 weight rows (i16 activations) x 2 activation row(s)
 //
 //go:noescape
 func panelQ8_0C2(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
-// panelQ4_0C3: a panel of 8 weight rows x 3 activation row(s); Q4_0 weights, s8 activations
+// panelQ4_0C3: a panel of 8 Q4_0 weight rows (s8 activations) x 3 activation row(s)
 //
 //go:noescape
 func panelQ4_0C3(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
-// panelQ8_0C3: a panel of 8 weight rows x 3 activation row(s); Q8_0 weights, i16 activations
+// panelQ8_0C3: a panel of 8 Q8_0 weight rows (i16 activations) x 3 activation row(s)
 //
 //go:noescape
 func panelQ8_0C3(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
-// panelQ4_0C4: a panel of 8 weight rows x 4 activation row(s); Q4_0 weights, s8 activations
+// panelQ4_0C4: a panel of 8 Q4_0 weight rows (s8 activations) x 4 activation row(s)
 //
 //go:noescape
 func panelQ4_0C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
-// panelQ8_0C4: a panel of 8 weight rows x 4 activation row(s); Q8_0 weights, i16 activations
+// panelQ8_0C4: a panel of 8 Q8_0 weight rows (i16 activations) x 4 activation row(s)
 //
 //go:noescape
 func panelQ8_0C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// panelF32C1: a panel of 16 float weight rows (float32 activations, 16 columns per block) x 1 activation row(s)
+//
+//go:noescape
+func panelF32C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// panelF32C2: a panel of 16 float weight rows (float32 activations, 16 columns per block) x 2 activation row(s)
+//
+//go:noescape
+func panelF32C2(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// panelF32C3: a panel of 16 float weight rows (float32 activations, 16 columns per block) x 3 activation row(s)
+//
+//go:noescape
+func panelF32C3(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// panelF32C4: a panel of 16 float weight rows (float32 activations, 16 columns per block) x 4 activation row(s)
+//
+//go:noescape
+func panelF32C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// panelF32C5: a panel of 16 float weight rows (float32 activations, 16 columns per block) x 5 activation row(s)
+//
+//go:noescape
+func panelF32C5(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// panelF32C6: a panel of 16 float weight rows (float32 activations, 16 columns per block) x 6 activation row(s)
+//
+//go:noescape
+func panelF32C6(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// panelPackF16 writes 8 rows of nk f16 values (a multiple of 8) as float32 columns of 8, ds bytes apart.
+//
+//go:noescape
+func panelPackF16(w *byte, ws int, nk int, dst *float32, ds int)
+
+// panelPackBF16 writes 8 rows of nk bf16 values (a multiple of 8) as float32 columns of 8, ds bytes apart.
+//
+//go:noescape
+func panelPackBF16(w *byte, ws int, nk int, dst *float32, ds int)
+
+// panelPackF32 writes 8 rows of nk float32 values (a multiple of 8) as float32 columns of 8, ds bytes apart.
+//
+//go:noescape
+func panelPackF32(w *byte, ws int, nk int, dst *float32, ds int)
 
 // dotF16R4C1: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
 //

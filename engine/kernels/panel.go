@@ -3,37 +3,37 @@ package kernels
 import (
 	"encoding/binary"
 	"math"
+	"unsafe"
 
 	"shoal/engine/quant"
 )
 
-// Panels: the AVX2 prefill path for Q4_0 and Q8_0 weights.
+// Panels: the AVX2 prefill path for Q4_0, Q8_0 and float weights.
 //
 // Without VNNI a row-by-row tile spends most of its instructions on
 // horizontal sums, scales and activation handling per block. So for a batch
-// of activations MatMul copies each 8 weight rows into a panel, where one
-// ymm holds the same columns of all 8 rows, and the panel kernels multiply
-// it by activation words broadcast to all lanes: the 8 row sums of a block
-// build up in the lanes of one register. Packing costs one pass over the
+// of activations MatMul copies each 8 weight rows (floats: 16, as float32)
+// into a panel, where one ymm holds the same columns of 8 rows, and the
+// panel kernels multiply it by activation words broadcast to all lanes: the
+// row sums build up in the lanes of one register. Packing costs one pass over the
 // rows, repaid over every activation of the batch.
-
-// panelRows is the number of weight rows in a panel.
-const panelRows = 8
-
-// panelGroup is the rows a worker packs before it runs them against the
-// activations slab by slab (a multiple of panelRows).
-const panelGroup = 64
 
 // panelSet describes the panel kernels of one weight type.
 type panelSet struct {
-	C          int      // activations per full tile
-	tiles      [5]dotFn // by activation count, 1..C
-	blockBytes int      // panel bytes per 32-element block
-	actBytes   int      // prepared activation bytes per block
-	// pack writes panelRows rows of nb blocks (rs bytes apart) as a panel.
+	R        int      // rows per panel: 8 (quants) or 16 (floats)
+	group    int      // rows a worker packs before it runs them against the activations slab by slab
+	blockLen int      // elements per kernel block
+	C        int      // activations per full tile
+	tiles    [7]dotFn // by activation count, 1..C
+	// blockBytes is the panel bytes per block.
+	blockBytes int
+	// pack writes R rows of nb blocks (rs bytes apart) as a panel.
 	pack func(rows []byte, rs, nb int, dst []byte)
-	// prep writes one Q8_0 activation row of nb blocks as the kernels take it.
-	prep func(a []byte, nb int, dst []byte)
+	// prep, for the quant formats, writes one Q8_0 activation row of nb
+	// blocks as the kernels take it, actBytes per block. Float kernels take
+	// float32 activation rows.
+	prep     func(a []byte, nb int, dst []byte)
+	actBytes int
 }
 
 // panelMinN is the smallest batch that takes the panel path: packing reads
@@ -41,13 +41,22 @@ type panelSet struct {
 // kernels reading them once per activation.
 const panelMinN = 4
 
+// floatPanel returns the pack function of the float panels (16 rows, per
+// column the rows' 16 float32 values) from a kernel that writes 8 rows.
+func floatPanel(f func(w *byte, ws int, nk int, dst *float32, ds int)) func(rows []byte, rs, nb int, dst []byte) {
+	return func(rows []byte, rs, nb int, dst []byte) {
+		f(&rows[0], rs, 16*nb, (*float32)(unsafe.Pointer(&dst[0])), 64)
+		f(&rows[8*rs], rs, 16*nb, (*float32)(unsafe.Pointer(&dst[32])), 64)
+	}
+}
+
 // packQ4_0Panel lays out 8 Q4_0 rows as a panel: per block, quant dword d
 // (bytes 4d..4d+3: elements 4d..4d+3 in the low nibbles, 16+4d.. in the
 // high) of rows 0..7 in bytes 32d..32d+31, then the 8 f16 scales; 144 bytes,
 // as much as the rows' blocks.
 func packQ4_0Panel(rows []byte, rs, nb int, dst []byte) {
 	const bs = 18
-	for r := 0; r < panelRows; r++ {
+	for r := 0; r < 8; r++ {
 		row := rows[r*rs : r*rs+nb*bs]
 		for b := 0; b < nb; b++ {
 			blk, p := row[b*bs:b*bs+bs], dst[b*8*bs:b*8*bs+8*bs]
@@ -80,7 +89,7 @@ func prepS8(a []byte, nb int, dst []byte) {
 // then the 8 f16 scales; 528 bytes.
 func packQ8_0Panel(rows []byte, rs, nb int, dst []byte) {
 	const bs = 34
-	for r := 0; r < panelRows; r++ {
+	for r := 0; r < 8; r++ {
 		row := rows[r*rs : r*rs+nb*bs]
 		for b := 0; b < nb; b++ {
 			blk, p := row[b*bs:b*bs+bs], dst[b*528:b*528+528]
@@ -105,32 +114,32 @@ func prepI16(a []byte, nb int, dst []byte) {
 	}
 }
 
-// doPanel is the worker function of the panel path: units of panelGroup
-// rows; rows past the last whole panel go to the decode kernels.
+// doPanel is the worker function of the panel path: units of ps.group
+// rows; rows past the last whole panel go the row-by-row way.
 func (j *mmJob) doPanel(w, lo, hi int) {
 	m, ps := j.m, j.ks.panel
-	nb := m.Cols / quant.QK
-	r0, r1 := lo*panelGroup, min(hi*panelGroup, m.Rows)
+	nb := m.Cols / ps.blockLen
+	r0, r1 := lo*ps.group, min(hi*ps.group, m.Rows)
 	pb := nb * ps.blockBytes
-	if need := panelGroup / panelRows * pb; cap(j.scr[w]) < need {
+	if need := ps.group / ps.R * pb; cap(j.scr[w]) < need {
 		j.scr[w] = make([]byte, need)
 	}
 	scr := j.scr[w]
-	as := nb * ps.actBytes
 	// Activations go in slabs of about 128 KiB, so that a slab and the
 	// group's panels both stay in L2 while every panel meets every column.
-	C := ps.C
+	C, as := ps.C, j.tas
 	slab := max(C, (128<<10)/as/C*C)
-	for g := r0; g+panelRows <= r1; g += panelGroup {
-		np := min(panelGroup, r1-g) / panelRows
+	full := r0 + (r1-r0)/ps.R*ps.R
+	for g := r0; g < full; g += ps.group {
+		np := min(ps.group, full-g) / ps.R
 		for p := 0; p < np; p++ {
-			r := g + p*panelRows
+			r := g + p*ps.R
 			ps.pack(m.Data[r*m.RowSize:], m.RowSize, nb, scr[p*pb:(p+1)*pb])
 		}
 		for c0 := 0; c0 < j.n; c0 += slab {
 			c1 := min(c0+slab, j.n)
 			for p := 0; p < np; p++ {
-				r := g + p*panelRows
+				r := g + p*ps.R
 				c := c0
 				for ; c+C <= c1; c += C {
 					ps.tiles[C](&scr[p*pb], 0, &j.ta[c*as], as, nb, &j.out[c*j.ldo+r], j.ldo)
@@ -140,15 +149,22 @@ func (j *mmJob) doPanel(w, lo, hi int) {
 				}
 			}
 		}
+		j.tails(m.Data, 0, g, g+np*ps.R, nb*ps.blockLen)
 	}
-	if full := r0 + (r1-r0)/panelRows*panelRows; full < r1 {
-		j.decode(m.Data, 0, full, r1, 0, j.n, nb)
+	if full < r1 {
+		j.rows(m.Data, 0, full, r1)
 	}
 }
 
-// prepPanel lays out the activations for the panel kernels in j.u8.
-func (j *mmJob) prepPanel(nb int) {
+// prepPanel lays out the activations for the panel kernels: prepared in
+// j.u8 for the quant formats, as float32 for the float formats.
+func (j *mmJob) prepPanel() {
 	ps := j.ks.panel
+	if ps.prep == nil {
+		j.widen()
+		return
+	}
+	nb := j.m.Cols / ps.blockLen
 	n, rs := j.n, nb*ps.actBytes
 	if cap(j.u8) < n*rs {
 		j.u8 = make([]byte, n*rs)

@@ -9,7 +9,7 @@ import (
 )
 
 // panelTypes are the weight types with panel kernels on some level.
-var panelTypes = []quant.Type{quant.Q4_0, quant.Q8_0}
+var panelTypes = []quant.Type{quant.Q4_0, quant.Q8_0, quant.F16, quant.BF16, quant.F32}
 
 // The panel path against row products: several 64-row groups, a last
 // partial group, rows past the last whole panel (decode kernels), more
@@ -27,7 +27,11 @@ func TestMatMulPanels(t *testing.T) {
 				continue
 			}
 			ran = true
-			for _, sh := range []struct{ rows, cols int }{{5, 64}, {77, 96}, {136, 2048}, {8, 32}} {
+			shapes := []struct{ rows, cols int }{{5, 64}, {77, 96}, {136, 2048}, {8, 32}}
+			if ks.panel.R == 16 { // float: 16-row panels, 16-column blocks and a tail
+				shapes = []struct{ rows, cols int }{{15, 48}, {53, 200}, {32, 2048}, {16, 16}, {17, 2056}}
+			}
+			for _, sh := range shapes {
 				m := randMatrix(r, typ, sh.rows, sh.cols)
 				for _, n := range []int{4, 5, 6, 7, 13, 101} {
 					if sh.cols == 2048 && n < 101 && n != 7 {
@@ -57,15 +61,21 @@ func TestPanelSlabs(t *testing.T) {
 		if ks == nil || ks.panel == nil {
 			t.Skipf("%s: no panel kernels on level %s", typ, Path())
 		}
-		as := 2048 / quant.QK * ks.panel.actBytes
+		as := 2048 * 4 // float32 activations
+		if ks.panel.prep != nil {
+			as = 2048 / quant.QK * ks.panel.actBytes
+		}
 		if slab := (128 << 10) / as; slab >= 101 {
 			t.Fatalf("%s: a slab holds %d activations; TestMatMulPanels does not cross slabs", typ, slab)
 		}
 	}
 }
 
-// BenchmarkPanelKernel times the 8x4 panel kernels on a panel and activations
-// in L1 (no packing): the kernels' compute rate.
+// BenchmarkPanelKernel times the full-tile panel kernels on a panel of 1024
+// columns and its activations (no packing): the kernels' compute rate.
+// benchCols is the columns of the benchmark panel.
+const benchCols = 1024
+
 func BenchmarkPanelKernel(b *testing.B) {
 	for _, typ := range panelTypes {
 		ks := kernelsFor(typ)
@@ -73,15 +83,19 @@ func BenchmarkPanelKernel(b *testing.B) {
 			continue
 		}
 		ps := ks.panel
-		const nb = 32
+		nb := benchCols / ps.blockLen
+		as := 4 * (benchCols + 16) // as widen pads them
+		if ps.prep != nil {
+			as = nb * ps.actBytes
+		}
 		w := make([]byte, nb*ps.blockBytes)
-		a := make([]byte, ps.C*nb*ps.actBytes)
-		out := make([]float32, 8*ps.C)
+		a := make([]byte, ps.C*as)
+		out := make([]float32, ps.R*ps.C)
 		b.Run(typ.String(), func(b *testing.B) {
 			for b.Loop() {
-				ps.tiles[ps.C](&w[0], 0, &a[0], nb*ps.actBytes, nb, &out[0], 8)
+				ps.tiles[ps.C](&w[0], 0, &a[0], as, nb, &out[0], ps.R)
 			}
-			b.ReportMetric(float64(2*8*ps.C*32*nb)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			b.ReportMetric(float64(2*ps.R*ps.C*benchCols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
 	}
 }

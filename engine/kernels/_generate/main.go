@@ -51,6 +51,12 @@ func main() {
 		panelQ4_0(fmt.Sprintf("panelQ4_0C%d", c), c)
 		panelQ8_0(fmt.Sprintf("panelQ8_0C%d", c), c)
 	}
+	for c := 1; c <= 6; c++ {
+		panelF32(fmt.Sprintf("panelF32C%d", c), c)
+	}
+	panelPackF("panelPackF16", fF16)
+	panelPackF("panelPackBF16", fBF16)
+	panelPackF("panelPackF32", fF32)
 
 	fdot("dotF16R4C1", fF16, fF16, 4, 1)
 	fdot("dotF16R1C1", fF16, fF16, 1, 1)

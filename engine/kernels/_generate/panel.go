@@ -10,22 +10,24 @@ import (
 
 // ---- panel kernels (AVX2 prefill)
 //
-// A panel is 8 weight rows that MatMul lays out afresh for each call (see
-// panel.go in the package), so that one ymm holds the same 4 (or 2) columns
-// of all 8 rows. A broadcast activation word then multiplies 8 rows at once
-// and the 8 row sums sit in the lanes of one accumulator: no horizontal sums,
-// one conversion, scale and FMA per block and activation for 8 rows, and the
-// 8 results go out with one store.
+// A panel is 8 weight rows (floats: 16, as float32) that MatMul lays out
+// afresh for each call (see panel.go in the package), so that one ymm holds
+// the same 4 (Q4_0), 2 (Q8_0) or 1 (floats) columns of 8 rows. A broadcast
+// activation word then multiplies 8 rows at once and the row sums sit in the
+// lanes of one accumulator: no horizontal sums, for the quants one
+// conversion, scale and FMA per block and activation for 8 rows, and the
+// results go out with one store per 8 rows.
 //
 // Every panel kernel has the dotFn signature; w is the panel and ws is
-// unused. It computes out[c*os + r] for r < 8 and c < C.
+// unused. It computes out[c*os + r] for the panel's rows r (8, or 16 for
+// floats) and c < C.
 
 // panelBegin starts a panel kernel: the panel pointer, the C activation
 // pointers and the block count.
 func panelBegin(name string, C int, doc string) (w GPVirtual, a []GPVirtual, nb GPVirtual) {
 	TEXT(name, NOSPLIT, sig)
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s: a panel of 8 weight rows x %d activation row(s); %s", name, C, doc))
+	Doc(fmt.Sprintf("%s: a panel of %s x %d activation row(s)", name, doc, C))
 	w = ld("w")
 	a = []GPVirtual{ld("a")}
 	if C > 1 {
@@ -87,7 +89,7 @@ func panelStore(acc []VecVirtual) {
 // 2*15*128 add up in 16 bits without overflow) and 8*sum is subtracted per
 // block.
 func panelQ4_0(name string, C int) {
-	w, a, nb := panelBegin(name, C, "Q4_0 weights, s8 activations")
+	w, a, nb := panelBegin(name, C, "8 Q4_0 weight rows (s8 activations)")
 	acc := zeros(C)
 	i16 := make([]VecVirtual, C)
 	for c := range i16 {
@@ -135,7 +137,7 @@ func panelQ4_0(name string, C int) {
 // the 32 quants as int16). VPMADDWD multiplies a column pair of 8 rows by a
 // broadcast activation pair; the int32 sums cannot overflow.
 func panelQ8_0(name string, C int) {
-	w, a, nb := panelBegin(name, C, "Q8_0 weights, i16 activations")
+	w, a, nb := panelBegin(name, C, "8 Q8_0 weight rows (i16 activations)")
 	acc := zeros(C)
 	i32 := make([]VecVirtual, C)
 	for c := range i32 {
@@ -166,4 +168,97 @@ func panelQ8_0(name string, C int) {
 		}
 	})
 	panelStore(acc)
+}
+
+// panelF32: float panels (per column, the 16 rows' float32 values in 64
+// bytes) against float32 activation rows, 16 columns per block. Each column
+// is two ymm of rows times a broadcast activation: 12 FMAs per column for 6
+// activations, the most registers allow.
+func panelF32(name string, C int) {
+	w, a, nb := panelBegin(name, C, "16 float weight rows (float32 activations, 16 columns per block)")
+	acc := zeros(2 * C)
+	panelLoop(w, a, nb, 1024, 64, func() {
+		for k := 0; k < 16; k++ {
+			w0, w1 := YMM(), YMM()
+			VMOVUPS(Mem{Base: w, Disp: 64 * k}, w0)
+			VMOVUPS(Mem{Base: w, Disp: 64*k + 32}, w1)
+			for c := 0; c < C; c++ {
+				b := YMM()
+				VBROADCASTSS(Mem{Base: a[c], Disp: 4 * k}, b)
+				VFMADD231PS(w0, b, acc[2*c])
+				VFMADD231PS(w1, b, acc[2*c+1])
+			}
+		}
+	})
+	out := ld("out")
+	os := ld("os")
+	SHLQ(U8(2), os)
+	for c := 0; c < C; c++ {
+		VMOVUPS(acc[2*c], Mem{Base: out})
+		VMOVUPS(acc[2*c+1], Mem{Base: out, Disp: 32})
+		if c+1 < C {
+			ADDQ(os, out)
+		}
+	}
+	VZEROUPPER()
+	RET()
+}
+
+// panelPackF writes 8 float rows (format f, ws bytes apart) of nk columns
+// (a multiple of 8) as float32 columns: column k's 8 values at dst + k*ds
+// bytes. Per 8 columns: 8 loads, an 8x8 transpose, 8 stores.
+func panelPackF(name string, f ffmt) {
+	TEXT(name, NOSPLIT, "func(w *byte, ws int, nk int, dst *float32, ds int)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s writes 8 rows of nk %s values (a multiple of 8) as float32 columns of 8, ds bytes apart.", name, []string{"float32", "f16", "bf16"}[f]))
+	p, _ := rowPtrs(8)
+	nk := ld("nk")
+	dst := ld("dst")
+	ds := ld("ds")
+	SHRQ(U8(3), nk)
+	TESTQ(nk, nk)
+	JZ(LabelRef("done"))
+	Label("loop")
+	v := make([]VecVirtual, 8)
+	for r := range v {
+		v[r] = YMM()
+		loadF(f, Mem{Base: p[r]}, v[r])
+	}
+	t := make([]VecVirtual, 8)
+	for i := 0; i < 4; i++ {
+		t[2*i], t[2*i+1] = YMM(), YMM()
+		VUNPCKLPS(v[2*i+1], v[2*i], t[2*i])
+		VUNPCKHPS(v[2*i+1], v[2*i], t[2*i+1])
+	}
+	// u[e] holds element e (low lane) and e+4 (high lane) of 4 rows.
+	u := make([]VecVirtual, 8)
+	for h := 0; h < 2; h++ {
+		lo, hi := t[4*h], t[4*h+1]     // rows 4h, 4h+1
+		lo2, hi2 := t[4*h+2], t[4*h+3] // rows 4h+2, 4h+3
+		for e, s := range [][2]VecVirtual{{lo, lo2}, {lo, lo2}, {hi, hi2}, {hi, hi2}} {
+			u[4*h+e] = YMM()
+			VSHUFPS(U8([]uint8{0x44, 0xee}[e%2]), s[1], s[0], u[4*h+e])
+		}
+	}
+	o := GP64()
+	MOVQ(dst, o)
+	for e := 0; e < 8; e++ {
+		x := YMM()
+		imm := uint8(0x20)
+		if e >= 4 {
+			imm = 0x31
+		}
+		VPERM2F128(U8(imm), u[4+e%4], u[e%4], x)
+		VMOVUPS(x, Mem{Base: o})
+		ADDQ(ds, o)
+	}
+	MOVQ(o, dst)
+	for _, r := range p {
+		ADDQ(U32(8*f.size()), r)
+	}
+	DECQ(nk)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
 }
