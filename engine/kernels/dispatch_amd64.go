@@ -26,7 +26,13 @@ func archLevels() []*level {
 	l.k[quant.Q4_0].panel = &panelSet{R: 8, group: 64, blockLen: quant.QK, C: 4, tiles: [7]dotFn{nil, panelQ4_0C1, panelQ4_0C2, panelQ4_0C3, panelQ4_0C4},
 		blockBytes: 144, pack: packQ4_0Panel, prep: prepS8, actBytes: 40}
 	l.k[quant.Q8_0] = &kset{blockLen: quant.QK,
-		one: oneQ8_0, rowsR: 4, rowsX: pickX(dotQ8_0X4, dotQ8_0X4T0), rowsX8: pickX(dotQ8_0X8, dotQ8_0X8T0), auxPrep: auxQ8_0}
+		one: oneQ8_0, rowsR: 4, rowsX: pickX(dotQ8_0X4, dotQ8_0X4T0), auxPrep: auxQ8_0}
+	if intel {
+		// Eight rows at once keep more memory streams busy on Intel cores;
+		// on an AMD EPYC (AVX2 only) they streamed at 10 GB/s where four
+		// rows stream at 17-19 (BenchmarkMatMul/Q8_0/stream/n=1).
+		l.k[quant.Q8_0].rowsX8 = dotQ8_0X8
+	}
 	l.k[quant.Q8_0].panel = &panelSet{R: 8, group: 64, blockLen: quant.QK, C: 4, tiles: [7]dotFn{nil, panelQ8_0C1, panelQ8_0C2, panelQ8_0C3, panelQ8_0C4},
 		blockBytes: 528, pack: packQ8_0Panel, prep: prepI16, actBytes: 68}
 	l.k[quant.Q5_0] = &kset{blockLen: quant.QK,

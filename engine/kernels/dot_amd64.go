@@ -440,11 +440,6 @@ func dotQ8_0X4T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 //go:noescape
 func dotQ5_0X4T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 
-// dotQ8_0X8T0: 8 weight rows x 1 Q8_0 activation row, two blocks per iteration.
-//
-//go:noescape
-func dotQ8_0X8T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
-
 // dotF16R4C1T0: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
 //
 //go:noescape

@@ -106,7 +106,6 @@ func TestDecodePrefetchVariants(t *testing.T) {
 	}{
 		{quant.Q4_0, false, auxPairs(8), dotQ4_0X4, dotQ4_0X4T0, "Q4_0 X4"},
 		{quant.Q8_0, false, auxQ8_0, dotQ8_0X4, dotQ8_0X4T0, "Q8_0 X4"},
-		{quant.Q8_0, false, auxQ8_0, dotQ8_0X8, dotQ8_0X8T0, "Q8_0 X8"},
 		{quant.Q5_0, false, auxPairs(16), dotQ5_0X4, dotQ5_0X4T0, "Q5_0 X4"},
 		{quant.Q4_0, true, auxQ4_0S, dotQ4_0SV4C1, dotQ4_0SV4C1T0, "Q4_0 SV4"},
 	} {
@@ -124,6 +123,19 @@ func TestDecodePrefetchVariants(t *testing.T) {
 			c.t0(&m.Data[0], m.RowSize, &xq[0], &aux[0], nb, &b[0])
 			same(c.name, cols, a, b)
 		}
+	}
+	// the 8-row Q8_0 kernel (Intel only) against the 4-row one twice
+	for _, cols := range []int{64, 2048} {
+		m := randMatrix(r, quant.Q8_0, 8, cols)
+		_, xq := randActs(r, quant.Q8_0, 1, cols)
+		nb := cols / quant.QK
+		aux := make([]byte, max(auxSize(nb), 32*nb))
+		auxQ8_0(xq, nb, aux)
+		var a, b [8]float32
+		dotQ8_0X8(&m.Data[0], m.RowSize, &xq[0], &aux[0], nb, &a[0])
+		dotQ8_0X4(&m.Data[0], m.RowSize, &xq[0], &aux[0], nb, &b[0])
+		dotQ8_0X4(&m.Data[4*m.RowSize], m.RowSize, &xq[0], &aux[0], nb, &b[4])
+		same("Q8_0 X8", cols, a, b)
 	}
 	// the u8 decode kernels, on activations laid out by prepU8
 	if avx512 {

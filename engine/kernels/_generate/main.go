@@ -122,7 +122,6 @@ func main() {
 	q40x("dotQ4_0X4T0", quant40, 4)
 	q40x("dotQ8_0X4T0", quant80, 4)
 	q40x("dotQ5_0X4T0", quant50, 4)
-	q40x("dotQ8_0X8T0", quant80, 8)
 	fdot("dotF16R4C1T0", fF16, fF16, 4, 1)
 	fdot("dotBF16R4C1T0", fBF16, fBF16, 4, 1)
 	fdot("dotF32R4C1T0", fF32, fF32, 4, 1)
