@@ -24,7 +24,7 @@ func archLevels() []*level {
 	l.k[quant.Q4_0] = &kset{blockLen: quant.QK,
 		one: oneQ4_0, rowsR: 4, rowsX: pickX(dotQ4_0X4, dotQ4_0X4T0), auxPrep: auxPairs(8), tile: dotQ4_0R2C4, tileR: 2, tileC: 4}
 	l.k[quant.Q4_0].panel = &panelSet{R: 8, group: 64, blockLen: quant.QK, C: 4, tiles: [7]dotFn{nil, panelQ4_0C1, panelQ4_0C2, panelQ4_0C3, panelQ4_0C4},
-		blockBytes: 144, pack: packQ4_0Panel, prep: prepS8, actBytes: 40}
+		blockBytes: 144, pack: quantPanel(panelPackQ4_0, 18, 144), prep: prepS8, actBytes: 40, minN: 4}
 	l.k[quant.Q8_0] = &kset{blockLen: quant.QK,
 		one: oneQ8_0, rowsR: 4, rowsX: pickX(dotQ8_0X4, dotQ8_0X4T0), auxPrep: auxQ8_0}
 	if intel {
@@ -34,7 +34,7 @@ func archLevels() []*level {
 		l.k[quant.Q8_0].rowsX8 = dotQ8_0X8
 	}
 	l.k[quant.Q8_0].panel = &panelSet{R: 8, group: 64, blockLen: quant.QK, C: 4, tiles: [7]dotFn{nil, panelQ8_0C1, panelQ8_0C2, panelQ8_0C3, panelQ8_0C4},
-		blockBytes: 528, pack: packQ8_0Panel, prep: prepI16, actBytes: 68}
+		blockBytes: 528, pack: quantPanel(panelPackQ8_0, 34, 528), prep: prepI16, actBytes: 68, minN: 12}
 	l.k[quant.Q5_0] = &kset{blockLen: quant.QK,
 		one: oneQ5_0, rowsR: 4, rowsX: pickX(dotQ5_0X4, dotQ5_0X4T0), auxPrep: auxPairs(16), tile: dotQ5_0R2C2, tileR: 2, tileC: 2}
 	l.k[quant.Q4_K] = &kset{blockLen: quant.QKK,
@@ -52,7 +52,7 @@ func archLevels() []*level {
 	floatTiles := [7]dotFn{nil, panelF32C1, panelF32C2, panelF32C3, panelF32C4, panelF32C5, panelF32C6}
 	for t, pack := range map[quant.Type]func(*byte, int, int, *float32, int){
 		quant.F16: panelPackF16, quant.BF16: panelPackBF16, quant.F32: panelPackF32} {
-		l.k[t].panel = &panelSet{R: 16, group: 16, blockLen: 16, C: 6, tiles: floatTiles, blockBytes: 1024, pack: floatPanel(pack)}
+		l.k[t].panel = &panelSet{R: 16, group: 16, blockLen: 16, C: 6, tiles: floatTiles, blockBytes: 1024, pack: floatPanel(pack), minN: 12}
 	}
 	if intel {
 		// Float rows decode faster on Intel cores with the hardware

@@ -130,6 +130,16 @@ func panelF32C5(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 //go:noescape
 func panelF32C6(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
+// panelPackQ4_0 writes 8 rows of nb blocks, ws bytes apart, as a panel at dst.
+//
+//go:noescape
+func panelPackQ4_0(w *byte, ws int, nb int, dst *byte)
+
+// panelPackQ8_0 writes 8 rows of nb blocks, ws bytes apart, as a panel at dst.
+//
+//go:noescape
+func panelPackQ8_0(w *byte, ws int, nb int, dst *byte)
+
 // panelPackF16 writes 8 rows of nk f16 values (a multiple of 8) as float32 columns of 8, ds bytes apart.
 //
 //go:noescape

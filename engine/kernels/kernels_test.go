@@ -470,8 +470,8 @@ func BenchmarkMatMul(b *testing.B) {
 						ms = append(ms, &c)
 					}
 				}
-				for _, n := range []int{1, 16, 64} {
-					if shape.name == "stream" && n != 1 && n != 16 {
+				for _, n := range []int{1, 4, 8, 16, 64} {
+					if shape.name == "stream" && n == 64 {
 						continue
 					}
 					_, xq := randActs(r, typ, n, shape.cols)

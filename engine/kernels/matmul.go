@@ -212,7 +212,7 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 		}
 	}
 	j.group, j.tile, j.panel = 16, false, false
-	if ks := j.ks; ks != nil && ks.panel != nil && !m.Packed && n >= panelMinN && m.Cols >= ks.panel.blockLen {
+	if ks := j.ks; ks != nil && ks.panel != nil && !m.Packed && n >= ks.panel.minN && m.Cols >= ks.panel.blockLen {
 		j.panel = true
 		j.prepPanel()
 	}

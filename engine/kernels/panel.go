@@ -34,12 +34,25 @@ type panelSet struct {
 	// float32 activation rows.
 	prep     func(a []byte, nb int, dst []byte)
 	actBytes int
+	// minN is the smallest batch that takes the panel path. Packing reads
+	// the rows once, repaid over the activations; against the decode
+	// kernels the Q4_0 panels win from 4 activations on, the Q8_0 and float
+	// ones (twice the panel bytes, or slower per product) only from about
+	// 12 (8: level; 16: 1.1-1.4x, BenchmarkMatMul/*/stream).
+	minN int
 }
 
-// panelMinN is the smallest batch that takes the panel path: packing reads
-// the rows once, so from a few activations on it costs less than the decode
-// kernels reading them once per activation.
-const panelMinN = 4
+// quantPanel returns the pack function of the Q4_0 and Q8_0 panels from
+// the kernel that writes them (see packQ4_0Panel and packQ8_0Panel in the
+// tests for the layouts).
+// The rows' blocks take bs bytes, the panel's pbs.
+func quantPanel(f func(w *byte, ws int, nb int, dst *byte), bs, pbs int) func(rows []byte, rs, nb int, dst []byte) {
+	return func(rows []byte, rs, nb int, dst []byte) {
+		_ = rows[7*rs+nb*bs-1] // the kernel reads and writes within the slices
+		_ = dst[nb*pbs-1]
+		f(&rows[0], rs, nb, &dst[0])
+	}
+}
 
 // floatPanel returns the pack function of the float panels (16 rows, per
 // column the rows' 16 float32 values) from a kernel that writes 8 rows.
@@ -47,24 +60,6 @@ func floatPanel(f func(w *byte, ws int, nk int, dst *float32, ds int)) func(rows
 	return func(rows []byte, rs, nb int, dst []byte) {
 		f(&rows[0], rs, 16*nb, (*float32)(unsafe.Pointer(&dst[0])), 64)
 		f(&rows[8*rs], rs, 16*nb, (*float32)(unsafe.Pointer(&dst[32])), 64)
-	}
-}
-
-// packQ4_0Panel lays out 8 Q4_0 rows as a panel: per block, quant dword d
-// (bytes 4d..4d+3: elements 4d..4d+3 in the low nibbles, 16+4d.. in the
-// high) of rows 0..7 in bytes 32d..32d+31, then the 8 f16 scales; 144 bytes,
-// as much as the rows' blocks.
-func packQ4_0Panel(rows []byte, rs, nb int, dst []byte) {
-	const bs = 18
-	for r := 0; r < 8; r++ {
-		row := rows[r*rs : r*rs+nb*bs]
-		for b := 0; b < nb; b++ {
-			blk, p := row[b*bs:b*bs+bs], dst[b*8*bs:b*8*bs+8*bs]
-			p[128+2*r], p[129+2*r] = blk[0], blk[1]
-			for d := 0; d < 4; d++ {
-				binary.LittleEndian.PutUint32(p[32*d+4*r:], binary.LittleEndian.Uint32(blk[2+4*d:]))
-			}
-		}
 	}
 }
 
@@ -81,24 +76,6 @@ func prepS8(a []byte, nb int, dst []byte) {
 		}
 		binary.LittleEndian.PutUint32(d[4:], uint32(8*sum))
 		copy(d[8:], s[2:])
-	}
-}
-
-// packQ8_0Panel lays out 8 Q8_0 rows as a panel: per block, the quants
-// widened to int16, elements 2j and 2j+1 of rows 0..7 in bytes 32j..32j+31,
-// then the 8 f16 scales; 528 bytes.
-func packQ8_0Panel(rows []byte, rs, nb int, dst []byte) {
-	const bs = 34
-	for r := 0; r < 8; r++ {
-		row := rows[r*rs : r*rs+nb*bs]
-		for b := 0; b < nb; b++ {
-			blk, p := row[b*bs:b*bs+bs], dst[b*528:b*528+528]
-			p[512+2*r], p[513+2*r] = blk[0], blk[1]
-			for j := 0; j < 16; j++ {
-				lo, hi := uint32(uint16(int16(int8(blk[2+2*j])))), uint32(uint16(int16(int8(blk[3+2*j]))))
-				binary.LittleEndian.PutUint32(p[32*j+4*r:], lo|hi<<16)
-			}
-		}
 	}
 }
 

@@ -54,6 +54,8 @@ func main() {
 	for c := 1; c <= 6; c++ {
 		panelF32(fmt.Sprintf("panelF32C%d", c), c)
 	}
+	panelPackQ("panelPackQ4_0", false)
+	panelPackQ("panelPackQ8_0", true)
 	panelPackF("panelPackF16", fF16)
 	panelPackF("panelPackBF16", fBF16)
 	panelPackF("panelPackF32", fF32)

@@ -224,31 +224,9 @@ func panelPackF(name string, f ffmt) {
 		v[r] = YMM()
 		loadF(f, Mem{Base: p[r]}, v[r])
 	}
-	t := make([]VecVirtual, 8)
-	for i := 0; i < 4; i++ {
-		t[2*i], t[2*i+1] = YMM(), YMM()
-		VUNPCKLPS(v[2*i+1], v[2*i], t[2*i])
-		VUNPCKHPS(v[2*i+1], v[2*i], t[2*i+1])
-	}
-	// u[e] holds element e (low lane) and e+4 (high lane) of 4 rows.
-	u := make([]VecVirtual, 8)
-	for h := 0; h < 2; h++ {
-		lo, hi := t[4*h], t[4*h+1]     // rows 4h, 4h+1
-		lo2, hi2 := t[4*h+2], t[4*h+3] // rows 4h+2, 4h+3
-		for e, s := range [][2]VecVirtual{{lo, lo2}, {lo, lo2}, {hi, hi2}, {hi, hi2}} {
-			u[4*h+e] = YMM()
-			VSHUFPS(U8([]uint8{0x44, 0xee}[e%2]), s[1], s[0], u[4*h+e])
-		}
-	}
 	o := GP64()
 	MOVQ(dst, o)
-	for e := 0; e < 8; e++ {
-		x := YMM()
-		imm := uint8(0x20)
-		if e >= 4 {
-			imm = 0x31
-		}
-		VPERM2F128(U8(imm), u[4+e%4], u[e%4], x)
+	for _, x := range transpose8x8(v) {
 		VMOVUPS(x, Mem{Base: o})
 		ADDQ(ds, o)
 	}
@@ -261,4 +239,93 @@ func panelPackF(name string, f ffmt) {
 	Label("done")
 	VZEROUPPER()
 	RET()
+}
+
+// panelPackQ writes 8 Q4_0 (q80 false) or Q8_0 rows (ws bytes apart) of nb
+// blocks as a panel (see packQ4_0Panel and packQ8_0Panel in the package):
+// per block, a 4x4 (Q4_0) or two 8x8 (Q8_0, widened to int16) dword
+// transposes and the 8 scales.
+func panelPackQ(name string, q80 bool) {
+	TEXT(name, NOSPLIT, "func(w *byte, ws int, nb int, dst *byte)")
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s writes 8 rows of nb blocks, ws bytes apart, as a panel at dst.", name))
+	p, _ := rowPtrs(8)
+	nb := ld("nb")
+	dst := ld("dst")
+	bs, pbs, sc := 18, 144, 128
+	if q80 {
+		bs, pbs, sc = 34, 528, 512
+	}
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	Label("loop")
+	if q80 {
+		for h := 0; h < 2; h++ {
+			v := make([]VecVirtual, 8)
+			for r := range v {
+				v[r] = YMM()
+				VPMOVSXBW(Mem{Base: p[r], Disp: 2 + 16*h}, v[r])
+			}
+			for j, x := range transpose8x8(v) {
+				VMOVDQU(x, Mem{Base: dst, Disp: 32 * (8*h + j)})
+			}
+		}
+	} else {
+		v := make([]VecVirtual, 4)
+		for r := range v {
+			v[r] = YMM()
+			VMOVDQU(Mem{Base: p[r], Disp: 2}, v[r].AsX())
+			VINSERTI128(U8(1), Mem{Base: p[r+4], Disp: 2}, v[r], v[r])
+		}
+		for d, x := range transpose4x4(v) {
+			VMOVDQU(x, Mem{Base: dst, Disp: 32 * d})
+		}
+	}
+	t := GP16()
+	for r := 0; r < 8; r++ {
+		MOVW(Mem{Base: p[r]}, t)
+		MOVW(t, Mem{Base: dst, Disp: sc + 2*r})
+	}
+	for _, r := range p {
+		ADDQ(U32(bs), r)
+	}
+	ADDQ(U32(pbs), dst)
+	DECQ(nb)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
+// transpose4x4 transposes the 4x4 dwords in each lane of v[0..3]: result
+// d holds dword d of v[0..3] in each lane.
+func transpose4x4(v []VecVirtual) []VecVirtual {
+	t := make([]VecVirtual, 4)
+	for i := 0; i < 2; i++ {
+		t[2*i], t[2*i+1] = YMM(), YMM()
+		VUNPCKLPS(v[2*i+1], v[2*i], t[2*i])
+		VUNPCKHPS(v[2*i+1], v[2*i], t[2*i+1])
+	}
+	u := make([]VecVirtual, 4)
+	for e := range u {
+		u[e] = YMM()
+		VSHUFPS(U8([]uint8{0x44, 0xee}[e%2]), t[2+e/2], t[e/2], u[e])
+	}
+	return u
+}
+
+// transpose8x8 transposes 8 vectors of 8 dwords: result e holds dword e of
+// v[0..7].
+func transpose8x8(v []VecVirtual) []VecVirtual {
+	lo, hi := transpose4x4(v[:4]), transpose4x4(v[4:])
+	out := make([]VecVirtual, 8)
+	for e := range out {
+		out[e] = YMM()
+		imm := uint8(0x20)
+		if e >= 4 {
+			imm = 0x31
+		}
+		VPERM2F128(U8(imm), hi[e%4], lo[e%4], out[e])
+	}
+	return out
 }
