@@ -718,15 +718,30 @@ func q4k(name string, R, C int, withHigh bool) {
 			VPHADDW(Mem{Base: k.a[c], Disp: 276}, v, v)
 			return v
 		}
+		// With several rows and one activation, the activation's pair sums
+		// and scale are read once per block.
+		var q8s, das VecVirtual
+		if R > 1 {
+			q8s, das = q8sp(0), YMM()
+			VBROADCASTSS(Mem{Base: k.a[0]}, das)
+		}
 		// finish adds one block's integer sums of row x · act c into acc.
 		finish := func(x GPVirtual, c int, sumi, acc VecVirtual) {
 			mp := XMM()
-			VPMADDWD(slot.Offset(16), q8sp(c), mp)
+			if q8s != nil {
+				VPMADDWD(slot.Offset(16), q8s, mp)
+			} else {
+				VPMADDWD(slot.Offset(16), q8sp(c), mp)
+			}
 			VCVTDQ2PS(mp, mp)
-			dd, t, da := XMM(), YMM(), YMM()
+			dd, t := XMM(), YMM()
 			VPBROADCASTD(Mem{Base: x}, dd)
 			VCVTPH2PS(dd, t)
-			VBROADCASTSS(Mem{Base: k.a[c]}, da)
+			da := das
+			if da == nil {
+				da = YMM()
+				VBROADCASTSS(Mem{Base: k.a[c]}, da)
+			}
 			VMULPS(da, t, t)
 			dv, dm := YMM(), YMM()
 			VPERMILPS(U8(0x00), t, dv)
