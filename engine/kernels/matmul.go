@@ -158,6 +158,9 @@ type mmJob struct {
 	panel bool
 
 	fnp func(w, lo, hi int)
+	// fnwd and fnpp widen or prepare activations [lo,hi) (widenRows,
+	// prepRows), spread over the pool.
+	fnwd, fnpp func(lo, hi int)
 
 	fn  func(lo, hi int)
 	fnw func(w, lo, hi int)
@@ -173,6 +176,8 @@ var mmJobs = sync.Pool{New: func() any {
 	j.fn = j.do
 	j.fnw = j.doUnpacked
 	j.fnp = j.doPanel
+	j.fnwd = j.widenRows
+	j.fnpp = j.prepRows
 	return j
 }}
 
@@ -214,7 +219,7 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 	j.group, j.tile, j.panel = 16, false, false
 	if ks := j.ks; ks != nil && ks.panel != nil && !m.Packed && n >= ks.panel.minN && m.Cols >= ks.panel.blockLen {
 		j.panel = true
-		j.prepPanel()
+		j.prepPanel(p)
 	}
 	if ks := j.ks; ks != nil && !j.panel {
 		j.group = ks.rowsR
@@ -239,7 +244,7 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 			j.group = max(ks.rowsR, ks.tileR)
 			j.ta, j.tas = xq, ars
 			if ks.tileF32 && m.Type != quant.F32 {
-				j.widen()
+				j.widen(p)
 			}
 			if ks.tileU8 {
 				j.prepU8(m.Cols / quant.QK)
@@ -339,15 +344,24 @@ func (j *mmJob) pairK8(nb int) {
 // same column, and rows a power of two bytes apart would all fall in the
 // same L1 sets (the 16x6 float panel kernel ran at 30 GFLOP/s with rows
 // 4 KiB apart and at 85 with them padded).
-func (j *mmJob) widen() {
+func (j *mmJob) widen(p *Pool) {
 	cols, n := j.m.Cols, j.n
 	st := cols + 16
 	if cap(j.f32) < n*st {
 		j.f32 = make([]float32, n*st)
 	}
 	f := j.f32[:n*st]
-	for i := 0; i < n; i++ {
-		d := f[i*st : i*st+cols]
+	j.ta = unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*len(f))
+	j.tas = 4 * st
+	p.Run(n, 4, j.fnwd)
+}
+
+// widenRows widens activations [lo,hi) into j.ta (see widen).
+func (j *mmJob) widenRows(lo, hi int) {
+	cols := j.m.Cols
+	f := unsafe.Slice((*float32)(unsafe.Pointer(&j.ta[0])), len(j.ta)/4)
+	for i := lo; i < hi; i++ {
+		d := f[i*j.tas/4 : i*j.tas/4+cols]
 		switch j.m.Type {
 		case quant.F32:
 			for k := range d {
@@ -363,8 +377,6 @@ func (j *mmJob) widen() {
 			}
 		}
 	}
-	j.ta = unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*len(f))
-	j.tas = 4 * st
 }
 
 func (j *mmJob) do(lo, hi int) {

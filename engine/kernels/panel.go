@@ -85,8 +85,9 @@ func prepI16(a []byte, nb int, dst []byte) {
 	for b := 0; b < nb; b++ {
 		s, d := a[b*34:b*34+34], dst[b*68:b*68+68]
 		binary.LittleEndian.PutUint32(d, math.Float32bits(quant.FP16ToFP32(binary.LittleEndian.Uint16(s))))
-		for k, q := range s[2:] {
-			binary.LittleEndian.PutUint16(d[4+2*k:], uint16(int16(int8(q))))
+		q := (*[32]int16)(unsafe.Pointer(&d[4])) // little-endian, as the kernels read it
+		for k, v := range s[2:] {
+			q[k] = int16(int8(v))
 		}
 	}
 }
@@ -133,22 +134,28 @@ func (j *mmJob) doPanel(w, lo, hi int) {
 	}
 }
 
-// prepPanel lays out the activations for the panel kernels: prepared in
-// j.u8 for the quant formats, as float32 for the float formats.
-func (j *mmJob) prepPanel() {
+// prepPanel lays out the activations for the panel kernels, spread over
+// the pool: prepared in j.u8 for the quant formats, as float32 for the float
+// formats.
+func (j *mmJob) prepPanel(p *Pool) {
 	ps := j.ks.panel
 	if ps.prep == nil {
-		j.widen()
+		j.widen(p)
 		return
 	}
-	nb := j.m.Cols / ps.blockLen
-	n, rs := j.n, nb*ps.actBytes
+	n, rs := j.n, j.m.Cols/ps.blockLen*ps.actBytes
 	if cap(j.u8) < n*rs {
 		j.u8 = make([]byte, n*rs)
 	}
-	u := j.u8[:n*rs]
-	for i := 0; i < n; i++ {
-		ps.prep(j.xq[i*j.ars:], nb, u[i*rs:])
+	j.ta, j.tas = j.u8[:n*rs], rs
+	p.Run(n, 4, j.fnpp)
+}
+
+// prepRows prepares activations [lo,hi) (see prepPanel).
+func (j *mmJob) prepRows(lo, hi int) {
+	ps := j.ks.panel
+	nb := j.m.Cols / ps.blockLen
+	for i := lo; i < hi; i++ {
+		ps.prep(j.xq[i*j.ars:], nb, j.ta[i*j.tas:])
 	}
-	j.ta, j.tas = u, rs
 }
