@@ -65,7 +65,7 @@ type kset struct {
 	// (pairK8).
 	tileK8 bool
 
-	// panel, when set, runs batches of panelMinN or more activations (see
+	// panel, when set, runs batches of panel.minN or more activations (see
 	// panel.go) instead of tile.
 	panel *panelSet
 

@@ -52,7 +52,8 @@ func archLevels() []*level {
 	floatTiles := [7]dotFn{nil, panelF32C1, panelF32C2, panelF32C3, panelF32C4, panelF32C5, panelF32C6}
 	for t, pack := range map[quant.Type]func(*byte, int, int, *float32, int){
 		quant.F16: panelPackF16, quant.BF16: panelPackBF16, quant.F32: panelPackF32} {
-		l.k[t].panel = &panelSet{R: 16, group: 16, blockLen: 16, C: 6, tiles: floatTiles, blockBytes: 1024, pack: floatPanel(pack), minN: 12}
+		l.k[t].panel = &panelSet{R: 16, group: 16, blockLen: 16, C: 6, tiles: floatTiles, blockBytes: 1024,
+			pack: floatPanel(pack, t.RowSize(16)/16), minN: 12}
 	}
 	if intel {
 		// Float rows decode faster on Intel cores with the hardware

@@ -269,15 +269,12 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 		}
 	}
 	units := (m.Rows + j.group - 1) / j.group
+	for (j.panel || j.unpack) && len(j.scr) < p.Threads() {
+		j.scr = append(j.scr, nil) // per-worker scratch
+	}
 	if j.panel {
-		for len(j.scr) < p.Threads() {
-			j.scr = append(j.scr, nil)
-		}
 		p.RunWorker((m.Rows+j.ks.panel.group-1)/j.ks.panel.group, 1, j.fnp)
 	} else if j.unpack {
-		for len(j.scr) < p.Threads() {
-			j.scr = append(j.scr, nil)
-		}
 		p.RunWorker(units, max(1, 32/j.group), j.fnw)
 	} else {
 		p.Run(units, max(1, 32/j.group), j.fn)

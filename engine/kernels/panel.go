@@ -15,8 +15,8 @@ import (
 // of activations MatMul copies each 8 weight rows (floats: 16, as float32)
 // into a panel, where one ymm holds the same columns of 8 rows, and the
 // panel kernels multiply it by activation words broadcast to all lanes: the
-// row sums build up in the lanes of one register. Packing costs one pass over the
-// rows, repaid over every activation of the batch.
+// row sums build up in the lanes of one register. Packing costs one pass
+// over the rows, repaid over every activation of the batch.
 
 // panelSet describes the panel kernels of one weight type.
 type panelSet struct {
@@ -44,8 +44,7 @@ type panelSet struct {
 
 // quantPanel returns the pack function of the Q4_0 and Q8_0 panels from
 // the kernel that writes them (see packQ4_0Panel and packQ8_0Panel in the
-// tests for the layouts).
-// The rows' blocks take bs bytes, the panel's pbs.
+// tests for the layouts). The rows' blocks take bs bytes, the panel's pbs.
 func quantPanel(f func(w *byte, ws int, nb int, dst *byte), bs, pbs int) func(rows []byte, rs, nb int, dst []byte) {
 	return func(rows []byte, rs, nb int, dst []byte) {
 		_ = rows[7*rs+nb*bs-1] // the kernel reads and writes within the slices
@@ -56,8 +55,11 @@ func quantPanel(f func(w *byte, ws int, nb int, dst *byte), bs, pbs int) func(ro
 
 // floatPanel returns the pack function of the float panels (16 rows, per
 // column the rows' 16 float32 values) from a kernel that writes 8 rows.
-func floatPanel(f func(w *byte, ws int, nk int, dst *float32, ds int)) func(rows []byte, rs, nb int, dst []byte) {
+// The rows' elements take es bytes.
+func floatPanel(f func(w *byte, ws int, nk int, dst *float32, ds int), es int) func(rows []byte, rs, nb int, dst []byte) {
 	return func(rows []byte, rs, nb int, dst []byte) {
+		_ = rows[15*rs+16*nb*es-1] // the kernel reads and writes within the slices
+		_ = dst[1024*nb-1]
 		f(&rows[0], rs, 16*nb, (*float32)(unsafe.Pointer(&dst[0])), 64)
 		f(&rows[8*rs], rs, 16*nb, (*float32)(unsafe.Pointer(&dst[32])), 64)
 	}
