@@ -38,5 +38,8 @@
 // decode kernel and the tiles, each loading a vector of 4 rows at once instead
 // of four 16-byte pieces) and drops the file pages of the original; other
 // levels unpack a packed matrix a few rows at a time, so results never depend
-// on the layout.
+// on the layout. Matrices of the other formats are copied out of the file
+// (Resident), because one core streams the process's own memory, in
+// transparent huge pages where Linux gives them, faster than the page
+// cache's pages.
 package kernels

@@ -15,15 +15,16 @@ import (
 )
 
 // A model opened from a file has its Q4_0/Q8_0 layer matrices packed where
-// the kernels read the packed layout, and gives the logits of the same model
-// parsed from memory (never packed), prompt and decode.
+// the kernels read the packed layout and every other layer matrix copied out
+// of the file's pages (kernels.Resident), and gives the logits of the same
+// model parsed from memory (never packed or copied), prompt and decode.
 func TestOpenPacksMatrices(t *testing.T) {
 	voc, err := tokenizer.ByteLevelVocab(300)
 	if err != nil {
 		t.Fatal(err)
 	}
 	voc.Pad(512)
-	for _, typ := range []string{"q8_0", "q4_0"} {
+	for _, typ := range []string{"q8_0", "q4_0", "q4_k", "f16"} {
 		t.Run(typ, func(t *testing.T) {
 			spec := synth.Spec{Arch: "llama", NLayer: 2, NEmbd: 128, NHead: 4, NHeadKV: 2, NFF: 256,
 				Type: typ, OutputType: "q8_0", Seed: 5, Std: 0.08, Tokenizer: voc.KVs()}
@@ -48,12 +49,26 @@ func TestOpenPacksMatrices(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			probe := kernels.Pack(inMemory.W.Layers[0].Wq)
-			wantPacked := probe.Packed // the active kernels read the packed layout
-			ly := fromFile.W.Layers[1]
-			for name, m := range map[string]*kernels.Matrix{"wq": ly.Wq, "wk": ly.Wk, "wv": ly.Wv, "wo": ly.Wo, "gate": ly.Gate, "up": ly.Up, "down": ly.Down, "output": fromFile.W.Output} {
+			ly, lm := fromFile.W.Layers[1], inMemory.W.Layers[1]
+			for name, mm := range map[string][2]*kernels.Matrix{"wq": {ly.Wq, lm.Wq}, "wk": {ly.Wk, lm.Wk}, "wv": {ly.Wv, lm.Wv}, "wo": {ly.Wo, lm.Wo},
+				"gate": {ly.Gate, lm.Gate}, "up": {ly.Up, lm.Up}, "down": {ly.Down, lm.Down}, "output": {fromFile.W.Output, inMemory.W.Output}} {
+				m := mm[0]
+				wantPacked := kernels.Pack(mm[1]).Packed // the active kernels read the packed layout
 				if m.Packed != wantPacked {
 					t.Errorf("%s (%s): packed %v, want %v (kernels %s)", name, m.Type, m.Packed, wantPacked, kernels.Path())
+				}
+				tname := map[string]string{"wq": "attn_q", "wk": "attn_k", "wv": "attn_v", "wo": "attn_output", "gate": "ffn_gate", "up": "ffn_up", "down": "ffn_down"}[name]
+				if tname == "" {
+					tname = "output"
+				} else {
+					tname = "blk.1." + tname
+				}
+				ti, ok := fromFile.File.Tensor(tname + ".weight")
+				if !ok {
+					t.Fatalf("no tensor %s", tname)
+				}
+				if &m.Data[0] == &fromFile.File.Data(ti)[0] {
+					t.Errorf("%s (%s) reads the file's pages, want a resident copy", name, m.Type)
 				}
 			}
 			if fromFile.W.TokEmbd.Packed || inMemory.W.Layers[1].Wq.Packed {

@@ -317,19 +317,21 @@ func loadWeights(l *loader, c *Config, lo, hi int, sl *Slice) (*Weights, error) 
 	return w, nil
 }
 
-// packWeights puts the layers' matrices (and an output matrix that is not
-// the embedding) in the packed layout of the active kernels where they have
-// one (kernels.Pack), so that decoding reads each group of rows with aligned
-// loads. A packed copy replaces its matrix only when release dropped the
-// original's file pages, so the weights take the same memory as before. The
-// embedding (read a row at a time) and the stacked experts (sliced per
-// expert) keep the file's layout.
+// packWeights replaces the layers' matrices (and an output matrix that is
+// not the embedding) with resident copies (kernels.Resident): in the packed
+// layout of the active kernels where they have one, so that decoding reads
+// each group of rows with aligned loads, else the same bytes in the
+// process's own memory, which one core streams faster than the page cache's
+// pages. A copy replaces its matrix only when release dropped the
+// original's file pages, so the weights take the same memory as before.
+// The embedding (read a row at a time) and the stacked experts (sliced per
+// expert) stay in the file.
 func packWeights(w *Weights, release func([]byte) bool) {
 	pack := func(m **kernels.Matrix) {
 		if *m == nil {
 			return
 		}
-		if p := kernels.Pack(*m); p != *m && release((*m).Data) {
+		if p := kernels.Resident(*m); release((*m).Data) {
 			*m = p
 		}
 	}
