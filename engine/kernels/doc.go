@@ -28,8 +28,9 @@
 // VDPBF16PS tiles for BF16. Decode is bound by how many memory streams one
 // core keeps in flight, and the best pattern differs by vendor: on Intel
 // cores the decode kernels prefetch into L2 and the float formats decode
-// faster with the hardware prefetcher alone, elsewhere they prefetch into
-// L1; dispatch picks the variants by CPUID vendor.
+// faster with the hardware prefetcher alone, elsewhere the quantized formats
+// prefetch into L1 and the float formats, whose groups of rows are larger
+// than L1, into L2; dispatch picks the variants by CPUID vendor.
 //
 // Q4_0 and Q8_0 matrices can be held in a packed layout (pack.go): rows in
 // groups of 4, each block's quants of the 4 rows in whole 64-byte vectors and

@@ -450,21 +450,6 @@ func dotQ8_0X4T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 //go:noescape
 func dotQ5_0X4T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 
-// dotF16R4C1T0: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
-//
-//go:noescape
-func dotF16R4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
-
-// dotBF16R4C1T0: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
-//
-//go:noescape
-func dotBF16R4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
-
-// dotF32R4C1T0: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
-//
-//go:noescape
-func dotF32R4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
-
 // dotQ4_KR4C1T0: 4 weight row(s) x 1 activation row(s); Q4_K weights, Q8_K activations
 //
 //go:noescape

@@ -71,9 +71,9 @@ func TestDecodePrefetchVariants(t *testing.T) {
 		fn   []dotFn
 		name string
 	}{
-		{quant.F16, false, 16, []dotFn{dotF16R4C1, dotF16R4C1T0, dotF16R4C1NP}, "F16"},
-		{quant.BF16, false, 16, []dotFn{dotBF16R4C1, dotBF16R4C1T0, dotBF16R4C1NP}, "BF16"},
-		{quant.F32, false, 16, []dotFn{dotF32R4C1, dotF32R4C1T0, dotF32R4C1NP}, "F32"},
+		{quant.F16, false, 16, []dotFn{dotF16R4C1, dotF16R4C1NP}, "F16"},
+		{quant.BF16, false, 16, []dotFn{dotBF16R4C1, dotBF16R4C1NP}, "BF16"},
+		{quant.F32, false, 16, []dotFn{dotF32R4C1, dotF32R4C1NP}, "F32"},
 		{quant.Q4_K, false, 256, []dotFn{dotQ4_KR4C1, dotQ4_KR4C1T0}, "Q4_K"},
 		{quant.Q5_K, false, 256, []dotFn{dotQ5_KR4C1, dotQ5_KR4C1T0}, "Q5_K"},
 		{quant.Q6_K, false, 256, []dotFn{dotQ6_KR4C1, dotQ6_KR4C1T0}, "Q6_K"},
