@@ -43,11 +43,10 @@ func archLevels() []*level {
 		one: oneQ5_K, rows: pick(dotQ5_KR4C1, dotQ5_KR4C1T0), rowsR: 4, tile: dotQ5_KR1C4, tileR: 1, tileC: 4}
 	l.k[quant.Q6_K] = &kset{blockLen: quant.QKK,
 		one: oneQ6_K, rows: pick(dotQ6_KR4C1, dotQ6_KR4C1T0), rowsR: 4, tile: dotQ6_KR1C4, tileR: 1, tileC: 4}
-	// Float rows prefetch to L2 on every vendor: their groups of 4 rows
-	// (16-45 KB in TinyLlama's F16 matrices) leave L1 before they are read
-	// (AMD EPYC, Zen 4, one thread, every F16 matrix of TinyLlama in turn
-	// from resident memory: 24.0-24.2 GB/s with T0, 25.0-25.5 with T1); on
-	// Intel cores the NP variants replace them below.
+	// Float rows prefetch to L2: their groups of 4 rows (16-45 KB in
+	// TinyLlama's F16 matrices) leave L1 before they are read (AMD EPYC,
+	// Zen 4, one thread, every F16 matrix of TinyLlama in turn from
+	// resident memory: 24.0-24.2 GB/s with T0, 25.0-25.5 with T1).
 	l.k[quant.F16] = &kset{blockLen: 16, tail: true,
 		one: oneF16, rows: dotF16R4C1, rowsR: 4, tile: dotF16F32R4C3, tileR: 4, tileC: 3, tileF32: true}
 	l.k[quant.BF16] = &kset{blockLen: 16, tail: true,
@@ -60,19 +59,18 @@ func archLevels() []*level {
 		l.k[t].panel = &panelSet{R: 16, group: 16, blockLen: 16, C: 6, tiles: floatTiles, blockBytes: 1024,
 			pack: floatPanel(pack, t.RowSize(16)/16), minN: 12}
 	}
-	if !intel {
+	if intel {
+		// Float rows decode faster on Intel cores with the hardware
+		// prefetcher alone (TinyLlama F16 tg on one thread of a Xeon with
+		// AVX-512 BF16: 77% -> 89% of the bandwidth roofline).
+		l.k[quant.F16].rows, l.k[quant.BF16].rows, l.k[quant.F32].rows = dotF16R4C1NP, dotBF16R4C1NP, dotF32R4C1NP
+	} else {
 		// One F16 row at a time is one sequential stream through the
 		// matrix, which the hardware prefetcher follows best (AMD EPYC,
 		// Zen 4, one thread, every F16 matrix of TinyLlama in turn from
 		// resident memory, three interleaved runs: 4 rows with PREFETCHT1
 		// 21.7-22.4 GB/s, 2 rows 23.1-23.9, 1 row 24.7-25.2).
 		l.k[quant.F16].rows, l.k[quant.F16].rowsR = dotF16R1C1, 1
-	}
-	if intel {
-		// Float rows decode faster on Intel cores with the hardware
-		// prefetcher alone (TinyLlama F16 tg on one thread of a Xeon with
-		// AVX-512 BF16: 77% -> 89% of the bandwidth roofline).
-		l.k[quant.F16].rows, l.k[quant.BF16].rows, l.k[quant.F32].rows = dotF16R4C1NP, dotBF16R4C1NP, dotF32R4C1NP
 	}
 	ls := []*level{l}
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI {
