@@ -59,17 +59,22 @@ func archLevels() []*level {
 		l.k[t].panel = &panelSet{R: 16, group: 16, blockLen: 16, C: 6, tiles: floatTiles, blockBytes: 1024,
 			pack: floatPanel(pack, t.RowSize(16)/16), minN: 12}
 	}
-	if intel {
-		// Float rows decode faster on Intel cores with the hardware
-		// prefetcher alone (TinyLlama F16 tg on one thread of a Xeon with
-		// AVX-512 BF16: 77% -> 89% of the bandwidth roofline).
+	if intel || !cpu.X86.HasAVX512F {
+		// Float rows decode faster with the hardware prefetcher alone on
+		// Intel cores (TinyLlama F16 tg on one thread of a Xeon with
+		// AVX-512 BF16: 77% -> 89% of the bandwidth roofline) and on AMD
+		// cores without AVX-512 (EPYC, Zen 3, one thread, every F16 matrix
+		// of TinyLlama in turn from resident memory, five interleaved
+		// runs: 1 row 16.3-17.1 GB/s, 4 rows with PREFETCHT1 18.5-19.3,
+		// 4 rows without prefetch 20.8-23.0).
 		l.k[quant.F16].rows, l.k[quant.BF16].rows, l.k[quant.F32].rows = dotF16R4C1NP, dotBF16R4C1NP, dotF32R4C1NP
 	} else {
-		// One F16 row at a time is one sequential stream through the
-		// matrix, which the hardware prefetcher follows best (AMD EPYC,
-		// Zen 4, one thread, every F16 matrix of TinyLlama in turn from
-		// resident memory, three interleaved runs: 4 rows with PREFETCHT1
-		// 21.7-22.4 GB/s, 2 rows 23.1-23.9, 1 row 24.7-25.2).
+		// On AMD cores with AVX-512 (Zen 4), one F16 row at a time is one
+		// sequential stream through the matrix, which the hardware
+		// prefetcher follows best (AMD EPYC, Zen 4, one thread, every F16
+		// matrix of TinyLlama in turn from resident memory, three
+		// interleaved runs: 4 rows with PREFETCHT1 21.7-22.4 GB/s, 2 rows
+		// 23.1-23.9, 1 row 24.7-25.2).
 		l.k[quant.F16].rows, l.k[quant.F16].rowsR = dotF16R1C1, 1
 	}
 	ls := []*level{l}
