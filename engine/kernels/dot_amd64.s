@@ -410,6 +410,78 @@ DATA q50Shuf1<>+30(SB)/1, $0x03
 DATA q50Shuf1<>+31(SB)/1, $0x03
 GLOBL q50Shuf1<>(SB), RODATA|NOPTR, $32
 
+DATA q4kShufA<>+0(SB)/1, $0x04
+DATA q4kShufA<>+1(SB)/1, $0x05
+DATA q4kShufA<>+2(SB)/1, $0x06
+DATA q4kShufA<>+3(SB)/1, $0x07
+DATA q4kShufA<>+4(SB)/1, $0x0c
+DATA q4kShufA<>+5(SB)/1, $0x0d
+DATA q4kShufA<>+6(SB)/1, $0x0e
+DATA q4kShufA<>+7(SB)/1, $0x0f
+DATA q4kShufA<>+8(SB)/1, $0x08
+DATA q4kShufA<>+9(SB)/1, $0x09
+DATA q4kShufA<>+10(SB)/1, $0x0a
+DATA q4kShufA<>+11(SB)/1, $0x0b
+DATA q4kShufA<>+12(SB)/1, $0x0c
+DATA q4kShufA<>+13(SB)/1, $0x0d
+DATA q4kShufA<>+14(SB)/1, $0x0e
+DATA q4kShufA<>+15(SB)/1, $0x0f
+GLOBL q4kShufA<>(SB), RODATA|NOPTR, $16
+
+DATA q4kShufB<>+0(SB)/1, $0x80
+DATA q4kShufB<>+1(SB)/1, $0x80
+DATA q4kShufB<>+2(SB)/1, $0x80
+DATA q4kShufB<>+3(SB)/1, $0x80
+DATA q4kShufB<>+4(SB)/1, $0x04
+DATA q4kShufB<>+5(SB)/1, $0x05
+DATA q4kShufB<>+6(SB)/1, $0x06
+DATA q4kShufB<>+7(SB)/1, $0x07
+DATA q4kShufB<>+8(SB)/1, $0x80
+DATA q4kShufB<>+9(SB)/1, $0x80
+DATA q4kShufB<>+10(SB)/1, $0x80
+DATA q4kShufB<>+11(SB)/1, $0x80
+DATA q4kShufB<>+12(SB)/1, $0x08
+DATA q4kShufB<>+13(SB)/1, $0x09
+DATA q4kShufB<>+14(SB)/1, $0x0a
+DATA q4kShufB<>+15(SB)/1, $0x0b
+GLOBL q4kShufB<>(SB), RODATA|NOPTR, $16
+
+DATA q4kMaskA1<>+0(SB)/1, $0x3f
+DATA q4kMaskA1<>+1(SB)/1, $0x3f
+DATA q4kMaskA1<>+2(SB)/1, $0x3f
+DATA q4kMaskA1<>+3(SB)/1, $0x3f
+DATA q4kMaskA1<>+4(SB)/1, $0x0f
+DATA q4kMaskA1<>+5(SB)/1, $0x0f
+DATA q4kMaskA1<>+6(SB)/1, $0x0f
+DATA q4kMaskA1<>+7(SB)/1, $0x0f
+DATA q4kMaskA1<>+8(SB)/1, $0x3f
+DATA q4kMaskA1<>+9(SB)/1, $0x3f
+DATA q4kMaskA1<>+10(SB)/1, $0x3f
+DATA q4kMaskA1<>+11(SB)/1, $0x3f
+DATA q4kMaskA1<>+12(SB)/1, $0x00
+DATA q4kMaskA1<>+13(SB)/1, $0x00
+DATA q4kMaskA1<>+14(SB)/1, $0x00
+DATA q4kMaskA1<>+15(SB)/1, $0x00
+GLOBL q4kMaskA1<>(SB), RODATA|NOPTR, $16
+
+DATA q4kMaskA2<>+0(SB)/1, $0x00
+DATA q4kMaskA2<>+1(SB)/1, $0x00
+DATA q4kMaskA2<>+2(SB)/1, $0x00
+DATA q4kMaskA2<>+3(SB)/1, $0x00
+DATA q4kMaskA2<>+4(SB)/1, $0x00
+DATA q4kMaskA2<>+5(SB)/1, $0x00
+DATA q4kMaskA2<>+6(SB)/1, $0x00
+DATA q4kMaskA2<>+7(SB)/1, $0x00
+DATA q4kMaskA2<>+8(SB)/1, $0x00
+DATA q4kMaskA2<>+9(SB)/1, $0x00
+DATA q4kMaskA2<>+10(SB)/1, $0x00
+DATA q4kMaskA2<>+11(SB)/1, $0x00
+DATA q4kMaskA2<>+12(SB)/1, $0x0f
+DATA q4kMaskA2<>+13(SB)/1, $0x0f
+DATA q4kMaskA2<>+14(SB)/1, $0x0f
+DATA q4kMaskA2<>+15(SB)/1, $0x0f
+GLOBL q4kMaskA2<>(SB), RODATA|NOPTR, $16
+
 DATA wordBcast<>+0(SB)/1, $0x00
 DATA wordBcast<>+1(SB)/1, $0x01
 DATA wordBcast<>+2(SB)/1, $0x00
@@ -7510,30 +7582,17 @@ loop:
 	VMOVDQU      260(DI), X4
 	VPHADDW      276(DI), X4, X4
 	VBROADCASTSS (DI), Y5
-	MOVL         4(AX), R9
-	MOVL         8(AX), R10
-	MOVL         12(AX), R11
-	MOVL         R11, R12
-	SHRL         $0x04, R12
-	ANDL         $0x0f0f0f0f, R12
-	MOVL         R10, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R12
-	ANDL         $0x3f3f3f3f, R10
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R11
-	ANDL         $0x3f3f3f3f, R9
-	VMOVD        R9, X6
-	VPINSRD      $0x01, R11, X6, X6
-	VPINSRD      $0x02, R10, X6, X6
-	VPINSRD      $0x03, R12, X6, X6
-	VPMOVZXBW    X6, Y6
+	VMOVDQU      (AX), X6
+	VPSHUFB      q4kShufA<>+0(SB), X6, X7
+	VPSHUFB      q4kShufB<>+0(SB), X6, X6
+	VPSRLW       $0x04, X7, X8
+	VPAND        q4kMaskA2<>+0(SB), X8, X8
+	VPAND        q4kMaskA1<>+0(SB), X7, X7
+	VPOR         X8, X7, X7
+	VPSRLW       $0x02, X6, X6
+	VPAND        c30<>+0(SB), X6, X6
+	VPOR         X6, X7, X7
+	VPMOVZXBW    X7, Y6
 	VPERMQ       $0x44, Y6, Y7
 	VEXTRACTI128 $0x01, Y6, X8
 	VMOVDQU      16(AX), Y6
@@ -7593,30 +7652,17 @@ loop:
 	VCVTDQ2PS    Y6, Y6
 	VFMADD231PS  Y6, Y9, Y0
 	VFNMADD231PS Y8, Y7, Y0
-	MOVL         4(DX), R9
-	MOVL         8(DX), R10
-	MOVL         12(DX), R11
-	MOVL         R11, R12
-	SHRL         $0x04, R12
-	ANDL         $0x0f0f0f0f, R12
-	MOVL         R10, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R12
-	ANDL         $0x3f3f3f3f, R10
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R11
-	ANDL         $0x3f3f3f3f, R9
-	VMOVD        R9, X6
-	VPINSRD      $0x01, R11, X6, X6
-	VPINSRD      $0x02, R10, X6, X6
-	VPINSRD      $0x03, R12, X6, X6
-	VPMOVZXBW    X6, Y6
+	VMOVDQU      (DX), X6
+	VPSHUFB      q4kShufA<>+0(SB), X6, X7
+	VPSHUFB      q4kShufB<>+0(SB), X6, X6
+	VPSRLW       $0x04, X7, X8
+	VPAND        q4kMaskA2<>+0(SB), X8, X8
+	VPAND        q4kMaskA1<>+0(SB), X7, X7
+	VPOR         X8, X7, X7
+	VPSRLW       $0x02, X6, X6
+	VPAND        c30<>+0(SB), X6, X6
+	VPOR         X6, X7, X7
+	VPMOVZXBW    X7, Y6
 	VPERMQ       $0x44, Y6, Y7
 	VEXTRACTI128 $0x01, Y6, X8
 	VMOVDQU      16(DX), Y6
@@ -7676,30 +7722,17 @@ loop:
 	VCVTDQ2PS    Y6, Y6
 	VFMADD231PS  Y6, Y9, Y1
 	VFNMADD231PS Y8, Y7, Y1
-	MOVL         4(BX), R9
-	MOVL         8(BX), R10
-	MOVL         12(BX), R11
-	MOVL         R11, R12
-	SHRL         $0x04, R12
-	ANDL         $0x0f0f0f0f, R12
-	MOVL         R10, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R12
-	ANDL         $0x3f3f3f3f, R10
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R11
-	ANDL         $0x3f3f3f3f, R9
-	VMOVD        R9, X6
-	VPINSRD      $0x01, R11, X6, X6
-	VPINSRD      $0x02, R10, X6, X6
-	VPINSRD      $0x03, R12, X6, X6
-	VPMOVZXBW    X6, Y6
+	VMOVDQU      (BX), X6
+	VPSHUFB      q4kShufA<>+0(SB), X6, X7
+	VPSHUFB      q4kShufB<>+0(SB), X6, X6
+	VPSRLW       $0x04, X7, X8
+	VPAND        q4kMaskA2<>+0(SB), X8, X8
+	VPAND        q4kMaskA1<>+0(SB), X7, X7
+	VPOR         X8, X7, X7
+	VPSRLW       $0x02, X6, X6
+	VPAND        c30<>+0(SB), X6, X6
+	VPOR         X6, X7, X7
+	VPMOVZXBW    X7, Y6
 	VPERMQ       $0x44, Y6, Y7
 	VEXTRACTI128 $0x01, Y6, X8
 	VMOVDQU      16(BX), Y6
@@ -7759,30 +7792,17 @@ loop:
 	VCVTDQ2PS    Y6, Y6
 	VFMADD231PS  Y6, Y9, Y2
 	VFNMADD231PS Y8, Y7, Y2
-	MOVL         4(SI), R9
-	MOVL         8(SI), R10
-	MOVL         12(SI), R11
-	MOVL         R11, R12
-	SHRL         $0x04, R12
-	ANDL         $0x0f0f0f0f, R12
-	MOVL         R10, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R12
-	ANDL         $0x3f3f3f3f, R10
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R11
-	ANDL         $0x3f3f3f3f, R9
-	VMOVD        R9, X6
-	VPINSRD      $0x01, R11, X6, X6
-	VPINSRD      $0x02, R10, X6, X6
-	VPINSRD      $0x03, R12, X6, X6
-	VPMOVZXBW    X6, Y6
+	VMOVDQU      (SI), X6
+	VPSHUFB      q4kShufA<>+0(SB), X6, X7
+	VPSHUFB      q4kShufB<>+0(SB), X6, X6
+	VPSRLW       $0x04, X7, X8
+	VPAND        q4kMaskA2<>+0(SB), X8, X8
+	VPAND        q4kMaskA1<>+0(SB), X7, X7
+	VPOR         X8, X7, X7
+	VPSRLW       $0x02, X6, X6
+	VPAND        c30<>+0(SB), X6, X6
+	VPOR         X6, X7, X7
+	VPMOVZXBW    X7, Y6
 	VPERMQ       $0x44, Y6, Y7
 	VEXTRACTI128 $0x01, Y6, X8
 	VMOVDQU      16(SI), Y6
@@ -7878,30 +7898,17 @@ TEXT ·dotQ4_KR1C1(SB), NOSPLIT, $32-56
 	JZ     done
 
 loop:
-	MOVL         4(AX), BX
-	MOVL         8(AX), SI
-	MOVL         12(AX), DI
-	MOVL         DI, R8
-	SHRL         $0x04, R8
-	ANDL         $0x0f0f0f0f, R8
-	MOVL         SI, R9
-	SHRL         $0x06, R9
-	ANDL         $0x03030303, R9
-	SHLL         $0x04, R9
-	ORL          R9, R8
-	ANDL         $0x3f3f3f3f, SI
-	ANDL         $0x0f0f0f0f, DI
-	MOVL         BX, R9
-	SHRL         $0x06, R9
-	ANDL         $0x03030303, R9
-	SHLL         $0x04, R9
-	ORL          R9, DI
-	ANDL         $0x3f3f3f3f, BX
-	VMOVD        BX, X1
-	VPINSRD      $0x01, DI, X1, X1
-	VPINSRD      $0x02, SI, X1, X1
-	VPINSRD      $0x03, R8, X1, X1
-	VPMOVZXBW    X1, Y1
+	VMOVDQU      (AX), X1
+	VPSHUFB      q4kShufA<>+0(SB), X1, X2
+	VPSHUFB      q4kShufB<>+0(SB), X1, X1
+	VPSRLW       $0x04, X2, X3
+	VPAND        q4kMaskA2<>+0(SB), X3, X3
+	VPAND        q4kMaskA1<>+0(SB), X2, X2
+	VPOR         X3, X2, X2
+	VPSRLW       $0x02, X1, X1
+	VPAND        c30<>+0(SB), X1, X1
+	VPOR         X1, X2, X2
+	VPMOVZXBW    X2, Y1
 	VPERMQ       $0x44, Y1, Y2
 	VEXTRACTI128 $0x01, Y1, X3
 	VMOVDQU      16(AX), Y1
@@ -7997,30 +8004,17 @@ TEXT ·dotQ4_KR1C4(SB), NOSPLIT, $32-56
 	JZ     done
 
 loop:
-	MOVL         4(AX), R8
-	MOVL         8(AX), R9
-	MOVL         12(AX), R10
-	MOVL         R10, R11
-	SHRL         $0x04, R11
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R11
-	ANDL         $0x3f3f3f3f, R9
-	ANDL         $0x0f0f0f0f, R10
-	MOVL         R8, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R10
-	ANDL         $0x3f3f3f3f, R8
-	VMOVD        R8, X4
-	VPINSRD      $0x01, R10, X4, X4
-	VPINSRD      $0x02, R9, X4, X4
-	VPINSRD      $0x03, R11, X4, X4
-	VPMOVZXBW    X4, Y4
+	VMOVDQU      (AX), X4
+	VPSHUFB      q4kShufA<>+0(SB), X4, X5
+	VPSHUFB      q4kShufB<>+0(SB), X4, X4
+	VPSRLW       $0x04, X5, X6
+	VPAND        q4kMaskA2<>+0(SB), X6, X6
+	VPAND        q4kMaskA1<>+0(SB), X5, X5
+	VPOR         X6, X5, X5
+	VPSRLW       $0x02, X4, X4
+	VPAND        c30<>+0(SB), X4, X4
+	VPOR         X4, X5, X5
+	VPMOVZXBW    X5, Y4
 	VMOVDQU      Y4, (SP)
 	VMOVDQU      16(AX), Y4
 	VPSRLW       $0x04, Y4, Y6
@@ -8262,30 +8256,17 @@ loop:
 	VMOVDQU      260(DI), X4
 	VPHADDW      276(DI), X4, X4
 	VBROADCASTSS (DI), Y5
-	MOVL         4(AX), R9
-	MOVL         8(AX), R10
-	MOVL         12(AX), R11
-	MOVL         R11, R12
-	SHRL         $0x04, R12
-	ANDL         $0x0f0f0f0f, R12
-	MOVL         R10, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R12
-	ANDL         $0x3f3f3f3f, R10
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R11
-	ANDL         $0x3f3f3f3f, R9
-	VMOVD        R9, X6
-	VPINSRD      $0x01, R11, X6, X6
-	VPINSRD      $0x02, R10, X6, X6
-	VPINSRD      $0x03, R12, X6, X6
-	VPMOVZXBW    X6, Y6
+	VMOVDQU      (AX), X6
+	VPSHUFB      q4kShufA<>+0(SB), X6, X7
+	VPSHUFB      q4kShufB<>+0(SB), X6, X6
+	VPSRLW       $0x04, X7, X8
+	VPAND        q4kMaskA2<>+0(SB), X8, X8
+	VPAND        q4kMaskA1<>+0(SB), X7, X7
+	VPOR         X8, X7, X7
+	VPSRLW       $0x02, X6, X6
+	VPAND        c30<>+0(SB), X6, X6
+	VPOR         X6, X7, X7
+	VPMOVZXBW    X7, Y6
 	VPERMQ       $0x44, Y6, Y7
 	VEXTRACTI128 $0x01, Y6, X8
 	VMOVDQU      16(AX), Y6
@@ -8369,30 +8350,17 @@ loop:
 	VCVTDQ2PS    Y9, Y9
 	VFMADD231PS  Y9, Y7, Y0
 	VFNMADD231PS Y8, Y6, Y0
-	MOVL         4(DX), R9
-	MOVL         8(DX), R10
-	MOVL         12(DX), R11
-	MOVL         R11, R12
-	SHRL         $0x04, R12
-	ANDL         $0x0f0f0f0f, R12
-	MOVL         R10, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R12
-	ANDL         $0x3f3f3f3f, R10
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R11
-	ANDL         $0x3f3f3f3f, R9
-	VMOVD        R9, X6
-	VPINSRD      $0x01, R11, X6, X6
-	VPINSRD      $0x02, R10, X6, X6
-	VPINSRD      $0x03, R12, X6, X6
-	VPMOVZXBW    X6, Y6
+	VMOVDQU      (DX), X6
+	VPSHUFB      q4kShufA<>+0(SB), X6, X7
+	VPSHUFB      q4kShufB<>+0(SB), X6, X6
+	VPSRLW       $0x04, X7, X8
+	VPAND        q4kMaskA2<>+0(SB), X8, X8
+	VPAND        q4kMaskA1<>+0(SB), X7, X7
+	VPOR         X8, X7, X7
+	VPSRLW       $0x02, X6, X6
+	VPAND        c30<>+0(SB), X6, X6
+	VPOR         X6, X7, X7
+	VPMOVZXBW    X7, Y6
 	VPERMQ       $0x44, Y6, Y7
 	VEXTRACTI128 $0x01, Y6, X8
 	VMOVDQU      16(DX), Y6
@@ -8476,30 +8444,17 @@ loop:
 	VCVTDQ2PS    Y9, Y9
 	VFMADD231PS  Y9, Y7, Y1
 	VFNMADD231PS Y8, Y6, Y1
-	MOVL         4(BX), R9
-	MOVL         8(BX), R10
-	MOVL         12(BX), R11
-	MOVL         R11, R12
-	SHRL         $0x04, R12
-	ANDL         $0x0f0f0f0f, R12
-	MOVL         R10, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R12
-	ANDL         $0x3f3f3f3f, R10
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R11
-	ANDL         $0x3f3f3f3f, R9
-	VMOVD        R9, X6
-	VPINSRD      $0x01, R11, X6, X6
-	VPINSRD      $0x02, R10, X6, X6
-	VPINSRD      $0x03, R12, X6, X6
-	VPMOVZXBW    X6, Y6
+	VMOVDQU      (BX), X6
+	VPSHUFB      q4kShufA<>+0(SB), X6, X7
+	VPSHUFB      q4kShufB<>+0(SB), X6, X6
+	VPSRLW       $0x04, X7, X8
+	VPAND        q4kMaskA2<>+0(SB), X8, X8
+	VPAND        q4kMaskA1<>+0(SB), X7, X7
+	VPOR         X8, X7, X7
+	VPSRLW       $0x02, X6, X6
+	VPAND        c30<>+0(SB), X6, X6
+	VPOR         X6, X7, X7
+	VPMOVZXBW    X7, Y6
 	VPERMQ       $0x44, Y6, Y7
 	VEXTRACTI128 $0x01, Y6, X8
 	VMOVDQU      16(BX), Y6
@@ -8583,30 +8538,17 @@ loop:
 	VCVTDQ2PS    Y9, Y9
 	VFMADD231PS  Y9, Y7, Y2
 	VFNMADD231PS Y8, Y6, Y2
-	MOVL         4(SI), R9
-	MOVL         8(SI), R10
-	MOVL         12(SI), R11
-	MOVL         R11, R12
-	SHRL         $0x04, R12
-	ANDL         $0x0f0f0f0f, R12
-	MOVL         R10, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R12
-	ANDL         $0x3f3f3f3f, R10
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R11
-	ANDL         $0x3f3f3f3f, R9
-	VMOVD        R9, X6
-	VPINSRD      $0x01, R11, X6, X6
-	VPINSRD      $0x02, R10, X6, X6
-	VPINSRD      $0x03, R12, X6, X6
-	VPMOVZXBW    X6, Y6
+	VMOVDQU      (SI), X6
+	VPSHUFB      q4kShufA<>+0(SB), X6, X7
+	VPSHUFB      q4kShufB<>+0(SB), X6, X6
+	VPSRLW       $0x04, X7, X8
+	VPAND        q4kMaskA2<>+0(SB), X8, X8
+	VPAND        q4kMaskA1<>+0(SB), X7, X7
+	VPOR         X8, X7, X7
+	VPSRLW       $0x02, X6, X6
+	VPAND        c30<>+0(SB), X6, X6
+	VPOR         X6, X7, X7
+	VPMOVZXBW    X7, Y6
 	VPERMQ       $0x44, Y6, Y7
 	VEXTRACTI128 $0x01, Y6, X8
 	VMOVDQU      16(SI), Y6
@@ -8726,30 +8668,17 @@ TEXT ·dotQ5_KR1C1(SB), NOSPLIT, $32-56
 	JZ     done
 
 loop:
-	MOVL         4(AX), BX
-	MOVL         8(AX), SI
-	MOVL         12(AX), DI
-	MOVL         DI, R8
-	SHRL         $0x04, R8
-	ANDL         $0x0f0f0f0f, R8
-	MOVL         SI, R9
-	SHRL         $0x06, R9
-	ANDL         $0x03030303, R9
-	SHLL         $0x04, R9
-	ORL          R9, R8
-	ANDL         $0x3f3f3f3f, SI
-	ANDL         $0x0f0f0f0f, DI
-	MOVL         BX, R9
-	SHRL         $0x06, R9
-	ANDL         $0x03030303, R9
-	SHLL         $0x04, R9
-	ORL          R9, DI
-	ANDL         $0x3f3f3f3f, BX
-	VMOVD        BX, X1
-	VPINSRD      $0x01, DI, X1, X1
-	VPINSRD      $0x02, SI, X1, X1
-	VPINSRD      $0x03, R8, X1, X1
-	VPMOVZXBW    X1, Y1
+	VMOVDQU      (AX), X1
+	VPSHUFB      q4kShufA<>+0(SB), X1, X2
+	VPSHUFB      q4kShufB<>+0(SB), X1, X1
+	VPSRLW       $0x04, X2, X3
+	VPAND        q4kMaskA2<>+0(SB), X3, X3
+	VPAND        q4kMaskA1<>+0(SB), X2, X2
+	VPOR         X3, X2, X2
+	VPSRLW       $0x02, X1, X1
+	VPAND        c30<>+0(SB), X1, X1
+	VPOR         X1, X2, X2
+	VPMOVZXBW    X2, Y1
 	VPERMQ       $0x44, Y1, Y2
 	VEXTRACTI128 $0x01, Y1, X3
 	VMOVDQU      16(AX), Y1
@@ -8869,30 +8798,17 @@ TEXT ·dotQ5_KR1C4(SB), NOSPLIT, $32-56
 	JZ     done
 
 loop:
-	MOVL         4(AX), R8
-	MOVL         8(AX), R9
-	MOVL         12(AX), R10
-	MOVL         R10, R11
-	SHRL         $0x04, R11
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R11
-	ANDL         $0x3f3f3f3f, R9
-	ANDL         $0x0f0f0f0f, R10
-	MOVL         R8, R12
-	SHRL         $0x06, R12
-	ANDL         $0x03030303, R12
-	SHLL         $0x04, R12
-	ORL          R12, R10
-	ANDL         $0x3f3f3f3f, R8
-	VMOVD        R8, X4
-	VPINSRD      $0x01, R10, X4, X4
-	VPINSRD      $0x02, R9, X4, X4
-	VPINSRD      $0x03, R11, X4, X4
-	VPMOVZXBW    X4, Y4
+	VMOVDQU      (AX), X4
+	VPSHUFB      q4kShufA<>+0(SB), X4, X5
+	VPSHUFB      q4kShufB<>+0(SB), X4, X4
+	VPSRLW       $0x04, X5, X6
+	VPAND        q4kMaskA2<>+0(SB), X6, X6
+	VPAND        q4kMaskA1<>+0(SB), X5, X5
+	VPOR         X6, X5, X5
+	VPSRLW       $0x02, X4, X4
+	VPAND        c30<>+0(SB), X4, X4
+	VPOR         X4, X5, X5
+	VPMOVZXBW    X5, Y4
 	VMOVDQU      Y4, (SP)
 	VMOVDQU      16(AX), Y4
 	VMOVDQU      48(AX), Y6
@@ -17544,30 +17460,17 @@ loop:
 	VMOVDQU      260(DI), X4
 	VPHADDW      276(DI), X4, X4
 	VBROADCASTSS (DI), Y5
-	MOVL         4(AX), R9
-	MOVL         8(AX), R10
-	MOVL         12(AX), R11
-	MOVL         R11, R12
-	SHRL         $0x04, R12
-	ANDL         $0x0f0f0f0f, R12
-	MOVL         R10, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R12
-	ANDL         $0x3f3f3f3f, R10
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R11
-	ANDL         $0x3f3f3f3f, R9
-	VMOVD        R9, X6
-	VPINSRD      $0x01, R11, X6, X6
-	VPINSRD      $0x02, R10, X6, X6
-	VPINSRD      $0x03, R12, X6, X6
-	VPMOVZXBW    X6, Y6
+	VMOVDQU      (AX), X6
+	VPSHUFB      q4kShufA<>+0(SB), X6, X7
+	VPSHUFB      q4kShufB<>+0(SB), X6, X6
+	VPSRLW       $0x04, X7, X8
+	VPAND        q4kMaskA2<>+0(SB), X8, X8
+	VPAND        q4kMaskA1<>+0(SB), X7, X7
+	VPOR         X8, X7, X7
+	VPSRLW       $0x02, X6, X6
+	VPAND        c30<>+0(SB), X6, X6
+	VPOR         X6, X7, X7
+	VPMOVZXBW    X7, Y6
 	VPERMQ       $0x44, Y6, Y7
 	VEXTRACTI128 $0x01, Y6, X8
 	VMOVDQU      16(AX), Y6
@@ -17627,30 +17530,17 @@ loop:
 	VCVTDQ2PS    Y6, Y6
 	VFMADD231PS  Y6, Y9, Y0
 	VFNMADD231PS Y8, Y7, Y0
-	MOVL         4(DX), R9
-	MOVL         8(DX), R10
-	MOVL         12(DX), R11
-	MOVL         R11, R12
-	SHRL         $0x04, R12
-	ANDL         $0x0f0f0f0f, R12
-	MOVL         R10, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R12
-	ANDL         $0x3f3f3f3f, R10
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R11
-	ANDL         $0x3f3f3f3f, R9
-	VMOVD        R9, X6
-	VPINSRD      $0x01, R11, X6, X6
-	VPINSRD      $0x02, R10, X6, X6
-	VPINSRD      $0x03, R12, X6, X6
-	VPMOVZXBW    X6, Y6
+	VMOVDQU      (DX), X6
+	VPSHUFB      q4kShufA<>+0(SB), X6, X7
+	VPSHUFB      q4kShufB<>+0(SB), X6, X6
+	VPSRLW       $0x04, X7, X8
+	VPAND        q4kMaskA2<>+0(SB), X8, X8
+	VPAND        q4kMaskA1<>+0(SB), X7, X7
+	VPOR         X8, X7, X7
+	VPSRLW       $0x02, X6, X6
+	VPAND        c30<>+0(SB), X6, X6
+	VPOR         X6, X7, X7
+	VPMOVZXBW    X7, Y6
 	VPERMQ       $0x44, Y6, Y7
 	VEXTRACTI128 $0x01, Y6, X8
 	VMOVDQU      16(DX), Y6
@@ -17710,30 +17600,17 @@ loop:
 	VCVTDQ2PS    Y6, Y6
 	VFMADD231PS  Y6, Y9, Y1
 	VFNMADD231PS Y8, Y7, Y1
-	MOVL         4(BX), R9
-	MOVL         8(BX), R10
-	MOVL         12(BX), R11
-	MOVL         R11, R12
-	SHRL         $0x04, R12
-	ANDL         $0x0f0f0f0f, R12
-	MOVL         R10, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R12
-	ANDL         $0x3f3f3f3f, R10
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R11
-	ANDL         $0x3f3f3f3f, R9
-	VMOVD        R9, X6
-	VPINSRD      $0x01, R11, X6, X6
-	VPINSRD      $0x02, R10, X6, X6
-	VPINSRD      $0x03, R12, X6, X6
-	VPMOVZXBW    X6, Y6
+	VMOVDQU      (BX), X6
+	VPSHUFB      q4kShufA<>+0(SB), X6, X7
+	VPSHUFB      q4kShufB<>+0(SB), X6, X6
+	VPSRLW       $0x04, X7, X8
+	VPAND        q4kMaskA2<>+0(SB), X8, X8
+	VPAND        q4kMaskA1<>+0(SB), X7, X7
+	VPOR         X8, X7, X7
+	VPSRLW       $0x02, X6, X6
+	VPAND        c30<>+0(SB), X6, X6
+	VPOR         X6, X7, X7
+	VPMOVZXBW    X7, Y6
 	VPERMQ       $0x44, Y6, Y7
 	VEXTRACTI128 $0x01, Y6, X8
 	VMOVDQU      16(BX), Y6
@@ -17793,30 +17670,17 @@ loop:
 	VCVTDQ2PS    Y6, Y6
 	VFMADD231PS  Y6, Y9, Y2
 	VFNMADD231PS Y8, Y7, Y2
-	MOVL         4(SI), R9
-	MOVL         8(SI), R10
-	MOVL         12(SI), R11
-	MOVL         R11, R12
-	SHRL         $0x04, R12
-	ANDL         $0x0f0f0f0f, R12
-	MOVL         R10, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R12
-	ANDL         $0x3f3f3f3f, R10
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R11
-	ANDL         $0x3f3f3f3f, R9
-	VMOVD        R9, X6
-	VPINSRD      $0x01, R11, X6, X6
-	VPINSRD      $0x02, R10, X6, X6
-	VPINSRD      $0x03, R12, X6, X6
-	VPMOVZXBW    X6, Y6
+	VMOVDQU      (SI), X6
+	VPSHUFB      q4kShufA<>+0(SB), X6, X7
+	VPSHUFB      q4kShufB<>+0(SB), X6, X6
+	VPSRLW       $0x04, X7, X8
+	VPAND        q4kMaskA2<>+0(SB), X8, X8
+	VPAND        q4kMaskA1<>+0(SB), X7, X7
+	VPOR         X8, X7, X7
+	VPSRLW       $0x02, X6, X6
+	VPAND        c30<>+0(SB), X6, X6
+	VPOR         X6, X7, X7
+	VPMOVZXBW    X7, Y6
 	VPERMQ       $0x44, Y6, Y7
 	VEXTRACTI128 $0x01, Y6, X8
 	VMOVDQU      16(SI), Y6
@@ -17935,30 +17799,17 @@ loop:
 	VMOVDQU      260(DI), X4
 	VPHADDW      276(DI), X4, X4
 	VBROADCASTSS (DI), Y5
-	MOVL         4(AX), R9
-	MOVL         8(AX), R10
-	MOVL         12(AX), R11
-	MOVL         R11, R12
-	SHRL         $0x04, R12
-	ANDL         $0x0f0f0f0f, R12
-	MOVL         R10, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R12
-	ANDL         $0x3f3f3f3f, R10
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R11
-	ANDL         $0x3f3f3f3f, R9
-	VMOVD        R9, X6
-	VPINSRD      $0x01, R11, X6, X6
-	VPINSRD      $0x02, R10, X6, X6
-	VPINSRD      $0x03, R12, X6, X6
-	VPMOVZXBW    X6, Y6
+	VMOVDQU      (AX), X6
+	VPSHUFB      q4kShufA<>+0(SB), X6, X7
+	VPSHUFB      q4kShufB<>+0(SB), X6, X6
+	VPSRLW       $0x04, X7, X8
+	VPAND        q4kMaskA2<>+0(SB), X8, X8
+	VPAND        q4kMaskA1<>+0(SB), X7, X7
+	VPOR         X8, X7, X7
+	VPSRLW       $0x02, X6, X6
+	VPAND        c30<>+0(SB), X6, X6
+	VPOR         X6, X7, X7
+	VPMOVZXBW    X7, Y6
 	VPERMQ       $0x44, Y6, Y7
 	VEXTRACTI128 $0x01, Y6, X8
 	VMOVDQU      16(AX), Y6
@@ -18042,30 +17893,17 @@ loop:
 	VCVTDQ2PS    Y9, Y9
 	VFMADD231PS  Y9, Y7, Y0
 	VFNMADD231PS Y8, Y6, Y0
-	MOVL         4(DX), R9
-	MOVL         8(DX), R10
-	MOVL         12(DX), R11
-	MOVL         R11, R12
-	SHRL         $0x04, R12
-	ANDL         $0x0f0f0f0f, R12
-	MOVL         R10, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R12
-	ANDL         $0x3f3f3f3f, R10
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R11
-	ANDL         $0x3f3f3f3f, R9
-	VMOVD        R9, X6
-	VPINSRD      $0x01, R11, X6, X6
-	VPINSRD      $0x02, R10, X6, X6
-	VPINSRD      $0x03, R12, X6, X6
-	VPMOVZXBW    X6, Y6
+	VMOVDQU      (DX), X6
+	VPSHUFB      q4kShufA<>+0(SB), X6, X7
+	VPSHUFB      q4kShufB<>+0(SB), X6, X6
+	VPSRLW       $0x04, X7, X8
+	VPAND        q4kMaskA2<>+0(SB), X8, X8
+	VPAND        q4kMaskA1<>+0(SB), X7, X7
+	VPOR         X8, X7, X7
+	VPSRLW       $0x02, X6, X6
+	VPAND        c30<>+0(SB), X6, X6
+	VPOR         X6, X7, X7
+	VPMOVZXBW    X7, Y6
 	VPERMQ       $0x44, Y6, Y7
 	VEXTRACTI128 $0x01, Y6, X8
 	VMOVDQU      16(DX), Y6
@@ -18149,30 +17987,17 @@ loop:
 	VCVTDQ2PS    Y9, Y9
 	VFMADD231PS  Y9, Y7, Y1
 	VFNMADD231PS Y8, Y6, Y1
-	MOVL         4(BX), R9
-	MOVL         8(BX), R10
-	MOVL         12(BX), R11
-	MOVL         R11, R12
-	SHRL         $0x04, R12
-	ANDL         $0x0f0f0f0f, R12
-	MOVL         R10, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R12
-	ANDL         $0x3f3f3f3f, R10
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R11
-	ANDL         $0x3f3f3f3f, R9
-	VMOVD        R9, X6
-	VPINSRD      $0x01, R11, X6, X6
-	VPINSRD      $0x02, R10, X6, X6
-	VPINSRD      $0x03, R12, X6, X6
-	VPMOVZXBW    X6, Y6
+	VMOVDQU      (BX), X6
+	VPSHUFB      q4kShufA<>+0(SB), X6, X7
+	VPSHUFB      q4kShufB<>+0(SB), X6, X6
+	VPSRLW       $0x04, X7, X8
+	VPAND        q4kMaskA2<>+0(SB), X8, X8
+	VPAND        q4kMaskA1<>+0(SB), X7, X7
+	VPOR         X8, X7, X7
+	VPSRLW       $0x02, X6, X6
+	VPAND        c30<>+0(SB), X6, X6
+	VPOR         X6, X7, X7
+	VPMOVZXBW    X7, Y6
 	VPERMQ       $0x44, Y6, Y7
 	VEXTRACTI128 $0x01, Y6, X8
 	VMOVDQU      16(BX), Y6
@@ -18256,30 +18081,17 @@ loop:
 	VCVTDQ2PS    Y9, Y9
 	VFMADD231PS  Y9, Y7, Y2
 	VFNMADD231PS Y8, Y6, Y2
-	MOVL         4(SI), R9
-	MOVL         8(SI), R10
-	MOVL         12(SI), R11
-	MOVL         R11, R12
-	SHRL         $0x04, R12
-	ANDL         $0x0f0f0f0f, R12
-	MOVL         R10, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R12
-	ANDL         $0x3f3f3f3f, R10
-	ANDL         $0x0f0f0f0f, R11
-	MOVL         R9, R13
-	SHRL         $0x06, R13
-	ANDL         $0x03030303, R13
-	SHLL         $0x04, R13
-	ORL          R13, R11
-	ANDL         $0x3f3f3f3f, R9
-	VMOVD        R9, X6
-	VPINSRD      $0x01, R11, X6, X6
-	VPINSRD      $0x02, R10, X6, X6
-	VPINSRD      $0x03, R12, X6, X6
-	VPMOVZXBW    X6, Y6
+	VMOVDQU      (SI), X6
+	VPSHUFB      q4kShufA<>+0(SB), X6, X7
+	VPSHUFB      q4kShufB<>+0(SB), X6, X6
+	VPSRLW       $0x04, X7, X8
+	VPAND        q4kMaskA2<>+0(SB), X8, X8
+	VPAND        q4kMaskA1<>+0(SB), X7, X7
+	VPOR         X8, X7, X7
+	VPSRLW       $0x02, X6, X6
+	VPAND        c30<>+0(SB), X6, X6
+	VPOR         X6, X7, X7
+	VPMOVZXBW    X7, Y6
 	VPERMQ       $0x44, Y6, Y7
 	VEXTRACTI128 $0x01, Y6, X8
 	VMOVDQU      16(SI), Y6

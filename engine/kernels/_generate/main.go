@@ -158,6 +158,7 @@ var (
 	bitsSel, bitsShuf                               Mem
 	absMask, signMask, halfDown                     Mem
 	q6kEvenOdd, wordBcast                           Mem
+	q4kShufA, q4kShufB, q4kMaskA1, q4kMaskA2        Mem
 	q5kBit                                          [8]Mem
 	q50Shuf                                         [2]Mem
 	packPerm, lowByte, magic, mant23, half22, c127d Mem
@@ -228,6 +229,24 @@ func consts() {
 		for j := 0; j < 32; j++ {
 			DATA(j, U8(2*i+j%16/8))
 		}
+	}
+	// Q4_K scales in vector registers (q4kScales): the 16 bytes from the
+	// block's start rearranged by two VPSHUFB controls and masks.
+	q4kShufA = GLOBL("q4kShufA", RODATA|NOPTR)
+	for i, b := range []int{4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15} {
+		DATA(i, U8(b))
+	}
+	q4kShufB = GLOBL("q4kShufB", RODATA|NOPTR)
+	for i, b := range []int{0x80, 0x80, 0x80, 0x80, 4, 5, 6, 7, 0x80, 0x80, 0x80, 0x80, 8, 9, 10, 11} {
+		DATA(i, U8(b))
+	}
+	q4kMaskA1 = GLOBL("q4kMaskA1", RODATA|NOPTR)
+	for i := 0; i < 16; i++ {
+		DATA(i, U8([]byte{0x3f, 0x0f, 0x3f, 0x00}[i/4]))
+	}
+	q4kMaskA2 = GLOBL("q4kMaskA2", RODATA|NOPTR)
+	for i := 0; i < 16; i++ {
+		DATA(i, U8([]byte{0, 0, 0, 0x0f}[i/4]))
 	}
 	// wordBcast+32*i: VPSHUFB control broadcasting 16-bit word i of each lane.
 	wordBcast = GLOBL("wordBcast", RODATA|NOPTR)
@@ -711,7 +730,7 @@ func q4k(name string, R, C int, withHigh bool) {
 		// scales returns the block's 8 scales as words in both lanes (for
 		// VPSHUFB broadcasts) and its 8 mins as words.
 		scales := func(x GPVirtual) (sdup VecVirtual, mins VecVirtual) {
-			xs := q4kScales(x)
+			xs := q4kScalesVec(x)
 			wds := YMM()
 			VPMOVZXBW(xs, wds)
 			if q4kSlot {
@@ -1506,6 +1525,29 @@ func q4kScales(x GPVirtual) VecVirtual {
 	VPINSRD(U8(2), u1, xs, xs)
 	VPINSRD(U8(3), u3, xs, xs)
 	return xs
+}
+
+// q4kScalesVec is q4kScales in vector registers, for the AVX2 kernels
+// (VEX forms only). It takes 10 instructions where q4kScales takes about
+// 30 micro-ops; the AVX2 Q4_K decode kernels are compute bound on one core.
+//
+//	A = bytes [q0-3 q8-11 q4-7 q8-11] of the 12 scale bytes q
+//	B = bytes [0 q0-3 0 q4-7]
+//	scales 0-3, mins 0-3 = q & 63; scales 4-7 = (q8-11 & 15) | (q0-3 >> 6) << 4;
+//	mins 4-7 = (q8-11 >> 4) | (q4-7 >> 6) << 4
+func q4kScalesVec(x GPVirtual) VecVirtual {
+	v, a, b, t := XMM(), XMM(), XMM(), XMM()
+	VMOVDQU(Mem{Base: x}, v)
+	VPSHUFB(q4kShufA, v, a)
+	VPSHUFB(q4kShufB, v, b)
+	VPSRLW(U8(4), a, t)
+	VPAND(q4kMaskA2, t, t)
+	VPAND(q4kMaskA1, a, a)
+	VPOR(t, a, a)
+	VPSRLW(U8(2), b, b)
+	VPAND(c30.Offset(0), b, b)
+	VPOR(b, a, a)
+	return a
 }
 
 // storeSum512 stores the sum of the 16 floats of acc (plus the 8 of extra,
