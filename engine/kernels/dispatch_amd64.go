@@ -66,7 +66,8 @@ func archLevels() []*level {
 		// cores without AVX-512 (EPYC, Zen 3, one thread, every F16 matrix
 		// of TinyLlama in turn from resident memory, five interleaved
 		// runs: 1 row 16.3-17.1 GB/s, 4 rows with PREFETCHT1 18.5-19.3,
-		// 4 rows without prefetch 20.8-23.0).
+		// 4 rows without prefetch 20.8-23.0; BF16: 13.6-16.3, 16.2-18.9,
+		// 16.8-19.8).
 		l.k[quant.F16].rows, l.k[quant.BF16].rows, l.k[quant.F32].rows = dotF16R4C1NP, dotBF16R4C1NP, dotF32R4C1NP
 	} else {
 		// On AMD cores with AVX-512 (Zen 4), one F16 row at a time is one
