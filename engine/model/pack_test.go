@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"unsafe"
 
 	"shoal/engine/gguf"
 	"shoal/engine/kernels"
@@ -28,27 +29,7 @@ func TestOpenPacksMatrices(t *testing.T) {
 		t.Run(typ, func(t *testing.T) {
 			spec := synth.Spec{Arch: "llama", NLayer: 2, NEmbd: 128, NHead: 4, NHeadKV: 2, NFF: 256,
 				Type: typ, OutputType: "q8_0", Seed: 5, Std: 0.08, Tokenizer: voc.KVs()}
-			var buf bytes.Buffer
-			if err := synth.Write(&buf, spec, nil); err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(t.TempDir(), "m.gguf")
-			if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			fromFile, err := model.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fromFile.File.Close()
-			f, err := gguf.Parse(buf.Bytes())
-			if err != nil {
-				t.Fatal(err)
-			}
-			inMemory, err := model.Load(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			fromFile, inMemory := openTwice(t, spec)
 			ly, lm := fromFile.W.Layers[1], inMemory.W.Layers[1]
 			for name, mm := range map[string][2]*kernels.Matrix{"wq": {ly.Wq, lm.Wq}, "wk": {ly.Wk, lm.Wk}, "wv": {ly.Wv, lm.Wv}, "wo": {ly.Wo, lm.Wo},
 				"gate": {ly.Gate, lm.Gate}, "up": {ly.Up, lm.Up}, "down": {ly.Down, lm.Down}, "output": {fromFile.W.Output, inMemory.W.Output}} {
@@ -74,35 +55,112 @@ func TestOpenPacksMatrices(t *testing.T) {
 			if fromFile.W.TokEmbd.Packed || inMemory.W.Layers[1].Wq.Packed {
 				t.Errorf("the embedding or a matrix of the in-memory model is packed")
 			}
-			tokens := []int32{3, 70, 250, 9, 1, 400, 77, 12}
-			logits := func(m *model.Model) []float32 {
-				r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 32})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer r.Close()
-				out, err := r.Prompt(0, tokens[:5], nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, tk := range tokens[5:] {
-					l, err := r.Decode(0, tk)
-					if err != nil {
-						t.Fatal(err)
-					}
-					out = append(out, l...)
-				}
-				return out
-			}
-			got, want := logits(fromFile), logits(inMemory)
-			if len(got) != len(want) {
-				t.Fatalf("%d logits, want %d", len(got), len(want))
-			}
-			for i := range want {
-				if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) {
-					t.Fatalf("logit %d: packed model %g, in-memory model %g", i, got[i], want[i])
-				}
-			}
+			sameLogits(t, fromFile, inMemory)
 		})
+	}
+}
+
+// A MoE model opened from a file has its stacked experts copied out of the
+// file's pages too, each expert a view of the copy, and gives the logits of
+// the same model parsed from memory.
+func TestOpenCopiesExperts(t *testing.T) {
+	voc, err := tokenizer.ByteLevelVocab(300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	voc.Pad(512)
+	for _, typ := range []string{"q4_0", "q4_k"} {
+		t.Run(typ, func(t *testing.T) {
+			spec := synth.Spec{Arch: "moe", NLayer: 2, NEmbd: 128, NHead: 4, NHeadKV: 2, NFF: 96, NExpert: 4, NExpertUsed: 2,
+				Type: typ, OutputType: "q8_0", Seed: 6, Std: 0.08, Tokenizer: voc.KVs()}
+			fromFile, inMemory := openTwice(t, spec)
+			inFile := func(name string, b []byte) bool {
+				ti, ok := fromFile.File.Tensor(name)
+				if !ok {
+					t.Fatalf("no tensor %s", name)
+				}
+				d := fromFile.File.Data(ti)
+				lo, hi := uintptr(unsafe.Pointer(&d[0])), uintptr(unsafe.Pointer(&d[len(d)-1]))
+				p := uintptr(unsafe.Pointer(&b[0]))
+				return p >= lo && p <= hi
+			}
+			ly := fromFile.W.Layers[1]
+			if len(ly.Experts) != 4 {
+				t.Fatalf("%d experts, want 4", len(ly.Experts))
+			}
+			for x, e := range ly.Experts {
+				for name, m := range map[string]*kernels.Matrix{"ffn_gate_exps": e.Gate, "ffn_up_exps": e.Up, "ffn_down_exps": e.Down} {
+					if inFile("blk.1."+name+".weight", m.Data) {
+						t.Errorf("expert %d %s (%s) reads the file's pages, want a resident copy", x, name, m.Type)
+					}
+				}
+				if want := inMemory.W.Layers[1].Experts[x].Gate; e.Gate.Rows != want.Rows || e.Down.Rows != inMemory.W.Layers[1].Experts[x].Down.Rows {
+					t.Errorf("expert %d: %d gate rows, %d down rows", x, e.Gate.Rows, e.Down.Rows)
+				}
+			}
+			sameLogits(t, fromFile, inMemory)
+		})
+	}
+}
+
+// openTwice writes the model of spec to a file and opens it (weights packed
+// or copied), and loads the same bytes parsed from memory (neither).
+func openTwice(t *testing.T, spec synth.Spec) (fromFile, inMemory *model.Model) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := synth.Write(&buf, spec, nil); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fromFile, err := model.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fromFile.File.Close() })
+	f, err := gguf.Parse(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inMemory, err = model.Load(f); err != nil {
+		t.Fatal(err)
+	}
+	return fromFile, inMemory
+}
+
+// sameLogits asserts that the two models give the same logits for a prompt
+// and the tokens decoded after it.
+func sameLogits(t *testing.T, fromFile, inMemory *model.Model) {
+	t.Helper()
+	tokens := []int32{3, 70, 250, 9, 1, 400, 77, 12}
+	logits := func(m *model.Model) []float32 {
+		r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 32})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		out, err := r.Prompt(0, tokens[:5], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range tokens[5:] {
+			l, err := r.Decode(0, tk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, l...)
+		}
+		return out
+	}
+	got, want := logits(fromFile), logits(inMemory)
+	if len(got) != len(want) {
+		t.Fatalf("%d logits, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) {
+			t.Fatalf("logit %d: model from the file %g, in memory %g", i, got[i], want[i])
+		}
 	}
 }

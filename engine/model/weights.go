@@ -324,8 +324,8 @@ func loadWeights(l *loader, c *Config, lo, hi int, sl *Slice) (*Weights, error) 
 // process's own memory, which one core streams faster than the page cache's
 // pages. A copy replaces its matrix only when release dropped the
 // original's file pages, so the weights take the same memory as before.
-// The embedding (read a row at a time) and the stacked experts (sliced per
-// expert) stay in the file.
+// The stacked experts are copied whole and sliced again per expert. The
+// embedding (read a row at a time) stays in the file.
 func packWeights(w *Weights, release func([]byte) bool) {
 	pack := func(m **kernels.Matrix) {
 		if *m == nil {
@@ -340,8 +340,51 @@ func packWeights(w *Weights, release func([]byte) bool) {
 		for _, m := range []**kernels.Matrix{&ly.Wq, &ly.Wk, &ly.Wv, &ly.Wo, &ly.Gate, &ly.Up, &ly.Down, &ly.ShGate, &ly.ShUp, &ly.ShDown} {
 			pack(m)
 		}
+		packExperts(ly, release)
 	}
 	if w.Output != w.TokEmbd {
 		pack(&w.Output)
+	}
+}
+
+// packExperts replaces a MoE layer's stacked expert matrices with resident
+// copies and its per-expert views with slices of them. A stacked matrix
+// whose copy is packed with groups of rows across two experts stays in the
+// file (Slice cannot cut a packed group).
+func packExperts(ly *Layer, release func([]byte) bool) {
+	held := 0
+	for _, x := range ly.Experts {
+		if x.Gate != nil {
+			held++
+		}
+	}
+	if held == 0 {
+		return
+	}
+	for _, m := range []**kernels.Matrix{&ly.GateExps, &ly.UpExps, &ly.DownExps} {
+		if *m == nil {
+			continue
+		}
+		p := kernels.Resident(*m)
+		if per := (*m).Rows / held; p.Packed && per%kernels.PackRows != 0 {
+			continue
+		}
+		if release((*m).Data) {
+			*m = p
+		}
+	}
+	j := 0
+	for x := range ly.Experts {
+		e := &ly.Experts[x]
+		if e.Gate == nil {
+			continue
+		}
+		fe, E := e.Gate.Rows, e.Down.Rows
+		*e = Expert{
+			Gate: ly.GateExps.Slice(j*fe, (j+1)*fe),
+			Up:   ly.UpExps.Slice(j*fe, (j+1)*fe),
+			Down: ly.DownExps.Slice(j*E, (j+1)*E),
+		}
+		j++
 	}
 }
