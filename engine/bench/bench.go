@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"shoal/engine/kv"
@@ -37,12 +38,18 @@ type Result struct {
 
 // BytesPerToken is the weight bytes one decode step reads: every matrix
 // except the embedding table (read one row per token) unless the embedding
-// doubles as the output matrix.
+// doubles as the output matrix, and of a MoE model's stacked routed experts
+// the share of the experts a token uses (expert_used_count of
+// expert_count).
 func BytesPerToken(m *model.Model) int64 {
 	var n int64
 	tied := m.W.Output == m.W.TokEmbd
 	for _, t := range m.File.Tensors {
 		if t.Name == "token_embd.weight" && !tied {
+			continue
+		}
+		if m.NExpert > 0 && strings.HasSuffix(t.Name, "_exps.weight") {
+			n += int64(t.Size) * int64(m.NExpertUsed) / int64(m.NExpert)
 			continue
 		}
 		n += int64(t.Size)

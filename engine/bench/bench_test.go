@@ -51,6 +51,38 @@ func testModel(t *testing.T, typ string) *model.Model {
 	return m
 }
 
+// A MoE model's decode reads the routed experts a token uses, not all.
+func TestBytesPerTokenMoE(t *testing.T) {
+	v, _ := tokenizer.ByteLevelVocab(300)
+	v.Pad(512)
+	path := filepath.Join(t.TempDir(), "moe.gguf")
+	f, _ := os.Create(path)
+	if err := synth.Write(f, synth.Spec{Arch: "moe", NEmbd: 64, NLayer: 2, NHead: 4, NFF: 128, NExpert: 4, NExpertUsed: 1, Ctx: 64, Type: "q8_0", Tokenizer: v.KVs()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	m, err := model.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var exps, rest int64
+	for _, tn := range m.File.Tensors {
+		switch {
+		case strings.HasSuffix(tn.Name, "_exps.weight"):
+			exps += int64(tn.Size)
+		case tn.Name != "token_embd.weight":
+			rest += int64(tn.Size)
+		}
+	}
+	if exps == 0 {
+		t.Fatal("the test model has no stacked experts")
+	}
+	if got, want := BytesPerToken(m), rest+exps/4; got != want {
+		t.Fatalf("bytes per token %d, want %d (all but the embedding, a quarter of the experts)", got, want)
+	}
+}
+
 func TestBenchRun(t *testing.T) {
 	m := testModel(t, "q8_0")
 	emb, _ := m.File.Tensor("token_embd.weight")
