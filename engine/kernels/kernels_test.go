@@ -519,7 +519,8 @@ func BenchmarkQuantizeActs(b *testing.B) {
 }
 
 // BenchmarkKernel/<type>/<path> runs single-threaded MatMul (n=1) on about
-// 1 MiB of rows x 4096 (in L2): the decode kernel's speed apart from DRAM,
+// 1 MiB of rows x 4096 (in L2 where a core has 1 MiB or more, as Zen 4; in
+// L3 on Zen 3's 512 KiB): the decode kernel's speed apart from DRAM,
 // with the per-call activation preparation spread over as many rows as a
 // model's matrices have.
 func BenchmarkKernel(b *testing.B) {
