@@ -26,11 +26,12 @@
 // as unsigned bytes, prepU8), K-quant decode kernels and 1x8 tiles (Q4_K and
 // Q5_K against activations whose sub-blocks are paired, pairK8), and
 // VDPBF16PS tiles for BF16. Decode is bound by how many memory streams one
-// core keeps in flight, and the best pattern differs by vendor: on Intel
-// cores the decode kernels prefetch into L2 and the float formats decode
-// faster with the hardware prefetcher alone, elsewhere the quantized formats
-// prefetch into L1 and the float formats, whose groups of rows are larger
-// than L1, into L2; dispatch picks the variants by CPUID vendor.
+// core keeps in flight, and the best pattern differs by core: on Intel
+// cores the decode kernels prefetch into L2, elsewhere the quantized formats
+// prefetch into L1; the float formats decode with the hardware prefetcher
+// alone, 4 rows at a time on Intel and on AMD cores without AVX-512 (Zen 3),
+// one row at a time on AMD cores with it (Zen 4), where BF16 and F32 prefetch
+// into L2. dispatch picks the variants by CPUID vendor and AVX-512.
 //
 // Q4_0 and Q8_0 matrices can be held in a packed layout (pack.go): rows in
 // groups of 4, each block's quants of the 4 rows in whole 64-byte vectors and

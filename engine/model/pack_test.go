@@ -60,9 +60,9 @@ func TestOpenPacksMatrices(t *testing.T) {
 	}
 }
 
-// A MoE model opened from a file has its stacked experts copied out of the
-// file's pages too, each expert a view of the copy, and gives the logits of
-// the same model parsed from memory.
+// A MoE model opened from a file gives each routed expert resident copies
+// of its matrices, out of the file's pages, and gives the logits of the
+// same model parsed from memory.
 func TestOpenCopiesExperts(t *testing.T) {
 	voc, err := tokenizer.ByteLevelVocab(300)
 	if err != nil {

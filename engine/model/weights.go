@@ -29,7 +29,10 @@ type Layer struct {
 	ShGate, ShUp, ShDown       *kernels.Matrix // shared expert (qwen2moe)
 	ShGateInp                  *kernels.Matrix // 1 x NEmbd, sigmoid gate of the shared expert
 
-	Experts []Expert // views of GateExps/UpExps/DownExps per expert (nil matrices for experts not held)
+	// Experts are views of GateExps/UpExps/DownExps per expert, or resident
+	// copies of them in a model opened from a file (nil matrices for experts
+	// not held).
+	Experts []Expert
 
 	// Set when a tensor-parallel member's column range of attn_output,
 	// ffn_down or ffn_down_shexp is not block aligned: the matrix then holds
@@ -324,8 +327,8 @@ func loadWeights(l *loader, c *Config, lo, hi int, sl *Slice) (*Weights, error) 
 // process's own memory, which one core streams faster than the page cache's
 // pages. A copy replaces its matrix only when release dropped the
 // original's file pages, so the weights take the same memory as before.
-// The stacked experts are copied whole and sliced again per expert. The
-// embedding (read a row at a time) stays in the file.
+// Each routed expert gets copies of its own (packExperts). The embedding
+// (read a row at a time) stays in the file.
 func packWeights(w *Weights, release func([]byte) bool) {
 	pack := func(m **kernels.Matrix) {
 		if *m == nil {
@@ -347,44 +350,35 @@ func packWeights(w *Weights, release func([]byte) bool) {
 	}
 }
 
-// packExperts replaces a MoE layer's stacked expert matrices with resident
-// copies and its per-expert views with slices of them. A stacked matrix
-// whose copy is packed with groups of rows across two experts stays in the
-// file (Slice cannot cut a packed group).
+// packExperts gives each routed expert of a MoE layer resident copies of
+// its matrices (kernels.Resident: packed where each expert's rows divide
+// into groups), in place of its views of the stacked tensors in the file,
+// whose pages release then drops.
 func packExperts(ly *Layer, release func([]byte) bool) {
-	held := 0
-	for _, x := range ly.Experts {
-		if x.Gate != nil {
-			held++
-		}
-	}
-	if held == 0 {
-		return
-	}
-	for _, m := range []**kernels.Matrix{&ly.GateExps, &ly.UpExps, &ly.DownExps} {
-		if *m == nil {
+	for _, k := range []struct {
+		stacked *kernels.Matrix
+		of      func(e *Expert) **kernels.Matrix
+	}{
+		{ly.GateExps, func(e *Expert) **kernels.Matrix { return &e.Gate }},
+		{ly.UpExps, func(e *Expert) **kernels.Matrix { return &e.Up }},
+		{ly.DownExps, func(e *Expert) **kernels.Matrix { return &e.Down }},
+	} {
+		if k.stacked == nil {
 			continue
 		}
-		p := kernels.Resident(*m)
-		if per := (*m).Rows / held; p.Packed && per%kernels.PackRows != 0 {
+		copies := make([]*kernels.Matrix, len(ly.Experts))
+		for x := range ly.Experts {
+			if m := *k.of(&ly.Experts[x]); m != nil {
+				copies[x] = kernels.Resident(m)
+			}
+		}
+		if !release(k.stacked.Data) {
 			continue
 		}
-		if release((*m).Data) {
-			*m = p
+		for x, c := range copies {
+			if c != nil {
+				*k.of(&ly.Experts[x]) = c
+			}
 		}
-	}
-	j := 0
-	for x := range ly.Experts {
-		e := &ly.Experts[x]
-		if e.Gate == nil {
-			continue
-		}
-		fe, E := e.Gate.Rows, e.Down.Rows
-		*e = Expert{
-			Gate: ly.GateExps.Slice(j*fe, (j+1)*fe),
-			Up:   ly.UpExps.Slice(j*fe, (j+1)*fe),
-			Down: ly.DownExps.Slice(j*E, (j+1)*E),
-		}
-		j++
 	}
 }
