@@ -80,6 +80,9 @@ type level struct {
 	k    [32]*kset // by quant.Type; nil: generic Go
 	q8_0 func(x *float32, dst *byte, nb int)
 	q8_K func(x *float32, dst *byte, nb int)
+	// prepU8 lays out nb Q8_0 blocks as the rowsU8 and tileU8 kernels take
+	// them (see mmJob.prepU8); nil: Go.
+	prepU8 func(src, dst *byte, nb int)
 	// axpyF16 adds alpha·x (n half floats, n a multiple of 8) to y.
 	axpyF16 func(y *float32, alpha float32, x *uint16, n int)
 	// scoresF16 and accumF16 are the attention kernels over F16 cache rows

@@ -545,6 +545,12 @@ func roundF16AVX2(x *float32, n int)
 //go:noescape
 func quantQ8_0AVX2(x *float32, dst *byte, nb int)
 
+// prepU8AVX2 lays out nb Q8_0 blocks (34 bytes) as the u8 kernels read them (36 bytes):
+// the scale widened to float32, then the quants plus 128 as unsigned bytes.
+//
+//go:noescape
+func prepU8AVX2(src *byte, dst *byte, nb int)
+
 // q8SumsAVX2 stores the sum of the 32 quants of each of nb Q8_0 blocks at a.
 //
 //go:noescape

@@ -20486,6 +20486,34 @@ done:
 	VZEROUPPER
 	RET
 
+// func prepU8AVX2(src *byte, dst *byte, nb int)
+// Requires: AVX, AVX2, F16C
+TEXT ·prepU8AVX2(SB), NOSPLIT, $0-24
+	MOVQ         src+0(FP), AX
+	MOVQ         dst+8(FP), CX
+	MOVQ         nb+16(FP), DX
+	TESTQ        DX, DX
+	JZ           done
+	MOVL         $0x80808080, BX
+	VMOVD        BX, X0
+	VPBROADCASTD X0, Y0
+
+loop:
+	MOVWLZX   (AX), BX
+	VMOVD     BX, X1
+	VCVTPH2PS X1, X1
+	VMOVSS    X1, (CX)
+	VPXOR     2(AX), Y0, Y1
+	VMOVDQU   Y1, 4(CX)
+	ADDQ      $0x00000022, AX
+	ADDQ      $0x00000024, CX
+	DECQ      DX
+	JNZ       loop
+
+done:
+	VZEROUPPER
+	RET
+
 // func q8SumsAVX2(a *byte, nb int, dst *int32)
 // Requires: AVX, AVX2
 TEXT ·q8SumsAVX2(SB), NOSPLIT, $0-24

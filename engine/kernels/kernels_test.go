@@ -544,3 +544,42 @@ func BenchmarkKernel(b *testing.B) {
 		})
 	}
 }
+
+// Every level lays out Q8_0 activations for the u8 kernels byte for byte as
+// the Go version does, for block scales that are normal, subnormal or zero.
+func TestPrepU8Levels(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, nb := range []int{1, 2, 3, 7, 28, 64, 152} {
+		x := randRow(r, nb*quant.QK, 1)
+		src := make([]byte, quant.Q8_0.RowSize(len(x)))
+		quant.QuantizeRow(quant.Q8_0, x, src)
+		// block 0: a subnormal half scale; block 1 (when there): zero
+		src[0], src[1] = 0x01, 0x00
+		if nb > 1 {
+			src[34], src[35] = 0, 0
+		}
+		want := make([]byte, nb*u8Block)
+		defer SetLevel(Path())
+		if err := SetLevel("generic"); err != nil {
+			t.Fatal(err)
+		}
+		prepU8Row(src, want, nb)
+		if got, w := math.Float32frombits(uint32(want[0])|uint32(want[1])<<8|uint32(want[2])<<16|uint32(want[3])<<24), float32(math.Ldexp(1, -24)); got != w {
+			t.Fatalf("generic: subnormal scale widened to %g, want %g", got, w)
+		}
+		eachLevel(t, func(level string) {
+			got := make([]byte, nb*u8Block+8)
+			prepU8Row(src, got, nb)
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("%s nb=%d: byte %d (block %d) = %#x, want %#x", level, nb, i, i/u8Block, got[i], want[i])
+				}
+			}
+			for i := len(want); i < len(got); i++ {
+				if got[i] != 0 {
+					t.Fatalf("%s nb=%d: wrote past the end at byte %d", level, nb, i)
+				}
+			}
+		})
+	}
+}
