@@ -192,6 +192,86 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 	if n <= 0 || m.Rows <= 0 {
 		return
 	}
+	j := newMMJob(p, m, xq, n, out, ldo)
+	j.run(p)
+	j.release()
+}
+
+// maxFused is how many products MatMuls runs as one pool job.
+const maxFused = 4
+
+// fusedJob runs the row groups of several products as one pool job.
+type fusedJob struct {
+	js  [maxFused]*mmJob
+	off [maxFused + 1]int // job k's units are [off[k], off[k+1])
+	k   int
+	fn  func(lo, hi int)
+}
+
+var fusedJobs = sync.Pool{New: func() any {
+	f := new(fusedJob)
+	f.fn = f.do
+	return f
+}}
+
+func (f *fusedJob) do(lo, hi int) {
+	for k := 0; k < f.k; k++ {
+		a, b := max(lo, f.off[k]), min(hi, f.off[k+1])
+		if a < b {
+			f.js[k].do(a-f.off[k], b-f.off[k])
+		}
+	}
+}
+
+// MatMuls computes the products of up to four matrices with the same n
+// activation rows xq (in the matrices' common activation format), ms[k]'s
+// into outs[k] with rows ms[k].Rows apart; a nil matrix is skipped. In
+// decode their row groups go to the pool as one job, so the threads meet
+// once instead of once per matrix (a layer's q, k and v projections; its
+// gate and up). Otherwise, or when a product takes the panel or unpacking
+// path, they run one after another as MatMul would. It does not allocate.
+func MatMuls(p *Pool, xq []byte, n int, ms []*Matrix, outs [][]float32) {
+	if len(ms) > maxFused || len(outs) < len(ms) {
+		panic(fmt.Sprintf("kernels.MatMuls: %d matrices (at most %d) and %d outputs", len(ms), maxFused, len(outs)))
+	}
+	if n <= 0 {
+		return
+	}
+	f := fusedJobs.Get().(*fusedJob)
+	f.k = 0
+	plain := true
+	grain := 1
+	for i, m := range ms {
+		if m == nil || m.Rows <= 0 {
+			continue
+		}
+		if f.k > 0 && m.ActType() != f.js[0].m.ActType() {
+			panic(fmt.Sprintf("kernels.MatMuls: activation formats %v and %v differ", f.js[0].m.ActType(), m.ActType()))
+		}
+		j := newMMJob(p, m, xq, n, outs[i], m.Rows)
+		f.js[f.k] = j
+		f.off[f.k+1] = f.off[f.k] + j.units()
+		f.k++
+		plain = plain && !j.panel && !j.unpack
+		grain = max(grain, 32/j.group)
+	}
+	if plain && f.k > 1 {
+		p.Run(f.off[f.k], grain, f.fn)
+	} else {
+		for _, j := range f.js[:f.k] {
+			j.run(p)
+		}
+	}
+	for k := range f.js[:f.k] {
+		f.js[k].release()
+		f.js[k] = nil
+	}
+	fusedJobs.Put(f)
+}
+
+// newMMJob checks a product's arguments and prepares its job (kernels,
+// prepared activations); run runs it, release returns it.
+func newMMJob(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) *mmJob {
 	ars := m.ActRowSize()
 	if len(xq) < n*ars {
 		panic(fmt.Sprintf("kernels.MatMul: %d activation rows need %d bytes, have %d", n, n*ars, len(xq)))
@@ -268,17 +348,27 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 			ks.auxPrep(xq[c*ars:(c+1)*ars], nb, j.aux[c*j.auxRS:(c+1)*j.auxRS])
 		}
 	}
-	units := (m.Rows + j.group - 1) / j.group
 	for (j.panel || j.unpack) && len(j.scr) < p.Threads() {
 		j.scr = append(j.scr, nil) // per-worker scratch
 	}
+	return j
+}
+
+// units is the number of row groups of the product (j.group rows each).
+func (j *mmJob) units() int { return (j.m.Rows + j.group - 1) / j.group }
+
+func (j *mmJob) run(p *Pool) {
+	m := j.m
 	if j.panel {
 		p.RunWorker((m.Rows+j.ks.panel.group-1)/j.ks.panel.group, 1, j.fnp)
 	} else if j.unpack {
-		p.RunWorker(units, max(1, 32/j.group), j.fnw)
+		p.RunWorker(j.units(), max(1, 32/j.group), j.fnw)
 	} else {
-		p.Run(units, max(1, 32/j.group), j.fn)
+		p.Run(j.units(), max(1, 32/j.group), j.fn)
 	}
+}
+
+func (j *mmJob) release() {
 	j.m, j.xq, j.out, j.ta = nil, nil, nil, nil
 	mmJobs.Put(j)
 }

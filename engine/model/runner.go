@@ -332,16 +332,11 @@ func (r *Runner) layer(l int, x []float32) error {
 		rmsNorm(s.xn[i*E:(i+1)*E], x[i*E:(i+1)*E], ly.AttnNorm, m.RMSEps)
 	}
 	if r.nh > 0 {
-		r.matmul(ly.Wq, s.xn, n, s.q)
-		if ly.Wk.ActType() == ly.Wq.ActType() {
-			r.matmulQ(ly.Wk, n, s.k)
+		if t := ly.Wq.ActType(); ly.Wk.ActType() == t && ly.Wv.ActType() == t {
+			kernels.QuantizeActs(r.pool, t, s.xn, n, ly.Wq.Cols, s.acts)
+			kernels.MatMuls(r.pool, s.acts, n, []*kernels.Matrix{ly.Wq, ly.Wk, ly.Wv}, [][]float32{s.q, s.k, s.v})
 		} else {
-			r.matmul(ly.Wk, s.xn, n, s.k)
-		}
-		if ly.Wv.ActType() == ly.Wk.ActType() {
-			r.matmulQ(ly.Wv, n, s.v)
-		} else {
-			r.matmul(ly.Wv, s.xn, n, s.v)
+			r.qkvApart(ly, n)
 		}
 		r.cur = l
 		r.pool.Run(n, 1, r.prepFn)
@@ -375,6 +370,24 @@ func (r *Runner) layer(l int, x []float32) error {
 		x[i] += s.o[i]
 	}
 	return nil
+}
+
+// qkvApart computes a layer's q, k and v projections one at a time, for
+// matrices that take different activation formats (sharing the quantized
+// activations where they agree).
+func (r *Runner) qkvApart(ly *Layer, n int) {
+	s := &r.s
+	r.matmul(ly.Wq, s.xn, n, s.q)
+	if ly.Wk.ActType() == ly.Wq.ActType() {
+		r.matmulQ(ly.Wk, n, s.k)
+	} else {
+		r.matmul(ly.Wk, s.xn, n, s.k)
+	}
+	if ly.Wv.ActType() == ly.Wk.ActType() {
+		r.matmulQ(ly.Wv, n, s.v)
+	} else {
+		r.matmul(ly.Wv, s.xn, n, s.v)
+	}
 }
 
 // tpCols is the per-rank input widths of attn_output (or of ffn_down) for
@@ -462,10 +475,11 @@ func (r *Runner) swiglu(gate, up *kernels.Matrix, x []float32, n int, g, u []flo
 		return
 	}
 	F := gate.Rows
-	r.matmul(gate, x, n, g)
-	if up.ActType() == gate.ActType() {
-		r.matmulQ(up, n, u)
+	if t := gate.ActType(); up.ActType() == t {
+		kernels.QuantizeActs(r.pool, t, x, n, gate.Cols, r.s.acts)
+		kernels.MatMuls(r.pool, r.s.acts, n, []*kernels.Matrix{gate, up}, [][]float32{g, u})
 	} else {
+		r.matmul(gate, x, n, g)
 		r.matmul(up, x, n, u)
 	}
 	kernels.SiLUMul(g[:n*F], u[:n*F])
