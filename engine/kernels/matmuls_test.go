@@ -40,8 +40,9 @@ func TestMatMulsLevels(t *testing.T) {
 				_, xq := randActs(r, set[0], n, cols)
 				gen := p.gen.Load()
 				MatMuls(p, xq, n, ms, outs)
-				if jobs := p.gen.Load() - gen; n == 1 && jobs != 1 {
-					t.Errorf("%s %v n=1: %d pool jobs, want 1", level, set, jobs)
+				// (none when the rows are few enough to run on the caller)
+				if jobs := p.gen.Load() - gen; n == 1 && jobs > 1 {
+					t.Errorf("%s %v n=1: %d pool jobs, want at most 1", level, set, jobs)
 				}
 				for i, m := range ms[1:] {
 					want := matmulWant(m, xq, n, m.Rows)
@@ -52,14 +53,20 @@ func TestMatMulsLevels(t *testing.T) {
 	})
 }
 
+// Two products of a few hundred rows take one pool job and no allocation;
+// misuse panics.
 func TestMatMulsNoAllocAndMisuse(t *testing.T) {
 	p := NewPool(2)
 	defer p.Close()
 	r := rand.New(rand.NewPCG(43, 44))
-	a, b := randMatrix(r, quant.Q8_0, 64, 512), randMatrix(r, quant.Q4_0, 32, 512)
+	a, b := randMatrix(r, quant.Q8_0, 256, 512), randMatrix(r, quant.Q4_0, 128, 512)
 	_, xq := randActs(r, quant.Q8_0, 1, 512)
-	oa, ob := make([]float32, 64), make([]float32, 32)
+	oa, ob := make([]float32, 256), make([]float32, 128)
+	gen := p.gen.Load()
 	MatMuls(p, xq, 1, []*Matrix{a, b}, [][]float32{oa, ob})
+	if jobs := p.gen.Load() - gen; jobs != 1 {
+		t.Errorf("%d pool jobs for two products in decode, want 1", jobs)
+	}
 	if n := testing.AllocsPerRun(20, func() { MatMuls(p, xq, 1, []*Matrix{a, b}, [][]float32{oa, ob}) }); n != 0 {
 		t.Errorf("%v allocations per MatMuls", n)
 	}
