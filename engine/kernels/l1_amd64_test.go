@@ -147,7 +147,7 @@ func TestDecodePrefetchVariants(t *testing.T) {
 			m := randMatrix(r, c.t, 4, cols)
 			_, xq := randActs(r, c.t, 1, cols)
 			j := &mmJob{xq: xq, n: 1, ars: len(xq)}
-			j.prepU8(cols / quant.QK)
+			j.prepU8(cols/quant.QK, nil)
 			var a, b [8]float32
 			c.t1(&m.Data[0], m.RowSize, &j.ta[0], 0, cols/quant.QK, &a[0], 0)
 			c.t0(&m.Data[0], m.RowSize, &j.ta[0], 0, cols/quant.QK, &b[0], 0)

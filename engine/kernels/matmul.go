@@ -144,6 +144,7 @@ type mmJob struct {
 	tas    int
 	f32    []float32 // scratch for the widened activations
 	u8     []byte    // scratch for the prepared activations of tileU8 kernels
+	u8nb   int       // blocks per row prepared by prepU8 into ta (0: none)
 
 	aux   []byte // per-activation data of the rowsX kernels
 	auxRS int
@@ -192,7 +193,7 @@ func MatMul(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) {
 	if n <= 0 || m.Rows <= 0 {
 		return
 	}
-	j := newMMJob(p, m, xq, n, out, ldo)
+	j := newMMJob(p, m, xq, n, out, ldo, nil)
 	j.run(p)
 	j.release()
 }
@@ -241,6 +242,7 @@ func MatMuls(p *Pool, xq []byte, n int, ms []*Matrix, outs [][]float32) {
 	f.k = 0
 	plain := true
 	grain := 1
+	var u8src *mmJob
 	for i, m := range ms {
 		if m == nil || m.Rows <= 0 {
 			continue
@@ -248,7 +250,10 @@ func MatMuls(p *Pool, xq []byte, n int, ms []*Matrix, outs [][]float32) {
 		if f.k > 0 && m.ActType() != f.js[0].m.ActType() {
 			panic(fmt.Sprintf("kernels.MatMuls: activation formats %v and %v differ", f.js[0].m.ActType(), m.ActType()))
 		}
-		j := newMMJob(p, m, xq, n, outs[i], m.Rows)
+		j := newMMJob(p, m, xq, n, outs[i], m.Rows, u8src)
+		if u8src == nil && j.u8nb > 0 {
+			u8src = j // the others reuse its prepared activations
+		}
 		f.js[f.k] = j
 		f.off[f.k+1] = f.off[f.k] + j.units()
 		f.k++
@@ -271,7 +276,10 @@ func MatMuls(p *Pool, xq []byte, n int, ms []*Matrix, outs [][]float32) {
 
 // newMMJob checks a product's arguments and prepares its job (kernels,
 // prepared activations); run runs it, release returns it.
-func newMMJob(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) *mmJob {
+//
+// share, when not nil, is an earlier job of the same call on the same
+// activations: its u8 layout is reused instead of prepared again.
+func newMMJob(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int, share *mmJob) *mmJob {
 	ars := m.ActRowSize()
 	if len(xq) < n*ars {
 		panic(fmt.Sprintf("kernels.MatMul: %d activation rows need %d bytes, have %d", n, n*ars, len(xq)))
@@ -286,6 +294,7 @@ func newMMJob(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) *mmJ
 	j.m, j.xq, j.ars, j.n, j.out, j.ldo = m, xq, ars, n, out, ldo
 	j.ks = kernelsFor(m.Type)
 	j.unpack = false
+	j.u8nb = 0
 	if m.Packed {
 		if m.Rows%PackRows != 0 {
 			panic(fmt.Sprintf("kernels.MatMul: packed matrix of %d rows", m.Rows))
@@ -327,7 +336,7 @@ func newMMJob(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) *mmJ
 				j.widen(p)
 			}
 			if ks.tileU8 {
-				j.prepU8(m.Cols / quant.QK)
+				j.prepU8(m.Cols/quant.QK, share)
 			}
 			if ks.tileK8 {
 				j.pairK8(m.Cols / quant.QKK)
@@ -335,7 +344,7 @@ func newMMJob(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int) *mmJ
 		}
 	}
 	if ks := j.ks; ks != nil && ks.rowsU8 != nil && !j.tile && !j.panel {
-		j.prepU8(m.Cols / quant.QK)
+		j.prepU8(m.Cols/quant.QK, share)
 	}
 	if ks := j.ks; ks != nil && ks.rowsX != nil && ks.rowsU8 == nil && (j.panel && m.Rows%j.ks.panel.R != 0 || !j.panel && (!j.tile || j.nt+j.nr < n)) {
 		nb := m.Cols / ks.blockLen
@@ -379,8 +388,12 @@ const u8Block = 36
 
 // prepU8 lays out the Q8_0 activations for the tileU8 kernels (nb blocks per
 // row), which multiply unsigned activation bytes by signed weight bytes.
-func (j *mmJob) prepU8(nb int) {
+func (j *mmJob) prepU8(nb int, share *mmJob) {
 	n, rs := j.n, nb*u8Block
+	if share != nil && share.u8nb == nb && share.n == n {
+		j.ta, j.tas, j.u8nb = share.ta, share.tas, nb
+		return
+	}
 	if cap(j.u8) < n*rs {
 		j.u8 = make([]byte, n*rs)
 	}
@@ -388,7 +401,7 @@ func (j *mmJob) prepU8(nb int) {
 	for i := 0; i < n; i++ {
 		prepU8Row(j.xq[i*j.ars:], u[i*rs:], nb)
 	}
-	j.ta, j.tas = u, rs
+	j.ta, j.tas, j.u8nb = u, rs, nb
 }
 
 // prepU8Row lays out nb Q8_0 blocks of src in dst as prepU8 does, with the
