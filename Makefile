@@ -41,7 +41,7 @@ test: lint oracle
 # Agents as separate processes in network namespaces joined by veth links.
 # Needs root for ip netns; the suite skips with a message otherwise.
 test-integration:
-	$(GO) test -tags integration -count=1 -v -timeout 10m ./test/integration/
+	$(GO) test -tags integration -count=1 -v -timeout 10m ./cmd/shoal/integration/
 
 # Every kernel path this machine can run, the pure-Go build, and arm64 under
 # qemu-user when qemu-aarch64-static is installed (.ci/run installs it).
@@ -80,7 +80,7 @@ BENCH_N     ?= 64
 bench-endpoint: build
 	@if [ ! -f $(BENCH_MODEL) ]; then mkdir -p $(dir $(BENCH_MODEL)) && \
 		$(BIN) gen-model --arch llama --n-embd 1024 --n-layer 8 --n-head 16 --n-head-kv 4 --n-ff 2816 --type $(BENCH_TYPE) --seed 1 -q --out $(BENCH_MODEL); fi
-	BIN=$(BIN) MODEL=$(BENCH_MODEL) C=$(BENCH_C) N=$(BENCH_N) scripts/bench-endpoint.sh --ignore-eos $(BENCH_ARGS)
+	BIN=$(BIN) MODEL=$(BENCH_MODEL) C=$(BENCH_C) N=$(BENCH_N) cmd/shoal/scripts/bench-endpoint.sh --ignore-eos $(BENCH_ARGS)
 
 # A TinyLlama-shaped Q4_0 llama (made on first run in $(MODEL_DIR)) spread
 # over 1, 2 and 4 emulated devices: network namespaces with tc tbf links of
@@ -88,7 +88,7 @@ bench-endpoint: build
 # cgroup v1 CPU group of 2/N cores. Root only; never part of `make test`.
 # BENCH_CLUSTER_ENV passes settings, e.g. BENCH_CLUSTER_ENV="QUICK=1 DEVICES='1 2'".
 bench-cluster: build
-	env BIN=$(BIN) SHARED=$(SHARED) $(BENCH_CLUSTER_ENV) scripts/bench-cluster.sh
+	env BIN=$(BIN) SHARED=$(SHARED) $(BENCH_CLUSTER_ENV) cmd/shoal/scripts/bench-cluster.sh
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./engine/gguf/

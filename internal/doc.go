@@ -1,3 +1,5 @@
-// Package internal holds small helpers shared by shoal's packages (logging
-// setup, test clusters). Nothing here is part of shoal's public surface.
+// Package internal holds leaf helpers that any shoal package may import
+// (logging setup, the zap-to-io bridge). It must not import any other shoal
+// package: whatever needs the agent, the API or the engine lives beside what
+// it serves (node/nodetest, cmd/shoal/localcluster).
 package internal

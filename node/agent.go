@@ -23,7 +23,7 @@ import (
 
 	"shoal/api/openai"
 	"shoal/coordinator"
-	"shoal/dist"
+	"shoal/parallel"
 	"shoal/internal/zapio"
 	"shoal/transport"
 )
@@ -55,7 +55,7 @@ type Agent struct {
 	shards  shardSet
 
 	mb   *transport.Mailbox // the endpoint's activation mailbox
-	host *dist.Host         // distributed members and the models this node drives
+	host *parallel.Host         // distributed members and the models this node drives
 	dist distState
 
 	models   *openai.StaticBackend // models this agent serves (the OpenAI endpoint's backend)
@@ -213,7 +213,7 @@ func (a *Agent) start() error {
 	// gets "unknown method" and retries.
 	a.rpc = transport.NewRPCServer(a.ep, transport.KindRPC, rpcTimeout)
 	a.mb = transport.NewMailbox(a.ep, transport.MailboxOptions{})
-	a.host = dist.NewHost(a.ep, a.rpc, a.mb)
+	a.host = parallel.NewHost(a.ep, a.rpc, a.mb)
 	a.dist = distState{members: map[string]*distMember{}, drivers: map[string]*distDriver{}, routes: map[string]distRoute{},
 		logged: map[string]string{}, wake: make(chan struct{}, 1)}
 

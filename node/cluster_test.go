@@ -7,7 +7,7 @@ import (
 
 	"shoal/api"
 	"shoal/coordinator"
-	tc "shoal/internal/testcluster"
+	tc "shoal/node/nodetest"
 )
 
 func ctx(t *testing.T) context.Context {

@@ -18,7 +18,7 @@ import (
 	"shoal/api"
 	"shoal/api/openai"
 	"shoal/coordinator"
-	"shoal/dist"
+	"shoal/parallel"
 	"shoal/engine/gguf"
 	"shoal/engine/kv"
 	"shoal/engine/model"
@@ -28,8 +28,8 @@ import (
 	"shoal/shard"
 )
 
-// Distributed serving. Every agent runs a dist.Host on its QUIC endpoint
-// and a dist.Member for each ready shard of a committed plan. One agent per
+// Distributed serving. Every agent runs a parallel.Host on its QUIC endpoint
+// and a parallel.Member for each ready shard of a committed plan. One agent per
 // model drives it: the node of stage 0, rank 0 (it holds the embedding).
 // Once every shard of the plan is ready it opens a session, wraps it in a
 // scheduler and serves the model on its OpenAI endpoint; other agents
@@ -73,7 +73,7 @@ type distState struct {
 
 type distMember struct {
 	version uint64
-	m       *dist.Member
+	m       *parallel.Member
 }
 
 // distRoute says which node drives a planned model.
@@ -94,8 +94,8 @@ type distDriver struct {
 	addrs   map[string]string
 	ctx     int // KV positions of every member
 	meta    *gguf.File
-	cluster *dist.Cluster
-	sess    *dist.Session
+	cluster *parallel.Cluster
+	sess    *parallel.Session
 	sched   *serve.Scheduler
 
 	run sync.Mutex // one logits or benchmark run at a time
@@ -118,10 +118,10 @@ func (d *distDriver) err() error {
 	return d.failed
 }
 
-// distEngine is the scheduler's engine: a dist.Engine that reports a failed
+// distEngine is the scheduler's engine: a parallel.Engine that reports a failed
 // session to the agent.
 type distEngine struct {
-	*dist.Engine
+	*parallel.Engine
 	d *distDriver
 	a *Agent
 }
@@ -261,7 +261,7 @@ func (a *Agent) servesLocally(name string) bool {
 	return false
 }
 
-// reconcileMembers runs a dist.Member for every ready shard of a committed
+// reconcileMembers runs a parallel.Member for every ready shard of a committed
 // plan and closes the others.
 func (a *Agent) reconcileMembers(st *coordinator.State) {
 	a.shards.mu.Lock()
@@ -295,7 +295,7 @@ func (a *Agent) reconcileMembers(st *coordinator.State) {
 			a.log.Warn("shard cannot run", zap.String("model", j.model), zap.Error(err))
 			continue
 		}
-		m, err := a.host.AddMember(dist.MemberConfig{Plan: *p.Placement, Node: a.id, Addrs: planAddrs(st, p), Spec: spec,
+		m, err := a.host.AddMember(parallel.MemberConfig{Plan: *p.Placement, Node: a.id, Addrs: planAddrs(st, p), Spec: spec,
 			Model: mdl, Threads: a.cfg.Threads, CacheTokens: cacheTokens(p.Placement)})
 		if err != nil {
 			a.log.Warn("shard cannot join its plan", zap.String("model", j.model), zap.Uint64("version", version), zap.Error(err))
@@ -349,7 +349,7 @@ func (a *Agent) startDriver(st *coordinator.State, m *coordinator.Model, p *coor
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	if d.cluster, err = a.host.NewCluster(d.plan, d.addrs, dist.Options{Timeout: a.distStepTimeout()}); err != nil {
+	if d.cluster, err = a.host.NewCluster(d.plan, d.addrs, parallel.Options{Timeout: a.distStepTimeout()}); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -358,7 +358,7 @@ func (a *Agent) startDriver(st *coordinator.State, m *coordinator.Model, p *coor
 	if err != nil {
 		return nil, err
 	}
-	eng, err := dist.NewEngine(d.sess, d.ctx, 0)
+	eng, err := parallel.NewEngine(d.sess, d.ctx, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -503,8 +503,8 @@ func (a *Agent) localDriver(model string) (*distDriver, error) {
 
 // openRun opens a session of its own for a logits or benchmark run, so the
 // counters and KV caches of served requests stay apart.
-func (a *Agent) openRun(ctx context.Context, d *distDriver) (*dist.Cluster, *dist.Session, error) {
-	c, err := a.host.NewCluster(d.plan, d.addrs, dist.Options{Timeout: distRunTimeout})
+func (a *Agent) openRun(ctx context.Context, d *distDriver) (*parallel.Cluster, *parallel.Session, error) {
+	c, err := a.host.NewCluster(d.plan, d.addrs, parallel.Options{Timeout: distRunTimeout})
 	if err != nil {
 		return nil, nil, err
 	}

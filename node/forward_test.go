@@ -14,7 +14,7 @@ import (
 
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
-	tc "shoal/internal/testcluster"
+	tc "shoal/node/nodetest"
 	"shoal/node"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"shoal/api"
 	"shoal/coordinator"
-	tc "shoal/internal/testcluster"
+	tc "shoal/node/nodetest"
 	"shoal/node"
 	"shoal/transport"
 )

@@ -9,7 +9,7 @@ import (
 	"shoal/api"
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
-	tc "shoal/internal/testcluster"
+	tc "shoal/node/nodetest"
 	"shoal/node"
 )
 

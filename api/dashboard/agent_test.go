@@ -14,7 +14,7 @@ import (
 	"shoal/api/openai"
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
-	"shoal/internal/testcluster"
+	"shoal/node/nodetest"
 	"shoal/node"
 )
 
@@ -51,8 +51,8 @@ func startAgent(t testing.TB) (*node.Agent, string) {
 	dir := t.TempDir()
 	cfg := node.Config{
 		Name: nodeName, DataDir: filepath.Join(dir, "data"), Bind: "127.0.0.1",
-		GossipPort: testcluster.FreeGossipPort(t), QUICPort: testcluster.FreeUDPPort(t),
-		Server: true, BootstrapExpect: 1, Token: testcluster.Secret, Version: "test", Tuning: testcluster.Tuning,
+		GossipPort: nodetest.FreeGossipPort(t), QUICPort: nodetest.FreeUDPPort(t),
+		Server: true, BootstrapExpect: 1, Token: nodetest.Secret, Version: "test", Tuning: nodetest.Tuning,
 		Models: []node.ModelConfig{{Path: writeModel(t, dir), Ctx: 2048, Threads: 2, MaxSeqs: 8}},
 	}
 	a, err := node.Start(context.Background(), cfg)
@@ -61,7 +61,7 @@ func startAgent(t testing.TB) (*node.Agent, string) {
 	}
 	t.Cleanup(func() { _ = a.Shutdown(false) })
 	base := "http://" + a.HTTPAddr()
-	testcluster.Eventually(t, 20*time.Second, "the agent to lead and list itself", func() bool {
+	nodetest.Eventually(t, 20*time.Second, "the agent to lead and list itself", func() bool {
 		nodes, err := a.Nodes(context.Background())
 		return err == nil && len(nodes) == 1 && nodes[0].Name == nodeName
 	})
@@ -74,7 +74,7 @@ func complete(t testing.TB, base, prompt string, maxTokens int) int {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"model": modelName, "prompt": prompt, "max_tokens": maxTokens, "temperature": 0})
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/completions", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+testcluster.Secret)
+	req.Header.Set("Authorization", "Bearer "+nodetest.Secret)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"shoal/internal/testcluster"
+	"shoal/node/nodetest"
 )
 
 // chromePath finds a Chromium or Chrome binary ($SHOAL_CHROME first).
@@ -87,7 +87,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		return v
 	}
 	err = chromedp.Do(bctx,
-		chromedp.SendKeys(chromedp.ID("api-key"), testcluster.Secret),
+		chromedp.SendKeys(chromedp.ID("api-key"), nodetest.Secret),
 		chromedp.Click(chromedp.ID("key-save")),
 		poll(filled, 20*time.Second),
 	)

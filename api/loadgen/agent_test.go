@@ -15,7 +15,7 @@ import (
 	"shoal/api/loadgen"
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
-	"shoal/internal/testcluster"
+	"shoal/node/nodetest"
 	"shoal/node"
 )
 
@@ -41,8 +41,8 @@ func startAgent(t *testing.T) string {
 	f.Close()
 	a, err := node.Start(context.Background(), node.Config{
 		Name: "bench-node", DataDir: filepath.Join(dir, "data"), Bind: "127.0.0.1",
-		GossipPort: testcluster.FreeGossipPort(t), QUICPort: testcluster.FreeUDPPort(t),
-		Server: true, BootstrapExpect: 1, Token: testcluster.Secret, Version: "test", Tuning: testcluster.Tuning,
+		GossipPort: nodetest.FreeGossipPort(t), QUICPort: nodetest.FreeUDPPort(t),
+		Server: true, BootstrapExpect: 1, Token: nodetest.Secret, Version: "test", Tuning: nodetest.Tuning,
 		Models: []node.ModelConfig{{Path: path, Ctx: 4096, Threads: 2, MaxSeqs: 16}},
 	})
 	if err != nil {
@@ -80,7 +80,7 @@ func TestAgainstAgent(t *testing.T) {
 	defer cancel()
 	total := 0
 	for _, api := range []loadgen.API{loadgen.APIChat, loadgen.APICompletions} {
-		b, err := loadgen.New(loadgen.Options{Endpoint: base, APIKey: testcluster.Secret, API: api, MaxTokens: 16,
+		b, err := loadgen.New(loadgen.Options{Endpoint: base, APIKey: nodetest.Secret, API: api, MaxTokens: 16,
 			Concurrency: []int{1, 4, 8}, Requests: 8, Warmup: -1})
 		if err != nil {
 			t.Fatal(err)
@@ -127,7 +127,7 @@ func TestAgainstAgent(t *testing.T) {
 	}
 
 	// A time-bounded level.
-	b, err := loadgen.New(loadgen.Options{Endpoint: base, APIKey: testcluster.Secret, MaxTokens: 8, Concurrency: []int{2},
+	b, err := loadgen.New(loadgen.Options{Endpoint: base, APIKey: nodetest.Secret, MaxTokens: 8, Concurrency: []int{2},
 		Duration: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"shoal/api"
-	tc "shoal/internal/testcluster"
+	tc "shoal/node/nodetest"
 	"shoal/node"
 )
 

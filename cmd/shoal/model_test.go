@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"shoal/api"
-	tc "shoal/internal/testcluster"
+	tc "shoal/node/nodetest"
 )
 
 // TestModelCommands drives model load/ls/unload and placement show against

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"shoal/internal/localcluster"
+	"shoal/cmd/shoal/localcluster"
 )
 
 func upCmd() *cobra.Command {

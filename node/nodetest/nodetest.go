@@ -1,6 +1,6 @@
-// Package testcluster starts shoal agents in-process on free loopback
+// Package nodetest starts shoal agents in-process on free loopback
 // ports with short timers, for tests of the control plane.
-package testcluster
+package nodetest
 
 import (
 	"context"

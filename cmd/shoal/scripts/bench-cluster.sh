@@ -15,7 +15,7 @@
 # carry only the rate limit and the veth/bridge latency of the host (a few
 # microseconds), not the 0.1 ms / 0.3 ms of real 10 / 1 GbE.
 #
-#   sudo scripts/bench-cluster.sh            # or: make bench-cluster
+#   sudo cmd/shoal/scripts/bench-cluster.sh            # or: make bench-cluster
 #
 # Environment:
 #   BIN        shoal binary (bin/shoal)

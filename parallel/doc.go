@@ -1,4 +1,4 @@
-// Package dist runs one model's plan across nodes: pipeline stages hand
+// Package parallel runs one model's plan across nodes: pipeline stages hand
 // hidden states to the next stage over activation streams, tensor-parallel
 // groups all-reduce through transport collectives, expert-parallel members
 // each run their experts; single-node is the degenerate plan.
@@ -23,4 +23,4 @@
 // peer they waited for, reaches the driver). A failed step makes the
 // session unusable everywhere (the driver aborts it on every member); the
 // hosts and their other sessions keep running.
-package dist
+package parallel

@@ -2,7 +2,7 @@
 # Start one shoal agent on loopback serving MODEL, run `shoal bench-endpoint`
 # against its OpenAI-compatible endpoint, and stop the agent.
 #
-#   scripts/bench-endpoint.sh [extra bench-endpoint flags, e.g. --json]
+#   cmd/shoal/scripts/bench-endpoint.sh [extra bench-endpoint flags, e.g. --json]
 #
 # Environment: BIN (default bin/shoal), MODEL (default
 # .shoal/bench-llama-bf16.gguf, made by `make bench-endpoint`), C (levels,
