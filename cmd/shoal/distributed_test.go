@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"shoal/api"
-	tc "shoal/node/nodetest"
 	"shoal/node"
+	tc "shoal/node/nodetest"
 )
 
 // A model that no agent can hold under its memory limit is spread over

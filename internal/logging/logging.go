@@ -1,4 +1,3 @@
-// Package logging sets up shoal's zap logger once per process.
 package logging
 
 import (

@@ -1,5 +1,3 @@
-// Package nodetest starts shoal agents in-process on free loopback
-// ports with short timers, for tests of the control plane.
 package nodetest
 
 import (

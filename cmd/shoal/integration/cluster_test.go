@@ -1,8 +1,5 @@
 //go:build integration
 
-// Package integration starts shoal agents as separate processes in network
-// namespaces joined by veth links to a bridge, and drives them with the
-// CLI. It needs root (ip netns); run it with `make test-integration`.
 package integration
 
 import (

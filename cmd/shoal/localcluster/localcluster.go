@@ -1,8 +1,3 @@
-// Package localcluster starts a shoal cluster of agent processes on this
-// machine's loopback interface (what `shoal up` runs): it writes the
-// built-in model on first use, starts the agents with a shared secret,
-// waits until they have formed a cluster and serve the model, and stops them
-// all cleanly.
 package localcluster
 
 import (

@@ -1,0 +1,174 @@
+// The layout is the design: this test keeps the repository's top level,
+// its package docs and its import directions as ARCHITECTURE.md draws them.
+// `make lint` runs it.
+package shoal_test
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// topLevel is every folder the repository may have at its top: one concern
+// each (disagg and deploy arrive with the issues that fill them).
+var topLevel = map[string]bool{
+	"api": true, "cmd": true, "coordinator": true, "deploy": true, "disagg": true, "engine": true,
+	"internal": true, "node": true, "parallel": true, "placement": true, "serve": true, "shard": true,
+	"transport": true,
+}
+
+// mayImport lists, for each top-level folder, the other top-level folders
+// its packages may import; a package may always import from its own
+// folder. Dependencies point one way:
+// cmd → node → {api, coordinator, disagg, parallel, serve, shard, transport} → {engine, placement} → internal.
+var mayImport = map[string][]string{
+	"internal":    {},
+	"engine":      {"internal"},
+	"placement":   {"engine", "internal"},
+	"transport":   {"engine", "internal"},
+	"serve":       {"engine", "internal"},
+	"shard":       {"engine", "placement", "internal"},
+	"coordinator": {"placement", "internal"},
+	"api":         {"internal"},
+	"parallel":    {"engine", "placement", "shard", "transport", "serve", "internal"},
+	"disagg":      {"engine", "placement", "shard", "transport", "serve", "parallel", "internal"},
+	"node":        {"api", "coordinator", "disagg", "parallel", "serve", "shard", "transport", "engine", "placement", "internal"},
+	"cmd":         {"node", "api", "coordinator", "disagg", "parallel", "serve", "shard", "transport", "engine", "placement", "internal"},
+}
+
+// testFixtures lists what tests may import beyond mayImport: a running
+// agent cluster (node, node/nodetest) for the API's end-to-end tests, a
+// synthetic model and its tokenizer (engine), shard slicing for the
+// engine's layer-range tests, the QUIC Raft layer for the coordinator's
+// cluster tests. Product code never does.
+var testFixtures = map[string][]string{
+	"api":         {"node", "engine"},
+	"engine":      {"shard"},
+	"coordinator": {"transport"},
+}
+
+type listedPackage struct {
+	ImportPath   string
+	Dir          string
+	Name         string
+	GoFiles      []string
+	Imports      []string
+	TestImports  []string
+	XTestImports []string
+}
+
+// packages lists every package of the module with its imports, integration
+// tests included.
+func packages(t *testing.T) []listedPackage {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-tags", "integration", "-json", "./...")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []listedPackage
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p listedPackage
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+// folderOf is the top-level folder of a shoal import path ("" for the
+// module root, "-" for a path outside the module).
+func folderOf(path string) string {
+	if path == "shoal" {
+		return ""
+	}
+	rest, ok := strings.CutPrefix(path, "shoal/")
+	if !ok {
+		return "-"
+	}
+	top, _, _ := strings.Cut(rest, "/")
+	return top
+}
+
+func TestTopLevelFolders(t *testing.T) {
+	out, err := exec.Command("git", "ls-files").Output()
+	if err != nil {
+		t.Skipf("not a git checkout: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, f := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		top, _, isDir := strings.Cut(f, "/")
+		if !isDir || strings.HasPrefix(top, ".") || seen[top] {
+			continue
+		}
+		seen[top] = true
+		if !topLevel[top] {
+			t.Errorf("top-level folder %q is not one of the concerns in ARCHITECTURE.md; move it into the package that owns it", top)
+		}
+	}
+}
+
+func TestEveryPackageHasDoc(t *testing.T) {
+	for _, p := range packages(t) {
+		if folderOf(p.ImportPath) == "" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(p.Dir, "doc.go"))
+		if err != nil {
+			t.Errorf("%s has no doc.go saying what it owns and what it must not do", p.ImportPath)
+			continue
+		}
+		if !strings.Contains(string(b), "// Package "+p.Name+" ") && !strings.Contains(string(b), "// Command ") {
+			t.Errorf("%s/doc.go does not start its comment with \"Package %s\"", p.ImportPath, p.Name)
+		}
+	}
+}
+
+func TestImportDirections(t *testing.T) {
+	for _, p := range packages(t) {
+		from := folderOf(p.ImportPath)
+		if from == "" {
+			continue
+		}
+		allowed, known := mayImport[from]
+		if !known {
+			t.Errorf("%s: folder %q has no row in mayImport", p.ImportPath, from)
+			continue
+		}
+		ok := map[string]bool{from: true}
+		for _, a := range allowed {
+			ok[a] = true
+		}
+		var bad []string
+		for _, imp := range p.Imports {
+			if to := folderOf(imp); to != "-" && !ok[to] {
+				bad = append(bad, imp)
+			}
+		}
+		for _, a := range testFixtures[from] {
+			ok[a] = true
+		}
+		for _, imp := range append(append([]string{}, p.TestImports...), p.XTestImports...) {
+			if to := folderOf(imp); to != "-" && !ok[to] {
+				bad = append(bad, imp+" (in a test)")
+			}
+		}
+		sort.Strings(bad)
+		for i, imp := range bad {
+			if i == 0 || bad[i-1] != imp {
+				t.Errorf("%s imports %s: %s may not depend on %s (see mayImport)", p.ImportPath, imp, from, folderOf(strings.TrimSuffix(imp, " (in a test)")))
+			}
+		}
+	}
+}
