@@ -20,6 +20,7 @@ const (
 // Node is one machine as the planner sees it: measured capacities and health.
 type Node struct {
 	ID       string  `json:"id"`
+	Name     string  `json:"name,omitempty"` // shown in Replan's moves (the ID when empty)
 	Status   Status  `json:"status"`
 	Draining bool    `json:"draining"`
 	MemFree  uint64  `json:"mem_free"` // bytes the node can give to models
@@ -193,6 +194,10 @@ type Plan struct {
 	Explain  []string `json:"explain"` // why this plan, in a few lines
 	Context  int      `json:"context"` // the options the plan was made for
 	Batch    int      `json:"batch"`
+	// Moved says what Replan changed against the previous plan, one line
+	// per node, and MovedBytes how many weight bytes nodes must fetch.
+	Moved      []string `json:"moved,omitempty"`
+	MovedBytes uint64   `json:"moved_bytes,omitempty"`
 }
 
 // Pool is a pipeline of stages serving one role.
