@@ -152,7 +152,7 @@ func (s *Server) planModel(st *State, m *Model, old *Plan) error {
 				zap.Float64("ms_per_token", d.Plan.Cost.MsPerToken), zap.Strings("assign", p.Moved))
 		} else {
 			s.log.Info("re-planned model", zap.String("model", m.Name), zap.Uint64("version", p.Version),
-				zap.Int("candidates", d.Candidates), zap.String("moved", placement.GiB(p.MovedBytes)), zap.Strings("moves", p.Moved))
+				zap.Strings("weighed", d.Weighed), zap.String("moved", placement.GiB(p.MovedBytes)), zap.Strings("moves", p.Moved))
 		}
 	}
 	if m.Status != ModelPlanned || m.Reason != "" {

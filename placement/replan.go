@@ -24,8 +24,9 @@ type Decision struct {
 	Plan Plan
 	// Unservable, when not empty, says why no plan fits.
 	Unservable string
-	// Candidates is how many plans were weighed.
-	Candidates int
+	// Weighed describes the candidate plans, one line each, the chosen one
+	// marked.
+	Weighed []string
 }
 
 // Replan decides where profile runs now that the cluster may have changed
@@ -54,6 +55,7 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 		opts.Version = prev.Version + 1
 	}
 	type cand struct {
+		what  string
 		plan  Plan
 		moved uint64
 		keep  bool
@@ -61,7 +63,7 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 	var cands []cand
 	best, err := Place(profile, nodes, links, opts)
 	if err == nil {
-		cands = append(cands, cand{plan: best, moved: MovedBytes(&profile, prev, &best, local)})
+		cands = append(cands, cand{what: "fastest", plan: best, moved: MovedBytes(&profile, prev, &best, local)})
 	}
 	var survivors []string
 	if placed {
@@ -73,13 +75,13 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 	}
 	switch {
 	case placed && len(survivors) == len(prev.Nodes()):
-		cands = append(cands, cand{plan: *prev, keep: true})
+		cands = append(cands, cand{what: fmt.Sprintf("previous v%d", prev.Version), plan: *prev, keep: true})
 	case len(survivors) > 0 && len(survivors) < len(schedulable):
 		// Keep the survivors of the old plan: they hold most bytes already.
 		o := opts
 		o.Pin = survivors
 		if p, err := Place(profile, nodes, links, o); err == nil {
-			cands = append(cands, cand{plan: p, moved: MovedBytes(&profile, prev, &p, local)})
+			cands = append(cands, cand{what: "on the survivors", plan: p, moved: MovedBytes(&profile, prev, &p, local)})
 		}
 	}
 	if len(cands) == 0 {
@@ -100,7 +102,15 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 		}
 	}
 	chosen := cands[pick]
-	d := Decision{Keep: chosen.keep || prev != nil && samePlacement(prev, &chosen.plan), Candidates: len(cands)}
+	d := Decision{Keep: chosen.keep || prev != nil && samePlacement(prev, &chosen.plan)}
+	for i, c := range cands {
+		line := fmt.Sprintf("%s: %s on %s, %.2f ms/token, moves %s", c.what, c.plan.Strategy,
+			strings.Join(c.plan.Nodes(), "+"), c.plan.Cost.MsPerToken, GiB(c.moved))
+		if i == pick {
+			line += " (chosen)"
+		}
+		d.Weighed = append(d.Weighed, line)
+	}
 	if d.Keep {
 		d.Plan = *prev
 		return d
