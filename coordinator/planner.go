@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -85,10 +84,10 @@ func nodeSignature(st *State) string {
 func PlacementNodes(st *State, except string) []placement.Node {
 	used := map[string]uint64{}
 	for name, p := range st.Plans {
-		if name == except || p.Placement == nil {
+		if name == except {
 			continue
 		}
-		for _, pool := range p.Placement.Pools {
+		for _, pool := range p.Pools {
 			for _, stg := range pool.Stages {
 				for _, m := range stg.Members {
 					used[m.Node] += m.MemBytes
@@ -115,14 +114,7 @@ func PlacementNodes(st *State, except string) []placement.Node {
 // planModel asks placement.Replan for model m's plan and commits the
 // decision: the new plan, or the model unservable (and its old plan
 // released), then the model's status.
-func (s *Server) planModel(st *State, m *Model, old *Plan) error {
-	var prev *placement.Plan
-	if old != nil {
-		prev = old.Placement
-		if prev == nil { // a plan without its placement: only its version counts
-			prev = &placement.Plan{Version: old.Version, Model: old.Model}
-		}
-	}
+func (s *Server) planModel(st *State, m *Model, prev *placement.Plan) error {
 	opts := placement.Options{Context: m.Ctx, Overhead: m.Overhead, Strategy: placement.Strategy(m.Strategy)}
 	profile := *m.Profile
 	profile.Name = m.Name
@@ -139,17 +131,17 @@ func (s *Server) planModel(st *State, m *Model, old *Plan) error {
 		if d.Keep {
 			return nil
 		}
-		return s.Apply(PlanSetType, PlanSetRequest{Plan: s.stamp(d.Plan)}, applyTimeout)
+		return s.Apply(PlanSetType, PlanSetRequest{Plan: d.Plan}, applyTimeout)
 	}
 	if !d.Keep {
-		p := s.stamp(d.Plan)
+		p := d.Plan
 		if err := s.Apply(PlanSetType, PlanSetRequest{Plan: p}, applyTimeout); err != nil {
 			return err
 		}
 		if prev == nil || len(prev.Pools) == 0 {
 			s.log.Info("planned model", zap.String("model", m.Name), zap.Uint64("version", p.Version),
-				zap.String("strategy", d.Plan.Strategy), zap.Int("nodes", len(p.Nodes())),
-				zap.Float64("ms_per_token", d.Plan.Cost.MsPerToken), zap.Strings("assign", p.Moved))
+				zap.String("strategy", p.Strategy), zap.Int("nodes", len(p.Nodes())),
+				zap.Float64("ms_per_token", p.Cost.MsPerToken), zap.Strings("assign", p.Moved))
 		} else {
 			s.log.Info("re-planned model", zap.String("model", m.Name), zap.Uint64("version", p.Version),
 				zap.Strings("weighed", d.Weighed), zap.String("moved", placement.GiB(p.MovedBytes)), zap.Strings("moves", p.Moved))
@@ -161,14 +153,6 @@ func (s *Server) planModel(st *State, m *Model, old *Plan) error {
 		return s.Apply(ModelUpsertType, ModelUpsertRequest{Model: mm}, applyTimeout)
 	}
 	return nil
-}
-
-// stamp wraps a decided plan for the state.
-func (s *Server) stamp(pp placement.Plan) Plan {
-	p := NewPlan(pp)
-	p.CreatedAt = time.Now().UTC()
-	p.Moved, p.MovedBytes = pp.Moved, pp.MovedBytes
-	return p
 }
 
 // LinkMatrix builds the planner's link matrix from the state. Pairs
