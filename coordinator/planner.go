@@ -11,12 +11,11 @@ import (
 )
 
 // planModels is the leader's model loop: every model that has a digest and
-// a profile gets a plan from placement.Place over the schedulable nodes;
-// when nodes join, drain, leave or fail it is planned again by
-// placement.Replan, which prefers the candidate that moves the fewest
-// bytes among those within placement.ReplanSlack of the fastest. When
-// nothing fits, the model is marked unservable with the planner's reason
-// and its plan emptied.
+// a profile gets a plan from placement.Replan over the schedulable nodes,
+// and when nodes join, drain, leave or fail it is planned again. Replan
+// prefers the candidate that moves the fewest bytes among those within
+// placement.ReplanSlack of the fastest. When nothing fits, the model is
+// marked unservable with the planner's reason and its plan emptied.
 func (s *Server) planModels() {
 	st := s.fsm.State()
 	names := make([]string, 0, len(st.Models))
@@ -24,7 +23,6 @@ func (s *Server) planModels() {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	nodesSig := nodeSignature(st)
 	s.mu.Lock()
 	if s.planSig == nil {
 		s.planSig = map[string]string{}
@@ -35,39 +33,40 @@ func (s *Server) planModels() {
 		if m.Digest == "" || m.Profile == nil || m.Status == ModelFailed || m.Status == ModelHashing {
 			continue
 		}
-		old := st.Plans[name]
-		sig := fmt.Sprintf("%s|%s|%d|%d|%s", nodesSig, m.Digest, m.Ctx, m.Overhead, m.Status)
-		if old != nil {
-			sig += fmt.Sprintf("|v%d", old.Version)
-		}
+		sig := planSignature(st, m)
 		s.mu.Lock()
 		same := s.planSig[name] == sig
 		s.mu.Unlock()
 		if same {
 			continue
 		}
-		if err := s.planModel(st, m, old); err != nil {
+		if err := s.planModel(st, m, st.Plans[name]); err != nil {
 			s.log.Warn("planning failed", zap.String("model", name), zap.Error(err))
 			continue // try again on the next pass
 		}
 		// Remember the inputs only once the decision is committed; the
 		// commit itself changes the state, so read the signature again.
 		st = s.fsm.State()
-		sig = fmt.Sprintf("%s|%s|%d|%d|%s", nodeSignature(st), m.Digest, m.Ctx, m.Overhead, statusOf(st, name))
-		if p := st.Plans[name]; p != nil {
-			sig += fmt.Sprintf("|v%d", p.Version)
-		}
+		sig = planSignature(st, m)
 		s.mu.Lock()
 		s.planSig[name] = sig
 		s.mu.Unlock()
 	}
 }
 
-func statusOf(st *State, name string) string {
-	if m := st.Models[name]; m != nil {
-		return m.Status
+// planSignature is what planning model m reads of the state: the nodes,
+// the model's settings and status (as the state has it now), and its plan's
+// version.
+func planSignature(st *State, m *Model) string {
+	status := ""
+	if cur := st.Models[m.Name]; cur != nil {
+		status = cur.Status
 	}
-	return ""
+	sig := fmt.Sprintf("%s|%s|%d|%d|%s", nodeSignature(st), m.Digest, m.Ctx, m.Overhead, status)
+	if p := st.Plans[m.Name]; p != nil {
+		sig += fmt.Sprintf("|v%d", p.Version)
+	}
+	return sig
 }
 
 // nodeSignature is what planning reads of the nodes, in a stable form.
