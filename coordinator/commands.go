@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"shoal/placement"
 )
 
 // MessageType is the first byte of every Raft log entry.
@@ -80,7 +82,7 @@ type ModelDeleteRequest struct {
 
 // PlanSetRequest stores a model's plan; Version must grow.
 type PlanSetRequest struct {
-	Plan Plan `json:"plan"`
+	Plan placement.Plan `json:"plan"`
 }
 
 // ShardStatusRequest records a node's report about a shard.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"shoal/placement"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -53,9 +55,9 @@ func populate(t *testing.T, f *FSM) *applier {
 	a.ok(TokenCreateType, TokenCreateRequest{Token: Token{ID: "def456", Kind: TokenAdmin, SecretHash: "h2", CreatedAt: t0}})
 	a.ok(TokenRevokeType, TokenRevokeRequest{ID: "abc123", Now: t0.Add(time.Hour)})
 	a.ok(ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "llama", Source: "llama.gguf", Layers: 32, CreatedAt: t0}})
-	a.ok(PlanSetType, PlanSetRequest{Plan: Plan{Version: 1, Model: "llama", PredictedMsPerToken: 12.5, Pools: []Pool{{
-		Role: "shared", Stages: []Stage{{Lo: 0, Hi: 16, Members: []StageMember{{Node: "mac-1-id", TPSize: 1}}},
-			{Lo: 16, Hi: 32, Members: []StageMember{{Node: "linux-id", TPSize: 1}}}},
+	a.ok(PlanSetType, PlanSetRequest{Plan: placement.Plan{Version: 1, Model: "llama", Cost: placement.Cost{MsPerToken: 12.5}, Pools: []placement.Pool{{
+		Role: "shared", Stages: []placement.Stage{{Lo: 0, Hi: 16, Members: []placement.Member{{Node: "mac-1-id", TPSize: 1, Embedding: true}}},
+			{Lo: 16, Hi: 32, Members: []placement.Member{{Node: "linux-id", TPSize: 1, Output: true}}}},
 	}}}})
 	a.ok(ShardStatusType, ShardStatusRequest{Shard: ShardStatus{Node: "mac-1-id", Model: "llama", Lo: 0, Hi: 16, State: "ready", Bytes: 1 << 30, UpdatedAt: t0}})
 	return a
@@ -93,8 +95,8 @@ func TestFSMCommands(t *testing.T) {
 		{NodeDrainType, NodeDrainRequest{ID: "nope"}, 404, `node "nope" not found`},
 		{TokenRevokeType, TokenRevokeRequest{ID: "nope"}, 404, `token "nope" not found`},
 		{TokenCreateType, TokenCreateRequest{Token: Token{ID: "def456"}}, 409, `token "def456" exists`},
-		{PlanSetType, PlanSetRequest{Plan: Plan{Version: 1, Model: "llama"}}, 409, "not newer"},
-		{PlanSetType, PlanSetRequest{Plan: Plan{Version: 1, Model: "missing"}}, 404, "not found"},
+		{PlanSetType, PlanSetRequest{Plan: placement.Plan{Version: 1, Model: "llama"}}, 409, "not newer"},
+		{PlanSetType, PlanSetRequest{Plan: placement.Plan{Version: 1, Model: "missing"}}, 404, "not found"},
 	} {
 		r := a.apply(tc.typ, tc.req)
 		e, ok := r.(*Error)

@@ -118,87 +118,6 @@ const (
 	ModelFailed     = "failed"
 )
 
-// Plan is the placement of one model, written by the leader's planner.
-// Pools mirror Placement in the cluster's own types; Placement is the
-// planner's full answer (member memory, predicted costs, explanation),
-// which shard.SpecsFor and the distributed runtime read.
-type Plan struct {
-	Version             uint64  `json:"version"`
-	Model               string  `json:"model"`
-	Pools               []Pool  `json:"pools"`
-	PredictedMsPerToken float64 `json:"predicted_ms_per_token"`
-
-	Placement *placement.Plan `json:"placement,omitempty"`
-	// Moved says what this plan changed against the previous one, one line
-	// per node, and MovedBytes how many weight bytes nodes must fetch.
-	Moved      []string  `json:"moved,omitempty"`
-	MovedBytes uint64    `json:"moved_bytes,omitempty"`
-	CreatedAt  time.Time `json:"created_at"`
-}
-
-// NewPlan wraps a planner result for the state.
-func NewPlan(p placement.Plan) Plan {
-	out := Plan{Version: p.Version, Model: p.Model, PredictedMsPerToken: p.Cost.MsPerToken, Placement: &p}
-	for _, pool := range p.Pools {
-		cp := Pool{Role: pool.Role}
-		for _, st := range pool.Stages {
-			cs := Stage{Lo: st.Lo, Hi: st.Hi}
-			for _, m := range st.Members {
-				cs.Members = append(cs.Members, StageMember{
-					Node: m.Node, TPRank: m.TPRank, TPSize: m.TPSize, HeadLo: m.HeadLo, HeadHi: m.HeadHi,
-					FFNLo: m.FFNLo, FFNHi: m.FFNHi, Experts: m.Experts,
-				})
-			}
-			cp.Stages = append(cp.Stages, cs)
-		}
-		out.Pools = append(out.Pools, cp)
-	}
-	return out
-}
-
-// Nodes lists the IDs of the nodes the plan uses, sorted.
-func (p *Plan) Nodes() []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, pool := range p.Pools {
-		for _, st := range pool.Stages {
-			for _, m := range st.Members {
-				if !seen[m.Node] {
-					seen[m.Node] = true
-					out = append(out, m.Node)
-				}
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// Pool is "prefill", "decode" or "shared", a pipeline of stages.
-type Pool struct {
-	Role   string  `json:"role"`
-	Stages []Stage `json:"stages"`
-}
-
-// Stage is a contiguous layer range [Lo,Hi) run by its members.
-type Stage struct {
-	Lo      int           `json:"lo"`
-	Hi      int           `json:"hi"`
-	Members []StageMember `json:"members"`
-}
-
-// StageMember is one node's part of a stage.
-type StageMember struct {
-	Node    string `json:"node"`
-	TPRank  int    `json:"tp_rank"`
-	TPSize  int    `json:"tp_size"`
-	HeadLo  int    `json:"head_lo,omitempty"`
-	HeadHi  int    `json:"head_hi,omitempty"`
-	FFNLo   int    `json:"ffn_lo,omitempty"`
-	FFNHi   int    `json:"ffn_hi,omitempty"`
-	Experts []int  `json:"experts,omitempty"`
-}
-
 // Shard states a node reports.
 const (
 	ShardFetching = "fetching"
@@ -243,13 +162,13 @@ func ShardKey(node, model string) string { return node + "/" + model }
 
 // State is the replicated cluster state.
 type State struct {
-	Nodes  map[string]*Node        `json:"nodes"`
-	Tokens map[string]*Token       `json:"tokens"`
-	Models map[string]*Model       `json:"models"`
-	Plans  map[string]*Plan        `json:"plans"`           // by model name
-	Shards map[string]*ShardStatus `json:"shards"`          // by ShardKey
-	Links  map[string]*LinkStat    `json:"links,omitempty"` // by "from>to"
-	Index  uint64                  `json:"index"`           // raft index of the last applied command
+	Nodes  map[string]*Node           `json:"nodes"`
+	Tokens map[string]*Token          `json:"tokens"`
+	Models map[string]*Model          `json:"models"`
+	Plans  map[string]*placement.Plan `json:"plans"`           // by model name, written by the leader's planner
+	Shards map[string]*ShardStatus    `json:"shards"`          // by ShardKey
+	Links  map[string]*LinkStat       `json:"links,omitempty"` // by "from>to"
+	Index  uint64                     `json:"index"`           // raft index of the last applied command
 }
 
 // NewState returns an empty state.
@@ -258,7 +177,7 @@ func NewState() *State {
 		Nodes:  map[string]*Node{},
 		Tokens: map[string]*Token{},
 		Models: map[string]*Model{},
-		Plans:  map[string]*Plan{},
+		Plans:  map[string]*placement.Plan{},
 		Shards: map[string]*ShardStatus{},
 	}
 }

@@ -156,7 +156,7 @@ func driverOf(p *placement.Plan) string {
 }
 
 // planAddrs maps the plan's nodes to their QUIC addresses.
-func planAddrs(st *coordinator.State, p *coordinator.Plan) map[string]string {
+func planAddrs(st *coordinator.State, p *placement.Plan) map[string]string {
 	out := map[string]string{}
 	for _, id := range p.Nodes() {
 		if n := st.Nodes[id]; n != nil && n.RPCAddr != "" {
@@ -190,10 +190,10 @@ func (a *Agent) reconcileDist(st *coordinator.State) {
 	routes := map[string]distRoute{}
 	for name, m := range st.Models {
 		p := st.Plans[name]
-		if p == nil || p.Placement == nil {
+		if p == nil {
 			continue
 		}
-		drv := driverOf(p.Placement)
+		drv := driverOf(p)
 		if drv == "" {
 			continue
 		}
@@ -277,7 +277,7 @@ func (a *Agent) reconcileMembers(st *coordinator.State) {
 		version, sh, spec := j.version, j.sh, j.spec
 		j.mu.Unlock()
 		p := st.Plans[j.model]
-		if !ready || p == nil || p.Placement == nil || p.Version != version {
+		if !ready || p == nil || p.Version != version {
 			continue
 		}
 		keep[j.key] = true
@@ -295,8 +295,8 @@ func (a *Agent) reconcileMembers(st *coordinator.State) {
 			a.log.Warn("shard cannot run", zap.String("model", j.model), zap.Error(err))
 			continue
 		}
-		m, err := a.host.AddMember(parallel.MemberConfig{Plan: *p.Placement, Node: a.id, Addrs: planAddrs(st, p), Spec: spec,
-			Model: mdl, Threads: a.cfg.Threads, CacheTokens: cacheTokens(p.Placement)})
+		m, err := a.host.AddMember(parallel.MemberConfig{Plan: *p, Node: a.id, Addrs: planAddrs(st, p), Spec: spec,
+			Model: mdl, Threads: a.cfg.Threads, CacheTokens: cacheTokens(p)})
 		if err != nil {
 			a.log.Warn("shard cannot join its plan", zap.String("model", j.model), zap.Uint64("version", version), zap.Error(err))
 			continue
@@ -333,12 +333,12 @@ func (a *Agent) dropMember(key string) {
 }
 
 // startDriver opens a session over the plan and serves the model.
-func (a *Agent) startDriver(st *coordinator.State, m *coordinator.Model, p *coordinator.Plan) (*distDriver, error) {
+func (a *Agent) startDriver(st *coordinator.State, m *coordinator.Model, p *placement.Plan) (*distDriver, error) {
 	meta, err := a.modelMeta(m.Name)
 	if err != nil {
 		return nil, err
 	}
-	d := &distDriver{name: m.Name, version: p.Version, plan: *p.Placement, addrs: planAddrs(st, p), ctx: cacheTokens(p.Placement), meta: meta}
+	d := &distDriver{name: m.Name, version: p.Version, plan: *p, addrs: planAddrs(st, p), ctx: cacheTokens(p), meta: meta}
 	ok := false
 	defer func() {
 		if !ok {

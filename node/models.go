@@ -189,11 +189,11 @@ func (a *Agent) modelInfo(st *coordinator.State, m *coordinator.Model) api.Model
 		return info
 	}
 	p := st.Plans[m.Name]
-	if p == nil || p.Placement == nil || len(p.Placement.Pools) == 0 {
+	if p == nil || len(p.Pools) == 0 {
 		info.Status = "planning"
 		return info
 	}
-	info.PlanVersion, info.PredictedMsPerToken = p.Version, p.PredictedMsPerToken
+	info.PlanVersion, info.PredictedMsPerToken = p.Version, p.Cost.MsPerToken
 	var total, done uint64
 	ready, failed := 0, 0
 	for _, id := range p.Nodes() {
@@ -201,7 +201,7 @@ func (a *Agent) modelInfo(st *coordinator.State, m *coordinator.Model) api.Model
 		if n := st.Nodes[id]; n != nil {
 			si.NodeName = n.Name
 		}
-		for _, spec := range shard.SpecsFor(*p.Placement, id, m.Digest) {
+		for _, spec := range shard.SpecsFor(*p, id, m.Digest) {
 			if si.Hi == 0 {
 				si.Lo = spec.Lo
 			}
@@ -271,13 +271,12 @@ func (a *Agent) Placement(ctx context.Context, name string) (*api.PlacementInfo,
 	}
 	mi := a.modelInfo(st, m)
 	out := &api.PlacementInfo{Model: name, Status: mi.Status, Reason: mi.Reason}
-	p := st.Plans[name]
-	if p == nil || p.Placement == nil {
+	pp := st.Plans[name]
+	if pp == nil {
 		return out, nil
 	}
-	pp := p.Placement
-	out.Version, out.Strategy, out.Context, out.Batch = p.Version, pp.Strategy, pp.Context, pp.Batch
-	out.Cost, out.Explain, out.Moved, out.MovedBytes = pp.Cost, pp.Explain, p.Moved, p.MovedBytes
+	out.Version, out.Strategy, out.Context, out.Batch = pp.Version, pp.Strategy, pp.Context, pp.Batch
+	out.Cost, out.Explain, out.Moved, out.MovedBytes = pp.Cost, pp.Explain, pp.Moved, pp.MovedBytes
 	mem := map[string]uint64{}
 	var order []string
 	for _, pool := range pp.Pools {

@@ -110,10 +110,10 @@ func (a *Agent) reconcileShards() {
 	desired := map[string]desiredShard{}
 	for name, m := range st.Models {
 		p := st.Plans[name]
-		if p == nil || p.Placement == nil || m.Digest == "" {
+		if p == nil || m.Digest == "" {
 			continue
 		}
-		for _, spec := range shard.SpecsFor(*p.Placement, a.id, m.Digest) {
+		for _, spec := range shard.SpecsFor(*p, a.id, m.Digest) {
 			desired[specKey(spec)] = desiredShard{model: name, spec: spec, version: p.Version, source: st.Nodes[m.SourceNode]}
 		}
 	}

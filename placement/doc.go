@@ -1,6 +1,7 @@
 // Package placement decides where a model runs: a pure function (Place)
 // from a model profile, node capacities, link measurements and operator
-// options to a Plan with its predicted cost. No I/O; the same inputs give
+// options to a Plan with its predicted cost, and another (Replan) that,
+// given the previous plan too, decides whether to keep it or move. No I/O; the same inputs give
 // the same plan (nodes are sorted by ID, no map order leaks, ties break on
 // node IDs). Costs are float64, so bit-identical plans are guaranteed on one
 // architecture; the Raft leader plans and replicates the result, so
@@ -91,4 +92,18 @@
 // A forced strategy keeps only pipelines or single TP groups. When nothing
 // fits, a FitError says how much memory the model needs and how much the
 // eligible nodes offer.
+//
+// # Re-planning
+//
+// When nodes join, drain, fail or are measured again, Replan weighs the
+// fastest plan, the previous plan (while all its nodes are schedulable) and
+// a plan pinned to the previous plan's surviving nodes. Among those within
+// ReplanSlack (10%) of the fastest predicted ms/token it keeps the one that
+// moves the fewest weight bytes (MovedBytes: per node, the heads, FFN
+// columns, experts and replicated tensors it did not hold; the node with
+// the file fetches nothing), so a small speed-up never costs a full
+// reload. The previous plan is weighed at the cost predicted when it was
+// made. The Decision says keep or move (with the moves, one line per node)
+// or why the model is unservable (then the previous plan's nodes are
+// released). testdata/replan_*.txt show each case.
 package placement

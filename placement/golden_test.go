@@ -20,13 +20,18 @@ var update = flag.Bool("update", false, "rewrite the golden outputs in testdata"
 // commands, one per line:
 //
 //	model name=N layers=L embd=E heads=H kv=K ff=F vocab=V type=T [out=T] [experts=X used=U] [shared=S] [tied]
-//	node ID mem=16GiB gflops=G membw=B [status=failed] [draining]
+//	node ID mem=16GiB gflops=G membw=B [status=failed] [draining]   (again: measured again)
 //	link default|A B gbit=G ms=M
 //	drain ID / fail ID / revive ID
 //	plan [strategy=S] [context=C] [batch=B] [pin=a,b] [exclude=c] [margin=M] [overhead=512MiB]
+//	replan [local=ID] [the options of plan]
 //
-// A plan command is followed by "----" and the expected output, which ends
-// at a blank line. With -update the outputs are rewritten.
+// plan prints what Place decides. replan prints what Replan decides against
+// the plan the script's last replan committed (none at first) and commits
+// it: keep, move (the moves, then the new plan) or unservable (why, and the
+// nodes released). A plan or replan command is followed by "----" and the
+// expected output, which ends at a blank line. With -update the outputs
+// are rewritten.
 func TestGolden(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil || len(files) == 0 {
@@ -41,6 +46,8 @@ type scenario struct {
 	prof  ModelProfile
 	nodes []Node
 	links LinkMatrix
+	// current is the plan the replan commands committed last (nil: none).
+	current *Plan
 }
 
 func runScript(t *testing.T, path string) {
@@ -63,7 +70,7 @@ func runScript(t *testing.T, path string) {
 		if err != nil {
 			t.Fatalf("%s:%d: %v", path, i+1, err)
 		}
-		if !strings.HasPrefix(trim, "plan") {
+		if !strings.HasPrefix(trim, "plan") && !strings.HasPrefix(trim, "replan") {
 			continue
 		}
 		var want []string
@@ -123,6 +130,12 @@ func (sc *scenario) exec(line string) (string, error) {
 			n.Status = Status(s)
 		}
 		n.Draining = strings.Contains(line, " draining")
+		for i := range sc.nodes {
+			if sc.nodes[i].ID == n.ID {
+				sc.nodes[i] = n // measured again
+				return "", nil
+			}
+		}
 		sc.nodes = append(sc.nodes, n)
 	case "link":
 		g, _ := strconv.ParseFloat(args["gbit"], 64)
@@ -152,23 +165,9 @@ func (sc *scenario) exec(line string) (string, error) {
 		}
 		return "", fmt.Errorf("no node %v", pos)
 	case "plan":
-		var o Options
-		o.Strategy = Strategy(args["strategy"])
-		o.Context, _ = strconv.Atoi(args["context"])
-		o.Batch, _ = strconv.Atoi(args["batch"])
-		if v := args["pin"]; v != "" {
-			o.Pin = strings.Split(v, ",")
-		}
-		if v := args["exclude"]; v != "" {
-			o.Exclude = strings.Split(v, ",")
-		}
-		o.SafetyMargin, _ = strconv.ParseFloat(args["margin"], 64)
-		if v := args["overhead"]; v != "" {
-			b, err := parseBytes(v)
-			if err != nil {
-				return "", err
-			}
-			o.Overhead = b
+		o, err := optionsFromArgs(args)
+		if err != nil {
+			return "", err
 		}
 		p, err := Place(sc.prof, sc.nodes, sc.links, o)
 		if err != nil {
@@ -178,10 +177,73 @@ func (sc *scenario) exec(line string) (string, error) {
 			return "", fmt.Errorf("invalid plan: %v\n%s", err, p)
 		}
 		return p.String(), nil
+	case "replan":
+		o, err := optionsFromArgs(args)
+		if err != nil {
+			return "", err
+		}
+		return sc.replan(o, args["local"])
 	default:
 		return "", fmt.Errorf("unknown command %q", f[0])
 	}
 	return "", nil
+}
+
+func optionsFromArgs(args map[string]string) (Options, error) {
+	var o Options
+	o.Strategy = Strategy(args["strategy"])
+	o.Context, _ = strconv.Atoi(args["context"])
+	o.Batch, _ = strconv.Atoi(args["batch"])
+	if v := args["pin"]; v != "" {
+		o.Pin = strings.Split(v, ",")
+	}
+	if v := args["exclude"]; v != "" {
+		o.Exclude = strings.Split(v, ",")
+	}
+	o.SafetyMargin, _ = strconv.ParseFloat(args["margin"], 64)
+	if v := args["overhead"]; v != "" {
+		b, err := parseBytes(v)
+		if err != nil {
+			return o, err
+		}
+		o.Overhead = b
+	}
+	return o, nil
+}
+
+// replan runs Replan against the current plan, commits its decision and
+// prints it.
+func (sc *scenario) replan(o Options, local string) (string, error) {
+	d := Replan(sc.prof, sc.nodes, sc.links, o, sc.current, local)
+	var b strings.Builder
+	switch {
+	case d.Keep && d.Unservable != "":
+		fmt.Fprintf(&b, "unservable, nothing to release: %s\n", d.Unservable)
+		return b.String(), nil
+	case d.Keep:
+		fmt.Fprintf(&b, "keep v%d\n", d.Plan.Version)
+	case d.Unservable != "":
+		fmt.Fprintf(&b, "unservable, release as v%d: %s\n", d.Plan.Version, d.Unservable)
+	default:
+		if err := d.Plan.Validate(sc.prof); err != nil {
+			return "", fmt.Errorf("invalid plan: %v\n%s", err, d.Plan)
+		}
+		fmt.Fprintf(&b, "move to v%d, %s to fetch\n", d.Plan.Version, GiB(d.Plan.MovedBytes))
+	}
+	for _, w := range d.Weighed {
+		fmt.Fprintf(&b, "weighed %s\n", w)
+	}
+	if d.Keep {
+		return b.String(), nil
+	}
+	for _, m := range d.Plan.Moved {
+		fmt.Fprintf(&b, "  %s\n", m)
+	}
+	if d.Unservable == "" {
+		b.WriteString(d.Plan.String())
+	}
+	sc.current = &d.Plan
+	return b.String(), nil
 }
 
 func parseBytes(s string) (uint64, error) {

@@ -3,7 +3,6 @@ package placement
 import (
 	"fmt"
 	"math"
-	"sort"
 )
 
 // Status is a node's health as the cluster state records it.
@@ -20,6 +19,7 @@ const (
 // Node is one machine as the planner sees it: measured capacities and health.
 type Node struct {
 	ID       string  `json:"id"`
+	Name     string  `json:"name,omitempty"` // shown in Replan's moves (the ID when empty)
 	Status   Status  `json:"status"`
 	Draining bool    `json:"draining"`
 	MemFree  uint64  `json:"mem_free"` // bytes the node can give to models
@@ -82,21 +82,6 @@ func (lm LinkMatrix) Get(a, b string) Link {
 	return DefaultLink
 }
 
-// Pairs lists the recorded links sorted by (from, to).
-func (lm LinkMatrix) Pairs() [][2]string {
-	out := make([][2]string, 0, len(lm.m))
-	for k := range lm.m {
-		out = append(out, k)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i][0] != out[j][0] {
-			return out[i][0] < out[j][0]
-		}
-		return out[i][1] < out[j][1]
-	})
-	return out
-}
-
 // Strategy restricts the plans considered.
 type Strategy string
 
@@ -124,7 +109,7 @@ type Options struct {
 	// Overhead is memory per node beyond weights and KV: runtime, scratch,
 	// activations (512 MiB if 0).
 	Overhead uint64
-	// Version is written into the plan (1 if 0); the coordinator passes the
+	// Version is written into the plan (1 if 0); Replan sets it to the
 	// previous plan's version + 1.
 	Version uint64
 	// MessageMs is the software cost of one message between nodes beyond the
@@ -193,6 +178,10 @@ type Plan struct {
 	Explain  []string `json:"explain"` // why this plan, in a few lines
 	Context  int      `json:"context"` // the options the plan was made for
 	Batch    int      `json:"batch"`
+	// Moved says what Replan changed against the previous plan, one line
+	// per node, and MovedBytes how many weight bytes nodes must fetch.
+	Moved      []string `json:"moved,omitempty"`
+	MovedBytes uint64   `json:"moved_bytes,omitempty"`
 }
 
 // Pool is a pipeline of stages serving one role.

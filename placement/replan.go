@@ -1,0 +1,364 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// ReplanSlack is how much slower (predicted ms/token) a plan that moves
+// fewer bytes may be and still win a re-plan: 10%.
+const ReplanSlack = 0.10
+
+// Decision is what Replan decided for one model.
+type Decision struct {
+	// Keep: there is nothing to commit. The previous plan stands (Plan is
+	// then a copy of it), or, when the model is unservable, there was no
+	// placed plan to release (Plan is then zero).
+	Keep bool
+	// Plan is the plan to commit when Keep is false: a new placement, or,
+	// when the model is unservable, an empty plan that releases every node
+	// of the previous one. Its Moved and MovedBytes say what changes.
+	Plan Plan
+	// Unservable, when not empty, says why no plan fits.
+	Unservable string
+	// Weighed describes the candidate plans, one line each, the chosen one
+	// marked.
+	Weighed []string
+}
+
+// Replan decides where profile runs now that the cluster may have changed
+// since prev (nil, or a plan without pools, when the model was never
+// placed). It weighs the fastest plan Place finds, prev itself when every
+// node it uses is still schedulable, and otherwise a plan pinned to prev's
+// surviving nodes; among those within ReplanSlack of the fastest it takes
+// the one that moves the fewest weight bytes (then the fastest). A plan
+// that places everything as prev does keeps prev. local is the node that
+// has the model's file: it reads its shard from it and fetches nothing.
+// The plan is numbered prev.Version+1 (opts.Version without prev). Like
+// Place, Replan is a pure function.
+func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, prev *Plan, local string) Decision {
+	schedulable := map[string]bool{}
+	names := map[string]string{}
+	for _, n := range nodes {
+		if n.Schedulable() {
+			schedulable[n.ID] = true
+		}
+		if n.Name != "" {
+			names[n.ID] = n.Name
+		}
+	}
+	placed := prev != nil && len(prev.Pools) > 0
+	if prev != nil {
+		opts.Version = prev.Version + 1
+	}
+	type cand struct {
+		what  string
+		plan  Plan
+		moved uint64
+		keep  bool
+	}
+	var cands []cand
+	best, err := Place(profile, nodes, links, opts)
+	if err == nil {
+		cands = append(cands, cand{what: "fastest", plan: best, moved: MovedBytes(&profile, prev, &best, local)})
+	}
+	var survivors []string
+	if placed {
+		for _, id := range prev.Nodes() {
+			if schedulable[id] {
+				survivors = append(survivors, id)
+			}
+		}
+	}
+	switch {
+	case placed && len(survivors) == len(prev.Nodes()):
+		cands = append(cands, cand{what: fmt.Sprintf("previous v%d", prev.Version), plan: *prev, keep: true})
+	case len(survivors) > 0 && len(survivors) < len(schedulable):
+		// Keep the survivors of the old plan: they hold most bytes already.
+		o := opts
+		o.Pin = survivors
+		if p, err := Place(profile, nodes, links, o); err == nil {
+			cands = append(cands, cand{what: "on the survivors", plan: p, moved: MovedBytes(&profile, prev, &p, local)})
+		}
+	}
+	if len(cands) == 0 {
+		return unservable(err, prev, opts.Version, profile.Name, names)
+	}
+	fastest := cands[0].plan.Cost.MsPerToken
+	for _, c := range cands[1:] {
+		fastest = min(fastest, c.plan.Cost.MsPerToken)
+	}
+	pick := -1
+	for i, c := range cands {
+		if c.plan.Cost.MsPerToken > fastest*(1+ReplanSlack) {
+			continue
+		}
+		if pick < 0 || c.moved < cands[pick].moved ||
+			(c.moved == cands[pick].moved && c.plan.Cost.MsPerToken < cands[pick].plan.Cost.MsPerToken) {
+			pick = i
+		}
+	}
+	chosen := cands[pick]
+	d := Decision{Keep: chosen.keep || prev != nil && samePlacement(prev, &chosen.plan)}
+	for i, c := range cands {
+		line := fmt.Sprintf("%s: %s on %s, %.2f ms/token, moves %s", c.what, c.plan.Strategy,
+			strings.Join(c.plan.Nodes(), "+"), c.plan.Cost.MsPerToken, GiB(c.moved))
+		if i == pick {
+			line += " (chosen)"
+		}
+		d.Weighed = append(d.Weighed, line)
+	}
+	if d.Keep {
+		d.Plan = *prev
+		return d
+	}
+	d.Plan = chosen.plan
+	d.Plan.MovedBytes = chosen.moved
+	d.Plan.Moved = describeMoves(&profile, prev, &chosen.plan, local, names)
+	return d
+}
+
+// unservable is the decision when no plan fits: why (from Place's error),
+// and an empty plan that releases prev's nodes when prev placed anything.
+func unservable(err error, prev *Plan, version uint64, model string, names map[string]string) Decision {
+	reason := err.Error()
+	var fe *FitError
+	if errors.As(err, &fe) {
+		reason = fe.Msg
+	}
+	d := Decision{Keep: true, Unservable: strings.TrimPrefix(reason, "placement: ")}
+	if prev == nil || len(prev.Pools) == 0 {
+		return d
+	}
+	d.Keep = false
+	d.Plan = Plan{Version: version, Model: model, Explain: []string{d.Unservable}}
+	for _, id := range prev.Nodes() {
+		d.Plan.Moved = append(d.Plan.Moved, fmt.Sprintf("%s: released", nameOf(names, id)))
+	}
+	return d
+}
+
+func nameOf(names map[string]string, id string) string {
+	if n := names[id]; n != "" {
+		return n
+	}
+	return id
+}
+
+// Nodes lists the IDs of the nodes the plan uses, sorted.
+func (p *Plan) Nodes() []string {
+	var out []string
+	for _, pool := range p.Pools {
+		for _, st := range pool.Stages {
+			for _, m := range st.Members {
+				if !slices.Contains(out, m.Node) {
+					out = append(out, m.Node)
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// samePlacement reports whether a and b put the same parts of the model on
+// the same nodes (costs and explanations aside).
+func samePlacement(a, b *Plan) bool {
+	if len(a.Pools) != len(b.Pools) {
+		return false
+	}
+	for i := range a.Pools {
+		x, y := a.Pools[i].Stages, b.Pools[i].Stages
+		if len(x) != len(y) {
+			return false
+		}
+		for j := range x {
+			if x[j].Lo != y[j].Lo || x[j].Hi != y[j].Hi || len(x[j].Members) != len(y[j].Members) {
+				return false
+			}
+			for k := range x[j].Members {
+				p, q := x[j].Members[k], y[j].Members[k]
+				if p.Node != q.Node || p.TPRank != q.TPRank || p.TPSize != q.TPSize || p.HeadLo != q.HeadLo || p.HeadHi != q.HeadHi ||
+					p.FFNLo != q.FFNLo || p.FFNHi != q.FFNHi || !slices.Equal(p.Experts, q.Experts) || p.Embedding != q.Embedding || p.Output != q.Output {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// holding is what one node holds of a plan, per layer.
+type holding struct {
+	lo, hi         int
+	headLo, headHi int
+	ffnLo, ffnHi   int
+	experts        []int // nil: all
+	embd, out      bool
+}
+
+func holdings(p *Plan, prof *ModelProfile) map[string][]holding {
+	out := map[string][]holding{}
+	if p == nil {
+		return out
+	}
+	for _, pool := range p.Pools {
+		for _, st := range pool.Stages {
+			for _, m := range st.Members {
+				h := holding{lo: st.Lo, hi: st.Hi, headLo: 0, headHi: prof.NHead, ffnLo: 0, ffnHi: prof.FFNDim, experts: m.Experts, embd: m.Embedding, out: m.Output}
+				if m.TPSize > 1 {
+					h.headLo, h.headHi, h.ffnLo, h.ffnHi = m.HeadLo, m.HeadHi, m.FFNLo, m.FFNHi
+				}
+				out[m.Node] = append(out[m.Node], h)
+			}
+		}
+	}
+	return out
+}
+
+// uncovered is the length of [lo,hi) not covered by any of the ranges.
+func uncovered(lo, hi int, ranges [][2]int) int {
+	n := 0
+	for x := lo; x < hi; x++ {
+		in := false
+		for _, r := range ranges {
+			if x >= r[0] && x < r[1] {
+				in = true
+				break
+			}
+		}
+		if !in {
+			n++
+		}
+	}
+	return n
+}
+
+// nodeMoved is the weight bytes node must fetch to go from what it held
+// in the old plan (olds) to what it holds in the new one (news): per layer,
+// the heads, FFN columns and experts it did not hold, and the replicated
+// tensors of layers it did not hold at all.
+func nodeMoved(prof *ModelProfile, olds, news []holding) uint64 {
+	var total float64
+	for _, h := range news {
+		for l := h.lo; l < h.hi; l++ {
+			lp := prof.Layers[l]
+			var heads, ffns [][2]int
+			var exps []int
+			allExp, held := false, false
+			for _, o := range olds {
+				if l < o.lo || l >= o.hi {
+					continue
+				}
+				held = true
+				heads = append(heads, [2]int{o.headLo, o.headHi})
+				ffns = append(ffns, [2]int{o.ffnLo, o.ffnHi})
+				if o.experts == nil {
+					allExp = true
+				}
+				exps = append(exps, o.experts...)
+			}
+			if prof.NHead > 0 {
+				total += float64(lp.AttnBytes) * float64(uncovered(h.headLo, h.headHi, heads)) / float64(prof.NHead)
+			}
+			if prof.FFNDim > 0 {
+				total += float64(lp.FFNBytes) * float64(uncovered(h.ffnLo, h.ffnHi, ffns)) / float64(prof.FFNDim)
+			}
+			if prof.NExpert > 0 && !allExp {
+				want := h.experts
+				if want == nil {
+					want = make([]int, prof.NExpert)
+					for i := range want {
+						want[i] = i
+					}
+				}
+				for _, e := range want {
+					if !slices.Contains(exps, e) {
+						total += float64(lp.ExpertBytes)
+					}
+				}
+			}
+			if !held {
+				total += float64(lp.FixedBytes)
+			}
+		}
+		if h.embd && !slices.ContainsFunc(olds, func(o holding) bool { return o.embd }) {
+			total += float64(prof.EmbedBytes)
+		}
+		if h.out && !slices.ContainsFunc(olds, func(o holding) bool { return o.out }) {
+			total += float64(prof.OutputBytes)
+		}
+	}
+	return uint64(total)
+}
+
+// MovedBytes estimates the weight bytes nodes must fetch to go from plan
+// a (nil: nothing loaded) to plan b. The node that has the file (local)
+// reads its shard from it and fetches nothing.
+func MovedBytes(prof *ModelProfile, a, b *Plan, local string) uint64 {
+	olds, news := holdings(a, prof), holdings(b, prof)
+	var n uint64
+	for node, hs := range news {
+		if node != local {
+			n += nodeMoved(prof, olds[node], hs)
+		}
+	}
+	return n
+}
+
+// describeMoves says, per node (ordered and shown by name), what changes
+// from plan a to plan b.
+func describeMoves(prof *ModelProfile, a, b *Plan, local string, names map[string]string) []string {
+	olds, news := holdings(a, prof), holdings(b, prof)
+	var ids []string
+	for id := range olds {
+		ids = append(ids, id)
+	}
+	for id := range news {
+		if _, ok := olds[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		if a, b := nameOf(names, ids[i]), nameOf(names, ids[j]); a != b {
+			return a < b
+		}
+		return ids[i] < ids[j]
+	})
+	desc := func(hs []holding) string {
+		if len(hs) == 0 {
+			return "nothing"
+		}
+		var parts []string
+		for _, h := range hs {
+			s := fmt.Sprintf("layers [%d,%d)", h.lo, h.hi)
+			if h.headLo != 0 || h.headHi != prof.NHead {
+				s += fmt.Sprintf(" heads [%d,%d)", h.headLo, h.headHi)
+			}
+			if h.experts != nil {
+				s += " experts " + ExpertList(h.experts)
+			}
+			parts = append(parts, s)
+		}
+		return strings.Join(parts, ", ")
+	}
+	var out []string
+	for _, id := range ids {
+		o, n := desc(olds[id]), desc(news[id])
+		if o == n {
+			continue
+		}
+		how := "reads its own copy of the file"
+		if id != local {
+			how = "fetches " + GiB(nodeMoved(prof, olds[id], news[id]))
+		}
+		if len(news[id]) == 0 {
+			how = "releases its shard"
+		}
+		out = append(out, fmt.Sprintf("%s: %s -> %s (%s)", nameOf(names, id), o, n, how))
+	}
+	return out
+}
