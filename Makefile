@@ -20,6 +20,7 @@ help:
 	@echo "make lint    gofmt + go vet"
 	@echo "make fuzz    short fuzz runs of the parsers"
 	@echo "make cross   cross-compile for darwin/arm64 and linux/arm64"
+	@echo "make generate  regenerate every assembly file from its generator (avo, _generate/arm64)"
 
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/shoal
@@ -31,6 +32,15 @@ oracle:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@for m in engine/*/_generate; do echo "go vet $$m"; (cd $$m && $(GO) vet ./...) || exit 1; done
+
+# Every .s file comes from a generator run by a //go:generate line: avo in
+# engine/kernels/_generate and engine/bench/_generate for amd64,
+# engine/kernels/_generate/arm64 for arm64. CI fails when the result differs
+# from what is committed.
+.PHONY: generate
+generate:
+	$(GO) generate $(PKGS)
 
 test: lint oracle
 	$(GO) test -count=1 $(PKGS)

@@ -83,8 +83,6 @@ type level struct {
 	// prepU8 lays out nb Q8_0 blocks as the rowsU8 and tileU8 kernels take
 	// them (see mmJob.prepU8); nil: Go.
 	prepU8 func(src, dst *byte, nb int)
-	// axpyF16 adds alpha·x (n half floats, n a multiple of 8) to y.
-	axpyF16 func(y *float32, alpha float32, x *uint16, n int)
 	// scoresF16 and accumF16 are the attention kernels over F16 cache rows
 	// (see ScoresF16 and AccumF16); stride in bytes, d a multiple of 8.
 	scoresF16 func(q *float32, k *uint16, stride, d, T int, out *float32)

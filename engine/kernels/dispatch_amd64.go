@@ -18,7 +18,7 @@ func archLevels() []*level {
 	intel := cpuidVendorEBX() == vendorIntel
 	pick := func(t1, t0 dotFn) dotFn { return forVendor(intel, t1, t0) }
 	pickX := func(t1, t0 rowsXFn) rowsXFn { return forVendor(intel, t1, t0) }
-	l := &level{name: "avx2", q8_0: quantQ8_0AVX2, q8_K: quantQ8_KAVX2, prepU8: prepU8AVX2, axpyF16: axpyF16AVX2, scoresF16: scoresF16AVX2, accumF16: accumF16AVX2,
+	l := &level{name: "avx2", q8_0: quantQ8_0AVX2, q8_K: quantQ8_KAVX2, prepU8: prepU8AVX2, scoresF16: scoresF16AVX2, accumF16: accumF16AVX2,
 		expSub: expSubAVX2, siluMul: siluMulAVX2, f32ToF16: f32ToF16AVX2, roundF16: roundF16AVX2,
 		scaleRoundF16: scaleRoundF16AVX2}
 	l.k[quant.Q4_0] = &kset{blockLen: quant.QK,

@@ -8,7 +8,7 @@ import (
 	"shoal/engine/quant"
 )
 
-// NEON kernels (dot_arm64.s, written by _generate/arm64.py): one weight row
+// NEON kernels (dot_arm64.s, written by _generate/arm64): one weight row
 // against one activation row, for Q8_0, Q4_0, Q4_K, Q6_K and F16 weights.
 
 //go:noescape

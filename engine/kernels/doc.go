@@ -10,7 +10,7 @@
 //
 // The platform kernels, chosen per CPU by dispatch.go in named levels, agree
 // with the generic versions up to the order of float32 sums. On arm64
-// (dot_arm64.s, written by _generate/arm64.py) there are NEON kernels for
+// (dot_arm64.s, written by _generate/arm64) there are NEON kernels for
 // Q8_0 and Q4_0 weights against Q8_0, Q4_K and Q6_K against Q8_K, and F16,
 // each one weight row against one activation row: level "neon-dot" uses SDOT
 // (FEAT_DotProd), level "neon" widens with SMULL/SADALP instead.

@@ -150,14 +150,3 @@ func unpackMatrixRows(m *Matrix, r0, r1 int, dst []byte) {
 		packGroup(qb, nb, dst[o:o+gs], m.Data[g*gs:(g+1)*gs], true)
 	}
 }
-
-// Unpack returns the rows of m one after another (m itself when it is not
-// packed).
-func Unpack(m *Matrix) *Matrix {
-	if !m.Packed {
-		return m
-	}
-	data := make([]byte, m.Rows*m.RowSize)
-	unpackMatrixRows(m, 0, m.Rows, data)
-	return &Matrix{Type: m.Type, Rows: m.Rows, Cols: m.Cols, RowSize: m.RowSize, Data: data}
-}
