@@ -14,8 +14,8 @@ import (
 
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
-	tc "shoal/node/nodetest"
 	"shoal/node"
+	tc "shoal/node/nodetest"
 )
 
 func writeModel(t *testing.T) string {

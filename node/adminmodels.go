@@ -1,0 +1,327 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"shoal/api"
+	"shoal/coordinator"
+	"shoal/engine/gguf"
+	"shoal/placement"
+	"shoal/shard"
+	"shoal/transport"
+)
+
+func badRequest(format string, args ...any) error {
+	return &coordinator.Error{Code: http.StatusBadRequest, Msg: fmt.Sprintf(format, args...)}
+}
+
+func notFoundErr(format string, args ...any) error {
+	return &coordinator.Error{Code: http.StatusNotFound, Msg: fmt.Sprintf(format, args...)}
+}
+
+// LoadModel registers a model file: the file sits on req.Node (this agent
+// when empty). That node profiles the GGUF, registers the model and hashes
+// the file in the background; the leader plans it once the digest is in.
+func (b *admin) LoadModel(ctx context.Context, req api.LoadModelRequest) (*api.ModelInfo, error) {
+	if req.Node != "" {
+		n, err := b.resolveNode(ctx, req.Node)
+		if err != nil {
+			return nil, err
+		}
+		if n.ID != b.id {
+			if n.Status != api.StatusAlive {
+				return nil, &coordinator.Error{Code: http.StatusServiceUnavailable, Msg: fmt.Sprintf("node %s is %s", n.Name, n.Status)}
+			}
+			req.Node = ""
+			var out api.ModelInfo
+			if err := b.call.Call(ctx, n.RPCAddr, methodLoadModel, req, &out); err != nil {
+				return nil, err
+			}
+			return &out, nil
+		}
+	}
+	m, err := b.registerModel(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	info := b.modelInfo(nil, m)
+	return &info, nil
+}
+
+func (b *admin) registerModel(ctx context.Context, req api.LoadModelRequest) (*coordinator.Model, error) {
+	path := req.Path
+	if !filepath.IsAbs(path) {
+		return nil, badRequest("model path %q is not absolute: give the full path on node %s", path, b.name)
+	}
+	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, notFoundErr("file not found on node %s: %s", b.name, path)
+	}
+	if err != nil {
+		return nil, badRequest("%s on node %s: %v", path, b.name, err)
+	}
+	if st.IsDir() {
+		return nil, badRequest("%s on node %s is a directory, not a GGUF file", path, b.name)
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, badRequest("%s on node %s is not a GGUF model file: %v", path, b.name, err)
+	}
+	prof, err := placement.ProfileFromGGUF(f)
+	f.Close()
+	if err != nil {
+		return nil, badRequest("%s: %v", path, err)
+	}
+	name := req.Name
+	if name == "" {
+		name = strings.TrimSuffix(filepath.Base(path), ".gguf")
+	}
+	if name == "" || strings.ContainsAny(name, "/ \t\n") {
+		return nil, badRequest("model name %q: want a name without spaces or slashes (--name)", name)
+	}
+	cs, err := b.cluster.State(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if old := cs.Models[name]; old != nil && (old.SourceNode != b.id || old.Source != path) {
+		src := old.SourceNode
+		if n := cs.Nodes[src]; n != nil {
+			src = n.Name
+		}
+		return nil, &coordinator.Error{Code: http.StatusConflict, Msg: fmt.Sprintf("a model named %q is already loaded from %s on %s: unload it first or pick another --name", name, old.Source, src)}
+	}
+	m := coordinator.Model{
+		Name: name, Source: path, Layers: prof.NLayer, Bytes: uint64(st.Size()), CreatedAt: time.Now().UTC(),
+		SourceNode: b.id, Ctx: req.Ctx, Overhead: req.Overhead, Strategy: req.Strategy, Profile: &prof, Status: coordinator.ModelHashing,
+	}
+	if sha, ok := b.files.lookupPath(path, st); ok {
+		m.Digest, m.Status = sha, ""
+	}
+	if err := b.cluster.Apply(ctx, coordinator.ModelUpsertType, coordinator.ModelUpsertRequest{Model: m}); err != nil {
+		return nil, err
+	}
+	b.log.Info("model registered", zap.String("model", name), zap.String("path", path), zap.Int("layers", prof.NLayer),
+		zap.String("weights", placement.GiB(prof.WeightBytes())), zap.Bool("hashed", m.Digest != ""))
+	if m.Digest == "" {
+		b.bg.Add(1)
+		go b.hashModel(m, st)
+	}
+	return &m, nil
+}
+
+// hashModel computes the file's sha256, makes the file servable to peers
+// and records the digest, which lets the leader plan the model.
+func (b *admin) hashModel(m coordinator.Model, st os.FileInfo) {
+	defer b.bg.Done()
+	t0 := time.Now()
+	sha, err := shard.FileSHA256(m.Source)
+	if err == nil {
+		err = b.files.add(sha, m.Source, st)
+	}
+	if err != nil {
+		m.Status, m.Reason = coordinator.ModelFailed, fmt.Sprintf("hashing %s on %s: %v", m.Source, b.name, err)
+		b.log.Warn("model file unreadable", zap.String("model", m.Name), zap.Error(err))
+	} else {
+		m.Digest, m.Status = sha, ""
+		b.log.Info("model hashed", zap.String("model", m.Name), zap.String("sha256", sha), zap.Duration("took", time.Since(t0)))
+	}
+	for try := 0; try < 20; try++ {
+		select {
+		case <-b.done:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := b.cluster.Apply(ctx, coordinator.ModelUpsertType, coordinator.ModelUpsertRequest{Model: m})
+		cancel()
+		if err == nil {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	b.log.Warn("could not record the model's digest", zap.String("model", m.Name))
+}
+
+// Models lists the cluster's models with their shards.
+func (b *admin) Models(ctx context.Context) ([]api.ModelInfo, error) {
+	st, err := b.cluster.State(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(st.Models))
+	for n := range st.Models {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]api.ModelInfo, 0, len(names))
+	for _, n := range names {
+		out = append(out, b.modelInfo(st, st.Models[n]))
+	}
+	return out, nil
+}
+
+func (b *admin) modelInfo(st *coordinator.State, m *coordinator.Model) api.ModelInfo {
+	if st == nil {
+		st = coordinator.NewState()
+	}
+	info := api.ModelInfo{
+		Name: m.Name, Path: m.Source, SourceNode: m.SourceNode, SourceName: m.SourceNode, Digest: m.Digest,
+		Bytes: m.Bytes, Layers: m.Layers, Ctx: m.Ctx, Status: m.Status, Reason: m.Reason,
+	}
+	if n := st.Nodes[m.SourceNode]; n != nil {
+		info.SourceName = n.Name
+	} else if m.SourceNode == b.id {
+		info.SourceName = b.name
+	}
+	if info.Status == coordinator.ModelHashing || info.Status == coordinator.ModelFailed || info.Status == coordinator.ModelUnservable {
+		return info
+	}
+	p := st.Plans[m.Name]
+	if p == nil || p.Placement == nil || len(p.Placement.Pools) == 0 {
+		info.Status = "planning"
+		return info
+	}
+	info.PlanVersion, info.PredictedMsPerToken = p.Version, p.PredictedMsPerToken
+	var total, done uint64
+	ready, failed := 0, 0
+	for _, id := range p.Nodes() {
+		si := api.ShardInfo{Node: id, NodeName: id, State: "pending"}
+		if n := st.Nodes[id]; n != nil {
+			si.NodeName = n.Name
+		}
+		for _, spec := range shard.SpecsFor(*p.Placement, id, m.Digest) {
+			if si.Hi == 0 {
+				si.Lo = spec.Lo
+			}
+			si.Hi = max(si.Hi, spec.Hi)
+		}
+		if r := st.Shards[coordinator.ShardKey(id, m.Name)]; r != nil && r.PlanVersion == p.Version {
+			si.State, si.Bytes, si.Done, si.Error = r.State, r.Bytes, r.Done, r.Error
+			si.Source, si.Fetched, si.Refetched = r.Source, r.Fetched, r.Refetched
+			if n := st.Nodes[r.Source]; n != nil {
+				si.Source = n.Name
+			}
+		}
+		if n := st.Nodes[id]; n != nil && n.Status != coordinator.StatusAlive && si.State != "pending" {
+			si.State, si.Error = coordinator.ShardFailed, "node is "+string(n.Status)
+		}
+		if si.Bytes > 0 {
+			si.Progress = float64(si.Done) / float64(si.Bytes)
+		}
+		switch si.State {
+		case coordinator.ShardReady:
+			ready++
+		case coordinator.ShardFailed:
+			failed++
+		}
+		total += si.Bytes
+		done += si.Done
+		info.Shards = append(info.Shards, si)
+	}
+	if total > 0 {
+		info.Progress = float64(done) / float64(total)
+	}
+	switch {
+	case failed > 0:
+		info.Status = "degraded"
+		for _, s := range info.Shards {
+			if s.State == coordinator.ShardFailed {
+				info.Reason = fmt.Sprintf("shard on %s: %s", s.NodeName, s.Error)
+				break
+			}
+		}
+	case ready == len(info.Shards):
+		info.Status, info.Progress = "ready", 1
+	default:
+		info.Status = "loading"
+	}
+	return info
+}
+
+// UnloadModel removes a model, its plan and its shards.
+func (b *admin) UnloadModel(ctx context.Context, name string) error {
+	err := b.cluster.Apply(ctx, coordinator.ModelDeleteType, coordinator.ModelDeleteRequest{Name: name})
+	if transport.StatusOf(err) == http.StatusNotFound {
+		return notFoundErr("model %q is not loaded (see 'shoal model ls')", name)
+	}
+	return err
+}
+
+// Placement is a model's committed plan, by node name.
+func (b *admin) Placement(ctx context.Context, name string) (*api.PlacementInfo, error) {
+	st, err := b.cluster.State(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := st.Models[name]
+	if m == nil {
+		return nil, notFoundErr("model %q is not loaded (see 'shoal model ls')", name)
+	}
+	mi := b.modelInfo(st, m)
+	out := &api.PlacementInfo{Model: name, Status: mi.Status, Reason: mi.Reason}
+	p := st.Plans[name]
+	if p == nil || p.Placement == nil {
+		return out, nil
+	}
+	pp := p.Placement
+	out.Version, out.Strategy, out.Context, out.Batch = p.Version, pp.Strategy, pp.Context, pp.Batch
+	out.Cost, out.Explain, out.Moved, out.MovedBytes = apiCost(pp.Cost), pp.Explain, p.Moved, p.MovedBytes
+	mem := map[string]uint64{}
+	var order []string
+	for _, pool := range pp.Pools {
+		for k, s := range pool.Stages {
+			ps := api.PlacementStage{Pool: pool.Role, Index: k, Lo: s.Lo, Hi: s.Hi, Ms: s.Ms}
+			for _, mb := range s.Members {
+				name := mb.Node
+				if n := st.Nodes[mb.Node]; n != nil {
+					name = n.Name
+				}
+				ps.Members = append(ps.Members, apiPlacementMember(mb, name))
+				if _, ok := mem[mb.Node]; !ok {
+					order = append(order, mb.Node)
+				}
+				mem[mb.Node] += mb.MemBytes
+			}
+			out.Stages = append(out.Stages, ps)
+		}
+	}
+	in := map[string]bool{}
+	for _, id := range order {
+		in[id] = true
+	}
+	keys := make([]string, 0, len(st.Links))
+	for k := range st.Links {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	nameOf := func(id string) string {
+		if n := st.Nodes[id]; n != nil {
+			return n.Name
+		}
+		return id
+	}
+	for _, k := range keys {
+		if l := st.Links[k]; in[l.From] && in[l.To] {
+			out.Links = append(out.Links, api.Link{From: nameOf(l.From), To: nameOf(l.To), Gbit: l.Gbit, LatencyMs: l.LatencyMs})
+		}
+	}
+	for _, id := range order {
+		nm := api.NodeMemory{Node: id, Name: id, MemBytes: mem[id]}
+		if n := st.Nodes[id]; n != nil {
+			nm.Name, nm.Status, nm.MemFree = n.Name, string(n.Status), n.Caps.MemFree
+		}
+		out.Nodes = append(out.Nodes, nm)
+	}
+	return out, nil
+}
