@@ -50,6 +50,7 @@ type Agent struct {
 	// their model.
 	cluster *coordinator.Client
 	admin   *admin
+	fwd     *forwarder
 	http    *http.Server
 	httpLn  net.Listener
 	advIP   string
@@ -296,7 +297,9 @@ func (a *Agent) start() error {
 	if err := a.loadModels(); err != nil {
 		return err
 	}
+	a.fwd = a.newForwarder()
 	a.http = &http.Server{Handler: a.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	a.fwd.serve(a.http.Handler) // requests peers pass on take the same routes
 	go func() { _ = a.http.Serve(a.httpLn) }()
 	return nil
 }

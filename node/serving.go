@@ -120,7 +120,7 @@ func (a *Agent) httpHandler() http.Handler {
 		Observer: dashboard.MultiObserver{a.observer, recent},
 		Log:      a.log.Named("openai"),
 	})
-	fwd := a.forwarding(oai)
+	fwd := a.fwd.openAI(oai)
 	for _, p := range []string{"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/"} {
 		mux.Handle(p, fwd)
 	}
@@ -129,7 +129,7 @@ func (a *Agent) httpHandler() http.Handler {
 	mux.Handle("GET /{$}", dash)
 	mux.Handle("/dashboard/", dash)
 	admin := api.Handler(a.admin)
-	toDriver := a.adminToDriver(admin)
+	toDriver := a.fwd.admin(admin)
 	mux.Handle("POST /v1/cluster/models/{name}/logits", toDriver)
 	mux.Handle("POST /v1/cluster/models/{name}/bench", toDriver)
 	mux.Handle("/", admin)
