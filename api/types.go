@@ -26,6 +26,22 @@ const (
 	TokenBootstrap = "bootstrap" // the secret the bootstrap servers share
 )
 
+// Node is one machine of the cluster (GET /v1/nodes).
+type Node struct {
+	ID           string       `json:"id"`
+	Name         string       `json:"name"`
+	Role         string       `json:"role"`
+	Version      string       `json:"version"`
+	Status       string       `json:"status"` // alive, suspect, failed or left
+	Draining     bool         `json:"draining"`
+	StatusSince  time.Time    `json:"status_since"`
+	RegisteredAt time.Time    `json:"registered_at"`
+	Addr         string       `json:"addr"`      // gossip host:port
+	RPCAddr      string       `json:"rpc_addr"`  // QUIC host:port
+	HTTPAddr     string       `json:"http_addr"` // admin API host:port
+	Caps         Capabilities `json:"caps"`
+}
+
 // Capabilities a node measured at start.
 type Capabilities struct {
 	MemTotal uint64  `json:"mem_total"` // bytes
@@ -36,22 +52,6 @@ type Capabilities struct {
 	Accel    string  `json:"accel,omitempty"`
 }
 
-// Node is one machine of the cluster (GET /v1/nodes).
-type Node struct {
-	ID           string       `json:"id"`
-	Name         string       `json:"name"`
-	Role         string       `json:"role"`
-	Addr         string       `json:"addr"`      // gossip host:port
-	RPCAddr      string       `json:"rpc_addr"`  // QUIC host:port
-	HTTPAddr     string       `json:"http_addr"` // admin API host:port
-	Version      string       `json:"version"`
-	Status       string       `json:"status"` // alive, suspect, failed or left
-	Draining     bool         `json:"draining"`
-	Caps         Capabilities `json:"caps"`
-	RegisteredAt time.Time    `json:"registered_at"`
-	StatusSince  time.Time    `json:"status_since"`
-}
-
 // Schedulable reports whether new placements may use the node.
 func (n *Node) Schedulable() bool { return n.Status == StatusAlive && !n.Draining }
 
@@ -59,13 +59,13 @@ func (n *Node) Schedulable() bool { return n.Status == StatusAlive && !n.Drainin
 // of the secret is kept.
 type Token struct {
 	ID          string     `json:"id"`
-	Kind        string     `json:"kind"`
-	SecretHash  string     `json:"secret_hash"`
+	Kind        string     `json:"kind"` // join, admin or bootstrap
 	Description string     `json:"description,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
 	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
 	Revoked     bool       `json:"revoked"`
 	RevokedAt   *time.Time `json:"revoked_at,omitempty"`
+	SecretHash  string     `json:"secret_hash"` // sha256 of the secret, hex
 }
 
 // Valid reports whether the token may be used at time now.
