@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -117,11 +118,8 @@ func (f *forwarder) openAI(local http.Handler) http.Handler {
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
-			var probe struct {
-				Model string `json:"model"`
-			}
-			if len(body) <= maxForwardBody && json.Unmarshal(body, &probe) == nil {
-				f.route(w, r, local, probe.Model, body, false)
+			if model, ok := modelOf(body); ok && len(body) <= maxForwardBody {
+				f.route(w, r, local, model, body, false)
 				return
 			}
 			local.ServeHTTP(w, r)
@@ -131,6 +129,32 @@ func (f *forwarder) openAI(local http.Handler) http.Handler {
 			local.ServeHTTP(w, r)
 		}
 	})
+}
+
+// modelOf reads the "model" member of a JSON object without decoding the
+// rest: clients send it first, so the messages are not even scanned. ok is
+// false for a body that is not an object with a string model; the local
+// handler then says what is wrong with it.
+func modelOf(body []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", false
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		if k, _ := key.(string); strings.EqualFold(k, "model") { // as encoding/json matches fields
+			var m string
+			return m, dec.Decode(&m) == nil
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return "", false
+		}
+	}
+	return "", true
 }
 
 // route serves a completion for model here or passes it on. A forwarded

@@ -135,3 +135,22 @@ func TestForwardStreamsEvents(t *testing.T) {
 		t.Fatalf("a forwarded admin call: %d, want 404", reply.Status)
 	}
 }
+
+func TestModelOf(t *testing.T) {
+	for _, c := range []struct {
+		body, model string
+		ok          bool
+	}{
+		{`{"model":"tiny","messages":[{"role":"user","content":"hi"}]}`, "tiny", true},
+		{`{"messages":[{"role":"user","content":"{\"model\":\"x\"}"}],"stream":true,"Model":"late"}`, "late", true},
+		{`{"model":"tiny", "messages": [unparsed`, "tiny", true}, // the rest is the serving handler's to refuse
+		{`{"prompt":"hi"}`, "", true},
+		{`{"model":7}`, "", false},
+		{`["model","tiny"]`, "", false},
+		{`{"prompt":`, "", false},
+	} {
+		if m, ok := modelOf([]byte(c.body)); m != c.model || ok != c.ok {
+			t.Errorf("modelOf(%s) = %q %v, want %q %v", c.body, m, ok, c.model, c.ok)
+		}
+	}
+}
