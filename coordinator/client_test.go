@@ -51,6 +51,18 @@ func TestClientThroughLeader(t *testing.T) {
 		c.add(3)
 	}
 	leader := c.leader(10 * time.Second)
+	// Every server knows the leader and the leader has registered every
+	// node (with its address) in the state.
+	waitFor(t, 10*time.Second, "a settled cluster", func() bool {
+		for _, s := range c.servers {
+			if _, addr := s.srv.Leader(); addr == "" {
+				return false
+			}
+		}
+		n := 0
+		leader.srv.FSM().View(func(st *State) { n = len(st.Nodes) })
+		return n == len(c.servers)
+	})
 	calls := &memCaller{clients: map[string]*Client{}}
 	var follower *Client
 	for _, s := range c.servers {
