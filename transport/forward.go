@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -87,7 +88,9 @@ func serveForward(s *Stream, h ForwardHandler) {
 	w := &ForwardWriter{s: s}
 	defer func() {
 		if r := recover(); r != nil {
-			log.Warn("forwarded request handler panicked", zap.String("path", head.Path), zap.Any("panic", r))
+			if r != http.ErrAbortHandler { // the handler's way to cut an answer on purpose
+				log.Warn("forwarded request handler panicked", zap.String("path", head.Path), zap.Any("panic", r))
+			}
 			s.CancelWrite(codeForwardFailed)
 		}
 	}()
