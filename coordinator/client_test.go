@@ -84,10 +84,12 @@ func TestClientThroughLeader(t *testing.T) {
 		if err := cl.Apply(ctx, TokenCreateType, TokenCreateRequest{Token: Token{ID: id, Kind: TokenJoin}}); err != nil {
 			t.Fatalf("apply through %s: %v", id, err)
 		}
-		st, err := cl.State(ctx)
-		if err != nil || st.Tokens[id] == nil {
-			t.Fatalf("state through %s: %v, token %v", id, err, st != nil && st.Tokens[id] != nil)
-		}
+		// A client agent reads from any server, which may apply the write
+		// a moment after the leader.
+		waitFor(t, 5*time.Second, "the token read through "+id, func() bool {
+			st, err := cl.State(ctx)
+			return err == nil && st.Tokens[id] != nil
+		})
 	}
 
 	// A follower refuses to pass on what another server forwarded to it.
