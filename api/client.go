@@ -11,8 +11,6 @@ import (
 	"os"
 	"strings"
 	"time"
-
-	"shoal/coordinator"
 )
 
 // DefaultAddr is where the CLI finds the local agent.
@@ -120,8 +118,8 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 }
 
 // Nodes in the cluster state.
-func (c *Client) Nodes(ctx context.Context) ([]*coordinator.Node, error) {
-	var n []*coordinator.Node
+func (c *Client) Nodes(ctx context.Context) ([]*Node, error) {
+	var n []*Node
 	return n, c.do(ctx, "GET", "/v1/nodes", nil, &n)
 }
 
@@ -152,8 +150,8 @@ func (c *Client) CreateToken(ctx context.Context, req TokenRequest) (*NewToken, 
 }
 
 // Tokens lists tokens (hashes only).
-func (c *Client) Tokens(ctx context.Context) ([]*coordinator.Token, error) {
-	var t []*coordinator.Token
+func (c *Client) Tokens(ctx context.Context) ([]*Token, error) {
+	var t []*Token
 	return t, c.do(ctx, "GET", "/v1/tokens", nil, &t)
 }
 

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
-	"shoal/coordinator"
 )
 
 // Error is the JSON body of every error answer.
@@ -70,9 +68,9 @@ func Handler(b Backend) http.Handler {
 			}
 		}
 		if req.Kind == "" {
-			req.Kind = coordinator.TokenJoin
+			req.Kind = TokenJoin
 		}
-		if req.Kind != coordinator.TokenJoin && req.Kind != coordinator.TokenAdmin {
+		if req.Kind != TokenJoin && req.Kind != TokenAdmin {
 			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("token kind %q: want join or admin", req.Kind)}
 		}
 		var ttl time.Duration
@@ -142,8 +140,8 @@ func (e *httpError) Error() string   { return e.msg }
 func (e *httpError) HTTPStatus() int { return e.code }
 
 // FindNode finds a node by ID, unique ID prefix or name.
-func FindNode(nodes []*coordinator.Node, ref string) (*coordinator.Node, error) {
-	var match []*coordinator.Node
+func FindNode(nodes []*Node, ref string) (*Node, error) {
+	var match []*Node
 	for _, n := range nodes {
 		if n.ID == ref || n.Name == ref {
 			return n, nil

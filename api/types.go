@@ -3,10 +3,75 @@ package api
 import (
 	"context"
 	"time"
-
-	"shoal/coordinator"
-	"shoal/placement"
 )
+
+// Node statuses as the cluster state records them.
+const (
+	StatusAlive   = "alive"
+	StatusSuspect = "suspect"
+	StatusFailed  = "failed"
+	StatusLeft    = "left"
+)
+
+// Roles of a node.
+const (
+	RoleServer = "server"
+	RoleClient = "client"
+)
+
+// Token kinds.
+const (
+	TokenJoin      = "join"
+	TokenAdmin     = "admin"
+	TokenBootstrap = "bootstrap" // the secret the bootstrap servers share
+)
+
+// Node is one machine of the cluster (GET /v1/nodes).
+type Node struct {
+	ID           string       `json:"id"`
+	Name         string       `json:"name"`
+	Role         string       `json:"role"`
+	Version      string       `json:"version"`
+	Status       string       `json:"status"` // alive, suspect, failed or left
+	Draining     bool         `json:"draining"`
+	StatusSince  time.Time    `json:"status_since"`
+	RegisteredAt time.Time    `json:"registered_at"`
+	Addr         string       `json:"addr"`      // gossip host:port
+	RPCAddr      string       `json:"rpc_addr"`  // QUIC host:port
+	HTTPAddr     string       `json:"http_addr"` // admin API host:port
+	Caps         Capabilities `json:"caps"`
+}
+
+// Capabilities a node measured at start.
+type Capabilities struct {
+	MemTotal uint64  `json:"mem_total"` // bytes
+	MemFree  uint64  `json:"mem_free"`  // bytes, at start (after --memory-limit)
+	Cores    int     `json:"cores"`
+	GFLOPS   float64 `json:"gflops"`   // float32 matmul, all cores
+	MemGBps  float64 `json:"mem_gbps"` // memory copy bandwidth
+	Accel    string  `json:"accel,omitempty"`
+}
+
+// Schedulable reports whether new placements may use the node.
+func (n *Node) Schedulable() bool { return n.Status == StatusAlive && !n.Draining }
+
+// Token is a join token or an admin API key (GET /v1/tokens); only a hash
+// of the secret is kept.
+type Token struct {
+	ID          string     `json:"id"`
+	Kind        string     `json:"kind"` // join, admin or bootstrap
+	Description string     `json:"description,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
+	Revoked     bool       `json:"revoked"`
+	RevokedAt   *time.Time `json:"revoked_at,omitempty"`
+	SecretHash  string     `json:"secret_hash"` // sha256 of the secret, hex
+}
+
+// Valid reports whether the token may be used at time now.
+func (t *Token) Valid(now time.Time) bool {
+	return !t.Revoked && (t.ExpiresAt == nil || now.Before(*t.ExpiresAt))
+}
 
 // Status is the answer of GET /v1/status.
 type Status struct {
@@ -26,24 +91,24 @@ type Status struct {
 
 // ServerStatus is one Raft server.
 type ServerStatus struct {
-	ID      string                 `json:"id"`
-	Name    string                 `json:"name"`
-	Address string                 `json:"address"`
-	Voter   bool                   `json:"voter"`
-	Leader  bool                   `json:"leader"`
-	Status  coordinator.NodeStatus `json:"status"`
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Address string `json:"address"`
+	Voter   bool   `json:"voter"`
+	Leader  bool   `json:"leader"`
+	Status  string `json:"status"`
 }
 
 // Member is one entry of the raw gossip view.
 type Member struct {
-	ID      string                   `json:"id"`
-	Name    string                   `json:"name"`
-	Addr    string                   `json:"addr"`
-	RPCAddr string                   `json:"rpc_addr"`
-	Role    string                   `json:"role"`
-	Status  coordinator.NodeStatus   `json:"status"`
-	Version string                   `json:"version"`
-	Caps    coordinator.Capabilities `json:"caps"`
+	ID      string       `json:"id"`
+	Name    string       `json:"name"`
+	Addr    string       `json:"addr"`
+	RPCAddr string       `json:"rpc_addr"`
+	Role    string       `json:"role"`
+	Status  string       `json:"status"`
+	Version string       `json:"version"`
+	Caps    Capabilities `json:"caps"`
 }
 
 // TokenRequest is the body of POST /v1/tokens.
@@ -55,7 +120,7 @@ type TokenRequest struct {
 
 // NewToken is a freshly created token; Secret is shown only once.
 type NewToken struct {
-	coordinator.Token
+	Token
 	Secret string `json:"token"`
 }
 
@@ -64,12 +129,12 @@ type Backend interface {
 	// Authorize checks an API key.
 	Authorize(ctx context.Context, key string) error
 	Status(ctx context.Context) (*Status, error)
-	Nodes(ctx context.Context) ([]*coordinator.Node, error)
+	Nodes(ctx context.Context) ([]*Node, error)
 	Drain(ctx context.Context, id string, drain bool) error
 	RemoveNode(ctx context.Context, id string) error
 	Members(ctx context.Context) ([]Member, error)
 	CreateToken(ctx context.Context, kind, description string, ttl time.Duration) (*NewToken, error)
-	Tokens(ctx context.Context) ([]*coordinator.Token, error)
+	Tokens(ctx context.Context) ([]*Token, error)
 	RevokeToken(ctx context.Context, id string) error
 	ModelBackend
 }
@@ -137,7 +202,7 @@ type PlacementInfo struct {
 	Strategy   string           `json:"strategy"`
 	Context    int              `json:"context"`
 	Batch      int              `json:"batch"`
-	Cost       placement.Cost   `json:"cost"`
+	Cost       Cost             `json:"cost"`
 	Stages     []PlacementStage `json:"stages"`
 	Nodes      []NodeMemory     `json:"nodes"`
 	Links      []Link           `json:"links,omitempty"` // measured links between the plan's nodes
@@ -156,10 +221,30 @@ type PlacementStage struct {
 	Members []PlacementMember `json:"members"`
 }
 
-// PlacementMember is a plan member with its node's name.
+// Cost is a plan's predicted decode step (see placement.Cost).
+type Cost struct {
+	MsPerToken   float64 `json:"ms_per_token"`
+	ComputeMs    float64 `json:"compute_ms"`
+	MemoryMs     float64 `json:"memory_ms"`
+	NetworkMs    float64 `json:"network_ms"`
+	BottleneckMs float64 `json:"bottleneck_ms"` // the slowest stage
+}
+
+// PlacementMember is one node's part of a stage, with the node's name.
 type PlacementMember struct {
-	placement.Member
-	NodeName string `json:"node_name"`
+	Node      string  `json:"node"`
+	TPRank    int     `json:"tp_rank"`
+	TPSize    int     `json:"tp_size"`
+	HeadLo    int     `json:"head_lo"`
+	HeadHi    int     `json:"head_hi"`
+	FFNLo     int     `json:"ffn_lo"`
+	FFNHi     int     `json:"ffn_hi"`
+	Experts   []int   `json:"experts,omitempty"`
+	Embedding bool    `json:"embedding,omitempty"` // holds the token embedding
+	Output    bool    `json:"output,omitempty"`    // holds the output head, computes logits
+	MemBytes  uint64  `json:"mem_bytes"`           // predicted: weights + KV + overhead
+	Ms        float64 `json:"ms"`                  // predicted time of one decode step
+	NodeName  string  `json:"node_name"`
 }
 
 // Link is a measured one-way link, by node name.

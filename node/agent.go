@@ -45,10 +45,16 @@ type Agent struct {
 	gossip *gossip
 	ml     *memberlist.Memberlist
 	srv    *coordinator.Server
-	http   *http.Server
-	httpLn net.Listener
-	advIP  string
-	seeds  []string
+	// cluster reads and writes the state through the leader; admin is the
+	// admin API's backend; fwd passes requests to the agents that serve
+	// their model.
+	cluster *coordinator.Client
+	admin   *admin
+	fwd     *forwarder
+	http    *http.Server
+	httpLn  net.Listener
+	advIP   string
+	seeds   []string
 
 	files   *fileRegistry // model files this node has and serves to peers
 	layouts signedLayouts
@@ -278,8 +284,9 @@ func (a *Agent) start() error {
 			return err
 		}
 	}
+	a.cluster = coordinator.NewClient(a.srv, a.gossip, rpcCaller{a.ep}, a.log)
+	a.admin = a.newAdmin()
 	a.registerRPC()
-	a.registerModelRPC()
 	a.ep.Handle(transport.KindJoin, a.serveJoin)
 	transport.ServeWeights(a.ep, a.files, transport.WeightsOptions{})
 	transport.ServeProbe(a.ep, 0)
@@ -290,7 +297,9 @@ func (a *Agent) start() error {
 	if err := a.loadModels(); err != nil {
 		return err
 	}
+	a.fwd = a.newForwarder()
 	a.http = &http.Server{Handler: a.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	a.fwd.serve(a.http.Handler) // requests peers pass on take the same routes
 	go func() { _ = a.http.Serve(a.httpLn) }()
 	return nil
 }
@@ -395,7 +404,7 @@ func (a *Agent) joinLoop() {
 			addr, _ := joinAddr(j)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			var got []string
-			if err := transport.Call(ctx, a.ep, addr, transport.KindRPC, "Cluster.Seeds", nil, &got); err == nil {
+			if err := transport.Call(ctx, a.ep, addr, transport.KindRPC, methodSeeds, nil, &got); err == nil {
 				seeds = append(seeds, got...)
 			} else if attempt%10 == 9 {
 				a.log.Warn("cannot reach join address yet", zap.String("addr", addr), zap.Error(err))
@@ -472,7 +481,7 @@ func (a *Agent) onLeader() {
 
 func (a *Agent) peerHasState(ctx context.Context, m coordinator.Member) (bool, error) {
 	var has bool
-	err := transport.Call(ctx, a.ep, m.RPCAddr, transport.KindRPC, "Cluster.HasState", nil, &has)
+	err := transport.Call(ctx, a.ep, m.RPCAddr, transport.KindRPC, coordinator.MethodHasState, nil, &has)
 	return has, err
 }
 
@@ -626,7 +635,7 @@ func (a *Agent) handleJoin(ctx context.Context, req *joinRequest, forwarded bool
 			return &joinResponse{Err: "no cluster leader yet", Code: http.StatusServiceUnavailable}
 		}
 		var resp joinResponse
-		if err := transport.Call(ctx, a.ep, addr, transport.KindRPC, "Cluster.Join", req, &resp); err != nil {
+		if err := transport.Call(ctx, a.ep, addr, transport.KindRPC, methodJoin, req, &resp); err != nil {
 			return fail(err)
 		}
 		return &resp

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"shoal/api"
-	"shoal/coordinator"
 	tc "shoal/node/nodetest"
 )
 
@@ -16,7 +15,7 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-func nodeByName(t *testing.T, nodes []*coordinator.Node, name string) *coordinator.Node {
+func nodeByName(t *testing.T, nodes []*api.Node, name string) *api.Node {
 	t.Helper()
 	for _, n := range nodes {
 		if n.Name == name {
@@ -63,7 +62,7 @@ func TestThreeServersFormCluster(t *testing.T) {
 		t.Fatalf("%d nodes, want 3", len(nodes))
 	}
 	for _, n := range nodes {
-		if n.Role != coordinator.RoleServer || n.Status != coordinator.StatusAlive {
+		if n.Role != api.RoleServer || n.Status != api.StatusAlive {
 			t.Errorf("%s: role %s status %s", n.Name, n.Role, n.Status)
 		}
 		if n.Caps.MemTotal == 0 || n.Caps.Cores == 0 || n.Caps.GFLOPS <= 0 || n.Caps.MemGBps <= 0 {
@@ -118,7 +117,7 @@ func TestLeaderCrashFailoverAndRejoin(t *testing.T) {
 		}
 		for _, n := range nodes {
 			if n.ID == oldID {
-				return n.Status == coordinator.StatusFailed
+				return n.Status == api.StatusFailed
 			}
 		}
 		return false

@@ -197,7 +197,7 @@ func (a *Agent) reconcileDist(st *coordinator.State) {
 		if drv == "" {
 			continue
 		}
-		mi := a.modelInfo(st, m)
+		mi := a.admin.modelInfo(st, m)
 		r := distRoute{Model: name, Node: drv, NodeName: drv, Ready: mi.Status == "ready", Status: mi.Status}
 		if mi.Reason != "" {
 			r.Status += ": " + mi.Reason
@@ -662,8 +662,8 @@ func (a *Agent) ClusterBench(ctx context.Context, name string, req api.BenchRequ
 // describeStages writes a plan's stages as "[0,11) node-a".
 func (a *Agent) describeStages(ctx context.Context, p *placement.Plan) []string {
 	names := map[string]string{}
-	if nodes, err := a.Nodes(ctx); err == nil {
-		for _, n := range nodes {
+	if st, err := a.cluster.State(ctx); err == nil {
+		for _, n := range st.Nodes {
 			names[n.ID] = n.Name
 		}
 	}

@@ -8,47 +8,75 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"sort"
+	"strings"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"go.uber.org/zap"
-)
 
-// forwardedHeader marks a request one agent passed to another, so that it
-// is never passed on twice.
-const forwardedHeader = "X-Shoal-Forwarded-By"
+	"shoal/coordinator"
+	"shoal/transport"
+)
 
 // maxForwardBody bounds the body read to find the model name; larger bodies
 // go to the local handler, which refuses them with 413.
-const maxForwardBody = 4 << 20
+const maxForwardBody = transport.MaxForwardBody
+
+// forwarder passes OpenAI requests for a model this agent does not serve,
+// and the admin API's runs of a model spread over the cluster, to the agent
+// that serves or drives it over the node transport (forwardstream.go). The
+// body is decoded once, here, to read the model name, which travels beside
+// the raw body; the receiving agent does not decode it again to route it.
+type forwarder struct {
+	self    string
+	ep      *transport.Endpoint
+	log     *zap.Logger
+	ml      *memberlist.Memberlist
+	members func() []coordinator.Member // the gossip view, for peers' QUIC addresses
+	local   func(model string) bool     // this agent serves model itself
+	routes  routeSource
+}
+
+// routeSource says where the driver of each planned model runs.
+type routeSource interface {
+	distRoute(model string) (distRoute, bool)
+	distRoutes() []distRoute
+}
+
+// newForwarder wires the forwarder.
+func (a *Agent) newForwarder() *forwarder {
+	return &forwarder{
+		self: a.id, ep: a.ep, log: a.log.Named("forward"), ml: a.ml, members: a.gossip.Members, routes: a,
+		local: func(model string) bool { _, ok := a.models.Model(model); return ok },
+	}
+}
 
 // peerModel is a model served whole by another alive agent.
 type peerModel struct {
 	Model    string
 	NodeID   string
 	NodeName string
-	HTTPAddr string
+	RPCAddr  string
 }
 
 // remoteModels lists the models alive peers announce in gossip.
-func (a *Agent) remoteModels() []peerModel {
-	if a.ml == nil {
+func (f *forwarder) remoteModels() []peerModel {
+	if f.ml == nil {
 		return nil
 	}
 	var out []peerModel
-	for _, n := range a.ml.Members() {
-		if n.Name == a.id {
+	for _, n := range f.ml.Members() {
+		if n.Name == f.self {
 			continue
 		}
 		var m meta
-		if json.Unmarshal(n.Meta, &m) != nil || m.HTTP == 0 {
+		if json.Unmarshal(n.Meta, &m) != nil || m.QUIC == 0 {
 			continue
 		}
 		mb := memberOf(n, "")
 		for _, name := range m.Models {
-			out = append(out, peerModel{Model: name, NodeID: n.Name, NodeName: m.Name, HTTPAddr: mb.HTTPAddr})
+			out = append(out, peerModel{Model: name, NodeID: n.Name, NodeName: m.Name, RPCAddr: mb.RPCAddr})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -60,53 +88,98 @@ func (a *Agent) remoteModels() []peerModel {
 	return out
 }
 
-// forwarding wraps the OpenAI handler: a completion for a model this agent
+// rpcAddr is the QUIC address of an alive peer, or "".
+func (f *forwarder) rpcAddr(id string) string {
+	for _, m := range f.members() {
+		if m.ID == id && m.Status == coordinator.StatusAlive {
+			return m.RPCAddr
+		}
+	}
+	return ""
+}
+
+// openAI wraps the OpenAI handler: a completion for a model this agent
 // does not serve goes to an agent that does (chosen by a hash of the
 // request, so load spreads over replicas), streaming passed through as it
 // comes; /v1/models lists the models of the whole cluster.
-func (a *Agent) forwarding(local http.Handler) http.Handler {
+func (f *forwarder) openAI(local http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Method == http.MethodPost && (r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/v1/completions"):
+			fr, forwarded := forwardedOf(r)
+			if forwarded {
+				f.route(w, r, local, fr.model, nil, true)
+				return
+			}
 			body, err := io.ReadAll(io.LimitReader(r.Body, maxForwardBody+1))
 			r.Body.Close()
 			if err != nil {
-				http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+				openAIError(w, http.StatusBadRequest, "invalid_request_error", "invalid_body", "reading the request body: "+err.Error())
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
-			var probe struct {
-				Model string `json:"model"`
-			}
-			forwarded := r.Header.Get(forwardedHeader) != ""
-			if len(body) <= maxForwardBody && json.Unmarshal(body, &probe) == nil && probe.Model != "" {
-				if _, ok := a.models.Model(probe.Model); !ok {
-					if rt, ok := a.distRoute(probe.Model); ok && (!forwarded || rt.Node == a.id) {
-						a.toDistDriver(w, r, rt, local)
-						return
-					}
-					if forwarded {
-						local.ServeHTTP(w, r)
-						return
-					}
-					if p, ok := a.pickPeer(probe.Model, body); ok {
-						a.proxy(w, r, p)
-						return
-					}
-				}
+			if model, ok := modelOf(body); ok && len(body) <= maxForwardBody {
+				f.route(w, r, local, model, body, false)
+				return
 			}
 			local.ServeHTTP(w, r)
-		case r.Method == http.MethodGet && r.URL.Path == "/v1/models" && r.Header.Get(forwardedHeader) == "":
-			a.listClusterModels(w, r, local)
+		case r.Method == http.MethodGet && r.URL.Path == "/v1/models":
+			f.listClusterModels(w, r, local)
 		default:
 			local.ServeHTTP(w, r)
 		}
 	})
 }
 
-func (a *Agent) pickPeer(model string, body []byte) (peerModel, bool) {
+// modelOf reads the "model" member of a JSON object without decoding the
+// rest: clients send it first, so the messages are not even scanned. ok is
+// false for a body that is not an object with a string model; the local
+// handler then says what is wrong with it.
+func modelOf(body []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", false
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		if k, _ := key.(string); strings.EqualFold(k, "model") { // as encoding/json matches fields
+			var m string
+			return m, dec.Decode(&m) == nil
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return "", false
+		}
+	}
+	return "", true
+}
+
+// route serves a completion for model here or passes it on. A forwarded
+// request is never passed on again.
+func (f *forwarder) route(w http.ResponseWriter, r *http.Request, local http.Handler, model string, body []byte, forwarded bool) {
+	if model == "" || f.local(model) {
+		local.ServeHTTP(w, r)
+		return
+	}
+	if rt, ok := f.routes.distRoute(model); ok && (!forwarded || rt.Node == f.self) {
+		f.toDistDriver(w, r, rt, body, local)
+		return
+	}
+	if !forwarded {
+		if p, ok := f.pickPeer(model, body); ok {
+			f.send(w, r, target{model: model, name: p.NodeName, addr: p.RPCAddr}, body, openAIFail)
+			return
+		}
+	}
+	local.ServeHTTP(w, r)
+}
+
+func (f *forwarder) pickPeer(model string, body []byte) (peerModel, bool) {
 	var cands []peerModel
-	for _, p := range a.remoteModels() {
+	for _, p := range f.remoteModels() {
 		if p.Model == model {
 			cands = append(cands, p)
 		}
@@ -120,33 +193,26 @@ func (a *Agent) pickPeer(model string, body []byte) (peerModel, bool) {
 	return cands[int(h.Sum32()%uint32(len(cands)))], true
 }
 
-func (a *Agent) proxy(w http.ResponseWriter, r *http.Request, p peerModel) {
-	a.proxyTo(w, r, p.HTTPAddr, func(w http.ResponseWriter, err error) {
-		openAIError(w, http.StatusBadGateway, "server_error", "upstream_unavailable",
-			"the agent serving model "+p.Model+" ("+p.NodeName+") did not answer: "+err.Error())
-	})
-}
-
-// proxyTo passes r to the agent at addr, marked as forwarded, streaming
-// the answer as it comes; fail answers when that agent cannot be reached.
-func (a *Agent) proxyTo(w http.ResponseWriter, r *http.Request, addr string, fail func(w http.ResponseWriter, err error)) {
-	target := &url.URL{Scheme: "http", Host: addr}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(target)
-			pr.Out.Header.Set(forwardedHeader, a.id)
-		},
-		FlushInterval: -1, // stream server-sent events as they come
-		ErrorHandler:  func(w http.ResponseWriter, r *http.Request, err error) { fail(w, err) },
-	}
-	a.log.Debug("forwarding request", zap.String("to", addr), zap.String("path", r.URL.Path))
-	rp.ServeHTTP(w, r)
-}
-
 func openAIError(w http.ResponseWriter, status int, typ, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
+	json.NewEncoder(w).Encode(openAIErrorBody(typ, code, msg))
+}
+
+func openAIErrorBody(typ, code, msg string) map[string]any {
+	return map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}}
+}
+
+// openAIFail answers a request the serving agent could not take.
+func openAIFail(w http.ResponseWriter, status int, code, msg string) {
+	openAIError(w, status, "server_error", code, msg)
+}
+
+// adminFail answers an admin API request the driver could not take.
+func adminFail(w http.ResponseWriter, status int, _, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }
 
 // driverStartWait bounds how long a completion for a model this agent is
@@ -157,30 +223,33 @@ const driverStartWait = 15 * time.Second
 // toDistDriver forwards a completion for a model spread over the cluster
 // to the agent that drives it, serves it here once this agent's driver is
 // up, or says why it cannot run yet.
-func (a *Agent) toDistDriver(w http.ResponseWriter, r *http.Request, rt distRoute, local http.Handler) {
-	if rt.Node == a.id && rt.Ready && a.awaitDriver(r, rt.Model) {
+func (f *forwarder) toDistDriver(w http.ResponseWriter, r *http.Request, rt distRoute, body []byte, local http.Handler) {
+	if rt.Node == f.self && rt.Ready && f.awaitDriver(r, rt.Model) {
 		local.ServeHTTP(w, r)
 		return
 	}
-	switch {
-	case rt.Node == a.id || !rt.Ready || rt.HTTPAddr == "":
+	addr := ""
+	if rt.Node != f.self && rt.Ready {
+		addr = f.rpcAddr(rt.Node)
+	}
+	if addr == "" {
 		openAIError(w, http.StatusServiceUnavailable, "server_error", "model_not_ready",
 			fmt.Sprintf("model %s is spread over the cluster and not served yet (%s; driver %s)", rt.Model, rt.Status, rt.NodeName))
-	default:
-		a.proxy(w, r, peerModel{Model: rt.Model, NodeID: rt.Node, NodeName: rt.NodeName, HTTPAddr: rt.HTTPAddr})
+		return
 	}
+	f.send(w, r, target{model: rt.Model, name: rt.NodeName, addr: addr}, body, openAIFail)
 }
 
 // awaitDriver waits until this agent serves model (its driver started),
 // the request ends, the model is planned elsewhere, or driverStartWait
 // passes.
-func (a *Agent) awaitDriver(r *http.Request, model string) bool {
+func (f *forwarder) awaitDriver(r *http.Request, model string) bool {
 	deadline := time.Now().Add(driverStartWait)
 	for {
-		if _, ok := a.models.Model(model); ok {
+		if f.local(model) {
 			return true
 		}
-		if rt, ok := a.distRoute(model); !ok || rt.Node != a.id || time.Now().After(deadline) {
+		if rt, ok := f.routes.distRoute(model); !ok || rt.Node != f.self || time.Now().After(deadline) {
 			return false
 		}
 		select {
@@ -191,26 +260,35 @@ func (a *Agent) awaitDriver(r *http.Request, model string) bool {
 	}
 }
 
-// adminToDriver passes the admin API's logits and benchmark requests for a
-// model spread over the cluster to the agent that drives it.
-func (a *Agent) adminToDriver(local http.Handler) http.Handler {
+// admin passes the admin API's logits and benchmark requests for a model
+// spread over the cluster to the agent that drives it.
+func (f *forwarder) admin(local http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rt, ok := a.distRoute(r.PathValue("name"))
-		if r.Header.Get(forwardedHeader) != "" || !ok || rt.Node == a.id || rt.HTTPAddr == "" {
+		_, forwarded := forwardedOf(r)
+		rt, ok := f.routes.distRoute(r.PathValue("name"))
+		addr := ""
+		if !forwarded && ok && rt.Node != f.self {
+			addr = f.rpcAddr(rt.Node)
+		}
+		if addr == "" {
 			local.ServeHTTP(w, r)
 			return
 		}
-		a.proxyTo(w, r, rt.HTTPAddr, func(w http.ResponseWriter, err error) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadGateway)
-			json.NewEncoder(w).Encode(map[string]string{"error": fmt.Sprintf("the agent driving model %s (%s) did not answer: %v", rt.Model, rt.NodeName, err)})
-		})
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxForwardBody+1))
+		switch {
+		case err != nil:
+			adminFail(w, http.StatusBadRequest, "", "reading the request body: "+err.Error())
+		case len(body) > maxForwardBody:
+			adminFail(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("request body over %d bytes", maxForwardBody))
+		default:
+			f.send(w, r, target{model: rt.Model, name: rt.NodeName, addr: addr}, body, adminFail)
+		}
 	})
 }
 
 // listClusterModels answers /v1/models with the local models followed by
 // those other agents serve.
-func (a *Agent) listClusterModels(w http.ResponseWriter, r *http.Request, local http.Handler) {
+func (f *forwarder) listClusterModels(w http.ResponseWriter, r *http.Request, local http.Handler) {
 	rec := httptest.NewRecorder()
 	local.ServeHTTP(rec, r)
 	var list struct {
@@ -231,19 +309,19 @@ func (a *Agent) listClusterModels(w http.ResponseWriter, r *http.Request, local 
 			seen[id] = true
 		}
 	}
-	for _, rt := range a.distRoutes() {
-		if seen[rt.Model] || !rt.Ready || rt.Node == a.id {
-			continue
+	add := func(model, by string) {
+		if !seen[model] {
+			seen[model] = true
+			list.Data = append(list.Data, map[string]any{"id": model, "object": "model", "created": 0, "owned_by": by, "shoal.served_by": by})
 		}
-		seen[rt.Model] = true
-		list.Data = append(list.Data, map[string]any{"id": rt.Model, "object": "model", "created": 0, "owned_by": rt.NodeName, "shoal.served_by": rt.NodeName})
 	}
-	for _, p := range a.remoteModels() {
-		if seen[p.Model] {
-			continue
+	for _, rt := range f.routes.distRoutes() {
+		if rt.Ready && rt.Node != f.self {
+			add(rt.Model, rt.NodeName)
 		}
-		seen[p.Model] = true
-		list.Data = append(list.Data, map[string]any{"id": p.Model, "object": "model", "created": 0, "owned_by": p.NodeName, "shoal.served_by": p.NodeName})
+	}
+	for _, p := range f.remoteModels() {
+		add(p.Model, p.NodeName)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(list)

@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -96,17 +97,37 @@ func TestForwardToServingAgent(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `"completion_tokens":5`) {
 		t.Fatalf("forwarded chat: %d %s", code, body)
 	}
-	code, body = post(t, front+"/v1/completions", `{"model":"tiny","prompt":"hello","max_tokens":4,"stream":true}`)
-	if code != 200 || !strings.Contains(body, "data: [DONE]") {
-		t.Fatalf("forwarded stream: %d %s", code, body)
+	// Streamed: the events come through one by one as the serving agent
+	// writes them.
+	req, _ := http.NewRequest("POST", front+"/v1/completions", strings.NewReader(`{"model":"tiny","prompt":"hello","max_tokens":4,"stream":true}`))
+	req.Header.Set("Authorization", "Bearer "+tc.Secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "text/event-stream" {
+		t.Fatalf("forwarded stream: %d %s", resp.StatusCode, ct)
+	}
+	events := 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "data: {") {
+			events++
+		} else if line == "data: [DONE]" {
+			break
+		}
+	}
+	resp.Body.Close()
+	if events < 2 {
+		t.Fatalf("forwarded stream: %d events before [DONE], want the tokens as separate events", events)
 	}
 	code, body = post(t, front+"/v1/chat/completions", `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`)
 	if code != 404 || !strings.Contains(body, "model_not_found") {
 		t.Fatalf("unknown model: %d %s", code, body)
 	}
 	// Without a key the serving agent refuses the forwarded request.
-	req, _ := http.NewRequest("POST", front+"/v1/chat/completions", strings.NewReader(`{"model":"tiny","messages":[{"role":"user","content":"hi"}]}`))
-	resp, err := http.DefaultClient.Do(req)
+	req, _ = http.NewRequest("POST", front+"/v1/chat/completions", strings.NewReader(`{"model":"tiny","messages":[{"role":"user","content":"hi"}]}`))
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,4 +135,25 @@ func TestForwardToServingAgent(t *testing.T) {
 	if resp.StatusCode != 401 {
 		t.Fatalf("no key: %d", resp.StatusCode)
 	}
+
+	// The serving agent dies: until gossip notices, the front answers with
+	// an OpenAI error that names it; then the model is gone.
+	a.Shutdown(false)
+	t0 := time.Now()
+	code, body = post(t, front+"/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`)
+	var oe struct {
+		Error struct {
+			Message, Type, Code string
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &oe); err != nil || oe.Error.Type == "" {
+		t.Fatalf("dead serving agent: %d %s, want an OpenAI error", code, body)
+	}
+	switch {
+	case (code == 502 || code == 504) && strings.Contains(oe.Error.Message, "gpu-box") && strings.Contains(oe.Error.Message, "did not answer"):
+	case code == 404 && oe.Error.Code == "model_not_found": // gossip noticed first
+	default:
+		t.Fatalf("dead serving agent: %d %s", code, body)
+	}
+	t.Logf("dead serving agent after %v: %d %s", time.Since(t0).Round(time.Millisecond), code, oe.Error.Message)
 }

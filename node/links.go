@@ -48,7 +48,7 @@ func (a *Agent) linkLoop() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := a.apply(ctx, coordinator.LinkReportType|coordinator.IgnoreUnknownTypeFlag, coordinator.LinkReportRequest{Links: links})
+		err := a.cluster.Apply(ctx, coordinator.LinkReportType|coordinator.IgnoreUnknownTypeFlag, coordinator.LinkReportRequest{Links: links})
 		cancel()
 		if err != nil {
 			a.log.Debug("link report failed", zap.Error(err))

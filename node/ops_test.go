@@ -41,7 +41,7 @@ func TestScaleOutDrainRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tok.Kind != coordinator.TokenJoin || strings.Count(tok.Secret, ".") != 2 {
+	if tok.Kind != api.TokenJoin || strings.Count(tok.Secret, ".") != 2 {
 		t.Fatalf("join token %+v", tok)
 	}
 	if _, err := c.Add("server-3", true, tok.Secret); err != nil {
@@ -122,7 +122,7 @@ func TestScaleOutDrainRemove(t *testing.T) {
 		}
 		ms, _ := c.Client(li, "").Members(ctx(t))
 		for _, m := range ms {
-			if m.ID == vid && m.Status == coordinator.StatusAlive {
+			if m.ID == vid && m.Status == api.StatusAlive {
 				return false
 			}
 		}

@@ -116,20 +116,20 @@ func (a *Agent) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	recent := dashboard.NewRecent(dashboard.DefaultRecent)
 	oai := openai.NewHandler(a.models, openai.Options{
-		CheckKey: a.Authorize,
+		CheckKey: a.admin.Authorize,
 		Observer: dashboard.MultiObserver{a.observer, recent},
 		Log:      a.log.Named("openai"),
 	})
-	fwd := a.forwarding(oai)
+	fwd := a.fwd.openAI(oai)
 	for _, p := range []string{"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/"} {
 		mux.Handle(p, fwd)
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{}))
-	dash := dashboard.Handler(dashboard.Options{Recent: recent, CheckKey: a.Authorize})
+	dash := dashboard.Handler(dashboard.Options{Recent: recent, CheckKey: a.admin.Authorize})
 	mux.Handle("GET /{$}", dash)
 	mux.Handle("/dashboard/", dash)
-	admin := api.Handler(a)
-	toDriver := a.adminToDriver(admin)
+	admin := api.Handler(a.admin)
+	toDriver := a.fwd.admin(admin)
 	mux.Handle("POST /v1/cluster/models/{name}/logits", toDriver)
 	mux.Handle("POST /v1/cluster/models/{name}/bench", toDriver)
 	mux.Handle("/", admin)

@@ -101,7 +101,7 @@ func (a *Agent) reconcileShards() {
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		var err error
-		st, err = a.state(ctx)
+		st, err = a.cluster.State(ctx)
 		cancel()
 		if err != nil {
 			return
@@ -391,7 +391,7 @@ func (a *Agent) reportModel(model string, force bool) {
 	s.UpdatedAt = time.Now().UTC()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if err := a.apply(ctx, coordinator.ShardStatusType, coordinator.ShardStatusRequest{Shard: s}); err != nil {
+	if err := a.cluster.Apply(ctx, coordinator.ShardStatusType, coordinator.ShardStatusRequest{Shard: s}); err != nil {
 		first.mu.Lock()
 		first.reported = "" // send again next time
 		first.mu.Unlock()

@@ -140,7 +140,7 @@ func newWeightsFixture(t *testing.T, corrupt *corruptingSource) *weightsFixture 
 		t.Fatal(err)
 	}
 	a.rpc = transport.NewRPCServer(f.srcEP, transport.KindRPC, 10*time.Second)
-	a.registerModelRPC()
+	a.rpc.Register(methodLayout, a.serveLayout)
 	var src transport.WeightSource = a.files
 	if corrupt != nil {
 		corrupt.inner = a.files

@@ -15,6 +15,7 @@ const (
 	KindKV          Kind = 6
 	KindWeights     Kind = 7
 	KindProbe       Kind = 8
+	KindForward     Kind = 9 // an HTTP request passed to the agent serving its model
 )
 
 func (k Kind) String() string {
@@ -35,6 +36,8 @@ func (k Kind) String() string {
 		return "weights"
 	case KindProbe:
 		return "probe"
+	case KindForward:
+		return "forward"
 	}
 	return fmt.Sprintf("kind(%d)", byte(k))
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"shoal/api"
 	"shoal/api/openai"
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
@@ -62,7 +63,7 @@ func startAgent(t testing.TB) (*node.Agent, string) {
 	t.Cleanup(func() { _ = a.Shutdown(false) })
 	base := "http://" + a.HTTPAddr()
 	nodetest.Eventually(t, 20*time.Second, "the agent to lead and list itself", func() bool {
-		nodes, err := a.Nodes(context.Background())
+		nodes, err := api.NewClient(a.HTTPAddr(), nodetest.Secret).Nodes(context.Background())
 		return err == nil && len(nodes) == 1 && nodes[0].Name == nodeName
 	})
 	return a, base

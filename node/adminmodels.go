@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -31,53 +30,53 @@ func notFoundErr(format string, args ...any) error {
 	return &coordinator.Error{Code: http.StatusNotFound, Msg: fmt.Sprintf(format, args...)}
 }
 
-// LoadModel implements api.Backend: the file sits on req.Node (this agent
+// LoadModel registers a model file: the file sits on req.Node (this agent
 // when empty). That node profiles the GGUF, registers the model and hashes
 // the file in the background; the leader plans it once the digest is in.
-func (a *Agent) LoadModel(ctx context.Context, req api.LoadModelRequest) (*api.ModelInfo, error) {
+func (b *admin) LoadModel(ctx context.Context, req api.LoadModelRequest) (*api.ModelInfo, error) {
 	if req.Node != "" {
-		n, err := a.resolveNode(ctx, req.Node)
+		n, err := b.resolveNode(ctx, req.Node)
 		if err != nil {
 			return nil, err
 		}
-		if n.ID != a.id {
-			if n.Status != coordinator.StatusAlive {
+		if n.ID != b.id {
+			if n.Status != api.StatusAlive {
 				return nil, &coordinator.Error{Code: http.StatusServiceUnavailable, Msg: fmt.Sprintf("node %s is %s", n.Name, n.Status)}
 			}
 			req.Node = ""
 			var out api.ModelInfo
-			if err := transport.Call(ctx, a.ep, n.RPCAddr, transport.KindRPC, "Models.Load", req, &out); err != nil {
+			if err := b.call.Call(ctx, n.RPCAddr, methodLoadModel, req, &out); err != nil {
 				return nil, err
 			}
 			return &out, nil
 		}
 	}
-	m, err := a.registerModel(ctx, req)
+	m, err := b.registerModel(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	info := a.modelInfo(nil, m)
+	info := b.modelInfo(nil, m)
 	return &info, nil
 }
 
-func (a *Agent) registerModel(ctx context.Context, req api.LoadModelRequest) (*coordinator.Model, error) {
+func (b *admin) registerModel(ctx context.Context, req api.LoadModelRequest) (*coordinator.Model, error) {
 	path := req.Path
 	if !filepath.IsAbs(path) {
-		return nil, badRequest("model path %q is not absolute: give the full path on node %s", path, a.cfg.Name)
+		return nil, badRequest("model path %q is not absolute: give the full path on node %s", path, b.name)
 	}
 	st, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, notFoundErr("file not found on node %s: %s", a.cfg.Name, path)
+		return nil, notFoundErr("file not found on node %s: %s", b.name, path)
 	}
 	if err != nil {
-		return nil, badRequest("%s on node %s: %v", path, a.cfg.Name, err)
+		return nil, badRequest("%s on node %s: %v", path, b.name, err)
 	}
 	if st.IsDir() {
-		return nil, badRequest("%s on node %s is a directory, not a GGUF file", path, a.cfg.Name)
+		return nil, badRequest("%s on node %s is a directory, not a GGUF file", path, b.name)
 	}
 	f, err := gguf.Open(path)
 	if err != nil {
-		return nil, badRequest("%s on node %s is not a GGUF model file: %v", path, a.cfg.Name, err)
+		return nil, badRequest("%s on node %s is not a GGUF model file: %v", path, b.name, err)
 	}
 	prof, err := placement.ProfileFromGGUF(f)
 	f.Close()
@@ -91,11 +90,11 @@ func (a *Agent) registerModel(ctx context.Context, req api.LoadModelRequest) (*c
 	if name == "" || strings.ContainsAny(name, "/ \t\n") {
 		return nil, badRequest("model name %q: want a name without spaces or slashes (--name)", name)
 	}
-	cs, err := a.state(ctx)
+	cs, err := b.cluster.State(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if old := cs.Models[name]; old != nil && (old.SourceNode != a.id || old.Source != path) {
+	if old := cs.Models[name]; old != nil && (old.SourceNode != b.id || old.Source != path) {
 		src := old.SourceNode
 		if n := cs.Nodes[src]; n != nil {
 			src = n.Name
@@ -104,59 +103,59 @@ func (a *Agent) registerModel(ctx context.Context, req api.LoadModelRequest) (*c
 	}
 	m := coordinator.Model{
 		Name: name, Source: path, Layers: prof.NLayer, Bytes: uint64(st.Size()), CreatedAt: time.Now().UTC(),
-		SourceNode: a.id, Ctx: req.Ctx, Overhead: req.Overhead, Strategy: req.Strategy, Profile: &prof, Status: coordinator.ModelHashing,
+		SourceNode: b.id, Ctx: req.Ctx, Overhead: req.Overhead, Strategy: req.Strategy, Profile: &prof, Status: coordinator.ModelHashing,
 	}
-	if sha, ok := a.files.lookupPath(path, st); ok {
+	if sha, ok := b.files.lookupPath(path, st); ok {
 		m.Digest, m.Status = sha, ""
 	}
-	if err := a.apply(ctx, coordinator.ModelUpsertType, coordinator.ModelUpsertRequest{Model: m}); err != nil {
+	if err := b.cluster.Apply(ctx, coordinator.ModelUpsertType, coordinator.ModelUpsertRequest{Model: m}); err != nil {
 		return nil, err
 	}
-	a.log.Info("model registered", zap.String("model", name), zap.String("path", path), zap.Int("layers", prof.NLayer),
+	b.log.Info("model registered", zap.String("model", name), zap.String("path", path), zap.Int("layers", prof.NLayer),
 		zap.String("weights", placement.GiB(prof.WeightBytes())), zap.Bool("hashed", m.Digest != ""))
 	if m.Digest == "" {
-		a.bg.Add(1)
-		go a.hashModel(m, st)
+		b.bg.Add(1)
+		go b.hashModel(m, st)
 	}
 	return &m, nil
 }
 
 // hashModel computes the file's sha256, makes the file servable to peers
 // and records the digest, which lets the leader plan the model.
-func (a *Agent) hashModel(m coordinator.Model, st os.FileInfo) {
-	defer a.bg.Done()
+func (b *admin) hashModel(m coordinator.Model, st os.FileInfo) {
+	defer b.bg.Done()
 	t0 := time.Now()
 	sha, err := shard.FileSHA256(m.Source)
 	if err == nil {
-		err = a.files.add(sha, m.Source, st)
+		err = b.files.add(sha, m.Source, st)
 	}
 	if err != nil {
-		m.Status, m.Reason = coordinator.ModelFailed, fmt.Sprintf("hashing %s on %s: %v", m.Source, a.cfg.Name, err)
-		a.log.Warn("model file unreadable", zap.String("model", m.Name), zap.Error(err))
+		m.Status, m.Reason = coordinator.ModelFailed, fmt.Sprintf("hashing %s on %s: %v", m.Source, b.name, err)
+		b.log.Warn("model file unreadable", zap.String("model", m.Name), zap.Error(err))
 	} else {
 		m.Digest, m.Status = sha, ""
-		a.log.Info("model hashed", zap.String("model", m.Name), zap.String("sha256", sha), zap.Duration("took", time.Since(t0)))
+		b.log.Info("model hashed", zap.String("model", m.Name), zap.String("sha256", sha), zap.Duration("took", time.Since(t0)))
 	}
 	for try := 0; try < 20; try++ {
 		select {
-		case <-a.done:
+		case <-b.done:
 			return
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := a.apply(ctx, coordinator.ModelUpsertType, coordinator.ModelUpsertRequest{Model: m})
+		err := b.cluster.Apply(ctx, coordinator.ModelUpsertType, coordinator.ModelUpsertRequest{Model: m})
 		cancel()
 		if err == nil {
 			return
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	a.log.Warn("could not record the model's digest", zap.String("model", m.Name))
+	b.log.Warn("could not record the model's digest", zap.String("model", m.Name))
 }
 
-// Models implements api.Backend.
-func (a *Agent) Models(ctx context.Context) ([]api.ModelInfo, error) {
-	st, err := a.state(ctx)
+// Models lists the cluster's models with their shards.
+func (b *admin) Models(ctx context.Context) ([]api.ModelInfo, error) {
+	st, err := b.cluster.State(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -167,12 +166,12 @@ func (a *Agent) Models(ctx context.Context) ([]api.ModelInfo, error) {
 	sort.Strings(names)
 	out := make([]api.ModelInfo, 0, len(names))
 	for _, n := range names {
-		out = append(out, a.modelInfo(st, st.Models[n]))
+		out = append(out, b.modelInfo(st, st.Models[n]))
 	}
 	return out, nil
 }
 
-func (a *Agent) modelInfo(st *coordinator.State, m *coordinator.Model) api.ModelInfo {
+func (b *admin) modelInfo(st *coordinator.State, m *coordinator.Model) api.ModelInfo {
 	if st == nil {
 		st = coordinator.NewState()
 	}
@@ -182,8 +181,8 @@ func (a *Agent) modelInfo(st *coordinator.State, m *coordinator.Model) api.Model
 	}
 	if n := st.Nodes[m.SourceNode]; n != nil {
 		info.SourceName = n.Name
-	} else if m.SourceNode == a.id {
-		info.SourceName = a.cfg.Name
+	} else if m.SourceNode == b.id {
+		info.SourceName = b.name
 	}
 	if info.Status == coordinator.ModelHashing || info.Status == coordinator.ModelFailed || info.Status == coordinator.ModelUnservable {
 		return info
@@ -250,18 +249,18 @@ func (a *Agent) modelInfo(st *coordinator.State, m *coordinator.Model) api.Model
 	return info
 }
 
-// UnloadModel implements api.Backend.
-func (a *Agent) UnloadModel(ctx context.Context, name string) error {
-	err := a.apply(ctx, coordinator.ModelDeleteType, coordinator.ModelDeleteRequest{Name: name})
+// UnloadModel removes a model, its plan and its shards.
+func (b *admin) UnloadModel(ctx context.Context, name string) error {
+	err := b.cluster.Apply(ctx, coordinator.ModelDeleteType, coordinator.ModelDeleteRequest{Name: name})
 	if transport.StatusOf(err) == http.StatusNotFound {
 		return notFoundErr("model %q is not loaded (see 'shoal model ls')", name)
 	}
 	return err
 }
 
-// Placement implements api.Backend.
-func (a *Agent) Placement(ctx context.Context, name string) (*api.PlacementInfo, error) {
-	st, err := a.state(ctx)
+// Placement is a model's committed plan, by node name.
+func (b *admin) Placement(ctx context.Context, name string) (*api.PlacementInfo, error) {
+	st, err := b.cluster.State(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -269,14 +268,14 @@ func (a *Agent) Placement(ctx context.Context, name string) (*api.PlacementInfo,
 	if m == nil {
 		return nil, notFoundErr("model %q is not loaded (see 'shoal model ls')", name)
 	}
-	mi := a.modelInfo(st, m)
+	mi := b.modelInfo(st, m)
 	out := &api.PlacementInfo{Model: name, Status: mi.Status, Reason: mi.Reason}
 	pp := st.Plans[name]
 	if pp == nil {
 		return out, nil
 	}
 	out.Version, out.Strategy, out.Context, out.Batch = pp.Version, pp.Strategy, pp.Context, pp.Batch
-	out.Cost, out.Explain, out.Moved, out.MovedBytes = pp.Cost, pp.Explain, pp.Moved, pp.MovedBytes
+	out.Cost, out.Explain, out.Moved, out.MovedBytes = apiCost(pp.Cost), pp.Explain, pp.Moved, pp.MovedBytes
 	mem := map[string]uint64{}
 	var order []string
 	for _, pool := range pp.Pools {
@@ -287,7 +286,7 @@ func (a *Agent) Placement(ctx context.Context, name string) (*api.PlacementInfo,
 				if n := st.Nodes[mb.Node]; n != nil {
 					name = n.Name
 				}
-				ps.Members = append(ps.Members, api.PlacementMember{Member: mb, NodeName: name})
+				ps.Members = append(ps.Members, apiPlacementMember(mb, name))
 				if _, ok := mem[mb.Node]; !ok {
 					order = append(order, mb.Node)
 				}
@@ -324,17 +323,4 @@ func (a *Agent) Placement(ctx context.Context, name string) (*api.PlacementInfo,
 		out.Nodes = append(out.Nodes, nm)
 	}
 	return out, nil
-}
-
-// registerModelRPC adds the peer methods of model loading and weights.
-func (a *Agent) registerModelRPC() {
-	a.rpc.Register("Models.Load", func(ctx context.Context, p transport.Peer, body json.RawMessage) (any, error) {
-		var req api.LoadModelRequest
-		if err := json.Unmarshal(body, &req); err != nil {
-			return nil, badRequest("malformed load request")
-		}
-		req.Node = ""
-		return a.LoadModel(ctx, req)
-	})
-	a.rpc.Register("Weights.Layout", a.serveLayout)
 }

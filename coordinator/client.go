@@ -1,0 +1,202 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Caller makes one call on the node-to-node RPC of the agent at addr. The
+// node provides it over its transport, so this package needs none.
+type Caller interface {
+	Call(ctx context.Context, addr, method string, in, out any) error
+}
+
+// RPC methods a server answers for Client (see Client.Handle), and the one
+// the leader calls on a node it removed.
+const (
+	MethodHasState   = "Cluster.HasState"
+	MethodState      = "Cluster.State"
+	MethodApply      = "Cluster.Apply"
+	MethodRemoveNode = "Cluster.RemoveNode"
+	MethodLeave      = "Agent.Leave"
+)
+
+// ServerMethods are the methods Client.Handle answers.
+var ServerMethods = []string{MethodHasState, MethodState, MethodApply, MethodRemoveNode}
+
+// ApplyRequest is a command sent to the leader. Forwarded marks a request
+// a server passed on, so it travels at most one hop.
+type ApplyRequest struct {
+	Type      MessageType     `json:"type"`
+	Body      json.RawMessage `json:"body"`
+	Forwarded bool            `json:"forwarded"`
+}
+
+// RemoveRequest asks the leader to remove a node.
+type RemoveRequest struct {
+	ID        string `json:"id"`
+	Forwarded bool   `json:"forwarded"`
+}
+
+// WriteTimeout bounds a write applied on the leader.
+const WriteTimeout = 5 * time.Second
+
+// Client reads and writes the cluster state through the leader: on the
+// leader it uses the local Server, elsewhere it calls a server over the
+// node's RPC (the leader for a follower, any live server for a client
+// agent).
+type Client struct {
+	srv     *Server    // nil on client agents
+	members Membership // the gossip view, where a client agent finds servers
+	call    Caller
+	log     *zap.Logger
+}
+
+// NewClient builds a client. srv is the local server or nil.
+func NewClient(srv *Server, members Membership, call Caller, log *zap.Logger) *Client {
+	return &Client{srv: srv, members: members, call: call, log: log}
+}
+
+// ServerAddr is where this agent sends cluster calls: the leader for a
+// server that is not leading, any live server for a client.
+func (c *Client) ServerAddr() (string, error) {
+	if c.srv != nil {
+		_, addr := c.srv.Leader()
+		if addr == "" {
+			return "", ErrNoLeader
+		}
+		return addr, nil
+	}
+	for _, m := range c.members.Members() {
+		if m.Role == RoleServer && m.Status == StatusAlive && m.RPCAddr != "" {
+			return m.RPCAddr, nil
+		}
+	}
+	return "", &Error{Code: http.StatusServiceUnavailable, Msg: "no server known yet: is this agent joined?"}
+}
+
+// State reads the cluster state from the leader, as Consul's default
+// consistency does, so a server that is still catching up never answers
+// with an old view. Without a leader a server answers from its own copy.
+func (c *Client) State(ctx context.Context) (*State, error) {
+	if c.srv != nil && c.srv.IsLeader() {
+		return c.srv.FSM().State(), nil
+	}
+	addr, err := c.ServerAddr()
+	if err != nil {
+		if c.srv != nil {
+			return c.srv.FSM().State(), nil
+		}
+		return nil, err
+	}
+	timeout := 5 * time.Second
+	if c.srv != nil {
+		timeout = time.Second // a dead leader must not stall reads
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var st State
+	if err := c.call.Call(cctx, addr, MethodState, nil, &st); err != nil {
+		if c.srv != nil {
+			return c.srv.FSM().State(), nil
+		}
+		return nil, err
+	}
+	return &st, nil
+}
+
+// Apply applies a command on the leader.
+func (c *Client) Apply(ctx context.Context, t MessageType, req any) error {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	return c.applyRaw(ctx, ApplyRequest{Type: t, Body: b})
+}
+
+// applyRaw applies on the leader, forwarding at most one hop.
+func (c *Client) applyRaw(ctx context.Context, req ApplyRequest) error {
+	if c.srv != nil && c.srv.IsLeader() {
+		return c.srv.Apply(req.Type, req.Body, WriteTimeout)
+	}
+	addr, err := c.forwardTo(req.Forwarded)
+	if err != nil {
+		return err
+	}
+	req.Forwarded = c.srv != nil
+	return c.call.Call(ctx, addr, MethodApply, req, nil)
+}
+
+// forwardTo is the server a request goes to from here, refusing a second
+// hop.
+func (c *Client) forwardTo(forwarded bool) (string, error) {
+	if forwarded && c.srv != nil {
+		return "", ErrNotLeader
+	}
+	return c.ServerAddr()
+}
+
+// RemoveNode removes a node from Raft and the state on the leader, which
+// then asks the node to leave.
+func (c *Client) RemoveNode(ctx context.Context, id string) error {
+	return c.removeNode(ctx, RemoveRequest{ID: id})
+}
+
+func (c *Client) removeNode(ctx context.Context, req RemoveRequest) error {
+	if c.srv != nil && c.srv.IsLeader() {
+		var target string
+		c.srv.FSM().View(func(st *State) {
+			if n := st.Nodes[req.ID]; n != nil {
+				target = n.RPCAddr
+			}
+		})
+		if err := c.srv.RemoveNode(req.ID); err != nil {
+			return err
+		}
+		if target != "" {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			if err := c.call.Call(cctx, target, MethodLeave, nil, nil); err != nil {
+				c.log.Info("removed node did not answer the leave request", zap.String("id", req.ID), zap.Error(err))
+			}
+			cancel()
+		}
+		c.log.Info("removed node", zap.String("id", req.ID))
+		return nil
+	}
+	addr, err := c.forwardTo(req.Forwarded)
+	if err != nil {
+		return err
+	}
+	req.Forwarded = c.srv != nil
+	return c.call.Call(ctx, addr, MethodRemoveNode, req, nil)
+}
+
+// Handle answers a server's side of ServerMethods for a peer's Client.
+func (c *Client) Handle(ctx context.Context, method string, body json.RawMessage) (any, error) {
+	if c.srv == nil {
+		return nil, &Error{Code: http.StatusBadRequest, Msg: "this agent is not a server"}
+	}
+	switch method {
+	case MethodHasState:
+		return c.srv.HasState(), nil
+	case MethodState:
+		return c.srv.FSM().State(), nil
+	case MethodApply:
+		var req ApplyRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			return nil, &Error{Code: http.StatusBadRequest, Msg: "malformed apply request"}
+		}
+		return nil, c.applyRaw(ctx, req)
+	case MethodRemoveNode:
+		var req RemoveRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			return nil, &Error{Code: http.StatusBadRequest, Msg: "malformed remove request"}
+		}
+		return nil, c.removeNode(ctx, req)
+	}
+	return nil, &Error{Code: http.StatusNotFound, Msg: "unknown cluster method " + method}
+}

@@ -1,0 +1,119 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// memCaller routes calls in memory to the Client of the server at addr,
+// through JSON as the RPC would, and records leave requests.
+type memCaller struct {
+	mu      sync.Mutex
+	clients map[string]*Client
+	left    []string
+}
+
+func (m *memCaller) Call(ctx context.Context, addr, method string, in, out any) error {
+	m.mu.Lock()
+	c := m.clients[addr]
+	if method == MethodLeave {
+		m.left = append(m.left, addr)
+	}
+	m.mu.Unlock()
+	if method == MethodLeave {
+		return nil
+	}
+	if c == nil {
+		return errors.New("nobody at " + addr)
+	}
+	body, _ := json.Marshal(in)
+	res, err := c.Handle(ctx, method, body)
+	if err != nil || out == nil {
+		return err
+	}
+	b, _ := json.Marshal(res)
+	return json.Unmarshal(b, out)
+}
+
+// TestClientThroughLeader: writes from a follower and from a client agent
+// reach the leader, reads see them, a second hop is refused, and a node
+// removed through a follower is asked to leave.
+func TestClientThroughLeader(t *testing.T) {
+	c := newTestCluster(t)
+	for i := 0; i < 3; i++ {
+		c.add(3)
+	}
+	leader := c.leader(10 * time.Second)
+	// Every server knows the leader and the leader has registered every
+	// node (with its address) in the state.
+	waitFor(t, 10*time.Second, "a settled cluster", func() bool {
+		for _, s := range c.servers {
+			if _, addr := s.srv.Leader(); addr == "" {
+				return false
+			}
+		}
+		n := 0
+		leader.srv.FSM().View(func(st *State) { n = len(st.Nodes) })
+		return n == len(c.servers)
+	})
+	calls := &memCaller{clients: map[string]*Client{}}
+	var follower *Client
+	for _, s := range c.servers {
+		cl := NewClient(s.srv, c.members, calls, zap.NewNop())
+		calls.clients[s.addr] = cl
+		if s != leader {
+			follower = cl
+		}
+	}
+	agent := NewClient(nil, c.members, calls, zap.NewNop()) // a client agent: no server of its own
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	for _, cl := range []*Client{follower, agent} {
+		id := "t-follower"
+		if cl == agent {
+			id = "t-agent"
+		}
+		if err := cl.Apply(ctx, TokenCreateType, TokenCreateRequest{Token: Token{ID: id, Kind: TokenJoin}}); err != nil {
+			t.Fatalf("apply through %s: %v", id, err)
+		}
+		// A client agent reads from any server, which may apply the write
+		// a moment after the leader.
+		waitFor(t, 5*time.Second, "the token read through "+id, func() bool {
+			st, err := cl.State(ctx)
+			return err == nil && st.Tokens[id] != nil
+		})
+	}
+
+	// A follower refuses to pass on what another server forwarded to it.
+	b, _ := json.Marshal(ApplyRequest{Type: TokenRevokeType, Body: json.RawMessage(`{"id":"t-agent"}`), Forwarded: true})
+	if _, err := follower.Handle(ctx, MethodApply, b); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("second hop: %v, want ErrNotLeader", err)
+	}
+	if _, err := agent.Handle(ctx, MethodState, nil); StatusCode(err) != http.StatusBadRequest {
+		t.Fatalf("a client agent answered a server method: %v", err)
+	}
+
+	var victim *testServer
+	for _, s := range c.servers {
+		if s != leader && calls.clients[s.addr] != follower {
+			victim = s
+		}
+	}
+	if err := follower.RemoveNode(ctx, victim.id); err != nil {
+		t.Fatal(err)
+	}
+	calls.mu.Lock()
+	left := calls.left
+	calls.mu.Unlock()
+	if len(left) != 1 || left[0] != victim.addr {
+		t.Fatalf("leave requests %v, want one to %s", left, victim.addr)
+	}
+}

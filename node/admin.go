@@ -1,0 +1,265 @@
+package node
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"shoal/api"
+	"shoal/coordinator"
+	"shoal/transport"
+)
+
+// admin implements api.Backend: it reads and writes the cluster state
+// through the coordinator client and answers in the API's wire types.
+type admin struct {
+	id, name, role string
+	log            *zap.Logger
+	cluster        *coordinator.Client
+	srv            *coordinator.Server // nil on client agents
+	call           coordinator.Caller
+	members        func() []coordinator.Member // this agent's gossip view
+	self           func() api.Member           // this agent as a gossip member
+	caHash         string                      // the cluster CA's hash, carried by join tokens
+	// bootstrapSecret is the servers' shared secret, an API key until
+	// operators create admin keys.
+	bootstrapSecret string
+	files           *fileRegistry
+	runner          api.ClusterRunner
+
+	bg   *sync.WaitGroup // the agent's background work (hashing model files)
+	done <-chan struct{} // closed when the agent stops
+}
+
+// newAdmin wires the admin API's backend.
+func (a *Agent) newAdmin() *admin {
+	return &admin{
+		id: a.id, name: a.cfg.Name, role: a.role, log: a.log.Named("admin"),
+		cluster: a.cluster, srv: a.srv, call: rpcCaller{a.ep}, members: a.gossip.Members,
+		self: func() api.Member {
+			return api.Member{ID: a.id, Name: a.cfg.Name, Addr: a.GossipAddr(), RPCAddr: a.RPCAddr(), Role: a.role,
+				Status: api.StatusAlive, Version: a.cfg.Version, Caps: apiCaps(a.caps)}
+		},
+		caHash: strings.TrimPrefix(transport.CAHash(a.ident.CA.Cert), "sha256:"), bootstrapSecret: a.bootstrapSecret,
+		files: a.files, runner: a, bg: &a.bg, done: a.done,
+	}
+}
+
+// rpcCaller is coordinator.Caller over the agent's QUIC endpoint.
+type rpcCaller struct{ ep *transport.Endpoint }
+
+func (c rpcCaller) Call(ctx context.Context, addr, method string, in, out any) error {
+	return transport.Call(ctx, c.ep, addr, transport.KindRPC, method, in, out)
+}
+
+func forbidden(format string, args ...any) error {
+	return &coordinator.Error{Code: http.StatusForbidden, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Authorize checks an admin key, or the bootstrap secret until operators
+// create admin keys.
+func (b *admin) Authorize(ctx context.Context, key string) error {
+	err := b.authorize(ctx, key, false)
+	if err != nil && b.srv != nil && !b.srv.IsLeader() {
+		// A follower may not have applied a key created a moment ago:
+		// check once more against the leader's state.
+		return b.authorize(ctx, key, true)
+	}
+	return err
+}
+
+func (b *admin) authorize(ctx context.Context, key string, viaLeader bool) error {
+	var st *coordinator.State
+	var err error
+	if b.srv != nil && !viaLeader {
+		st = b.srv.FSM().State() // servers check locally, so a dead leader cannot lock operators out
+	} else if st, err = b.cluster.State(ctx); err != nil {
+		st = coordinator.NewState() // still allow the local bootstrap secret below
+	}
+	now := time.Now()
+	tok, err := checkToken(st, key, now, coordinator.TokenAdmin, coordinator.TokenBootstrap)
+	if err == nil {
+		if tok.Kind == coordinator.TokenBootstrap && adminKeysExist(st, now) {
+			return forbidden("the bootstrap secret is no longer an API key once admin keys exist: use an admin key")
+		}
+		return nil
+	}
+	// Before the cluster has stored the bootstrap token, the agent that
+	// was given the secret accepts it itself.
+	if b.bootstrapSecret != "" && st.Tokens[coordinator.TokenBootstrap] == nil && !adminKeysExist(st, now) &&
+		subtle.ConstantTimeCompare([]byte(key), []byte(b.bootstrapSecret)) == 1 {
+		return nil
+	}
+	if strings.Contains(err.Error(), "invalid token") {
+		return forbidden("invalid API key")
+	}
+	return err
+}
+
+// Status answers from the local server, or asks a server on a client agent.
+func (b *admin) Status(ctx context.Context) (*api.Status, error) {
+	if b.srv == nil {
+		addr, err := b.cluster.ServerAddr()
+		if err != nil {
+			return nil, err
+		}
+		var s api.Status
+		if err := b.call.Call(ctx, addr, methodStatus, nil, &s); err != nil {
+			return nil, err
+		}
+		s.Node, s.NodeName, s.Role = b.id, b.name, b.role
+		return &s, nil
+	}
+	st := b.srv.FSM().State()
+	s := &api.Status{Node: b.id, NodeName: b.name, Role: b.role, Index: st.Index, Nodes: len(st.Nodes)}
+	for _, n := range st.Nodes {
+		if n.Status == coordinator.StatusAlive {
+			s.NodesAlive++
+		}
+	}
+	s.Leader, s.LeaderAddr = b.srv.Leader()
+	if n := st.Nodes[s.Leader]; n != nil {
+		s.LeaderName = n.Name
+	}
+	servers, err := b.srv.Servers()
+	if err != nil {
+		return nil, err
+	}
+	gossipStatus := map[string]string{b.id: api.StatusAlive}
+	for _, m := range b.members() {
+		if m.ID != b.id {
+			gossipStatus[m.ID] = string(m.Status)
+		}
+	}
+	voters, healthy := 0, 0
+	for _, srv := range servers {
+		ss := api.ServerStatus{ID: srv.ID, Address: srv.Address, Voter: srv.Voter, Leader: srv.Leader, Status: gossipStatus[srv.ID]}
+		if n := st.Nodes[srv.ID]; n != nil {
+			ss.Name = n.Name
+		}
+		if ss.Status == "" {
+			ss.Status = api.StatusFailed
+		}
+		if srv.Voter {
+			voters++
+			if ss.Status == api.StatusAlive {
+				healthy++
+			}
+		}
+		s.Servers = append(s.Servers, ss)
+	}
+	switch {
+	case s.Leader == "":
+		s.Health = "no-leader"
+	case healthy < voters:
+		s.Health = "degraded"
+	default:
+		s.Health = "healthy"
+	}
+	if q := voters/2 + 1; healthy > q {
+		s.FailureTolerance = healthy - q
+	}
+	return s, nil
+}
+
+// Nodes lists the nodes of the cluster state.
+func (b *admin) Nodes(ctx context.Context) ([]*api.Node, error) {
+	st, err := b.cluster.State(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return apiNodes(st.SortedNodes()), nil
+}
+
+func (b *admin) resolveNode(ctx context.Context, ref string) (*api.Node, error) {
+	nodes, err := b.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return api.FindNode(nodes, ref)
+}
+
+// Drain marks a node draining (or lifts the mark).
+func (b *admin) Drain(ctx context.Context, ref string, drain bool) error {
+	n, err := b.resolveNode(ctx, ref)
+	if err != nil {
+		return err
+	}
+	return b.cluster.Apply(ctx, coordinator.NodeDrainType, coordinator.NodeDrainRequest{ID: n.ID, Drain: drain})
+}
+
+// RemoveNode removes a node, by reference or, when the state no longer
+// has it, by its exact ID.
+func (b *admin) RemoveNode(ctx context.Context, ref string) error {
+	id := ref
+	if n, err := b.resolveNode(ctx, ref); err == nil {
+		id = n.ID
+	} else if transport.StatusOf(err) != http.StatusNotFound {
+		return err
+	}
+	return b.cluster.RemoveNode(ctx, id)
+}
+
+// Members is this agent's own gossip view.
+func (b *admin) Members(ctx context.Context) ([]api.Member, error) {
+	var out []api.Member
+	found := false
+	for _, m := range b.members() {
+		out = append(out, api.Member{ID: m.ID, Name: m.Name, Addr: m.Addr, RPCAddr: m.RPCAddr, Role: m.Role,
+			Status: string(m.Status), Version: m.Version, Caps: apiCaps(m.Caps)})
+		found = found || m.ID == b.id
+	}
+	if !found {
+		out = append(out, b.self())
+	}
+	return out, nil
+}
+
+// CreateToken stores a new token's hash; the secret is returned once.
+func (b *admin) CreateToken(ctx context.Context, kind, desc string, ttl time.Duration) (*api.NewToken, error) {
+	id, secret := randomString(6), randomString(16)
+	now := time.Now().UTC()
+	tok := coordinator.Token{ID: id, Kind: kind, SecretHash: hashSecret(secret), Description: desc, CreatedAt: now}
+	if ttl > 0 {
+		exp := now.Add(ttl)
+		tok.ExpiresAt = &exp
+	}
+	if err := b.cluster.Apply(ctx, coordinator.TokenCreateType, coordinator.TokenCreateRequest{Token: tok}); err != nil {
+		return nil, err
+	}
+	full := id + "." + secret
+	if kind == coordinator.TokenJoin {
+		full += "." + b.caHash
+	}
+	return &api.NewToken{Token: apiToken(&tok), Secret: full}, nil
+}
+
+// Tokens lists the tokens (hashes only).
+func (b *admin) Tokens(ctx context.Context) ([]*api.Token, error) {
+	st, err := b.cluster.State(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return apiTokens(st.SortedTokens()), nil
+}
+
+// RevokeToken revokes a token by ID.
+func (b *admin) RevokeToken(ctx context.Context, id string) error {
+	return b.cluster.Apply(ctx, coordinator.TokenRevokeType, coordinator.TokenRevokeRequest{ID: id, Now: time.Now().UTC()})
+}
+
+// ClusterLogits runs on the model's driver (api.ClusterRunner).
+func (b *admin) ClusterLogits(ctx context.Context, model string, tokens []int32) (*api.Logits, error) {
+	return b.runner.ClusterLogits(ctx, model, tokens)
+}
+
+// ClusterBench runs on the model's driver (api.ClusterRunner).
+func (b *admin) ClusterBench(ctx context.Context, model string, req api.BenchRequest) (*api.BenchResult, error) {
+	return b.runner.ClusterBench(ctx, model, req)
+}
