@@ -9,27 +9,13 @@ import (
 	"net/http"
 	"strings"
 	"time"
-
-	"shoal/engine/sample"
-	"shoal/engine/tokenizer"
-	"shoal/serve"
 )
-
-// samplingRequest gathers the generation parameters both endpoints share.
-type samplingRequest struct {
-	Temperature, TopP, PresencePenalty, FrequencyPenalty *float64
-	MinP, RepeatPenalty                                  *float64
-	TopK                                                 *int
-	Seed                                                 *int64
-	Stop                                                 StopList
-	N                                                    *int
-}
 
 const maxStops = 4
 
 // sampling validates the request's parameters and returns the sampler
 // settings and the stop strings.
-func (h *handler) sampling(s samplingRequest) (sample.Params, []string, *apiError) {
+func (h *handler) sampling(s *GenerationParams) (Sampling, []string, *apiError) {
 	p := h.base
 	if s.N != nil && *s.N != 1 {
 		return p, nil, badRequest("n", "n = %d is not supported: shoal returns one choice per request (n must be 1)", *s.N)
@@ -89,9 +75,6 @@ func (h *handler) sampling(s samplingRequest) (sample.Params, []string, *apiErro
 	} else {
 		p.Seed = rand.Uint64()
 	}
-	if err := p.Validate(); err != nil {
-		return p, nil, badRequest("", "%v", err)
-	}
 	if len(s.Stop) > maxStops {
 		return p, nil, badRequest("stop", "stop has %d sequences; at most %d are allowed", len(s.Stop), maxStops)
 	}
@@ -109,16 +92,14 @@ type genToken struct {
 	id      int32
 	text    string
 	logprob float32
-	top     []serve.TokenLogprob
+	top     []Candidate
 }
 
 // generation is a submitted request whose events are being read.
 type generation struct {
 	x      *exchange
-	ctx    context.Context
-	cancel context.CancelFunc
-	ch     <-chan serve.Event
-	tok    *tokenizer.Tokenizer
+	stream Stream
+	tok    Tokenizer
 	stops  []string
 	prompt int
 }
@@ -137,21 +118,22 @@ func (g *generation) usage(res genResult) Usage {
 		PromptTokensDetails: PromptTokensDetails{CachedTokens: res.cached}}
 }
 
-// start submits the request. Errors come back in the OpenAI shape; param
-// names the request field the prompt came from.
-func (h *handler) start(x *exchange, sub Submitter, tok *tokenizer.Tokenizer, req serve.Request, stops []string, param string) (*generation, *apiError) {
-	x.rec.PromptTokens = len(req.Prompt)
-	if c := sub.Capacity(); len(req.Prompt) >= c {
-		return nil, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: param, code: "context_length_exceeded",
-			msg: fmt.Sprintf("This model's maximum context length is %d tokens, and your prompt has %d tokens (the prompt plus at least one generated token must fit).", c, len(req.Prompt))}
+// start submits the request. Errors come back in the OpenAI shape.
+func (h *handler) start(x *exchange, r *genRequest) (*generation, *apiError) {
+	sub := r.model.Submitter
+	if sub == nil {
+		return nil, submitError(ErrNotServing, "model")
 	}
-	ctx, cancel := context.WithCancel(x.r.Context())
-	ch, err := sub.Submit(ctx, req)
+	x.rec.PromptTokens = len(r.gen.Prompt)
+	if c := sub.Capacity(); len(r.gen.Prompt) >= c {
+		return nil, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: r.param, code: "context_length_exceeded",
+			msg: fmt.Sprintf("This model's maximum context length is %d tokens, and your prompt has %d tokens (the prompt plus at least one generated token must fit).", c, len(r.gen.Prompt))}
+	}
+	st, err := sub.Submit(x.r.Context(), r.gen)
 	if err != nil {
-		cancel()
-		return nil, submitError(err, param)
+		return nil, submitError(err, r.param)
 	}
-	return &generation{x: x, ctx: ctx, cancel: cancel, ch: ch, tok: tok, stops: stops, prompt: len(req.Prompt)}, nil
+	return &generation{x: x, stream: st, tok: r.model.Tokenizer, stops: r.stops, prompt: len(r.gen.Prompt)}, nil
 }
 
 // run reads the events, applies the stop strings to the detokenized text
@@ -160,8 +142,8 @@ func (h *handler) start(x *exchange, sub Submitter, tok *tokenizer.Tokenizer, re
 // never emitted). Text that might be the start of a stop string is held
 // back until it is known not to be.
 func (g *generation) run(emit func(text string, toks []genToken) error) genResult {
-	defer g.cancel()
-	dec := g.tok.NewContinuationDecoder()
+	defer g.stream.Cancel()
+	dec := g.tok.NewDecoder()
 	var (
 		pend     []genToken
 		received int
@@ -222,18 +204,14 @@ func (g *generation) run(emit func(text string, toks []genToken) error) genResul
 		return false, emit(text[:end], out)
 	}
 	for {
-		var ev serve.Event
-		var ok bool
-		select {
-		case ev, ok = <-g.ch:
-		case <-g.ctx.Done():
-			rec.FinishReason = "cancelled"
-			rec.GeneratedTokens = received
-			return genResult{generated: received, err: g.ctx.Err()}
-		}
-		if !ok {
+		ev, err := g.stream.Next()
+		if err != nil {
 			rec.FinishReason = "error"
-			return genResult{generated: received, err: errors.New("the generation ended without a final event")}
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				rec.FinishReason = "cancelled"
+				rec.GeneratedTokens = received
+			}
+			return genResult{generated: received, err: err}
 		}
 		if ev.Done {
 			gen := max(ev.Generated, received)
@@ -287,7 +265,7 @@ func (g *generation) run(emit func(text string, toks []genToken) error) genResul
 		}
 		if stopped {
 			// Cancelling frees the sequence's KV blocks at once.
-			g.cancel()
+			g.stream.Cancel()
 			rec.FinishReason = "stop"
 			rec.GeneratedTokens = received
 			return genResult{finish: "stop", generated: received}
