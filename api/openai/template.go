@@ -158,6 +158,12 @@ func (t *ChatTemplate) Render(in TemplateInput) (out string, err error) {
 	return out, nil
 }
 
+// strftimeLayouts are the strftime directives that are a Go time layout.
+var strftimeLayouts = map[byte]string{
+	'a': "Mon", 'A': "Monday", 'b': "Jan", 'h': "Jan", 'B': "January", 'd': "02", 'm': "01", 'y': "06", 'Y': "2006",
+	'H': "15", 'I': "03", 'M': "04", 'S': "05", 'p': "PM", 'Z': "MST", 'z': "-0700", 'F': "2006-01-02", 'T': "15:04:05",
+}
+
 // strftime formats t with the C/Python strftime directives templates use.
 func strftime(t time.Time, f string) string {
 	var b strings.Builder
@@ -168,45 +174,15 @@ func strftime(t time.Time, f string) string {
 			continue
 		}
 		i++
+		if layout, ok := strftimeLayouts[f[i]]; ok {
+			b.WriteString(t.Format(layout))
+			continue
+		}
 		switch f[i] {
-		case 'a':
-			b.WriteString(t.Format("Mon"))
-		case 'A':
-			b.WriteString(t.Format("Monday"))
-		case 'b', 'h':
-			b.WriteString(t.Format("Jan"))
-		case 'B':
-			b.WriteString(t.Format("January"))
-		case 'd':
-			b.WriteString(t.Format("02"))
 		case 'e':
 			fmt.Fprintf(&b, "%2d", t.Day())
-		case 'm':
-			b.WriteString(t.Format("01"))
-		case 'y':
-			b.WriteString(t.Format("06"))
-		case 'Y':
-			b.WriteString(t.Format("2006"))
-		case 'H':
-			b.WriteString(t.Format("15"))
-		case 'I':
-			b.WriteString(t.Format("03"))
-		case 'M':
-			b.WriteString(t.Format("04"))
-		case 'S':
-			b.WriteString(t.Format("05"))
-		case 'p':
-			b.WriteString(t.Format("PM"))
 		case 'j':
 			fmt.Fprintf(&b, "%03d", t.YearDay())
-		case 'Z':
-			b.WriteString(t.Format("MST"))
-		case 'z':
-			b.WriteString(t.Format("-0700"))
-		case 'F':
-			b.WriteString(t.Format("2006-01-02"))
-		case 'T':
-			b.WriteString(t.Format("15:04:05"))
 		case '%':
 			b.WriteByte('%')
 		default:
