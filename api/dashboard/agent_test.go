@@ -14,8 +14,8 @@ import (
 	"shoal/api/openai"
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
-	"shoal/node/nodetest"
 	"shoal/node"
+	"shoal/node/nodetest"
 )
 
 const (

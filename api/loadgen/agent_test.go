@@ -15,8 +15,8 @@ import (
 	"shoal/api/loadgen"
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
-	"shoal/node/nodetest"
 	"shoal/node"
+	"shoal/node/nodetest"
 )
 
 // startAgent starts a one-server cluster on loopback serving a small random

@@ -43,3 +43,21 @@ func TestCLIClient(t *testing.T) {
 		t.Fatalf("wrong key: %v", err)
 	}
 }
+
+func TestReadSSE(t *testing.T) {
+	var got []string
+	collect := func(d []byte) error {
+		got = append(got, string(d))
+		return nil
+	}
+	in := ": keep-alive\n\ndata: {\"a\":1}\n\ndata:{\"b\":\ndata: 2}\n\ndata: [DONE]\n\ndata: after\n\n"
+	if err := openai.ReadSSE(strings.NewReader(in), collect); err != nil || len(got) != 2 || got[0] != `{"a":1}` || got[1] != "{\"b\":\n2}" {
+		t.Fatalf("%q %v", got, err)
+	}
+	if err := openai.ReadSSE(strings.NewReader("data: {}\n\n"), collect); !errors.Is(err, openai.ErrNoDone) {
+		t.Fatalf("truncated stream: %v", err)
+	}
+	if err := openai.ReadSSE(strings.NewReader("data: [DONE]"), collect); err != nil {
+		t.Fatalf("[DONE] without a final blank line: %v", err)
+	}
+}
