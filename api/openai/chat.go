@@ -7,47 +7,6 @@ import (
 	"strings"
 )
 
-// template returns the model's compiled chat template, compiling it (or
-// falling back to ChatML, with one warning) on first use.
-func (h *handler) template(m *Model) *modelTemplate {
-	src := m.Tokenizer.ChatTemplate()
-	key := templateKey{m.Name, src}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if t, ok := h.templates[key]; ok {
-		return t
-	}
-	mt := &modelTemplate{}
-	if src != "" {
-		tpl, err := ParseChatTemplate(src)
-		if err == nil {
-			mt.tpl = tpl
-		} else {
-			mt.reason = "the model's chat template does not parse: " + err.Error()
-		}
-	} else {
-		mt.reason = "the model has no tokenizer.chat_template"
-	}
-	if mt.tpl == nil {
-		tpl, err := ParseChatTemplate(ChatMLTemplate)
-		if err != nil {
-			panic(err) // a constant
-		}
-		mt.tpl, mt.fallback = tpl, true
-		h.log.Sugar().Warnf("model %q: %s; chat requests use ChatML", m.Name, mt.reason)
-	}
-	h.templates[key] = mt
-	return mt
-}
-
-// templateState is what /v1/models says about a model's chat template.
-func (h *handler) templateState(m *Model) string {
-	if h.template(m).fallback {
-		return "fallback-chatml"
-	}
-	return "model"
-}
-
 var chatRoles = map[string]string{"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 // chatPrompt renders messages through the model's chat template and
@@ -75,27 +34,10 @@ func (h *handler) chat(x *exchange) *apiError { return h.generate(x, &ChatReques
 
 // check reads the messages, the logprobs and the token limit.
 func (req *ChatRequest) check(r *genRequest) *apiError {
-	if len(req.Messages) == 0 {
-		return badRequest("messages", "messages must be a non-empty array")
-	}
 	r.param = "messages"
-	r.messages = make([]TemplateMessage, len(req.Messages))
-	for i, msg := range req.Messages {
-		role, ok := chatRoles[msg.Role]
-		if !ok {
-			return badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role %q is not one of system, developer, user, assistant, tool", i, msg.Role)
-		}
-		if msg.Content == nil || msg.Content.Null {
-			if role != "assistant" {
-				return badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content is required for role %q", i, msg.Role)
-			}
-		} else if msg.Content.NonText > 0 {
-			return badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content has %d non-text parts; this model takes text only", i, msg.Content.NonText)
-		}
-		r.messages[i] = TemplateMessage{Role: role, Name: msg.Name}
-		if msg.Content != nil {
-			r.messages[i].Content = msg.Content.Text
-		}
+	var e *apiError
+	if r.messages, e = templateMessages(req.Messages); e != nil {
+		return e
 	}
 	if len(req.Tools) > 0 {
 		return badRequest("tools", "tools are not supported yet")
@@ -103,7 +45,6 @@ func (req *ChatRequest) check(r *genRequest) *apiError {
 	if rf := req.ResponseFormat; rf != nil && rf.Type != "" && rf.Type != "text" {
 		return badRequest("response_format", "response_format %q is not supported yet; only \"text\"", rf.Type)
 	}
-	var e *apiError
 	// max_completion_tokens, the newer name, wins.
 	if r.gen.MaxTokens, e = maxTokens(0, namedInt{"max_tokens", req.MaxTokens}, namedInt{"max_completion_tokens", req.MaxCompletionTokens}); e != nil {
 		return e
@@ -116,6 +57,33 @@ func (req *ChatRequest) check(r *genRequest) *apiError {
 	}
 	r.gen.Logprobs = req.Logprobs
 	return nil
+}
+
+// templateMessages checks the messages and gives them the roles chat
+// templates know.
+func templateMessages(msgs []ChatMessage) ([]TemplateMessage, *apiError) {
+	if len(msgs) == 0 {
+		return nil, badRequest("messages", "messages must be a non-empty array")
+	}
+	out := make([]TemplateMessage, len(msgs))
+	for i, msg := range msgs {
+		role, ok := chatRoles[msg.Role]
+		if !ok {
+			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role %q is not one of system, developer, user, assistant, tool", i, msg.Role)
+		}
+		if msg.Content == nil || msg.Content.Null {
+			if role != "assistant" {
+				return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content is required for role %q", i, msg.Role)
+			}
+		} else if msg.Content.NonText > 0 {
+			return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content has %d non-text parts; this model takes text only", i, msg.Content.NonText)
+		}
+		out[i] = TemplateMessage{Role: role, Name: msg.Name}
+		if msg.Content != nil {
+			out[i].Content = msg.Content.Text
+		}
+	}
+	return out, nil
 }
 
 // tokenize renders the messages through the chat template.

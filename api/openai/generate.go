@@ -13,6 +13,40 @@ import (
 
 const maxStops = 4
 
+// floatParam is a number a request may set, its range and where it goes.
+type floatParam struct {
+	name   string
+	v      *float64
+	lo, hi float64 // hi = +Inf: no upper bound
+	dst    *float32
+}
+
+// set checks the value and stores it.
+func (f floatParam) set() *apiError {
+	if f.v == nil {
+		return nil
+	}
+	v := *f.v
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < f.lo || v > f.hi {
+		if math.IsInf(f.hi, 1) {
+			return badRequest(f.name, "%s must be >= %v, got %v", f.name, f.lo, v)
+		}
+		return badRequest(f.name, "%s must be between %v and %v, got %v", f.name, f.lo, f.hi, v)
+	}
+	*f.dst = float32(v)
+	return nil
+}
+
+// setAll sets the parameters in order and stops at the first bad one.
+func setAll(params ...floatParam) *apiError {
+	for _, f := range params {
+		if e := f.set(); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
 // sampling validates the request's parameters and returns the sampler
 // settings and the stop strings.
 func (h *handler) sampling(s *GenerationParams) (Sampling, []string, *apiError) {
@@ -20,34 +54,13 @@ func (h *handler) sampling(s *GenerationParams) (Sampling, []string, *apiError) 
 	if s.N != nil && *s.N != 1 {
 		return p, nil, badRequest("n", "n = %d is not supported: shoal returns one choice per request (n must be 1)", *s.N)
 	}
-	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-	if v := s.Temperature; v != nil {
-		if !finite(*v) || *v < 0 || *v > 2 {
-			return p, nil, badRequest("temperature", "temperature must be between 0 and 2, got %v", *v)
-		}
-		p.Temperature = float32(*v)
+	if e := setAll(floatParam{"temperature", s.Temperature, 0, 2, &p.Temperature}, floatParam{"top_p", s.TopP, 0, 1, &p.TopP},
+		floatParam{"presence_penalty", s.PresencePenalty, -2, 2, &p.PresencePenalty},
+		floatParam{"frequency_penalty", s.FrequencyPenalty, -2, 2, &p.FrequencyPenalty}); e != nil {
+		return p, nil, e
 	}
-	if v := s.TopP; v != nil {
-		if !finite(*v) || *v < 0 || *v > 1 {
-			return p, nil, badRequest("top_p", "top_p must be between 0 and 1, got %v", *v)
-		}
-		if *v == 0 {
-			p.Temperature = 0 // nothing but the most likely token
-		}
-		p.TopP = float32(*v)
-	}
-	for _, pen := range []struct {
-		name string
-		v    *float64
-		dst  *float32
-	}{{"presence_penalty", s.PresencePenalty, &p.PresencePenalty}, {"frequency_penalty", s.FrequencyPenalty, &p.FrequencyPenalty}} {
-		if pen.v == nil {
-			continue
-		}
-		if !finite(*pen.v) || *pen.v < -2 || *pen.v > 2 {
-			return p, nil, badRequest(pen.name, "%s must be between -2 and 2, got %v", pen.name, *pen.v)
-		}
-		*pen.dst = float32(*pen.v)
+	if s.TopP != nil && *s.TopP == 0 {
+		p.Temperature = 0 // nothing but the most likely token
 	}
 	if v := s.TopK; v != nil {
 		if *v < 0 {
@@ -55,17 +68,8 @@ func (h *handler) sampling(s *GenerationParams) (Sampling, []string, *apiError) 
 		}
 		p.TopK = *v
 	}
-	if v := s.MinP; v != nil {
-		if !finite(*v) || *v < 0 || *v > 1 {
-			return p, nil, badRequest("min_p", "min_p must be between 0 and 1, got %v", *v)
-		}
-		p.MinP = float32(*v)
-	}
-	if v := s.RepeatPenalty; v != nil {
-		if !finite(*v) || *v < 0 {
-			return p, nil, badRequest("repeat_penalty", "repeat_penalty must be >= 0, got %v", *v)
-		}
-		p.RepeatPenalty = float32(*v)
+	if e := setAll(floatParam{"min_p", s.MinP, 0, 1, &p.MinP}, floatParam{"repeat_penalty", s.RepeatPenalty, 0, math.Inf(1), &p.RepeatPenalty}); e != nil {
+		return p, nil, e
 	}
 	if (p.PresencePenalty != 0 || p.FrequencyPenalty != 0 || (p.RepeatPenalty != 0 && p.RepeatPenalty != 1)) && p.RepeatLastN == 0 {
 		p.RepeatLastN = 64
@@ -144,65 +148,12 @@ func (h *handler) start(x *exchange, r *genRequest) (*generation, *apiError) {
 func (g *generation) run(emit func(text string, toks []genToken) error) genResult {
 	defer g.stream.Cancel()
 	dec := g.tok.NewDecoder()
+	f := &stopFilter{stops: g.stops, emit: emit}
 	var (
-		pend     []genToken
 		received int
 		last     time.Time
 	)
 	rec := &g.x.rec
-	pendText := func() string {
-		var b strings.Builder
-		for _, t := range pend {
-			b.WriteString(t.text)
-		}
-		return b.String()
-	}
-	// settle emits what is safe; it reports whether a stop string ended
-	// the generation.
-	settle := func(final bool) (bool, error) {
-		text := pendText()
-		if idx := earliestStop(text, g.stops); idx >= 0 {
-			var out []genToken
-			off := 0
-			for _, t := range pend {
-				if off >= idx {
-					break
-				}
-				if off+len(t.text) > idx {
-					t.text = t.text[:idx-off]
-				}
-				off += len(t.text)
-				out = append(out, t)
-			}
-			pend = nil
-			return true, emit(text[:idx], out)
-		}
-		if final {
-			if len(pend) == 0 {
-				return false, nil
-			}
-			out := pend
-			pend = nil
-			return false, emit(text, out)
-		}
-		safe := len(text) - heldBack(text, g.stops)
-		n, end, off := 0, 0, 0
-		for i, t := range pend {
-			off += len(t.text)
-			if off > safe {
-				break
-			}
-			if t.text != "" {
-				n, end = i+1, off
-			}
-		}
-		if n == 0 {
-			return false, nil
-		}
-		out := pend[:n:n]
-		pend = append([]genToken(nil), pend[n:]...)
-		return false, emit(text[:end], out)
-	}
 	for {
 		ev, err := g.stream.Next()
 		if err != nil {
@@ -214,39 +165,7 @@ func (g *generation) run(emit func(text string, toks []genToken) error) genResul
 			return genResult{generated: received, err: err}
 		}
 		if ev.Done {
-			gen := max(ev.Generated, received)
-			rec.GeneratedTokens = gen
-			switch ev.Reason {
-			case "stop", "length":
-				if rest := dec.Flush(); rest != "" {
-					pend = append(pend, genToken{id: -1, text: rest})
-				}
-				stopped, err := settle(true)
-				if err != nil {
-					rec.FinishReason = "cancelled"
-					return genResult{generated: gen, err: err}
-				}
-				reason := ev.Reason
-				if stopped {
-					reason = "stop"
-				}
-				rec.FinishReason = reason
-				return genResult{finish: reason, generated: gen, cached: ev.Cached}
-			case "cancelled":
-				rec.FinishReason = "cancelled"
-				err := ev.Err
-				if err == nil {
-					err = context.Canceled
-				}
-				return genResult{generated: gen, err: err}
-			default:
-				rec.FinishReason = "error"
-				err := ev.Err
-				if err == nil {
-					err = errors.New("the generation failed")
-				}
-				return genResult{generated: gen, err: err}
-			}
+			return g.end(ev, max(ev.Generated, received), dec, f)
 		}
 		now := time.Now()
 		if received == 0 {
@@ -256,8 +175,8 @@ func (g *generation) run(emit func(text string, toks []genToken) error) genResul
 		}
 		last = now
 		received++
-		pend = append(pend, genToken{id: ev.Token, text: dec.Add(ev.Token), logprob: ev.Logprob, top: ev.Top})
-		stopped, err := settle(false)
+		f.pend = append(f.pend, genToken{id: ev.Token, text: dec.Add(ev.Token), logprob: ev.Logprob, top: ev.Top})
+		stopped, err := f.settle(false)
 		if err != nil {
 			rec.FinishReason = "cancelled"
 			rec.GeneratedTokens = received
@@ -271,6 +190,105 @@ func (g *generation) run(emit func(text string, toks []genToken) error) genResul
 			return genResult{finish: "stop", generated: received}
 		}
 	}
+}
+
+// end reads the final event of a generation that generated gen tokens.
+func (g *generation) end(ev Event, gen int, dec Decoder, f *stopFilter) genResult {
+	rec := &g.x.rec
+	rec.GeneratedTokens = gen
+	switch ev.Reason {
+	case "stop", "length":
+		if rest := dec.Flush(); rest != "" {
+			f.pend = append(f.pend, genToken{id: -1, text: rest})
+		}
+		stopped, err := f.settle(true)
+		if err != nil {
+			rec.FinishReason = "cancelled"
+			return genResult{generated: gen, err: err}
+		}
+		reason := ev.Reason
+		if stopped {
+			reason = "stop"
+		}
+		rec.FinishReason = reason
+		return genResult{finish: reason, generated: gen, cached: ev.Cached}
+	case "cancelled":
+		rec.FinishReason = "cancelled"
+		err := ev.Err
+		if err == nil {
+			err = context.Canceled
+		}
+		return genResult{generated: gen, err: err}
+	}
+	rec.FinishReason = "error"
+	err := ev.Err
+	if err == nil {
+		err = errors.New("the generation failed")
+	}
+	return genResult{generated: gen, err: err}
+}
+
+// stopFilter holds generated tokens back while their text might begin a
+// stop string, and emits the rest.
+type stopFilter struct {
+	stops []string
+	pend  []genToken
+	emit  func(text string, toks []genToken) error
+}
+
+func (f *stopFilter) pendText() string {
+	var b strings.Builder
+	for _, t := range f.pend {
+		b.WriteString(t.text)
+	}
+	return b.String()
+}
+
+// settle emits what is safe (everything when final); it reports whether a
+// stop string ended the generation.
+func (f *stopFilter) settle(final bool) (bool, error) {
+	text := f.pendText()
+	if idx := earliestStop(text, f.stops); idx >= 0 {
+		var out []genToken
+		off := 0
+		for _, t := range f.pend {
+			if off >= idx {
+				break
+			}
+			if off+len(t.text) > idx {
+				t.text = t.text[:idx-off]
+			}
+			off += len(t.text)
+			out = append(out, t)
+		}
+		f.pend = nil
+		return true, f.emit(text[:idx], out)
+	}
+	if final {
+		if len(f.pend) == 0 {
+			return false, nil
+		}
+		out := f.pend
+		f.pend = nil
+		return false, f.emit(text, out)
+	}
+	safe := len(text) - heldBack(text, f.stops)
+	n, end, off := 0, 0, 0
+	for i, t := range f.pend {
+		off += len(t.text)
+		if off > safe {
+			break
+		}
+		if t.text != "" {
+			n, end = i+1, off
+		}
+	}
+	if n == 0 {
+		return false, nil
+	}
+	out := f.pend[:n:n]
+	f.pend = append([]genToken(nil), f.pend[n:]...)
+	return false, f.emit(text[:end], out)
 }
 
 // earliestStop returns where the first stop string in text begins, or -1.

@@ -54,17 +54,6 @@ type handler struct {
 	templates map[templateKey]*modelTemplate
 }
 
-// templateKey identifies a compiled template: a Backend may hand out new
-// *Model values for the same model.
-type templateKey struct{ model, src string }
-
-// modelTemplate is a model's compiled chat template.
-type modelTemplate struct {
-	tpl      *ChatTemplate
-	fallback bool   // ChatML because the model has none (or it does not parse)
-	reason   string // why the fallback was taken
-}
-
 // NewHandler returns the OpenAI-compatible endpoint: POST
 // /v1/chat/completions, POST /v1/completions, GET /v1/models and GET
 // /v1/models/{id}. Every answer, errors included, is JSON in OpenAI's

@@ -25,6 +25,58 @@ const ChatMLTemplate = `{%- for message in messages -%}
 {{- '<|im_start|>assistant\n' -}}
 {%- endif -%}`
 
+// templateKey identifies a compiled template: a Backend may hand out new
+// *Model values for the same model.
+type templateKey struct{ model, src string }
+
+// modelTemplate is a model's compiled chat template.
+type modelTemplate struct {
+	tpl      *ChatTemplate
+	fallback bool   // ChatML because the model has none (or it does not parse)
+	reason   string // why the fallback was taken
+}
+
+// template returns the model's compiled chat template, compiling it (or
+// falling back to ChatML, with one warning) on first use.
+func (h *handler) template(m *Model) *modelTemplate {
+	src := m.Tokenizer.ChatTemplate()
+	key := templateKey{m.Name, src}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t, ok := h.templates[key]; ok {
+		return t
+	}
+	mt := &modelTemplate{}
+	if src != "" {
+		tpl, err := ParseChatTemplate(src)
+		if err == nil {
+			mt.tpl = tpl
+		} else {
+			mt.reason = "the model's chat template does not parse: " + err.Error()
+		}
+	} else {
+		mt.reason = "the model has no tokenizer.chat_template"
+	}
+	if mt.tpl == nil {
+		tpl, err := ParseChatTemplate(ChatMLTemplate)
+		if err != nil {
+			panic(err) // a constant
+		}
+		mt.tpl, mt.fallback = tpl, true
+		h.log.Sugar().Warnf("model %q: %s; chat requests use ChatML", m.Name, mt.reason)
+	}
+	h.templates[key] = mt
+	return mt
+}
+
+// templateState is what /v1/models says about a model's chat template.
+func (h *handler) templateState(m *Model) string {
+	if h.template(m).fallback {
+		return "fallback-chatml"
+	}
+	return "model"
+}
+
 // ChatTemplate is a compiled Jinja chat template in the Hugging Face
 // convention: it is rendered with messages (role, content), bos_token,
 // eos_token and add_generation_prompt, with raise_exception, strftime_now
