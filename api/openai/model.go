@@ -78,7 +78,8 @@ type Stream interface {
 	// the context given to Submit ends, and another error when the
 	// stream ends without a final (Done) event.
 	Next() (Event, error)
-	// Cancel stops the generation and frees what it holds.
+	// Cancel stops the generation and frees what it holds. The endpoint
+	// calls it, possibly more than once, when it stops reading.
 	Cancel()
 }
 
