@@ -20,6 +20,7 @@ import (
 	"shoal/serve"
 
 	"shoal/api/openai"
+	"shoal/node/nodetest"
 )
 
 const testKey = "sk-test"
@@ -225,11 +226,11 @@ func TestDisconnectFreesBlocks(t *testing.T) {
 				t.Fatalf("the stream ended before it was read: %v", err)
 			}
 		} else {
-			waitFor(t, 10*time.Second, "the sequence to hold KV blocks", func() bool { return e.sched.Stats().KVBlocksUsed > 0 })
+			nodetest.Eventually(t, 10*time.Second, "the sequence to hold KV blocks", func() bool { return e.sched.Stats().KVBlocksUsed > 0 })
 			cancel()
 		}
 		<-done
-		waitFor(t, 10*time.Second, "the KV blocks to be freed", func() bool {
+		nodetest.Eventually(t, 10*time.Second, "the KV blocks to be freed", func() bool {
 			st := e.sched.Stats()
 			return st.KVBlocksUsed == 0 && st.Waiting == 0
 		})
@@ -263,7 +264,7 @@ func TestQueueFull(t *testing.T) {
 	if _, err := running.Body.Read(make([]byte, 512)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the first request to run", func() bool { return e.sched.Stats().Running == 1 })
+	nodetest.Eventually(t, 10*time.Second, "the first request to run", func() bool { return e.sched.Stats().Running == 1 })
 	queued := open() // its headers arrive once it is queued
 	defer queued.Body.Close()
 	if st := e.sched.Stats(); st.Waiting != 1 {
@@ -275,7 +276,7 @@ func TestQueueFull(t *testing.T) {
 	}
 	checkError(t, resp, http.StatusTooManyRequests, "", "rate_limit_exceeded", "")
 	cancel()
-	waitFor(t, 10*time.Second, "the cancelled requests to free their blocks", func() bool {
+	nodetest.Eventually(t, 10*time.Second, "the cancelled requests to free their blocks", func() bool {
 		st := e.sched.Stats()
 		return st.KVBlocksUsed == 0 && st.Waiting == 0
 	})

@@ -240,18 +240,6 @@ func sseEvents(t testing.TB, r io.Reader) []string {
 	return out
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func chatBody(content string, extra map[string]any) map[string]any {
 	b := map[string]any{"model": "tiny", "messages": []map[string]any{{"role": "user", "content": content}}}
 	for k, v := range extra {
