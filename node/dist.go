@@ -17,11 +17,11 @@ import (
 
 	"shoal/api"
 	"shoal/coordinator"
-	"shoal/parallel"
 	"shoal/engine/gguf"
 	"shoal/engine/kv"
 	"shoal/engine/model"
 	"shoal/engine/tokenizer"
+	"shoal/parallel"
 	"shoal/placement"
 	"shoal/serve"
 	"shoal/shard"

@@ -30,8 +30,8 @@ type endpointRequest interface {
 	shape(h *handler, r *genRequest) shape
 }
 
-func (r *ChatRequest) params() *GenerationParams       { return &r.GenerationParams }
-func (r *CompletionRequest) params() *GenerationParams { return &r.GenerationParams }
+func (req *ChatRequest) params() *GenerationParams       { return &req.GenerationParams }
+func (req *CompletionRequest) params() *GenerationParams { return &req.GenerationParams }
 
 // generate serves a generating endpoint: it parses req from the body, then
 // generates and responds.
