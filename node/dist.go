@@ -16,7 +16,6 @@ import (
 	"go.uber.org/zap"
 
 	"shoal/api"
-	"shoal/api/openai"
 	"shoal/coordinator"
 	"shoal/engine/gguf"
 	"shoal/engine/kv"
@@ -366,7 +365,7 @@ func (a *Agent) startDriver(st *coordinator.State, m *coordinator.Model, p *plac
 		return nil, err
 	}
 	tpl, _ := meta.String("tokenizer.chat_template")
-	a.models.Set(&openai.Model{Name: m.Name, Tok: tok, ChatTemplate: tpl, Sched: d.sched, Created: time.Now(), OwnedBy: a.cfg.Name})
+	a.models.Set(NewOpenAIModel(m.Name, a.cfg.Name, d.sched, tok, tpl))
 	ok = true
 	a.log.Info("serving distributed model", zap.String("model", m.Name), zap.Uint64("version", p.Version),
 		zap.String("strategy", d.plan.Strategy), zap.Int("nodes", len(d.addrs)), zap.Int("ctx", d.ctx),
@@ -383,7 +382,7 @@ func (a *Agent) stopDriver(d *distDriver) {
 	}
 	a.dist.mu.Unlock()
 	if d.sched != nil {
-		if m, ok := a.models.Model(d.name); ok && m.Sched == d.sched {
+		if m, ok := a.models.Model(d.name); ok && schedulerOf(m) == d.sched {
 			a.models.Remove(d.name)
 		}
 		d.sched.Close()

@@ -91,7 +91,7 @@ func (a *Agent) loadModels() error {
 			return err
 		}
 		tpl, _ := m.File.String("tokenizer.chat_template")
-		a.models.Set(&openai.Model{Name: mc.name(), Tok: tok, ChatTemplate: tpl, Sched: sc, Created: time.Now(), OwnedBy: a.cfg.Name})
+		a.models.Set(NewOpenAIModel(mc.name(), a.cfg.Name, sc, tok, tpl))
 		a.served = append(a.served, &served{cfg: mc, m: m, runner: r, sched: sc})
 		a.log.Info("serving model", zap.String("model", mc.name()), zap.String("arch", m.Arch.Name),
 			zap.Int("layers", m.NLayer), zap.Int("ctx", ctx), zap.Duration("load", time.Since(t0)))

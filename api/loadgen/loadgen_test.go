@@ -41,25 +41,6 @@ func TestParseLevels(t *testing.T) {
 	}
 }
 
-func TestReadSSE(t *testing.T) {
-	var got []string
-	collect := func(b []byte) error { got = append(got, string(b)); return nil }
-	in := ": keep-alive\n\ndata: {\"a\":1}\n\ndata: line1\ndata: line2\n\ndata: [DONE]\n\ndata: after\n\n"
-	if err := readSSE(strings.NewReader(in), collect); err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(got) != "[{\"a\":1} line1\nline2]" {
-		t.Errorf("events %q", got)
-	}
-	got = nil
-	if err := readSSE(strings.NewReader("data: x\n\n"), collect); err != errNoDone {
-		t.Errorf("stream without [DONE]: %v", err)
-	}
-	if err := readSSE(strings.NewReader("data: [DONE]"), collect); err != nil {
-		t.Errorf("[DONE] without a final blank line: %v", err)
-	}
-}
-
 func TestNewChecksOptions(t *testing.T) {
 	for _, o := range []Options{
 		{},

@@ -1,7 +1,6 @@
 package loadgen
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"shoal/api/openai"
 )
 
 // sample is the measurement of one request.
@@ -69,7 +70,7 @@ func errorKind(err error) string {
 		return "timeout"
 	case errors.Is(err, context.Canceled):
 		return "cancelled"
-	case errors.Is(err, errNoDone):
+	case errors.Is(err, openai.ErrNoDone):
 		return "stream cut"
 	case errors.Is(err, errStream):
 		return "stream error"
@@ -77,10 +78,7 @@ func errorKind(err error) string {
 	return "transport"
 }
 
-var (
-	errNoDone = errors.New("the stream ended without [DONE]")
-	errStream = errors.New("error event in the stream")
-)
+var errStream = errors.New("error event in the stream")
 
 // body returns the JSON request body for the options.
 func (o *Options) body() ([]byte, error) {
@@ -134,7 +132,7 @@ func (b *Bench) stream(ctx context.Context) (s sample) {
 		return s
 	}
 	var last time.Time
-	s.err = readSSE(resp.Body, func(data []byte) error {
+	s.err = openai.ReadSSE(resp.Body, func(data []byte) error {
 		now := time.Now()
 		var ev streamEvent
 		if err := json.Unmarshal(data, &ev); err != nil {
@@ -201,46 +199,4 @@ func readHTTPError(resp *http.Response) error {
 		msg = msg[:300] + "…"
 	}
 	return &HTTPError{Status: resp.StatusCode, Message: msg}
-}
-
-// readSSE calls fn with the data of each event until "data: [DONE]".
-func readSSE(r io.Reader, fn func([]byte) error) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	var data []byte
-	dispatch := func() (bool, error) {
-		if len(data) == 0 {
-			return false, nil
-		}
-		if bytes.Equal(data, []byte("[DONE]")) {
-			return true, nil
-		}
-		err := fn(data)
-		data = data[:0]
-		return false, err
-	}
-	for sc.Scan() {
-		line := sc.Bytes()
-		switch {
-		case len(line) == 0:
-			if done, err := dispatch(); done || err != nil {
-				return err
-			}
-		case line[0] == ':':
-			// a comment (keep-alive)
-		case bytes.HasPrefix(line, []byte("data:")):
-			d := bytes.TrimPrefix(line[len("data:"):], []byte(" "))
-			if len(data) > 0 {
-				data = append(data, '\n')
-			}
-			data = append(data, d...)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	if done, err := dispatch(); done || err != nil {
-		return err
-	}
-	return errNoDone
 }

@@ -1,26 +1,28 @@
-package openai
+package openai_test
 
 import (
 	"context"
 	"errors"
 	"strings"
 	"testing"
+
+	"shoal/api/openai"
 )
 
 // TestCLIClient checks the small SSE client the CLI uses against the
 // handler.
 func TestCLIClient(t *testing.T) {
 	e := authEnv(t, envOptions{})
-	c := &Client{BaseURL: strings.TrimPrefix(e.srv.URL, "http://"), APIKey: testKey, HTTP: e.srv.Client()}
+	c := &openai.Client{BaseURL: strings.TrimPrefix(e.srv.URL, "http://"), APIKey: testKey, HTTP: e.srv.Client()}
 	ctx := context.Background()
 	models, err := c.Models(ctx)
 	if err != nil || len(models) != 1 || models[0].ID != "tiny" {
 		t.Fatalf("models %v %v", models, err)
 	}
 	zero := 0.0
-	msgs := []Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hi"}}
+	msgs := []openai.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hi"}}
 	var deltas []string
-	reply, err := c.StreamChat(ctx, ChatParams{Model: "tiny", Messages: msgs, MaxTokens: 9, Temperature: &zero}, func(s string) { deltas = append(deltas, s) })
+	reply, err := c.StreamChat(ctx, openai.ChatParams{Model: "tiny", Messages: msgs, MaxTokens: 9, Temperature: &zero}, func(s string) { deltas = append(deltas, s) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,11 +30,11 @@ func TestCLIClient(t *testing.T) {
 		t.Fatalf("reply %+v usage %+v deltas %q", reply, reply.Usage, deltas)
 	}
 	resp := e.post(t, "/v1/chat/completions", map[string]any{"model": "tiny", "messages": msgs, "max_tokens": 9, "temperature": 0}, "Authorization", "Bearer "+testKey)
-	if cc := decodeBody[ChatCompletion](t, resp); cc.Choices[0].Message.Content != reply.Content {
+	if cc := decodeBody[openai.ChatCompletion](t, resp); cc.Choices[0].Message.Content != reply.Content {
 		t.Fatalf("streamed %q, non-streamed %q", reply.Content, cc.Choices[0].Message.Content)
 	}
-	_, err = c.StreamChat(ctx, ChatParams{Model: "nope", Messages: msgs}, nil)
-	var ae *APIError
+	_, err = c.StreamChat(ctx, openai.ChatParams{Model: "nope", Messages: msgs}, nil)
+	var ae *openai.APIError
 	if !errors.As(err, &ae) || ae.Status != 404 || ae.Code == nil || *ae.Code != "model_not_found" {
 		t.Fatalf("unknown model: %v", err)
 	}
@@ -44,14 +46,18 @@ func TestCLIClient(t *testing.T) {
 
 func TestReadSSE(t *testing.T) {
 	var got []string
-	err := readSSE(strings.NewReader(": keep-alive\n\ndata: {\"a\":1}\n\ndata:{\"b\":\ndata: 2}\n\ndata: [DONE]\n\n"), func(d []byte) error {
+	collect := func(d []byte) error {
 		got = append(got, string(d))
 		return nil
-	})
-	if err != nil || len(got) != 2 || got[0] != `{"a":1}` || got[1] != "{\"b\":\n2}" {
+	}
+	in := ": keep-alive\n\ndata: {\"a\":1}\n\ndata:{\"b\":\ndata: 2}\n\ndata: [DONE]\n\ndata: after\n\n"
+	if err := openai.ReadSSE(strings.NewReader(in), collect); err != nil || len(got) != 2 || got[0] != `{"a":1}` || got[1] != "{\"b\":\n2}" {
 		t.Fatalf("%q %v", got, err)
 	}
-	if err := readSSE(strings.NewReader("data: {}\n\n"), func([]byte) error { return nil }); !errors.Is(err, errNoDone) {
+	if err := openai.ReadSSE(strings.NewReader("data: {}\n\n"), collect); !errors.Is(err, openai.ErrNoDone) {
 		t.Fatalf("truncated stream: %v", err)
+	}
+	if err := openai.ReadSSE(strings.NewReader("data: [DONE]"), collect); err != nil {
+		t.Fatalf("[DONE] without a final blank line: %v", err)
 	}
 }

@@ -134,7 +134,7 @@ func (c *Client) StreamChat(ctx context.Context, p ChatParams, onDelta func(stri
 	defer resp.Body.Close()
 	reply := &ChatReply{}
 	var content strings.Builder
-	err = readSSE(resp.Body, func(data []byte) error {
+	err = ReadSSE(resp.Body, func(data []byte) error {
 		var chunk struct {
 			Choices []struct {
 				Delta        ChatDelta `json:"delta"`
@@ -169,31 +169,38 @@ func (c *Client) StreamChat(ctx context.Context, p ChatParams, onDelta func(stri
 	return reply, err
 }
 
-var errNoDone = errors.New("the stream ended without [DONE]")
+// ErrNoDone is a stream that ended without "data: [DONE]".
+var ErrNoDone = errors.New("the stream ended without [DONE]")
 
-// readSSE calls fn with the data of each event until "data: [DONE]".
-func readSSE(r io.Reader, fn func([]byte) error) error {
+// ReadSSE reads a stream of Server-Sent Events and calls fn with the data
+// of each event until "data: [DONE]"; a stream that ends without it is
+// ErrNoDone.
+func ReadSSE(r io.Reader, fn func([]byte) error) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	var data []byte
+	dispatch := func() (bool, error) {
+		if len(data) == 0 {
+			return false, nil
+		}
+		if bytes.Equal(data, []byte("[DONE]")) {
+			return true, nil
+		}
+		err := fn(data)
+		data = data[:0]
+		return false, err
+	}
 	for sc.Scan() {
 		line := sc.Bytes()
 		switch {
 		case len(line) == 0:
-			if len(data) == 0 {
-				continue
-			}
-			if bytes.Equal(data, []byte("[DONE]")) {
-				return nil
-			}
-			if err := fn(data); err != nil {
+			if done, err := dispatch(); done || err != nil {
 				return err
 			}
-			data = data[:0]
 		case line[0] == ':':
-			// comment (keep-alive)
+			// a comment (keep-alive)
 		case bytes.HasPrefix(line, []byte("data:")):
-			d := bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" "))
+			d := bytes.TrimPrefix(line[len("data:"):], []byte(" "))
 			if len(data) > 0 {
 				data = append(data, '\n')
 			}
@@ -203,8 +210,8 @@ func readSSE(r io.Reader, fn func([]byte) error) error {
 	if err := sc.Err(); err != nil {
 		return err
 	}
-	if bytes.Equal(data, []byte("[DONE]")) {
-		return nil
+	if done, err := dispatch(); done || err != nil {
+		return err
 	}
-	return errNoDone
+	return ErrNoDone
 }

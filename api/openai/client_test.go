@@ -1,4 +1,4 @@
-package openai
+package openai_test
 
 import (
 	"context"
@@ -19,18 +19,22 @@ func newClient(e *testEnv, opts ...option.RequestOption) oa.Client {
 		option.WithMaxRetries(0), option.WithHTTPClient(e.srv.Client())}, opts...)...)
 }
 
-func chatParams(user string) oa.ChatCompletionNewParams {
-	return oa.ChatCompletionNewParams{Model: "tiny", Messages: []oa.ChatCompletionMessageParamUnion{
+// chatParams asks for maxTokens tokens at temperature (< 0: the server's
+// default) after a system prompt and user.
+func chatParams(user string, maxTokens int64, temperature float64) oa.ChatCompletionNewParams {
+	p := oa.ChatCompletionNewParams{Model: "tiny", MaxTokens: oa.Int(maxTokens), Messages: []oa.ChatCompletionMessageParamUnion{
 		oa.SystemMessage("You are a test."), oa.UserMessage(user)}}
+	if temperature >= 0 {
+		p.Temperature = oa.Float(temperature)
+	}
+	return p
 }
 
 func TestClientChat(t *testing.T) {
 	e := newEnv(t, envOptions{neverEOG: true})
 	c := newClient(e)
 	ctx := context.Background()
-	p := chatParams("Hello there")
-	p.MaxTokens = oa.Int(12)
-	p.Temperature = oa.Float(0)
+	p := chatParams("Hello there", 12, 0)
 	res, err := c.Chat.Completions.New(ctx, p)
 	if err != nil {
 		t.Fatal(err)
@@ -169,8 +173,7 @@ func TestFallbackTemplate(t *testing.T) {
 	if !strings.Contains(page.Data[0].RawJSON(), `"shoal.chat_template":"fallback-chatml"`) {
 		t.Fatalf("model entry %s", page.Data[0].RawJSON())
 	}
-	p := chatParams("Hi")
-	p.MaxTokens = oa.Int(2)
+	p := chatParams("Hi", 2, -1)
 	res, err := c.Chat.Completions.New(ctx, p)
 	if err != nil {
 		t.Fatal(err)
@@ -185,9 +188,7 @@ func TestClientLogprobs(t *testing.T) {
 	e := newEnv(t, envOptions{neverEOG: true})
 	c := newClient(e)
 	ctx := context.Background()
-	p := chatParams("Tell me something")
-	p.MaxTokens = oa.Int(10)
-	p.Temperature = oa.Float(0)
+	p := chatParams("Tell me something", 10, 0)
 	p.Logprobs = oa.Bool(true)
 	p.TopLogprobs = oa.Int(3)
 	res, err := c.Chat.Completions.New(ctx, p)
@@ -265,9 +266,7 @@ func TestClientStop(t *testing.T) {
 	e := newEnv(t, envOptions{neverEOG: true})
 	c := newClient(e)
 	ctx := context.Background()
-	p := chatParams("Write a long story")
-	p.MaxTokens = oa.Int(48)
-	p.Temperature = oa.Float(0)
+	p := chatParams("Write a long story", 48, 0)
 	p.Logprobs = oa.Bool(true)
 	res, err := c.Chat.Completions.New(ctx, p)
 	if err != nil {
@@ -370,9 +369,7 @@ func TestClientSeed(t *testing.T) {
 	c := newClient(e)
 	ctx := context.Background()
 	run := func(seed int64) string {
-		p := chatParams("Say something random")
-		p.MaxTokens = oa.Int(24)
-		p.Temperature = oa.Float(1)
+		p := chatParams("Say something random", 24, 1)
 		p.Seed = oa.Int(seed)
 		res, err := c.Chat.Completions.New(ctx, p)
 		if err != nil {
@@ -397,9 +394,7 @@ func TestConcurrentChats(t *testing.T) {
 	ctx := context.Background()
 	const n = 6
 	params := func(i int) oa.ChatCompletionNewParams {
-		p := chatParams(strings.Repeat("question ", i+1))
-		p.MaxTokens = oa.Int(10)
-		p.Temperature = oa.Float(0)
+		p := chatParams(strings.Repeat("question ", i+1), 10, 0)
 		return p
 	}
 	alone := make([]string, n)

@@ -1,10 +1,14 @@
 // Package openai serves shoal's OpenAI-compatible HTTP endpoint:
 // /v1/chat/completions, /v1/completions (both with SSE streaming) and
-// /v1/models. It turns chat messages into a prompt through the model's own
-// Jinja chat template (gonja), maps request parameters to the sampler,
-// applies stop strings to the detokenized stream, and answers errors in the
-// OpenAI shape. Generation runs on a Submitter (the local
-// serve.Scheduler, or one the node provides for a model served elsewhere);
-// the node supplies models through the Backend interface and API-key
+// /v1/models. Both generating endpoints parse into one request (chat
+// messages become a prompt through the model's own Jinja chat template,
+// rendered with gonja; a completions prompt is text or token ids), map the
+// request parameters to Sampling, and share one response path that applies
+// stop strings to the detokenized stream and answers in OpenAI's shapes,
+// errors included.
+//
+// It owns the endpoint and its wire types. It must not import the engine or
+// serve: a Model is a Tokenizer and a Submitter the node provides (see
+// node.NewOpenAIModel), the node supplies models through Backend and API-key
 // checks, metrics and logging through Options.
 package openai

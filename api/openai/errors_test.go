@@ -1,4 +1,4 @@
-package openai
+package openai_test
 
 import (
 	"bytes"
@@ -18,6 +18,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"shoal/serve"
+
+	"shoal/api/openai"
+	"shoal/node/nodetest"
 )
 
 const testKey = "sk-test"
@@ -34,7 +37,7 @@ func authEnv(t *testing.T, o envOptions) *testEnv {
 }
 
 // checkError asserts an OpenAI-shaped error answer.
-func checkError(t *testing.T, resp *http.Response, status int, param, code, msgPart string) ErrorBody {
+func checkError(t *testing.T, resp *http.Response, status int, param, code, msgPart string) openai.ErrorBody {
 	t.Helper()
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 		t.Errorf("content type %q", ct)
@@ -50,7 +53,7 @@ func checkError(t *testing.T, resp *http.Response, status int, param, code, msgP
 			t.Fatalf("error body %s lacks %s", raw, f)
 		}
 	}
-	var b ErrorBody
+	var b openai.ErrorBody
 	if err := json.Unmarshal(raw, &b); err != nil {
 		t.Fatalf("error body %s: %v", raw, err)
 	}
@@ -73,7 +76,7 @@ func checkError(t *testing.T, resp *http.Response, status int, param, code, msgP
 func (e *testEnv) good(t *testing.T) {
 	t.Helper()
 	resp := e.post(t, "/v1/chat/completions", chatBody("Hello", map[string]any{"max_tokens": 2}), "Authorization", "Bearer "+testKey)
-	cc := decodeBody[ChatCompletion](t, resp)
+	cc := decodeBody[openai.ChatCompletion](t, resp)
 	if resp.StatusCode != http.StatusOK || cc.Usage.CompletionTokens != 2 {
 		t.Fatalf("good request after the bad one: %d %+v", resp.StatusCode, cc)
 	}
@@ -223,11 +226,11 @@ func TestDisconnectFreesBlocks(t *testing.T) {
 				t.Fatalf("the stream ended before it was read: %v", err)
 			}
 		} else {
-			waitFor(t, 10*time.Second, "the sequence to hold KV blocks", func() bool { return e.sched.Stats().KVBlocksUsed > 0 })
+			nodetest.Eventually(t, 10*time.Second, "the sequence to hold KV blocks", func() bool { return e.sched.Stats().KVBlocksUsed > 0 })
 			cancel()
 		}
 		<-done
-		waitFor(t, 10*time.Second, "the KV blocks to be freed", func() bool {
+		nodetest.Eventually(t, 10*time.Second, "the KV blocks to be freed", func() bool {
 			st := e.sched.Stats()
 			return st.KVBlocksUsed == 0 && st.Waiting == 0
 		})
@@ -241,7 +244,7 @@ func TestDisconnectFreesBlocks(t *testing.T) {
 // TestQueueFull fills a scheduler that runs one sequence and queues one:
 // the third request gets 429 with Retry-After.
 func TestQueueFull(t *testing.T) {
-	e := newEnv(t, envOptions{neverEOG: true, cacheTokens: 4096, sched: serve.Options{MaxSeqs: 1, QueueSize: 1}, handler: Options{RetryAfter: 2 * time.Second}})
+	e := newEnv(t, envOptions{neverEOG: true, cacheTokens: 4096, sched: serve.Options{MaxSeqs: 1, QueueSize: 1}, handler: openai.Options{RetryAfter: 2 * time.Second}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	open := func() *http.Response {
@@ -261,7 +264,7 @@ func TestQueueFull(t *testing.T) {
 	if _, err := running.Body.Read(make([]byte, 512)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the first request to run", func() bool { return e.sched.Stats().Running == 1 })
+	nodetest.Eventually(t, 10*time.Second, "the first request to run", func() bool { return e.sched.Stats().Running == 1 })
 	queued := open() // its headers arrive once it is queued
 	defer queued.Body.Close()
 	if st := e.sched.Stats(); st.Waiting != 1 {
@@ -273,7 +276,7 @@ func TestQueueFull(t *testing.T) {
 	}
 	checkError(t, resp, http.StatusTooManyRequests, "", "rate_limit_exceeded", "")
 	cancel()
-	waitFor(t, 10*time.Second, "the cancelled requests to free their blocks", func() bool {
+	nodetest.Eventually(t, 10*time.Second, "the cancelled requests to free their blocks", func() bool {
 		st := e.sched.Stats()
 		return st.KVBlocksUsed == 0 && st.Waiting == 0
 	})
@@ -286,13 +289,13 @@ func TestQueueFull(t *testing.T) {
 
 func TestPrometheusObserver(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	obs, err := NewPrometheusObserver(reg)
+	obs, err := openai.NewPrometheusObserver(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, envOptions{neverEOG: true, handler: Options{Observer: obs}})
+	e := newEnv(t, envOptions{neverEOG: true, handler: openai.Options{Observer: obs}})
 	resp := e.post(t, "/v1/chat/completions", chatBody("Hi", map[string]any{"max_tokens": 5}))
-	cc := decodeBody[ChatCompletion](t, resp)
+	cc := decodeBody[openai.ChatCompletion](t, resp)
 	resp = e.post(t, "/v1/chat/completions", chatBody("Hi", map[string]any{"max_tokens": 5, "stream": true}))
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
@@ -363,7 +366,7 @@ func (unavailable) HTTPStatus() int { return http.StatusServiceUnavailable }
 // TestKeyCheckUnavailable: a key checker that cannot decide answers with its
 // own status rather than 401.
 func TestKeyCheckUnavailable(t *testing.T) {
-	h := NewHandler(NewStaticBackend(), Options{CheckKey: func(context.Context, string) error { return unavailable{} }})
+	h := openai.NewHandler(openai.NewStaticBackend(), openai.Options{CheckKey: func(context.Context, string) error { return unavailable{} }})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/models", nil)

@@ -7,61 +7,59 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"strings"
 	"time"
-
-	"shoal/engine/sample"
-	"shoal/engine/tokenizer"
-	"shoal/serve"
 )
-
-// samplingRequest gathers the generation parameters both endpoints share.
-type samplingRequest struct {
-	Temperature, TopP, PresencePenalty, FrequencyPenalty *float64
-	MinP, RepeatPenalty                                  *float64
-	TopK                                                 *int
-	Seed                                                 *int64
-	Stop                                                 StopList
-	N                                                    *int
-}
 
 const maxStops = 4
 
+// floatParam is a number a request may set, its range and where it goes.
+type floatParam struct {
+	name   string
+	v      *float64
+	lo, hi float64 // hi = +Inf: no upper bound
+	dst    *float32
+}
+
+// set checks the value and stores it.
+func (f floatParam) set() *apiError {
+	if f.v == nil {
+		return nil
+	}
+	v := *f.v
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < f.lo || v > f.hi {
+		if math.IsInf(f.hi, 1) {
+			return badRequest(f.name, "%s must be >= %v, got %v", f.name, f.lo, v)
+		}
+		return badRequest(f.name, "%s must be between %v and %v, got %v", f.name, f.lo, f.hi, v)
+	}
+	*f.dst = float32(v)
+	return nil
+}
+
+// setAll sets the parameters in order and stops at the first bad one.
+func setAll(params ...floatParam) *apiError {
+	for _, f := range params {
+		if e := f.set(); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
 // sampling validates the request's parameters and returns the sampler
 // settings and the stop strings.
-func (h *handler) sampling(s samplingRequest) (sample.Params, []string, *apiError) {
+func (h *handler) sampling(s *GenerationParams) (Sampling, []string, *apiError) {
 	p := h.base
 	if s.N != nil && *s.N != 1 {
 		return p, nil, badRequest("n", "n = %d is not supported: shoal returns one choice per request (n must be 1)", *s.N)
 	}
-	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-	if v := s.Temperature; v != nil {
-		if !finite(*v) || *v < 0 || *v > 2 {
-			return p, nil, badRequest("temperature", "temperature must be between 0 and 2, got %v", *v)
-		}
-		p.Temperature = float32(*v)
+	if e := setAll(floatParam{"temperature", s.Temperature, 0, 2, &p.Temperature}, floatParam{"top_p", s.TopP, 0, 1, &p.TopP},
+		floatParam{"presence_penalty", s.PresencePenalty, -2, 2, &p.PresencePenalty},
+		floatParam{"frequency_penalty", s.FrequencyPenalty, -2, 2, &p.FrequencyPenalty}); e != nil {
+		return p, nil, e
 	}
-	if v := s.TopP; v != nil {
-		if !finite(*v) || *v < 0 || *v > 1 {
-			return p, nil, badRequest("top_p", "top_p must be between 0 and 1, got %v", *v)
-		}
-		if *v == 0 {
-			p.Temperature = 0 // nothing but the most likely token
-		}
-		p.TopP = float32(*v)
-	}
-	for _, pen := range []struct {
-		name string
-		v    *float64
-		dst  *float32
-	}{{"presence_penalty", s.PresencePenalty, &p.PresencePenalty}, {"frequency_penalty", s.FrequencyPenalty, &p.FrequencyPenalty}} {
-		if pen.v == nil {
-			continue
-		}
-		if !finite(*pen.v) || *pen.v < -2 || *pen.v > 2 {
-			return p, nil, badRequest(pen.name, "%s must be between -2 and 2, got %v", pen.name, *pen.v)
-		}
-		*pen.dst = float32(*pen.v)
+	if s.TopP != nil && *s.TopP == 0 {
+		p.Temperature = 0 // nothing but the most likely token
 	}
 	if v := s.TopK; v != nil {
 		if *v < 0 {
@@ -69,17 +67,8 @@ func (h *handler) sampling(s samplingRequest) (sample.Params, []string, *apiErro
 		}
 		p.TopK = *v
 	}
-	if v := s.MinP; v != nil {
-		if !finite(*v) || *v < 0 || *v > 1 {
-			return p, nil, badRequest("min_p", "min_p must be between 0 and 1, got %v", *v)
-		}
-		p.MinP = float32(*v)
-	}
-	if v := s.RepeatPenalty; v != nil {
-		if !finite(*v) || *v < 0 {
-			return p, nil, badRequest("repeat_penalty", "repeat_penalty must be >= 0, got %v", *v)
-		}
-		p.RepeatPenalty = float32(*v)
+	if e := setAll(floatParam{"min_p", s.MinP, 0, 1, &p.MinP}, floatParam{"repeat_penalty", s.RepeatPenalty, 0, math.Inf(1), &p.RepeatPenalty}); e != nil {
+		return p, nil, e
 	}
 	if (p.PresencePenalty != 0 || p.FrequencyPenalty != 0 || (p.RepeatPenalty != 0 && p.RepeatPenalty != 1)) && p.RepeatLastN == 0 {
 		p.RepeatLastN = 64
@@ -88,9 +77,6 @@ func (h *handler) sampling(s samplingRequest) (sample.Params, []string, *apiErro
 		p.Seed = uint64(*s.Seed)
 	} else {
 		p.Seed = rand.Uint64()
-	}
-	if err := p.Validate(); err != nil {
-		return p, nil, badRequest("", "%v", err)
 	}
 	if len(s.Stop) > maxStops {
 		return p, nil, badRequest("stop", "stop has %d sequences; at most %d are allowed", len(s.Stop), maxStops)
@@ -109,16 +95,14 @@ type genToken struct {
 	id      int32
 	text    string
 	logprob float32
-	top     []serve.TokenLogprob
+	top     []Candidate
 }
 
 // generation is a submitted request whose events are being read.
 type generation struct {
 	x      *exchange
-	ctx    context.Context
-	cancel context.CancelFunc
-	ch     <-chan serve.Event
-	tok    *tokenizer.Tokenizer
+	stream Stream
+	tok    Tokenizer
 	stops  []string
 	prompt int
 }
@@ -137,21 +121,22 @@ func (g *generation) usage(res genResult) Usage {
 		PromptTokensDetails: PromptTokensDetails{CachedTokens: res.cached}}
 }
 
-// start submits the request. Errors come back in the OpenAI shape; param
-// names the request field the prompt came from.
-func (h *handler) start(x *exchange, sub Submitter, tok *tokenizer.Tokenizer, req serve.Request, stops []string, param string) (*generation, *apiError) {
-	x.rec.PromptTokens = len(req.Prompt)
-	if c := sub.Capacity(); len(req.Prompt) >= c {
-		return nil, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: param, code: "context_length_exceeded",
-			msg: fmt.Sprintf("This model's maximum context length is %d tokens, and your prompt has %d tokens (the prompt plus at least one generated token must fit).", c, len(req.Prompt))}
+// start submits the request. Errors come back in the OpenAI shape.
+func (h *handler) start(x *exchange, r *genRequest) (*generation, *apiError) {
+	sub := r.model.Submitter
+	if sub == nil {
+		return nil, submitError(ErrNotServing, "model")
 	}
-	ctx, cancel := context.WithCancel(x.r.Context())
-	ch, err := sub.Submit(ctx, req)
+	x.rec.PromptTokens = len(r.gen.Prompt)
+	if c := sub.Capacity(); len(r.gen.Prompt) >= c {
+		return nil, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: r.param, code: "context_length_exceeded",
+			msg: fmt.Sprintf("This model's maximum context length is %d tokens, and your prompt has %d tokens (the prompt plus at least one generated token must fit).", c, len(r.gen.Prompt))}
+	}
+	st, err := sub.Submit(x.r.Context(), r.gen)
 	if err != nil {
-		cancel()
-		return nil, submitError(err, param)
+		return nil, submitError(err, r.param)
 	}
-	return &generation{x: x, ctx: ctx, cancel: cancel, ch: ch, tok: tok, stops: stops, prompt: len(req.Prompt)}, nil
+	return &generation{x: x, stream: st, tok: r.model.Tokenizer, stops: r.stops, prompt: len(r.gen.Prompt)}, nil
 }
 
 // run reads the events, applies the stop strings to the detokenized text
@@ -160,115 +145,26 @@ func (h *handler) start(x *exchange, sub Submitter, tok *tokenizer.Tokenizer, re
 // never emitted). Text that might be the start of a stop string is held
 // back until it is known not to be.
 func (g *generation) run(emit func(text string, toks []genToken) error) genResult {
-	defer g.cancel()
-	dec := g.tok.NewContinuationDecoder()
+	defer g.stream.Cancel()
+	dec := g.tok.NewDecoder()
+	f := &stopFilter{stops: g.stops, emit: emit}
 	var (
-		pend     []genToken
 		received int
 		last     time.Time
 	)
 	rec := &g.x.rec
-	pendText := func() string {
-		var b strings.Builder
-		for _, t := range pend {
-			b.WriteString(t.text)
-		}
-		return b.String()
-	}
-	// settle emits what is safe; it reports whether a stop string ended
-	// the generation.
-	settle := func(final bool) (bool, error) {
-		text := pendText()
-		if idx := earliestStop(text, g.stops); idx >= 0 {
-			var out []genToken
-			off := 0
-			for _, t := range pend {
-				if off >= idx {
-					break
-				}
-				if off+len(t.text) > idx {
-					t.text = t.text[:idx-off]
-				}
-				off += len(t.text)
-				out = append(out, t)
-			}
-			pend = nil
-			return true, emit(text[:idx], out)
-		}
-		if final {
-			if len(pend) == 0 {
-				return false, nil
-			}
-			out := pend
-			pend = nil
-			return false, emit(text, out)
-		}
-		safe := len(text) - heldBack(text, g.stops)
-		n, end, off := 0, 0, 0
-		for i, t := range pend {
-			off += len(t.text)
-			if off > safe {
-				break
-			}
-			if t.text != "" {
-				n, end = i+1, off
-			}
-		}
-		if n == 0 {
-			return false, nil
-		}
-		out := pend[:n:n]
-		pend = append([]genToken(nil), pend[n:]...)
-		return false, emit(text[:end], out)
-	}
 	for {
-		var ev serve.Event
-		var ok bool
-		select {
-		case ev, ok = <-g.ch:
-		case <-g.ctx.Done():
-			rec.FinishReason = "cancelled"
-			rec.GeneratedTokens = received
-			return genResult{generated: received, err: g.ctx.Err()}
-		}
-		if !ok {
+		ev, err := g.stream.Next()
+		if err != nil {
 			rec.FinishReason = "error"
-			return genResult{generated: received, err: errors.New("the generation ended without a final event")}
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				rec.FinishReason = "cancelled"
+				rec.GeneratedTokens = received
+			}
+			return genResult{generated: received, err: err}
 		}
 		if ev.Done {
-			gen := max(ev.Generated, received)
-			rec.GeneratedTokens = gen
-			switch ev.Reason {
-			case "stop", "length":
-				if rest := dec.Flush(); rest != "" {
-					pend = append(pend, genToken{id: -1, text: rest})
-				}
-				stopped, err := settle(true)
-				if err != nil {
-					rec.FinishReason = "cancelled"
-					return genResult{generated: gen, err: err}
-				}
-				reason := ev.Reason
-				if stopped {
-					reason = "stop"
-				}
-				rec.FinishReason = reason
-				return genResult{finish: reason, generated: gen, cached: ev.Cached}
-			case "cancelled":
-				rec.FinishReason = "cancelled"
-				err := ev.Err
-				if err == nil {
-					err = context.Canceled
-				}
-				return genResult{generated: gen, err: err}
-			default:
-				rec.FinishReason = "error"
-				err := ev.Err
-				if err == nil {
-					err = errors.New("the generation failed")
-				}
-				return genResult{generated: gen, err: err}
-			}
+			return g.end(ev, max(ev.Generated, received), dec, f)
 		}
 		now := time.Now()
 		if received == 0 {
@@ -278,8 +174,8 @@ func (g *generation) run(emit func(text string, toks []genToken) error) genResul
 		}
 		last = now
 		received++
-		pend = append(pend, genToken{id: ev.Token, text: dec.Add(ev.Token), logprob: ev.Logprob, top: ev.Top})
-		stopped, err := settle(false)
+		f.pend = append(f.pend, genToken{id: ev.Token, text: dec.Add(ev.Token), logprob: ev.Logprob, top: ev.Top})
+		stopped, err := f.settle(false)
 		if err != nil {
 			rec.FinishReason = "cancelled"
 			rec.GeneratedTokens = received
@@ -287,7 +183,7 @@ func (g *generation) run(emit func(text string, toks []genToken) error) genResul
 		}
 		if stopped {
 			// Cancelling frees the sequence's KV blocks at once.
-			g.cancel()
+			g.stream.Cancel()
 			rec.FinishReason = "stop"
 			rec.GeneratedTokens = received
 			return genResult{finish: "stop", generated: received}
@@ -295,30 +191,40 @@ func (g *generation) run(emit func(text string, toks []genToken) error) genResul
 	}
 }
 
-// earliestStop returns where the first stop string in text begins, or -1.
-func earliestStop(text string, stops []string) int {
-	best := -1
-	for _, s := range stops {
-		if i := strings.Index(text, s); i >= 0 && (best < 0 || i < best) {
-			best = i
+// end reads the final event of a generation that generated gen tokens.
+func (g *generation) end(ev Event, gen int, dec Decoder, f *stopFilter) genResult {
+	rec := &g.x.rec
+	rec.GeneratedTokens = gen
+	switch ev.Reason {
+	case "stop", "length":
+		if rest := dec.Flush(); rest != "" {
+			f.pend = append(f.pend, genToken{id: -1, text: rest})
 		}
-	}
-	return best
-}
-
-// heldBack is the length of the longest suffix of text that is a proper
-// prefix of a stop string: text that must wait for the next token.
-func heldBack(text string, stops []string) int {
-	hold := 0
-	for _, s := range stops {
-		for k := min(len(s)-1, len(text)); k > hold; k-- {
-			if strings.HasSuffix(text, s[:k]) {
-				hold = k
-				break
-			}
+		stopped, err := f.settle(true)
+		if err != nil {
+			rec.FinishReason = "cancelled"
+			return genResult{generated: gen, err: err}
 		}
+		reason := ev.Reason
+		if stopped {
+			reason = "stop"
+		}
+		rec.FinishReason = reason
+		return genResult{finish: reason, generated: gen, cached: ev.Cached}
+	case "cancelled":
+		rec.FinishReason = "cancelled"
+		err := ev.Err
+		if err == nil {
+			err = context.Canceled
+		}
+		return genResult{generated: gen, err: err}
 	}
-	return hold
+	rec.FinishReason = "error"
+	err := ev.Err
+	if err == nil {
+		err = errors.New("the generation failed")
+	}
+	return genResult{generated: gen, err: err}
 }
 
 // tokenBytes returns a token's bytes as the ints the logprobs shapes use.

@@ -14,9 +14,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
-	"shoal/engine/sample"
-	"shoal/serve"
 )
 
 // Options configure the handler.
@@ -32,7 +29,7 @@ type Options struct {
 	RetryAfter time.Duration
 	// Sampling is the base for the parameters a request does not set
 	// (default: temperature 1, as OpenAI's API).
-	Sampling *sample.Params
+	Sampling *Sampling
 	// StreamWriteTimeout bounds the write of each streamed event (default
 	// 1 min): a client that stops reading is dropped.
 	StreamWriteTimeout time.Duration
@@ -50,22 +47,11 @@ type handler struct {
 	b    Backend
 	o    Options
 	log  *zap.Logger
-	base sample.Params
+	base Sampling
 	mux  *http.ServeMux
 
 	mu        sync.Mutex
 	templates map[templateKey]*modelTemplate
-}
-
-// templateKey identifies a compiled template: a Backend may hand out new
-// *Model values for the same model.
-type templateKey struct{ model, src string }
-
-// modelTemplate is a model's compiled chat template.
-type modelTemplate struct {
-	tpl      *ChatTemplate
-	fallback bool   // ChatML because the model has none (or it does not parse)
-	reason   string // why the fallback was taken
 }
 
 // NewHandler returns the OpenAI-compatible endpoint: POST
@@ -88,7 +74,7 @@ func newHandler(b Backend, o Options) *handler {
 		o.Log = zap.L().Named("openai")
 	}
 	h := &handler{b: b, o: o, log: o.Log, templates: map[templateKey]*modelTemplate{}}
-	h.base = sample.Params{Temperature: 1}
+	h.base = Sampling{Temperature: 1}
 	if o.Sampling != nil {
 		h.base = *o.Sampling
 	}
@@ -264,14 +250,14 @@ func (h *handler) lookup(name string) (*Model, *apiError) {
 func submitError(err error, param string) *apiError {
 	var hs interface{ HTTPStatus() int }
 	switch {
-	case errors.Is(err, serve.ErrQueueFull):
+	case errors.Is(err, ErrQueueFull):
 		return &apiError{status: http.StatusTooManyRequests, typ: "server_busy", code: "rate_limit_exceeded",
 			msg: "The server is at capacity (request queue full); retry later."}
-	case errors.Is(err, serve.ErrTooLong):
+	case errors.Is(err, ErrTooLong):
 		return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: param, code: "context_length_exceeded", msg: err.Error()}
-	case errors.Is(err, serve.ErrBadInput):
+	case errors.Is(err, ErrBadInput):
 		return badRequest(param, "%v", err)
-	case errors.Is(err, serve.ErrClosed), errors.Is(err, ErrNotServing):
+	case errors.Is(err, ErrClosed), errors.Is(err, ErrNotServing):
 		return &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "unavailable", msg: err.Error()}
 	case errors.As(err, &hs):
 		return &apiError{status: hs.HTTPStatus(), typ: "server_error", msg: err.Error()}

@@ -1,4 +1,4 @@
-package openai
+package openai_test
 
 import (
 	"bufio"
@@ -19,10 +19,12 @@ import (
 
 	"go.uber.org/zap"
 
+	"shoal/api/openai"
 	"shoal/engine/gguf"
 	"shoal/engine/model"
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
+	"shoal/node"
 	"shoal/serve"
 )
 
@@ -103,14 +105,14 @@ type envOptions struct {
 	noTemplate  bool
 	cacheTokens int // default 512
 	sched       serve.Options
-	handler     Options
+	handler     openai.Options
 	neverEOG    bool // generate until max_tokens or the context
 }
 
 type testEnv struct {
 	srv   *httptest.Server
 	sched *serve.Scheduler
-	model *Model
+	model *openai.Model
 	tok   *tokenizer.Tokenizer
 }
 
@@ -156,11 +158,12 @@ func newEnv(t testing.TB, o envOptions) *testEnv {
 		t.Fatal(err)
 	}
 	ct, _ := m.File.String("tokenizer.chat_template")
-	mod := &Model{Name: o.name, Tok: tok, ChatTemplate: ct, Sched: s, Created: time.Unix(1700000000, 0), OwnedBy: "test"}
+	mod := node.NewOpenAIModel(o.name, "test", s, tok, ct)
+	mod.Created = time.Unix(1700000000, 0)
 	if o.handler.Log == nil {
 		o.handler.Log = zap.NewNop()
 	}
-	srv := httptest.NewServer(NewHandler(NewStaticBackend(mod), o.handler))
+	srv := httptest.NewServer(openai.NewHandler(openai.NewStaticBackend(mod), o.handler))
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()
@@ -235,18 +238,6 @@ func sseEvents(t testing.TB, r io.Reader) []string {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func chatBody(content string, extra map[string]any) map[string]any {

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"net/http"
 	"time"
-
-	"shoal/serve"
 )
 
 // sse writes a Server-Sent Events stream: one "data: JSON" event per chunk
@@ -90,9 +88,5 @@ func (s *sse) fail(err error) {
 	if s.x.r.Context().Err() != nil || errors.Is(err, context.Canceled) {
 		return
 	}
-	e := &apiError{status: http.StatusInternalServerError, typ: "server_error", msg: "generation failed: " + err.Error()}
-	if errors.Is(err, serve.ErrClosed) {
-		e = &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "unavailable", msg: "generation stopped: " + err.Error()}
-	}
-	_ = s.send(e.body())
+	_ = s.send(failedGeneration(err).body())
 }

@@ -1,34 +1,41 @@
 package openai
 
 import (
-	"context"
+	"errors"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
-
-	"shoal/engine/tokenizer"
-	"shoal/serve"
+	"unicode/utf8"
 )
 
-// scripted is a Submitter that replays fixed token ids (in the test
-// vocabulary ids 0-255 are the bytes themselves) and ends with reason.
+// scripted is a Stream that replays fixed token ids and ends with reason.
 type scripted struct {
-	toks   []int32
-	reason string
+	events []Event
+	// cancelled is set when Cancel is called before the final event was
+	// read.
+	cancelled bool
 }
 
-func (s *scripted) Capacity() int { return 1 << 20 }
-
-func (s *scripted) Submit(ctx context.Context, req serve.Request) (<-chan serve.Event, error) {
-	ch := make(chan serve.Event, len(s.toks)+1)
-	for _, t := range s.toks {
-		ch <- serve.Event{Token: t, Logprob: -float32(t) / 1000}
+func newScripted(toks []int32, reason string) *scripted {
+	s := &scripted{}
+	for _, t := range toks {
+		s.events = append(s.events, Event{Token: t, Logprob: -float32(t) / 1000})
 	}
-	ch <- serve.Event{Done: true, Reason: s.reason, Prompt: len(req.Prompt), Generated: len(s.toks) + 1}
-	close(ch)
-	return ch, nil
+	s.events = append(s.events, Event{Done: true, Reason: reason, Generated: len(toks) + 1})
+	return s
 }
+
+func (s *scripted) Next() (Event, error) {
+	if len(s.events) == 0 {
+		return Event{}, errors.New("read past the final event")
+	}
+	ev := s.events[0]
+	s.events = s.events[1:]
+	return ev, nil
+}
+
+func (s *scripted) Cancel() { s.cancelled = s.cancelled || len(s.events) > 0 }
 
 func byteTokens(s string) []int32 {
 	out := make([]int32, len(s))
@@ -38,12 +45,32 @@ func byteTokens(s string) []int32 {
 	return out
 }
 
-func testTokenizer(t *testing.T) *tokenizer.Tokenizer {
-	tok, err := tokenizer.New(testVocab(t))
-	if err != nil {
-		t.Fatal(err)
+// byteTokenizer's ids 0-255 are the bytes themselves; it decodes only.
+type byteTokenizer struct{ Tokenizer }
+
+func (byteTokenizer) NewDecoder() Decoder { return &byteDecoder{} }
+
+// byteDecoder holds back an incomplete UTF-8 sequence.
+type byteDecoder struct{ pending []byte }
+
+func (d *byteDecoder) Add(id int32) string {
+	d.pending = append(d.pending, byte(id))
+	n := len(d.pending)
+	for i := max(0, n-3); i < n; i++ {
+		if utf8.RuneStart(d.pending[i]) && !utf8.FullRune(d.pending[i:]) {
+			n = i
+			break
+		}
 	}
-	return tok
+	out := string(d.pending[:n])
+	d.pending = append([]byte(nil), d.pending[n:]...)
+	return out
+}
+
+func (d *byteDecoder) Flush() string {
+	out := string(d.pending)
+	d.pending = nil
+	return out
 }
 
 // TestStopStrings drives the stop-string logic with scripted byte tokens:
@@ -51,7 +78,6 @@ func testTokenizer(t *testing.T) *tokenizer.Tokenizer {
 // one is held back (no chunk ever carries part of a stop string), and the
 // earliest stop wins.
 func TestStopStrings(t *testing.T) {
-	tok := testTokenizer(t)
 	cases := []struct {
 		name, text string
 		stops      []string
@@ -73,10 +99,8 @@ func TestStopStrings(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			x := &exchange{r: httptest.NewRequest("POST", "/", nil), start: time.Now()}
-			ctx, cancel := context.WithCancel(context.Background())
-			sub := &scripted{toks: byteTokens(c.text), reason: c.reason}
-			ch, _ := sub.Submit(ctx, serve.Request{Prompt: []int32{1}})
-			g := &generation{x: x, ctx: ctx, cancel: cancel, ch: ch, tok: tok, stops: c.stops, prompt: 1}
+			st := newScripted(byteTokens(c.text), c.reason)
+			g := &generation{x: x, stream: st, tok: byteTokenizer{}, stops: c.stops, prompt: 1}
 			var chunks []string
 			var ntok int
 			res := g.run(func(s string, toks []genToken) error {
@@ -99,7 +123,7 @@ func TestStopStrings(t *testing.T) {
 					}
 				}
 			}
-			if c.finish == "stop" && c.reason != "stop" && ctx.Err() == nil {
+			if c.finish == "stop" && c.reason != "stop" && !st.cancelled {
 				t.Fatal("a stop string did not cancel the generation")
 			}
 		})

@@ -25,6 +25,58 @@ const ChatMLTemplate = `{%- for message in messages -%}
 {{- '<|im_start|>assistant\n' -}}
 {%- endif -%}`
 
+// templateKey identifies a compiled template: a Backend may hand out new
+// *Model values for the same model.
+type templateKey struct{ model, src string }
+
+// modelTemplate is a model's compiled chat template.
+type modelTemplate struct {
+	tpl      *ChatTemplate
+	fallback bool   // ChatML because the model has none (or it does not parse)
+	reason   string // why the fallback was taken
+}
+
+// template returns the model's compiled chat template, compiling it (or
+// falling back to ChatML, with one warning) on first use.
+func (h *handler) template(m *Model) *modelTemplate {
+	src := m.Tokenizer.ChatTemplate()
+	key := templateKey{m.Name, src}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t, ok := h.templates[key]; ok {
+		return t
+	}
+	mt := &modelTemplate{}
+	if src != "" {
+		tpl, err := ParseChatTemplate(src)
+		if err == nil {
+			mt.tpl = tpl
+		} else {
+			mt.reason = "the model's chat template does not parse: " + err.Error()
+		}
+	} else {
+		mt.reason = "the model has no tokenizer.chat_template"
+	}
+	if mt.tpl == nil {
+		tpl, err := ParseChatTemplate(ChatMLTemplate)
+		if err != nil {
+			panic(err) // a constant
+		}
+		mt.tpl, mt.fallback = tpl, true
+		h.log.Sugar().Warnf("model %q: %s; chat requests use ChatML", m.Name, mt.reason)
+	}
+	h.templates[key] = mt
+	return mt
+}
+
+// templateState is what /v1/models says about a model's chat template.
+func (h *handler) templateState(m *Model) string {
+	if h.template(m).fallback {
+		return "fallback-chatml"
+	}
+	return "model"
+}
+
 // ChatTemplate is a compiled Jinja chat template in the Hugging Face
 // convention: it is rendered with messages (role, content), bos_token,
 // eos_token and add_generation_prompt, with raise_exception, strftime_now
@@ -158,6 +210,12 @@ func (t *ChatTemplate) Render(in TemplateInput) (out string, err error) {
 	return out, nil
 }
 
+// strftimeLayouts are the strftime directives that are a Go time layout.
+var strftimeLayouts = map[byte]string{
+	'a': "Mon", 'A': "Monday", 'b': "Jan", 'h': "Jan", 'B': "January", 'd': "02", 'm': "01", 'y': "06", 'Y': "2006",
+	'H': "15", 'I': "03", 'M': "04", 'S': "05", 'p': "PM", 'Z': "MST", 'z': "-0700", 'F': "2006-01-02", 'T': "15:04:05",
+}
+
 // strftime formats t with the C/Python strftime directives templates use.
 func strftime(t time.Time, f string) string {
 	var b strings.Builder
@@ -168,45 +226,15 @@ func strftime(t time.Time, f string) string {
 			continue
 		}
 		i++
+		if layout, ok := strftimeLayouts[f[i]]; ok {
+			b.WriteString(t.Format(layout))
+			continue
+		}
 		switch f[i] {
-		case 'a':
-			b.WriteString(t.Format("Mon"))
-		case 'A':
-			b.WriteString(t.Format("Monday"))
-		case 'b', 'h':
-			b.WriteString(t.Format("Jan"))
-		case 'B':
-			b.WriteString(t.Format("January"))
-		case 'd':
-			b.WriteString(t.Format("02"))
 		case 'e':
 			fmt.Fprintf(&b, "%2d", t.Day())
-		case 'm':
-			b.WriteString(t.Format("01"))
-		case 'y':
-			b.WriteString(t.Format("06"))
-		case 'Y':
-			b.WriteString(t.Format("2006"))
-		case 'H':
-			b.WriteString(t.Format("15"))
-		case 'I':
-			b.WriteString(t.Format("03"))
-		case 'M':
-			b.WriteString(t.Format("04"))
-		case 'S':
-			b.WriteString(t.Format("05"))
-		case 'p':
-			b.WriteString(t.Format("PM"))
 		case 'j':
 			fmt.Fprintf(&b, "%03d", t.YearDay())
-		case 'Z':
-			b.WriteString(t.Format("MST"))
-		case 'z':
-			b.WriteString(t.Format("-0700"))
-		case 'F':
-			b.WriteString(t.Format("2006-01-02"))
-		case 'T':
-			b.WriteString(t.Format("15:04:05"))
 		case '%':
 			b.WriteByte('%')
 		default:

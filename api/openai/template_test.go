@@ -1,4 +1,4 @@
-package openai
+package openai_test
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"shoal/api/openai"
 )
 
 // Chat templates in the public formats of well-known model families,
@@ -62,10 +64,10 @@ const zephyrTemplate = `{% for message in messages %}
     {% endif %}
 {% endfor %}`
 
-func msgs(pairs ...string) []TemplateMessage {
-	var out []TemplateMessage
+func msgs(pairs ...string) []openai.TemplateMessage {
+	var out []openai.TemplateMessage
 	for i := 0; i+1 < len(pairs); i += 2 {
-		out = append(out, TemplateMessage{Role: pairs[i], Content: pairs[i+1]})
+		out = append(out, openai.TemplateMessage{Role: pairs[i], Content: pairs[i+1]})
 	}
 	return out
 }
@@ -74,14 +76,14 @@ func TestChatTemplates(t *testing.T) {
 	date := time.Date(2025, time.March, 7, 12, 0, 0, 0, time.UTC)
 	cases := []struct {
 		name, tpl, bos, eos string
-		msgs                []TemplateMessage
+		msgs                []openai.TemplateMessage
 		want                string
 	}{
 		{"chatml default system", qwenChatML, "", "<|im_end|>", msgs("user", "Hi"),
 			"<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
 		{"chatml own system", qwenChatML, "", "<|im_end|>", msgs("system", "Be terse.", "user", "Hi", "assistant", "Hello.", "user", "Bye"),
 			"<|im_start|>system\nBe terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"},
-		{"fallback chatml", ChatMLTemplate, "", "", msgs("system", "S", "user", "U"),
+		{"fallback chatml", openai.ChatMLTemplate, "", "", msgs("system", "S", "user", "U"),
 			"<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"},
 		{"llama3", llama3Template, "<|begin_of_text|>", "<|eot_id|>", msgs("system", "You are terse.", "user", "  Hello  "),
 			"<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"},
@@ -101,11 +103,11 @@ func TestChatTemplates(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tpl, err := ParseChatTemplate(c.tpl)
+			tpl, err := openai.ParseChatTemplate(c.tpl)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := tpl.Render(TemplateInput{Messages: c.msgs, BOS: c.bos, EOS: c.eos, AddGenerationPrompt: true, Now: date})
+			got, err := tpl.Render(openai.TemplateInput{Messages: c.msgs, BOS: c.bos, EOS: c.eos, AddGenerationPrompt: true, Now: date})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,19 +121,19 @@ func TestChatTemplates(t *testing.T) {
 func TestChatTemplateRaiseException(t *testing.T) {
 	for _, c := range []struct {
 		tpl  string
-		msgs []TemplateMessage
+		msgs []openai.TemplateMessage
 		want string
 	}{
 		{mistralTemplate, msgs("user", "a", "user", "b"), "Conversation roles must alternate user/assistant/user/assistant/..."},
 		{mistralTemplate, msgs("assistant", "a"), "Conversation roles must alternate user/assistant/user/assistant/..."},
 		{llama2Template, msgs("system", "s", "assistant", "a"), "Conversation roles must alternate user/assistant/user/assistant/..."},
 	} {
-		tpl, err := ParseChatTemplate(c.tpl)
+		tpl, err := openai.ParseChatTemplate(c.tpl)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = tpl.Render(TemplateInput{Messages: c.msgs, BOS: "<s>", EOS: "</s>", AddGenerationPrompt: true})
-		var te *TemplateError
+		_, err = tpl.Render(openai.TemplateInput{Messages: c.msgs, BOS: "<s>", EOS: "</s>", AddGenerationPrompt: true})
+		var te *openai.TemplateError
 		if !errors.As(err, &te) || te.Message != c.want {
 			t.Fatalf("got %v, want TemplateError %q", err, c.want)
 		}
@@ -141,7 +143,7 @@ func TestChatTemplateRaiseException(t *testing.T) {
 	e := newEnv(t, envOptions{template: mistralTemplate, neverEOG: true})
 	resp := e.post(t, "/v1/chat/completions", map[string]any{"model": "tiny", "messages": []map[string]any{
 		{"role": "user", "content": "a"}, {"role": "user", "content": "b"}}})
-	body := decodeBody[ErrorBody](t, resp)
+	body := decodeBody[openai.ErrorBody](t, resp)
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body.Error.Message, "roles must alternate") || body.Error.Type != "invalid_request_error" {
 		t.Fatalf("status %d, body %+v", resp.StatusCode, body)
 	}
@@ -152,22 +154,14 @@ func TestChatTemplateRaiseException(t *testing.T) {
 	resp.Body.Close()
 }
 
-func TestStrftime(t *testing.T) {
-	tm := time.Date(2024, time.July, 6, 15, 4, 5, 0, time.UTC)
-	if got := strftime(tm, "%d %b %Y|%B %e|%Y-%m-%d %H:%M:%S|%I%p|%a %A|%j|%%|%q"); got != "06 Jul 2024|July  6|2024-07-06 15:04:05|03PM|Sat Saturday|188|%|%q" {
-		t.Fatalf("got %q", got)
-	}
-}
-
 // TestChatPromptTokens checks the tokenization of the rendered prompt:
 // special-token texts become their ids, BOS is added when the vocabulary
 // asks for it unless the template already starts with it.
 func TestChatPromptTokens(t *testing.T) {
 	e := newEnv(t, envOptions{neverEOG: true})
-	h := newHandler(NewStaticBackend(e.model), Options{})
-	ids, ae := h.chatPrompt(e.model, msgs("user", "Hi"))
-	if ae != nil {
-		t.Fatal(ae)
+	ids, err := openai.ChatPrompt(e.model, msgs("user", "Hi"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	rendered := "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 	want := append([]int32{e.tok.BOS()}, e.tok.Encode(rendered, false, true)...)
@@ -182,7 +176,7 @@ func TestChatPromptTokens(t *testing.T) {
 	resp := e.post(t, "/v1/chat/completions", map[string]any{"model": "tiny", "max_tokens": 1, "messages": []map[string]any{
 		{"role": "developer", "content": "Be terse."},
 		{"role": "user", "content": []map[string]any{{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}}}}})
-	cc := decodeBody[ChatCompletion](t, resp)
+	cc := decodeBody[openai.ChatCompletion](t, resp)
 	want2 := append([]int32{e.tok.BOS()}, e.tok.Encode("<|im_start|>system\nBe terse.<|im_end|>\n<|im_start|>user\nHi\nthere<|im_end|>\n<|im_start|>assistant\n", false, true)...)
 	if resp.StatusCode != http.StatusOK || cc.Usage.PromptTokens != len(want2) {
 		t.Fatalf("status %d usage %+v, want %d prompt tokens", resp.StatusCode, cc.Usage, len(want2))
@@ -190,10 +184,9 @@ func TestChatPromptTokens(t *testing.T) {
 
 	// A template that writes bos_token itself gets no second BOS.
 	e3 := newEnv(t, envOptions{template: llama3Template, neverEOG: true})
-	h3 := newHandler(NewStaticBackend(e3.model), Options{})
-	ids, ae = h3.chatPrompt(e3.model, msgs("user", "Hi"))
-	if ae != nil {
-		t.Fatal(ae)
+	ids, err = openai.ChatPrompt(e3.model, msgs("user", "Hi"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	if ids[0] != e3.tok.BOS() || ids[1] == e3.tok.BOS() {
 		t.Fatalf("BOS handling: %v", ids[:4])

@@ -99,32 +99,37 @@ type ChatMessage struct {
 	Name    string          `json:"name,omitempty"`
 }
 
-// ChatRequest is the body of POST /v1/chat/completions.
-type ChatRequest struct {
-	Model               string         `json:"model"`
-	Messages            []ChatMessage  `json:"messages"`
-	MaxTokens           *int           `json:"max_tokens"`
-	MaxCompletionTokens *int           `json:"max_completion_tokens"`
-	Temperature         *float64       `json:"temperature"`
-	TopP                *float64       `json:"top_p"`
-	N                   *int           `json:"n"`
-	Stream              bool           `json:"stream"`
-	StreamOptions       *StreamOptions `json:"stream_options"`
-	Stop                StopList       `json:"stop"`
-	PresencePenalty     *float64       `json:"presence_penalty"`
-	FrequencyPenalty    *float64       `json:"frequency_penalty"`
-	Seed                *int64         `json:"seed"`
-	Logprobs            bool           `json:"logprobs"`
-	TopLogprobs         *int           `json:"top_logprobs"`
-	User                string         `json:"user"`
-	Tools               []any          `json:"tools"`
-	ResponseFormat      *struct {
-		Type string `json:"type"`
-	} `json:"response_format"`
+// GenerationParams are the request fields chat and completions share.
+type GenerationParams struct {
+	Model            string         `json:"model"`
+	MaxTokens        *int           `json:"max_tokens"`
+	Temperature      *float64       `json:"temperature"`
+	TopP             *float64       `json:"top_p"`
+	N                *int           `json:"n"`
+	Stream           bool           `json:"stream"`
+	StreamOptions    *StreamOptions `json:"stream_options"`
+	Stop             StopList       `json:"stop"`
+	PresencePenalty  *float64       `json:"presence_penalty"`
+	FrequencyPenalty *float64       `json:"frequency_penalty"`
+	Seed             *int64         `json:"seed"`
+	User             string         `json:"user"`
 	// Extensions llama.cpp and vLLM also accept.
 	TopK          *int     `json:"top_k"`
 	MinP          *float64 `json:"min_p"`
 	RepeatPenalty *float64 `json:"repeat_penalty"`
+}
+
+// ChatRequest is the body of POST /v1/chat/completions.
+type ChatRequest struct {
+	GenerationParams
+	Messages            []ChatMessage `json:"messages"`
+	MaxCompletionTokens *int          `json:"max_completion_tokens"`
+	Logprobs            bool          `json:"logprobs"`
+	TopLogprobs         *int          `json:"top_logprobs"`
+	Tools               []any         `json:"tools"`
+	ResponseFormat      *struct {
+		Type string `json:"type"`
+	} `json:"response_format"`
 }
 
 // PromptInput is the completions "prompt": a string, an array of one
@@ -178,26 +183,12 @@ func (p *PromptInput) UnmarshalJSON(b []byte) error {
 
 // CompletionRequest is the body of POST /v1/completions.
 type CompletionRequest struct {
-	Model            string         `json:"model"`
-	Prompt           *PromptInput   `json:"prompt"`
-	MaxTokens        *int           `json:"max_tokens"`
-	Temperature      *float64       `json:"temperature"`
-	TopP             *float64       `json:"top_p"`
-	N                *int           `json:"n"`
-	BestOf           *int           `json:"best_of"`
-	Stream           bool           `json:"stream"`
-	StreamOptions    *StreamOptions `json:"stream_options"`
-	Stop             StopList       `json:"stop"`
-	PresencePenalty  *float64       `json:"presence_penalty"`
-	FrequencyPenalty *float64       `json:"frequency_penalty"`
-	Seed             *int64         `json:"seed"`
-	Logprobs         *int           `json:"logprobs"`
-	Echo             bool           `json:"echo"`
-	Suffix           *string        `json:"suffix"`
-	User             string         `json:"user"`
-	TopK             *int           `json:"top_k"`
-	MinP             *float64       `json:"min_p"`
-	RepeatPenalty    *float64       `json:"repeat_penalty"`
+	GenerationParams
+	Prompt   *PromptInput `json:"prompt"`
+	BestOf   *int         `json:"best_of"`
+	Logprobs *int         `json:"logprobs"`
+	Echo     bool         `json:"echo"`
+	Suffix   *string      `json:"suffix"`
 }
 
 // Usage is the token accounting of a request.
@@ -242,6 +233,17 @@ type AssistantMessage struct {
 	Refusal *string `json:"refusal"`
 }
 
+// Envelope starts every completion and streamed chunk.
+type Envelope struct {
+	ID string `json:"id"`
+	// Object is "chat.completion", "chat.completion.chunk" or
+	// "text_completion".
+	Object            string `json:"object"`
+	Created           int64  `json:"created"`
+	Model             string `json:"model"`
+	SystemFingerprint string `json:"system_fingerprint,omitempty"`
+}
+
 // ChatChoice is one choice of a chat completion.
 type ChatChoice struct {
 	Index        int              `json:"index"`
@@ -252,13 +254,9 @@ type ChatChoice struct {
 
 // ChatCompletion is the response of a chat completion.
 type ChatCompletion struct {
-	ID                string       `json:"id"`
-	Object            string       `json:"object"` // "chat.completion"
-	Created           int64        `json:"created"`
-	Model             string       `json:"model"`
-	SystemFingerprint string       `json:"system_fingerprint,omitempty"`
-	Choices           []ChatChoice `json:"choices"`
-	Usage             Usage        `json:"usage"`
+	Envelope
+	Choices []ChatChoice `json:"choices"`
+	Usage   Usage        `json:"usage"`
 }
 
 // ChatDelta is the delta of a streamed chat chunk.
@@ -275,18 +273,17 @@ type ChatChunkChoice struct {
 	FinishReason *string       `json:"finish_reason"`
 }
 
-// ChatChunk is one "chat.completion.chunk" event.
-type ChatChunk struct {
-	ID                string            `json:"id"`
-	Object            string            `json:"object"`
-	Created           int64             `json:"created"`
-	Model             string            `json:"model"`
-	SystemFingerprint string            `json:"system_fingerprint,omitempty"`
-	Choices           []ChatChunkChoice `json:"choices"`
+// Chunk is a streamed event, with choices of type C.
+type Chunk[C any] struct {
+	Envelope
+	Choices []C `json:"choices"`
 	// Usage is null on every chunk but the last when include_usage is set,
-	// and absent otherwise.
+	// and absent otherwise (a Completion that is not streamed has it).
 	Usage json.RawMessage `json:"usage,omitempty"`
 }
+
+// ChatChunk is one "chat.completion.chunk" event.
+type ChatChunk = Chunk[ChatChunkChoice]
 
 // CompletionLogprobs is the legacy completions logprobs shape.
 type CompletionLogprobs struct {
@@ -306,15 +303,7 @@ type CompletionChoice struct {
 
 // Completion is the response of POST /v1/completions, and each streamed
 // chunk of it.
-type Completion struct {
-	ID                string             `json:"id"`
-	Object            string             `json:"object"` // "text_completion"
-	Created           int64              `json:"created"`
-	Model             string             `json:"model"`
-	SystemFingerprint string             `json:"system_fingerprint,omitempty"`
-	Choices           []CompletionChoice `json:"choices"`
-	Usage             json.RawMessage    `json:"usage,omitempty"`
-}
+type Completion = Chunk[CompletionChoice]
 
 // ModelEntry is one model of GET /v1/models.
 type ModelEntry struct {
@@ -403,7 +392,8 @@ func describeJSONError(err error) (msg, param string) {
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te):
-		field := te.Field
+		// The fields of the embedded GenerationParams are the request's own.
+		field := strings.TrimPrefix(te.Field, "GenerationParams.")
 		want := describeType(te.Type)
 		if field == "" {
 			return fmt.Sprintf("invalid type: got %s, expected %s", te.Value, want), ""

@@ -1,0 +1,112 @@
+package openai
+
+// genRequest is a chat or completions request, checked and tokenized:
+// what the shared generate-and-respond path needs.
+type genRequest struct {
+	model *Model
+	param string // the request field the prompt came from
+	gen   Request
+	stops []string
+	// stream answers with Server-Sent Events; usage then adds a last
+	// chunk with the usage (stream_options.include_usage).
+	stream, usage bool
+
+	messages []TemplateMessage // chat: the messages the prompt is rendered from
+	// Completions: the prompt as text (for echo and text_offset), and
+	// whether it is echoed.
+	promptText string
+	echo       bool
+}
+
+// endpointRequest is the body of one of the generating endpoints.
+type endpointRequest interface {
+	params() *GenerationParams
+	// check reads the endpoint's own fields into r (max tokens, logprobs,
+	// what the prompt is made of).
+	check(r *genRequest) *apiError
+	// tokenize sets r.gen.Prompt.
+	tokenize(h *handler, r *genRequest) *apiError
+	// shape is how the answer looks.
+	shape(h *handler, r *genRequest) shape
+}
+
+func (req *ChatRequest) params() *GenerationParams       { return &req.GenerationParams }
+func (req *CompletionRequest) params() *GenerationParams { return &req.GenerationParams }
+
+// generate serves a generating endpoint: it parses req from the body, then
+// generates and responds.
+func (h *handler) generate(x *exchange, req endpointRequest) *apiError {
+	r, e := h.parse(x, req)
+	if e != nil {
+		return e
+	}
+	return h.respond(x, r, req.shape(h, r))
+}
+
+// parse decodes and checks the request and tokenizes its prompt.
+func (h *handler) parse(x *exchange, req endpointRequest) (*genRequest, *apiError) {
+	if e := h.decode(x, req); e != nil {
+		return nil, e
+	}
+	p := req.params()
+	x.rec.Model, x.rec.Stream = p.Model, p.Stream
+	m, e := h.lookup(p.Model)
+	if e != nil {
+		return nil, e
+	}
+	r := &genRequest{model: m, stream: p.Stream, usage: p.StreamOptions != nil && p.StreamOptions.IncludeUsage}
+	if e := req.check(r); e != nil {
+		return nil, e
+	}
+	if r.gen.Sampling, r.stops, e = h.sampling(p); e != nil {
+		return nil, e
+	}
+	if e := req.tokenize(h, r); e != nil {
+		return nil, e
+	}
+	return r, nil
+}
+
+// namedInt is a request field holding an integer.
+type namedInt struct {
+	name string
+	v    *int
+}
+
+// maxTokens reads the fields that bound the generated tokens over def: each
+// must be at least 1, and the last one set wins.
+func maxTokens(def int, fields ...namedInt) (int, *apiError) {
+	n := def
+	for _, f := range fields {
+		if f.v != nil {
+			if *f.v <= 0 {
+				return 0, badRequest(f.name, "%s must be at least 1, got %d", f.name, *f.v)
+			}
+			n = *f.v
+		}
+	}
+	return n, nil
+}
+
+const maxTopLogprobs = 20
+
+// topLogprobs checks a requested number of alternatives per token.
+func topLogprobs(f namedInt) (int, *apiError) {
+	if f.v == nil {
+		return 0, nil
+	}
+	if n := *f.v; n < 0 || n > maxTopLogprobs {
+		return 0, badRequest(f.name, "%s must be between 0 and %d, got %d", f.name, maxTopLogprobs, n)
+	}
+	return *f.v, nil
+}
+
+// checkTokens checks that a prompt given as token ids is in the vocabulary.
+func checkTokens(tok Tokenizer, ids []int32) *apiError {
+	for _, t := range ids {
+		if t < 0 || int(t) >= tok.NVocab() {
+			return badRequest("prompt", "token id %d is outside the vocabulary of %d", t, tok.NVocab())
+		}
+	}
+	return nil
+}

@@ -1,0 +1,130 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"shoal/api/openai"
+	"shoal/engine/sample"
+	"shoal/engine/tokenizer"
+	"shoal/serve"
+)
+
+// NewOpenAIModel is a model for the OpenAI endpoint that runs on sched,
+// with tok's vocabulary and chatTemplate (the GGUF's
+// tokenizer.chat_template, "" when it has none).
+func NewOpenAIModel(name, owner string, sched *serve.Scheduler, tok *tokenizer.Tokenizer, chatTemplate string) *openai.Model {
+	return &openai.Model{Name: name, Tokenizer: openAITokenizer{tok, chatTemplate}, Submitter: schedSubmitter{sched},
+		Created: time.Now(), OwnedBy: owner}
+}
+
+// schedulerOf returns the scheduler m runs on (nil if none).
+func schedulerOf(m *openai.Model) *serve.Scheduler {
+	if s, ok := m.Submitter.(schedSubmitter); ok {
+		return s.s
+	}
+	return nil
+}
+
+// openAITokenizer is a tokenizer and chat template as the endpoint sees
+// them.
+type openAITokenizer struct {
+	t        *tokenizer.Tokenizer
+	template string
+}
+
+func (o openAITokenizer) Encode(text string, addSpecial bool) []int32 {
+	return o.t.Encode(text, addSpecial, true)
+}
+
+func (o openAITokenizer) Decode(ids []int32) string  { return o.t.Detokenize(ids, false, false) }
+func (o openAITokenizer) Piece(id int32) []byte      { return o.t.Piece(id) }
+func (o openAITokenizer) NewDecoder() openai.Decoder { return o.t.NewContinuationDecoder() }
+func (o openAITokenizer) NVocab() int                { return o.t.NVocab() }
+func (o openAITokenizer) ChatTemplate() string       { return o.template }
+
+func (o openAITokenizer) Specials() openai.Specials {
+	sp := openai.Specials{BOSID: o.t.BOS(), AddBOS: o.t.AddBOS() && o.t.BOS() != tokenizer.NoToken}
+	if o.t.BOS() != tokenizer.NoToken {
+		sp.BOS = o.t.Token(o.t.BOS())
+	}
+	if o.t.EOS() != tokenizer.NoToken {
+		sp.EOS = o.t.Token(o.t.EOS())
+	}
+	return sp
+}
+
+// schedSubmitter runs the endpoint's requests on a local scheduler.
+type schedSubmitter struct{ s *serve.Scheduler }
+
+func (s schedSubmitter) Capacity() int { return s.s.Capacity() }
+
+func (s schedSubmitter) Submit(ctx context.Context, req openai.Request) (openai.Stream, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	// openai.Sampling has sample.Params' fields: the conversion stops
+	// compiling when they part.
+	ch, err := s.s.Submit(ctx, serve.Request{Prompt: req.Prompt, MaxTokens: req.MaxTokens, Sampling: sample.Params(req.Sampling),
+		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs})
+	if err != nil {
+		cancel()
+		return nil, classifyServeError(err)
+	}
+	return &schedStream{ctx: ctx, cancel: cancel, ch: ch}, nil
+}
+
+// schedStream reads a scheduler's events.
+type schedStream struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	ch     <-chan serve.Event
+}
+
+var errNoFinalEvent = errors.New("the generation ended without a final event")
+
+func (s *schedStream) Cancel() { s.cancel() }
+
+func (s *schedStream) Next() (openai.Event, error) {
+	var ev serve.Event
+	var ok bool
+	select {
+	case ev, ok = <-s.ch:
+	case <-s.ctx.Done():
+		return openai.Event{}, s.ctx.Err()
+	}
+	if !ok {
+		return openai.Event{}, errNoFinalEvent
+	}
+	out := openai.Event{Token: ev.Token, Logprob: ev.Logprob, Done: ev.Done, Reason: ev.Reason, Generated: ev.Generated, Cached: ev.Cached}
+	if ev.Err != nil {
+		out.Err = classifyServeError(ev.Err)
+	}
+	for _, t := range ev.Top {
+		out.Top = append(out.Top, openai.Candidate{Token: t.Token, Logprob: t.Logprob})
+	}
+	return out, nil
+}
+
+// serveErrorClasses are the endpoint's classes of the scheduler's errors.
+var serveErrorClasses = []struct{ serve, class error }{
+	{serve.ErrQueueFull, openai.ErrQueueFull},
+	{serve.ErrTooLong, openai.ErrTooLong},
+	{serve.ErrBadInput, openai.ErrBadInput},
+	{serve.ErrClosed, openai.ErrClosed},
+}
+
+// classifyServeError gives a scheduler error the endpoint's class, keeping
+// its message.
+func classifyServeError(err error) error {
+	for _, c := range serveErrorClasses {
+		if errors.Is(err, c.serve) {
+			return classifiedError{err: err, class: c.class}
+		}
+	}
+	return err
+}
+
+type classifiedError struct{ err, class error }
+
+func (e classifiedError) Error() string   { return e.err.Error() }
+func (e classifiedError) Unwrap() []error { return []error{e.class, e.err} }

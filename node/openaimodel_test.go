@@ -1,0 +1,85 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"shoal/api/openai"
+	"shoal/engine/tokenizer"
+	"shoal/serve"
+)
+
+// TestServeErrorClasses: the scheduler's errors reach the endpoint in its
+// classes with their own messages; other errors pass unchanged.
+func TestServeErrorClasses(t *testing.T) {
+	for _, c := range serveErrorClasses {
+		err := classifyServeError(fmt.Errorf("%w: details", c.serve))
+		if !errors.Is(err, c.class) || !errors.Is(err, c.serve) || err.Error() != c.serve.Error()+": details" {
+			t.Errorf("%v became %v", c.serve, err)
+		}
+	}
+	other := errors.New("other")
+	if err := classifyServeError(other); err != other {
+		t.Errorf("other error became %v", err)
+	}
+}
+
+// TestSchedStream converts the scheduler's events, ends on a closed channel
+// and on the context.
+func TestSchedStream(t *testing.T) {
+	ch := make(chan serve.Event, 3)
+	ch <- serve.Event{Token: 7, Logprob: -0.5, Top: []serve.TokenLogprob{{Token: 7, Logprob: -0.5}, {Token: 9, Logprob: -2}}}
+	ch <- serve.Event{Done: true, Reason: "error", Err: serve.ErrClosed, Generated: 1, Cached: 16}
+	close(ch)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &schedStream{ctx: ctx, cancel: cancel, ch: ch}
+	ev, err := s.Next()
+	if err != nil || ev.Token != 7 || ev.Logprob != -0.5 || !slices.Equal(ev.Top, []openai.Candidate{{Token: 7, Logprob: -0.5}, {Token: 9, Logprob: -2}}) {
+		t.Fatalf("token event %+v %v", ev, err)
+	}
+	ev, err = s.Next()
+	if err != nil || !ev.Done || ev.Reason != "error" || !errors.Is(ev.Err, openai.ErrClosed) || ev.Generated != 1 || ev.Cached != 16 {
+		t.Fatalf("final event %+v %v", ev, err)
+	}
+	if _, err := s.Next(); !errors.Is(err, errNoFinalEvent) {
+		t.Fatalf("closed stream: %v", err)
+	}
+	s = &schedStream{ctx: ctx, cancel: cancel, ch: make(chan serve.Event)}
+	s.Cancel()
+	if _, err := s.Next(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled stream: %v", err)
+	}
+}
+
+// TestOpenAITokenizer checks the special tokens and prompt encoding the
+// endpoint sees.
+func TestOpenAITokenizer(t *testing.T) {
+	v, err := tokenizer.ByteLevelVocab(300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.New(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewOpenAIModel("m", "me", nil, tok, "{{ bos_token }}")
+	o := m.Tokenizer
+	if sp := o.Specials(); sp.BOS != "<|bos|>" || sp.EOS != "<|eos|>" || sp.BOSID != tok.BOS() || !sp.AddBOS {
+		t.Fatalf("specials %+v", sp)
+	}
+	if ids := o.Encode("<|bos|>hi", false); !slices.Equal(ids, tok.Encode("<|bos|>hi", false, true)) || ids[0] != tok.BOS() {
+		t.Fatalf("special-token text not parsed: %v", ids)
+	}
+	if ids := o.Encode("hi", true); ids[0] != tok.BOS() || o.Decode(ids[1:]) != "hi" || string(o.Piece(ids[1])) != "h" {
+		t.Fatalf("encode with BOS: %v", ids)
+	}
+	if o.ChatTemplate() != "{{ bos_token }}" || o.NVocab() != tok.NVocab() || m.Name != "m" || m.OwnedBy != "me" {
+		t.Fatalf("model %+v", m)
+	}
+	if schedulerOf(m) != nil || schedulerOf(&openai.Model{}) != nil {
+		t.Fatal("schedulerOf found a scheduler")
+	}
+}
