@@ -23,8 +23,8 @@ import (
 
 	"shoal/api/openai"
 	"shoal/coordinator"
-	"shoal/parallel"
 	"shoal/internal/zapio"
+	"shoal/parallel"
 	"shoal/transport"
 )
 
@@ -55,7 +55,7 @@ type Agent struct {
 	shards  shardSet
 
 	mb   *transport.Mailbox // the endpoint's activation mailbox
-	host *parallel.Host         // distributed members and the models this node drives
+	host *parallel.Host     // distributed members and the models this node drives
 	dist distState
 
 	models   *openai.StaticBackend // models this agent serves (the OpenAI endpoint's backend)

@@ -2,10 +2,8 @@ package node
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"sort"
@@ -18,11 +16,12 @@ import (
 	"shoal/api"
 	"shoal/api/openai"
 	"shoal/coordinator"
-	"shoal/parallel"
+	"shoal/engine/bench"
 	"shoal/engine/gguf"
 	"shoal/engine/kv"
 	"shoal/engine/model"
 	"shoal/engine/tokenizer"
+	"shoal/parallel"
 	"shoal/placement"
 	"shoal/serve"
 	"shoal/shard"
@@ -447,21 +446,9 @@ func (a *Agent) modelMeta(name string) (*gguf.File, error) {
 		if err != nil {
 			return nil, err
 		}
-		return parseHeaderOnly(hdr)
+		return gguf.ParseHeader(hdr)
 	}
 	return nil, fmt.Errorf("no shard of %s on this node", name)
-}
-
-// parseHeaderOnly parses the metadata of a GGUF header without its tensor
-// data: the tensor count is cleared, so the parser reads the key-value
-// pairs and no tensor table.
-func parseHeaderOnly(hdr []byte) (*gguf.File, error) {
-	if len(hdr) < 24 || string(hdr[:4]) != "GGUF" || binary.LittleEndian.Uint32(hdr[4:8]) < 2 {
-		return nil, errors.New("the shard's GGUF header is not a GGUF v2 or later header")
-	}
-	b := append([]byte(nil), hdr...)
-	binary.LittleEndian.PutUint64(b[8:16], 0)
-	return gguf.Parse(b)
 }
 
 // distRoute returns where model's driver runs, if it is planned.
@@ -614,7 +601,7 @@ func (a *Agent) ClusterBench(ctx context.Context, name string, req api.BenchRequ
 			stepped += st.Tokens
 			sent += st.Bytes()
 		}
-		mean, sd := meanSD(xs)
+		mean, sd := bench.MeanSD(xs)
 		row := api.BenchRow{Test: test, TokPerSec: mean, StdDev: sd, Samples: xs}
 		if mean > 0 {
 			row.MsPerToken = 1000 / mean
@@ -686,25 +673,6 @@ func (a *Agent) describeStages(ctx context.Context, p *placement.Plan) []string 
 		}
 	}
 	return out
-}
-
-func meanSD(xs []float64) (float64, float64) {
-	if len(xs) == 0 {
-		return 0, 0
-	}
-	var s float64
-	for _, x := range xs {
-		s += x
-	}
-	mean := s / float64(len(xs))
-	var v float64
-	for _, x := range xs {
-		v += (x - mean) * (x - mean)
-	}
-	if len(xs) > 1 {
-		v /= float64(len(xs) - 1)
-	}
-	return mean, math.Sqrt(v)
 }
 
 var _ api.ClusterRunner = (*Agent)(nil)

@@ -11,8 +11,8 @@ import (
 
 	"shoal/api"
 	"shoal/coordinator"
-	tc "shoal/node/nodetest"
 	"shoal/node"
+	tc "shoal/node/nodetest"
 	"shoal/transport"
 )
 

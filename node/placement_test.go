@@ -9,8 +9,8 @@ import (
 	"shoal/api"
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
-	tc "shoal/node/nodetest"
 	"shoal/node"
+	tc "shoal/node/nodetest"
 )
 
 // writeSpreadModel writes a 12-layer Q8_0 llama of about 29 MB.
