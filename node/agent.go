@@ -25,6 +25,7 @@ import (
 	"shoal/coordinator"
 	"shoal/internal/zapio"
 	"shoal/parallel"
+	"shoal/shard"
 	"shoal/transport"
 )
 
@@ -52,13 +53,13 @@ type Agent struct {
 
 	files   *fileRegistry // model files this node has and serves to peers
 	layouts signedLayouts
-	shards  shardSet
+	shards  *shard.Manager // the shards the plans give this node
 
-	mb   *transport.Mailbox // the endpoint's activation mailbox
-	host *parallel.Host     // distributed members and the models this node drives
-	dist distState
+	mb  *transport.Mailbox   // the endpoint's activation mailbox
+	par *parallel.Reconciler // members and drivers of the plans this node is in
 
 	models   *openai.StaticBackend // models this agent serves (the OpenAI endpoint's backend)
+	pub      *publisher            // puts the models this node drives into models
 	served   []*served
 	registry *prometheus.Registry
 	observer openai.Observer
@@ -104,7 +105,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		zap.String("quic", a.RPCAddr()), zap.String("gossip", a.GossipAddr()), zap.String("http", a.HTTPAddr()))
 	a.bg.Add(3)
 	go a.joinLoop()
-	go a.shardLoop()
+	go a.servingLoop()
 	go a.linkLoop()
 	return a, nil
 }
@@ -213,9 +214,6 @@ func (a *Agent) start() error {
 	// gets "unknown method" and retries.
 	a.rpc = transport.NewRPCServer(a.ep, transport.KindRPC, rpcTimeout)
 	a.mb = transport.NewMailbox(a.ep, transport.MailboxOptions{})
-	a.host = parallel.NewHost(a.ep, a.rpc, a.mb)
-	a.dist = distState{members: map[string]*distMember{}, drivers: map[string]*distDriver{}, routes: map[string]distRoute{},
-		logged: map[string]string{}, wake: make(chan struct{}, 1)}
 
 	// The HTTP listener comes first so its port can ride in gossip meta.
 	a.httpLn, err = net.Listen("tcp", net.JoinHostPort(orDefault(a.cfg.Bind, "0.0.0.0"), strconv.Itoa(a.cfg.HTTPPort)))
@@ -284,6 +282,7 @@ func (a *Agent) start() error {
 	transport.ServeWeights(a.ep, a.files, transport.WeightsOptions{})
 	transport.ServeProbe(a.ep, 0)
 	a.models = openai.NewStaticBackend()
+	a.startServing()
 	if err := a.setupMetrics(); err != nil {
 		return err
 	}

@@ -101,7 +101,6 @@ func (a *Agent) loadModels() error {
 
 // closeModels stops the schedulers (ending their requests) and unmaps files.
 func (a *Agent) closeModels() {
-	a.closeDist()
 	for _, s := range a.served {
 		s.sched.Close()
 		s.runner.Close()
@@ -177,18 +176,9 @@ func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	a := c.a
 	for _, s := range a.served {
-		st := s.sched.Stats()
-		n := s.cfg.name()
-		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(st.Waiting), n)
-		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(st.Running), n)
-		ch <- prometheus.MustNewConstMetric(descKVUsed, prometheus.GaugeValue, float64(st.KVBlocksUsed), n)
-		ch <- prometheus.MustNewConstMetric(descKVFree, prometheus.GaugeValue, float64(st.KVBlocksTotal-st.KVBlocksUsed), n)
-		ch <- prometheus.MustNewConstMetric(descBatch, prometheus.GaugeValue, float64(st.LastBatchTokens), n)
-		ch <- prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(st.Steps), n)
-		ch <- prometheus.MustNewConstMetric(descPreempt, prometheus.CounterValue, float64(st.Preemptions), n)
-		ch <- prometheus.MustNewConstMetric(descKVCached, prometheus.GaugeValue, float64(st.KVBlocksCached), n)
-		ch <- prometheus.MustNewConstMetric(descPrefixHit, prometheus.CounterValue, float64(st.CachedPromptTokens), n)
+		collectScheduler(ch, s.cfg.name(), s.sched)
 	}
+	a.pub.each(func(name string, sc *serve.Scheduler) { collectScheduler(ch, name, sc) })
 	leader, known := 0.0, 0.0
 	if a.srv != nil {
 		if a.srv.IsLeader() {
@@ -210,4 +200,18 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(alive), "alive")
 		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(len(a.ml.Members())-alive), "other")
 	}
+}
+
+// collectScheduler sends the state of the scheduler serving model n.
+func collectScheduler(ch chan<- prometheus.Metric, n string, sc *serve.Scheduler) {
+	st := sc.Stats()
+	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(st.Waiting), n)
+	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(st.Running), n)
+	ch <- prometheus.MustNewConstMetric(descKVUsed, prometheus.GaugeValue, float64(st.KVBlocksUsed), n)
+	ch <- prometheus.MustNewConstMetric(descKVFree, prometheus.GaugeValue, float64(st.KVBlocksTotal-st.KVBlocksUsed), n)
+	ch <- prometheus.MustNewConstMetric(descBatch, prometheus.GaugeValue, float64(st.LastBatchTokens), n)
+	ch <- prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(st.Steps), n)
+	ch <- prometheus.MustNewConstMetric(descPreempt, prometheus.CounterValue, float64(st.Preemptions), n)
+	ch <- prometheus.MustNewConstMetric(descKVCached, prometheus.GaugeValue, float64(st.KVBlocksCached), n)
+	ch <- prometheus.MustNewConstMetric(descPrefixHit, prometheus.CounterValue, float64(st.CachedPromptTokens), n)
 }

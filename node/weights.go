@@ -286,3 +286,22 @@ func fetchLayout(ctx context.Context, ep *transport.Endpoint, addr string, spec 
 	}
 	return l, nil
 }
+
+// LocalPath implements shard.LocalFiles.
+func (r *fileRegistry) LocalPath(sha string) (string, bool) {
+	lf, ok := r.get(sha)
+	if !ok {
+		return "", false
+	}
+	return lf.Path, true
+}
+
+// peers reaches the nodes with a model file over the endpoint: the
+// Weights.Layout RPC and the weights stream. It implements shard.Peers.
+type peers struct{ ep *transport.Endpoint }
+
+func (p peers) Layout(ctx context.Context, addr string, spec shard.ShardSpec) (*shard.Layout, error) {
+	return fetchLayout(ctx, p.ep, addr, spec, 0)
+}
+
+func (p peers) Ranges(addr string) shard.RangeFetcher { return &PeerFetcher{EP: p.ep, Addr: addr} }
