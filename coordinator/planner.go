@@ -142,7 +142,7 @@ func (s *Server) planModel(st *State, m *Model, old *Plan) error {
 			}
 		}
 	}
-	opts := placement.Options{Context: m.Ctx, Overhead: m.Overhead, Version: version, Strategy: placement.Strategy(m.Strategy)}
+	opts := placement.Options{Context: m.Ctx, Overhead: m.Overhead, Version: version, Strategy: placement.Strategy(m.Strategy), Pin: m.Pin}
 	profile := *m.Profile
 	profile.Name = m.Name
 	links := LinkMatrix(st)

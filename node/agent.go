@@ -60,7 +60,6 @@ type Agent struct {
 
 	models   *openai.StaticBackend // models this agent serves (the OpenAI endpoint's backend)
 	pub      *publisher            // puts the models this node drives into models
-	served   []*served
 	registry *prometheus.Registry
 	observer openai.Observer
 
@@ -97,13 +96,18 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		a.caps.MemTotal, a.caps.MemFree = min(a.caps.MemTotal, l), min(a.caps.MemFree, l)
 	}
 	a.files = openFileRegistry(cfg.DataDir, a.log)
+	local, err := a.localRequests()
+	if err != nil {
+		return nil, err
+	}
 	if err := a.start(); err != nil {
 		a.close(false)
 		return nil, err
 	}
 	a.log.Info("agent started", zap.String("id", a.id), zap.String("role", a.role),
 		zap.String("quic", a.RPCAddr()), zap.String("gossip", a.GossipAddr()), zap.String("http", a.HTTPAddr()))
-	a.bg.Add(3)
+	a.bg.Add(4)
+	go a.registerLocal(local)
 	go a.joinLoop()
 	go a.servingLoop()
 	go a.linkLoop()
@@ -225,9 +229,6 @@ func (a *Agent) start() error {
 		QUIC: a.ep.Addr().Port, HTTP: a.httpLn.Addr().(*net.TCPAddr).Port, Expect: a.cfg.BootstrapExpect,
 		Mem: a.caps.MemTotal, Free: a.caps.MemFree, Cores: a.caps.Cores, GFLOPS: a.caps.GFLOPS, GBps: a.caps.MemGBps, Accel: a.caps.Accel,
 	}
-	for _, mc := range a.cfg.Models {
-		m.Models = append(m.Models, mc.name())
-	}
 	mb, err := m.encode()
 	if err != nil {
 		return err
@@ -284,9 +285,6 @@ func (a *Agent) start() error {
 	a.models = openai.NewStaticBackend()
 	a.startServing()
 	if err := a.setupMetrics(); err != nil {
-		return err
-	}
-	if err := a.loadModels(); err != nil {
 		return err
 	}
 	a.http = &http.Server{Handler: a.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
@@ -359,7 +357,9 @@ func (a *Agent) close(graceful bool) {
 		} else if a.httpLn != nil {
 			_ = a.httpLn.Close()
 		}
-		a.closeModels()
+		if a.par != nil {
+			a.par.Close() // the drivers end their requests before the endpoint closes
+		}
 		if a.srv != nil {
 			if err := a.srv.Shutdown(); err != nil {
 				a.log.Warn("raft shutdown", zap.Error(err))

@@ -9,7 +9,6 @@ import (
 	"shoal/api"
 	"shoal/api/openai"
 	"shoal/coordinator"
-	"shoal/engine/gguf"
 	"shoal/engine/tokenizer"
 	"shoal/parallel"
 	"shoal/serve"
@@ -37,31 +36,33 @@ const (
 type distRoute = parallel.Route
 
 // publisher serves the models this node drives on the OpenAI endpoint:
-// a scheduler over the driver's engine, the tokenizer and chat template of
-// the model's metadata. It implements parallel.Publisher.
+// a scheduler over the driver's engine or local runner, the tokenizer and
+// chat template of the model's metadata. It implements parallel.Publisher.
 type publisher struct {
-	models *openai.StaticBackend
-	owner  string // this node's name
+	models  *openai.StaticBackend
+	owner   string // this node's name
+	options func(name string, local bool) serve.Options
 
 	mu     sync.Mutex
 	scheds map[string]*serve.Scheduler // by model
 }
 
-func newPublisher(models *openai.StaticBackend, owner string) *publisher {
-	return &publisher{models: models, owner: owner, scheds: map[string]*serve.Scheduler{}}
-}
-
 // Publish implements parallel.Publisher.
-func (p *publisher) Publish(name string, e *parallel.Engine, meta *gguf.File) error {
-	tok, err := tokenizer.FromGGUF(meta)
+func (p *publisher) Publish(name string, s parallel.Servable) error {
+	tok, err := tokenizer.FromGGUF(s.Meta)
 	if err != nil {
 		return fmt.Errorf("tokenizer: %w", err)
 	}
-	sc, err := serve.NewEngine(e, tok.IsEOG, serve.Options{MaxTokens: distMaxTokens})
+	var sc *serve.Scheduler
+	if s.Runner != nil {
+		sc, err = serve.New(s.Runner, tok.IsEOG, p.options(name, true))
+	} else {
+		sc, err = serve.NewEngine(s.Engine, tok.IsEOG, p.options(name, false))
+	}
 	if err != nil {
 		return err
 	}
-	tpl, _ := meta.String("tokenizer.chat_template")
+	tpl, _ := s.Meta.String("tokenizer.chat_template")
 	p.mu.Lock()
 	p.scheds[name] = sc
 	p.mu.Unlock()
@@ -70,7 +71,7 @@ func (p *publisher) Publish(name string, e *parallel.Engine, meta *gguf.File) er
 }
 
 // Withdraw implements parallel.Publisher.
-func (p *publisher) Withdraw(name string, _ *parallel.Engine) {
+func (p *publisher) Withdraw(name string) {
 	p.mu.Lock()
 	sc := p.scheds[name]
 	delete(p.scheds, name)

@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"sort"
 	"time"
 
 	"go.uber.org/zap"
@@ -24,7 +22,7 @@ const forwardedHeader = "X-Shoal-Forwarded-By"
 // go to the local handler, which refuses them with 413.
 const maxForwardBody = 4 << 20
 
-// peerModel is a model served whole by another alive agent.
+// peerModel is a model another agent drives.
 type peerModel struct {
 	Model    string
 	NodeID   string
@@ -32,38 +30,9 @@ type peerModel struct {
 	HTTPAddr string
 }
 
-// remoteModels lists the models alive peers announce in gossip.
-func (a *Agent) remoteModels() []peerModel {
-	if a.ml == nil {
-		return nil
-	}
-	var out []peerModel
-	for _, n := range a.ml.Members() {
-		if n.Name == a.id {
-			continue
-		}
-		var m meta
-		if json.Unmarshal(n.Meta, &m) != nil || m.HTTP == 0 {
-			continue
-		}
-		mb := memberOf(n, "")
-		for _, name := range m.Models {
-			out = append(out, peerModel{Model: name, NodeID: n.Name, NodeName: m.Name, HTTPAddr: mb.HTTPAddr})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Model != out[j].Model {
-			return out[i].Model < out[j].Model
-		}
-		return out[i].NodeID < out[j].NodeID
-	})
-	return out
-}
-
 // forwarding wraps the OpenAI handler: a completion for a model this agent
-// does not serve goes to an agent that does (chosen by a hash of the
-// request, so load spreads over replicas), streaming passed through as it
-// comes; /v1/models lists the models of the whole cluster.
+// does not serve goes to the agent that drives it, streaming passed
+// through as it comes; /v1/models lists the models of the whole cluster.
 func (a *Agent) forwarding(local http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
@@ -85,14 +54,6 @@ func (a *Agent) forwarding(local http.Handler) http.Handler {
 						a.toDistDriver(w, r, rt, local)
 						return
 					}
-					if forwarded {
-						local.ServeHTTP(w, r)
-						return
-					}
-					if p, ok := a.pickPeer(probe.Model, body); ok {
-						a.proxy(w, r, p)
-						return
-					}
 				}
 			}
 			local.ServeHTTP(w, r)
@@ -102,22 +63,6 @@ func (a *Agent) forwarding(local http.Handler) http.Handler {
 			local.ServeHTTP(w, r)
 		}
 	})
-}
-
-func (a *Agent) pickPeer(model string, body []byte) (peerModel, bool) {
-	var cands []peerModel
-	for _, p := range a.remoteModels() {
-		if p.Model == model {
-			cands = append(cands, p)
-		}
-	}
-	if len(cands) == 0 {
-		return peerModel{}, false
-	}
-	h := fnv.New32a()
-	h.Write(body)
-	h.Write([]byte(time.Now().Format(time.RFC3339Nano)))
-	return cands[int(h.Sum32()%uint32(len(cands)))], true
 }
 
 func (a *Agent) proxy(w http.ResponseWriter, r *http.Request, p peerModel) {
@@ -156,9 +101,10 @@ const driverStartWait = 15 * time.Second
 
 // toDistDriver forwards a completion for a model spread over the cluster
 // to the agent that drives it, serves it here once this agent's driver is
-// up, or says why it cannot run yet.
+// up (waiting also when another agent, whose view is ahead, forwarded it),
+// or says why it cannot run yet.
 func (a *Agent) toDistDriver(w http.ResponseWriter, r *http.Request, rt distRoute, local http.Handler) {
-	if rt.Node == a.id && rt.Ready && a.awaitDriver(r, rt.Model) {
+	if rt.Node == a.id && (rt.Ready || r.Header.Get(forwardedHeader) != "") && a.awaitDriver(r, rt.Model) {
 		local.ServeHTTP(w, r)
 		return
 	}
@@ -237,13 +183,6 @@ func (a *Agent) listClusterModels(w http.ResponseWriter, r *http.Request, local 
 		}
 		seen[rt.Model] = true
 		list.Data = append(list.Data, map[string]any{"id": rt.Model, "object": "model", "created": 0, "owned_by": rt.NodeName, "shoal.served_by": rt.NodeName})
-	}
-	for _, p := range a.remoteModels() {
-		if seen[p.Model] {
-			continue
-		}
-		seen[p.Model] = true
-		list.Data = append(list.Data, map[string]any{"id": p.Model, "object": "model", "created": 0, "owned_by": p.NodeName, "shoal.served_by": p.NodeName})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(list)

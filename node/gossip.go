@@ -28,9 +28,6 @@ type meta struct {
 	GFLOPS  float64 `json:"g"`
 	GBps    float64 `json:"b"`
 	Accel   string  `json:"a,omitempty"`
-	// Models are the names of the models this node serves whole; any agent
-	// forwards OpenAI requests for them here.
-	Models []string `json:"m,omitempty"`
 }
 
 func (m *meta) encode() ([]byte, error) {

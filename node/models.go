@@ -52,7 +52,7 @@ func (a *Agent) LoadModel(ctx context.Context, req api.LoadModelRequest) (*api.M
 			return &out, nil
 		}
 	}
-	m, err := a.registerModel(ctx, req)
+	m, err := a.registerModel(ctx, req, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +60,9 @@ func (a *Agent) LoadModel(ctx context.Context, req api.LoadModelRequest) (*api.M
 	return &info, nil
 }
 
-func (a *Agent) registerModel(ctx context.Context, req api.LoadModelRequest) (*coordinator.Model, error) {
+// registerModel registers the file req.Path of this node; pin, when set,
+// is the exact set of nodes the model's plan may use.
+func (a *Agent) registerModel(ctx context.Context, req api.LoadModelRequest, pin []string) (*coordinator.Model, error) {
 	path := req.Path
 	if !filepath.IsAbs(path) {
 		return nil, badRequest("model path %q is not absolute: give the full path on node %s", path, a.cfg.Name)
@@ -105,6 +107,7 @@ func (a *Agent) registerModel(ctx context.Context, req api.LoadModelRequest) (*c
 	m := coordinator.Model{
 		Name: name, Source: path, Layers: prof.NLayer, Bytes: uint64(st.Size()), CreatedAt: time.Now().UTC(),
 		SourceNode: a.id, Ctx: req.Ctx, Overhead: req.Overhead, Strategy: req.Strategy, Profile: &prof, Status: coordinator.ModelHashing,
+		Pin: pin,
 	}
 	if sha, ok := a.files.lookupPath(path, st); ok {
 		m.Digest, m.Status = sha, ""

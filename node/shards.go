@@ -7,6 +7,7 @@ import (
 
 	"shoal/coordinator"
 	"shoal/parallel"
+	"shoal/serve"
 	"shoal/shard"
 )
 
@@ -18,7 +19,7 @@ const ShardsDir = "shards"
 // shard's member before unmapping it; the reconciler runs members on the
 // manager's ready shards and publishes the models it drives.
 func (a *Agent) startServing() {
-	a.pub = newPublisher(a.models, a.cfg.Name)
+	a.pub = &publisher{models: a.models, owner: a.cfg.Name, options: a.serveOptions, scheds: map[string]*serve.Scheduler{}}
 	a.shards = shard.NewManager(shard.ManagerConfig{
 		Dir: filepath.Join(a.cfg.DataDir, ShardsDir), Files: a.files, Peers: peers{a.ep},
 		Report: a.reportShards, Log: a.log,

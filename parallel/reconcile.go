@@ -13,6 +13,7 @@ import (
 
 	"shoal/engine/gguf"
 	"shoal/engine/kv"
+	"shoal/engine/model"
 	"shoal/placement"
 	"shoal/shard"
 	"shoal/transport"
@@ -60,6 +61,9 @@ type PlannedModel struct {
 	Status string
 	// DriverHTTP is the HTTP address of the node that drives the plan.
 	DriverHTTP string
+	// Threads overrides the reconciler's worker threads for this model's
+	// members and local runner (0: the reconciler's).
+	Threads int
 }
 
 // ShardSource is what the node holds: shards ready to run and the model's
@@ -69,12 +73,22 @@ type ShardSource interface {
 	Meta(model string) (*gguf.File, error)
 }
 
-// Publisher serves a model whose driver runs here: Publish makes e (the
-// model's metadata in meta, valid until Withdraw) servable under name;
-// Withdraw stops serving it, ending requests in flight with an error.
+// Publisher serves a model whose driver runs here: Publish makes s
+// servable under name; Withdraw stops serving it, ending requests in
+// flight with an error.
 type Publisher interface {
-	Publish(name string, e *Engine, meta *gguf.File) error
-	Withdraw(name string, e *Engine)
+	Publish(name string, s Servable) error
+	Withdraw(name string)
+}
+
+// Servable is a model a driver publishes: a session over its plan wrapped
+// in an Engine or, when the plan is this node alone with every layer, a
+// local Runner over the node's shard (no session, no step over the
+// endpoint), and the model's metadata (tokenizer, chat template).
+type Servable struct {
+	Engine *Engine
+	Runner *model.Runner
+	Meta   *gguf.File
 }
 
 // Route says which node drives a planned model.
@@ -265,7 +279,7 @@ func (r *Reconciler) reconcileMembers(planned map[string]*PlannedModel) {
 			continue
 		}
 		m, err := r.cfg.Host.AddMember(MemberConfig{Plan: pm.Plan, Node: r.cfg.Node, Addrs: pm.Addrs, Spec: s.Spec,
-			Model: mdl, Threads: r.cfg.Threads, CacheTokens: CacheTokens(&pm.Plan)})
+			Model: mdl, Threads: r.threads(pm), CacheTokens: CacheTokens(&pm.Plan)})
 		if err != nil {
 			r.log.Warn("shard cannot join its plan", zap.String("model", s.Model), zap.Uint64("version", s.Version), zap.Error(err))
 			continue
@@ -357,6 +371,8 @@ type driver struct {
 	cluster *Cluster
 	sess    *Session
 	eng     *Engine
+	runner  *model.Runner // a plan of this node alone
+	pub     bool          // published
 
 	run sync.Mutex // one logits or benchmark run at a time
 
@@ -391,32 +407,84 @@ func (r *Reconciler) startDriver(pm *PlannedModel) (*driver, error) {
 			r.stopDriver(d)
 		}
 	}()
-	if d.cluster, err = r.cfg.Host.NewCluster(d.plan, d.addrs, Options{Timeout: r.cfg.StepTimeout}); err != nil {
+	if sh := r.wholeShard(pm); sh != nil {
+		if err := d.startLocal(sh, r.threads(pm)); err != nil {
+			return nil, err
+		}
+	} else if err := r.startSession(d); err != nil {
 		return nil, err
+	}
+	if err := r.cfg.Publisher.Publish(d.name, Servable{Engine: d.eng, Runner: d.runner, Meta: meta}); err != nil {
+		return nil, err
+	}
+	d.pub = true
+	ok = true
+	r.log.Info("serving model", zap.String("model", d.name), zap.Uint64("version", d.version),
+		zap.String("strategy", d.plan.Strategy), zap.Int("nodes", len(d.addrs)), zap.Bool("local", d.runner != nil), zap.Int("ctx", d.ctx),
+		zap.Float64("predicted_ms_per_token", d.plan.Cost.MsPerToken))
+	return d, nil
+}
+
+// startSession opens a session over d's plan and wraps it in an Engine
+// whose failed steps fail d and wake the owner.
+func (r *Reconciler) startSession(d *driver) error {
+	var err error
+	if d.cluster, err = r.cfg.Host.NewCluster(d.plan, d.addrs, Options{Timeout: r.cfg.StepTimeout}); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	d.sess, err = d.cluster.Open(ctx)
 	cancel()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if d.eng, err = NewEngine(d.sess, d.ctx, 0); err != nil {
-		return nil, err
+		return err
 	}
 	d.eng.onFail = func(err error) error {
 		d.fail(err)
 		r.wakeUp()
 		return fmt.Errorf("model %s runs across nodes and a step failed (it is served again once every node of its plan answers, or the cluster has re-planned): %w", d.name, err)
 	}
-	if err := r.cfg.Publisher.Publish(d.name, d.eng, meta); err != nil {
-		d.eng = nil // not published
-		return nil, err
+	return nil
+}
+
+// wholeShard returns the ready shard of pm's plan when the plan is this
+// node alone holding every layer (TP size 1), else nil.
+func (r *Reconciler) wholeShard(pm *PlannedModel) *shard.Shard {
+	if len(pm.Addrs) > 1 || len(pm.Plan.Pools) != 1 || len(pm.Plan.Pools[0].Stages) != 1 {
+		return nil
 	}
-	ok = true
-	r.log.Info("serving distributed model", zap.String("model", d.name), zap.Uint64("version", d.version),
-		zap.String("strategy", d.plan.Strategy), zap.Int("nodes", len(d.addrs)), zap.Int("ctx", d.ctx),
-		zap.Float64("predicted_ms_per_token", d.plan.Cost.MsPerToken))
-	return d, nil
+	st := pm.Plan.Pools[0].Stages[0]
+	if len(st.Members) != 1 || st.Members[0].Node != r.cfg.Node || st.Members[0].TPSize > 1 {
+		return nil
+	}
+	for _, s := range r.cfg.Shards.Ready() {
+		if s.Model == pm.Name && s.Version == pm.Plan.Version && s.Spec.Lo == 0 && s.Spec.Hi == st.Hi && st.Lo == 0 {
+			return s.Shard
+		}
+	}
+	return nil
+}
+
+// startLocal runs d's model on a local runner over the node's shard.
+func (d *driver) startLocal(sh *shard.Shard, threads int) error {
+	mdl, err := sh.Model()
+	if err != nil {
+		return err
+	}
+	if st := d.plan.Pools[0].Stages[0]; st.Hi != mdl.NLayer {
+		return fmt.Errorf("parallel: a one-node plan of layers [%d,%d) of a %d-layer model", st.Lo, st.Hi, mdl.NLayer)
+	}
+	d.runner, err = model.NewRunner(mdl, model.Options{Threads: threads, CacheTokens: d.ctx})
+	return err
+}
+
+func (r *Reconciler) threads(pm *PlannedModel) int {
+	if pm.Threads > 0 {
+		return pm.Threads
+	}
+	return r.cfg.Threads
 }
 
 // stopDriver stops serving d's model: requests in flight end with an
@@ -427,8 +495,11 @@ func (r *Reconciler) stopDriver(d *driver) {
 		delete(r.drivers, d.name)
 	}
 	r.mu.Unlock()
-	if d.eng != nil {
-		r.cfg.Publisher.Withdraw(d.name, d.eng)
+	if d.pub {
+		r.cfg.Publisher.Withdraw(d.name)
+	}
+	if d.runner != nil {
+		d.runner.Close()
 	}
 	if d.sess != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

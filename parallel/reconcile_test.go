@@ -9,6 +9,7 @@ import (
 
 	"shoal/engine/gguf"
 	"shoal/engine/model"
+	"shoal/placement"
 	"shoal/shard"
 	"shoal/transport"
 )
@@ -25,31 +26,96 @@ func (s *testShards) Meta(string) (*gguf.File, error) { return gguf.Open(s.path)
 // testPublisher records what a reconciler publishes.
 type testPublisher struct {
 	mu   sync.Mutex
-	live map[string]*Engine
+	live map[string]Servable
 	log  []string
 }
 
-func (p *testPublisher) Publish(name string, e *Engine, _ *gguf.File) error {
+func (p *testPublisher) Publish(name string, s Servable) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.live[name] = e
+	p.live[name] = s
 	p.log = append(p.log, "publish "+name)
 	return nil
 }
 
-func (p *testPublisher) Withdraw(name string, e *Engine) {
+func (p *testPublisher) Withdraw(name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.live[name] == e {
-		delete(p.live, name)
-	}
+	delete(p.live, name)
 	p.log = append(p.log, "withdraw "+name)
 }
 
-func (p *testPublisher) engine(name string) *Engine {
+func (p *testPublisher) get(name string) (Servable, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.live[name]
+	s, ok := p.live[name]
+	return s, ok
+}
+
+// reconcilers starts a reconciler per node of plan (named n0, n1, ...),
+// each holding its shards of the model at path, and reconciles them all
+// with the plan of model "m" twice (members first, then the driver).
+func reconcilers(t *testing.T, path string, plan placement.Plan, nodes ...string) ([]*Reconciler, []*transport.Endpoint, []*testPublisher, View) {
+	view := View{Models: []PlannedModel{{Name: "m", Plan: plan, Addrs: map[string]string{}, Names: map[string]string{},
+		Ready: true, Status: "ready", DriverHTTP: "127.0.0.1:1"}}}
+	var eps []*transport.Endpoint
+	var recs []*Reconciler
+	var pubs []*testPublisher
+	for _, n := range nodes {
+		ep := listen(t, n)
+		eps = append(eps, ep)
+		view.Models[0].Addrs[n], view.Models[0].Names[n] = ep.Addr().String(), "node-"+n[1:]
+		src := &testShards{path: path}
+		for _, spec := range shard.SpecsFor(plan, n, "") {
+			sh, err := shard.Open(path, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { sh.Close() })
+			src.ready = append(src.ready, shard.Ready{Key: fmt.Sprint(n, spec.Lo), Model: "m", Version: plan.Version, Spec: spec, Shard: sh})
+		}
+		pub := &testPublisher{live: map[string]Servable{}}
+		pubs = append(pubs, pub)
+		recs = append(recs, NewReconciler(ReconcilerConfig{Host: NewHost(ep, nil, nil), Node: n, Shards: src, Publisher: pub,
+			Threads: 1, StepTimeout: 3 * time.Second}))
+	}
+	t.Cleanup(func() {
+		for i := range recs {
+			recs[i].Close()
+			eps[i].Close()
+		}
+	})
+	for range 2 {
+		for _, r := range recs {
+			r.Reconcile(view)
+		}
+	}
+	return recs, eps, pubs, view
+}
+
+// A plan of one node holding every layer is published as a local runner;
+// cluster logits still run through a session and match a single node's.
+func TestReconcilerOneNode(t *testing.T) {
+	ref, path := openRef(t, "llama-q8_0")
+	plan := makePlan(&ref.Config, "m", []testStage{{0, ref.Config.NLayer, []part{{}}}})
+	plan.Context = 64
+	recs, _, pubs, _ := reconcilers(t, path, plan, "n0")
+	pub, ok := pubs[0].get("m")
+	if !ok || pub.Runner == nil || pub.Engine != nil || pub.Meta == nil {
+		t.Fatalf("published %+v %v, want a local runner", pub, ok)
+	}
+	toks := []int32{1, 450, 4996}
+	l, err := recs[0].Logits(context.Background(), "m", toks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, desc, err := diff(singleNode(t, ref, 0, toks, nil), l.Data, ref.NVocab, false); err != nil {
+		t.Errorf("logits: %s %v", desc, err)
+	}
+	recs[0].Reconcile(View{})
+	if _, ok := pubs[0].get("m"); ok || len(recs[0].Routes()) != 0 {
+		t.Error("a model no longer planned is still published or routed")
+	}
 }
 
 // A two-stage plan through two reconcilers: the node of stage 0 drives
@@ -61,41 +127,10 @@ func TestReconcilerServesAPlan(t *testing.T) {
 	ref, path := openRef(t, "llama-q8_0")
 	plan := testPlans(&ref.Config, "m")[0].plan // pp2: n0, n1
 	plan.Version, plan.Context = 3, 64
-	nodes := []string{"n0", "n1"}
-	view := View{Models: []PlannedModel{{Name: "m", Plan: plan, Addrs: map[string]string{}, Names: map[string]string{"n0": "node-0", "n1": "node-1"},
-		Ready: true, Status: "ready", DriverHTTP: "127.0.0.1:1"}}}
-	var eps []*transport.Endpoint
-	var recs []*Reconciler
-	pubs := []*testPublisher{{live: map[string]*Engine{}}, {live: map[string]*Engine{}}}
-	for i, n := range nodes {
-		ep := listen(t, n)
-		eps = append(eps, ep)
-		view.Models[0].Addrs[n] = ep.Addr().String()
-		src := &testShards{path: path}
-		for _, spec := range shard.SpecsFor(plan, n, "") {
-			sh, err := shard.Open(path, spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { sh.Close() })
-			src.ready = append(src.ready, shard.Ready{Key: fmt.Sprint(n, spec.Lo), Model: "m", Version: plan.Version, Spec: spec, Shard: sh})
-		}
-		recs = append(recs, NewReconciler(ReconcilerConfig{Host: NewHost(ep, nil, nil), Node: n, Shards: src, Publisher: pubs[i],
-			Threads: 1, StepTimeout: 3 * time.Second}))
-	}
-	t.Cleanup(func() {
-		for i := range recs {
-			recs[i].Close()
-			eps[i].Close()
-		}
-	})
-	for _, r := range recs {
-		r.Reconcile(view)
-	}
-	// Members first on every node, then the driver opens its session.
-	recs[0].Reconcile(view)
-	eng := pubs[0].engine("m")
-	if eng == nil || pubs[1].engine("m") != nil {
+	recs, eps, pubs, view := reconcilers(t, path, plan, "n0", "n1")
+	pub, ok := pubs[0].get("m")
+	eng := pub.Engine
+	if _, other := pubs[1].get("m"); !ok || eng == nil || pub.Runner != nil || other {
 		t.Fatalf("published on n0: %v, on n1: %v; want the model on the driver only", pubs[0].log, pubs[1].log)
 	}
 	rt, ok := recs[1].Route("m")
@@ -152,7 +187,7 @@ func TestReconcilerServesAPlan(t *testing.T) {
 		t.Fatal("a failed step did not wake the reconciler's owner")
 	}
 	recs[0].Reconcile(view)
-	if pubs[0].engine("m") == eng {
+	if _, ok := pubs[0].get("m"); ok {
 		t.Errorf("the failed driver is still published: %v", pubs[0].log)
 	}
 	if _, err := recs[0].Logits(ctx, "m", toks); transport.StatusOf(err) != 503 {
