@@ -111,6 +111,9 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	go a.joinLoop()
 	go a.servingLoop()
 	go a.linkLoop()
+	if cfg.BootstrapExpect == 1 {
+		a.awaitLocal(ctx, 30*time.Second)
+	}
 	return a, nil
 }
 

@@ -235,3 +235,29 @@ func collectScheduler(ch chan<- prometheus.Metric, n string, sc *serve.Scheduler
 	ch <- prometheus.MustNewConstMetric(descKVCached, prometheus.GaugeValue, float64(st.KVBlocksCached), n)
 	ch <- prometheus.MustNewConstMetric(descPrefixHit, prometheus.CounterValue, float64(st.CachedPromptTokens), n)
 }
+
+// awaitLocal waits up to d until every --model model is served. Start
+// calls it when this agent forms a cluster on its own (bootstrap-expect
+// 1): the leader is this agent, which plans the models at once, so Start
+// returns serving them as an agent that serves a file should.
+func (a *Agent) awaitLocal(ctx context.Context, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for _, mc := range a.cfg.Models {
+		for {
+			if _, ok := a.models.Model(mc.name()); ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				a.log.Warn("--model is not served yet; see 'shoal model ls'", zap.String("model", mc.name()))
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+}
