@@ -95,8 +95,9 @@ func (p *publisher) each(f func(name string, sc *serve.Scheduler)) {
 }
 
 // planView is the reconciler's view of the state: every planned model,
-// the addresses and names of its nodes, and whether its shards are ready.
-func (a *Agent) planView(st *coordinator.State) parallel.View {
+// the addresses and names of its nodes, and whether its shards are ready
+// (info is the model's status as the admin API reports it).
+func planView(st *coordinator.State, info func(*coordinator.State, *coordinator.Model) api.ModelInfo) parallel.View {
 	var v parallel.View
 	for name, m := range st.Models {
 		p := st.Plans[name]
@@ -117,7 +118,7 @@ func (a *Agent) planView(st *coordinator.State) parallel.View {
 				}
 			}
 		}
-		mi := a.modelInfo(st, m)
+		mi := info(st, m)
 		pm.Ready, pm.Status = mi.Status == "ready", mi.Status
 		if mi.Reason != "" {
 			pm.Status += ": " + mi.Reason

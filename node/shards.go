@@ -43,8 +43,8 @@ func (a *Agent) servingLoop() {
 			changed = a.srv.FSM().Changed()
 		}
 		if st := a.servingState(); st != nil {
-			a.shards.Reconcile(a.wantedShards(st))
-			a.par.Reconcile(a.planView(st))
+			a.shards.Reconcile(wantedShards(st, a.id))
+			a.par.Reconcile(planView(st, a.modelInfo))
 		}
 		select {
 		case <-a.done:
@@ -73,8 +73,8 @@ func (a *Agent) servingState() *coordinator.State {
 	return st
 }
 
-// wantedShards lists the shards the committed plans give this node.
-func (a *Agent) wantedShards(st *coordinator.State) []shard.Want {
+// wantedShards lists the shards the committed plans give node.
+func wantedShards(st *coordinator.State, node string) []shard.Want {
 	var out []shard.Want
 	for name, m := range st.Models {
 		p := st.Plans[name]
@@ -88,7 +88,7 @@ func (a *Agent) wantedShards(st *coordinator.State) []shard.Want {
 				src.Down = string(n.Status)
 			}
 		}
-		for _, spec := range shard.SpecsFor(*p.Placement, a.id, m.Digest) {
+		for _, spec := range shard.SpecsFor(*p.Placement, node, m.Digest) {
 			out = append(out, shard.Want{Model: name, Spec: spec, Version: p.Version, Source: src})
 		}
 	}
