@@ -95,9 +95,10 @@ func (p *publisher) each(f func(name string, sc *serve.Scheduler)) {
 }
 
 // planView is the reconciler's view of the state: every planned model,
-// the addresses and names of its nodes, and whether its shards are ready
-// (info is the model's status as the admin API reports it).
-func planView(st *coordinator.State, info func(*coordinator.State, *coordinator.Model) api.ModelInfo) parallel.View {
+// the addresses and names of its nodes, whether its shards are ready (info
+// is the model's status as the admin API reports it) and, for a --model
+// of this node (local), its worker threads.
+func planView(st *coordinator.State, info func(*coordinator.State, *coordinator.Model) api.ModelInfo, local func(string) (ModelConfig, bool)) parallel.View {
 	var v parallel.View
 	for name, m := range st.Models {
 		p := st.Plans[name]
@@ -122,6 +123,9 @@ func planView(st *coordinator.State, info func(*coordinator.State, *coordinator.
 		pm.Ready, pm.Status = mi.Status == "ready", mi.Status
 		if mi.Reason != "" {
 			pm.Status += ": " + mi.Reason
+		}
+		if mc, ok := local(name); ok {
+			pm.Threads = mc.Threads
 		}
 		if n := st.Nodes[parallel.DriverOf(p.Placement)]; n != nil {
 			pm.DriverHTTP = n.HTTPAddr

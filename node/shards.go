@@ -44,7 +44,7 @@ func (a *Agent) servingLoop() {
 		}
 		if st := a.servingState(); st != nil {
 			a.shards.Reconcile(wantedShards(st, a.id))
-			a.par.Reconcile(planView(st, a.modelInfo))
+			a.par.Reconcile(planView(st, a.modelInfo, a.localModel))
 		}
 		select {
 		case <-a.done:
