@@ -48,7 +48,6 @@ type Agent struct {
 	layouts signedLayouts
 	shards  *shard.Manager // the shards the plans give this node
 
-	mb  *transport.Mailbox   // the endpoint's activation mailbox
 	par *parallel.Reconciler // members and drivers of the plans this node is in
 
 	models   *openai.StaticBackend // models this agent serves (the OpenAI endpoint's backend)
@@ -123,7 +122,6 @@ func (a *Agent) start() error {
 	// they are registered below, once both exist; a peer calling earlier
 	// gets "unknown method" and retries.
 	a.rpc = transport.NewRPCServer(a.ep, transport.KindRPC, rpcTimeout)
-	a.mb = transport.NewMailbox(a.ep, transport.MailboxOptions{})
 
 	// The HTTP listener comes first so its port can ride in gossip meta.
 	a.httpLn, err = net.Listen("tcp", net.JoinHostPort(orDefault(a.cfg.Bind, "0.0.0.0"), strconv.Itoa(a.cfg.HTTPPort)))

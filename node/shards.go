@@ -9,6 +9,7 @@ import (
 	"shoal/parallel"
 	"shoal/serve"
 	"shoal/shard"
+	"shoal/transport"
 )
 
 // ShardsDir is where assembled shard files live, below the data dir.
@@ -26,7 +27,7 @@ func (a *Agent) startServing() {
 		BeforeRelease: func(key string) { a.par.DropMember(key) },
 	})
 	a.par = parallel.NewReconciler(parallel.ReconcilerConfig{
-		Host: parallel.NewHost(a.ep, a.rpc, a.mb), Node: a.id, Shards: a.shards, Publisher: a.pub,
+		Host: parallel.NewHost(a.ep, a.rpc, transport.NewMailbox(a.ep, transport.MailboxOptions{})), Node: a.id, Shards: a.shards, Publisher: a.pub,
 		Threads: a.cfg.Threads, StepTimeout: a.cfg.Tuning.DistStep.or(30 * time.Second), Log: a.log,
 	})
 }
