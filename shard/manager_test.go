@@ -86,7 +86,7 @@ func TestManager(t *testing.T) {
 	spec := tpSpec(m.sha)
 	src := Peer{ID: "src-id", Name: "src", Addr: "127.0.0.1:1"}
 	local.Reconcile([]Want{{Model: "local", Spec: spec, Version: 1}})
-	waitFor(t, "the local shard", func() bool { return len(local.Ready()) == 1 })
+	waitFor(t, "the local shard", func() bool { return len(local.Ready()) == 1 && rep.get("local").State == StateReady })
 	if s := rep.get("local"); s.State != StateReady || s.Source != "local" || s.Done != s.Bytes || s.Lo != 1 || s.Hi != 3 {
 		t.Errorf("local report %+v", s)
 	}
@@ -105,6 +105,7 @@ func TestManager(t *testing.T) {
 	for end := time.Now().Add(10 * time.Second); len(mgr.Ready()) == 0 && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		mgr.Reconcile([]Want{{Model: "dense", Spec: spec, Version: 2, Source: src}}) // retried once the back-off passed
 	}
+	waitFor(t, "the ready report", func() bool { return rep.get("dense").State == StateReady })
 	rd := mgr.Ready()
 	if len(rd) != 1 || rd[0].Key != Key(spec) || rd[0].Version != 2 || rd[0].Model != "dense" {
 		t.Fatalf("ready %+v", rd)
