@@ -100,6 +100,9 @@ type Model struct {
 	// Strategy forces the planner's strategy (placement.Pipeline or
 	// placement.Tensor); empty lets it choose.
 	Strategy string `json:"strategy,omitempty"`
+	// Pin, when set, is the exact set of nodes the plan uses: a model
+	// given to an agent with --model is pinned to that agent's node.
+	Pin []string `json:"pin,omitempty"`
 	// Profile is what the planner needs of the file (shapes, bytes and
 	// FLOPs per layer), taken by the source node from its GGUF header.
 	Profile *placement.ModelProfile `json:"profile,omitempty"`

@@ -51,7 +51,7 @@ func (b *admin) LoadModel(ctx context.Context, req api.LoadModelRequest) (*api.M
 			return &out, nil
 		}
 	}
-	m, err := b.registerModel(ctx, req)
+	m, err := b.registerModel(ctx, req, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +59,9 @@ func (b *admin) LoadModel(ctx context.Context, req api.LoadModelRequest) (*api.M
 	return &info, nil
 }
 
-func (b *admin) registerModel(ctx context.Context, req api.LoadModelRequest) (*coordinator.Model, error) {
+// registerModel registers the file req.Path of this node; pin, when set,
+// is the exact set of nodes the model's plan may use.
+func (b *admin) registerModel(ctx context.Context, req api.LoadModelRequest, pin []string) (*coordinator.Model, error) {
 	path := req.Path
 	if !filepath.IsAbs(path) {
 		return nil, badRequest("model path %q is not absolute: give the full path on node %s", path, b.name)
@@ -104,6 +106,7 @@ func (b *admin) registerModel(ctx context.Context, req api.LoadModelRequest) (*c
 	m := coordinator.Model{
 		Name: name, Source: path, Layers: prof.NLayer, Bytes: uint64(st.Size()), CreatedAt: time.Now().UTC(),
 		SourceNode: b.id, Ctx: req.Ctx, Overhead: req.Overhead, Strategy: req.Strategy, Profile: &prof, Status: coordinator.ModelHashing,
+		Pin: pin,
 	}
 	if sha, ok := b.files.lookupPath(path, st); ok {
 		m.Digest, m.Status = sha, ""

@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sort"
 	"strings"
 	"time"
 
-	"github.com/hashicorp/memberlist"
 	"go.uber.org/zap"
 
 	"shoal/coordinator"
@@ -32,7 +29,6 @@ type forwarder struct {
 	self    string
 	ep      *transport.Endpoint
 	log     *zap.Logger
-	ml      *memberlist.Memberlist
 	members func() []coordinator.Member // the gossip view, for peers' QUIC addresses
 	local   func(model string) bool     // this agent serves model itself
 	routes  routeSource
@@ -47,45 +43,9 @@ type routeSource interface {
 // newForwarder wires the forwarder.
 func (a *Agent) newForwarder() *forwarder {
 	return &forwarder{
-		self: a.id, ep: a.ep, log: a.log.Named("forward"), ml: a.ml, members: a.gossip.Members, routes: a,
+		self: a.id, ep: a.ep, log: a.log.Named("forward"), members: a.gossip.Members, routes: a,
 		local: func(model string) bool { _, ok := a.models.Model(model); return ok },
 	}
-}
-
-// peerModel is a model served whole by another alive agent.
-type peerModel struct {
-	Model    string
-	NodeID   string
-	NodeName string
-	RPCAddr  string
-}
-
-// remoteModels lists the models alive peers announce in gossip.
-func (f *forwarder) remoteModels() []peerModel {
-	if f.ml == nil {
-		return nil
-	}
-	var out []peerModel
-	for _, n := range f.ml.Members() {
-		if n.Name == f.self {
-			continue
-		}
-		var m meta
-		if json.Unmarshal(n.Meta, &m) != nil || m.QUIC == 0 {
-			continue
-		}
-		mb := memberOf(n, "")
-		for _, name := range m.Models {
-			out = append(out, peerModel{Model: name, NodeID: n.Name, NodeName: m.Name, RPCAddr: mb.RPCAddr})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Model != out[j].Model {
-			return out[i].Model < out[j].Model
-		}
-		return out[i].NodeID < out[j].NodeID
-	})
-	return out
 }
 
 // rpcAddr is the QUIC address of an alive peer, or "".
@@ -99,9 +59,8 @@ func (f *forwarder) rpcAddr(id string) string {
 }
 
 // openAI wraps the OpenAI handler: a completion for a model this agent
-// does not serve goes to an agent that does (chosen by a hash of the
-// request, so load spreads over replicas), streaming passed through as it
-// comes; /v1/models lists the models of the whole cluster.
+// does not serve goes to the agent that drives it, streaming passed
+// through as it comes; /v1/models lists the models of the whole cluster.
 func (f *forwarder) openAI(local http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
@@ -165,32 +124,10 @@ func (f *forwarder) route(w http.ResponseWriter, r *http.Request, local http.Han
 		return
 	}
 	if rt, ok := f.routes.distRoute(model); ok && (!forwarded || rt.Node == f.self) {
-		f.toDistDriver(w, r, rt, body, local)
+		f.toDistDriver(w, r, rt, body, local, forwarded)
 		return
 	}
-	if !forwarded {
-		if p, ok := f.pickPeer(model, body); ok {
-			f.send(w, r, target{model: model, name: p.NodeName, addr: p.RPCAddr}, body, openAIFail)
-			return
-		}
-	}
 	local.ServeHTTP(w, r)
-}
-
-func (f *forwarder) pickPeer(model string, body []byte) (peerModel, bool) {
-	var cands []peerModel
-	for _, p := range f.remoteModels() {
-		if p.Model == model {
-			cands = append(cands, p)
-		}
-	}
-	if len(cands) == 0 {
-		return peerModel{}, false
-	}
-	h := fnv.New32a()
-	h.Write(body)
-	h.Write([]byte(time.Now().Format(time.RFC3339Nano)))
-	return cands[int(h.Sum32()%uint32(len(cands)))], true
 }
 
 func openAIError(w http.ResponseWriter, status int, typ, code, msg string) {
@@ -222,9 +159,10 @@ const driverStartWait = 15 * time.Second
 
 // toDistDriver forwards a completion for a model spread over the cluster
 // to the agent that drives it, serves it here once this agent's driver is
-// up, or says why it cannot run yet.
-func (f *forwarder) toDistDriver(w http.ResponseWriter, r *http.Request, rt distRoute, body []byte, local http.Handler) {
-	if rt.Node == f.self && rt.Ready && f.awaitDriver(r, rt.Model) {
+// up (waiting also when another agent, whose view is ahead, forwarded it),
+// or says why it cannot run yet.
+func (f *forwarder) toDistDriver(w http.ResponseWriter, r *http.Request, rt distRoute, body []byte, local http.Handler, forwarded bool) {
+	if rt.Node == f.self && (rt.Ready || forwarded) && f.awaitDriver(r, rt.Model) {
 		local.ServeHTTP(w, r)
 		return
 	}
@@ -309,19 +247,11 @@ func (f *forwarder) listClusterModels(w http.ResponseWriter, r *http.Request, lo
 			seen[id] = true
 		}
 	}
-	add := func(model, by string) {
-		if !seen[model] {
-			seen[model] = true
-			list.Data = append(list.Data, map[string]any{"id": model, "object": "model", "created": 0, "owned_by": by, "shoal.served_by": by})
-		}
-	}
 	for _, rt := range f.routes.distRoutes() {
-		if rt.Ready && rt.Node != f.self {
-			add(rt.Model, rt.NodeName)
+		if rt.Ready && rt.Node != f.self && !seen[rt.Model] {
+			seen[rt.Model] = true
+			list.Data = append(list.Data, map[string]any{"id": rt.Model, "object": "model", "created": 0, "owned_by": rt.NodeName, "shoal.served_by": rt.NodeName})
 		}
-	}
-	for _, p := range f.remoteModels() {
-		add(p.Model, p.NodeName)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(list)

@@ -120,17 +120,6 @@ func measureMemGBps(d time.Duration) float64 {
 	return round3(float64(k) * float64(len(ms[0].Data)) / time.Since(start).Seconds() / 1e9)
 }
 
-// rate sums each worker's iterations per second.
-func rate(counts []int, secs []float64) float64 {
-	r := 0.0
-	for i, c := range counts {
-		if secs[i] > 0 {
-			r += float64(c) / secs[i]
-		}
-	}
-	return r
-}
-
 // round3 keeps three significant digits, so slow machines (or -race runs)
 // still report a positive figure.
 func round3(x float64) float64 {
@@ -138,16 +127,7 @@ func round3(x float64) float64 {
 	return v
 }
 
-// accelerator names a GPU runtime the engine could use, if any.
-func accelerator() string {
-	if runtime.GOOS == "darwin" && runtime.GOARCH == "arm64" {
-		return "metal"
-	}
-	if _, err := os.Stat("/dev/nvidia0"); err == nil {
-		return "cuda"
-	}
-	if _, err := os.Stat("/dev/kfd"); err == nil {
-		return "rocm"
-	}
-	return ""
-}
+// accelerator names what the engine computes on: the CPU and its active
+// kernel set ("cpu/avx512", "cpu/neon-dot", "cpu/generic"). The engine has
+// no GPU backend, so a GPU in the machine is not reported.
+func accelerator() string { return "cpu/" + kernels.Path() }

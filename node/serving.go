@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -15,14 +16,16 @@ import (
 	"shoal/api"
 	"shoal/api/dashboard"
 	"shoal/api/openai"
+	"shoal/engine/gguf"
 	"shoal/engine/model"
-	"shoal/engine/tokenizer"
 	"shoal/serve"
+	"shoal/transport"
 )
 
-// ModelConfig is a model this agent serves from a local file with the whole
-// model on this machine. (Models spread over the cluster are placed by the
-// leader; this is the single-node path.)
+// ModelConfig is a model given with --model: a file on this machine that
+// the agent registers in the cluster state pinned to this node, so the
+// leader plans it on this node alone and it is listed, metered and served
+// like any model loaded with `shoal model load`.
 type ModelConfig struct {
 	Path    string `json:"path"`
 	Name    string `json:"name"`     // default: the file name without .gguf
@@ -32,14 +35,6 @@ type ModelConfig struct {
 	Queue   int    `json:"queue"`    // requests waiting beyond the batch before 429 (default 64)
 	// NoPrefixCache turns off reusing the KV blocks of shared prompt prefixes.
 	NoPrefixCache bool `json:"no_prefix_cache,omitempty"`
-}
-
-// served is one model this agent runs.
-type served struct {
-	cfg    ModelConfig
-	m      *model.Model
-	runner *model.Runner
-	sched  *serve.Scheduler
 }
 
 func (c *ModelConfig) validate() error {
@@ -59,55 +54,82 @@ func (c *ModelConfig) name() string {
 	return strings.TrimSuffix(filepath.Base(c.Path), ".gguf")
 }
 
-// loadModels opens every configured model and starts its scheduler.
-func (a *Agent) loadModels() error {
+// localModel is the --model configuration of name, if any.
+func (a *Agent) localModel(name string) (ModelConfig, bool) {
+	for _, mc := range a.cfg.Models {
+		if mc.name() == name {
+			return mc, true
+		}
+	}
+	return ModelConfig{}, false
+}
+
+// localRequests checks every --model file and turns it into a load
+// request: an absolute path, and a KV cache of mc.Ctx tokens (default the
+// model's context, at most 8192) reserved as the plan's context.
+func (a *Agent) localRequests() ([]api.LoadModelRequest, error) {
+	var out []api.LoadModelRequest
 	for _, mc := range a.cfg.Models {
 		if err := mc.validate(); err != nil {
-			return err
+			return nil, err
 		}
-		t0 := time.Now()
-		m, err := model.Open(mc.Path)
+		path, err := filepath.Abs(mc.Path)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		tok, err := tokenizer.FromGGUF(m.File)
+		f, err := gguf.Open(path)
 		if err != nil {
-			m.Close()
-			return fmt.Errorf("%s: %w", mc.Path, err)
+			return nil, err
+		}
+		cfg, err := model.ConfigFromGGUF(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		ctx := mc.Ctx
 		if ctx == 0 {
-			ctx = min(m.NCtx, 8192)
+			ctx = min(cfg.NCtx, 8192)
 		}
-		r, err := model.NewRunner(m, model.Options{Threads: mc.Threads, CacheTokens: ctx})
-		if err != nil {
-			m.Close()
-			return err
-		}
-		sc, err := serve.New(r, tok.IsEOG, serve.Options{MaxSeqs: mc.MaxSeqs, QueueSize: mc.Queue, NoPrefixCache: mc.NoPrefixCache})
-		if err != nil {
-			r.Close()
-			m.Close()
-			return err
-		}
-		tpl, _ := m.File.String("tokenizer.chat_template")
-		a.models.Set(NewOpenAIModel(mc.name(), a.cfg.Name, sc, tok, tpl))
-		a.served = append(a.served, &served{cfg: mc, m: m, runner: r, sched: sc})
-		a.log.Info("serving model", zap.String("model", mc.name()), zap.String("arch", m.Arch.Name),
-			zap.Int("layers", m.NLayer), zap.Int("ctx", ctx), zap.Duration("load", time.Since(t0)))
+		out = append(out, api.LoadModelRequest{Path: path, Name: mc.name(), Ctx: ctx})
 	}
-	return nil
+	return out, nil
 }
 
-// closeModels stops the schedulers (ending their requests) and unmaps files.
-func (a *Agent) closeModels() {
-	a.closeDist()
-	for _, s := range a.served {
-		s.sched.Close()
-		s.runner.Close()
-		s.m.Close()
+// registerLocal registers the --model files in the cluster state, each
+// pinned to this node, retrying until the cluster has a leader.
+func (a *Agent) registerLocal(reqs []api.LoadModelRequest) {
+	defer a.bg.Done()
+	for _, req := range reqs {
+		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := a.admin.registerModel(ctx, req, []string{a.id})
+			cancel()
+			if err == nil {
+				break
+			}
+			if c := transport.StatusOf(err); c >= 400 && c < 500 {
+				a.log.Error("cannot serve --model", zap.String("model", req.Name), zap.Error(err))
+				break
+			}
+			a.log.Debug("registering --model; retrying", zap.String("model", req.Name), zap.Error(err))
+			select {
+			case <-a.done:
+				return
+			case <-time.After(backoff):
+			}
+		}
 	}
-	a.served = nil
+}
+
+// serveOptions are the scheduler options of a model this node drives:
+// its --model settings, else the defaults; a model run across nodes
+// advances prefill in short steps.
+func (a *Agent) serveOptions(name string, local bool) serve.Options {
+	if !local {
+		return serve.Options{MaxTokens: distMaxTokens}
+	}
+	mc, _ := a.localModel(name)
+	return serve.Options{MaxSeqs: mc.MaxSeqs, QueueSize: mc.Queue, NoPrefixCache: mc.NoPrefixCache}
 }
 
 // httpHandler routes the OpenAI-compatible endpoint, /metrics, the
@@ -176,19 +198,7 @@ func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	a := c.a
-	for _, s := range a.served {
-		st := s.sched.Stats()
-		n := s.cfg.name()
-		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(st.Waiting), n)
-		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(st.Running), n)
-		ch <- prometheus.MustNewConstMetric(descKVUsed, prometheus.GaugeValue, float64(st.KVBlocksUsed), n)
-		ch <- prometheus.MustNewConstMetric(descKVFree, prometheus.GaugeValue, float64(st.KVBlocksTotal-st.KVBlocksUsed), n)
-		ch <- prometheus.MustNewConstMetric(descBatch, prometheus.GaugeValue, float64(st.LastBatchTokens), n)
-		ch <- prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(st.Steps), n)
-		ch <- prometheus.MustNewConstMetric(descPreempt, prometheus.CounterValue, float64(st.Preemptions), n)
-		ch <- prometheus.MustNewConstMetric(descKVCached, prometheus.GaugeValue, float64(st.KVBlocksCached), n)
-		ch <- prometheus.MustNewConstMetric(descPrefixHit, prometheus.CounterValue, float64(st.CachedPromptTokens), n)
-	}
+	a.pub.each(func(name string, sc *serve.Scheduler) { collectScheduler(ch, name, sc) })
 	leader, known := 0.0, 0.0
 	if a.srv != nil {
 		if a.srv.IsLeader() {
@@ -209,5 +219,45 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(alive), "alive")
 		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(len(a.ml.Members())-alive), "other")
+	}
+}
+
+// collectScheduler sends the state of the scheduler serving model n.
+func collectScheduler(ch chan<- prometheus.Metric, n string, sc *serve.Scheduler) {
+	st := sc.Stats()
+	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(st.Waiting), n)
+	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(st.Running), n)
+	ch <- prometheus.MustNewConstMetric(descKVUsed, prometheus.GaugeValue, float64(st.KVBlocksUsed), n)
+	ch <- prometheus.MustNewConstMetric(descKVFree, prometheus.GaugeValue, float64(st.KVBlocksTotal-st.KVBlocksUsed), n)
+	ch <- prometheus.MustNewConstMetric(descBatch, prometheus.GaugeValue, float64(st.LastBatchTokens), n)
+	ch <- prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(st.Steps), n)
+	ch <- prometheus.MustNewConstMetric(descPreempt, prometheus.CounterValue, float64(st.Preemptions), n)
+	ch <- prometheus.MustNewConstMetric(descKVCached, prometheus.GaugeValue, float64(st.KVBlocksCached), n)
+	ch <- prometheus.MustNewConstMetric(descPrefixHit, prometheus.CounterValue, float64(st.CachedPromptTokens), n)
+}
+
+// awaitLocal waits up to d until every --model model is served. Start
+// calls it when this agent forms a cluster on its own (bootstrap-expect
+// 1): the leader is this agent, which plans the models at once, so Start
+// returns serving them as an agent that serves a file should.
+func (a *Agent) awaitLocal(ctx context.Context, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for _, mc := range a.cfg.Models {
+		for {
+			if _, ok := a.models.Model(mc.name()); ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				a.log.Warn("--model is not served yet; see 'shoal model ls'", zap.String("model", mc.name()))
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.done:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
 	}
 }

@@ -210,31 +210,36 @@ type signedLayouts struct {
 
 // serveLayout answers Weights.Layout from a local copy of the file.
 func (a *Agent) serveLayout(ctx context.Context, p transport.Peer, body json.RawMessage) (any, error) {
+	return a.layouts.serve(a.files, a.cfg.Name, body)
+}
+
+// serve answers a layout request from files, through the cache.
+func (sl *signedLayouts) serve(files *fileRegistry, nodeName string, body json.RawMessage) (any, error) {
 	var req layoutRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, &coordinator.Error{Code: http.StatusBadRequest, Msg: "malformed layout request"}
 	}
 	key, _ := json.Marshal(req)
-	a.layouts.mu.Lock()
-	if r, ok := a.layouts.m[string(key)]; ok {
-		a.layouts.mu.Unlock()
+	sl.mu.Lock()
+	if r, ok := sl.m[string(key)]; ok {
+		sl.mu.Unlock()
 		return r, nil
 	}
-	a.layouts.mu.Unlock()
-	lf, ok := a.files.get(req.Spec.FileSHA)
+	sl.mu.Unlock()
+	lf, ok := files.get(req.Spec.FileSHA)
 	if !ok {
-		return nil, &coordinator.Error{Code: http.StatusNotFound, Msg: fmt.Sprintf("node %s has no file with sha256 %s", a.cfg.Name, req.Spec.FileSHA)}
+		return nil, &coordinator.Error{Code: http.StatusNotFound, Msg: fmt.Sprintf("node %s has no file with sha256 %s", nodeName, req.Spec.FileSHA)}
 	}
 	r, err := signLayout(lf, req)
 	if err != nil {
 		return nil, err
 	}
-	a.layouts.mu.Lock()
-	if a.layouts.m == nil || len(a.layouts.m) > 64 {
-		a.layouts.m = map[string]*layoutResponse{}
+	sl.mu.Lock()
+	if sl.m == nil || len(sl.m) > 64 {
+		sl.m = map[string]*layoutResponse{}
 	}
-	a.layouts.m[string(key)] = r
-	a.layouts.mu.Unlock()
+	sl.m[string(key)] = r
+	sl.mu.Unlock()
 	return r, nil
 }
 
@@ -286,3 +291,22 @@ func fetchLayout(ctx context.Context, ep *transport.Endpoint, addr string, spec 
 	}
 	return l, nil
 }
+
+// LocalPath implements shard.LocalFiles.
+func (r *fileRegistry) LocalPath(sha string) (string, bool) {
+	lf, ok := r.get(sha)
+	if !ok {
+		return "", false
+	}
+	return lf.Path, true
+}
+
+// peers reaches the nodes with a model file over the endpoint: the
+// Weights.Layout RPC and the weights stream. It implements shard.Peers.
+type peers struct{ ep *transport.Endpoint }
+
+func (p peers) Layout(ctx context.Context, addr string, spec shard.ShardSpec) (*shard.Layout, error) {
+	return fetchLayout(ctx, p.ep, addr, spec, 0)
+}
+
+func (p peers) Ranges(addr string) shard.RangeFetcher { return &PeerFetcher{EP: p.ep, Addr: addr} }

@@ -23,4 +23,15 @@
 // peer they waited for, reaches the driver). A failed step makes the
 // session unusable everywhere (the driver aborts it on every member); the
 // hosts and their other sessions keep running.
+//
+// A Reconciler is a node's runtime of the committed plans, given them as a
+// View (built by the node from the cluster state; parallel does not read
+// Raft), the shards the node holds (a ShardSource: shard.Manager) and a
+// Publisher (the node's OpenAI endpoint). It runs a Member per ready shard
+// of a current plan and, where the plan's stage 0 rank 0 is this node, a
+// driver: a Session in an Engine, or a local model.Runner when the plan is
+// this node alone with every layer. A driver's failed step fails its
+// requests and wakes the owner (Wake) to reconcile; nothing calls back up
+// into the node. The driver also runs cluster logits and benchmarks on
+// sessions of their own (Logits, Bench).
 package parallel

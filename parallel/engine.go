@@ -18,6 +18,9 @@ import (
 type Engine struct {
 	s      *Session
 	shadow *kv.Cache
+	// onFail, when set, learns of a step that failed the session and
+	// gives the error the scheduler sees.
+	onFail func(error) error
 }
 
 // NewEngine wraps s. cacheTokens and blockSize must not exceed what every
@@ -51,6 +54,9 @@ func (e *Engine) Step(b *model.Batch, rows []int) ([]float32, error) {
 	logits, err := e.s.Step(context.Background(), b, rows)
 	if err != nil {
 		e.undo(b, len(b.Chunks))
+		if e.onFail != nil && failedStep(err) {
+			err = e.onFail(err)
+		}
 		return nil, err
 	}
 	return logits, nil

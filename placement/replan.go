@@ -76,8 +76,9 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 	switch {
 	case placed && len(survivors) == len(prev.Nodes()):
 		cands = append(cands, cand{what: fmt.Sprintf("previous v%d", prev.Version), plan: *prev, keep: true})
-	case len(survivors) > 0 && len(survivors) < len(schedulable):
-		// Keep the survivors of the old plan: they hold most bytes already.
+	case len(opts.Pin) == 0 && len(survivors) > 0 && len(survivors) < len(schedulable):
+		// Keep the survivors of the old plan: they hold most bytes already
+		// (a model pinned to its nodes keeps its pin instead).
 		o := opts
 		o.Pin = survivors
 		if p, err := Place(profile, nodes, links, o); err == nil {

@@ -60,4 +60,14 @@
 // Open maps a local GGUF and builds the shard from views of only the needed
 // ranges; OpenFile maps a complete shard file. Both give the same Shard:
 // the spec, the model configuration and the tensor slices with their data.
+//
+// # The manager
+//
+// A Manager holds a node's shards: given the shards the node should hold
+// (Want, from the plans), it opens each from the node's own copy of the
+// file (LocalFiles) or fetches its signed layout and assembles it from the
+// ranges of the node that has the file (Peers: the transport plugs in),
+// retries failures with a back-off, reports a per-model Status through a
+// callback (the node records it in the cluster state), and releases the
+// shards no longer wanted after a hook has stopped what runs on them.
 package shard

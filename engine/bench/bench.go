@@ -66,7 +66,12 @@ func ModelBytes(m *model.Model) int64 {
 	return n
 }
 
-func meanSD(xs []float64) (float64, float64) {
+// MeanSD is the mean and the sample standard deviation of xs (0, 0 for
+// none; the deviation is 0 for one sample).
+func MeanSD(xs []float64) (float64, float64) {
+	if len(xs) == 0 {
+		return 0, 0
+	}
 	var s float64
 	for _, x := range xs {
 		s += x
@@ -195,6 +200,6 @@ func repeat(run func() (float64, error), reps int) (Result, error) {
 		}
 		xs = append(xs, x)
 	}
-	mean, sd := meanSD(xs)
+	mean, sd := MeanSD(xs)
 	return Result{TokPerSec: mean, StdDev: sd, Samples: xs}, nil
 }

@@ -188,3 +188,47 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestParseHeader(t *testing.T) {
+	img := sample(t)
+	full, err := Parse(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := img[:full.DataOffset] // the header as a shard file keeps it: no tensor data
+	f, err := ParseHeader(hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Tensors) != 0 {
+		t.Errorf("%d tensors, want none", len(f.Tensors))
+	}
+	if !reflect.DeepEqual(f.KVs, full.KVs) {
+		t.Errorf("metadata differs from the whole file's")
+	}
+	if s, _ := f.String("general.architecture"); s != "llama" {
+		t.Errorf("architecture %q", s)
+	}
+	if binary.LittleEndian.Uint64(hdr[8:]) != 2 {
+		t.Error("ParseHeader changed its input")
+	}
+	cases := map[string]struct {
+		hdr  []byte
+		want string
+	}{
+		"empty":     {nil, "truncated"},
+		"short":     {hdr[:20], "truncated"},
+		"magic":     {append([]byte("GGUX"), hdr[4:]...), "bad magic"},
+		"version 1": {append(append([]byte("GGUF"), 1, 0, 0, 0), hdr[8:]...), "unsupported GGUF version 1"},
+		"cut kvs":   {hdr[:60], "cannot fit"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := ParseHeader(c.hdr)
+			var fe *FormatError
+			if err == nil || !strings.Contains(err.Error(), c.want) || !errors.As(err, &fe) {
+				t.Fatalf("err %v, want a FormatError with %q", err, c.want)
+			}
+		})
+	}
+}

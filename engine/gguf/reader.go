@@ -613,3 +613,22 @@ func (f *File) Release(b []byte) bool {
 }
 
 func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// ParseHeader parses the metadata of a GGUF header held without its tensor
+// data (such as the copy a shard file keeps): the tensor count is read as
+// zero, so the key-value pairs are parsed and the tensor table is not. The
+// returned File holds a copy of hdr and no tensors.
+func ParseHeader(hdr []byte) (*File, error) {
+	if len(hdr) < 24 {
+		return nil, &FormatError{Offset: 0, Msg: fmt.Sprintf("header truncated: %d bytes", len(hdr))}
+	}
+	if string(hdr[:4]) != "GGUF" {
+		return nil, &FormatError{Offset: 0, Msg: "bad magic: not a GGUF header"}
+	}
+	if v := binary.LittleEndian.Uint32(hdr[4:8]); v < 2 {
+		return nil, &FormatError{Offset: 4, Msg: fmt.Sprintf("unsupported GGUF version %d", v)}
+	}
+	b := append([]byte(nil), hdr...)
+	binary.LittleEndian.PutUint64(b[8:16], 0)
+	return Parse(b)
+}

@@ -1,0 +1,300 @@
+package node
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+
+	"shoal/coordinator"
+	"shoal/transport"
+)
+
+// Identity and secure join: a node's ID, its certificate (derived from
+// the bootstrap secret on servers, or issued by the leader for a join
+// token), and the join stream servers answer.
+
+func loadNodeID(dir string) (string, error) {
+	path := filepath.Join(dir, "node-id")
+	if b, err := os.ReadFile(path); err == nil {
+		id := string(b)
+		if len(id) != 36 {
+			return "", fmt.Errorf("%s is corrupt: want a 36-character node ID", path)
+		}
+		return id, nil
+	}
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	h := hex.EncodeToString(b[:])
+	id := h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+	if err := os.WriteFile(path, []byte(id), 0o600); err != nil {
+		return "", fmt.Errorf("data dir: %w", err)
+	}
+	return id, nil
+}
+
+// setupIdentity loads the node's certificate, or creates it: from the
+// bootstrap secret (servers derive the CA) or by joining with a token.
+func (a *Agent) setupIdentity(ctx context.Context) error {
+	tlsDir := filepath.Join(a.cfg.DataDir, "tls")
+	token := a.cfg.Token
+	if token != "" && !isJoinToken(token) {
+		a.bootstrapSecret = token
+	}
+	ident, err := transport.LoadIdentity(tlsDir)
+	if err == nil {
+		if ident.ID != a.id {
+			return fmt.Errorf("certificate in %s belongs to node %s, not %s", tlsDir, ident.ID, a.id)
+		}
+		if a.bootstrapSecret != "" {
+			ca, err := transport.DeriveCA(a.bootstrapSecret)
+			if err != nil {
+				return err
+			}
+			if transport.CAHash(ca.Cert) != transport.CAHash(ident.CA.Cert) {
+				return errors.New("--token does not match the cluster this data dir belongs to")
+			}
+		}
+		if ident.Role != a.role {
+			return fmt.Errorf("this data dir holds a %s; start with the same role (or a fresh --data-dir)", ident.Role)
+		}
+		a.ident = ident
+		a.gossipKey, err = os.ReadFile(filepath.Join(tlsDir, "gossip.key"))
+		if err != nil {
+			return fmt.Errorf("gossip key: %w", err)
+		}
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("identity in %s: %w", tlsDir, err)
+	}
+	switch {
+	case token == "" && a.cfg.Server && a.cfg.BootstrapExpect == 1:
+		a.bootstrapSecret = randomString(32)
+		p := filepath.Join(a.cfg.DataDir, "bootstrap-token")
+		if err := os.WriteFile(p, []byte(a.bootstrapSecret+"\n"), 0o600); err != nil {
+			return err
+		}
+		a.log.Warn("created a cluster secret; it is also the admin API key until you create one", zap.String("file", p))
+		fallthrough
+	case a.bootstrapSecret != "":
+		ca, err := transport.DeriveCA(a.bootstrapSecret)
+		if err != nil {
+			return err
+		}
+		if a.ident, err = transport.SelfIssue(ca, a.id, a.role); err != nil {
+			return err
+		}
+		if a.role != coordinator.RoleServer {
+			a.ident.CA = &transport.CA{Cert: ca.Cert, DER: ca.DER}
+		}
+		a.gossipKey = transport.DeriveGossipKey(a.bootstrapSecret)
+	case token != "":
+		if err := a.joinWithToken(ctx, token); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("no cluster identity in %s: give --token (the servers' shared secret, or a join token from 'shoal token create')", a.cfg.DataDir)
+	}
+	if err := a.ident.Save(tlsDir); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(tlsDir, "gossip.key"), a.gossipKey, 0o600)
+}
+
+// joinRequest is what a node without a certificate sends on a join stream.
+type joinRequest struct {
+	Token     string `json:"token"`
+	NodeID    string `json:"node_id"`
+	Name      string `json:"name"`
+	Role      string `json:"role"`
+	PublicKey []byte `json:"public_key"`
+}
+
+type joinResponse struct {
+	Err       string   `json:"err,omitempty"`
+	Code      int      `json:"code,omitempty"`
+	CACert    []byte   `json:"ca_cert,omitempty"`
+	CAKey     []byte   `json:"ca_key,omitempty"` // servers only
+	Cert      []byte   `json:"cert,omitempty"`
+	GossipKey []byte   `json:"gossip_key,omitempty"`
+	Seeds     []string `json:"seeds,omitempty"`
+}
+
+const maxJoinFrame = 64 << 10
+
+func (a *Agent) joinWithToken(ctx context.Context, token string) error {
+	_, _, caHash, _ := parseToken(token)
+	if len(a.cfg.Join) == 0 {
+		return errors.New("a join token needs --join with the address of a server")
+	}
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	req, _ := json.Marshal(joinRequest{Token: token, NodeID: a.id, Name: a.cfg.Name, Role: a.role, PublicKey: pub})
+	deadline := time.Now().Add(a.cfg.Tuning.JoinTimeout.or(5 * time.Minute))
+	var last error
+	for backoff := 200 * time.Millisecond; time.Now().Before(deadline); {
+		for _, j := range a.cfg.Join {
+			addr, _ := joinAddr(j)
+			resp, err := joinOnce(ctx, addr, caHash, req)
+			if err != nil {
+				last = err
+				continue
+			}
+			if resp.Err != "" {
+				last = fmt.Errorf("join refused by %s: %s", addr, resp.Err)
+				if resp.Code == http.StatusForbidden || resp.Code == http.StatusBadRequest {
+					return last
+				}
+				continue
+			}
+			return a.acceptJoin(resp, caHash, key)
+		}
+		a.log.Info("join failed; retrying", zap.Error(last))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		if backoff < 2*time.Second {
+			backoff *= 2
+		}
+	}
+	return fmt.Errorf("could not join: %v", last)
+}
+
+func joinOnce(ctx context.Context, addr, caHash string, req []byte) (*joinResponse, error) {
+	st, done, err := transport.DialPinned(ctx, addr, caHash, transport.KindJoin, 3*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	_ = st.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := transport.WriteFrame(st, req); err != nil {
+		return nil, err
+	}
+	_ = st.CloseWrite()
+	b, err := transport.ReadFrame(st, maxJoinFrame)
+	if err != nil {
+		return nil, fmt.Errorf("join %s: %w", addr, err)
+	}
+	var resp joinResponse
+	if err := json.Unmarshal(b, &resp); err != nil {
+		return nil, fmt.Errorf("join %s: malformed answer", addr)
+	}
+	return &resp, nil
+}
+
+func (a *Agent) acceptJoin(resp *joinResponse, caHash string, key ed25519.PrivateKey) error {
+	caCert, err := parseCert(resp.CACert)
+	if err != nil {
+		return fmt.Errorf("join: CA certificate: %w", err)
+	}
+	if transport.CAHash(caCert) != caHash {
+		return errors.New("join: the server sent a CA that does not match the token's CA hash")
+	}
+	ca := &transport.CA{Cert: caCert, DER: resp.CACert}
+	if len(resp.CAKey) > 0 {
+		k, err := parsePKCS8(resp.CAKey)
+		if err != nil {
+			return fmt.Errorf("join: CA key: %w", err)
+		}
+		ca.Key = k
+	}
+	a.ident, err = transport.NewIdentity(ca, resp.Cert, key)
+	if err != nil {
+		return fmt.Errorf("join: %w", err)
+	}
+	if len(resp.GossipKey) != 32 {
+		return errors.New("join: the server sent no gossip key")
+	}
+	a.gossipKey = resp.GossipKey
+	a.seeds = resp.Seeds
+	a.log.Info("joined the cluster with a token; certificate issued")
+	return nil
+}
+
+// serveJoin answers a join stream: servers pass it to the leader, which
+// checks the token and signs the certificate.
+func (a *Agent) serveJoin(st *transport.Stream) {
+	defer st.Close()
+	_ = st.SetDeadline(time.Now().Add(10 * time.Second))
+	b, err := transport.ReadFrame(st, maxJoinFrame)
+	if err != nil {
+		return
+	}
+	var req joinRequest
+	var resp *joinResponse
+	if err := json.Unmarshal(b, &req); err != nil {
+		resp = &joinResponse{Err: "malformed join request", Code: http.StatusBadRequest}
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+		resp = a.handleJoin(ctx, &req, false)
+		cancel()
+	}
+	if resp.Err != "" {
+		a.log.Warn("refused join", zap.String("from", st.Peer.Addr.String()), zap.String("name", req.Name), zap.String("reason", resp.Err))
+	}
+	out, _ := json.Marshal(resp)
+	_ = transport.WriteFrame(st, out)
+}
+
+func (a *Agent) handleJoin(ctx context.Context, req *joinRequest, forwarded bool) *joinResponse {
+	fail := func(err error) *joinResponse { return &joinResponse{Err: err.Error(), Code: transport.StatusOf(err)} }
+	if a.srv == nil {
+		return &joinResponse{Err: fmt.Sprintf("agent %s is a client: --join a server", a.cfg.Name), Code: http.StatusBadRequest}
+	}
+	if !a.srv.IsLeader() {
+		_, addr := a.srv.Leader()
+		if addr == "" || forwarded {
+			return &joinResponse{Err: "no cluster leader yet", Code: http.StatusServiceUnavailable}
+		}
+		var resp joinResponse
+		if err := transport.Call(ctx, a.ep, addr, transport.KindRPC, methodJoin, req, &resp); err != nil {
+			return fail(err)
+		}
+		return &resp
+	}
+	if _, err := checkToken(a.srv.FSM().State(), req.Token, time.Now(), coordinator.TokenJoin, coordinator.TokenBootstrap); err != nil {
+		return fail(err)
+	}
+	if len(req.PublicKey) != ed25519.PublicKeySize || len(req.NodeID) != 36 {
+		return &joinResponse{Err: "join request without a valid node ID and ed25519 public key", Code: http.StatusBadRequest}
+	}
+	cert, err := a.ident.CA.Issue(ed25519.PublicKey(req.PublicKey), req.NodeID, req.Role)
+	if err != nil {
+		return &joinResponse{Err: err.Error(), Code: http.StatusBadRequest}
+	}
+	resp := &joinResponse{CACert: a.ident.CA.DER, Cert: cert, GossipKey: a.gossipKey, Seeds: a.aliveGossipAddrs()}
+	if req.Role == coordinator.RoleServer {
+		if resp.CAKey, err = marshalPKCS8(a.ident.CA.Key); err != nil {
+			return fail(err)
+		}
+	}
+	a.log.Info("admitted node", zap.String("name", req.Name), zap.String("id", req.NodeID), zap.String("role", req.Role))
+	return resp
+}
+
+func (a *Agent) aliveGossipAddrs() []string {
+	out := []string{a.GossipAddr()}
+	for _, m := range a.gossip.Members() {
+		if m.Status == coordinator.StatusAlive && m.ID != a.id {
+			out = append(out, m.Addr)
+		}
+	}
+	return out
+}

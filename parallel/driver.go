@@ -1,0 +1,187 @@
+package parallel
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"shoal/engine/gguf"
+	"shoal/engine/model"
+	"shoal/placement"
+	"shoal/shard"
+	"shoal/transport"
+)
+
+// driver serves one model from this node over its plan.
+type driver struct {
+	name    string
+	version uint64
+	plan    placement.Plan
+	addrs   map[string]string
+	names   map[string]string
+	ctx     int // KV positions of every member
+	meta    *gguf.File
+	cluster *Cluster
+	sess    *Session
+	eng     *Engine
+	runner  *model.Runner // a plan of this node alone
+	pub     bool          // published
+
+	run sync.Mutex // one logits or benchmark run at a time
+
+	mu     sync.Mutex
+	failed error
+}
+
+func (d *driver) fail(err error) {
+	d.mu.Lock()
+	if d.failed == nil {
+		d.failed = err
+	}
+	d.mu.Unlock()
+}
+
+func (d *driver) err() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.failed
+}
+
+// startDriver opens a session over the plan and publishes the model.
+func (r *Reconciler) startDriver(pm *PlannedModel) (*driver, error) {
+	meta, err := r.cfg.Shards.Meta(pm.Name)
+	if err != nil {
+		return nil, err
+	}
+	d := &driver{name: pm.Name, version: pm.Plan.Version, plan: pm.Plan, addrs: pm.Addrs, names: pm.Names, ctx: CacheTokens(&pm.Plan), meta: meta}
+	ok := false
+	defer func() {
+		if !ok {
+			r.stopDriver(d)
+		}
+	}()
+	if sh := r.wholeShard(pm); sh != nil {
+		if err := d.startLocal(sh, r.threads(pm)); err != nil {
+			return nil, err
+		}
+	} else if err := r.startSession(d); err != nil {
+		return nil, err
+	}
+	if err := r.cfg.Publisher.Publish(d.name, Servable{Engine: d.eng, Runner: d.runner, Meta: meta}); err != nil {
+		return nil, err
+	}
+	d.pub = true
+	ok = true
+	r.log.Info("serving model", zap.String("model", d.name), zap.Uint64("version", d.version),
+		zap.String("strategy", d.plan.Strategy), zap.Int("nodes", len(d.addrs)), zap.Bool("local", d.runner != nil), zap.Int("ctx", d.ctx),
+		zap.Float64("predicted_ms_per_token", d.plan.Cost.MsPerToken))
+	return d, nil
+}
+
+// startSession opens a session over d's plan and wraps it in an Engine
+// whose failed steps fail d and wake the owner.
+func (r *Reconciler) startSession(d *driver) error {
+	var err error
+	if d.cluster, err = r.cfg.Host.NewCluster(d.plan, d.addrs, Options{Timeout: r.cfg.StepTimeout}); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	d.sess, err = d.cluster.Open(ctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if d.eng, err = NewEngine(d.sess, d.ctx, 0); err != nil {
+		return err
+	}
+	d.eng.onFail = func(err error) error {
+		d.fail(err)
+		r.wakeUp()
+		return fmt.Errorf("model %s runs across nodes and a step failed (it is served again once every node of its plan answers, or the cluster has re-planned): %w", d.name, err)
+	}
+	return nil
+}
+
+// wholeShard returns the ready shard of pm's plan when the plan is this
+// node alone holding every layer (TP size 1), else nil.
+func (r *Reconciler) wholeShard(pm *PlannedModel) *shard.Shard {
+	if len(pm.Addrs) > 1 || len(pm.Plan.Pools) != 1 || len(pm.Plan.Pools[0].Stages) != 1 {
+		return nil
+	}
+	st := pm.Plan.Pools[0].Stages[0]
+	if len(st.Members) != 1 || st.Members[0].Node != r.cfg.Node || st.Members[0].TPSize > 1 {
+		return nil
+	}
+	for _, s := range r.cfg.Shards.Ready() {
+		if s.Model == pm.Name && s.Version == pm.Plan.Version && s.Spec.Lo == 0 && s.Spec.Hi == st.Hi && st.Lo == 0 {
+			return s.Shard
+		}
+	}
+	return nil
+}
+
+// startLocal runs d's model on a local runner over the node's shard.
+func (d *driver) startLocal(sh *shard.Shard, threads int) error {
+	mdl, err := sh.Model()
+	if err != nil {
+		return err
+	}
+	if st := d.plan.Pools[0].Stages[0]; st.Hi != mdl.NLayer {
+		return fmt.Errorf("parallel: a one-node plan of layers [%d,%d) of a %d-layer model", st.Lo, st.Hi, mdl.NLayer)
+	}
+	d.runner, err = model.NewRunner(mdl, model.Options{Threads: threads, CacheTokens: d.ctx})
+	return err
+}
+
+func (r *Reconciler) threads(pm *PlannedModel) int {
+	if pm.Threads > 0 {
+		return pm.Threads
+	}
+	return r.cfg.Threads
+}
+
+// stopDriver stops serving d's model: requests in flight end with an
+// error, the session closes on every member.
+func (r *Reconciler) stopDriver(d *driver) {
+	r.mu.Lock()
+	if r.drivers[d.name] == d {
+		delete(r.drivers, d.name)
+	}
+	r.mu.Unlock()
+	if d.pub {
+		r.cfg.Publisher.Withdraw(d.name)
+	}
+	if d.runner != nil {
+		d.runner.Close()
+	}
+	if d.sess != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = d.sess.Close(ctx)
+		cancel()
+	}
+	if d.meta != nil {
+		_ = d.meta.Close()
+	}
+}
+
+// localDriver returns the driver of model on this node, or an error that
+// says where the model is or why it is not served.
+func (r *Reconciler) localDriver(model string) (*driver, error) {
+	r.mu.Lock()
+	d := r.drivers[model]
+	rt, planned := r.routes[model]
+	r.mu.Unlock()
+	switch {
+	case d != nil && d.err() == nil:
+		return d, nil
+	case !planned:
+		return nil, transport.Errorf(http.StatusNotFound, "model %q is not loaded on the cluster (see 'shoal model ls')", model)
+	case rt.Node != r.cfg.Node:
+		return nil, transport.Errorf(http.StatusMisdirectedRequest, "model %q is driven by node %s", model, rt.NodeName)
+	}
+	return nil, transport.Errorf(http.StatusServiceUnavailable, "model %q is not served yet (%s)", model, rt.Status)
+}

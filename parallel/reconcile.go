@@ -1,0 +1,361 @@
+package parallel
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"shoal/engine/gguf"
+	"shoal/engine/kv"
+	"shoal/engine/model"
+	"shoal/placement"
+	"shoal/shard"
+)
+
+// The reconciler is a node's distributed runtime, in the shape of a Nomad
+// client's alloc runners: given the committed plans (a View), the shards
+// this node holds ready (a ShardSource) and somewhere to publish a servable
+// model (a Publisher), it runs a Member for every ready shard of a current
+// plan and, on the node that drives a plan (stage 0, rank 0 of its first
+// pool: it holds the embedding), a driver: a Session over the plan wrapped
+// in an Engine, published once every shard is ready. A plan with one node
+// runs the same way, so one code path serves every plan.
+//
+// A failed step (a member died or timed out) fails the requests in flight
+// with the step's error, marks the driver failed and wakes the reconciler's
+// owner (Wake), whose next Reconcile tears the session down and opens a new
+// one as soon as the plan's members answer, or after the leader re-planned
+// and the new shards are ready. A new plan version tears down the members
+// and the driver of the old one.
+
+// RunTimeout bounds one step of the sessions opened for cluster logits and
+// benchmarks (prefill steps of up to benchChunk tokens); an RPC server that
+// runs steps must allow a little more.
+const RunTimeout = 2 * time.Minute
+
+// View is the committed state the reconciler acts on: every model with a
+// plan. The owner builds it from the cluster state.
+type View struct {
+	Models []PlannedModel
+}
+
+// PlannedModel is one model's committed plan and what the node needs to
+// run and route it.
+type PlannedModel struct {
+	Name string
+	Plan placement.Plan // Plan.Version is the committed version
+	// Addrs maps the plan's nodes to their endpoint addresses, Names to
+	// their names (for logs and benchmark reports).
+	Addrs map[string]string
+	Names map[string]string
+	// Ready says every shard of the plan is ready; Status is the model's
+	// status (with its reason) for routes.
+	Ready  bool
+	Status string
+	// DriverHTTP is the HTTP address of the node that drives the plan.
+	DriverHTTP string
+	// Threads overrides the reconciler's worker threads for this model's
+	// members and local runner (0: the reconciler's).
+	Threads int
+}
+
+// ShardSource is what the node holds: shards ready to run and the model's
+// GGUF metadata. shard.Manager implements it.
+type ShardSource interface {
+	Ready() []shard.Ready
+	Meta(model string) (*gguf.File, error)
+}
+
+// Publisher serves a model whose driver runs here: Publish makes s
+// servable under name; Withdraw stops serving it, ending requests in
+// flight with an error.
+type Publisher interface {
+	Publish(name string, s Servable) error
+	Withdraw(name string)
+}
+
+// Servable is a model a driver publishes: a session over its plan wrapped
+// in an Engine or, when the plan is this node alone with every layer, a
+// local Runner over the node's shard (no session, no step over the
+// endpoint), and the model's metadata (tokenizer, chat template).
+type Servable struct {
+	Engine *Engine
+	Runner *model.Runner
+	Meta   *gguf.File
+}
+
+// Route says which node drives a planned model.
+type Route struct {
+	Model    string
+	Node     string
+	NodeName string
+	HTTPAddr string
+	Ready    bool   // every shard of the plan is ready
+	Status   string // the model's status
+}
+
+// ReconcilerConfig wires a Reconciler.
+type ReconcilerConfig struct {
+	Host      *Host
+	Node      string // this node's ID
+	Shards    ShardSource
+	Publisher Publisher
+	// Threads is each member's worker threads (all cores if 0);
+	// StepTimeout bounds a step of a served model (30 s if 0).
+	Threads     int
+	StepTimeout time.Duration
+	Log         *zap.Logger
+}
+
+// Reconciler keeps the node's members, drivers and routes in line with a
+// View.
+type Reconciler struct {
+	cfg  ReconcilerConfig
+	log  *zap.Logger
+	rec  sync.Mutex // serializes Reconcile and Close
+	wake chan struct{}
+
+	mu      sync.Mutex
+	closed  bool
+	members map[string]*runMember // by shard key
+	drivers map[string]*driver    // by model
+	routes  map[string]Route      // by model
+	logged  map[string]string     // the last driver error logged, by model
+}
+
+type runMember struct {
+	version uint64
+	m       *Member
+}
+
+// NewReconciler makes a reconciler; it runs nothing until Reconcile.
+func NewReconciler(cfg ReconcilerConfig) *Reconciler {
+	if cfg.StepTimeout <= 0 {
+		cfg.StepTimeout = 30 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	return &Reconciler{cfg: cfg, log: cfg.Log, wake: make(chan struct{}, 1), members: map[string]*runMember{},
+		drivers: map[string]*driver{}, routes: map[string]Route{}, logged: map[string]string{}}
+}
+
+// Wake receives when a driver failed and the owner should reconcile.
+func (r *Reconciler) Wake() <-chan struct{} { return r.wake }
+
+func (r *Reconciler) wakeUp() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// DriverOf is the node that drives a plan: stage 0, rank 0 of its first
+// pool, which holds the embedding.
+func DriverOf(p *placement.Plan) string {
+	if len(p.Pools) == 0 || len(p.Pools[0].Stages) == 0 || len(p.Pools[0].Stages[0].Members) == 0 {
+		return ""
+	}
+	return p.Pools[0].Stages[0].Members[0].Node
+}
+
+// CacheTokens is the KV capacity every member of a plan gets: the context
+// the planner reserved memory for, times its batch.
+func CacheTokens(p *placement.Plan) int {
+	c := p.Context
+	if c <= 0 {
+		c = placement.DefaultContext
+	}
+	return c * max(p.Batch, 1)
+}
+
+// Reconcile brings the members, drivers and routes in line with v.
+func (r *Reconciler) Reconcile(v View) {
+	r.rec.Lock()
+	defer r.rec.Unlock()
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return
+	}
+	planned := map[string]*PlannedModel{}
+	for i := range v.Models {
+		planned[v.Models[i].Name] = &v.Models[i]
+	}
+	r.reconcileMembers(planned)
+	routes := map[string]Route{}
+	for name, pm := range planned {
+		drv := DriverOf(&pm.Plan)
+		if drv == "" {
+			continue
+		}
+		rt := Route{Model: name, Node: drv, NodeName: drv, HTTPAddr: pm.DriverHTTP, Ready: pm.Ready, Status: pm.Status}
+		if n := pm.Names[drv]; n != "" {
+			rt.NodeName = n
+		}
+		routes[name] = rt
+		if drv == r.cfg.Node {
+			r.reconcileDriver(pm)
+		}
+	}
+	r.mu.Lock()
+	var stale []*driver
+	for name, d := range r.drivers {
+		if rt, ok := routes[name]; !ok || rt.Node != r.cfg.Node {
+			stale = append(stale, d)
+		}
+	}
+	r.routes = routes
+	r.mu.Unlock()
+	for _, d := range stale {
+		r.log.Info("stopping distributed serving: no longer planned here", zap.String("model", d.name))
+		r.stopDriver(d)
+	}
+}
+
+// reconcileDriver stops the driver of pm when its plan changed or it
+// failed, and starts one when the plan is ready.
+func (r *Reconciler) reconcileDriver(pm *PlannedModel) {
+	name := pm.Name
+	r.mu.Lock()
+	d := r.drivers[name]
+	r.mu.Unlock()
+	if d != nil && (d.version != pm.Plan.Version || d.err() != nil) {
+		why := fmt.Sprintf("plan v%d", pm.Plan.Version)
+		if err := d.err(); err != nil {
+			why = err.Error()
+		}
+		r.log.Info("stopping distributed serving", zap.String("model", name), zap.Uint64("version", d.version), zap.String("why", why))
+		r.stopDriver(d)
+		d = nil
+	}
+	if d != nil || !pm.Ready {
+		return
+	}
+	d, err := r.startDriver(pm)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		if r.logged[name] != err.Error() {
+			r.logged[name] = err.Error()
+			r.log.Info("cannot serve the distributed model yet; retrying", zap.String("model", name), zap.Error(err))
+		}
+		return
+	}
+	delete(r.logged, name)
+	r.drivers[name] = d
+}
+
+// reconcileMembers runs a Member for every ready shard of a current plan
+// and closes the others.
+func (r *Reconciler) reconcileMembers(planned map[string]*PlannedModel) {
+	keep := map[string]bool{}
+	for _, s := range r.cfg.Shards.Ready() {
+		pm := planned[s.Model]
+		if pm == nil || pm.Plan.Version != s.Version {
+			continue
+		}
+		keep[s.Key] = true
+		r.mu.Lock()
+		old := r.members[s.Key]
+		r.mu.Unlock()
+		if old != nil && old.version == s.Version {
+			continue
+		}
+		if old != nil {
+			r.DropMember(s.Key)
+		}
+		mdl, err := s.Shard.Model()
+		if err != nil {
+			r.log.Warn("shard cannot run", zap.String("model", s.Model), zap.Error(err))
+			continue
+		}
+		m, err := r.cfg.Host.AddMember(MemberConfig{Plan: pm.Plan, Node: r.cfg.Node, Addrs: pm.Addrs, Spec: s.Spec,
+			Model: mdl, Threads: r.threads(pm), CacheTokens: CacheTokens(&pm.Plan)})
+		if err != nil {
+			r.log.Warn("shard cannot join its plan", zap.String("model", s.Model), zap.Uint64("version", s.Version), zap.Error(err))
+			continue
+		}
+		r.mu.Lock()
+		r.members[s.Key] = &runMember{version: s.Version, m: m}
+		r.mu.Unlock()
+		r.log.Info("shard serving its plan", zap.String("model", s.Model), zap.Uint64("version", s.Version),
+			zap.Int("lo", s.Spec.Lo), zap.Int("hi", s.Spec.Hi), zap.Int("tp_rank", s.Spec.TPRank), zap.Int("tp_size", s.Spec.TPSize))
+	}
+	r.mu.Lock()
+	var drop []string
+	for key := range r.members {
+		if !keep[key] {
+			drop = append(drop, key)
+		}
+	}
+	r.mu.Unlock()
+	for _, key := range drop {
+		r.DropMember(key)
+	}
+}
+
+// DropMember closes the member running shard key (waiting for its steps);
+// call it before the shard's mapping goes away.
+func (r *Reconciler) DropMember(key string) {
+	r.mu.Lock()
+	m := r.members[key]
+	delete(r.members, key)
+	r.mu.Unlock()
+	if m != nil {
+		m.m.Close()
+	}
+}
+
+// Close stops every driver and member (before the shards unmap); later
+// Reconciles do nothing.
+func (r *Reconciler) Close() {
+	r.rec.Lock()
+	defer r.rec.Unlock()
+	r.mu.Lock()
+	r.closed = true
+	var ds []*driver
+	for _, d := range r.drivers {
+		ds = append(ds, d)
+	}
+	var keys []string
+	for k := range r.members {
+		keys = append(keys, k)
+	}
+	r.mu.Unlock()
+	for _, d := range ds {
+		r.stopDriver(d)
+	}
+	for _, k := range keys {
+		r.DropMember(k)
+	}
+}
+
+// Route returns where model's driver runs, if it is planned.
+func (r *Reconciler) Route(model string) (Route, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rt, ok := r.routes[model]
+	return rt, ok
+}
+
+// Routes lists every planned model's route, by model name.
+func (r *Reconciler) Routes() []Route {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Route, 0, len(r.routes))
+	for _, rt := range r.routes {
+		out = append(out, rt)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Model < out[j].Model })
+	return out
+}
+
+// failedStep reports whether err from a step failed the session (a full
+// cache is the scheduler's business, not a failure).
+func failedStep(err error) bool { return err != nil && !errors.Is(err, kv.ErrFull) }

@@ -1,0 +1,289 @@
+package shard
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"shoal/engine/gguf"
+)
+
+// Shard states, as a Status reports them.
+const (
+	StateFetching = "fetching"
+	StateReady    = "ready"
+	StateFailed   = "failed"
+)
+
+// Want is a shard the node should hold: Spec of Model for plan Version,
+// from the node Source when this node has no copy of the file.
+type Want struct {
+	Model   string
+	Spec    ShardSpec
+	Version uint64
+	Source  Peer
+}
+
+// Peer is a node that has a model file. Down, when set, says why it cannot
+// serve ranges now ("failed", "left").
+type Peer struct {
+	ID, Name, Addr string
+	Down           string
+}
+
+// LocalFiles finds the model files this node has, by whole-file sha256.
+type LocalFiles interface {
+	LocalPath(fileSHA string) (string, bool)
+}
+
+// Peers reaches the nodes with a file: the signed layout of a shard, and
+// the file's byte ranges (the transport's weights stream).
+type Peers interface {
+	Layout(ctx context.Context, addr string, spec ShardSpec) (*Layout, error)
+	Ranges(addr string) RangeFetcher
+}
+
+// Status is one node's shards of one model summed up: the span of layers,
+// the newest plan version, bytes present of the total and how they came.
+type Status struct {
+	Model                string
+	Lo, Hi               int
+	PlanVersion          uint64
+	State, Error         string
+	Bytes, Done, Fetched uint64
+	Refetched            int
+	Source               string // "local" or the ID of the node fetched from
+}
+
+// Ready is a shard open and verified, ready to run.
+type Ready struct {
+	Key     string
+	Model   string
+	Version uint64
+	Spec    ShardSpec
+	Shard   *Shard
+}
+
+// ManagerConfig wires a Manager.
+type ManagerConfig struct {
+	Dir   string // where assembled shard files live
+	Files LocalFiles
+	Peers Peers
+	// Report sends a model's Status (after a change, or forced after a
+	// shard finished or failed); a failed report is sent again next time.
+	Report func(Status) error
+	// BeforeRelease runs before a shard the node no longer wants is
+	// unmapped (to stop what runs on it).
+	BeforeRelease func(key string)
+	Log           *zap.Logger
+}
+
+// Manager holds the node's shards: it opens them from a local file or
+// assembles them from a peer's ranges, retries failures, reports progress
+// and releases shards no longer wanted. It knows nothing of Raft or HTTP.
+type Manager struct {
+	cfg    ManagerConfig
+	log    *zap.Logger
+	mu     sync.Mutex
+	jobs   map[string]*job
+	report sync.Mutex // serializes reports, so an older one never lands after a newer one
+}
+
+// NewManager makes a manager holding no shards.
+func NewManager(cfg ManagerConfig) *Manager {
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	if cfg.BeforeRelease == nil {
+		cfg.BeforeRelease = func(string) {}
+	}
+	return &Manager{cfg: cfg, log: cfg.Log, jobs: map[string]*job{}}
+}
+
+// Key is a spec's short content key.
+func Key(s ShardSpec) string {
+	b, _ := json.Marshal(s)
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:8])
+}
+
+// Reconcile starts the wanted shards the node lacks (and failed ones whose
+// retry time came), releases the others and reports every model touched.
+func (m *Manager) Reconcile(want []Want) {
+	desired := map[string]Want{}
+	for _, w := range want {
+		desired[Key(w.Spec)] = w
+	}
+	now := time.Now()
+	m.mu.Lock()
+	if m.jobs == nil {
+		m.mu.Unlock()
+		return // closed
+	}
+	touched := map[string]bool{}
+	for key, j := range m.jobs {
+		if _, ok := desired[key]; !ok {
+			delete(m.jobs, key)
+			touched[j.model] = true
+			go m.release(j)
+		}
+	}
+	for key, w := range desired {
+		j := m.jobs[key]
+		if j == nil {
+			j = &job{key: key, model: w.Model, spec: w.Spec}
+			m.jobs[key] = j
+		}
+		j.mu.Lock()
+		j.version = w.Version
+		start := j.done == nil || (j.state == StateFailed && now.After(j.retryAt) && isClosed(j.done))
+		j.mu.Unlock()
+		if start {
+			m.start(j, w)
+		}
+		touched[w.Model] = true
+	}
+	m.mu.Unlock()
+	for model := range touched {
+		m.reportModel(model, false)
+	}
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// release stops a shard no longer wanted and removes its assembled file.
+func (m *Manager) release(j *job) {
+	m.cfg.BeforeRelease(j.key)
+	j.stop()
+	j.mu.Lock()
+	if j.path != "" {
+		_ = os.Remove(j.path)
+	}
+	j.mu.Unlock()
+	m.log.Info("released shard", zap.String("model", j.model), zap.Int("lo", j.spec.Lo), zap.Int("hi", j.spec.Hi))
+}
+
+// Close stops every load and unmaps every shard (assembled files stay for
+// the next start); later Reconciles do nothing.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	jobs := m.jobs
+	m.jobs = nil
+	m.mu.Unlock()
+	for _, j := range jobs {
+		j.stop()
+	}
+}
+
+// modelJobs lists the jobs of model, by first layer.
+func (m *Manager) modelJobs(model string) []*job {
+	m.mu.Lock()
+	var jobs []*job
+	for _, j := range m.jobs {
+		if j.model == model {
+			jobs = append(jobs, j)
+		}
+	}
+	m.mu.Unlock()
+	sort.Slice(jobs, func(i, k int) bool { return jobs[i].spec.Lo < jobs[k].spec.Lo })
+	return jobs
+}
+
+// Ready lists the shards open and verified.
+func (m *Manager) Ready() []Ready {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Ready
+	for _, j := range m.jobs {
+		j.mu.Lock()
+		if j.state == StateReady && j.sh != nil {
+			out = append(out, Ready{Key: j.key, Model: j.model, Version: j.version, Spec: j.spec, Shard: j.sh})
+		}
+		j.mu.Unlock()
+	}
+	return out
+}
+
+// Meta returns model's GGUF metadata (tokenizer, chat template): from the
+// local file when the node has it, else from the header kept in an
+// assembled shard file.
+func (m *Manager) Meta(model string) (*gguf.File, error) {
+	for _, j := range m.modelJobs(model) {
+		j.mu.Lock()
+		path, sha := j.path, j.spec.FileSHA
+		j.mu.Unlock()
+		if lp, ok := m.cfg.Files.LocalPath(sha); ok {
+			return gguf.Open(lp)
+		}
+		if path == "" {
+			continue
+		}
+		hdr, err := Header(path)
+		if err != nil {
+			return nil, err
+		}
+		return gguf.ParseHeader(hdr)
+	}
+	return nil, fmt.Errorf("no shard of %s on this node", model)
+}
+
+// reportModel sends the node's Status of model: one per node and model,
+// summing its shards. force sends it even when it did not change.
+func (m *Manager) reportModel(model string, force bool) {
+	m.report.Lock()
+	defer m.report.Unlock()
+	jobs := m.modelJobs(model)
+	if len(jobs) == 0 || m.cfg.Report == nil {
+		return
+	}
+	s := Status{Model: model, Lo: jobs[0].spec.Lo, State: StateReady}
+	for _, j := range jobs {
+		j.mu.Lock()
+		s.Hi = max(s.Hi, j.spec.Hi)
+		s.PlanVersion = max(s.PlanVersion, j.version)
+		s.Bytes += uint64(j.bytes)
+		s.Done += uint64(j.doneBytes)
+		s.Fetched += uint64(j.fetched)
+		s.Refetched += j.refetched
+		if s.Source == "" {
+			s.Source = j.source
+		}
+		switch {
+		case j.state == StateFailed:
+			s.State, s.Error = StateFailed, j.err
+		case j.state != StateReady && s.State != StateFailed:
+			s.State = StateFetching
+		}
+		j.mu.Unlock()
+	}
+	sig, _ := json.Marshal(s)
+	first := jobs[0]
+	first.mu.Lock()
+	same := first.reported == string(sig)
+	first.reported = string(sig)
+	first.mu.Unlock()
+	if same && !force {
+		return
+	}
+	if err := m.cfg.Report(s); err != nil {
+		first.mu.Lock()
+		first.reported = "" // send again next time
+		first.mu.Unlock()
+		m.log.Debug("shard status report failed", zap.String("model", model), zap.Error(err))
+	}
+}

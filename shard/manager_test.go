@@ -1,0 +1,139 @@
+package shard
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// testFiles is LocalFiles over a map.
+type testFiles map[string]string
+
+func (f testFiles) LocalPath(sha string) (string, bool) { p, ok := f[sha]; return p, ok }
+
+// testPeers serves one model's layout and ranges from memory, or fails.
+type testPeers struct {
+	m    *testModel
+	fail error
+}
+
+func (p *testPeers) Layout(ctx context.Context, addr string, spec ShardSpec) (*Layout, error) {
+	if p.fail != nil {
+		return nil, p.fail
+	}
+	l, err := NewLayout(p.m.table, spec, 0)
+	if err != nil {
+		return nil, err
+	}
+	return l, l.Sign(bytes.NewReader(p.m.raw))
+}
+
+func (p *testPeers) Ranges(addr string) RangeFetcher {
+	var lf LocalFetcher
+	lf.Add(p.m.sha, bytes.NewReader(p.m.raw))
+	return &lf
+}
+
+// reports collects a manager's reports.
+type reports struct {
+	mu   sync.Mutex
+	last map[string]Status
+}
+
+func (r *reports) report(s Status) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last[s.Model] = s
+	return nil
+}
+
+func (r *reports) get(model string) Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last[model]
+}
+
+func waitFor(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); !f(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// The manager opens a shard from the node's own copy of the file,
+// assembles another from a peer, reports both, retries a failure, and
+// releases a shard no longer wanted (its member first, then its file).
+func TestManager(t *testing.T) {
+	m := writeModel(t, denseSpec)
+	peers := &testPeers{m: m, fail: errors.New("peer unreachable")}
+	rep := &reports{last: map[string]Status{}}
+	var released []string
+	var relMu sync.Mutex
+	dir := t.TempDir()
+	mgr := NewManager(ManagerConfig{Dir: dir, Files: testFiles{}, Peers: peers, Report: rep.report,
+		BeforeRelease: func(key string) { relMu.Lock(); released = append(released, key); relMu.Unlock() }})
+	defer mgr.Close()
+	local := NewManager(ManagerConfig{Dir: dir, Files: testFiles{m.sha: m.path}, Report: rep.report})
+	defer local.Close()
+
+	spec := tpSpec(m.sha)
+	src := Peer{ID: "src-id", Name: "src", Addr: "127.0.0.1:1"}
+	local.Reconcile([]Want{{Model: "local", Spec: spec, Version: 1}})
+	waitFor(t, "the local shard", func() bool { return len(local.Ready()) == 1 && rep.get("local").State == StateReady })
+	if s := rep.get("local"); s.State != StateReady || s.Source != "local" || s.Done != s.Bytes || s.Lo != 1 || s.Hi != 3 {
+		t.Errorf("local report %+v", s)
+	}
+	meta, err := local.Meta("local")
+	if err != nil || meta.Path() != m.path {
+		t.Fatalf("meta of a local model: %v", err)
+	}
+	meta.Close()
+
+	mgr.Reconcile([]Want{{Model: "dense", Spec: spec, Version: 2, Source: Peer{Name: "src", Addr: "x", Down: "failed"}}})
+	waitFor(t, "a failure report", func() bool { return rep.get("dense").State == StateFailed })
+	if s := rep.get("dense"); s.Error != "the node with the model file (src) is failed" {
+		t.Errorf("failure %+v", s)
+	}
+	peers.fail = nil
+	for end := time.Now().Add(10 * time.Second); len(mgr.Ready()) == 0 && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		mgr.Reconcile([]Want{{Model: "dense", Spec: spec, Version: 2, Source: src}}) // retried once the back-off passed
+	}
+	waitFor(t, "the ready report", func() bool { return rep.get("dense").State == StateReady })
+	rd := mgr.Ready()
+	if len(rd) != 1 || rd[0].Key != Key(spec) || rd[0].Version != 2 || rd[0].Model != "dense" {
+		t.Fatalf("ready %+v", rd)
+	}
+	if s := rep.get("dense"); s.State != StateReady || s.Source != "src-id" || s.Fetched == 0 || s.PlanVersion != 2 {
+		t.Errorf("fetched report %+v", s)
+	}
+	meta, err = mgr.Meta("dense")
+	if err != nil || meta.Has("general.architecture") != true || len(meta.Tensors) != 0 {
+		t.Fatalf("meta from an assembled shard's header: %v", err)
+	}
+	meta.Close()
+	files, _ := filepath.Glob(filepath.Join(dir, "dense-*.shard"))
+	if len(files) != 1 {
+		t.Fatalf("shard files %v", files)
+	}
+
+	mgr.Reconcile(nil)
+	waitFor(t, "the release", func() bool {
+		_, err := os.Stat(files[0])
+		return errors.Is(err, os.ErrNotExist)
+	})
+	relMu.Lock()
+	defer relMu.Unlock()
+	if len(released) != 1 || released[0] != Key(spec) || len(mgr.Ready()) != 0 {
+		t.Errorf("released %v, ready %d", released, len(mgr.Ready()))
+	}
+	if _, err := mgr.Meta("dense"); err == nil {
+		t.Error("meta of a released model")
+	}
+}
