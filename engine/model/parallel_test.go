@@ -2,14 +2,15 @@ package model_test
 
 import (
 	"fmt"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"shoal/engine/enginetest"
 	"shoal/engine/kv"
 	"shoal/engine/model"
+	"shoal/engine/synth"
 	"shoal/shard"
 )
 
@@ -155,6 +156,15 @@ type group struct{ stages []stage }
 // rank 0 computes logits.
 func build(t *testing.T, path string, specs []stageSpec, all bool) *group {
 	t.Helper()
+	g, err := tryBuild(t, path, specs, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// tryBuild is build returning the error of a member that does not open.
+func tryBuild(t *testing.T, path string, specs []stageSpec, all bool) (*group, error) {
 	g := &group{}
 	t.Cleanup(func() {
 		for _, st := range g.stages {
@@ -179,25 +189,31 @@ func build(t *testing.T, path string, specs []stageSpec, all bool) *group {
 				spec.HeadLo, spec.HeadHi, spec.FFNLo, spec.FFNHi = ms.heads[0], ms.heads[1], ms.ffn[0], ms.ffn[1]
 				coll = colls[r]
 			}
-			sh, err := shard.Open(path, spec)
+			mb, err := openMember(path, spec, model.Options{Threads: 1, Lo: ss.lo, Hi: ss.hi, CacheTokens: 128, Collective: coll})
 			if err != nil {
-				t.Fatalf("stage %d member %d: %v", si, r, err)
+				return g, fmt.Errorf("stage %d member %d: %w", si, r, err)
 			}
-			m, err := sh.Model()
-			if err != nil {
-				sh.Close()
-				t.Fatalf("stage %d member %d: %v", si, r, err)
-			}
-			run, err := model.NewRunner(m, model.Options{Threads: 1, Lo: ss.lo, Hi: ss.hi, CacheTokens: 64, Collective: coll})
-			if err != nil {
-				sh.Close()
-				t.Fatalf("stage %d member %d: %v", si, r, err)
-			}
-			st.members = append(st.members, &member{sh: sh, r: run})
+			st.members = append(st.members, mb)
 		}
 		g.stages = append(g.stages, st)
 	}
-	return g
+	return g, nil
+}
+
+func openMember(path string, spec shard.ShardSpec, o model.Options) (*member, error) {
+	sh, err := shard.Open(path, spec)
+	if err != nil {
+		return nil, err
+	}
+	m, err := sh.Model()
+	if err == nil {
+		var run *model.Runner
+		if run, err = model.NewRunner(m, o); err == nil {
+			return &member{sh: sh, r: run}, nil
+		}
+	}
+	sh.Close()
+	return nil, err
 }
 
 // concurrently runs fn for every member of st, each in its own goroutine,
@@ -205,6 +221,12 @@ func build(t *testing.T, path string, specs []stageSpec, all bool) *group {
 // in a collective the others never reach).
 func concurrently(t *testing.T, st *stage, fn func(rank int, mb *member) error) {
 	t.Helper()
+	if err := tryConcurrently(st, fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tryConcurrently(st *stage, fn func(rank int, mb *member) error) error {
 	errs := make([]error, len(st.members))
 	var wg sync.WaitGroup
 	for r, mb := range st.members {
@@ -219,24 +241,24 @@ func concurrently(t *testing.T, st *stage, fn func(rank int, mb *member) error) 
 	select {
 	case <-done:
 	case <-time.After(2 * time.Minute):
-		t.Fatal("tensor-parallel members did not finish (stuck in a collective)")
+		return fmt.Errorf("tensor-parallel members did not finish (stuck in a collective)")
 	}
 	for r, err := range errs {
 		if err != nil {
-			t.Fatalf("member %d: %v", r, err)
+			return fmt.Errorf("member %d: %w", r, err)
 		}
 	}
+	return nil
 }
 
 // step runs toks of seq through the stages (Reserve, then Forward on every
 // member of a stage at once, hidden states handed from stage to stage) and
 // returns the logits of every token.
-func (g *group) step(t *testing.T, seq kv.SeqID, toks []int32, nEmbd, nVocab int) []float32 {
-	t.Helper()
+func (g *group) step(seq kv.SeqID, toks []int32, nEmbd, nVocab int) ([]float32, error) {
 	n := len(toks)
 	x := make([]float32, n*nEmbd)
 	if err := g.stages[0].members[0].r.Embed(toks, x); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	for si := range g.stages {
 		st := &g.stages[si]
@@ -246,15 +268,18 @@ func (g *group) step(t *testing.T, seq kv.SeqID, toks []int32, nEmbd, nVocab int
 			xs[r] = slices.Clone(x)
 			batches[r] = model.Batch{Tokens: toks, Chunks: []model.Chunk{{Seq: seq, N: n}}}
 			if err := mb.r.Reserve(&batches[r]); err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 		}
-		concurrently(t, st, func(r int, mb *member) error {
+		err := tryConcurrently(st, func(r int, mb *member) error {
 			return mb.r.Forward(&batches[r], st.lo, st.hi, xs[r])
 		})
+		if err != nil {
+			return nil, fmt.Errorf("stage %d: %w", si, err)
+		}
 		for r := 1; r < len(xs); r++ {
 			if !slices.Equal(xs[r], xs[0]) {
-				t.Fatalf("stage %d: member %d's hidden states differ from member 0's", si, r)
+				return nil, fmt.Errorf("stage %d: member %d's hidden states differ from member 0's", si, r)
 			}
 		}
 		x = xs[0]
@@ -266,7 +291,27 @@ func (g *group) step(t *testing.T, seq kv.SeqID, toks []int32, nEmbd, nVocab int
 	out := make([]float32, n*nVocab)
 	last := g.stages[len(g.stages)-1].members[0].r
 	last.Logits(x, rows, out)
-	return out
+	return out, nil
+}
+
+// generate runs the prompt, then each decode token, through the plan of
+// stages on the model at path and returns the logits of every position.
+func generate(t *testing.T, path string, stages []stageSpec, c *enginetest.Case, cfg *model.Config) ([]float32, error) {
+	g, err := tryBuild(t, path, stages, false)
+	if err != nil {
+		return nil, err
+	}
+	const seq = 7
+	got, err := g.step(seq, c.Prompt, cfg.NEmbd, cfg.NVocab)
+	for _, tok := range c.Decode {
+		if err != nil {
+			return nil, err
+		}
+		var l []float32
+		l, err = g.step(seq, []int32{tok}, cfg.NEmbd, cfg.NVocab)
+		got = append(got, l...)
+	}
+	return got, err
 }
 
 // splitEven splits n units into parts as evenly as possible, the first
@@ -355,54 +400,93 @@ func plans(c *model.Config) []namedPlan {
 	return ps
 }
 
-// TestParallelPlans runs every oracle case through each plan: a prompt,
-// then a few decode steps, and compares the logits of every position with
-// a single node's by the tolerances TestOracle holds the engine to against
-// llama.cpp.
+// TestParallelPlans runs synthetic models (and the oracle's when
+// ../shared is there) through each plan: a prompt, then a few decode
+// steps, and compares the logits of every position with a single node's
+// by the tolerances TestOracle holds the engine to against llama.cpp. The
+// comparison can fail: the same plans on a perturbed weight, and plans
+// that skip a layer, a KV group or an expert, must all fall outside.
 func TestParallelPlans(t *testing.T) {
-	for _, oc := range model.LoadOracleCases(t) {
-		t.Run(oc.Name, func(t *testing.T) {
-			ref, err := model.Open(oc.Model)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ref.Close()
-			float := model.IsFloatModel(ref)
-			toks := oc.Tokens
-			prompt, decode := toks[:len(toks)-3], toks[len(toks)-3:]
-			const seq = 7
-			single, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer single.Close()
-			want, err := single.Prompt(seq, prompt, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, tok := range decode {
-				l, err := single.Decode(seq, tok)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want = append(want, l...)
-			}
+	for _, c := range enginetest.Cases(t) {
+		t.Run(c.Name, func(t *testing.T) {
+			ref := enginetest.OpenPath(t, c.Path)
+			want := singleNode(t, ref, &c)
 			for _, p := range plans(&ref.Config) {
 				t.Run(p.name, func(t *testing.T) {
-					g := build(t, oc.Model, p.stages, false)
-					got := g.step(t, seq, prompt, ref.NEmbd, ref.NVocab)
-					for _, tok := range decode {
-						got = append(got, g.step(t, seq, []int32{tok}, ref.NEmbd, ref.NVocab)...)
-					}
-					desc, err := model.LogitDiff(want, got, ref.NVocab, float)
-					t.Logf("PARALLEL %-13s %-16s %s %s", oc.Name, p.name, desc, describe(p.stages))
+					got, err := generate(t, c.Path, p.stages, &c, &ref.Config)
 					if err != nil {
+						t.Fatal(err)
+					}
+					m := enginetest.Compare(want, got, ref.NVocab)
+					t.Logf("PARALLEL %-16s %-16s %s %s", c.Name, p.name, m, describe(p.stages))
+					if err := m.Check(c.Float); err != nil {
 						t.Error(err)
 					}
 				})
 			}
+			perturbed := enginetest.Perturb(t, c.Path, fmt.Sprintf("blk.%d.attn_output.weight", ref.NLayer-1))
+			for _, p := range wrongPlans(&ref.Config) {
+				path := c.Path
+				if p.stages == nil {
+					path, p.stages = perturbed, plans(&ref.Config)[0].stages
+				}
+				got, err := generate(t, path, p.stages, &c, &ref.Config)
+				if err == nil {
+					m := enginetest.Compare(want, got, ref.NVocab)
+					if err = m.Check(c.Float); err == nil {
+						t.Errorf("%s: the logits agree with a single node's (%s)", p.name, m)
+					}
+				}
+				t.Logf("MUTANT %-16s %-24s %v", c.Name, p.name, err)
+			}
 		})
 	}
+}
+
+// singleNode is the reference: the logits of every prompt row, then of
+// each decode token, from one runner holding the whole model.
+func singleNode(t *testing.T, m *model.Model, c *enginetest.Case) []float32 {
+	t.Helper()
+	r, err := model.NewRunner(m, model.Options{Threads: 1, CacheTokens: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	want, err := r.Prompt(1, c.Prompt, nil)
+	for _, tok := range c.Decode {
+		var l []float32
+		if err == nil {
+			l, err = r.Decode(1, tok)
+		}
+		want = append(want, l...)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want
+}
+
+// wrongPlans are plans that must not give a single node's logits: the
+// first plan of plans on a perturbed weight (nil stages), a pipeline that
+// skips the first layer, a tensor-parallel group that leaves out a KV
+// group, and for MoE models a group that holds no member with expert 3.
+func wrongPlans(c *model.Config) []namedPlan {
+	L, G, g := c.NLayer, c.NHeadKV, c.NHead/c.NHeadKV
+	ps := []namedPlan{
+		{"perturbed attn_output", nil},
+		{"layer 0 skipped", []stageSpec{{1, L, []memberSpec{{}}}}},
+		{"KV group 0 left out", []stageSpec{{0, L, tpMembers(c, []int{0, G - 1}, []int{c.FFNDim() / 2}, splitEven(c.NExpert, 2))}}},
+	}
+	ps[2].stages[0].members[0].heads = [2]int{0, 0}
+	ps[2].stages[0].members[1].heads = [2]int{g, G * g}
+	if c.NExpert == 4 {
+		all := c.NHead
+		ps = append(ps, namedPlan{"expert 3 held by nobody", []stageSpec{{0, L, []memberSpec{
+			{heads: [2]int{0, all}, experts: []int{0, 1}},
+			{heads: [2]int{all, all}, experts: []int{2}},
+		}}}})
+	}
+	return ps
 }
 
 // describe prints a plan's stages and members.
@@ -430,22 +514,18 @@ func describe(stages []stageSpec) string {
 // concurrently: every member returns the same logits, those of a single
 // node; and once warm, a decode step of the group allocates nothing.
 func TestParallelStepDecode(t *testing.T) {
-	for _, name := range []string{"llama-q4_k_m", "moe-q4_0", "qwen2-f16"} {
+	for name, spec := range map[string]synth.Spec{"dense-q4_k_m": denseQ4K, "moe-q4_0": moeQ40, "qwen2-f16": qwenF16} {
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(model.OracleDir, name, "model.gguf")
-			ref, err := model.Open(path)
-			if err != nil {
-				t.Skipf("oracle model absent: %v", err)
-			}
-			defer ref.Close()
+			path := enginetest.Write(t, "", spec)
+			ref := enginetest.OpenPath(t, path)
 			c := &ref.Config
 			single, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer single.Close()
-			prompt := []int32{1, 450, 4996, 17354, 1701}
-			decode := []int32{29916, 432, 975, 278}
+			toks := enginetest.Tokens(9, c.NVocab, 3)
+			prompt, decode := toks[:5], toks[5:]
 			F := c.FFNDim()
 			g := build(t, path, []stageSpec{{0, c.NLayer, tpMembers(c, splitEven(c.NHeadKV, 2), []int{F / 2 / 32 * 32}, splitEven(c.NExpert, 2))}}, true)
 			st := &g.stages[0]
@@ -466,9 +546,9 @@ func TestParallelStepDecode(t *testing.T) {
 						t.Fatalf("step %d: member %d's logits differ from member 0's", step, r)
 					}
 				}
-				desc, err := model.LogitDiff(want, got[0], c.NVocab, model.IsFloatModel(ref))
-				t.Logf("step %d: %s", step, desc)
-				if err != nil {
+				m := enginetest.Compare(want, got[0], c.NVocab)
+				t.Logf("step %d: %s", step, m)
+				if err := m.Check(enginetest.IsFloat(ref.File)); err != nil {
 					t.Error(err)
 				}
 			}
@@ -530,21 +610,18 @@ func TestParallelStepDecode(t *testing.T) {
 // column range; the others split a Q4_K block): every member's first
 // Forward fails instead of waiting for collectives the others never make.
 func TestParallelRejectsMixedSplit(t *testing.T) {
-	path := filepath.Join(model.OracleDir, "llama-q4_k_m", "model.gguf")
-	ref, err := model.Open(path)
-	if err != nil {
-		t.Skipf("oracle model absent: %v", err)
-	}
-	defer ref.Close()
+	path := enginetest.Write(t, "", denseQ4K)
+	ref := enginetest.OpenPath(t, path)
 	c := &ref.Config
+	F := c.FFNDim()
 	ms := []memberSpec{
-		{heads: [2]int{0, 0}, ffn: [2]int{0, 352}},
-		{heads: [2]int{0, 4}, ffn: [2]int{352, 352}},
-		{heads: [2]int{4, 8}, ffn: [2]int{352, 704}},
+		{heads: [2]int{0, 0}, ffn: [2]int{0, F / 2}},
+		{heads: [2]int{0, 4}, ffn: [2]int{F / 2, F / 2}},
+		{heads: [2]int{4, 8}, ffn: [2]int{F / 2, F}},
 	}
 	g := build(t, path, []stageSpec{{0, c.NLayer, ms}}, false)
 	st := &g.stages[0]
-	toks := []int32{1, 450, 4996}
+	toks := []int32{1, 45, 499}
 	errs := make([]error, len(st.members))
 	x := make([]float32, len(toks)*c.NEmbd)
 	if err := st.members[0].r.Embed(toks, x); err != nil {
