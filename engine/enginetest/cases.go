@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"shoal/engine/gguf"
+	"shoal/engine/model"
 	"shoal/engine/synth"
 )
 
@@ -113,4 +114,28 @@ func Perturb(t testing.TB, path, tensor string) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// Reference is what the configurations of a case are compared with: the
+// logits of every prompt row, then of each decode token, from one runner
+// holding the whole of m (sequence 1).
+func Reference(t testing.TB, m *model.Model, c *Case) []float32 {
+	t.Helper()
+	r, err := model.NewRunner(m, model.Options{Threads: 1, CacheTokens: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	want, err := r.Prompt(1, c.Prompt, nil)
+	for _, tok := range c.Decode {
+		var l []float32
+		if err == nil {
+			l, err = r.Decode(1, tok)
+		}
+		want = append(want, l...)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want
 }

@@ -410,7 +410,7 @@ func TestParallelPlans(t *testing.T) {
 	for _, c := range enginetest.Cases(t) {
 		t.Run(c.Name, func(t *testing.T) {
 			ref := enginetest.OpenPath(t, c.Path)
-			want := singleNode(t, ref, &c)
+			want := enginetest.Reference(t, ref, &c)
 			for _, p := range plans(&ref.Config) {
 				t.Run(p.name, func(t *testing.T) {
 					got, err := generate(t, c.Path, p.stages, &c, &ref.Config)
@@ -441,29 +441,6 @@ func TestParallelPlans(t *testing.T) {
 			}
 		})
 	}
-}
-
-// singleNode is the reference: the logits of every prompt row, then of
-// each decode token, from one runner holding the whole model.
-func singleNode(t *testing.T, m *model.Model, c *enginetest.Case) []float32 {
-	t.Helper()
-	r, err := model.NewRunner(m, model.Options{Threads: 1, CacheTokens: 128})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	want, err := r.Prompt(1, c.Prompt, nil)
-	for _, tok := range c.Decode {
-		var l []float32
-		if err == nil {
-			l, err = r.Decode(1, tok)
-		}
-		want = append(want, l...)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return want
 }
 
 // wrongPlans are plans that must not give a single node's logits: the
