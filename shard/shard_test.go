@@ -13,10 +13,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"shoal/engine/enginetest"
 	"shoal/engine/gguf"
 	"shoal/engine/model"
 	"shoal/engine/synth"
-	"shoal/engine/tokenizer"
 	"shoal/placement"
 )
 
@@ -58,24 +58,9 @@ func writeModel(t *testing.T, s synth.Spec) *testModel {
 	if m, ok := models[s.Name]; ok {
 		return m
 	}
-	v, err := tokenizer.ByteLevelVocab(300)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v.Pad(512)
-	s.Tokenizer = v.KVs()
-	path := filepath.Join(modelsDir, s.Name+".gguf")
-	fh, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := synth.Write(fh, s, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := fh.Close(); err != nil {
-		t.Fatal(err)
-	}
+	path := enginetest.Write(t, modelsDir, s)
 	m := &testModel{path: path}
+	var err error
 	if m.sha, err = FileSHA256(path); err != nil {
 		t.Fatal(err)
 	}
