@@ -12,12 +12,11 @@ import (
 	"shoal/engine/enginetest"
 	"shoal/engine/model"
 	"shoal/engine/sample"
-	"shoal/engine/synth"
 )
 
 func testModel(t *testing.T) *model.Model {
 	t.Helper()
-	return enginetest.Open(t, synth.Spec{Arch: "llama", NEmbd: 128, NLayer: 2, NHead: 4, NHeadKV: 2, NFF: 256, Type: "q8_0", Seed: 5, Std: 0.08})
+	return enginetest.Open(t, enginetest.Tiny)
 }
 
 func newSched(t *testing.T, m *model.Model, cacheTokens int, o Options) *Scheduler {

@@ -12,6 +12,10 @@ import (
 	"shoal/engine/tokenizer"
 )
 
+// Tiny is the small model of tests that serve requests: a 2-layer Q8_0
+// llama of 128 wide with 2 KV heads.
+var Tiny = synth.Spec{Arch: "llama", NEmbd: 128, NLayer: 2, NHead: 4, NHeadKV: 2, NFF: 256, Type: "q8_0", Seed: 5, Std: 0.08}
+
 // Vocab is the tokenizer metadata of the synthetic models: a byte-level
 // BPE vocabulary of 300 pieces padded to 512 tokens.
 func Vocab(t testing.TB) []gguf.KV {
