@@ -92,19 +92,6 @@ func oracleCases(t testing.TB) []OracleCase {
 	return cases
 }
 
-// OracleModel is the path of the named case's model; the test is skipped
-// when it is absent.
-func OracleModel(t testing.TB, name string) string {
-	t.Helper()
-	for _, c := range OracleCases(t) {
-		if c.Name == name {
-			return c.Model
-		}
-	}
-	t.Skipf("oracle model %s absent", name)
-	return ""
-}
-
 func readCase(dir string) (OracleCase, error) {
 	c := OracleCase{Name: filepath.Base(dir), Model: filepath.Join(dir, "model.gguf")}
 	if _, err := os.Stat(c.Model); err != nil {

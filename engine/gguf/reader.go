@@ -579,23 +579,6 @@ func (f *File) Data(t *TensorInfo) []byte {
 	return f.data[start : start+t.Size : start+t.Size]
 }
 
-// Float32s views little-endian float32 bytes as a []float32 without copying
-// when the data is 4-byte aligned, else copies.
-func Float32s(b []byte) []float32 {
-	n := len(b) / 4
-	if n == 0 {
-		return nil
-	}
-	if uintptr(unsafe.Pointer(&b[0]))%4 == 0 {
-		return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
-	}
-	out := make([]float32, n)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
-
 // Release drops from memory the pages of b, a part of f's tensor data that
 // the caller has copied and will not read again (others may still read it:
 // its bytes stay valid). It reports whether b is mapped from the file and
