@@ -24,27 +24,27 @@ type Case struct {
 }
 
 // The synthetic models of Cases. Their weights are larger than synth's
-// default so that the logits spread as a trained model's do (std ≈ 1) and
-// a wrong result stands out of the tolerances.
+// default (std 0.08, not 0.02) so that the logits spread and a wrong
+// result stands out of the tolerances.
 var (
-	// DenseF32: 3 layers, GQA with 4 KV heads of 2 query heads, an FFN
+	// denseF32: 3 layers, GQA with 4 KV heads of 2 query heads, an FFN
 	// of 11 blocks of 32.
-	DenseF32 = synth.Spec{Name: "synth-llama-f32", Arch: "llama", NEmbd: 128, NLayer: 3, NHead: 8, NHeadKV: 4,
+	denseF32 = synth.Spec{Name: "synth-llama-f32", Arch: "llama", NEmbd: 128, NLayer: 3, NHead: 8, NHeadKV: 4,
 		NFF: 352, Type: "f32", Seed: 19, Std: 0.08}
-	// QwenQ8: Q8_0 weights, q/k/v biases and NeoX rope.
-	QwenQ8 = synth.Spec{Name: "synth-qwen2-q8_0", Arch: "qwen2", NEmbd: 128, NLayer: 3, NHead: 4, NHeadKV: 2,
+	// qwenQ8: Q8_0 weights, q/k/v biases and NeoX rope.
+	qwenQ8 = synth.Spec{Name: "synth-qwen2-q8_0", Arch: "qwen2", NEmbd: 128, NLayer: 3, NHead: 4, NHeadKV: 2,
 		NFF: 384, Type: "q8_0", Seed: 29, Std: 0.08}
-	// MoEQ8: a Mixtral-style MoE of 4 experts, 2 used a token.
-	MoEQ8 = synth.Spec{Name: "synth-moe-q8_0", Arch: "moe", NEmbd: 128, NLayer: 2, NHead: 8, NHeadKV: 4,
+	// moeQ8: a Mixtral-style MoE of 4 experts, 2 used a token.
+	moeQ8 = synth.Spec{Name: "synth-moe-q8_0", Arch: "moe", NEmbd: 128, NLayer: 2, NHead: 8, NHeadKV: 4,
 		NFF: 192, NExpert: 4, NExpertUsed: 2, Type: "q8_0", Seed: 23, Std: 0.08}
 )
 
-// Synthetic writes the synthetic models of Cases to a temporary folder.
-func Synthetic(t testing.TB) []Case {
+// synthetic writes the synthetic models of Cases to a temporary folder.
+func synthetic(t testing.TB) []Case {
 	t.Helper()
 	dir := t.TempDir()
 	var cs []Case
-	for i, s := range []synth.Spec{DenseF32, QwenQ8, MoEQ8} {
+	for i, s := range []synth.Spec{denseF32, qwenQ8, moeQ8} {
 		toks := Tokens(12, 512, uint64(i))
 		cs = append(cs, Case{Name: s.Name, Path: Write(t, dir, s), Prompt: toks[:9], Decode: toks[9:], Float: s.Type == "f32"})
 	}
@@ -56,7 +56,7 @@ func Synthetic(t testing.TB) []Case {
 // skips.
 func Cases(t testing.TB) []Case {
 	t.Helper()
-	cs := Synthetic(t)
+	cs := synthetic(t)
 	oc := oracleCases(t)
 	if oc == nil {
 		t.Log("../shared/oracle absent: synthetic models only")
