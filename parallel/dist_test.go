@@ -15,6 +15,7 @@ import (
 	"shoal/engine/model"
 	"shoal/engine/synth"
 	"shoal/placement"
+	"shoal/placement/placementtest"
 	"shoal/shard"
 	"shoal/transport"
 )
@@ -24,125 +25,9 @@ import (
 var denseQ8 = synth.Spec{Name: "dense-q8_0", Arch: "llama", NEmbd: 128, NLayer: 4, NHead: 8, NHeadKV: 4,
 	NFF: 352, Type: "q8_0", Seed: 31, Std: 0.08}
 
-// part is one member of a test plan's stage: its share of the heads (in
-// GQA groups), FFN columns and experts.
-type part struct {
-	groups     int
-	ffnLo, ffn int // FFN columns [ffnLo, ffn)
-	experts    []int
-}
-
-type testStage struct {
-	lo, hi int
-	parts  []part // one part: whole layers
-}
-
-// makePlan builds the plan of stages, naming nodes n0, n1, ... in stage
-// and rank order; the first stage's rank 0 holds the embedding and the
-// last stage's rank 0 the output.
-func makePlan(c *model.Config, name string, stages []testStage) placement.Plan {
-	g := c.NHead / c.NHeadKV
-	pool := placement.Pool{Role: placement.RoleShared}
-	node := 0
-	for si, st := range stages {
-		ps := placement.Stage{Lo: st.lo, Hi: st.hi}
-		h := 0
-		for r, p := range st.parts {
-			m := placement.Member{Node: fmt.Sprintf("n%d", node), TPRank: r, TPSize: len(st.parts),
-				Embedding: si == 0 && r == 0, Output: si == len(stages)-1 && r == 0}
-			node++
-			if len(st.parts) > 1 {
-				m.HeadLo, m.HeadHi = h, h+p.groups*g
-				m.FFNLo, m.FFNHi = p.ffnLo, p.ffn
-				m.Experts = p.experts
-				h += p.groups * g
-			} else {
-				m.TPSize = 1
-			}
-			ps.Members = append(ps.Members, m)
-		}
-		pool.Stages = append(pool.Stages, ps)
-	}
-	return placement.Plan{Version: 1, Model: name, Strategy: "test", Pools: []placement.Pool{pool}}
-}
-
-// tp splits a stage among len(groups) members: member i holds groups[i]
-// GQA groups, the FFN columns between cuts and experts[i].
-func tp(c *model.Config, groups, cuts []int, experts [][]int) []part {
-	ps := make([]part, len(groups))
-	F := c.FFNDim()
-	for i := range ps {
-		ps[i].groups = groups[i]
-		if F > 0 {
-			ps[i].ffnLo, ps[i].ffn = 0, F
-			if i > 0 {
-				ps[i].ffnLo = cuts[i-1]
-			}
-			if i < len(cuts) {
-				ps[i].ffn = cuts[i]
-			}
-		}
-		if c.NExpert > 0 {
-			ps[i].experts = experts[i]
-		}
-	}
-	return ps
-}
-
-// splitEven splits n into parts as evenly as possible, the first larger.
-func splitEven(n, parts int) []int {
-	out := make([]int, parts)
-	for i := range out {
-		out[i] = n/parts + min(1, max(0, n%parts-i))
-	}
-	return out
-}
-
-// expertRuns gives member i counts[i] consecutive experts.
-func expertRuns(counts []int) [][]int {
-	var out [][]int
-	x := 0
-	for _, k := range counts {
-		e := []int{}
-		for range k {
-			e = append(e, x)
-			x++
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
-type namedPlan struct {
-	name string
-	plan placement.Plan
-}
-
-// testPlans: pipelines of 2 and 3 stages, tensor parallel over 2 and 3
-// (uneven heads, an FFN cut off block boundaries), 2 stages x TP2, and
-// for the MoE model expert parallel over 2.
-func testPlans(c *model.Config, name string) []namedPlan {
-	L, F := c.NLayer, c.FFNDim()
-	whole := []part{{}}
-	k := L / 2
-	var ps []namedPlan
-	add := func(n string, st ...testStage) { ps = append(ps, namedPlan{n, makePlan(c, name, st)}) }
-	add("pp2", testStage{0, k, whole}, testStage{k, L, whole})
-	if L >= 3 { // moe-q4_0 has 2 layers
-		add("pp3", testStage{0, 1, whole}, testStage{1, L - 1, whole}, testStage{L - 1, L, whole})
-	}
-	tp2 := tp(c, splitEven(c.NHeadKV, 2), []int{F / 2 / 32 * 32}, expertRuns(splitEven(c.NExpert, 2)))
-	tp3 := tp(c, splitEven(c.NHeadKV, 3), []int{F/3 + 5, 2*F/3 - 3}, expertRuns(splitEven(c.NExpert, 3)))
-	add("tp2", testStage{0, L, tp2})
-	add("tp3", testStage{0, L, tp3})
-	add("pp2xtp2", testStage{0, k, tp2}, testStage{k, L, tp2})
-	if c.IsMoE() {
-		add("ep2", testStage{0, L, []part{
-			{groups: c.NHeadKV, experts: []int{0, 1}},
-			{groups: 0, experts: []int{2, 3}},
-		}})
-	}
-	return ps
+// shapeOf is what placementtest needs of c.
+func shapeOf(c *model.Config) placementtest.Shape {
+	return placementtest.Shape{Layers: c.NLayer, Heads: c.NHead, KVHeads: c.NHeadKV, FFN: c.FFNDim(), Experts: c.NExpert}
 }
 
 // cluster is an in-process cluster: one endpoint, host and member per
@@ -296,15 +181,15 @@ func TestPlans(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			ref := enginetest.OpenPath(t, c.Path)
 			want := enginetest.Reference(t, ref, &c)
-			ps := testPlans(&ref.Config, c.Name)
+			ps := shapeOf(&ref.Config).Plans(c.Name)
 			for _, p := range ps {
-				t.Run(p.name, func(t *testing.T) {
-					m, wire, err := runPlan(t, c.Path, p.plan, &c, want, ref.NVocab)
+				t.Run(p.Name, func(t *testing.T) {
+					m, wire, err := runPlan(t, c.Path, p.Plan, &c, want, ref.NVocab)
 					if err != nil {
 						t.Fatal(err)
 					}
-					t.Logf("DIST %-16s %-8s %s", c.Name, p.name, m)
-					t.Logf("WIRE %-16s %-8s %s", c.Name, p.name, wire)
+					t.Logf("DIST %-16s %-15s %s", c.Name, p.Name, m)
+					t.Logf("WIRE %-16s %-15s %s", c.Name, p.Name, wire)
 					if err := m.Check(c.Float); err != nil {
 						t.Error(err)
 					}
@@ -312,13 +197,13 @@ func TestPlans(t *testing.T) {
 			}
 			p := ps[len(ps)-1]
 			perturbed := enginetest.Perturb(t, c.Path, fmt.Sprintf("blk.%d.attn_output.weight", ref.NLayer-1))
-			m, _, err := runPlan(t, perturbed, p.plan, &c, want, ref.NVocab)
+			m, _, err := runPlan(t, perturbed, p.Plan, &c, want, ref.NVocab)
 			if err == nil {
 				if err = m.Check(c.Float); err == nil {
-					t.Errorf("%s on a perturbed attn_output gives a single node's logits (%s)", p.name, m)
+					t.Errorf("%s on a perturbed attn_output gives a single node's logits (%s)", p.Name, m)
 				}
 			}
-			t.Logf("MUTANT %-16s %-8s perturbed attn_output: %v", c.Name, p.name, err)
+			t.Logf("MUTANT %-16s %-15s perturbed attn_output: %v", c.Name, p.Name, err)
 		})
 	}
 }
@@ -362,9 +247,7 @@ func TestWireDTypes(t *testing.T) {
 	toks := enginetest.Tokens(9, ref.NVocab, 5)
 	tc := enginetest.Case{Prompt: toks[:6], Decode: toks[6:]}
 	want := enginetest.Reference(t, ref, &tc)
-	L, F := c.NLayer, c.FFNDim()
-	tp2 := tp(c, splitEven(c.NHeadKV, 2), []int{F / 2 / 32 * 32}, nil)
-	plan := makePlan(c, denseQ8.Name, []testStage{{0, L / 2, tp2}, {L / 2, L, tp2}})
+	plan := shapeOf(c).Plans(denseQ8.Name).Get("pp2xtp2")
 	for _, dt := range []transport.DType{transport.F32, transport.F16, transport.Q8_0} {
 		t.Run(dt.String(), func(t *testing.T) {
 			cl := startCluster(t, path, plan, Options{Timeout: 10 * time.Second, Activations: dt, Collectives: dt})
@@ -395,9 +278,7 @@ func TestBatchedSequences(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer single.Close()
-	L, F := c.NLayer, c.FFNDim()
-	tp2 := tp(c, splitEven(c.NHeadKV, 2), []int{F / 2 / 32 * 32}, nil)
-	plan := makePlan(c, denseQ8.Name, []testStage{{0, L / 2, tp2}, {L / 2, L, tp2}})
+	plan := shapeOf(c).Plans(denseQ8.Name).Get("pp2xtp2")
 	cl := startCluster(t, path, plan, Options{Timeout: 10 * time.Second})
 	ctx := context.Background()
 	s, err := cl.drv.Open(ctx)
@@ -458,17 +339,15 @@ func TestBatchedSequences(t *testing.T) {
 func TestMemberDies(t *testing.T) {
 	ref, path := openRef(t)
 	c := ref.Config
-	L, F := c.NLayer, c.FFNDim()
-	tp2 := tp(&c, splitEven(c.NHeadKV, 2), []int{F / 2 / 32 * 32}, nil)
-	whole := []part{{}}
+	ps := shapeOf(&c).Plans(denseQ8.Name)
 	for _, tc := range []struct {
 		name   string
-		stages []testStage
+		plan   string
 		victim int // index of the member (node) closed
 	}{
-		{"pp3, middle stage", []testStage{{0, 1, whole}, {1, L - 1, whole}, {L - 1, L, whole}}, 1},
-		{"pp2xtp2, stage 1 rank 1", []testStage{{0, L / 2, tp2}, {L / 2, L, tp2}}, 3},
-		{"pp2xtp2, stage 0 rank 0", []testStage{{0, L / 2, tp2}, {L / 2, L, tp2}}, 0},
+		{"pp3, middle stage", "pp3", 1},
+		{"pp2xtp2, stage 1 rank 1", "pp2xtp2", 3},
+		{"pp2xtp2, stage 0 rank 0", "pp2xtp2", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Members give up at 3/4 of it, so that their error, which
@@ -477,7 +356,7 @@ func TestMemberDies(t *testing.T) {
 			// beside this one: the driver's own deadline hit first and its
 			// error named a survivor.
 			const timeout = 3 * time.Second
-			plan := makePlan(&c, denseQ8.Name, tc.stages)
+			plan := ps.Get(tc.plan)
 			cl := startCluster(t, path, plan, Options{Timeout: timeout})
 			// Drive from a host that is not in the plan, so any member
 			// may die.

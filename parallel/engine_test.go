@@ -18,8 +18,8 @@ import (
 // tokens, and every member's cache is empty afterwards.
 func TestEngineServes(t *testing.T) {
 	ref, path := openRef(t)
-	plans := testPlans(&ref.Config, denseQ8.Name)
-	cl := startCluster(t, path, plans[0].plan, Options{Timeout: 10 * time.Second}) // pp2
+	plan := shapeOf(&ref.Config).Plans(denseQ8.Name).Get("pp2")
+	cl := startCluster(t, path, plan, Options{Timeout: 10 * time.Second})
 	s, err := cl.drv.Open(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"shoal/engine/kv"
 	"shoal/engine/model"
 	"shoal/engine/synth"
+	"shoal/placement"
+	"shoal/placement/placementtest"
 	"shoal/shard"
 )
 
@@ -125,18 +127,6 @@ func (m *memMember) AllGather(part, out []float32) error {
 	return err
 }
 
-// memberSpec is one member's part of a stage: query heads, FFN columns
-// and experts (nil: all).
-type memberSpec struct {
-	heads, ffn [2]int
-	experts    []int
-}
-
-type stageSpec struct {
-	lo, hi  int
-	members []memberSpec // one member: the whole layers
-}
-
 type member struct {
 	sh *shard.Shard
 	r  *model.Runner
@@ -150,13 +140,12 @@ type stage struct {
 // group is a plan's runners, built from the shards of a model file.
 type group struct{ stages []stage }
 
-// build opens every member's shard with shard.Open and binds a runner to
-// it. With all, every member holds the embedding and the output (so it
-// can run Step); else the first stage's rank 0 embeds and the last stage's
-// rank 0 computes logits.
-func build(t *testing.T, path string, specs []stageSpec, all bool) *group {
+// build opens every member's shard of plan (its one pool) with
+// shard.Open and binds a runner to it. With all, every member holds the
+// embedding and the output (so it can run Step); else the plan says which.
+func build(t *testing.T, path string, plan placement.Plan, all bool) *group {
 	t.Helper()
-	g, err := tryBuild(t, path, specs, all)
+	g, err := tryBuild(t, path, plan, all)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +153,7 @@ func build(t *testing.T, path string, specs []stageSpec, all bool) *group {
 }
 
 // tryBuild is build returning the error of a member that does not open.
-func tryBuild(t *testing.T, path string, specs []stageSpec, all bool) (*group, error) {
+func tryBuild(t *testing.T, path string, plan placement.Plan, all bool) (*group, error) {
 	g := &group{}
 	t.Cleanup(func() {
 		for _, st := range g.stages {
@@ -174,22 +163,17 @@ func tryBuild(t *testing.T, path string, specs []stageSpec, all bool) (*group, e
 			}
 		}
 	})
-	for si, ss := range specs {
-		st := stage{lo: ss.lo, hi: ss.hi}
-		var colls []model.Collective
-		if len(ss.members) > 1 {
-			colls = newGroup(len(ss.members))
-		}
-		for r, ms := range ss.members {
-			spec := shard.ShardSpec{Lo: ss.lo, Hi: ss.hi, Experts: ms.experts,
-				Embedding: all || (si == 0 && r == 0), Output: all || (si == len(specs)-1 && r == 0)}
+	for si, ps := range plan.Pools[0].Stages {
+		st := stage{lo: ps.Lo, hi: ps.Hi}
+		colls := newGroup(len(ps.Members))
+		for r, pm := range ps.Members {
+			spec := shard.SpecsFor(plan, pm.Node, "")[0]
+			spec.Embedding, spec.Output = spec.Embedding || all, spec.Output || all
 			var coll model.Collective
-			if len(ss.members) > 1 {
-				spec.TPRank, spec.TPSize = r, len(ss.members)
-				spec.HeadLo, spec.HeadHi, spec.FFNLo, spec.FFNHi = ms.heads[0], ms.heads[1], ms.ffn[0], ms.ffn[1]
+			if len(ps.Members) > 1 {
 				coll = colls[r]
 			}
-			mb, err := openMember(path, spec, model.Options{Threads: 1, Lo: ss.lo, Hi: ss.hi, CacheTokens: 128, Collective: coll})
+			mb, err := openMember(path, spec, model.Options{Threads: 1, Lo: ps.Lo, Hi: ps.Hi, CacheTokens: 128, Collective: coll})
 			if err != nil {
 				return g, fmt.Errorf("stage %d member %d: %w", si, r, err)
 			}
@@ -294,10 +278,10 @@ func (g *group) step(seq kv.SeqID, toks []int32, nEmbd, nVocab int) ([]float32, 
 	return out, nil
 }
 
-// generate runs the prompt, then each decode token, through the plan of
-// stages on the model at path and returns the logits of every position.
-func generate(t *testing.T, path string, stages []stageSpec, c *enginetest.Case, cfg *model.Config) ([]float32, error) {
-	g, err := tryBuild(t, path, stages, false)
+// generate runs the prompt, then each decode token, through plan on the
+// model at path and returns the logits of every position.
+func generate(t *testing.T, path string, plan placement.Plan, c *enginetest.Case, cfg *model.Config) ([]float32, error) {
+	g, err := tryBuild(t, path, plan, false)
 	if err != nil {
 		return nil, err
 	}
@@ -314,90 +298,9 @@ func generate(t *testing.T, path string, stages []stageSpec, c *enginetest.Case,
 	return got, err
 }
 
-// splitEven splits n units into parts as evenly as possible, the first
-// ones larger.
-func splitEven(n, parts int) []int {
-	out := make([]int, parts)
-	for i := range out {
-		out[i] = n / parts
-		if i < n%parts {
-			out[i]++
-		}
-	}
-	return out
-}
-
-// tpMembers describes a TP group of len(groups) members: member i holds
-// groups[i] GQA groups of heads, FFN columns between the cuts and the
-// experts between the expert cuts.
-func tpMembers(c *model.Config, groups, ffnCuts []int, expParts []int) []memberSpec {
-	g := c.NHead / c.NHeadKV
-	out := make([]memberSpec, len(groups))
-	h, x := 0, 0
-	for i := range out {
-		out[i].heads = [2]int{h, h + groups[i]*g}
-		h += groups[i] * g
-		if c.FFNDim() > 0 {
-			lo, hi := 0, c.FFNDim()
-			if i > 0 {
-				lo = ffnCuts[i-1]
-			}
-			if i < len(ffnCuts) {
-				hi = ffnCuts[i]
-			}
-			out[i].ffn = [2]int{lo, hi}
-		}
-		if c.NExpert > 0 {
-			out[i].experts = []int{}
-			for range expParts[i] {
-				out[i].experts = append(out[i].experts, x)
-				x++
-			}
-		}
-	}
-	return out
-}
-
-type namedPlan struct {
-	name   string
-	stages []stageSpec
-}
-
-// plans lists the execution plans checked against a single node for a
-// model: pipelines, tensor parallel over 2 (block-aligned FFN split) and 3
-// (uneven heads, FFN cut off block boundaries), pipeline x tensor, and for
-// MoE models expert parallel.
-func plans(c *model.Config) []namedPlan {
-	L, F := c.NLayer, c.FFNDim()
-	whole := []memberSpec{{}}
-	var ps []namedPlan
-	k := L / 2
-	ps = append(ps, namedPlan{"pp2", []stageSpec{{0, k, whole}, {k, L, whole}}})
-	if L >= 3 {
-		ps = append(ps, namedPlan{"pp3", []stageSpec{{0, 1, whole}, {1, L - 1, whole}, {L - 1, L, whole}}})
-	}
-	half := F / 2 / 32 * 32
-	tp2 := tpMembers(c, splitEven(c.NHeadKV, 2), []int{half}, splitEven(c.NExpert, 2))
-	tp3 := tpMembers(c, splitEven(c.NHeadKV, 3), []int{F/3 + 5, 2*F/3 - 3}, splitEven(c.NExpert, 3))
-	ps = append(ps,
-		namedPlan{"tp2", []stageSpec{{0, L, tp2}}},
-		namedPlan{"tp3", []stageSpec{{0, L, tp3}}},
-		namedPlan{"pp2xtp2", []stageSpec{{0, k, tp2}, {k, L, tp2}}},
-	)
-	if c.NExpert == 4 {
-		all := c.NHead
-		ps = append(ps,
-			namedPlan{"ep2 {0,1}/{2,3}", []stageSpec{{0, L, []memberSpec{
-				{heads: [2]int{0, all}, experts: []int{0, 1}},
-				{heads: [2]int{all, all}, experts: []int{2, 3}},
-			}}}},
-			namedPlan{"ep2 {0}/{1,2,3}", []stageSpec{{0, L, []memberSpec{
-				{heads: [2]int{0, all / 2}, experts: []int{0}},
-				{heads: [2]int{all / 2, all}, experts: []int{1, 2, 3}},
-			}}}},
-		)
-	}
-	return ps
+// shapeOf is what placementtest needs of c.
+func shapeOf(c *model.Config) placementtest.Shape {
+	return placementtest.Shape{Layers: c.NLayer, Heads: c.NHead, KVHeads: c.NHeadKV, FFN: c.FFNDim(), Experts: c.NExpert}
 }
 
 // TestParallelPlans runs synthetic models (and the oracle's when
@@ -411,74 +314,77 @@ func TestParallelPlans(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			ref := enginetest.OpenPath(t, c.Path)
 			want := enginetest.Reference(t, ref, &c)
-			for _, p := range plans(&ref.Config) {
-				t.Run(p.name, func(t *testing.T) {
-					got, err := generate(t, c.Path, p.stages, &c, &ref.Config)
+			plans := shapeOf(&ref.Config).Plans(c.Name)
+			for _, p := range plans {
+				t.Run(p.Name, func(t *testing.T) {
+					got, err := generate(t, c.Path, p.Plan, &c, &ref.Config)
 					if err != nil {
 						t.Fatal(err)
 					}
 					m := enginetest.Compare(want, got, ref.NVocab)
-					t.Logf("PARALLEL %-16s %-16s %s %s", c.Name, p.name, m, describe(p.stages))
+					t.Logf("PARALLEL %-16s %-16s %s %s", c.Name, p.Name, m, describe(p.Plan))
 					if err := m.Check(c.Float); err != nil {
 						t.Error(err)
 					}
 				})
 			}
 			perturbed := enginetest.Perturb(t, c.Path, fmt.Sprintf("blk.%d.attn_output.weight", ref.NLayer-1))
-			for _, p := range wrongPlans(&ref.Config) {
+			for _, p := range wrongPlans(&ref.Config, plans) {
 				path := c.Path
-				if p.stages == nil {
-					path, p.stages = perturbed, plans(&ref.Config)[0].stages
+				if p.Name == perturbedName {
+					path = perturbed
 				}
-				got, err := generate(t, path, p.stages, &c, &ref.Config)
+				got, err := generate(t, path, p.Plan, &c, &ref.Config)
 				if err == nil {
 					m := enginetest.Compare(want, got, ref.NVocab)
 					if err = m.Check(c.Float); err == nil {
-						t.Errorf("%s: the logits agree with a single node's (%s)", p.name, m)
+						t.Errorf("%s: the logits agree with a single node's (%s)", p.Name, m)
 					}
 				}
-				t.Logf("MUTANT %-16s %-24s %v", c.Name, p.name, err)
+				t.Logf("MUTANT %-16s %-24s %v", c.Name, p.Name, err)
 			}
 		})
 	}
 }
 
+const perturbedName = "perturbed attn_output"
+
 // wrongPlans are plans that must not give a single node's logits: the
-// first plan of plans on a perturbed weight (nil stages), a pipeline that
-// skips the first layer, a tensor-parallel group that leaves out a KV
-// group, and for MoE models a group that holds no member with expert 3.
-func wrongPlans(c *model.Config) []namedPlan {
-	L, G, g := c.NLayer, c.NHeadKV, c.NHead/c.NHeadKV
-	ps := []namedPlan{
-		{"perturbed attn_output", nil},
-		{"layer 0 skipped", []stageSpec{{1, L, []memberSpec{{}}}}},
-		{"KV group 0 left out", []stageSpec{{0, L, tpMembers(c, []int{0, G - 1}, []int{c.FFNDim() / 2}, splitEven(c.NExpert, 2))}}},
+// first of plans on a perturbed weight, a pipeline that skips the first
+// layer, a tensor-parallel group that leaves out a KV group, and for MoE
+// models a group in which no member holds expert 3.
+func wrongPlans(c *model.Config, plans placementtest.Plans) placementtest.Plans {
+	s := shapeOf(c)
+	L, G, F := c.NLayer, c.NHeadKV, c.FFNDim()
+	noGroup0 := s.Plan("", placementtest.Stage{Lo: 0, Hi: L, Parts: s.TP([]int{1, G - 1}, []int{F / 2}, placementtest.SplitEven(c.NExpert, 2))})
+	noGroup0.Pools[0].Stages[0].Members[0].HeadHi = 0
+	ps := placementtest.Plans{
+		{Name: perturbedName, Plan: plans[0].Plan},
+		{Name: "layer 0 skipped", Plan: s.Plan("", placementtest.Stage{Lo: 1, Hi: L, Parts: placementtest.Whole()})},
+		{Name: "KV group 0 left out", Plan: noGroup0},
 	}
-	ps[2].stages[0].members[0].heads = [2]int{0, 0}
-	ps[2].stages[0].members[1].heads = [2]int{g, G * g}
 	if c.NExpert == 4 {
-		all := c.NHead
-		ps = append(ps, namedPlan{"expert 3 held by nobody", []stageSpec{{0, L, []memberSpec{
-			{heads: [2]int{0, all}, experts: []int{0, 1}},
-			{heads: [2]int{all, all}, experts: []int{2}},
-		}}}})
+		ps = append(ps, placementtest.Named{Name: "expert 3 held by nobody", Plan: s.Plan("", placementtest.Stage{Lo: 0, Hi: L, Parts: []placementtest.Part{
+			{Groups: G, FFNHi: F, Experts: []int{0, 1}},
+			{FFNLo: F, FFNHi: F, Experts: []int{2}},
+		}})})
 	}
 	return ps
 }
 
 // describe prints a plan's stages and members.
-func describe(stages []stageSpec) string {
+func describe(plan placement.Plan) string {
 	s := ""
-	for _, st := range stages {
-		s += fmt.Sprintf(" [%d,%d)", st.lo, st.hi)
-		if len(st.members) > 1 {
-			for _, m := range st.members {
-				s += fmt.Sprintf(" h%d-%d", m.heads[0], m.heads[1])
-				if m.ffn != [2]int{} {
-					s += fmt.Sprintf("/f%d-%d", m.ffn[0], m.ffn[1])
+	for _, st := range plan.Pools[0].Stages {
+		s += fmt.Sprintf(" [%d,%d)", st.Lo, st.Hi)
+		if len(st.Members) > 1 {
+			for _, m := range st.Members {
+				s += fmt.Sprintf(" h%d-%d", m.HeadLo, m.HeadHi)
+				if m.FFNHi > m.FFNLo {
+					s += fmt.Sprintf("/f%d-%d", m.FFNLo, m.FFNHi)
 				}
-				if m.experts != nil {
-					s += fmt.Sprintf("/e%v", m.experts)
+				if m.Experts != nil {
+					s += fmt.Sprintf("/e%v", m.Experts)
 				}
 			}
 		}
@@ -503,8 +409,7 @@ func TestParallelStepDecode(t *testing.T) {
 			defer single.Close()
 			toks := enginetest.Tokens(9, c.NVocab, 3)
 			prompt, decode := toks[:5], toks[5:]
-			F := c.FFNDim()
-			g := build(t, path, []stageSpec{{0, c.NLayer, tpMembers(c, splitEven(c.NHeadKV, 2), []int{F / 2 / 32 * 32}, splitEven(c.NExpert, 2))}}, true)
+			g := build(t, path, shapeOf(c).Plans("").Get("tp2"), true)
 			st := &g.stages[0]
 			got := make([][]float32, len(st.members))
 			concurrently(t, st, func(r int, mb *member) error {
@@ -591,12 +496,12 @@ func TestParallelRejectsMixedSplit(t *testing.T) {
 	ref := enginetest.OpenPath(t, path)
 	c := &ref.Config
 	F := c.FFNDim()
-	ms := []memberSpec{
-		{heads: [2]int{0, 0}, ffn: [2]int{0, F / 2}},
-		{heads: [2]int{0, 4}, ffn: [2]int{F / 2, F / 2}},
-		{heads: [2]int{4, 8}, ffn: [2]int{F / 2, F}},
-	}
-	g := build(t, path, []stageSpec{{0, c.NLayer, ms}}, false)
+	plan := shapeOf(c).Plan("", placementtest.Stage{Lo: 0, Hi: c.NLayer, Parts: []placementtest.Part{
+		{Groups: 0, FFNLo: 0, FFNHi: F / 2},
+		{Groups: 2, FFNLo: F / 2, FFNHi: F / 2},
+		{Groups: 2, FFNLo: F / 2, FFNHi: F},
+	}})
+	g := build(t, path, plan, false)
 	st := &g.stages[0]
 	toks := []int32{1, 45, 499}
 	errs := make([]error, len(st.members))
