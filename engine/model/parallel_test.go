@@ -164,7 +164,8 @@ func tryBuild(t *testing.T, path string, plan placement.Plan, all bool) (*group,
 		}
 	})
 	for si, ps := range plan.Pools[0].Stages {
-		st := stage{lo: ps.Lo, hi: ps.Hi}
+		g.stages = append(g.stages, stage{lo: ps.Lo, hi: ps.Hi})
+		st := &g.stages[si]
 		colls := newGroup(len(ps.Members))
 		for r, pm := range ps.Members {
 			spec := shard.SpecsFor(plan, pm.Node, "")[0]
@@ -179,11 +180,11 @@ func tryBuild(t *testing.T, path string, plan placement.Plan, all bool) (*group,
 			}
 			st.members = append(st.members, mb)
 		}
-		g.stages = append(g.stages, st)
 	}
 	return g, nil
 }
 
+// openMember opens the shard spec of the model at path and a runner on it.
 func openMember(path string, spec shard.ShardSpec, o model.Options) (*member, error) {
 	sh, err := shard.Open(path, spec)
 	if err != nil {
@@ -210,6 +211,7 @@ func concurrently(t *testing.T, st *stage, fn func(rank int, mb *member) error) 
 	}
 }
 
+// tryConcurrently is concurrently returning the first member's error.
 func tryConcurrently(st *stage, fn func(rank int, mb *member) error) error {
 	errs := make([]error, len(st.members))
 	var wg sync.WaitGroup
