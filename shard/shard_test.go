@@ -156,7 +156,7 @@ func TestSlicesAndNeeds(t *testing.T) {
 		}
 	}
 	want := int64(m.f.DataOffset) + sh.Bytes()
-	if got := Total(needs); got != want {
+	if got := total(needs); got != want {
 		t.Errorf("needs %d bytes, the shard holds %d (+ header)", got, want)
 	}
 
@@ -589,4 +589,13 @@ func TestPlanSpecsSlice(t *testing.T) {
 			}
 		}
 	}
+}
+
+// total is the number of bytes in rs.
+func total(rs []Range) int64 {
+	n := int64(0)
+	for _, r := range rs {
+		n += r.N
+	}
+	return n
 }
