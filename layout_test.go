@@ -44,12 +44,12 @@ var mayImport = map[string][]string{
 
 // testFixtures lists what tests may import beyond mayImport: a running
 // agent cluster (node, node/nodetest) or a scheduler (serve) for the API.s
-// end-to-end tests, a synthetic model and its tokenizer (engine), shard slicing for the
-// engine's layer-range tests, the QUIC Raft layer for the coordinator's
-// cluster tests. Product code never does.
+// end-to-end tests, a synthetic model and its tokenizer (engine), test
+// plans and shard slicing for the engine's layer-range tests, the QUIC Raft
+// layer for the coordinator's cluster tests. Product code never does.
 var testFixtures = map[string][]string{
 	"api":         {"node", "serve", "engine"},
-	"engine":      {"shard"},
+	"engine":      {"placement", "shard"},
 	"coordinator": {"transport"},
 }
 

@@ -7,35 +7,20 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"shoal/engine/enginetest"
 	"shoal/engine/synth"
-	"shoal/engine/tokenizer"
 	"shoal/node"
 	tc "shoal/node/nodetest"
 )
 
 func writeModel(t *testing.T) string {
 	t.Helper()
-	v, err := tokenizer.ByteLevelVocab(300)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v.Pad(512)
-	path := filepath.Join(t.TempDir(), "tiny.gguf")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := synth.Write(f, synth.Spec{Arch: "llama", NEmbd: 64, NLayer: 2, NHead: 4, NFF: 128, Type: "q8_0", Seed: 3, Tokenizer: v.KVs()}, nil); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	return path
+	return enginetest.Write(t, "", synth.Spec{Name: "tiny", Arch: "llama", NEmbd: 64, NLayer: 2, NHead: 4, NFF: 128, Type: "q8_0", Seed: 3})
 }
 
 func post(t *testing.T, url, body string) (int, string) {

@@ -1,14 +1,12 @@
 package node_test
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"shoal/api"
+	"shoal/engine/enginetest"
 	"shoal/engine/synth"
-	"shoal/engine/tokenizer"
 	"shoal/node"
 	tc "shoal/node/nodetest"
 )
@@ -16,24 +14,7 @@ import (
 // writeSpreadModel writes a 12-layer Q8_0 llama of about 29 MB.
 func writeSpreadModel(t *testing.T) string {
 	t.Helper()
-	v, err := tokenizer.ByteLevelVocab(300)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v.Pad(512)
-	s := synth.Spec{Arch: "llama", NEmbd: 512, NLayer: 12, NHead: 8, NHeadKV: 2, NFF: 1024, Type: "q8_0", Seed: 5, Name: "spread", Tokenizer: v.KVs()}
-	path := filepath.Join(t.TempDir(), "spread.gguf")
-	fh, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := synth.Write(fh, s, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := fh.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return enginetest.Write(t, "", synth.Spec{Arch: "llama", NEmbd: 512, NLayer: 12, NHead: 8, NHeadKV: 2, NFF: 1024, Type: "q8_0", Seed: 5, Name: "spread"})
 }
 
 func modelInfo(t *testing.T, c *tc.Cluster, i int, name string) *api.ModelInfo {

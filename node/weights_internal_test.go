@@ -14,8 +14,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"shoal/engine/enginetest"
 	"shoal/engine/synth"
-	"shoal/engine/tokenizer"
 	"shoal/shard"
 	"shoal/transport"
 )
@@ -96,21 +96,7 @@ type weightsFixture struct {
 func newWeightsFixture(t *testing.T, corrupt *corruptingSource) *weightsFixture {
 	t.Helper()
 	dir := t.TempDir()
-	v, err := tokenizer.ByteLevelVocab(300)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v.Pad(512)
-	s := synth.Spec{Arch: "llama", NEmbd: 512, NLayer: 6, NHead: 8, NHeadKV: 2, NFF: 1024, Type: "q8_0", Seed: 3, Name: "wt", Tokenizer: v.KVs()}
-	path := filepath.Join(dir, "wt.gguf")
-	fh, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := synth.Write(fh, s, nil); err != nil {
-		t.Fatal(err)
-	}
-	fh.Close()
+	path := enginetest.Write(t, dir, synth.Spec{Arch: "llama", NEmbd: 512, NLayer: 6, NHead: 8, NHeadKV: 2, NFF: 1024, Type: "q8_0", Seed: 3, Name: "wt"})
 	sha, err := shard.FileSHA256(path)
 	if err != nil {
 		t.Fatal(err)

@@ -17,9 +17,9 @@ import (
 // batching, chunked prefill, sequences freed as they finish) produce the same
 // tokens, and every member's cache is empty afterwards.
 func TestEngineServes(t *testing.T) {
-	ref, path := openRef(t, "llama-q8_0")
-	plans := testPlans(&ref.Config, "llama-q8_0")
-	cl := startCluster(t, path, plans[0].plan, Options{Timeout: 10 * time.Second}) // pp2
+	ref, path := openRef(t)
+	plan := shapeOf(&ref.Config).Plans(denseQ8.Name).Get("pp2")
+	cl := startCluster(t, path, plan, Options{Timeout: 10 * time.Second})
 	s, err := cl.drv.Open(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +35,7 @@ func TestEngineServes(t *testing.T) {
 	}
 	defer r.Close()
 
-	prompts := [][]int32{{1, 450, 4996, 17354}, {1, 29916, 432, 17204, 975, 278}, {1, 512}}
+	prompts := [][]int32{{1, 450, 496, 173}, {1, 299, 432, 172, 97, 278}, {1, 51}}
 	run := func(e serve.Engine) [][]int32 {
 		sc, err := serve.NewEngine(e, func(int32) bool { return false }, serve.Options{MaxSeqs: 4, MaxTokens: 8})
 		if err != nil {

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"shoal/engine/enginetest"
 	"shoal/engine/gguf"
 	"shoal/engine/model"
 	"shoal/placement"
+	"shoal/placement/placementtest"
 	"shoal/shard"
 	"shoal/transport"
 )
@@ -96,21 +98,21 @@ func reconcilers(t *testing.T, path string, plan placement.Plan, nodes ...string
 // A plan of one node holding every layer is published as a local runner;
 // cluster logits still run through a session and match a single node's.
 func TestReconcilerOneNode(t *testing.T) {
-	ref, path := openRef(t, "llama-q8_0")
-	plan := makePlan(&ref.Config, "m", []testStage{{0, ref.Config.NLayer, []part{{}}}})
+	ref, path := openRef(t)
+	plan := shapeOf(&ref.Config).Plan("m", placementtest.Stage{Lo: 0, Hi: ref.Config.NLayer, Parts: placementtest.Whole()})
 	plan.Context = 64
 	recs, _, pubs, _ := reconcilers(t, path, plan, "n0")
 	pub, ok := pubs[0].get("m")
 	if !ok || pub.Runner == nil || pub.Engine != nil || pub.Meta == nil {
 		t.Fatalf("published %+v %v, want a local runner", pub, ok)
 	}
-	toks := []int32{1, 450, 4996}
+	toks := []int32{1, 45, 496}
 	l, err := recs[0].Logits(context.Background(), "m", toks)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, desc, err := diff(singleNode(t, ref, 0, toks, nil), l.Data, ref.NVocab, false); err != nil {
-		t.Errorf("logits: %s %v", desc, err)
+	if err := enginetest.Compare(enginetest.Reference(t, ref, &enginetest.Case{Prompt: toks}), l.Data, ref.NVocab).Check(false); err != nil {
+		t.Errorf("logits: %v", err)
 	}
 	recs[0].Reconcile(View{})
 	if _, ok := pubs[0].get("m"); ok || len(recs[0].Routes()) != 0 {
@@ -124,8 +126,8 @@ func TestReconcilerOneNode(t *testing.T) {
 // member that dies fails the served step, wakes the driver's owner, and
 // the next Reconcile withdraws the model.
 func TestReconcilerServesAPlan(t *testing.T) {
-	ref, path := openRef(t, "llama-q8_0")
-	plan := testPlans(&ref.Config, "m")[0].plan // pp2: n0, n1
+	ref, path := openRef(t)
+	plan := shapeOf(&ref.Config).Plans("m").Get("pp2") // n0, n1
 	plan.Version, plan.Context = 3, 64
 	recs, eps, pubs, view := reconcilers(t, path, plan, "n0", "n1")
 	pub, ok := pubs[0].get("m")
@@ -145,14 +147,14 @@ func TestReconcilerServesAPlan(t *testing.T) {
 		t.Errorf("logits of an unknown model: %v", err)
 	}
 
-	toks := []int32{1, 450, 4996, 17354}
+	toks := []int32{1, 45, 496, 173}
 	l, err := recs[0].Logits(ctx, "m", toks)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := singleNode(t, ref, 0, toks, nil)
-	if _, desc, err := diff(want, l.Data, ref.NVocab, false); err != nil || l.NTokens != len(toks) || l.NVocab != ref.NVocab {
-		t.Errorf("cluster logits %dx%d: %s %v", l.NTokens, l.NVocab, desc, err)
+	want := enginetest.Reference(t, ref, &enginetest.Case{Prompt: toks})
+	if err := enginetest.Compare(want, l.Data, ref.NVocab).Check(false); err != nil || l.NTokens != len(toks) || l.NVocab != ref.NVocab {
+		t.Errorf("cluster logits %dx%d: %v", l.NTokens, l.NVocab, err)
 	}
 
 	for _, dt := range []transport.DType{0, transport.F16} {

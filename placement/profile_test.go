@@ -1,35 +1,16 @@
 package placement
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
+	"shoal/engine/enginetest"
 	"shoal/engine/gguf"
 	"shoal/engine/synth"
-	"shoal/engine/tokenizer"
 )
 
 func writeSynth(t *testing.T, s synth.Spec) *gguf.File {
 	t.Helper()
-	v, err := tokenizer.ByteLevelVocab(300)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v.Pad(512)
-	s.Tokenizer = v.KVs()
-	path := filepath.Join(t.TempDir(), "m.gguf")
-	fh, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := synth.Write(fh, s, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := fh.Close(); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Open(path)
+	f, err := gguf.Open(enginetest.Write(t, "", s))
 	if err != nil {
 		t.Fatal(err)
 	}

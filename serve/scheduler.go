@@ -141,7 +141,6 @@ type Scheduler struct {
 	statsMu  sync.Mutex
 	steps    atomic.Uint64
 	done     chan struct{}
-	lp       []float32 // log-softmax scratch
 }
 
 // New starts the scheduler loop on r. isEOG tells which tokens end a

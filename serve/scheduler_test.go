@@ -3,43 +3,20 @@ package serve
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"shoal/engine/enginetest"
 	"shoal/engine/model"
 	"shoal/engine/sample"
-	"shoal/engine/synth"
-	"shoal/engine/tokenizer"
 )
 
 func testModel(t *testing.T) *model.Model {
 	t.Helper()
-	v, err := tokenizer.ByteLevelVocab(300)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v.Pad(512)
-	path := filepath.Join(t.TempDir(), "m.gguf")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := synth.Spec{Arch: "llama", NEmbd: 128, NLayer: 2, NHead: 4, NHeadKV: 2, NFF: 256, Type: "q8_0", Seed: 5, Std: 0.08, Tokenizer: v.KVs()}
-	if err := synth.Write(f, spec, nil); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	m, err := model.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
+	return enginetest.Open(t, enginetest.Tiny)
 }
 
 func newSched(t *testing.T, m *model.Model, cacheTokens int, o Options) *Scheduler {

@@ -13,10 +13,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"shoal/engine/enginetest"
 	"shoal/engine/gguf"
 	"shoal/engine/model"
 	"shoal/engine/synth"
-	"shoal/engine/tokenizer"
 	"shoal/placement"
 )
 
@@ -58,24 +58,9 @@ func writeModel(t *testing.T, s synth.Spec) *testModel {
 	if m, ok := models[s.Name]; ok {
 		return m
 	}
-	v, err := tokenizer.ByteLevelVocab(300)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v.Pad(512)
-	s.Tokenizer = v.KVs()
-	path := filepath.Join(modelsDir, s.Name+".gguf")
-	fh, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := synth.Write(fh, s, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := fh.Close(); err != nil {
-		t.Fatal(err)
-	}
+	path := enginetest.Write(t, modelsDir, s)
 	m := &testModel{path: path}
+	var err error
 	if m.sha, err = FileSHA256(path); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +156,7 @@ func TestSlicesAndNeeds(t *testing.T) {
 		}
 	}
 	want := int64(m.f.DataOffset) + sh.Bytes()
-	if got := Total(needs); got != want {
+	if got := total(needs); got != want {
 		t.Errorf("needs %d bytes, the shard holds %d (+ header)", got, want)
 	}
 
@@ -604,4 +589,13 @@ func TestPlanSpecsSlice(t *testing.T) {
 			}
 		}
 	}
+}
+
+// total is the number of bytes in rs.
+func total(rs []Range) int64 {
+	n := int64(0)
+	for _, r := range rs {
+		n += r.N
+	}
+	return n
 }

@@ -255,15 +255,6 @@ func mergeRanges(rs []Range) []Range {
 	return out
 }
 
-// Total is the number of bytes in rs.
-func Total(rs []Range) int64 {
-	n := int64(0)
-	for _, r := range rs {
-		n += r.N
-	}
-	return n
-}
-
 func findTensor(ts []gguf.TensorInfo, name string) (*gguf.TensorInfo, bool) {
 	for i := range ts {
 		if ts[i].Name == name {

@@ -15,10 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
-	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 )
 
@@ -335,12 +333,4 @@ func PeerIdentity(chain []*x509.Certificate) (id, role string) {
 		role = c.Subject.OrganizationalUnit[0]
 	}
 	return c.Subject.CommonName, role
-}
-
-// HostPort joins host and port, defaulting an empty host to 127.0.0.1.
-func HostPort(host string, port int) string {
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	return net.JoinHostPort(strings.Trim(host, "[]"), fmt.Sprint(port))
 }

@@ -216,25 +216,6 @@ func (f *TensorFrame) Decode(dst []float32) error {
 	return DecodeTensor(f.DType, f.Payload, dst[:n])
 }
 
-// AppendTensorFrame appends a complete frame (header, tag, payload) to dst.
-// payload must already be encoded in h.DType and hold h.Rows*h.Cols values.
-func AppendTensorFrame(dst []byte, h TensorHeader, payload []byte) ([]byte, error) {
-	if err := h.check(); err != nil {
-		return dst, err
-	}
-	if want := h.DType.EncodedLen(h.Rows * h.Cols); len(payload) != want {
-		return dst, fmt.Errorf("transport: %dx%d %v tensor takes %d bytes, payload has %d", h.Rows, h.Cols, h.DType, want, len(payload))
-	}
-	if len(payload) > math.MaxUint32 {
-		return dst, fmt.Errorf("%w: %d bytes", ErrFrameTooLarge, len(payload))
-	}
-	off := len(dst)
-	dst = grow(dst, tensorHeaderLen+len(h.Tag)+len(payload))
-	copy(dst[off+tensorHeaderLen+len(h.Tag):], payload)
-	putTensorHeader(dst[off:], &h, len(payload))
-	return dst, nil
-}
-
 // putTensorHeader fills in the header and tag of the frame b, whose payload
 // of plen bytes is already in place after them, and its checksum.
 func putTensorHeader(b []byte, h *TensorHeader, plen int) {
@@ -287,19 +268,13 @@ func (h *TensorHeader) check() error {
 	return nil
 }
 
-// ReadTensorFrame reads one frame. A frame whose payload announces more than
+// readTensorFrame reads one frame and returns it with the buffer holding
+// its tag and payload, for reuse. A frame whose payload announces more than
 // maxPayload bytes is refused with ErrFrameTooLarge before anything is
 // allocated for it. The payload is read into buf when it has the capacity.
 // A stream that ends inside a frame gives ErrTruncatedFrame, a payload that
 // does not match its checksum ErrChecksum, any other inconsistency
 // ErrBadTensorFrame. A stream that ends cleanly between frames gives io.EOF.
-func ReadTensorFrame(r io.Reader, maxPayload int, buf []byte) (TensorFrame, error) {
-	f, _, err := readTensorFrame(r, maxPayload, buf)
-	return f, err
-}
-
-// readTensorFrame is ReadTensorFrame that also returns the buffer holding
-// tag and payload, for reuse.
 func readTensorFrame(r io.Reader, maxPayload int, buf []byte) (TensorFrame, []byte, error) {
 	var hdr [tensorHeaderLen]byte
 	var f TensorFrame

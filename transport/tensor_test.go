@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -90,15 +91,15 @@ func TestTensorFrameRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The two encoders agree.
-		b2, err := AppendTensorFrame(nil, h, AppendTensor(nil, dt, x))
+		b2, err := appendTensorFrame(nil, h, AppendTensor(nil, dt, x))
 		if err != nil || !bytes.Equal(b, b2) {
-			t.Fatalf("AppendTensorFrame differs from AppendTensorMessage: %v", err)
+			t.Fatalf("appendTensorFrame differs from AppendTensorMessage: %v", err)
 		}
 		buf.Write(b)
 		all = append(all, sent{h, x})
 	}
 	for _, s := range all {
-		f, err := ReadTensorFrame(&buf, 1<<20, nil)
+		f, err := readFrame(&buf, 1<<20, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +114,7 @@ func TestTensorFrameRoundTrip(t *testing.T) {
 			t.Fatal("f32 payload changed")
 		}
 	}
-	if _, err := ReadTensorFrame(&buf, 1<<20, nil); err != io.EOF {
+	if _, err := readFrame(&buf, 1<<20, nil); err != io.EOF {
 		t.Fatalf("after the last frame: %v, want io.EOF", err)
 	}
 }
@@ -157,7 +158,7 @@ func TestTensorFrameOversizedRefusedWithoutAllocation(t *testing.T) {
 	var r *endlessReader
 	allocs := testing.AllocsPerRun(20, func() {
 		r = &endlessReader{hdr: hdr}
-		_, err := ReadTensorFrame(r, 1<<20, nil)
+		_, err := readFrame(r, 1<<20, nil)
 		if !errors.Is(err, ErrFrameTooLarge) {
 			t.Fatalf("got %v, want ErrFrameTooLarge", err)
 		}
@@ -177,19 +178,19 @@ func TestTensorFrameTruncatedAndCorrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, cut := range []int{1, tensorHeaderLen - 1, tensorHeaderLen, tensorHeaderLen + 1, len(b) - 1} {
-		_, err := ReadTensorFrame(bytes.NewReader(b[:cut]), 1<<20, nil)
+		_, err := readFrame(bytes.NewReader(b[:cut]), 1<<20, nil)
 		if !errors.Is(err, ErrTruncatedFrame) {
 			t.Fatalf("cut at %d of %d: %v, want ErrTruncatedFrame", cut, len(b), err)
 		}
 	}
 	bad := bytes.Clone(b)
 	bad[len(bad)-3] ^= 0x40
-	if _, err := ReadTensorFrame(bytes.NewReader(bad), 1<<20, nil); !errors.Is(err, ErrChecksum) {
+	if _, err := readFrame(bytes.NewReader(bad), 1<<20, nil); !errors.Is(err, ErrChecksum) {
 		t.Fatalf("flipped payload bit: %v, want ErrChecksum", err)
 	}
 	bad = bytes.Clone(b)
 	bad[tensorHeaderLen] ^= 1 // the tag is covered too
-	if _, err := ReadTensorFrame(bytes.NewReader(bad), 1<<20, nil); !errors.Is(err, ErrChecksum) {
+	if _, err := readFrame(bytes.NewReader(bad), 1<<20, nil); !errors.Is(err, ErrChecksum) {
 		t.Fatalf("flipped tag bit: %v, want ErrChecksum", err)
 	}
 	for name, mut := range map[string]func(b []byte){
@@ -203,7 +204,7 @@ func TestTensorFrameTruncatedAndCorrupt(t *testing.T) {
 	} {
 		bad := bytes.Clone(b)
 		mut(bad)
-		if _, err := ReadTensorFrame(bytes.NewReader(bad), 1<<20, nil); !errors.Is(err, ErrBadTensorFrame) {
+		if _, err := readFrame(bytes.NewReader(bad), 1<<20, nil); !errors.Is(err, ErrBadTensorFrame) {
 			t.Fatalf("bad %s: %v, want ErrBadTensorFrame", name, err)
 		}
 	}
@@ -219,7 +220,7 @@ func FuzzTensorFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		const limit = 4096
 		r := bytes.NewReader(b)
-		fr, err := ReadTensorFrame(r, limit, nil)
+		fr, err := readFrame(r, limit, nil)
 		if err != nil {
 			return
 		}
@@ -232,9 +233,36 @@ func FuzzTensorFrame(f *testing.F) {
 		}
 		// Re-encoding an accepted frame gives back the bytes read.
 		used := len(b) - r.Len()
-		again, err := AppendTensorFrame(nil, fr.TensorHeader, fr.Payload)
+		again, err := appendTensorFrame(nil, fr.TensorHeader, fr.Payload)
 		if err != nil || !bytes.Equal(again, b[:used]) {
 			t.Fatalf("re-encoded frame differs (%v)", err)
 		}
 	})
+}
+
+// appendTensorFrame appends a complete frame (header, tag, payload) to dst,
+// a second encoder the tests check AppendTensorMessage and the reader
+// against; payload must already be encoded in h.DType and hold
+// h.Rows*h.Cols values.
+func appendTensorFrame(dst []byte, h TensorHeader, payload []byte) ([]byte, error) {
+	if err := h.check(); err != nil {
+		return dst, err
+	}
+	if want := h.DType.EncodedLen(h.Rows * h.Cols); len(payload) != want {
+		return dst, fmt.Errorf("transport: %dx%d %v tensor takes %d bytes, payload has %d", h.Rows, h.Cols, h.DType, want, len(payload))
+	}
+	if len(payload) > math.MaxUint32 {
+		return dst, fmt.Errorf("%w: %d bytes", ErrFrameTooLarge, len(payload))
+	}
+	off := len(dst)
+	dst = grow(dst, tensorHeaderLen+len(h.Tag)+len(payload))
+	copy(dst[off+tensorHeaderLen+len(h.Tag):], payload)
+	putTensorHeader(dst[off:], &h, len(payload))
+	return dst, nil
+}
+
+// readFrame reads one frame as the streams do.
+func readFrame(r io.Reader, maxPayload int, buf []byte) (TensorFrame, error) {
+	f, _, err := readTensorFrame(r, maxPayload, buf)
+	return f, err
 }

@@ -6,15 +6,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"shoal/api"
 	"shoal/api/openai"
-	"shoal/engine/synth"
-	"shoal/engine/tokenizer"
+	"shoal/engine/enginetest"
 	"shoal/node"
 	"shoal/node/nodetest"
 )
@@ -27,22 +25,9 @@ const (
 // writeModel writes a small random llama with a byte-level vocabulary.
 func writeModel(t testing.TB, dir string) string {
 	t.Helper()
-	v, err := tokenizer.ByteLevelVocab(300)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v.Pad(512)
-	path := filepath.Join(dir, modelName+".gguf")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	spec := synth.Spec{Arch: "llama", NEmbd: 128, NLayer: 2, NHead: 4, NHeadKV: 2, NFF: 256, Type: "q8_0", Seed: 5, Std: 0.08, Tokenizer: v.KVs()}
-	if err := synth.Write(f, spec, nil); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	spec := enginetest.Tiny
+	spec.Name = modelName
+	return enginetest.Write(t, dir, spec)
 }
 
 // startAgent starts a one-server cluster on loopback serving the tiny model

@@ -3,7 +3,6 @@ package loadgen_test
 import (
 	"context"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,8 +12,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"shoal/api/loadgen"
-	"shoal/engine/synth"
-	"shoal/engine/tokenizer"
+	"shoal/engine/enginetest"
 	"shoal/node"
 	"shoal/node/nodetest"
 )
@@ -24,21 +22,9 @@ import (
 func startAgent(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	v, err := tokenizer.ByteLevelVocab(300)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v.Pad(512)
-	path := filepath.Join(dir, "tiny.gguf")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := synth.Spec{Arch: "llama", NEmbd: 128, NLayer: 2, NHead: 4, NHeadKV: 2, NFF: 256, Type: "q8_0", Seed: 5, Std: 0.08, Tokenizer: v.KVs()}
-	if err := synth.Write(f, spec, nil); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	spec := enginetest.Tiny
+	spec.Name = "tiny"
+	path := enginetest.Write(t, dir, spec)
 	a, err := node.Start(context.Background(), node.Config{
 		Name: "bench-node", DataDir: filepath.Join(dir, "data"), Bind: "127.0.0.1",
 		GossipPort: nodetest.FreeGossipPort(t), QUICPort: nodetest.FreeUDPPort(t),

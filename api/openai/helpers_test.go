@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"shoal/api/openai"
+	"shoal/engine/enginetest"
 	"shoal/engine/gguf"
 	"shoal/engine/model"
 	"shoal/engine/synth"
@@ -83,18 +83,8 @@ func modelFile(t testing.TB, chatTemplate string) string {
 	if chatTemplate != "" {
 		kvs = append(kvs, gguf.KV{Key: "tokenizer.chat_template", Value: chatTemplate})
 	}
-	path := filepath.Join(modelDir, key+".gguf")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := synth.Spec{Arch: "llama", NEmbd: 64, NLayer: 2, NHead: 4, NHeadKV: 2, NFF: 128, Type: "q8_0", Seed: 11, Std: 0.1, Tokenizer: kvs}
-	if err := synth.Write(f, spec, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	spec := synth.Spec{Name: key, Arch: "llama", NEmbd: 64, NLayer: 2, NHead: 4, NHeadKV: 2, NFF: 128, Type: "q8_0", Seed: 11, Std: 0.1, Tokenizer: kvs}
+	path := enginetest.Write(t, modelDir, spec)
 	modelFiles[key] = path
 	return path
 }

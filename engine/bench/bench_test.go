@@ -2,14 +2,13 @@ package bench
 
 import (
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
+	"shoal/engine/enginetest"
 	"shoal/engine/model"
 	"shoal/engine/synth"
-	"shoal/engine/tokenizer"
 )
 
 func TestTriadKernel(t *testing.T) {
@@ -35,37 +34,12 @@ func TestTriadKernel(t *testing.T) {
 // testModel writes a small llama model of weight type typ and opens it.
 func testModel(t *testing.T, typ string) *model.Model {
 	t.Helper()
-	v, _ := tokenizer.ByteLevelVocab(300)
-	v.Pad(512)
-	path := filepath.Join(t.TempDir(), "m.gguf")
-	f, _ := os.Create(path)
-	if err := synth.Write(f, synth.Spec{Arch: "llama", NEmbd: 64, NLayer: 2, NHead: 4, NFF: 128, Ctx: 64, Type: typ, Tokenizer: v.KVs()}, nil); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	m, err := model.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
+	return enginetest.Open(t, synth.Spec{Arch: "llama", NEmbd: 64, NLayer: 2, NHead: 4, NFF: 128, Ctx: 64, Type: typ})
 }
 
 // A MoE model's decode reads the routed experts a token uses, not all.
 func TestBytesPerTokenMoE(t *testing.T) {
-	v, _ := tokenizer.ByteLevelVocab(300)
-	v.Pad(512)
-	path := filepath.Join(t.TempDir(), "moe.gguf")
-	f, _ := os.Create(path)
-	if err := synth.Write(f, synth.Spec{Arch: "moe", NEmbd: 64, NLayer: 2, NHead: 4, NFF: 128, NExpert: 4, NExpertUsed: 1, Ctx: 64, Type: "q8_0", Tokenizer: v.KVs()}, nil); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	m, err := model.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := enginetest.Open(t, synth.Spec{Arch: "moe", NEmbd: 64, NLayer: 2, NHead: 4, NFF: 128, NExpert: 4, NExpertUsed: 1, Ctx: 64, Type: "q8_0"})
 	var exps, rest int64
 	for _, tn := range m.File.Tensors {
 		switch {

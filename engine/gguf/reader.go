@@ -393,61 +393,34 @@ func decodeFixedArray(et ValueType, raw []byte, n int) any {
 	case TypeUint8:
 		return append([]uint8(nil), raw...)
 	case TypeInt8:
-		out := make([]int8, n)
-		for i := range out {
-			out[i] = int8(raw[i])
-		}
-		return out
+		return decodeLE(raw, n, 1, func(b []byte) int8 { return int8(b[0]) })
 	case TypeUint16:
-		out := make([]uint16, n)
-		for i := range out {
-			out[i] = le.Uint16(raw[2*i:])
-		}
-		return out
+		return decodeLE(raw, n, 2, le.Uint16)
 	case TypeInt16:
-		out := make([]int16, n)
-		for i := range out {
-			out[i] = int16(le.Uint16(raw[2*i:]))
-		}
-		return out
+		return decodeLE(raw, n, 2, func(b []byte) int16 { return int16(le.Uint16(b)) })
 	case TypeUint32:
-		out := make([]uint32, n)
-		for i := range out {
-			out[i] = le.Uint32(raw[4*i:])
-		}
-		return out
+		return decodeLE(raw, n, 4, le.Uint32)
 	case TypeInt32:
-		out := make([]int32, n)
-		for i := range out {
-			out[i] = int32(le.Uint32(raw[4*i:]))
-		}
-		return out
+		return decodeLE(raw, n, 4, func(b []byte) int32 { return int32(le.Uint32(b)) })
 	case TypeFloat32:
-		out := make([]float32, n)
-		for i := range out {
-			out[i] = math.Float32frombits(le.Uint32(raw[4*i:]))
-		}
-		return out
+		return decodeLE(raw, n, 4, func(b []byte) float32 { return math.Float32frombits(le.Uint32(b)) })
 	case TypeUint64:
-		out := make([]uint64, n)
-		for i := range out {
-			out[i] = le.Uint64(raw[8*i:])
-		}
-		return out
+		return decodeLE(raw, n, 8, le.Uint64)
 	case TypeInt64:
-		out := make([]int64, n)
-		for i := range out {
-			out[i] = int64(le.Uint64(raw[8*i:]))
-		}
-		return out
+		return decodeLE(raw, n, 8, func(b []byte) int64 { return int64(le.Uint64(b)) })
 	case TypeFloat64:
-		out := make([]float64, n)
-		for i := range out {
-			out[i] = math.Float64frombits(le.Uint64(raw[8*i:]))
-		}
-		return out
+		return decodeLE(raw, n, 8, func(b []byte) float64 { return math.Float64frombits(le.Uint64(b)) })
 	}
 	panic("unreachable")
+}
+
+// decodeLE decodes n values of size bytes each from raw with get.
+func decodeLE[T any](raw []byte, n, size int, get func([]byte) T) []T {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = get(raw[size*i:])
+	}
+	return out
 }
 
 // Lookup returns the metadata entry for key.
@@ -577,23 +550,6 @@ func (f *File) Tensor(name string) (*TensorInfo, bool) {
 func (f *File) Data(t *TensorInfo) []byte {
 	start := f.DataOffset + t.Offset
 	return f.data[start : start+t.Size : start+t.Size]
-}
-
-// Float32s views little-endian float32 bytes as a []float32 without copying
-// when the data is 4-byte aligned, else copies.
-func Float32s(b []byte) []float32 {
-	n := len(b) / 4
-	if n == 0 {
-		return nil
-	}
-	if uintptr(unsafe.Pointer(&b[0]))%4 == 0 {
-		return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
-	}
-	out := make([]float32, n)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
 }
 
 // Release drops from memory the pages of b, a part of f's tensor data that

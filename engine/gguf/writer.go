@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 
 	"shoal/engine/quant"
 )
@@ -195,38 +196,15 @@ func (w *Writer) value(v any) {
 		w.u64(math.Float64bits(v))
 	case string:
 		w.str(v)
-	case []uint8:
-		arrayOf(w, TypeUint8, v)
-	case []int8:
-		arrayOf(w, TypeInt8, v)
-	case []bool:
-		arrayOf(w, TypeBool, v)
-	case []uint16:
-		arrayOf(w, TypeUint16, v)
-	case []int16:
-		arrayOf(w, TypeInt16, v)
-	case []uint32:
-		arrayOf(w, TypeUint32, v)
-	case []int32:
-		arrayOf(w, TypeInt32, v)
-	case []float32:
-		arrayOf(w, TypeFloat32, v)
-	case []uint64:
-		arrayOf(w, TypeUint64, v)
-	case []int64:
-		arrayOf(w, TypeInt64, v)
-	case []float64:
-		arrayOf(w, TypeFloat64, v)
-	case []string:
-		arrayOf(w, TypeString, v)
-	}
-}
-
-func arrayOf[T any](w *Writer, et ValueType, vs []T) {
-	w.u32(uint32(et))
-	w.u64(uint64(len(vs)))
-	for _, e := range vs {
-		w.value(e)
+	default:
+		// A slice of one of the types above, as valueTypeOf checked.
+		rv := reflect.ValueOf(v)
+		et, _ := valueTypeOf(reflect.Zero(rv.Type().Elem()).Interface())
+		w.u32(uint32(et))
+		w.u64(uint64(rv.Len()))
+		for i := range rv.Len() {
+			w.value(rv.Index(i).Interface())
+		}
 	}
 }
 

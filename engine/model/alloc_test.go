@@ -1,24 +1,32 @@
-package model
+package model_test
 
 import (
-	"path/filepath"
 	"testing"
+
+	"shoal/engine/enginetest"
+	"shoal/engine/model"
+	"shoal/engine/synth"
+)
+
+// Small models of the shapes the no-allocation and decode checks need: a
+// K-quant dense model (rows of 256), a MoE, an F16 qwen2 (biases, NeoX
+// rope).
+var (
+	denseQ4K = synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 2, NHead: 8, NHeadKV: 4, NFF: 512, Type: "q4_k_m", Seed: 41, Std: 0.08}
+	moeQ40   = synth.Spec{Arch: "moe", NEmbd: 128, NLayer: 2, NHead: 8, NHeadKV: 4, NFF: 128, NExpert: 4, NExpertUsed: 2, Type: "q4_0", Seed: 43, Std: 0.08}
+	qwenF16  = synth.Spec{Arch: "qwen2", NEmbd: 128, NLayer: 2, NHead: 4, NHeadKV: 2, NFF: 256, Type: "f16", Seed: 47, Std: 0.08}
 )
 
 // TestDecodeNoAlloc checks that a decode step allocates nothing once the
 // runner's buffers have grown (dense and MoE models).
 func TestDecodeNoAlloc(t *testing.T) {
-	if RaceEnabled {
+	if model.RaceEnabled {
 		t.Skip("the race detector makes sync.Pool drop items, which allocates")
 	}
-	for _, name := range []string{"llama-q4_k_m", "moe-q4_0"} {
+	for name, spec := range map[string]synth.Spec{"dense-q4_k_m": denseQ4K, "moe-q4_0": moeQ40} {
 		t.Run(name, func(t *testing.T) {
-			m, err := Open(filepath.Join(oracleDir, name, "model.gguf"))
-			if err != nil {
-				t.Skipf("oracle model absent: %v", err)
-			}
-			defer m.Close()
-			r, err := NewRunner(m, Options{Threads: 2, CacheTokens: 256})
+			m := enginetest.Open(t, spec)
+			r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 256})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,13 +59,9 @@ func TestDecodeNoAlloc(t *testing.T) {
 // 1e-2, still far below any real difference (a wrong position or cache slot
 // moves logits by ~1).
 func TestDecodeMatchesPrompt(t *testing.T) {
-	m, err := Open(filepath.Join(oracleDir, "qwen2-f16", "model.gguf"))
-	if err != nil {
-		t.Skipf("oracle model absent: %v", err)
-	}
-	defer m.Close()
-	toks := []int32{15496, 995, 0, 825, 12900, 7, 77, 2599}
-	r, _ := NewRunner(m, Options{Threads: 2, CacheTokens: 64})
+	m := enginetest.Open(t, qwenF16)
+	toks := enginetest.Tokens(8, m.NVocab, 1)
+	r, _ := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 64})
 	defer r.Close()
 	whole, err := r.Prompt(1, toks, nil)
 	if err != nil {

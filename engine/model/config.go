@@ -29,8 +29,19 @@ type Arch struct {
 
 var archs = map[string]Arch{}
 
-// Register adds an architecture. Architectures register themselves in init.
-func Register(a Arch) { archs[a.Name] = a }
+// Register adds an architecture. Architectures register themselves in
+// init; like database/sql.Register, it panics when the name is empty or
+// already registered, so that one architecture cannot silently replace
+// another.
+func Register(a Arch) {
+	if a.Name == "" {
+		panic("model: Register of an architecture without a name")
+	}
+	if _, dup := archs[a.Name]; dup {
+		panic("model: Register called twice for architecture " + a.Name)
+	}
+	archs[a.Name] = a
+}
 
 func init() {
 	Register(Arch{Name: "llama", Rope: RopeNormal, NormExperts: true})

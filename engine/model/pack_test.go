@@ -1,18 +1,16 @@
 package model_test
 
 import (
-	"bytes"
 	"math"
 	"os"
-	"path/filepath"
 	"testing"
 	"unsafe"
 
+	"shoal/engine/enginetest"
 	"shoal/engine/gguf"
 	"shoal/engine/kernels"
 	"shoal/engine/model"
 	"shoal/engine/synth"
-	"shoal/engine/tokenizer"
 )
 
 // A model opened from a file has its Q4_0/Q8_0 layer matrices packed where
@@ -20,15 +18,10 @@ import (
 // of the file's pages (kernels.Resident), and gives the logits of the same
 // model parsed from memory (never packed or copied), prompt and decode.
 func TestOpenPacksMatrices(t *testing.T) {
-	voc, err := tokenizer.ByteLevelVocab(300)
-	if err != nil {
-		t.Fatal(err)
-	}
-	voc.Pad(512)
 	for _, typ := range []string{"q8_0", "q4_0", "q4_k", "f16"} {
 		t.Run(typ, func(t *testing.T) {
 			spec := synth.Spec{Arch: "llama", NLayer: 2, NEmbd: 128, NHead: 4, NHeadKV: 2, NFF: 256,
-				Type: typ, OutputType: "q8_0", Seed: 5, Std: 0.08, Tokenizer: voc.KVs()}
+				Type: typ, OutputType: "q8_0", Seed: 5, Std: 0.08}
 			fromFile, inMemory := openTwice(t, spec)
 			ly, lm := fromFile.W.Layers[1], inMemory.W.Layers[1]
 			for name, mm := range map[string][2]*kernels.Matrix{"wq": {ly.Wq, lm.Wq}, "wk": {ly.Wk, lm.Wk}, "wv": {ly.Wv, lm.Wv}, "wo": {ly.Wo, lm.Wo},
@@ -64,15 +57,10 @@ func TestOpenPacksMatrices(t *testing.T) {
 // of its matrices, out of the file's pages, and gives the logits of the
 // same model parsed from memory.
 func TestOpenCopiesExperts(t *testing.T) {
-	voc, err := tokenizer.ByteLevelVocab(300)
-	if err != nil {
-		t.Fatal(err)
-	}
-	voc.Pad(512)
 	for _, typ := range []string{"q4_0", "q4_k"} {
 		t.Run(typ, func(t *testing.T) {
 			spec := synth.Spec{Arch: "moe", NLayer: 2, NEmbd: 128, NHead: 4, NHeadKV: 2, NFF: 96, NExpert: 4, NExpertUsed: 2,
-				Type: typ, OutputType: "q8_0", Seed: 6, Std: 0.08, Tokenizer: voc.KVs()}
+				Type: typ, OutputType: "q8_0", Seed: 6, Std: 0.08}
 			fromFile, inMemory := openTwice(t, spec)
 			inFile := func(name string, b []byte) bool {
 				ti, ok := fromFile.File.Tensor(name)
@@ -107,20 +95,13 @@ func TestOpenCopiesExperts(t *testing.T) {
 // or copied), and loads the same bytes parsed from memory (neither).
 func openTwice(t *testing.T, spec synth.Spec) (fromFile, inMemory *model.Model) {
 	t.Helper()
-	var buf bytes.Buffer
-	if err := synth.Write(&buf, spec, nil); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "m.gguf")
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fromFile, err := model.Open(path)
+	path := enginetest.Write(t, "", spec)
+	fromFile = enginetest.OpenPath(t, path)
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { fromFile.File.Close() })
-	f, err := gguf.Parse(buf.Bytes())
+	f, err := gguf.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
 	}

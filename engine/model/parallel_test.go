@@ -2,14 +2,17 @@ package model_test
 
 import (
 	"fmt"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"shoal/engine/enginetest"
 	"shoal/engine/kv"
 	"shoal/engine/model"
+	"shoal/engine/synth"
+	"shoal/placement"
+	"shoal/placement/placementtest"
 	"shoal/shard"
 )
 
@@ -124,18 +127,6 @@ func (m *memMember) AllGather(part, out []float32) error {
 	return err
 }
 
-// memberSpec is one member's part of a stage: query heads, FFN columns
-// and experts (nil: all).
-type memberSpec struct {
-	heads, ffn [2]int
-	experts    []int
-}
-
-type stageSpec struct {
-	lo, hi  int
-	members []memberSpec // one member: the whole layers
-}
-
 type member struct {
 	sh *shard.Shard
 	r  *model.Runner
@@ -149,12 +140,20 @@ type stage struct {
 // group is a plan's runners, built from the shards of a model file.
 type group struct{ stages []stage }
 
-// build opens every member's shard with shard.Open and binds a runner to
-// it. With all, every member holds the embedding and the output (so it
-// can run Step); else the first stage's rank 0 embeds and the last stage's
-// rank 0 computes logits.
-func build(t *testing.T, path string, specs []stageSpec, all bool) *group {
+// build opens every member's shard of plan (its one pool) with
+// shard.Open and binds a runner to it. With all, every member holds the
+// embedding and the output (so it can run Step); else the plan says which.
+func build(t *testing.T, path string, plan placement.Plan, all bool) *group {
 	t.Helper()
+	g, err := tryBuild(t, path, plan, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// tryBuild is build returning the error of a member that does not open.
+func tryBuild(t *testing.T, path string, plan placement.Plan, all bool) (*group, error) {
 	g := &group{}
 	t.Cleanup(func() {
 		for _, st := range g.stages {
@@ -164,40 +163,42 @@ func build(t *testing.T, path string, specs []stageSpec, all bool) *group {
 			}
 		}
 	})
-	for si, ss := range specs {
-		st := stage{lo: ss.lo, hi: ss.hi}
-		var colls []model.Collective
-		if len(ss.members) > 1 {
-			colls = newGroup(len(ss.members))
-		}
-		for r, ms := range ss.members {
-			spec := shard.ShardSpec{Lo: ss.lo, Hi: ss.hi, Experts: ms.experts,
-				Embedding: all || (si == 0 && r == 0), Output: all || (si == len(specs)-1 && r == 0)}
+	for si, ps := range plan.Pools[0].Stages {
+		g.stages = append(g.stages, stage{lo: ps.Lo, hi: ps.Hi})
+		st := &g.stages[si]
+		colls := newGroup(len(ps.Members))
+		for r, pm := range ps.Members {
+			spec := shard.SpecsFor(plan, pm.Node, "")[0]
+			spec.Embedding, spec.Output = spec.Embedding || all, spec.Output || all
 			var coll model.Collective
-			if len(ss.members) > 1 {
-				spec.TPRank, spec.TPSize = r, len(ss.members)
-				spec.HeadLo, spec.HeadHi, spec.FFNLo, spec.FFNHi = ms.heads[0], ms.heads[1], ms.ffn[0], ms.ffn[1]
+			if len(ps.Members) > 1 {
 				coll = colls[r]
 			}
-			sh, err := shard.Open(path, spec)
+			mb, err := openMember(path, spec, model.Options{Threads: 1, Lo: ps.Lo, Hi: ps.Hi, CacheTokens: 128, Collective: coll})
 			if err != nil {
-				t.Fatalf("stage %d member %d: %v", si, r, err)
+				return g, fmt.Errorf("stage %d member %d: %w", si, r, err)
 			}
-			m, err := sh.Model()
-			if err != nil {
-				sh.Close()
-				t.Fatalf("stage %d member %d: %v", si, r, err)
-			}
-			run, err := model.NewRunner(m, model.Options{Threads: 1, Lo: ss.lo, Hi: ss.hi, CacheTokens: 64, Collective: coll})
-			if err != nil {
-				sh.Close()
-				t.Fatalf("stage %d member %d: %v", si, r, err)
-			}
-			st.members = append(st.members, &member{sh: sh, r: run})
+			st.members = append(st.members, mb)
 		}
-		g.stages = append(g.stages, st)
 	}
-	return g
+	return g, nil
+}
+
+// openMember opens the shard spec of the model at path and a runner on it.
+func openMember(path string, spec shard.ShardSpec, o model.Options) (*member, error) {
+	sh, err := shard.Open(path, spec)
+	if err != nil {
+		return nil, err
+	}
+	m, err := sh.Model()
+	if err == nil {
+		var run *model.Runner
+		if run, err = model.NewRunner(m, o); err == nil {
+			return &member{sh: sh, r: run}, nil
+		}
+	}
+	sh.Close()
+	return nil, err
 }
 
 // concurrently runs fn for every member of st, each in its own goroutine,
@@ -205,6 +206,13 @@ func build(t *testing.T, path string, specs []stageSpec, all bool) *group {
 // in a collective the others never reach).
 func concurrently(t *testing.T, st *stage, fn func(rank int, mb *member) error) {
 	t.Helper()
+	if err := tryConcurrently(st, fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryConcurrently is concurrently returning the first member's error.
+func tryConcurrently(st *stage, fn func(rank int, mb *member) error) error {
 	errs := make([]error, len(st.members))
 	var wg sync.WaitGroup
 	for r, mb := range st.members {
@@ -219,24 +227,24 @@ func concurrently(t *testing.T, st *stage, fn func(rank int, mb *member) error) 
 	select {
 	case <-done:
 	case <-time.After(2 * time.Minute):
-		t.Fatal("tensor-parallel members did not finish (stuck in a collective)")
+		return fmt.Errorf("tensor-parallel members did not finish (stuck in a collective)")
 	}
 	for r, err := range errs {
 		if err != nil {
-			t.Fatalf("member %d: %v", r, err)
+			return fmt.Errorf("member %d: %w", r, err)
 		}
 	}
+	return nil
 }
 
 // step runs toks of seq through the stages (Reserve, then Forward on every
 // member of a stage at once, hidden states handed from stage to stage) and
 // returns the logits of every token.
-func (g *group) step(t *testing.T, seq kv.SeqID, toks []int32, nEmbd, nVocab int) []float32 {
-	t.Helper()
+func (g *group) step(seq kv.SeqID, toks []int32, nEmbd, nVocab int) ([]float32, error) {
 	n := len(toks)
 	x := make([]float32, n*nEmbd)
 	if err := g.stages[0].members[0].r.Embed(toks, x); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	for si := range g.stages {
 		st := &g.stages[si]
@@ -246,15 +254,18 @@ func (g *group) step(t *testing.T, seq kv.SeqID, toks []int32, nEmbd, nVocab int
 			xs[r] = slices.Clone(x)
 			batches[r] = model.Batch{Tokens: toks, Chunks: []model.Chunk{{Seq: seq, N: n}}}
 			if err := mb.r.Reserve(&batches[r]); err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 		}
-		concurrently(t, st, func(r int, mb *member) error {
+		err := tryConcurrently(st, func(r int, mb *member) error {
 			return mb.r.Forward(&batches[r], st.lo, st.hi, xs[r])
 		})
+		if err != nil {
+			return nil, fmt.Errorf("stage %d: %w", si, err)
+		}
 		for r := 1; r < len(xs); r++ {
 			if !slices.Equal(xs[r], xs[0]) {
-				t.Fatalf("stage %d: member %d's hidden states differ from member 0's", si, r)
+				return nil, fmt.Errorf("stage %d: member %d's hidden states differ from member 0's", si, r)
 			}
 		}
 		x = xs[0]
@@ -266,158 +277,116 @@ func (g *group) step(t *testing.T, seq kv.SeqID, toks []int32, nEmbd, nVocab int
 	out := make([]float32, n*nVocab)
 	last := g.stages[len(g.stages)-1].members[0].r
 	last.Logits(x, rows, out)
-	return out
+	return out, nil
 }
 
-// splitEven splits n units into parts as evenly as possible, the first
-// ones larger.
-func splitEven(n, parts int) []int {
-	out := make([]int, parts)
-	for i := range out {
-		out[i] = n / parts
-		if i < n%parts {
-			out[i]++
+// generate runs the prompt, then each decode token, through plan on the
+// model at path and returns the logits of every position.
+func generate(t *testing.T, path string, plan placement.Plan, c *enginetest.Case, cfg *model.Config) ([]float32, error) {
+	g, err := tryBuild(t, path, plan, false)
+	if err != nil {
+		return nil, err
+	}
+	const seq = 7
+	got, err := g.step(seq, c.Prompt, cfg.NEmbd, cfg.NVocab)
+	for _, tok := range c.Decode {
+		if err != nil {
+			return nil, err
 		}
+		var l []float32
+		l, err = g.step(seq, []int32{tok}, cfg.NEmbd, cfg.NVocab)
+		got = append(got, l...)
 	}
-	return out
+	return got, err
 }
 
-// tpMembers describes a TP group of len(groups) members: member i holds
-// groups[i] GQA groups of heads, FFN columns between the cuts and the
-// experts between the expert cuts.
-func tpMembers(c *model.Config, groups, ffnCuts []int, expParts []int) []memberSpec {
-	g := c.NHead / c.NHeadKV
-	out := make([]memberSpec, len(groups))
-	h, x := 0, 0
-	for i := range out {
-		out[i].heads = [2]int{h, h + groups[i]*g}
-		h += groups[i] * g
-		if c.FFNDim() > 0 {
-			lo, hi := 0, c.FFNDim()
-			if i > 0 {
-				lo = ffnCuts[i-1]
-			}
-			if i < len(ffnCuts) {
-				hi = ffnCuts[i]
-			}
-			out[i].ffn = [2]int{lo, hi}
-		}
-		if c.NExpert > 0 {
-			out[i].experts = []int{}
-			for range expParts[i] {
-				out[i].experts = append(out[i].experts, x)
-				x++
-			}
-		}
-	}
-	return out
+// shapeOf is what placementtest needs of c.
+func shapeOf(c *model.Config) placementtest.Shape {
+	return placementtest.Shape{Layers: c.NLayer, Heads: c.NHead, KVHeads: c.NHeadKV, FFN: c.FFNDim(), Experts: c.NExpert}
 }
 
-type namedPlan struct {
-	name   string
-	stages []stageSpec
-}
-
-// plans lists the execution plans checked against a single node for a
-// model: pipelines, tensor parallel over 2 (block-aligned FFN split) and 3
-// (uneven heads, FFN cut off block boundaries), pipeline x tensor, and for
-// MoE models expert parallel.
-func plans(c *model.Config) []namedPlan {
-	L, F := c.NLayer, c.FFNDim()
-	whole := []memberSpec{{}}
-	var ps []namedPlan
-	k := L / 2
-	ps = append(ps, namedPlan{"pp2", []stageSpec{{0, k, whole}, {k, L, whole}}})
-	if L >= 3 {
-		ps = append(ps, namedPlan{"pp3", []stageSpec{{0, 1, whole}, {1, L - 1, whole}, {L - 1, L, whole}}})
-	}
-	half := F / 2 / 32 * 32
-	tp2 := tpMembers(c, splitEven(c.NHeadKV, 2), []int{half}, splitEven(c.NExpert, 2))
-	tp3 := tpMembers(c, splitEven(c.NHeadKV, 3), []int{F/3 + 5, 2*F/3 - 3}, splitEven(c.NExpert, 3))
-	ps = append(ps,
-		namedPlan{"tp2", []stageSpec{{0, L, tp2}}},
-		namedPlan{"tp3", []stageSpec{{0, L, tp3}}},
-		namedPlan{"pp2xtp2", []stageSpec{{0, k, tp2}, {k, L, tp2}}},
-	)
-	if c.NExpert == 4 {
-		all := c.NHead
-		ps = append(ps,
-			namedPlan{"ep2 {0,1}/{2,3}", []stageSpec{{0, L, []memberSpec{
-				{heads: [2]int{0, all}, experts: []int{0, 1}},
-				{heads: [2]int{all, all}, experts: []int{2, 3}},
-			}}}},
-			namedPlan{"ep2 {0}/{1,2,3}", []stageSpec{{0, L, []memberSpec{
-				{heads: [2]int{0, all / 2}, experts: []int{0}},
-				{heads: [2]int{all / 2, all}, experts: []int{1, 2, 3}},
-			}}}},
-		)
-	}
-	return ps
-}
-
-// TestParallelPlans runs every oracle case through each plan: a prompt,
-// then a few decode steps, and compares the logits of every position with
-// a single node's by the tolerances TestOracle holds the engine to against
-// llama.cpp.
+// TestParallelPlans runs synthetic models (and the oracle's when
+// ../shared is there) through each plan: a prompt, then a few decode
+// steps, and compares the logits of every position with a single node's
+// by the tolerances TestOracle holds the engine to against llama.cpp. The
+// comparison can fail: the same plans on a perturbed weight, and plans
+// that skip a layer, a KV group or an expert, must all fall outside.
 func TestParallelPlans(t *testing.T) {
-	for _, oc := range model.LoadOracleCases(t) {
-		t.Run(oc.Name, func(t *testing.T) {
-			ref, err := model.Open(oc.Model)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ref.Close()
-			float := model.IsFloatModel(ref)
-			toks := oc.Tokens
-			prompt, decode := toks[:len(toks)-3], toks[len(toks)-3:]
-			const seq = 7
-			single, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer single.Close()
-			want, err := single.Prompt(seq, prompt, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, tok := range decode {
-				l, err := single.Decode(seq, tok)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want = append(want, l...)
-			}
-			for _, p := range plans(&ref.Config) {
-				t.Run(p.name, func(t *testing.T) {
-					g := build(t, oc.Model, p.stages, false)
-					got := g.step(t, seq, prompt, ref.NEmbd, ref.NVocab)
-					for _, tok := range decode {
-						got = append(got, g.step(t, seq, []int32{tok}, ref.NEmbd, ref.NVocab)...)
-					}
-					desc, err := model.LogitDiff(want, got, ref.NVocab, float)
-					t.Logf("PARALLEL %-13s %-16s %s %s", oc.Name, p.name, desc, describe(p.stages))
+	for _, c := range enginetest.Cases(t) {
+		t.Run(c.Name, func(t *testing.T) {
+			ref := enginetest.OpenPath(t, c.Path)
+			want := enginetest.Reference(t, ref, &c)
+			plans := shapeOf(&ref.Config).Plans(c.Name)
+			for _, p := range plans {
+				t.Run(p.Name, func(t *testing.T) {
+					got, err := generate(t, c.Path, p.Plan, &c, &ref.Config)
 					if err != nil {
+						t.Fatal(err)
+					}
+					m := enginetest.Compare(want, got, ref.NVocab)
+					t.Logf("PARALLEL %-16s %-16s %s %s", c.Name, p.Name, m, describe(p.Plan))
+					if err := m.Check(c.Float); err != nil {
 						t.Error(err)
 					}
 				})
+			}
+			perturbed := enginetest.Perturb(t, c.Path, fmt.Sprintf("blk.%d.attn_output.weight", ref.NLayer-1))
+			for _, p := range wrongPlans(&ref.Config, plans) {
+				path := c.Path
+				if p.Name == perturbedName {
+					path = perturbed
+				}
+				got, err := generate(t, path, p.Plan, &c, &ref.Config)
+				if err == nil {
+					m := enginetest.Compare(want, got, ref.NVocab)
+					if err = m.Check(c.Float); err == nil {
+						t.Errorf("%s: the logits agree with a single node's (%s)", p.Name, m)
+					}
+				}
+				t.Logf("MUTANT %-16s %-24s %v", c.Name, p.Name, err)
 			}
 		})
 	}
 }
 
+const perturbedName = "perturbed attn_output"
+
+// wrongPlans are plans that must not give a single node's logits: the
+// first of plans on a perturbed weight, a pipeline that skips the first
+// layer, a tensor-parallel group that leaves out a KV group, and for MoE
+// models a group in which no member holds expert 3.
+func wrongPlans(c *model.Config, plans placementtest.Plans) placementtest.Plans {
+	s := shapeOf(c)
+	L, G, F := c.NLayer, c.NHeadKV, c.FFNDim()
+	noGroup0 := s.Plan("", placementtest.Stage{Lo: 0, Hi: L, Parts: s.TP([]int{1, G - 1}, []int{F / 2}, placementtest.SplitEven(c.NExpert, 2))})
+	noGroup0.Pools[0].Stages[0].Members[0].HeadHi = 0
+	ps := placementtest.Plans{
+		{Name: perturbedName, Plan: plans[0].Plan},
+		{Name: "layer 0 skipped", Plan: s.Plan("", placementtest.Stage{Lo: 1, Hi: L, Parts: placementtest.Whole()})},
+		{Name: "KV group 0 left out", Plan: noGroup0},
+	}
+	if c.NExpert == 4 {
+		ps = append(ps, placementtest.Named{Name: "expert 3 held by nobody", Plan: s.Plan("", placementtest.Stage{Lo: 0, Hi: L, Parts: []placementtest.Part{
+			{Groups: G, FFNHi: F, Experts: []int{0, 1}},
+			{FFNLo: F, FFNHi: F, Experts: []int{2}},
+		}})})
+	}
+	return ps
+}
+
 // describe prints a plan's stages and members.
-func describe(stages []stageSpec) string {
+func describe(plan placement.Plan) string {
 	s := ""
-	for _, st := range stages {
-		s += fmt.Sprintf(" [%d,%d)", st.lo, st.hi)
-		if len(st.members) > 1 {
-			for _, m := range st.members {
-				s += fmt.Sprintf(" h%d-%d", m.heads[0], m.heads[1])
-				if m.ffn != [2]int{} {
-					s += fmt.Sprintf("/f%d-%d", m.ffn[0], m.ffn[1])
+	for _, st := range plan.Pools[0].Stages {
+		s += fmt.Sprintf(" [%d,%d)", st.Lo, st.Hi)
+		if len(st.Members) > 1 {
+			for _, m := range st.Members {
+				s += fmt.Sprintf(" h%d-%d", m.HeadLo, m.HeadHi)
+				if m.FFNHi > m.FFNLo {
+					s += fmt.Sprintf("/f%d-%d", m.FFNLo, m.FFNHi)
 				}
-				if m.experts != nil {
-					s += fmt.Sprintf("/e%v", m.experts)
+				if m.Experts != nil {
+					s += fmt.Sprintf("/e%v", m.Experts)
 				}
 			}
 		}
@@ -430,24 +399,19 @@ func describe(stages []stageSpec) string {
 // concurrently: every member returns the same logits, those of a single
 // node; and once warm, a decode step of the group allocates nothing.
 func TestParallelStepDecode(t *testing.T) {
-	for _, name := range []string{"llama-q4_k_m", "moe-q4_0", "qwen2-f16"} {
+	for name, spec := range map[string]synth.Spec{"dense-q4_k_m": denseQ4K, "moe-q4_0": moeQ40, "qwen2-f16": qwenF16} {
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(model.OracleDir, name, "model.gguf")
-			ref, err := model.Open(path)
-			if err != nil {
-				t.Skipf("oracle model absent: %v", err)
-			}
-			defer ref.Close()
+			path := enginetest.Write(t, "", spec)
+			ref := enginetest.OpenPath(t, path)
 			c := &ref.Config
 			single, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer single.Close()
-			prompt := []int32{1, 450, 4996, 17354, 1701}
-			decode := []int32{29916, 432, 975, 278}
-			F := c.FFNDim()
-			g := build(t, path, []stageSpec{{0, c.NLayer, tpMembers(c, splitEven(c.NHeadKV, 2), []int{F / 2 / 32 * 32}, splitEven(c.NExpert, 2))}}, true)
+			toks := enginetest.Tokens(9, c.NVocab, 3)
+			prompt, decode := toks[:5], toks[5:]
+			g := build(t, path, shapeOf(c).Plans("").Get("tp2"), true)
 			st := &g.stages[0]
 			got := make([][]float32, len(st.members))
 			concurrently(t, st, func(r int, mb *member) error {
@@ -466,9 +430,9 @@ func TestParallelStepDecode(t *testing.T) {
 						t.Fatalf("step %d: member %d's logits differ from member 0's", step, r)
 					}
 				}
-				desc, err := model.LogitDiff(want, got[0], c.NVocab, model.IsFloatModel(ref))
-				t.Logf("step %d: %s", step, desc)
-				if err != nil {
+				m := enginetest.Compare(want, got[0], c.NVocab)
+				t.Logf("step %d: %s", step, m)
+				if err := m.Check(enginetest.IsFloat(ref.File)); err != nil {
 					t.Error(err)
 				}
 			}
@@ -530,21 +494,18 @@ func TestParallelStepDecode(t *testing.T) {
 // column range; the others split a Q4_K block): every member's first
 // Forward fails instead of waiting for collectives the others never make.
 func TestParallelRejectsMixedSplit(t *testing.T) {
-	path := filepath.Join(model.OracleDir, "llama-q4_k_m", "model.gguf")
-	ref, err := model.Open(path)
-	if err != nil {
-		t.Skipf("oracle model absent: %v", err)
-	}
-	defer ref.Close()
+	path := enginetest.Write(t, "", denseQ4K)
+	ref := enginetest.OpenPath(t, path)
 	c := &ref.Config
-	ms := []memberSpec{
-		{heads: [2]int{0, 0}, ffn: [2]int{0, 352}},
-		{heads: [2]int{0, 4}, ffn: [2]int{352, 352}},
-		{heads: [2]int{4, 8}, ffn: [2]int{352, 704}},
-	}
-	g := build(t, path, []stageSpec{{0, c.NLayer, ms}}, false)
+	F := c.FFNDim()
+	plan := shapeOf(c).Plan("", placementtest.Stage{Lo: 0, Hi: c.NLayer, Parts: []placementtest.Part{
+		{Groups: 0, FFNLo: 0, FFNHi: F / 2},
+		{Groups: 2, FFNLo: F / 2, FFNHi: F / 2},
+		{Groups: 2, FFNLo: F / 2, FFNHi: F},
+	}})
+	g := build(t, path, plan, false)
 	st := &g.stages[0]
-	toks := []int32{1, 450, 4996}
+	toks := []int32{1, 45, 499}
 	errs := make([]error, len(st.members))
 	x := make([]float32, len(toks)*c.NEmbd)
 	if err := st.members[0].r.Embed(toks, x); err != nil {

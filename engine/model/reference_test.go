@@ -100,11 +100,11 @@ import (
 	"sort"
 	"testing"
 
+	"shoal/engine/enginetest"
 	"shoal/engine/gguf"
 	"shoal/engine/model"
 	"shoal/engine/quant"
 	"shoal/engine/synth"
-	"shoal/engine/tokenizer"
 )
 
 // ---------------------------------------------------------------------------
@@ -590,14 +590,11 @@ func (m *refModel) forward(tokens []int32, v refVariant) [][]float64 {
 // and the extra F32 tensors appended.
 func refGGUF(t *testing.T, spec synth.Spec, set map[string]any, extra map[string][]float32) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	if err := synth.Write(&buf, spec, nil); err != nil {
-		t.Fatal(err)
-	}
+	img := enginetest.Image(t, spec)
 	if len(set) == 0 && len(extra) == 0 {
-		return buf.Bytes()
+		return img
 	}
-	f, err := gguf.Parse(buf.Bytes())
+	f, err := gguf.Parse(img)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -722,12 +719,7 @@ func refTokens(n, vocab int, seed uint64) []int32 {
 }
 
 func TestReference(t *testing.T) {
-	voc, err := tokenizer.ByteLevelVocab(300)
-	if err != nil {
-		t.Fatal(err)
-	}
-	voc.Pad(512)
-	tok := voc.KVs()
+	tok := enginetest.Vocab(t)
 	const std = 0.08
 	base := func(arch string, seed uint64) synth.Spec {
 		return synth.Spec{Arch: arch, NLayer: 2, Type: "f32", Std: std, Seed: seed, Tokenizer: tok}

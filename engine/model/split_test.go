@@ -1,8 +1,10 @@
-package model
+package model_test
 
 import (
-	"path/filepath"
 	"testing"
+
+	"shoal/engine/enginetest"
+	"shoal/engine/model"
 )
 
 // TestLayerSplit runs layers [0,k) then [k,n) — on one runner and on two
@@ -10,24 +12,18 @@ import (
 // checks the logits equal those of [0,n) exactly, for prefill and for decode
 // steps after it.
 func TestLayerSplit(t *testing.T) {
-	path := filepath.Join(oracleDir, "llama-q4_k_m", "model.gguf")
-	if testing.Short() {
-		t.Skip("short")
-	}
-	m, err := Open(path)
-	if err != nil {
-		t.Skipf("oracle model absent: %v", err)
-	}
-	defer m.Close()
-	prompt := []int32{1, 450, 4996, 17354, 1701, 29916, 432}
-	decode := []int32{975, 278, 17366}
+	spec := denseQ4K
+	spec.NLayer = 4
+	m := enginetest.Open(t, spec)
+	toks := enginetest.Tokens(10, m.NVocab, 2)
+	prompt, decode := toks[:7], toks[7:]
 
-	whole, err := NewRunner(m, Options{Threads: 2, CacheTokens: 64})
+	whole, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer whole.Close()
-	want := runSteps(t, m, prompt, decode, func(b *Batch, x []float32) {
+	want := runSteps(t, m, prompt, decode, func(b *model.Batch, x []float32) {
 		if err := whole.Reserve(b); err != nil {
 			t.Fatal(err)
 		}
@@ -37,8 +33,8 @@ func TestLayerSplit(t *testing.T) {
 	}, whole)
 
 	for k := 1; k < m.NLayer; k++ {
-		one, _ := NewRunner(m, Options{Threads: 2, CacheTokens: 64})
-		got := runSteps(t, m, prompt, decode, func(b *Batch, x []float32) {
+		one, _ := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 64})
+		got := runSteps(t, m, prompt, decode, func(b *model.Batch, x []float32) {
 			if err := one.Reserve(b); err != nil {
 				t.Fatal(err)
 			}
@@ -52,14 +48,14 @@ func TestLayerSplit(t *testing.T) {
 		one.Close()
 		assertEqual(t, "same runner", k, want, got)
 
-		a, _ := NewRunner(m, Options{Threads: 1, Lo: 0, Hi: k, CacheTokens: 64})
-		b, _ := NewRunner(m, Options{Threads: 2, Lo: k, Hi: m.NLayer, CacheTokens: 64})
-		if err := a.Forward(&Batch{}, k, m.NLayer, nil); err == nil {
+		a, _ := model.NewRunner(m, model.Options{Threads: 1, Lo: 0, Hi: k, CacheTokens: 64})
+		b, _ := model.NewRunner(m, model.Options{Threads: 2, Lo: k, Hi: m.NLayer, CacheTokens: 64})
+		if err := a.Forward(&model.Batch{}, k, m.NLayer, nil); err == nil {
 			t.Fatal("runner for [0,k) accepted layers past k")
 		}
-		got = runSteps(t, m, prompt, decode, func(bt *Batch, x []float32) {
+		got = runSteps(t, m, prompt, decode, func(bt *model.Batch, x []float32) {
 			bb := *bt
-			bb.Chunks = append([]Chunk(nil), bt.Chunks...)
+			bb.Chunks = append([]model.Chunk(nil), bt.Chunks...)
 			if err := a.Reserve(bt); err != nil {
 				t.Fatal(err)
 			}
@@ -81,10 +77,10 @@ func TestLayerSplit(t *testing.T) {
 
 // runSteps prefills prompt then decodes the tokens one by one through fwd,
 // returning the last-row logits of every step.
-func runSteps(t *testing.T, m *Model, prompt, decode []int32, fwd func(*Batch, []float32), head *Runner) [][]float32 {
+func runSteps(t *testing.T, m *model.Model, prompt, decode []int32, fwd func(*model.Batch, []float32), head *model.Runner) [][]float32 {
 	var out [][]float32
 	step := func(toks []int32) {
-		b := &Batch{Tokens: toks, Chunks: []Chunk{{Seq: 3, N: len(toks)}}}
+		b := &model.Batch{Tokens: toks, Chunks: []model.Chunk{{Seq: 3, N: len(toks)}}}
 		x := make([]float32, len(toks)*m.NEmbd)
 		if err := head.Embed(toks, x); err != nil {
 			t.Fatal(err)

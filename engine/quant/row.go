@@ -55,12 +55,8 @@ func VecDotType(t Type) Type {
 
 // Supported reports whether DequantizeRow and QuantizeRow handle t.
 func Supported(t Type) bool {
-	switch t {
-	case F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,
-		Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K:
-		return true
-	}
-	return false
+	_, block := blockCodecs[t]
+	return block || t == F32 || t == F16 || t == BF16
 }
 
 // checkRow panics unless t is supported, n is a whole number of blocks and raw
@@ -97,30 +93,11 @@ func DequantizeRow(t Type, src []byte, dst []float32) {
 		for i := range dst {
 			dst[i] = BF16ToFP32(binary.LittleEndian.Uint16(src[2*i:]))
 		}
-	case Q4_0:
-		forBlocks(src, dst, BlockQ4_0, QK, dequantQ4_0)
-	case Q4_1:
-		forBlocks(src, dst, BlockQ4_1, QK, dequantQ4_1)
-	case Q5_0:
-		forBlocks(src, dst, BlockQ5_0, QK, dequantQ5_0)
-	case Q5_1:
-		forBlocks(src, dst, BlockQ5_1, QK, dequantQ5_1)
-	case Q8_0:
-		forBlocks(src, dst, BlockQ8_0, QK, dequantQ8_0)
-	case Q8_1:
-		forBlocks(src, dst, BlockQ8_1, QK, dequantQ8_1)
-	case Q2_K:
-		forBlocks(src, dst, BlockQ2_K, QKK, dequantQ2_K)
-	case Q3_K:
-		forBlocks(src, dst, BlockQ3_K, QKK, dequantQ3_K)
-	case Q4_K:
-		forBlocks(src, dst, BlockQ4_K, QKK, dequantQ4_K)
-	case Q5_K:
-		forBlocks(src, dst, BlockQ5_K, QKK, dequantQ5_K)
-	case Q6_K:
-		forBlocks(src, dst, BlockQ6_K, QKK, dequantQ6_K)
-	case Q8_K:
-		forBlocks(src, dst, BlockQ8_K, QKK, dequantQ8_K)
+	default:
+		dequant, bs, bl := blockCodecs[t].dequant, t.BlockSize(), t.BlockLen()
+		for i := range len(dst) / bl {
+			dequant(src[i*bs:(i+1)*bs], dst[i*bl:(i+1)*bl])
+		}
 	}
 }
 
@@ -146,43 +123,34 @@ func QuantizeRow(t Type, src []float32, dst []byte) {
 		for i, v := range src {
 			binary.LittleEndian.PutUint16(dst[2*i:], FP32ToBF16(v))
 		}
-	case Q4_0:
-		forBlocksQ(src, dst, BlockQ4_0, QK, quantQ4_0)
-	case Q4_1:
-		forBlocksQ(src, dst, BlockQ4_1, QK, quantQ4_1)
-	case Q5_0:
-		forBlocksQ(src, dst, BlockQ5_0, QK, quantQ5_0)
-	case Q5_1:
-		forBlocksQ(src, dst, BlockQ5_1, QK, quantQ5_1)
-	case Q8_0:
-		forBlocksQ(src, dst, BlockQ8_0, QK, quantQ8_0)
-	case Q8_1:
-		forBlocksQ(src, dst, BlockQ8_1, QK, quantQ8_1)
-	case Q2_K:
-		forBlocksQ(src, dst, BlockQ2_K, QKK, quantQ2_K)
-	case Q3_K:
-		forBlocksQ(src, dst, BlockQ3_K, QKK, quantQ3_K)
-	case Q4_K:
-		forBlocksQ(src, dst, BlockQ4_K, QKK, quantQ4_K)
-	case Q5_K:
-		forBlocksQ(src, dst, BlockQ5_K, QKK, quantQ5_K)
-	case Q6_K:
-		forBlocksQ(src, dst, BlockQ6_K, QKK, quantQ6_K)
-	case Q8_K:
-		forBlocksQ(src, dst, BlockQ8_K, QKK, quantQ8_K)
+	default:
+		quant, bs, bl := blockCodecs[t].quant, t.BlockSize(), t.BlockLen()
+		for i := range len(src) / bl {
+			quant(src[i*bl:(i+1)*bl], dst[i*bs:(i+1)*bs])
+		}
 	}
 }
 
-func forBlocks(src []byte, dst []float32, bs, bl int, f func(b []byte, y []float32)) {
-	for i := 0; i < len(dst)/bl; i++ {
-		f(src[i*bs:(i+1)*bs], dst[i*bl:(i+1)*bl])
-	}
+// blockCodec is a block type's decoder (ggml's dequantize_row_*) and
+// reference encoder (quantize_row_*_ref), one block at a time.
+type blockCodec struct {
+	dequant func(b []byte, y []float32)
+	quant   func(x []float32, b []byte)
 }
 
-func forBlocksQ(src []float32, dst []byte, bs, bl int, f func(x []float32, b []byte)) {
-	for i := 0; i < len(src)/bl; i++ {
-		f(src[i*bl:(i+1)*bl], dst[i*bs:(i+1)*bs])
-	}
+var blockCodecs = map[Type]blockCodec{
+	Q4_0: {dequantQ4_0, quantQ4_0},
+	Q4_1: {dequantQ4_1, quantQ4_1},
+	Q5_0: {dequantQ5_0, quantQ5_0},
+	Q5_1: {dequantQ5_1, quantQ5_1},
+	Q8_0: {dequantQ8_0, quantQ8_0},
+	Q8_1: {dequantQ8_1, quantQ8_1},
+	Q2_K: {dequantQ2_K, quantQ2_K},
+	Q3_K: {dequantQ3_K, quantQ3_K},
+	Q4_K: {dequantQ4_K, quantQ4_K},
+	Q5_K: {dequantQ5_K, quantQ5_K},
+	Q6_K: {dequantQ6_K, quantQ6_K},
+	Q8_K: {dequantQ8_K, quantQ8_K},
 }
 
 // f16 reads the half float at b[off:off+2].

@@ -490,104 +490,128 @@ func splitRegex(re *regexp2.Regexp, text []rune, offsets []int) []int {
 
 const outOfRange = -1
 
+// cutter walks one fragment [ini,end) of the code points cpts that a
+// custom splitter cuts into pieces, appending their lengths to out; the
+// current piece starts at cut.
+type cutter struct {
+	cpts          []rune
+	ini, end, cut int
+	out           []int
+}
+
+// splitFragments runs split over every fragment of offsets and returns
+// the lengths of the pieces.
+func splitFragments(cpts []rune, offsets []int, split func(f *cutter)) []int {
+	f := cutter{cpts: cpts, out: make([]int, 0, len(offsets))}
+	for _, n := range offsets {
+		f.ini, f.end = f.end, f.end+n
+		f.cut = f.ini
+		split(&f)
+	}
+	return f.out
+}
+
+func (f *cutter) get(pos int) rune {
+	if pos >= f.ini && pos < f.end {
+		return f.cpts[pos]
+	}
+	return outOfRange
+}
+
+func (f *cutter) flags(pos int) cptFlags {
+	if pos >= f.ini && pos < f.end {
+		return flagsOf(f.cpts[pos])
+	}
+	return 0
+}
+
+// add ends the current piece at e and returns its length.
+func (f *cutter) add(e int) int {
+	l := e - f.cut
+	if l > 0 {
+		f.out = append(f.out, l)
+	}
+	f.cut = e
+	return l
+}
+
+// contraction is the length of the contraction ('s 't 're 've 'm 'll 'd)
+// at pos, its letters mapped through fold first; 0 if there is none.
+func (f *cutter) contraction(pos int, fold func(rune) rune) int {
+	if f.get(pos) != '\'' || pos+1 >= f.end {
+		return 0
+	}
+	nx := fold(f.get(pos + 1))
+	if nx == 's' || nx == 't' || nx == 'm' || nx == 'd' {
+		return 2
+	}
+	if pos+2 < f.end {
+		nn := fold(f.get(pos + 2))
+		if (nx == 'r' && nn == 'e') || (nx == 'v' && nn == 'e') || (nx == 'l' && nn == 'l') {
+			return 3
+		}
+	}
+	return 0
+}
+
+// spaces cuts at pos what \s+(?!\S)|\s+ matches (all but the last of
+// several spaces followed by a non-space, else the whole run), or the one
+// code point at pos when it is not a space, and returns the position after
+// the piece.
+func (f *cutter) spaces(pos int) int {
+	nws := 0
+	for f.flags(pos + nws).is(flagWhitespace) {
+		nws++
+	}
+	switch {
+	case nws > 1 && f.get(pos+nws) != outOfRange:
+		pos += nws - 1
+	case nws > 0:
+		pos += nws
+	default:
+		pos++
+	}
+	f.add(pos)
+	return pos
+}
+
+func sameCpt(r rune) rune { return r }
+
 // splitCustomGPT2 is llama.cpp's unicode_regex_split_custom_gpt2:
 // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 func splitCustomGPT2(cpts []rune, offsets []int) []int {
-	out := make([]int, 0, len(offsets))
-	start := 0
-	for _, n := range offsets {
-		ini, end := start, start+n
-		start = end
-		get := func(pos int) rune {
-			if pos >= ini && pos < end {
-				return cpts[pos]
+	return splitFragments(cpts, offsets, func(f *cutter) {
+		for pos := f.ini; pos < f.end; {
+			if n := f.contraction(pos, sameCpt); n > 0 {
+				pos += f.add(pos + n)
+				continue
 			}
-			return outOfRange
-		}
-		flags := func(pos int) cptFlags {
-			if pos >= ini && pos < end {
-				return flagsOf(cpts[pos])
-			}
-			return 0
-		}
-		prevEnd := ini
-		add := func(e int) int {
-			l := e - prevEnd
-			if l > 0 {
-				out = append(out, l)
-			}
-			prevEnd = e
-			return l
-		}
-		for pos := ini; pos < end; {
-			cpt := get(pos)
-			f := flags(pos)
-			if cpt == '\'' && pos+1 < end {
-				nx := get(pos + 1)
-				if nx == 's' || nx == 't' || nx == 'm' || nx == 'd' {
-					pos += add(pos + 2)
-					continue
-				}
-				if pos+2 < end {
-					nn := get(pos + 2)
-					if (nx == 'r' && nn == 'e') || (nx == 'v' && nn == 'e') || (nx == 'l' && nn == 'l') {
-						pos += add(pos + 3)
-						continue
-					}
-				}
-			}
-			f2 := f
+			f2 := f.flags(pos)
 			sp := 0
-			if cpt == ' ' {
-				f2 = flags(pos + 1)
+			if f.get(pos) == ' ' {
+				f2 = f.flags(pos + 1)
 				sp = 1
 			}
-			if f2.is(flagLetter) {
-				pos += sp
-				for f2.is(flagLetter) {
-					pos++
-					f2 = flags(pos)
-				}
-				add(pos)
+			var in func(cptFlags) bool
+			switch {
+			case f2.is(flagLetter):
+				in = func(c cptFlags) bool { return c.is(flagLetter) }
+			case f2.is(flagNumber):
+				in = func(c cptFlags) bool { return c.is(flagNumber) }
+			case !f2.is(flagWhitespace|flagLetter|flagNumber) && f2 != 0:
+				in = func(c cptFlags) bool { return !c.is(flagWhitespace|flagLetter|flagNumber) && c != 0 }
+			default:
+				pos = f.spaces(pos)
 				continue
 			}
-			if f2.is(flagNumber) {
-				pos += sp
-				for f2.is(flagNumber) {
-					pos++
-					f2 = flags(pos)
-				}
-				add(pos)
-				continue
+			pos += sp
+			for in(f2) {
+				pos++
+				f2 = f.flags(pos)
 			}
-			if !f2.is(flagWhitespace|flagLetter|flagNumber) && f2 != 0 {
-				pos += sp
-				for !f2.is(flagWhitespace|flagLetter|flagNumber) && f2 != 0 {
-					pos++
-					f2 = flags(pos)
-				}
-				add(pos)
-				continue
-			}
-			nws := 0
-			for flags(pos + nws).is(flagWhitespace) {
-				nws++
-			}
-			if nws > 1 && get(pos+nws) != outOfRange {
-				pos += nws - 1
-				add(pos)
-				continue
-			}
-			if nws > 0 {
-				pos += nws
-				add(pos)
-				continue
-			}
-			pos++
-			add(pos)
+			f.add(pos)
 		}
-	}
-	return out
+	})
 }
 
 func lowerCpt(r rune) rune {
@@ -603,122 +627,71 @@ func lowerCpt(r rune) rune {
 // splitCustomLlama3 is llama.cpp's unicode_regex_split_custom_llama3:
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 func splitCustomLlama3(cpts []rune, offsets []int) []int {
-	out := make([]int, 0, len(offsets))
-	start := 0
-	for _, n := range offsets {
-		ini, end := start, start+n
-		start = end
-		get := func(pos int) rune {
-			if pos >= ini && pos < end {
-				return cpts[pos]
-			}
-			return outOfRange
-		}
-		flags := func(pos int) cptFlags {
-			if pos >= ini && pos < end {
-				return flagsOf(cpts[pos])
-			}
-			return 0
-		}
-		prevEnd := ini
-		add := func(e int) int {
-			l := e - prevEnd
-			if l > 0 {
-				out = append(out, l)
-			}
-			prevEnd = e
-			return l
-		}
-		for pos := ini; pos < end; {
-			cpt := get(pos)
-			f := flags(pos)
-			if cpt == '\'' && pos+1 < end {
-				nx := lowerCpt(get(pos + 1))
-				if nx == 's' || nx == 't' || nx == 'm' || nx == 'd' {
-					pos += add(pos + 2)
-					continue
-				}
-				if pos+2 < end {
-					nn := lowerCpt(get(pos + 2))
-					if (nx == 'r' && nn == 'e') || (nx == 'v' && nn == 'e') || (nx == 'l' && nn == 'l') {
-						pos += add(pos + 3)
-						continue
-					}
-				}
+	return splitFragments(cpts, offsets, func(f *cutter) {
+		for pos := f.ini; pos < f.end; {
+			cpt := f.get(pos)
+			fl := f.flags(pos)
+			if n := f.contraction(pos, lowerCpt); n > 0 {
+				pos += f.add(pos + n)
+				continue
 			}
 			// [^\r\n\p{L}\p{N}]?\p{L}+
-			if !(cpt == '\r' || cpt == '\n' || f.is(flagNumber)) {
-				if f.is(flagLetter) || flags(pos+1).is(flagLetter) {
+			if !(cpt == '\r' || cpt == '\n' || fl.is(flagNumber)) {
+				if fl.is(flagLetter) || f.flags(pos+1).is(flagLetter) {
 					pos++
-					for flags(pos).is(flagLetter) {
+					for f.flags(pos).is(flagLetter) {
 						pos++
 					}
-					add(pos)
+					f.add(pos)
 					continue
 				}
 			}
 			// \p{N}{1,3}
-			if f.is(flagNumber) {
+			if fl.is(flagNumber) {
 				i0 := pos
-				for flags(pos).is(flagNumber) {
+				for f.flags(pos).is(flagNumber) {
 					pos++
 					if pos-i0 >= 3 {
-						add(pos)
+						f.add(pos)
 						i0 = pos
 					}
 				}
-				add(pos)
+				f.add(pos)
 				continue
 			}
 			// <space>?[^\s\p{L}\p{N}]+[\r\n]*  (llama.cpp tests the first
 			// code point's own flags for "is assigned")
-			f2 := f
+			f2 := fl
 			sp := 0
 			if cpt == ' ' {
-				f2 = flags(pos + 1)
+				f2 = f.flags(pos + 1)
 				sp = 1
 			}
-			if !f2.is(flagWhitespace|flagLetter|flagNumber) && f != 0 {
+			if !f2.is(flagWhitespace|flagLetter|flagNumber) && fl != 0 {
 				pos += sp
 				for !f2.is(flagWhitespace|flagLetter|flagNumber) && f2 != 0 {
 					pos++
-					f2 = flags(pos)
+					f2 = f.flags(pos)
 				}
-				c2 := get(pos)
-				for c2 == '\r' || c2 == '\n' {
+				for c2 := f.get(pos); c2 == '\r' || c2 == '\n'; c2 = f.get(pos) {
 					pos++
-					c2 = get(pos)
 				}
-				add(pos)
+				f.add(pos)
 				continue
 			}
-			nws := 0
+			// \s*[\r\n]+
 			lastRN := 0
-			for flags(pos + nws).is(flagWhitespace) {
-				c2 := get(pos + nws)
-				if c2 == '\r' || c2 == '\n' {
+			for nws := 0; f.flags(pos + nws).is(flagWhitespace); nws++ {
+				if c2 := f.get(pos + nws); c2 == '\r' || c2 == '\n' {
 					lastRN = pos + nws + 1
 				}
-				nws++
 			}
 			if lastRN > 0 {
 				pos = lastRN
-				add(pos)
+				f.add(pos)
 				continue
 			}
-			if nws > 1 && get(pos+nws) != outOfRange {
-				pos += nws - 1
-				add(pos)
-				continue
-			}
-			if nws > 0 {
-				pos += nws
-				add(pos)
-				continue
-			}
-			pos++
-			add(pos)
+			pos = f.spaces(pos)
 		}
-	}
-	return out
+	})
 }

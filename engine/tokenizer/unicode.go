@@ -177,9 +177,6 @@ func init() {
 	}
 }
 
-// ByteToUnicode returns the GPT-2 byte-level representation of b.
-func ByteToUnicode(b byte) string { return byteToString[b] }
-
 // byteEncode maps each byte of s through the GPT-2 byte-to-unicode table.
 func byteEncode(s []byte) string {
 	out := make([]byte, 0, len(s)*2)

@@ -1,0 +1,124 @@
+package enginetest
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// OracleCase is one case of ../shared/oracle: a model, a prompt and
+// llama.cpp's logits for every position of it.
+type OracleCase struct {
+	Name   string
+	Model  string // path of model.gguf
+	Tokens []int32
+	NVocab int
+	Logits []float32 // [len(Tokens)][NVocab]
+}
+
+// OracleDir is ../shared/oracle beside the module's root, found from the
+// test's working folder; "" when it is absent.
+func OracleDir() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return ""
+		}
+		dir = up
+	}
+	o := filepath.Join(dir, "..", "shared", "oracle")
+	if _, err := os.Stat(o); err != nil {
+		return ""
+	}
+	return o
+}
+
+var materialize sync.Once
+
+// OracleCases lists the oracle cases whose model is present, after running
+// the oracle's materialize script once (it writes the models kept as
+// recipes, where the folder is writable); without ../shared the test is
+// skipped.
+func OracleCases(t testing.TB) []OracleCase {
+	t.Helper()
+	cases := oracleCases(t)
+	if cases == nil {
+		t.Skip("../shared/oracle absent")
+	}
+	return cases
+}
+
+// oracleCases is OracleCases, nil without ../shared.
+func oracleCases(t testing.TB) []OracleCase {
+	t.Helper()
+	dir := OracleDir()
+	tjs, _ := filepath.Glob(filepath.Join(dir, "*", "tokens.json"))
+	if dir == "" || len(tjs) == 0 {
+		return nil
+	}
+	materialize.Do(func() {
+		for _, tj := range tjs {
+			if _, err := os.Stat(filepath.Join(filepath.Dir(tj), "model.gguf")); err != nil {
+				out, err := exec.Command(filepath.Join(dir, "materialize")).CombinedOutput()
+				t.Logf("materialize: %s %v", out, err)
+				return
+			}
+		}
+	})
+	cases := []OracleCase{}
+	for _, tj := range tjs {
+		c, err := readCase(filepath.Dir(tj))
+		if os.IsNotExist(err) {
+			t.Logf("%s: no model.gguf (run ../shared/oracle/materialize)", filepath.Base(filepath.Dir(tj)))
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, c)
+	}
+	return cases
+}
+
+func readCase(dir string) (OracleCase, error) {
+	c := OracleCase{Name: filepath.Base(dir), Model: filepath.Join(dir, "model.gguf")}
+	if _, err := os.Stat(c.Model); err != nil {
+		return c, err
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "tokens.json"))
+	if err != nil {
+		return c, err
+	}
+	var js struct {
+		Tokens []int32 `json:"tokens"`
+		NVocab int     `json:"n_vocab"`
+	}
+	if err := json.Unmarshal(raw, &js); err != nil {
+		return c, &os.PathError{Op: "parse", Path: filepath.Join(dir, "tokens.json"), Err: err}
+	}
+	c.Tokens, c.NVocab = js.Tokens, js.NVocab
+	lb, err := os.ReadFile(filepath.Join(dir, "logits.f32"))
+	if err != nil {
+		return c, err
+	}
+	c.Logits = make([]float32, len(lb)/4)
+	for i := range c.Logits {
+		c.Logits[i] = math.Float32frombits(binary.LittleEndian.Uint32(lb[4*i:]))
+	}
+	if len(c.Logits) != len(c.Tokens)*c.NVocab {
+		return c, &os.PathError{Op: "read", Path: filepath.Join(dir, "logits.f32"), Err: errLogitCount}
+	}
+	return c, nil
+}
