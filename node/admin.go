@@ -47,7 +47,7 @@ func (a *Agent) newAdmin() *admin {
 				Status: api.StatusAlive, Version: a.cfg.Version, Caps: apiCaps(a.caps)}
 		},
 		caHash: strings.TrimPrefix(transport.CAHash(a.ident.CA.Cert), "sha256:"), bootstrapSecret: a.bootstrapSecret,
-		files: a.files, runner: a, bg: &a.bg, done: a.done,
+		files: a.files, bg: &a.bg, done: a.done,
 	}
 }
 

@@ -32,9 +32,6 @@ const (
 	distMaxTokens = 64
 )
 
-// distRoute says which node drives a planned model.
-type distRoute = parallel.Route
-
 // publisher serves the models this node drives on the OpenAI endpoint:
 // a scheduler over the driver's engine or local runner, the tokenizer and
 // chat template of the model's metadata. It implements parallel.Publisher.
@@ -134,28 +131,30 @@ func planView(st *coordinator.State, info func(*coordinator.State, *coordinator.
 	return v
 }
 
-// distRoute returns where model's driver runs, if it is planned.
-func (a *Agent) distRoute(model string) (distRoute, bool) { return a.par.Route(model) }
+// clusterRuns runs the admin API's cluster logits and benchmarks on the
+// models this node drives (api.ClusterRunner over parallel.Reconciler).
+type clusterRuns struct {
+	par    *parallel.Reconciler
+	driver string // this node's name
+}
 
-func (a *Agent) distRoutes() []distRoute { return a.par.Routes() }
-
-// ClusterLogits implements api.ClusterRunner (parallel.Reconciler.Logits).
-func (a *Agent) ClusterLogits(ctx context.Context, name string, tokens []int32) (*api.Logits, error) {
-	l, err := a.par.Logits(ctx, name, tokens)
+// ClusterLogits implements api.ClusterRunner.
+func (c clusterRuns) ClusterLogits(ctx context.Context, name string, tokens []int32) (*api.Logits, error) {
+	l, err := c.par.Logits(ctx, name, tokens)
 	if err != nil {
 		return nil, err
 	}
 	return &api.Logits{NTokens: l.NTokens, NVocab: l.NVocab, Data: l.Data}, nil
 }
 
-// ClusterBench implements api.ClusterRunner (parallel.Reconciler.Bench).
-func (a *Agent) ClusterBench(ctx context.Context, name string, req api.BenchRequest) (*api.BenchResult, error) {
-	r, err := a.par.Bench(ctx, name, parallel.BenchRequest{Prompt: req.Prompt, Gen: req.Gen, Reps: req.Reps})
+// ClusterBench implements api.ClusterRunner.
+func (c clusterRuns) ClusterBench(ctx context.Context, name string, req api.BenchRequest) (*api.BenchResult, error) {
+	r, err := c.par.Bench(ctx, name, parallel.BenchRequest{Prompt: req.Prompt, Gen: req.Gen, Reps: req.Reps})
 	if err != nil {
 		return nil, err
 	}
 	out := &api.BenchResult{Model: r.Model, PlanVersion: r.PlanVersion, Strategy: r.Strategy, Nodes: r.Nodes, Stages: r.Stages,
-		Driver: a.cfg.Name, Activations: r.Activations, PredictedMsPerToken: r.PredictedMsPerToken}
+		Driver: c.driver, Activations: r.Activations, PredictedMsPerToken: r.PredictedMsPerToken}
 	for _, row := range r.Results {
 		out.Results = append(out.Results, api.BenchRow{Test: row.Test, TokPerSec: row.TokPerSec, StdDev: row.StdDev, Samples: row.Samples,
 			MsPerToken: row.MsPerToken, BytesPerToken: row.BytesPerToken})
@@ -163,4 +162,4 @@ func (a *Agent) ClusterBench(ctx context.Context, name string, req api.BenchRequ
 	return out, nil
 }
 
-var _ api.ClusterRunner = (*Agent)(nil)
+var _ api.ClusterRunner = clusterRuns{}

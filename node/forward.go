@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"shoal/coordinator"
+	"shoal/parallel"
 	"shoal/transport"
 )
 
@@ -36,14 +37,14 @@ type forwarder struct {
 
 // routeSource says where the driver of each planned model runs.
 type routeSource interface {
-	distRoute(model string) (distRoute, bool)
-	distRoutes() []distRoute
+	Route(model string) (parallel.Route, bool)
+	Routes() []parallel.Route
 }
 
 // newForwarder wires the forwarder.
 func (a *Agent) newForwarder() *forwarder {
 	return &forwarder{
-		self: a.id, ep: a.ep, log: a.log.Named("forward"), members: a.gossip.Members, routes: a,
+		self: a.id, ep: a.ep, log: a.log.Named("forward"), members: a.gossip.Members, routes: a.par,
 		local: func(model string) bool { _, ok := a.models.Model(model); return ok },
 	}
 }
@@ -123,7 +124,7 @@ func (f *forwarder) route(w http.ResponseWriter, r *http.Request, local http.Han
 		local.ServeHTTP(w, r)
 		return
 	}
-	if rt, ok := f.routes.distRoute(model); ok && (!forwarded || rt.Node == f.self) {
+	if rt, ok := f.routes.Route(model); ok && (!forwarded || rt.Node == f.self) {
 		f.toDistDriver(w, r, rt, body, local, forwarded)
 		return
 	}
@@ -161,7 +162,7 @@ const driverStartWait = 15 * time.Second
 // to the agent that drives it, serves it here once this agent's driver is
 // up (waiting also when another agent, whose view is ahead, forwarded it),
 // or says why it cannot run yet.
-func (f *forwarder) toDistDriver(w http.ResponseWriter, r *http.Request, rt distRoute, body []byte, local http.Handler, forwarded bool) {
+func (f *forwarder) toDistDriver(w http.ResponseWriter, r *http.Request, rt parallel.Route, body []byte, local http.Handler, forwarded bool) {
 	if rt.Node == f.self && (rt.Ready || forwarded) && f.awaitDriver(r, rt.Model) {
 		local.ServeHTTP(w, r)
 		return
@@ -187,7 +188,7 @@ func (f *forwarder) awaitDriver(r *http.Request, model string) bool {
 		if f.local(model) {
 			return true
 		}
-		if rt, ok := f.routes.distRoute(model); !ok || rt.Node != f.self || time.Now().After(deadline) {
+		if rt, ok := f.routes.Route(model); !ok || rt.Node != f.self || time.Now().After(deadline) {
 			return false
 		}
 		select {
@@ -203,7 +204,7 @@ func (f *forwarder) awaitDriver(r *http.Request, model string) bool {
 func (f *forwarder) admin(local http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, forwarded := forwardedOf(r)
-		rt, ok := f.routes.distRoute(r.PathValue("name"))
+		rt, ok := f.routes.Route(r.PathValue("name"))
 		addr := ""
 		if !forwarded && ok && rt.Node != f.self {
 			addr = f.rpcAddr(rt.Node)
@@ -247,7 +248,7 @@ func (f *forwarder) listClusterModels(w http.ResponseWriter, r *http.Request, lo
 			seen[id] = true
 		}
 	}
-	for _, rt := range f.routes.distRoutes() {
+	for _, rt := range f.routes.Routes() {
 		if rt.Ready && rt.Node != f.self && !seen[rt.Model] {
 			seen[rt.Model] = true
 			list.Data = append(list.Data, map[string]any{"id": rt.Model, "object": "model", "created": 0, "owned_by": rt.NodeName, "shoal.served_by": rt.NodeName})
