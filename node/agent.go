@@ -40,10 +40,11 @@ type Agent struct {
 	ml     *memberlist.Memberlist
 	srv    *coordinator.Server
 	// cluster reads and writes the state through the leader; admin is the
-	// admin API's backend; fwd passes requests to the agents that drive
-	// their model.
+	// admin API's backend; join admits new nodes; fwd passes requests to
+	// the agents that drive their model.
 	cluster *coordinator.Client
 	admin   *admin
+	join    *admission
 	fwd     *forwarder
 	http    *http.Server
 	httpLn  net.Listener
@@ -189,8 +190,9 @@ func (a *Agent) start() error {
 	}
 	a.cluster = coordinator.NewClient(a.srv, a.gossip, rpcCaller{a.ep}, a.log)
 	a.admin = a.newAdmin()
+	a.join = a.newAdmission()
 	a.registerRPC()
-	a.ep.Handle(transport.KindJoin, a.serveJoin)
+	a.ep.Handle(transport.KindJoin, a.join.serve)
 	transport.ServeWeights(a.ep, a.files, transport.WeightsOptions{})
 	transport.ServeProbe(a.ep, 0)
 	a.models = openai.NewStaticBackend()

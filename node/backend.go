@@ -48,7 +48,7 @@ func (a *Agent) registerRPC() {
 		if err := json.Unmarshal(body, &req); err != nil {
 			return nil, err
 		}
-		return a.handleJoin(ctx, &req, true), nil
+		return a.join.handle(ctx, &req, true), nil
 	}))
 	a.rpc.Register(coordinator.MethodLeave, func(ctx context.Context, p transport.Peer, _ json.RawMessage) (any, error) {
 		if p.Role != transport.RoleServer {

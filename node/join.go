@@ -228,67 +228,6 @@ func (a *Agent) acceptJoin(resp *joinResponse, caHash string, key ed25519.Privat
 	return nil
 }
 
-// serveJoin answers a join stream: servers pass it to the leader, which
-// checks the token and signs the certificate.
-func (a *Agent) serveJoin(st *transport.Stream) {
-	defer st.Close()
-	_ = st.SetDeadline(time.Now().Add(10 * time.Second))
-	b, err := transport.ReadFrame(st, maxJoinFrame)
-	if err != nil {
-		return
-	}
-	var req joinRequest
-	var resp *joinResponse
-	if err := json.Unmarshal(b, &req); err != nil {
-		resp = &joinResponse{Err: "malformed join request", Code: http.StatusBadRequest}
-	} else {
-		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
-		resp = a.handleJoin(ctx, &req, false)
-		cancel()
-	}
-	if resp.Err != "" {
-		a.log.Warn("refused join", zap.String("from", st.Peer.Addr.String()), zap.String("name", req.Name), zap.String("reason", resp.Err))
-	}
-	out, _ := json.Marshal(resp)
-	_ = transport.WriteFrame(st, out)
-}
-
-func (a *Agent) handleJoin(ctx context.Context, req *joinRequest, forwarded bool) *joinResponse {
-	fail := func(err error) *joinResponse { return &joinResponse{Err: err.Error(), Code: transport.StatusOf(err)} }
-	if a.srv == nil {
-		return &joinResponse{Err: fmt.Sprintf("agent %s is a client: --join a server", a.cfg.Name), Code: http.StatusBadRequest}
-	}
-	if !a.srv.IsLeader() {
-		_, addr := a.srv.Leader()
-		if addr == "" || forwarded {
-			return &joinResponse{Err: "no cluster leader yet", Code: http.StatusServiceUnavailable}
-		}
-		var resp joinResponse
-		if err := transport.Call(ctx, a.ep, addr, transport.KindRPC, methodJoin, req, &resp); err != nil {
-			return fail(err)
-		}
-		return &resp
-	}
-	if _, err := checkToken(a.srv.FSM().State(), req.Token, time.Now(), coordinator.TokenJoin, coordinator.TokenBootstrap); err != nil {
-		return fail(err)
-	}
-	if len(req.PublicKey) != ed25519.PublicKeySize || len(req.NodeID) != 36 {
-		return &joinResponse{Err: "join request without a valid node ID and ed25519 public key", Code: http.StatusBadRequest}
-	}
-	cert, err := a.ident.CA.Issue(ed25519.PublicKey(req.PublicKey), req.NodeID, req.Role)
-	if err != nil {
-		return &joinResponse{Err: err.Error(), Code: http.StatusBadRequest}
-	}
-	resp := &joinResponse{CACert: a.ident.CA.DER, Cert: cert, GossipKey: a.gossipKey, Seeds: a.aliveGossipAddrs()}
-	if req.Role == coordinator.RoleServer {
-		if resp.CAKey, err = marshalPKCS8(a.ident.CA.Key); err != nil {
-			return fail(err)
-		}
-	}
-	a.log.Info("admitted node", zap.String("name", req.Name), zap.String("id", req.NodeID), zap.String("role", req.Role))
-	return resp
-}
-
 func (a *Agent) aliveGossipAddrs() []string {
 	out := []string{a.GossipAddr()}
 	for _, m := range a.gossip.Members() {

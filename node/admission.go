@@ -1,0 +1,95 @@
+package node
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+
+	"shoal/coordinator"
+	"shoal/transport"
+)
+
+// admission answers the join requests of nodes without a certificate: a
+// server passes them to the leader, which checks the join token and signs
+// the node's certificate with the cluster CA.
+type admission struct {
+	name      string
+	srv       *coordinator.Server // nil on clients, which refuse joins
+	ca        *transport.CA
+	gossipKey []byte
+	call      coordinator.Caller
+	seeds     func() []string // gossip addresses a new node can join through
+	log       *zap.Logger
+}
+
+// newAdmission wires the join handler.
+func (a *Agent) newAdmission() *admission {
+	return &admission{name: a.cfg.Name, srv: a.srv, ca: a.ident.CA, gossipKey: a.gossipKey, call: rpcCaller{a.ep},
+		seeds: a.aliveGossipAddrs, log: a.log}
+}
+
+// serve answers a join stream: servers pass it to the leader, which
+// checks the token and signs the certificate.
+func (j *admission) serve(st *transport.Stream) {
+	defer st.Close()
+	_ = st.SetDeadline(time.Now().Add(10 * time.Second))
+	b, err := transport.ReadFrame(st, maxJoinFrame)
+	if err != nil {
+		return
+	}
+	var req joinRequest
+	var resp *joinResponse
+	if err := json.Unmarshal(b, &req); err != nil {
+		resp = &joinResponse{Err: "malformed join request", Code: http.StatusBadRequest}
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+		resp = j.handle(ctx, &req, false)
+		cancel()
+	}
+	if resp.Err != "" {
+		j.log.Warn("refused join", zap.String("from", st.Peer.Addr.String()), zap.String("name", req.Name), zap.String("reason", resp.Err))
+	}
+	out, _ := json.Marshal(resp)
+	_ = transport.WriteFrame(st, out)
+}
+
+func (j *admission) handle(ctx context.Context, req *joinRequest, forwarded bool) *joinResponse {
+	fail := func(err error) *joinResponse { return &joinResponse{Err: err.Error(), Code: transport.StatusOf(err)} }
+	if j.srv == nil {
+		return &joinResponse{Err: fmt.Sprintf("agent %s is a client: --join a server", j.name), Code: http.StatusBadRequest}
+	}
+	if !j.srv.IsLeader() {
+		_, addr := j.srv.Leader()
+		if addr == "" || forwarded {
+			return &joinResponse{Err: "no cluster leader yet", Code: http.StatusServiceUnavailable}
+		}
+		var resp joinResponse
+		if err := j.call.Call(ctx, addr, methodJoin, req, &resp); err != nil {
+			return fail(err)
+		}
+		return &resp
+	}
+	if _, err := checkToken(j.srv.FSM().State(), req.Token, time.Now(), coordinator.TokenJoin, coordinator.TokenBootstrap); err != nil {
+		return fail(err)
+	}
+	if len(req.PublicKey) != ed25519.PublicKeySize || len(req.NodeID) != 36 {
+		return &joinResponse{Err: "join request without a valid node ID and ed25519 public key", Code: http.StatusBadRequest}
+	}
+	cert, err := j.ca.Issue(ed25519.PublicKey(req.PublicKey), req.NodeID, req.Role)
+	if err != nil {
+		return &joinResponse{Err: err.Error(), Code: http.StatusBadRequest}
+	}
+	resp := &joinResponse{CACert: j.ca.DER, Cert: cert, GossipKey: j.gossipKey, Seeds: j.seeds()}
+	if req.Role == coordinator.RoleServer {
+		if resp.CAKey, err = marshalPKCS8(j.ca.Key); err != nil {
+			return fail(err)
+		}
+	}
+	j.log.Info("admitted node", zap.String("name", req.Name), zap.String("id", req.NodeID), zap.String("role", req.Role))
+	return resp
+}
