@@ -2,8 +2,6 @@ package placement
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"shoal/engine/gguf"
 	"shoal/engine/model"
@@ -122,7 +120,7 @@ func ProfileFromTensors(name string, c model.Config, tensors []gguf.TensorInfo) 
 		if len(t.Dims) >= 2 {
 			flops = 2 * float64(t.Elements())
 		}
-		layer, role, ok := splitName(t.Name)
+		layer, role, ok := model.LayerTensor(t.Name)
 		if !ok {
 			switch t.Name {
 			case "token_embd.weight":
@@ -214,21 +212,4 @@ func ffnUnit(dim, block int) int {
 		return dim
 	}
 	return u
-}
-
-// splitName splits "blk.12.attn_q.weight" into 12 and "attn_q.weight".
-func splitName(name string) (layer int, role string, ok bool) {
-	rest, found := strings.CutPrefix(name, "blk.")
-	if !found {
-		return 0, "", false
-	}
-	num, role, found := strings.Cut(rest, ".")
-	if !found {
-		return 0, "", false
-	}
-	n, err := strconv.Atoi(num)
-	if err != nil || n < 0 {
-		return 0, "", false
-	}
-	return n, role, true
 }

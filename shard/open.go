@@ -109,23 +109,11 @@ func openGGUF(f *gguf.File, spec ShardSpec, view func(ti *gguf.TensorInfo, off, 
 // OpenFile maps a complete shard file written by Assemble. Tensor data are
 // views into the mapping.
 func OpenFile(path string) (*Shard, error) {
-	fh, err := os.Open(path)
+	fh, size, l, state, dataOff, err := openShardFile(path)
 	if err != nil {
 		return nil, err
 	}
 	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		return nil, err
-	}
-	l, stateOff, dataOff, err := readHeader(fh, st.Size())
-	if err != nil {
-		return nil, fmt.Errorf("shard %s: %w", path, err)
-	}
-	state := make([]byte, len(l.Pieces))
-	if _, err := fh.ReadAt(state, stateOff); err != nil {
-		return nil, fmt.Errorf("shard %s: %w", path, err)
-	}
 	missing := 0
 	for _, b := range state {
 		if b != 1 {
@@ -135,7 +123,7 @@ func OpenFile(path string) (*Shard, error) {
 	if missing > 0 {
 		return nil, fmt.Errorf("shard %s is incomplete: %d of %d pieces missing", path, missing, len(l.Pieces))
 	}
-	data, unmap, err := mapFile(fh, st.Size())
+	data, unmap, err := mapFile(fh, size)
 	if err != nil {
 		return nil, fmt.Errorf("shard %s: %w", path, err)
 	}
@@ -153,23 +141,11 @@ func OpenFile(path string) (*Shard, error) {
 // data region (metadata and tokenizer for the node that needs them), once
 // the pieces holding it are present.
 func Header(path string) ([]byte, error) {
-	fh, err := os.Open(path)
+	fh, _, l, state, dataOff, err := openShardFile(path)
 	if err != nil {
 		return nil, err
 	}
 	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		return nil, err
-	}
-	l, stateOff, dataOff, err := readHeader(fh, st.Size())
-	if err != nil {
-		return nil, fmt.Errorf("shard %s: %w", path, err)
-	}
-	state := make([]byte, len(l.Pieces))
-	if _, err := fh.ReadAt(state, stateOff); err != nil {
-		return nil, fmt.Errorf("shard %s: %w", path, err)
-	}
 	for i, p := range l.Pieces {
 		if p.Segs[0].Dst < l.HeaderLen && state[i] != 1 {
 			return nil, fmt.Errorf("shard %s: the GGUF header is not fetched yet", path)
@@ -178,4 +154,27 @@ func Header(path string) ([]byte, error) {
 	b := make([]byte, l.HeaderLen)
 	_, err = fh.ReadAt(b, dataOff)
 	return b, err
+}
+
+// openShardFile opens a shard file written by Assemble and reads its
+// layout and piece states; the caller closes fh.
+func openShardFile(path string) (fh *os.File, size int64, l *Layout, state []byte, dataOff int64, err error) {
+	fh, err = os.Open(path)
+	if err != nil {
+		return nil, 0, nil, nil, 0, err
+	}
+	st, err := fh.Stat()
+	if err == nil {
+		size = st.Size()
+		var stateOff int64
+		if l, stateOff, dataOff, err = readHeader(fh, size); err == nil {
+			state = make([]byte, len(l.Pieces))
+			_, err = fh.ReadAt(state, stateOff)
+		}
+	}
+	if err != nil {
+		fh.Close()
+		return nil, 0, nil, nil, 0, fmt.Errorf("shard %s: %w", path, err)
+	}
+	return fh, size, l, state, dataOff, nil
 }

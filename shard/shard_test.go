@@ -579,7 +579,7 @@ func TestPlanSpecsSlice(t *testing.T) {
 				}
 			}
 			for _, ti := range m.f.Tensors {
-				_, role, ok := splitName(ti.Name)
+				_, role, ok := model.LayerTensor(ti.Name)
 				if !ok || !strings.Contains(role, "attn_") && !strings.Contains(role, "ffn_") || strings.Contains(role, "norm") || strings.Contains(role, "gate_inp") {
 					continue
 				}

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 
 	"shoal/engine/gguf"
 	"shoal/engine/model"
@@ -162,7 +160,7 @@ func (s ShardSpec) Slices(t *Table) ([]TensorSlice, error) {
 		var sl *TensorSlice
 		var err error
 		whole := func() { sl = wholeSlice(ti) }
-		layer, role, isLayer := splitName(ti.Name)
+		layer, role, isLayer := model.LayerTensor(ti.Name)
 		if !isLayer {
 			switch ti.Name {
 			case "token_embd.weight":
@@ -343,21 +341,4 @@ func expertRuns(experts []int, per int) [][2]int {
 		runs = append(runs, [2]int{x * per, (x + 1) * per})
 	}
 	return runs
-}
-
-// splitName splits "blk.12.attn_q.weight" into 12 and "attn_q.weight".
-func splitName(name string) (layer int, role string, ok bool) {
-	rest, found := strings.CutPrefix(name, "blk.")
-	if !found {
-		return 0, "", false
-	}
-	num, role, found := strings.Cut(rest, ".")
-	if !found {
-		return 0, "", false
-	}
-	n, err := strconv.Atoi(num)
-	if err != nil || n < 0 {
-		return 0, "", false
-	}
-	return n, role, true
 }

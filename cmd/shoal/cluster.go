@@ -60,6 +60,26 @@ func short(id string) string {
 	return id
 }
 
+// show is the RunE of a command that reads one value from the agent and
+// prints it: as JSON with -o json, else as text.
+func show[T any](f *clusterFlags, get func(*api.Client, context.Context) (T, error), text func(w io.Writer, v T) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, ctx, cancel, err := f.client()
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		v, err := get(c, ctx)
+		if err != nil {
+			return err
+		}
+		if f.json() {
+			return printJSON(cmd.OutOrStdout(), v)
+		}
+		return text(cmd.OutOrStdout(), v)
+	}
+}
+
 // actOnName is the RunE of a command that does one thing to the object its
 // single argument names (remove a node, revoke a token, unload a model) and
 // reports it: {key: name, done: true} with --json, else "noun name done".

@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
+
+	"shoal/api"
 )
 
 func membersCmd() *cobra.Command {
@@ -17,26 +20,14 @@ useful when a node does not appear in 'shoal node ls'.
   shoal members
   shoal members --addr 10.0.0.7:7948 -o json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, cancel, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			ms, err := c.Members(ctx)
-			if err != nil {
-				return err
-			}
-			if f.json() {
-				return printJSON(cmd.OutOrStdout(), ms)
-			}
-			tw := table(cmd.OutOrStdout())
+		RunE: show(&f, (*api.Client).Members, func(w io.Writer, ms []api.Member) error {
+			tw := table(w)
 			fmt.Fprintln(tw, "NAME\tID\tGOSSIP\tQUIC\tROLE\tSTATUS\tVERSION")
 			for _, m := range ms {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, short(m.ID), m.Addr, m.RPCAddr, m.Role, m.Status, m.Version)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	f.register(cmd)
 	return cmd

@@ -170,30 +170,20 @@ progress. Unservable and failed models say why.
   shoal model ls
   shoal model ls -o json | jq '.[] | {name, status, progress}'`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, cancel, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer cancel()
+		RunE: show(&f, func(c *api.Client, ctx context.Context) ([]api.ModelInfo, error) {
 			ms, err := c.Models(ctx)
-			if err != nil {
-				return err
+			if ms == nil {
+				ms = []api.ModelInfo{} // [] in JSON
 			}
-			w := cmd.OutOrStdout()
-			if f.json() {
-				if ms == nil {
-					ms = []api.ModelInfo{}
-				}
-				return printJSON(w, ms)
-			}
+			return ms, err
+		}, func(w io.Writer, ms []api.ModelInfo) error {
 			if len(ms) == 0 {
 				fmt.Fprintln(w, "no models loaded (shoal model load FILE)")
 				return nil
 			}
 			printModels(w, ms)
 			return nil
-		},
+		}),
 	}
 	f.register(cmd)
 	return cmd

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -36,20 +37,7 @@ start (memory, float32 matmul GFLOPS, memory bandwidth).
   shoal node ls
   shoal node ls -o json | jq '.[] | select(.status=="alive") | .name'`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, cancel, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			nodes, err := c.Nodes(ctx)
-			if err != nil {
-				return err
-			}
-			w := cmd.OutOrStdout()
-			if f.json() {
-				return printJSON(w, nodes)
-			}
+		RunE: show(&f, (*api.Client).Nodes, func(w io.Writer, nodes []*api.Node) error {
 			tw := table(w)
 			fmt.Fprintln(tw, "ID\tNAME\tADDRESS\tROLE\tSTATUS\tMEMORY\tFREE\tCORES\tGFLOPS\tGB/s\tACCEL")
 			for _, n := range nodes {
@@ -65,7 +53,7 @@ start (memory, float32 matmul GFLOPS, memory bandwidth).
 					gib(n.Caps.MemTotal), gib(n.Caps.MemFree), n.Caps.Cores, n.Caps.GFLOPS, n.Caps.MemGBps, accel)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	f.register(cmd)
 	return cmd

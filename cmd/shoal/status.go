@@ -2,8 +2,11 @@ package main
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
+
+	"shoal/api"
 )
 
 func statusCmd() *cobra.Command {
@@ -17,20 +20,7 @@ health as the agent at --addr sees it. Any agent answers.
   shoal status
   SHOAL_ADDR=mac2:7948 SHOAL_TOKEN=$KEY shoal status -o json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, cancel, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			s, err := c.Status(ctx)
-			if err != nil {
-				return err
-			}
-			w := cmd.OutOrStdout()
-			if f.json() {
-				return printJSON(w, s)
-			}
+		RunE: show(&f, (*api.Client).Status, func(w io.Writer, s *api.Status) error {
 			leader := "none"
 			if s.Leader != "" {
 				leader = fmt.Sprintf("%s (%s, %s)", s.LeaderName, short(s.Leader), s.LeaderAddr)
@@ -47,7 +37,7 @@ health as the agent at --addr sees it. Any agent answers.
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%v\n", short(srv.ID), srv.Name, srv.Address, srv.Status, srv.Voter, srv.Leader)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	f.register(cmd)
 	return cmd

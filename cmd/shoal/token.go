@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -74,20 +75,8 @@ func tokenLsCmd() *cobra.Command {
   shoal token ls
   shoal token ls -o json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, ctx, cancel, err := f.client()
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			toks, err := c.Tokens(ctx)
-			if err != nil {
-				return err
-			}
-			if f.json() {
-				return printJSON(cmd.OutOrStdout(), toks)
-			}
-			tw := table(cmd.OutOrStdout())
+		RunE: show(&f, (*api.Client).Tokens, func(w io.Writer, toks []*api.Token) error {
+			tw := table(w)
 			fmt.Fprintln(tw, "ID\tKIND\tSTATE\tCREATED\tEXPIRES\tDESCRIPTION")
 			now := time.Now()
 			for _, t := range toks {
@@ -105,7 +94,7 @@ func tokenLsCmd() *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Kind, state, t.CreatedAt.Local().Format(time.DateTime), exp, t.Description)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	f.register(cmd)
 	return cmd

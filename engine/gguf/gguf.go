@@ -19,20 +19,21 @@ const MaxDims = 4
 // ValueType is the type tag of a metadata value.
 type ValueType uint32
 
+// The tags are numbered 0 to 12 in this order, as the GGUF format has them.
 const (
-	TypeUint8   ValueType = 0
-	TypeInt8    ValueType = 1
-	TypeUint16  ValueType = 2
-	TypeInt16   ValueType = 3
-	TypeUint32  ValueType = 4
-	TypeInt32   ValueType = 5
-	TypeFloat32 ValueType = 6
-	TypeBool    ValueType = 7
-	TypeString  ValueType = 8
-	TypeArray   ValueType = 9
-	TypeUint64  ValueType = 10
-	TypeInt64   ValueType = 11
-	TypeFloat64 ValueType = 12
+	TypeUint8 ValueType = iota
+	TypeInt8
+	TypeUint16
+	TypeInt16
+	TypeUint32
+	TypeInt32
+	TypeFloat32
+	TypeBool
+	TypeString
+	TypeArray
+	TypeUint64
+	TypeInt64
+	TypeFloat64
 )
 
 var valueTypeNames = [...]string{"uint8", "int8", "uint16", "int16", "uint32", "int32", "float32", "bool", "string", "array", "uint64", "int64", "float64"}

@@ -228,3 +228,14 @@ func TestParseHeader(t *testing.T) {
 		})
 	}
 }
+
+// The value-type tags are the format's numbers, written in its order.
+func TestValueTypeNumbers(t *testing.T) {
+	got := []ValueType{TypeUint8, TypeInt8, TypeUint16, TypeInt16, TypeUint32, TypeInt32, TypeFloat32,
+		TypeBool, TypeString, TypeArray, TypeUint64, TypeInt64, TypeFloat64}
+	for want, vt := range got {
+		if int(vt) != want {
+			t.Errorf("value type %d has number %d", want, vt)
+		}
+	}
+}
