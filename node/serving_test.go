@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,12 +73,24 @@ func TestOneServingPath(t *testing.T) {
 		t.Errorf("models %+v", models)
 	}
 
+	// fields[i][model] is the sorted field names of model's /v1/models
+	// entry on agent i (what the dashboard renders a model's row from).
+	fields := make([]map[string]string, len(c.Members))
 	for i := range c.Members {
 		base := "http://" + c.Members[i].Agent.HTTPAddr()
 		tc.Eventually(t, 20*time.Second, "both models in /v1/models", func() bool {
 			l := get(t, base+"/v1/models")
 			return strings.Contains(l, `"pinned"`) && strings.Contains(l, `"loaded"`)
 		})
+		var list struct{ Data []map[string]any }
+		if err := json.Unmarshal([]byte(get(t, base+"/v1/models")), &list); err != nil {
+			t.Fatal(err)
+		}
+		fields[i] = map[string]string{}
+		for _, m := range list.Data {
+			keys := slices.Sorted(maps.Keys(m))
+			fields[i][fmt.Sprint(m["id"])] = strings.Join(keys, ",")
+		}
 		for _, name := range []string{"pinned", "loaded"} {
 			code, body := post(t, base+"/v1/completions", fmt.Sprintf(`{"model":%q,"prompt":"hello","max_tokens":3}`, name))
 			var out struct {
@@ -99,6 +113,15 @@ func TestOneServingPath(t *testing.T) {
 	for i, m := range c.Members {
 		if m.Agent.ID() == p.Stages[0].Members[0].Node {
 			drivers["loaded"] = i
+		}
+	}
+	// Each model is listed on the agent that drives it as the other is on
+	// its driver, and elsewhere as the other is elsewhere.
+	for i := range c.Members {
+		for j := range c.Members {
+			if (i == drivers["pinned"]) == (j == drivers["loaded"]) && fields[i]["pinned"] != fields[j]["loaded"] {
+				t.Errorf("/v1/models entries differ: pinned on agent %d %q, loaded on agent %d %q", i, fields[i]["pinned"], j, fields[j]["loaded"])
+			}
 		}
 	}
 	for name, i := range drivers {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"shoal/api"
+	"shoal/engine/enginetest"
 	"shoal/node/nodetest"
 )
 
@@ -37,7 +39,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if chrome == "" {
 		t.Skip("no Chromium binary found (Debian: apt-get install chromium; or set SHOAL_CHROME): dashboard browser test skipped")
 	}
-	_, base := startAgent(t)
+	agent, base := startAgent(t)
 	gen := complete(t, base, "Once upon a time", 16) + complete(t, base, "In a hole in the ground", 16)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
@@ -100,8 +102,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	if !strings.Contains(pg.Nodes, nodeName) || !strings.Contains(pg.Nodes, "alive") || !strings.Contains(pg.Nodes, "leader") {
 		t.Errorf("nodes table %q lacks the node, its status or its raft role", pg.Nodes)
 	}
-	if !strings.Contains(pg.Models, modelName) || !strings.Contains(pg.Models, "whole model on "+nodeName) {
-		t.Errorf("models table %q lacks the model, its serving node or its placement", pg.Models)
+	if !strings.Contains(pg.Models, modelName) || !strings.Contains(pg.Models, "plan v1: [0,2)@"+nodeName) {
+		t.Errorf("models table %q lacks the model, its serving node or its plan", pg.Models)
 	}
 	if n, _ := strconv.Atoi(strings.ReplaceAll(pg.Gen, ",", "")); n != gen {
 		t.Errorf("generated tokens shows %q, want %d (the completions' usage)", pg.Gen, gen)
@@ -111,6 +113,28 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	if pg.Health != "healthy" {
 		t.Errorf("health badge %q, want healthy", pg.Health)
+	}
+
+	// A model loaded with `model load` shows up as the --model one does:
+	// a row with its one-node plan on this agent.
+	loaded := enginetest.Tiny
+	loaded.Name, loaded.Seed = "loaded", 7
+	if _, err := api.NewClient(agent.HTTPAddr(), nodetest.Secret).LoadModel(ctx, api.LoadModelRequest{
+		Path: enginetest.Write(t, t.TempDir(), loaded), Name: loaded.Name}); err != nil {
+		t.Fatal(err)
+	}
+	planCell := func(model string) string {
+		return `(document.querySelector('#models tr[data-model="` + model + `"] td.placement') || {}).textContent || ''`
+	}
+	if err := chromedp.Do(bctx, poll(planCell(loaded.Name)+`.startsWith('plan v1: [0,2)@`+nodeName+`')`, 30*time.Second)); err != nil {
+		t.Fatalf("the loaded model has no row with its plan: %v (models %q)", err, read().Models)
+	}
+	cells, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`[`+planCell(modelName)+`, `+planCell(loaded.Name)+`]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strip := func(s string) string { before, _, _ := strings.Cut(s, " ("); return before }; strip(cells[0]) != strip(cells[1]) {
+		t.Errorf("the --model and the loaded model show different plans: %q, %q", cells[0], cells[1])
 	}
 
 	// Live tokens/s: keep the model busy until a scrape sees it working.

@@ -134,10 +134,23 @@ function renderNodes(nodes, st) {
   fill('nodes', rows, 14, 'no nodes registered yet');
 }
 
-// placementOf finds a placement for model in the status or the model entry
-// when the agent reports one (the planner's plans); otherwise it says the
-// model runs whole on its serving node.
-function placementOf(model, st) {
+// planOf describes a model's committed plan from the cluster's model list
+// (GET /v1/cluster/models): "plan v2: [0,11)@mac1 → [11,22)@mac2 (3.1
+// ms/token predicted)". A --model and a loaded model both have one.
+function planOf(info) {
+  if (!info || !info.plan_version || !(info.shards || []).length) return null;
+  const stages = info.shards.map((s) => `[${s.lo},${s.hi})@${s.node_name || s.node}`).join(' → ');
+  return `plan v${info.plan_version}: ${stages}` +
+    (info.predicted_ms_per_token ? ` (${fmtNum(info.predicted_ms_per_token, 1)} ms/token predicted)` : '');
+}
+
+// placementOf finds a placement for model: its committed plan in the
+// cluster's model list, else one in the status or the model entry when the
+// agent reports it; otherwise it says the model runs whole on its serving
+// node.
+function placementOf(model, st, cluster) {
+  const plan = planOf((cluster || []).find((c) => c.name === model.id));
+  if (plan) return plan;
   const sources = [model['shoal.placement'], st && st.placements && st.placements[model.id],
     st && st.plans && (Array.isArray(st.plans) ? st.plans.find((p) => p.model === model.id) : st.plans[model.id])];
   for (const p of sources) {
@@ -161,7 +174,7 @@ function servingNode(model) {
   return model['shoal.served_by'] || model.owned_by || 'this agent';
 }
 
-function renderModels(list, ms, st) {
+function renderModels(list, ms, st, cluster) {
   const rows = ((list && list.data) || []).map((m) => {
     const q = metricSum(ms, 'shoal_queue_depth', { model: m.id });
     const run = metricSum(ms, 'shoal_running_sequences', { model: m.id });
@@ -172,7 +185,7 @@ function renderModels(list, ms, st) {
     return el('tr', { 'data-model': m.id },
       td(m.id), td(servingNode(m)), num(m['shoal.context_length'] ? fmtInt(m['shoal.context_length']) : '—'),
       td(m['shoal.chat_template'] || '—'), num(fmtInt(q)), num(fmtInt(run)), num(kv), num(fmtInt(batch)),
-      td(placementOf(m, st), 'placement'));
+      td(placementOf(m, st, cluster), 'placement'));
   });
   fill('models', rows, 9, 'this agent serves no model (start it with --model FILE)');
 }
@@ -252,10 +265,11 @@ function askKey(msg) {
 }
 
 async function refresh() {
-  const [st, nodes, models, metrics, reqs] = await Promise.allSettled([
+  const [st, nodes, models, metrics, reqs, plans] = await Promise.allSettled([
     get('/v1/status'), get('/v1/nodes'), get('/v1/models'), get('/metrics', true), get('/dashboard/api/requests'),
+    get('/v1/cluster/models'),
   ]);
-  const all = [st, nodes, models, metrics, reqs];
+  const all = [st, nodes, models, metrics, reqs, plans];
   const auth = all.find((r) => r.status === 'rejected' && r.reason instanceof AuthError);
   if (auth) {
     askKey(auth.reason.message);
@@ -265,7 +279,7 @@ async function refresh() {
   const ms = metrics.status === 'fulfilled' ? parseMetrics(metrics.value) : [];
   if (st.status === 'fulfilled') renderStatus(st.value);
   if (nodes.status === 'fulfilled') renderNodes(nodes.value, val(st));
-  if (models.status === 'fulfilled') renderModels(models.value, ms, val(st));
+  if (models.status === 'fulfilled') renderModels(models.value, ms, val(st), val(plans));
   if (metrics.status === 'fulfilled') renderMetrics(ms);
   if (reqs.status === 'fulfilled') renderRequests(reqs.value);
   const errs = all.filter((r) => r.status === 'rejected').map((r) => r.reason.message);
