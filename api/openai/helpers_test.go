@@ -1,7 +1,6 @@
 package openai_test
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -208,26 +207,6 @@ func decodeBody[T any](t testing.TB, resp *http.Response) T {
 		t.Fatalf("decoding %q: %v", b, err)
 	}
 	return v
-}
-
-// sseEvents reads a whole SSE stream and returns the data payloads.
-func sseEvents(t testing.TB, r io.Reader) []string {
-	t.Helper()
-	var out []string
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if d, ok := strings.CutPrefix(line, "data: "); ok {
-			out = append(out, d)
-		} else if line != "" {
-			t.Fatalf("unexpected SSE line %q", line)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 func chatBody(content string, extra map[string]any) map[string]any {
