@@ -138,7 +138,6 @@ type memberSession struct {
 	x, emb []float32
 	wire   []byte // scratch of roundRows
 	logits []float32
-	rows   []int
 	batch  model.Batch
 }
 
