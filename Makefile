@@ -17,7 +17,7 @@ help:
 	@echo "make bench   kernel benchmarks"
 	@echo "make bench-endpoint  one agent on loopback serving a small random model under 1, 4 and 16 streams"
 	@echo "make bench-cluster  a model over 1, 2 and 4 emulated devices (netns, tc tbf links, cgroup CPU quotas; root)"
-	@echo "make lint    gofmt + go vet"
+	@echo "make lint    gofmt + go vet + go.mod/go.sum tidy"
 	@echo "make fuzz    short fuzz runs of the parsers"
 	@echo "make cross   cross-compile for darwin/arm64 and linux/arm64"
 
@@ -31,6 +31,8 @@ oracle:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@if ! diff=$$($(GO) mod tidy -diff 2>&1); then echo "$$diff"; \
+		echo "go.mod/go.sum are not tidy (or go mod tidy failed, see above): run 'go mod tidy' and commit the result"; exit 1; fi
 
 test: lint oracle
 	$(GO) test -count=1 $(PKGS)
