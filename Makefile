@@ -7,12 +7,13 @@ PKGS      := ./...
 SHELL     := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: help build test test-short test-integration test-kernels test-arm64 run bench bench-endpoint bench-cluster lint fuzz cross clean oracle
+.PHONY: help build test test-race test-short test-integration test-kernels test-arm64 run bench bench-endpoint bench-cluster lint fuzz cross clean oracle
 
 help:
 	@echo "make build   build $(BIN) (CGO_ENABLED=0)"
 	@echo "make run     build and start a local 3-agent cluster serving the built-in model (shoal up)"
 	@echo "make test    lint, then every test (engine vs ../shared oracle when present)"
+	@echo "make test-race  every package under the race detector (engine tests shrink their sizes under -race)"
 	@echo "make test-integration  agents as processes in network namespaces (root; skips otherwise)"
 	@echo "make bench   kernel benchmarks"
 	@echo "make bench-endpoint  one agent on loopback serving a small random model under 1, 4 and 16 streams"
@@ -39,6 +40,12 @@ test: lint oracle
 	$(MAKE) --no-print-directory test-kernels
 	@echo "== engine vs ../shared (llama.cpp logits and token ids)"
 	@$(GO) test -count=1 -run 'TestOracle|TestVocabOracle' -v ./engine/model ./engine/tokenizer | grep -E 'ORACLE|passed [0-9]|SKIP|FAIL' || true
+
+# Every package under the race detector (which also turns on checkptr).
+# Tests that would take too long instrumented use smaller sizes when built
+# with -race (internal/race), and allocation counts are not asserted there.
+test-race:
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 # Agents as separate processes in network namespaces joined by veth links.
 # Needs root for ip netns; the suite skips with a message otherwise.
