@@ -191,3 +191,50 @@ func TestStoreMigrationFailsClearly(t *testing.T) {
 		})
 	}
 }
+
+// TestStoreMigrationFinishesSettingAside: a start that stopped after the
+// WAL was renamed into place but before raft.db was set aside keeps the
+// WAL as it is (it is complete) and only sets the old file aside.
+func TestStoreMigrationFinishesSettingAside(t *testing.T) {
+	dataDir := t.TempDir()
+	raftDir := writeBoltV1Fixture(t, dataDir)
+	st, err := openStore(raftDir, hclog.NewNullLogger(), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := st.LastIndex()
+	if err != nil || last != 7 {
+		t.Fatalf("migrated last index %d (%v), want 7", last, err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Put the old file back as if the rename had not happened, and give
+	// it one more entry that must not reach the WAL.
+	old := filepath.Join(raftDir, boltV1FileName)
+	if err := os.Rename(old+migratedSuffix, old); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bbolt.Open(old, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		return tx.Bucket(boltLogsBucket).Put([]byte{0, 0, 0, 0, 0, 0, 0, 8}, []byte{0x80})
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err = openStore(raftDir, hclog.NewNullLogger(), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if last, err := st.LastIndex(); err != nil || last != 7 {
+		t.Errorf("last index %d (%v) after the second start, want 7: the WAL was migrated again", last, err)
+	}
+	if exists(t, old) || !exists(t, old+migratedSuffix) {
+		t.Error("raft.db was not set aside")
+	}
+}
