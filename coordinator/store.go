@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	stdlog "log"
 	"os"
 	"path/filepath"
 	"time"
@@ -52,6 +53,17 @@ var (
 	// tests).
 	storeLockTimeout = 5 * time.Second
 )
+
+// capnslog, which raft-wal imports through etcd's fileutil, takes the
+// standard log package over when it initializes (no flags, its own format,
+// journald under systemd). Packages initialize after what they import, so
+// this gives the standard logger its defaults back: what libraries write
+// there (net/http, quic-go) looks as it did before raft-wal.
+func init() {
+	stdlog.SetOutput(os.Stderr)
+	stdlog.SetFlags(stdlog.LstdFlags)
+	stdlog.SetPrefix("")
+}
 
 // openStore opens (or creates) the Raft log and stable store in dir, the
 // data dir's raft folder, first migrating a raft.db left by an earlier shoal.

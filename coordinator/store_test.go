@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"io"
+	stdlog "log"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -236,5 +237,16 @@ func TestStoreMigrationFinishesSettingAside(t *testing.T) {
 	}
 	if exists(t, old) || !exists(t, old+migratedSuffix) {
 		t.Error("raft.db was not set aside")
+	}
+}
+
+// TestStdLogKeepsDefaults: importing raft-wal does not leave the standard
+// logger taken over by capnslog.
+func TestStdLogKeepsDefaults(t *testing.T) {
+	if w := stdlog.Writer(); w != os.Stderr {
+		t.Errorf("the standard logger writes to %T, want os.Stderr", w)
+	}
+	if f, p := stdlog.Flags(), stdlog.Prefix(); f != stdlog.LstdFlags || p != "" {
+		t.Errorf("the standard logger has flags %d prefix %q, want %d and none", f, p, stdlog.LstdFlags)
 	}
 }
