@@ -7,17 +7,18 @@ PKGS      := ./...
 SHELL     := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: help build test test-short test-integration test-kernels test-arm64 run bench bench-endpoint bench-cluster lint fuzz cross clean oracle
+.PHONY: help build test test-race test-short test-integration test-kernels test-arm64 run bench bench-endpoint bench-cluster lint fuzz cross clean oracle
 
 help:
 	@echo "make build   build $(BIN) (CGO_ENABLED=0)"
 	@echo "make run     build and start a local 3-agent cluster serving the built-in model (shoal up)"
 	@echo "make test    lint, then every test (engine vs ../shared oracle when present)"
+	@echo "make test-race  every package under the race detector (engine tests shrink their sizes under -race)"
 	@echo "make test-integration  agents as processes in network namespaces (root; skips otherwise)"
 	@echo "make bench   kernel benchmarks"
 	@echo "make bench-endpoint  one agent on loopback serving a small random model under 1, 4 and 16 streams"
 	@echo "make bench-cluster  a model over 1, 2 and 4 emulated devices (netns, tc tbf links, cgroup CPU quotas; root)"
-	@echo "make lint    gofmt + go vet"
+	@echo "make lint    gofmt, go vet (generators too), go.mod/go.sum tidy, the layout check (layout_test.go)"
 	@echo "make fuzz    short fuzz runs of the parsers"
 	@echo "make cross   cross-compile for darwin/arm64 and linux/arm64"
 	@echo "make generate  regenerate every assembly file from its generator (avo, _generate/arm64)"
@@ -33,6 +34,9 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	@for m in engine/*/_generate; do echo "go vet $$m"; (cd $$m && $(GO) vet ./...) || exit 1; done
+	@if ! diff=$$($(GO) mod tidy -diff 2>&1); then echo "$$diff"; \
+		echo "go.mod/go.sum are not tidy (or go mod tidy failed, see above): run 'go mod tidy' and commit the result"; exit 1; fi
+	$(GO) test -count=1 -run 'TestTopLevelFolders|TestEveryPackageHasDoc|TestImportDirections' .
 
 # Every .s file comes from a generator run by a //go:generate line: avo in
 # engine/kernels/_generate and engine/bench/_generate for amd64,
@@ -47,6 +51,12 @@ test: lint oracle
 	$(MAKE) --no-print-directory test-kernels
 	@echo "== engine vs ../shared (llama.cpp logits and token ids)"
 	@$(GO) test -count=1 -run 'TestOracle|TestVocabOracle' -v ./engine/model ./engine/tokenizer | grep -E 'ORACLE|passed [0-9]|SKIP|FAIL' || true
+
+# Every package under the race detector (which also turns on checkptr).
+# Tests that would take too long instrumented use smaller sizes when built
+# with -race (internal/race), and allocation counts are not asserted there.
+test-race:
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 # Agents as separate processes in network namespaces joined by veth links.
 # Needs root for ip netns; the suite skips with a message otherwise.

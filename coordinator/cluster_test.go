@@ -69,6 +69,10 @@ type testCluster struct {
 	base    string
 	ca      *transport.CA
 	members *fakeMembers
+
+	// servers and their srv fields are written by the test and read by
+	// the servers' bootstrap goroutines (PeerHasState): under mu.
+	mu      sync.Mutex
 	servers []*testServer
 }
 
@@ -91,9 +95,27 @@ func newTestCluster(t *testing.T) *testCluster {
 func (c *testCluster) add(expect int) *testServer {
 	id := fmt.Sprintf("node-%d", len(c.servers))
 	s := &testServer{id: id, dir: filepath.Join(c.base, id), addr: "127.0.0.1:0", expect: expect}
-	c.servers = append(c.servers, s)
+	c.addServer(s)
 	c.start(s)
 	return s
+}
+
+func (c *testCluster) addServer(s *testServer) {
+	c.mu.Lock()
+	c.servers = append(c.servers, s)
+	c.mu.Unlock()
+}
+
+// running returns the server with this ID, nil if it is stopped or unknown.
+func (c *testCluster) running(id string) *Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, o := range c.servers {
+		if o.id == id {
+			return o.srv
+		}
+	}
+	return nil
 }
 
 func (c *testCluster) start(s *testServer) {
@@ -122,10 +144,8 @@ func (c *testCluster) start(s *testServer) {
 		ReconcileInterval: 100 * time.Millisecond, ServerStabilization: 200 * time.Millisecond, DeadServerGrace: time.Second,
 		SnapshotThreshold: 16, SnapshotInterval: 200 * time.Millisecond,
 		PeerHasState: func(ctx context.Context, m Member) (bool, error) {
-			for _, o := range c.servers {
-				if o.id == m.ID && o.srv != nil {
-					return o.srv.HasState(), nil
-				}
+			if o := c.running(m.ID); o != nil {
+				return o.HasState(), nil
 			}
 			return false, fmt.Errorf("no server %s", m.ID)
 		},
@@ -133,7 +153,9 @@ func (c *testCluster) start(s *testServer) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	c.mu.Lock()
 	s.srv = srv
+	c.mu.Unlock()
 	c.members.set(Member{ID: s.id, Name: s.id, Role: RoleServer, RPCAddr: s.addr, Status: StatusAlive, Expect: s.expect})
 }
 
@@ -144,7 +166,9 @@ func (c *testCluster) stop(s *testServer) {
 	c.members.setStatus(s.id, StatusFailed)
 	_ = s.srv.Shutdown()
 	_ = s.ep.Close()
+	c.mu.Lock()
 	s.srv, s.ep = nil, nil
+	c.mu.Unlock()
 }
 
 func (c *testCluster) leader(timeout time.Duration) *testServer {
@@ -363,7 +387,7 @@ func TestLateServerDoesNotBootstrapAlone(t *testing.T) {
 	// A second server also told to expect 1 must not form its own cluster:
 	// it asks its peers first (the node wires this over RPC).
 	late := &testServer{id: "late", dir: filepath.Join(c.base, "late"), addr: "127.0.0.1:0", expect: 1}
-	c.servers = append(c.servers, late)
+	c.addServer(late)
 	c.start(late)
 	waitFor(t, 5*time.Second, "late server added", func() bool { v, nv := voters(l.srv); return v+nv == 2 })
 	time.Sleep(300 * time.Millisecond)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb"
+	wal "github.com/hashicorp/raft-wal"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -111,7 +111,7 @@ type Server struct {
 	cfg   Config
 	raft  *raft.Raft
 	fsm   *FSM
-	store *raftboltdb.BoltStore
+	store *wal.WAL // the Raft log and stable store
 	trans *raft.NetworkTransport
 	log   *zap.Logger
 
@@ -142,9 +142,9 @@ func NewServer(cfg Config) (*Server, error) {
 		Output: zapio.Writer{L: zap.L().Named("raft")},
 		Level:  hclogLevel(zap.L().Core()),
 	})
-	store, err := raftboltdb.NewBoltStore(filepath.Join(dir, "raft.db"))
+	store, err := openStore(dir, hl, log)
 	if err != nil {
-		return nil, fmt.Errorf("raft store: %w", err)
+		return nil, err
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 3, hl)
 	if err != nil {

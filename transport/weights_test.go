@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -39,8 +40,8 @@ func weightsPair(t *testing.T, o WeightsOptions) (client, server *Endpoint, data
 }
 
 func TestWeightsServesRanges(t *testing.T) {
-	var served int64
-	client, server, data, sha := weightsPair(t, WeightsOptions{Served: func(p Peer, s string, n int64) { served += n }})
+	var served atomic.Int64 // added to by the server's stream goroutines
+	client, server, data, sha := weightsPair(t, WeightsOptions{Served: func(p Peer, s string, n int64) { served.Add(n) }})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ranges := []WeightRange{{0, 100}, {1 << 20, 2 << 20}, {int64(len(data)) - 5, 5}, {7, 0}}
@@ -71,11 +72,11 @@ func TestWeightsServesRanges(t *testing.T) {
 	}
 	rc.Close()
 	deadline := time.Now().Add(2 * time.Second)
-	for served != int64(len(want))+100 && time.Now().Before(deadline) {
+	for served.Load() != int64(len(want))+100 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if served != int64(len(want))+100 {
-		t.Errorf("server reports %d bytes served, want %d", served, len(want)+100)
+	if n := served.Load(); n != int64(len(want))+100 {
+		t.Errorf("server reports %d bytes served, want %d", n, len(want)+100)
 	}
 }
 

@@ -180,6 +180,10 @@ func randActs(r *rand.Rand, typ quant.Type, n, cols int) ([]float32, []byte) {
 	return x, xq
 }
 
+// sweepShort reports whether the shape sweeps take their short lists: under
+// -short, and under the race detector (see raceEnabled).
+func sweepShort() bool { return testing.Short() || raceEnabled }
+
 // MatMul under every kernel set, for decode (n <= 3) and tile (n >= 4) paths,
 // row counts that leave remainders, and a stride ldo > Rows.
 func TestMatMulLevels(t *testing.T) {
@@ -198,7 +202,7 @@ func TestMatMulLevels(t *testing.T) {
 				colsList = append(colsList, 40, 7)
 			}
 			rowsList, nList := []int{1, 2, 3, 5, 8, 13, 70}, []int{1, 2, 3, 4, 5, 7, 9, 12, 16, 17}
-			if testing.Short() {
+			if sweepShort() {
 				rowsList, nList = []int{3, 13}, []int{1, 3, 5, 8, 9}
 			}
 			for _, cols := range colsList {
@@ -256,11 +260,18 @@ func TestMatMulTiles(t *testing.T) {
 			if bl == 1 {
 				colsList = []int{16, 48, 64, 200, 2048} // 16-element blocks: 1, 3, 4, 12 (+8), 128
 			}
+			nList := []int{4, 6, 8, 12, 13, 14, 16, 20, 24, 28, 45, 46, 47, 64, 70}
+			if sweepShort() {
+				nList = []int{4, 13, 16, 47, 70}
+				if bl == 1 {
+					colsList = []int{48, 200} // odd, and even with a tail
+				}
+			}
 			for _, cols := range colsList {
 				const rowsN = 13
 				m := randMatrix(r, typ, rowsN, cols)
 				ars := m.ActRowSize()
-				for _, n := range []int{4, 6, 8, 12, 13, 14, 16, 20, 24, 28, 45, 46, 47, 64, 70} {
+				for _, n := range nList {
 					_, xq := randActs(r, typ, n, cols)
 					ldo := rowsN + 2
 					want := matmulWant(m, xq, n, ldo)
@@ -295,7 +306,7 @@ func TestMatMulNoAlloc(t *testing.T) {
 				_, xq := randActs(r, typ, n, 512)
 				out := make([]float32, n*64)
 				MatMul(p, m, xq, n, out, 64) // warm the job pool and scratch
-				if a := testing.AllocsPerRun(20, func() { MatMul(p, m, xq, n, out, 64) }); a != 0 {
+				if a := testing.AllocsPerRun(20, func() { MatMul(p, m, xq, n, out, 64) }); a != 0 && !raceEnabled {
 					t.Errorf("%s %v n=%d: %v allocations per MatMul", level, typ, n, a)
 				}
 			}
@@ -303,7 +314,7 @@ func TestMatMulNoAlloc(t *testing.T) {
 			at := quant.VecDotType(typ)
 			xq := make([]byte, 2*at.RowSize(512))
 			QuantizeActs(p, at, x, 2, 512, xq)
-			if a := testing.AllocsPerRun(20, func() { QuantizeActs(p, at, x, 2, 512, xq) }); a != 0 {
+			if a := testing.AllocsPerRun(20, func() { QuantizeActs(p, at, x, 2, 512, xq) }); a != 0 && !raceEnabled {
 				t.Errorf("%s %v: %v allocations per QuantizeActs", level, at, a)
 			}
 		}
