@@ -122,7 +122,7 @@ func migrateBoltV1(old, walDir string, hl hclog.Logger, log *zap.Logger) error {
 	if err := setAside(old); err != nil {
 		return err
 	}
-	log.Info("migrated the Raft store from raft-boltdb to raft-wal; the old file can be deleted",
+	log.Warn("migrated the Raft store from raft-boltdb to raft-wal; the old file can be deleted",
 		zap.String("store", walDir), zap.Int("entries", n), zap.String("old", old+migratedSuffix))
 	return nil
 }
