@@ -14,22 +14,23 @@ const linkProbeBulk = 1 << 20
 
 // linkLoop measures the links to every live peer over the QUIC endpoint
 // (transport.Endpoint.Probe: median ping round trip, time to push 1 MiB)
-// shortly after start and then every Tuning.LinkProbe, and records them in
-// the cluster state, where the planner reads them as the link matrix.
+// and records them in the cluster state, where the planner reads them as
+// the link matrix. A peer is measured within a few seconds of being seen
+// alive, then again every Tuning.LinkProbe.
 func (a *Agent) linkLoop() {
 	defer a.bg.Done()
 	every := a.cfg.Tuning.LinkProbe.or(time.Minute)
-	wait := 3 * time.Second
+	tick := min(every, 3*time.Second)
+	measured := map[string]time.Time{} // peer ID -> when its link was last recorded
 	for {
 		select {
 		case <-a.done:
 			return
-		case <-time.After(wait):
+		case <-time.After(tick):
 		}
-		wait = every
 		var links []coordinator.LinkStat
 		for _, m := range a.gossip.Members() {
-			if m.ID == a.id || m.Status != coordinator.StatusAlive || m.RPCAddr == "" {
+			if m.ID == a.id || m.Status != coordinator.StatusAlive || m.RPCAddr == "" || time.Since(measured[m.ID]) < every {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -52,6 +53,10 @@ func (a *Agent) linkLoop() {
 		cancel()
 		if err != nil {
 			a.log.Debug("link report failed", zap.Error(err))
+			continue // measure them again next tick
+		}
+		for _, l := range links {
+			measured[l.To] = l.MeasuredAt
 		}
 	}
 }
