@@ -219,7 +219,19 @@ func dotQ6_KQ8_KGeneric(nb int, w, a []byte) float32 {
 // dotQ8_KQ8_KGeneric has no ggml counterpart (ggml never uses Q8_K weights);
 // it is here so every supported type has a dot: per block sumi * (dx*dy).
 func dotQ8_KQ8_KGeneric(nb int, w, a []byte) float32 {
-	return dotInt8Blocks(nb, quant.BlockQ8_K, 4, 260, w, a, f32Scales)
+	const bs = quant.BlockQ8_K
+	w, a = row(w, nb*bs), row(a, nb*bs)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bs:(i+1)*bs], a[i*bs:(i+1)*bs]
+		qx, qy := x[4:260], y[4:260]
+		var s int32
+		for j, q := range qx {
+			s += int32(int8(q)) * int32(int8(qy[j]))
+		}
+		sumf += float32(float32(s) * (f32(x) * f32(y)))
+	}
+	return sumf
 }
 
 func dotQ4_KQ8_KGeneric(nb int, w, a []byte) float32 {

@@ -51,7 +51,7 @@ func dotQ5_0Q8_0Generic(nb int, w, a []byte) float32 {
 	var sumf float32
 	for i := 0; i < nb; i++ {
 		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
-		s0, s1 := q5Sums(binary.LittleEndian.Uint32(x[2:]), x[6:22], y[2:34], 16)
+		s0, s1 := q5_0Sums(binary.LittleEndian.Uint32(x[2:]), x[6:22], y[2:34])
 		sumf += float32(f16(x) * f16(y) * float32(s0+s1))
 	}
 	return sumf
@@ -63,7 +63,15 @@ func dotQ5_1Q8_1Generic(nb int, w, a []byte) float32 {
 	var sumf float32
 	for i := 0; i < nb; i++ {
 		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
-		s0, s1 := q5Sums(binary.LittleEndian.Uint32(x[4:]), x[8:24], y[4:36], 0)
+		qh := binary.LittleEndian.Uint32(x[4:])
+		qs, q8 := x[8:24], y[4:36]
+		var s0, s1 int32
+		for j, q := range qs {
+			h0 := int32(qh>>uint(j)&1) << 4
+			h1 := int32(qh>>uint(j+16)&1) << 4
+			s0 += (int32(q&0xf) | h0) * int32(int8(q8[j]))
+			s1 += (int32(q>>4) | h1) * int32(int8(q8[j+16]))
+		}
 		dd := f16(x) * f16(y)
 		sumf += float32(dd*float32(s0+s1)) + float32(f16(x[2:])*f16(y[2:]))
 	}
@@ -71,41 +79,45 @@ func dotQ5_1Q8_1Generic(nb int, w, a []byte) float32 {
 }
 
 func dotQ8_0Q8_0Generic(nb int, w, a []byte) float32 {
-	return dotInt8Blocks(nb, quant.BlockQ8_0, 2, 34, w, a, f16Scales)
-}
-
-func dotQ8_1Q8_1Generic(nb int, w, a []byte) float32 {
-	return dotInt8Blocks(nb, quant.BlockQ8_1, 4, 36, w, a, f16Scales)
-}
-
-// q5Sums is the integer dot of one Q5 block's 32 quants (low nibbles qs,
-// fifth bits qh, minus bias) with 32 int8 quants, as two halves.
-func q5Sums(qh uint32, qs, q8 []byte, bias int32) (s0, s1 int32) {
-	for j, q := range qs {
-		h0 := int32(qh>>uint(j)&1) << 4
-		h1 := int32(qh>>uint(j+16)&1) << 4
-		s0 += ((int32(q&0xf) | h0) - bias) * int32(int8(q8[j]))
-		s1 += ((int32(q>>4) | h1) - bias) * int32(int8(q8[j+16]))
-	}
-	return s0, s1
-}
-
-// dotInt8Blocks is the dot of two rows of bs-byte blocks that each hold
-// int8 quants in bytes [lo,hi) and a scale: per block, the integer sum
-// times scale(x, y).
-func dotInt8Blocks(nb, bs, lo, hi int, w, a []byte, scale func(x, y []byte) float32) float32 {
+	const bs = quant.BlockQ8_0
 	w, a = row(w, nb*bs), row(a, nb*bs)
 	var sumf float32
 	for i := 0; i < nb; i++ {
 		x, y := w[i*bs:(i+1)*bs], a[i*bs:(i+1)*bs]
-		var s int32
-		for j, q := range x[lo:hi] {
-			s += int32(int8(q)) * int32(int8(y[lo+j]))
-		}
-		sumf += float32(float32(s) * scale(x, y))
+		s := int8Dot32((*[32]byte)(x[2:34]), (*[32]byte)(y[2:34]))
+		sumf += float32(float32(s) * (f16(x) * f16(y)))
 	}
 	return sumf
 }
 
-func f16Scales(x, y []byte) float32 { return f16(x) * f16(y) }
-func f32Scales(x, y []byte) float32 { return f32(x) * f32(y) }
+func dotQ8_1Q8_1Generic(nb int, w, a []byte) float32 {
+	const bs = quant.BlockQ8_1
+	w, a = row(w, nb*bs), row(a, nb*bs)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bs:(i+1)*bs], a[i*bs:(i+1)*bs]
+		s := int8Dot32((*[32]byte)(x[4:36]), (*[32]byte)(y[4:36]))
+		sumf += float32(float32(s) * (f16(x) * f16(y)))
+	}
+	return sumf
+}
+
+// int8Dot32 is the integer dot of 32 int8 quants with 32 others.
+func int8Dot32(qx, qy *[32]byte) (s int32) {
+	for j, q := range qx {
+		s += int32(int8(q)) * int32(int8(qy[j]))
+	}
+	return s
+}
+
+// q5_0Sums is the integer dot of one Q5_0 block's 32 quants (low nibbles
+// qs, fifth bits qh, offset by -16) with 32 int8 quants, as two halves.
+func q5_0Sums(qh uint32, qs, q8 []byte) (s0, s1 int32) {
+	for j, q := range qs {
+		h0 := int32(qh>>uint(j)&1) << 4
+		h1 := int32(qh>>uint(j+16)&1) << 4
+		s0 += ((int32(q&0xf) | h0) - 16) * int32(int8(q8[j]))
+		s1 += ((int32(q>>4) | h1) - 16) * int32(int8(q8[j+16]))
+	}
+	return s0, s1
+}
