@@ -151,6 +151,9 @@ func (a *Agent) joinWithToken(ctx context.Context, token string) error {
 		for _, j := range a.cfg.Join {
 			addr, _ := joinAddr(j)
 			resp, err := joinOnce(ctx, addr, caHash, req)
+			if errors.Is(err, transport.ErrCAMismatch) {
+				return fmt.Errorf("%w: that server belongs to another cluster, or the token is not this cluster's (make one there with 'shoal token create')", err)
+			}
 			if err != nil {
 				last = err
 				continue

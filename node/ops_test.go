@@ -229,6 +229,23 @@ func TestRefusals(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
+	t.Run("join with another cluster's CA hash", func(t *testing.T) {
+		tok, err := c.Client(0, "").CreateToken(ctx(t), api.TokenRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts := strings.Split(tok.Secret, ".")
+		wrong := parts[0] + "." + parts[1] + "." + strings.Repeat("ab", 32)
+		t0 := time.Now()
+		_, err = c.Add("wrong-ca", false, wrong)
+		if err == nil || !strings.Contains(err.Error(), "does not match the CA hash in the join token") {
+			t.Fatalf("got %v", err)
+		}
+		if took := time.Since(t0); took > 10*time.Second {
+			t.Errorf("refused after %v: a wrong CA hash must fail at once, not retry", took)
+		}
+		t.Logf("refused in %v: %v", time.Since(t0).Round(time.Millisecond), err)
+	})
 	t.Run("gossip without the cluster key", func(t *testing.T) {
 		for _, key := range [][]byte{nil, []byte("0123456789abcdef0123456789abcdef")} {
 			mc := memberlist.DefaultLANConfig()

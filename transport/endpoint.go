@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -366,6 +367,13 @@ func (e *Endpoint) Close() error {
 func DialPinned(ctx context.Context, addr, caHash string, k Kind, timeout time.Duration) (*Stream, func(), error) {
 	var ca *x509.Certificate
 	tc := PinnedTLS(caHash, &ca)
+	var mismatch atomic.Bool // the handshake's error does not survive quic's wrapping
+	verify := tc.VerifyPeerCertificate
+	tc.VerifyPeerCertificate = func(raw [][]byte, chains [][]*x509.Certificate) error {
+		err := verify(raw, chains)
+		mismatch.Store(errors.Is(err, ErrCAMismatch))
+		return err
+	}
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("join address %q: %w", addr, err)
@@ -381,6 +389,9 @@ func DialPinned(ctx context.Context, addr, caHash string, k Kind, timeout time.D
 	if err != nil {
 		tr.Close()
 		udp.Close()
+		if mismatch.Load() {
+			err = ErrCAMismatch
+		}
 		return nil, nil, fmt.Errorf("join %s: %w", addr, err)
 	}
 	cleanup := func() {

@@ -191,6 +191,10 @@ func (id *Identity) ClientTLS() *tls.Config {
 	}
 }
 
+// ErrCAMismatch is the error of a pinned dial to a server whose CA is not
+// the one the join token names: retrying cannot help.
+var ErrCAMismatch = errors.New("server's CA does not match the CA hash in the join token")
+
 // PinnedTLS is the client configuration of a node that has no certificate
 // yet: it trusts a server whose chain ends in a CA with the pinned hash and
 // reports that CA through got.
@@ -223,7 +227,7 @@ func PinnedTLS(caHash string, got **x509.Certificate) *tls.Config {
 				*got = ca
 				return nil
 			}
-			return errors.New("server's CA does not match the CA hash in the join token")
+			return ErrCAMismatch
 		},
 	}
 }
