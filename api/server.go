@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,8 +71,13 @@ func Handler(b Backend) http.Handler {
 		if req.Kind == "" {
 			req.Kind = TokenJoin
 		}
-		if req.Kind != TokenJoin && req.Kind != TokenAdmin {
-			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("token kind %q: want join or admin", req.Kind)}
+		switch {
+		case req.Kind != TokenJoin && req.Kind != TokenAdmin && req.Kind != TokenInference && req.Kind != TokenRead:
+			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("token kind %q: want join, admin, inference or read", req.Kind)}
+		case len(req.Models) > 0 && req.Kind != TokenInference:
+			return nil, &httpError{http.StatusBadRequest, "only inference keys are limited to models"}
+		case slices.Contains(req.Models, ""):
+			return nil, &httpError{http.StatusBadRequest, "an empty model name"}
 		}
 		var ttl time.Duration
 		if req.TTL != "" {
@@ -81,7 +87,7 @@ func Handler(b Backend) http.Handler {
 			}
 			ttl = d
 		}
-		return b.CreateToken(r.Context(), req.Kind, req.Description, ttl)
+		return b.CreateToken(r.Context(), req.Kind, req.Description, ttl, req.Models)
 	}))
 	mux.HandleFunc("DELETE /v1/tokens/{id}", h.auth(func(r *http.Request) (any, error) {
 		return nil, b.RevokeToken(r.Context(), r.PathValue("id"))
@@ -193,7 +199,12 @@ func (h *handler) authorized(w http.ResponseWriter, r *http.Request) bool {
 		writeJSON(w, http.StatusUnauthorized, Error{Error: "missing API key: send Authorization: Bearer <key> (shoal reads SHOAL_TOKEN)"})
 		return false
 	}
-	if err := h.b.Authorize(r.Context(), key); err != nil {
+	// Reads need a read key, everything else (and the token list) an admin key.
+	scope := ScopeAdmin
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Path != "/v1/tokens" {
+		scope = ScopeRead
+	}
+	if err := h.b.Authorize(r.Context(), key, scope); err != nil {
 		code := statusOf(err)
 		if code == http.StatusInternalServerError {
 			code = http.StatusForbidden

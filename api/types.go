@@ -23,6 +23,8 @@ const (
 const (
 	TokenJoin      = "join"
 	TokenAdmin     = "admin"
+	TokenInference = "inference" // the OpenAI endpoint only, optionally for named models
+	TokenRead      = "read"      // status, nodes, models, the dashboard
 	TokenBootstrap = "bootstrap" // the secret the bootstrap servers share
 )
 
@@ -59,7 +61,8 @@ func (n *Node) Schedulable() bool { return n.Status == StatusAlive && !n.Drainin
 // of the secret is kept.
 type Token struct {
 	ID          string     `json:"id"`
-	Kind        string     `json:"kind"` // join, admin or bootstrap
+	Kind        string     `json:"kind"`             // join, admin, inference, read or bootstrap
+	Models      []string   `json:"models,omitempty"` // an inference key's models (none: all)
 	Description string     `json:"description,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
 	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
@@ -113,10 +116,21 @@ type Member struct {
 
 // TokenRequest is the body of POST /v1/tokens.
 type TokenRequest struct {
-	Kind        string `json:"kind"` // join (default) or admin
-	Description string `json:"description,omitempty"`
-	TTL         string `json:"ttl,omitempty"` // Go duration; empty never expires
+	Kind        string   `json:"kind"` // join (default), admin, inference or read
+	Description string   `json:"description,omitempty"`
+	TTL         string   `json:"ttl,omitempty"`    // Go duration; empty never expires
+	Models      []string `json:"models,omitempty"` // inference keys: the models it may use (none: all)
 }
+
+// Scope is what an API call asks of its key: admin keys have every scope,
+// read keys ScopeRead, inference keys ScopeInference (for their models).
+type Scope string
+
+const (
+	ScopeAdmin     Scope = "admin"     // the cluster API's writes and its token list
+	ScopeRead      Scope = "read"      // the cluster API's reads, the dashboard
+	ScopeInference Scope = "inference" // the OpenAI endpoint
+)
 
 // NewToken is a freshly created token; Secret is shown only once.
 type NewToken struct {
@@ -126,14 +140,14 @@ type NewToken struct {
 
 // Backend is what the node provides to the API.
 type Backend interface {
-	// Authorize checks an API key.
-	Authorize(ctx context.Context, key string) error
+	// Authorize checks that an API key has scope.
+	Authorize(ctx context.Context, key string, scope Scope) error
 	Status(ctx context.Context) (*Status, error)
 	Nodes(ctx context.Context) ([]*Node, error)
 	Drain(ctx context.Context, id string, drain bool) error
 	RemoveNode(ctx context.Context, id string) error
 	Members(ctx context.Context) ([]Member, error)
-	CreateToken(ctx context.Context, kind, description string, ttl time.Duration) (*NewToken, error)
+	CreateToken(ctx context.Context, kind, description string, ttl time.Duration, models []string) (*NewToken, error)
 	Tokens(ctx context.Context) ([]*Token, error)
 	RevokeToken(ctx context.Context, id string) error
 	ModelBackend

@@ -59,6 +59,8 @@ func (n *Node) Schedulable() bool { return n.Status == StatusAlive && !n.Drainin
 const (
 	TokenJoin      = "join"
 	TokenAdmin     = "admin"
+	TokenInference = "inference" // the OpenAI endpoint only (Models, when set, limits it)
+	TokenRead      = "read"      // the cluster API's reads and the dashboard
 	TokenBootstrap = "bootstrap" // the secret the bootstrap servers share; ID "bootstrap"
 )
 
@@ -67,6 +69,7 @@ const (
 type Token struct {
 	ID          string     `json:"id"`
 	Kind        string     `json:"kind"`
+	Models      []string   `json:"models,omitempty"` // an inference key's models (none: all)
 	SecretHash  string     `json:"secret_hash"`
 	Description string     `json:"description,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`

@@ -62,19 +62,53 @@ func forbidden(format string, args ...any) error {
 	return &coordinator.Error{Code: http.StatusForbidden, Msg: fmt.Sprintf(format, args...)}
 }
 
-// Authorize checks an admin key, or the bootstrap secret until operators
-// create admin keys.
-func (b *admin) Authorize(ctx context.Context, key string) error {
-	err := b.authorize(ctx, key, false)
-	if err != nil && b.srv != nil && !b.srv.IsLeader() {
-		// A follower may not have applied a key created a moment ago:
-		// check once more against the leader's state.
-		return b.authorize(ctx, key, true)
-	}
+// scopeKinds lists the key kinds that have each scope.
+var scopeKinds = map[api.Scope][]string{
+	api.ScopeAdmin:     {coordinator.TokenAdmin, coordinator.TokenBootstrap},
+	api.ScopeRead:      {coordinator.TokenAdmin, coordinator.TokenRead, coordinator.TokenBootstrap},
+	api.ScopeInference: {coordinator.TokenAdmin, coordinator.TokenInference, coordinator.TokenBootstrap},
+}
+
+// Authorize checks that key has scope: an admin key has every scope, a
+// read or inference key its own; the bootstrap secret acts as an admin key
+// until operators create one.
+func (b *admin) Authorize(ctx context.Context, key string, scope api.Scope) error {
+	_, err := b.grant(ctx, key, scope)
 	return err
 }
 
-func (b *admin) authorize(ctx context.Context, key string, viaLeader bool) error {
+// InferenceKey checks a key of the OpenAI endpoint and returns the models
+// it is limited to (none: every model). A read key may list the models
+// (list: the dashboard shows them).
+func (b *admin) InferenceKey(ctx context.Context, key string, list bool) ([]string, error) {
+	tok, err := b.grant(ctx, key, api.ScopeInference)
+	if err != nil && list {
+		return nil, b.ReadKey(ctx, key)
+	}
+	if err != nil || tok == nil {
+		return nil, err
+	}
+	return tok.Models, nil
+}
+
+// ReadKey checks a key of the dashboard.
+func (b *admin) ReadKey(ctx context.Context, key string) error {
+	return b.Authorize(ctx, key, api.ScopeRead)
+}
+
+// grant finds key's token and checks it has scope; the token is nil for
+// the local bootstrap secret before the cluster stored it.
+func (b *admin) grant(ctx context.Context, key string, scope api.Scope) (*coordinator.Token, error) {
+	tok, err := b.authorize(ctx, key, scopeKinds[scope], false)
+	if err != nil && b.srv != nil && !b.srv.IsLeader() {
+		// A follower may not have applied a key created a moment ago:
+		// check once more against the leader's state.
+		return b.authorize(ctx, key, scopeKinds[scope], true)
+	}
+	return tok, err
+}
+
+func (b *admin) authorize(ctx context.Context, key string, kinds []string, viaLeader bool) (*coordinator.Token, error) {
 	var st *coordinator.State
 	var err error
 	if b.srv != nil && !viaLeader {
@@ -83,23 +117,23 @@ func (b *admin) authorize(ctx context.Context, key string, viaLeader bool) error
 		st = coordinator.NewState() // still allow the local bootstrap secret below
 	}
 	now := time.Now()
-	tok, err := checkToken(st, key, now, coordinator.TokenAdmin, coordinator.TokenBootstrap)
+	tok, err := checkToken(st, key, now, kinds...)
 	if err == nil {
 		if tok.Kind == coordinator.TokenBootstrap && adminKeysExist(st, now) {
-			return forbidden("the bootstrap secret is no longer an API key once admin keys exist: use an admin key")
+			return nil, forbidden("the bootstrap secret is no longer an API key once admin keys exist: use an admin key")
 		}
-		return nil
+		return tok, nil
 	}
 	// Before the cluster has stored the bootstrap token, the agent that
 	// was given the secret accepts it itself.
 	if b.bootstrapSecret != "" && st.Tokens[coordinator.TokenBootstrap] == nil && !adminKeysExist(st, now) &&
 		subtle.ConstantTimeCompare([]byte(key), []byte(b.bootstrapSecret)) == 1 {
-		return nil
+		return nil, nil
 	}
 	if strings.Contains(err.Error(), "invalid token") {
-		return forbidden("invalid API key")
+		return nil, forbidden("invalid API key")
 	}
-	return err
+	return nil, err
 }
 
 // Status answers from the local server, or asks a server on a client agent.
@@ -222,10 +256,10 @@ func (b *admin) Members(ctx context.Context) ([]api.Member, error) {
 }
 
 // CreateToken stores a new token's hash; the secret is returned once.
-func (b *admin) CreateToken(ctx context.Context, kind, desc string, ttl time.Duration) (*api.NewToken, error) {
+func (b *admin) CreateToken(ctx context.Context, kind, desc string, ttl time.Duration, models []string) (*api.NewToken, error) {
 	id, secret := randomString(6), randomString(16)
 	now := time.Now().UTC()
-	tok := coordinator.Token{ID: id, Kind: kind, SecretHash: hashSecret(secret), Description: desc, CreatedAt: now}
+	tok := coordinator.Token{ID: id, Kind: kind, Models: models, SecretHash: hashSecret(secret), Description: desc, CreatedAt: now}
 	if ttl > 0 {
 		exp := now.Add(ttl)
 		tok.ExpiresAt = &exp

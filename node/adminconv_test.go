@@ -28,7 +28,11 @@ func fill(v any) {
 		case reflect.Bool:
 			f.SetBool(true)
 		case reflect.Slice:
-			f.Set(reflect.ValueOf([]int{i, i + 1}))
+			if f.Type().Elem().Kind() == reflect.String {
+				f.Set(reflect.ValueOf([]string{"a", "b"}))
+			} else {
+				f.Set(reflect.ValueOf([]int{i, i + 1}))
+			}
 		case reflect.Struct:
 			if f.Type() == reflect.TypeOf(time.Time{}) {
 				f.Set(reflect.ValueOf(time.Unix(int64(i), 0).UTC()))

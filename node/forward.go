@@ -2,11 +2,13 @@ package node
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,7 +34,9 @@ type forwarder struct {
 	log     *zap.Logger
 	members func() []coordinator.Member // the gossip view, for peers' QUIC addresses
 	local   func(model string) bool     // this agent serves model itself
-	routes  routeSource
+	// keyModels gives the models an API key is limited to (none: all).
+	keyModels func(ctx context.Context, key string, list bool) ([]string, error)
+	routes    routeSource
 }
 
 // routeSource says where the driver of each planned model runs.
@@ -45,7 +49,8 @@ type routeSource interface {
 func (a *Agent) newForwarder() *forwarder {
 	return &forwarder{
 		self: a.id, ep: a.ep, log: a.log.Named("forward"), members: a.gossip.Members, routes: a.par,
-		local: func(model string) bool { _, ok := a.models.Model(model); return ok },
+		local:     func(model string) bool { _, ok := a.models.Model(model); return ok },
+		keyModels: a.admin.InferenceKey,
 	}
 }
 
@@ -242,6 +247,12 @@ func (f *forwarder) listClusterModels(w http.ResponseWriter, r *http.Request, lo
 		w.Write(rec.Body.Bytes())
 		return
 	}
+	// The local list passed the key; a key limited to models sees only
+	// those of the other agents' models too.
+	var allowed []string
+	if key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && f.keyModels != nil {
+		allowed, _ = f.keyModels(r.Context(), strings.TrimSpace(key), true)
+	}
 	seen := map[string]bool{}
 	for _, m := range list.Data {
 		if id, ok := m["id"].(string); ok {
@@ -249,7 +260,7 @@ func (f *forwarder) listClusterModels(w http.ResponseWriter, r *http.Request, lo
 		}
 	}
 	for _, rt := range f.routes.Routes() {
-		if rt.Ready && rt.Node != f.self && !seen[rt.Model] {
+		if rt.Ready && rt.Node != f.self && !seen[rt.Model] && (len(allowed) == 0 || slices.Contains(allowed, rt.Model)) {
 			seen[rt.Model] = true
 			list.Data = append(list.Data, map[string]any{"id": rt.Model, "object": "model", "created": 0, "owned_by": rt.NodeName, "shoal.served_by": rt.NodeName})
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"shoal/api"
 	"shoal/engine/enginetest"
 	"shoal/engine/synth"
 	"shoal/node"
@@ -81,6 +82,18 @@ func TestForwardToServingAgent(t *testing.T) {
 	code, body := post(t, front+"/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`)
 	if code != 200 || !strings.Contains(body, `"completion_tokens":5`) {
 		t.Fatalf("forwarded chat: %d %s", code, body)
+	}
+	// A key limited to another model does not see the forwarded one.
+	limited, err := c.Client(0, tc.Secret).CreateToken(context.Background(), api.TokenRequest{Kind: api.TokenInference, Models: []string{"elsewhere"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lreq, _ := http.NewRequest("GET", front+"/v1/models", nil)
+	lreq.Header.Set("Authorization", "Bearer "+limited.Secret)
+	if resp, err := http.DefaultClient.Do(lreq); err != nil {
+		t.Fatal(err)
+	} else if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || strings.Contains(string(b), "tiny") {
+		t.Errorf("a key limited to other models lists: %d %s", resp.StatusCode, b)
 	}
 	// Streamed: the events come through one by one as the serving agent
 	// writes them.

@@ -138,7 +138,7 @@ func (a *Agent) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	recent := dashboard.NewRecent(dashboard.DefaultRecent)
 	oai := openai.NewHandler(a.models, openai.Options{
-		CheckKey: a.admin.Authorize,
+		CheckKey: a.admin.InferenceKey,
 		Observer: dashboard.MultiObserver{a.observer, recent},
 		Log:      a.log.Named("openai"),
 	})
@@ -147,7 +147,7 @@ func (a *Agent) httpHandler() http.Handler {
 		mux.Handle(p, fwd)
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{}))
-	dash := dashboard.Handler(dashboard.Options{Recent: recent, CheckKey: a.admin.Authorize})
+	dash := dashboard.Handler(dashboard.Options{Recent: recent, CheckKey: a.admin.ReadKey})
 	mux.Handle("GET /{$}", dash)
 	mux.Handle("/dashboard/", dash)
 	admin := api.Handler(a.admin)

@@ -23,14 +23,18 @@ import (
 	"shoal/node/nodetest"
 )
 
-const testKey = "sk-test"
+// testKey may use every model; limitedKey only a model "other".
+const testKey, limitedKey = "sk-test", "sk-limited"
 
 func authEnv(t *testing.T, o envOptions) *testEnv {
-	o.handler.CheckKey = func(_ context.Context, k string) error {
-		if k != testKey {
-			return errors.New("unknown key")
+	o.handler.CheckKey = func(_ context.Context, k string, _ bool) ([]string, error) {
+		switch k {
+		case testKey:
+			return nil, nil
+		case limitedKey:
+			return []string{"other"}, nil
 		}
-		return nil
+		return nil, errors.New("unknown key")
 	}
 	o.neverEOG = true
 	return newEnv(t, o)
@@ -366,7 +370,7 @@ func (unavailable) HTTPStatus() int { return http.StatusServiceUnavailable }
 // TestKeyCheckUnavailable: a key checker that cannot decide answers with its
 // own status rather than 401.
 func TestKeyCheckUnavailable(t *testing.T) {
-	h := openai.NewHandler(openai.NewStaticBackend(), openai.Options{CheckKey: func(context.Context, string) error { return unavailable{} }})
+	h := openai.NewHandler(openai.NewStaticBackend(), openai.Options{CheckKey: func(context.Context, string, bool) ([]string, error) { return nil, unavailable{} }})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/models", nil)
@@ -376,4 +380,36 @@ func TestKeyCheckUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkError(t, resp, http.StatusServiceUnavailable, "", "", "unreachable")
+}
+
+// A key limited to other models finds no model "tiny": not in /v1/models,
+// 404 on it and on a completion with it, as for a model that does not
+// exist; the same requests with an unlimited key succeed.
+func TestModelLimitedKey(t *testing.T) {
+	e := authEnv(t, envOptions{})
+	get := func(key, path string) *http.Response {
+		req, _ := http.NewRequest(http.MethodGet, e.srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	var list openai.ModelList
+	resp := get(limitedKey, "/v1/models")
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || resp.StatusCode != 200 || len(list.Data) != 0 {
+		t.Errorf("limited key lists %d models (%d %v), want none", len(list.Data), resp.StatusCode, err)
+	}
+	resp.Body.Close()
+	checkError(t, get(limitedKey, "/v1/models/tiny"), http.StatusNotFound, "model", "model_not_found", "does not exist")
+	checkError(t, e.post(t, "/v1/chat/completions", chatBody("hi", nil), "Authorization", "Bearer "+limitedKey),
+		http.StatusNotFound, "model", "model_not_found", "does not exist")
+	resp = get(testKey, "/v1/models/tiny")
+	resp.Body.Close()
+	ok := e.post(t, "/v1/chat/completions", chatBody("hi", map[string]any{"max_tokens": 1}), "Authorization", "Bearer "+testKey)
+	ok.Body.Close()
+	if resp.StatusCode != 200 || ok.StatusCode != 200 {
+		t.Errorf("unlimited key: model %d, completion %d", resp.StatusCode, ok.StatusCode)
+	}
 }

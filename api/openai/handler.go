@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,8 +22,11 @@ type Options struct {
 	// CheckKey validates the API key of "Authorization: Bearer KEY": nil
 	// accepts it; an error refuses it with 401, or with its HTTPStatus()
 	// if it has one (e.g. 503 when the key store cannot be reached). A nil
-	// CheckKey means no key is needed.
-	CheckKey func(ctx context.Context, key string) error
+	// CheckKey means no key is needed. models, when not empty, are the
+	// only models the key may use: the others do not exist for it (404,
+	// and /v1/models leaves them out). list is true for the requests that
+	// only list models (GET /v1/models), which a read-only key may make.
+	CheckKey func(ctx context.Context, key string, list bool) (models []string, err error)
 	// MaxBodyBytes limits request bodies (default 4 MiB); larger is 413.
 	MaxBodyBytes int64
 	// RetryAfter is the Retry-After sent with 429 (default 1 s).
@@ -139,6 +143,12 @@ type exchange struct {
 	start  time.Time
 	status int
 	rec    Record
+	models []string // the key's models; none: every model
+}
+
+// allowed reports whether the request's key may use model.
+func (x *exchange) allowed(model string) bool {
+	return len(x.models) == 0 || slices.Contains(x.models, model)
 }
 
 func (x *exchange) fail(e *apiError) {
@@ -166,7 +176,8 @@ func (h *handler) route(endpoint, method string, fn func(*exchange) *apiError) h
 				h.o.Observer.RequestDone(x.rec)
 			}
 		}()
-		if e := h.authorize(r); e != nil {
+		var e *apiError
+		if x.models, e = h.authorize(r); e != nil {
 			x.fail(e)
 			return
 		}
@@ -185,30 +196,30 @@ func (h *handler) route(endpoint, method string, fn func(*exchange) *apiError) h
 	}
 }
 
-func (h *handler) authorize(r *http.Request) *apiError {
+func (h *handler) authorize(r *http.Request) ([]string, *apiError) {
 	if h.o.CheckKey == nil {
-		return nil
+		return nil, nil
 	}
 	auth := r.Header.Get("Authorization")
 	key, ok := strings.CutPrefix(auth, "Bearer ")
 	key = strings.TrimSpace(key)
 	if auth == "" {
-		return &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
+		return nil, &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
 			msg: "You didn't provide an API key. Send it as \"Authorization: Bearer YOUR_KEY\"."}
 	}
 	if !ok || key == "" {
-		return &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
+		return nil, &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
 			msg: "Incorrect API key provided: send it as \"Authorization: Bearer YOUR_KEY\"."}
 	}
-	err := h.o.CheckKey(r.Context(), key)
+	models, err := h.o.CheckKey(r.Context(), key, r.Method == http.MethodGet)
 	if err == nil {
-		return nil
+		return models, nil
 	}
 	var hs interface{ HTTPStatus() int }
 	if errors.As(err, &hs) && hs.HTTPStatus() != http.StatusUnauthorized && hs.HTTPStatus() != http.StatusForbidden {
-		return &apiError{status: hs.HTTPStatus(), typ: "server_error", msg: "cannot check the API key: " + err.Error()}
+		return nil, &apiError{status: hs.HTTPStatus(), typ: "server_error", msg: "cannot check the API key: " + err.Error()}
 	}
-	return &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
+	return nil, &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
 		msg: "Incorrect API key provided."}
 }
 
@@ -234,12 +245,12 @@ func (h *handler) decode(x *exchange, v any) *apiError {
 }
 
 // lookup finds the requested model.
-func (h *handler) lookup(name string) (*Model, *apiError) {
+func (h *handler) lookup(x *exchange, name string) (*Model, *apiError) {
 	if name == "" {
 		return nil, badRequest("model", "you must provide a model parameter")
 	}
 	m, ok := h.b.Model(name)
-	if !ok {
+	if !ok || !x.allowed(name) {
 		return nil, &apiError{status: http.StatusNotFound, typ: "invalid_request_error", param: "model", code: "model_not_found",
 			msg: fmt.Sprintf("The model `%s` does not exist.", name)}
 	}

@@ -20,7 +20,9 @@ func (h *handler) entry(m *Model) ModelEntry {
 func (h *handler) models(x *exchange) *apiError {
 	list := ModelList{Object: "list", Data: []ModelEntry{}}
 	for _, m := range h.b.Models() {
-		list.Data = append(list.Data, h.entry(m))
+		if x.allowed(m.Name) {
+			list.Data = append(list.Data, h.entry(m))
+		}
 	}
 	x.ok(list)
 	return nil
@@ -30,7 +32,7 @@ func (h *handler) model(x *exchange) *apiError {
 	id := x.r.PathValue("id")
 	x.rec.Model = id
 	m, ok := h.b.Model(id)
-	if !ok {
+	if !ok || !x.allowed(id) {
 		return &apiError{status: http.StatusNotFound, typ: "invalid_request_error", param: "model", code: "model_not_found",
 			msg: "The model `" + id + "` does not exist."}
 	}

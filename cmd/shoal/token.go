@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,11 +15,12 @@ import (
 func tokenCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "token",
-		Short: "Create, list and revoke join tokens and admin API keys",
+		Short: "Create, list and revoke join tokens and API keys",
 		Long: `Join tokens let new machines join ('shoal agent --token ...'); they carry the
-hash of the cluster CA, so the new machine trusts only this cluster. Admin
-keys authorize the CLI; once one exists the bootstrap secret stops working
-as an API key.
+hash of the cluster CA, so the new machine trusts only this cluster. API
+keys are admin (the CLI; once one exists the bootstrap secret stops working
+as an API key), inference (the OpenAI endpoint, optionally for named
+models) or read (status, lists, dashboard).
 
   shoal token create --ttl 24h --description "office linux box"
   shoal token create --kind admin
@@ -34,12 +36,19 @@ func tokenCreateCmd() *cobra.Command {
 	var req api.TokenRequest
 	cmd := &cobra.Command{
 		Use:   "create",
-		Short: "Create a join token (or an admin API key with --kind admin)",
+		Short: "Create a join token, or an API key with --kind admin|inference|read",
 		Long: `Create a token. The secret is printed once; only its hash is stored.
+
+API keys have scopes: admin keys can do everything; inference keys call
+only the OpenAI endpoint (/v1/chat/completions, /v1/completions,
+/v1/models), for every model or only those given with --model; read keys
+see status, nodes, models and the dashboard but change nothing.
 
   shoal token create                       # a join token that never expires
   shoal token create --ttl 1h              # expires in an hour
-  shoal token create --kind admin -o json  # an API key for scripts`,
+  shoal token create --kind admin -o json  # an API key for scripts
+  shoal token create --kind inference --model llama-3-8b --description "chat app"
+  shoal token create --kind read           # for a wall display of the dashboard`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, ctx, cancel, err := f.client()
@@ -58,7 +67,8 @@ func tokenCreateCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&req.Kind, "kind", "join", "join or admin")
+	cmd.Flags().StringVar(&req.Kind, "kind", "join", "join, admin, inference (the OpenAI endpoint only) or read (status, lists, dashboard)")
+	cmd.Flags().StringSliceVar(&req.Models, "model", nil, "with --kind inference: the only model(s) the key may use (repeat or comma-separate)")
 	cmd.Flags().StringVar(&req.Description, "description", "", "what the token is for")
 	cmd.Flags().StringVar(&req.TTL, "ttl", "", "lifetime such as 24h (default: no expiry)")
 	f.register(cmd)
@@ -91,7 +101,11 @@ func tokenLsCmd() *cobra.Command {
 				if t.ExpiresAt != nil {
 					exp = t.ExpiresAt.Local().Format(time.DateTime)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Kind, state, t.CreatedAt.Local().Format(time.DateTime), exp, t.Description)
+				kind := t.Kind
+				if len(t.Models) > 0 {
+					kind += " (" + strings.Join(t.Models, ",") + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, kind, state, t.CreatedAt.Local().Format(time.DateTime), exp, t.Description)
 			}
 			return tw.Flush()
 		}),

@@ -47,10 +47,11 @@ gibberish: point --model at any GGUF file for real text.
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "\nshoal is up: %d agent(s), model %q\n\n", o.Nodes, c.Model)
 			fmt.Fprintf(w, "  endpoint   %s\n", c.Endpoint)
-			fmt.Fprintf(w, "  api key    %s\n", c.Token)
+			fmt.Fprintf(w, "  api key    %s   (inference: the OpenAI endpoint only)\n", c.InferenceKey)
+			fmt.Fprintf(w, "  admin key  %s   (the CLI and the cluster API)\n", c.Token)
 			fmt.Fprintf(w, "  dashboard  %s\n", c.Endpoint[:len(c.Endpoint)-len("/v1")]+"/")
 			fmt.Fprintf(w, "\n  curl %s/chat/completions -H 'Authorization: Bearer %s' \\\n    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":32}'\n",
-				c.Endpoint, c.Token, c.Model)
+				c.Endpoint, c.InferenceKey, c.Model)
 			fmt.Fprintf(w, "\n  SHOAL_ADDR=%s SHOAL_TOKEN=%s shoal status\n", c.Endpoint[:len(c.Endpoint)-len("/v1")], c.Token)
 			fmt.Fprintf(w, "\nCtrl-C stops the cluster.\n")
 			select {

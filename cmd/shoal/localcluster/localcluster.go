@@ -34,12 +34,14 @@ type Options struct {
 
 // Cluster is a running local cluster.
 type Cluster struct {
-	opts     Options
-	procs    []*exec.Cmd
-	exited   chan int
-	Token    string
-	Endpoint string // OpenAI-compatible base URL of the serving agent
-	Model    string // the served model's name
+	opts   Options
+	procs  []*exec.Cmd
+	exited chan int
+	Token  string // the cluster secret: the admin key of the CLI
+	// InferenceKey calls the OpenAI endpoint and nothing else.
+	InferenceKey string
+	Endpoint     string // OpenAI-compatible base URL of the serving agent
+	Model        string // the served model's name
 }
 
 // BuiltinModel is the file name of the model written on first use.
@@ -147,7 +149,40 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		c.Stop()
 		return nil, err
 	}
+	if err := c.ensureInferenceKey(ctx); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("inference key: %w", err)
+	}
 	return c, nil
+}
+
+// ensureInferenceKey sets InferenceKey: the one kept in the data dir while
+// the cluster still accepts it, else a new one made with the admin secret.
+func (c *Cluster) ensureInferenceKey(ctx context.Context) error {
+	p := filepath.Join(c.opts.DataDir, "inference-key")
+	if b, err := os.ReadFile(p); err == nil {
+		c.InferenceKey = strings.TrimSpace(string(b))
+		var models json.RawMessage
+		if c.get(ctx, c.Endpoint+"/models", &models, c.InferenceKey) == nil {
+			return nil
+		}
+	}
+	body := strings.NewReader(`{"kind":"inference","description":"shoal up: the OpenAI endpoint"}`)
+	req, _ := http.NewRequestWithContext(ctx, "POST", c.Endpoint[:len(c.Endpoint)-len("/v1")]+"/v1/tokens", body)
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var tok struct {
+		Token string `json:"token"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&tok); err != nil || resp.StatusCode != 200 || tok.Token == "" {
+		return fmt.Errorf("POST /v1/tokens: %s %v", resp.Status, err)
+	}
+	c.InferenceKey = tok.Token
+	return os.WriteFile(p, []byte(tok.Token+"\n"), 0o600)
 }
 
 func portFree(p int) error {
@@ -240,9 +275,10 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	}
 }
 
-func (c *Cluster) get(ctx context.Context, url string, v any) error {
+// get reads url as JSON into v with the admin key, or with key if given.
+func (c *Cluster) get(ctx context.Context, url string, v any, key ...string) error {
 	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
-	req.Header.Set("Authorization", "Bearer "+c.Token)
+	req.Header.Set("Authorization", "Bearer "+append(key, c.Token)[0])
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
