@@ -78,6 +78,13 @@ func Handler(b Backend) http.Handler {
 			return nil, &httpError{http.StatusBadRequest, "only inference keys are limited to models"}
 		case slices.Contains(req.Models, ""):
 			return nil, &httpError{http.StatusBadRequest, "an empty model name"}
+		case req.Role != "" && req.Kind != TokenJoin:
+			return nil, &httpError{http.StatusBadRequest, "only join tokens have a role"}
+		case req.Role != "" && req.Role != RoleClient && req.Role != RoleServer:
+			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("role %q: want client or server", req.Role)}
+		}
+		if req.Kind == TokenJoin && req.Role == "" {
+			req.Role = RoleClient
 		}
 		var ttl time.Duration
 		if req.TTL != "" {
@@ -87,7 +94,7 @@ func Handler(b Backend) http.Handler {
 			}
 			ttl = d
 		}
-		return b.CreateToken(r.Context(), req.Kind, req.Description, ttl, req.Models)
+		return b.CreateToken(r.Context(), req, ttl)
 	}))
 	mux.HandleFunc("DELETE /v1/tokens/{id}", h.auth(func(r *http.Request) (any, error) {
 		return nil, b.RevokeToken(r.Context(), r.PathValue("id"))

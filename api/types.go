@@ -63,6 +63,7 @@ type Token struct {
 	ID          string     `json:"id"`
 	Kind        string     `json:"kind"`             // join, admin, inference, read or bootstrap
 	Models      []string   `json:"models,omitempty"` // an inference key's models (none: all)
+	Role        string     `json:"role,omitempty"`   // a join token's role: client or server
 	Description string     `json:"description,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
 	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
@@ -120,6 +121,7 @@ type TokenRequest struct {
 	Description string   `json:"description,omitempty"`
 	TTL         string   `json:"ttl,omitempty"`    // Go duration; empty never expires
 	Models      []string `json:"models,omitempty"` // inference keys: the models it may use (none: all)
+	Role        string   `json:"role,omitempty"`   // join tokens: client (default) or server
 }
 
 // Scope is what an API call asks of its key: admin keys have every scope,
@@ -147,7 +149,7 @@ type Backend interface {
 	Drain(ctx context.Context, id string, drain bool) error
 	RemoveNode(ctx context.Context, id string) error
 	Members(ctx context.Context) ([]Member, error)
-	CreateToken(ctx context.Context, kind, description string, ttl time.Duration, models []string) (*NewToken, error)
+	CreateToken(ctx context.Context, req TokenRequest, ttl time.Duration) (*NewToken, error)
 	Tokens(ctx context.Context) ([]*Token, error)
 	RevokeToken(ctx context.Context, id string) error
 	ModelBackend

@@ -70,6 +70,7 @@ type Token struct {
 	ID          string     `json:"id"`
 	Kind        string     `json:"kind"`
 	Models      []string   `json:"models,omitempty"` // an inference key's models (none: all)
+	Role        string     `json:"role,omitempty"`   // the role a join token admits: client or server
 	SecretHash  string     `json:"secret_hash"`
 	Description string     `json:"description,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`

@@ -256,10 +256,12 @@ func (b *admin) Members(ctx context.Context) ([]api.Member, error) {
 }
 
 // CreateToken stores a new token's hash; the secret is returned once.
-func (b *admin) CreateToken(ctx context.Context, kind, desc string, ttl time.Duration, models []string) (*api.NewToken, error) {
+func (b *admin) CreateToken(ctx context.Context, req api.TokenRequest, ttl time.Duration) (*api.NewToken, error) {
 	id, secret := randomString(6), randomString(16)
 	now := time.Now().UTC()
-	tok := coordinator.Token{ID: id, Kind: kind, Models: models, SecretHash: hashSecret(secret), Description: desc, CreatedAt: now}
+	kind := req.Kind
+	tok := coordinator.Token{ID: id, Kind: kind, Models: req.Models, Role: req.Role, SecretHash: hashSecret(secret),
+		Description: req.Description, CreatedAt: now}
 	if ttl > 0 {
 		exp := now.Add(ttl)
 		tok.ExpiresAt = &exp

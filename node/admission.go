@@ -74,8 +74,15 @@ func (j *admission) handle(ctx context.Context, req *joinRequest, forwarded bool
 		}
 		return &resp
 	}
-	if _, err := checkToken(j.srv.FSM().State(), req.Token, time.Now(), coordinator.TokenJoin, coordinator.TokenBootstrap); err != nil {
+	tok, err := checkToken(j.srv.FSM().State(), req.Token, time.Now(), coordinator.TokenJoin, coordinator.TokenBootstrap)
+	if err != nil {
 		return fail(err)
+	}
+	// The token grants the role: only a server join token (or the
+	// servers' bootstrap secret) admits a server, which gets the CA key.
+	if req.Role == coordinator.RoleServer && tok.Kind == coordinator.TokenJoin && tok.Role != coordinator.RoleServer {
+		return &joinResponse{Err: fmt.Sprintf("token %s admits clients, not servers: make a server join token with 'shoal token create --role server'", tok.ID),
+			Code: http.StatusForbidden}
 	}
 	if len(req.PublicKey) != ed25519.PublicKeySize || len(req.NodeID) != 36 {
 		return &joinResponse{Err: "join request without a valid node ID and ed25519 public key", Code: http.StatusBadRequest}

@@ -37,7 +37,7 @@ func voterCounts(t *testing.T, c *tc.Cluster, i int) (v, nv int) {
 func TestScaleOutDrainRemove(t *testing.T) {
 	c := tc.New(t, 3)
 	waitHealthy(t, c, 0, 3, 3, 15*time.Second)
-	tok, err := c.Client(0, "").CreateToken(ctx(t), api.TokenRequest{Description: "servers 4 and 5", TTL: "1h"})
+	tok, err := c.Client(0, "").CreateToken(ctx(t), api.TokenRequest{Description: "servers 4 and 5", TTL: "1h", Role: api.RoleServer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,6 +245,25 @@ func TestRefusals(t *testing.T) {
 			t.Errorf("refused after %v: a wrong CA hash must fail at once, not retry", took)
 		}
 		t.Logf("refused in %v: %v", time.Since(t0).Round(time.Millisecond), err)
+	})
+	t.Run("join as a server with a client token", func(t *testing.T) {
+		tok, err := c.Client(0, "").CreateToken(ctx(t), api.TokenRequest{})
+		if err != nil || tok.Role != api.RoleClient {
+			t.Fatalf("default join token %+v %v, want the client role", tok, err)
+		}
+		before, _ := c.Client(0, "").Nodes(ctx(t))
+		_, err = c.Add("not-a-server", true, tok.Secret)
+		if err == nil || !strings.Contains(err.Error(), "admits clients, not servers") {
+			t.Fatalf("got %v", err)
+		}
+		after, _ := c.Client(0, "").Nodes(ctx(t))
+		if len(after) != len(before) {
+			t.Errorf("%d nodes after the refused join, %d before", len(after), len(before))
+		}
+		// The same token admits a client.
+		if _, err := c.Add("a-client", false, tok.Secret); err != nil {
+			t.Fatalf("client join: %v", err)
+		}
 	})
 	t.Run("gossip without the cluster key", func(t *testing.T) {
 		for _, key := range [][]byte{nil, []byte("0123456789abcdef0123456789abcdef")} {

@@ -44,7 +44,8 @@ only the OpenAI endpoint (/v1/chat/completions, /v1/completions,
 /v1/models), for every model or only those given with --model; read keys
 see status, nodes, models and the dashboard but change nothing.
 
-  shoal token create                       # a join token that never expires
+  shoal token create                       # a client join token that never expires
+  shoal token create --role server         # a join token for another Raft server
   shoal token create --ttl 1h              # expires in an hour
   shoal token create --kind admin -o json  # an API key for scripts
   shoal token create --kind inference --model llama-3-8b --description "chat app"
@@ -68,6 +69,7 @@ see status, nodes, models and the dashboard but change nothing.
 		},
 	}
 	cmd.Flags().StringVar(&req.Kind, "kind", "join", "join, admin, inference (the OpenAI endpoint only) or read (status, lists, dashboard)")
+	cmd.Flags().StringVar(&req.Role, "role", "", "with a join token: the role it admits, client (default) or server (servers hold the cluster CA key)")
 	cmd.Flags().StringSliceVar(&req.Models, "model", nil, "with --kind inference: the only model(s) the key may use (repeat or comma-separate)")
 	cmd.Flags().StringVar(&req.Description, "description", "", "what the token is for")
 	cmd.Flags().StringVar(&req.TTL, "ttl", "", "lifetime such as 24h (default: no expiry)")
