@@ -74,9 +74,13 @@ func (j *admission) handle(ctx context.Context, req *joinRequest, forwarded bool
 		}
 		return &resp
 	}
-	tok, err := checkToken(j.srv.FSM().State(), req.Token, time.Now(), coordinator.TokenJoin, coordinator.TokenBootstrap)
+	st := j.srv.FSM().State()
+	tok, err := checkToken(st, req.Token, time.Now(), coordinator.TokenJoin, coordinator.TokenBootstrap)
 	if err != nil {
 		return fail(err)
+	}
+	if resp := impostor(st, req); resp != nil {
+		return resp
 	}
 	// The token grants the role: only a server join token (or the
 	// servers' bootstrap secret) admits a server, which gets the CA key.
@@ -99,4 +103,24 @@ func (j *admission) handle(ctx context.Context, req *joinRequest, forwarded bool
 	}
 	j.log.Info("admitted node", zap.String("name", req.Name), zap.String("id", req.NodeID), zap.String("role", req.Role))
 	return resp
+}
+
+// impostor refuses a join that would make a second live node with the
+// ID (a copied data dir) or the name of one the cluster has: names and IDs
+// are how operators and the planner tell nodes apart.
+func impostor(st *coordinator.State, req *joinRequest) *joinResponse {
+	for _, n := range st.SortedNodes() {
+		if n.Status != coordinator.StatusAlive && n.Status != coordinator.StatusSuspect {
+			continue
+		}
+		switch {
+		case n.ID == req.NodeID:
+			return &joinResponse{Err: fmt.Sprintf("node ID %s is already a live member (%s): start the new node with a fresh --data-dir", n.ID, n.Name),
+				Code: http.StatusConflict}
+		case n.Name == req.Name:
+			return &joinResponse{Err: fmt.Sprintf("the name %q is taken by live node %s: give the new node another --name", n.Name, n.ID),
+				Code: http.StatusConflict}
+		}
+	}
+	return nil
 }

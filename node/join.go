@@ -160,7 +160,7 @@ func (a *Agent) joinWithToken(ctx context.Context, token string) error {
 			}
 			if resp.Err != "" {
 				last = fmt.Errorf("join refused by %s: %s", addr, resp.Err)
-				if resp.Code == http.StatusForbidden || resp.Code == http.StatusBadRequest {
+				if resp.Code == http.StatusForbidden || resp.Code == http.StatusBadRequest || resp.Code == http.StatusConflict {
 					return last
 				}
 				continue

@@ -2,7 +2,10 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -263,6 +266,40 @@ func TestRefusals(t *testing.T) {
 		// The same token admits a client.
 		if _, err := c.Add("a-client", false, tok.Secret); err != nil {
 			t.Fatalf("client join: %v", err)
+		}
+	})
+	t.Run("join with a live node's name or ID", func(t *testing.T) {
+		tok, err := c.Client(0, "").CreateToken(ctx(t), api.TokenRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		joinAs := func(name, nodeID string) error {
+			dir := t.TempDir()
+			if nodeID != "" {
+				if err := os.WriteFile(filepath.Join(dir, "node-id"), []byte(nodeID), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a, err := node.Start(ctx(t), node.Config{Name: name, DataDir: dir, Bind: "127.0.0.1",
+				GossipPort: tc.FreeGossipPort(t), QUICPort: tc.FreeUDPPort(t), Token: tok.Secret, Version: "test", Tuning: tc.Tuning,
+				Join: []string{fmt.Sprintf("127.0.0.1:%d", c.Members[0].Cfg.QUICPort)}})
+			if err == nil {
+				a.Shutdown(false)
+			}
+			return err
+		}
+		victim := c.Members[1]
+		if err := joinAs(victim.Cfg.Name, ""); err == nil || !strings.Contains(err.Error(), "is taken by live node") {
+			t.Errorf("same name: %v", err)
+		}
+		if err := joinAs("copied-data-dir", victim.Agent.ID()); err == nil || !strings.Contains(err.Error(), "is already a live member") {
+			t.Errorf("same node ID: %v", err)
+		}
+		nodes, _ := c.Client(0, "").Nodes(ctx(t))
+		for _, n := range nodes {
+			if n.ID == victim.Agent.ID() && n.Name != victim.Cfg.Name {
+				t.Errorf("the victim's entry changed: %+v", n)
+			}
 		}
 	})
 	t.Run("gossip without the cluster key", func(t *testing.T) {
