@@ -185,6 +185,8 @@ func (h *handler) auth(fn func(r *http.Request) (any, error)) http.HandlerFunc {
 		if !h.authorized(w, r) {
 			return
 		}
+		key, _ := bearer(r)
+		r = r.WithContext(context.WithValue(ctx, keyCtx{}, key))
 		out, err := fn(r)
 		if err != nil {
 			writeJSON(w, statusOf(err), Error{Error: err.Error()})
@@ -220,6 +222,15 @@ func (h *handler) authorized(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	return true
+}
+
+type keyCtx struct{}
+
+// KeyFrom is the API key of the cluster API request whose context ctx is
+// (a backend relays it with the writes it forwards), or "".
+func KeyFrom(ctx context.Context) string {
+	k, _ := ctx.Value(keyCtx{}).(string)
+	return k
 }
 
 func bearer(r *http.Request) (string, bool) {

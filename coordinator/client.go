@@ -34,13 +34,18 @@ type ApplyRequest struct {
 	Type      MessageType     `json:"type"`
 	Body      json.RawMessage `json:"body"`
 	Forwarded bool            `json:"forwarded"`
+	Key       string          `json:"key,omitempty"` // the operator's API key, for a write a client node relays
 }
 
 // RemoveRequest asks the leader to remove a node.
 type RemoveRequest struct {
 	ID        string `json:"id"`
 	Forwarded bool   `json:"forwarded"`
+	Key       string `json:"key,omitempty"` // the operator's API key, when a client node relays it
 }
+
+// Peer is the node a call came from, as its certificate says.
+type Peer struct{ ID, Role string }
 
 // WriteTimeout bounds a write applied on the leader.
 const WriteTimeout = 5 * time.Second
@@ -54,6 +59,21 @@ type Client struct {
 	members Membership // the gossip view, where a client agent finds servers
 	call    Caller
 	log     *zap.Logger
+
+	// KeyOf gives the API key of the operator a write is made for (the
+	// API puts it in the request's context); it travels with the writes
+	// this agent forwards, so that a server can check it.
+	KeyOf func(ctx context.Context) string
+	// CheckAdmin, on servers, accepts an admin API key: what a client node
+	// needs to relay a write beyond its own reports.
+	CheckAdmin func(key string) error
+}
+
+func (c *Client) keyOf(ctx context.Context) string {
+	if c.KeyOf == nil {
+		return ""
+	}
+	return c.KeyOf(ctx)
 }
 
 // NewClient builds a client. srv is the local server or nil.
@@ -115,7 +135,7 @@ func (c *Client) Apply(ctx context.Context, t MessageType, req any) error {
 	if err != nil {
 		return err
 	}
-	return c.applyRaw(ctx, ApplyRequest{Type: t, Body: b})
+	return c.applyRaw(ctx, ApplyRequest{Type: t, Body: b, Key: c.keyOf(ctx)})
 }
 
 // applyRaw applies on the leader, forwarding at most one hop.
@@ -143,7 +163,7 @@ func (c *Client) forwardTo(forwarded bool) (string, error) {
 // RemoveNode removes a node from Raft and the state on the leader, which
 // then asks the node to leave.
 func (c *Client) RemoveNode(ctx context.Context, id string) error {
-	return c.removeNode(ctx, RemoveRequest{ID: id})
+	return c.removeNode(ctx, RemoveRequest{ID: id, Key: c.keyOf(ctx)})
 }
 
 func (c *Client) removeNode(ctx context.Context, req RemoveRequest) error {
@@ -175,20 +195,29 @@ func (c *Client) removeNode(ctx context.Context, req RemoveRequest) error {
 	return c.call.Call(ctx, addr, MethodRemoveNode, req, nil)
 }
 
-// Handle answers a server's side of ServerMethods for a peer's Client.
-func (c *Client) Handle(ctx context.Context, method string, body json.RawMessage) (any, error) {
+// Handle answers a server's side of ServerMethods for a peer's Client. A
+// client node (peer role client) reads the state without token hashes and
+// writes only its own reports unless it relays an operator's admin key.
+func (c *Client) Handle(ctx context.Context, peer Peer, method string, body json.RawMessage) (any, error) {
 	if c.srv == nil {
 		return nil, &Error{Code: http.StatusBadRequest, Msg: "this agent is not a server"}
 	}
+	client := peer.Role != RoleServer
 	switch method {
 	case MethodHasState:
 		return c.srv.HasState(), nil
 	case MethodState:
+		if client {
+			return c.srv.FSM().State().Redacted(), nil
+		}
 		return c.srv.FSM().State(), nil
 	case MethodApply:
 		var req ApplyRequest
 		if err := json.Unmarshal(body, &req); err != nil {
 			return nil, &Error{Code: http.StatusBadRequest, Msg: "malformed apply request"}
+		}
+		if client && !ownReport(peer, req) && !c.admin(req.Key) {
+			return nil, &Error{Code: http.StatusForbidden, Msg: "a client node may write only its own shard, link and model-file reports: this change needs an admin key"}
 		}
 		return nil, c.applyRaw(ctx, req)
 	case MethodRemoveNode:
@@ -196,7 +225,40 @@ func (c *Client) Handle(ctx context.Context, method string, body json.RawMessage
 		if err := json.Unmarshal(body, &req); err != nil {
 			return nil, &Error{Code: http.StatusBadRequest, Msg: "malformed remove request"}
 		}
+		if client && !c.admin(req.Key) {
+			return nil, &Error{Code: http.StatusForbidden, Msg: "removing a node needs an admin key"}
+		}
 		return nil, c.removeNode(ctx, req)
 	}
 	return nil, &Error{Code: http.StatusNotFound, Msg: "unknown cluster method " + method}
+}
+
+// admin reports whether key is an admin API key.
+func (c *Client) admin(key string) bool {
+	return key != "" && c.CheckAdmin != nil && c.CheckAdmin(key) == nil
+}
+
+// ownReport reports whether req is one a node makes about itself: its
+// shards' status, its links, a model file it holds.
+func ownReport(peer Peer, req ApplyRequest) bool {
+	switch req.Type &^ IgnoreUnknownTypeFlag {
+	case ShardStatusType:
+		var r ShardStatusRequest
+		return json.Unmarshal(req.Body, &r) == nil && r.Shard.Node == peer.ID
+	case LinkReportType:
+		var r LinkReportRequest
+		if json.Unmarshal(req.Body, &r) != nil {
+			return false
+		}
+		for _, l := range r.Links {
+			if l.From != peer.ID {
+				return false
+			}
+		}
+		return true
+	case ModelUpsertType:
+		var r ModelUpsertRequest
+		return json.Unmarshal(req.Body, &r) == nil && r.Model.SourceNode == peer.ID
+	}
+	return false
 }

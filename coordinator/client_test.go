@@ -34,7 +34,7 @@ func (m *memCaller) Call(ctx context.Context, addr, method string, in, out any) 
 		return errors.New("nobody at " + addr)
 	}
 	body, _ := json.Marshal(in)
-	res, err := c.Handle(ctx, method, body)
+	res, err := c.Handle(ctx, Peer{Role: RoleServer}, method, body)
 	if err != nil || out == nil {
 		return err
 	}
@@ -94,10 +94,10 @@ func TestClientThroughLeader(t *testing.T) {
 
 	// A follower refuses to pass on what another server forwarded to it.
 	b, _ := json.Marshal(ApplyRequest{Type: TokenRevokeType, Body: json.RawMessage(`{"id":"t-agent"}`), Forwarded: true})
-	if _, err := follower.Handle(ctx, MethodApply, b); !errors.Is(err, ErrNotLeader) {
+	if _, err := follower.Handle(ctx, Peer{Role: RoleServer}, MethodApply, b); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("second hop: %v, want ErrNotLeader", err)
 	}
-	if _, err := agent.Handle(ctx, MethodState, nil); StatusCode(err) != http.StatusBadRequest {
+	if _, err := agent.Handle(ctx, Peer{Role: RoleServer}, MethodState, nil); StatusCode(err) != http.StatusBadRequest {
 		t.Fatalf("a client agent answered a server method: %v", err)
 	}
 
@@ -115,5 +115,67 @@ func TestClientThroughLeader(t *testing.T) {
 	calls.mu.Unlock()
 	if len(left) != 1 || left[0] != victim.addr {
 		t.Fatalf("leave requests %v, want one to %s", left, victim.addr)
+	}
+}
+
+// TestClientNodeWrites: a server answers a client node's state read
+// without token hashes, applies the reports the node makes about itself,
+// and refuses any other write or a node removal unless the node relays an
+// admin key.
+func TestClientNodeWrites(t *testing.T) {
+	c := newTestCluster(t)
+	c.add(1)
+	leader := c.leader(10 * time.Second)
+	cl := NewClient(leader.srv, c.members, &memCaller{clients: map[string]*Client{}}, zap.NewNop())
+	cl.CheckAdmin = func(key string) error {
+		if key != "admin-key" {
+			return errors.New("not an admin key")
+		}
+		return nil
+	}
+	ctx := context.Background()
+	if err := cl.Apply(ctx, TokenCreateType, TokenCreateRequest{Token: Token{ID: "t1", Kind: TokenAdmin, SecretHash: "hash"}}); err != nil {
+		t.Fatal(err)
+	}
+	node := Peer{ID: "client-node", Role: RoleClient}
+	apply := func(key string, t MessageType, req any) error {
+		b, _ := json.Marshal(req)
+		body, _ := json.Marshal(ApplyRequest{Type: t, Body: b, Key: key})
+		_, err := cl.Handle(ctx, node, MethodApply, body)
+		return err
+	}
+	st, err := cl.Handle(ctx, node, MethodState, nil)
+	if err != nil || st.(*State).Tokens["t1"] == nil || st.(*State).Tokens["t1"].SecretHash != "" {
+		t.Errorf("client read: %v, token %+v", err, st.(*State).Tokens["t1"])
+	}
+	if leader.srv.FSM().State().Tokens["t1"].SecretHash != "hash" {
+		t.Error("redacting changed the state")
+	}
+	own := ShardStatusRequest{Shard: ShardStatus{Node: "client-node", Model: "m", State: ShardReady}}
+	other := ShardStatusRequest{Shard: ShardStatus{Node: "someone-else", Model: "m", State: ShardReady}}
+	token := TokenCreateRequest{Token: Token{ID: "t2", Kind: TokenAdmin, SecretHash: "h2"}}
+	for _, x := range []struct {
+		name   string
+		key    string
+		typ    MessageType
+		req    any
+		refuse bool
+	}{
+		{"own shard report", "", ShardStatusType, own, false},
+		{"own links", "", LinkReportType | IgnoreUnknownTypeFlag, LinkReportRequest{Links: []LinkStat{{From: "client-node", To: "x"}}}, false},
+		{"another node's shard report", "", ShardStatusType, other, true},
+		{"another node's links", "", LinkReportType, LinkReportRequest{Links: []LinkStat{{From: "x", To: "client-node"}}}, true},
+		{"a token", "", TokenCreateType, token, true},
+		{"a token with a wrong key", "guess", TokenCreateType, token, true},
+		{"a token with an admin key", "admin-key", TokenCreateType, token, false},
+	} {
+		err := apply(x.key, x.typ, x.req)
+		if refused := StatusCode(err) == http.StatusForbidden; refused != x.refuse {
+			t.Errorf("%s: %v", x.name, err)
+		}
+	}
+	body, _ := json.Marshal(RemoveRequest{ID: leader.id})
+	if _, err := cl.Handle(ctx, node, MethodRemoveNode, body); StatusCode(err) != http.StatusForbidden {
+		t.Errorf("node removal without a key: %v", err)
 	}
 }

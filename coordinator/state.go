@@ -178,6 +178,19 @@ type State struct {
 	Index  uint64                     `json:"index"`           // raft index of the last applied command
 }
 
+// Redacted is a copy of the state for a client node: the tokens without
+// their secret hashes.
+func (s *State) Redacted() *State {
+	out := *s
+	out.Tokens = make(map[string]*Token, len(s.Tokens))
+	for id, t := range s.Tokens {
+		c := *t
+		c.SecretHash = ""
+		out.Tokens[id] = &c
+	}
+	return &out
+}
+
 // NewState returns an empty state.
 func NewState() *State {
 	return &State{

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"shoal/api"
 	"shoal/api/openai"
 	"shoal/coordinator"
 	"shoal/internal/zapio"
@@ -190,6 +191,10 @@ func (a *Agent) start() error {
 	}
 	a.cluster = coordinator.NewClient(a.srv, a.gossip, rpcCaller{a.ep}, a.log)
 	a.admin = a.newAdmin()
+	a.cluster.KeyOf = api.KeyFrom
+	if a.srv != nil {
+		a.cluster.CheckAdmin = func(key string) error { return a.admin.Authorize(context.Background(), key, api.ScopeAdmin) }
+	}
 	a.join = a.newAdmission()
 	a.registerRPC()
 	a.ep.Handle(transport.KindJoin, a.join.serve)

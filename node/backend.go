@@ -20,7 +20,21 @@ const (
 	methodJoin      = "Cluster.Join"
 	methodLoadModel = "Models.Load"
 	methodLayout    = "Weights.Layout"
+	methodCheckKey  = "Cluster.CheckKey"
 )
+
+// checkKeyRequest asks a server whether an API key has a scope: client
+// agents, which see no token hashes, check keys this way.
+type checkKeyRequest struct {
+	Key   string    `json:"key"`
+	Scope api.Scope `json:"scope"`
+}
+
+// keyGrant is what a server says of a key that has the scope.
+type keyGrant struct {
+	Kind   string   `json:"kind,omitempty"`
+	Models []string `json:"models,omitempty"`
+}
 
 // registerRPC wires the agent's RPC methods to the parts that answer them.
 func (a *Agent) registerRPC() {
@@ -37,9 +51,20 @@ func (a *Agent) registerRPC() {
 	})
 	for _, method := range coordinator.ServerMethods {
 		a.rpc.Register(method, server(func(ctx context.Context, p transport.Peer, body json.RawMessage) (any, error) {
-			return a.cluster.Handle(ctx, method, body)
+			return a.cluster.Handle(ctx, coordinator.Peer{ID: p.ID, Role: p.Role}, method, body)
 		}))
 	}
+	a.rpc.Register(methodCheckKey, server(func(ctx context.Context, p transport.Peer, body json.RawMessage) (any, error) {
+		var req checkKeyRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			return nil, badRequest("malformed key check")
+		}
+		tok, err := a.admin.grant(ctx, req.Key, req.Scope)
+		if err != nil || tok == nil {
+			return keyGrant{}, err
+		}
+		return keyGrant{Kind: tok.Kind, Models: tok.Models}, nil
+	}))
 	a.rpc.Register(methodStatus, server(func(ctx context.Context, p transport.Peer, _ json.RawMessage) (any, error) {
 		return a.admin.Status(ctx)
 	}))

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -300,6 +301,50 @@ func TestRefusals(t *testing.T) {
 			if n.ID == victim.Agent.ID() && n.Name != victim.Cfg.Name {
 				t.Errorf("the victim's entry changed: %+v", n)
 			}
+		}
+	})
+	t.Run("client node writes the state", func(t *testing.T) {
+		// A node with a genuine client certificate of this cluster.
+		ca, err := transport.DeriveCA(tc.Secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ident, _ := transport.SelfIssue(ca, "11111111-2222-3333-4444-555555555555", transport.RoleClient)
+		ident.CA = &transport.CA{Cert: ca.Cert, DER: ca.DER}
+		ep, err := transport.Listen(transport.Config{Bind: "127.0.0.1:0", Identity: ident})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ep.Close()
+		server := c.Members[0].Agent.RPCAddr()
+		call := func(method string, in, out any) error {
+			return transport.Call(ctx(t), ep, server, transport.KindRPC, method, in, out)
+		}
+		body, _ := json.Marshal(coordinator.TokenCreateRequest{Token: coordinator.Token{ID: "evil01", Kind: coordinator.TokenAdmin, SecretHash: "x"}})
+		err = call(coordinator.MethodApply, coordinator.ApplyRequest{Type: coordinator.TokenCreateType, Body: body}, nil)
+		if transport.StatusOf(err) != http.StatusForbidden {
+			t.Errorf("a client node wrote an admin token: %v", err)
+		}
+		if err := call(coordinator.MethodRemoveNode, coordinator.RemoveRequest{ID: c.Members[2].Agent.ID()}, nil); transport.StatusOf(err) != http.StatusForbidden {
+			t.Errorf("a client node removed a server: %v", err)
+		}
+		var st coordinator.State
+		if err := call(coordinator.MethodState, nil, &st); err != nil {
+			t.Fatal(err)
+		}
+		for id, tok := range st.Tokens {
+			if tok.SecretHash != "" {
+				t.Errorf("a client node read the hash of token %s", id)
+			}
+		}
+		toks, _ := c.Client(0, "").Tokens(ctx(t))
+		for _, tok := range toks {
+			if tok.ID == "evil01" {
+				t.Error("the refused token is in the state")
+			}
+		}
+		if s, err := c.Client(0, "").Status(ctx(t)); err != nil || s.Nodes < 3 {
+			t.Errorf("cluster after the attempts: %+v %v", s, err)
 		}
 	})
 	t.Run("gossip without the cluster key", func(t *testing.T) {
