@@ -24,7 +24,7 @@ func (h *handler) clusterRunner(mux *http.ServeMux, cr ClusterRunner) {
 	long := func(fn func(w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			actx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-			ok := h.authorized(w, r.WithContext(actx))
+			ok := h.authorized(w, r.WithContext(actx), ScopeAdmin)
 			cancel()
 			if !ok {
 				return

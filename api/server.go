@@ -38,9 +38,9 @@ func Handler(b Backend) http.Handler {
 	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	mux.HandleFunc("GET /v1/status", h.auth(func(r *http.Request) (any, error) { return b.Status(r.Context()) }))
-	mux.HandleFunc("GET /v1/nodes", h.auth(func(r *http.Request) (any, error) { return b.Nodes(r.Context()) }))
-	mux.HandleFunc("GET /v1/nodes/{id}", h.auth(func(r *http.Request) (any, error) {
+	mux.HandleFunc("GET /v1/status", h.read(func(r *http.Request) (any, error) { return b.Status(r.Context()) }))
+	mux.HandleFunc("GET /v1/nodes", h.read(func(r *http.Request) (any, error) { return b.Nodes(r.Context()) }))
+	mux.HandleFunc("GET /v1/nodes/{id}", h.read(func(r *http.Request) (any, error) {
 		nodes, err := b.Nodes(r.Context())
 		if err != nil {
 			return nil, err
@@ -57,7 +57,7 @@ func Handler(b Backend) http.Handler {
 	mux.HandleFunc("DELETE /v1/nodes/{id}", h.auth(func(r *http.Request) (any, error) {
 		return nil, b.RemoveNode(r.Context(), r.PathValue("id"))
 	}))
-	mux.HandleFunc("GET /v1/members", h.auth(func(r *http.Request) (any, error) { return b.Members(r.Context()) }))
+	mux.HandleFunc("GET /v1/members", h.read(func(r *http.Request) (any, error) { return b.Members(r.Context()) }))
 	mux.HandleFunc("GET /v1/tokens", h.auth(func(r *http.Request) (any, error) { return b.Tokens(r.Context()) }))
 	mux.HandleFunc("POST /v1/tokens", h.auth(func(r *http.Request) (any, error) {
 		var req TokenRequest
@@ -99,7 +99,7 @@ func Handler(b Backend) http.Handler {
 	mux.HandleFunc("DELETE /v1/tokens/{id}", h.auth(func(r *http.Request) (any, error) {
 		return nil, b.RevokeToken(r.Context(), r.PathValue("id"))
 	}))
-	mux.HandleFunc("GET /v1/cluster/models", h.auth(func(r *http.Request) (any, error) {
+	mux.HandleFunc("GET /v1/cluster/models", h.read(func(r *http.Request) (any, error) {
 		ms, err := b.Models(r.Context())
 		if ms == nil && err == nil {
 			ms = []ModelInfo{}
@@ -132,7 +132,7 @@ func Handler(b Backend) http.Handler {
 	mux.HandleFunc("DELETE /v1/cluster/models/{name}", h.auth(func(r *http.Request) (any, error) {
 		return nil, b.UnloadModel(r.Context(), r.PathValue("name"))
 	}))
-	mux.HandleFunc("GET /v1/cluster/models/{name}/placement", h.auth(func(r *http.Request) (any, error) {
+	mux.HandleFunc("GET /v1/cluster/models/{name}/placement", h.read(func(r *http.Request) (any, error) {
 		return b.Placement(r.Context(), r.PathValue("name"))
 	}))
 	if cr, ok := b.(ClusterRunner); ok {
@@ -177,12 +177,22 @@ type handler struct {
 	log *zap.Logger
 }
 
+// auth serves fn to admin keys; read serves it to read keys too. The
+// route says which: a key's scope never depends on the path.
 func (h *handler) auth(fn func(r *http.Request) (any, error)) http.HandlerFunc {
+	return h.scoped(ScopeAdmin, fn)
+}
+
+func (h *handler) read(fn func(r *http.Request) (any, error)) http.HandlerFunc {
+	return h.scoped(ScopeRead, fn)
+}
+
+func (h *handler) scoped(scope Scope, fn func(r *http.Request) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
 		r = r.WithContext(ctx)
-		if !h.authorized(w, r) {
+		if !h.authorized(w, r, scope) {
 			return
 		}
 		key, _ := bearer(r)
@@ -202,16 +212,11 @@ func (h *handler) auth(fn func(r *http.Request) (any, error)) http.HandlerFunc {
 
 // authorized checks the request's API key within the request's context
 // and answers the refusal itself.
-func (h *handler) authorized(w http.ResponseWriter, r *http.Request) bool {
+func (h *handler) authorized(w http.ResponseWriter, r *http.Request, scope Scope) bool {
 	key, ok := bearer(r)
 	if !ok {
 		writeJSON(w, http.StatusUnauthorized, Error{Error: "missing API key: send Authorization: Bearer <key> (shoal reads SHOAL_TOKEN)"})
 		return false
-	}
-	// Reads need a read key, everything else (and the token list) an admin key.
-	scope := ScopeAdmin
-	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Path != "/v1/tokens" {
-		scope = ScopeRead
 	}
 	if err := h.b.Authorize(r.Context(), key, scope); err != nil {
 		code := statusOf(err)
