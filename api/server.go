@@ -178,7 +178,7 @@ type handler struct {
 }
 
 // auth serves fn to admin keys; read serves it to read keys too. The
-// route says which: a key's scope never depends on the path.
+// route names its scope where it is registered.
 func (h *handler) auth(fn func(r *http.Request) (any, error)) http.HandlerFunc {
 	return h.scoped(ScopeAdmin, fn)
 }
