@@ -24,10 +24,12 @@ func writeModel(t *testing.T) string {
 	return enginetest.Write(t, "", synth.Spec{Name: "tiny", Arch: "llama", NEmbd: 64, NLayer: 2, NHead: 4, NFF: 128, Type: "q8_0", Seed: 3})
 }
 
-func post(t *testing.T, url, body string) (int, string) {
+// request sends an HTTP request with key and returns the answer's status
+// and body.
+func request(t *testing.T, key, method, url, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+tc.Secret)
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -35,6 +37,12 @@ func post(t *testing.T, url, body string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// post sends body with the cluster secret.
+func post(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	return request(t, tc.Secret, "POST", url, body)
 }
 
 // TestForwardToServingAgent: a server that holds no model accepts OpenAI

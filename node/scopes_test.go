@@ -1,9 +1,7 @@
 package node_test
 
 import (
-	"io"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -41,15 +39,8 @@ func TestKeyScopes(t *testing.T) {
 	}
 	call := func(key, method, path, body string) int {
 		t.Helper()
-		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode
+		code, _ := request(t, key, method, base+path, body)
+		return code
 	}
 	completion := `{"model":"pinned","prompt":"hi","max_tokens":2}`
 	tc.Eventually(t, 20*time.Second, "the model served", func() bool {

@@ -3,9 +3,7 @@ package node_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -16,20 +14,14 @@ import (
 	tc "shoal/node/nodetest"
 )
 
+// get reads url with the cluster secret, which must answer 200.
 func get(t *testing.T, url string) string {
 	t.Helper()
-	req, _ := http.NewRequest("GET", url, nil)
-	req.Header.Set("Authorization", "Bearer "+tc.Secret)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	code, b := request(t, tc.Secret, "GET", url, "")
+	if code != 200 {
+		t.Fatalf("GET %s: %d %s", url, code, b)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
-	}
-	return string(b)
+	return b
 }
 
 // TestOneServingPath: a model given to an agent with --model and one
