@@ -89,14 +89,7 @@ func Tokens(n, nVocab int, seed uint64) []int32 {
 // weight changes its result.
 func Perturb(t testing.TB, path, tensor string) string {
 	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw, f := Parse(t, path)
 	ti, ok := f.Tensor(tensor)
 	if !ok {
 		t.Fatalf("%s has no tensor %s", path, tensor)

@@ -76,3 +76,18 @@ func OpenPath(t testing.TB, path string) *model.Model {
 	t.Cleanup(func() { m.Close() })
 	return m
 }
+
+// Parse reads the GGUF file at path into memory and parses it: the bytes
+// (which the file's tensor views alias) and the file.
+func Parse(t testing.TB, path string) ([]byte, *gguf.File) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw, f
+}

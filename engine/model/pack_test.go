@@ -2,12 +2,10 @@ package model_test
 
 import (
 	"math"
-	"os"
 	"testing"
 	"unsafe"
 
 	"shoal/engine/enginetest"
-	"shoal/engine/gguf"
 	"shoal/engine/kernels"
 	"shoal/engine/model"
 	"shoal/engine/synth"
@@ -97,14 +95,8 @@ func openTwice(t *testing.T, spec synth.Spec) (fromFile, inMemory *model.Model) 
 	t.Helper()
 	path := enginetest.Write(t, "", spec)
 	fromFile = enginetest.OpenPath(t, path)
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, f := enginetest.Parse(t, path)
+	var err error
 	if inMemory, err = model.Load(f); err != nil {
 		t.Fatal(err)
 	}
