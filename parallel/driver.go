@@ -64,8 +64,12 @@ func (r *Reconciler) startDriver(pm *PlannedModel) (*driver, error) {
 			r.stopDriver(d)
 		}
 	}()
-	if sh := r.wholeShard(pm); sh != nil {
-		if err := d.startLocal(sh, r.threads(pm)); err != nil {
+	if s, ok := r.wholeShard(pm); ok {
+		mdl, err := r.shardModel(s)
+		if err != nil {
+			return nil, err
+		}
+		if err := d.startLocal(mdl, r.threads(pm)); err != nil {
 			return nil, err
 		}
 	} else if err := r.startSession(d); err != nil {
@@ -107,32 +111,42 @@ func (r *Reconciler) startSession(d *driver) error {
 }
 
 // wholeShard returns the ready shard of pm's plan when the plan is this
-// node alone holding every layer (TP size 1), else nil.
-func (r *Reconciler) wholeShard(pm *PlannedModel) *shard.Shard {
+// node alone holding every layer (TP size 1).
+func (r *Reconciler) wholeShard(pm *PlannedModel) (shard.Ready, bool) {
 	if len(pm.Addrs) > 1 || len(pm.Plan.Pools) != 1 || len(pm.Plan.Pools[0].Stages) != 1 {
-		return nil
+		return shard.Ready{}, false
 	}
 	st := pm.Plan.Pools[0].Stages[0]
 	if len(st.Members) != 1 || st.Members[0].Node != r.cfg.Node || st.Members[0].TPSize > 1 {
-		return nil
+		return shard.Ready{}, false
 	}
 	for _, s := range r.cfg.Shards.Ready() {
 		if s.Model == pm.Name && s.Version == pm.Plan.Version && s.Spec.Lo == 0 && s.Spec.Hi == st.Hi && st.Lo == 0 {
-			return s.Shard
+			return s, true
 		}
 	}
-	return nil
+	return shard.Ready{}, false
+}
+
+// shardModel is the loaded model of a ready shard: the one its member
+// runs, so that the weights are in memory once, or a new load when the
+// shard has no member.
+func (r *Reconciler) shardModel(s shard.Ready) (*model.Model, error) {
+	r.mu.Lock()
+	rm := r.members[s.Key]
+	r.mu.Unlock()
+	if rm != nil && rm.version == s.Version {
+		return rm.m.cfg.Model, nil
+	}
+	return s.Shard.Model()
 }
 
 // startLocal runs d's model on a local runner over the node's shard.
-func (d *driver) startLocal(sh *shard.Shard, threads int) error {
-	mdl, err := sh.Model()
-	if err != nil {
-		return err
-	}
+func (d *driver) startLocal(mdl *model.Model, threads int) error {
 	if st := d.plan.Pools[0].Stages[0]; st.Hi != mdl.NLayer {
 		return fmt.Errorf("parallel: a one-node plan of layers [%d,%d) of a %d-layer model", st.Lo, st.Hi, mdl.NLayer)
 	}
+	var err error
 	d.runner, err = model.NewRunner(mdl, model.Options{Threads: threads, CacheTokens: d.ctx})
 	return err
 }

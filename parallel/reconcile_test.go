@@ -95,8 +95,9 @@ func reconcilers(t *testing.T, path string, plan placement.Plan, nodes ...string
 	return recs, eps, pubs, view
 }
 
-// A plan of one node holding every layer is published as a local runner;
-// cluster logits still run through a session and match a single node's.
+// A plan of one node holding every layer is published as a local runner
+// over the weights its member holds; cluster logits still run through a
+// session and match a single node's.
 func TestReconcilerOneNode(t *testing.T) {
 	ref, path := openRef(t)
 	plan := shapeOf(&ref.Config).Plan("m", placementtest.Stage{Lo: 0, Hi: ref.Config.NLayer, Parts: placementtest.Whole()})
@@ -106,6 +107,14 @@ func TestReconcilerOneNode(t *testing.T) {
 	if !ok || pub.Runner == nil || pub.Engine != nil || pub.Meta == nil {
 		t.Fatalf("published %+v %v, want a local runner", pub, ok)
 	}
+	// The runner and the shard's member share one copy of the weights.
+	recs[0].mu.Lock()
+	for key, rm := range recs[0].members {
+		if rm.m.cfg.Model != pub.Runner.Model() {
+			t.Errorf("member %s loaded the weights a second time", key)
+		}
+	}
+	recs[0].mu.Unlock()
 	toks := []int32{1, 45, 496}
 	l, err := recs[0].Logits(context.Background(), "m", toks)
 	if err != nil {
