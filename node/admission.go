@@ -24,13 +24,14 @@ type admission struct {
 	gossipKey []byte
 	call      coordinator.Caller
 	seeds     func() []string // gossip addresses a new node can join through
+	bootstrap func(sealed []byte) *joinResponse
 	log       *zap.Logger
 }
 
 // newAdmission wires the join handler.
 func (a *Agent) newAdmission() *admission {
 	return &admission{name: a.cfg.Name, srv: a.srv, ca: a.ident.CA, gossipKey: a.gossipKey, call: rpcCaller{a.ep},
-		seeds: a.aliveGossipAddrs, log: a.log}
+		seeds: a.aliveGossipAddrs, bootstrap: a.answerFinal, log: a.log}
 }
 
 // serve answers a join stream: servers pass it to the leader, which
@@ -46,6 +47,8 @@ func (j *admission) serve(st *transport.Stream) {
 	var resp *joinResponse
 	if err := json.Unmarshal(b, &req); err != nil {
 		resp = &joinResponse{Err: "malformed join request", Code: http.StatusBadRequest}
+	} else if req.Bootstrap != nil {
+		resp = j.bootstrap(req.Bootstrap)
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 		resp = j.handle(ctx, &req, false)

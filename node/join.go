@@ -20,9 +20,9 @@ import (
 	"shoal/transport"
 )
 
-// Identity and secure join: a node's ID, its certificate (derived from
-// the bootstrap secret on servers, or issued by the leader for a join
-// token), and the join stream servers answer.
+// Identity and secure join: a node's ID, its certificate (signed
+// with the cluster CA agreed at bootstrap, or issued by the leader for a
+// join token), and the join stream servers answer.
 
 func loadNodeID(dir string) (string, error) {
 	path := filepath.Join(dir, "node-id")
@@ -59,12 +59,8 @@ func (a *Agent) setupIdentity(ctx context.Context) error {
 			return fmt.Errorf("certificate in %s belongs to node %s, not %s", tlsDir, ident.ID, a.id)
 		}
 		if a.bootstrapSecret != "" {
-			ca, err := transport.DeriveCA(a.bootstrapSecret)
-			if err != nil {
+			if err := checkBootstrapSecret(tlsDir, a.bootstrapSecret, ident.CA); err != nil {
 				return err
-			}
-			if transport.CAHash(ca.Cert) != transport.CAHash(ident.CA.Cert) {
-				return errors.New("--token does not match the cluster this data dir belongs to")
 			}
 		}
 		if ident.Role != a.role {
@@ -90,17 +86,15 @@ func (a *Agent) setupIdentity(ctx context.Context) error {
 		a.log.Warn("created a cluster secret; it is also the admin API key until you create one", zap.String("file", p))
 		fallthrough
 	case a.bootstrapSecret != "":
-		ca, err := transport.DeriveCA(a.bootstrapSecret)
-		if err != nil {
+		if err := a.bootstrapIdentity(ctx); err != nil {
 			return err
 		}
-		if a.ident, err = transport.SelfIssue(ca, a.id, a.role); err != nil {
+		if err := os.MkdirAll(tlsDir, 0o700); err != nil {
 			return err
 		}
-		if a.role != coordinator.RoleServer {
-			a.ident.CA = &transport.CA{Cert: ca.Cert, DER: ca.DER}
+		if err := os.WriteFile(filepath.Join(tlsDir, bootstrapSumFile), []byte(bootstrapSecretSum(a.bootstrapSecret)+"\n"), 0o600); err != nil {
+			return err
 		}
-		a.gossipKey = transport.DeriveGossipKey(a.bootstrapSecret)
 	case token != "":
 		if err := a.joinWithToken(ctx, token); err != nil {
 			return err
@@ -121,6 +115,8 @@ type joinRequest struct {
 	Name      string `json:"name"`
 	Role      string `json:"role"`
 	PublicKey []byte `json:"public_key"`
+	// Bootstrap is a sealed bootstrapPoll (no token then).
+	Bootstrap []byte `json:"bootstrap,omitempty"`
 }
 
 type joinResponse struct {
@@ -131,6 +127,7 @@ type joinResponse struct {
 	Cert      []byte   `json:"cert,omitempty"`
 	GossipKey []byte   `json:"gossip_key,omitempty"`
 	Seeds     []string `json:"seeds,omitempty"`
+	Bootstrap []byte   `json:"bootstrap,omitempty"` // a sealed bootstrapAnswer
 }
 
 const maxJoinFrame = 64 << 10

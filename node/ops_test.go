@@ -305,10 +305,11 @@ func TestRefusals(t *testing.T) {
 	})
 	t.Run("client node writes the state", func(t *testing.T) {
 		// A node with a genuine client certificate of this cluster.
-		ca, err := transport.DeriveCA(tc.Secret)
+		server, err := transport.LoadIdentity(filepath.Join(c.Members[0].Cfg.DataDir, "tls"))
 		if err != nil {
 			t.Fatal(err)
 		}
+		ca := server.CA
 		ident, _ := transport.SelfIssue(ca, "11111111-2222-3333-4444-555555555555", transport.RoleClient)
 		ident.CA = &transport.CA{Cert: ca.Cert, DER: ca.DER}
 		ep, err := transport.Listen(transport.Config{Bind: "127.0.0.1:0", Identity: ident})
@@ -316,9 +317,8 @@ func TestRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ep.Close()
-		server := c.Members[0].Agent.RPCAddr()
 		call := func(method string, in, out any) error {
-			return transport.Call(ctx(t), ep, server, transport.KindRPC, method, in, out)
+			return transport.Call(ctx(t), ep, c.Members[0].Agent.RPCAddr(), transport.KindRPC, method, in, out)
 		}
 		body, _ := json.Marshal(coordinator.TokenCreateRequest{Token: coordinator.Token{ID: "evil01", Kind: coordinator.TokenAdmin, SecretHash: "x"}})
 		err = call(coordinator.MethodApply, coordinator.ApplyRequest{Type: coordinator.TokenCreateType, Body: body}, nil)

@@ -42,10 +42,10 @@ type CA struct {
 	Key  ed25519.PrivateKey
 }
 
-// DeriveCA derives the cluster CA from the bootstrap secret. Every bootstrap
-// server given the same secret derives the same key and the same
-// certificate, so servers that start at once agree on one CA without talking
-// first (k3s reaches the same point by encrypting the CA with its token).
+// DeriveCA derives a CA from a secret: the same secret gives the same key
+// and certificate. Agents no longer make their cluster CA this way (a
+// revoked bootstrap secret would still derive it); tests use it for a
+// reproducible CA, and agents to recognise data dirs made that way.
 func DeriveCA(secret string) (*CA, error) {
 	if len(secret) < 16 {
 		return nil, errors.New("bootstrap secret must be at least 16 characters")
@@ -54,7 +54,10 @@ func DeriveCA(secret string) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	key := ed25519.NewKeyFromSeed(seed)
+	return caFromKey(ed25519.NewKeyFromSeed(seed))
+}
+
+func caFromKey(key ed25519.PrivateKey) (*CA, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: "shoal cluster CA", Organization: []string{"shoal"}},
@@ -74,6 +77,16 @@ func DeriveCA(secret string) (*CA, error) {
 		return nil, err
 	}
 	return &CA{Cert: cert, DER: der, Key: key}, nil
+}
+
+// NewCA creates a cluster CA with a fresh random key: what a cluster
+// trusts for its whole life, owed to no secret anyone types.
+func NewCA() (*CA, error) {
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	return caFromKey(key)
 }
 
 // DeriveGossipKey derives the 32-byte memberlist key from the bootstrap
