@@ -160,6 +160,12 @@ func (c *Client) RevokeToken(ctx context.Context, id string) error {
 	return c.do(ctx, "DELETE", "/v1/tokens/"+url.PathEscape(id), nil, nil)
 }
 
+// RotateToken gives a token a new secret, returned once.
+func (c *Client) RotateToken(ctx context.Context, id string) (*NewToken, error) {
+	var t NewToken
+	return &t, c.do(ctx, "POST", "/v1/tokens/"+url.PathEscape(id)+"/rotate", nil, &t)
+}
+
 // LoadModel registers a model file on a node with the cluster.
 func (c *Client) LoadModel(ctx context.Context, req LoadModelRequest) (*ModelInfo, error) {
 	var m ModelInfo

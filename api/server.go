@@ -99,6 +99,9 @@ func Handler(b Backend) http.Handler {
 	mux.HandleFunc("DELETE /v1/tokens/{id}", h.auth(func(r *http.Request) (any, error) {
 		return nil, b.RevokeToken(r.Context(), r.PathValue("id"))
 	}))
+	mux.HandleFunc("POST /v1/tokens/{id}/rotate", h.auth(func(r *http.Request) (any, error) {
+		return b.RotateToken(r.Context(), r.PathValue("id"))
+	}))
 	mux.HandleFunc("GET /v1/cluster/models", h.read(func(r *http.Request) (any, error) {
 		ms, err := b.Models(r.Context())
 		if ms == nil && err == nil {

@@ -69,7 +69,8 @@ type Token struct {
 	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
 	Revoked     bool       `json:"revoked"`
 	RevokedAt   *time.Time `json:"revoked_at,omitempty"`
-	SecretHash  string     `json:"secret_hash"` // sha256 of the secret, hex
+	RotatedAt   *time.Time `json:"rotated_at,omitempty"` // when the secret last changed
+	SecretHash  string     `json:"secret_hash"`          // sha256 of the secret, hex
 }
 
 // Valid reports whether the token may be used at time now.
@@ -152,6 +153,8 @@ type Backend interface {
 	CreateToken(ctx context.Context, req TokenRequest, ttl time.Duration) (*NewToken, error)
 	Tokens(ctx context.Context) ([]*Token, error)
 	RevokeToken(ctx context.Context, id string) error
+	// RotateToken gives a token a new secret; the old one stops working.
+	RotateToken(ctx context.Context, id string) (*NewToken, error)
 	ModelBackend
 }
 

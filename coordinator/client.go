@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -184,7 +185,12 @@ func (c *Client) removeNode(ctx context.Context, req RemoveRequest) error {
 			}
 			cancel()
 		}
-		c.log.Info("removed node", zap.String("id", req.ID))
+		// Revoked after the leave request, which travels on a connection
+		// the revocation closes.
+		if err := c.srv.Apply(NodeRevokeType, NodeRevokeRequest{ID: req.ID, Now: time.Now().UTC()}, 5*time.Second); err != nil {
+			return fmt.Errorf("node %s left, but revoking its certificate failed (run 'shoal node rm' again): %w", req.ID, err)
+		}
+		c.log.Info("removed node; its certificate is revoked", zap.String("id", req.ID))
 		return nil
 	}
 	addr, err := c.forwardTo(req.Forwarded)

@@ -32,6 +32,10 @@ const (
 	// LinkReportType is sent with IgnoreUnknownTypeFlag: a server that
 	// predates it skips link reports.
 	LinkReportType MessageType = 10
+	// NodeRevokeType revokes a removed node's certificate.
+	NodeRevokeType MessageType = 11
+	// TokenRotateType gives a token a new secret.
+	TokenRotateType MessageType = 12
 )
 
 // RegisterNodeRequest upserts a node from gossip. Draining and RegisteredAt
@@ -44,6 +48,20 @@ type RegisterNodeRequest struct {
 // DeregisterNodeRequest removes a node from the state.
 type DeregisterNodeRequest struct {
 	ID string `json:"id"`
+}
+
+// NodeRevokeRequest revokes the certificate of node ID: no node of the
+// cluster accepts a connection from it again.
+type NodeRevokeRequest struct {
+	ID  string    `json:"id"`
+	Now time.Time `json:"now"`
+}
+
+// TokenRotateRequest replaces a token's secret hash.
+type TokenRotateRequest struct {
+	ID         string    `json:"id"`
+	SecretHash string    `json:"secret_hash"`
+	Now        time.Time `json:"now"`
 }
 
 // NodeStatusRequest sets a node's status.
@@ -148,6 +166,9 @@ var commands = map[MessageType]handler{
 		if n.ID == "" {
 			return errorf(http.StatusBadRequest, "node without an id")
 		}
+		if _, gone := s.RevokedNodes[n.ID]; gone {
+			return errorf(http.StatusForbidden, "node %s was removed from the cluster", n.ID)
+		}
 		if old, ok := s.Nodes[n.ID]; ok {
 			n.Draining = old.Draining
 			n.RegisteredAt = old.RegisteredAt
@@ -236,6 +257,43 @@ var commands = map[MessageType]handler{
 			now := r.Now
 			t.RevokedAt = &now
 		}
+		return nil
+	},
+	NodeRevokeType: func(s *State, _ uint64, body []byte) any {
+		r, err := decode[NodeRevokeRequest](body)
+		if err != nil {
+			return err
+		}
+		if r.ID == "" {
+			return errorf(http.StatusBadRequest, "no node id")
+		}
+		if s.RevokedNodes == nil {
+			s.RevokedNodes = map[string]time.Time{}
+		}
+		if _, ok := s.RevokedNodes[r.ID]; !ok {
+			s.RevokedNodes[r.ID] = r.Now
+		}
+		return nil
+	},
+	TokenRotateType: func(s *State, _ uint64, body []byte) any {
+		r, err := decode[TokenRotateRequest](body)
+		if err != nil {
+			return err
+		}
+		t, ok := s.Tokens[r.ID]
+		switch {
+		case !ok:
+			return notFound("token", r.ID)
+		case t.Kind == TokenBootstrap:
+			return errorf(http.StatusBadRequest, "the bootstrap secret is not rotated: revoke it ('shoal token revoke bootstrap') once admin keys exist")
+		case t.Revoked:
+			return errorf(http.StatusConflict, "token %s is revoked", r.ID)
+		case r.SecretHash == "":
+			return errorf(http.StatusBadRequest, "no secret hash")
+		}
+		t.SecretHash = r.SecretHash
+		now := r.Now
+		t.RotatedAt = &now
 		return nil
 	},
 	ModelUpsertType: func(s *State, _ uint64, body []byte) any {

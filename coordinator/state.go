@@ -77,6 +77,7 @@ type Token struct {
 	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
 	Revoked     bool       `json:"revoked"`
 	RevokedAt   *time.Time `json:"revoked_at,omitempty"`
+	RotatedAt   *time.Time `json:"rotated_at,omitempty"`
 }
 
 // Valid reports whether the token may be used at time now.
@@ -175,7 +176,10 @@ type State struct {
 	Plans  map[string]*placement.Plan `json:"plans"`           // by model name, written by the leader's planner
 	Shards map[string]*ShardStatus    `json:"shards"`          // by ShardKey
 	Links  map[string]*LinkStat       `json:"links,omitempty"` // by "from>to"
-	Index  uint64                     `json:"index"`           // raft index of the last applied command
+	// RevokedNodes are the node IDs removed with `shoal node rm`: their
+	// certificates are refused on every connection.
+	RevokedNodes map[string]time.Time `json:"revoked_nodes,omitempty"`
+	Index        uint64               `json:"index"` // raft index of the last applied command
 }
 
 // Redacted is a copy of the state for a client node: the tokens without

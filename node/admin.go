@@ -293,11 +293,36 @@ func (b *admin) CreateToken(ctx context.Context, req api.TokenRequest, ttl time.
 	if err := b.cluster.Apply(ctx, coordinator.TokenCreateType, coordinator.TokenCreateRequest{Token: tok}); err != nil {
 		return nil, err
 	}
-	full := id + "." + secret
-	if kind == coordinator.TokenJoin {
+	return &api.NewToken{Token: apiToken(&tok), Secret: b.fullToken(&tok, secret)}, nil
+}
+
+// fullToken is the string a user presents: "<id>.<secret>", and for join
+// tokens the CA hash after it.
+func (b *admin) fullToken(t *coordinator.Token, secret string) string {
+	full := t.ID + "." + secret
+	if t.Kind == coordinator.TokenJoin {
 		full += "." + b.caHash
 	}
-	return &api.NewToken{Token: apiToken(&tok), Secret: full}, nil
+	return full
+}
+
+// RotateToken gives a token a new secret: the old one stops working at
+// once, everything else about the token stays.
+func (b *admin) RotateToken(ctx context.Context, id string) (*api.NewToken, error) {
+	secret := randomString(16)
+	now := time.Now().UTC()
+	if err := b.cluster.Apply(ctx, coordinator.TokenRotateType, coordinator.TokenRotateRequest{ID: id, SecretHash: hashSecret(secret), Now: now}); err != nil {
+		return nil, err
+	}
+	st, err := b.cluster.State(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := st.Tokens[id]
+	if t == nil {
+		return nil, fmt.Errorf("token %s vanished after its rotation", id)
+	}
+	return &api.NewToken{Token: apiToken(t), Secret: b.fullToken(t, secret)}, nil
 }
 
 // Tokens lists the tokens (hashes only).

@@ -31,7 +31,7 @@ func apiNodes(ns []*coordinator.Node) []*api.Node {
 func apiToken(t *coordinator.Token) api.Token {
 	return api.Token{
 		ID: t.ID, Kind: t.Kind, Models: t.Models, Role: t.Role, SecretHash: t.SecretHash, Description: t.Description,
-		CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Revoked: t.Revoked, RevokedAt: t.RevokedAt,
+		CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Revoked: t.Revoked, RevokedAt: t.RevokedAt, RotatedAt: t.RotatedAt,
 	}
 }
 

@@ -112,6 +112,10 @@ func (j *admission) handle(ctx context.Context, req *joinRequest, forwarded bool
 // ID (a copied data dir) or the name of one the cluster has: names and IDs
 // are how operators and the planner tell nodes apart.
 func impostor(st *coordinator.State, req *joinRequest) *joinResponse {
+	if _, gone := st.RevokedNodes[req.NodeID]; gone {
+		return &joinResponse{Err: fmt.Sprintf("node %s was removed from the cluster (shoal node rm): start it with a fresh --data-dir", req.NodeID),
+			Code: http.StatusForbidden}
+	}
 	for _, n := range st.SortedNodes() {
 		if n.Status != coordinator.StatusAlive && n.Status != coordinator.StatusSuspect {
 			continue

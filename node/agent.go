@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -62,6 +63,8 @@ type Agent struct {
 	pub      *publisher            // puts the models this node drives into models
 	registry *prometheus.Registry
 	observer openai.Observer
+
+	revoked atomic.Pointer[map[string]bool] // a client's copy of the revoked node IDs
 
 	stopOnce sync.Once
 	done     chan struct{}
@@ -126,6 +129,7 @@ func (a *Agent) start() error {
 	if err != nil {
 		return err
 	}
+	a.ep.SetRevoked(a.isRevoked)
 	// The RPC methods and the join handler read gossip and Raft state, so
 	// they are registered below, once both exist; a peer calling earlier
 	// gets "unknown method" and retries.
@@ -146,6 +150,7 @@ func (a *Agent) start() error {
 		return err
 	}
 	a.gossip = newGossip(mb)
+	a.gossip.revoked = a.isRevoked
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = a.id
 	mc.BindAddr = orDefault(a.cfg.Bind, "0.0.0.0")
@@ -155,6 +160,8 @@ func (a *Agent) start() error {
 	mc.SecretKey = a.gossipKey
 	mc.Delegate = a.gossip
 	mc.Events = a.gossip
+	mc.Alive = a.gossip
+	mc.Merge = a.gossip
 	mc.Logger = zapio.StdLogger(zap.L().Named("gossip"))
 	if p := a.cfg.Tuning.GossipProbe.or(0); p > 0 {
 		mc.ProbeInterval = p
@@ -320,4 +327,31 @@ func (a *Agent) peerHasState(ctx context.Context, m coordinator.Member) (bool, e
 	var has bool
 	err := transport.Call(ctx, a.ep, m.RPCAddr, transport.KindRPC, coordinator.MethodHasState, nil, &has)
 	return has, err
+}
+
+// isRevoked tells whether node id was removed from the cluster: servers
+// read their state, clients the copy the serving loop keeps.
+func (a *Agent) isRevoked(id string) bool {
+	if a.srv != nil {
+		var gone bool
+		a.srv.FSM().View(func(st *coordinator.State) { _, gone = st.RevokedNodes[id] })
+		return gone
+	}
+	m := a.revoked.Load()
+	return m != nil && (*m)[id]
+}
+
+// noteRevoked takes the revocation list from st and closes the
+// connections of nodes revoked since the last call.
+func (a *Agent) noteRevoked(st *coordinator.State) {
+	old := a.revoked.Load()
+	if old != nil && len(*old) == len(st.RevokedNodes) {
+		return
+	}
+	m := make(map[string]bool, len(st.RevokedNodes))
+	for id := range st.RevokedNodes {
+		m[id] = true
+	}
+	a.revoked.Store(&m)
+	a.ep.CloseRevoked()
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -57,6 +58,28 @@ type gossip struct {
 	nodes  map[string]*memberlist.Node
 	status map[string]coordinator.NodeStatus
 	events chan struct{}
+
+	revoked func(id string) bool // node IDs removed from the cluster
+}
+
+// NotifyAlive implements memberlist.AliveDelegate: a removed node's alive
+// messages are ignored, so it cannot come back through gossip.
+func (g *gossip) NotifyAlive(n *memberlist.Node) error {
+	if g.revoked != nil && g.revoked(n.Name) {
+		return fmt.Errorf("node %s was removed from the cluster", n.Name)
+	}
+	return nil
+}
+
+// NotifyMerge implements memberlist.MergeDelegate: a join or push/pull
+// that brings a removed node is refused.
+func (g *gossip) NotifyMerge(peers []*memberlist.Node) error {
+	for _, n := range peers {
+		if err := g.NotifyAlive(n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func newGossip(m []byte) *gossip {
@@ -183,6 +206,11 @@ func (a *Agent) joinLoop() {
 			var got []string
 			if err := transport.Call(ctx, a.ep, addr, transport.KindRPC, methodSeeds, nil, &got); err == nil {
 				seeds = append(seeds, got...)
+			} else if errors.Is(err, transport.ErrRevoked) {
+				cancel()
+				a.log.Error("the cluster refuses this node: it was removed with 'shoal node rm'; stopping", zap.String("addr", addr), zap.Error(err))
+				go a.close(false) // waits for this loop to return
+				return
 			} else if attempt%10 == 9 {
 				a.log.Warn("cannot reach join address yet", zap.String("addr", addr), zap.Error(err))
 			}

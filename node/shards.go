@@ -45,6 +45,7 @@ func (a *Agent) servingLoop() {
 			changed = a.srv.FSM().Changed()
 		}
 		if st := a.servingState(); st != nil {
+			a.noteRevoked(st)
 			a.shards.Reconcile(wantedShards(st, a.id))
 			a.par.Reconcile(planView(st, a.admin.modelInfo, a.localModel))
 		}

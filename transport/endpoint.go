@@ -22,6 +22,7 @@ import (
 const (
 	codeOK            quic.ApplicationErrorCode = 0
 	codeNoCertificate quic.ApplicationErrorCode = 0x10
+	codeRevoked       quic.ApplicationErrorCode = 0x13
 	codeForbidden     quic.StreamErrorCode      = 0x11
 	codeUnknownKind   quic.StreamErrorCode      = 0x12
 )
@@ -83,7 +84,9 @@ type Endpoint struct {
 	mu       sync.Mutex
 	handlers map[Kind]Handler
 	conns    map[string]*dialEntry
+	accepted map[*quic.Conn]string // node ID of each accepted connection's peer
 	closed   bool
+	revoked  atomic.Pointer[func(id string) bool]
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -129,6 +132,7 @@ func Listen(cfg Config) (*Endpoint, error) {
 		log:      zap.L().Named("transport"),
 		handlers: map[Kind]Handler{},
 		conns:    map[string]*dialEntry{},
+		accepted: map[*quic.Conn]string{},
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.ln, err = e.tr.Listen(cfg.Identity.ServerTLS(), e.qcfg)
@@ -192,9 +196,78 @@ func peerOf(conn *quic.Conn) Peer {
 	return p
 }
 
+// SetRevoked gives the endpoint the cluster's revocation list: connections
+// from or to a node whose certificate it names are refused.
+func (e *Endpoint) SetRevoked(revoked func(id string) bool) { e.revoked.Store(&revoked) }
+
+func (e *Endpoint) isRevoked(id string) bool {
+	f := e.revoked.Load()
+	return id != "" && f != nil && (*f)(id)
+}
+
+// ErrRevoked is the error of a connection refused because a certificate
+// was revoked.
+var ErrRevoked = errors.New("certificate revoked: the node was removed from the cluster (shoal node rm); start it with a fresh --data-dir and a new join token")
+
+// asRevoked turns a peer's revocation close into ErrRevoked.
+func asRevoked(err error) error {
+	var ae *quic.ApplicationError
+	if errors.As(err, &ae) && ae.Remote && ae.ErrorCode == codeRevoked {
+		return fmt.Errorf("%w (%s)", ErrRevoked, ae.ErrorMessage)
+	}
+	return err
+}
+
+func revokedMsg(id string) string {
+	return "certificate of node " + id + " is revoked: it was removed from the cluster (shoal node rm)"
+}
+
+// CloseRevoked closes the open connections of nodes revoked since they
+// connected.
+func (e *Endpoint) CloseRevoked() {
+	var close []*quic.Conn
+	var ids []string
+	e.mu.Lock()
+	for c, id := range e.accepted {
+		if e.isRevoked(id) {
+			close, ids = append(close, c), append(ids, id)
+		}
+	}
+	for addr, d := range e.conns {
+		select {
+		case <-d.done:
+		default:
+			continue
+		}
+		if d.err == nil {
+			if id, _ := PeerIdentity(d.conn.ConnectionState().TLS.PeerCertificates); e.isRevoked(id) {
+				close, ids = append(close, d.conn), append(ids, id)
+				delete(e.conns, addr)
+			}
+		}
+	}
+	e.mu.Unlock()
+	for i, c := range close {
+		_ = c.CloseWithError(codeRevoked, revokedMsg(ids[i]))
+	}
+}
+
 func (e *Endpoint) serveConn(conn *quic.Conn) {
 	defer e.wg.Done()
 	peer := peerOf(conn)
+	if e.isRevoked(peer.ID) {
+		e.log.Warn("refused a removed node", zap.String("id", peer.ID), zap.Stringer("addr", peer.Addr))
+		_ = conn.CloseWithError(codeRevoked, revokedMsg(peer.ID))
+		return
+	}
+	e.mu.Lock()
+	e.accepted[conn] = peer.ID
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.accepted, conn)
+		e.mu.Unlock()
+	}()
 	for {
 		s, err := conn.AcceptStream(e.ctx)
 		if err != nil {
@@ -250,6 +323,9 @@ func (e *Endpoint) Dial(ctx context.Context, addr string, k Kind) (*Stream, erro
 			if ctx.Err() != nil {
 				return nil, err
 			}
+			if err := asRevoked(err); errors.Is(err, ErrRevoked) {
+				return nil, err
+			}
 			continue
 		}
 		if _, err := s.Write([]byte{byte(k)}); err != nil {
@@ -300,6 +376,12 @@ func (e *Endpoint) conn(ctx context.Context, addr string) (*quic.Conn, error) {
 	e.mu.Unlock()
 
 	d.conn, d.err = e.dialConn(ctx, addr, e.cfg.Identity.ClientTLS())
+	if d.err == nil {
+		if id, _ := PeerIdentity(d.conn.ConnectionState().TLS.PeerCertificates); e.isRevoked(id) {
+			_ = d.conn.CloseWithError(codeRevoked, revokedMsg(id))
+			d.conn, d.err = nil, fmt.Errorf("dial %s: %s", addr, revokedMsg(id))
+		}
+	}
 	close(d.done)
 	if d.err != nil {
 		e.mu.Lock()

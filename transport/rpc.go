@@ -136,7 +136,7 @@ func CallStream(ctx context.Context, st *Stream, method string, in, out any) err
 	_ = st.CloseWrite()
 	raw, err := ReadFrame(st, DefaultMaxFrame)
 	if err != nil {
-		return fmt.Errorf("rpc %s: %w", method, err)
+		return fmt.Errorf("rpc %s: %w", method, asRevoked(err))
 	}
 	var resp rpcResponse
 	if err := json.Unmarshal(raw, &resp); err != nil {

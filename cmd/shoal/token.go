@@ -25,9 +25,10 @@ models) or read (status, lists, dashboard).
   shoal token create --ttl 24h --description "office linux box"
   shoal token create --kind admin
   shoal token ls
+  shoal token rotate abc123
   shoal token revoke abc123`,
 	}
-	cmd.AddCommand(tokenCreateCmd(), tokenLsCmd(), tokenRevokeCmd())
+	cmd.AddCommand(tokenCreateCmd(), tokenLsCmd(), tokenRotateCmd(), tokenRevokeCmd())
 	return cmd
 }
 
@@ -130,6 +131,41 @@ already joined keep their certificates. The bootstrap secret has the ID
 		RunE: f.actOnName(func(ctx context.Context, c *api.Client, name string) error {
 			return c.RevokeToken(ctx, name)
 		}, "id", "token", "revoked"),
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func tokenRotateCmd() *cobra.Command {
+	var f clusterFlags
+	cmd := &cobra.Command{
+		Use:   "rotate ID",
+		Short: "Give a token a new secret; the old secret stops working",
+		Long: `Rotate a token: it keeps its ID, kind, scope and expiry, and gets a new
+secret, printed once. The old secret stops admitting nodes and authorizing
+API calls at once; nodes that already joined keep their certificates. Use
+it when a join token or key may have leaked but its holders should go on
+(hand them the new one). The bootstrap secret is not rotated: revoke it.
+
+  shoal token rotate abc123
+  shoal token rotate abc123 -o json`,
+		Args: exactArgs(1, "a token ID (see 'shoal token ls')"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, cancel, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			t, err := c.RotateToken(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if f.json() {
+				return printJSON(cmd.OutOrStdout(), t)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), t.Secret)
+			return nil
+		},
 	}
 	f.register(cmd)
 	return cmd
