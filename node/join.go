@@ -76,6 +76,12 @@ func (a *Agent) setupIdentity(ctx context.Context) error {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("identity in %s: %w", tlsDir, err)
 	}
+	// An API key taken for a secret would derive a CA of its own, and the
+	// node would retry forever against servers that never trust it.
+	if id, _, _, ok := parseToken(a.bootstrapSecret); ok {
+		return fmt.Errorf("--token %s.… has the form of an API key (ID.secret), not of a join token (ID.secret.CA-hash) "+
+			"or a bootstrap secret: a new node joins with a token from 'shoal token create'", id)
+	}
 	switch {
 	case token == "" && a.cfg.Server && a.cfg.BootstrapExpect == 1:
 		a.bootstrapSecret = randomString(32)
