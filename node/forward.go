@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"shoal/api"
 	"shoal/coordinator"
 	"shoal/parallel"
 	"shoal/transport"
@@ -36,6 +37,9 @@ type forwarder struct {
 	local   func(model string) bool     // this agent serves model itself
 	// keyModels gives the models an API key is limited to (none: all).
 	keyModels func(ctx context.Context, key string, list bool) ([]string, error)
+	// authorize checks a request's key for scope (and, for inference,
+	// model) here, before the request leaves without it.
+	authorize func(ctx context.Context, key string, scope api.Scope, model string) error
 	routes    routeSource
 }
 
@@ -51,7 +55,25 @@ func (a *Agent) newForwarder() *forwarder {
 		self: a.id, ep: a.ep, log: a.log.Named("forward"), members: a.gossip.Members, routes: a.par,
 		local:     func(model string) bool { _, ok := a.models.Model(model); return ok },
 		keyModels: a.admin.InferenceKey,
+		authorize: func(ctx context.Context, key string, scope api.Scope, model string) error {
+			if scope != api.ScopeInference {
+				return a.admin.Authorize(ctx, key, scope)
+			}
+			models, err := a.admin.InferenceKey(ctx, key, false)
+			if err == nil && len(models) > 0 && !slices.Contains(models, model) {
+				err = fmt.Errorf("the key may not use model %s", model)
+			}
+			return err
+		},
 	}
+}
+
+// keyAllows checks the request's API key for scope at this agent; a
+// request it refuses goes to the local handler, which answers the refusal
+// as it answers any other.
+func (f *forwarder) keyAllows(r *http.Request, scope api.Scope, model string) bool {
+	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && f.authorize != nil && f.authorize(r.Context(), strings.TrimSpace(key), scope, model) == nil
 }
 
 // rpcAddr is the QUIC address of an alive peer, or "".
@@ -174,6 +196,10 @@ func (f *forwarder) toDistDriver(w http.ResponseWriter, r *http.Request, rt para
 	}
 	addr := ""
 	if rt.Node != f.self && rt.Ready {
+		if !f.keyAllows(r, api.ScopeInference, rt.Model) {
+			local.ServeHTTP(w, r)
+			return
+		}
 		addr = f.rpcAddr(rt.Node)
 	}
 	if addr == "" {
@@ -214,7 +240,7 @@ func (f *forwarder) admin(local http.Handler) http.Handler {
 		if !forwarded && ok && rt.Node != f.self {
 			addr = f.rpcAddr(rt.Node)
 		}
-		if addr == "" {
+		if addr == "" || !f.keyAllows(r, api.ScopeAdmin, rt.Model) {
 			local.ServeHTTP(w, r)
 			return
 		}

@@ -39,17 +39,19 @@ func forwardPair(t *testing.T) (front, driver *transport.Endpoint) {
 
 // TestForwardStreamsEvents: a request passed over the transport reaches
 // the driver's routes marked as forwarded with its model, headers and raw
-// body; each event the driver flushes reaches the client before the next
-// is written; an answer cut mid-stream ends with an error event; a driver
-// that cannot be reached gives an OpenAI error; and a peer may forward
-// nothing but completions and cluster runs.
+// body, but not the user's API key or cookies, which stay at the front
+// agent; each event the driver flushes reaches the client before the
+// next is written; an answer cut mid-stream ends with an error event; a
+// driver that cannot be reached gives an OpenAI error; and a peer may
+// forward nothing but completions and cluster runs.
 func TestForwardStreamsEvents(t *testing.T) {
 	frontEP, driverEP := forwardPair(t)
 	step := make(chan struct{})
 	const reqBody = `{"model":"m","stream":true}`
+	const userKey = "sk-user-key-0123456789" // stays at the front agent
 	(&forwarder{ep: driverEP, log: zap.NewNop()}).serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		if fr, ok := forwardedOf(r); !ok || fr.model != "m" || fr.from != "front" || r.Header.Get("Authorization") != "Bearer k" || string(b) != reqBody {
+		if fr, ok := forwardedOf(r); !ok || fr.model != "m" || fr.from != "front" || r.Header.Get("Authorization") != "Bearer "+forwardGrant || strings.Contains(fmt.Sprint(r.Header), userKey) || string(b) != reqBody {
 			http.Error(w, fmt.Sprintf("forwarded %+v %v %q %q", fr, ok, r.Header, b), http.StatusBadRequest)
 			return
 		}
@@ -73,7 +75,8 @@ func TestForwardStreamsEvents(t *testing.T) {
 	defer front.Close()
 	do := func(path, to string) *http.Response {
 		req, _ := http.NewRequest("POST", front.URL+path, strings.NewReader(reqBody))
-		req.Header.Set("Authorization", "Bearer k")
+		req.Header.Set("Authorization", "Bearer "+userKey)
+		req.Header.Set("Cookie", "session="+userKey)
 		req.Header.Set("X-To", to)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -131,15 +131,32 @@ func TestForwardToServingAgent(t *testing.T) {
 	if code != 404 || !strings.Contains(body, "model_not_found") {
 		t.Fatalf("unknown model: %d %s", code, body)
 	}
-	// Without a key the serving agent refuses the forwarded request.
-	req, _ = http.NewRequest("POST", front+"/v1/chat/completions", strings.NewReader(`{"model":"tiny","messages":[{"role":"user","content":"hi"}]}`))
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 401 {
-		t.Fatalf("no key: %d", resp.StatusCode)
+	// The front agent checks the key before passing a request on (the
+	// serving agent never sees it): no key, a key for other models, and
+	// the marker that stands in for checked keys between agents, sent
+	// over HTTP, are refused.
+	for _, c := range []struct {
+		agent, key string
+		want       int
+	}{
+		{front, "", 401},
+		{front, limited.Secret, 404},
+		{front, "shoal-forwarded-request", 401},
+		{"http://" + a.HTTPAddr(), "shoal-forwarded-request", 401},
+	} {
+		req, _ = http.NewRequest("POST", c.agent+"/v1/chat/completions", strings.NewReader(`{"model":"tiny","messages":[{"role":"user","content":"hi"}]}`))
+		if c.key != "" {
+			req.Header.Set("Authorization", "Bearer "+c.key)
+		}
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("key %q at %s: %d %s, want %d", c.key, c.agent, resp.StatusCode, b, c.want)
+		}
 	}
 
 	// The serving agent dies: until gossip notices, the front answers with

@@ -44,6 +44,13 @@ func forwardedOf(r *http.Request) (forwardedReq, bool) {
 	return fr, ok
 }
 
+// forwardGrant stands in for the user's API key on a forwarded request:
+// the sending agent checked the key, and a key never leaves the agent it
+// was sent to (a node that drives a model sees the prompts it serves, not
+// the keys of the users who send them). The receiver honours it only on
+// requests that came over the transport.
+const forwardGrant = "shoal-forwarded-request"
+
 // hopHeaders are not passed on either way (the body is framed by the
 // stream, and each side keeps its own connection).
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Te", "Trailer", "Upgrade", "Content-Length"}
@@ -59,7 +66,10 @@ func passHeader(h http.Header) http.Header {
 // send passes r, whose body is body, to the agent at to.addr and streams
 // its answer to w; fail answers when that agent cannot be reached.
 func (f *forwarder) send(w http.ResponseWriter, r *http.Request, to target, body []byte, fail func(w http.ResponseWriter, status int, code, msg string)) {
-	head := transport.ForwardHead{Method: r.Method, Path: r.URL.RequestURI(), Model: to.model, Header: passHeader(r.Header)}
+	h := passHeader(r.Header)
+	h.Del("Authorization")
+	h.Del("Cookie")
+	head := transport.ForwardHead{Method: r.Method, Path: r.URL.RequestURI(), Model: to.model, Header: h}
 	f.log.Debug("forwarding request", zap.String("to", to.name), zap.String("path", r.URL.Path), zap.String("model", to.model))
 	reply, rb, err := transport.Forward(r.Context(), f.ep, to.addr, head, body)
 	if err != nil {
@@ -144,6 +154,7 @@ func (f *forwarder) serve(h http.Handler) {
 		if r.Header == nil {
 			r.Header = http.Header{}
 		}
+		r.Header.Set("Authorization", "Bearer "+forwardGrant)
 		r.RemoteAddr = peer.Addr.String()
 		r.RequestURI = head.Path
 		h.ServeHTTP(sw, r)
