@@ -175,13 +175,19 @@ type State struct {
 	Plans  map[string]*placement.Plan `json:"plans"`           // by model name, written by the leader's planner
 	Shards map[string]*ShardStatus    `json:"shards"`          // by ShardKey
 	Links  map[string]*LinkStat       `json:"links,omitempty"` // by "from>to"
-	Index  uint64                     `json:"index"`           // raft index of the last applied command
+	// HTTPSCA signs the agents' HTTPS certificates (nil until the first
+	// leader creates it).
+	HTTPSCA *HTTPSCA `json:"https_ca,omitempty"`
+	Index   uint64   `json:"index"` // raft index of the last applied command
 }
 
 // Redacted is a copy of the state for a client node: the tokens without
-// their secret hashes.
+// their secret hashes, the HTTPS CA without its key.
 func (s *State) Redacted() *State {
 	out := *s
+	if s.HTTPSCA != nil {
+		out.HTTPSCA = &HTTPSCA{CertPEM: s.HTTPSCA.CertPEM}
+	}
 	out.Tokens = make(map[string]*Token, len(s.Tokens))
 	for id, t := range s.Tokens {
 		c := *t
