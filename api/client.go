@@ -16,8 +16,8 @@ import (
 	"time"
 )
 
-// DefaultAddr is where the CLI finds the local agent (https with a CA:
-// see NewClientCA).
+// DefaultAddr is where the CLI finds the local agent (cmd/shoal uses
+// https there when it is given the cluster's HTTPS CA).
 const DefaultAddr = "http://127.0.0.1:7948"
 
 // CAHint tells the operator how to make the CLI trust an agent's HTTPS
@@ -31,22 +31,26 @@ type Client struct {
 	HTTP  *http.Client
 }
 
-// NewClientCA is NewClient trusting the CA certificates in caPEM (PEM)
-// for HTTPS, and only them. With a CA, an address without a scheme means
-// https.
+// NewClientCA is NewClient trusting the CA certificates in caPEM (PEM),
+// and only them, for https addresses.
 func NewClientCA(addr, token string, caPEM []byte) (*Client, error) {
-	if addr == "" {
-		addr = os.Getenv("SHOAL_ADDR")
-	}
-	if addr == "" {
-		addr = strings.TrimPrefix(DefaultAddr, "http://")
-	}
-	if len(caPEM) > 0 && !strings.Contains(addr, "://") {
-		addr = "https://" + addr
-	}
 	c := NewClient(addr, token)
 	if len(caPEM) == 0 {
 		return c, nil
+	}
+	hc, err := HTTPClientCA(caPEM, c.HTTP.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	c.HTTP = hc
+	return c, nil
+}
+
+// HTTPClientCA is an HTTP client that trusts the CA certificates in
+// caPEM, and only them, for https (no CA: the system's roots).
+func HTTPClientCA(caPEM []byte, timeout time.Duration) (*http.Client, error) {
+	if len(caPEM) == 0 {
+		return &http.Client{Timeout: timeout}, nil
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
@@ -54,12 +58,11 @@ func NewClientCA(addr, token string, caPEM []byte) (*Client, error) {
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	c.HTTP.Transport = tr
-	return c, nil
+	return &http.Client{Timeout: timeout, Transport: tr}, nil
 }
 
 // NewClient builds a client from addr and token, falling back to
-// SHOAL_ADDR and SHOAL_TOKEN.
+// SHOAL_ADDR and SHOAL_TOKEN. An address without a scheme means http.
 func NewClient(addr, token string) *Client {
 	if addr == "" {
 		addr = os.Getenv("SHOAL_ADDR")
@@ -129,6 +132,8 @@ func (c *Client) doRaw(ctx context.Context, method, path string, in any, read fu
 			return fmt.Errorf("the agent at %s presents an HTTPS certificate this CLI does not trust (%v): %s", c.Addr, err, CAHint)
 		case errors.As(err, &hostErr):
 			return fmt.Errorf("the agent at %s presents an HTTPS certificate for other names (%v): use an address it names, e.g. its node name or IP", c.Addr, err)
+		case strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+			return fmt.Errorf("the agent at %s serves plain HTTP: use --addr http://%s", c.Addr, strings.TrimPrefix(c.Addr, "https://"))
 		}
 		return fmt.Errorf("cannot reach agent at %s: %v (is 'shoal agent' running? set SHOAL_ADDR)", c.Addr, err)
 	}
