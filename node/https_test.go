@@ -2,14 +2,20 @@ package node_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -228,4 +234,52 @@ func TestHTTPSClients(t *testing.T) {
 		}
 		t.Logf("chat completion over HTTPS: %q (%d tokens)", res.Choices[0].Message.Content, res.Usage.CompletionTokens)
 	})
+}
+
+// TestHTTPSOperatorCertificate: with --tls-cert/--tls-key the API serves
+// the operator's certificate (any key type; here Ed25519), even on
+// loopback, and no certificate of the cluster's CA.
+func TestHTTPSOperatorCertificate(t *testing.T) {
+	dir := t.TempDir()
+	pub, key, _ := ed25519.GenerateKey(rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(42), Subject: pkix.Name{CommonName: "operator"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalPKCS8PrivateKey(key)
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	_ = os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	_ = os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600)
+
+	c := tc.NewWith(t, 1, func(i int, cfg *node.Config) { cfg.TLSCert, cfg.TLSKey = certFile, keyFile })
+	a := c.Members[0].Agent
+	if !strings.HasPrefix(a.HTTPURL(), "https://") {
+		t.Fatalf("agent with --tls-cert serves %s", a.HTTPURL())
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	leaf, err := leafFor(a.HTTPAddr(), "127.0.0.1", pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leaf.SerialNumber.Int64() != 42 {
+		t.Fatalf("served certificate %v, want the operator's", leaf.Subject)
+	}
+	code, _, err := func() (int, string, error) {
+		req, _ := http.NewRequest("GET", a.HTTPURL()+"/v1/models", nil)
+		req.Header.Set("Authorization", "Bearer "+tc.Secret)
+		resp, err := httpsClient(pool).Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, "", nil
+	}()
+	if err != nil || code != 200 {
+		t.Fatalf("GET /v1/models with the operator's certificate: %d %v", code, err)
+	}
 }
