@@ -49,6 +49,16 @@ func (f *clusterFlags) client() (*api.Client, context.Context, context.CancelFun
 	return c, ctx, cancel, nil
 }
 
+// apiClient is an API client of the agent at addr trusting the cluster's
+// HTTPS CA the CLI finds (loadCA without a flag).
+func apiClient(addr, key string) (*api.Client, error) {
+	addr, ca, err := agentAddr(addr, "")
+	if err != nil {
+		return nil, err
+	}
+	return api.NewClientCA(addr, key, ca)
+}
+
 // agentAddr is the agent's base URL (--addr, else $SHOAL_ADDR, else the
 // local agent) and the HTTPS CA to trust there (see loadCA). An address
 // without a scheme means https when the CA was given (--cacert or
