@@ -3,7 +3,10 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,8 +16,13 @@ import (
 	"time"
 )
 
-// DefaultAddr is where the CLI finds the local agent.
+// DefaultAddr is where the CLI finds the local agent (cmd/shoal uses
+// https there when it is given the cluster's HTTPS CA).
 const DefaultAddr = "http://127.0.0.1:7948"
+
+// CAHint tells the operator how to make the CLI trust an agent's HTTPS
+// certificate.
+const CAHint = "set SHOAL_CACERT (or --cacert) to the cluster's HTTPS CA: <data-dir>/tls/https-ca.pem of any agent"
 
 // Client calls an agent's admin API.
 type Client struct {
@@ -23,8 +31,38 @@ type Client struct {
 	HTTP  *http.Client
 }
 
+// NewClientCA is NewClient trusting the CA certificates in caPEM (PEM),
+// and only them, for https addresses.
+func NewClientCA(addr, token string, caPEM []byte) (*Client, error) {
+	c := NewClient(addr, token)
+	if len(caPEM) == 0 {
+		return c, nil
+	}
+	hc, err := HTTPClientCA(caPEM, c.HTTP.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	c.HTTP = hc
+	return c, nil
+}
+
+// HTTPClientCA is an HTTP client that trusts the CA certificates in
+// caPEM, and only them, for https (no CA: the system's roots).
+func HTTPClientCA(caPEM []byte, timeout time.Duration) (*http.Client, error) {
+	if len(caPEM) == 0 {
+		return &http.Client{Timeout: timeout}, nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("the CA file holds no PEM certificate")
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &http.Client{Timeout: timeout, Transport: tr}, nil
+}
+
 // NewClient builds a client from addr and token, falling back to
-// SHOAL_ADDR and SHOAL_TOKEN.
+// SHOAL_ADDR and SHOAL_TOKEN. An address without a scheme means http.
 func NewClient(addr, token string) *Client {
 	if addr == "" {
 		addr = os.Getenv("SHOAL_ADDR")
@@ -86,12 +124,26 @@ func (c *Client) doRaw(ctx context.Context, method, path string, in any, read fu
 		if ok := asURLError(err, &ue); ok {
 			err = ue.Err
 		}
+		var unknown x509.UnknownAuthorityError
+		var hostErr x509.HostnameError
+		var verr *tls.CertificateVerificationError
+		switch {
+		case errors.As(err, &unknown) || (errors.As(err, &verr) && !errors.As(err, &hostErr)):
+			return fmt.Errorf("the agent at %s presents an HTTPS certificate this CLI does not trust (%v): %s", c.Addr, err, CAHint)
+		case errors.As(err, &hostErr):
+			return fmt.Errorf("the agent at %s presents an HTTPS certificate for other names (%v): use an address it names, e.g. its node name or IP", c.Addr, err)
+		case strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+			return fmt.Errorf("the agent at %s serves plain HTTP: use --addr http://%s", c.Addr, strings.TrimPrefix(c.Addr, "https://"))
+		}
 		return fmt.Errorf("cannot reach agent at %s: %v (is 'shoal agent' running? set SHOAL_ADDR)", c.Addr, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	if err != nil {
 		return err
+	}
+	if resp.StatusCode == http.StatusBadRequest && strings.HasPrefix(c.Addr, "http://") && bytes.Contains(b, []byte("HTTP request to an HTTPS server")) {
+		return fmt.Errorf("the agent at %s serves HTTPS: use --addr https://%s and %s", c.Addr, strings.TrimPrefix(c.Addr, "http://"), CAHint)
 	}
 	if resp.StatusCode >= 300 {
 		var e Error

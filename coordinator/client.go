@@ -24,10 +24,11 @@ const (
 	MethodApply      = "Cluster.Apply"
 	MethodRemoveNode = "Cluster.RemoveNode"
 	MethodLeave      = "Agent.Leave"
+	MethodHTTPSCert  = "Cluster.HTTPSCert"
 )
 
 // ServerMethods are the methods Client.Handle answers.
-var ServerMethods = []string{MethodHasState, MethodState, MethodApply, MethodRemoveNode}
+var ServerMethods = []string{MethodHasState, MethodState, MethodApply, MethodRemoveNode, MethodHTTPSCert}
 
 // ApplyRequest is a command sent to the leader. Forwarded marks a request
 // a server passed on, so it travels at most one hop.
@@ -202,8 +203,10 @@ func (c *Client) removeNode(ctx context.Context, req RemoveRequest) error {
 }
 
 // Handle answers a server's side of ServerMethods for a peer's Client. A
-// client node (peer role client) reads the state without token hashes and
-// writes only its own reports unless it relays an operator's admin key.
+// client node (peer role client) reads the state without token hashes or
+// the HTTPS CA key and writes only its own reports unless it relays an
+// operator's admin key. Any server signs a node's HTTPS certificate, for
+// the names the cluster knows that node by.
 func (c *Client) Handle(ctx context.Context, peer Peer, method string, body json.RawMessage) (any, error) {
 	if c.srv == nil {
 		return nil, &Error{Code: http.StatusBadRequest, Msg: "this agent is not a server"}
@@ -235,6 +238,12 @@ func (c *Client) Handle(ctx context.Context, peer Peer, method string, body json
 			return nil, &Error{Code: http.StatusForbidden, Msg: "removing a node needs an admin key"}
 		}
 		return nil, c.removeNode(ctx, req)
+	case MethodHTTPSCert:
+		req, err := decodeHTTPSCertRequest(body)
+		if err != nil {
+			return nil, err
+		}
+		return c.issueHTTPS(peer, req)
 	}
 	return nil, &Error{Code: http.StatusNotFound, Msg: "unknown cluster method " + method}
 }

@@ -32,10 +32,13 @@ const (
 	// LinkReportType is sent with IgnoreUnknownTypeFlag: a server that
 	// predates it skips link reports.
 	LinkReportType MessageType = 10
+	// HTTPSCASetType is sent with IgnoreUnknownTypeFlag: a server that
+	// predates it keeps no HTTPS CA and signs no HTTPS certificates.
+	HTTPSCASetType MessageType = 11
 	// NodeRevokeType revokes a removed node's certificate.
-	NodeRevokeType MessageType = 11
+	NodeRevokeType MessageType = 12
 	// TokenRotateType gives a token a new secret.
-	TokenRotateType MessageType = 12
+	TokenRotateType MessageType = 13
 )
 
 // RegisterNodeRequest upserts a node from gossip. Draining and RegisteredAt
@@ -157,6 +160,21 @@ func notFound(what, id string) error {
 
 // commands is the command table.
 var commands = map[MessageType]handler{
+	HTTPSCASetType: func(s *State, _ uint64, body []byte) any {
+		r, err := decode[HTTPSCASetRequest](body)
+		if err != nil {
+			return err
+		}
+		if r.CA.CertPEM == "" || r.CA.KeyPEM == "" {
+			return errorf(http.StatusBadRequest, "HTTPS CA without a certificate or key")
+		}
+		if s.HTTPSCA != nil {
+			return errorf(http.StatusConflict, "the cluster has an HTTPS CA")
+		}
+		ca := r.CA
+		s.HTTPSCA = &ca
+		return nil
+	},
 	RegisterNodeType: func(s *State, _ uint64, body []byte) any {
 		r, err := decode[RegisterNodeRequest](body)
 		if err != nil {

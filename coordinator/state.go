@@ -179,13 +179,19 @@ type State struct {
 	// RevokedNodes are the node IDs removed with `shoal node rm`: their
 	// certificates are refused on every connection.
 	RevokedNodes map[string]time.Time `json:"revoked_nodes,omitempty"`
-	Index        uint64               `json:"index"` // raft index of the last applied command
+	// HTTPSCA signs the agents' HTTPS certificates (nil until the first
+	// leader creates it).
+	HTTPSCA *HTTPSCA `json:"https_ca,omitempty"`
+	Index   uint64   `json:"index"` // raft index of the last applied command
 }
 
 // Redacted is a copy of the state for a client node: the tokens without
-// their secret hashes.
+// their secret hashes, the HTTPS CA without its key.
 func (s *State) Redacted() *State {
 	out := *s
+	if s.HTTPSCA != nil {
+		out.HTTPSCA = &HTTPSCA{CertPEM: s.HTTPSCA.CertPEM}
+	}
 	out.Tokens = make(map[string]*Token, len(s.Tokens))
 	for id, t := range s.Tokens {
 		c := *t

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -50,6 +51,7 @@ type Agent struct {
 	fwd     *forwarder
 	http    *http.Server
 	httpLn  net.Listener
+	https   *httpsCert // nil when the API is plain HTTP
 	advIP   string
 	seeds   []string
 
@@ -103,18 +105,30 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := a.setupHTTPS(); err != nil {
+		return nil, err
+	}
 	if err := a.start(); err != nil {
 		a.close(false)
 		return nil, err
 	}
 	a.log.Info("agent started", zap.String("id", a.id), zap.String("role", a.role),
-		zap.String("quic", a.RPCAddr()), zap.String("gossip", a.GossipAddr()), zap.String("http", a.HTTPAddr()))
+		zap.String("quic", a.RPCAddr()), zap.String("gossip", a.GossipAddr()), zap.String("api", a.HTTPURL()))
 	a.bg.Add(4)
 	go a.registerLocal(local)
 	go a.joinLoop()
 	go a.servingLoop()
 	go a.linkLoop()
+	if a.clusterCert() {
+		a.bg.Add(1)
+		go a.httpsLoop()
+	}
+	if a.srv != nil {
+		a.bg.Add(1)
+		go a.httpsCALoop()
+	}
 	if cfg.BootstrapExpect == 1 {
+		a.awaitHTTPS(ctx, 30*time.Second)
 		a.awaitLocal(ctx, 30*time.Second)
 	}
 	return a, nil
@@ -213,9 +227,17 @@ func (a *Agent) start() error {
 		return err
 	}
 	a.fwd = a.newForwarder()
-	a.http = &http.Server{Handler: a.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	a.http = &http.Server{Handler: a.httpHandler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: zapio.StdLogger(a.log.Named("http"))}
 	a.fwd.serve(a.http.Handler) // requests peers pass on take the same routes
-	go func() { _ = a.http.Serve(a.httpLn) }()
+	if a.https != nil {
+		// GetCertificate: the server starts before the cluster has signed
+		// the node's certificate; handshakes fail until it has.
+		a.http.TLSConfig = &tls.Config{GetCertificate: a.https.get, MinVersion: tls.VersionTLS12}
+		go func() { _ = a.http.ServeTLS(a.httpLn, "", "") }()
+	} else {
+		go func() { _ = a.http.Serve(a.httpLn) }()
+	}
 	return nil
 }
 
@@ -237,6 +259,18 @@ func (a *Agent) Server() *coordinator.Server { return a.srv }
 
 // HTTPAddr is where the admin API listens (loopback if bound to any).
 func (a *Agent) HTTPAddr() string { return a.localAddr(a.httpLn.Addr().(*net.TCPAddr).Port) }
+
+// HTTPURL is the base URL of the API: https://host:port or, on loopback
+// or with --insecure-http, http://host:port.
+func (a *Agent) HTTPURL() string {
+	if a.https != nil {
+		return "https://" + a.HTTPAddr()
+	}
+	return "http://" + a.HTTPAddr()
+}
+
+// HTTPS reports whether the API serves HTTPS.
+func (a *Agent) HTTPS() bool { return a.https != nil }
 
 // RPCAddr is the advertised QUIC address.
 func (a *Agent) RPCAddr() string { return net.JoinHostPort(a.advIP, strconv.Itoa(a.ep.Addr().Port)) }
@@ -303,9 +337,11 @@ func (a *Agent) close(graceful bool) {
 	})
 }
 
-// onLeader seeds the state with the bootstrap secret's hash, so every
-// server can check it as a join token and API key.
+// onLeader creates the cluster's HTTPS CA the first time, and seeds the
+// state with the bootstrap secret's hash, so every server can check it as
+// a join token and API key.
 func (a *Agent) onLeader() {
+	a.ensureHTTPSCA()
 	if a.bootstrapSecret == "" {
 		return
 	}

@@ -13,18 +13,26 @@ import (
 // Config of an agent. Ports of 0 pick a free port (tests); the CLI fills
 // in the defaults.
 type Config struct {
-	Name            string        `json:"name"`
-	DataDir         string        `json:"data_dir"`
-	Bind            string        `json:"bind"`      // IP to listen on
-	Advertise       string        `json:"advertise"` // IP others reach this node at
-	GossipPort      int           `json:"gossip_port"`
-	QUICPort        int           `json:"quic_port"`
-	HTTPPort        int           `json:"http_port"`
-	Join            []string      `json:"join"` // QUIC addresses (host or host:port) of agents
-	BootstrapExpect int           `json:"bootstrap_expect"`
-	Server          bool          `json:"server"`
-	Token           string        `json:"token"`
-	Models          []ModelConfig `json:"models"` // models served whole on this machine
+	Name            string   `json:"name"`
+	DataDir         string   `json:"data_dir"`
+	Bind            string   `json:"bind"`      // IP to listen on
+	Advertise       string   `json:"advertise"` // IP others reach this node at
+	GossipPort      int      `json:"gossip_port"`
+	QUICPort        int      `json:"quic_port"`
+	HTTPPort        int      `json:"http_port"`
+	Join            []string `json:"join"` // QUIC addresses (host or host:port) of agents
+	BootstrapExpect int      `json:"bootstrap_expect"`
+	Server          bool     `json:"server"`
+	Token           string   `json:"token"`
+	// HTTPS of the HTTP API: HTTPSAuto ("" too) serves HTTPS unless Bind
+	// is a loopback address, HTTPSOn always, HTTPSOff never
+	// (--insecure-http).
+	HTTPS string `json:"https"`
+	// TLSCert and TLSKey are the operator's certificate and key (PEM) for
+	// the HTTP API, in place of one the cluster's HTTPS CA signs.
+	TLSCert string        `json:"tls_cert"`
+	TLSKey  string        `json:"tls_key"`
+	Models  []ModelConfig `json:"models"` // models served whole on this machine
 	// MemoryLimit caps the memory this node advertises to the planner, in
 	// bytes (0: what the machine has free).
 	MemoryLimit uint64 `json:"memory_limit"`
@@ -118,6 +126,17 @@ func (c *Config) Validate() error {
 		if p.v < 0 || p.v > 65535 {
 			return fmt.Errorf("%s %d is not a port", p.name, p.v)
 		}
+	}
+	switch c.HTTPS {
+	case "", HTTPSAuto, HTTPSOn, HTTPSOff:
+	default:
+		return fmt.Errorf("https %q: want auto, on or off", c.HTTPS)
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if c.TLSCert != "" && c.HTTPS == HTTPSOff {
+		return errors.New("--tls-cert with --insecure-http: choose one")
 	}
 	if c.BootstrapExpect < 0 {
 		return fmt.Errorf("--bootstrap-expect %d: want a positive number of servers", c.BootstrapExpect)

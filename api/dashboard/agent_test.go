@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -34,6 +35,12 @@ func writeModel(t testing.TB, dir string) string {
 // and waits until it leads and lists itself.
 func startAgent(t testing.TB) (*node.Agent, string) {
 	t.Helper()
+	return startAgentWith(t, nil)
+}
+
+// startAgentWith is startAgent after edit changed the configuration.
+func startAgentWith(t testing.TB, edit func(*node.Config)) (*node.Agent, string) {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := node.Config{
 		Name: nodeName, DataDir: filepath.Join(dir, "data"), Bind: "127.0.0.1",
@@ -41,14 +48,22 @@ func startAgent(t testing.TB) (*node.Agent, string) {
 		Server: true, BootstrapExpect: 1, Token: nodetest.Secret, Version: "test", Tuning: nodetest.Tuning,
 		Models: []node.ModelConfig{{Path: writeModel(t, dir), Ctx: 2048, Threads: 2, MaxSeqs: 8}},
 	}
+	if edit != nil {
+		edit(&cfg)
+	}
 	a, err := node.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.Shutdown(false) })
-	base := "http://" + a.HTTPAddr()
+	base := a.HTTPURL()
+	ca, _ := os.ReadFile(node.HTTPSCAPath(cfg.DataDir)) // none on plain HTTP
+	cl, err := api.NewClientCA(base, nodetest.Secret, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
 	nodetest.Eventually(t, 20*time.Second, "the agent to lead and list itself", func() bool {
-		nodes, err := api.NewClient(a.HTTPAddr(), nodetest.Secret).Nodes(context.Background())
+		nodes, err := cl.Nodes(context.Background())
 		return err == nil && len(nodes) == 1 && nodes[0].Name == nodeName
 	})
 	return a, base

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"shoal/api"
 	"shoal/engine/enginetest"
+	"shoal/node"
 	"shoal/node/nodetest"
 )
 
@@ -169,4 +171,87 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err != nil || !hidden {
 		t.Fatalf("after a reload the key form shows (err %v): the key was not kept", err)
 	}
+}
+
+// TestDashboardInBrowserOverHTTPS loads the dashboard of an agent serving
+// HTTPS in headless Chromium that trusts the cluster's HTTPS CA the way a
+// person's browser would: the CA is imported into the NSS database of the
+// browser's home (certutil), with no certificate error ignored. The page
+// fills with the node and its model once given the key. The same browser
+// without the CA refuses the page, so the trust is what makes it load.
+func TestDashboardInBrowserOverHTTPS(t *testing.T) {
+	chrome := chromePath()
+	if chrome == "" {
+		t.Skip("no Chromium binary found (Debian: apt-get install chromium; or set SHOAL_CHROME): dashboard HTTPS browser test skipped")
+	}
+	certutil, err := exec.LookPath("certutil")
+	if err != nil {
+		t.Skip("no certutil to give Chromium the cluster's HTTPS CA (Debian: apt-get install libnss3-tools): dashboard HTTPS browser test skipped")
+	}
+	var dataDir string
+	_, base := startAgentWith(t, func(c *node.Config) { c.HTTPS = node.HTTPSOn; dataDir = c.DataDir })
+	if !strings.HasPrefix(base, "https://") {
+		t.Fatalf("agent forced to HTTPS serves %s", base)
+	}
+
+	// browser starts Chromium with home as HOME; trustCA imports the CA
+	// into that home's NSS database.
+	browser := func(ctx context.Context, home string) (context.Context, context.CancelFunc) {
+		opts := append(chromedp.DefaultExecAllocatorOptions[:],
+			chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.Flag("disable-dev-shm-usage", true),
+			chromedp.Env("HOME="+home), chromedp.UserDataDir(filepath.Join(home, "profile")))
+		actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+		bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+		return bctx, func() { bcancel(); acancel() }
+	}
+	trusting := t.TempDir()
+	nssdb := "sql:" + filepath.Join(trusting, ".pki", "nssdb")
+	if err := os.MkdirAll(filepath.Join(trusting, ".pki", "nssdb"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"-d", nssdb, "-N", "--empty-password"},
+		{"-d", nssdb, "-A", "-t", "C,,", "-n", "shoal cluster HTTPS CA", "-i", node.HTTPSCAPath(dataDir)},
+	} {
+		if out, err := exec.Command(certutil, args...).CombinedOutput(); err != nil {
+			t.Fatalf("certutil %v: %v\n%s", args, err, out)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+
+	// Without the CA the page does not load.
+	uctx, ucancel := browser(ctx, t.TempDir())
+	err = chromedp.Do(uctx, chromedp.Navigate(base+"/"))
+	ucancel()
+	if err == nil || !strings.Contains(err.Error(), "ERR_CERT") {
+		t.Fatalf("a browser without the cluster's HTTPS CA: %v, want a certificate error", err)
+	}
+	t.Logf("without the CA: %v", err)
+
+	bctx, bcancel := browser(ctx, trusting)
+	defer bcancel()
+	filled := `(() => {
+		const q = (s) => document.querySelector(s);
+		return !!q('#nodes tr[data-node="` + nodeName + `"]') && !!q('#models tr[data-model="` + modelName + `"]') &&
+			document.getElementById('health').textContent === 'healthy';
+	})()`
+	err = chromedp.Do(bctx,
+		chromedp.Navigate(base+"/?interval=250"),
+		chromedp.WaitVisible(chromedp.ID("api-key")),
+		chromedp.SendKeys(chromedp.ID("api-key"), nodetest.Secret),
+		chromedp.Click(chromedp.ID("key-save")),
+		chromedp.Poll[chromedp.Void](filled, chromedp.WithPollingTimeout(20*time.Second)),
+	)
+	if err != nil {
+		main, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("body")))
+		t.Fatalf("the dashboard over HTTPS did not fill: %v\npage:\n%s", err, main)
+	}
+	proto, err := chromedp.Run(bctx, chromedp.Evaluate[string](`location.protocol`))
+	if err != nil || proto != "https:" {
+		t.Fatalf("page protocol %q (%v), want https:", proto, err)
+	}
+	nodes, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#nodes tbody")))
+	t.Logf("dashboard over HTTPS: nodes %q", nodes)
 }

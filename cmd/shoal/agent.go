@@ -24,6 +24,7 @@ func agentCmd() *cobra.Command {
 	var modelOpts node.ModelConfig
 	var memLimit string
 	var cpuProfile string
+	var insecureHTTP bool
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the shoal agent on this machine (one per machine)",
@@ -49,8 +50,16 @@ A single machine: shoal agent --server --bootstrap-expect 1 --data-dir d
 
 Serving a model whole on this machine (OpenAI-compatible API on --http-port):
   shoal agent --server --bootstrap-expect 1 --data-dir d --model model.gguf
-  curl -H "Authorization: Bearer $(cat d/bootstrap-token)" \
-    localhost:7948/v1/chat/completions -d '{"model":"model","messages":[{"role":"user","content":"Hi"}]}'
+  curl --cacert d/tls/https-ca.pem -H "Authorization: Bearer $(cat d/bootstrap-token)" \
+    https://localhost:7948/v1/chat/completions -d '{"model":"model","messages":[{"role":"user","content":"Hi"}]}'
+
+The API (OpenAI endpoint, cluster API, dashboard, /metrics) is HTTPS unless
+--bind is a loopback address. Its certificate is signed by the cluster's
+HTTPS CA for the node's name, its addresses, localhost and 127.0.0.1; every
+agent keeps the CA certificate in <data-dir>/tls/https-ca.pem: give that file
+to clients (SHOAL_CACERT for the shoal CLI, curl --cacert, a browser's trust
+store). --tls-cert/--tls-key serve a certificate of your own instead;
+--insecure-http serves plain HTTP on any address.
 
 --join takes QUIC addresses (host or host:port, default port 7947).
 Every flag can also come from the environment (SHOAL_NAME, SHOAL_DATA_DIR,
@@ -66,6 +75,9 @@ Precedence: flag, environment, config file.`,
 				}
 			}
 			var err error
+			if insecureHTTP {
+				cfg.HTTPS = node.HTTPSOff
+			}
 			if err := mergeAgentFlags(cmd.Flags(), &cfg, &final); err != nil {
 				return err
 			}
@@ -110,8 +122,12 @@ Precedence: flag, environment, config file.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "shoal agent %s (%s) running: id %s, quic %s, gossip %s, api http://%s\n",
-				final.Name, roleName(final.Server), a.ID(), a.RPCAddr(), a.GossipAddr(), a.HTTPAddr())
+			fmt.Fprintf(cmd.ErrOrStderr(), "shoal agent %s (%s) running: id %s, quic %s, gossip %s, api %s\n",
+				final.Name, roleName(final.Server), a.ID(), a.RPCAddr(), a.GossipAddr(), a.HTTPURL())
+			if a.HTTPS() && final.TLSCert == "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "HTTPS with the cluster's CA: clients trust %s (e.g. SHOAL_CACERT=%s, curl --cacert)\n",
+					node.HTTPSCAPath(final.DataDir), node.HTTPSCAPath(final.DataDir))
+			}
 			select {
 			case <-ctx.Done():
 				zap.L().Info("signal received; leaving gracefully")
@@ -142,6 +158,9 @@ Precedence: flag, environment, config file.`,
 	f.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "number of servers that bootstrap the cluster together (servers only)")
 	f.BoolVar(&cfg.Server, "server", false, "run as a server (Raft member) instead of a client")
 	f.StringVar(&cfg.Token, "token", "", "bootstrap secret shared by the first servers, or a join token")
+	f.StringVar(&cfg.TLSCert, "tls-cert", "", "certificate (PEM, chain first to last) the API serves HTTPS with, instead of one the cluster's HTTPS CA signs")
+	f.StringVar(&cfg.TLSKey, "tls-key", "", "private key (PEM) of --tls-cert")
+	f.BoolVar(&insecureHTTP, "insecure-http", false, "serve the API over plain HTTP even on a network address (keys and prompts cross in clear)")
 	return cmd
 }
 
@@ -190,6 +209,18 @@ func mergeAgentFlags(fs *pflag.FlagSet, flags, out *node.Config) error {
 			return nil
 		}, func() { out.Server = flags.Server }},
 		{"token", str(&out.Token), func() { out.Token = flags.Token }},
+		{"tls-cert", str(&out.TLSCert), func() { out.TLSCert = flags.TLSCert }},
+		{"tls-key", str(&out.TLSKey), func() { out.TLSKey = flags.TLSKey }},
+		{"insecure-http", func(s string) error {
+			v, err := strconv.ParseBool(s)
+			if err != nil {
+				return fmt.Errorf("SHOAL_INSECURE_HTTP %q: want true or false", s)
+			}
+			if v {
+				out.HTTPS = node.HTTPSOff
+			}
+			return nil
+		}, func() { out.HTTPS = flags.HTTPS }},
 	}
 	for _, f := range fields {
 		env := "SHOAL_" + strings.ToUpper(strings.ReplaceAll(f.flag, "-", "_"))
@@ -237,6 +268,12 @@ func isZeroField(c *node.Config, flag string) bool {
 		return !c.Server
 	case "token":
 		return c.Token == ""
+	case "tls-cert":
+		return c.TLSCert == ""
+	case "tls-key":
+		return c.TLSKey == ""
+	case "insecure-http":
+		return c.HTTPS == ""
 	}
 	return true
 }

@@ -165,7 +165,11 @@ func intList(s, flag string) ([]int, error) {
 func benchCluster(w io.Writer, addr, key, name string, o bench.Options, asJSON bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	res, err := api.NewClient(addr, key).ClusterBench(ctx, name, api.BenchRequest{Prompt: o.Prompt, Gen: o.Gen, Reps: o.Reps})
+	c, err := apiClient(addr, key)
+	if err != nil {
+		return err
+	}
+	res, err := c.ClusterBench(ctx, name, api.BenchRequest{Prompt: o.Prompt, Gen: o.Gen, Reps: o.Reps})
 	if err != nil {
 		return err
 	}

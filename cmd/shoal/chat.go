@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -24,6 +23,7 @@ func chatCmd() *cobra.Command {
 		maxTokens                      int
 		temp                           float64
 		asJSON                         bool
+		cacert                         string
 	)
 	cmd := &cobra.Command{
 		Use:   "chat [--addr URL] [--model NAME] [--system TEXT]",
@@ -38,16 +38,18 @@ quits, Ctrl-C stops the answer being written.
   echo "What is a shoal?" | shoal chat --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if addr == "" {
-				addr = os.Getenv("SHOAL_ADDR")
+			addr, ca, err := agentAddr(addr, cacert)
+			if err != nil {
+				return err
 			}
-			if addr == "" {
-				addr = api.DefaultAddr
+			hc, err := api.HTTPClientCA(ca, 0)
+			if err != nil {
+				return err
 			}
 			if token == "" {
 				token = os.Getenv("SHOAL_TOKEN")
 			}
-			c := &openai.Client{BaseURL: addr, APIKey: token, HTTP: &http.Client{}}
+			c := &openai.Client{BaseURL: addr, APIKey: token, HTTP: hc}
 			ctx := context.Background()
 			if modelName == "" {
 				models, err := c.Models(ctx)
@@ -67,7 +69,8 @@ quits, Ctrl-C stops the answer being written.
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&addr, "addr", "", "agent address (default $SHOAL_ADDR or "+api.DefaultAddr+")")
+	f.StringVar(&addr, "addr", "", "agent address: https://host:port, http://host:port, or host:port, which means https with --cacert or $SHOAL_CACERT, else http (default $SHOAL_ADDR or 127.0.0.1:7948)")
+	f.StringVar(&cacert, "cacert", "", "the cluster's HTTPS CA certificate to trust (default $SHOAL_CACERT, else $SHOAL_DATA_DIR/tls/https-ca.pem if it exists)")
 	f.StringVar(&token, "token", "", "API key (default $SHOAL_TOKEN)")
 	f.StringVarP(&modelName, "model", "m", "", "model name (default: the first the agent serves)")
 	f.StringVar(&system, "system", "", "system message that starts the conversation")

@@ -5,25 +5,30 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"shoal/api"
+	"shoal/node"
 )
 
 // clusterFlags are shared by the commands that talk to an agent.
 type clusterFlags struct {
 	addr   string
 	token  string
+	cacert string
 	output string
 	asJSON bool
 }
 
 func (f *clusterFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.addr, "addr", "", "agent admin API address (default $SHOAL_ADDR or "+api.DefaultAddr+")")
+	cmd.Flags().StringVar(&f.addr, "addr", "", "agent API address: https://host:port, http://host:port, or host:port, which means https with --cacert or $SHOAL_CACERT, else http (default $SHOAL_ADDR or 127.0.0.1:7948)")
 	cmd.Flags().StringVar(&f.token, "token", "", "API key (default $SHOAL_TOKEN)")
+	cmd.Flags().StringVar(&f.cacert, "cacert", "", "the cluster's HTTPS CA certificate to trust (default $SHOAL_CACERT, else $SHOAL_DATA_DIR/tls/https-ca.pem if it exists)")
 	cmd.Flags().StringVarP(&f.output, "output", "o", "table", "output format: table or json")
 	cmd.Flags().BoolVar(&f.asJSON, "json", false, "JSON output (same as -o json)")
 }
@@ -32,8 +37,76 @@ func (f *clusterFlags) client() (*api.Client, context.Context, context.CancelFun
 	if f.output != "table" && f.output != "json" {
 		return nil, nil, nil, fmt.Errorf("-o %q: want table or json", f.output)
 	}
+	addr, ca, err := agentAddr(f.addr, f.cacert)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c, err := api.NewClientCA(addr, f.token, ca)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	return api.NewClient(f.addr, f.token), ctx, cancel, nil
+	return c, ctx, cancel, nil
+}
+
+// apiClient is an API client of the agent at addr trusting the cluster's
+// HTTPS CA the CLI finds (loadCA without a flag).
+func apiClient(addr, key string) (*api.Client, error) {
+	addr, ca, err := agentAddr(addr, "")
+	if err != nil {
+		return nil, err
+	}
+	return api.NewClientCA(addr, key, ca)
+}
+
+// agentAddr is the agent's base URL (--addr, else $SHOAL_ADDR, else the
+// local agent) and the HTTPS CA to trust there (see loadCA). An address
+// without a scheme means https when the CA was given (--cacert or
+// $SHOAL_CACERT), else http.
+func agentAddr(addrFlag, cacertFlag string) (string, []byte, error) {
+	ca, explicit, err := loadCA(cacertFlag)
+	if err != nil {
+		return "", nil, err
+	}
+	addr := addrFlag
+	if addr == "" {
+		addr = os.Getenv("SHOAL_ADDR")
+	}
+	if addr == "" {
+		addr = strings.TrimPrefix(api.DefaultAddr, "http://")
+	}
+	if !strings.Contains(addr, "://") {
+		if explicit {
+			addr = "https://" + addr
+		} else {
+			addr = "http://" + addr
+		}
+	}
+	return addr, ca, nil
+}
+
+// loadCA reads the HTTPS CA the CLI trusts: the --cacert file, else
+// $SHOAL_CACERT (explicit: an address without a scheme then means https),
+// else the one in the data dir of an agent on this machine
+// ($SHOAL_DATA_DIR), trusted for https addresses only. None is no error.
+func loadCA(flag string) (pem []byte, explicit bool, err error) {
+	path, what := flag, "--cacert"
+	if path == "" {
+		path, what = os.Getenv("SHOAL_CACERT"), "SHOAL_CACERT"
+	}
+	if path == "" {
+		if dir := os.Getenv("SHOAL_DATA_DIR"); dir != "" {
+			if b, err := os.ReadFile(node.HTTPSCAPath(dir)); err == nil {
+				return b, false, nil
+			}
+		}
+		return nil, false, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", what, err)
+	}
+	return b, true, nil
 }
 
 func (f *clusterFlags) json() bool { return f.output == "json" || f.asJSON }

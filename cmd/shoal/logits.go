@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"shoal/api"
 	"shoal/engine/model"
 )
 
@@ -52,7 +51,11 @@ that drives it (ADDR may be any agent's admin API); the output is the same.
 			if cluster != "" {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 				defer cancel()
-				l, err := api.NewClient(cluster, key).ClusterLogits(ctx, path, ids)
+				c, err := apiClient(cluster, key)
+				if err != nil {
+					return err
+				}
+				l, err := c.ClusterLogits(ctx, path, ids)
 				if err != nil {
 					return err
 				}

@@ -53,6 +53,9 @@ gibberish: point --model at any GGUF file for real text.
 			fmt.Fprintf(w, "\n  curl %s/chat/completions -H 'Authorization: Bearer %s' \\\n    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":32}'\n",
 				c.Endpoint, c.InferenceKey, c.Model)
 			fmt.Fprintf(w, "\n  SHOAL_ADDR=%s SHOAL_TOKEN=%s shoal status\n", c.Endpoint[:len(c.Endpoint)-len("/v1")], c.Token)
+			if c.HTTPSCA != "" {
+				fmt.Fprintf(w, "\n  The agents bind loopback, so they serve plain HTTP. The cluster's HTTPS CA\n  (what clients trust when agents on a network address serve HTTPS) is\n  %s\n", c.HTTPSCA)
+			}
 			fmt.Fprintf(w, "\nCtrl-C stops the cluster.\n")
 			select {
 			case <-ctx.Done():

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -98,11 +99,19 @@ func (c *Cluster) config(name string, server bool) node.Config {
 // Add starts one more agent joining through the first member's QUIC
 // address with token (a join token or the bootstrap secret).
 func (c *Cluster) Add(name string, server bool, token string) (*Member, error) {
+	return c.AddWith(name, server, token, nil)
+}
+
+// AddWith is Add after edit changed the agent's configuration.
+func (c *Cluster) AddWith(name string, server bool, token string, edit func(*node.Config)) (*Member, error) {
 	cfg := c.config(name, server)
 	cfg.Token = token
 	for _, m := range c.Members {
 		cfg.Join = append(cfg.Join, fmt.Sprintf("127.0.0.1:%d", m.Cfg.QUICPort))
 		break
+	}
+	if edit != nil {
+		edit(&cfg)
 	}
 	m := &Member{Cfg: cfg}
 	a, err := c.start(m)
@@ -152,7 +161,18 @@ func (c *Cluster) Client(i int, key string) *api.Client {
 	if key == "" {
 		key = Secret
 	}
-	return api.NewClient(c.Members[i].Agent.HTTPAddr(), key)
+	a := c.Members[i].Agent
+	if !a.HTTPS() {
+		return api.NewClient(a.HTTPURL(), key)
+	}
+	// Until the node has its certificate it has no CA file either: the
+	// client then trusts nothing and its calls fail (callers poll).
+	ca, _ := os.ReadFile(node.HTTPSCAPath(c.Members[i].Cfg.DataDir))
+	cl, err := api.NewClientCA(a.HTTPURL(), key, ca)
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	return cl
 }
 
 // Leader waits for a leader and returns its index.

@@ -146,10 +146,13 @@ func (e *env) teardown() {
 	}
 }
 
-// cli runs a shoal CLI command inside p's namespace against p's agent.
+// cli runs a shoal CLI command inside p's namespace against p's agent,
+// over HTTPS (the agents bind a network address) trusting the cluster's
+// HTTPS CA from p's data dir.
 func (e *env) cli(p *proc, out any, args ...string) error {
 	c := exec.Command("ip", append([]string{"netns", "exec", p.ns, e.bin}, append(args, "-o", "json")...)...)
-	c.Env = append(os.Environ(), "SHOAL_ADDR="+p.ip+":7948", "SHOAL_TOKEN="+secret)
+	c.Env = append(os.Environ(), "SHOAL_ADDR="+p.ip+":7948", "SHOAL_TOKEN="+secret,
+		"SHOAL_CACERT="+filepath.Join(p.dir, "tls", "https-ca.pem"))
 	b, err := c.Output()
 	if err != nil {
 		msg := ""

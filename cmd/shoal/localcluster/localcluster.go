@@ -20,6 +20,7 @@ import (
 
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
+	"shoal/node"
 )
 
 // Options describe the cluster.
@@ -42,6 +43,10 @@ type Cluster struct {
 	InferenceKey string
 	Endpoint     string // OpenAI-compatible base URL of the serving agent
 	Model        string // the served model's name
+	// HTTPSCA is the file of the cluster's HTTPS CA certificate (the
+	// agents here bind loopback and serve plain HTTP; agents on a network
+	// address serve HTTPS with certificates it signs).
+	HTTPSCA string
 }
 
 // BuiltinModel is the file name of the model written on first use.
@@ -153,6 +158,9 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		c.Stop()
 		return nil, fmt.Errorf("inference key: %w", err)
 	}
+	if p := node.HTTPSCAPath(c.agentDir(0)); waitFile(p, 5*time.Second) {
+		c.HTTPSCA = p
+	}
 	return c, nil
 }
 
@@ -183,6 +191,18 @@ func (c *Cluster) ensureInferenceKey(ctx context.Context) error {
 	}
 	c.InferenceKey = tok.Token
 	return os.WriteFile(p, []byte(tok.Token+"\n"), 0o600)
+}
+
+// waitFile reports whether path exists within d.
+func waitFile(path string, d time.Duration) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 }
 
 func portFree(p int) error {
