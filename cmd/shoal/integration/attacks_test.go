@@ -109,7 +109,7 @@ func TestAttacks(t *testing.T) {
 			}
 		}
 		for _, path := range []string{"/v1/nodes", "/v1/tokens"} {
-			h := a.http(t, mallory, "GET", "http://"+server.ip+":7948"+path, evilID+"."+evilSecret, "")
+			h := a.http(t, mallory, "GET", "https://"+server.ip+":7948"+path, evilID+"."+evilSecret, "")
 			if h.Status != 401 && h.Status != 403 {
 				t.Errorf("GET %s with the written key: %d %s", path, h.Status, h.Body)
 			}
@@ -264,12 +264,12 @@ func TestAttacks(t *testing.T) {
 			{"key limited to another model", otherModel.Secret, 404, "model_not_found"},
 			{"key limited to the model", limited.Secret, 200, `"choices"`},
 		} {
-			h := a.http(t, box, "POST", "http://"+server.ip+":7948/v1/chat/completions", c.key, chat)
+			h := a.http(t, box, "POST", "https://"+server.ip+":7948/v1/chat/completions", c.key, chat)
 			if h.Status != c.status || !strings.Contains(h.Body, c.want) {
 				t.Errorf("%s: chat completion %d %s; want %d with %q", c.who, h.Status, h.Body, c.status, c.want)
 			}
 		}
-		if h := a.http(t, box, "GET", "http://"+server.ip+":7948/v1/models", otherModel.Secret, ""); h.Status != 200 || strings.Contains(h.Body, `"`+a.model+`"`) {
+		if h := a.http(t, box, "GET", "https://"+server.ip+":7948/v1/models", otherModel.Secret, ""); h.Status != 200 || strings.Contains(h.Body, `"`+a.model+`"`) {
 			t.Errorf("key limited to another model lists: %d %s", h.Status, h.Body)
 		}
 		// An API key is not a join token.
@@ -366,7 +366,7 @@ func (a *attackEnv) exec(p *proc, timeout time.Duration, env []string, bin strin
 // shoal runs a CLI command from the box against the server with key.
 func (a *attackEnv) shoal(t *testing.T, key string, args ...string) (ran, error) {
 	t.Helper()
-	r := a.exec(a.box, 30*time.Second, []string{"SHOAL_ADDR=" + a.server.ip + ":7948", "SHOAL_TOKEN=" + key},
+	r := a.exec(a.box, 30*time.Second, []string{"SHOAL_ADDR=" + a.server.ip + ":7948", "SHOAL_TOKEN=" + key, "SHOAL_CACERT=" + a.caCert()},
 		a.bin, append(args, "-o", "json")...)
 	if r.code != 0 {
 		return r, fmt.Errorf("shoal %s: exit %d: %s", strings.Join(args, " "), r.code, strings.TrimSpace(r.stderr))
@@ -428,8 +428,12 @@ func (a *attackEnv) attack(t *testing.T, p *proc, args ...string) attackResult {
 
 func (a *attackEnv) http(t *testing.T, p *proc, method, url, key, body string) attackResult {
 	t.Helper()
-	return a.attack(t, p, "http", "--method", method, "--url", url, "--key", key, "--body", body)
+	return a.attack(t, p, "http", "--method", method, "--url", url, "--key", key, "--body", body, "--cacert", a.caCert())
 }
+
+// caCert is the cluster's HTTPS CA (the agents bind namespace addresses,
+// so they serve HTTPS), from the server's data dir.
+func (a *attackEnv) caCert() string { return filepath.Join(a.server.dir, "tls", "https-ca.pem") }
 
 func (a *attackEnv) chatBody() string {
 	return `{"model":"` + a.model + `","messages":[{"role":"user","content":"Hello"}],"max_tokens":4}`
@@ -440,7 +444,7 @@ func (a *attackEnv) chatBody() string {
 func (a *attackEnv) checkServing(t *testing.T) {
 	t.Helper()
 	for _, host := range []string{a.server.ip, a.client.ip} {
-		h := a.http(t, a.box, "POST", "http://"+host+":7948/v1/chat/completions", a.inferenceKey, a.chatBody())
+		h := a.http(t, a.box, "POST", "https://"+host+":7948/v1/chat/completions", a.inferenceKey, a.chatBody())
 		var resp struct {
 			Choices []struct {
 				FinishReason string `json:"finish_reason"`
@@ -483,7 +487,7 @@ func (a *attackEnv) waitServing(t *testing.T, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	var h attackResult
 	for time.Now().Before(deadline) {
-		h = a.http(t, a.box, "POST", "http://"+a.client.ip+":7948/v1/chat/completions", a.inferenceKey, a.chatBody())
+		h = a.http(t, a.box, "POST", "https://"+a.client.ip+":7948/v1/chat/completions", a.inferenceKey, a.chatBody())
 		if h.Status == 200 {
 			return
 		}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
@@ -57,6 +59,7 @@ func main() {
 	method := fs.String("method", "GET", "http: method")
 	url := fs.String("url", "", "http: URL")
 	body := fs.String("body", "", "http: request body")
+	cacert := fs.String("cacert", "", "http: the PEM file of the CA to trust for https URLs")
 	_ = fs.Parse(os.Args[2:])
 
 	var res result
@@ -64,7 +67,7 @@ func main() {
 	defer cancel()
 	switch os.Args[1] {
 	case "http":
-		res.Status, res.Body = request(ctx, *method, *url, *key, *body)
+		res.Status, res.Body = request(ctx, httpClient(*cacert), *method, *url, *key, *body)
 	case "apply", "remove", "state":
 		call := dial(*tlsDir, *bind, *server)
 		switch os.Args[1] {
@@ -157,7 +160,23 @@ func outcome(name string, err error) attempt {
 	return attempt{Name: name, Code: transport.StatusOf(err), Err: err.Error()}
 }
 
-func request(ctx context.Context, method, url, key, body string) (int, string) {
+// httpClient trusts only the CA in cacert (the system roots when empty).
+func httpClient(cacert string) *http.Client {
+	if cacert == "" {
+		return http.DefaultClient
+	}
+	pem, err := os.ReadFile(cacert)
+	if err != nil {
+		fail(err.Error())
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		fail("no certificate in " + cacert)
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+}
+
+func request(ctx context.Context, hc *http.Client, method, url, key, body string) (int, string) {
 	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader([]byte(body)))
 	if err != nil {
 		fail(err.Error())
@@ -168,7 +187,7 @@ func request(ctx context.Context, method, url, key, body string) (int, string) {
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return -1, err.Error()
 	}
