@@ -72,9 +72,13 @@ func (g *gossip) NotifyAlive(n *memberlist.Node) error {
 }
 
 // NotifyMerge implements memberlist.MergeDelegate: a join or push/pull
-// that brings a removed node is refused.
+// from a removed node, or that says one is alive, is refused (one that
+// lists it dead or left, as every peer's does for a while, is not).
 func (g *gossip) NotifyMerge(peers []*memberlist.Node) error {
 	for _, n := range peers {
+		if n.State != memberlist.StateAlive {
+			continue
+		}
 		if err := g.NotifyAlive(n); err != nil {
 			return err
 		}

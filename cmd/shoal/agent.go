@@ -133,6 +133,7 @@ Precedence: flag, environment, config file.`,
 				zap.L().Info("signal received; leaving gracefully")
 				return a.Shutdown(true)
 			case <-a.Done():
+				_ = a.Shutdown(true) // waits for the leave the removal started
 				return fmt.Errorf("this node was removed from the cluster")
 			}
 		},

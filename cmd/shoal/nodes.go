@@ -102,8 +102,11 @@ func nodeRmCmd() *cobra.Command {
 		Use:   "rm ID",
 		Short: "Remove a node from Raft, gossip and the cluster state",
 		Long: `Remove a node: the leader takes it out of the Raft configuration and the
-state, and asks it to leave gossip and stop. A node that is down is removed
-too. Started again with its data dir, a removed node rejoins.
+state, asks it to leave gossip and stop, and revokes its certificate: no
+node of the cluster accepts a connection from it again, and started again
+from its data dir it stops at once. A node that is down is removed too. To
+bring the machine back, start it with a fresh --data-dir and a new join
+token ('shoal token create').
 
   shoal node rm linux1`,
 		Args: exactArgs(1, "a node ID or name"),

@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,21 +14,29 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"shoal/transport"
 )
 
 // TestAttacks runs each attack of issue #20 as its own process, with the
 // credential an attacker would hold (a client or server join token, an
 // admin, inference or read key, a revoked token, a client node's
-// certificate), against two servers (one serving a tiny model), one client
-// agent and the attacker's client node, each in its own network namespace
-// (refused agents and CLI calls run in a fifth one). Every
-// attack must be refused with a clear message, leave the nodes and tokens
-// as they were, and leave the cluster serving.
+// certificate, a wrong or revoked bootstrap secret, a rotated join token,
+// the data dir of a removed node), against two servers (one serving a tiny
+// model), one client agent and the attacker's client node, each in its own
+// network namespace (refused agents and CLI calls run in a fifth one, the
+// nodes the last subtests admit and remove in three more). Every attack
+// must be refused with a clear message, leave the nodes and tokens as they
+// were (or as the subtest changed them on purpose), and leave the cluster
+// serving.
 func TestAttacks(t *testing.T) {
-	e := setup(t, 5)
+	e := setup(t, 8)
 	server, client, mallory, box, server2 := e.nodes[0], e.nodes[1], e.nodes[2], e.nodes[3], e.nodes[4]
 	server.name, client.name, mallory.name, box.name, server2.name = "n0", "n1", "mallory", "box", "s1"
-	a := &attackEnv{env: e, server: server, client: client, box: box, key: secret}
+	// Namespaces for the agents the later subtests admit, then remove.
+	victim, joiner, holder := e.nodes[5], e.nodes[6], e.nodes[7]
+	victim.name, joiner.name, holder.name = "victim", "joiner", "holder"
+	a := &attackEnv{env: e, server: server, server2: server2, client: client, box: box, key: secret}
 
 	attacker := filepath.Join(e.dir, "attacker")
 	build := exec.Command("go", "build", "-o", attacker, "shoal/cmd/shoal/integration/attacker")
@@ -86,12 +95,24 @@ func TestAttacks(t *testing.T) {
 	malloryTLS := filepath.Join(mallory.dir, "tls")
 	servers := []string{server.ip + ":7947", server2.ip + ":7947"} // the leader, and a follower that would forward
 	a.checkServing(t)
+	// want is the state the cluster must be in after a subtest: the state
+	// before it, or, for the subtests that add tokens, revoke the
+	// bootstrap secret or remove the nodes they admitted, that state with
+	// exactly those changes.
+	want := base
 	after := func(t *testing.T) {
 		t.Helper()
-		if got := a.view(t); !got.equal(base) {
-			t.Errorf("cluster state changed:\nbefore %s\nafter  %s", base, got)
+		if got := a.view(t); !got.equal(want) {
+			t.Errorf("cluster state changed:\nwant %s\ngot  %s", want, got)
 		}
 		a.checkServing(t)
+	}
+	// track takes token id as the cluster now holds it into want.
+	track := func(t *testing.T, id string) string {
+		t.Helper()
+		line := a.view(t).token(t, id)
+		want = want.withToken(line)
+		return line
 	}
 
 	t.Run("client node writes an admin token with Cluster.Apply", func(t *testing.T) {
@@ -282,12 +303,170 @@ func TestAttacks(t *testing.T) {
 		}
 		after(t)
 	})
+
+	// The newest protections: a wrong or revoked bootstrap secret, a
+	// rotated join token, a removed node. These subtests admit nodes (and
+	// remove them again), add tokens and, last, revoke the bootstrap
+	// secret: each states the state it leaves in want.
+	t.Run("wrong bootstrap secret", func(t *testing.T) {
+		const other = "another-clusters-secret-01234567" // 32 characters, like the secret an agent makes
+		dir := filepath.Join(box.dir, "wrong-secret")
+		r := a.agent(t, "--server", "--name", "wrong-secret", "--data-dir", dir, "--token", other)
+		r.refused(t, "not this cluster's bootstrap secret", 10*time.Second)
+		if _, err := os.Stat(filepath.Join(dir, "tls")); !os.IsNotExist(err) {
+			t.Errorf("the refused server holds a tls folder: %v", err)
+		}
+		after(t)
+	})
+
+	t.Run("rotated join token", func(t *testing.T) {
+		tok := a.createToken(t, "--description", "rotated")
+		before := track(t, tok.ID)
+		r, err := a.shoal(t, a.key, "token", "rotate", tok.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := track(t, tok.ID)
+		if line == before || !strings.Contains(line, ":revoked=false:") {
+			t.Errorf("token %s after the rotation: %s (before: %s)", tok.ID, line, before)
+		}
+		var rotated newToken
+		if err := json.Unmarshal([]byte(r.stdout), &rotated); err != nil || rotated.ID != tok.ID || rotated.Secret == "" || rotated.Secret == tok.Secret {
+			t.Fatalf("token rotate: %v %q", err, r.stdout)
+		}
+		old := a.agent(t, "--name", joiner.name, "--data-dir", filepath.Join(box.dir, "old-secret"), "--token", tok.Secret)
+		old.refused(t, "invalid token", 10*time.Second)
+		// The new secret admits the node; it is removed again.
+		j := a.background(t, joiner, "agent", "--name", joiner.name, "--data-dir", joiner.dir, "--bind", joiner.ip,
+			"--join", server.ip, "--token", rotated.Secret, "--threads", "1", "--log-level", "info")
+		a.waitNode(t, joiner.name, j, 30*time.Second)
+		a.remove(t, joiner.name, j)
+		after(t)
+	})
+
+	t.Run("removed node reconnects", func(t *testing.T) {
+		tok := a.createToken(t, "--description", "victim's join token")
+		track(t, tok.ID)
+		args := func(token string) []string {
+			return []string{"agent", "--name", victim.name, "--data-dir", victim.dir, "--bind", victim.ip,
+				"--join", server.ip, "--token", token, "--threads", "1", "--log-level", "info"}
+		}
+		v := a.background(t, victim, args(tok.Secret)...)
+		id := a.waitNode(t, victim.name, v, 30*time.Second)
+		a.remove(t, victim.name, v)
+		// (Until the failure detector notices, the gossip views may still
+		// list the removed node alive: it stops without leaving gossip.)
+		a.waitGone(t, id, 20*time.Second)
+
+		// Restarted from its data dir with the same arguments, it stops by
+		// itself and never shows up alive again.
+		v = a.background(t, victim, args(tok.Secret)...)
+		var restarted ran
+		for done := false; !done; {
+			a.notAlive(t, id)
+			select {
+			case restarted = <-v.done:
+				done = true
+			case <-time.After(200 * time.Millisecond):
+				if time.Since(v.started) > 30*time.Second {
+					t.Fatalf("the removed node kept running 30 s after its restart:\n%s", tail(v.log(), 15))
+				}
+			}
+		}
+		restarted.refused(t, "this node was removed from the cluster", 15*time.Second)
+		const logLine = "the cluster refuses this node: it was removed with 'shoal node rm'"
+		if !strings.Contains(restarted.stderr, logLine) {
+			t.Errorf("the restarted node's log lacks %q:\n%s", logLine, tail(restarted.stderr, 15))
+		}
+		time.Sleep(2 * time.Second)
+		a.notAlive(t, id)
+
+		// Its certificate is refused on QUIC, by the leader and a follower.
+		victimTLS := filepath.Join(victim.dir, "tls")
+		for _, rpc := range servers {
+			r := a.attack(t, victim, "state", "--tls", victimTLS, "--server", rpc, "--bind", victim.ip)
+			if len(r.Attempts) != 1 || !strings.Contains(r.Attempts[0].Err, "revoked") || r.Nodes != 0 || len(r.Tokens) != 0 {
+				t.Errorf("Cluster.State via %s with the removed node's certificate: %+v", rpc, r)
+			}
+		}
+
+		// Without its certificate but with its node ID and a new join
+		// token, it is refused at join.
+		if err := os.RemoveAll(victimTLS); err != nil {
+			t.Fatal(err)
+		}
+		tok2 := a.createToken(t, "--description", "fresh token for the removed node")
+		track(t, tok2.ID)
+		r := a.exec(victim, 30*time.Second, nil, a.bin, args(tok2.Secret)...)
+		r.refused(t, "node "+id+" was removed from the cluster", 15*time.Second)
+		a.notAlive(t, id)
+		after(t)
+	})
+
+	// Last: the secret the servers bootstrapped with is revoked.
+	t.Run("revoked bootstrap secret", func(t *testing.T) {
+		// Nothing is derived from the secret: the cluster's CA and gossip
+		// key are not the ones it would give.
+		derived, err := transport.DeriveCA(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var clusterCA string
+		for _, p := range []*proc{server, server2, client, mallory} {
+			ident, err := transport.LoadIdentity(filepath.Join(p.dir, "tls"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ca := transport.CAHash(ident.CA.Cert)
+			if clusterCA == "" {
+				clusterCA = ca
+			}
+			if ca != clusterCA || ca == transport.CAHash(derived.Cert) {
+				t.Errorf("%s's CA %s (n0's %s, derived from the secret %s)", p.name, ca, clusterCA, transport.CAHash(derived.Cert))
+			}
+			if gk, err := os.ReadFile(filepath.Join(p.dir, "tls", "gossip.key")); err != nil || bytes.Equal(gk, transport.DeriveGossipKey(secret)) {
+				t.Errorf("%s's gossip key: derived from the secret, or %v", p.name, err)
+			}
+		}
+
+		// While valid, the secret admits a node (a client, removed again).
+		h := a.background(t, holder, "agent", "--name", holder.name, "--data-dir", holder.dir, "--bind", holder.ip,
+			"--join", server.ip, "--token", secret, "--threads", "1", "--log-level", "info")
+		a.waitNode(t, holder.name, h, 30*time.Second)
+		a.remove(t, holder.name, h)
+
+		before := want.token(t, "bootstrap")
+		if _, err := a.shoal(t, a.key, "token", "revoke", "bootstrap"); err != nil {
+			t.Fatal(err)
+		}
+		if line := track(t, "bootstrap"); !strings.Contains(before, ":revoked=false:") || line != strings.Replace(before, ":revoked=false:", ":revoked=true:", 1) {
+			t.Errorf("bootstrap token: %s before the revocation, %s after", before, line)
+		}
+		for _, c := range []struct {
+			name string
+			args []string
+		}{{"late-server", []string{"--server"}}, {"late-client", nil}} {
+			r := a.agent(t, append(c.args, "--name", c.name, "--data-dir", filepath.Join(box.dir, c.name), "--token", secret)...)
+			r.refused(t, "bootstrap secret was revoked", 10*time.Second)
+			if _, err := os.Stat(filepath.Join(box.dir, c.name, "tls")); !os.IsNotExist(err) {
+				t.Errorf("%s holds a tls folder: %v", c.name, err)
+			}
+		}
+		// (Retired as an API key since the first admin key, and revoked now.)
+		for _, path := range []string{"/v1/nodes", "/v1/tokens"} {
+			if h := a.http(t, box, "GET", "https://"+server.ip+":7948"+path, secret, ""); h.Status != 401 && h.Status != 403 {
+				t.Errorf("GET %s with the revoked bootstrap secret: %d %s", path, h.Status, h.Body)
+			}
+		}
+		after(t)
+	})
 }
 
 // attackEnv is the cluster TestAttacks attacks and the tools it uses.
 type attackEnv struct {
 	*env
 	server       *proc // the leader, which serves the model
+	server2      *proc // a follower
 	client       *proc // a client agent
 	box          *proc // where refused agents and CLI calls run
 	attacker     string
@@ -366,7 +545,13 @@ func (a *attackEnv) exec(p *proc, timeout time.Duration, env []string, bin strin
 // shoal runs a CLI command from the box against the server with key.
 func (a *attackEnv) shoal(t *testing.T, key string, args ...string) (ran, error) {
 	t.Helper()
-	r := a.exec(a.box, 30*time.Second, []string{"SHOAL_ADDR=" + a.server.ip + ":7948", "SHOAL_TOKEN=" + key, "SHOAL_CACERT=" + a.caCert()},
+	return a.shoalAt(t, a.server.ip+":7948", key, args...)
+}
+
+// shoalAt runs a CLI command from the box against the agent at addr.
+func (a *attackEnv) shoalAt(t *testing.T, addr, key string, args ...string) (ran, error) {
+	t.Helper()
+	r := a.exec(a.box, 30*time.Second, []string{"SHOAL_ADDR=" + addr, "SHOAL_TOKEN=" + key, "SHOAL_CACERT=" + a.caCert()},
 		a.bin, append(args, "-o", "json")...)
 	if r.code != 0 {
 		return r, fmt.Errorf("shoal %s: exit %d: %s", strings.Join(args, " "), r.code, strings.TrimSpace(r.stderr))
@@ -555,4 +740,182 @@ func (a *attackEnv) view(t *testing.T) clusterView {
 	}
 	sort.Strings(v.tokens)
 	return v
+}
+
+// running is an agent started in the background.
+type running struct {
+	done    chan ran // receives the agent's end
+	started time.Time
+	logFile string
+}
+
+// log is what the agent printed so far.
+func (r *running) log() string {
+	b, _ := os.ReadFile(r.logFile)
+	return string(b)
+}
+
+// background starts bin args in p's namespace; it is killed when the
+// test ends if it still runs.
+func (a *attackEnv) background(t *testing.T, p *proc, args ...string) *running {
+	t.Helper()
+	f, err := os.CreateTemp(a.dir, p.name+"-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", p.ns, a.bin}, args...)...)
+	c.Stdout, c.Stderr = f, f
+	c.WaitDelay = 2 * time.Second
+	r := &running{done: make(chan ran, 1), started: time.Now(), logFile: f.Name()}
+	if err := c.Start(); err != nil {
+		cancel()
+		f.Close()
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		err := c.Wait()
+		f.Close()
+		res := ran{stderr: r.log(), took: time.Since(r.started)}
+		if ee, ok := err.(*exec.ExitError); ok {
+			res.code = ee.ExitCode()
+		} else if err != nil {
+			res.code = -2
+		}
+		if ctx.Err() != nil {
+			res.code = -1
+		}
+		r.done <- res
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-exited
+	})
+	return r
+}
+
+// waitNode waits until the node named name is alive in the state and
+// returns its ID; the agent r must keep running meanwhile.
+func (a *attackEnv) waitNode(t *testing.T, name string, r *running, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case res := <-r.done:
+			t.Fatalf("agent %s stopped (exit %d):\n%s", name, res.code, tail(res.stderr, 15))
+		default:
+		}
+		for _, n := range a.view(t).nodes {
+			if n.Name == name && n.Status == "alive" {
+				t.Logf("%s alive as %s after %v", name, n.ID, time.Since(r.started).Round(time.Millisecond))
+				return n.ID
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s not alive after %v:\n%s", name, timeout, tail(r.log(), 15))
+	return ""
+}
+
+// remove runs 'shoal node rm name' with the admin key and checks that the
+// agent r stops by itself, on the error line of a removed node.
+func (a *attackEnv) remove(t *testing.T, name string, r *running) {
+	t.Helper()
+	if _, err := a.shoal(t, a.key, "node", "rm", name); err != nil {
+		t.Fatal(err)
+	}
+	removed := time.Now()
+	select {
+	case res := <-r.done:
+		if line := res.errLine(); res.code <= 0 || !strings.Contains(line, "this node was removed from the cluster") {
+			t.Errorf("%s after 'shoal node rm': exit %d, %q\n%s", name, res.code, line, tail(res.stderr, 15))
+		}
+		t.Logf("%s stopped %v after 'shoal node rm': %s", name, time.Since(removed).Round(time.Millisecond), res.errLine())
+	case <-time.After(15 * time.Second):
+		t.Fatalf("%s still runs 15 s after 'shoal node rm':\n%s", name, tail(r.log(), 15))
+	}
+}
+
+// aliveIn tells where node id shows alive: in the state, or in the
+// gossip view of a server or of the client agent.
+func (a *attackEnv) aliveIn(t *testing.T, id string) []string {
+	t.Helper()
+	var where []string
+	for _, n := range a.view(t).nodes {
+		if n.ID == id {
+			where = append(where, fmt.Sprintf("the state (%s)", n.Status))
+		}
+	}
+	for _, p := range []*proc{a.server, a.server2, a.client} {
+		r, err := a.shoalAt(t, p.ip+":7948", a.key, "members")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ms []struct{ ID, Status string }
+		if err := json.Unmarshal([]byte(r.stdout), &ms); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if m.ID == id && m.Status == "alive" {
+				where = append(where, p.name+"'s gossip view")
+			}
+		}
+	}
+	return where
+}
+
+// notAlive checks that node id is neither in the state nor alive in a
+// gossip view.
+func (a *attackEnv) notAlive(t *testing.T, id string) {
+	t.Helper()
+	if where := a.aliveIn(t, id); len(where) > 0 {
+		t.Errorf("the removed node %s is back in %s", id, strings.Join(where, ", "))
+	}
+}
+
+// waitGone waits until node id is neither in the state nor alive in a
+// gossip view.
+func (a *attackEnv) waitGone(t *testing.T, id string, timeout time.Duration) {
+	t.Helper()
+	t0 := time.Now()
+	for {
+		where := a.aliveIn(t, id)
+		if len(where) == 0 {
+			t.Logf("node %s out of the state and of every gossip view %v after its removal", id, time.Since(t0).Round(time.Millisecond))
+			return
+		}
+		if time.Since(t0) > timeout {
+			t.Fatalf("node %s still in %s %v after its removal", id, strings.Join(where, ", "), timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// token is the view's line of token id.
+func (v clusterView) token(t *testing.T, id string) string {
+	t.Helper()
+	for _, l := range v.tokens {
+		if strings.HasPrefix(l, id+":") {
+			return l
+		}
+	}
+	t.Fatalf("no token %s in %s", id, v)
+	return ""
+}
+
+// withToken is v with line in place of the line of the same token ID, or
+// added.
+func (v clusterView) withToken(line string) clusterView {
+	id := line[:strings.Index(line, ":")+1]
+	out := clusterView{nodes: v.nodes}
+	for _, l := range v.tokens {
+		if !strings.HasPrefix(l, id) {
+			out.tokens = append(out.tokens, l)
+		}
+	}
+	out.tokens = append(out.tokens, line)
+	sort.Strings(out.tokens)
+	return out
 }
