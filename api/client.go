@@ -132,6 +132,8 @@ func (c *Client) doRaw(ctx context.Context, method, path string, in any, read fu
 			return fmt.Errorf("the agent at %s presents an HTTPS certificate this CLI does not trust (%v): %s", c.Addr, err, CAHint)
 		case errors.As(err, &hostErr):
 			return fmt.Errorf("the agent at %s presents an HTTPS certificate for other names (%v): use an address it names, e.g. its node name or IP", c.Addr, err)
+		case strings.Contains(err.Error(), "tls: internal error"):
+			return fmt.Errorf("the agent at %s has no HTTPS certificate yet: it gets one from the servers once the cluster has a leader and knows the node; retry in a few seconds (%v)", c.Addr, err)
 		case strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
 			return fmt.Errorf("the agent at %s serves plain HTTP: use --addr http://%s", c.Addr, strings.TrimPrefix(c.Addr, "https://"))
 		}

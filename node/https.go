@@ -162,7 +162,13 @@ func (a *Agent) httpsLoop() {
 				fallthrough
 			default:
 				wait = backoff
-				backoff = min(2*backoff, 5*time.Second)
+				// Without a certificate the API refuses every client:
+				// ask again soon; a renewal can wait longer.
+				limit := 5 * time.Second
+				if a.https.current() == nil {
+					limit = time.Second
+				}
+				backoff = min(2*backoff, limit)
 			}
 		}
 		select {

@@ -214,9 +214,17 @@ func TestClusterInNamespaces(t *testing.T) {
 	e.waitHealthy(e.nodes[0], 3, 30*time.Second)
 	t.Logf("MEASURED formation: %v (3 processes, 3 namespaces, start to healthy)", time.Since(start).Round(time.Millisecond))
 
+	// Each agent serves HTTPS once a server signed its certificate,
+	// which can follow the cluster turning healthy by a moment.
 	var nodes []nodeInfo
-	if err := e.cli(e.nodes[1], &nodes, "node", "ls"); err != nil {
-		t.Fatal(err)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		err := e.cli(e.nodes[1], &nodes, "node", "ls")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || !strings.Contains(err.Error(), "no HTTPS certificate yet") {
+			t.Fatal(err)
+		}
 	}
 	if len(nodes) != 3 {
 		t.Fatalf("node ls: %d nodes", len(nodes))
