@@ -124,7 +124,7 @@ func TestNoCleartextOnTheWire(t *testing.T) {
 	// The positive control: a request sent in plain HTTP on purpose, its
 	// marker split over two TCP segments.
 	control := "ctl" + wireRandom(t, 21)
-	controlFlow := w.plainRequest(server, control)
+	w.plainRequest(server, control)
 
 	time.Sleep(300 * time.Millisecond) // the last frames reach the socket
 	capt.stop()
@@ -161,7 +161,7 @@ func TestNoCleartextOnTheWire(t *testing.T) {
 	} else {
 		t.Logf("QUIC packets between the client agent and the server during the chats: %d", n)
 	}
-	ctl := a.find([]byte(control), "")
+	ctl := a.find([]byte(control), nil)
 	if ctl.streams == 0 {
 		t.Fatalf("the positive control's marker, sent in plain HTTP, is not in the capture: the checker is blind (raw %d, streams %d)", ctl.raw, ctl.streams)
 	}
@@ -205,7 +205,7 @@ func TestNoCleartextOnTheWire(t *testing.T) {
 	}
 	clean := true
 	for _, n := range needles {
-		f := a.find(n.b, controlFlow)
+		f := a.find(n.b, nil) // the deliberate plain-HTTP flows too: they carry no secret
 		if f.raw > 0 || f.streams > 0 {
 			clean = false
 			t.Errorf("%s is in clear on the wire: in %d raw frame(s), %d TCP stream(s): %s", n.what, f.raw, f.streams, strings.Join(f.where, ", "))
@@ -213,7 +213,7 @@ func TestNoCleartextOnTheWire(t *testing.T) {
 	}
 	var plain []string
 	for _, s := range a.streams {
-		if s.key == controlFlow {
+		if w.plainFlows[s.key] {
 			continue
 		}
 		if line, ok := plainHTTP(s.data); ok {
@@ -249,6 +249,11 @@ type wireTest struct {
 	scheme string // https, or http when the agents do not serve HTTPS
 	caPath string
 	httpc  *http.Client
+	// plainFlows are the TCP flows (both directions) of the requests sent
+	// in plain HTTP on purpose, with no secret: the API probes and the
+	// positive control.
+	mu         sync.Mutex
+	plainFlows map[string]bool
 }
 
 // wireRandom is n random letters and digits.
@@ -298,6 +303,22 @@ func (w *wireTest) boxDial(ctx context.Context, network, addr string) (net.Conn,
 	return c, err
 }
 
+// plainDial dials from the client machine a connection for a request
+// sent in plain HTTP on purpose, and notes its flows.
+func (w *wireTest) plainDial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := w.boxDial(ctx, network, addr)
+	if err == nil {
+		w.mu.Lock()
+		if w.plainFlows == nil {
+			w.plainFlows = map[string]bool{}
+		}
+		l, r := c.LocalAddr().String(), c.RemoteAddr().String()
+		w.plainFlows[l+" > "+r+" tcp"], w.plainFlows[r+" > "+l+" tcp"] = true, true
+		w.mu.Unlock()
+	}
+	return c, err
+}
+
 // findHTTPSCA is the cluster's HTTPS CA certificate in an agent's data dir:
 // tls/https-ca.pem, else another tls/*ca*.pem that is neither the node CA
 // (ca.pem, Ed25519, the node transport's) nor a key.
@@ -323,7 +344,7 @@ func findHTTPSCA(dir string) string {
 func (w *wireTest) probeAPI(p *proc, timeout time.Duration) {
 	w.t.Helper()
 	url := fmt.Sprintf("://%s:%d/v1/health", p.ip, wireHTTPPort)
-	plain := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DialContext: w.boxDial, DisableKeepAlives: true}}
+	plain := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DialContext: w.plainDial, DisableKeepAlives: true}}
 	var last string
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
@@ -394,13 +415,19 @@ func (w *wireTest) shoal(key string, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-func (w *wireTest) createToken(args ...string) newToken {
+// wireToken is what token create prints.
+type wireToken struct {
+	ID     string `json:"id"`
+	Secret string `json:"token"`
+}
+
+func (w *wireTest) createToken(args ...string) wireToken {
 	w.t.Helper()
 	out, err := w.shoal(w.key, append([]string{"token", "create"}, args...)...)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	var tok newToken
+	var tok wireToken
 	if err := json.Unmarshal([]byte(out), &tok); err != nil || tok.Secret == "" {
 		w.t.Fatalf("token create: %v %q", err, out)
 	}
@@ -538,13 +565,12 @@ func wireChunk(b []byte, n int) []byte {
 }
 
 // plainRequest sends a plain-HTTP request holding marker to p's API port
-// from the client machine, the marker split over two TCP segments, and
-// returns the flow's key.
-func (w *wireTest) plainRequest(p *proc, marker string) string {
+// from the client machine, the marker split over two TCP segments.
+func (w *wireTest) plainRequest(p *proc, marker string) {
 	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := w.boxDial(ctx, "tcp", fmt.Sprintf("%s:%d", p.ip, wireHTTPPort))
+	c, err := w.plainDial(ctx, "tcp", fmt.Sprintf("%s:%d", p.ip, wireHTTPPort))
 	if err != nil {
 		w.t.Fatalf("positive control: %v", err)
 	}
@@ -552,7 +578,7 @@ func (w *wireTest) plainRequest(p *proc, marker string) string {
 	_ = c.(*net.TCPConn).SetNoDelay(true)
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	half := len(marker) / 2
-	head := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", p.ip, len(marker)+2)
+	head := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", p.ip, len(marker)+2)
 	if _, err := c.Write([]byte(head + `"` + marker[:half])); err != nil {
 		w.t.Fatalf("positive control: %v", err)
 	}
@@ -562,7 +588,6 @@ func (w *wireTest) plainRequest(p *proc, marker string) string {
 	}
 	b, _ := io.ReadAll(io.LimitReader(c, 4096))
 	w.t.Logf("positive control: the agent answered the plain-HTTP request with %q", firstLine(b))
-	return c.LocalAddr().String() + " > " + c.RemoteAddr().String() + " tcp"
 }
 
 func firstLine(b []byte) string {
@@ -823,9 +848,9 @@ type wireFound struct {
 	where        []string
 }
 
-// find counts the frames and the TCP streams (but the one named skip, if
-// any) holding b.
-func (a *wireAnalysis) find(b []byte, skip string) wireFound {
+// find counts the frames and the TCP streams (but those in skip) holding
+// b.
+func (a *wireAnalysis) find(b []byte, skip map[string]bool) wireFound {
 	var f wireFound
 	if len(b) == 0 {
 		return f
@@ -836,7 +861,7 @@ func (a *wireAnalysis) find(b []byte, skip string) wireFound {
 		}
 	}
 	for _, s := range a.streams {
-		if s.key == skip {
+		if skip[s.key] {
 			continue
 		}
 		if n := bytes.Count(s.data, b); n > 0 {
