@@ -47,10 +47,13 @@ const (
 // before the server starts to the end. Neither the raw frames nor the
 // reassembled TCP streams may hold the bootstrap secret, the admin key,
 // the join token's secret, the inference key, the prompt or the
-// completion text, nor any plain HTTP. A request sent in plain HTTP on
-// purpose (a positive control, split over two TCP segments) must be found,
-// and the capture must hold traffic on the API and the QUIC port, so the
-// test cannot pass by seeing nothing.
+// completion text, nor any plain HTTP. A plain-HTTP exchange made on
+// purpose (a positive control: a request whose marker is split over two
+// TCP segments, and its answer) must be found, and the capture must hold
+// traffic on the API and the QUIC port, also between the client agent and
+// the server while the client agent answered, so the test cannot pass by
+// seeing nothing. On agents that serve plain HTTP the test says so and
+// goes on in plain HTTP, showing what crosses in clear.
 func TestNoCleartextOnTheWire(t *testing.T) {
 	e := setup(t, 3)
 	server, client, box := e.nodes[0], e.nodes[1], e.nodes[2]
@@ -102,7 +105,11 @@ func TestNoCleartextOnTheWire(t *testing.T) {
 	var completions [][]byte // raw JSON-encoded completion text, as sent by the agents
 	chatsFrom := capt.count()
 	for _, p := range []*proc{client, server} {
-		raw, text := w.chat(p, inference.Secret, marker, false)
+		var raw []byte
+		var text string
+		for try := 0; try < 5 && len(raw) < 16; try++ { // a random model may end early
+			raw, text = w.chat(p, inference.Secret, marker, false)
+		}
 		if len(raw) < 16 {
 			t.Fatalf("completion via %s is %d bytes (%q): too short to look for on the wire", p.name, len(raw), text)
 		}
@@ -121,10 +128,12 @@ func TestNoCleartextOnTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The positive control: a request sent in plain HTTP on purpose, its
-	// marker split over two TCP segments.
-	control := "ctl" + wireRandom(t, 21)
-	w.plainRequest(server, control)
+	// The positive control: a request and its answer in plain HTTP on
+	// purpose, between the client machine and the server's address (a
+	// listener of the test's own, on a port of the kernel's choosing), the
+	// request's marker split over two TCP segments.
+	control, controlReply := "ctl"+wireRandom(t, 21), "rep"+wireRandom(t, 21)
+	w.plainControl(server, control, controlReply)
 
 	time.Sleep(300 * time.Millisecond) // the last frames reach the socket
 	capt.stop()
@@ -165,8 +174,13 @@ func TestNoCleartextOnTheWire(t *testing.T) {
 	if ctl.streams == 0 {
 		t.Fatalf("the positive control's marker, sent in plain HTTP, is not in the capture: the checker is blind (raw %d, streams %d)", ctl.raw, ctl.streams)
 	}
-	t.Logf("positive control: the plain-HTTP marker found in %d reassembled stream(s) (%s), in %d raw frame(s) (split over two segments)",
+	t.Logf("positive control: the plain-HTTP request's marker found in %d reassembled stream(s) (%s), in %d raw frame(s) (split over two segments)",
 		ctl.streams, strings.Join(ctl.where, ", "), ctl.raw)
+	rep := a.find([]byte(controlReply), nil)
+	if rep.raw == 0 || rep.streams == 0 {
+		t.Fatalf("the positive control's answer, sent in plain HTTP, is not in the capture: the checker is blind (raw %d, streams %d)", rep.raw, rep.streams)
+	}
+	t.Logf("positive control: the plain-HTTP answer's marker found in %d raw frame(s), %d stream(s) (%s)", rep.raw, rep.streams, strings.Join(rep.where, ", "))
 
 	// Nothing secret in clear.
 	apiSecret := func(k string) string { // ID.secret: the secret part
@@ -564,13 +578,46 @@ func wireChunk(b []byte, n int) []byte {
 	return b[best : best+n]
 }
 
-// plainRequest sends a plain-HTTP request holding marker to p's API port
-// from the client machine, the marker split over two TCP segments.
-func (w *wireTest) plainRequest(p *proc, marker string) {
+// plainControl serves one plain-HTTP request on p's address (a listener
+// of the test's own in p's namespace) and sends it from the client
+// machine: the request holds marker, split over two TCP segments, the
+// answer reply.
+func (w *wireTest) plainControl(p *proc, marker, reply string) {
 	w.t.Helper()
+	var ln net.Listener
+	if err := inNetns(p.ns, func() error {
+		var err error
+		ln, err = net.Listen("tcp", p.ip+":0")
+		return err
+	}); err != nil {
+		w.t.Fatalf("positive control: %v", err)
+	}
+	defer ln.Close()
+	served := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			served <- err
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err != nil {
+			served <- err
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(req.Body, 4096))
+		if err != nil || !bytes.Contains(body, []byte(marker)) {
+			served <- fmt.Errorf("the listener read %q, %v", body, err)
+			return
+		}
+		_, err = fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(reply), reply)
+		served <- err
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := w.plainDial(ctx, "tcp", fmt.Sprintf("%s:%d", p.ip, wireHTTPPort))
+	c, err := w.plainDial(ctx, "tcp", ln.Addr().String())
 	if err != nil {
 		w.t.Fatalf("positive control: %v", err)
 	}
@@ -578,7 +625,7 @@ func (w *wireTest) plainRequest(p *proc, marker string) {
 	_ = c.(*net.TCPConn).SetNoDelay(true)
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	half := len(marker) / 2
-	head := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", p.ip, len(marker)+2)
+	head := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", ln.Addr(), len(marker)+2)
 	if _, err := c.Write([]byte(head + `"` + marker[:half])); err != nil {
 		w.t.Fatalf("positive control: %v", err)
 	}
@@ -587,7 +634,13 @@ func (w *wireTest) plainRequest(p *proc, marker string) {
 		w.t.Fatalf("positive control: %v", err)
 	}
 	b, _ := io.ReadAll(io.LimitReader(c, 4096))
-	w.t.Logf("positive control: the agent answered the plain-HTTP request with %q", firstLine(b))
+	if err := <-served; err != nil {
+		w.t.Fatalf("positive control: %v", err)
+	}
+	if !bytes.Contains(b, []byte(reply)) {
+		w.t.Fatalf("positive control: answer %q", b)
+	}
+	w.t.Logf("positive control: a plain-HTTP exchange with %s: %q", ln.Addr(), firstLine(b))
 }
 
 func firstLine(b []byte) string {
