@@ -225,7 +225,7 @@ func (c *Client) Handle(ctx context.Context, peer Peer, method string, body json
 		if err := json.Unmarshal(body, &req); err != nil {
 			return nil, &Error{Code: http.StatusBadRequest, Msg: "malformed apply request"}
 		}
-		if client && !ownReport(peer, req) && !c.admin(req.Key) {
+		if client && !ownReport(peer, req, c.srv.FSM().State()) && !c.admin(req.Key) {
 			return nil, &Error{Code: http.StatusForbidden, Msg: "a client node may write only its own shard, link and model-file reports: this change needs an admin key"}
 		}
 		return nil, c.applyRaw(ctx, req)
@@ -254,8 +254,9 @@ func (c *Client) admin(key string) bool {
 }
 
 // ownReport reports whether req is one a node makes about itself: its
-// shards' status, its links, a model file it holds.
-func ownReport(peer Peer, req ApplyRequest) bool {
+// shards' status, its links, a model file it holds (under a name no other
+// node's model has, and planned on no node but itself if pinned).
+func ownReport(peer Peer, req ApplyRequest, st *State) bool {
 	switch req.Type &^ IgnoreUnknownTypeFlag {
 	case ShardStatusType:
 		var r ShardStatusRequest
@@ -273,7 +274,18 @@ func ownReport(peer Peer, req ApplyRequest) bool {
 		return true
 	case ModelUpsertType:
 		var r ModelUpsertRequest
-		return json.Unmarshal(req.Body, &r) == nil && r.Model.SourceNode == peer.ID
+		if json.Unmarshal(req.Body, &r) != nil || r.Model.SourceNode != peer.ID {
+			return false
+		}
+		if old := st.Models[r.Model.Name]; old != nil && old.SourceNode != peer.ID {
+			return false
+		}
+		for _, n := range r.Model.Pin {
+			if n != peer.ID {
+				return false
+			}
+		}
+		return true
 	}
 	return false
 }

@@ -154,6 +154,13 @@ func TestClientNodeWrites(t *testing.T) {
 	own := ShardStatusRequest{Shard: ShardStatus{Node: "client-node", Model: "m", State: ShardReady}}
 	other := ShardStatusRequest{Shard: ShardStatus{Node: "someone-else", Model: "m", State: ShardReady}}
 	token := TokenCreateRequest{Token: Token{ID: "t2", Kind: TokenAdmin, SecretHash: "h2"}}
+	// A model another node offers, which a client must not take over.
+	if err := cl.Apply(ctx, ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "theirs", SourceNode: "someone-else", Source: "/m.gguf"}}); err != nil {
+		t.Fatal(err)
+	}
+	model := func(name, source string, pin ...string) ModelUpsertRequest {
+		return ModelUpsertRequest{Model: Model{Name: name, SourceNode: source, Source: "/x.gguf", Pin: pin}}
+	}
 	for _, x := range []struct {
 		name   string
 		key    string
@@ -168,6 +175,11 @@ func TestClientNodeWrites(t *testing.T) {
 		{"a token", "", TokenCreateType, token, true},
 		{"a token with a wrong key", "guess", TokenCreateType, token, true},
 		{"a token with an admin key", "admin-key", TokenCreateType, token, false},
+		{"a model file it holds", "", ModelUpsertType, model("mine", "client-node"), false},
+		{"its model pinned to itself", "", ModelUpsertType, model("mine", "client-node", "client-node"), false},
+		{"its model pinned to another node", "", ModelUpsertType, model("mine", "client-node", "someone-else"), true},
+		{"a model of another node's", "", ModelUpsertType, model("other", "someone-else"), true},
+		{"another node's model name", "", ModelUpsertType, model("theirs", "client-node"), true},
 	} {
 		err := apply(x.key, x.typ, x.req)
 		if refused := StatusCode(err) == http.StatusForbidden; refused != x.refuse {

@@ -43,9 +43,18 @@ func (b *admin) LoadModel(ctx context.Context, req api.LoadModelRequest) (*api.M
 			if n.Status != api.StatusAlive {
 				return nil, &coordinator.Error{Code: http.StatusServiceUnavailable, Msg: fmt.Sprintf("node %s is %s", n.Name, n.Status)}
 			}
-			req.Node = ""
+			// Only servers ask other nodes to load files: a client agent
+			// passes the request and the operator's key to a server.
+			addr, fwd := n.RPCAddr, loadModelRequest{LoadModelRequest: req}
+			fwd.Node = ""
+			if b.srv == nil {
+				if addr, err = b.cluster.ServerAddr(); err != nil {
+					return nil, err
+				}
+				fwd.Node, fwd.Key = n.ID, api.KeyFrom(ctx)
+			}
 			var out api.ModelInfo
-			if err := b.call.Call(ctx, n.RPCAddr, methodLoadModel, req, &out); err != nil {
+			if err := b.call.Call(ctx, addr, methodLoadModel, fwd, &out); err != nil {
 				return nil, err
 			}
 			return &out, nil

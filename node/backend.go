@@ -30,6 +30,14 @@ type checkKeyRequest struct {
 	Scope api.Scope `json:"scope"`
 }
 
+// loadModelRequest is Models.Load's body: a server asking the node that
+// holds a file to register it, or a client agent relaying an operator's
+// request, with the operator's admin key, to a server.
+type loadModelRequest struct {
+	api.LoadModelRequest
+	Key string `json:"key,omitempty"`
+}
+
 // keyGrant is what a server says of a key that has the scope.
 type keyGrant struct {
 	Kind   string   `json:"kind,omitempty"`
@@ -84,12 +92,23 @@ func (a *Agent) registerRPC() {
 		return nil, nil
 	})
 	a.rpc.Register(methodLoadModel, func(ctx context.Context, p transport.Peer, body json.RawMessage) (any, error) {
-		var req api.LoadModelRequest
+		var req loadModelRequest
 		if err := json.Unmarshal(body, &req); err != nil {
 			return nil, badRequest("malformed load request")
 		}
-		req.Node = ""
-		return a.admin.LoadModel(ctx, req)
+		if p.Role != transport.RoleServer {
+			// A client agent relays an operator's request to a server,
+			// which checks the admin key and asks the node with the file.
+			if a.srv == nil {
+				return nil, forbidden("only a server takes a model load from a client node")
+			}
+			if err := a.admin.Authorize(ctx, req.Key, api.ScopeAdmin); err != nil {
+				return nil, forbidden("loading a model needs an admin key")
+			}
+			return a.admin.LoadModel(ctx, req.LoadModelRequest)
+		}
+		req.Node = "" // a server asks this node to register a file it holds
+		return a.admin.LoadModel(ctx, req.LoadModelRequest)
 	})
 	a.rpc.Register(methodLayout, a.serveLayout)
 }

@@ -328,6 +328,15 @@ func TestRefusals(t *testing.T) {
 		if err := call(coordinator.MethodRemoveNode, coordinator.RemoveRequest{ID: c.Members[2].Agent.ID()}, nil); transport.StatusOf(err) != http.StatusForbidden {
 			t.Errorf("a client node removed a server: %v", err)
 		}
+		// Asking an agent to register a file it holds is for servers (or
+		// a client agent relaying an operator's admin key).
+		load := api.LoadModelRequest{Path: writeModel(t), Name: "planted"}
+		if err := call("Models.Load", load, nil); transport.StatusOf(err) != http.StatusForbidden {
+			t.Errorf("a client node had a server register a model: %v", err)
+		}
+		if ms, _ := c.Client(0, "").Models(ctx(t)); len(ms) != 0 {
+			t.Errorf("models after the refused load: %+v", ms)
+		}
 		var st coordinator.State
 		if err := call(coordinator.MethodState, nil, &st); err != nil {
 			t.Fatal(err)
@@ -453,6 +462,14 @@ func TestClientAgentForwards(t *testing.T) {
 	})
 	if err := c.Client(ci, "").Drain(ctx(t), "laptop", true); err != nil {
 		t.Fatal(err)
+	}
+	// A model load on another node, asked of the client agent, goes
+	// through a server with the operator's key.
+	if _, err := c.Client(ci, "").LoadModel(ctx(t), api.LoadModelRequest{Path: writeModel(t), Node: "server-1"}); err != nil {
+		t.Fatalf("load through the client agent: %v", err)
+	}
+	if ms, err := c.Client(0, "").Models(ctx(t)); err != nil || len(ms) != 1 || ms[0].SourceName != "server-1" {
+		t.Fatalf("models: %+v %v", ms, err)
 	}
 	nodes, _ := c.Client(0, "").Nodes(ctx(t))
 	if n := nodeByName(t, nodes, "laptop"); n == nil || n.Role != "client" || !n.Draining {
