@@ -94,27 +94,37 @@ func (j *admission) handle(ctx context.Context, req *joinRequest, forwarded bool
 	if len(req.PublicKey) != ed25519.PublicKeySize || len(req.NodeID) != 36 {
 		return &joinResponse{Err: "join request without a valid node ID and ed25519 public key", Code: http.StatusBadRequest}
 	}
-	cert, err := j.ca.Issue(ed25519.PublicKey(req.PublicKey), req.NodeID, req.Role)
+	// The cluster names the node: a node ID is never the joiner's choice.
+	id, err := newNodeID()
+	if err != nil {
+		return fail(err)
+	}
+	cert, err := j.ca.Issue(ed25519.PublicKey(req.PublicKey), id, req.Name, req.Role)
 	if err != nil {
 		return &joinResponse{Err: err.Error(), Code: http.StatusBadRequest}
 	}
-	resp := &joinResponse{CACert: j.ca.DER, Cert: cert, GossipKey: j.gossipKey, Seeds: j.seeds()}
+	resp := &joinResponse{NodeID: id, CACert: j.ca.DER, Cert: cert, GossipKey: j.gossipKey, Seeds: j.seeds()}
 	if req.Role == coordinator.RoleServer {
 		if resp.CAKey, err = marshalPKCS8(j.ca.Key); err != nil {
 			return fail(err)
 		}
 	}
-	j.log.Info("admitted node", zap.String("name", req.Name), zap.String("id", req.NodeID), zap.String("role", req.Role))
+	j.log.Info("admitted node", zap.String("name", req.Name), zap.String("id", id), zap.String("role", req.Role))
 	return resp
 }
 
-// impostor refuses a join that would make a second live node with the
-// ID (a copied data dir) or the name of one the cluster has: names and IDs
-// are how operators and the planner tell nodes apart.
+// impostor refuses a join from a data dir that names a node the cluster
+// knows (a copy of another node's, or a removed node's), and a join under
+// the name of a live node: names and IDs are how operators and the
+// planner tell nodes apart.
 func impostor(st *coordinator.State, req *joinRequest) *joinResponse {
 	if _, gone := st.RevokedNodes[req.NodeID]; gone {
 		return &joinResponse{Err: fmt.Sprintf("node %s was removed from the cluster (shoal node rm): start it with a fresh --data-dir", req.NodeID),
 			Code: http.StatusForbidden}
+	}
+	if n := st.Nodes[req.NodeID]; n != nil && n.Status != coordinator.StatusAlive && n.Status != coordinator.StatusSuspect {
+		return &joinResponse{Err: fmt.Sprintf("node ID %s belongs to node %s (%s): remove it with 'shoal node rm %s' first, or start the new node with a fresh --data-dir", n.ID, n.Name, n.Status, n.Name),
+			Code: http.StatusConflict}
 	}
 	for _, n := range st.SortedNodes() {
 		if n.Status != coordinator.StatusAlive && n.Status != coordinator.StatusSuspect {

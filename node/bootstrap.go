@@ -432,7 +432,7 @@ func (a *Agent) adoptCandidate(c *candidate) error {
 	if len(c.GossipKey) != 32 {
 		return errors.New("bootstrap: no gossip key")
 	}
-	if a.ident, err = transport.SelfIssue(ca, a.id, a.role); err != nil {
+	if a.ident, err = transport.SelfIssueNamed(ca, a.id, a.cfg.Name, a.role); err != nil {
 		return err
 	}
 	if a.role != coordinator.RoleServer {

@@ -33,16 +33,28 @@ func loadNodeID(dir string) (string, error) {
 		}
 		return id, nil
 	}
+	id, err := newNodeID()
+	if err != nil {
+		return "", err
+	}
+	return id, saveNodeID(dir, id)
+}
+
+func saveNodeID(dir, id string) error {
+	if err := os.WriteFile(filepath.Join(dir, "node-id"), []byte(id), 0o600); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	return nil
+}
+
+// newNodeID is a random UUID-shaped ID.
+func newNodeID() (string, error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}
 	h := hex.EncodeToString(b[:])
-	id := h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
-	if err := os.WriteFile(path, []byte(id), 0o600); err != nil {
-		return "", fmt.Errorf("data dir: %w", err)
-	}
-	return id, nil
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32], nil
 }
 
 // setupIdentity loads the node's certificate, or creates it: from the
@@ -65,6 +77,9 @@ func (a *Agent) setupIdentity(ctx context.Context) error {
 		}
 		if ident.Role != a.role {
 			return fmt.Errorf("this data dir holds a %s; start with the same role (or a fresh --data-dir)", ident.Role)
+		}
+		if ident.Name != "" && ident.Name != a.cfg.Name {
+			return fmt.Errorf("this data dir's certificate names the node %q: start it with --name %s (or a fresh --data-dir and a new join token)", ident.Name, ident.Name)
 		}
 		a.ident = ident
 		a.gossipKey, err = os.ReadFile(filepath.Join(tlsDir, "gossip.key"))
@@ -126,6 +141,7 @@ type joinRequest struct {
 }
 
 type joinResponse struct {
+	NodeID    string   `json:"node_id,omitempty"` // the ID the cluster gives the node
 	Err       string   `json:"err,omitempty"`
 	Code      int      `json:"code,omitempty"`
 	CACert    []byte   `json:"ca_cert,omitempty"`
@@ -224,6 +240,15 @@ func (a *Agent) acceptJoin(resp *joinResponse, caHash string, key ed25519.Privat
 	a.ident, err = transport.NewIdentity(ca, resp.Cert, key)
 	if err != nil {
 		return fmt.Errorf("join: %w", err)
+	}
+	if a.ident.ID != resp.NodeID || resp.NodeID == "" {
+		return fmt.Errorf("join: the certificate is for node %q, the answer names %q", a.ident.ID, resp.NodeID)
+	}
+	if a.ident.ID != a.id { // the cluster names the node
+		if err := saveNodeID(a.cfg.DataDir, a.ident.ID); err != nil {
+			return err
+		}
+		a.id = a.ident.ID
 	}
 	if len(resp.GossipKey) != 32 {
 		return errors.New("join: the server sent no gossip key")

@@ -194,3 +194,80 @@ func statusOf(err error) int {
 	}
 	return 0
 }
+
+// TestClusterNamesNodes: a joining node gets its ID from the cluster (not
+// the one its data dir proposes) in a certificate that also binds its
+// name; a data dir naming a known node that is down is refused at join,
+// and a certificate is not reused under another --name.
+func TestClusterNamesNodes(t *testing.T) {
+	c := tc.New(t, 1)
+	waitHealthy(t, c, 0, 1, 1, 15*time.Second)
+	tok, err := c.Client(0, "").CreateToken(ctx(t), api.TokenRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Dir(c.Members[0].Cfg.DataDir)
+	const proposed = "00000000-1111-2222-3333-444444444444"
+	if err := os.MkdirAll(filepath.Join(base, "laptop"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(base, "laptop", "node-id"), []byte(proposed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Add("laptop", false, tok.Secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	li := len(c.Members) - 1
+	id := m.Agent.ID()
+	saved, _ := os.ReadFile(filepath.Join(m.Cfg.DataDir, "node-id"))
+	ident, err := transport.LoadIdentity(filepath.Join(m.Cfg.DataDir, "tls"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id == proposed || string(saved) != id || ident.ID != id || ident.Name != "laptop" || ident.Role != transport.RoleClient {
+		t.Fatalf("proposed %s, got ID %s, node-id file %s, certificate %s %q %s", proposed, id, saved, ident.ID, ident.Name, ident.Role)
+	}
+	tc.Eventually(t, 10*time.Second, "laptop alive", func() bool {
+		s, err := c.Client(0, "").Status(ctx(t))
+		return err == nil && s.NodesAlive == 2
+	})
+	c.Stop(li, false) // a crash: the node stays in the state, down
+
+	cfg := m.Cfg
+	cfg.Name = "desktop"
+	if a, err := node.Start(context.Background(), cfg); err == nil {
+		a.Shutdown(false)
+		t.Fatal("the laptop's certificate started under another name")
+	} else if !strings.Contains(err.Error(), `certificate names the node "laptop"`) {
+		t.Fatalf("another name: %v", err)
+	}
+
+	tc.Eventually(t, 15*time.Second, "laptop down", func() bool {
+		nodes, err := c.Client(0, "").Nodes(ctx(t))
+		if err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if n.ID == id {
+				return n.Status != api.StatusAlive && n.Status != "suspect"
+			}
+		}
+		return false
+	})
+	copyDir := filepath.Join(base, "copy")
+	if err := os.MkdirAll(copyDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(copyDir, "node-id"), []byte(id), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg = m.Cfg
+	cfg.Name, cfg.DataDir, cfg.Token = "copy", copyDir, tok.Secret
+	if a, err := node.Start(context.Background(), cfg); err == nil {
+		a.Shutdown(false)
+		t.Fatal("a data dir naming the down laptop joined")
+	} else if !strings.Contains(err.Error(), "belongs to node laptop") {
+		t.Fatalf("join as the down laptop: %v", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
@@ -106,9 +107,13 @@ func CAHash(cert *x509.Certificate) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// Issue signs a node certificate for pub. The common name is the node ID and
-// the organizational unit its role.
-func (ca *CA) Issue(pub crypto.PublicKey, nodeID, role string) ([]byte, error) {
+// oidPseudonym (X.520 pseudonym) carries the node's name in its
+// certificate's subject.
+var oidPseudonym = asn1.ObjectIdentifier{2, 5, 4, 65}
+
+// Issue signs a node certificate for pub. The common name is the node ID,
+// the organizational unit its role, and the pseudonym its name.
+func (ca *CA) Issue(pub crypto.PublicKey, nodeID, name, role string) ([]byte, error) {
 	if ca.Key == nil {
 		return nil, errors.New("this node does not hold the CA key")
 	}
@@ -122,7 +127,7 @@ func (ca *CA) Issue(pub crypto.PublicKey, nodeID, role string) ([]byte, error) {
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: nodeID, OrganizationalUnit: []string{role}, Organization: []string{"shoal"}},
+		Subject:      pkix.Name{CommonName: nodeID, OrganizationalUnit: []string{role}, Organization: []string{"shoal"}, ExtraNames: names(name)},
 		DNSNames:     []string{ServerName},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
@@ -132,11 +137,32 @@ func (ca *CA) Issue(pub crypto.PublicKey, nodeID, role string) ([]byte, error) {
 	return x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.Key)
 }
 
+func names(name string) []pkix.AttributeTypeAndValue {
+	if name == "" {
+		return nil
+	}
+	return []pkix.AttributeTypeAndValue{{Type: oidPseudonym, Value: name}}
+}
+
+// certName is the node name a certificate binds ("" for certificates
+// issued before names were).
+func certName(c *x509.Certificate) string {
+	for _, n := range c.Subject.Names {
+		if n.Type.Equal(oidPseudonym) {
+			if s, ok := n.Value.(string); ok {
+				return s
+			}
+		}
+	}
+	return ""
+}
+
 // Identity is what a node presents and trusts on its endpoint.
 type Identity struct {
 	CA   *CA
 	Cert tls.Certificate // leaf and CA chain
 	ID   string
+	Name string // the node name the certificate binds, if any
 	Role string
 }
 
@@ -157,6 +183,7 @@ func NewIdentity(ca *CA, leafDER []byte, key ed25519.PrivateKey) (*Identity, err
 		CA:   ca,
 		Cert: tls.Certificate{Certificate: [][]byte{leafDER, ca.DER}, PrivateKey: key, Leaf: leaf},
 		ID:   leaf.Subject.CommonName,
+		Name: certName(leaf),
 		Role: role,
 	}, nil
 }
@@ -164,11 +191,16 @@ func NewIdentity(ca *CA, leafDER []byte, key ed25519.PrivateKey) (*Identity, err
 // SelfIssue creates a fresh key and a certificate signed by ca (which must
 // hold its key).
 func SelfIssue(ca *CA, nodeID, role string) (*Identity, error) {
+	return SelfIssueNamed(ca, nodeID, "", role)
+}
+
+// SelfIssueNamed is SelfIssue for a certificate that binds the node name.
+func SelfIssueNamed(ca *CA, nodeID, name, role string) (*Identity, error) {
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-	der, err := ca.Issue(pub, nodeID, role)
+	der, err := ca.Issue(pub, nodeID, name, role)
 	if err != nil {
 		return nil, err
 	}
