@@ -321,18 +321,9 @@ func (a *Agent) pollBootstrap(ctx context.Context, addr string, seal *sealer, ca
 		return nil, err
 	}
 	defer done()
-	_ = st.SetDeadline(time.Now().Add(5 * time.Second))
-	if err := transport.WriteFrame(st, req); err != nil {
-		return nil, err
-	}
-	_ = st.CloseWrite()
-	b, err := transport.ReadFrame(st, maxJoinFrame)
+	resp, err := exchangeJoin(st, "bootstrap", addr, req, 5*time.Second)
 	if err != nil {
-		return nil, fmt.Errorf("bootstrap %s: %w", addr, err)
-	}
-	var resp joinResponse
-	if err := json.Unmarshal(b, &resp); err != nil {
-		return nil, fmt.Errorf("bootstrap %s: malformed answer", addr)
+		return nil, err
 	}
 	if resp.Err != "" {
 		err := fmt.Errorf("bootstrap %s: %s", addr, resp.Err)

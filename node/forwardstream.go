@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sort"
 	"strings"
 	"time"
 
@@ -153,6 +154,14 @@ func (f *forwarder) serve(h http.Handler) {
 		r.Header = http.Header(head.Header)
 		if r.Header == nil {
 			r.Header = http.Header{}
+		}
+		if ce := f.log.Check(zap.DebugLevel, "forwarded request"); ce != nil {
+			names := make([]string, 0, len(r.Header))
+			for k := range r.Header {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			ce.Write(zap.String("from", peer.ID), zap.String("path", r.URL.Path), zap.String("model", head.Model), zap.Strings("headers", names))
 		}
 		r.Header.Set("Authorization", "Bearer "+forwardGrant)
 		r.RemoteAddr = peer.Addr.String()

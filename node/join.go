@@ -205,18 +205,24 @@ func joinOnce(ctx context.Context, addr, caHash string, req []byte) (*joinRespon
 		return nil, err
 	}
 	defer done()
-	_ = st.SetDeadline(time.Now().Add(10 * time.Second))
+	return exchangeJoin(st, "join", addr, req, 10*time.Second)
+}
+
+// exchangeJoin sends req on a join stream and reads the answer; what
+// names the exchange in errors.
+func exchangeJoin(st *transport.Stream, what, addr string, req []byte, timeout time.Duration) (*joinResponse, error) {
+	_ = st.SetDeadline(time.Now().Add(timeout))
 	if err := transport.WriteFrame(st, req); err != nil {
 		return nil, err
 	}
 	_ = st.CloseWrite()
 	b, err := transport.ReadFrame(st, maxJoinFrame)
 	if err != nil {
-		return nil, fmt.Errorf("join %s: %w", addr, err)
+		return nil, fmt.Errorf("%s %s: %w", what, addr, err)
 	}
 	var resp joinResponse
 	if err := json.Unmarshal(b, &resp); err != nil {
-		return nil, fmt.Errorf("join %s: malformed answer", addr)
+		return nil, fmt.Errorf("%s %s: malformed answer", what, addr)
 	}
 	return &resp, nil
 }

@@ -62,11 +62,7 @@ see status, nodes, models and the dashboard but change nothing.
 			if err != nil {
 				return err
 			}
-			if f.json() {
-				return printJSON(cmd.OutOrStdout(), t)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), t.Secret)
-			return nil
+			return printNewToken(cmd, &f, t)
 		},
 	}
 	cmd.Flags().StringVar(&req.Kind, "kind", "join", "join, admin, inference (the OpenAI endpoint only) or read (status, lists, dashboard)")
@@ -160,13 +156,19 @@ it when a join token or key may have leaked but its holders should go on
 			if err != nil {
 				return err
 			}
-			if f.json() {
-				return printJSON(cmd.OutOrStdout(), t)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), t.Secret)
-			return nil
+			return printNewToken(cmd, &f, t)
 		},
 	}
 	f.register(cmd)
 	return cmd
+}
+
+// printNewToken prints a token's secret, shown this once (all of it with
+// -o json).
+func printNewToken(cmd *cobra.Command, f *clusterFlags, t *api.NewToken) error {
+	if f.json() {
+		return printJSON(cmd.OutOrStdout(), t)
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), t.Secret)
+	return nil
 }

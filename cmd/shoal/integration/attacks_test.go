@@ -403,6 +403,59 @@ func TestAttacks(t *testing.T) {
 		after(t)
 	})
 
+	t.Run("node serving a model gets no API keys", func(t *testing.T) {
+		// A client node that serves a model (as one the planner made its
+		// single holder, for the memory it claimed, would) receives the
+		// requests the other agents take for it: without the users' keys.
+		tok := a.createToken(t, "--description", "magnet's join token")
+		track(t, tok.ID)
+		user := a.createToken(t, "--kind", "inference", "--description", "a user of the magnet's model")
+		track(t, user.ID)
+		magnet := filepath.Join(e.dir, "magnet.gguf")
+		if out, err := exec.Command(e.bin, "gen-model", "--arch", "llama", "--type", "q8_0", "--n-embd", "64", "--n-layer", "2",
+			"--n-head", "4", "--n-ff", "128", "--vocab-size", "512", "--ctx", "256", "--seed", "7", "-q", "--out", magnet).CombinedOutput(); err != nil {
+			t.Fatalf("gen-model: %v\n%s", err, out)
+		}
+		m := a.background(t, joiner, "agent", "--name", "magnet", "--data-dir", filepath.Join(joiner.dir, "magnet"), "--bind", joiner.ip,
+			"--join", server.ip, "--token", tok.Secret, "--model", magnet, "--threads", "1", "--log-level", "debug")
+		a.waitNode(t, "magnet", m, 30*time.Second)
+		body := `{"model":"magnet","messages":[{"role":"user","content":"Hello"}],"max_tokens":4}`
+		var h attackResult
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+			h = a.http(t, box, "POST", "https://"+server.ip+":7948/v1/chat/completions", user.Secret, body)
+			if h.Status == 200 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if h.Status != 200 {
+			t.Fatalf("chat through n0 with the magnet's model: %d %s", h.Status, h.Body)
+		}
+		a.remove(t, "magnet", m)
+		if _, err := a.shoal(t, a.key, "model", "unload", "magnet"); err != nil {
+			t.Error(err)
+		}
+		log := m.log()
+		var forwarded []string
+		for _, line := range strings.Split(log, "\n") {
+			if strings.Contains(line, "forwarded request") {
+				forwarded = append(forwarded, line)
+			}
+		}
+		if len(forwarded) == 0 {
+			t.Fatalf("the magnet logged no forwarded request:\n%s", tail(log, 20))
+		}
+		for _, line := range forwarded {
+			if strings.Contains(line, "Authorization") || strings.Contains(line, "Cookie") {
+				t.Errorf("a forwarded request reached the magnet with credentials: %s", line)
+			}
+		}
+		_, secret, _ := strings.Cut(user.Secret, ".")
+		if strings.Contains(log, secret) {
+			t.Error("the user's key is in the magnet's log")
+		}
+		after(t)
+	})
+
 	// Last: the secret the servers bootstrapped with is revoked.
 	t.Run("revoked bootstrap secret", func(t *testing.T) {
 		// Nothing is derived from the secret: the cluster's CA and gossip
