@@ -67,6 +67,7 @@ type Agent struct {
 	observer openai.Observer
 
 	revoked atomic.Pointer[map[string]bool] // a client's copy of the revoked node IDs
+	fsm     atomic.Pointer[coordinator.FSM] // a server's state, once its Raft runs (read by the endpoint and gossip from their goroutines)
 
 	stopOnce sync.Once
 	done     chan struct{}
@@ -209,6 +210,7 @@ func (a *Agent) start() error {
 		if err != nil {
 			return err
 		}
+		a.fsm.Store(a.srv.FSM())
 	}
 	a.cluster = coordinator.NewClient(a.srv, a.gossip, rpcCaller{a.ep}, a.log)
 	a.admin = a.newAdmin()
@@ -368,9 +370,9 @@ func (a *Agent) peerHasState(ctx context.Context, m coordinator.Member) (bool, e
 // isRevoked tells whether node id was removed from the cluster: servers
 // read their state, clients the copy the serving loop keeps.
 func (a *Agent) isRevoked(id string) bool {
-	if a.srv != nil {
+	if f := a.fsm.Load(); f != nil {
 		var gone bool
-		a.srv.FSM().View(func(st *coordinator.State) { _, gone = st.RevokedNodes[id] })
+		f.View(func(st *coordinator.State) { _, gone = st.RevokedNodes[id] })
 		return gone
 	}
 	m := a.revoked.Load()

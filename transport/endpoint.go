@@ -332,6 +332,9 @@ func (e *Endpoint) Dial(ctx context.Context, addr string, k Kind) (*Stream, erro
 			s.CancelRead(0)
 			s.Close()
 			e.forget(addr, conn)
+			if err := asRevoked(err); errors.Is(err, ErrRevoked) {
+				return nil, err
+			}
 			continue
 		}
 		p := peerOf(conn)

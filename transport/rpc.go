@@ -131,7 +131,7 @@ func CallStream(ctx context.Context, st *Stream, method string, in, out any) err
 	}
 	req, _ := json.Marshal(rpcRequest{Method: method, Body: body})
 	if err := WriteFrame(st, req); err != nil {
-		return fmt.Errorf("rpc %s: %w", method, err)
+		return fmt.Errorf("rpc %s: %w", method, asRevoked(err))
 	}
 	_ = st.CloseWrite()
 	raw, err := ReadFrame(st, DefaultMaxFrame)
