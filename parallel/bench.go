@@ -61,7 +61,8 @@ func invalidf(format string, args ...any) error {
 // openRun opens a session of its own for a logits or benchmark run, so the
 // counters and KV caches of served requests stay apart.
 func (r *Reconciler) openRun(ctx context.Context, d *driver, act transport.DType) (*Cluster, *Session, error) {
-	c, err := r.cfg.Host.NewCluster(d.plan, d.addrs, Options{Timeout: RunTimeout, Activations: act})
+	v := d.view()
+	c, err := r.cfg.Host.NewCluster(v.plan, v.addrs, Options{Timeout: RunTimeout, Activations: act})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -136,8 +137,9 @@ func (r *Reconciler) Bench(ctx context.Context, name string, req BenchRequest) (
 	}
 	defer s.Close(context.Background())
 	b := &benchRun{c: c, s: s, ctx: ctx, reps: req.Reps}
-	b.out = &BenchResult{Model: name, PlanVersion: d.version, Strategy: d.plan.Strategy, Nodes: len(d.addrs),
-		Activations: c.opt.Activations.String(), PredictedMsPerToken: d.plan.Cost.MsPerToken, Stages: d.describeStages()}
+	v := d.view()
+	b.out = &BenchResult{Model: name, PlanVersion: v.version, Strategy: v.plan.Strategy, Nodes: len(v.addrs),
+		Activations: c.opt.Activations.String(), PredictedMsPerToken: v.plan.Cost.MsPerToken, Stages: v.describeStages()}
 	rng := rand.New(rand.NewPCG(1, 2))
 	b.tokens = make([]int32, d.ctx)
 	for i := range b.tokens {
@@ -235,13 +237,13 @@ func (b *benchRun) measure(test string, n int, run func() error) error {
 }
 
 // describeStages writes the plan's stages as "[0,11) node-a".
-func (d *driver) describeStages() []string {
+func (v planView) describeStages() []string {
 	var out []string
-	for _, pool := range d.plan.Pools {
+	for _, pool := range v.plan.Pools {
 		for _, st := range pool.Stages {
 			var ms []string
 			for _, m := range st.Members {
-				n := d.names[m.Node]
+				n := v.names[m.Node]
 				if n == "" {
 					n = m.Node
 				}

@@ -33,8 +33,22 @@ type driver struct {
 
 	run sync.Mutex // one logits or benchmark run at a time
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards failed, and the plan fields above once the driver serves (moveDriver)
 	failed error
+}
+
+// planView is the plan a driver runs, as of one moment: a move to a new
+// session replaces it.
+type planView struct {
+	version      uint64
+	plan         placement.Plan
+	addrs, names map[string]string
+}
+
+func (d *driver) view() planView {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return planView{version: d.version, plan: d.plan, addrs: d.addrs, names: d.names}
 }
 
 func (d *driver) fail(err error) {
@@ -102,11 +116,60 @@ func (r *Reconciler) startSession(d *driver) error {
 	if d.eng, err = NewEngine(d.sess, d.ctx, 0); err != nil {
 		return err
 	}
+	d.sess = nil // the engine owns its sessions
+	if r.cfg.ReplayWait > 0 {
+		d.eng.ReplayWait, d.eng.MaxReplays = r.cfg.ReplayWait, r.cfg.MaxReplays
+	}
 	d.eng.onFail = func(err error) error {
 		d.fail(err)
 		r.wakeUp()
 		return fmt.Errorf("model %s runs across nodes and a step failed (it is served again once every node of its plan answers, or the cluster has re-planned): %w", d.name, err)
 	}
+	return nil
+}
+
+// canMove tells whether d can go on over pm's plan on a new session, its
+// engine replaying the running sequences: d runs a session (not a local
+// runner), pm's plan is not this node alone, and its KV capacity holds
+// what the engine admitted.
+func (r *Reconciler) canMove(d *driver, pm *PlannedModel) bool {
+	if r.cfg.ReplayWait <= 0 || d.eng == nil || d.runner != nil {
+		return false
+	}
+	if _, whole := r.wholeShard(pm); whole {
+		return false
+	}
+	return CacheTokens(&pm.Plan) >= d.eng.Capacity()
+}
+
+// moveDriver opens a session over pm's plan and offers it to d's engine,
+// which replays its sequences on it at its next step.
+func (r *Reconciler) moveDriver(d *driver, pm *PlannedModel) error {
+	c, err := r.cfg.Host.NewCluster(pm.Plan, pm.Addrs, Options{Timeout: r.cfg.StepTimeout})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	sess, err := c.Open(ctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if !d.eng.Offer(sess) {
+		return fmt.Errorf("model %s stopped being served here", d.name)
+	}
+	why := "its session failed"
+	if d.version != pm.Plan.Version {
+		why = fmt.Sprintf("plan v%d replaces v%d", pm.Plan.Version, d.version)
+	}
+	d.mu.Lock()
+	d.version, d.plan, d.addrs, d.names, d.cluster, d.failed = pm.Plan.Version, pm.Plan, pm.Addrs, pm.Names, c, nil
+	d.mu.Unlock()
+	r.mu.Lock()
+	delete(r.logged, d.name)
+	r.mu.Unlock()
+	r.log.Info("moving distributed serving to a new session; running sequences replay on it", zap.String("model", d.name),
+		zap.Uint64("version", pm.Plan.Version), zap.String("why", why), zap.Int("nodes", len(pm.Addrs)))
 	return nil
 }
 
@@ -171,6 +234,9 @@ func (r *Reconciler) stopDriver(d *driver) {
 	}
 	if d.runner != nil {
 		d.runner.Close()
+	}
+	if d.eng != nil {
+		d.eng.Close()
 	}
 	if d.sess != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -3,6 +3,7 @@ package parallel
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -79,4 +80,123 @@ func TestEngineServes(t *testing.T) {
 	if err := s.Err(); err != nil {
 		t.Errorf("session: %v", err)
 	}
+}
+
+// TestEngineReplays: when the session fails mid-generation, the engine
+// waits for a new one, replays every running sequence on it and goes on;
+// the requests finish with the tokens a single node gives (greedy), as
+// they do when a new session is offered without a failure (a plan
+// change). With no new session within ReplayWait, the step fails with an
+// error that says so.
+func TestEngineReplays(t *testing.T) {
+	ref, path := openRef(t)
+	plan := shapeOf(&ref.Config).Plans(denseQ8.Name).Get("pp2")
+	cl := startCluster(t, path, plan, Options{Timeout: 10 * time.Second})
+	r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	prompts := [][]int32{{1, 450, 496, 173}, {1, 299, 432, 172, 97, 278}, {1, 51}}
+	const n = 10
+	// run generates every prompt on e; after the first request's third
+	// token, disturb runs once.
+	run := func(e serve.Engine, disturb func()) ([][]int32, []error) {
+		sc, err := serve.NewEngine(e, func(int32) bool { return false }, serve.Options{MaxSeqs: 4, MaxTokens: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sc.Close()
+		out := make([][]int32, len(prompts))
+		errs := make([]error, len(prompts))
+		var once sync.Once
+		var wg sync.WaitGroup
+		for i, p := range prompts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ch, err := sc.Submit(context.Background(), serve.Request{Prompt: p, MaxTokens: n, Sampling: sample.Params{}})
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				for ev := range ch {
+					if ev.Err != nil {
+						errs[i] = ev.Err
+					}
+					if !ev.Done {
+						out[i] = append(out[i], ev.Token)
+						if i == 0 && len(out[i]) == 3 && disturb != nil {
+							once.Do(disturb)
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return out, errs
+	}
+	want, _ := run(serve.RunnerEngine{R: r}, nil)
+	open := func() *Session {
+		s, err := cl.drv.Open(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+
+	for _, c := range []struct {
+		name    string
+		disturb func(s *Session, e *Engine)
+	}{
+		{"session fails", func(s *Session, e *Engine) {
+			_ = s.Close(context.Background()) // the next step fails
+			go func() {
+				time.Sleep(200 * time.Millisecond)
+				e.Offer(open())
+			}()
+		}},
+		{"new session offered", func(s *Session, e *Engine) { e.Offer(open()) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := open()
+			eng, err := NewEngine(s, 64, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer eng.Close()
+			eng.ReplayWait, eng.MaxReplays = 5*time.Second, 2
+			got, errs := run(eng, func() { c.disturb(s, eng) })
+			for i := range prompts {
+				if errs[i] != nil || !slices.Equal(got[i], want[i]) {
+					t.Errorf("request %d: %v, generated %v, single node %v", i, errs[i], got[i], want[i])
+				}
+			}
+			if n, pause := eng.Replays(); n != 1 {
+				t.Errorf("%d replays, want 1", n)
+			} else {
+				t.Logf("replayed once, pausing the steps %v", pause.Round(time.Millisecond))
+			}
+		})
+	}
+
+	t.Run("no new session", func(t *testing.T) {
+		s := open()
+		eng, err := NewEngine(s, 64, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer eng.Close()
+		eng.ReplayWait, eng.MaxReplays = 300*time.Millisecond, 2
+		got, errs := run(eng, func() { _ = s.Close(context.Background()) })
+		for i, err := range errs {
+			// (A request may have finished before the session closed.)
+			if len(got[i]) < n && (err == nil || !strings.Contains(err.Error(), "no new session within 300ms")) {
+				t.Errorf("request %d: %v after %d tokens", i, err, len(got[i]))
+			}
+		}
+		if errs[0] == nil {
+			t.Error("the request that saw the session close finished")
+		}
+	})
 }

@@ -32,6 +32,11 @@ import (
 // and the new shards are ready. A new plan version tears down the members
 // and the driver of the old one.
 
+// DefaultReplayWait is how long a failed step waits for a session to
+// replay on: time for gossip to declare a member failed, the leader to
+// re-plan and the new shards to load.
+const DefaultReplayWait = 60 * time.Second
+
 // RunTimeout bounds one step of the sessions opened for cluster logits and
 // benchmarks (prefill steps of up to benchChunk tokens); an RPC server that
 // runs steps must allow a little more.
@@ -108,7 +113,14 @@ type ReconcilerConfig struct {
 	// StepTimeout bounds a step of a served model (30 s if 0).
 	Threads     int
 	StepTimeout time.Duration
-	Log         *zap.Logger
+	// ReplayWait bounds how long a failed step of a model driven here
+	// waits for a new session (its members answering again, or a new
+	// plan) to replay its running sequences on (DefaultReplayWait if 0,
+	// no replay if negative); MaxReplays bounds the replays in a row
+	// (3 if 0).
+	ReplayWait time.Duration
+	MaxReplays int
+	Log        *zap.Logger
 }
 
 // Reconciler keeps the node's members, drivers and routes in line with a
@@ -136,6 +148,12 @@ type runMember struct {
 func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 	if cfg.StepTimeout <= 0 {
 		cfg.StepTimeout = 30 * time.Second
+	}
+	if cfg.ReplayWait == 0 {
+		cfg.ReplayWait = DefaultReplayWait
+	}
+	if cfg.MaxReplays <= 0 {
+		cfg.MaxReplays = 3
 	}
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
@@ -218,13 +236,29 @@ func (r *Reconciler) Reconcile(v View) {
 	}
 }
 
-// reconcileDriver stops the driver of pm when its plan changed or it
-// failed, and starts one when the plan is ready.
+// reconcileDriver moves the driver of pm to a new session when its plan
+// changed or its session failed (its engine replays the running
+// sequences), stops it when it cannot move, and starts one when the plan
+// is ready.
 func (r *Reconciler) reconcileDriver(pm *PlannedModel) {
 	name := pm.Name
 	r.mu.Lock()
 	d := r.drivers[name]
 	r.mu.Unlock()
+	if d != nil && (d.version != pm.Plan.Version || d.err() != nil) && r.canMove(d, pm) {
+		if !pm.Ready {
+			return // the engine waits (ReplayWait) for the new plan's shards
+		}
+		if err := r.moveDriver(d, pm); err != nil {
+			r.mu.Lock()
+			if r.logged[name] != err.Error() {
+				r.logged[name] = err.Error()
+				r.log.Info("cannot move the distributed model to a new session yet; retrying", zap.String("model", name), zap.Error(err))
+			}
+			r.mu.Unlock()
+		}
+		return
+	}
 	if d != nil && (d.version != pm.Plan.Version || d.err() != nil) {
 		why := fmt.Sprintf("plan v%d", pm.Plan.Version)
 		if err := d.err(); err != nil {

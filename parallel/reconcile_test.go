@@ -3,6 +3,7 @@ package parallel
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -10,8 +11,10 @@ import (
 	"shoal/engine/enginetest"
 	"shoal/engine/gguf"
 	"shoal/engine/model"
+	"shoal/engine/sample"
 	"shoal/placement"
 	"shoal/placement/placementtest"
+	"shoal/serve"
 	"shoal/shard"
 	"shoal/transport"
 )
@@ -56,7 +59,8 @@ func (p *testPublisher) get(name string) (Servable, bool) {
 
 // reconcilers starts a reconciler per node of plan (named n0, n1, ...),
 // each holding its shards of the model at path, and reconciles them all
-// with the plan of model "m" twice (members first, then the driver).
+// with the plan of model "m" twice (members first, then the driver). They
+// do not replay (TestReconcilerReplays does).
 func reconcilers(t *testing.T, path string, plan placement.Plan, nodes ...string) ([]*Reconciler, []*transport.Endpoint, []*testPublisher, View) {
 	view := View{Models: []PlannedModel{{Name: "m", Plan: plan, Addrs: map[string]string{}, Names: map[string]string{},
 		Ready: true, Status: "ready", DriverHTTP: "127.0.0.1:1"}}}
@@ -79,7 +83,7 @@ func reconcilers(t *testing.T, path string, plan placement.Plan, nodes ...string
 		pub := &testPublisher{live: map[string]Servable{}}
 		pubs = append(pubs, pub)
 		recs = append(recs, NewReconciler(ReconcilerConfig{Host: NewHost(ep, nil, nil), Node: n, Shards: src, Publisher: pub,
-			Threads: 1, StepTimeout: 3 * time.Second}))
+			Threads: 1, StepTimeout: 3 * time.Second, ReplayWait: -1}))
 	}
 	t.Cleanup(func() {
 		for i := range recs {
@@ -203,5 +207,133 @@ func TestReconcilerServesAPlan(t *testing.T) {
 	}
 	if _, err := recs[0].Logits(ctx, "m", toks); transport.StatusOf(err) != 503 {
 		t.Errorf("logits after the driver failed: %v", err)
+	}
+}
+
+// TestReconcilerReplays: a stream on a two-stage plan (n0, n1) goes on
+// when n1 dies and the cluster re-plans stage 1 onto n2: the driver's
+// engine waits, the reconciler opens a session over the new plan, the
+// engine replays the sequence on it, and the request finishes with the
+// tokens a single node gives. The model is never withdrawn.
+func TestReconcilerReplays(t *testing.T) {
+	ref, path := openRef(t)
+	v3 := shapeOf(&ref.Config).Plans("m").Get("pp2") // n0, n1
+	v3.Version, v3.Context = 3, 64
+	v4 := v3
+	v4.Version = 4
+	v4.Pools = []placement.Pool{v3.Pools[0]}
+	v4.Pools[0].Stages = slices.Clone(v3.Pools[0].Stages)
+	st := &v4.Pools[0].Stages[1]
+	st.Members = slices.Clone(st.Members)
+	for i := range st.Members {
+		st.Members[i].Node = "n2"
+	}
+	nodes := []string{"n0", "n1", "n2"}
+	addrs, names := map[string]string{}, map[string]string{}
+	var eps []*transport.Endpoint
+	for _, n := range nodes {
+		ep := listen(t, n)
+		eps = append(eps, ep)
+		addrs[n], names[n] = ep.Addr().String(), "node-"+n[1:]
+	}
+	viewOf := func(p placement.Plan) View {
+		return View{Models: []PlannedModel{{Name: "m", Plan: p, Addrs: addrs, Names: names, Ready: true, Status: "ready", DriverHTTP: "127.0.0.1:1"}}}
+	}
+	var recs []*Reconciler
+	pub := &testPublisher{live: map[string]Servable{}}
+	for i, n := range nodes {
+		src := &testShards{path: path}
+		for _, p := range []placement.Plan{v3, v4} {
+			for _, spec := range shard.SpecsFor(p, n, "") {
+				sh, err := shard.Open(path, spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { sh.Close() })
+				src.ready = append(src.ready, shard.Ready{Key: fmt.Sprint(n, p.Version, spec.Lo), Model: "m", Version: p.Version, Spec: spec, Shard: sh})
+			}
+		}
+		p := Publisher(&testPublisher{live: map[string]Servable{}})
+		if i == 0 {
+			p = pub
+		}
+		recs = append(recs, NewReconciler(ReconcilerConfig{Host: NewHost(eps[i], nil, nil), Node: n, Shards: src, Publisher: p,
+			Threads: 1, StepTimeout: 3 * time.Second, ReplayWait: 20 * time.Second}))
+	}
+	t.Cleanup(func() {
+		for i := range recs {
+			recs[i].Close()
+			eps[i].Close()
+		}
+	})
+	reconcile := func(v View, rs ...*Reconciler) {
+		for range 2 {
+			for _, r := range rs {
+				r.Reconcile(v)
+			}
+		}
+	}
+	reconcile(viewOf(v3), recs...)
+	served, ok := pub.get("m")
+	if !ok || served.Engine == nil {
+		t.Fatalf("n0 published %v", pub.log)
+	}
+
+	prompt := []int32{1, 450, 496, 173}
+	const n = 12
+	r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	generate := func(e serve.Engine, after3 func()) ([]int32, error) {
+		sc, err := serve.NewEngine(e, func(int32) bool { return false }, serve.Options{MaxSeqs: 2, MaxTokens: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sc.Close()
+		ch, err := sc.Submit(context.Background(), serve.Request{Prompt: prompt, MaxTokens: n, Sampling: sample.Params{}})
+		if err != nil {
+			return nil, err
+		}
+		var out []int32
+		var last error
+		for ev := range ch {
+			if ev.Err != nil {
+				last = ev.Err
+			}
+			if !ev.Done {
+				out = append(out, ev.Token)
+				if len(out) == 3 && after3 != nil {
+					after3()
+				}
+			}
+		}
+		return out, last
+	}
+	want, _ := generate(serve.RunnerEngine{R: r}, nil)
+	got, err := generate(served.Engine, func() {
+		eps[1].Close() // n1 dies; the leader re-plans stage 1 onto n2
+		go func() {
+			<-recs[0].Wake()
+			reconcile(viewOf(v4), recs[0], recs[2])
+		}()
+	})
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("generated %v (%v), a single node %v", got, err, want)
+	}
+	if n, pause := served.Engine.Replays(); n != 1 {
+		t.Errorf("%d replays, want 1", n)
+	} else {
+		t.Logf("replayed on plan v4 after n1 died; the steps paused %v while replaying", pause.Round(time.Millisecond))
+	}
+	if len(pub.log) != 1 {
+		t.Errorf("publisher: %v, want the model published once and never withdrawn", pub.log)
+	}
+	recs[0].mu.Lock()
+	d := recs[0].drivers["m"]
+	recs[0].mu.Unlock()
+	if v := d.view(); v.version != 4 || d.err() != nil {
+		t.Errorf("driver on plan v%d, err %v", v.version, d.err())
 	}
 }
