@@ -1,0 +1,419 @@
+//go:build integration
+
+package integration
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestFaults runs four streaming clients against a model spread over the
+// cluster while a fault strikes: a member killed, the leader killed, the
+// node that holds the model file killed, a member paused for 30 s, a node
+// joining, a node drained. It prints, for each, the streams that completed,
+// the longest gap between tokens and between any bytes (SSE keepalives
+// count) of any stream, and the time until the model serves a new request
+// again; it fails when a stream ends without [DONE] or an error event, or
+// is silent for more than 10 s. Whether every stream completes is measured
+// and printed, and required where the fault leaves the model servable
+// (FAULTS_STRICT=1 makes that a failure for every fault).
+func TestFaults(t *testing.T) {
+	e := setup(t, 6)
+	servers, client, joiner, box := e.nodes[:3], e.nodes[3], e.nodes[4], e.nodes[5]
+	client.name, joiner.name, box.name = "c3", "j4", "box"
+	f := &faultEnv{env: e, box: box}
+
+	model := filepath.Join(e.dir, "spread.gguf")
+	if out, err := runIn(e.bin, "gen-model", "--arch", "llama", "--type", "q8_0", "--n-embd", "256", "--n-layer", "8",
+		"--n-head", "4", "--n-head-kv", "2", "--n-ff", "768", "--vocab-size", "512", "--ctx", "2048", "--seed", "5", "-q", "--out", model); err != nil {
+		t.Fatalf("gen-model: %v\n%s", err, out)
+	}
+	// Every agent offers less memory than the model and its KV need, so
+	// the plan spreads it over two nodes, and the others can take over.
+	const memLimit = "12MiB"
+	for _, p := range servers {
+		p.args = append(p.args, "--memory-limit", memLimit, "--threads", "1")
+		e.start(p)
+	}
+	e.waitHealthy(servers[0], 3, 60*time.Second)
+	join := f.token(t, servers[0], "--description", "faults client")
+	client.args = []string{"agent", "--name", client.name, "--data-dir", client.dir, "--bind", client.ip, "--join", servers[0].ip,
+		"--token", join, "--memory-limit", memLimit, "--threads", "1", "--log-level", "info"}
+	e.start(client)
+	e.waitHealthy(servers[0], 4, 60*time.Second)
+	f.key = f.token(t, servers[0], "--kind", "inference", "--description", "faults streams")
+	f.ca = filepath.Join(servers[0].dir, "tls", "https-ca.pem")
+
+	// The model file sits on n0.
+	t0 := time.Now()
+	var loaded map[string]any
+	if err := e.cli(servers[0], &loaded, "model", "load", model, "--name", "spread", "--ctx", "1536", "--overhead", "1MiB",
+		"--strategy", "pipeline", "--wait", "120s"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("model loaded and planned in %v", time.Since(t0).Round(time.Millisecond))
+
+	type fault struct {
+		name     string
+		servable bool // the model can stay served through it
+		inject   func(t *testing.T, pl placement) (restore func())
+	}
+	byID := func(id string) *proc {
+		for _, p := range e.nodes {
+			if f.ids[p.name] == id {
+				return p
+			}
+		}
+		return nil
+	}
+	restart := func(p *proc) func() {
+		return func() { e.start(p) }
+	}
+	faults := []fault{
+		{"kill -9 a member", true, func(t *testing.T, pl placement) func() {
+			// Not the node with the model file, nor the leader: those
+			// have faults of their own.
+			p := byID(pl.member(f.ids[servers[0].name], f.leader(t)))
+			t.Logf("killing %s", p.name)
+			e.kill(p, syscall.SIGKILL)
+			return restart(p)
+		}},
+		{"kill -9 the leader", true, func(t *testing.T, pl placement) func() {
+			p := byID(f.leader(t))
+			if p == nil || p == byID(pl.driver) {
+				t.Skip("the leader drives the model (its clients' streams end with it)")
+			}
+			t.Logf("killing %s (in the plan: %v)", p.name, slices.Contains(pl.members, f.ids[p.name]))
+			e.kill(p, syscall.SIGKILL)
+			return restart(p)
+		}},
+		{"kill -9 the node holding the model file", true, func(t *testing.T, pl placement) func() {
+			p := servers[0]
+			if f.ids[p.name] == pl.driver {
+				t.Skip("the file's node drives the model")
+			}
+			t.Logf("killing %s (in the plan: %v)", p.name, slices.Contains(pl.members, f.ids[p.name]))
+			e.kill(p, syscall.SIGKILL)
+			return restart(p)
+		}},
+		{"SIGSTOP a member for 30 s", true, func(t *testing.T, pl placement) func() {
+			p := byID(pl.member(f.ids[servers[0].name]))
+			t.Logf("pausing %s", p.name)
+			_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+			time.AfterFunc(30*time.Second, func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) })
+			return func() {}
+		}},
+		{"a node joins", true, func(t *testing.T, pl placement) func() {
+			joiner.args = []string{"agent", "--name", joiner.name, "--data-dir", joiner.dir, "--bind", joiner.ip, "--join", servers[1].ip,
+				"--token", f.token(t, servers[1], "--description", "joiner"), "--memory-limit", memLimit, "--threads", "1", "--log-level", "info"}
+			e.start(joiner)
+			return func() {}
+		}},
+		{"a node drained", true, func(t *testing.T, pl placement) func() {
+			p := byID(pl.member(f.ids[servers[0].name]))
+			t.Logf("draining %s", p.name)
+			if err := e.cli(servers[1], nil, "node", "drain", p.name); err != nil {
+				t.Fatal(err)
+			}
+			return func() { _ = e.cli(servers[1], nil, "node", "undrain", p.name) }
+		}},
+	}
+	var report []string
+	for _, ft := range faults {
+		t.Run(ft.name, func(t *testing.T) {
+			pl := f.waitServed(t, servers[1], 120*time.Second)
+			f.refreshIDs(t, servers[1])
+			res := f.streams(t, pl, 4, 600, func() func() { return ft.inject(t, pl) })
+			line := fmt.Sprintf("%-42s streams %d/%d complete, longest token gap %v, longest silence %v, serving again %v",
+				ft.name, res.complete, res.total, res.gap.Round(time.Millisecond), res.silence.Round(time.Millisecond), res.again.Round(time.Millisecond))
+			t.Log("MEASURED " + line)
+			report = append(report, line)
+			for _, s := range res.bad {
+				t.Error(s)
+			}
+			if res.complete < res.total && ft.servable && os.Getenv("FAULTS_STRICT") == "1" {
+				t.Errorf("%d of %d streams did not complete", res.total-res.complete, res.total)
+			}
+		})
+	}
+	t.Log("MEASURED fault summary:\n" + strings.Join(report, "\n"))
+}
+
+type faultEnv struct {
+	*env
+	box *proc
+	key string
+	ca  string
+	ids map[string]string // node name -> ID
+}
+
+func runIn(bin string, args ...string) ([]byte, error) {
+	return exec.Command(bin, args...).CombinedOutput()
+}
+
+func (f *faultEnv) token(t *testing.T, p *proc, args ...string) string {
+	t.Helper()
+	var tok struct {
+		Secret string `json:"token"`
+	}
+	if err := f.cli(p, &tok, append([]string{"token", "create"}, args...)...); err != nil || tok.Secret == "" {
+		t.Fatalf("token create: %v", err)
+	}
+	return tok.Secret
+}
+
+func (f *faultEnv) leader(t *testing.T) string {
+	for _, p := range f.nodes[:3] {
+		var s status
+		if p.cmd != nil && f.cli(p, &s, "status") == nil && s.Leader != "" {
+			return s.Leader
+		}
+	}
+	return ""
+}
+
+func (f *faultEnv) refreshIDs(t *testing.T, p *proc) {
+	var nodes []nodeInfo
+	if err := f.cli(p, &nodes, "node", "ls"); err != nil {
+		t.Fatal(err)
+	}
+	f.ids = map[string]string{}
+	for _, n := range nodes {
+		f.ids[n.Name] = n.ID
+	}
+}
+
+// placement is who runs the model: its driver (stage 0) and a member of
+// another stage.
+type placement struct {
+	version uint64
+	driver  string
+	members []string // the other nodes of the plan, stage after stage
+}
+
+// member picks a node of the plan other than the driver, preferring one
+// that is none of avoid.
+func (pl placement) member(avoid ...string) string {
+	for _, m := range pl.members {
+		if !slices.Contains(avoid, m) {
+			return m
+		}
+	}
+	return pl.members[len(pl.members)-1]
+}
+
+// waitServed waits until the model is ready on a plan of two stages or
+// more and answers a chat completion.
+func (f *faultEnv) waitServed(t *testing.T, p *proc, timeout time.Duration) placement {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var pi struct {
+			Version uint64 `json:"version"`
+			Status  string `json:"status"`
+			Stages  []struct {
+				Members []struct {
+					Node string `json:"node"`
+				} `json:"members"`
+			} `json:"stages"`
+		}
+		err := f.cli(p, &pi, "placement", "show", "spread")
+		if err == nil && pi.Status == "ready" && len(pi.Stages) >= 2 {
+			pl := placement{version: pi.Version, driver: pi.Stages[0].Members[0].Node}
+			for _, st := range pi.Stages {
+				for _, m := range st.Members {
+					if m.Node != pl.driver && !slices.Contains(pl.members, m.Node) {
+						pl.members = append(pl.members, m.Node)
+					}
+				}
+			}
+			if code, _ := f.chat(f.entry(pl), 4); code == 200 {
+				return pl
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the model is not served on a spread plan after %v: %+v %v", timeout, pi, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// entry is the agent the clients talk to: the driver (a stream through an
+// agent that dies may end with it; the driver is never the fault here).
+func (f *faultEnv) entry(pl placement) string {
+	for _, p := range f.nodes {
+		if f.ids[p.name] == pl.driver {
+			return p.ip
+		}
+	}
+	return f.nodes[1].ip
+}
+
+func (f *faultEnv) httpClient() *http.Client {
+	pem, err := os.ReadFile(f.ca)
+	if err != nil {
+		panic(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	return &http.Client{Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool},
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := inNetns(f.box.ns, func() error {
+				var err error
+				c, err = (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}}
+}
+
+func (f *faultEnv) chat(host string, maxTokens int) (int, string) {
+	body := fmt.Sprintf(`{"model":"spread","messages":[{"role":"user","content":"hello"}],"max_tokens":%d}`, maxTokens)
+	req, _ := http.NewRequest("POST", "https://"+host+":7948/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+f.key)
+	req.Header.Set("Content-Type", "application/json")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := f.httpClient().Do(req.WithContext(ctx))
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		b.WriteString(sc.Text())
+	}
+	return resp.StatusCode, b.String()
+}
+
+type streamResult struct {
+	total, complete int
+	gap, silence    time.Duration // longest between tokens, and between any bytes
+	again           time.Duration // from the fault to a new request served
+	bad             []string
+}
+
+// streams runs n streaming chats of maxTokens each through the driver,
+// injects the fault once every stream has some tokens, waits for them to
+// end (at most 3 minutes), measures, and restores.
+func (f *faultEnv) streams(t *testing.T, pl placement, n, maxTokens int, inject func() func()) streamResult {
+	host := f.entry(pl)
+	var mu sync.Mutex
+	res := streamResult{total: n}
+	started := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"model":"spread","stream":true,"messages":[{"role":"user","content":"stream %d"}],"max_tokens":%d,"temperature":0.7,"seed":%d}`, i, maxTokens, i)
+			req, _ := http.NewRequest("POST", "https://"+host+":7948/v1/chat/completions", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+f.key)
+			req.Header.Set("Content-Type", "application/json")
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			resp, err := f.httpClient().Do(req.WithContext(ctx))
+			if err != nil {
+				mu.Lock()
+				res.bad = append(res.bad, fmt.Sprintf("stream %d: %v", i, err))
+				mu.Unlock()
+				started <- struct{}{}
+				return
+			}
+			defer resp.Body.Close()
+			var lastTok, lastByte time.Time
+			var gap, silence time.Duration
+			tokens, done, errEvent, signalled := 0, false, "", false
+			rd := bufio.NewReader(resp.Body)
+			for {
+				line, err := rd.ReadString('\n')
+				now := time.Now()
+				if !lastByte.IsZero() && now.Sub(lastByte) > silence {
+					silence = now.Sub(lastByte)
+				}
+				lastByte = now
+				if err != nil {
+					break
+				}
+				line = strings.TrimSpace(line)
+				switch {
+				case line == "data: [DONE]":
+					done = true
+				case strings.HasPrefix(line, "data: ") && strings.Contains(line, `"error"`):
+					errEvent = line
+				case strings.HasPrefix(line, "data: "):
+					var ev struct {
+						Choices []struct {
+							Delta struct{ Content string } `json:"delta"`
+						} `json:"choices"`
+					}
+					if json.Unmarshal([]byte(line[6:]), &ev) == nil && len(ev.Choices) > 0 {
+						tokens++
+						if !lastTok.IsZero() && now.Sub(lastTok) > gap {
+							gap = now.Sub(lastTok)
+						}
+						lastTok = now
+						if tokens == 10 && !signalled {
+							signalled = true
+							started <- struct{}{}
+						}
+					}
+				}
+			}
+			if !signalled {
+				started <- struct{}{}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			res.gap, res.silence = max(res.gap, gap), max(res.silence, silence)
+			switch {
+			case done:
+				res.complete++
+			case errEvent != "":
+				t.Logf("stream %d ended with an error event after %d tokens: %s", i, tokens, errEvent)
+			default:
+				res.bad = append(res.bad, fmt.Sprintf("stream %d (HTTP %d) ended after %d tokens with neither [DONE] nor an error event", i, resp.StatusCode, tokens))
+			}
+			if silence > 10*time.Second {
+				res.bad = append(res.bad, fmt.Sprintf("stream %d was silent for %v", i, silence.Round(time.Millisecond)))
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		<-started
+	}
+	t0 := time.Now()
+	restore := inject()
+	// Time to serve again: a new short request through a live agent.
+	for deadline := t0.Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		if code, _ := f.chat(host, 4); code == 200 {
+			res.again = time.Since(t0)
+			break
+		}
+	}
+	wg.Wait()
+	if res.again == 0 {
+		res.bad = append(res.bad, "the model did not serve a new request within 3 minutes of the fault")
+	}
+	restore()
+	return res
+}
