@@ -7,7 +7,7 @@ PKGS      := ./...
 SHELL     := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: help build test test-race test-short test-integration test-kernels test-arm64 run bench bench-endpoint bench-cluster lint fuzz cross clean oracle
+.PHONY: help build test test-race test-short test-integration test-faults test-kernels test-arm64 run bench bench-endpoint bench-cluster lint fuzz cross clean oracle
 
 help:
 	@echo "make build   build $(BIN) (CGO_ENABLED=0)"
@@ -15,6 +15,7 @@ help:
 	@echo "make test    lint, then every test (engine vs ../shared oracle when present)"
 	@echo "make test-race  every package under the race detector (engine tests shrink their sizes under -race)"
 	@echo "make test-integration  agents as processes in network namespaces (root; skips otherwise)"
+	@echo "make test-faults  4 streams through each node fault (kill -9, SIGSTOP, join, drain): what survives (root, minutes)"
 	@echo "make bench   kernel benchmarks"
 	@echo "make bench-endpoint  one agent on loopback serving a small random model under 1, 4 and 16 streams"
 	@echo "make bench-cluster  a model over 1, 2 and 4 emulated devices (netns, tc tbf links, cgroup CPU quotas; root)"
@@ -62,6 +63,11 @@ test-race:
 # Needs root for ip netns; the suite skips with a message otherwise.
 test-integration:
 	$(GO) test -tags integration -count=1 -v -timeout 10m ./cmd/shoal/integration/
+
+# Streams through every fault of issue #21 (kill -9, SIGSTOP, join, drain)
+# on agents in network namespaces; prints what survived (root, minutes).
+test-faults:
+	SHOAL_FAULTS=1 $(GO) test -tags integration -count=1 -v -timeout 20m -run TestFaults ./cmd/shoal/integration/ | grep -E 'MEASURED|^(---|===|ok|FAIL|PASS)|_test.go'
 
 # Every kernel path this machine can run, the pure-Go build, and arm64 under
 # qemu-user when qemu-aarch64-static is installed (.ci/run installs it).

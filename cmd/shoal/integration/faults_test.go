@@ -33,6 +33,9 @@ import (
 // and printed, and required where the fault leaves the model servable
 // (FAULTS_STRICT=1 makes that a failure for every fault).
 func TestFaults(t *testing.T) {
+	if os.Getenv("SHOAL_FAULTS") == "" {
+		t.Skip("the fault suite takes minutes: make test-faults (SHOAL_FAULTS=1) runs it")
+	}
 	e := setup(t, 6)
 	servers, client, joiner, box := e.nodes[:3], e.nodes[3], e.nodes[4], e.nodes[5]
 	client.name, joiner.name, box.name = "c3", "j4", "box"
