@@ -169,6 +169,8 @@ func (a *Agent) setupMetrics() error {
 	}
 	a.observer = obs
 	a.registry.MustRegister(&agentCollector{a: a})
+	installControlMetrics()
+	a.registry.MustRegister(controlCollector{})
 	return nil
 }
 
