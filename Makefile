@@ -7,7 +7,7 @@ PKGS      := ./...
 SHELL     := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: help build test test-race test-short test-integration test-faults test-kernels test-arm64 run bench bench-endpoint bench-cluster lint fuzz cross clean oracle
+.PHONY: help build test test-race test-short test-integration test-faults soak test-kernels test-arm64 run bench bench-endpoint bench-cluster lint fuzz cross clean oracle
 
 help:
 	@echo "make build   build $(BIN) (CGO_ENABLED=0)"
@@ -16,6 +16,7 @@ help:
 	@echo "make test-race  every package under the race detector (engine tests shrink their sizes under -race)"
 	@echo "make test-integration  agents as processes in network namespaces (root; skips otherwise)"
 	@echo "make test-faults  4 streams through each node fault (kill -9, SIGSTOP, join, drain): what survives (root, minutes)"
+	@echo "make soak    16 long streams for SOAK (10m) on 3 agents in CPU cgroups: gaps, elections, suspicions, RSS, KV (root)"
 	@echo "make bench   kernel benchmarks"
 	@echo "make bench-endpoint  one agent on loopback serving a small random model under 1, 4 and 16 streams"
 	@echo "make bench-cluster  a model over 1, 2 and 4 emulated devices (netns, tc tbf links, cgroup CPU quotas; root)"
@@ -63,6 +64,10 @@ test-race:
 # Needs root for ip netns; the suite skips with a message otherwise.
 test-integration:
 	$(GO) test -tags integration -count=1 -v -timeout 10m ./cmd/shoal/integration/
+
+SOAK ?= 10m
+soak:
+	SHOAL_SOAK=$(SOAK) $(GO) test -tags integration -count=1 -v -timeout 60m -run TestSoak ./cmd/shoal/integration/ | grep -E 'MEASURED|^(---|===|ok|FAIL|PASS)|_test.go'
 
 # Streams through every fault of issue #21 (kill -9, SIGSTOP, join, drain)
 # on agents in network namespaces; prints what survived (root, minutes).
