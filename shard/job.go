@@ -183,12 +183,18 @@ func (m *Manager) loadFromHolders(ctx context.Context, j *job, w Want) error {
 	served, bad := hf.Served()
 	top := ""
 	for id, n := range served {
+		if id == "local" || n == 0 {
+			continue
+		}
 		if top == "" || n > served[top] || n == served[top] && id < top {
 			top = id
 		}
 		if bad[id] > 0 {
 			m.log.Warn("a holder served bytes that failed their checksum", zap.String("model", j.model), zap.String("holder", id), zap.Int("units", bad[id]))
 		}
+	}
+	if top == "" {
+		top = "local"
 	}
 	j.mu.Lock()
 	j.source = top

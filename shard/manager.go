@@ -161,7 +161,8 @@ func (m *Manager) Reconcile(want []Want) {
 		if _, ok := desired[key]; !ok {
 			delete(m.jobs, key)
 			touched[j.model] = true
-			go m.release(j)
+			held := m.hold(j) // before the shards wanted now start: they may need its ranges
+			go m.release(j, held)
 		}
 	}
 	for key, w := range desired {
@@ -194,37 +195,45 @@ func isClosed(c chan struct{}) bool {
 	}
 }
 
-// release stops a shard no longer wanted; its assembled file, when
-// complete, is kept for HoldFor to serve its ranges, else removed.
-func (m *Manager) release(j *job) {
-	m.cfg.BeforeRelease(j.key)
-	j.stop()
+// hold keeps the complete assembled file of j, a shard no longer wanted,
+// for HoldFor to serve its ranges; it reports whether it did.
+func (m *Manager) hold(j *job) bool {
 	j.mu.Lock()
 	path, ready := j.path, j.state == StateReady
 	j.mu.Unlock()
-	if path != "" {
-		var hf *heldFile
-		if ready {
-			hf, _ = openHeld(path)
-		}
-		m.hmu.Lock()
-		if hf != nil && m.holdings != nil {
-			if old := m.holdings[j.key]; old != nil {
-				old.held.close()
-			}
-			m.holdings[j.key] = &holding{path: path, held: hf, until: time.Now().Add(m.cfg.HoldFor)}
-			hf = nil
-		} else {
-			_ = os.Remove(path)
-		}
-		m.hmu.Unlock()
-		if hf != nil {
-			hf.close()
-			_ = os.Remove(path)
-		}
+	if path == "" || !ready {
+		return false
+	}
+	hf, err := openHeld(path)
+	if err != nil {
+		return false
+	}
+	m.hmu.Lock()
+	defer m.hmu.Unlock()
+	if m.holdings == nil {
+		hf.close()
+		return false
+	}
+	if old := m.holdings[j.key]; old != nil {
+		old.held.close()
+	}
+	m.holdings[j.key] = &holding{path: path, held: hf, until: time.Now().Add(m.cfg.HoldFor)}
+	return true
+}
+
+// release stops a shard no longer wanted and removes its assembled file
+// unless it is held for peers.
+func (m *Manager) release(j *job, held bool) {
+	m.cfg.BeforeRelease(j.key)
+	j.stop()
+	j.mu.Lock()
+	path := j.path
+	j.mu.Unlock()
+	if path != "" && !held {
+		_ = os.Remove(path)
 	}
 	m.log.Info("released shard", zap.String("model", j.model), zap.Int("lo", j.spec.Lo), zap.Int("hi", j.spec.Hi),
-		zap.Bool("kept_for_peers", ready && path != ""))
+		zap.Bool("kept_for_peers", held))
 }
 
 // expireHoldings removes the held files past their time, and forgets (but
