@@ -97,6 +97,10 @@ type Model struct {
 	// SourceNode is the ID of the node that has the file and serves its
 	// ranges to the others.
 	SourceNode string `json:"source_node,omitempty"`
+	// Manifest is the ID of the file's manifest (shard.Manifest: the sha256
+	// of every unit), which lets nodes verify ranges from any holder, so the
+	// model stays servable when SourceNode is down.
+	Manifest string `json:"manifest,omitempty"`
 	// Ctx is the KV cache length per sequence the plan reserves (the
 	// planner's default when 0); Overhead the memory per node beyond
 	// weights and KV (the planner's default when 0).

@@ -118,7 +118,9 @@ func (b *admin) registerModel(ctx context.Context, req api.LoadModelRequest, pin
 		Pin: pin,
 	}
 	if sha, ok := b.files.lookupPath(path, st); ok {
-		m.Digest, m.Status = sha, ""
+		if raw, ok := b.files.manifest(sha); ok { // else hashed again, for the manifest
+			m.Digest, m.Manifest, m.Status = sha, shard.ManifestID(raw), ""
+		}
 	}
 	if err := b.cluster.Apply(ctx, coordinator.ModelUpsertType, coordinator.ModelUpsertRequest{Model: m}); err != nil {
 		return nil, err
@@ -137,7 +139,10 @@ func (b *admin) registerModel(ctx context.Context, req api.LoadModelRequest, pin
 func (b *admin) hashModel(m coordinator.Model, st os.FileInfo) {
 	defer b.bg.Done()
 	t0 := time.Now()
-	sha, err := shard.FileSHA256(m.Source)
+	sha, raw, err := shard.BuildManifest(m.Source, 0)
+	if err == nil {
+		err = b.files.saveManifest(sha, raw)
+	}
 	if err == nil {
 		err = b.files.add(sha, m.Source, st)
 	}
@@ -145,7 +150,7 @@ func (b *admin) hashModel(m coordinator.Model, st os.FileInfo) {
 		m.Status, m.Reason = coordinator.ModelFailed, fmt.Sprintf("hashing %s on %s: %v", m.Source, b.name, err)
 		b.log.Warn("model file unreadable", zap.String("model", m.Name), zap.Error(err))
 	} else {
-		m.Digest, m.Status = sha, ""
+		m.Digest, m.Manifest, m.Status = sha, shard.ManifestID(raw), ""
 		b.log.Info("model hashed", zap.String("model", m.Name), zap.String("sha256", sha), zap.Duration("took", time.Since(t0)))
 	}
 	for try := 0; try < 20; try++ {

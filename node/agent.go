@@ -221,7 +221,7 @@ func (a *Agent) start() error {
 	a.join = a.newAdmission()
 	a.registerRPC()
 	a.ep.Handle(transport.KindJoin, a.join.serve)
-	transport.ServeWeights(a.ep, a.files, transport.WeightsOptions{})
+	transport.ServeWeights(a.ep, weightSource{a}, transport.WeightsOptions{})
 	transport.ServeProbe(a.ep, 0)
 	a.models = openai.NewStaticBackend()
 	a.startServing()

@@ -20,6 +20,7 @@ const (
 	methodJoin      = "Cluster.Join"
 	methodLoadModel = "Models.Load"
 	methodLayout    = "Weights.Layout"
+	methodHoldings  = "Weights.Holdings"
 	methodCheckKey  = "Cluster.CheckKey"
 )
 
@@ -111,4 +112,5 @@ func (a *Agent) registerRPC() {
 		return a.admin.LoadModel(ctx, req.LoadModelRequest)
 	})
 	a.rpc.Register(methodLayout, a.serveLayout)
+	a.rpc.Register(methodHoldings, a.serveHoldings)
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"path/filepath"
+	"sort"
 	"time"
 
 	"shoal/coordinator"
@@ -91,8 +92,9 @@ func wantedShards(st *coordinator.State, node string) []shard.Want {
 				src.Down = string(n.Status)
 			}
 		}
+		holders := modelHolders(st, m, node)
 		for _, spec := range shard.SpecsFor(*p, node, m.Digest) {
-			out = append(out, shard.Want{Model: name, Spec: spec, Version: p.Version, Source: src})
+			out = append(out, shard.Want{Model: name, Spec: spec, Version: p.Version, Source: src, Manifest: m.Manifest, Holders: holders})
 		}
 	}
 	return out
@@ -106,4 +108,38 @@ func (a *Agent) reportShards(s shard.Status) error {
 		Node: a.id, Model: s.Model, Lo: s.Lo, Hi: s.Hi, PlanVersion: s.PlanVersion, State: s.State, Error: s.Error,
 		Bytes: s.Bytes, Done: s.Done, Fetched: s.Fetched, Refetched: s.Refetched, Source: s.Source, UpdatedAt: time.Now().UTC(),
 	}})
+}
+
+// modelHolders lists the live nodes other than self that may hold ranges of
+// m's file: the source, then the nodes that reported shards of the model
+// (ready first; a released shard's file is kept a while for peers).
+func modelHolders(st *coordinator.State, m *coordinator.Model, self string) []shard.Peer {
+	var out []shard.Peer
+	seen := map[string]bool{self: true}
+	add := func(id string) {
+		n := st.Nodes[id]
+		if n == nil || seen[id] || n.Status != coordinator.StatusAlive || n.RPCAddr == "" {
+			return
+		}
+		seen[id] = true
+		out = append(out, shard.Peer{ID: n.ID, Name: n.Name, Addr: n.RPCAddr})
+	}
+	add(m.SourceNode)
+	var ready, other []string
+	for _, s := range st.Shards {
+		if s.Model != m.Name {
+			continue
+		}
+		if s.State == coordinator.ShardReady {
+			ready = append(ready, s.Node)
+		} else {
+			other = append(other, s.Node)
+		}
+	}
+	sort.Strings(ready)
+	sort.Strings(other)
+	for _, id := range append(ready, other...) {
+		add(id)
+	}
+	return out
 }

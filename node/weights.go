@@ -34,6 +34,7 @@ type localFile struct {
 // and remembers them across restarts (files.json in the data dir). A file
 // that changed size or mtime since it was hashed is dropped.
 type fileRegistry struct {
+	dir  string
 	path string
 	mu   sync.Mutex
 	bySH map[string]*localFile
@@ -43,7 +44,7 @@ type fileRegistry struct {
 const filesFile = "files.json"
 
 func openFileRegistry(dir string, log *zap.Logger) *fileRegistry {
-	r := &fileRegistry{path: filepath.Join(dir, filesFile), bySH: map[string]*localFile{}}
+	r := &fileRegistry{dir: dir, path: filepath.Join(dir, filesFile), bySH: map[string]*localFile{}}
 	b, err := os.ReadFile(r.path)
 	if err != nil {
 		return r
@@ -310,3 +311,91 @@ func (p peers) Layout(ctx context.Context, addr string, spec shard.ShardSpec) (*
 }
 
 func (p peers) Ranges(addr string) shard.RangeFetcher { return &PeerFetcher{EP: p.ep, Addr: addr} }
+
+// weightSource serves the weights stream from the model files this node
+// has and, for a file it has not, from the ranges its shard files hold.
+type weightSource struct{ a *Agent }
+
+// OpenWeights implements transport.WeightSource.
+func (w weightSource) OpenWeights(sha string) (io.ReaderAt, int64, bool) {
+	if r, size, ok := w.a.files.OpenWeights(sha); ok {
+		return r, size, true
+	}
+	if w.a.shards == nil {
+		return nil, 0, false
+	}
+	hr, ok := w.a.shards.Holdings(sha)
+	if !ok {
+		return nil, 0, false
+	}
+	return hr, hr.Size(), true
+}
+
+// holdingsRequest asks a node what it holds of a model file.
+type holdingsRequest struct {
+	FileSHA string `json:"file_sha"`
+}
+
+// holdingsResponse is the file's manifest (raw, as its ID is computed;
+// absent when the node has none) and the ranges the node serves.
+type holdingsResponse struct {
+	Manifest json.RawMessage `json:"manifest,omitempty"`
+	Held     []shard.Range   `json:"held,omitempty"`
+}
+
+// serveHoldings answers Weights.Holdings.
+func (a *Agent) serveHoldings(ctx context.Context, p transport.Peer, body json.RawMessage) (any, error) {
+	var req holdingsRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, &coordinator.Error{Code: http.StatusBadRequest, Msg: "malformed holdings request"}
+	}
+	var out holdingsResponse
+	if raw, ok := a.files.manifest(req.FileSHA); ok {
+		out.Manifest = raw
+	} else if a.shards != nil {
+		if raw, ok := a.shards.Manifest(req.FileSHA); ok {
+			out.Manifest = raw
+		}
+	}
+	if lf, ok := a.files.get(req.FileSHA); ok {
+		out.Held = []shard.Range{{Off: 0, N: lf.Size}}
+	} else if a.shards != nil {
+		if hr, ok := a.shards.Holdings(req.FileSHA); ok {
+			out.Held = hr.Ranges()
+		}
+	}
+	return out, nil
+}
+
+func (p peers) Holdings(ctx context.Context, addr, sha string) ([]byte, []shard.Range, error) {
+	var resp holdingsResponse
+	if err := transport.Call(ctx, p.ep, addr, transport.KindRPC, methodHoldings, holdingsRequest{FileSHA: sha}, &resp); err != nil {
+		return nil, nil, err
+	}
+	var raw []byte
+	if len(resp.Manifest) > 0 {
+		raw = []byte(resp.Manifest)
+	}
+	return raw, resp.Held, nil
+}
+
+// manifestsDir holds the manifests of the model files this node has.
+const manifestsDir = "manifests"
+
+// manifest returns the manifest of a file this node has, when it built one.
+func (r *fileRegistry) manifest(sha string) ([]byte, bool) {
+	if _, ok := r.get(sha); !ok {
+		return nil, false
+	}
+	b, err := os.ReadFile(filepath.Join(r.dir, manifestsDir, sha+".json"))
+	return b, err == nil
+}
+
+// saveManifest keeps the manifest of the file with sha.
+func (r *fileRegistry) saveManifest(sha string, raw []byte) error {
+	dir := filepath.Join(r.dir, manifestsDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, sha+".json"), raw, 0o600)
+}

@@ -61,6 +61,24 @@
 // ranges; OpenFile maps a complete shard file. Both give the same Shard:
 // the spec, the model configuration and the tensor slices with their data.
 //
+// # No single holder
+//
+// A signed layout needs the node with the whole file. So that a re-plan
+// does not, the source also builds a Manifest while hashing the file: the
+// tensor table and the sha256 of every unit (the GGUF header, or a run of
+// whole rows of one tensor, at most 1 MiB). Its ID goes into the cluster
+// state with the model. A node that assembled a shard keeps the manifest
+// and serves the ranges of its complete shard files (HeldReader), also for
+// a while after a re-plan released them. When the source is down or fails,
+// a HolderFetcher asks the live holders for their ranges and the manifest
+// (checked against the recorded ID), builds the layout from its table,
+// fetches every unit a piece touches (its parts from several holders when
+// no one holds it whole: each half of a tensor-parallel row), checks it
+// against the unit's sum and, on a mismatch, fetches it again with the
+// holders of the failed try ranked last. Assemble signs the layout from
+// these verified bytes. Verification stays end to end: every byte is
+// checked against sums that trace back to the source's read of the file.
+//
 // # The manager
 //
 // A Manager holds a node's shards: given the shards the node should hold

@@ -98,8 +98,27 @@ type AssembleOptions struct {
 // missing ones are fetched. Every fetched piece is checked against its
 // sha256 and fetched again when it does not match. l must be signed.
 func Assemble(ctx context.Context, path string, l *Layout, f RangeFetcher, o AssembleOptions) (Progress, error) {
+	// unsigned: the fetcher verifies its bytes (against a manifest) and
+	// the layout is signed from them as they come; the file is marked
+	// present only once its index holds every sum.
+	unsigned := false
 	if !l.Signed() {
-		return Progress{}, fmt.Errorf("shard: layout is not signed (no piece checksums)")
+		if _, ok := f.(VerifiedFetcher); !ok {
+			return Progress{}, fmt.Errorf("shard: layout is not signed (no piece checksums)")
+		}
+		if sums := signedSums(path, l); sums != nil {
+			for i := range l.Pieces {
+				l.Pieces[i].Sum = sums[i]
+			}
+		} else {
+			unsigned = true
+			for i := range l.Pieces {
+				l.Pieces[i].Sum = unsignedSum
+			}
+			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return Progress{}, err
+			}
+		}
 	}
 	if o.Parallel <= 0 {
 		o.Parallel = 4
@@ -156,6 +175,7 @@ func Assemble(ctx context.Context, path string, l *Layout, f RangeFetcher, o Ass
 		data      []byte
 		fetched   int64
 		refetched int
+		sum       string // computed, for an unsigned layout
 		err       error
 	}
 	work := make(chan int)
@@ -174,7 +194,10 @@ func Assemble(ctx context.Context, path string, l *Layout, f RangeFetcher, o Ass
 					var data []byte
 					data, r.err = fetchPiece(ctx, f, l.Spec.FileSHA, &l.Pieces[i])
 					r.fetched += int64(len(data))
-					if r.err == nil && !checkSum(data, l.Pieces[i].Sum) {
+					if r.err == nil && unsigned {
+						sum := sha256.Sum256(data)
+						r.sum = hex.EncodeToString(sum[:])
+					} else if r.err == nil && !checkSum(data, l.Pieces[i].Sum) {
 						r.err = fmt.Errorf("piece %d (%d bytes from file offset %d): sha256 mismatch", i, l.Pieces[i].Size(), l.Pieces[i].Segs[0].Src)
 					}
 					if r.err == nil {
@@ -207,10 +230,14 @@ func Assemble(ctx context.Context, path string, l *Layout, f RangeFetcher, o Ass
 
 	var firstErr error
 	var pending []int
+	sums := make([]string, len(l.Pieces))
 	var pendingBytes int64
 	flush := func() error {
 		if len(pending) == 0 {
 			return nil
+		}
+		if unsigned {
+			return nil // marked once the index is signed
 		}
 		if err := sf.f.Sync(); err != nil {
 			return err
@@ -238,6 +265,9 @@ func Assemble(ctx context.Context, path string, l *Layout, f RangeFetcher, o Ass
 			}
 			continue
 		}
+		if unsigned {
+			sums[r.i] = r.sum
+		}
 		pending = append(pending, r.i)
 		pendingBytes += int64(len(r.data))
 		pr.Done++
@@ -254,6 +284,21 @@ func Assemble(ctx context.Context, path string, l *Layout, f RangeFetcher, o Ass
 	}
 	if err := flush(); err != nil && firstErr == nil {
 		firstErr = err
+	}
+	if unsigned && firstErr == nil && pr.Done == pr.Pieces {
+		for i := range l.Pieces {
+			l.Pieces[i].Sum = sums[i]
+		}
+		if err := sf.f.Sync(); err != nil {
+			firstErr = err
+		} else if err := sf.writeIndex(); err != nil {
+			firstErr = err
+		} else if err := sf.f.Sync(); err != nil {
+			firstErr = err
+		} else {
+			unsigned = false
+			firstErr = flush()
+		}
 	}
 	if err := sf.f.Sync(); err != nil && firstErr == nil {
 		firstErr = err

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 // Shard file format, version 1 (little-endian):
@@ -204,4 +205,49 @@ func (sf *shardFile) mark(pieces []int, v byte) error {
 func checkSum(data []byte, want string) bool {
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:]) == want
+}
+
+// unsignedSum stands for a piece checksum not known yet (an unsigned
+// layout being assembled from verified bytes): as long as a real one, so
+// the index keeps its length when it is signed.
+var unsignedSum = strings.Repeat("0", 2*sha256.Size)
+
+// writeIndex rewrites the index (the same length: only sums changed) and
+// its checksum.
+func (sf *shardFile) writeIndex() error {
+	index, err := sf.l.marshal()
+	if err != nil {
+		return err
+	}
+	if headerSize+int64(len(index)) != sf.stateOff {
+		return fmt.Errorf("shard index changed length (%d, room for %d)", len(index), sf.stateOff-headerSize)
+	}
+	if _, err := sf.f.WriteAt(index, headerSize); err != nil {
+		return err
+	}
+	sum := sha256.Sum256(index)
+	_, err = sf.f.WriteAt(sum[:], 48)
+	return err
+}
+
+// signedSums returns the piece checksums of the shard file at path when it
+// holds l's layout signed (by the node with the model file, or from
+// verified bytes), else nil.
+func signedSums(path string, l *Layout) []string {
+	fh, _, fl, _, _, err := openShardFile(path)
+	if err != nil {
+		return nil
+	}
+	fh.Close()
+	if fl.ID() != l.ID() || !fl.Signed() || len(fl.Pieces) != len(l.Pieces) {
+		return nil
+	}
+	sums := make([]string, len(fl.Pieces))
+	for i := range fl.Pieces {
+		if fl.Pieces[i].Sum == unsignedSum {
+			return nil
+		}
+		sums[i] = fl.Pieces[i].Sum
+	}
+	return sums
 }

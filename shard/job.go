@@ -34,6 +34,7 @@ type job struct {
 	refetched int
 	path      string // assembled shard file, empty when opened locally
 	sh        *Shard
+	held      *heldFile // the assembled file, opened to serve its ranges
 	attempts  int
 	retryAt   time.Time
 	reported  string // the last report sent, to skip repeats
@@ -72,11 +73,13 @@ func (m *Manager) start(j *job, w Want) {
 }
 
 // load opens the spec from the local file when the node has it, else
-// assembles it from the source node's ranges.
+// assembles it from the source node's ranges, or, when the source is down
+// or fails, from the ranges the live holders have between them, verified
+// against the model's manifest.
 func (m *Manager) load(ctx context.Context, j *job, w Want) error {
-	t0 := time.Now()
 	spec := w.Spec
 	if path, ok := m.cfg.Files.LocalPath(spec.FileSHA); ok {
+		t0 := time.Now()
 		sh, err := Open(path, spec)
 		if err != nil {
 			return err
@@ -89,30 +92,132 @@ func (m *Manager) load(ctx context.Context, j *job, w Want) error {
 		return nil
 	}
 	src := w.Source
-	if src.Addr == "" {
-		return errors.New("no node with the model file is known")
+	var srcErr error
+	switch {
+	case src.Addr == "":
+		srcErr = errors.New("no node with the model file is known")
+	case src.Down != "":
+		srcErr = fmt.Errorf("the node with the model file (%s) is %s", src.Name, src.Down)
+	default:
+		srcErr = m.loadFromSource(ctx, j, w)
+		if srcErr == nil {
+			m.keepManifest(ctx, w, []Peer{src})
+			return nil
+		}
 	}
-	if src.Down != "" {
-		return fmt.Errorf("the node with the model file (%s) is %s", src.Name, src.Down)
+	if ctx.Err() != nil || w.Manifest == "" || len(w.Holders) == 0 {
+		return srcErr
 	}
+	m.log.Info("fetching shard from the holders", zap.String("model", j.model), zap.Int("lo", spec.Lo), zap.Int("hi", spec.Hi),
+		zap.NamedError("source", srcErr))
+	if err := m.loadFromHolders(ctx, j, w); err != nil {
+		return fmt.Errorf("%v; from the other nodes: %w", srcErr, err)
+	}
+	return nil
+}
+
+// loadFromSource assembles the shard from the ranges of the node with the
+// model file, with the layout it signs.
+func (m *Manager) loadFromSource(ctx context.Context, j *job, w Want) error {
+	src, spec := w.Source, w.Spec
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	l, err := m.cfg.Peers.Layout(lctx, src.Addr, spec)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("layout from %s: %w", src.Name, err)
 	}
+	return m.assemble(ctx, j, l, m.cfg.Peers.Ranges(src.Addr), src.ID, src.Name)
+}
+
+// loadFromHolders assembles the shard from the ranges the holders serve,
+// every unit checked against the manifest the cluster state names (from
+// any holder: its ID is checked), with a layout built from its table.
+func (m *Manager) loadFromHolders(ctx context.Context, j *job, w Want) error {
+	sha := w.Spec.FileSHA
+	raw, _ := m.Manifest(sha)
+	if raw != nil && ManifestID(raw) != w.Manifest {
+		raw = nil
+	}
+	var holders []Holder
+	if hr, ok := m.Holdings(sha); ok { // this node's own shard files
+		var lf LocalFetcher
+		lf.Add(sha, hr)
+		holders = append(holders, Holder{ID: "local", Name: "this node", Held: hr.Ranges(), F: &lf})
+	}
+	var errs []string
+	for _, p := range w.Holders {
+		if p.Down != "" || p.Addr == "" {
+			continue
+		}
+		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		man, held, err := m.cfg.Peers.Holdings(hctx, p.Addr, sha)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", p.Name, err))
+			continue
+		}
+		if raw == nil && man != nil && ManifestID(man) == w.Manifest {
+			raw = man
+		}
+		if len(held) > 0 {
+			holders = append(holders, Holder{ID: p.ID, Name: p.Name, Held: held, F: m.cfg.Peers.Ranges(p.Addr)})
+		}
+	}
+	if raw == nil {
+		return fmt.Errorf("no live node has the model's manifest %.12s %v", w.Manifest, errs)
+	}
+	man, err := ParseManifest(raw, w.Manifest, sha)
+	if err != nil {
+		return err
+	}
+	m.saveManifest(sha, raw)
+	l, err := NewLayout(man.Table, w.Spec, 0)
+	if err != nil {
+		return err
+	}
+	hf := NewHolderFetcher(man, holders)
+	if err := hf.Covers(l.Ranges()); err != nil {
+		return fmt.Errorf("%w (layers [%d,%d) of %d holders)", err, w.Spec.Lo, w.Spec.Hi, len(holders))
+	}
+	err = m.assemble(ctx, j, l, hf, "", "the holders")
+	served, bad := hf.Served()
+	top := ""
+	for id, n := range served {
+		if id == "local" || n == 0 {
+			continue
+		}
+		if top == "" || n > served[top] || n == served[top] && id < top {
+			top = id
+		}
+		if bad[id] > 0 {
+			m.log.Warn("a holder served bytes that failed their checksum", zap.String("model", j.model), zap.String("holder", id), zap.Int("units", bad[id]))
+		}
+	}
+	if top == "" {
+		top = "local"
+	}
+	j.mu.Lock()
+	j.source = top
+	j.mu.Unlock()
+	return err
+}
+
+// assemble makes j's shard file from f and opens it.
+func (m *Manager) assemble(ctx context.Context, j *job, l *Layout, f RangeFetcher, srcID, srcName string) error {
+	t0 := time.Now()
+	spec := l.Spec
 	if err := os.MkdirAll(m.cfg.Dir, 0o700); err != nil {
 		return err
 	}
 	path := filepath.Join(m.cfg.Dir, fmt.Sprintf("%s-%s.shard", safeName(j.model), l.ID()[:16]))
 	j.mu.Lock()
-	j.path, j.source, j.bytes = path, src.ID, l.Bytes()
+	j.path, j.source, j.bytes = path, srcID, l.Bytes()
 	j.mu.Unlock()
 	m.log.Info("fetching shard", zap.String("model", j.model), zap.Int("lo", spec.Lo), zap.Int("hi", spec.Hi),
-		zap.String("from", src.Name), zap.String("bytes", placement.GiB(uint64(l.Bytes()))), zap.Int("pieces", len(l.Pieces)))
+		zap.String("from", srcName), zap.String("bytes", placement.GiB(uint64(l.Bytes()))), zap.Int("pieces", len(l.Pieces)))
 	var lastReport time.Time
 	lastLog := -1
-	pr, err := Assemble(ctx, path, l, m.cfg.Peers.Ranges(src.Addr), AssembleOptions{Progress: func(p Progress) {
+	pr, err := Assemble(ctx, path, l, f, AssembleOptions{Progress: func(p Progress) {
 		j.progress(p)
 		if pct := int(100 * p.DoneBytes / max(1, p.Bytes)); pct/25 != lastLog/25 {
 			lastLog = pct
@@ -136,9 +241,54 @@ func (m *Manager) load(ctx context.Context, j *job, w Want) error {
 	j.sh = sh
 	j.mu.Unlock()
 	m.log.Info("shard ready", zap.String("model", j.model), zap.Int("lo", spec.Lo), zap.Int("hi", spec.Hi),
-		zap.String("source", src.Name), zap.String("bytes", placement.GiB(uint64(pr.Bytes))),
+		zap.String("source", srcName), zap.String("bytes", placement.GiB(uint64(pr.Bytes))),
 		zap.Int("resumed_pieces", pr.Resumed), zap.Int64("fetched", pr.Fetched), zap.Int("refetched", pr.Refetched), zap.Duration("took", time.Since(t0)))
 	return nil
+}
+
+// keepManifest fetches and keeps the model's manifest (from the first of
+// peers that has it) so this node can hand it on with its ranges.
+func (m *Manager) keepManifest(ctx context.Context, w Want, peers []Peer) {
+	if w.Manifest == "" {
+		return
+	}
+	if raw, ok := m.Manifest(w.Spec.FileSHA); ok && ManifestID(raw) == w.Manifest {
+		return
+	}
+	for _, p := range peers {
+		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		raw, _, err := m.cfg.Peers.Holdings(hctx, p.Addr, w.Spec.FileSHA)
+		cancel()
+		if err == nil && raw != nil && ManifestID(raw) == w.Manifest {
+			if _, err := ParseManifest(raw, w.Manifest, w.Spec.FileSHA); err == nil {
+				m.saveManifest(w.Spec.FileSHA, raw)
+				return
+			}
+		}
+	}
+	m.log.Debug("no manifest kept", zap.String("model", w.Model))
+}
+
+// manifestPath is where a model file's manifest is kept.
+func (m *Manager) manifestPath(fileSHA string) string {
+	return filepath.Join(m.cfg.Dir, safeName(fileSHA)+".manifest")
+}
+
+// Manifest returns the manifest of the file with sha256 fileSHA this node
+// keeps (fetched with a shard), or false.
+func (m *Manager) Manifest(fileSHA string) ([]byte, bool) {
+	b, err := os.ReadFile(m.manifestPath(fileSHA))
+	return b, err == nil
+}
+
+func (m *Manager) saveManifest(fileSHA string, raw []byte) {
+	if err := os.MkdirAll(m.cfg.Dir, 0o700); err != nil {
+		return
+	}
+	tmp := m.manifestPath(fileSHA) + ".tmp"
+	if os.WriteFile(tmp, raw, 0o600) == nil {
+		_ = os.Rename(tmp, m.manifestPath(fileSHA))
+	}
 }
 
 func (j *job) progress(p Progress) {
@@ -172,4 +322,19 @@ func (j *job) stop() {
 		_ = j.sh.Close()
 		j.sh = nil
 	}
+	if j.held != nil {
+		j.held.close()
+		j.held = nil
+	}
+}
+
+// heldFile opens j's assembled file to serve its ranges, once it is ready
+// (nil when it is not, or was opened from the node's own copy).
+func (j *job) heldFile() *heldFile {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.held == nil && j.state == StateReady && j.path != "" && j.sh != nil {
+		j.held, _ = openHeld(j.path)
+	}
+	return j.held
 }

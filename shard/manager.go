@@ -30,6 +30,12 @@ type Want struct {
 	Spec    ShardSpec
 	Version uint64
 	Source  Peer
+	// Manifest is the ID of the file's manifest recorded in the cluster
+	// state (empty for a model loaded before manifests): with it the shard
+	// is assembled from Holders, the other nodes that may hold the ranges,
+	// when Source is down or fails.
+	Manifest string
+	Holders  []Peer
 }
 
 // Peer is a node that has a model file. Down, when set, says why it cannot
@@ -49,6 +55,9 @@ type LocalFiles interface {
 type Peers interface {
 	Layout(ctx context.Context, addr string, spec ShardSpec) (*Layout, error)
 	Ranges(addr string) RangeFetcher
+	// Holdings asks the node at addr for the manifest of the file (nil
+	// when it has none) and the ranges of it that it serves.
+	Holdings(ctx context.Context, addr, fileSHA string) (manifest []byte, held []Range, err error)
 }
 
 // Status is one node's shards of one model summed up: the span of layers,
@@ -83,7 +92,11 @@ type ManagerConfig struct {
 	// BeforeRelease runs before a shard the node no longer wants is
 	// unmapped (to stop what runs on it).
 	BeforeRelease func(key string)
-	Log           *zap.Logger
+	// HoldFor is how long the file of a shard no longer wanted is kept to
+	// serve its ranges to peers (re-planned nodes fetch from it) before
+	// it is removed (10 minutes if 0).
+	HoldFor time.Duration
+	Log     *zap.Logger
 }
 
 // Manager holds the node's shards: it opens them from a local file or
@@ -95,6 +108,17 @@ type Manager struct {
 	mu     sync.Mutex
 	jobs   map[string]*job
 	report sync.Mutex // serializes reports, so an older one never lands after a newer one
+
+	hmu      sync.Mutex
+	holdings map[string]*holding // files of released shards, by key
+}
+
+// holding is the file of a shard no longer wanted, kept to serve its
+// ranges until it expires.
+type holding struct {
+	path  string
+	held  *heldFile
+	until time.Time
 }
 
 // NewManager makes a manager holding no shards.
@@ -105,7 +129,10 @@ func NewManager(cfg ManagerConfig) *Manager {
 	if cfg.BeforeRelease == nil {
 		cfg.BeforeRelease = func(string) {}
 	}
-	return &Manager{cfg: cfg, log: cfg.Log, jobs: map[string]*job{}}
+	if cfg.HoldFor <= 0 {
+		cfg.HoldFor = 10 * time.Minute
+	}
+	return &Manager{cfg: cfg, log: cfg.Log, jobs: map[string]*job{}, holdings: map[string]*holding{}}
 }
 
 // Key is a spec's short content key.
@@ -128,12 +155,14 @@ func (m *Manager) Reconcile(want []Want) {
 		m.mu.Unlock()
 		return // closed
 	}
+	m.expireHoldings(now, desired)
 	touched := map[string]bool{}
 	for key, j := range m.jobs {
 		if _, ok := desired[key]; !ok {
 			delete(m.jobs, key)
 			touched[j.model] = true
-			go m.release(j)
+			held := m.hold(j) // before the shards wanted now start: they may need its ranges
+			go m.release(j, held)
 		}
 	}
 	for key, w := range desired {
@@ -166,16 +195,88 @@ func isClosed(c chan struct{}) bool {
 	}
 }
 
-// release stops a shard no longer wanted and removes its assembled file.
-func (m *Manager) release(j *job) {
+// hold keeps the complete assembled file of j, a shard no longer wanted,
+// for HoldFor to serve its ranges; it reports whether it did.
+func (m *Manager) hold(j *job) bool {
+	j.mu.Lock()
+	path, ready := j.path, j.state == StateReady
+	j.mu.Unlock()
+	if path == "" || !ready {
+		return false
+	}
+	hf, err := openHeld(path)
+	if err != nil {
+		return false
+	}
+	m.hmu.Lock()
+	defer m.hmu.Unlock()
+	if m.holdings == nil {
+		hf.close()
+		return false
+	}
+	if old := m.holdings[j.key]; old != nil {
+		old.held.close()
+	}
+	m.holdings[j.key] = &holding{path: path, held: hf, until: time.Now().Add(m.cfg.HoldFor)}
+	return true
+}
+
+// release stops a shard no longer wanted and removes its assembled file
+// unless it is held for peers.
+func (m *Manager) release(j *job, held bool) {
 	m.cfg.BeforeRelease(j.key)
 	j.stop()
 	j.mu.Lock()
-	if j.path != "" {
-		_ = os.Remove(j.path)
-	}
+	path := j.path
 	j.mu.Unlock()
-	m.log.Info("released shard", zap.String("model", j.model), zap.Int("lo", j.spec.Lo), zap.Int("hi", j.spec.Hi))
+	if path != "" && !held {
+		_ = os.Remove(path)
+	}
+	m.log.Info("released shard", zap.String("model", j.model), zap.Int("lo", j.spec.Lo), zap.Int("hi", j.spec.Hi),
+		zap.Bool("kept_for_peers", held))
+}
+
+// expireHoldings removes the held files past their time, and forgets (but
+// keeps) those of shards wanted again, which resume from them.
+func (m *Manager) expireHoldings(now time.Time, desired map[string]Want) {
+	m.hmu.Lock()
+	defer m.hmu.Unlock()
+	for key, h := range m.holdings {
+		_, again := desired[key]
+		if !again && now.Before(h.until) {
+			continue
+		}
+		delete(m.holdings, key)
+		h.held.close()
+		if !again {
+			_ = os.Remove(h.path)
+		}
+	}
+}
+
+// Holdings returns a reader of the ranges of the file with sha256 fileSHA
+// that this node's complete shard files hold (those it runs and those kept
+// after a release), or false when there are none.
+func (m *Manager) Holdings(fileSHA string) (*HeldReader, bool) {
+	var files []*heldFile
+	m.mu.Lock()
+	for _, j := range m.jobs {
+		if hf := j.heldFile(); hf != nil && hf.sha == fileSHA {
+			files = append(files, hf)
+		}
+	}
+	m.mu.Unlock()
+	m.hmu.Lock()
+	for _, h := range m.holdings {
+		if h.held.sha == fileSHA {
+			files = append(files, h.held)
+		}
+	}
+	m.hmu.Unlock()
+	if len(files) == 0 {
+		return nil, false
+	}
+	return newHeldReader(files, files[0].size), true
 }
 
 // Close stops every load and unmaps every shard (assembled files stay for
@@ -188,6 +289,12 @@ func (m *Manager) Close() {
 	for _, j := range jobs {
 		j.stop()
 	}
+	m.hmu.Lock()
+	for _, h := range m.holdings {
+		h.held.close()
+	}
+	m.holdings = nil
+	m.hmu.Unlock()
 }
 
 // modelJobs lists the jobs of model, by first layer.

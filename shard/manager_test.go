@@ -33,6 +33,10 @@ func (p *testPeers) Layout(ctx context.Context, addr string, spec ShardSpec) (*L
 	return l, l.Sign(bytes.NewReader(p.m.raw))
 }
 
+func (p *testPeers) Holdings(ctx context.Context, addr, sha string) ([]byte, []Range, error) {
+	return nil, nil, errors.New("no holdings")
+}
+
 func (p *testPeers) Ranges(addr string) RangeFetcher {
 	var lf LocalFetcher
 	lf.Add(p.m.sha, bytes.NewReader(p.m.raw))
@@ -77,7 +81,7 @@ func TestManager(t *testing.T) {
 	var released []string
 	var relMu sync.Mutex
 	dir := t.TempDir()
-	mgr := NewManager(ManagerConfig{Dir: dir, Files: testFiles{}, Peers: peers, Report: rep.report,
+	mgr := NewManager(ManagerConfig{Dir: dir, Files: testFiles{}, Peers: peers, Report: rep.report, HoldFor: 300 * time.Millisecond,
 		BeforeRelease: func(key string) { relMu.Lock(); released = append(released, key); relMu.Unlock() }})
 	defer mgr.Close()
 	local := NewManager(ManagerConfig{Dir: dir, Files: testFiles{m.sha: m.path}, Report: rep.report})
@@ -124,10 +128,20 @@ func TestManager(t *testing.T) {
 	}
 
 	mgr.Reconcile(nil)
-	waitFor(t, "the release", func() bool {
+	// The released shard's file serves its ranges to peers for HoldFor,
+	// then goes.
+	waitFor(t, "the release", func() bool { _, ok := mgr.Holdings(m.sha); return ok && len(mgr.Ready()) == 0 })
+	if _, err := os.Stat(files[0]); err != nil {
+		t.Fatalf("the released file was not kept: %v", err)
+	}
+	waitFor(t, "the held file to expire", func() bool {
+		mgr.Reconcile(nil)
 		_, err := os.Stat(files[0])
 		return errors.Is(err, os.ErrNotExist)
 	})
+	if _, ok := mgr.Holdings(m.sha); ok {
+		t.Error("an expired file is still held")
+	}
 	relMu.Lock()
 	defer relMu.Unlock()
 	if len(released) != 1 || released[0] != Key(spec) || len(mgr.Ready()) != 0 {

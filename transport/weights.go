@@ -57,6 +57,7 @@ const (
 	WeightsTooLarge    byte = 3 // more bytes or ranges than the server allows
 	WeightsMalformed   byte = 4 // bad magic, version, op or length
 	WeightsIOError     byte = 5 // the server could not read its file
+	WeightsNotHeld     byte = 6 // the server holds only other ranges of the file
 )
 
 // WeightsError is a refusal from the serving peer.
@@ -79,7 +80,15 @@ type WeightRange struct {
 // WeightSource finds the files a node serves, by hex sha256.
 type WeightSource interface {
 	// OpenWeights returns a reader of the file and its size, or ok=false.
+	// A reader of only some ranges of the file (a node's shards)
+	// implements PartialWeights.
 	OpenWeights(sha string) (r io.ReaderAt, size int64, ok bool)
+}
+
+// PartialWeights is a reader of some ranges of a file: a request for a
+// range it does not hold is refused (WeightsNotHeld).
+type PartialWeights interface {
+	Holds(off, n int64) bool
 }
 
 // WeightsOptions bound what a weights server hands out.
@@ -132,6 +141,10 @@ func serveWeights(s *Stream, src WeightSource, o WeightsOptions, log *zap.Logger
 	for _, rg := range ranges {
 		if rg.Off < 0 || rg.N < 0 || rg.Off > size || rg.N > size-rg.Off {
 			refuse(WeightsBadRange, "range [%d,+%d) is outside the %d-byte file", rg.Off, rg.N, size)
+			return
+		}
+		if pw, ok := r.(PartialWeights); ok && !pw.Holds(rg.Off, rg.N) {
+			refuse(WeightsNotHeld, "range [%d,+%d) is not held here", rg.Off, rg.N)
 			return
 		}
 		total += rg.N

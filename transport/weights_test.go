@@ -121,3 +121,51 @@ func TestWeightsRefusesPeerFromAnotherCA(t *testing.T) {
 		t.Fatalf("a peer from another CA got %d bytes (%v)", len(b), rerr)
 	}
 }
+
+// partialReader holds only [0,held) of its file.
+type partialReader struct {
+	*bytes.Reader
+	held int64
+}
+
+func (p partialReader) Holds(off, n int64) bool { return off >= 0 && off+n <= p.held }
+
+type partialSource struct {
+	sha  string
+	data []byte
+}
+
+func (s partialSource) OpenWeights(sha string) (io.ReaderAt, int64, bool) {
+	if sha != s.sha {
+		return nil, 0, false
+	}
+	return partialReader{bytes.NewReader(s.data), 1 << 20}, int64(len(s.data)), true
+}
+
+// A node holding some ranges of a file (its shards) serves those and
+// refuses the others as not held.
+func TestWeightsPartialSource(t *testing.T) {
+	ca, _ := DeriveCA(testSecret)
+	server := newEndpoint(t, ca, "srv", RoleServer)
+	client := newEndpoint(t, ca, "cli", RoleClient)
+	data := bytes.Repeat([]byte("shard"), 1<<20)
+	h := sha256.Sum256(data)
+	sha := hex.EncodeToString(h[:])
+	ServeWeights(server, partialSource{sha, data}, WeightsOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rc, err := client.FetchWeights(ctx, server.Addr().String(), sha, []WeightRange{{10, 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, data[10:1010]) {
+		t.Fatalf("held range: %v", err)
+	}
+	_, err = client.FetchWeights(ctx, server.Addr().String(), sha, []WeightRange{{10, 1000}, {1<<20 - 1, 2}})
+	var we *WeightsError
+	if !errors.As(err, &we) || we.Status != WeightsNotHeld {
+		t.Fatalf("a range not held: %v", err)
+	}
+}

@@ -1,0 +1,306 @@
+package shard
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+)
+
+// VerifiedFetcher is a RangeFetcher whose bytes are checked before they are
+// returned (against a Manifest): Assemble accepts an unsigned layout with
+// it and signs the layout from those bytes.
+type VerifiedFetcher interface {
+	RangeFetcher
+	VerifiesBytes()
+}
+
+// Holder is a node that holds ranges of a model file: the whole file, or
+// the ranges of its shards.
+type Holder struct {
+	ID, Name string
+	Held     []Range // merged, sorted
+	F        RangeFetcher
+}
+
+// HolderFetcher fetches ranges of a model file from the nodes holding them
+// and verifies every unit of the manifest it touches: a unit's parts may
+// come from several holders (each half of a tensor-parallel row), and a
+// unit that fails its checksum is fetched again with the holders it used
+// ranked last, so a holder serving wrong bytes is passed over for the
+// others. It implements VerifiedFetcher and BatchFetcher.
+type HolderFetcher struct {
+	m     *Manifest
+	units []Range
+
+	mu      sync.Mutex
+	holders []*holderState
+	cache   map[int]*unitEntry
+	order   []int // cached units, oldest first
+}
+
+type holderState struct {
+	Holder
+	bad   int   // units it took part in that failed
+	bytes int64 // verified bytes it served
+}
+
+type unitEntry struct {
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+const unitCache = 32
+
+// NewHolderFetcher fetches the file of m from holders, preferred in order.
+func NewHolderFetcher(m *Manifest, holders []Holder) *HolderFetcher {
+	h := &HolderFetcher{m: m, units: Units(m.Table, m.UnitSize), cache: map[int]*unitEntry{}}
+	for _, hd := range holders {
+		h.holders = append(h.holders, &holderState{Holder: hd})
+	}
+	return h
+}
+
+// VerifiesBytes implements VerifiedFetcher.
+func (h *HolderFetcher) VerifiesBytes() {}
+
+// unitsOf returns the indexes [i,j) of the units overlapping [off,off+n).
+func (h *HolderFetcher) unitsOf(off, n int64) (int, int) {
+	i := sort.Search(len(h.units), func(k int) bool { return h.units[k].End() > off })
+	j := i
+	for j < len(h.units) && h.units[j].Off < off+n {
+		j++
+	}
+	return i, j
+}
+
+// Covers checks that the holders hold, between them, every unit touching
+// rs; it names the first byte range none holds.
+func (h *HolderFetcher) Covers(rs []Range) error {
+	ranked := h.ranked()
+	for _, r := range rs {
+		i, j := h.unitsOf(r.Off, r.N)
+		if i == j || h.units[i].Off > r.Off || h.units[j-1].End() < r.End() {
+			return fmt.Errorf("bytes [%d,+%d) are in no unit of the manifest", r.Off, r.N)
+		}
+		for k := i; k < j; k++ {
+			if _, err := assign(h.units[k], ranked); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Served returns the verified bytes each holder served, by holder ID, and
+// the units each took part in that failed their checksum.
+func (h *HolderFetcher) Served() (bytes map[string]int64, bad map[string]int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	bytes, bad = map[string]int64{}, map[string]int{}
+	for _, hs := range h.holders {
+		bytes[hs.ID], bad[hs.ID] = hs.bytes, hs.bad
+	}
+	return bytes, bad
+}
+
+// ranked lists the holders, those with fewer failures first.
+func (h *HolderFetcher) ranked() []*holderState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := append([]*holderState(nil), h.holders...)
+	bad := make([]int, len(out))
+	for i, hs := range out {
+		bad[i] = hs.bad
+	}
+	idx := make([]int, len(out))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return bad[idx[a]] < bad[idx[b]] })
+	sorted := make([]*holderState, len(out))
+	for i, k := range idx {
+		sorted[i] = out[k]
+	}
+	return sorted
+}
+
+type part struct {
+	h *holderState
+	r Range
+}
+
+// assign splits unit u among holders: each byte from the first holder in
+// order that holds it.
+func assign(u Range, holders []*holderState) ([]part, error) {
+	var parts []part
+	for pos := u.Off; pos < u.End(); {
+		var best *holderState
+		end := pos
+		for _, hs := range holders {
+			k := sort.Search(len(hs.Held), func(k int) bool { return hs.Held[k].End() > pos })
+			if k < len(hs.Held) && hs.Held[k].Off <= pos {
+				best, end = hs, min(hs.Held[k].End(), u.End())
+				break
+			}
+		}
+		if best == nil {
+			return nil, fmt.Errorf("no live node holds bytes [%d,+%d) of the model file", pos, u.End()-pos)
+		}
+		if n := len(parts); n > 0 && parts[n-1].h == best {
+			parts[n-1].r.N += end - pos
+		} else {
+			parts = append(parts, part{best, Range{pos, end - pos}})
+		}
+		pos = end
+	}
+	return parts, nil
+}
+
+// unit returns unit i's verified bytes, through the cache.
+func (h *HolderFetcher) unit(ctx context.Context, i int) ([]byte, error) {
+	h.mu.Lock()
+	if e, ok := h.cache[i]; ok {
+		h.mu.Unlock()
+		select {
+		case <-e.done:
+			if e.err == nil {
+				return e.data, nil
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		h.mu.Lock()
+		if h.cache[i] == e {
+			delete(h.cache, i)
+		}
+	}
+	e := &unitEntry{done: make(chan struct{})}
+	h.cache[i] = e
+	h.order = append(h.order, i)
+	for len(h.order) > unitCache {
+		old := h.order[0]
+		h.order = h.order[1:]
+		if oe := h.cache[old]; oe != nil && oe != e && isClosed(oe.done) {
+			delete(h.cache, old)
+		}
+	}
+	h.mu.Unlock()
+	e.data, e.err = h.fetchUnit(ctx, i)
+	close(e.done)
+	if e.err != nil {
+		h.mu.Lock()
+		if h.cache[i] == e {
+			delete(h.cache, i)
+		}
+		h.mu.Unlock()
+	}
+	return e.data, e.err
+}
+
+// fetchUnit fetches unit i from the holders until its checksum matches,
+// ranking the holders of a failed try last.
+func (h *HolderFetcher) fetchUnit(ctx context.Context, i int) ([]byte, error) {
+	u := h.units[i]
+	var lastErr error
+	for attempt := 0; attempt <= len(h.holders); attempt++ {
+		parts, err := assign(u, h.ranked())
+		if err != nil {
+			return nil, err
+		}
+		buf := make([]byte, 0, u.N)
+		for _, p := range parts {
+			var rc io.ReadCloser
+			if rc, err = p.h.F.Fetch(ctx, h.m.FileSHA, p.r.Off, p.r.N); err == nil {
+				k := len(buf)
+				buf = append(buf, make([]byte, p.r.N)...)
+				_, err = io.ReadFull(rc, buf[k:])
+				rc.Close()
+			}
+			if err != nil {
+				err = fmt.Errorf("bytes [%d,+%d) from %s: %w", p.r.Off, p.r.N, p.h.Name, err)
+				break
+			}
+		}
+		if err == nil {
+			sum := sha256.Sum256(buf)
+			if hex.EncodeToString(sum[:]) == h.m.Sums[i] {
+				h.mu.Lock()
+				for _, p := range parts {
+					p.h.bytes += p.r.N
+				}
+				h.mu.Unlock()
+				return buf, nil
+			}
+			names := ""
+			for _, p := range parts {
+				names += " " + p.h.Name
+			}
+			err = fmt.Errorf("unit [%d,+%d) from%s: sha256 mismatch", u.Off, u.N, names)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		lastErr = err
+		h.mu.Lock()
+		for _, p := range parts {
+			p.h.bad++
+		}
+		h.mu.Unlock()
+	}
+	return nil, lastErr
+}
+
+// read returns the n verified bytes at off.
+func (h *HolderFetcher) read(ctx context.Context, off, n int64, buf []byte) ([]byte, error) {
+	i, j := h.unitsOf(off, n)
+	if i == j || h.units[i].Off > off || h.units[j-1].End() < off+n {
+		return buf, fmt.Errorf("shard: bytes [%d,+%d) are in no unit of the manifest", off, n)
+	}
+	for k := i; k < j; k++ {
+		data, err := h.unit(ctx, k)
+		if err != nil {
+			return buf, err
+		}
+		u := h.units[k]
+		if k > i && h.units[k-1].End() != u.Off {
+			return buf, fmt.Errorf("shard: bytes [%d,+%d) span padding between units", off, n)
+		}
+		lo, hi := max(off, u.Off), min(off+n, u.End())
+		buf = append(buf, data[lo-u.Off:hi-u.Off]...)
+	}
+	return buf, nil
+}
+
+// Fetch implements RangeFetcher.
+func (h *HolderFetcher) Fetch(ctx context.Context, sha string, off, n int64) (io.ReadCloser, error) {
+	if sha != h.m.FileSHA {
+		return nil, errors.New("shard: holder fetcher asked for another file")
+	}
+	b, err := h.read(ctx, off, n, nil)
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+// FetchRanges implements BatchFetcher.
+func (h *HolderFetcher) FetchRanges(ctx context.Context, sha string, ranges []Range) (io.ReadCloser, error) {
+	if sha != h.m.FileSHA {
+		return nil, errors.New("shard: holder fetcher asked for another file")
+	}
+	var b []byte
+	var err error
+	for _, r := range ranges {
+		if b, err = h.read(ctx, r.Off, r.N, b); err != nil {
+			return nil, err
+		}
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}

@@ -1,0 +1,157 @@
+package shard
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"slices"
+	"sort"
+
+	"shoal/engine/gguf"
+)
+
+// DefaultUnitSize bounds the bytes of one manifest unit.
+const DefaultUnitSize = 1 << 20
+
+// Manifest makes any byte a shard needs verifiable without the node the
+// model was loaded from: the model file's table and the sha256 of every
+// unit, where a unit is the GGUF header or a run of whole rows of one
+// tensor (at most UnitSize bytes, at least one row). Units never cover the
+// padding between tensors, so the nodes holding shards hold whole units
+// between them: a tensor-parallel pair holds each row's two halves.
+//
+// The source node builds it while hashing the file; its ID (the sha256 of
+// its JSON) is recorded with the model in the cluster state, the trust
+// anchor: a manifest from any peer is checked against it, and the layout
+// of a new shard is built from its table.
+type Manifest struct {
+	FileSHA  string   `json:"file_sha"`
+	Table    *Table   `json:"table"`
+	UnitSize int64    `json:"unit_size"`
+	Sums     []string `json:"sums"`
+}
+
+// ManifestID is the content address of a manifest's JSON.
+func ManifestID(raw []byte) string {
+	h := sha256.Sum256(raw)
+	return hex.EncodeToString(h[:])
+}
+
+// Units lists the units of t (the header, then each tensor's row runs),
+// in file order.
+func Units(t *Table, unitSize int64) []Range {
+	if unitSize <= 0 {
+		unitSize = DefaultUnitSize
+	}
+	out := []Range{{0, int64(t.DataOffset)}}
+	ts := slices.Clone(t.Tensors)
+	sort.SliceStable(ts, func(i, j int) bool { return ts[i].Offset < ts[j].Offset })
+	for i := range ts {
+		ti := &ts[i]
+		rs := int64(ti.RowSize())
+		rows := int64(ti.Rows())
+		if rs <= 0 || rows <= 0 {
+			continue
+		}
+		per := max(1, unitSize/rs)
+		base := int64(t.DataOffset) + int64(ti.Offset)
+		for r := int64(0); r < rows; r += per {
+			k := min(per, rows-r)
+			out = append(out, Range{base + r*rs, k * rs})
+		}
+	}
+	return out
+}
+
+// BuildManifest reads the model file at path once and returns its sha256
+// and its manifest (as JSON, the form whose ID is recorded).
+func BuildManifest(path string, unitSize int64) (sha string, raw []byte, err error) {
+	if unitSize <= 0 {
+		unitSize = DefaultUnitSize
+	}
+	gf, err := gguf.Open(path)
+	if err != nil {
+		return "", nil, err
+	}
+	t, err := TableOf(gf)
+	gf.Close()
+	if err != nil {
+		return "", nil, err
+	}
+	units := Units(t, unitSize)
+	f, err := os.Open(path)
+	if err != nil {
+		return "", nil, err
+	}
+	defer f.Close()
+	uw := &unitHasher{units: units, whole: sha256.New(), sums: make([]string, len(units))}
+	if _, err := io.Copy(uw, bufio.NewReaderSize(f, 1<<20)); err != nil {
+		return "", nil, err
+	}
+	if uw.next < len(units) {
+		return "", nil, fmt.Errorf("shard: %s is shorter than its tensor table", path)
+	}
+	sha = hex.EncodeToString(uw.whole.Sum(nil))
+	raw, err = json.Marshal(&Manifest{FileSHA: sha, Table: t, UnitSize: unitSize, Sums: uw.sums})
+	return sha, raw, err
+}
+
+// unitHasher hashes the whole stream and every unit of it.
+type unitHasher struct {
+	units []Range
+	whole hash.Hash
+	pos   int64
+	next  int // the unit being hashed or the next one
+	cur   hash.Hash
+	sums  []string
+}
+
+func (u *unitHasher) Write(p []byte) (int, error) {
+	u.whole.Write(p)
+	n := len(p)
+	for len(p) > 0 && u.next < len(u.units) {
+		r := u.units[u.next]
+		if u.pos < r.Off { // padding before the unit
+			skip := min(int64(len(p)), r.Off-u.pos)
+			p, u.pos = p[skip:], u.pos+skip
+			continue
+		}
+		if u.cur == nil {
+			u.cur = sha256.New()
+		}
+		k := min(int64(len(p)), r.End()-u.pos)
+		u.cur.Write(p[:k])
+		p, u.pos = p[k:], u.pos+k
+		if u.pos == r.End() {
+			u.sums[u.next] = hex.EncodeToString(u.cur.Sum(nil))
+			u.cur = nil
+			u.next++
+		}
+	}
+	u.pos += int64(len(p))
+	return n, nil
+}
+
+// ParseManifest checks raw against the recorded id and the file's sha256
+// and decodes it.
+func ParseManifest(raw []byte, id, fileSHA string) (*Manifest, error) {
+	if got := ManifestID(raw); got != id {
+		return nil, fmt.Errorf("shard: manifest %.12s is not the recorded %.12s", got, id)
+	}
+	var m Manifest
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("shard: manifest: %w", err)
+	}
+	if m.FileSHA != fileSHA || m.Table == nil || m.UnitSize <= 0 {
+		return nil, fmt.Errorf("shard: manifest is for file %.12s, not %.12s", m.FileSHA, fileSHA)
+	}
+	if n := len(Units(m.Table, m.UnitSize)); n != len(m.Sums) {
+		return nil, fmt.Errorf("shard: manifest has %d unit checksums for %d units", len(m.Sums), n)
+	}
+	return &m, nil
+}
