@@ -29,6 +29,24 @@ type Client struct {
 	Addr  string // base URL; host:port is accepted
 	Token string
 	HTTP  *http.Client
+	// LeaderWait bounds how long a request answered 503 because the
+	// cluster has no leader (an election) is sent again
+	// (DefaultLeaderWait if 0; < 0: never); OnLeaderWait, if set, is
+	// called before each such retry (the CLI says "electing a leader,
+	// retrying" once).
+	LeaderWait   time.Duration
+	OnLeaderWait func()
+}
+
+// DefaultLeaderWait is the default of Client.LeaderWait.
+const DefaultLeaderWait = 15 * time.Second
+
+// leaderless reports whether an error answer says the cluster has no
+// leader right now.
+func leaderless(err error) bool {
+	var e *APIError
+	return errors.As(err, &e) && e.Code == http.StatusServiceUnavailable &&
+		(strings.Contains(e.Msg, "not the leader") || strings.Contains(e.Msg, "no cluster leader"))
 }
 
 // NewClientCA is NewClient trusting the CA certificates in caPEM (PEM),
@@ -99,14 +117,45 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 
 // doRaw sends in as JSON and hands a successful answer to read; an error
 // answer becomes an *APIError.
+// A 503 that says the cluster has no leader is retried for up to
+// LeaderWait.
 func (c *Client) doRaw(ctx context.Context, method, path string, in any, read func(resp *http.Response, body []byte) error) error {
-	var body io.Reader
+	var body []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return err
 		}
-		body = bytes.NewReader(b)
+		body = b
+	}
+	wait := c.LeaderWait
+	if wait == 0 {
+		wait = DefaultLeaderWait
+	}
+	deadline := time.Now().Add(wait)
+	pause := 250 * time.Millisecond
+	for {
+		err := c.once(ctx, method, path, in != nil, body, read)
+		if !leaderless(err) || time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		if c.OnLeaderWait != nil {
+			c.OnLeaderWait()
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
+}
+
+// once sends one request.
+func (c *Client) once(ctx context.Context, method, path string, hasBody bool, reqBody []byte, read func(resp *http.Response, body []byte) error) error {
+	var body io.Reader
+	if hasBody {
+		body = bytes.NewReader(reqBody)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.Addr+path, body)
 	if err != nil {
@@ -115,7 +164,7 @@ func (c *Client) doRaw(ctx context.Context, method, path string, in any, read fu
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
-	if in != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.HTTP.Do(req)

@@ -3,8 +3,10 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -69,6 +71,9 @@ type Client struct {
 	// CheckAdmin, on servers, accepts an admin API key: what a client node
 	// needs to relay a write beyond its own reports.
 	CheckAdmin func(key string) error
+	// LeaderWait bounds how long Apply and RemoveNode wait for a leader
+	// (DefaultLeaderWait if 0; < 0: they do not wait).
+	LeaderWait time.Duration
 }
 
 func (c *Client) keyOf(ctx context.Context) string {
@@ -98,8 +103,11 @@ func (c *Client) ServerAddr() (string, error) {
 			return m.RPCAddr, nil
 		}
 	}
-	return "", &Error{Code: http.StatusServiceUnavailable, Msg: "no server known yet: is this agent joined?"}
+	return "", errNoServer
 }
+
+// errNoServer is the answer of a client agent that knows no live server.
+var errNoServer = &Error{Code: http.StatusServiceUnavailable, Msg: "no server known yet: is this agent joined?"}
 
 // State reads the cluster state from the leader, as Consul's default
 // consistency does, so a server that is still catching up never answers
@@ -131,13 +139,63 @@ func (c *Client) State(ctx context.Context) (*State, error) {
 	return &st, nil
 }
 
-// Apply applies a command on the leader.
+// DefaultLeaderWait is how long a write waits for a leader when the
+// cluster has none (an election is under way), as Consul holds requests.
+const DefaultLeaderWait = 7 * time.Second
+
+// Apply applies a command on the leader. Without a leader, or when the
+// server it went to could not be reached, it retries until a leader takes
+// it, ctx ends or the client's LeaderWait passes.
 func (c *Client) Apply(ctx context.Context, t MessageType, req any) error {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
-	return c.applyRaw(ctx, ApplyRequest{Type: t, Body: b, Key: c.keyOf(ctx)})
+	r := ApplyRequest{Type: t, Body: b, Key: c.keyOf(ctx)}
+	return c.holdForLeader(ctx, func() error { return c.applyRaw(ctx, r) })
+}
+
+// holdForLeader runs write until it succeeds, fails for another reason
+// than a missing leader, ctx ends or LeaderWait passes.
+func (c *Client) holdForLeader(ctx context.Context, write func() error) error {
+	wait := c.LeaderWait
+	if wait == 0 {
+		wait = DefaultLeaderWait
+	}
+	deadline := time.Now().Add(wait)
+	pause := 50 * time.Millisecond
+	for {
+		err := write()
+		if err == nil || !LeaderMissing(err) || time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		if c.log != nil {
+			c.log.Debug("no leader for a write yet; retrying", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
+}
+
+// LeaderMissing reports whether err means that a write found no leader to
+// take it: the cluster has none, the server it reached is no longer the
+// leader, or the server could not be reached (the old leader is down)
+// before it served the write. Such a write may be sent again.
+func LeaderMissing(err error) bool {
+	if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) || errors.Is(err, errNoServer) {
+		return true
+	}
+	var u interface{ Unreachable() bool }
+	if errors.As(err, &u) && u.Unreachable() {
+		return true
+	}
+	var hs interface{ HTTPStatus() int }
+	return errors.As(err, &hs) && hs.HTTPStatus() == http.StatusServiceUnavailable &&
+		(strings.Contains(err.Error(), ErrNotLeader.Msg) || strings.Contains(err.Error(), ErrNoLeader.Msg))
 }
 
 // applyRaw applies on the leader, forwarding at most one hop.
@@ -165,7 +223,8 @@ func (c *Client) forwardTo(forwarded bool) (string, error) {
 // RemoveNode removes a node from Raft and the state on the leader, which
 // then asks the node to leave.
 func (c *Client) RemoveNode(ctx context.Context, id string) error {
-	return c.removeNode(ctx, RemoveRequest{ID: id, Key: c.keyOf(ctx)})
+	r := RemoveRequest{ID: id, Key: c.keyOf(ctx)}
+	return c.holdForLeader(ctx, func() error { return c.removeNode(ctx, r) })
 }
 
 func (c *Client) removeNode(ctx context.Context, req RemoveRequest) error {

@@ -254,7 +254,10 @@ var commands = map[MessageType]handler{
 		if err != nil {
 			return err
 		}
-		if _, ok := s.Tokens[r.Token.ID]; ok {
+		if old, ok := s.Tokens[r.Token.ID]; ok {
+			if old.SecretHash != "" && old.SecretHash == r.Token.SecretHash {
+				return nil // the same create, sent again after its leader went away
+			}
 			return errorf(http.StatusConflict, "token %q exists", r.Token.ID)
 		}
 		t := r.Token

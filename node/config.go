@@ -53,7 +53,7 @@ type Tuning struct {
 	ProbeDuration       Duration `json:"probe_duration"`       // each capability measurement
 	JoinTimeout         Duration `json:"join_timeout"`         // give up joining after this
 	LinkProbe           Duration `json:"link_probe"`           // between link measurements to peers
-	DistStep            Duration `json:"dist_step"`            // bounds a step of a model served across nodes (30s)
+	DistStep            Duration `json:"dist_step"`            // bounds a step of a model served across nodes (10s)
 }
 
 // Duration is a time.Duration written as "500ms" in config files.

@@ -41,6 +41,9 @@ type forwarder struct {
 	// model) here, before the request leaves without it.
 	authorize func(ctx context.Context, key string, scope api.Scope, model string) error
 	routes    routeSource
+	// keepAlive is the idle interval of forwarded streams (0: the
+	// OpenAI endpoint's default).
+	keepAlive time.Duration
 }
 
 // routeSource says where the driver of each planned model runs.

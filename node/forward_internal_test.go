@@ -65,6 +65,7 @@ func TestForwardStreamsEvents(t *testing.T) {
 				panic("the driver fails mid-answer")
 			}
 		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
 	}))
 	f := &forwarder{self: "front", ep: frontEP, log: zap.NewNop()}
 	addr := driverEP.Addr().String()
@@ -99,7 +100,7 @@ func TestForwardStreamsEvents(t *testing.T) {
 		rd.ReadString('\n')
 		step <- struct{}{} // the driver writes the next event only now
 	}
-	if rest, _ := io.ReadAll(rd); len(rest) != 0 {
+	if rest, _ := io.ReadAll(rd); string(rest) != "data: [DONE]\n\n" {
 		t.Fatalf("after the last event: %q", rest)
 	}
 	resp.Body.Close()

@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"shoal/api/openai"
 	"shoal/transport"
 )
 
@@ -64,55 +65,323 @@ func passHeader(h http.Header) http.Header {
 	return out
 }
 
+// maxBufferedAnswer bounds the answer that is not an event stream which
+// send holds until it is whole, so that a cut one becomes a 502 and not a
+// truncated 200; a larger one is passed on as it comes.
+const maxBufferedAnswer = 16 << 20
+
+// forwardResult is what transport.Forward returned.
+type forwardResult struct {
+	reply *transport.ForwardReply
+	body  *transport.ForwardBody
+	err   error
+}
+
 // send passes r, whose body is body, to the agent at to.addr and streams
-// its answer to w; fail answers when that agent cannot be reached.
+// its answer to w; fail answers when that agent cannot be reached. A
+// streamed completion never goes silent: while the driver's answer has not
+// begun, or between its events, an SSE keepalive comment goes out after
+// every idle interval (the stream's head is sent here then, and an error
+// the driver answers later becomes an error event). An answer that is cut
+// ends with an error event, or, not streamed, with a 502 or 504.
 func (f *forwarder) send(w http.ResponseWriter, r *http.Request, to target, body []byte, fail func(w http.ResponseWriter, status int, code, msg string)) {
 	h := passHeader(r.Header)
 	h.Del("Authorization")
 	h.Del("Cookie")
 	head := transport.ForwardHead{Method: r.Method, Path: r.URL.RequestURI(), Model: to.model, Header: h}
 	f.log.Debug("forwarding request", zap.String("to", to.name), zap.String("path", r.URL.Path), zap.String("model", to.model))
-	reply, rb, err := transport.Forward(r.Context(), f.ep, to.addr, head, body)
-	if err != nil {
+	done := make(chan forwardResult, 1)
+	go func() {
+		reply, rb, err := transport.Forward(r.Context(), f.ep, to.addr, head, body)
+		done <- forwardResult{reply, rb, err}
+	}()
+	var ka *keepalive
+	if interval := f.keepAliveInterval(); interval > 0 && streamRequested(r, body) {
+		ka = &keepalive{w: w, rc: http.NewResponseController(w), interval: interval}
+	}
+	var res forwardResult
+	if ka == nil {
+		res = <-done
+	} else {
+		t := time.NewTimer(ka.interval)
+		for waiting := true; waiting; {
+			select {
+			case res = <-done:
+				waiting = false
+			case <-t.C:
+				ka.open(http.StatusOK) // the head goes out here: the client must hear something
+				ka.comment()
+				t.Reset(ka.interval)
+			}
+		}
+		t.Stop()
+	}
+	if res.err != nil {
 		status, code := http.StatusBadGateway, "upstream_unavailable"
-		if timedOut(err) {
+		if timedOut(res.err) {
 			status, code = http.StatusGatewayTimeout, "upstream_timeout"
 		}
-		fail(w, status, code, fmt.Sprintf("the agent serving model %s (%s) did not answer: %v", to.model, to.name, err))
+		msg := fmt.Sprintf("the agent serving model %s (%s) did not answer: %v", to.model, to.name, res.err)
+		if ka != nil && ka.opened {
+			ka.errorEvent(openAIErrorBody("server_error", code, msg))
+			return
+		}
+		fail(w, status, code, msg)
 		return
 	}
+	reply, rb := res.reply, res.body
 	defer rb.Close()
+	cut := func(err error) string {
+		f.log.Warn("forwarded answer cut", zap.String("from", to.name), zap.String("model", to.model), zap.Error(err))
+		return fmt.Sprintf("the agent serving model %s (%s) stopped answering: %v", to.model, to.name, err)
+	}
+	if ka != nil && ka.opened && (reply.Status != http.StatusOK || !isEventStream(reply.Header)) {
+		// The stream's head is out: the driver's refusal becomes an
+		// error event.
+		ka.errorEvent(refusalEvent(reply.Status, readAnswer(rb)))
+		return
+	}
+	if !isEventStream(reply.Header) {
+		f.relayWhole(w, r, reply, rb, func(err error) {
+			status, code := http.StatusBadGateway, "upstream_unavailable"
+			if timedOut(err) {
+				status, code = http.StatusGatewayTimeout, "upstream_timeout"
+			}
+			fail(w, status, code, cut(err))
+		})
+		return
+	}
+	if ka == nil {
+		ka = &keepalive{w: w, rc: http.NewResponseController(w)}
+	}
+	if !ka.opened {
+		for k, v := range passHeader(reply.Header) {
+			w.Header()[k] = v
+		}
+		ka.open(reply.Status)
+	}
+	chunks := make(chan forwardChunk)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			p, err := rb.Next()
+			select {
+			case chunks <- forwardChunk{p, err}:
+			case <-stop:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	var tick <-chan time.Time
+	if ka.interval > 0 {
+		t := time.NewTicker(ka.interval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-tick:
+			if time.Since(ka.last) >= ka.interval && ka.atBoundary {
+				ka.comment()
+			}
+			continue
+		case c := <-chunks:
+			if errors.Is(c.err, io.EOF) {
+				if reply.Status == http.StatusOK && !ka.finished {
+					// A driver of an older version ends a stream its
+					// engine stopped without a word.
+					ka.errorEvent(openAIErrorBody("server_error", "upstream_unavailable",
+						fmt.Sprintf("the agent serving model %s (%s) ended the stream before the answer was complete", to.model, to.name)))
+				}
+				return
+			}
+			if c.err != nil {
+				if r.Context().Err() != nil {
+					return // the client went away
+				}
+				// Headers are out: end the event stream with an error event.
+				ka.errorEvent(openAIErrorBody("server_error", "upstream_unavailable", cut(c.err)))
+				return
+			}
+			if !ka.write(c.p) {
+				return
+			}
+		}
+	}
+}
+
+type forwardChunk struct {
+	p   []byte
+	err error
+}
+
+// relayWhole passes an answer that is not an event stream: held until it
+// is whole (up to maxBufferedAnswer), so that a cut one is answered by
+// cutFail instead, then passed on as it comes, the client's connection
+// cut if it breaks after that.
+func (f *forwarder) relayWhole(w http.ResponseWriter, r *http.Request, reply *transport.ForwardReply, rb *transport.ForwardBody, cutFail func(error)) {
+	var held bytes.Buffer
+	whole := false
+	for !whole && held.Len() <= maxBufferedAnswer {
+		p, err := rb.Next()
+		if errors.Is(err, io.EOF) {
+			whole = true
+			break
+		}
+		if err != nil {
+			if r.Context().Err() == nil {
+				cutFail(err)
+			}
+			return
+		}
+		held.Write(p)
+	}
 	for k, v := range passHeader(reply.Header) {
 		w.Header()[k] = v
 	}
 	w.WriteHeader(reply.Status)
+	if _, err := w.Write(held.Bytes()); err != nil || whole {
+		return
+	}
 	rc := http.NewResponseController(w)
 	_ = rc.Flush()
 	for {
-		chunk, err := rb.Next()
+		p, err := rb.Next()
 		if errors.Is(err, io.EOF) {
 			return
 		}
 		if err != nil {
 			if r.Context().Err() != nil {
-				return // the client went away
-			}
-			f.log.Warn("forwarded answer cut", zap.String("from", to.name), zap.String("model", to.model), zap.Error(err))
-			msg := fmt.Sprintf("the agent serving model %s (%s) stopped answering: %v", to.model, to.name, err)
-			if isEventStream(reply.Header) {
-				// Headers are out: end the event stream with an error event.
-				b, _ := json.Marshal(openAIErrorBody("server_error", "upstream_unavailable", msg))
-				_, _ = w.Write(append(append([]byte("data: "), b...), '\n', '\n'))
-				_ = rc.Flush()
 				return
 			}
 			panic(http.ErrAbortHandler) // cut the client's connection: a truncated answer must not look whole
 		}
-		if _, err := w.Write(chunk); err != nil {
+		if _, err := w.Write(p); err != nil {
 			return
 		}
 		_ = rc.Flush()
 	}
+}
+
+// keepalive writes a forwarded event stream to the client: the driver's
+// bytes, and comments when it is idle.
+type keepalive struct {
+	w          http.ResponseWriter
+	rc         *http.ResponseController
+	interval   time.Duration
+	opened     bool      // the stream's head is out
+	last       time.Time // when something was last written
+	atBoundary bool      // what was written so far ends between two events
+	finished   bool      // the last event was [DONE] or an error
+	failed     bool
+}
+
+// note remembers whether the last event in p ends the stream.
+func (k *keepalive) note(p []byte) {
+	for len(p) > 0 {
+		line, rest, _ := bytes.Cut(p, []byte("\n"))
+		p = rest
+		if data, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			data = bytes.TrimSpace(data)
+			k.finished = bytes.Equal(data, []byte("[DONE]")) || bytes.HasPrefix(data, []byte(`{"error"`))
+		}
+	}
+}
+
+// open sends the head of an event stream with status, once.
+func (k *keepalive) open(status int) {
+	if k.opened {
+		return
+	}
+	k.opened = true
+	h := k.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	k.w.WriteHeader(status)
+	k.atBoundary = true
+	k.last = time.Now()
+	_ = k.rc.Flush()
+}
+
+func (k *keepalive) write(p []byte) bool {
+	if k.failed {
+		return false
+	}
+	if _, err := k.w.Write(p); err != nil {
+		k.failed = true
+		return false
+	}
+	_ = k.rc.Flush()
+	k.last = time.Now()
+	k.atBoundary = bytes.HasSuffix(p, []byte("\n\n"))
+	k.note(p)
+	return true
+}
+
+func (k *keepalive) comment() { k.write([]byte(": keepalive\n\n")) }
+
+// errorEvent ends the stream with an error event.
+func (k *keepalive) errorEvent(body any) {
+	b, _ := json.Marshal(body)
+	if !k.atBoundary {
+		k.write([]byte("\n\n"))
+	}
+	k.write(append(append([]byte("data: "), b...), '\n', '\n'))
+}
+
+// keepAliveInterval is how long a forwarded stream may stay idle.
+func (f *forwarder) keepAliveInterval() time.Duration {
+	if f.keepAlive != 0 {
+		return f.keepAlive
+	}
+	return openai.DefaultStreamKeepAlive
+}
+
+// streamRequested reports whether r is a completion that asks for a
+// stream of events.
+func streamRequested(r *http.Request, body []byte) bool {
+	if r.URL.Path != "/v1/chat/completions" && r.URL.Path != "/v1/completions" {
+		return false
+	}
+	var req struct {
+		Stream bool `json:"stream"`
+	}
+	return json.Unmarshal(body, &req) == nil && req.Stream
+}
+
+// readAnswer reads what is left of a short answer.
+func readAnswer(rb *transport.ForwardBody) []byte {
+	var b bytes.Buffer
+	for b.Len() < 64<<10 {
+		p, err := rb.Next()
+		if err != nil {
+			break
+		}
+		b.Write(p)
+	}
+	return b.Bytes()
+}
+
+// refusalEvent is the error event for an answer of status with body that
+// came after the stream's head went out: the driver's OpenAI error as it
+// is, or one that says what came.
+func refusalEvent(status int, body []byte) any {
+	var e struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && len(e.Error) > 0 && e.Error[0] == '{' {
+		return e
+	}
+	msg := strings.TrimSpace(string(body))
+	if msg == "" {
+		msg = http.StatusText(status)
+	}
+	return openAIErrorBody("server_error", "upstream_error", fmt.Sprintf("the serving agent answered %d: %s", status, msg))
 }
 
 func isEventStream(h map[string][]string) bool {

@@ -29,7 +29,7 @@ func (a *Agent) startServing() {
 	})
 	a.par = parallel.NewReconciler(parallel.ReconcilerConfig{
 		Host: parallel.NewHost(a.ep, a.rpc, transport.NewMailbox(a.ep, transport.MailboxOptions{})), Node: a.id, Shards: a.shards, Publisher: a.pub,
-		Threads: a.cfg.Threads, StepTimeout: a.cfg.Tuning.DistStep.or(30 * time.Second), Log: a.log,
+		Threads: a.cfg.Threads, StepTimeout: a.cfg.Tuning.DistStep.or(parallel.DefaultStepTimeout), Log: a.log,
 	})
 	a.admin.runner = clusterRuns{par: a.par, driver: a.cfg.Name}
 }

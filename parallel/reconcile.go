@@ -103,6 +103,12 @@ type Route struct {
 	Status   string // the model's status
 }
 
+// DefaultStepTimeout bounds a step of a served model: a member that stops
+// answering (a paused process, a partition) fails the step within it, and
+// the driver replays its sequences or fails them. A prefill step of the
+// node's token budget (64 tokens) fits well inside it.
+const DefaultStepTimeout = 10 * time.Second
+
 // ReconcilerConfig wires a Reconciler.
 type ReconcilerConfig struct {
 	Host      *Host
@@ -110,7 +116,8 @@ type ReconcilerConfig struct {
 	Shards    ShardSource
 	Publisher Publisher
 	// Threads is each member's worker threads (all cores if 0);
-	// StepTimeout bounds a step of a served model (30 s if 0).
+	// StepTimeout bounds a step of a served model (DefaultStepTimeout if
+	// 0).
 	Threads     int
 	StepTimeout time.Duration
 	// ReplayWait bounds how long a failed step of a model driven here
@@ -147,7 +154,7 @@ type runMember struct {
 // NewReconciler makes a reconciler; it runs nothing until Reconcile.
 func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 	if cfg.StepTimeout <= 0 {
-		cfg.StepTimeout = 30 * time.Second
+		cfg.StepTimeout = DefaultStepTimeout
 	}
 	if cfg.ReplayWait == 0 {
 		cfg.ReplayWait = DefaultReplayWait

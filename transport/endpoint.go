@@ -430,6 +430,10 @@ func (e *Endpoint) Close() error {
 	e.closed = true
 	conns := e.conns
 	e.conns = map[string]*dialEntry{}
+	var accepted []*quic.Conn
+	for c := range e.accepted {
+		accepted = append(accepted, c)
+	}
 	e.mu.Unlock()
 	e.cancel()
 	for _, d := range conns {
@@ -437,6 +441,12 @@ func (e *Endpoint) Close() error {
 		if d.conn != nil {
 			_ = d.conn.CloseWithError(codeOK, "shutdown")
 		}
+	}
+	// Peers that dialed this endpoint learn of the shutdown now, not
+	// after their idle timeout: their calls and forwarded answers fail
+	// at once.
+	for _, c := range accepted {
+		_ = c.CloseWithError(codeOK, "shutdown")
 	}
 	_ = e.ln.Close()
 	err := e.tr.Close()

@@ -18,12 +18,16 @@ import (
 //
 //	caller → server: head frame (JSON ForwardHead, v 1), body frame, FIN
 //	server → caller: head frame (JSON ForwardReply), then the answer's
-//	                 body, one frame per write of the handler, then FIN
+//	                 body, one frame per write of the handler, then an
+//	                 empty frame once the handler returned, then FIN
 //
 // The server's writes reach the caller as they are made, so a stream of
-// server-sent events arrives token by token. A stream reset before the FIN
-// means the answer was cut (the handler failed or its node went away); a
-// caller that goes away resets the stream, which ends the server's context.
+// server-sent events arrives token by token. Only the empty end frame
+// says the answer is whole: a stream reset, a closed connection or a FIN
+// before it means the answer was cut (the handler failed or its node went
+// away). Servers that send the end frame say so in the reply head (End);
+// from older ones, which do not, a FIN ends the answer. A caller that
+// goes away resets the stream, which ends the server's context.
 const (
 	forwardVersion = 1
 	maxForwardHead = 64 << 10
@@ -53,7 +57,12 @@ type ForwardHead struct {
 type ForwardReply struct {
 	Status int                 `json:"status"`
 	Header map[string][]string `json:"header,omitempty"`
+	// End says the answer ends with an empty frame (set by WriteHead).
+	End bool `json:"end,omitempty"`
 }
+
+// ErrForwardCut is the error of an answer that ended before its end frame.
+var ErrForwardCut = errors.New("the answer ended before it was complete")
 
 // ForwardHandler serves one forwarded request; ctx ends when the caller
 // goes away. It answers through w and must not keep w after it returns.
@@ -98,6 +107,7 @@ func serveForward(s *Stream, h ForwardHandler) {
 	if !w.sent {
 		_ = w.WriteHead(ForwardReply{Status: 200})
 	}
+	_ = WriteFrame(s, nil) // the answer is whole
 }
 
 // ForwardWriter is the server's side of a forwarded request's answer.
@@ -112,6 +122,7 @@ func (w *ForwardWriter) WriteHead(r ForwardReply) error {
 		return errors.New("forward: answer head sent twice")
 	}
 	w.sent = true
+	r.End = true
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -188,6 +199,7 @@ func Forward(ctx context.Context, ep *Endpoint, addr string, head ForwardHead, b
 	if err := json.Unmarshal(rb, &reply); err != nil || reply.Status < 100 || reply.Status > 999 {
 		return fail(errors.New("malformed answer head"))
 	}
+	b.end = reply.End
 	return &reply, b, nil
 }
 
@@ -195,11 +207,27 @@ func Forward(ctx context.Context, ep *Endpoint, addr string, head ForwardHead, b
 type ForwardBody struct {
 	s    *Stream
 	stop func() bool
+	end  bool // the server sends an end frame
+	done bool // and it came
 }
 
 // Next returns the next chunk of the answer as the server wrote it, and
-// io.EOF after the last one. Any other error means the answer was cut.
-func (b *ForwardBody) Next() ([]byte, error) { return ReadFrame(b.s, maxForwardChunk) }
+// io.EOF after the last one. Any other error means the answer was cut:
+// ErrForwardCut when the stream ended before the end frame.
+func (b *ForwardBody) Next() ([]byte, error) {
+	if b.done {
+		return nil, io.EOF
+	}
+	p, err := ReadFrame(b.s, maxForwardChunk)
+	switch {
+	case err == nil && len(p) == 0 && b.end:
+		b.done = true
+		return nil, io.EOF
+	case errors.Is(err, io.EOF) && b.end:
+		return nil, ErrForwardCut
+	}
+	return p, err
+}
 
 // Close releases the stream.
 func (b *ForwardBody) Close() {

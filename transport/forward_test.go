@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"testing"
@@ -104,5 +105,44 @@ func TestForwardCutAndCanceled(t *testing.T) {
 	defer dcancel()
 	if _, _, err := Forward(dctx, cli, srv.Addr().String(), ForwardHead{Method: "POST", Path: "/x"}, nil); err == nil {
 		t.Fatal("forward to a closed endpoint succeeded")
+	}
+}
+
+// TestForwardEndFrame: an answer is whole only when its end frame came: a
+// server whose stream ends (FIN) before it cuts the answer with
+// ErrForwardCut, not EOF; a server of the version before end frames,
+// which says nothing of them in its head, still ends its answer with a FIN.
+func TestForwardEndFrame(t *testing.T) {
+	ca, _ := DeriveCA(testSecret)
+	srv := newEndpoint(t, ca, "driver", RoleServer)
+	cli := newEndpoint(t, ca, "front", RoleClient)
+	srv.Handle(KindForward, func(s *Stream) {
+		defer s.Close()
+		hb, _ := ReadFrame(s, maxForwardHead)
+		_, _ = ReadFrame(s, MaxForwardBody)
+		var head ForwardHead
+		_ = json.Unmarshal(hb, &head)
+		reply := `{"status":200,"end":true}`
+		if head.Path == "/old" {
+			reply = `{"status":200}`
+		}
+		_ = WriteFrame(s, []byte(reply))
+		_ = WriteFrame(s, []byte("partial"))
+		// FIN without the end frame, as a dying handler's stream closes.
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for path, want := range map[string]error{"/new": ErrForwardCut, "/old": io.EOF} {
+		reply, body, err := Forward(ctx, cli, srv.Addr().String(), ForwardHead{Method: "POST", Path: path}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := body.Next(); err != nil || string(got) != "partial" {
+			t.Fatalf("%s: first chunk %q %v", path, got, err)
+		}
+		if _, err := body.Next(); !errors.Is(err, want) {
+			t.Fatalf("%s (end %v): after the FIN %v, want %v", path, reply.End, err, want)
+		}
+		body.Close()
 	}
 }

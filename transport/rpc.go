@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quic-go/quic-go"
 	"go.uber.org/zap"
 )
 
@@ -110,14 +111,33 @@ func (s *RPCServer) serve(st *Stream) {
 }
 
 // Call sends one request on a fresh stream of kind to addr and decodes the
-// reply into out (which may be nil).
+// reply into out (which may be nil). The error of a request that got no
+// answer because addr could not be reached, or shut down (so it served the
+// request only if it was shutting down as it came), has an Unreachable()
+// bool method that returns true: a request that is safe to repeat may be
+// retried, there or elsewhere.
 func Call(ctx context.Context, ep *Endpoint, addr string, kind Kind, method string, in, out any) error {
 	st, err := ep.Dial(ctx, addr, kind)
 	if err != nil {
-		return err
+		if errors.Is(err, ErrRevoked) {
+			return err
+		}
+		return unreachableError{err}
 	}
-	return CallStream(ctx, st, method, in, out)
+	err = CallStream(ctx, st, method, in, out)
+	var ae *quic.ApplicationError
+	if errors.As(err, &ae) && ae.Remote && ae.ErrorCode == codeOK {
+		return unreachableError{err} // the peer shut down
+	}
+	return err
 }
+
+// unreachableError is the error of a call its server did not serve.
+type unreachableError struct{ err error }
+
+func (e unreachableError) Error() string     { return e.err.Error() }
+func (e unreachableError) Unwrap() error     { return e.err }
+func (e unreachableError) Unreachable() bool { return true }
 
 // CallStream performs a call on an open stream and closes it.
 func CallStream(ctx context.Context, st *Stream, method string, in, out any) error {

@@ -37,6 +37,10 @@ type Options struct {
 	// StreamWriteTimeout bounds the write of each streamed event (default
 	// 1 min): a client that stops reading is dropped.
 	StreamWriteTimeout time.Duration
+	// StreamKeepAlive is how long a stream may stay idle before an SSE
+	// comment keeps it alive (default 3 s; < 0: never), so that clients
+	// and proxies do not time out while the engine replays or prefills.
+	StreamKeepAlive time.Duration
 	// Observer, if set, receives a Record per request.
 	Observer Observer
 	// SystemFingerprint, if set, is returned in every completion.
@@ -46,6 +50,9 @@ type Options struct {
 }
 
 const defaultMaxBody = 4 << 20
+
+// DefaultStreamKeepAlive is the default of Options.StreamKeepAlive.
+const DefaultStreamKeepAlive = 3 * time.Second
 
 type handler struct {
 	b    Backend
@@ -73,6 +80,9 @@ func newHandler(b Backend, o Options) *handler {
 	}
 	if o.StreamWriteTimeout <= 0 {
 		o.StreamWriteTimeout = time.Minute
+	}
+	if o.StreamKeepAlive == 0 {
+		o.StreamKeepAlive = DefaultStreamKeepAlive
 	}
 	if o.Log == nil {
 		o.Log = zap.L().Named("openai")

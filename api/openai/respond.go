@@ -43,7 +43,7 @@ func (h *handler) respond(x *exchange, r *genRequest, sh shape) *apiError {
 		x.ok(sh.whole(res.finish, g.usage(res)))
 		return nil
 	}
-	sw := newSSE(x, h.o.StreamWriteTimeout)
+	sw := newSSE(x, h.o.StreamWriteTimeout, h.o.StreamKeepAlive)
 	defer sw.end()
 	if c := sh.first(); c != nil && sw.send(c) != nil {
 		return nil

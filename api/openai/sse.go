@@ -2,27 +2,40 @@ package openai
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 )
 
+// keepaliveComment is the SSE comment written when a stream has been idle
+// for the keepalive interval; clients ignore it, proxies see traffic.
+const keepaliveComment = ": keepalive\n\n"
+
 // sse writes a Server-Sent Events stream: one "data: JSON" event per chunk
-// and "data: [DONE]" at the end.
+// and "data: [DONE]" at the end, with a keepalive comment whenever no event
+// was written for a while (a replay or a long prefill).
 type sse struct {
 	x       *exchange
 	rc      *http.ResponseController
 	timeout time.Duration
-	buf     bytes.Buffer
-	err     error
+
+	mu   sync.Mutex // one writer at a time: the generation or the keepalive
+	buf  bytes.Buffer
+	err  error
+	last time.Time // when something was last written
+
+	stop chan struct{} // closed by end: the keepalive goroutine returns
+	quit sync.WaitGroup
 }
 
 // newSSE starts the stream. Each event must be written within timeout (a
 // client that stops reading without disconnecting cannot hold the handler
-// forever); end clears the deadline for the connection's next request.
-func newSSE(x *exchange, timeout time.Duration) *sse {
+// forever); a keepalive comment is written after every idle interval
+// (<= 0: none). end stops the keepalives and clears the deadline for the
+// connection's next request.
+func newSSE(x *exchange, timeout, interval time.Duration) *sse {
 	h := x.w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -30,10 +43,37 @@ func newSSE(x *exchange, timeout time.Duration) *sse {
 	h.Set("X-Accel-Buffering", "no")
 	x.w.WriteHeader(http.StatusOK)
 	x.status = http.StatusOK
-	s := &sse{x: x, rc: http.NewResponseController(x.w), timeout: timeout}
+	s := &sse{x: x, rc: http.NewResponseController(x.w), timeout: timeout, stop: make(chan struct{})}
 	s.deadline(time.Now().Add(timeout))
 	s.flush()
+	s.last = time.Now()
+	if interval > 0 {
+		s.quit.Add(1)
+		go s.keepalive(interval)
+	}
 	return s
+}
+
+// keepalive writes a comment whenever the stream was idle for interval.
+func (s *sse) keepalive(interval time.Duration) {
+	defer s.quit.Done()
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		idle := time.Since(s.last)
+		if idle >= interval && s.err == nil {
+			s.writeLocked([]byte(keepaliveComment))
+			idle = 0
+		}
+		s.mu.Unlock()
+		t.Reset(interval - idle)
+	}
 }
 
 func (s *sse) deadline(t time.Time) {
@@ -42,8 +82,12 @@ func (s *sse) deadline(t time.Time) {
 	}
 }
 
-// end clears the write deadline.
-func (s *sse) end() { _ = s.rc.SetWriteDeadline(time.Time{}) }
+// end stops the keepalives and clears the write deadline.
+func (s *sse) end() {
+	close(s.stop)
+	s.quit.Wait()
+	_ = s.rc.SetWriteDeadline(time.Time{})
+}
 
 func (s *sse) flush() {
 	if s.err == nil {
@@ -54,15 +98,26 @@ func (s *sse) flush() {
 }
 
 func (s *sse) write(data []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.err != nil {
 		return s.err
 	}
-	s.deadline(time.Now().Add(s.timeout))
 	s.buf.Reset()
 	s.buf.WriteString("data: ")
 	s.buf.Write(data)
 	s.buf.WriteString("\n\n")
-	if _, err := s.x.w.Write(s.buf.Bytes()); err != nil {
+	return s.writeLocked(s.buf.Bytes())
+}
+
+// writeLocked writes p and flushes it; s.mu is held.
+func (s *sse) writeLocked(p []byte) error {
+	if s.err != nil {
+		return s.err
+	}
+	s.deadline(time.Now().Add(s.timeout))
+	s.last = time.Now()
+	if _, err := s.x.w.Write(p); err != nil {
 		s.err = err
 		return err
 	}
@@ -83,9 +138,11 @@ func (s *sse) send(v any) error {
 func (s *sse) done() { _ = s.write([]byte("[DONE]")) }
 
 // fail ends a stream whose generation failed with an error event, unless
-// the client is gone.
+// the client is gone. A generation the server cancelled (its engine
+// stopped) ends with an error event too: a stream that just stops would
+// look whole to the client.
 func (s *sse) fail(err error) {
-	if s.x.r.Context().Err() != nil || errors.Is(err, context.Canceled) {
+	if s.x.r.Context().Err() != nil {
 		return
 	}
 	_ = s.send(failedGeneration(err).body())

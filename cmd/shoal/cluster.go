@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -45,6 +46,7 @@ func (f *clusterFlags) client() (*api.Client, context.Context, context.CancelFun
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	sayElecting(c)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	return c, ctx, cancel, nil
 }
@@ -56,7 +58,18 @@ func apiClient(addr, key string) (*api.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return api.NewClientCA(addr, key, ca)
+	c, err := api.NewClientCA(addr, key, ca)
+	if err != nil {
+		return nil, err
+	}
+	sayElecting(c)
+	return c, nil
+}
+
+// sayElecting makes c tell the user, once, that it waits for an election.
+func sayElecting(c *api.Client) {
+	var once sync.Once
+	c.OnLeaderWait = func() { once.Do(func() { fmt.Fprintln(os.Stderr, "electing a leader, retrying") }) }
 }
 
 // agentAddr is the agent's base URL (--addr, else $SHOAL_ADDR, else the
