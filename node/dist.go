@@ -38,7 +38,7 @@ const (
 type publisher struct {
 	models  *openai.StaticBackend
 	owner   string // this node's name
-	options func(name string, local bool) serve.Options
+	options func(name string, s parallel.Servable) serve.Options
 
 	mu     sync.Mutex
 	scheds map[string]*serve.Scheduler // by model
@@ -52,9 +52,9 @@ func (p *publisher) Publish(name string, s parallel.Servable) error {
 	}
 	var sc *serve.Scheduler
 	if s.Runner != nil {
-		sc, err = serve.New(s.Runner, tok.IsEOG, p.options(name, true))
+		sc, err = serve.New(s.Runner, tok.IsEOG, p.options(name, s))
 	} else {
-		sc, err = serve.NewEngine(s.Engine, tok.IsEOG, p.options(name, false))
+		sc, err = serve.NewEngine(s.Engine, tok.IsEOG, p.options(name, s))
 	}
 	if err != nil {
 		return err
@@ -123,6 +123,7 @@ func planView(st *coordinator.State, info func(*coordinator.State, *coordinator.
 		if mc, ok := local(name); ok {
 			pm.Threads = mc.Threads
 		}
+		pm.Queue = m.Queue
 		if n := st.Nodes[parallel.DriverOf(p)]; n != nil {
 			pm.DriverHTTP = n.HTTPAddr
 		}

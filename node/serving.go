@@ -18,6 +18,7 @@ import (
 	"shoal/api/openai"
 	"shoal/engine/gguf"
 	"shoal/engine/model"
+	"shoal/parallel"
 	"shoal/serve"
 	"shoal/transport"
 )
@@ -122,14 +123,20 @@ func (a *Agent) registerLocal(reqs []api.LoadModelRequest) {
 }
 
 // serveOptions are the scheduler options of a model this node drives:
-// its --model settings, else the defaults; a model run across nodes
-// advances prefill in short steps.
-func (a *Agent) serveOptions(name string, local bool) serve.Options {
-	if !local {
-		return serve.Options{MaxTokens: distMaxTokens}
+// a --model of this node keeps its settings (--max-seqs sequences share
+// its --ctx); any other runs at most the sequences its plan reserved KV
+// for (model load --max-seqs), each up to the plan's context, and queues
+// up to --queue more (4 per sequence by default) before answering 429. A
+// model run across nodes advances prefill in short steps.
+func (a *Agent) serveOptions(name string, s parallel.Servable) serve.Options {
+	if mc, ok := a.localModel(name); ok && s.Runner != nil {
+		return serve.Options{MaxSeqs: mc.MaxSeqs, QueueSize: mc.Queue, NoPrefixCache: mc.NoPrefixCache}
 	}
-	mc, _ := a.localModel(name)
-	return serve.Options{MaxSeqs: mc.MaxSeqs, QueueSize: mc.Queue, NoPrefixCache: mc.NoPrefixCache}
+	o := serve.Options{MaxSeqs: max(s.Seqs, 1), SeqTokens: s.SeqTokens, QueueSize: queueBound(s.Queue, s.Seqs)}
+	if s.Runner == nil {
+		o.MaxTokens = distMaxTokens
+	}
+	return o
 }
 
 // httpHandler routes the OpenAI-compatible endpoint, /metrics, the

@@ -89,7 +89,8 @@ func (r *Reconciler) startDriver(pm *PlannedModel) (*driver, error) {
 	} else if err := r.startSession(d); err != nil {
 		return nil, err
 	}
-	if err := r.cfg.Publisher.Publish(d.name, Servable{Engine: d.eng, Runner: d.runner, Meta: meta}); err != nil {
+	sv := Servable{Engine: d.eng, Runner: d.runner, Meta: meta, Seqs: max(pm.Plan.Batch, 1), SeqTokens: d.ctx / max(pm.Plan.Batch, 1), Queue: pm.Queue}
+	if err := r.cfg.Publisher.Publish(d.name, sv); err != nil {
 		return nil, err
 	}
 	d.pub = true
