@@ -170,6 +170,12 @@ type LoadModelRequest struct {
 	// weights and KV (512 MiB when 0).
 	Ctx      int    `json:"ctx,omitempty"`
 	Overhead uint64 `json:"overhead,omitempty"`
+	// MaxSeqs is the number of sequences of Ctx tokens the plan reserves
+	// KV cache for and the driver runs at once (1 when 0); Queue is how
+	// many requests wait beyond them before the next is answered 429
+	// with Retry-After (4 x MaxSeqs when 0).
+	MaxSeqs int `json:"max_seqs,omitempty"`
+	Queue   int `json:"queue,omitempty"`
 	// Strategy forces the planner's choice: "pipeline" (one node per
 	// stage) or "tensor" (one tensor-parallel group); empty or "auto"
 	// lets it choose.
@@ -190,6 +196,8 @@ type ModelInfo struct {
 	Bytes               uint64      `json:"bytes"`
 	Layers              int         `json:"layers"`
 	Ctx                 int         `json:"ctx,omitempty"`
+	MaxSeqs             int         `json:"max_seqs,omitempty"`
+	Queue               int         `json:"queue,omitempty"`
 	PlanVersion         uint64      `json:"plan_version,omitempty"`
 	PredictedMsPerToken float64     `json:"predicted_ms_per_token,omitempty"`
 	Progress            float64     `json:"progress"` // bytes present over bytes needed, 0..1
@@ -220,7 +228,9 @@ type PlacementInfo struct {
 	Version    uint64           `json:"version"`
 	Strategy   string           `json:"strategy"`
 	Context    int              `json:"context"`
-	Batch      int              `json:"batch"`
+	Batch      int              `json:"batch"`    // sequences of Context tokens the plan reserves KV for (max-seqs)
+	Queue      int              `json:"queue"`    // requests that wait beyond Batch before 429
+	KVBytes    uint64           `json:"kv_bytes"` // KV reserved over every node
 	Cost       Cost             `json:"cost"`
 	Stages     []PlacementStage `json:"stages"`
 	Nodes      []NodeMemory     `json:"nodes"`
@@ -262,6 +272,7 @@ type PlacementMember struct {
 	Embedding bool    `json:"embedding,omitempty"` // holds the token embedding
 	Output    bool    `json:"output,omitempty"`    // holds the output head, computes logits
 	MemBytes  uint64  `json:"mem_bytes"`           // predicted: weights + KV + overhead
+	KVBytes   uint64  `json:"kv_bytes"`            // of MemBytes, the KV cache reserved
 	Ms        float64 `json:"ms"`                  // predicted time of one decode step
 	NodeName  string  `json:"node_name"`
 }
@@ -280,6 +291,7 @@ type NodeMemory struct {
 	Name     string `json:"name"`
 	Status   string `json:"status"`
 	MemBytes uint64 `json:"mem_bytes"` // weights + KV + overhead the plan gives it
+	KVBytes  uint64 `json:"kv_bytes"`  // of MemBytes, the KV cache reserved
 	MemFree  uint64 `json:"mem_free"`  // what the node advertises (after --memory-limit)
 }
 

@@ -114,7 +114,7 @@ func PlacementNodes(st *State, except string) []placement.Node {
 // decision: the new plan, or the model unservable (and its old plan
 // released), then the model's status.
 func (s *Server) planModel(st *State, m *Model, prev *placement.Plan) error {
-	opts := placement.Options{Context: m.Ctx, Overhead: m.Overhead, Strategy: placement.Strategy(m.Strategy), Pin: m.Pin}
+	opts := placement.Options{Context: m.Ctx, Batch: m.MaxSeqs, Overhead: m.Overhead, Strategy: placement.Strategy(m.Strategy), Pin: m.Pin}
 	profile := *m.Profile
 	profile.Name = m.Name
 	d := placement.Replan(profile, PlacementNodes(st, m.Name), LinkMatrix(st), opts, prev, m.SourceNode)

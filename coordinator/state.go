@@ -106,6 +106,12 @@ type Model struct {
 	// weights and KV (the planner's default when 0).
 	Ctx      int    `json:"ctx,omitempty"`
 	Overhead uint64 `json:"overhead,omitempty"`
+	// MaxSeqs is the number of sequences the plan reserves Ctx tokens of
+	// KV cache for and the driver runs at once (1 when 0); Queue the
+	// requests that wait beyond them before the driver answers 429
+	// (4 x MaxSeqs when 0).
+	MaxSeqs int `json:"max_seqs,omitempty"`
+	Queue   int `json:"queue,omitempty"`
 	// Strategy forces the planner's strategy (placement.Pipeline or
 	// placement.Tensor); empty lets it choose.
 	Strategy string `json:"strategy,omitempty"`

@@ -51,6 +51,6 @@ func apiCost(c placement.Cost) api.Cost {
 func apiPlacementMember(m placement.Member, name string) api.PlacementMember {
 	return api.PlacementMember{
 		Node: m.Node, TPRank: m.TPRank, TPSize: m.TPSize, HeadLo: m.HeadLo, HeadHi: m.HeadHi, FFNLo: m.FFNLo, FFNHi: m.FFNHi,
-		Experts: m.Experts, Embedding: m.Embedding, Output: m.Output, MemBytes: m.MemBytes, Ms: m.Ms, NodeName: name,
+		Experts: m.Experts, Embedding: m.Embedding, Output: m.Output, MemBytes: m.MemBytes, KVBytes: m.KVBytes, Ms: m.Ms, NodeName: name,
 	}
 }

@@ -72,6 +72,9 @@ func (b *admin) LoadModel(ctx context.Context, req api.LoadModelRequest) (*api.M
 // is the exact set of nodes the model's plan may use.
 func (b *admin) registerModel(ctx context.Context, req api.LoadModelRequest, pin []string) (*coordinator.Model, error) {
 	path := req.Path
+	if req.Ctx < 0 || req.MaxSeqs < 0 || req.Queue < 0 {
+		return nil, badRequest("ctx %d, max-seqs %d, queue %d: want positive numbers (or 0 for the defaults)", req.Ctx, req.MaxSeqs, req.Queue)
+	}
 	if !filepath.IsAbs(path) {
 		return nil, badRequest("model path %q is not absolute: give the full path on node %s", path, b.name)
 	}
@@ -114,7 +117,7 @@ func (b *admin) registerModel(ctx context.Context, req api.LoadModelRequest, pin
 	}
 	m := coordinator.Model{
 		Name: name, Source: path, Layers: prof.NLayer, Bytes: uint64(st.Size()), CreatedAt: time.Now().UTC(),
-		SourceNode: b.id, Ctx: req.Ctx, Overhead: req.Overhead, Strategy: req.Strategy, Profile: &prof, Status: coordinator.ModelHashing,
+		SourceNode: b.id, Ctx: req.Ctx, MaxSeqs: req.MaxSeqs, Queue: req.Queue, Overhead: req.Overhead, Strategy: req.Strategy, Profile: &prof, Status: coordinator.ModelHashing,
 		Pin: pin,
 	}
 	if sha, ok := b.files.lookupPath(path, st); ok {
@@ -194,7 +197,7 @@ func (b *admin) modelInfo(st *coordinator.State, m *coordinator.Model) api.Model
 	}
 	info := api.ModelInfo{
 		Name: m.Name, Path: m.Source, SourceNode: m.SourceNode, SourceName: m.SourceNode, Digest: m.Digest,
-		Bytes: m.Bytes, Layers: m.Layers, Ctx: m.Ctx, Status: m.Status, Reason: m.Reason,
+		Bytes: m.Bytes, Layers: m.Layers, Ctx: m.Ctx, MaxSeqs: m.MaxSeqs, Queue: m.Queue, Status: m.Status, Reason: m.Reason,
 	}
 	if n := st.Nodes[m.SourceNode]; n != nil {
 		info.SourceName = n.Name
@@ -292,8 +295,9 @@ func (b *admin) Placement(ctx context.Context, name string) (*api.PlacementInfo,
 		return out, nil
 	}
 	out.Version, out.Strategy, out.Context, out.Batch = pp.Version, pp.Strategy, pp.Context, pp.Batch
+	out.Queue = queueBound(m.Queue, pp.Batch)
 	out.Cost, out.Explain, out.Moved, out.MovedBytes = apiCost(pp.Cost), pp.Explain, pp.Moved, pp.MovedBytes
-	mem := map[string]uint64{}
+	mem, kvb := map[string]uint64{}, map[string]uint64{}
 	var order []string
 	for _, pool := range pp.Pools {
 		for k, s := range pool.Stages {
@@ -308,6 +312,8 @@ func (b *admin) Placement(ctx context.Context, name string) (*api.PlacementInfo,
 					order = append(order, mb.Node)
 				}
 				mem[mb.Node] += mb.MemBytes
+				kvb[mb.Node] += mb.KVBytes
+				out.KVBytes += mb.KVBytes
 			}
 			out.Stages = append(out.Stages, ps)
 		}
@@ -333,11 +339,21 @@ func (b *admin) Placement(ctx context.Context, name string) (*api.PlacementInfo,
 		}
 	}
 	for _, id := range order {
-		nm := api.NodeMemory{Node: id, Name: id, MemBytes: mem[id]}
+		nm := api.NodeMemory{Node: id, Name: id, MemBytes: mem[id], KVBytes: kvb[id]}
 		if n := st.Nodes[id]; n != nil {
 			nm.Name, nm.Status, nm.MemFree = n.Name, string(n.Status), n.Caps.MemFree
 		}
 		out.Nodes = append(out.Nodes, nm)
 	}
 	return out, nil
+}
+
+// queueBound is how many requests wait for one of a planned model's
+// seqs running places before the driver answers 429: the model's
+// --queue, else 4 per place.
+func queueBound(queue, seqs int) int {
+	if queue > 0 {
+		return queue
+	}
+	return 4 * max(seqs, 1)
 }

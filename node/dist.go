@@ -38,10 +38,11 @@ const (
 type publisher struct {
 	models  *openai.StaticBackend
 	owner   string // this node's name
-	options func(name string, local bool) serve.Options
+	options func(name string, s parallel.Servable) serve.Options
 
-	mu     sync.Mutex
-	scheds map[string]*serve.Scheduler // by model
+	mu      sync.Mutex
+	scheds  map[string]*serve.Scheduler // by model
+	engines map[string]*parallel.Engine // of the models run across nodes, by model
 }
 
 // Publish implements parallel.Publisher.
@@ -52,9 +53,9 @@ func (p *publisher) Publish(name string, s parallel.Servable) error {
 	}
 	var sc *serve.Scheduler
 	if s.Runner != nil {
-		sc, err = serve.New(s.Runner, tok.IsEOG, p.options(name, true))
+		sc, err = serve.New(s.Runner, tok.IsEOG, p.options(name, s))
 	} else {
-		sc, err = serve.NewEngine(s.Engine, tok.IsEOG, p.options(name, false))
+		sc, err = serve.NewEngine(s.Engine, tok.IsEOG, p.options(name, s))
 	}
 	if err != nil {
 		return err
@@ -62,6 +63,13 @@ func (p *publisher) Publish(name string, s parallel.Servable) error {
 	tpl, _ := s.Meta.String("tokenizer.chat_template")
 	p.mu.Lock()
 	p.scheds[name] = sc
+	if p.engines == nil {
+		p.engines = map[string]*parallel.Engine{}
+	}
+	delete(p.engines, name)
+	if s.Runner == nil && s.Engine != nil {
+		p.engines[name] = s.Engine
+	}
 	p.mu.Unlock()
 	p.models.Set(NewOpenAIModel(name, p.owner, sc, tok, tpl))
 	return nil
@@ -72,6 +80,7 @@ func (p *publisher) Withdraw(name string) {
 	p.mu.Lock()
 	sc := p.scheds[name]
 	delete(p.scheds, name)
+	delete(p.engines, name)
 	p.mu.Unlock()
 	if sc == nil {
 		return
@@ -82,12 +91,13 @@ func (p *publisher) Withdraw(name string) {
 	sc.Close()
 }
 
-// each calls f for every model published, by name.
-func (p *publisher) each(f func(name string, sc *serve.Scheduler)) {
+// each calls f for every model published, by name, with its scheduler
+// and, for a model run across nodes, the engine under it (else nil).
+func (p *publisher) each(f func(name string, sc *serve.Scheduler, eng *parallel.Engine)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for name, sc := range p.scheds {
-		f(name, sc)
+		f(name, sc, p.engines[name])
 	}
 }
 
@@ -123,6 +133,7 @@ func planView(st *coordinator.State, info func(*coordinator.State, *coordinator.
 		if mc, ok := local(name); ok {
 			pm.Threads = mc.Threads
 		}
+		pm.Queue = m.Queue
 		if n := st.Nodes[parallel.DriverOf(p)]; n != nil {
 			pm.DriverHTTP = n.HTTPAddr
 		}

@@ -18,6 +18,7 @@ import (
 	"shoal/api/openai"
 	"shoal/engine/gguf"
 	"shoal/engine/model"
+	"shoal/parallel"
 	"shoal/serve"
 	"shoal/transport"
 )
@@ -122,14 +123,20 @@ func (a *Agent) registerLocal(reqs []api.LoadModelRequest) {
 }
 
 // serveOptions are the scheduler options of a model this node drives:
-// its --model settings, else the defaults; a model run across nodes
-// advances prefill in short steps.
-func (a *Agent) serveOptions(name string, local bool) serve.Options {
-	if !local {
-		return serve.Options{MaxTokens: distMaxTokens}
+// a --model of this node keeps its settings (--max-seqs sequences share
+// its --ctx); any other runs at most the sequences its plan reserved KV
+// for (model load --max-seqs), each up to the plan's context, and queues
+// up to --queue more (4 per sequence by default) before answering 429. A
+// model run across nodes advances prefill in short steps.
+func (a *Agent) serveOptions(name string, s parallel.Servable) serve.Options {
+	if mc, ok := a.localModel(name); ok && s.Runner != nil {
+		return serve.Options{MaxSeqs: mc.MaxSeqs, QueueSize: mc.Queue, NoPrefixCache: mc.NoPrefixCache}
 	}
-	mc, _ := a.localModel(name)
-	return serve.Options{MaxSeqs: mc.MaxSeqs, QueueSize: mc.Queue, NoPrefixCache: mc.NoPrefixCache}
+	o := serve.Options{MaxSeqs: max(s.Seqs, 1), SeqTokens: s.SeqTokens, QueueSize: queueBound(s.Queue, s.Seqs)}
+	if s.Runner == nil {
+		o.MaxTokens = distMaxTokens
+	}
+	return o
 }
 
 // httpHandler routes the OpenAI-compatible endpoint, /metrics, the
@@ -184,6 +191,9 @@ var (
 	descPreempt   = prometheus.NewDesc("shoal_preemptions_total", "Sequences preempted for lack of KV blocks.", []string{"model"}, nil)
 	descKVCached  = prometheus.NewDesc("shoal_kv_blocks_cached", "KV cache blocks registered in the prefix cache (held by sequences or idle and reusable).", []string{"model"}, nil)
 	descPrefixHit = prometheus.NewDesc("shoal_prompt_tokens_cached_total", "Prompt tokens read from the prefix cache instead of computed.", []string{"model"}, nil)
+	descReplays   = prometheus.NewDesc("shoal_replays_total", "Times the driver moved a model's running sequences to a new session (a failed step or a new plan) and replayed them.", []string{"model"}, nil)
+	descReplayLag = prometheus.NewDesc("shoal_replay_last_pause_seconds", "How long the last replay paused the model's steps.", []string{"model"}, nil)
+	descMemberMs  = prometheus.NewDesc("shoal_member_step_seconds", "Time a member node of a model run across nodes took to answer a step of the driver (a later stage's includes waiting for the earlier).", []string{"model", "node"}, nil)
 	descLeader    = prometheus.NewDesc("shoal_raft_leader", "1 if this agent is the Raft leader.", nil, nil)
 	descMembers   = prometheus.NewDesc("shoal_gossip_members", "Gossip members by state as this agent sees them.", []string{"state"}, nil)
 	descRaftKnown = prometheus.NewDesc("shoal_raft_leader_known", "1 if this agent knows a Raft leader.", nil, nil)
@@ -193,14 +203,18 @@ var (
 type agentCollector struct{ a *Agent }
 
 func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueue, descRunning, descKVUsed, descKVFree, descBatch, descSteps, descPreempt, descKVCached, descPrefixHit, descLeader, descMembers, descRaftKnown} {
+	for _, d := range []*prometheus.Desc{descQueue, descRunning, descKVUsed, descKVFree, descBatch, descSteps, descPreempt, descKVCached, descPrefixHit,
+		descReplays, descReplayLag, descMemberMs, descLeader, descMembers, descRaftKnown} {
 		ch <- d
 	}
 }
 
 func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	a := c.a
-	a.pub.each(func(name string, sc *serve.Scheduler) { collectScheduler(ch, name, sc) })
+	a.pub.each(func(name string, sc *serve.Scheduler, eng *parallel.Engine) {
+		collectScheduler(ch, name, sc)
+		collectEngine(ch, name, eng)
+	})
 	leader, known := 0.0, 0.0
 	if a.srv != nil {
 		if a.srv.IsLeader() {
@@ -236,6 +250,28 @@ func collectScheduler(ch chan<- prometheus.Metric, n string, sc *serve.Scheduler
 	ch <- prometheus.MustNewConstMetric(descPreempt, prometheus.CounterValue, float64(st.Preemptions), n)
 	ch <- prometheus.MustNewConstMetric(descKVCached, prometheus.GaugeValue, float64(st.KVBlocksCached), n)
 	ch <- prometheus.MustNewConstMetric(descPrefixHit, prometheus.CounterValue, float64(st.CachedPromptTokens), n)
+}
+
+// collectEngine sends the replays and the member step times of model n,
+// run across nodes by eng (nil: on a local runner, which never replays).
+func collectEngine(ch chan<- prometheus.Metric, n string, eng *parallel.Engine) {
+	var replays int64
+	var pause time.Duration
+	if eng != nil {
+		replays, pause = eng.Replays()
+	}
+	ch <- prometheus.MustNewConstMetric(descReplays, prometheus.CounterValue, float64(replays), n)
+	ch <- prometheus.MustNewConstMetric(descReplayLag, prometheus.GaugeValue, pause.Seconds(), n)
+	if eng == nil {
+		return
+	}
+	for _, m := range eng.MemberSteps() {
+		buckets := make(map[float64]uint64, len(parallel.StepBuckets))
+		for i, b := range parallel.StepBuckets {
+			buckets[b] = m.Buckets[i]
+		}
+		ch <- prometheus.MustNewConstHistogram(descMemberMs, m.Count, m.Sum.Seconds(), buckets, n, m.Name)
+	}
 }
 
 // awaitLocal waits up to d until every --model model is served. Start

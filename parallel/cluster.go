@@ -36,6 +36,8 @@ type Options struct {
 	// bytes). Logits always travel as F32.
 	Activations transport.DType
 	Collectives transport.DType
+	// Times, when set, accumulates each member node's step times.
+	Times *StepTimes
 }
 
 // Stats counts what a cluster's steps sent: payload bytes of the step
@@ -276,6 +278,7 @@ func (s *Session) Step(ctx context.Context, b *model.Batch, rows []int) ([]float
 			}()
 		}
 		var got traffic
+		t0 := time.Now()
 		sent, recvd, err := c.h.call(ctx, m.Addr, methodStep, &s.reqs[i], &got)
 		control.Add(int64(sent + recvd))
 		if recvErr != nil {
@@ -290,6 +293,7 @@ func (s *Session) Step(ctx context.Context, b *model.Batch, rows []int) ([]float
 		if err != nil {
 			return err
 		}
+		c.opt.Times.observe(m.Node, time.Since(t0))
 		tr[0].Add(got.Activations)
 		tr[1].Add(got.Collectives)
 		tr[2].Add(got.Logits)

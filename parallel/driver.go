@@ -29,6 +29,7 @@ type driver struct {
 	sess    *Session
 	eng     *Engine
 	runner  *model.Runner // a plan of this node alone
+	times   StepTimes     // the member step times of every session
 	pub     bool          // published
 
 	run sync.Mutex // one logits or benchmark run at a time
@@ -89,7 +90,8 @@ func (r *Reconciler) startDriver(pm *PlannedModel) (*driver, error) {
 	} else if err := r.startSession(d); err != nil {
 		return nil, err
 	}
-	if err := r.cfg.Publisher.Publish(d.name, Servable{Engine: d.eng, Runner: d.runner, Meta: meta}); err != nil {
+	sv := Servable{Engine: d.eng, Runner: d.runner, Meta: meta, Seqs: max(pm.Plan.Batch, 1), SeqTokens: d.ctx / max(pm.Plan.Batch, 1), Queue: pm.Queue}
+	if err := r.cfg.Publisher.Publish(d.name, sv); err != nil {
 		return nil, err
 	}
 	d.pub = true
@@ -104,7 +106,8 @@ func (r *Reconciler) startDriver(pm *PlannedModel) (*driver, error) {
 // whose failed steps fail d and wake the owner.
 func (r *Reconciler) startSession(d *driver) error {
 	var err error
-	if d.cluster, err = r.cfg.Host.NewCluster(d.plan, d.addrs, Options{Timeout: r.cfg.StepTimeout}); err != nil {
+	d.times.SetNames(d.names)
+	if d.cluster, err = r.cfg.Host.NewCluster(d.plan, d.addrs, Options{Timeout: r.cfg.StepTimeout, Times: &d.times}); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -145,7 +148,8 @@ func (r *Reconciler) canMove(d *driver, pm *PlannedModel) bool {
 // moveDriver opens a session over pm's plan and offers it to d's engine,
 // which replays its sequences on it at its next step.
 func (r *Reconciler) moveDriver(d *driver, pm *PlannedModel) error {
-	c, err := r.cfg.Host.NewCluster(pm.Plan, pm.Addrs, Options{Timeout: r.cfg.StepTimeout})
+	d.times.SetNames(pm.Names)
+	c, err := r.cfg.Host.NewCluster(pm.Plan, pm.Addrs, Options{Timeout: r.cfg.StepTimeout, Times: &d.times})
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,8 @@ type Engine struct {
 	hist   map[kv.SeqID][]int32
 	offers chan *Session
 
+	times *StepTimes // the sessions' member step times
+
 	mu      sync.Mutex
 	closed  bool
 	done    chan struct{}
@@ -67,8 +69,13 @@ func NewEngine(s *Session, cacheTokens, blockSize int) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{s: s, shadow: c, nVocab: s.NVocab(), hist: map[kv.SeqID][]int32{}, offers: make(chan *Session, 1), done: make(chan struct{})}, nil
+	return &Engine{s: s, shadow: c, nVocab: s.NVocab(), hist: map[kv.SeqID][]int32{}, offers: make(chan *Session, 1), done: make(chan struct{}),
+		times: s.c.opt.Times}, nil
 }
+
+// MemberSteps is how long each member node took to answer the steps of
+// the engine's sessions (nil when its cluster keeps no Options.Times).
+func (e *Engine) MemberSteps() []MemberTime { return e.times.Snapshot() }
 
 // Capacity is the KV positions the engine admits sequences for.
 func (e *Engine) Capacity() int { c := e.shadow.Config(); return c.NumBlocks * c.BlockSize }

@@ -66,6 +66,9 @@ type PlannedModel struct {
 	// Threads overrides the reconciler's worker threads for this model's
 	// members and local runner (0: the reconciler's).
 	Threads int
+	// Queue is how many requests may wait for one of the plan's Batch
+	// running places (0: the publisher's default).
+	Queue int
 }
 
 // ShardSource is what the node holds: shards ready to run and the model's
@@ -91,6 +94,11 @@ type Servable struct {
 	Engine *Engine
 	Runner *model.Runner
 	Meta   *gguf.File
+	// Seqs and SeqTokens are what the plan reserved KV cache for: Seqs
+	// sequences (its Batch) of SeqTokens tokens (its Context); the
+	// publisher runs at most Seqs at once, each up to SeqTokens, and
+	// queues up to Queue more (0: its default).
+	Seqs, SeqTokens, Queue int
 }
 
 // Route says which node drives a planned model.

@@ -77,7 +77,7 @@ func (e *env) stageParts(lo, hi int) parts {
 	attnB := e.attnB[hi] - e.attnB[lo]
 	var s parts
 	s.attn = work{
-		mem:   attnB + nl*float64(e.o.Context)*e.batch*kv,
+		mem:   attnB + e.kvBytes(lo, hi),
 		read:  attnB + nl*e.batch*e.ctxAvg*kv,
 		flops: e.batch * (e.attnF[hi] - e.attnF[lo] + nl*4*float64(p.NHead*p.HeadDim)*e.ctxAvg),
 	}
@@ -90,6 +90,12 @@ func (e *env) stageParts(lo, hi int) parts {
 	fixB := e.fixB[hi] - e.fixB[lo]
 	s.fixed = work{mem: fixB + float64(p.GlobalBytes), read: fixB, flops: e.batch * (e.fixF[hi] - e.fixF[lo])}
 	return s
+}
+
+// kvBytes is the KV cache of layers [lo,hi) (all heads) for Context tokens
+// of each of Batch sequences.
+func (e *env) kvBytes(lo, hi int) float64 {
+	return float64(hi-lo) * float64(e.o.Context) * e.batch * float64(e.p.KVBytesPerToken)
 }
 
 // extras is the work of the embedding and output a member may hold.

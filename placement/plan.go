@@ -152,7 +152,7 @@ func (e *env) ids(group []int) []string {
 
 // need is the model's weights plus the KV cache for the options.
 func (e *env) need() float64 {
-	return float64(e.p.WeightBytes()) + float64(e.p.NLayer)*float64(e.o.Context)*e.batch*float64(e.p.KVBytesPerToken)
+	return float64(e.p.WeightBytes()) + e.kvBytes(0, e.p.NLayer)
 }
 
 // eligibleNodes applies status, drain, exclude and pin; it returns the nodes
@@ -645,6 +645,7 @@ func (e *env) allocate(group []int, lo, hi int, first, last bool) (Stage, bool) 
 			return Stage{}, false
 		}
 		mb.MemBytes = uint64(w.mem) + e.o.Overhead
+		mb.KVBytes = uint64(e.kvBytes(lo, hi) * float64(dims[0].n[r]) / float64(dims[0].units))
 		mb.Ms = e.time(m, w)
 		st.Members[r] = mb
 	}

@@ -73,8 +73,12 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 			}
 		}
 	}
+	// A plan made for another context or batch reserves other KV: it is
+	// not kept, though its nodes may be chosen again.
+	o := opts.normalized()
+	sameKV := placed && prev.Context == o.Context && prev.Batch == o.Batch
 	switch {
-	case placed && len(survivors) == len(prev.Nodes()):
+	case sameKV && len(survivors) == len(prev.Nodes()):
 		cands = append(cands, cand{what: fmt.Sprintf("previous v%d", prev.Version), plan: *prev, keep: true})
 	case len(opts.Pin) == 0 && len(survivors) > 0 && len(survivors) < len(schedulable):
 		// Keep the survivors of the old plan: they hold most bytes already
@@ -103,7 +107,7 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 		}
 	}
 	chosen := cands[pick]
-	d := Decision{Keep: chosen.keep || prev != nil && samePlacement(prev, &chosen.plan)}
+	d := Decision{Keep: chosen.keep || prev != nil && samePlacement(prev, &chosen.plan) && prev.Context == chosen.plan.Context && prev.Batch == chosen.plan.Batch}
 	for i, c := range cands {
 		line := fmt.Sprintf("%s: %s on %s, %.2f ms/token, moves %s", c.what, c.plan.Strategy,
 			strings.Join(c.plan.Nodes(), "+"), c.plan.Cost.MsPerToken, GiB(c.moved))

@@ -216,6 +216,7 @@ type Member struct {
 	Embedding bool    `json:"embedding,omitempty"` // holds token_embd and embeds the stage's input
 	Output    bool    `json:"output,omitempty"`    // holds output_norm and output, computes logits
 	MemBytes  uint64  `json:"mem_bytes"`           // predicted: weights + KV + overhead
+	KVBytes   uint64  `json:"kv_bytes,omitempty"`  // of MemBytes, the KV cache for Context x Batch tokens of its layers and heads
 	Ms        float64 `json:"ms"`                  // predicted compute/memory time of one decode step
 }
 

@@ -28,6 +28,13 @@ type Options struct {
 	MaxSeqs   int // sequences in the running batch (default 16)
 	MaxTokens int // tokens per step: decode tokens plus prefill chunks (default 256)
 	QueueSize int // requests waiting beyond the running batch (default 64)
+	// SeqTokens, when positive, caps every sequence (prompt plus
+	// generated) at that many tokens, so that MaxSeqs sequences fit the
+	// cache together and none is preempted for another: a plan reserves
+	// KV for MaxSeqs sequences of SeqTokens. It is lowered to a whole
+	// number of blocks when MaxSeqs of it would not fit. 0: the whole
+	// cache is one sequence's limit.
+	SeqTokens int
 	// NoPrefixCache turns off the reuse of KV blocks across requests that
 	// share a prompt prefix (on by default where the engine supports it).
 	NoPrefixCache bool
@@ -123,6 +130,7 @@ type Scheduler struct {
 	eog    func(int32) bool
 	opts   Options
 	cap    int  // KV capacity in positions
+	seqCap int  // the longest sequence: cap, or less with Options.SeqTokens
 	prefix bool // share KV blocks of common prompt prefixes
 
 	mu      sync.Mutex
@@ -137,6 +145,8 @@ type Scheduler struct {
 	rows     []int
 	rowSeq   []*seq
 	chunkSeq []*seq
+	prefill  []*seq // buildBatch's scratch
+	prefillN []int
 	stats    Stats
 	statsMu  sync.Mutex
 	steps    atomic.Uint64
@@ -190,6 +200,16 @@ func NewEngine(e Engine, isEOG func(int32) bool, o Options) (*Scheduler, error) 
 	o.defaults()
 	c := e.Cache().Config()
 	s := &Scheduler{r: e, eog: isEOG, opts: o, cap: c.NumBlocks * c.BlockSize, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	s.seqCap = s.cap
+	if o.SeqTokens > 0 {
+		s.seqCap = min(o.SeqTokens, s.cap)
+		if o.MaxSeqs*blocksFor(s.seqCap, c.BlockSize) > c.NumBlocks {
+			s.seqCap = c.NumBlocks / o.MaxSeqs * c.BlockSize
+		}
+		if s.seqCap <= 0 {
+			return nil, fmt.Errorf("serve: a cache of %d blocks of %d tokens cannot hold %d sequences", c.NumBlocks, c.BlockSize, o.MaxSeqs)
+		}
+	}
 	if pc, ok := e.(prefixCacher); ok && pc.PrefixCache() && !o.NoPrefixCache {
 		s.prefix = true
 	}
@@ -197,9 +217,9 @@ func NewEngine(e Engine, isEOG func(int32) bool, o Options) (*Scheduler, error) 
 	return s, nil
 }
 
-// Capacity is the KV cache capacity in token positions, the longest
-// sequence (prompt + generated) the scheduler can hold.
-func (s *Scheduler) Capacity() int { return s.cap }
+// Capacity is the longest sequence (prompt + generated) the scheduler
+// holds: the KV cache capacity in token positions, or Options.SeqTokens.
+func (s *Scheduler) Capacity() int { return s.seqCap }
 
 // Submit queues a request and returns the channel its events arrive on. The
 // channel is closed after the Done event. Cancelling ctx cancels the
@@ -208,8 +228,8 @@ func (s *Scheduler) Submit(ctx context.Context, req Request) (<-chan Event, erro
 	if len(req.Prompt) == 0 {
 		return nil, fmt.Errorf("%w: the prompt has no tokens", ErrBadInput)
 	}
-	if len(req.Prompt) >= s.cap {
-		return nil, fmt.Errorf("%w: the prompt has %d tokens and the context holds %d (prompt plus at least one generated token)", ErrTooLong, len(req.Prompt), s.cap)
+	if len(req.Prompt) >= s.seqCap {
+		return nil, fmt.Errorf("%w: the prompt has %d tokens and the context holds %d (prompt plus at least one generated token)", ErrTooLong, len(req.Prompt), s.seqCap)
 	}
 	nv := int32(s.r.NVocab())
 	for _, t := range req.Prompt {
@@ -226,8 +246,8 @@ func (s *Scheduler) Submit(ctx context.Context, req Request) (<-chan Event, erro
 	// The channel holds every event the sequence can produce, so the loop
 	// never blocks on a slow reader.
 	n := req.MaxTokens
-	if n <= 0 || n > s.cap {
-		n = s.cap
+	if n <= 0 || n > s.seqCap {
+		n = s.seqCap
 	}
 	sq := &seq{ctx: ctx, req: req, out: make(chan Event, n+2), tokens: append([]int32(nil), req.Prompt...),
 		sampler: sample.New(req.Sampling, int(nv)), arrived: time.Now()}
@@ -315,7 +335,7 @@ func (s *Scheduler) shutdown() {
 func (s *Scheduler) finish(sq *seq, reason string, err error) {
 	s.r.Free(sq.id)
 	ev := Event{Done: true, Reason: reason, Err: err, Prompt: len(sq.req.Prompt), Cached: sq.cached, Generated: sq.generated,
-		Preempted: sq.preempted, TotalTime: time.Since(sq.arrived), KVCapacity: s.cap}
+		Preempted: sq.preempted, TotalTime: time.Since(sq.arrived), KVCapacity: s.seqCap}
 	if !sq.first.IsZero() {
 		ev.TTFT = sq.first.Sub(sq.arrived)
 	}
@@ -494,15 +514,38 @@ func (s *Scheduler) buildBatch() {
 		}
 		budget -= n
 	}
+	s.prefill = s.prefill[:0]
 	for _, sq := range s.running {
 		if len(sq.tokens)-sq.processed == 1 {
 			add(sq, 1)
+		} else {
+			s.prefill = append(s.prefill, sq)
 		}
 	}
-	for _, sq := range s.running {
-		if rest := len(sq.tokens) - sq.processed; rest > 1 && budget > 0 {
-			add(sq, min(rest, budget))
+	// Every prefilling sequence gets an equal share of what the decode
+	// tokens leave (MaxTokens >= MaxSeqs: at least a token each), then
+	// what shorter prompts leave goes to the oldest: no running sequence
+	// waits a step for another's prefill.
+	if len(s.prefill) > 0 {
+		n := s.prefillN[:0]
+		left := budget
+		share := max(1, budget/len(s.prefill))
+		for _, sq := range s.prefill {
+			k := min(len(sq.tokens)-sq.processed, share, left)
+			n = append(n, k)
+			left -= k
 		}
+		for i, sq := range s.prefill {
+			k := min(len(sq.tokens)-sq.processed-n[i], left)
+			n[i] += k
+			left -= k
+		}
+		for i, sq := range s.prefill {
+			if n[i] > 0 {
+				add(sq, n[i])
+			}
+		}
+		s.prefillN = n
 	}
 	s.statsMu.Lock()
 	s.stats.LastBatchTokens = len(b.Tokens)
@@ -542,7 +585,7 @@ func (s *Scheduler) afterStep(logits []float32) {
 		}
 		sq.tokens = append(sq.tokens, tok)
 		sq.out <- ev
-		if (sq.req.MaxTokens > 0 && sq.generated >= sq.req.MaxTokens) || len(sq.tokens) >= s.cap {
+		if (sq.req.MaxTokens > 0 && sq.generated >= sq.req.MaxTokens) || len(sq.tokens) >= s.seqCap {
 			s.finish(sq, "length", nil)
 			finished[sq] = true
 		}

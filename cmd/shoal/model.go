@@ -25,7 +25,7 @@ from the nodes' measured memory, compute and links, and every node of the
 plan opens its shard from its own copy of the file or fetches exactly its
 byte ranges from the node that has it.
 
-  shoal model load /models/llama-8b-q4_k_m.gguf --ctx 8192
+  shoal model load /models/llama-8b-q4_k_m.gguf --ctx 8192 --max-seqs 4
   shoal model ls
   shoal placement show llama-8b-q4_k_m
   shoal model unload llama-8b-q4_k_m`,
@@ -49,7 +49,13 @@ it across the nodes, and nodes without the file fetch only their byte
 ranges from that agent over QUIC. The command waits until every shard is
 ready (or the model is unservable) unless --wait 0.
 
+The plan reserves KV cache for --max-seqs sequences of --ctx tokens on
+every node it uses, and the node that drives the model runs that many
+sequences at once; up to --queue more requests wait, and further ones are
+answered 429 with Retry-After.
+
   shoal model load /models/qwen2-7b-q4_k_m.gguf
+  shoal model load /models/qwen2-7b-q4_k_m.gguf --ctx 2048 --max-seqs 4
   shoal model load /data/m.gguf --node linux1 --name m --ctx 8192
   shoal model load m.gguf --wait 0 -o json      # print the record and return`,
 		Args: exactArgs(1, "the path of a GGUF file"),
@@ -74,6 +80,9 @@ ready (or the model is unservable) unless --wait 0.
 			}
 			if req.Ctx < 0 {
 				return fmt.Errorf("--ctx %d: want a positive number of tokens", req.Ctx)
+			}
+			if req.MaxSeqs < 0 || req.Queue < 0 {
+				return fmt.Errorf("--max-seqs %d, --queue %d: want positive numbers", req.MaxSeqs, req.Queue)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			m, err := c.LoadModel(ctx, req)
@@ -115,6 +124,8 @@ ready (or the model is unservable) unless --wait 0.
 	f.register(cmd)
 	cmd.Flags().StringVar(&req.Name, "name", "", "model name (default: the file name without .gguf)")
 	cmd.Flags().IntVar(&req.Ctx, "ctx", 0, "context length per sequence the plan reserves KV cache for (default 4096)")
+	cmd.Flags().IntVar(&req.MaxSeqs, "max-seqs", 0, "sequences the plan reserves --ctx tokens of KV cache for, run at once (default 1)")
+	cmd.Flags().IntVar(&req.Queue, "queue", 0, "requests that wait for a running place before more get 429 (default 4 x --max-seqs)")
 	cmd.Flags().StringVar(&req.Node, "node", "", "the node that has the file (ID, ID prefix or name; default: the agent at --addr)")
 	cmd.Flags().StringVar(&req.Strategy, "strategy", "", "force the plan's strategy: pipeline or tensor (default: the planner chooses)")
 	cmd.Flags().StringVar(&overhead, "overhead", "", "memory per node beyond weights and KV cache, e.g. 256MiB (default 512MiB)")
@@ -309,7 +320,8 @@ func printPlacement(w io.Writer, p *api.PlacementInfo) {
 		}
 		return
 	}
-	fmt.Fprintf(w, "plan v%d, strategy %s, context %d x %d sequence(s)\n", p.Version, p.Strategy, p.Context, p.Batch)
+	fmt.Fprintf(w, "plan v%d, strategy %s, context %d x %d sequence(s) (max-seqs), queue %d, KV reserved %s\n",
+		p.Version, p.Strategy, p.Context, p.Batch, p.Queue, mib(p.KVBytes))
 	fmt.Fprintf(w, "predicted %.2f ms/token: compute %.2f, memory %.2f, network %.2f (slowest stage %.2f ms)\n\n",
 		p.Cost.MsPerToken, p.Cost.ComputeMs, p.Cost.MemoryMs, p.Cost.NetworkMs, p.Cost.BottleneckMs)
 	tw := table(w)
@@ -342,13 +354,13 @@ func printPlacement(w io.Writer, p *api.PlacementInfo) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = table(w)
-	fmt.Fprintln(tw, "NODE\tSTATUS\tPLANNED\tOFFERS\tUSE")
+	fmt.Fprintln(tw, "NODE\tSTATUS\tPLANNED\tKV\tOFFERS\tUSE")
 	for _, n := range p.Nodes {
 		use := "-"
 		if n.MemFree > 0 {
 			use = fmt.Sprintf("%.0f%%", 100*float64(n.MemBytes)/float64(n.MemFree))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Name, n.Status, mib(n.MemBytes), mib(n.MemFree), use)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Status, mib(n.MemBytes), mib(n.KVBytes), mib(n.MemFree), use)
 	}
 	tw.Flush()
 	if len(p.Links) > 0 {

@@ -33,7 +33,10 @@ func TestModelCommands(t *testing.T) {
 	if _, err := run("model", "load", notGGUF); err == nil || !strings.Contains(err.Error(), "not a GGUF") {
 		t.Errorf("not a GGUF: %v", err)
 	}
-	out, err := run("model", "load", path, "--name", "tiny", "--ctx", "128", "--overhead", "16MiB", "--wait", "30s")
+	if _, err := run("model", "load", path, "--max-seqs", "-1"); err == nil || !strings.Contains(err.Error(), "--max-seqs") {
+		t.Errorf("negative --max-seqs: %v", err)
+	}
+	out, err := run("model", "load", path, "--name", "tiny", "--ctx", "512", "--max-seqs", "4", "--queue", "2", "--overhead", "16MiB", "--wait", "30s")
 	if err != nil || !strings.Contains(out, "model tiny is ready") {
 		t.Fatalf("load: %q %v", out, err)
 	}
@@ -50,13 +53,20 @@ func TestModelCommands(t *testing.T) {
 	t.Logf("shoal model ls:\n%s", out)
 	out, err = run("placement", "show", "tiny")
 	t.Logf("shoal placement show tiny:\n%s", out)
-	if err != nil || !strings.Contains(out, "predicted") || !strings.Contains(out, "server-0") || !strings.Contains(out, "compute") {
+	if err != nil || !strings.Contains(out, "predicted") || !strings.Contains(out, "server-0") || !strings.Contains(out, "compute") ||
+		!strings.Contains(out, "context 512 x 4 sequence(s) (max-seqs), queue 2, KV reserved") {
 		t.Errorf("placement show: %q %v", out, err)
 	}
 	out, err = run("placement", "show", "tiny", "-o", "json")
 	var p api.PlacementInfo
 	if err != nil || json.Unmarshal([]byte(out), &p) != nil || len(p.Stages) != 1 || p.Cost.MsPerToken <= 0 {
 		t.Errorf("placement show -o json: %q %v", out, err)
+	}
+	// The plan reserves KV for 4 sequences of 512 tokens, counted in the
+	// node's memory.
+	if p.Context != 512 || p.Batch != 4 || p.Queue != 2 || len(p.Nodes) != 1 || p.KVBytes == 0 ||
+		p.Nodes[0].KVBytes != p.KVBytes || p.Stages[0].Members[0].KVBytes != p.KVBytes || p.Nodes[0].MemBytes <= p.KVBytes {
+		t.Errorf("placement show -o json: context %d batch %d queue %d KV %d, nodes %+v", p.Context, p.Batch, p.Queue, p.KVBytes, p.Nodes)
 	}
 	if _, err := run("placement", "show", "nope"); err == nil || !strings.Contains(err.Error(), "not loaded") {
 		t.Errorf("unknown model: %v", err)
