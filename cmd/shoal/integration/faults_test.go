@@ -65,7 +65,7 @@ func TestFaults(t *testing.T) {
 	// The model file sits on n0.
 	t0 := time.Now()
 	var loaded map[string]any
-	if err := e.cli(servers[0], &loaded, "model", "load", model, "--name", "spread", "--ctx", "1536", "--overhead", "1MiB",
+	if err := e.cli(servers[0], &loaded, "model", "load", model, "--name", "spread", "--ctx", "700", "--max-seqs", "4", "--overhead", "1MiB",
 		"--strategy", "pipeline", "--wait", "120s"); err != nil {
 		t.Fatal(err)
 	}

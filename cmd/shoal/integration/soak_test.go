@@ -66,7 +66,7 @@ func TestSoak(t *testing.T) {
 	e.waitHealthy(servers[0], 3, 60*time.Second)
 	f.key = f.token(t, servers[0], "--kind", "inference", "--description", "soak")
 	f.ca = filepath.Join(servers[0].dir, "tls", "https-ca.pem")
-	if err := e.cli(servers[0], nil, "model", "load", model, "--name", "spread", "--ctx", "8192", "--overhead", "1MiB",
+	if err := e.cli(servers[0], nil, "model", "load", model, "--name", "spread", "--ctx", "512", "--max-seqs", "16", "--overhead", "1MiB",
 		"--strategy", "pipeline", "--wait", "180s"); err != nil {
 		t.Fatal(err)
 	}
