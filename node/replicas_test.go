@@ -25,11 +25,11 @@ func holder(mi *api.ModelInfo, name string) *api.FileHolder {
 }
 
 // TestReplicaKeepsModelServable: a model loaded on server-0 with
-// --replicas 2 is copied whole to server-1, verified, and listed as held
-// there; the copy survives server-1's restart. With server-0 crashed and
-// server-1 draining, the model is planned on server-2 (which has no disk
-// for a copy, and says so), whose shard is fetched from server-1's copy,
-// and serves. Unloading the model removes the copy.
+// --replicas 2 is copied whole to server-1 (which has no memory for a
+// shard), verified, and listed as held there; the copy survives server-1's
+// restart. With server-0 crashed, the model is planned on server-2 (which
+// has no disk for a copy, and says so), whose shard is fetched from
+// server-1's copy, and serves. Unloading the model removes the copy.
 func TestReplicaKeepsModelServable(t *testing.T) {
 	path := writeModel(t)
 	file, err := os.ReadFile(path)
@@ -37,11 +37,25 @@ func TestReplicaKeepsModelServable(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) {
-		if i == 2 {
+		switch i {
+		case 1:
+			cfg.MemoryLimit = 1 << 20 // no shard: what it serves is its copy
+		case 2:
 			cfg.DiskLimit = 1 // no room for a copy
 		}
 	})
 	waitHealthy(t, c, 0, 3, 3, 15*time.Second)
+	drain := func(name string, on bool) {
+		t.Helper()
+		var err error
+		tc.Eventually(t, 20*time.Second, "drain "+name, func() bool {
+			err = c.Client(1, "").Drain(ctx(t), name, on)
+			return err == nil
+		})
+	}
+	// server-2 gets no shard until server-0 is dead, so the shard it gets
+	// then can come only from a copy.
+	drain("server-2", true)
 	start := time.Now()
 	if _, err := c.Client(0, "").LoadModel(ctx(t), api.LoadModelRequest{Path: path, Ctx: 256, Replicas: 2}); err != nil {
 		t.Fatal(err)
@@ -56,6 +70,9 @@ func TestReplicaKeepsModelServable(t *testing.T) {
 		return mi != nil && mi.Status == "ready" && h != nil && h.State == "ready" && mi.Copies == 2
 	})
 	t.Logf("load -> copy ready on server-1: %v", time.Since(start).Round(time.Millisecond))
+	if len(mi.Shards) != 1 || mi.Shards[0].NodeName != "server-0" {
+		t.Fatalf("shards before the crash: %+v", mi.Shards)
+	}
 	if mi.Replicas != 2 || len(mi.Holders) != 2 || !mi.Holders[0].Source || mi.Holders[0].NodeName != "server-0" {
 		t.Fatalf("holders: %+v", mi.Holders)
 	}
@@ -73,14 +90,15 @@ func TestReplicaKeepsModelServable(t *testing.T) {
 	c.Restart(1)
 	waitHealthy(t, c, 0, 3, 3, 30*time.Second)
 
-	// server-1 drains: it keeps its copy but gets no shard; server-0 dies.
-	tc.Eventually(t, 20*time.Second, "server-1 draining", func() bool {
-		err = c.Client(0, "").Drain(ctx(t), "server-1", true)
-		return err == nil
-	})
+	// server-0 dies; then server-2 takes shards again.
 	third := c.Members[2].Agent.ID()
 	killed := time.Now()
 	c.Stop(0, false)
+	tc.Eventually(t, 30*time.Second, "server-0 seen dead", func() bool {
+		mi = modelInfo(t, c, 1, "tiny")
+		return mi != nil && holder(mi, "server-0") != nil && holder(mi, "server-0").NodeStatus != "alive"
+	})
+	drain("server-2", false)
 	tc.Eventually(t, 60*time.Second, "the model ready on server-2 alone", func() bool {
 		mi = modelInfo(t, c, 2, "tiny")
 		if mi == nil || mi.Status != "ready" || len(mi.Shards) != 1 {
@@ -91,9 +109,6 @@ func TestReplicaKeepsModelServable(t *testing.T) {
 	t.Logf("kill -> ready on server-2: %v; shard %+v", time.Since(killed).Round(time.Millisecond), mi.Shards[0])
 	if s := mi.Shards[0]; s.Source != "server-1" || s.Fetched == 0 {
 		t.Errorf("server-2's shard came from %q (%d bytes fetched), not server-1's copy", s.Source, s.Fetched)
-	}
-	if h := holder(mi, "server-0"); h == nil || h.NodeStatus == "alive" {
-		t.Errorf("the dead source: %+v", h)
 	}
 	tc.Eventually(t, 20*time.Second, "server-2 listed as without room", func() bool {
 		mi = modelInfo(t, c, 2, "tiny")
