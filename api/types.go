@@ -180,9 +180,25 @@ type LoadModelRequest struct {
 	// stage) or "tensor" (one tensor-parallel group); empty or "auto"
 	// lets it choose.
 	Strategy string `json:"strategy,omitempty"`
+	// Replicas is how many live nodes should have the whole file: the
+	// node that loads it and Replicas-1 nodes that copy it in the
+	// background once it is hashed, when they have the disk (2 when 0;
+	// 1: the loading node only).
+	Replicas int `json:"replicas,omitempty"`
 }
 
-// ModelInfo is one entry of GET /v1/cluster/models.
+// FileHolder is a node with a model's whole file: the source (the node it
+// was loaded on) or a node that copied it (--replicas).
+type FileHolder struct {
+	Node       string `json:"node"`
+	NodeName   string `json:"node_name"`
+	NodeStatus string `json:"node_status"` // alive, suspect, failed, left
+	Source     bool   `json:"source,omitempty"`
+	// State is ready (has the file, verified), copying, no-room (lacks
+	// the disk; skipped) or failed (Error says why).
+	State string `json:"state"`
+	Error string `json:"error,omitempty"`
+}
 type ModelInfo struct {
 	Name string `json:"name"`
 	// Status: hashing, planning, loading, ready, degraded (a shard
@@ -202,6 +218,12 @@ type ModelInfo struct {
 	PredictedMsPerToken float64     `json:"predicted_ms_per_token,omitempty"`
 	Progress            float64     `json:"progress"` // bytes present over bytes needed, 0..1
 	Shards              []ShardInfo `json:"shards"`
+	// Replicas is how many live nodes should have the whole file; Holders
+	// the nodes that have it or are copying it (the source first), and
+	// Copies how many of them are alive with the file ready.
+	Replicas int          `json:"replicas"`
+	Copies   int          `json:"copies"`
+	Holders  []FileHolder `json:"holders"`
 }
 
 // ShardInfo is one node's part of a model and how far it got.
@@ -235,6 +257,8 @@ type PlacementInfo struct {
 	Stages     []PlacementStage `json:"stages"`
 	Nodes      []NodeMemory     `json:"nodes"`
 	Links      []Link           `json:"links,omitempty"` // measured links between the plan's nodes
+	Replicas   int              `json:"replicas"`        // live nodes that should have the whole file
+	Holders    []FileHolder     `json:"holders"`         // the nodes with the whole file, the source first
 	Explain    []string         `json:"explain"`
 	Moved      []string         `json:"moved,omitempty"`
 	MovedBytes uint64           `json:"moved_bytes,omitempty"`

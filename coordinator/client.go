@@ -285,7 +285,7 @@ func (c *Client) Handle(ctx context.Context, peer Peer, method string, body json
 			return nil, &Error{Code: http.StatusBadRequest, Msg: "malformed apply request"}
 		}
 		if client && !ownReport(peer, req, c.srv.FSM().State()) && !c.admin(req.Key) {
-			return nil, &Error{Code: http.StatusForbidden, Msg: "a client node may write only its own shard, link and model-file reports: this change needs an admin key"}
+			return nil, &Error{Code: http.StatusForbidden, Msg: "a client node may write only its own shard, link, model-file and file-copy reports: this change needs an admin key"}
 		}
 		return nil, c.applyRaw(ctx, req)
 	case MethodRemoveNode:
@@ -313,13 +313,16 @@ func (c *Client) admin(key string) bool {
 }
 
 // ownReport reports whether req is one a node makes about itself: its
-// shards' status, its links, a model file it holds (under a name no other
+// shards' status, its links, its copy of a model file, a model file it holds (under a name no other
 // node's model has, and planned on no node but itself if pinned).
 func ownReport(peer Peer, req ApplyRequest, st *State) bool {
 	switch req.Type &^ IgnoreUnknownTypeFlag {
 	case ShardStatusType:
 		var r ShardStatusRequest
 		return json.Unmarshal(req.Body, &r) == nil && r.Shard.Node == peer.ID
+	case ModelHolderType:
+		var r ModelHolderRequest
+		return json.Unmarshal(req.Body, &r) == nil && r.Holder.Node == peer.ID
 	case LinkReportType:
 		var r LinkReportRequest
 		if json.Unmarshal(req.Body, &r) != nil {

@@ -155,11 +155,14 @@ func TestClientNodeWrites(t *testing.T) {
 	other := ShardStatusRequest{Shard: ShardStatus{Node: "someone-else", Model: "m", State: ShardReady}}
 	token := TokenCreateRequest{Token: Token{ID: "t2", Kind: TokenAdmin, SecretHash: "h2"}}
 	// A model another node offers, which a client must not take over.
-	if err := cl.Apply(ctx, ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "theirs", SourceNode: "someone-else", Source: "/m.gguf"}}); err != nil {
+	if err := cl.Apply(ctx, ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "theirs", SourceNode: "someone-else", Source: "/m.gguf", Digest: "d"}}); err != nil {
 		t.Fatal(err)
 	}
 	model := func(name, source string, pin ...string) ModelUpsertRequest {
 		return ModelUpsertRequest{Model: Model{Name: name, SourceNode: source, Source: "/x.gguf", Pin: pin}}
+	}
+	copyOf := func(node string) ModelHolderRequest {
+		return ModelHolderRequest{Model: "theirs", Holder: ModelHolder{Node: node, Digest: "d", State: HolderReady}}
 	}
 	for _, x := range []struct {
 		name   string
@@ -180,11 +183,16 @@ func TestClientNodeWrites(t *testing.T) {
 		{"its model pinned to another node", "", ModelUpsertType, model("mine", "client-node", "someone-else"), true},
 		{"a model of another node's", "", ModelUpsertType, model("other", "someone-else"), true},
 		{"another node's model name", "", ModelUpsertType, model("theirs", "client-node"), true},
+		{"its copy of a model file", "", ModelHolderType | IgnoreUnknownTypeFlag, copyOf("client-node"), false},
+		{"another node's copy", "", ModelHolderType | IgnoreUnknownTypeFlag, copyOf("x"), true},
 	} {
 		err := apply(x.key, x.typ, x.req)
 		if refused := StatusCode(err) == http.StatusForbidden; refused != x.refuse {
 			t.Errorf("%s: %v", x.name, err)
 		}
+	}
+	if h := leader.srv.FSM().State().Models["theirs"].Holders; len(h) != 1 || h["client-node"] == nil {
+		t.Errorf("holders of theirs: %+v", h)
 	}
 	body, _ := json.Marshal(RemoveRequest{ID: leader.id})
 	if _, err := cl.Handle(ctx, node, MethodRemoveNode, body); StatusCode(err) != http.StatusForbidden {

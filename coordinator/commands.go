@@ -39,6 +39,9 @@ const (
 	NodeRevokeType MessageType = 12
 	// TokenRotateType gives a token a new secret.
 	TokenRotateType MessageType = 13
+	// ModelHolderType records a node's copy of a model file. Sent with
+	// IgnoreUnknownTypeFlag: a server that predates it keeps no copies.
+	ModelHolderType MessageType = 14
 )
 
 // RegisterNodeRequest upserts a node from gossip. Draining and RegisteredAt
@@ -99,6 +102,13 @@ type ModelUpsertRequest struct {
 // ModelDeleteRequest removes a model with its plan.
 type ModelDeleteRequest struct {
 	Name string `json:"name"`
+}
+
+// ModelHolderRequest records the state of Holder.Node's copy of model
+// Model's file; an empty State forgets it.
+type ModelHolderRequest struct {
+	Model  string      `json:"model"`
+	Holder ModelHolder `json:"holder"`
 }
 
 // PlanSetRequest stores a model's plan; Version must grow.
@@ -210,6 +220,9 @@ var commands = map[MessageType]handler{
 			return notFound("node", r.ID)
 		}
 		delete(s.Nodes, r.ID)
+		for _, m := range s.Models {
+			delete(m.Holders, r.ID)
+		}
 		for k, sh := range s.Shards {
 			if sh.Node == r.ID {
 				delete(s.Shards, k)
@@ -326,7 +339,47 @@ var commands = map[MessageType]handler{
 			return errorf(http.StatusBadRequest, "model without a name")
 		}
 		m := r.Model
+		// The copies are written by ModelHolderType only; they stay while
+		// the file is the same.
+		m.Holders = nil
+		if old := s.Models[m.Name]; old != nil {
+			for id, h := range old.Holders {
+				if m.Digest == "" || h.Digest == m.Digest {
+					if m.Holders == nil {
+						m.Holders = map[string]*ModelHolder{}
+					}
+					m.Holders[id] = h
+				}
+			}
+		}
 		s.Models[m.Name] = &m
+		return nil
+	},
+	ModelHolderType: func(s *State, _ uint64, body []byte) any {
+		r, err := decode[ModelHolderRequest](body)
+		if err != nil {
+			return err
+		}
+		m, ok := s.Models[r.Model]
+		if !ok {
+			return notFound("model", r.Model)
+		}
+		h := r.Holder
+		switch {
+		case h.Node == "":
+			return errorf(http.StatusBadRequest, "model holder without a node")
+		case h.Node == m.SourceNode:
+			return errorf(http.StatusBadRequest, "node %s is the source of model %s", h.Node, r.Model)
+		case h.State == "":
+			delete(m.Holders, h.Node)
+			return nil
+		case m.Digest == "" || h.Digest != m.Digest:
+			return errorf(http.StatusConflict, "model %s's file is %.12s now, not %.12s", r.Model, m.Digest, h.Digest)
+		}
+		if m.Holders == nil {
+			m.Holders = map[string]*ModelHolder{}
+		}
+		m.Holders[h.Node] = &h
 		return nil
 	},
 	ModelDeleteType: func(s *State, _ uint64, body []byte) any {

@@ -54,7 +54,8 @@ func populate(t *testing.T, f *FSM) *applier {
 	a.ok(TokenCreateType, TokenCreateRequest{Token: Token{ID: "abc123", Kind: TokenJoin, SecretHash: "h1", CreatedAt: t0, ExpiresAt: &exp}})
 	a.ok(TokenCreateType, TokenCreateRequest{Token: Token{ID: "def456", Kind: TokenAdmin, SecretHash: "h2", CreatedAt: t0}})
 	a.ok(TokenRevokeType, TokenRevokeRequest{ID: "abc123", Now: t0.Add(time.Hour)})
-	a.ok(ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "llama", Source: "llama.gguf", Layers: 32, CreatedAt: t0}})
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "llama", Source: "llama.gguf", Layers: 32, CreatedAt: t0, Digest: "d1", SourceNode: "mac-1-id"}})
+	a.ok(ModelHolderType|IgnoreUnknownTypeFlag, ModelHolderRequest{Model: "llama", Holder: ModelHolder{Node: "mac-2-id", Digest: "d1", State: HolderReady, UpdatedAt: t0}})
 	a.ok(PlanSetType, PlanSetRequest{Plan: placement.Plan{Version: 1, Model: "llama", Cost: placement.Cost{MsPerToken: 12.5}, Pools: []placement.Pool{{
 		Role: "shared", Stages: []placement.Stage{{Lo: 0, Hi: 16, Members: []placement.Member{{Node: "mac-1-id", TPSize: 1, Embedding: true}}},
 			{Lo: 16, Hi: 32, Members: []placement.Member{{Node: "linux-id", TPSize: 1, Output: true}}}},
@@ -113,6 +114,91 @@ func TestFSMCommands(t *testing.T) {
 	a.ok(DeregisterNodeType, DeregisterNodeRequest{ID: "linux-id"})
 	if _, ok := f.State().Nodes["linux-id"]; ok {
 		t.Fatal("deregistered node still present")
+	}
+}
+
+// TestFSMModelHolders: a node's copy of a model file is recorded for the
+// model's current file only, survives the model's other upserts while the
+// file stays the same, and goes with the file, the node or the model.
+func TestFSMModelHolders(t *testing.T) {
+	f := NewFSM()
+	a := &applier{t: t, f: f}
+	a.ok(RegisterNodeType, RegisterNodeRequest{Now: t0, Node: Node{ID: "b", Name: "b", Status: StatusAlive}})
+	m := Model{Name: "m", SourceNode: "a", Source: "/m.gguf", Status: ModelHashing}
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: m})
+	holder := func(node, digest, state string) ModelHolderRequest {
+		return ModelHolderRequest{Model: "m", Holder: ModelHolder{Node: node, Digest: digest, State: state, UpdatedAt: t0}}
+	}
+	holders := func() map[string]*ModelHolder { return f.State().Models["m"].Holders }
+	for _, tc := range []struct {
+		name string
+		req  ModelHolderRequest
+		code int
+	}{
+		{"before the file is hashed", holder("b", "d1", HolderReady), 409},
+		{"no model", ModelHolderRequest{Model: "nope", Holder: ModelHolder{Node: "b", State: HolderReady}}, 404},
+	} {
+		if e, ok := a.apply(ModelHolderType, tc.req).(*Error); !ok || e.Code != tc.code {
+			t.Errorf("%s: got %v, want %d", tc.name, e, tc.code)
+		}
+	}
+	m.Digest, m.Status = "d1", ""
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: m})
+	a.ok(ModelHolderType, holder("b", "d1", HolderReady))
+	a.ok(ModelHolderType, holder("c", "d1", HolderNoRoom))
+	for _, tc := range []struct {
+		name string
+		req  ModelHolderRequest
+		code int
+	}{
+		{"another file", holder("b", "d0", HolderReady), 409},
+		{"the source", holder("a", "d1", HolderReady), 400},
+		{"no node", holder("", "d1", HolderReady), 400},
+	} {
+		if e, ok := a.apply(ModelHolderType, tc.req).(*Error); !ok || e.Code != tc.code {
+			t.Errorf("%s: got %v, want %d", tc.name, e, tc.code)
+		}
+	}
+	if h := holders(); len(h) != 2 || h["b"].State != HolderReady || h["c"].State != HolderNoRoom {
+		t.Fatalf("holders %+v", h)
+	}
+	// The planner's status upserts (and anything else) keep them; holders
+	// in an upsert are ignored.
+	m.Status = ModelPlanned
+	m.Holders = map[string]*ModelHolder{"x": {Node: "x", Digest: "d1", State: HolderReady}}
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: m})
+	if h := holders(); len(h) != 2 || h["x"] != nil {
+		t.Fatalf("after an upsert: %+v", h)
+	}
+	m.Holders = nil
+	// Forgotten on request, with the node, and when the file changes.
+	a.ok(ModelHolderType, holder("c", "d1", ""))
+	if h := holders(); len(h) != 1 || h["b"] == nil {
+		t.Fatalf("after forgetting c: %+v", h)
+	}
+	a.ok(DeregisterNodeType, DeregisterNodeRequest{ID: "b"})
+	if h := holders(); len(h) != 0 {
+		t.Fatalf("after b left: %+v", h)
+	}
+	a.ok(ModelHolderType, holder("c", "d1", HolderReady))
+	m.Digest, m.Status = "", ModelHashing // loaded again: hashing keeps them
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: m})
+	if len(holders()) != 1 {
+		t.Fatalf("hashing dropped the holders: %+v", holders())
+	}
+	m.Digest, m.Status = "d2", ""
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: m})
+	if len(holders()) != 0 {
+		t.Fatalf("a new file kept the old copies: %+v", holders())
+	}
+
+	for _, tc := range []struct {
+		m    Model
+		want int
+	}{{Model{}, DefaultReplicas}, {Model{Replicas: 1}, 1}, {Model{Replicas: 3}, 3}, {Model{Replicas: 3, Pin: []string{"a"}}, 1}} {
+		if got := tc.m.WantReplicas(); got != tc.want {
+			t.Errorf("%+v: want %d replicas, got %d", tc.m, tc.want, got)
+		}
 	}
 }
 

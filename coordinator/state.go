@@ -121,6 +121,13 @@ type Model struct {
 	// Profile is what the planner needs of the file (shapes, bytes and
 	// FLOPs per layer), taken by the source node from its GGUF header.
 	Profile *placement.ModelProfile `json:"profile,omitempty"`
+	// Replicas is how many live nodes should have the whole file: the
+	// source and Replicas-1 copies nodes make in the background once the
+	// file is hashed (DefaultReplicas when 0; 1: the source only). Holders
+	// are the nodes other than the source that copied it, or tried to, by
+	// node ID; only ModelHolderType writes them.
+	Replicas int                     `json:"replicas,omitempty"`
+	Holders  map[string]*ModelHolder `json:"holders,omitempty"`
 	// Status is hashing (the source node is computing Digest), failed
 	// (the file could not be read), unservable (no plan fits: Reason
 	// says why) or planned. Reason explains failed and unservable.
@@ -135,6 +142,40 @@ const (
 	ModelUnservable = "unservable"
 	ModelFailed     = "failed"
 )
+
+// DefaultReplicas is the copies of a model file the cluster keeps when
+// the model does not say.
+const DefaultReplicas = 2
+
+// WantReplicas is the number of live nodes that should have m's whole
+// file. A pinned model runs on its pin only, so its file is not copied.
+func (m *Model) WantReplicas() int {
+	switch {
+	case len(m.Pin) > 0:
+		return 1
+	case m.Replicas > 0:
+		return m.Replicas
+	}
+	return DefaultReplicas
+}
+
+// Holder states a node reports about its copy of a model file.
+const (
+	HolderCopying = "copying" // fetching the file from a node that has it
+	HolderReady   = "ready"   // has it, verified against Digest and Manifest; serves it
+	HolderNoRoom  = "no-room" // lacks the disk for it; skipped
+	HolderFailed  = "failed"  // the copy failed (Error says why); tried again later
+)
+
+// ModelHolder is a node's copy of a model's file, for the file with
+// sha256 Digest.
+type ModelHolder struct {
+	Node      string    `json:"node"`
+	Digest    string    `json:"digest"`
+	State     string    `json:"state"`
+	Error     string    `json:"error,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
 
 // Shard states a node reports.
 const (

@@ -72,8 +72,8 @@ func (b *admin) LoadModel(ctx context.Context, req api.LoadModelRequest) (*api.M
 // is the exact set of nodes the model's plan may use.
 func (b *admin) registerModel(ctx context.Context, req api.LoadModelRequest, pin []string) (*coordinator.Model, error) {
 	path := req.Path
-	if req.Ctx < 0 || req.MaxSeqs < 0 || req.Queue < 0 {
-		return nil, badRequest("ctx %d, max-seqs %d, queue %d: want positive numbers (or 0 for the defaults)", req.Ctx, req.MaxSeqs, req.Queue)
+	if req.Ctx < 0 || req.MaxSeqs < 0 || req.Queue < 0 || req.Replicas < 0 {
+		return nil, badRequest("ctx %d, max-seqs %d, queue %d, replicas %d: want positive numbers (or 0 for the defaults)", req.Ctx, req.MaxSeqs, req.Queue, req.Replicas)
 	}
 	if !filepath.IsAbs(path) {
 		return nil, badRequest("model path %q is not absolute: give the full path on node %s", path, b.name)
@@ -117,7 +117,7 @@ func (b *admin) registerModel(ctx context.Context, req api.LoadModelRequest, pin
 	}
 	m := coordinator.Model{
 		Name: name, Source: path, Layers: prof.NLayer, Bytes: uint64(st.Size()), CreatedAt: time.Now().UTC(),
-		SourceNode: b.id, Ctx: req.Ctx, MaxSeqs: req.MaxSeqs, Queue: req.Queue, Overhead: req.Overhead, Strategy: req.Strategy, Profile: &prof, Status: coordinator.ModelHashing,
+		SourceNode: b.id, Replicas: req.Replicas, Ctx: req.Ctx, MaxSeqs: req.MaxSeqs, Queue: req.Queue, Overhead: req.Overhead, Strategy: req.Strategy, Profile: &prof, Status: coordinator.ModelHashing,
 		Pin: pin,
 	}
 	if sha, ok := b.files.lookupPath(path, st); ok {
@@ -204,6 +204,8 @@ func (b *admin) modelInfo(st *coordinator.State, m *coordinator.Model) api.Model
 	} else if m.SourceNode == b.id {
 		info.SourceName = b.name
 	}
+	info.Replicas = m.WantReplicas()
+	info.Holders, info.Copies = fileHolders(st, m, info.SourceName)
 	if info.Status == coordinator.ModelHashing || info.Status == coordinator.ModelFailed || info.Status == coordinator.ModelUnservable {
 		return info
 	}
@@ -266,7 +268,103 @@ func (b *admin) modelInfo(st *coordinator.State, m *coordinator.Model) api.Model
 	default:
 		info.Status = "loading"
 	}
+	if info.Status != "ready" && info.Copies == 0 {
+		// Without a live node with the file, the shards come only from
+		// the ranges the live nodes' shards hold.
+		if lo, hi, ok := layersHeldByNone(st, m); ok {
+			info.Status = "degraded"
+			info.Reason = fmt.Sprintf("no live node has the model file (%s) and layers [%d,%d) are in no live node's shard: bring %s back, or load the model again from a node with the file",
+				holdersSummary(info.Holders), lo, hi, info.SourceName)
+		}
+	}
 	return info
+}
+
+// fileHolders lists the nodes with m's whole file, the source first, and
+// counts those alive with the file ready.
+func fileHolders(st *coordinator.State, m *coordinator.Model, sourceName string) ([]api.FileHolder, int) {
+	status := func(id string) string {
+		if n := st.Nodes[id]; n != nil {
+			return string(n.Status)
+		}
+		return "unknown"
+	}
+	src := api.FileHolder{Node: m.SourceNode, NodeName: sourceName, NodeStatus: status(m.SourceNode), Source: true, State: coordinator.HolderReady}
+	switch m.Status {
+	case coordinator.ModelHashing:
+		src.State = coordinator.ModelHashing
+	case coordinator.ModelFailed:
+		src.State, src.Error = coordinator.HolderFailed, m.Reason
+	}
+	out := []api.FileHolder{src}
+	ids := make([]string, 0, len(m.Holders))
+	for id := range m.Holders {
+		ids = append(ids, id)
+	}
+	name := func(id string) string {
+		if n := st.Nodes[id]; n != nil {
+			return n.Name
+		}
+		return id
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		return name(ids[i]) < name(ids[j]) || name(ids[i]) == name(ids[j]) && ids[i] < ids[j]
+	})
+	for _, id := range ids {
+		h := m.Holders[id]
+		out = append(out, api.FileHolder{Node: id, NodeName: name(id), NodeStatus: status(id), State: h.State, Error: h.Error})
+	}
+	copies := 0
+	for _, h := range out {
+		if h.State == coordinator.HolderReady && h.NodeStatus == string(coordinator.StatusAlive) {
+			copies++
+		}
+	}
+	return out, copies
+}
+
+// holdersSummary says where the file is, for a reason: "source a is
+// failed; b (copy) is failed".
+func holdersSummary(hs []api.FileHolder) string {
+	var parts []string
+	for _, h := range hs {
+		switch {
+		case h.Source:
+			parts = append(parts, fmt.Sprintf("source %s is %s", h.NodeName, h.NodeStatus))
+		case h.State == coordinator.HolderReady:
+			parts = append(parts, fmt.Sprintf("the copy on %s is %s", h.NodeName, h.NodeStatus))
+		}
+	}
+	if len(parts) == 1 {
+		parts = append(parts, "no copy")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// layersHeldByNone returns the first run of m's layers that no live node
+// holds in a ready shard, if any.
+func layersHeldByNone(st *coordinator.State, m *coordinator.Model) (lo, hi int, ok bool) {
+	if m.Layers <= 0 {
+		return 0, 0, false
+	}
+	held := make([]bool, m.Layers)
+	for _, s := range st.Shards {
+		n := st.Nodes[s.Node]
+		if s.Model != m.Name || s.State != coordinator.ShardReady || n == nil || n.Status != coordinator.StatusAlive {
+			continue
+		}
+		for l := max(s.Lo, 0); l < min(s.Hi, m.Layers); l++ {
+			held[l] = true
+		}
+	}
+	for lo = 0; lo < m.Layers && held[lo]; lo++ {
+	}
+	if lo == m.Layers {
+		return 0, 0, false
+	}
+	for hi = lo; hi < m.Layers && !held[hi]; hi++ {
+	}
+	return lo, hi, true
 }
 
 // UnloadModel removes a model, its plan and its shards.
@@ -289,7 +387,7 @@ func (b *admin) Placement(ctx context.Context, name string) (*api.PlacementInfo,
 		return nil, notFoundErr("model %q is not loaded (see 'shoal model ls')", name)
 	}
 	mi := b.modelInfo(st, m)
-	out := &api.PlacementInfo{Model: name, Status: mi.Status, Reason: mi.Reason}
+	out := &api.PlacementInfo{Model: name, Status: mi.Status, Reason: mi.Reason, Replicas: mi.Replicas, Holders: mi.Holders}
 	pp := st.Plans[name]
 	if pp == nil {
 		return out, nil

@@ -58,6 +58,7 @@ type Agent struct {
 	files   *fileRegistry // model files this node has and serves to peers
 	layouts signedLayouts
 	shards  *shard.Manager // the shards the plans give this node
+	copies  *replicator    // the copies of model files this node keeps for the cluster
 
 	par *parallel.Reconciler // members and drivers of the plans this node is in
 

@@ -36,6 +36,9 @@ type Config struct {
 	// MemoryLimit caps the memory this node advertises to the planner, in
 	// bytes (0: what the machine has free).
 	MemoryLimit uint64 `json:"memory_limit"`
+	// DiskLimit caps the disk the copies of model files this node keeps
+	// for the cluster (--replicas) may take, in bytes (0: the free disk).
+	DiskLimit uint64 `json:"disk_limit"`
 	// Threads is the worker threads of each shard this node runs for a
 	// model spread over the cluster (0: all cores).
 	Threads int    `json:"threads"`

@@ -76,7 +76,9 @@ func TestModelLoadSpreadsAndReplans(t *testing.T) {
 			c := tc.NewWith(t, 3, func(i int, cfg *node.Config) { cfg.MemoryLimit = tcase.limit })
 			waitHealthy(t, c, 0, 3, 3, 15*time.Second)
 			start := time.Now()
-			m, err := c.Client(0, "").LoadModel(ctx(t), api.LoadModelRequest{Path: path, Ctx: 256, Overhead: 4 << 20})
+			// Replicas 1: no node copies the whole file, so each fetches
+			// its own ranges (a node with a copy opens its shard locally).
+			m, err := c.Client(0, "").LoadModel(ctx(t), api.LoadModelRequest{Path: path, Ctx: 256, Overhead: 4 << 20, Replicas: 1})
 			if err != nil {
 				t.Fatal(err)
 			}

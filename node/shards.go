@@ -27,6 +27,8 @@ func (a *Agent) startServing() {
 		Report: a.reportShards, Log: a.log,
 		BeforeRelease: func(key string) { a.par.DropMember(key) },
 	})
+	a.copies = newReplicator(a.id, a.cfg.DataDir, a.files, peers{a.ep}, a.cfg.DiskLimit, a.log.Named("copies"))
+	a.copies.report = a.reportHolder
 	a.par = parallel.NewReconciler(parallel.ReconcilerConfig{
 		Host: parallel.NewHost(a.ep, a.rpc, transport.NewMailbox(a.ep, transport.MailboxOptions{})), Node: a.id, Shards: a.shards, Publisher: a.pub,
 		Threads: a.cfg.Threads, StepTimeout: a.cfg.Tuning.DistStep.or(parallel.DefaultStepTimeout), Log: a.log,
@@ -49,9 +51,11 @@ func (a *Agent) servingLoop() {
 			a.noteRevoked(st)
 			a.shards.Reconcile(wantedShards(st, a.id))
 			a.par.Reconcile(planView(st, a.admin.modelInfo, a.localModel))
+			a.copies.reconcile(st)
 		}
 		select {
 		case <-a.done:
+			a.copies.close()
 			a.par.Close() // before the shards unmap
 			a.shards.Close()
 			return
@@ -110,9 +114,15 @@ func (a *Agent) reportShards(s shard.Status) error {
 	}})
 }
 
+// reportHolder records this node's copy of a model's file in the state.
+func (a *Agent) reportHolder(ctx context.Context, model string, h coordinator.ModelHolder) error {
+	return a.cluster.Apply(ctx, coordinator.ModelHolderType|coordinator.IgnoreUnknownTypeFlag, coordinator.ModelHolderRequest{Model: model, Holder: h})
+}
+
 // modelHolders lists the live nodes other than self that may hold ranges of
-// m's file: the source, then the nodes that reported shards of the model
-// (ready first; a released shard's file is kept a while for peers).
+// m's file: the source, the nodes with a verified copy of the whole file
+// (by name), then the nodes that reported shards of the model (ready
+// first; a released shard's file is kept a while for peers).
 func modelHolders(st *coordinator.State, m *coordinator.Model, self string) []shard.Peer {
 	var out []shard.Peer
 	seen := map[string]bool{self: true}
@@ -125,6 +135,9 @@ func modelHolders(st *coordinator.State, m *coordinator.Model, self string) []sh
 		out = append(out, shard.Peer{ID: n.ID, Name: n.Name, Addr: n.RPCAddr})
 	}
 	add(m.SourceNode)
+	for _, n := range wholeHolders(st, m) {
+		add(n.ID)
+	}
 	var ready, other []string
 	for _, s := range st.Shards {
 		if s.Model != m.Name {

@@ -26,6 +26,11 @@ type localFile struct {
 	Path  string    `json:"path"`
 	Size  int64     `json:"size"`
 	MTime time.Time `json:"mtime"`
+	// Replica marks a copy this node made for the cluster (removed when no
+	// model has the file any more); Index is the state's index when the
+	// copy began, so a state from before it does not remove it.
+	Replica bool   `json:"replica,omitempty"`
+	Index   uint64 `json:"index,omitempty"`
 
 	f *os.File
 }
@@ -96,22 +101,65 @@ func (r *fileRegistry) lookupPath(path string, st os.FileInfo) (string, bool) {
 
 // add registers path, hashed to sha, and saves the list.
 func (r *fileRegistry) add(sha, path string, st os.FileInfo) error {
-	lf := &localFile{SHA: sha, Path: path, Size: st.Size(), MTime: st.ModTime()}
+	return r.put(&localFile{SHA: sha, Path: path, Size: st.Size(), MTime: st.ModTime()})
+}
+
+// addReplica registers a verified copy of the file with sha at path, made
+// from the state at index.
+func (r *fileRegistry) addReplica(sha, path string, st os.FileInfo, index uint64) error {
+	return r.put(&localFile{SHA: sha, Path: path, Size: st.Size(), MTime: st.ModTime(), Replica: true, Index: index})
+}
+
+func (r *fileRegistry) put(lf *localFile) error {
 	if err := lf.open(); err != nil {
 		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if old := r.bySH[sha]; old != nil {
+	if old := r.bySH[lf.SHA]; old != nil {
 		old.f.Close()
 	}
-	r.bySH[sha] = lf
+	r.bySH[lf.SHA] = lf
+	return r.saveLocked()
+}
+
+// remove forgets the file with sha and saves the list.
+func (r *fileRegistry) remove(sha string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	lf := r.bySH[sha]
+	if lf == nil {
+		return nil
+	}
+	lf.f.Close()
+	delete(r.bySH, sha)
+	return r.saveLocked()
+}
+
+func (r *fileRegistry) saveLocked() error {
 	list := make([]*localFile, 0, len(r.bySH))
 	for _, f := range r.bySH {
 		list = append(list, f)
 	}
 	b, _ := json.MarshalIndent(list, "", "  ")
-	return os.WriteFile(r.path, b, 0o600)
+	tmp := r.path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, r.path)
+}
+
+// replicas lists the copies this node made.
+func (r *fileRegistry) replicas() []localFile {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []localFile
+	for _, lf := range r.bySH {
+		if lf.Replica {
+			out = append(out, localFile{SHA: lf.SHA, Path: lf.Path, Size: lf.Size, MTime: lf.MTime, Replica: true, Index: lf.Index})
+		}
+	}
+	return out
 }
 
 // get returns the registered file with sha.
@@ -389,6 +437,11 @@ func (r *fileRegistry) manifest(sha string) ([]byte, bool) {
 	}
 	b, err := os.ReadFile(filepath.Join(r.dir, manifestsDir, sha+".json"))
 	return b, err == nil
+}
+
+// dropManifest removes the manifest of the file with sha.
+func (r *fileRegistry) dropManifest(sha string) {
+	_ = os.Remove(filepath.Join(r.dir, manifestsDir, sha+".json"))
 }
 
 // saveManifest keeps the manifest of the file with sha.

@@ -79,6 +79,10 @@
 // these verified bytes. Verification stays end to end: every byte is
 // checked against sums that trace back to the source's read of the file.
 //
+// Whole copies of the file (the node package's --replicas) are checked
+// the same way as they arrive: a FileVerifier checks every unit against
+// the manifest and the whole file against its sha256.
+//
 // # The manager
 //
 // A Manager holds a node's shards: given the shards the node should hold

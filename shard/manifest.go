@@ -101,7 +101,8 @@ func BuildManifest(path string, unitSize int64) (sha string, raw []byte, err err
 	return sha, raw, err
 }
 
-// unitHasher hashes the whole stream and every unit of it.
+// unitHasher hashes the whole stream and every unit of it; with want, it
+// fails at the first unit whose sum differs.
 type unitHasher struct {
 	units []Range
 	whole hash.Hash
@@ -109,6 +110,7 @@ type unitHasher struct {
 	next  int // the unit being hashed or the next one
 	cur   hash.Hash
 	sums  []string
+	want  []string
 }
 
 func (u *unitHasher) Write(p []byte) (int, error) {
@@ -130,6 +132,9 @@ func (u *unitHasher) Write(p []byte) (int, error) {
 		if u.pos == r.End() {
 			u.sums[u.next] = hex.EncodeToString(u.cur.Sum(nil))
 			u.cur = nil
+			if u.want != nil && u.sums[u.next] != u.want[u.next] {
+				return n - len(p), fmt.Errorf("shard: bytes [%d,+%d) of the file fail their manifest checksum", r.Off, r.N)
+			}
 			u.next++
 		}
 	}
@@ -154,4 +159,38 @@ func ParseManifest(raw []byte, id, fileSHA string) (*Manifest, error) {
 		return nil, fmt.Errorf("shard: manifest has %d unit checksums for %d units", len(m.Sums), n)
 	}
 	return &m, nil
+}
+
+// FileVerifier checks a whole model file written through it against its
+// manifest: every unit's sha256 as its bytes pass (a write fails at the
+// first unit that differs) and, in Check, the whole file's sha256.
+type FileVerifier struct {
+	m *Manifest
+	u *unitHasher
+	n int64
+}
+
+// NewFileVerifier checks a file against m.
+func NewFileVerifier(m *Manifest) *FileVerifier {
+	units := Units(m.Table, m.UnitSize)
+	return &FileVerifier{m: m, u: &unitHasher{units: units, whole: sha256.New(), sums: make([]string, len(units)), want: m.Sums}}
+}
+
+// Write implements io.Writer.
+func (v *FileVerifier) Write(p []byte) (int, error) {
+	n, err := v.u.Write(p)
+	v.n += int64(n)
+	return n, err
+}
+
+// Check reports whether the bytes written are the file: every unit seen
+// and matching, and the whole file's sha256 the manifest's.
+func (v *FileVerifier) Check() error {
+	if v.u.next < len(v.u.units) {
+		return fmt.Errorf("shard: %d bytes end before unit %d of %d of the manifest", v.n, v.u.next, len(v.u.units))
+	}
+	if got := hex.EncodeToString(v.u.whole.Sum(nil)); got != v.m.FileSHA {
+		return fmt.Errorf("shard: the %d bytes have sha256 %.12s, not the file's %.12s", v.n, got, v.m.FileSHA)
+	}
+	return nil
 }

@@ -22,7 +22,7 @@ func agentCmd() *cobra.Command {
 	var configFile string
 	var modelPaths []string
 	var modelOpts node.ModelConfig
-	var memLimit string
+	var memLimit, diskLimit string
 	var cpuProfile string
 	var insecureHTTP bool
 	cmd := &cobra.Command{
@@ -102,6 +102,11 @@ Precedence: flag, environment, config file.`,
 					return fmt.Errorf("SHOAL_MEMORY_LIMIT: %w", err)
 				}
 			}
+			if diskLimit != "" {
+				if final.DiskLimit, err = parseSize(diskLimit); err != nil {
+					return fmt.Errorf("--disk-limit: %w", err)
+				}
+			}
 			final.Version = version
 			if final.Name == "" {
 				final.Name, _ = os.Hostname()
@@ -147,6 +152,7 @@ Precedence: flag, environment, config file.`,
 	f.BoolVar(&modelOpts.NoPrefixCache, "no-prefix-cache", false, "compute every prompt in full instead of reusing the KV blocks of a prefix an earlier request computed")
 	f.IntVar(&modelOpts.Queue, "queue", 0, "requests waiting beyond the running batch before 429 (default 64)")
 	f.StringVar(&configFile, "config", "", "JSON config file")
+	f.StringVar(&diskLimit, "disk-limit", "", "cap the disk the copies of model files this node keeps for the cluster may take (model load --replicas), e.g. 50GiB (default: the free disk)")
 	f.StringVar(&memLimit, "memory-limit", "", "cap the memory this node offers to placed models, e.g. 8GiB (default: what is free at start)")
 	f.StringVar(&cfg.Name, "name", "", "node name shown in 'shoal node ls' (default: host name)")
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the node's identity, certificates and Raft data (required)")

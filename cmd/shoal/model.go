@@ -54,10 +54,18 @@ every node it uses, and the node that drives the model runs that many
 sequences at once; up to --queue more requests wait, and further ones are
 answered 429 with Retry-After.
 
+Once the file is hashed, other nodes copy it whole in the background until
+--replicas live nodes have it (2 by default), each copy verified against
+the file's digest before the node serves it: when the node with the file
+dies, the model is planned again and fetched from a copy. A node copies
+only with the file's size plus a tenth free on its disk (else it is listed
+as no-room and skipped); 'model unload' removes the copies.
+
   shoal model load /models/qwen2-7b-q4_k_m.gguf
   shoal model load /models/qwen2-7b-q4_k_m.gguf --ctx 2048 --max-seqs 4
   shoal model load /data/m.gguf --node linux1 --name m --ctx 8192
-  shoal model load m.gguf --wait 0 -o json      # print the record and return`,
+  shoal model load m.gguf --wait 0 -o json      # print the record and return
+  shoal model load /data/m.gguf --replicas 3     # two copies besides this one`,
 		Args: exactArgs(1, "the path of a GGUF file"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, cancel, err := f.client()
@@ -81,8 +89,8 @@ answered 429 with Retry-After.
 			if req.Ctx < 0 {
 				return fmt.Errorf("--ctx %d: want a positive number of tokens", req.Ctx)
 			}
-			if req.MaxSeqs < 0 || req.Queue < 0 {
-				return fmt.Errorf("--max-seqs %d, --queue %d: want positive numbers", req.MaxSeqs, req.Queue)
+			if req.MaxSeqs < 0 || req.Queue < 0 || req.Replicas < 0 {
+				return fmt.Errorf("--max-seqs %d, --queue %d, --replicas %d: want positive numbers", req.MaxSeqs, req.Queue, req.Replicas)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			m, err := c.LoadModel(ctx, req)
@@ -127,6 +135,7 @@ answered 429 with Retry-After.
 	cmd.Flags().IntVar(&req.MaxSeqs, "max-seqs", 0, "sequences the plan reserves --ctx tokens of KV cache for, run at once (default 1)")
 	cmd.Flags().IntVar(&req.Queue, "queue", 0, "requests that wait for a running place before more get 429 (default 4 x --max-seqs)")
 	cmd.Flags().StringVar(&req.Node, "node", "", "the node that has the file (ID, ID prefix or name; default: the agent at --addr)")
+	cmd.Flags().IntVar(&req.Replicas, "replicas", 0, "live nodes that should have the whole file: this one and copies other nodes make in the background when they have the disk (default 2; 1: no copy)")
 	cmd.Flags().StringVar(&req.Strategy, "strategy", "", "force the plan's strategy: pipeline or tensor (default: the planner chooses)")
 	cmd.Flags().StringVar(&overhead, "overhead", "", "memory per node beyond weights and KV cache, e.g. 256MiB (default 512MiB)")
 	cmd.Flags().DurationVar(&wait, "wait", 10*time.Minute, "wait this long for all shards to be ready; 0 returns at once")
@@ -175,8 +184,10 @@ func modelLsCmd() *cobra.Command {
 		Use:   "ls",
 		Short: "List the cluster's models with their status and per-node shard progress",
 		Long: `List models: size, status (hashing, planning, loading, ready, degraded,
-unservable, failed) and, per node of the plan, its layers, shard state and
-progress. Unservable and failed models say why.
+unservable, failed), the live nodes with the whole file of those wanted
+(COPIES, see --replicas) and, per node of the plan, its layers, shard state
+and progress. Unservable and failed models say why; the nodes with the
+file, or copying it, are listed below the table.
 
   shoal model ls
   shoal model ls -o json | jq '.[] | {name, status, progress}'`,
@@ -202,19 +213,19 @@ progress. Unservable and failed models say why.
 
 func printModels(w io.Writer, ms []api.ModelInfo) {
 	tw := table(w)
-	fmt.Fprintln(tw, "MODEL\tSIZE\tLAYERS\tSTATUS\tPROGRESS\tSOURCE\tNODE\tLAYERS\tSHARD\tBYTES\tFROM")
+	fmt.Fprintln(tw, "MODEL\tSIZE\tLAYERS\tSTATUS\tPROGRESS\tSOURCE\tCOPIES\tNODE\tLAYERS\tSHARD\tBYTES\tFROM")
 	for _, m := range ms {
 		prog := "-"
 		if m.PlanVersion > 0 {
 			prog = fmt.Sprintf("%.0f%%", 100*m.Progress)
 		}
-		head := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s", m.Name, gib(m.Bytes), m.Layers, m.Status, prog, m.SourceName)
+		head := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%d/%d", m.Name, gib(m.Bytes), m.Layers, m.Status, prog, m.SourceName, m.Copies, m.Replicas)
 		if len(m.Shards) == 0 {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\n", head)
 		}
 		for i, s := range m.Shards {
 			if i > 0 {
-				head = "\t\t\t\t\t"
+				head = "\t\t\t\t\t\t"
 			}
 			state := s.State
 			if s.State == "fetching" {
@@ -229,10 +240,37 @@ func printModels(w io.Writer, ms []api.ModelInfo) {
 	}
 	tw.Flush()
 	for _, m := range ms {
+		if len(m.Holders) > 1 {
+			fmt.Fprintf(w, "%s: file on %s\n", m.Name, holderList(m.Holders))
+		}
+	}
+	for _, m := range ms {
 		if m.Reason != "" {
 			fmt.Fprintf(w, "%s: %s\n", m.Name, m.Reason)
 		}
 	}
+}
+
+// holderList says which nodes have a model's file: "a (source), b
+// (copy), c (no-room), d (copy, failed node)".
+func holderList(hs []api.FileHolder) string {
+	var parts []string
+	for _, h := range hs {
+		what := h.State
+		switch {
+		case h.Source:
+			what = "source"
+		case h.State == "ready":
+			what = "copy"
+		case h.State == "failed" && h.Error != "":
+			what = "copy failed: " + h.Error
+		}
+		if h.NodeStatus != "" && h.NodeStatus != "alive" {
+			what += ", " + h.NodeStatus + " node"
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s)", h.NodeName, what))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func modelUnloadCmd() *cobra.Command {
@@ -241,8 +279,8 @@ func modelUnloadCmd() *cobra.Command {
 		Use:   "unload NAME",
 		Short: "Remove a model, its plan and its shards from the cluster",
 		Long: `Remove a model: its plan and shard records leave the cluster state and every
-node releases its shard (assembled shard files are deleted; the original
-file is left alone).
+node releases its shard (assembled shard files are deleted) and removes its
+copy of the file (--replicas); the original file is left alone.
 
   shoal model unload llama-8b-q4_k_m`,
 		Args: exactArgs(1, "a model name (see 'shoal model ls')"),
@@ -318,6 +356,9 @@ func printPlacement(w io.Writer, p *api.PlacementInfo) {
 		for _, e := range p.Explain {
 			fmt.Fprintf(w, "  %s\n", e)
 		}
+		if len(p.Holders) > 0 {
+			fmt.Fprintf(w, "file (%d live node(s) wanted): %s\n", p.Replicas, holderList(p.Holders))
+		}
 		return
 	}
 	fmt.Fprintf(w, "plan v%d, strategy %s, context %d x %d sequence(s) (max-seqs), queue %d, KV reserved %s\n",
@@ -363,6 +404,9 @@ func printPlacement(w io.Writer, p *api.PlacementInfo) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Status, mib(n.MemBytes), mib(n.KVBytes), mib(n.MemFree), use)
 	}
 	tw.Flush()
+	if len(p.Holders) > 0 {
+		fmt.Fprintf(w, "\nfile (%d live node(s) wanted): %s\n", p.Replicas, holderList(p.Holders))
+	}
 	if len(p.Links) > 0 {
 		fmt.Fprintln(w, "\nmeasured links:")
 		for _, l := range p.Links {

@@ -36,18 +36,23 @@ func TestModelCommands(t *testing.T) {
 	if _, err := run("model", "load", path, "--max-seqs", "-1"); err == nil || !strings.Contains(err.Error(), "--max-seqs") {
 		t.Errorf("negative --max-seqs: %v", err)
 	}
+	if _, err := run("model", "load", path, "--replicas", "-1"); err == nil || !strings.Contains(err.Error(), "--replicas") {
+		t.Errorf("negative --replicas: %v", err)
+	}
 	out, err := run("model", "load", path, "--name", "tiny", "--ctx", "512", "--max-seqs", "4", "--queue", "2", "--overhead", "16MiB", "--wait", "30s")
 	if err != nil || !strings.Contains(out, "model tiny is ready") {
 		t.Fatalf("load: %q %v", out, err)
 	}
 	out, err = run("model", "ls")
 	t.Logf("shoal model ls:\n%s", out)
-	if err != nil || !strings.Contains(out, "tiny") || !strings.Contains(out, "ready") || !strings.Contains(out, "[0,2)") {
+	if err != nil || !strings.Contains(out, "tiny") || !strings.Contains(out, "ready") || !strings.Contains(out, "[0,2)") ||
+		!strings.Contains(out, "COPIES") || !strings.Contains(out, "1/2") {
 		t.Errorf("ls: %q %v", out, err)
 	}
 	out, err = run("model", "ls", "--json")
 	var ms []api.ModelInfo
-	if err != nil || json.Unmarshal([]byte(out), &ms) != nil || len(ms) != 1 || ms[0].Status != "ready" || ms[0].Shards[0].Source != "local" {
+	if err != nil || json.Unmarshal([]byte(out), &ms) != nil || len(ms) != 1 || ms[0].Status != "ready" || ms[0].Shards[0].Source != "local" ||
+		ms[0].Replicas != 2 || ms[0].Copies != 1 || len(ms[0].Holders) != 1 || !ms[0].Holders[0].Source {
 		t.Errorf("ls --json: %q %v", out, err)
 	}
 	t.Logf("shoal model ls:\n%s", out)
@@ -59,7 +64,8 @@ func TestModelCommands(t *testing.T) {
 	}
 	out, err = run("placement", "show", "tiny", "-o", "json")
 	var p api.PlacementInfo
-	if err != nil || json.Unmarshal([]byte(out), &p) != nil || len(p.Stages) != 1 || p.Cost.MsPerToken <= 0 {
+	if err != nil || json.Unmarshal([]byte(out), &p) != nil || len(p.Stages) != 1 || p.Cost.MsPerToken <= 0 ||
+		p.Replicas != 2 || len(p.Holders) != 1 || p.Holders[0].NodeName != "server-0" {
 		t.Errorf("placement show -o json: %q %v", out, err)
 	}
 	// The plan reserves KV for 4 sequences of 512 tokens, counted in the
@@ -84,5 +90,32 @@ func TestModelCommands(t *testing.T) {
 		if out, err := execute(t, "", args...); err != nil || !strings.Contains(out, "shoal ") {
 			t.Errorf("%v: %q %v", args, out, err)
 		}
+	}
+}
+
+// TestPrintFileHolders: model ls counts the live copies of each model's
+// file against those wanted and lists the nodes with it; placement show
+// lists them too.
+func TestPrintFileHolders(t *testing.T) {
+	holders := []api.FileHolder{
+		{NodeName: "a", NodeStatus: "failed", Source: true, State: "ready"},
+		{NodeName: "b", NodeStatus: "alive", State: "ready"},
+		{NodeName: "c", NodeStatus: "alive", State: "no-room", Error: "a copy needs 1 GiB"},
+		{NodeName: "d", NodeStatus: "alive", State: "failed", Error: "sha256 mismatch"},
+	}
+	var b strings.Builder
+	printModels(&b, []api.ModelInfo{{Name: "m", Status: "ready", SourceName: "a", Replicas: 2, Copies: 1, Holders: holders,
+		Shards: []api.ShardInfo{{NodeName: "b", Lo: 0, Hi: 2, State: "ready"}}}})
+	out := b.String()
+	t.Logf("model ls:\n%s", out)
+	want := "m: file on a (source, failed node), b (copy), c (no-room), d (copy failed: sha256 mismatch)"
+	if !strings.Contains(out, "COPIES") || !strings.Contains(out, "1/2") || !strings.Contains(out, want) {
+		t.Errorf("model ls without %q:\n%s", want, out)
+	}
+	b.Reset()
+	printPlacement(&b, &api.PlacementInfo{Model: "m", Status: "ready", Version: 2, Replicas: 2, Holders: holders,
+		Stages: []api.PlacementStage{{Lo: 0, Hi: 2, Members: []api.PlacementMember{{NodeName: "b", TPSize: 1}}}}})
+	if out := b.String(); !strings.Contains(out, "file (2 live node(s) wanted): a (source, failed node), b (copy)") {
+		t.Errorf("placement show:\n%s", out)
 	}
 }
