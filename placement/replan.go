@@ -33,8 +33,10 @@ type Decision struct {
 // since prev (nil, or a plan without pools, when the model was never
 // placed). It weighs the fastest plan Place finds, prev itself when every
 // node it uses is still schedulable, and otherwise a plan pinned to prev's
-// surviving nodes; among those within ReplanSlack of the fastest it takes
-// the one that moves the fewest weight bytes (then the fastest). A plan
+// surviving nodes and prev repaired (its lost members replaced, the
+// others keeping their layers); among those within ReplanSlack of the
+// fastest (RepairSlack for the repaired plan) it takes the one that moves
+// the fewest weight bytes (then the fastest). A plan
 // that places everything as prev does keeps prev. local is the node that
 // has the model's file: it reads its shard from it and fetches nothing.
 // The plan is numbered prev.Version+1 (opts.Version without prev). Like
@@ -55,10 +57,11 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 		opts.Version = prev.Version + 1
 	}
 	type cand struct {
-		what  string
-		plan  Plan
-		moved uint64
-		keep  bool
+		what   string
+		plan   Plan
+		moved  uint64
+		keep   bool
+		repair bool
 	}
 	var cands []cand
 	best, err := Place(profile, nodes, links, opts)
@@ -89,6 +92,13 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 			cands = append(cands, cand{what: "on the survivors", plan: p, moved: MovedBytes(&profile, prev, &p, local)})
 		}
 	}
+	// Members lost: the previous plan with only those replaced keeps the
+	// others' layers and, unless it was lost, the driver.
+	if sameKV && len(opts.Pin) == 0 && len(survivors) > 0 && len(survivors) < len(prev.Nodes()) {
+		if p, ok := repair(profile, nodes, links, opts, prev); ok {
+			cands = append(cands, cand{what: "repaired", plan: p, moved: MovedBytes(&profile, prev, &p, local), repair: true})
+		}
+	}
 	if len(cands) == 0 {
 		return unservable(err, prev, opts.Version, profile.Name, names)
 	}
@@ -98,7 +108,11 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 	}
 	pick := -1
 	for i, c := range cands {
-		if c.plan.Cost.MsPerToken > fastest*(1+ReplanSlack) {
+		slack := ReplanSlack
+		if c.repair {
+			slack = RepairSlack
+		}
+		if c.plan.Cost.MsPerToken > fastest*(1+slack) {
 			continue
 		}
 		if pick < 0 || c.moved < cands[pick].moved ||

@@ -134,6 +134,18 @@ func (e *env) teardown() {
 		_ = run(e.t, "ip", "netns", "del", p.ns)
 	}
 	_ = run(e.t, "ip", "netns", "del", e.bridge)
+	// SHOAL_KEEP_LOGS=DIR keeps every agent's whole log there.
+	if keep := os.Getenv("SHOAL_KEEP_LOGS"); keep != "" {
+		dst := filepath.Join(keep, strings.NewReplacer("/", "_", " ", "_").Replace(e.t.Name()))
+		if err := os.MkdirAll(dst, 0o755); err == nil {
+			for _, p := range e.nodes {
+				if b, err := os.ReadFile(filepath.Join(e.dir, p.name+".log")); err == nil {
+					_ = os.WriteFile(filepath.Join(dst, p.name+".log"), b, 0o644)
+				}
+			}
+			e.t.Logf("agent logs kept in %s", dst)
+		}
+	}
 	if e.t.Failed() {
 		for _, p := range e.nodes {
 			b, _ := os.ReadFile(filepath.Join(e.dir, p.name+".log"))
