@@ -35,8 +35,9 @@ type Decision struct {
 // node it uses is still schedulable, and otherwise a plan pinned to prev's
 // surviving nodes and prev repaired (its lost members replaced, the
 // others keeping their layers); among those within ReplanSlack of the
-// fastest (RepairSlack for the repaired plan) it takes the one that moves
-// the fewest weight bytes (then the fastest). A plan
+// fastest (RepairSlack for the repaired plan) it takes one that keeps
+// prev's driver if any does, then the one that moves the fewest weight
+// bytes, then the fastest. A plan
 // that places everything as prev does keeps prev. local is the node that
 // has the model's file: it reads its shard from it and fetches nothing.
 // The plan is numbered prev.Version+1 (opts.Version without prev). Like
@@ -106,6 +107,13 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 	for _, c := range cands[1:] {
 		fastest = min(fastest, c.plan.Cost.MsPerToken)
 	}
+	// A plan that keeps the previous driver (stage 0, rank 0: it runs the
+	// model's requests, which replay on it) goes before one that moves it.
+	driver := ""
+	if placed && schedulable[driverOf(prev)] {
+		driver = driverOf(prev)
+	}
+	keepsDriver := func(c cand) bool { return driver != "" && driverOf(&c.plan) == driver }
 	pick := -1
 	for i, c := range cands {
 		slack := ReplanSlack
@@ -115,8 +123,21 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 		if c.plan.Cost.MsPerToken > fastest*(1+slack) {
 			continue
 		}
-		if pick < 0 || c.moved < cands[pick].moved ||
-			(c.moved == cands[pick].moved && c.plan.Cost.MsPerToken < cands[pick].plan.Cost.MsPerToken) {
+		if pick < 0 {
+			pick = i
+			continue
+		}
+		p := cands[pick]
+		switch {
+		case keepsDriver(c) != keepsDriver(p):
+			if keepsDriver(c) {
+				pick = i
+			}
+		case c.moved != p.moved:
+			if c.moved < p.moved {
+				pick = i
+			}
+		case c.plan.Cost.MsPerToken < p.plan.Cost.MsPerToken:
 			pick = i
 		}
 	}
@@ -138,6 +159,14 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 	d.Plan.MovedBytes = chosen.moved
 	d.Plan.Moved = describeMoves(&profile, prev, &chosen.plan, local, names)
 	return d
+}
+
+// driverOf is the node that drives p: stage 0, rank 0 of its first pool.
+func driverOf(p *Plan) string {
+	if len(p.Pools) == 0 || len(p.Pools[0].Stages) == 0 || len(p.Pools[0].Stages[0].Members) == 0 {
+		return ""
+	}
+	return p.Pools[0].Stages[0].Members[0].Node
 }
 
 // unservable is the decision when no plan fits: why (from Place's error),

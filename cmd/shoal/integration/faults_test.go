@@ -161,6 +161,9 @@ func TestFaults(t *testing.T) {
 		t.Run(ft.name, func(t *testing.T) {
 			f.refreshIDs(t, servers[1])
 			pl := f.waitServed(t, servers[1], 120*time.Second)
+			// The file is on two nodes before a fault strikes (model load
+			// copies it in the background, --replicas 2).
+			f.waitCopies(t, servers[1], 2, 60*time.Second)
 			driverDies := false
 			if ft.prepare != nil {
 				pl, driverDies = ft.prepare(t, pl)
@@ -205,6 +208,23 @@ type faultEnv struct {
 	ids map[string]string // node name -> ID
 	// drained are the nodes a fault drained, to undrain.
 	drained []string
+}
+
+// waitCopies waits until n live nodes have the model's file.
+func (f *faultEnv) waitCopies(t *testing.T, p *proc, n int, timeout time.Duration) {
+	t.Helper()
+	var ms []struct {
+		Name   string `json:"name"`
+		Copies int    `json:"copies"`
+	}
+	for deadline := time.Now().Add(timeout); ; time.Sleep(500 * time.Millisecond) {
+		if err := f.cli(p, &ms, "model", "ls"); err == nil && len(ms) == 1 && ms[0].Copies >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the model's file is not on %d live nodes after %v: %+v", n, timeout, ms)
+		}
+	}
 }
 
 // waitNewPlan waits for a served plan newer than version.
