@@ -106,19 +106,23 @@ func TestFaults(t *testing.T) {
 			return restart(p)
 		}},
 		{"kill -9 the node holding the model file", true, func(t *testing.T, pl placement) (placement, bool) {
-			// Drain the plan's other members until the file's node is in
-			// it (undrained after).
+			// Drain the plan's member until the file's node is in it, one
+			// node drained at a time (so a spare is left for the fault),
+			// undrained after.
 			n0 := f.ids[servers[0].name]
-			for range 2 {
+			for range 3 {
 				if n0 == pl.driver || slices.Contains(pl.members, n0) {
 					break
 				}
 				p := byID(pl.member())
+				for _, d := range f.drained {
+					_ = e.cli(servers[1], nil, "node", "undrain", d)
+				}
+				f.drained = []string{p.name}
 				t.Logf("draining %s to bring %s into the plan", p.name, servers[0].name)
 				if err := e.cli(servers[1], nil, "node", "drain", p.name); err != nil {
 					t.Fatal(err)
 				}
-				f.drained = append(f.drained, p.name)
 				pl = f.waitNewPlan(t, servers[1], pl.version, 120*time.Second)
 			}
 			return pl, n0 == pl.driver
