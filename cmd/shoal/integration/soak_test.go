@@ -111,6 +111,18 @@ func TestSoak(t *testing.T) {
 		before, rssWarm = events(), rss()
 	})
 	defer warm.Stop()
+	// RSS every tenth of the run, to tell warm-up from growth.
+	var samples []string
+	sampler := time.NewTicker(d / 10)
+	defer sampler.Stop()
+	go func() {
+		for range sampler.C {
+			r := rss()
+			mu.Lock()
+			samples = append(samples, fmt.Sprint(r))
+			mu.Unlock()
+		}
+	}()
 	for i := 0; i < 16; i++ {
 		wg.Add(1)
 		go func() {
@@ -189,6 +201,7 @@ func TestSoak(t *testing.T) {
 	defer mu.Unlock()
 	t.Logf("MEASURED soak %v: %d streams finished (%d [DONE], %d error events, %d bad), %d tokens, longest silence %v",
 		d, finished, done, errEv, bad, tokens.Load(), longest.Round(time.Millisecond))
+	t.Logf("MEASURED RSS (kB) every %v: %s", d/10, strings.Join(samples, " "))
 	for _, p := range problems[:min(len(problems), 20)] {
 		t.Log(p)
 	}
