@@ -25,12 +25,21 @@ func startAgent(t *testing.T) string {
 	spec := enginetest.Tiny
 	spec.Name = "tiny"
 	path := enginetest.Write(t, dir, spec)
-	a, err := node.Start(context.Background(), node.Config{
+	cfg := node.Config{
 		Name: "bench-node", DataDir: filepath.Join(dir, "data"), Bind: "127.0.0.1",
-		GossipPort: nodetest.FreeGossipPort(t), QUICPort: nodetest.FreeUDPPort(t),
 		Server: true, BootstrapExpect: 1, Token: nodetest.Secret, Version: "test", Tuning: nodetest.Tuning,
 		Models: []node.ModelConfig{{Path: path, Ctx: 4096, Threads: 2, MaxSeqs: 16}},
-	})
+	}
+	// A port picked free can be taken by another test process before the
+	// agent binds it: then pick again.
+	var a *node.Agent
+	var err error
+	for try := 0; ; try++ {
+		cfg.GossipPort, cfg.QUICPort = nodetest.FreeGossipPort(t), nodetest.FreeUDPPort(t)
+		if a, err = node.Start(context.Background(), cfg); err == nil || try == 4 || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
