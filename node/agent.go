@@ -230,7 +230,7 @@ func (a *Agent) start() error {
 		return err
 	}
 	a.fwd = a.newForwarder()
-	a.http = &http.Server{Handler: a.httpHandler(), ReadHeaderTimeout: 10 * time.Second,
+	a.http = &http.Server{Handler: a.httpHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: zapio.StdLogger(a.log.Named("http"))}
 	a.fwd.serve(a.http.Handler) // requests peers pass on take the same routes
 	if a.https != nil {

@@ -218,6 +218,9 @@ type faultEnv struct {
 	ids map[string]string // node name -> ID
 	// drained are the nodes a fault drained, to undrain.
 	drained []string
+
+	clientOnce sync.Once
+	client     *http.Client
 }
 
 // alive is a server whose agent answers the CLI (waiting up to 60 s).
@@ -371,7 +374,14 @@ func (f *faultEnv) entry(pl placement) string {
 	return f.nodes[1].ip
 }
 
+// httpClient is the clients' machine's HTTPS client, one for the test (a
+// client per request would leave every connection open on the agent).
 func (f *faultEnv) httpClient() *http.Client {
+	f.clientOnce.Do(func() { f.client = f.newHTTPClient() })
+	return f.client
+}
+
+func (f *faultEnv) newHTTPClient() *http.Client {
 	pem, err := os.ReadFile(f.ca)
 	if err != nil {
 		panic(err)
