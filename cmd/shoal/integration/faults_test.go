@@ -402,14 +402,21 @@ func (f *faultEnv) newHTTPClient() *http.Client {
 	}}
 }
 
-func (f *faultEnv) chat(host string, maxTokens int) (int, string) {
-	body := fmt.Sprintf(`{"model":"spread","messages":[{"role":"user","content":"hello"}],"max_tokens":%d}`, maxTokens)
-	req, _ := http.NewRequest("POST", "https://"+host+":7948/v1/chat/completions", strings.NewReader(body))
+// post sends a chat completion body to host's OpenAI endpoint with the
+// inference key, bounded by timeout (cancel when done with the answer).
+func (f *faultEnv) post(host, body string, timeout time.Duration) (*http.Response, context.CancelFunc, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	req, _ := http.NewRequestWithContext(ctx, "POST", "https://"+host+":7948/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+f.key)
 	req.Header.Set("Content-Type", "application/json")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	resp, err := f.httpClient().Do(req)
+	return resp, cancel, err
+}
+
+func (f *faultEnv) chat(host string, maxTokens int) (int, string) {
+	body := fmt.Sprintf(`{"model":"spread","messages":[{"role":"user","content":"hello"}],"max_tokens":%d}`, maxTokens)
+	resp, cancel, err := f.post(host, body, 30*time.Second)
 	defer cancel()
-	resp, err := f.httpClient().Do(req.WithContext(ctx))
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -442,12 +449,8 @@ func (f *faultEnv) streams(t *testing.T, host string, n, maxTokens int, inject f
 		go func() {
 			defer wg.Done()
 			body := fmt.Sprintf(`{"model":"spread","stream":true,"messages":[{"role":"user","content":"stream %d"}],"max_tokens":%d,"temperature":0.7,"seed":%d}`, i, maxTokens, i)
-			req, _ := http.NewRequest("POST", "https://"+host+":7948/v1/chat/completions", strings.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+f.key)
-			req.Header.Set("Content-Type", "application/json")
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			resp, cancel, err := f.post(host, body, 3*time.Minute)
 			defer cancel()
-			resp, err := f.httpClient().Do(req.WithContext(ctx))
 			if err != nil {
 				mu.Lock()
 				res.bad = append(res.bad, fmt.Sprintf("stream %d: %v", i, err))
