@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -99,8 +100,16 @@ func TestReplicaKeepsModelServable(t *testing.T) {
 		return mi != nil && holder(mi, "server-0") != nil && holder(mi, "server-0").NodeStatus != "alive"
 	})
 	drain("server-2", false)
+	var seen *api.ModelInfo // what server-2 said last, shown when the wait fails
+	defer func() {
+		if t.Failed() {
+			b, _ := json.MarshalIndent(seen, "", "  ")
+			t.Logf("the model as server-2 saw it last:\n%s", b)
+		}
+	}()
 	tc.Eventually(t, 60*time.Second, "the model ready on server-2 alone", func() bool {
 		mi = modelInfo(t, c, 2, "tiny")
+		seen = mi
 		if mi == nil || mi.Status != "ready" || len(mi.Shards) != 1 {
 			return false
 		}

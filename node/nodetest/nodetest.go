@@ -11,11 +11,16 @@ import (
 	"time"
 
 	"shoal/api"
+	"shoal/internal/logging"
 	"shoal/node"
 )
 
 // Secret is the bootstrap secret every cluster here shares.
 const Secret = "testcluster-bootstrap-secret"
+
+// Logs, when a test binary sets it (with logging.SetupRing), keeps the
+// agents' last log lines, which a failed test prints.
+var Logs *logging.Ring
 
 // Tuning are the short timers the harness uses.
 var Tuning = node.Tuning{
@@ -51,6 +56,14 @@ func NewWith(t testing.TB, n int, edit func(i int, c *node.Config)) *Cluster {
 	// removed only after every agent has stopped.
 	c := &Cluster{T: t, base: t.TempDir()}
 	t.Cleanup(c.StopAll)
+	if Logs != nil {
+		Logs.Lines() // what earlier tests logged
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the agents' last log lines:\n%s", strings.Join(Logs.Lines(), "\n"))
+			}
+		})
+	}
 	cfgs := make([]node.Config, n)
 	var join []string
 	for i := range cfgs {
