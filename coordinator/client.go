@@ -139,6 +139,33 @@ func (c *Client) State(ctx context.Context) (*State, error) {
 	return &st, nil
 }
 
+// LeaderState reads the leader's state, waiting for a leader as writes do
+// (LeaderWait). Unlike State it never answers from this server's own copy,
+// which may lag far behind: a server just restarted holds its last
+// snapshot until the leader contacts it. It fails when no leader answers.
+func (c *Client) LeaderState(ctx context.Context) (*State, error) {
+	var st *State
+	err := c.holdForLeader(ctx, func() error {
+		if c.srv != nil && c.srv.IsLeader() {
+			st = c.srv.FSM().State()
+			return nil
+		}
+		addr, err := c.ServerAddr()
+		if err != nil {
+			return err
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		var s State
+		if err := c.call.Call(cctx, addr, MethodState, nil, &s); err != nil {
+			return err
+		}
+		st = &s
+		return nil
+	})
+	return st, err
+}
+
 // DefaultLeaderWait is how long a write waits for a leader when the
 // cluster has none (an election is under way), as Consul holds requests.
 const DefaultLeaderWait = 7 * time.Second

@@ -144,10 +144,21 @@ func (b *admin) grantRemote(ctx context.Context, key string, scope api.Scope) (*
 func (b *admin) authorize(ctx context.Context, key string, kinds []string, viaLeader bool) (*coordinator.Token, error) {
 	var st *coordinator.State
 	var err error
-	if b.srv != nil && !viaLeader {
+	switch {
+	case b.srv != nil && !viaLeader:
 		st = b.srv.FSM().State() // servers check locally, so a dead leader cannot lock operators out
-	} else if st, err = b.cluster.State(ctx); err != nil {
-		st = coordinator.NewState() // still allow the local bootstrap secret below
+	case b.srv != nil:
+		// The key is not in this server's copy, which may lag (a server
+		// just restarted holds its last snapshot until the leader
+		// contacts it): only the leader's state can say no.
+		if st, err = b.cluster.LeaderState(ctx); err != nil {
+			return nil, &coordinator.Error{Code: http.StatusServiceUnavailable,
+				Msg: fmt.Sprintf("this server does not know the key and no leader answered to confirm it (an election may be under way; retry): %v", err)}
+		}
+	default:
+		if st, err = b.cluster.State(ctx); err != nil {
+			st = coordinator.NewState() // still allow the local bootstrap secret below
+		}
 	}
 	now := time.Now()
 	tok, err := checkToken(st, key, now, kinds...)
