@@ -301,10 +301,18 @@ func (f *faultEnv) leader(t *testing.T) string {
 	return ""
 }
 
+// refreshIDs reads the nodes' IDs from p, retrying for 30 s (an agent
+// that just joined serves HTTPS once a server signed its certificate).
 func (f *faultEnv) refreshIDs(t *testing.T, p *proc) {
 	var nodes []nodeInfo
-	if err := f.cli(p, &nodes, "node", "ls"); err != nil {
-		t.Fatal(err)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		err := f.cli(p, &nodes, "node", "ls")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
 	}
 	f.ids = map[string]string{}
 	for _, n := range nodes {
