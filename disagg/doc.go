@@ -29,4 +29,12 @@
 // Frames are versioned, bounded by MaxFrame (checked from the header
 // before anything is allocated) and checksummed (CRC-32C over header and
 // payload); the layout is documented beside the codec.
+//
+// # Leases (lease.go)
+//
+// The sender holds the blocks of a transfer under a lease from the first
+// frame until the receiver's ack, an abort, or the lease's deadline, and
+// releases them exactly once on whichever comes first. A receiver that
+// sees no end frame before its own deadline aborts the transfer and fails
+// the request or prefills locally; a transfer never hangs.
 package disagg
