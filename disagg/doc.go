@@ -6,6 +6,17 @@
 // which nodes form the pools, and how each pool splits layers and heads,
 // come from the plan (package placement); this package takes them as given.
 //
+// # Routing (policy.go)
+//
+// Decide compares, for the request's uncached prompt tokens, a local
+// prefill with a remote one whose KV streams back layer by layer while
+// later layers are still being computed, and goes remote in auto mode only
+// when that is faster by a margin and the uncached tokens reach Threshold
+// (the cost model's break-even, never below a floor of about a thousand
+// tokens, as Dynamo and TensorRT-LLM do). Pick then chooses a prefill
+// worker by cached prefix blocks and queued work, with a little randomness
+// so that simultaneous requests do not all land on one worker.
+//
 // # KV transfer (frame.go)
 //
 // A transfer moves one prompt's KV cache from the prefill members that
