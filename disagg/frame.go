@@ -69,6 +69,7 @@ const (
 	KindAck   FrameKind = 4 // the receiver imported the whole transfer (receiver → sender)
 )
 
+// String names the kind ("data", "end", "abort", "ack").
 func (k FrameKind) String() string {
 	switch k {
 	case KindData:
@@ -91,6 +92,8 @@ type DType uint8
 // F16 is IEEE binary16, little-endian.
 const F16 DType = 2
 
+// String names the dtype ("f16"; "f32" and "q8_0" for the dtypes KV
+// frames refuse).
 func (d DType) String() string {
 	switch d {
 	case 1:
@@ -217,6 +220,7 @@ func MaxPositions(heads, headDim, limit int) int {
 	return limit / DataLen(1, heads, headDim)
 }
 
+// String describes the frame in one line, for logs.
 func (f *Frame) String() string {
 	switch f.Kind {
 	case KindData:

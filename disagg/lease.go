@@ -20,6 +20,7 @@ const (
 	LeaseClosed   LeaseEnd = 4 // the table was closed (the node is stopping)
 )
 
+// String names how the lease ended ("acked", "canceled", ...).
 func (e LeaseEnd) String() string {
 	switch e {
 	case LeaseAcked:

@@ -19,6 +19,7 @@ const (
 	ModeOff              // every request prefills where it decodes
 )
 
+// String is the mode's name, as ParseMode takes it.
 func (m Mode) String() string {
 	switch m {
 	case ModeAuto:
