@@ -214,6 +214,11 @@ func (s *Session) usable() error {
 // or does not finish within the cluster's timeout, makes the session
 // unusable; the error names the member that failed when one did.
 func (s *Session) Step(ctx context.Context, b *model.Batch, rows []int) ([]float32, error) {
+	return s.run(ctx, b, rows, nil)
+}
+
+// run is Step, sending the KV to a decode session when ho is set.
+func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, ho *handoffReq) ([]float32, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.usable(); err != nil {
@@ -252,7 +257,7 @@ func (s *Session) Step(ctx context.Context, b *model.Batch, rows []int) ([]float
 	ms := lay.members()
 	s.reqs = s.reqs[:0]
 	for _, m := range ms {
-		r := stepReq{memberAddr: s.addr(m), Step: step, Chunks: chunks}
+		r := stepReq{memberAddr: s.addr(m), Step: step, Chunks: chunks, Handoff: ho}
 		if m == lay.Embedder || (m.Stage == 0 && m.Embedding) {
 			r.Tokens = b.Tokens
 		}

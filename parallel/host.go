@@ -30,6 +30,7 @@ type Host struct {
 	mu      sync.Mutex
 	members map[string]*Member
 	closed  bool
+	kv      KVLink // disaggregated prefill's KV transfers (SetKVLink)
 }
 
 // NewHost serves dist on ep. rpc is the endpoint's KindRPC server and mb
@@ -64,6 +65,20 @@ func NewHost(ep *transport.Endpoint, rpc *transport.RPCServer, mb *transport.Mai
 			return nil, badRequest(err)
 		}
 		return nil, ms.free(&req)
+	}))
+	rpc.Register(methodKVOpen, h.handle(func(ctx context.Context, ms *Member, raw json.RawMessage) (any, error) {
+		var req kvOpenReq
+		if err := json.Unmarshal(raw, &req); err != nil {
+			return nil, badRequest(err)
+		}
+		return nil, ms.kvOpen(&req)
+	}))
+	rpc.Register(methodKVWait, h.handle(func(ctx context.Context, ms *Member, raw json.RawMessage) (any, error) {
+		var req kvWaitReq
+		if err := json.Unmarshal(raw, &req); err != nil {
+			return nil, badRequest(err)
+		}
+		return nil, ms.kvWait(ctx, &req)
 	}))
 	rpc.Register(methodAbort, h.handle(func(ctx context.Context, ms *Member, raw json.RawMessage) (any, error) {
 		var req abortReq

@@ -133,6 +133,9 @@ type memberSession struct {
 	stateMu sync.Mutex
 	err     error // sticky: why the session is unusable
 
+	importMu sync.Mutex
+	imports  map[uint64]*kvImport // KV imports of disaggregated prefill, by transfer
+
 	stepMu sync.Mutex // one step (or free) at a time; held by close
 	next   uint64
 	x, emb []float32
@@ -269,6 +272,7 @@ func (s *memberSession) close() {
 	} else if s.coll != nil {
 		s.coll.close()
 	}
+	s.endImports()
 	s.stepMu.Lock()
 	defer s.stepMu.Unlock()
 	if s.runner != nil {
@@ -402,7 +406,7 @@ func (s *memberSession) run(ctx context.Context, req *stepReq, tr *traffic) erro
 		}
 	}
 	st := lay.Stages[me.Stage]
-	if err := r.Forward(b, st.Lo, st.Hi, x); err != nil {
+	if err := s.forward(ctx, req, b, st.Lo, st.Hi, x); err != nil {
 		if len(st.Members) > 1 {
 			err = fmt.Errorf("%w (tensor-parallel group: %v)", err, st.Members)
 		}
@@ -433,6 +437,49 @@ func (s *memberSession) run(ctx context.Context, req *stepReq, tr *traffic) erro
 		}
 	}
 	return nil
+}
+
+// forward runs layers [lo,hi) on the step's batch; in a handoff step, one
+// layer at a time, each layer's KV sent to the decode pool as soon as it
+// is in the cache.
+func (s *memberSession) forward(ctx context.Context, req *stepReq, b *model.Batch, lo, hi int, x []float32) error {
+	ho := req.Handoff
+	if ho == nil {
+		return s.runner.Forward(b, lo, hi, x)
+	}
+	if len(b.Chunks) != 1 {
+		return fmt.Errorf("a handoff step carries one chunk, not %d", len(b.Chunks))
+	}
+	link := s.m.h.kvLink()
+	if link == nil {
+		return errors.New("this host has no KV link to send a handoff's KV on")
+	}
+	dec, err := newLayout(s.m.cfg.Plan, ho.Pool, s.m.cfg.Addrs)
+	if err != nil {
+		return err
+	}
+	if dec.Pool == s.m.lay.Pool {
+		return fmt.Errorf("a handoff to the %q pool the step runs in", dec.Pool)
+	}
+	senders := map[int]KVSender{}
+	sender := func(i int) KVSender {
+		if senders[i] == nil {
+			senders[i] = link.Sender(ho.Base + uint64(i))
+		}
+		return senders[i]
+	}
+	var first error
+	for l := lo; l < hi && first == nil; l++ {
+		if first = s.runner.Forward(b, l, l+1, x); first == nil {
+			first = s.sendKV(ctx, sender, dec, ho, b, l)
+		}
+	}
+	for _, snd := range senders {
+		if err := snd.Close(ctx); err != nil && first == nil {
+			first = fmt.Errorf("sending the KV to the decode pool: %w", err)
+		}
+	}
+	return first
 }
 
 // fanOut runs send for every target concurrently and returns the bytes

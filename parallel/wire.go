@@ -56,6 +56,9 @@ type stepReq struct {
 	Chunks []wireChunk `json:"chunks"`
 	Tokens []int32     `json:"tokens,omitempty"`
 	Rows   []int       `json:"rows,omitempty"`
+	// Handoff, in a step of a prefill pool, sends the chunk's KV to a
+	// decode session (see Session.Handoff).
+	Handoff *handoffReq `json:"handoff,omitempty"`
 }
 
 // traffic is the payload bytes a member sent during a step.

@@ -142,3 +142,24 @@ func (s Shape) Plans(model string) Plans {
 	}
 	return ps
 }
+
+// Disagg is a plan with prefill's first pool as its prefill pool and
+// decode's as its decode pool, their nodes renamed p<node> and d<node>.
+func Disagg(prefill, decode placement.Plan) placement.Plan {
+	pool := func(p placement.Plan, role, prefix string) placement.Pool {
+		src := p.Pools[0]
+		out := placement.Pool{Role: role}
+		for _, st := range src.Stages {
+			st.Members = append([]placement.Member(nil), st.Members...)
+			for i := range st.Members {
+				st.Members[i].Node = prefix + st.Members[i].Node
+			}
+			out.Stages = append(out.Stages, st)
+		}
+		return out
+	}
+	out := decode
+	out.Strategy = "test-disagg"
+	out.Pools = []placement.Pool{pool(prefill, placement.RolePrefill, "p"), pool(decode, placement.RoleDecode, "d")}
+	return out
+}

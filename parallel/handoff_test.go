@@ -1,0 +1,346 @@
+package parallel
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"shoal/engine/enginetest"
+	"shoal/engine/kv"
+	"shoal/engine/model"
+	"shoal/placement"
+	"shoal/placement/placementtest"
+	"shoal/shard"
+)
+
+// memNet is an in-process KVLink network for the tests of the runtime's
+// side of a handoff (package disagg tests the link on kv streams).
+type memNet struct {
+	mu      sync.Mutex
+	inboxes map[string]map[uint64]*memInbox // host address -> transfer -> inbox
+	pieces  int
+	bytes   int64
+	// corrupt, when it returns true for a piece, makes the receiving
+	// inbox fail as on a corrupt frame.
+	corrupt func(p *KVPiece) bool
+}
+
+type memLink struct {
+	net  *memNet
+	addr string
+}
+
+type memInbox struct {
+	net  *memNet
+	addr string
+	id   uint64
+	ch   chan *KVPiece
+	bad  chan error
+}
+
+type memSender struct {
+	net *memNet
+	id  uint64
+}
+
+func (n *memNet) link(addr string) KVLink { return &memLink{net: n, addr: addr} }
+
+func (l *memLink) Sender(id uint64) KVSender { return &memSender{net: l.net, id: id} }
+
+func (l *memLink) Receive(id uint64) KVInbox {
+	in := &memInbox{net: l.net, addr: l.addr, id: id, ch: make(chan *KVPiece, 4096), bad: make(chan error, 1)}
+	l.net.mu.Lock()
+	defer l.net.mu.Unlock()
+	if l.net.inboxes == nil {
+		l.net.inboxes = map[string]map[uint64]*memInbox{}
+	}
+	if l.net.inboxes[l.addr] == nil {
+		l.net.inboxes[l.addr] = map[uint64]*memInbox{}
+	}
+	l.net.inboxes[l.addr][id] = in
+	return in
+}
+
+func (s *memSender) Send(ctx context.Context, addr string, p *KVPiece) error {
+	s.net.mu.Lock()
+	in := s.net.inboxes[addr][s.id]
+	if in != nil {
+		s.net.pieces++
+		s.net.bytes += int64(2 * (len(p.K) + len(p.V)))
+	}
+	s.net.mu.Unlock()
+	if in == nil {
+		return fmt.Errorf("kv transfer %d is not expected at %s", s.id, addr)
+	}
+	if s.net.corrupt != nil && s.net.corrupt(p) {
+		select {
+		case in.bad <- fmt.Errorf("kv frame: checksum mismatch (layer %d)", p.Layer):
+		default:
+		}
+		return nil
+	}
+	select {
+	case in.ch <- p:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *memSender) Close(ctx context.Context) error { return nil }
+
+func (in *memInbox) Next(ctx context.Context) (*KVPiece, error) {
+	select {
+	case err := <-in.bad:
+		return nil, err
+	case p := <-in.ch:
+		return p, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (in *memInbox) Close() {
+	in.net.mu.Lock()
+	defer in.net.mu.Unlock()
+	delete(in.net.inboxes[in.addr], in.id)
+}
+
+// pools is an in-process cluster running every pool of a plan, every host
+// on the same in-process KV network; the driver is the first host.
+type pools struct {
+	*cluster
+	net   *memNet
+	addrs map[string]string
+}
+
+func startPools(t *testing.T, path string, plan placement.Plan) *pools {
+	t.Helper()
+	cl := &cluster{}
+	t.Cleanup(cl.close)
+	p := &pools{cluster: cl, net: &memNet{}, addrs: map[string]string{}}
+	var nodes []string
+	for _, pool := range plan.Pools {
+		for _, st := range pool.Stages {
+			for _, m := range st.Members {
+				if p.addrs[m.Node] == "" {
+					ep := listen(t, m.Node)
+					cl.eps = append(cl.eps, ep)
+					h := NewHost(ep, nil, nil)
+					h.SetKVLink(p.net.link(ep.Addr().String()))
+					cl.hosts = append(cl.hosts, h)
+					p.addrs[m.Node] = ep.Addr().String()
+					nodes = append(nodes, m.Node)
+				}
+			}
+		}
+	}
+	for i, n := range nodes {
+		for _, pool := range plan.Pools {
+			only := plan
+			only.Pools = []placement.Pool{pool}
+			for _, spec := range shard.SpecsFor(only, n, "") {
+				sh, err := shard.Open(path, spec)
+				if err != nil {
+					t.Fatalf("%s: %v", n, err)
+				}
+				cl.shards = append(cl.shards, sh)
+				m, err := sh.Model()
+				if err != nil {
+					t.Fatalf("%s: %v", n, err)
+				}
+				mb, err := cl.hosts[i].AddMember(MemberConfig{Plan: plan, Pool: pool.Role, Node: n, Addrs: p.addrs, Spec: spec, Model: m, Threads: 1, CacheTokens: 128})
+				if err != nil {
+					t.Fatalf("%s (%s pool): %v", n, pool.Role, err)
+				}
+				cl.members = append(cl.members, mb)
+			}
+		}
+	}
+	return p
+}
+
+// open opens a session over the plan's pool role, driven from the first
+// host.
+func (p *pools) open(t *testing.T, plan placement.Plan, role string) (*Cluster, *Session) {
+	t.Helper()
+	c, err := p.hosts[0].NewCluster(plan, p.addrs, Options{Pool: role, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	return c, s
+}
+
+// TestHandoff (issue 22, must-show 1): every case's prompt is prefilled on
+// a prefill pool, in two chunks, while its KV streams layer by layer to a
+// decode pool that splits layers and KV heads differently; the decode pool
+// then decodes. The prompt's logits (from the prefill pool) and every
+// decode step's (from the decode pool) match a single node's within the
+// case's tolerances, and the pieces carried exactly the KV of the decode
+// pool's layers and heads. A perturbed weight on the decode side must not
+// pass.
+func TestHandoff(t *testing.T) {
+	for _, c := range enginetest.Cases(t) {
+		t.Run(c.Name, func(t *testing.T) {
+			ref := enginetest.OpenPath(t, c.Path)
+			want := enginetest.Reference(t, ref, &c)
+			ps := shapeOf(&ref.Config).Plans(c.Name)
+			combos := [][2]string{{"pp2", "tp3"}, {"tp2", "pp2xtp2"}}
+			for _, combo := range combos {
+				plan := placementtest.Disagg(ps.Get(combo[0]), ps.Get(combo[1]))
+				t.Run(combo[0]+"->"+combo[1], func(t *testing.T) {
+					m, moved, err := runHandoff(t, c.Path, plan, &c, want, ref.NVocab)
+					if err != nil {
+						t.Fatal(err)
+					}
+					kvBytes := int64(len(c.Prompt)) * int64(ref.NLayer) * int64(ref.KVDim()) * 2 * 2
+					t.Logf("HANDOFF %-16s %-15s %s; KV moved %d bytes for %d prompt tokens (%.0f B/token, the model's KV is %d B/token)",
+						c.Name, combo[0]+"->"+combo[1], m, moved, len(c.Prompt), float64(moved)/float64(len(c.Prompt)), ref.NLayer*ref.KVDim()*4)
+					if moved != kvBytes {
+						t.Errorf("the handoff moved %d bytes of KV, the prompt's KV is %d", moved, kvBytes)
+					}
+					if err := m.Check(c.Float); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			plan := placementtest.Disagg(ps.Get("pp2"), ps.Get("tp3"))
+			perturbed := enginetest.Perturb(t, c.Path, fmt.Sprintf("blk.%d.attn_output.weight", ref.NLayer-1))
+			m, _, err := runHandoff(t, perturbed, plan, &c, want, ref.NVocab)
+			if err == nil {
+				if err = m.Check(c.Float); err == nil {
+					t.Errorf("a handoff on a perturbed attn_output gives a single node's logits (%s)", m)
+				}
+			}
+		})
+	}
+}
+
+// runHandoff prefills c's prompt on plan's prefill pool in two chunks,
+// handing the KV to its decode pool, decodes there, and compares with
+// want; moved is the KV payload the pieces carried.
+func runHandoff(t *testing.T, path string, plan placement.Plan, c *enginetest.Case, want []float32, nVocab int) (enginetest.Metrics, int64, error) {
+	p := startPools(t, path, plan)
+	_, pre := p.open(t, plan, placement.RolePrefill)
+	_, dec := p.open(t, plan, placement.RoleDecode)
+	ctx := context.Background()
+	const seq = kv.SeqID(5)
+	var got []float32
+	half := max(1, len(c.Prompt)/2)
+	for _, part := range [][]int32{c.Prompt[:half], c.Prompt[half:]} {
+		if len(part) == 0 {
+			continue
+		}
+		b := model.Batch{Tokens: part, Chunks: []model.Chunk{{Seq: seq, N: len(part)}}}
+		l, err := pre.Handoff(ctx, dec, &b, allRows(len(part)))
+		if err != nil {
+			return enginetest.Metrics{}, 0, err
+		}
+		got = append(got, l...)
+	}
+	if err := pre.Free(ctx, seq); err != nil {
+		return enginetest.Metrics{}, 0, err
+	}
+	for i, tok := range c.Decode {
+		b := model.Batch{Tokens: []int32{tok}, Chunks: []model.Chunk{{Seq: seq, N: 1}}}
+		l, err := dec.Step(ctx, &b, []int{0})
+		if err != nil {
+			return enginetest.Metrics{}, 0, err
+		}
+		if b.Chunks[0].Pos != len(c.Prompt)+i {
+			t.Fatalf("decode step %d went to position %d, want %d", i, b.Chunks[0].Pos, len(c.Prompt)+i)
+		}
+		got = append(got, l...)
+	}
+	p.net.mu.Lock()
+	moved := p.net.bytes
+	p.net.mu.Unlock()
+	return enginetest.Compare(want, got, nVocab), moved, dec.Free(ctx, seq)
+}
+
+// TestHandoffFailure: a KV frame of the last layer arrives corrupt at a
+// decode member. The handoff fails with the member's error, every decode
+// member gives the positions back, the decode session stays usable, and
+// the same prompt handed off again decodes as a single node does.
+func TestHandoffFailure(t *testing.T) {
+	ref, path := openRef(t)
+	sh := shapeOf(&ref.Config)
+	ps := sh.Plans("dense")
+	plan := placementtest.Disagg(ps.Get("pp2"), ps.Get("tp2"))
+	p := startPools(t, path, plan)
+	_, pre := p.open(t, plan, placement.RolePrefill)
+	_, dec := p.open(t, plan, placement.RoleDecode)
+	ctx := context.Background()
+	prompt := []int32{1, 5, 9, 13, 17, 21, 25}
+	p.net.corrupt = func(pc *KVPiece) bool { return pc.Layer == ref.NLayer-1 }
+	const seq = kv.SeqID(2)
+	b := model.Batch{Tokens: prompt, Chunks: []model.Chunk{{Seq: seq, N: len(prompt)}}}
+	_, err := pre.Handoff(ctx, dec, &b, []int{len(prompt) - 1})
+	if err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
+		t.Fatalf("a handoff with a corrupt frame: %v", err)
+	}
+	t.Logf("the failed handoff: %v", err)
+	for _, m := range p.members {
+		if m.lay.Pool != placement.RoleDecode {
+			continue
+		}
+		m.mu.Lock()
+		for _, s := range m.sessions {
+			if n := s.runner.Cache().Len(seq); n != 0 {
+				t.Errorf("%v holds %d positions of the failed handoff", m.me, n)
+			}
+		}
+		m.mu.Unlock()
+	}
+	if err := dec.Err(); err != nil {
+		t.Fatalf("the decode session after a failed handoff: %v", err)
+	}
+	// Again, on a sound link: the prefill session starts the sequence over.
+	p.net.corrupt = nil
+	if err := pre.Free(ctx, seq); err != nil {
+		t.Fatal(err)
+	}
+	b = model.Batch{Tokens: prompt, Chunks: []model.Chunk{{Seq: seq, N: len(prompt)}}}
+	got, err := pre.Handoff(ctx, dec, &b, []int{len(prompt) - 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append([]float32(nil), got...)
+	next := []int32{30, 31, 32}
+	for _, tok := range next {
+		b := model.Batch{Tokens: []int32{tok}, Chunks: []model.Chunk{{Seq: seq, N: 1}}}
+		l, err := dec.Step(ctx, &b, []int{0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, l...)
+	}
+	r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	want, err := r.Prompt(0, prompt, []int{len(prompt) - 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append([]float32(nil), want...)
+	for _, tok := range next {
+		l, err := r.Decode(0, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, l...)
+	}
+	if m := enginetest.Compare(want, got, ref.NVocab); m.Check(false) != nil {
+		t.Fatalf("after a failed handoff and a good one: %s", m)
+	}
+}
