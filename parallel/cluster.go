@@ -214,11 +214,14 @@ func (s *Session) usable() error {
 // or does not finish within the cluster's timeout, makes the session
 // unusable; the error names the member that failed when one did.
 func (s *Session) Step(ctx context.Context, b *model.Batch, rows []int) ([]float32, error) {
-	return s.run(ctx, b, rows, nil)
+	return s.run(ctx, b, rows, nil, nil)
 }
 
 // run is Step, sending the KV to a decode session when ho is set.
-func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, ho *handoffReq) ([]float32, error) {
+// A member's failure to send the KV does not fail the step: it is
+// reported in kvErr.
+func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, ho *handoffReq, kvErr *error) ([]float32, error) {
+	var kvMu sync.Mutex
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.usable(); err != nil {
@@ -299,6 +302,13 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, ho *hando
 			return err
 		}
 		c.opt.Times.observe(m.Node, time.Since(t0))
+		if got.KVError != "" && kvErr != nil {
+			kvMu.Lock()
+			if *kvErr == nil {
+				*kvErr = fmt.Errorf("%v: %s", m, got.KVError)
+			}
+			kvMu.Unlock()
+		}
 		tr[0].Add(got.Activations)
 		tr[1].Add(got.Collectives)
 		tr[2].Add(got.Logits)
@@ -320,6 +330,10 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, ho *hando
 	c.tokens.Add(int64(n))
 	for q, p := range s.pos {
 		s.seqLen[q] = p
+	}
+	if ho != nil {
+		// Handoffs run from several goroutines: each gets its own copy.
+		return append([]float32(nil), s.logits...), nil
 	}
 	return s.logits, nil
 }

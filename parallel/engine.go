@@ -46,6 +46,8 @@ type Engine struct {
 
 	times *StepTimes // the sessions' member step times
 
+	remote remoteState // disaggregated prefill (remote.go)
+
 	mu      sync.Mutex
 	closed  bool
 	done    chan struct{}
@@ -263,6 +265,9 @@ func (e *Engine) undo(b *model.Batch, n int) {
 
 // Free releases seq on every member and in the shadow cache.
 func (e *Engine) Free(seq kv.SeqID) {
+	if e.cancelRemote(seq) {
+		return // freed when its remote prefill ends (Landed)
+	}
 	e.shadow.Free(seq)
 	delete(e.hist, seq)
 	// A failed free leaves the session unusable; the next Step reports it.

@@ -358,8 +358,12 @@ func (s *Session) Handoff(ctx context.Context, dec *Session, b *model.Batch, row
 	if err := dec.kvOpen(ctx, base, q, pos, n, budget); err != nil {
 		return nil, err
 	}
-	logits, serr := s.run(ctx, b, rows, ho)
-	werr := dec.kvWait(ctx, base, q, pos, serr != nil, budget)
+	var kvErr error
+	logits, serr := s.run(ctx, b, rows, ho, &kvErr)
+	werr := dec.kvWait(ctx, base, q, pos, serr != nil || kvErr != nil, budget)
+	if serr == nil && kvErr != nil {
+		return nil, fmt.Errorf("dist: handing the KV to the decode pool: %w (the import: %v)", kvErr, werr)
+	}
 	if serr == nil && werr != nil {
 		// Members that imported give the positions back too.
 		_ = dec.kvWait(ctx, base, q, pos, true, abortTimeout)

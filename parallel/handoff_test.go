@@ -3,6 +3,7 @@ package parallel
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"shoal/engine/model"
 	"shoal/placement"
 	"shoal/placement/placementtest"
+	"shoal/serve"
 	"shoal/shard"
 )
 
@@ -342,5 +344,135 @@ func TestHandoffFailure(t *testing.T) {
 	}
 	if m := enginetest.Compare(want, got, ref.NVocab); m.Check(false) != nil {
 		t.Fatalf("after a failed handoff and a good one: %s", m)
+	}
+}
+
+// drain reads a scheduler's events to the end.
+func drain(t *testing.T, ch <-chan serve.Event) ([]int32, serve.Event) {
+	t.Helper()
+	var toks []int32
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				t.Fatal("events ended without a final event")
+			}
+			if ev.Done {
+				return toks, ev
+			}
+			toks = append(toks, ev.Token)
+		case <-timeout:
+			t.Fatal("no final event within 60 s")
+		}
+	}
+}
+
+// TestRemotePrefillScheduler: a scheduler over an engine on a decode pool
+// sends the long prompts (8 tokens or more) to the prefill pool and
+// prefills the short ones itself, while it decodes; the greedy answers
+// equal a single node's. A prompt whose KV arrives corrupt is prefilled
+// locally instead, with the same answer. At the end no KV block is held,
+// in the engine's cache or on any member.
+func TestRemotePrefillScheduler(t *testing.T) {
+	ref, path := openRef(t)
+	ps := shapeOf(&ref.Config).Plans("dense")
+	plan := placementtest.Disagg(ps.Get("pp2"), ps.Get("tp2"))
+	p := startPools(t, path, plan)
+	_, pre := p.open(t, plan, placement.RolePrefill)
+	_, dec := p.open(t, plan, placement.RoleDecode)
+	eng, err := NewEngine(dec, 128, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	var mu sync.Mutex
+	var observed []error
+	eng.SetRemotePrefill(&RemotePrefill{Session: pre, Remote: func(n int) bool { return n >= 8 }, Chunk: 5,
+		Observe: func(n int, took time.Duration, err error) {
+			mu.Lock()
+			observed = append(observed, err)
+			mu.Unlock()
+		}})
+	eog := func(int32) bool { return false }
+	sch, err := serve.NewEngine(eng, eog, serve.Options{MaxSeqs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sch.Close()
+	r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	single, err := serve.New(r, eog, serve.Options{MaxSeqs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer single.Close()
+	prompts := [][]int32{{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8}, {2, 7, 1}, {9, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 11, 12}}
+	run := func(s *serve.Scheduler) [][]int32 {
+		chans := make([]<-chan serve.Event, len(prompts))
+		for i, pr := range prompts {
+			ch, err := s.Submit(context.Background(), serve.Request{Prompt: pr, MaxTokens: 6})
+			if err != nil {
+				t.Fatal(err)
+			}
+			chans[i] = ch
+		}
+		out := make([][]int32, len(prompts))
+		for i, ch := range chans {
+			toks, ev := drain(t, ch)
+			if ev.Err != nil || ev.Reason != "length" {
+				t.Fatalf("prompt %d ended with %q: %v", i, ev.Reason, ev.Err)
+			}
+			out[i] = toks
+		}
+		return out
+	}
+	want := run(single)
+	got := run(sch)
+	st := sch.Stats()
+	t.Logf("remote prefills %d (failed %d), single node %v, disaggregated %v", st.RemotePrefills, st.RemoteFailed, want, got)
+	for i := range want {
+		if !slices.Equal(want[i], got[i]) {
+			t.Errorf("prompt %d: disaggregated %v, single node %v", i, got[i], want[i])
+		}
+	}
+	if st.RemotePrefills != 2 || st.RemoteFailed != 0 {
+		t.Errorf("remote prefills %d (failed %d), want 2 (0)", st.RemotePrefills, st.RemoteFailed)
+	}
+
+	// The KV of the second chunk of every prompt arrives corrupt.
+	p.net.corrupt = func(pc *KVPiece) bool { return pc.Pos > 0 }
+	got = run(sch)
+	st = sch.Stats()
+	for i := range want {
+		if !slices.Equal(want[i], got[i]) {
+			t.Errorf("prompt %d after a failed handoff: %v, single node %v", i, got[i], want[i])
+		}
+	}
+	if st.RemotePrefills != 2 || st.RemoteFailed != 2 {
+		t.Errorf("remote prefills %d (failed %d), want 2 (2)", st.RemotePrefills, st.RemoteFailed)
+	}
+	mu.Lock()
+	if len(observed) != 4 || observed[2] == nil || observed[3] == nil {
+		t.Errorf("observed remote prefills: %v", observed)
+	}
+	mu.Unlock()
+	tc := 0
+	for ; eng.Cache().FreeBlocks() != eng.Cache().Config().NumBlocks && tc < 100; tc++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if free, all := eng.Cache().FreeBlocks(), eng.Cache().Config().NumBlocks; free != all {
+		t.Errorf("the engine's cache holds %d of %d blocks after every request ended", all-free, all)
+	}
+	for _, m := range p.members {
+		m.mu.Lock()
+		for _, s := range m.sessions {
+			if c := s.runner.Cache(); c.FreeBlocks() != c.Config().NumBlocks {
+				t.Errorf("%v (%s pool) holds %d blocks after every request ended", m.me, m.lay.Pool, c.Config().NumBlocks-c.FreeBlocks())
+			}
+		}
+		m.mu.Unlock()
 	}
 }

@@ -406,7 +406,7 @@ func (s *memberSession) run(ctx context.Context, req *stepReq, tr *traffic) erro
 		}
 	}
 	st := lay.Stages[me.Stage]
-	if err := s.forward(ctx, req, b, st.Lo, st.Hi, x); err != nil {
+	if err := s.forward(ctx, req, b, st.Lo, st.Hi, x, tr); err != nil {
 		if len(st.Members) > 1 {
 			err = fmt.Errorf("%w (tensor-parallel group: %v)", err, st.Members)
 		}
@@ -442,7 +442,11 @@ func (s *memberSession) run(ctx context.Context, req *stepReq, tr *traffic) erro
 // forward runs layers [lo,hi) on the step's batch; in a handoff step, one
 // layer at a time, each layer's KV sent to the decode pool as soon as it
 // is in the cache.
-func (s *memberSession) forward(ctx context.Context, req *stepReq, b *model.Batch, lo, hi int, x []float32) error {
+//
+// A KV piece that cannot be sent (the receiver gave up, the link broke)
+// stops the sending, not the layers: the step goes on and tr.KVError says
+// why the handoff failed.
+func (s *memberSession) forward(ctx context.Context, req *stepReq, b *model.Batch, lo, hi int, x []float32, tr *traffic) error {
 	ho := req.Handoff
 	if ho == nil {
 		return s.runner.Forward(b, lo, hi, x)
@@ -468,18 +472,24 @@ func (s *memberSession) forward(ctx context.Context, req *stepReq, b *model.Batc
 		}
 		return senders[i]
 	}
-	var first error
-	for l := lo; l < hi && first == nil; l++ {
-		if first = s.runner.Forward(b, l, l+1, x); first == nil {
-			first = s.sendKV(ctx, sender, dec, ho, b, l)
+	var sendErr error
+	for l := lo; l < hi; l++ {
+		if err := s.runner.Forward(b, l, l+1, x); err != nil {
+			return err
+		}
+		if sendErr == nil {
+			sendErr = s.sendKV(ctx, sender, dec, ho, b, l)
 		}
 	}
 	for _, snd := range senders {
-		if err := snd.Close(ctx); err != nil && first == nil {
-			first = fmt.Errorf("sending the KV to the decode pool: %w", err)
+		if err := snd.Close(ctx); err != nil && sendErr == nil {
+			sendErr = err
 		}
 	}
-	return first
+	if sendErr != nil {
+		tr.KVError = fmt.Sprintf("sending the KV to the decode pool: %v", sendErr)
+	}
+	return nil
 }
 
 // fanOut runs send for every target concurrently and returns the bytes

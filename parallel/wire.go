@@ -66,6 +66,9 @@ type traffic struct {
 	Activations int64 `json:"act"`
 	Collectives int64 `json:"coll"`
 	Logits      int64 `json:"logits"`
+	// KVError, in a handoff step, is why the member could not send all of
+	// its KV (it still ran its layers, so the session stays usable).
+	KVError string `json:"kv_error,omitempty"`
 }
 
 type freeReq struct {

@@ -106,6 +106,9 @@ type seq struct {
 	cached    int    // prompt positions taken from the prefix cache
 	keys      []uint64
 	published int // full blocks registered in the prefix cache
+	// remote: the prompt is being prefilled elsewhere (RemotePrefiller);
+	// local: it is prefilled here (it was not sent, or that failed).
+	remote, local bool
 }
 
 // Stats is a snapshot of the scheduler's state.
@@ -119,6 +122,11 @@ type Stats struct {
 	Steps                uint64
 	PromptTokens         uint64 // computed
 	CachedPromptTokens   uint64 // read from the prefix cache
+	// RemotePrefills counts prompts prefilled elsewhere (RemotePrefiller),
+	// RemoteFailed those of them that failed and were prefilled here, and
+	// RemotePrefilling those under way.
+	RemotePrefills, RemoteFailed uint64
+	RemotePrefilling             int
 	GeneratedTokens      uint64
 	Preemptions          uint64
 	Completed, Cancelled uint64
@@ -189,6 +197,33 @@ func (e RunnerEngine) NVocab() int                                        { retu
 // PrefixCache reports that the runner's cache holds every K and V the
 // model reads, so blocks shared through it are complete.
 func (e RunnerEngine) PrefixCache() bool { return true }
+
+// RemotePrefiller is an Engine that may prefill a prompt elsewhere (the
+// prefill pool of a disaggregated plan) while it goes on stepping the
+// other sequences.
+type RemotePrefiller interface {
+	// Prefill decides whether seq's prompt (tokens, all computed, the
+	// last one's logits returned) is prefilled elsewhere and, if so,
+	// starts that and returns true: the sequence's
+	// positions are reserved in Cache at once, and the outcome is
+	// reported by Landed, after notify was called. false: the scheduler
+	// prefills it in its own steps.
+	Prefill(seq kv.SeqID, tokens []int32, notify func()) bool
+	// Landed returns the remote prefills that finished since the last
+	// call, on the scheduler's goroutine. A result without error holds
+	// the logits of the prompt's last token and the sequence is in the
+	// cache as if its prompt had been stepped; with an error the engine
+	// has freed what the sequence held, and the scheduler prefills it
+	// itself.
+	Landed() []PrefillResult
+}
+
+// PrefillResult is the outcome of a remote prefill.
+type PrefillResult struct {
+	Seq    kv.SeqID
+	Logits []float32
+	Err    error
+}
 
 // prefixCacher is an Engine whose Cache can share blocks between sequences
 // (kv.Cache.Share); a distributed engine's cache is only a shadow of its
@@ -315,9 +350,13 @@ func (s *Scheduler) loop() {
 		}
 		if idle {
 			<-s.wake
+			s.land() // a cancelled remote prefill that ended gives its blocks back
 			continue
 		}
-		s.step()
+		if !s.step() {
+			// Every running sequence waits for a remote prefill.
+			<-s.wake
+		}
 	}
 }
 
@@ -422,14 +461,17 @@ func (s *Scheduler) publish(sq *seq) {
 // blocks are freed and it goes back to the front of the queue, to be
 // recomputed from its prompt and the tokens generated so far.
 func (s *Scheduler) preemptNewest() bool {
-	if len(s.running) <= 1 {
+	if len(s.running)-len(s.remoteSeqs()) <= 1 {
 		return false
 	}
-	newest := 0
+	newest := -1
 	for i, sq := range s.running {
-		if sq.admitted > s.running[newest].admitted {
+		if !sq.remote && (newest < 0 || sq.admitted > s.running[newest].admitted) {
 			newest = i
 		}
+	}
+	if newest < 0 {
+		return false
 	}
 	sq := s.running[newest]
 	s.running = append(s.running[:newest], s.running[newest+1:]...)
@@ -445,9 +487,13 @@ func (s *Scheduler) preemptNewest() bool {
 	return true
 }
 
-func (s *Scheduler) step() {
+// step runs one batch; false when nothing could run (every running
+// sequence waits for a remote prefill).
+func (s *Scheduler) step() bool {
 	defer s.noteRunning()
+	s.land()
 	s.admit()
+	s.sendRemote()
 	// Drop cancelled sequences first: their blocks go back to the pool now.
 	kept := s.running[:0]
 	for _, sq := range s.running {
@@ -459,7 +505,7 @@ func (s *Scheduler) step() {
 	}
 	s.running = kept
 	if len(s.running) == 0 {
-		return
+		return true
 	}
 	// Decode tokens first (oldest first), then prefill chunks in the
 	// remaining budget.
@@ -467,7 +513,7 @@ func (s *Scheduler) step() {
 	for {
 		s.buildBatch()
 		if len(s.batch.Chunks) == 0 {
-			return
+			return false
 		}
 		logits, err := s.r.Step(&s.batch, s.rows)
 		if errors.Is(err, kv.ErrFull) {
@@ -476,21 +522,126 @@ func (s *Scheduler) step() {
 			}
 			// A lone sequence that cannot grow has reached the context.
 			for _, sq := range s.running {
-				s.finish(sq, "length", nil)
+				if !sq.remote {
+					s.finish(sq, "length", nil)
+				}
 			}
-			s.running = s.running[:0]
-			return
+			s.running = s.remoteOnly()
+			return true
 		}
 		if err != nil {
 			for _, sq := range s.running {
-				s.finish(sq, "error", err)
+				if !sq.remote {
+					s.finish(sq, "error", err)
+				}
 			}
-			s.running = s.running[:0]
-			return
+			s.running = s.remoteOnly()
+			return true
 		}
 		s.afterStep(logits)
+		return true
+	}
+}
+
+// remoteSeqs lists the running sequences that wait for a remote prefill.
+func (s *Scheduler) remoteSeqs() []*seq {
+	var out []*seq
+	for _, sq := range s.running {
+		if sq.remote {
+			out = append(out, sq)
+		}
+	}
+	return out
+}
+
+// remoteOnly is the running sequences that wait for a remote prefill.
+func (s *Scheduler) remoteOnly() []*seq {
+	kept := s.running[:0]
+	for _, sq := range s.running {
+		if sq.remote {
+			kept = append(kept, sq)
+		}
+	}
+	return kept
+}
+
+// sendRemote offers the prompts not yet computed to a RemotePrefiller.
+func (s *Scheduler) sendRemote() {
+	rp, ok := s.r.(RemotePrefiller)
+	if !ok {
 		return
 	}
+	n := 0
+	for _, sq := range s.running {
+		if !sq.remote && !sq.local && sq.processed == 0 && sq.generated == 0 && len(sq.tokens) > 1 && sq.ctx.Err() == nil {
+			sq.remote = rp.Prefill(sq.id, sq.tokens, s.signal)
+			sq.local = !sq.remote
+		}
+		if sq.remote {
+			n++
+		}
+	}
+	s.statsMu.Lock()
+	s.stats.RemotePrefilling = n
+	s.statsMu.Unlock()
+}
+
+// land takes the remote prefills that finished: a sequence whose prompt
+// landed gets its first token from the logits; one whose prefill failed is
+// prefilled here.
+func (s *Scheduler) land() {
+	rp, ok := s.r.(RemotePrefiller)
+	if !ok {
+		return
+	}
+	res := rp.Landed()
+	if len(res) == 0 {
+		return
+	}
+	byID := map[kv.SeqID]*seq{}
+	for _, sq := range s.running {
+		if sq.remote {
+			byID[sq.id] = sq
+		}
+	}
+	finished := map[*seq]bool{}
+	for _, r := range res {
+		sq := byID[r.Seq]
+		if sq == nil {
+			continue // cancelled meanwhile: the engine dropped it
+		}
+		sq.remote = false
+		if r.Err != nil {
+			sq.local = true
+			s.statsMu.Lock()
+			s.stats.RemoteFailed++
+			s.statsMu.Unlock()
+			continue
+		}
+		sq.processed = len(sq.tokens)
+		s.statsMu.Lock()
+		s.stats.RemotePrefills++
+		s.stats.PromptTokens += uint64(len(sq.tokens))
+		s.statsMu.Unlock()
+		if s.emit(sq, r.Logits) {
+			finished[sq] = true
+		}
+	}
+	s.drop(finished)
+}
+
+// drop removes finished sequences from the running batch.
+func (s *Scheduler) drop(finished map[*seq]bool) {
+	if len(finished) == 0 {
+		return
+	}
+	kept := s.running[:0]
+	for _, sq := range s.running {
+		if !finished[sq] {
+			kept = append(kept, sq)
+		}
+	}
+	s.running = kept
 }
 
 func (s *Scheduler) noteRunning() {
@@ -516,6 +667,9 @@ func (s *Scheduler) buildBatch() {
 	}
 	s.prefill = s.prefill[:0]
 	for _, sq := range s.running {
+		if sq.remote {
+			continue
+		}
 		if len(sq.tokens)-sq.processed == 1 {
 			add(sq, 1)
 		} else {
@@ -567,42 +721,42 @@ func (s *Scheduler) afterStep(logits []float32) {
 	}
 	finished := map[*seq]bool{}
 	for i, sq := range s.rowSeq {
-		l := logits[i*V : (i+1)*V]
-		tok := sq.sampler.Sample(l, sq.tokens)
-		ev := Event{Token: tok}
-		if sq.req.Logprobs || sq.req.TopLogprobs > 0 {
-			ev.Logprob, ev.Top = s.logprobs(l, tok, sq.req.TopLogprobs)
-		}
-		if sq.first.IsZero() {
-			sq.first = time.Now()
-		}
-		sq.generated++
-		switch {
-		case s.eog(tok):
-			s.finish(sq, "stop", nil)
-			finished[sq] = true
-			continue
-		}
-		sq.tokens = append(sq.tokens, tok)
-		sq.out <- ev
-		if (sq.req.MaxTokens > 0 && sq.generated >= sq.req.MaxTokens) || len(sq.tokens) >= s.seqCap {
-			s.finish(sq, "length", nil)
+		if s.emit(sq, logits[i*V:(i+1)*V]) {
 			finished[sq] = true
 		}
 	}
 	s.statsMu.Lock()
 	s.stats.PromptTokens += prompt
-	s.stats.GeneratedTokens += uint64(len(s.rowSeq))
 	s.statsMu.Unlock()
-	if len(finished) > 0 {
-		kept := s.running[:0]
-		for _, sq := range s.running {
-			if !finished[sq] {
-				kept = append(kept, sq)
-			}
-		}
-		s.running = kept
+	s.drop(finished)
+}
+
+// emit samples sq's next token from the logits of its last token and sends
+// it; true when that ended the sequence.
+func (s *Scheduler) emit(sq *seq, l []float32) bool {
+	tok := sq.sampler.Sample(l, sq.tokens)
+	ev := Event{Token: tok}
+	if sq.req.Logprobs || sq.req.TopLogprobs > 0 {
+		ev.Logprob, ev.Top = s.logprobs(l, tok, sq.req.TopLogprobs)
 	}
+	if sq.first.IsZero() {
+		sq.first = time.Now()
+	}
+	sq.generated++
+	s.statsMu.Lock()
+	s.stats.GeneratedTokens++
+	s.statsMu.Unlock()
+	if s.eog(tok) {
+		s.finish(sq, "stop", nil)
+		return true
+	}
+	sq.tokens = append(sq.tokens, tok)
+	sq.out <- ev
+	if (sq.req.MaxTokens > 0 && sq.generated >= sq.req.MaxTokens) || len(sq.tokens) >= s.seqCap {
+		s.finish(sq, "length", nil)
+		return true
+	}
+	return false
 }
 
 // logprobs returns the log-probability of tok and the top n tokens.

@@ -1,0 +1,204 @@
+package parallel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"shoal/engine/kv"
+	"shoal/engine/model"
+	"shoal/serve"
+)
+
+// RemotePrefill is an engine's disaggregated prefill: a session over its
+// plan's prefill pool, and the rule that says which prompts go there.
+type RemotePrefill struct {
+	Session *Session
+	// Remote reports whether a prompt of n tokens is prefilled on the
+	// prefill pool (nil: every prompt is).
+	Remote func(n int) bool
+	// Chunk bounds the tokens of one handoff step (DefaultHandoffChunk
+	// if 0): a step must finish within the prefill session's timeout.
+	Chunk int
+	// Observe, when set, learns of every remote prefill that ended: its
+	// prompt tokens, the time it took and its error.
+	Observe func(tokens int, took time.Duration, err error)
+}
+
+// DefaultHandoffChunk is the prompt tokens of one handoff step.
+const DefaultHandoffChunk = 512
+
+// remoteJob is one prompt being prefilled on the prefill pool.
+type remoteJob struct {
+	seq       kv.SeqID
+	tokens    []int32
+	dec       *Session // the decode session it lands on
+	logits    []float32
+	err       error
+	cancelled bool
+}
+
+// remoteState is the engine's part of remote prefill.
+type remoteState struct {
+	mu      sync.Mutex
+	rp      *RemotePrefill
+	running map[kv.SeqID]*remoteJob
+	landed  []*remoteJob
+	wg      sync.WaitGroup
+}
+
+// SetRemotePrefill makes the engine prefill the prompts rp.Remote picks on
+// rp.Session, whose plan's decode pool must be the engine's (nil: every
+// prompt is prefilled in the engine's own steps). Prefills under way go on
+// with the session they started on.
+func (e *Engine) SetRemotePrefill(rp *RemotePrefill) {
+	e.remote.mu.Lock()
+	defer e.remote.mu.Unlock()
+	e.remote.rp = rp
+}
+
+var _ serve.RemotePrefiller = (*Engine)(nil)
+
+// Prefill implements serve.RemotePrefiller: it reserves the prompt's
+// positions in the shadow cache and hands its prefill to the prefill pool
+// in the background, one chunk at a time, each chunk's KV streaming to
+// the engine's current session.
+func (e *Engine) Prefill(seq kv.SeqID, tokens []int32, notify func()) bool {
+	e.remote.mu.Lock()
+	rp := e.remote.rp
+	e.remote.mu.Unlock()
+	if rp == nil || rp.Session == nil || len(tokens) == 0 || (rp.Remote != nil && !rp.Remote(len(tokens))) {
+		return false
+	}
+	if rp.Session.Err() != nil || e.s.Err() != nil {
+		return false
+	}
+	if e.shadow.Len(seq) != 0 {
+		return false
+	}
+	if _, err := e.shadow.Reserve(seq, len(tokens)); err != nil {
+		return false // no room now: prefilled here when there is
+	}
+	j := &remoteJob{seq: seq, tokens: append([]int32(nil), tokens...), dec: e.s}
+	e.remote.mu.Lock()
+	if e.remote.running == nil {
+		e.remote.running = map[kv.SeqID]*remoteJob{}
+	}
+	e.remote.running[seq] = j
+	e.remote.wg.Add(1)
+	e.remote.mu.Unlock()
+	go func() {
+		defer e.remote.wg.Done()
+		t0 := time.Now()
+		j.logits, j.err = e.handoff(rp, j)
+		if rp.Observe != nil {
+			rp.Observe(len(j.tokens), time.Since(t0), j.err)
+		}
+		e.remote.mu.Lock()
+		delete(e.remote.running, seq)
+		e.remote.landed = append(e.remote.landed, j)
+		e.remote.mu.Unlock()
+		notify()
+	}()
+	return true
+}
+
+// handoff runs j's prompt on the prefill pool in chunks and frees it there.
+func (e *Engine) handoff(rp *RemotePrefill, j *remoteJob) ([]float32, error) {
+	chunk := rp.Chunk
+	if chunk <= 0 {
+		chunk = DefaultHandoffChunk
+	}
+	ctx := context.Background()
+	pre := rp.Session
+	defer func() {
+		// The prefill pool keeps nothing of the prompt (best effort: a
+		// failed free leaves the session unusable, and it is replaced).
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_ = pre.Free(fctx, j.seq)
+		cancel()
+	}()
+	var last []float32
+	for off := 0; off < len(j.tokens); off += chunk {
+		e.remote.mu.Lock()
+		cancelled := j.cancelled
+		e.remote.mu.Unlock()
+		if cancelled {
+			return nil, errors.New("dist: the request was cancelled")
+		}
+		n := min(chunk, len(j.tokens)-off)
+		b := &model.Batch{Tokens: j.tokens[off : off+n], Chunks: []model.Chunk{{Seq: j.seq, N: n}}}
+		var rows []int
+		if off+n == len(j.tokens) {
+			rows = []int{n - 1}
+		}
+		l, err := pre.Handoff(ctx, j.dec, b, rows)
+		if err != nil {
+			return nil, fmt.Errorf("dist: prefilling %d prompt tokens on the prefill pool (from position %d): %w", n, off, err)
+		}
+		if rows != nil {
+			last = append([]float32(nil), l...)
+		}
+	}
+	return last, nil
+}
+
+// Landed implements serve.RemotePrefiller (on the scheduler's goroutine):
+// a prompt that landed on the engine's current session joins the replay
+// history; one that failed, was cancelled or landed on a session the
+// engine has since replaced is freed.
+func (e *Engine) Landed() []serve.PrefillResult {
+	e.remote.mu.Lock()
+	js := e.remote.landed
+	e.remote.landed = nil
+	e.remote.mu.Unlock()
+	var out []serve.PrefillResult
+	for _, j := range js {
+		if j.err == nil && j.dec != e.s {
+			j.err = errors.New("dist: the prompt was prefilled for a session the model no longer runs on")
+		}
+		if j.cancelled {
+			e.freeRemote(j)
+			continue
+		}
+		if j.err != nil {
+			e.freeRemote(j)
+			out = append(out, serve.PrefillResult{Seq: j.seq, Err: j.err})
+			continue
+		}
+		e.hist[j.seq] = j.tokens
+		out = append(out, serve.PrefillResult{Seq: j.seq, Logits: j.logits})
+	}
+	return out
+}
+
+// freeRemote gives back what a remote prefill that did not land holds.
+func (e *Engine) freeRemote(j *remoteJob) {
+	e.shadow.Free(j.seq)
+	if j.dec == e.s {
+		_ = e.s.Free(context.Background(), j.seq)
+	}
+}
+
+// cancelRemote marks seq's remote prefill cancelled; true when there was
+// one (Landed frees it when it ends).
+func (e *Engine) cancelRemote(seq kv.SeqID) bool {
+	e.remote.mu.Lock()
+	defer e.remote.mu.Unlock()
+	if j := e.remote.running[seq]; j != nil {
+		j.cancelled = true
+		return true
+	}
+	for _, j := range e.remote.landed {
+		if j.seq == seq {
+			j.cancelled = true
+			return true
+		}
+	}
+	return false
+}
+
+// waitRemote waits for the remote prefills under way (on Close).
+func (e *Engine) waitRemote() { e.remote.wg.Wait() }
