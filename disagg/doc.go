@@ -41,6 +41,20 @@
 // before anything is allocated) and checksummed (CRC-32C over header and
 // payload); the layout is documented beside the codec.
 //
+// # The link (link.go)
+//
+// Link implements parallel.KVLink on the node's QUIC endpoint: one kv
+// stream per (transfer, destination), opened on the first Send; pieces
+// larger than the frame limit go as several frames of whole positions.
+// The sender's Close writes each stream's end frame and waits for the
+// ack, which the receiver sends once the totals match and Next has taken
+// every piece of that stream. An inbox holds at most MaxBuffered bytes;
+// beyond that its streams stop being read and QUIC flow control slows the
+// senders. A stream for a transfer nobody registered, a corrupt frame or
+// wrong totals abort the stream with a reason (an abort frame back, an
+// error from Next); an inbox that sees nothing for IdleTimeout fails.
+// Stats counts payload and framing bytes each way.
+//
 // # Leases (lease.go)
 //
 // The sender holds the blocks of a transfer under a lease from the first
