@@ -113,23 +113,23 @@ type seq struct {
 
 // Stats is a snapshot of the scheduler's state.
 type Stats struct {
-	Waiting, Running     int
-	KVBlocksUsed         int // held by sequences
-	KVBlocksTotal        int
-	KVBlocksCached       int // registered in the prefix cache (held or idle)
-	LastBatchTokens      int
-	LastBatchSeqs        int
-	Steps                uint64
-	PromptTokens         uint64 // computed
-	CachedPromptTokens   uint64 // read from the prefix cache
+	Waiting, Running   int
+	KVBlocksUsed       int // held by sequences
+	KVBlocksTotal      int
+	KVBlocksCached     int // registered in the prefix cache (held or idle)
+	LastBatchTokens    int
+	LastBatchSeqs      int
+	Steps              uint64
+	PromptTokens       uint64 // computed
+	CachedPromptTokens uint64 // read from the prefix cache
 	// RemotePrefills counts prompts prefilled elsewhere (RemotePrefiller),
 	// RemoteFailed those of them that failed and were prefilled here, and
 	// RemotePrefilling those under way.
 	RemotePrefills, RemoteFailed uint64
 	RemotePrefilling             int
-	GeneratedTokens      uint64
-	Preemptions          uint64
-	Completed, Cancelled uint64
+	GeneratedTokens              uint64
+	Preemptions                  uint64
+	Completed, Cancelled         uint64
 }
 
 // Scheduler runs sequences on one runner holding the whole model.
