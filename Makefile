@@ -67,7 +67,7 @@ test-integration:
 
 SOAK ?= 10m
 soak:
-	SHOAL_SOAK=$(SOAK) $(GO) test -tags integration -count=1 -v -timeout 60m -run TestSoak ./cmd/shoal/integration/ | grep -E 'MEASURED|^(---|===|ok|FAIL|PASS)|_test.go'
+	SHOAL_SOAK=$(SOAK) SOAK_STRICT=1 $(GO) test -tags integration -count=1 -v -timeout 60m -run TestSoak ./cmd/shoal/integration/ | grep -E 'MEASURED|^(---|===|ok|FAIL|PASS)|_test.go'
 
 # Streams through every fault of issue #21 (kill -9, SIGSTOP, join, drain)
 # on agents in network namespaces; prints what survived (root). It runs in
