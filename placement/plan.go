@@ -93,6 +93,13 @@ func Place(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options) (
 	if profile.FFNDim > 0 && (profile.FFNUnit <= 0 || profile.FFNDim%profile.FFNUnit != 0) {
 		return Plan{}, fmt.Errorf("placement: FFN unit %d does not divide the FFN size %d", profile.FFNUnit, profile.FFNDim)
 	}
+	prefill, decode, why, err := disaggPools(nodes, o)
+	if err != nil {
+		return Plan{}, err
+	}
+	if len(prefill) > 0 {
+		return placeDisagg(profile, prefill, decode, links, o, why+" ("+poolNames(prefill)+" | "+poolNames(decode)+")")
+	}
 	eligible, skipped, err := eligibleNodes(nodes, o)
 	if err != nil {
 		return Plan{}, err

@@ -25,7 +25,16 @@ type Node struct {
 	MemFree  uint64  `json:"mem_free"` // bytes the node can give to models
 	GFLOPS   float64 `json:"gflops"`   // measured matmul throughput, all cores
 	MemGBps  float64 `json:"mem_gbps"` // measured memory bandwidth
+	// Serves is the pool the operator pinned the node to (shoal agent
+	// --role): ServesPrefill, ServesDecode, or "" for either.
+	Serves string `json:"serves,omitempty"`
 }
+
+// Pool pins of a node (Node.Serves).
+const (
+	ServesPrefill = "prefill"
+	ServesDecode  = "decode"
+)
 
 // Schedulable reports whether the planner may place anything on n: alive
 // and not draining. (A suspect node gets nothing new either.)
@@ -99,6 +108,9 @@ type Options struct {
 	Pin []string
 	// Exclude lists nodes never to use.
 	Exclude []string
+	// Disagg says whether prompts are prefilled on a separate pool of
+	// nodes (DisaggAuto if ""): see PlaceDisagg.
+	Disagg string
 	// Context is the KV cache length per sequence in tokens (4096 if 0);
 	// Batch is the number of sequences decoded together (1 if 0).
 	Context int
