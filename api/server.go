@@ -130,6 +130,11 @@ func Handler(b Backend) http.Handler {
 		if req.Strategy == "auto" {
 			req.Strategy = ""
 		}
+		switch req.Disagg {
+		case "", "auto", "on", "off":
+		default:
+			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("disagg %q: want auto, on or off", req.Disagg)}
+		}
 		return b.LoadModel(r.Context(), req)
 	}))
 	mux.HandleFunc("DELETE /v1/cluster/models/{name}", h.auth(func(r *http.Request) (any, error) {

@@ -52,6 +52,7 @@ type Capabilities struct {
 	GFLOPS   float64 `json:"gflops"`   // float32 matmul, all cores
 	MemGBps  float64 `json:"mem_gbps"` // memory copy bandwidth
 	Accel    string  `json:"accel,omitempty"`
+	Serves   string  `json:"serves,omitempty"` // pinned pool: prefill, decode, or empty for either
 }
 
 // Schedulable reports whether new placements may use the node.
@@ -180,6 +181,11 @@ type LoadModelRequest struct {
 	// stage) or "tensor" (one tensor-parallel group); empty or "auto"
 	// lets it choose.
 	Strategy string `json:"strategy,omitempty"`
+	// Disagg says whether prompts are prefilled on a separate pool of
+	// nodes that hands the KV cache to the decode pool: "auto" (when
+	// operators pinned nodes to prefill with shoal agent --role prefill),
+	// "on", or "off" (empty: auto).
+	Disagg string `json:"disagg,omitempty"`
 	// Replicas is how many live nodes should have the whole file: the
 	// node that loads it and Replicas-1 nodes that copy it in the
 	// background once it is hashed, when they have the disk (2 when 0;

@@ -62,7 +62,7 @@ func planSignature(st *State, m *Model) string {
 	if cur := st.Models[m.Name]; cur != nil {
 		status = cur.Status
 	}
-	sig := fmt.Sprintf("%s|%s|%d|%d|%s", nodeSignature(st), m.Digest, m.Ctx, m.Overhead, status)
+	sig := fmt.Sprintf("%s|%s|%d|%d|%s|%s", nodeSignature(st), m.Digest, m.Ctx, m.Overhead, status, m.Disagg)
 	if p := st.Plans[m.Name]; p != nil {
 		sig += fmt.Sprintf("|v%d", p.Version)
 	}
@@ -73,7 +73,7 @@ func planSignature(st *State, m *Model) string {
 func nodeSignature(st *State) string {
 	var b strings.Builder
 	for _, n := range st.SortedNodes() {
-		fmt.Fprintf(&b, "%s:%s:%t:%d:%g:%g;", n.ID, n.Status, n.Draining, n.Caps.MemFree, n.Caps.GFLOPS, n.Caps.MemGBps)
+		fmt.Fprintf(&b, "%s:%s:%t:%d:%g:%g:%s;", n.ID, n.Status, n.Draining, n.Caps.MemFree, n.Caps.GFLOPS, n.Caps.MemGBps, n.Caps.Serves)
 	}
 	return b.String()
 }
@@ -104,7 +104,7 @@ func PlacementNodes(st *State, except string) []placement.Node {
 		}
 		out = append(out, placement.Node{
 			ID: n.ID, Name: n.Name, Status: placement.Status(n.Status), Draining: n.Draining,
-			MemFree: free, GFLOPS: n.Caps.GFLOPS, MemGBps: n.Caps.MemGBps,
+			MemFree: free, GFLOPS: n.Caps.GFLOPS, MemGBps: n.Caps.MemGBps, Serves: n.Caps.Serves,
 		})
 	}
 	return out
@@ -114,7 +114,7 @@ func PlacementNodes(st *State, except string) []placement.Node {
 // decision: the new plan, or the model unservable (and its old plan
 // released), then the model's status.
 func (s *Server) planModel(st *State, m *Model, prev *placement.Plan) error {
-	opts := placement.Options{Context: m.Ctx, Batch: m.MaxSeqs, Overhead: m.Overhead, Strategy: placement.Strategy(m.Strategy), Pin: m.Pin}
+	opts := placement.Options{Context: m.Ctx, Batch: m.MaxSeqs, Overhead: m.Overhead, Strategy: placement.Strategy(m.Strategy), Pin: m.Pin, Disagg: m.Disagg}
 	profile := *m.Profile
 	profile.Name = m.Name
 	d := placement.Replan(profile, PlacementNodes(st, m.Name), LinkMatrix(st), opts, prev, m.SourceNode)

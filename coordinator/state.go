@@ -33,6 +33,9 @@ type Capabilities struct {
 	GFLOPS   float64 `json:"gflops"`   // float32 matmul, all cores
 	MemGBps  float64 `json:"mem_gbps"` // memory copy bandwidth
 	Accel    string  `json:"accel,omitempty"`
+	// Serves is the pool the operator pinned the node to (shoal agent
+	// --role): placement.ServesPrefill, ServesDecode, or "" for either.
+	Serves string `json:"serves,omitempty"`
 }
 
 // Node is one machine of the cluster.
@@ -115,6 +118,8 @@ type Model struct {
 	// Strategy forces the planner's strategy (placement.Pipeline or
 	// placement.Tensor); empty lets it choose.
 	Strategy string `json:"strategy,omitempty"`
+	// Disagg is placement.Options.Disagg: auto, on or off ("" is auto).
+	Disagg string `json:"disagg,omitempty"`
 	// Pin, when set, is the exact set of nodes the plan uses: a model
 	// given to an agent with --model is pinned to that agent's node.
 	Pin []string `json:"pin,omitempty"`

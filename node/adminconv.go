@@ -10,7 +10,7 @@ import (
 // state into them.
 
 func apiCaps(c coordinator.Capabilities) api.Capabilities {
-	return api.Capabilities{MemTotal: c.MemTotal, MemFree: c.MemFree, Cores: c.Cores, GFLOPS: c.GFLOPS, MemGBps: c.MemGBps, Accel: c.Accel}
+	return api.Capabilities{MemTotal: c.MemTotal, MemFree: c.MemFree, Cores: c.Cores, GFLOPS: c.GFLOPS, MemGBps: c.MemGBps, Accel: c.Accel, Serves: c.Serves}
 }
 
 func apiNode(n *coordinator.Node) *api.Node {

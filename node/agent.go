@@ -98,6 +98,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.caps = ProbeCapabilities(cfg.DataDir, cfg.Version, cfg.Tuning.ProbeDuration.or(300*time.Millisecond))
+	a.caps.Serves = cfg.Serves
 	if l := cfg.MemoryLimit; l > 0 {
 		// Advertise no more than the operator allows models to use.
 		a.caps.MemTotal, a.caps.MemFree = min(a.caps.MemTotal, l), min(a.caps.MemFree, l)
@@ -159,7 +160,7 @@ func (a *Agent) start() error {
 	m := meta{
 		Name: a.cfg.Name, Role: a.role, Version: a.cfg.Version,
 		QUIC: a.ep.Addr().Port, HTTP: a.httpLn.Addr().(*net.TCPAddr).Port, Expect: a.cfg.BootstrapExpect,
-		Mem: a.caps.MemTotal, Free: a.caps.MemFree, Cores: a.caps.Cores, GFLOPS: a.caps.GFLOPS, GBps: a.caps.MemGBps, Accel: a.caps.Accel,
+		Mem: a.caps.MemTotal, Free: a.caps.MemFree, Cores: a.caps.Cores, GFLOPS: a.caps.GFLOPS, GBps: a.caps.MemGBps, Accel: a.caps.Accel, Serves: a.caps.Serves,
 	}
 	mb, err := m.encode()
 	if err != nil {

@@ -36,6 +36,9 @@ type Config struct {
 	// MemoryLimit caps the memory this node advertises to the planner, in
 	// bytes (0: what the machine has free).
 	MemoryLimit uint64 `json:"memory_limit"`
+	// Serves pins the node to a pool of disaggregated plans: "prefill",
+	// "decode", or "" for either (shoal agent --role).
+	Serves string `json:"serves,omitempty"`
 	// DiskLimit caps the disk the copies of model files this node keeps
 	// for the cluster (--replicas) may take, in bytes (0: the free disk).
 	DiskLimit uint64 `json:"disk_limit"`
@@ -118,6 +121,13 @@ func (c *Config) Validate() error {
 	}
 	if c.Bind != "" && net.ParseIP(c.Bind) == nil {
 		return fmt.Errorf("--bind %q is not an IP address", c.Bind)
+	}
+	switch c.Serves {
+	case "", "both":
+		c.Serves = ""
+	case "prefill", "decode":
+	default:
+		return fmt.Errorf("--role %q: want prefill, decode or both", c.Serves)
 	}
 	if c.Advertise != "" && net.ParseIP(c.Advertise) == nil {
 		return fmt.Errorf("--advertise %q is not an IP address", c.Advertise)

@@ -35,6 +35,7 @@ type meta struct {
 	GFLOPS  float64 `json:"g"`
 	GBps    float64 `json:"b"`
 	Accel   string  `json:"a,omitempty"`
+	Serves  string  `json:"sv,omitempty"` // the pool the operator pinned the node to
 }
 
 func (m *meta) encode() ([]byte, error) {
@@ -179,7 +180,7 @@ func memberOf(n *memberlist.Node, st coordinator.NodeStatus) coordinator.Member 
 	mb := coordinator.Member{
 		ID: n.Name, Name: m.Name, Role: m.Role, Version: m.Version, Status: st, Expect: m.Expect,
 		Addr: net.JoinHostPort(ip, strconv.Itoa(int(n.Port))),
-		Caps: coordinator.Capabilities{MemTotal: m.Mem, MemFree: m.Free, Cores: m.Cores, GFLOPS: m.GFLOPS, MemGBps: m.GBps, Accel: m.Accel},
+		Caps: coordinator.Capabilities{MemTotal: m.Mem, MemFree: m.Free, Cores: m.Cores, GFLOPS: m.GFLOPS, MemGBps: m.GBps, Accel: m.Accel, Serves: m.Serves},
 	}
 	if m.QUIC > 0 {
 		mb.RPCAddr = net.JoinHostPort(ip, strconv.Itoa(m.QUIC))

@@ -167,6 +167,7 @@ Precedence: flag, environment, config file.`,
 	f.StringVar(&cfg.Token, "token", "", "bootstrap secret shared by the first servers, or a join token")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "certificate (PEM, chain first to last) the API serves HTTPS with, instead of one the cluster's HTTPS CA signs")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "private key (PEM) of --tls-cert")
+	f.StringVar(&cfg.Serves, "role", "", "pin this node to a pool of disaggregated plans: prefill (computes prompts, streams their KV cache to decode nodes), decode, or both (default both; see 'shoal model load --disagg')")
 	f.BoolVar(&insecureHTTP, "insecure-http", false, "serve the API over plain HTTP even on a network address (keys and prompts cross in clear)")
 	return cmd
 }
@@ -217,6 +218,7 @@ func mergeAgentFlags(fs *pflag.FlagSet, flags, out *node.Config) error {
 		}, func() { out.Server = flags.Server }},
 		{"token", str(&out.Token), func() { out.Token = flags.Token }},
 		{"tls-cert", str(&out.TLSCert), func() { out.TLSCert = flags.TLSCert }},
+		{"role", str(&out.Serves), func() { out.Serves = flags.Serves }},
 		{"tls-key", str(&out.TLSKey), func() { out.TLSKey = flags.TLSKey }},
 		{"insecure-http", func(s string) error {
 			v, err := strconv.ParseBool(s)
