@@ -19,6 +19,7 @@ import (
 	"shoal/api"
 	"shoal/api/openai"
 	"shoal/coordinator"
+	"shoal/disagg"
 	"shoal/internal/zapio"
 	"shoal/parallel"
 	"shoal/shard"
@@ -61,6 +62,8 @@ type Agent struct {
 	copies  *replicator    // the copies of model files this node keeps for the cluster
 
 	par *parallel.Reconciler // members and drivers of the plans this node is in
+	// kvLink carries disaggregated prefill's KV caches (kv streams).
+	kvLink *disagg.Link
 
 	models   *openai.StaticBackend // models this agent serves (the OpenAI endpoint's backend)
 	pub      *publisher            // puts the models this node drives into models
@@ -324,6 +327,9 @@ func (a *Agent) close(graceful bool) {
 		}
 		if a.par != nil {
 			a.par.Close() // the drivers end their requests before the endpoint closes
+			if a.kvLink != nil {
+				a.kvLink.Close()
+			}
 		}
 		if a.srv != nil {
 			if err := a.srv.Shutdown(); err != nil {

@@ -134,6 +134,7 @@ func planView(st *coordinator.State, info func(*coordinator.State, *coordinator.
 			pm.Threads = mc.Threads
 		}
 		pm.Queue = m.Queue
+		pm.Prefill = prefillRule(st, m, p)
 		if n := st.Nodes[parallel.DriverOf(p)]; n != nil {
 			pm.DriverHTTP = n.HTTPAddr
 		}

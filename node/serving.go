@@ -197,6 +197,11 @@ var (
 	descLeader    = prometheus.NewDesc("shoal_raft_leader", "1 if this agent is the Raft leader.", nil, nil)
 	descMembers   = prometheus.NewDesc("shoal_gossip_members", "Gossip members by state as this agent sees them.", []string{"state"}, nil)
 	descRaftKnown = prometheus.NewDesc("shoal_raft_leader_known", "1 if this agent knows a Raft leader.", nil, nil)
+	descRemote    = prometheus.NewDesc("shoal_remote_prefills_total", "Prompts of a disaggregated plan prefilled on its prefill pool, by outcome (ok; failed: then prefilled by the decode pool).", []string{"model", "outcome"}, nil)
+	descRemoteTok = prometheus.NewDesc("shoal_remote_prefill_tokens_total", "Prompt tokens prefilled on the prefill pool.", []string{"model"}, nil)
+	descRemoteSec = prometheus.NewDesc("shoal_remote_prefill_seconds_total", "Time the remote prefills that ended well took, KV transfer included.", []string{"model"}, nil)
+	descRemoteRun = prometheus.NewDesc("shoal_remote_prefills_running", "Remote prefills under way.", []string{"model"}, nil)
+	descKVLink    = prometheus.NewDesc("shoal_kv_link_bytes_total", "KV cache bytes this node's kv streams carried, by direction and kind (payload, framing).", []string{"direction", "kind"}, nil)
 )
 
 // agentCollector reads live state at scrape time.
@@ -204,7 +209,7 @@ type agentCollector struct{ a *Agent }
 
 func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descQueue, descRunning, descKVUsed, descKVFree, descBatch, descSteps, descPreempt, descKVCached, descPrefixHit,
-		descReplays, descReplayLag, descMemberMs, descLeader, descMembers, descRaftKnown} {
+		descReplays, descReplayLag, descMemberMs, descLeader, descMembers, descRaftKnown, descRemote, descRemoteTok, descRemoteSec, descRemoteRun, descKVLink} {
 		ch <- d
 	}
 }
@@ -215,6 +220,13 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 		collectScheduler(ch, name, sc)
 		collectEngine(ch, name, eng)
 	})
+	if a.kvLink != nil {
+		ls := a.kvLink.Stats()
+		ch <- prometheus.MustNewConstMetric(descKVLink, prometheus.CounterValue, float64(ls.SentPayload), "sent", "payload")
+		ch <- prometheus.MustNewConstMetric(descKVLink, prometheus.CounterValue, float64(ls.SentFraming), "sent", "framing")
+		ch <- prometheus.MustNewConstMetric(descKVLink, prometheus.CounterValue, float64(ls.RecvPayload), "received", "payload")
+		ch <- prometheus.MustNewConstMetric(descKVLink, prometheus.CounterValue, float64(ls.RecvFraming), "received", "framing")
+	}
 	leader, known := 0.0, 0.0
 	if a.srv != nil {
 		if a.srv.IsLeader() {
@@ -265,6 +277,12 @@ func collectEngine(ch chan<- prometheus.Metric, n string, eng *parallel.Engine) 
 	if eng == nil {
 		return
 	}
+	rs := eng.RemoteStats()
+	ch <- prometheus.MustNewConstMetric(descRemote, prometheus.CounterValue, float64(rs.Prefills), n, "ok")
+	ch <- prometheus.MustNewConstMetric(descRemote, prometheus.CounterValue, float64(rs.Failed), n, "failed")
+	ch <- prometheus.MustNewConstMetric(descRemoteTok, prometheus.CounterValue, float64(rs.Tokens), n)
+	ch <- prometheus.MustNewConstMetric(descRemoteSec, prometheus.CounterValue, rs.Seconds, n)
+	ch <- prometheus.MustNewConstMetric(descRemoteRun, prometheus.GaugeValue, float64(rs.Running), n)
 	for _, m := range eng.MemberSteps() {
 		buckets := make(map[float64]uint64, len(parallel.StepBuckets))
 		for i, b := range parallel.StepBuckets {

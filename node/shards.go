@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"shoal/coordinator"
+	"shoal/disagg"
 	"shoal/parallel"
 	"shoal/serve"
 	"shoal/shard"
@@ -29,8 +30,13 @@ func (a *Agent) startServing() {
 	})
 	a.copies = newReplicator(a.id, a.cfg.DataDir, a.files, peers{a.ep}, a.cfg.DiskLimit, a.log.Named("copies"))
 	a.copies.report = a.reportHolder
+	host := parallel.NewHost(a.ep, a.rpc, transport.NewMailbox(a.ep, transport.MailboxOptions{}))
+	// Disaggregated plans stream prompts' KV caches between the pools'
+	// members on the endpoint's kv streams.
+	a.kvLink = disagg.NewLink(a.ep, disagg.LinkOptions{Logger: a.log.Named("kv")})
+	host.SetKVLink(a.kvLink)
 	a.par = parallel.NewReconciler(parallel.ReconcilerConfig{
-		Host: parallel.NewHost(a.ep, a.rpc, transport.NewMailbox(a.ep, transport.MailboxOptions{})), Node: a.id, Shards: a.shards, Publisher: a.pub,
+		Host: host, Node: a.id, Shards: a.shards, Publisher: a.pub,
 		Threads: a.cfg.Threads, StepTimeout: a.cfg.Tuning.DistStep.or(parallel.DefaultStepTimeout), Log: a.log,
 	})
 	a.admin.runner = clusterRuns{par: a.par, driver: a.cfg.Name}

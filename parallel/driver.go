@@ -28,6 +28,10 @@ type driver struct {
 	cluster *Cluster
 	sess    *Session
 	eng     *Engine
+	// prefill is the session over the plan's prefill pool (nil for a
+	// plan without one); rule says which prompts go there.
+	prefill *Session
+	rule    func(n int) bool
 	runner  *model.Runner // a plan of this node alone
 	times   StepTimes     // the member step times of every session
 	pub     bool          // published
@@ -72,7 +76,8 @@ func (r *Reconciler) startDriver(pm *PlannedModel) (*driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &driver{name: pm.Name, version: pm.Plan.Version, plan: pm.Plan, addrs: pm.Addrs, names: pm.Names, ctx: CacheTokens(&pm.Plan), meta: meta}
+	d := &driver{name: pm.Name, version: pm.Plan.Version, plan: pm.Plan, addrs: pm.Addrs, names: pm.Names, ctx: CacheTokens(&pm.Plan), meta: meta,
+		rule: pm.Prefill}
 	ok := false
 	defer func() {
 		if !ok {
@@ -128,7 +133,46 @@ func (r *Reconciler) startSession(d *driver) error {
 		r.wakeUp()
 		return fmt.Errorf("model %s runs across nodes and a step failed (it is served again once every node of its plan answers, or the cluster has re-planned): %w", d.name, err)
 	}
+	r.openPrefill(d)
 	return nil
+}
+
+// openPrefill opens a session over the prefill pool of d's plan, when it
+// has one, and gives it to d's engine with the plan's routing rule. A
+// failure is logged: prompts are then prefilled by the decode pool, and
+// the next reconcile tries again.
+func (r *Reconciler) openPrefill(d *driver) {
+	v := d.view()
+	if !v.plan.Disaggregated() || d.eng == nil {
+		return
+	}
+	if d.prefill != nil && d.prefill.Err() == nil && d.prefill.c.lay.Version == v.version {
+		return
+	}
+	old := d.prefill
+	d.prefill = nil
+	c, err := r.cfg.Host.NewCluster(v.plan, v.addrs, Options{Pool: placement.RolePrefill, Timeout: r.cfg.StepTimeout, Times: &d.times})
+	var s *Session
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		s, err = c.Open(ctx)
+		cancel()
+	}
+	if err != nil {
+		d.eng.SetRemotePrefill(nil)
+		r.log.Info("prefill pool not reachable; the decode pool prefills every prompt meanwhile", zap.String("model", d.name), zap.Error(err))
+	} else {
+		d.prefill = s
+		d.eng.SetRemotePrefill(&RemotePrefill{Session: s, Remote: d.rule})
+		r.log.Info("prefill pool ready: long prompts are prefilled there", zap.String("model", d.name), zap.Uint64("version", v.version))
+	}
+	if old != nil {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = old.Close(ctx)
+			cancel()
+		}()
+	}
 }
 
 // canMove tells whether d can go on over pm's plan on a new session, its
@@ -169,6 +213,8 @@ func (r *Reconciler) moveDriver(d *driver, pm *PlannedModel) error {
 	d.mu.Lock()
 	d.version, d.plan, d.addrs, d.names, d.cluster, d.failed = pm.Plan.Version, pm.Plan, pm.Addrs, pm.Names, c, nil
 	d.mu.Unlock()
+	d.rule = pm.Prefill
+	r.openPrefill(d)
 	r.mu.Lock()
 	delete(r.logged, d.name)
 	r.mu.Unlock()
@@ -245,6 +291,11 @@ func (r *Reconciler) stopDriver(d *driver) {
 	if d.sess != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = d.sess.Close(ctx)
+		cancel()
+	}
+	if d.prefill != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = d.prefill.Close(ctx)
 		cancel()
 	}
 	if d.meta != nil {

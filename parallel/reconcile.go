@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,6 +70,9 @@ type PlannedModel struct {
 	// Queue is how many requests may wait for one of the plan's Batch
 	// running places (0: the publisher's default).
 	Queue int
+	// Prefill, for a plan with a prefill pool, says which prompts (by
+	// their tokens) the driver prefills there (nil: every prompt).
+	Prefill func(n int) bool
 }
 
 // ShardSource is what the node holds: shards ready to run and the model's
@@ -260,6 +264,9 @@ func (r *Reconciler) reconcileDriver(pm *PlannedModel) {
 	r.mu.Lock()
 	d := r.drivers[name]
 	r.mu.Unlock()
+	if d != nil && d.version == pm.Plan.Version && d.err() == nil {
+		r.openPrefill(d) // again, when the prefill pool's session failed
+	}
 	if d != nil && (d.version != pm.Plan.Version || d.err() != nil) && r.canMove(d, pm) {
 		if !pm.Ready {
 			return // the engine waits (ReplayWait) for the new plan's shards
@@ -309,32 +316,40 @@ func (r *Reconciler) reconcileMembers(planned map[string]*PlannedModel) {
 		if pm == nil || pm.Plan.Version != s.Version {
 			continue
 		}
-		keep[s.Key] = true
-		r.mu.Lock()
-		old := r.members[s.Key]
-		r.mu.Unlock()
-		if old != nil && old.version == s.Version {
-			continue
+		// A shard runs a member in every pool of the plan that gives the
+		// node that part (a disaggregated plan has two pools).
+		for _, pool := range poolsOf(&pm.Plan, r.cfg.Node, pm.Addrs, s.Spec) {
+			key := s.Key
+			if len(pm.Plan.Pools) > 1 {
+				key += "@" + pool
+			}
+			keep[key] = true
+			r.mu.Lock()
+			old := r.members[key]
+			r.mu.Unlock()
+			if old != nil && old.version == s.Version {
+				continue
+			}
+			if old != nil {
+				r.DropMember(key)
+			}
+			mdl, err := r.shardModelFor(s)
+			if err != nil {
+				r.log.Warn("shard cannot run", zap.String("model", s.Model), zap.Error(err))
+				continue
+			}
+			m, err := r.cfg.Host.AddMember(MemberConfig{Plan: pm.Plan, Pool: pool, Node: r.cfg.Node, Addrs: pm.Addrs, Spec: s.Spec,
+				Model: mdl, Threads: r.threads(pm), CacheTokens: poolCacheTokens(&pm.Plan, pool)})
+			if err != nil {
+				r.log.Warn("shard cannot join its plan", zap.String("model", s.Model), zap.Uint64("version", s.Version), zap.String("pool", pool), zap.Error(err))
+				continue
+			}
+			r.mu.Lock()
+			r.members[key] = &runMember{version: s.Version, m: m}
+			r.mu.Unlock()
+			r.log.Info("shard serving its plan", zap.String("model", s.Model), zap.Uint64("version", s.Version), zap.String("pool", pool),
+				zap.Int("lo", s.Spec.Lo), zap.Int("hi", s.Spec.Hi), zap.Int("tp_rank", s.Spec.TPRank), zap.Int("tp_size", s.Spec.TPSize))
 		}
-		if old != nil {
-			r.DropMember(s.Key)
-		}
-		mdl, err := s.Shard.Model()
-		if err != nil {
-			r.log.Warn("shard cannot run", zap.String("model", s.Model), zap.Error(err))
-			continue
-		}
-		m, err := r.cfg.Host.AddMember(MemberConfig{Plan: pm.Plan, Node: r.cfg.Node, Addrs: pm.Addrs, Spec: s.Spec,
-			Model: mdl, Threads: r.threads(pm), CacheTokens: CacheTokens(&pm.Plan)})
-		if err != nil {
-			r.log.Warn("shard cannot join its plan", zap.String("model", s.Model), zap.Uint64("version", s.Version), zap.Error(err))
-			continue
-		}
-		r.mu.Lock()
-		r.members[s.Key] = &runMember{version: s.Version, m: m}
-		r.mu.Unlock()
-		r.log.Info("shard serving its plan", zap.String("model", s.Model), zap.Uint64("version", s.Version),
-			zap.Int("lo", s.Spec.Lo), zap.Int("hi", s.Spec.Hi), zap.Int("tp_rank", s.Spec.TPRank), zap.Int("tp_size", s.Spec.TPSize))
 	}
 	r.mu.Lock()
 	var drop []string
@@ -347,6 +362,51 @@ func (r *Reconciler) reconcileMembers(planned map[string]*PlannedModel) {
 	for _, key := range drop {
 		r.DropMember(key)
 	}
+}
+
+// poolsOf lists the roles of the plan's pools in which node runs the part
+// spec describes ("" for a plan of one pool).
+func poolsOf(p *placement.Plan, node string, addrs map[string]string, spec shard.ShardSpec) []string {
+	if len(p.Pools) <= 1 {
+		return []string{""}
+	}
+	var out []string
+	for _, pool := range p.Pools {
+		lay, err := newLayout(*p, pool.Role, addrs)
+		if err != nil {
+			continue
+		}
+		if m, err := lay.locate(node, spec.Lo, spec.Hi, spec.TPRank); err == nil && lay.checkSpec(m, spec) == nil {
+			out = append(out, pool.Role)
+		}
+	}
+	return out
+}
+
+// poolCacheTokens is the KV capacity of a member of pool: the plan's
+// (CacheTokens), or the context of one prompt in a prefill pool.
+func poolCacheTokens(p *placement.Plan, pool string) int {
+	if pool == placement.RolePrefill {
+		if p.Context > 0 {
+			return p.Context
+		}
+		return placement.DefaultContext
+	}
+	return CacheTokens(p)
+}
+
+// shardModelFor is the loaded model of a shard: one load serves the
+// members of both pools.
+func (r *Reconciler) shardModelFor(s shard.Ready) (*model.Model, error) {
+	r.mu.Lock()
+	for key, rm := range r.members {
+		if (key == s.Key || strings.HasPrefix(key, s.Key+"@")) && rm.version == s.Version {
+			r.mu.Unlock()
+			return rm.m.cfg.Model, nil
+		}
+	}
+	r.mu.Unlock()
+	return s.Shard.Model()
 }
 
 // DropMember closes the member running shard key (waiting for its steps);

@@ -47,6 +47,27 @@ type remoteState struct {
 	running map[kv.SeqID]*remoteJob
 	landed  []*remoteJob
 	wg      sync.WaitGroup
+	// serial runs one prompt at a time on the prefill pool, which holds
+	// KV for one prompt (its steps would serialize on the session anyway).
+	serial sync.Mutex
+	stats  RemoteStats
+}
+
+// RemoteStats counts an engine's remote prefills.
+type RemoteStats struct {
+	Prefills, Failed uint64  // ended well, ended in an error (then prefilled locally)
+	Tokens           uint64  // prompt tokens of the prefills that ended well
+	Seconds          float64 // their total time, queueing for the prefill pool included
+	Running          int     // under way
+}
+
+// RemoteStats returns the engine's remote prefill counters.
+func (e *Engine) RemoteStats() RemoteStats {
+	e.remote.mu.Lock()
+	defer e.remote.mu.Unlock()
+	st := e.remote.stats
+	st.Running = len(e.remote.running)
+	return st
 }
 
 // SetRemotePrefill makes the engine prefill the prompts rp.Remote picks on
@@ -99,6 +120,13 @@ func (e *Engine) Prefill(seq kv.SeqID, tokens []int32, notify func()) bool {
 		e.remote.mu.Lock()
 		delete(e.remote.running, seq)
 		e.remote.landed = append(e.remote.landed, j)
+		if j.err == nil {
+			e.remote.stats.Prefills++
+			e.remote.stats.Tokens += uint64(len(j.tokens))
+			e.remote.stats.Seconds += time.Since(t0).Seconds()
+		} else {
+			e.remote.stats.Failed++
+		}
 		e.remote.mu.Unlock()
 		notify()
 	}()
@@ -113,6 +141,8 @@ func (e *Engine) handoff(rp *RemotePrefill, j *remoteJob) ([]float32, error) {
 	}
 	ctx := context.Background()
 	pre := rp.Session
+	e.remote.serial.Lock()
+	defer e.remote.serial.Unlock()
 	defer func() {
 		// The prefill pool keeps nothing of the prompt (best effort: a
 		// failed free leaves the session unusable, and it is replaced).

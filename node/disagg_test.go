@@ -1,0 +1,97 @@
+package node_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"shoal/api"
+	"shoal/node"
+	tc "shoal/node/nodetest"
+)
+
+// TestDisaggregatedServing (issue 22): with one agent pinned to prefill
+// (--role prefill) and a model loaded with --disagg on, the plan has a
+// decode pool and a prefill pool on that agent alone (placement show says
+// so); chat completions through any agent prefill there, the KV streams to
+// the decode pool over the kv link, and the greedy answers equal those of
+// the same file loaded without disaggregation. The driver's metrics count
+// the remote prefills, the prefill agent's the KV bytes it sent.
+func TestDisaggregatedServing(t *testing.T) {
+	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) {
+		if i == 2 {
+			cfg.Serves = "prefill"
+		}
+	})
+	waitHealthy(t, c, 0, 3, 3, 20*time.Second)
+	path := writeModel(t)
+	for _, req := range []api.LoadModelRequest{
+		{Path: path, Name: "split", Ctx: 256, Disagg: "on"},
+		{Path: path, Name: "plain", Ctx: 256, Disagg: "off"},
+	} {
+		if _, err := c.Client(0, "").LoadModel(ctx(t), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc.Eventually(t, 60*time.Second, "both models ready", func() bool {
+		a, b := modelInfo(t, c, 0, "split"), modelInfo(t, c, 0, "plain")
+		return a != nil && b != nil && a.Status == "ready" && b.Status == "ready"
+	})
+	p, err := c.Client(0, "").Placement(ctx(t), "split")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools := map[string][]string{}
+	for _, st := range p.Stages {
+		for _, m := range st.Members {
+			pools[st.Pool] = append(pools[st.Pool], m.NodeName)
+		}
+	}
+	t.Logf("plan v%d %s: %v", p.Version, p.Strategy, pools)
+	if len(pools["prefill"]) != 1 || pools["prefill"][0] != "server-2" || len(pools["decode"]) == 0 || strings.Contains(strings.Join(pools["decode"], ","), "server-2") {
+		t.Fatalf("pools %v: want server-2 alone prefilling, the others decoding", pools)
+	}
+	driver := -1
+	for i, m := range c.Members {
+		if m.Cfg.Name == p.Stages[0].Members[0].NodeName {
+			driver = i
+		}
+	}
+	answer := func(model string, via int) string {
+		body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"tell me about the sea and the shore"}],"max_tokens":8,"temperature":0}`, model)
+		var code int
+		var out string
+		tc.Eventually(t, 30*time.Second, "a completion of "+model, func() bool {
+			code, out = post(t, "http://"+c.Members[via].Agent.HTTPAddr()+"/v1/chat/completions", body)
+			return code == 200
+		})
+		var r struct {
+			Choices []struct {
+				Message struct{ Content string } `json:"message"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.Choices) != 1 {
+			t.Fatalf("%s: %v %s", model, err, out)
+		}
+		return r.Choices[0].Message.Content
+	}
+	want := answer("plain", 0)
+	for via := range c.Members {
+		if got := answer("split", via); got != want {
+			t.Errorf("through %s the disaggregated model answers %q, the plain one %q", c.Members[via].Cfg.Name, got, want)
+		}
+	}
+	page := get(t, "http://"+c.Members[driver].Agent.HTTPAddr()+"/metrics")
+	ok, _ := metric(page, `shoal_remote_prefills_total{model="split",outcome="ok"}`)
+	failed, _ := metric(page, `shoal_remote_prefills_total{model="split",outcome="failed"}`)
+	if ok < 3 || failed != 0 {
+		t.Errorf("the driver (%s) counted %v remote prefills and %v failed, want 3 and 0", c.Members[driver].Cfg.Name, ok, failed)
+	}
+	sent, _ := metric(get(t, "http://"+c.Members[2].Agent.HTTPAddr()+"/metrics"), `shoal_kv_link_bytes_total{direction="sent",kind="payload"}`)
+	t.Logf("remote prefills %v (failed %v); the prefill agent sent %v bytes of KV", ok, failed, sent)
+	if sent <= 0 {
+		t.Error("the prefill agent sent no KV bytes")
+	}
+}

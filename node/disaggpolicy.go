@@ -1,0 +1,68 @@
+package node
+
+import (
+	"shoal/coordinator"
+	"shoal/disagg"
+	"shoal/placement"
+)
+
+// prefillRule is the routing rule of a disaggregated plan (nil for one
+// that is not): disagg.Decide over the cost model the state gives: the
+// model's KV per token, each pool's measured compute, the link the state
+// measured between the two pools' drivers. With --disagg on every prompt
+// goes to the prefill pool.
+func prefillRule(st *coordinator.State, m *coordinator.Model, p *placement.Plan) func(n int) bool {
+	pre, dec := p.Pool(placement.RolePrefill), p.Pool(placement.RoleDecode)
+	if pre == nil || dec == nil || m.Profile == nil {
+		return nil
+	}
+	mode, err := disagg.ParseMode(m.Disagg)
+	if err != nil {
+		mode = disagg.ModeAuto
+	}
+	cm := costModel(st, m.Profile, pre, dec)
+	return func(n int) bool { return disagg.Decide(n, cm, mode).Remote }
+}
+
+// costModel builds the routing cost model of a plan's pools.
+func costModel(st *coordinator.State, prof *placement.ModelProfile, pre, dec *placement.Pool) disagg.CostModel {
+	var flops float64 // per token, every layer and the output
+	for _, l := range prof.Layers {
+		flops += l.AttnFLOPs + l.FFNFLOPs + float64(prof.NExpertUsed)*l.ExpertFLOPs + l.FixedFLOPs
+	}
+	flops += 2 * float64(prof.NEmbd) * float64(prof.NVocab)
+	rate := func(pool *placement.Pool) float64 {
+		// Prefill runs the stages one after the other: the pool's rate
+		// is bounded by its slowest stage's share of the work.
+		worst := 0.0
+		for _, stg := range pool.Stages {
+			g := 0.0
+			for _, mb := range stg.Members {
+				if n := st.Nodes[mb.Node]; n != nil {
+					g += n.Caps.GFLOPS
+				}
+			}
+			share := float64(stg.Hi-stg.Lo) / float64(max(prof.NLayer, 1))
+			if g <= 0 || share <= 0 {
+				continue
+			}
+			t := share * flops / (g * 1e9) // seconds per token in this stage
+			worst = max(worst, t)
+		}
+		if worst == 0 {
+			return 0
+		}
+		return 1 / worst
+	}
+	lm := coordinator.LinkMatrix(st)
+	from, to := pre.Stages[0].Members[0].Node, dec.Stages[0].Members[0].Node
+	link := lm.Get(from, to)
+	return disagg.CostModel{
+		KVBytesPerToken:        int(prof.KVBytesPerToken) * prof.NLayer,
+		Layers:                 prof.NLayer,
+		LocalPrefillTokPerSec:  rate(dec),
+		RemotePrefillTokPerSec: rate(pre),
+		LinkGbit:               link.Gbit,
+		LinkLatencyMs:          2 * link.LatencyMs,
+	}
+}
