@@ -373,6 +373,9 @@ func printPlacement(w io.Writer, p *api.PlacementInfo) {
 			stage, layers := "", ""
 			if i == 0 {
 				stage, layers = strconv.Itoa(st.Index), fmt.Sprintf("[%d,%d)", st.Lo, st.Hi)
+				if st.Pool == "prefill" || st.Pool == "decode" {
+					stage = st.Pool + " " + stage // a disaggregated plan's pools
+				}
 			}
 			var holds []string
 			if m.Embedding {
