@@ -271,9 +271,10 @@ func (s *memberSession) endImports() {
 	}
 }
 
-// sendKV sends the KV of layer l of the step's one chunk to every decode
-// member holding that layer and some of this member's heads.
-func (s *memberSession) sendKV(ctx context.Context, sender func(i int) KVSender, dec *layout, ho *handoffReq, b *model.Batch, l int) error {
+// exportKV copies the KV of layer l of the step's one chunk for every
+// decode member holding that layer and some of this member's heads, and
+// hands each piece to send with the member's index and address.
+func (s *memberSession) exportKV(dec *layout, ho *handoffReq, b *model.Batch, l int, send func(i int, addr string, p *KVPiece)) error {
 	r := s.runner
 	hlo, hhi := kvHeads(r)
 	D := r.Model().HeadDim
@@ -293,10 +294,7 @@ func (s *memberSession) sendKV(ctx context.Context, sender func(i int) KVSender,
 		if err := r.Cache().ExportRange(c.Seq, l, c.Pos, c.N, a-hlo, z-hlo, D, k, v); err != nil {
 			return err
 		}
-		p := &KVPiece{Layer: l, Pos: ho.Pos, N: c.N, HeadLo: a, HeadHi: z, HeadDim: D, K: k, V: v}
-		if err := sender(i).Send(ctx, dm.Addr, p); err != nil {
-			return fmt.Errorf("sending layer %d's KV to %v: %w", l, dm, err)
-		}
+		send(i, dm.Addr, &KVPiece{Layer: l, Pos: ho.Pos, N: c.N, HeadLo: a, HeadHi: z, HeadDim: D, K: k, V: v})
 	}
 	return nil
 }

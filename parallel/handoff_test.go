@@ -26,8 +26,12 @@ type memNet struct {
 	pieces  int
 	bytes   int64
 	// corrupt, when it returns true for a piece, makes the receiving
-	// inbox fail as on a corrupt frame.
+	// inbox fail as on a corrupt frame; stall makes its Send block until
+	// the sender's context ends (a link that stopped moving), and tells
+	// stalled of it.
 	corrupt func(p *KVPiece) bool
+	stall   func(p *KVPiece) bool
+	stalled chan struct{}
 }
 
 type memLink struct {
@@ -76,6 +80,16 @@ func (s *memSender) Send(ctx context.Context, addr string, p *KVPiece) error {
 	s.net.mu.Unlock()
 	if in == nil {
 		return fmt.Errorf("kv transfer %d is not expected at %s", s.id, addr)
+	}
+	if s.net.stall != nil && s.net.stall(p) {
+		if s.net.stalled != nil {
+			select {
+			case s.net.stalled <- struct{}{}:
+			default:
+			}
+		}
+		<-ctx.Done()
+		return ctx.Err()
 	}
 	if s.net.corrupt != nil && s.net.corrupt(p) {
 		select {
@@ -168,8 +182,13 @@ func startPools(t *testing.T, path string, plan placement.Plan) *pools {
 // open opens a session over the plan's pool role, driven from the first
 // host.
 func (p *pools) open(t *testing.T, plan placement.Plan, role string) (*Cluster, *Session) {
+	return p.openTimeout(t, plan, role, 10*time.Second)
+}
+
+// openTimeout is open with the given step timeout.
+func (p *pools) openTimeout(t *testing.T, plan placement.Plan, role string, timeout time.Duration) (*Cluster, *Session) {
 	t.Helper()
-	c, err := p.hosts[0].NewCluster(plan, p.addrs, Options{Pool: role, Timeout: 10 * time.Second})
+	c, err := p.hosts[0].NewCluster(plan, p.addrs, Options{Pool: role, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,4 +494,133 @@ func TestRemotePrefillScheduler(t *testing.T) {
 		}
 		m.mu.Unlock()
 	}
+}
+
+// TestRemotePrefillFaults (issue 22, must-show 3): the KV stream stalls
+// past the step deadline, then the prefill pool's node goes away in the
+// middle of a transfer. Each time the request completes with a single
+// node's answer (the decode pool prefills it instead), nothing waits past
+// the deadlines, and no KV block stays held on any member or in the
+// engine's cache.
+func TestRemotePrefillFaults(t *testing.T) {
+	ref, path := openRef(t)
+	ps := shapeOf(&ref.Config).Plans("dense")
+	plan := placementtest.Disagg(ps.Get("pp2"), ps.Get("tp2"))
+	p := startPools(t, path, plan)
+	const timeout = time.Second
+	_, pre := p.openTimeout(t, plan, placement.RolePrefill, timeout)
+	_, dec := p.openTimeout(t, plan, placement.RoleDecode, timeout)
+	eng, err := NewEngine(dec, 128, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	eng.SetRemotePrefill(&RemotePrefill{Session: pre, Chunk: 4})
+	eog := func(int32) bool { return false }
+	sch, err := serve.NewEngine(eng, eog, serve.Options{MaxSeqs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sch.Close()
+	r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	single, err := serve.New(r, eog, serve.Options{MaxSeqs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer single.Close()
+	prompt := []int32{4, 8, 15, 16, 23, 42, 7, 9, 11, 13}
+	ask := func(s *serve.Scheduler) ([]int32, time.Duration) {
+		t0 := time.Now()
+		ch, err := s.Submit(context.Background(), serve.Request{Prompt: prompt, MaxTokens: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks, ev := drain(t, ch)
+		if ev.Err != nil || ev.Reason != "length" {
+			t.Fatalf("ended with %q: %v", ev.Reason, ev.Err)
+		}
+		return toks, time.Since(t0)
+	}
+	want, _ := ask(single)
+	held := func(when string) {
+		t.Helper()
+		for range 100 {
+			if eng.Cache().FreeBlocks() == eng.Cache().Config().NumBlocks {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if free, all := eng.Cache().FreeBlocks(), eng.Cache().Config().NumBlocks; free != all {
+			t.Errorf("%s: the engine's cache holds %d of %d blocks", when, all-free, all)
+		}
+		for _, m := range p.members {
+			m.mu.Lock()
+			for _, s := range m.sessions {
+				if s.runner == nil {
+					continue
+				}
+				if c := s.runner.Cache(); c.FreeBlocks() != c.Config().NumBlocks {
+					t.Errorf("%s: %v (%s pool) holds %d blocks", when, m.me, m.lay.Pool, c.Config().NumBlocks-c.FreeBlocks())
+				}
+			}
+			m.mu.Unlock()
+		}
+	}
+
+	// The KV of the second chunk stops moving.
+	p.net.stall = func(pc *KVPiece) bool { return pc.Pos > 0 }
+	got, took := ask(sch)
+	st := sch.Stats()
+	t.Logf("stalled KV stream: answered in %v, remote prefills %d failed %d", took.Round(time.Millisecond), st.RemotePrefills, st.RemoteFailed)
+	if !slices.Equal(got, want) {
+		t.Errorf("after a stalled transfer: %v, single node %v", got, want)
+	}
+	if st.RemoteFailed != 1 || took > 5*timeout {
+		t.Errorf("a stalled transfer: %d failed remote prefills, answered in %v", st.RemoteFailed, took)
+	}
+	if err := pre.Err(); err != nil {
+		t.Errorf("a stalled transfer made the prefill session unusable: %v", err)
+	}
+	held("after a stalled transfer")
+
+	// The prefill pool's last stage goes away in the middle of a transfer.
+	p.net.stall = func(pc *KVPiece) bool { return pc.Pos > 0 }
+	p.net.stalled = make(chan struct{}, 1)
+	var victim *Member
+	for _, m := range p.members {
+		if m.lay.Pool == placement.RolePrefill && m.me.Stage == 1 {
+			victim = m
+		}
+	}
+	go func() {
+		<-p.net.stalled
+		victim.Close()
+	}()
+	got, took = ask(sch)
+	st = sch.Stats()
+	t.Logf("prefill member gone mid-transfer: answered in %v, remote prefills %d failed %d; prefill session: %v", took.Round(time.Millisecond), st.RemotePrefills, st.RemoteFailed, pre.Err())
+	if !slices.Equal(got, want) {
+		t.Errorf("after the prefill member died: %v, single node %v", got, want)
+	}
+	if st.RemoteFailed != 2 || took > 5*timeout {
+		t.Errorf("a dead prefill member: %d failed remote prefills, answered in %v", st.RemoteFailed, took)
+	}
+	// The prefill session is unusable now: its owner closes it (the
+	// driver opens another at its next reconcile), which frees what the
+	// surviving prefill member held; prompts are prefilled locally
+	// meanwhile.
+	if err := pre.Err(); err == nil {
+		t.Error("the prefill session is usable after its member died")
+	}
+	_ = pre.Close(context.Background())
+	held("after the prefill member died")
+	p.net.stall = nil
+	got, _ = ask(sch)
+	if !slices.Equal(got, want) || sch.Stats().RemoteFailed != 2 || sch.Stats().RemotePrefills != 0 {
+		t.Errorf("with the prefill pool gone: %v (want %v), stats %+v", got, want, sch.Stats())
+	}
+	held("at the end")
 }

@@ -406,12 +406,16 @@ func (s *memberSession) run(ctx context.Context, req *stepReq, tr *traffic) erro
 		}
 	}
 	st := lay.Stages[me.Stage]
-	if err := s.forward(ctx, req, b, st.Lo, st.Hi, x, tr); err != nil {
+	kvDone, err := s.forward(ctx, req, b, st.Lo, st.Hi, x)
+	if err != nil {
 		if len(st.Members) > 1 {
 			err = fmt.Errorf("%w (tensor-parallel group: %v)", err, st.Members)
 		}
 		return err
 	}
+	// A handoff's KV goes on streaming while the hidden state and the
+	// logits go out; the step ends once it is sent (or failed to be).
+	defer func() { kvDone(tr) }()
 	if me.Stage+1 < len(lay.Stages) && me.Rank == 0 {
 		sent, err := fanOut(ctx, lay.Stages[me.Stage+1].Members, func(t memberRef) (int64, error) {
 			return sendRows(ctx, m.h.mb, t.Addr, req.Step, tagHidden(s.id, me.Stage+1), s.act, n, E, x)
@@ -439,57 +443,79 @@ func (s *memberSession) run(ctx context.Context, req *stepReq, tr *traffic) erro
 	return nil
 }
 
-// forward runs layers [lo,hi) on the step's batch; in a handoff step, one
-// layer at a time, each layer's KV sent to the decode pool as soon as it
-// is in the cache.
-//
-// A KV piece that cannot be sent (the receiver gave up, the link broke)
-// stops the sending, not the layers: the step goes on and tr.KVError says
-// why the handoff failed.
-func (s *memberSession) forward(ctx context.Context, req *stepReq, b *model.Batch, lo, hi int, x []float32, tr *traffic) error {
+// forward runs layers [lo,hi) on the step's batch. In a handoff step it
+// runs them one at a time and queues each layer's KV, as soon as it is in
+// the cache, for a goroutine that sends it to the decode pool while the
+// next layers compute; done waits for that goroutine (bounded by ctx) and
+// closes the transfer's senders. A piece that cannot be sent (the receiver
+// gave up, the link broke or stalled past the step's deadline) stops the
+// sending, not the step: done sets tr.KVError, and the session stays
+// usable.
+func (s *memberSession) forward(ctx context.Context, req *stepReq, b *model.Batch, lo, hi int, x []float32) (done func(tr *traffic), err error) {
 	ho := req.Handoff
 	if ho == nil {
-		return s.runner.Forward(b, lo, hi, x)
+		return func(*traffic) {}, s.runner.Forward(b, lo, hi, x)
 	}
 	if len(b.Chunks) != 1 {
-		return fmt.Errorf("a handoff step carries one chunk, not %d", len(b.Chunks))
+		return nil, fmt.Errorf("a handoff step carries one chunk, not %d", len(b.Chunks))
 	}
 	link := s.m.h.kvLink()
 	if link == nil {
-		return errors.New("this host has no KV link to send a handoff's KV on")
+		return nil, errors.New("this host has no KV link to send a handoff's KV on")
 	}
 	dec, err := newLayout(s.m.cfg.Plan, ho.Pool, s.m.cfg.Addrs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if dec.Pool == s.m.lay.Pool {
-		return fmt.Errorf("a handoff to the %q pool the step runs in", dec.Pool)
+		return nil, fmt.Errorf("a handoff to the %q pool the step runs in", dec.Pool)
 	}
-	senders := map[int]KVSender{}
-	sender := func(i int) KVSender {
-		if senders[i] == nil {
-			senders[i] = link.Sender(ho.Base + uint64(i))
-		}
-		return senders[i]
+	type piece struct {
+		i    int
+		addr string
+		p    *KVPiece
 	}
+	q := make(chan piece, (hi-lo)*len(dec.members())+1)
 	var sendErr error
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		senders := map[int]KVSender{}
+		for pc := range q {
+			if sendErr != nil {
+				continue // drain: the transfer failed
+			}
+			if senders[pc.i] == nil {
+				senders[pc.i] = link.Sender(ho.Base + uint64(pc.i))
+			}
+			if err := senders[pc.i].Send(ctx, pc.addr, pc.p); err != nil {
+				sendErr = fmt.Errorf("sending layer %d's KV to %s: %w", pc.p.Layer, pc.addr, err)
+			}
+		}
+		for _, snd := range senders {
+			if err := snd.Close(ctx); err != nil && sendErr == nil {
+				sendErr = err
+			}
+		}
+	}()
+	done = func(tr *traffic) {
+		<-sent
+		if sendErr != nil {
+			tr.KVError = fmt.Sprintf("sending the KV to the decode pool: %v", sendErr)
+		}
+	}
 	for l := lo; l < hi; l++ {
-		if err := s.runner.Forward(b, l, l+1, x); err != nil {
-			return err
+		if err := s.runner.Forward(b, l, l+1, x); err == nil {
+			err = s.exportKV(dec, ho, b, l, func(i int, addr string, p *KVPiece) { q <- piece{i, addr, p} })
 		}
-		if sendErr == nil {
-			sendErr = s.sendKV(ctx, sender, dec, ho, b, l)
-		}
-	}
-	for _, snd := range senders {
-		if err := snd.Close(ctx); err != nil && sendErr == nil {
-			sendErr = err
+		if err != nil {
+			close(q)
+			<-sent
+			return nil, err
 		}
 	}
-	if sendErr != nil {
-		tr.KVError = fmt.Sprintf("sending the KV to the decode pool: %v", sendErr)
-	}
-	return nil
+	close(q)
+	return done, nil
 }
 
 // fanOut runs send for every target concurrently and returns the bytes
