@@ -507,7 +507,7 @@ func TestRemotePrefillFaults(t *testing.T) {
 	ps := shapeOf(&ref.Config).Plans("dense")
 	plan := placementtest.Disagg(ps.Get("pp2"), ps.Get("tp2"))
 	p := startPools(t, path, plan)
-	const timeout = time.Second
+	const timeout = 2 * time.Second // a step; short, so the stalls end soon, and enough for -race under load
 	_, pre := p.openTimeout(t, plan, placement.RolePrefill, timeout)
 	_, dec := p.openTimeout(t, plan, placement.RoleDecode, timeout)
 	eng, err := NewEngine(dec, 128, 0)
