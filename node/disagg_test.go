@@ -59,6 +59,7 @@ func TestDisaggregatedServing(t *testing.T) {
 			driver = i
 		}
 	}
+	prompted := 0 // prompt tokens of the disaggregated model's requests
 	answer := func(model string, via int) string {
 		body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"tell me about the sea and the shore"}],"max_tokens":8,"temperature":0}`, model)
 		var code int
@@ -71,9 +72,15 @@ func TestDisaggregatedServing(t *testing.T) {
 			Choices []struct {
 				Message struct{ Content string } `json:"message"`
 			} `json:"choices"`
+			Usage struct {
+				Prompt int `json:"prompt_tokens"`
+			} `json:"usage"`
 		}
 		if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.Choices) != 1 {
 			t.Fatalf("%s: %v %s", model, err, out)
+		}
+		if model == "split" {
+			prompted += r.Usage.Prompt
 		}
 		return r.Choices[0].Message.Content
 	}
@@ -89,9 +96,17 @@ func TestDisaggregatedServing(t *testing.T) {
 	if ok < 3 || failed != 0 {
 		t.Errorf("the driver (%s) counted %v remote prefills and %v failed, want 3 and 0", c.Members[driver].Cfg.Name, ok, failed)
 	}
-	sent, _ := metric(get(t, "http://"+c.Members[2].Agent.HTTPAddr()+"/metrics"), `shoal_kv_link_bytes_total{direction="sent",kind="payload"}`)
-	t.Logf("remote prefills %v (failed %v); the prefill agent sent %v bytes of KV", ok, failed, sent)
-	if sent <= 0 {
-		t.Error("the prefill agent sent no KV bytes")
+	pre := get(t, "http://"+c.Members[2].Agent.HTTPAddr()+"/metrics")
+	sent, _ := metric(pre, `shoal_kv_link_bytes_total{direction="sent",kind="payload"}`)
+	framing, _ := metric(pre, `shoal_kv_link_bytes_total{direction="sent",kind="framing"}`)
+	// The tiny model's KV: 2 layers x 4 KV heads x 16 dims, K and V, F16.
+	const kvPerToken = 2 * 4 * 16 * 2 * 2
+	t.Logf("remote prefills %v (failed %v); the prefill agent sent %v bytes of KV and %v of framing for %d prompt tokens: %.1f B/token (the model's KV is %d), framing %.2f%%",
+		ok, failed, sent, framing, prompted, (sent+framing)/float64(prompted), kvPerToken, 100*framing/sent)
+	if int(sent) != prompted*kvPerToken {
+		t.Errorf("the prefill agent sent %v bytes of KV for %d prompt tokens, want %d", sent, prompted, prompted*kvPerToken)
+	}
+	if framing <= 0 || framing > 0.03*sent {
+		t.Errorf("framing %v bytes on %v of KV: want some, under 3%%", framing, sent)
 	}
 }
