@@ -109,4 +109,35 @@ func TestDisaggregatedServing(t *testing.T) {
 	if framing <= 0 || framing > 0.03*sent {
 		t.Errorf("framing %v bytes on %v of KV: want some, under 3%%", framing, sent)
 	}
+
+	// The prefill agent dies: requests are still answered (the decode pool
+	// prefills them until the leader's new plan has a prefill pool again),
+	// with the same answer.
+	c.Stop(2, false)
+	killed := time.Now()
+	for i := range 3 {
+		t0 := time.Now()
+		if got := answer("split", 0); got != want {
+			t.Errorf("after the prefill agent died, request %d answers %q, want %q", i, got, want)
+		}
+		t.Logf("request %d after the prefill agent died: %v", i, time.Since(t0).Round(time.Millisecond))
+	}
+	tc.Eventually(t, 60*time.Second, "a new plan without server-2", func() bool {
+		p, err := c.Client(0, "").Placement(ctx(t), "split")
+		if err != nil || p.Status != "ready" {
+			return false
+		}
+		for _, st := range p.Stages {
+			for _, m := range st.Members {
+				if m.NodeName == "server-2" {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	t.Logf("re-planned without the prefill agent %v after it died", time.Since(killed).Round(time.Millisecond))
+	if got := answer("split", 1); got != want {
+		t.Errorf("on the new plan: %q, want %q", got, want)
+	}
 }
