@@ -140,4 +140,21 @@ func TestDisaggregatedServing(t *testing.T) {
 	if got := answer("split", 1); got != want {
 		t.Errorf("on the new plan: %q, want %q", got, want)
 	}
+	// Every request ended: the driver's KV gauge is back to zero.
+	drivers := 0
+	for i, m := range c.Members {
+		if m.Agent == nil {
+			continue
+		}
+		page := get(t, "http://"+m.Agent.HTTPAddr()+"/metrics")
+		if used, ok := metric(page, `shoal_kv_blocks_used{model="split"}`); ok {
+			drivers++
+			if used != 0 {
+				t.Errorf("%s: %v KV blocks of the model still used after every request ended", c.Members[i].Cfg.Name, used)
+			}
+		}
+	}
+	if drivers != 1 {
+		t.Errorf("%d agents report the model's KV gauge, want its one driver", drivers)
+	}
 }
