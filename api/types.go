@@ -236,6 +236,7 @@ type ModelInfo struct {
 type ShardInfo struct {
 	Node      string  `json:"node"`
 	NodeName  string  `json:"node_name"`
+	Pool      string  `json:"pool,omitempty"` // prefill or decode in a disaggregated plan
 	Lo        int     `json:"lo"`
 	Hi        int     `json:"hi"`
 	State     string  `json:"state"` // pending (no report for this plan yet), fetching, ready, failed

@@ -222,6 +222,17 @@ func (b *admin) modelInfo(st *coordinator.State, m *coordinator.Model) api.Model
 		if n := st.Nodes[id]; n != nil {
 			si.NodeName = n.Name
 		}
+		if p.Disaggregated() {
+			for _, pool := range p.Pools {
+				for _, stg := range pool.Stages {
+					for _, mb := range stg.Members {
+						if mb.Node == id {
+							si.Pool = pool.Role
+						}
+					}
+				}
+			}
+		}
 		for _, spec := range shard.SpecsFor(*p, id, m.Digest) {
 			if si.Hi == 0 {
 				si.Lo = spec.Lo

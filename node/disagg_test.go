@@ -53,6 +53,12 @@ func TestDisaggregatedServing(t *testing.T) {
 	if len(pools["prefill"]) != 1 || pools["prefill"][0] != "server-2" || len(pools["decode"]) == 0 || strings.Contains(strings.Join(pools["decode"], ","), "server-2") {
 		t.Fatalf("pools %v: want server-2 alone prefilling, the others decoding", pools)
 	}
+	mi := modelInfo(t, c, 0, "split")
+	for _, sh := range mi.Shards {
+		if want := map[bool]string{true: "prefill", false: "decode"}[sh.NodeName == "server-2"]; sh.Pool != want {
+			t.Errorf("model ls: %s's shard in pool %q, want %q", sh.NodeName, sh.Pool, want)
+		}
+	}
 	driver := -1
 	for i, m := range c.Members {
 		if m.Cfg.Name == p.Stages[0].Members[0].NodeName {

@@ -139,7 +139,12 @@ function renderNodes(nodes, st) {
 // ms/token predicted)". A --model and a loaded model both have one.
 function planOf(info) {
   if (!info || !info.plan_version || !(info.shards || []).length) return null;
-  const stages = info.shards.map((s) => `[${s.lo},${s.hi})@${s.node_name || s.node}`).join(' → ');
+  const chain = (shards) => shards.map((s) => `[${s.lo},${s.hi})@${s.node_name || s.node}`).join(' → ');
+  // A disaggregated plan: "decode: [0,22)@mac; prefill: [0,22)@gpu".
+  const pools = [...new Set(info.shards.map((s) => s.pool || ''))];
+  const stages = pools.length > 1 || pools[0]
+    ? pools.map((p) => `${p || 'shared'}: ${chain(info.shards.filter((s) => (s.pool || '') === p))}`).join('; ')
+    : chain(info.shards);
   return `plan v${info.plan_version}: ${stages}` +
     (info.predicted_ms_per_token ? ` (${fmtNum(info.predicted_ms_per_token, 1)} ms/token predicted)` : '');
 }
