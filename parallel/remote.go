@@ -59,6 +59,9 @@ type RemoteStats struct {
 	Tokens           uint64  // prompt tokens of the prefills that ended well
 	Seconds          float64 // their total time, queueing for the prefill pool included
 	Running          int     // under way
+	// Local counts the prompts the routing rule kept on the decode pool
+	// (or that went there because the prefill pool was unusable).
+	Local uint64
 }
 
 // RemoteStats returns the engine's remote prefill counters.
@@ -90,10 +93,13 @@ func (e *Engine) Prefill(seq kv.SeqID, tokens []int32, notify func()) bool {
 	e.remote.mu.Lock()
 	rp := e.remote.rp
 	e.remote.mu.Unlock()
-	if rp == nil || rp.Session == nil || len(tokens) == 0 || (rp.Remote != nil && !rp.Remote(len(tokens))) {
+	if rp == nil || rp.Session == nil || len(tokens) == 0 {
 		return false
 	}
-	if rp.Session.Err() != nil || e.s.Err() != nil {
+	if (rp.Remote != nil && !rp.Remote(len(tokens))) || rp.Session.Err() != nil || e.s.Err() != nil {
+		e.remote.mu.Lock()
+		e.remote.stats.Local++
+		e.remote.mu.Unlock()
 		return false
 	}
 	if e.shadow.Len(seq) != 0 {
