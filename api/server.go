@@ -135,6 +135,11 @@ func Handler(b Backend) http.Handler {
 		default:
 			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("disagg %q: want auto, on or off", req.Disagg)}
 		}
+		switch req.DisaggFailure {
+		case "", "recompute", "fail":
+		default:
+			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("disagg_failure %q: want recompute or fail", req.DisaggFailure)}
+		}
 		return b.LoadModel(r.Context(), req)
 	}))
 	mux.HandleFunc("DELETE /v1/cluster/models/{name}", h.auth(func(r *http.Request) (any, error) {

@@ -186,6 +186,10 @@ type LoadModelRequest struct {
 	// operators pinned nodes to prefill with shoal agent --role prefill),
 	// "on", or "off" (empty: auto).
 	Disagg string `json:"disagg,omitempty"`
+	// DisaggFailure is what a request whose prompt's prefill on the
+	// prefill pool failed gets: "recompute" (the decode pool prefills it;
+	// the default) or "fail" (an error).
+	DisaggFailure string `json:"disagg_failure,omitempty"`
 	// Replicas is how many live nodes should have the whole file: the
 	// node that loads it and Replicas-1 nodes that copy it in the
 	// background once it is hashed, when they have the disk (2 when 0;

@@ -120,6 +120,8 @@ type Model struct {
 	Strategy string `json:"strategy,omitempty"`
 	// Disagg is placement.Options.Disagg: auto, on or off ("" is auto).
 	Disagg string `json:"disagg,omitempty"`
+	// DisaggFailure is api.LoadModelRequest.DisaggFailure.
+	DisaggFailure string `json:"disagg_failure,omitempty"`
 	// Pin, when set, is the exact set of nodes the plan uses: a model
 	// given to an agent with --model is pinned to that agent's node.
 	Pin []string `json:"pin,omitempty"`

@@ -30,11 +30,12 @@ type driver struct {
 	eng     *Engine
 	// prefill is the session over the plan's prefill pool (nil for a
 	// plan without one); rule says which prompts go there.
-	prefill *Session
-	rule    func(n int) bool
-	runner  *model.Runner // a plan of this node alone
-	times   StepTimes     // the member step times of every session
-	pub     bool          // published
+	prefill     *Session
+	rule        func(n int) bool
+	failPrefill bool          // PlannedModel.PrefillFail
+	runner      *model.Runner // a plan of this node alone
+	times       StepTimes     // the member step times of every session
+	pub         bool          // published
 
 	run sync.Mutex // one logits or benchmark run at a time
 
@@ -77,7 +78,7 @@ func (r *Reconciler) startDriver(pm *PlannedModel) (*driver, error) {
 		return nil, err
 	}
 	d := &driver{name: pm.Name, version: pm.Plan.Version, plan: pm.Plan, addrs: pm.Addrs, names: pm.Names, ctx: CacheTokens(&pm.Plan), meta: meta,
-		rule: pm.Prefill}
+		rule: pm.Prefill, failPrefill: pm.PrefillFail}
 	ok := false
 	defer func() {
 		if !ok {
@@ -163,7 +164,7 @@ func (r *Reconciler) openPrefill(d *driver) {
 		r.log.Info("prefill pool not reachable; the decode pool prefills every prompt meanwhile", zap.String("model", d.name), zap.Error(err))
 	} else {
 		d.prefill = s
-		d.eng.SetRemotePrefill(&RemotePrefill{Session: s, Remote: d.rule})
+		d.eng.SetRemotePrefill(&RemotePrefill{Session: s, Remote: d.rule, Fail: d.failPrefill})
 		r.log.Info("prefill pool ready: long prompts are prefilled there", zap.String("model", d.name), zap.Uint64("version", v.version))
 	}
 	if old != nil {
@@ -213,7 +214,7 @@ func (r *Reconciler) moveDriver(d *driver, pm *PlannedModel) error {
 	d.mu.Lock()
 	d.version, d.plan, d.addrs, d.names, d.cluster, d.failed = pm.Plan.Version, pm.Plan, pm.Addrs, pm.Names, c, nil
 	d.mu.Unlock()
-	d.rule = pm.Prefill
+	d.rule, d.failPrefill = pm.Prefill, pm.PrefillFail
 	r.openPrefill(d)
 	r.mu.Lock()
 	delete(r.logged, d.name)

@@ -236,6 +236,12 @@ func (m *Member) kvWait(ctx context.Context, req *kvWaitReq) error {
 		return transport.Errorf(http.StatusNotFound, "dist: no KV transfer %d on %v", req.Transfer, m.me)
 	}
 	if im != nil {
+		ended := false // on its own, before any cancel
+		select {
+		case <-im.done:
+			ended = true
+		default:
+		}
 		if req.Cancel {
 			im.cancel()
 		}
@@ -247,8 +253,8 @@ func (m *Member) kvWait(ctx context.Context, req *kvWaitReq) error {
 		s.importMu.Lock()
 		delete(s.imports, req.Transfer)
 		s.importMu.Unlock()
-		if !req.Cancel {
-			return im.err
+		if !req.Cancel || (ended && im.err != nil) {
+			return im.err // a failed import gave its positions back itself
 		}
 	}
 	s.stepMu.Lock()
@@ -360,7 +366,12 @@ func (s *Session) Handoff(ctx context.Context, dec *Session, b *model.Batch, row
 	logits, serr := s.run(ctx, b, rows, ho, &kvErr)
 	werr := dec.kvWait(ctx, base, q, pos, serr != nil || kvErr != nil, budget)
 	if serr == nil && kvErr != nil {
-		return nil, fmt.Errorf("dist: handing the KV to the decode pool: %w (the import: %v)", kvErr, werr)
+		if werr != nil {
+			// The receiver's error is the cause (a corrupt frame, a
+			// deadline); the sender saw its transfer refused after it.
+			return nil, fmt.Errorf("%w (the prefill side: %v)", werr, kvErr)
+		}
+		return nil, fmt.Errorf("dist: handing the KV to the decode pool: %w", kvErr)
 	}
 	if serr == nil && werr != nil {
 		// Members that imported give the positions back too.

@@ -624,3 +624,52 @@ func TestRemotePrefillFaults(t *testing.T) {
 	}
 	held("at the end")
 }
+
+// TestRemotePrefillFailPolicy: with RemotePrefill.Fail a request whose KV
+// arrives corrupt ends with a clear error instead of being prefilled by
+// the decode pool; another request goes on, and no block stays held.
+func TestRemotePrefillFailPolicy(t *testing.T) {
+	ref, path := openRef(t)
+	ps := shapeOf(&ref.Config).Plans("dense")
+	plan := placementtest.Disagg(ps.Get("pp2"), ps.Get("tp2"))
+	p := startPools(t, path, plan)
+	_, pre := p.open(t, plan, placement.RolePrefill)
+	_, dec := p.open(t, plan, placement.RoleDecode)
+	eng, err := NewEngine(dec, 128, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	eng.SetRemotePrefill(&RemotePrefill{Session: pre, Remote: func(n int) bool { return n >= 8 }, Fail: true})
+	sch, err := serve.NewEngine(eng, func(int32) bool { return false }, serve.Options{MaxSeqs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sch.Close()
+	p.net.corrupt = func(pc *KVPiece) bool { return true }
+	long, err := sch.Submit(context.Background(), serve.Request{Prompt: []int32{1, 2, 3, 4, 5, 6, 7, 8, 9}, MaxTokens: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := sch.Submit(context.Background(), serve.Request{Prompt: []int32{1, 2, 3}, MaxTokens: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks, ev := drain(t, long)
+	if ev.Reason != "error" || ev.Err == nil || !strings.Contains(ev.Err.Error(), "prefill pool failed") || !strings.Contains(ev.Err.Error(), "checksum") || len(toks) != 0 {
+		t.Errorf("the long prompt under the fail policy: %d tokens, %q: %v", len(toks), ev.Reason, ev.Err)
+	}
+	t.Logf("the failed request: %v", ev.Err)
+	if toks, ev := drain(t, short); ev.Err != nil || len(toks) != 4 {
+		t.Errorf("the short prompt beside it: %d tokens, %v", len(toks), ev.Err)
+	}
+	for range 100 {
+		if eng.Cache().FreeBlocks() == eng.Cache().Config().NumBlocks {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if free, all := eng.Cache().FreeBlocks(), eng.Cache().Config().NumBlocks; free != all {
+		t.Errorf("the engine's cache holds %d of %d blocks", all-free, all)
+	}
+}

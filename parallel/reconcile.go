@@ -71,8 +71,11 @@ type PlannedModel struct {
 	// running places (0: the publisher's default).
 	Queue int
 	// Prefill, for a plan with a prefill pool, says which prompts (by
-	// their tokens) the driver prefills there (nil: every prompt).
-	Prefill func(n int) bool
+	// their tokens) the driver prefills there (nil: every prompt);
+	// PrefillFail ends a request whose prefill there failed instead of
+	// prefilling it on the decode pool.
+	Prefill     func(n int) bool
+	PrefillFail bool
 }
 
 // ShardSource is what the node holds: shards ready to run and the model's

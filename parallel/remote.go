@@ -25,6 +25,9 @@ type RemotePrefill struct {
 	// Observe, when set, learns of every remote prefill that ended: its
 	// prompt tokens, the time it took and its error.
 	Observe func(tokens int, took time.Duration, err error)
+	// Fail ends a request whose remote prefill failed with that error;
+	// by default the decode pool prefills it instead.
+	Fail bool
 }
 
 // DefaultHandoffChunk is the prompt tokens of one handoff step.
@@ -32,6 +35,7 @@ const DefaultHandoffChunk = 512
 
 // remoteJob is one prompt being prefilled on the prefill pool.
 type remoteJob struct {
+	fail      bool // RemotePrefill.Fail
 	seq       kv.SeqID
 	tokens    []int32
 	dec       *Session // the decode session it lands on
@@ -108,7 +112,7 @@ func (e *Engine) Prefill(seq kv.SeqID, tokens []int32, notify func()) bool {
 	if _, err := e.shadow.Reserve(seq, len(tokens)); err != nil {
 		return false // no room now: prefilled here when there is
 	}
-	j := &remoteJob{seq: seq, tokens: append([]int32(nil), tokens...), dec: e.s}
+	j := &remoteJob{seq: seq, tokens: append([]int32(nil), tokens...), dec: e.s, fail: rp.Fail}
 	e.remote.mu.Lock()
 	if e.remote.running == nil {
 		e.remote.running = map[kv.SeqID]*remoteJob{}
@@ -201,7 +205,7 @@ func (e *Engine) Landed() []serve.PrefillResult {
 		}
 		if j.err != nil {
 			e.freeRemote(j)
-			out = append(out, serve.PrefillResult{Seq: j.seq, Err: j.err})
+			out = append(out, serve.PrefillResult{Seq: j.seq, Err: j.err, Fail: j.fail})
 			continue
 		}
 		e.hist[j.seq] = j.tokens

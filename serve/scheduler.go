@@ -218,11 +218,13 @@ type RemotePrefiller interface {
 	Landed() []PrefillResult
 }
 
-// PrefillResult is the outcome of a remote prefill.
+// PrefillResult is the outcome of a remote prefill. Fail, with Err, ends
+// the request with that error instead of prefilling it here.
 type PrefillResult struct {
 	Seq    kv.SeqID
 	Logits []float32
 	Err    error
+	Fail   bool
 }
 
 // prefixCacher is an Engine whose Cache can share blocks between sequences
@@ -616,6 +618,10 @@ func (s *Scheduler) land() {
 			s.statsMu.Lock()
 			s.stats.RemoteFailed++
 			s.statsMu.Unlock()
+			if r.Fail {
+				s.finish(sq, "error", fmt.Errorf("the prompt's prefill on the prefill pool failed: %w", r.Err))
+				finished[sq] = true
+			}
 			continue
 		}
 		sq.processed = len(sq.tokens)
