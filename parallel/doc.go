@@ -34,4 +34,16 @@
 // requests and wakes the owner (Wake) to reconcile; nothing calls back up
 // into the node. The driver also runs cluster logits and benchmarks on
 // sessions of their own (Logits, Bench).
+//
+// Disaggregated prefill (handoff.go, remote.go): a plan may have a decode
+// pool (first; its driver serves) and a prefill pool. Session.Handoff runs
+// one prompt chunk on a session over the prefill pool while each prefill
+// member sends every layer's KV, as soon as it is computed, over an
+// injected KVLink (package disagg implements it on kv streams) to the
+// decode members holding that layer and the overlap of their KV heads,
+// which import it into positions they reserved (dist.kvopen, dist.kvwait).
+// The Engine implements serve.RemotePrefiller: the prompts the plan's rule
+// picks are handed off in the background while the decode steps go on;
+// one whose transfer fails or stalls is prefilled by the decode pool
+// instead (or fails, by policy), and no block stays held on either side.
 package parallel
