@@ -32,10 +32,14 @@ type driver struct {
 	// plan without one); rule says which prompts go there.
 	prefill     *Session
 	rule        func(n int) bool
-	failPrefill bool          // PlannedModel.PrefillFail
-	runner      *model.Runner // a plan of this node alone
-	times       StepTimes     // the member step times of every session
-	pub         bool          // published
+	failPrefill bool // PlannedModel.PrefillFail
+	// prefillAt and prefillVersion are the last attempt to open the
+	// prefill session and the plan version it was for.
+	prefillAt      time.Time
+	prefillVersion uint64
+	runner         *model.Runner // a plan of this node alone
+	times          StepTimes     // the member step times of every session
+	pub            bool          // published
 
 	run sync.Mutex // one logits or benchmark run at a time
 
@@ -138,6 +142,9 @@ func (r *Reconciler) startSession(d *driver) error {
 	return nil
 }
 
+// prefillRetry is the pause between attempts to open a prefill session.
+const prefillRetry = 5 * time.Second
+
 // openPrefill opens a session over the prefill pool of d's plan, when it
 // has one, and gives it to d's engine with the plan's routing rule. A
 // failure is logged: prompts are then prefilled by the decode pool, and
@@ -150,12 +157,18 @@ func (r *Reconciler) openPrefill(d *driver) {
 	if d.prefill != nil && d.prefill.Err() == nil && d.prefill.c.lay.Version == v.version {
 		return
 	}
+	// An unreachable prefill pool is tried again every few seconds, not
+	// on every reconcile pass (each attempt may wait for its timeout).
+	if d.prefill == nil && !d.prefillAt.IsZero() && time.Since(d.prefillAt) < prefillRetry && d.prefillVersion == v.version {
+		return
+	}
+	d.prefillAt, d.prefillVersion = time.Now(), v.version
 	old := d.prefill
 	d.prefill = nil
 	c, err := r.cfg.Host.NewCluster(v.plan, v.addrs, Options{Pool: placement.RolePrefill, Timeout: r.cfg.StepTimeout, Times: &d.times})
 	var s *Session
 	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		s, err = c.Open(ctx)
 		cancel()
 	}
