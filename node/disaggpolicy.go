@@ -11,17 +11,25 @@ import (
 // model's KV per token, each pool's measured compute, the link the state
 // measured between the two pools' drivers. With --disagg on every prompt
 // goes to the prefill pool.
-func prefillRule(st *coordinator.State, m *coordinator.Model, p *placement.Plan) func(n int) bool {
+//
+// chunk is the prompt tokens of one handoff step: what the prefill pool
+// computes in about 2 s at its measured speed (32 to 512), so that a step
+// stays well inside the step timeout on a slow prefill node.
+func prefillRule(st *coordinator.State, m *coordinator.Model, p *placement.Plan) (rule func(n int) bool, chunk int) {
 	pre, dec := p.Pool(placement.RolePrefill), p.Pool(placement.RoleDecode)
 	if pre == nil || dec == nil || m.Profile == nil {
-		return nil
+		return nil, 0
 	}
 	mode, err := disagg.ParseMode(m.Disagg)
 	if err != nil {
 		mode = disagg.ModeAuto
 	}
 	cm := costModel(st, m.Profile, pre, dec)
-	return func(n int) bool { return disagg.Decide(n, cm, mode).Remote }
+	chunk = 512
+	if r := cm.RemotePrefillTokPerSec; r > 0 {
+		chunk = min(512, max(32, int(2*r)))
+	}
+	return func(n int) bool { return disagg.Decide(n, cm, mode).Remote }, chunk
 }
 
 // costModel builds the routing cost model of a plan's pools.

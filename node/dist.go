@@ -134,7 +134,7 @@ func planView(st *coordinator.State, info func(*coordinator.State, *coordinator.
 			pm.Threads = mc.Threads
 		}
 		pm.Queue = m.Queue
-		pm.Prefill = prefillRule(st, m, p)
+		pm.Prefill, pm.PrefillChunk = prefillRule(st, m, p)
 		pm.PrefillFail = m.DisaggFailure == "fail"
 		if n := st.Nodes[parallel.DriverOf(p)]; n != nil {
 			pm.DriverHTTP = n.HTTPAddr

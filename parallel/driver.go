@@ -33,6 +33,7 @@ type driver struct {
 	prefill     *Session
 	rule        func(n int) bool
 	failPrefill bool // PlannedModel.PrefillFail
+	chunk       int  // PlannedModel.PrefillChunk
 	// prefillAt and prefillVersion are the last attempt to open the
 	// prefill session and the plan version it was for.
 	prefillAt      time.Time
@@ -82,7 +83,7 @@ func (r *Reconciler) startDriver(pm *PlannedModel) (*driver, error) {
 		return nil, err
 	}
 	d := &driver{name: pm.Name, version: pm.Plan.Version, plan: pm.Plan, addrs: pm.Addrs, names: pm.Names, ctx: CacheTokens(&pm.Plan), meta: meta,
-		rule: pm.Prefill, failPrefill: pm.PrefillFail}
+		rule: pm.Prefill, failPrefill: pm.PrefillFail, chunk: pm.PrefillChunk}
 	ok := false
 	defer func() {
 		if !ok {
@@ -177,7 +178,7 @@ func (r *Reconciler) openPrefill(d *driver) {
 		r.log.Info("prefill pool not reachable; the decode pool prefills every prompt meanwhile", zap.String("model", d.name), zap.Error(err))
 	} else {
 		d.prefill = s
-		d.eng.SetRemotePrefill(&RemotePrefill{Session: s, Remote: d.rule, Fail: d.failPrefill})
+		d.eng.SetRemotePrefill(&RemotePrefill{Session: s, Remote: d.rule, Fail: d.failPrefill, Chunk: d.chunk})
 		r.log.Info("prefill pool ready: long prompts are prefilled there", zap.String("model", d.name), zap.Uint64("version", v.version))
 	}
 	if old != nil {
@@ -227,7 +228,7 @@ func (r *Reconciler) moveDriver(d *driver, pm *PlannedModel) error {
 	d.mu.Lock()
 	d.version, d.plan, d.addrs, d.names, d.cluster, d.failed = pm.Plan.Version, pm.Plan, pm.Addrs, pm.Names, c, nil
 	d.mu.Unlock()
-	d.rule, d.failPrefill = pm.Prefill, pm.PrefillFail
+	d.rule, d.failPrefill, d.chunk = pm.Prefill, pm.PrefillFail, pm.PrefillChunk
 	r.openPrefill(d)
 	r.mu.Lock()
 	delete(r.logged, d.name)

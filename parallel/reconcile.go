@@ -76,6 +76,9 @@ type PlannedModel struct {
 	// prefilling it on the decode pool.
 	Prefill     func(n int) bool
 	PrefillFail bool
+	// PrefillChunk is the prompt tokens of one handoff step
+	// (DefaultHandoffChunk if 0).
+	PrefillChunk int
 }
 
 // ShardSource is what the node holds: shards ready to run and the model's
