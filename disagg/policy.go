@@ -82,6 +82,14 @@ type CostModel struct {
 	// MinUncached is the floor under the break-even, in tokens
 	// (DefaultMinUncached if 0).
 	MinUncached int
+	// Isolation, when positive, weighs sparing the decode pool over
+	// speed: a prompt the decode pool prefills stalls every stream it
+	// runs for as long, so a remote prefill pays when moving the KV costs
+	// the margin less than computing it there (transfer per token at most
+	// (1-Margin) of the local compute per token) and the prompt's own
+	// remote time is at most (1+Isolation) times the local one. Zero
+	// keeps the speed rule: remote only when it saves the margin.
+	Isolation float64
 }
 
 // Check says what is missing or wrong in cm, nil if Decide can use it.
@@ -109,6 +117,9 @@ func (cm CostModel) Check() error {
 	}
 	if cm.MinUncached < 0 {
 		bad = append(bad, fmt.Sprintf("min uncached tokens %d", cm.MinUncached))
+	}
+	if !(cm.Isolation >= 0) || math.IsInf(cm.Isolation, 0) {
+		bad = append(bad, fmt.Sprintf("isolation %v", cm.Isolation))
 	}
 	if len(bad) > 0 {
 		return errors.New("disagg: cost model: bad " + strings.Join(bad, ", "))
@@ -162,9 +173,17 @@ func Threshold(cm CostModel) int {
 	if cm.Check() != nil {
 		return -1
 	}
-	local, remote, _, _ := cm.perToken()
-	// Remote wins when r·N + λ <= (1-m)·a·N, i.e. N >= λ / ((1-m)·a - r).
+	local, remote, _, transfer := cm.perToken()
+	// Remote wins when r·N + λ <= (1-m)·a·N, i.e. N >= λ / ((1-m)·a - r);
+	// with isolation, when the KV moves the margin cheaper than it is
+	// computed here and r·N + λ <= (1+s)·a·N.
 	gain := (1-cm.margin())*local - remote
+	if cm.Isolation > 0 {
+		if transfer > (1-cm.margin())*local {
+			return -1
+		}
+		gain = (1+cm.Isolation)*local - remote
+	}
 	if !(gain > 0) {
 		return -1
 	}
@@ -245,6 +264,10 @@ func decideAuto(n int, cm CostModel, d Decision) (bool, string) {
 		bound := "prefill"
 		if transfer > prefill {
 			bound = fmt.Sprintf("link: %.3g Gbit/s moves %.0f tok/s of KV", cm.LinkGbit, 1/transfer)
+		}
+		if cm.Isolation > 0 {
+			return false, fmt.Sprintf("local: moving the KV (%.3g ms a token) costs more than %.0f%% of computing it here (%.3g ms), or the remote time (%.3g ms a token, %s-bound) exceeds the local one by more than %.0f%%",
+				1000*transfer, 100*(1-cm.margin()), 1000*local, 1000*remote, bound, 100*cm.Isolation)
 		}
 		return false, fmt.Sprintf("local: remote never saves %.0f%%: a token takes %.3g ms remote (%s-bound) against %.3g ms local",
 			100*cm.margin(), 1000*remote, bound, 1000*local)

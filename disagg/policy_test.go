@@ -313,3 +313,39 @@ func TestPickSpreads(t *testing.T) {
 		t.Errorf("the worker one block worse was picked %d of %d times, want about %d", worse, n, n/8)
 	}
 }
+
+// TestIsolationRule: with Isolation a prefill pool no faster than the
+// decode pool still takes long prompts when the KV moves much cheaper than
+// it is computed (the decode pool's streams keep their pace), never short
+// ones (the floor), never over a link too slow for the KV, and never when
+// the remote time would exceed the local one by more than the isolation.
+func TestIsolationRule(t *testing.T) {
+	iso := func(cm CostModel) CostModel { cm.Isolation = 0.25; return cm }
+	cases := []struct {
+		name   string
+		cm     CostModel
+		tokens int
+		remote bool
+	}{
+		{"tiny, equal 1-core devices, 10GbE, 1K prompt", iso(tiny(130, 130, 10)), 1024, true},
+		{"tiny, equal, 1GbE", iso(tiny(130, 130, 1)), 1024, true},
+		{"tiny, equal, 10GbE, short prompt", iso(tiny(130, 130, 10)), 17, false},
+		{"tiny, equal, a link too slow for the KV", iso(tiny(130, 130, 0.01)), 1024, false},
+		{"tiny, prefill pool 2x slower", iso(tiny(130, 65, 10)), 4096, false},
+		{"tiny, prefill pool 1.2x slower", iso(tiny(130, 110, 10)), 4096, true},
+		{"8b, equal, 1GbE moves the KV slower than it is computed", iso(llama8b(1000, 1000, 1)), 8192, false},
+		{"without isolation, equal nodes stay local", tiny(130, 130, 10), 1024, false},
+	}
+	for _, c := range cases {
+		d := Decide(c.tokens, c.cm, ModeAuto)
+		if d.Remote != c.remote {
+			t.Errorf("%s: remote %v, want %v (%s)", c.name, d.Remote, c.remote, d.Reason)
+		}
+		if d.Remote && d.RemoteMs > (1+c.cm.Isolation)*d.LocalMs*(1+1e-9) {
+			t.Errorf("%s: remote at %v ms exceeds %v x the local %v ms", c.name, d.RemoteMs, 1+c.cm.Isolation, d.LocalMs)
+		}
+	}
+	if err := (CostModel{KVBytesPerToken: 1, LocalPrefillTokPerSec: 1, RemotePrefillTokPerSec: 1, LinkGbit: 1, Isolation: -1}).Check(); err == nil {
+		t.Error("a negative isolation passes Check")
+	}
+}

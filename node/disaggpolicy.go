@@ -72,5 +72,10 @@ func costModel(st *coordinator.State, prof *placement.ModelProfile, pre, dec *pl
 		RemotePrefillTokPerSec: rate(pre),
 		LinkGbit:               link.Gbit,
 		LinkLatencyMs:          2 * link.LatencyMs,
+		// The point of a prefill pool is that the decode pool's streams
+		// keep their pace: a long prompt goes there when moving its KV
+		// is cheaper than computing it here, even if its own first token
+		// comes up to a quarter later.
+		Isolation: 0.25,
 	}
 }

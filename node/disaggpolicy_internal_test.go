@@ -9,8 +9,9 @@ import (
 
 // TestPrefillRule: the routing rule of a disaggregated plan follows its
 // mode and cost model: with --disagg on every prompt goes to the prefill
-// pool; in auto a fast prefill node over a fast link takes long prompts
-// only, over a slow link none; a plan without a prefill pool has no rule.
+// pool; in auto a prefill node as fast as the decode node or faster takes
+// long prompts only (sparing the decode node's streams), over a link too
+// slow for the KV none; a plan without a prefill pool has no rule.
 // The handoff chunk is about 2 s of the prefill pool's measured speed.
 func TestPrefillRule(t *testing.T) {
 	// TinyLlama-shaped: 22 layers of ~2 x 50 M weights, 22.5 KB of KV per
@@ -44,7 +45,8 @@ func TestPrefillRule(t *testing.T) {
 	}{
 		{"on", "on", 1, 100, true, true},
 		{"auto, 8x prefill over 10 Gbit", "auto", 10, 800, false, true},
-		{"auto, equal nodes", "auto", 10, 100, false, false},
+		{"auto, equal nodes", "auto", 10, 100, false, true},
+		{"auto, a prefill node 4x slower", "auto", 10, 25, false, false},
 		{"auto, 8x prefill over 0.01 Gbit", "", 0.01, 800, false, false},
 	}
 	for _, c := range cases {
