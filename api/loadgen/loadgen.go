@@ -67,8 +67,9 @@ type Options struct {
 	Warmup int
 	// PromptTokens, if > 0, replaces Prompt with that many token ids drawn
 	// at random in [100, Vocab), a fresh draw for each request (so no
-	// request finds another's prefix in a prefix cache); the same run
-	// draws the same prompts. Completions only (chat takes text).
+	// request finds another's prefix in a prefix cache, nor one of an
+	// earlier run: the draws are seeded at random). Completions only
+	// (chat takes text).
 	PromptTokens int
 	// Vocab bounds the random token ids (default 32000, llama's
 	// SentencePiece vocabulary).
@@ -182,6 +183,7 @@ type Bench struct {
 	o    Options
 	hc   *http.Client
 	body []byte // of the level's requests when their prompt is fixed
+	seed uint64 // of the random prompts
 	seq  uint64 // random prompts drawn (under mu)
 	mu   sync.Mutex
 }
@@ -246,7 +248,7 @@ func New(o Options) (*Bench, error) {
 	if o.Warmup == 0 {
 		o.Warmup = 1
 	}
-	b := &Bench{o: o, hc: o.HTTP}
+	b := &Bench{o: o, hc: o.HTTP, seed: rand.Uint64()}
 	if b.hc == nil {
 		conns := slices.Max(o.Concurrency)
 		b.hc = &http.Client{Transport: &http.Transport{
@@ -355,7 +357,7 @@ func (b *Bench) randomPrompt(n int) []int32 {
 	b.seq++
 	k := b.seq
 	b.mu.Unlock()
-	r := rand.New(rand.NewPCG(1, k))
+	r := rand.New(rand.NewPCG(b.seed, k))
 	ids := make([]int32, n)
 	for i := range ids {
 		ids[i] = int32(100 + r.IntN(b.o.Vocab-100))

@@ -320,6 +320,18 @@ func TestRandomTokenPrompts(t *testing.T) {
 	if len(f.bodies) != 4 || len(seen) != 4 {
 		t.Errorf("%d requests with %d distinct prompts, want 4 and 4", len(f.bodies), len(seen))
 	}
+	// Another run draws other prompts: a server's prefix cache must not
+	// serve the next run's requests either.
+	f.bodies = nil
+	b, _ = New(Options{Endpoint: srv.URL, APIKey: "k", Model: "m", API: APICompletions, PromptTokens: 50, Vocab: 300,
+		Concurrency: []int{1}, Requests: 1, Warmup: -1})
+	if _, err := b.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var rb reqBody
+	if len(f.bodies) != 1 || json.Unmarshal([]byte(f.bodies[0]), &rb) != nil || seen[string(rb.Prompt)] {
+		t.Errorf("a second run sent a prompt of the first: %v", f.bodies)
+	}
 	for _, o := range []Options{
 		{Endpoint: "x", PromptTokens: 8}, // chat takes text
 		{Endpoint: "x", API: APICompletions, PromptTokens: -1},
