@@ -7,7 +7,7 @@ PKGS      := ./...
 SHELL     := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: help build test test-race test-short test-integration test-faults soak test-kernels test-arm64 run bench bench-endpoint bench-cluster lint fuzz cross clean oracle
+.PHONY: help build test test-race test-short test-integration test-faults soak test-kernels test-arm64 run bench bench-endpoint bench-cluster bench-disagg lint fuzz cross clean oracle
 
 help:
 	@echo "make build   build $(BIN) (CGO_ENABLED=0)"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench   kernel benchmarks"
 	@echo "make bench-endpoint  one agent on loopback serving a small random model under 1, 4 and 16 streams"
 	@echo "make bench-cluster  a model over 1, 2 and 4 emulated devices (netns, tc tbf links, cgroup CPU quotas; root)"
+	@echo "make bench-disagg  8 decode streams with 1,024-token prompts arriving: one device, colocated, disaggregated, auto (2 emulated devices; root)"
 	@echo "make lint    gofmt, go vet (generators too), go.mod/go.sum tidy, the layout check (layout_test.go)"
 	@echo "make fuzz    short fuzz runs of the parsers"
 	@echo "make cross   cross-compile for darwin/arm64 and linux/arm64"
@@ -121,6 +122,16 @@ bench-endpoint: build
 # BENCH_CLUSTER_ENV passes settings, e.g. BENCH_CLUSTER_ENV="QUICK=1 DEVICES='1 2'".
 bench-cluster: build
 	env BIN=$(BIN) SHARED=$(SHARED) $(BENCH_CLUSTER_ENV) cmd/shoal/scripts/bench-cluster.sh
+
+# Disaggregated serving (issue 22) on two emulated devices of 1 core each
+# (netns, tc tbf links of 10 and 1 Gbit/s, cgroup v1 quotas): decode
+# inter-token latency of 8 streams and the TTFT of 1,024-token prompts
+# arriving periodically, for one device alone, a colocated shared pool, a
+# prefill-pinned device with --disagg on and with --disagg auto, and the
+# KV bytes on the wire per prompt token. Root only; about 20 minutes
+# (BENCH_DISAGG_ENV="QUICK=1": a small model, a few minutes).
+bench-disagg: build
+	env BIN=$(BIN) SHARED=$(SHARED) $(BENCH_DISAGG_ENV) cmd/shoal/scripts/bench-disagg.sh
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./engine/gguf/

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
@@ -64,10 +65,45 @@ type Options struct {
 	// Warmup requests run before the first level and are not counted
 	// (default 1; negative for none).
 	Warmup int
+	// PromptTokens, if > 0, replaces Prompt with that many token ids drawn
+	// at random in [100, Vocab), a fresh draw for each request (so no
+	// request finds another's prefix in a prefix cache, nor one of an
+	// earlier run: the draws are seeded at random). Completions only
+	// (chat takes text).
+	PromptTokens int
+	// Vocab bounds the random token ids (default 32000, llama's
+	// SentencePiece vocabulary).
+	Vocab int
+	// Steady makes each level last exactly Duration (which it needs):
+	// requests still streaming then are cut, and what they streamed until
+	// then counts (Level.Cut), so a level measures a steady load rather
+	// than its ramp-down. With Periodic, the cut waits for the periodic
+	// requests to finish.
+	Steady bool
+	// Periodic, if set, adds an open-loop client to each level: one more
+	// request every Periodic.Every while the level's streams run,
+	// reported apart (Level.Periodic). It needs Duration.
+	Periodic *Periodic
 	// HTTP is the client (default: one with a connection per stream).
 	HTTP *http.Client
 	// OnLevel, if set, is called with each level as it finishes.
 	OnLevel func(Level)
+}
+
+// Periodic is a request that arrives at a fixed interval during a level,
+// e.g. a long prompt arriving while decode streams run.
+type Periodic struct {
+	// Every is the interval; the first request leaves one interval after
+	// the level starts, the last before Duration has passed. Requests do
+	// not wait for each other.
+	Every time.Duration `json:"-"`
+	// PromptTokens, if > 0, makes each prompt that many random token ids
+	// (as Options.PromptTokens); otherwise Options.Prompt is sent.
+	PromptTokens int `json:"prompt_tokens,omitempty"`
+	// MaxTokens per request (default 16).
+	MaxTokens int `json:"max_tokens"`
+	// EveryText is Every as text, for the result.
+	EveryText string `json:"every"`
 }
 
 // Dist summarizes a distribution of durations, in milliseconds.
@@ -115,27 +151,41 @@ type Level struct {
 	PerStreamTokensPerSecond float64 `json:"per_stream_tokens_per_second"`
 	// Finish counts the finish reasons of the completed requests.
 	Finish map[string]int `json:"finish,omitempty"`
+	// Cut counts the requests a steady level stopped at its end; their
+	// chunks count in TTFT, inter-token and generated tokens, not in
+	// Requests, TPOT or Latency.
+	Cut int `json:"cut,omitempty"`
+	// Periodic is the group of periodic requests sent during the level
+	// (Options.Periodic); its Concurrency is 0.
+	Periodic *Level `json:"periodic,omitempty"`
 }
 
 // Result is a whole run.
 type Result struct {
-	Endpoint  string    `json:"endpoint"`
-	Model     string    `json:"model"`
-	API       API       `json:"api"`
-	Prompt    string    `json:"prompt"`
-	MaxTokens int       `json:"max_tokens"`
-	IgnoreEOS bool      `json:"ignore_eos,omitempty"`
-	Requests  int       `json:"requests_per_level,omitempty"`
-	Duration  string    `json:"duration_per_level,omitempty"`
-	Started   time.Time `json:"started"`
-	Levels    []Level   `json:"levels"`
+	Endpoint string `json:"endpoint"`
+	Model    string `json:"model"`
+	API      API    `json:"api"`
+	Prompt   string `json:"prompt"`
+	// PromptTokens is the length of the random token prompts, if used.
+	PromptTokens int       `json:"prompt_tokens,omitempty"`
+	MaxTokens    int       `json:"max_tokens"`
+	Steady       bool      `json:"steady,omitempty"`
+	Periodic     *Periodic `json:"periodic,omitempty"`
+	IgnoreEOS    bool      `json:"ignore_eos,omitempty"`
+	Requests     int       `json:"requests_per_level,omitempty"`
+	Duration     string    `json:"duration_per_level,omitempty"`
+	Started      time.Time `json:"started"`
+	Levels       []Level   `json:"levels"`
 }
 
 // Bench is a prepared run.
 type Bench struct {
 	o    Options
 	hc   *http.Client
-	body []byte
+	body []byte // of the level's requests when their prompt is fixed
+	seed uint64 // of the random prompts
+	seq  uint64 // random prompts drawn (under mu)
+	mu   sync.Mutex
 }
 
 // New checks the options and fills in the defaults.
@@ -169,13 +219,36 @@ func New(o Options) (*Bench, error) {
 	if o.Requests < 0 || o.Duration < 0 {
 		return nil, errors.New("requests and duration must not be negative")
 	}
+	if o.Vocab == 0 {
+		o.Vocab = 32000
+	}
+	if o.PromptTokens < 0 || o.Vocab <= 100 {
+		return nil, fmt.Errorf("prompt tokens %d, vocabulary %d: want >= 0 and > 100", o.PromptTokens, o.Vocab)
+	}
+	if o.Steady && o.Duration == 0 {
+		return nil, errors.New("a steady run needs a duration")
+	}
+	if p := o.Periodic; p != nil {
+		if o.Duration == 0 || p.Every <= 0 || p.PromptTokens < 0 || p.MaxTokens < 0 {
+			return nil, fmt.Errorf("periodic requests need a duration and a positive interval (every %v, duration %v)", p.Every, o.Duration)
+		}
+		q := *p
+		if q.MaxTokens == 0 {
+			q.MaxTokens = 16
+		}
+		q.EveryText = q.Every.String()
+		o.Periodic = &q
+	}
+	if (o.PromptTokens > 0 || (o.Periodic != nil && o.Periodic.PromptTokens > 0)) && o.API != APICompletions {
+		return nil, errors.New("prompts of random token ids need the completions api")
+	}
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Minute
 	}
 	if o.Warmup == 0 {
 		o.Warmup = 1
 	}
-	b := &Bench{o: o, hc: o.HTTP}
+	b := &Bench{o: o, hc: o.HTTP, seed: rand.Uint64()}
 	if b.hc == nil {
 		conns := slices.Max(o.Concurrency)
 		b.hc = &http.Client{Transport: &http.Transport{
@@ -210,18 +283,22 @@ func (b *Bench) Run(ctx context.Context) (*Result, error) {
 		}
 		b.o.Model = m
 	}
-	body, err := b.o.body()
+	body, err := b.o.body(b.o.Prompt, b.o.MaxTokens)
 	if err != nil {
 		return nil, err
 	}
 	b.body = body
-	res := &Result{Endpoint: b.o.Endpoint, Model: b.o.Model, API: b.o.API, Prompt: b.o.Prompt, MaxTokens: b.o.MaxTokens,
+	res := &Result{Endpoint: b.o.Endpoint, Model: b.o.Model, API: b.o.API, Prompt: b.o.Prompt, PromptTokens: b.o.PromptTokens,
+		MaxTokens: b.o.MaxTokens, Steady: b.o.Steady, Periodic: b.o.Periodic,
 		IgnoreEOS: b.o.IgnoreEOS, Requests: b.o.Requests, Started: time.Now().UTC()}
+	if b.o.PromptTokens > 0 {
+		res.Prompt = ""
+	}
 	if b.o.Duration > 0 {
 		res.Duration = b.o.Duration.String()
 	}
 	for range max(b.o.Warmup, 0) {
-		if s := b.stream(ctx); s.err != nil {
+		if s := b.stream(ctx, b.mainBody()); s.err != nil {
 			return res, fmt.Errorf("warm-up request to %s: %w", b.url(b.o.API.path()), s.err)
 		}
 	}
@@ -274,7 +351,70 @@ func (b *Bench) firstModel(ctx context.Context) (string, error) {
 	return l.Data[0].ID, nil
 }
 
-// level keeps c requests in flight until the count or the time is spent.
+// randomPrompt returns n token ids for the next random prompt.
+func (b *Bench) randomPrompt(n int) []int32 {
+	b.mu.Lock()
+	b.seq++
+	k := b.seq
+	b.mu.Unlock()
+	r := rand.New(rand.NewPCG(b.seed, k))
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(100 + r.IntN(b.o.Vocab-100))
+	}
+	return ids
+}
+
+// mainBody is the body of the next request of a level.
+func (b *Bench) mainBody() []byte {
+	if b.o.PromptTokens == 0 {
+		return b.body
+	}
+	body, _ := b.o.body(b.randomPrompt(b.o.PromptTokens), b.o.MaxTokens) // ids marshal without error
+	return body
+}
+
+// periodic sends Options.Periodic's requests from start until the
+// duration has passed, and returns when they have all finished.
+func (b *Bench) periodic(ctx context.Context, start time.Time) []sample {
+	p := b.o.Periodic
+	var (
+		mu      sync.Mutex
+		samples []sample
+		wg      sync.WaitGroup
+	)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for k := 1; time.Duration(k)*p.Every < b.o.Duration; k++ {
+		t.Reset(time.Until(start.Add(time.Duration(k) * p.Every)))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		var prompt any = b.o.Prompt
+		if p.PromptTokens > 0 {
+			prompt = b.randomPrompt(p.PromptTokens)
+		}
+		body, _ := b.o.body(prompt, p.MaxTokens)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := b.stream(ctx, body)
+			mu.Lock()
+			samples = append(samples, s)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return samples
+}
+
+// level keeps c requests in flight until the count or the time is spent
+// (a steady level: until the time is spent and its periodic requests are
+// done, then it cuts those in flight).
 func (b *Bench) level(ctx context.Context, c int) Level {
 	limit := b.o.Requests
 	if limit == 0 && b.o.Duration == 0 {
@@ -285,12 +425,25 @@ func (b *Bench) level(ctx context.Context, c int) Level {
 		samples []sample
 		issued  int
 		wg      sync.WaitGroup
+		pw      sync.WaitGroup
+		psamp   []sample
 	)
 	start := time.Now()
+	sctx, cut := context.WithCancel(ctx)
+	defer cut()
+	if b.o.Periodic != nil {
+		pw.Add(1)
+		go func() {
+			defer pw.Done()
+			psamp = b.periodic(ctx, start)
+		}()
+	}
+	var cutting bool // under mu
 	take := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		if ctx.Err() != nil || (limit > 0 && issued >= limit) || (b.o.Duration > 0 && time.Since(start) >= b.o.Duration) {
+		// A steady level keeps its streams running until the cut.
+		if ctx.Err() != nil || cutting || (limit > 0 && issued >= limit) || (!b.o.Steady && b.o.Duration > 0 && time.Since(start) >= b.o.Duration) {
 			return false
 		}
 		issued++
@@ -301,15 +454,37 @@ func (b *Bench) level(ctx context.Context, c int) Level {
 		go func() {
 			defer wg.Done()
 			for take() {
-				s := b.stream(ctx)
+				s := b.stream(sctx, b.mainBody())
 				mu.Lock()
+				if cutting && ctx.Err() == nil && errors.Is(s.err, context.Canceled) {
+					s.err, s.cut, s.tokens = nil, true, s.chunks
+				}
 				samples = append(samples, s)
 				mu.Unlock()
 			}
 		}()
 	}
+	if b.o.Steady {
+		t := time.NewTimer(time.Until(start.Add(b.o.Duration)))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		pw.Wait()
+		mu.Lock()
+		cutting = true
+		mu.Unlock()
+		cut()
+	}
 	wg.Wait()
-	return summarize(c, start, samples)
+	pw.Wait()
+	l := summarize(c, start, samples)
+	if b.o.Periodic != nil {
+		p := summarize(0, start, psamp)
+		l.Periodic = &p
+	}
+	return l
 }
 
 // summarize turns a level's samples into figures.
@@ -329,6 +504,15 @@ func summarize(c int, start time.Time, samples []sample) Level {
 			l.ErrorKinds[errorKind(s.err)]++
 			if l.FirstError == "" {
 				l.FirstError = s.err.Error()
+			}
+			continue
+		}
+		if s.cut {
+			l.Cut++
+			l.GeneratedTokens += s.tokens
+			if s.chunks > 0 {
+				ttft = append(ttft, s.ttft)
+				gaps = append(gaps, s.gaps...)
 			}
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,7 +104,7 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
-// fakeServer streams n text chunks gap apart; every failEvery-th request
+// fakeServer streams n text chunks (at most max_tokens) gap apart; every failEvery-th request
 // (if > 0) is answered 429.
 type fakeServer struct {
 	chunks    int
@@ -113,6 +114,8 @@ type fakeServer struct {
 	inFlight  atomic.Int64
 	maxFlight atomic.Int64
 	lastBody  atomic.Value
+	mu        sync.Mutex
+	bodies    []string
 }
 
 func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -127,6 +130,9 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body, _ := io.ReadAll(r.Body)
 	f.lastBody.Store(string(body))
+	f.mu.Lock()
+	f.bodies = append(f.bodies, string(body))
+	f.mu.Unlock()
 	n := f.calls.Add(1)
 	if f.failEvery > 0 && n%f.failEvery == 0 {
 		w.Header().Set("Retry-After", "1")
@@ -141,6 +147,11 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
+	chunks := f.chunks
+	var rb reqBody
+	if json.Unmarshal(body, &rb) == nil && rb.MaxTokens > 0 {
+		chunks = min(chunks, rb.MaxTokens)
+	}
 	chat := r.URL.Path == "/v1/chat/completions"
 	w.Header().Set("Content-Type", "text/event-stream")
 	fl := w.(http.Flusher)
@@ -148,7 +159,7 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if chat {
 		send(`{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}],"usage":null}`)
 	}
-	for i := 0; i < f.chunks; i++ {
+	for i := 0; i < chunks; i++ {
 		time.Sleep(f.gap)
 		if chat {
 			send(fmt.Sprintf(`{"choices":[{"index":0,"delta":{"content":"t%d"},"finish_reason":null}],"usage":null}`, i))
@@ -161,7 +172,7 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		send(`{"choices":[{"index":0,"text":"","finish_reason":"length"}]}`)
 	}
-	send(fmt.Sprintf(`{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":%d,"total_tokens":%d}}`, f.chunks, f.chunks+5))
+	send(fmt.Sprintf(`{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":%d,"total_tokens":%d}}`, chunks, chunks+5))
 	// Out of flight before the client can see the end and start another.
 	f.inFlight.Add(-1)
 	send("[DONE]")
@@ -265,4 +276,135 @@ func TestStreamErrorEvent(t *testing.T) {
 	if l := res.Levels[0]; l.Errors != 2 || l.ErrorKinds["stream error"] != 2 {
 		t.Errorf("level %+v", l)
 	}
+}
+
+// reqBody is what the tests read of a request body.
+type reqBody struct {
+	Prompt    json.RawMessage `json:"prompt"`
+	MaxTokens int             `json:"max_tokens"`
+}
+
+func TestRandomTokenPrompts(t *testing.T) {
+	f := &fakeServer{chunks: 2}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	b, err := New(Options{Endpoint: srv.URL, APIKey: "k", Model: "m", API: APICompletions, PromptTokens: 50, Vocab: 300,
+		Concurrency: []int{2}, Requests: 4, Warmup: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PromptTokens != 50 || res.Prompt != "" || res.Levels[0].Requests != 4 {
+		t.Errorf("result %+v", res)
+	}
+	seen := map[string]bool{}
+	for _, raw := range f.bodies {
+		var rb reqBody
+		var ids []int32
+		if err := json.Unmarshal([]byte(raw), &rb); err != nil || json.Unmarshal(rb.Prompt, &ids) != nil {
+			t.Fatalf("body %s: %v", raw, err)
+		}
+		if len(ids) != 50 {
+			t.Errorf("%d prompt ids, want 50", len(ids))
+		}
+		for _, id := range ids {
+			if id < 100 || id >= 300 {
+				t.Errorf("token id %d outside [100, 300)", id)
+			}
+		}
+		seen[string(rb.Prompt)] = true
+	}
+	if len(f.bodies) != 4 || len(seen) != 4 {
+		t.Errorf("%d requests with %d distinct prompts, want 4 and 4", len(f.bodies), len(seen))
+	}
+	// Another run draws other prompts: a server's prefix cache must not
+	// serve the next run's requests either.
+	f.bodies = nil
+	b, _ = New(Options{Endpoint: srv.URL, APIKey: "k", Model: "m", API: APICompletions, PromptTokens: 50, Vocab: 300,
+		Concurrency: []int{1}, Requests: 1, Warmup: -1})
+	if _, err := b.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var rb reqBody
+	if len(f.bodies) != 1 || json.Unmarshal([]byte(f.bodies[0]), &rb) != nil || seen[string(rb.Prompt)] {
+		t.Errorf("a second run sent a prompt of the first: %v", f.bodies)
+	}
+	for _, o := range []Options{
+		{Endpoint: "x", PromptTokens: 8}, // chat takes text
+		{Endpoint: "x", API: APICompletions, PromptTokens: -1},
+		{Endpoint: "x", Steady: true},                            // no duration
+		{Endpoint: "x", Periodic: &Periodic{Every: time.Second}}, // no duration
+		{Endpoint: "x", Duration: time.Second, Periodic: &Periodic{}},
+		{Endpoint: "x", Duration: time.Second, Periodic: &Periodic{Every: time.Second, PromptTokens: 8}}, // chat
+	} {
+		if _, err := New(o); err == nil {
+			t.Errorf("New(%+v) accepted", o)
+		}
+	}
+}
+
+// TestSteadyWithPeriodic: two long streams run for the whole level while a
+// request with a random prompt arrives every 100 ms; the level waits for
+// the periodic requests, then cuts the streams and counts what they sent.
+func TestSteadyWithPeriodic(t *testing.T) {
+	f := &fakeServer{chunks: 60, gap: 10 * time.Millisecond}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	b, err := New(Options{Endpoint: srv.URL, APIKey: "k", Model: "m", API: APICompletions, MaxTokens: 60, Concurrency: []int{2},
+		Duration: 300 * time.Millisecond, Steady: true, Periodic: &Periodic{Every: 100 * time.Millisecond, PromptTokens: 7, MaxTokens: 20},
+		Warmup: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	res, err := b.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	l := res.Levels[0]
+	p := l.Periodic
+	if p == nil || p.Requests != 2 || p.Errors != 0 || p.TTFT.N != 2 || p.GeneratedTokens != 40 {
+		t.Fatalf("periodic group %+v", p)
+	}
+	// The periodic requests leave at 100 and 200 ms and stream for ≥ 200
+	// ms: the cut comes after them (≥ 400 ms), before the streams' own end
+	// (≥ 600 ms).
+	if took < 400*time.Millisecond || l.WallSeconds < 0.4 {
+		t.Errorf("level ended after %v (wall %v s), before its periodic requests", took, l.WallSeconds)
+	}
+	if l.Errors != 0 || l.Cut != 2 || l.Requests != 0 || l.TTFT.N != 2 || l.InterToken.N < 2*25 || l.GeneratedTokens < 2*26 {
+		t.Errorf("steady streams: %d ok, %d errors (%s), %d cut, ttft %+v, %d gaps, %d tokens", l.Requests, l.Errors, l.FirstError,
+			l.Cut, l.TTFT, l.InterToken.N, l.GeneratedTokens)
+	}
+	var short, long int
+	for _, raw := range f.bodies {
+		var rb reqBody
+		if err := json.Unmarshal([]byte(raw), &rb); err != nil {
+			t.Fatal(err)
+		}
+		var ids []int32
+		switch {
+		case json.Unmarshal(rb.Prompt, &ids) == nil && len(ids) == 7 && rb.MaxTokens == 20:
+			long++
+		case string(rb.Prompt) == fmt.Sprintf("%q", DefaultPrompt) && rb.MaxTokens == 60:
+			short++
+		default:
+			t.Errorf("unexpected body %s", raw)
+		}
+	}
+	if long != 2 || short != 2 {
+		t.Errorf("%d periodic and %d stream requests, want 2 and 2", long, short)
+	}
+	var out strings.Builder
+	if err := WriteTable(&out, res); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "every 100ms") || !strings.Contains(out.String(), "2 requests cut") {
+		t.Errorf("table:\n%s", out.String())
+	}
+	t.Logf("\n%s", out.String())
 }

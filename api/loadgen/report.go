@@ -5,6 +5,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -24,6 +25,18 @@ func (r *Result) Header() string {
 	if r.IgnoreEOS {
 		eos = ", ignore_eos"
 	}
+	if r.Steady {
+		bound += " (steady: cut at the end)"
+	}
+	if r.PromptTokens > 0 {
+		eos += fmt.Sprintf(", random prompts of %d tokens", r.PromptTokens)
+	}
+	if p := r.Periodic; p != nil {
+		bound += fmt.Sprintf("; every %s one more request of max_tokens %d", p.EveryText, p.MaxTokens)
+		if p.PromptTokens > 0 {
+			bound += fmt.Sprintf(" and a random prompt of %d tokens", p.PromptTokens)
+		}
+	}
 	return fmt.Sprintf("%s  model %s  api %s  max_tokens %d%s  %s", r.Endpoint, r.Model, r.API, r.MaxTokens, eos, bound)
 }
 
@@ -34,16 +47,32 @@ func WriteTable(w io.Writer, r *Result) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "conc\treqs\terrors\tgen tok\twall s\ttok/s\ttok/s/stream\tTTFT p50\tTTFT p99\tITL p50\tITL p99\tTPOT p50\t")
-	for _, l := range r.Levels {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.2f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n",
-			l.Concurrency, l.Requests, l.Errors, l.GeneratedTokens, l.WallSeconds, l.TokensPerSecond, l.PerStreamTokensPerSecond,
+	row := func(conc string, l Level) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%s\t\n",
+			conc, l.Requests, l.Errors, l.GeneratedTokens, l.WallSeconds, l.TokensPerSecond, l.PerStreamTokensPerSecond,
 			ms(l.TTFT.N, l.TTFT.P50), ms(l.TTFT.N, l.TTFT.P99), ms(l.InterToken.N, l.InterToken.P50), ms(l.InterToken.N, l.InterToken.P99),
 			ms(l.TPOT.N, l.TPOT.P50))
+	}
+	for _, l := range r.Levels {
+		row(strconv.Itoa(l.Concurrency), l)
+		if l.Periodic != nil && r.Periodic != nil {
+			row("every "+r.Periodic.EveryText, *l.Periodic)
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for _, l := range r.Levels {
+		if l.Cut > 0 {
+			if _, err := fmt.Fprintf(w, "c=%d: %d requests cut at the end (their tokens counted)\n", l.Concurrency, l.Cut); err != nil {
+				return err
+			}
+		}
+		if p := l.Periodic; p != nil && p.Errors > 0 {
+			if _, err := fmt.Fprintf(w, "c=%d periodic errors: %d; first: %s\n", l.Concurrency, p.Errors, p.FirstError); err != nil {
+				return err
+			}
+		}
 		if l.Errors == 0 {
 			continue
 		}

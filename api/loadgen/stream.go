@@ -26,6 +26,7 @@ type sample struct {
 	promptTokens int
 	usage        bool // the server reported usage
 	finish       string
+	cut          bool // stopped at the end of a steady level
 }
 
 // streamEvent is the part of a chat or completion chunk loadgen reads.
@@ -80,18 +81,19 @@ func errorKind(err error) string {
 
 var errStream = errors.New("error event in the stream")
 
-// body returns the JSON request body for the options.
-func (o *Options) body() ([]byte, error) {
+// body returns the JSON request body for the options with a prompt (text,
+// or token ids for completions) and a token limit.
+func (o *Options) body(prompt any, maxTokens int) ([]byte, error) {
 	req := map[string]any{
 		"model":          o.Model,
-		"max_tokens":     o.MaxTokens,
+		"max_tokens":     maxTokens,
 		"stream":         true,
 		"stream_options": map[string]any{"include_usage": true},
 	}
 	if o.API == APIChat {
-		req["messages"] = []map[string]string{{"role": "user", "content": o.Prompt}}
+		req["messages"] = []map[string]any{{"role": "user", "content": prompt}}
 	} else {
-		req["prompt"] = o.Prompt
+		req["prompt"] = prompt
 	}
 	if o.Temperature != nil {
 		req["temperature"] = *o.Temperature
@@ -103,7 +105,7 @@ func (o *Options) body() ([]byte, error) {
 }
 
 // stream sends one streaming request and measures it.
-func (b *Bench) stream(ctx context.Context) (s sample) {
+func (b *Bench) stream(ctx context.Context, body []byte) (s sample) {
 	s.start = time.Now()
 	defer func() { s.end = time.Now() }()
 	if b.o.Timeout > 0 {
@@ -111,7 +113,7 @@ func (b *Bench) stream(ctx context.Context) (s sample) {
 		ctx, cancel = context.WithTimeout(ctx, b.o.Timeout)
 		defer cancel()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url(b.o.API.path()), bytes.NewReader(b.body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url(b.o.API.path()), bytes.NewReader(body))
 	if err != nil {
 		s.err = err
 		return s

@@ -22,9 +22,10 @@ func benchEndpointCmd() *cobra.Command {
 		conc, apiName string
 		temp          float64
 		asJSON        bool
+		per           loadgen.Periodic
 	)
 	cmd := &cobra.Command{
-		Use:   "bench-endpoint [--endpoint URL] [--model M] [-c 1,4,16] [-n 64] [--requests N | --duration D] [--json]",
+		Use:   "bench-endpoint [--endpoint URL] [--model M] [-c 1,4,16] [-n 64] [--requests N | --duration D [--steady]] [--periodic D] [--json]",
 		Short: "Measure a running endpoint under concurrent streaming requests",
 		Long: `Measure an OpenAI-compatible endpoint (a shoal agent, or vLLM, llama.cpp's
 server, ...) under load. For each concurrency level in -c, that many
@@ -40,7 +41,17 @@ Latencies are in milliseconds.
 A random or small model may stop before -n tokens; --ignore-eos asks servers
 that support it (vLLM, llama.cpp) to generate all of them.
 
+--prompt-tokens N sends prompts of N random token ids (completions only), a
+new one for each request so that no prefix cache serves them. --steady runs
+each level for exactly --duration and cuts the requests still streaming then
+(what they streamed counts). --periodic D adds one more request every D
+(--periodic-prompt-tokens, --periodic-max-tokens), reported in its own row:
+e.g. the time to first token of long prompts arriving beside decode streams,
+and what they do to the streams' inter-token latency:
+
   shoal bench-endpoint -c 1,4,16 -n 64
+  shoal bench-endpoint --api completions -c 8 -n 256 --temperature 0 --duration 100s --steady \
+      --periodic 15s --periodic-prompt-tokens 1024 --periodic-max-tokens 16
   shoal bench-endpoint --endpoint http://gpu1:8000 --model llama-3-8b --duration 30s --json > result.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -60,6 +71,11 @@ that support it (vLLM, llama.cpp) to generate all of them.
 			}
 			if cmd.Flags().Changed("temperature") {
 				o.Temperature = &temp
+			}
+			if per.Every > 0 {
+				o.Periodic = &per
+			} else if cmd.Flags().Changed("periodic-prompt-tokens") || cmd.Flags().Changed("periodic-max-tokens") {
+				return fmt.Errorf("--periodic-prompt-tokens and --periodic-max-tokens need --periodic")
 			}
 			if o.Warmup == 0 {
 				o.Warmup = -1 // --warmup 0: none (loadgen's 0 means the default)
@@ -105,6 +121,12 @@ that support it (vLLM, llama.cpp) to generate all of them.
 	f.BoolVar(&o.IgnoreEOS, "ignore-eos", false, `send "ignore_eos": true (vLLM, llama.cpp) so requests run to -n tokens`)
 	f.IntVar(&o.Warmup, "warmup", 1, "untimed requests before the first level")
 	f.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "limit of each request")
+	f.IntVar(&o.PromptTokens, "prompt-tokens", 0, "send prompts of this many random token ids instead of --prompt (completions only; a new prompt each request)")
+	f.IntVar(&o.Vocab, "vocab", 32000, "random token ids are drawn below this")
+	f.BoolVar(&o.Steady, "steady", false, "run each level for exactly --duration, then cut the requests in flight (their tokens count)")
+	f.DurationVar(&per.Every, "periodic", 0, "also send one request every this long during each level (needs --duration), reported apart")
+	f.IntVar(&per.PromptTokens, "periodic-prompt-tokens", 0, "the periodic requests' prompt: this many random token ids (default: --prompt)")
+	f.IntVar(&per.MaxTokens, "periodic-max-tokens", 16, "max_tokens of the periodic requests")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }

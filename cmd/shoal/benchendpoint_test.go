@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -30,7 +31,8 @@ func runBenchEndpoint(t *testing.T, args ...string) (string, error) {
 
 func TestBenchEndpointCommand(t *testing.T) {
 	var calls atomic.Int64
-	var lastPath, lastAuth atomic.Value
+	var lastPath, lastAuth, bodies atomic.Value
+	var mu sync.Mutex
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		lastAuth.Store(r.Header.Get("Authorization"))
 		if r.URL.Path == "/v1/models" {
@@ -39,6 +41,11 @@ func TestBenchEndpointCommand(t *testing.T) {
 		}
 		calls.Add(1)
 		lastPath.Store(r.URL.Path)
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		old, _ := bodies.Load().([]string)
+		bodies.Store(append(old, string(body)))
+		mu.Unlock()
 		w.Header().Set("Content-Type", "text/event-stream")
 		for i := range 3 {
 			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"text\":\"x%d\",\"delta\":{\"content\":\"x%d\"}}]}\n\n", i, i)
@@ -78,5 +85,38 @@ func TestBenchEndpointCommand(t *testing.T) {
 
 	if _, err := runBenchEndpoint(t, "--endpoint", srv.URL, "-c", "1,zero"); err == nil {
 		t.Error("a bad -c list was accepted")
+	}
+
+	// Steady streams beside a periodic request with a prompt of random
+	// token ids: the periodic group is reported apart.
+	bodies.Store([]string(nil))
+	out, err = runBenchEndpoint(t, "--endpoint", srv.URL, "-m", "m1", "--api", "completions", "-c", "2", "--warmup", "0",
+		"--duration", "250ms", "--steady", "--periodic", "100ms", "--periodic-prompt-tokens", "5", "--periodic-max-tokens", "3", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res = loadgen.Result{}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("--json output does not parse: %v\n%s", err, out)
+	}
+	l := res.Levels[0]
+	if !res.Steady || res.Periodic == nil || res.Periodic.PromptTokens != 5 || l.Periodic == nil || l.Periodic.Requests != 2 || l.Requests+l.Cut < 2 {
+		t.Errorf("steady with periodic: %s", out)
+	}
+	var long int
+	for _, b := range bodies.Load().([]string) {
+		var rb struct {
+			Prompt    []int32 `json:"prompt"`
+			MaxTokens int     `json:"max_tokens"`
+		}
+		if json.Unmarshal([]byte(b), &rb) == nil && len(rb.Prompt) == 5 && rb.MaxTokens == 3 {
+			long++
+		}
+	}
+	if long != 2 {
+		t.Errorf("%d periodic requests with 5 token ids and max_tokens 3, want 2", long)
+	}
+	if _, err := runBenchEndpoint(t, "--endpoint", srv.URL, "--periodic-prompt-tokens", "5"); err == nil {
+		t.Error("--periodic-prompt-tokens without --periodic was accepted")
 	}
 }
