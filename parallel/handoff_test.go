@@ -413,21 +413,7 @@ func TestRemotePrefillScheduler(t *testing.T) {
 			observed = append(observed, err)
 			mu.Unlock()
 		}})
-	eog := func(int32) bool { return false }
-	sch, err := serve.NewEngine(eng, eog, serve.Options{MaxSeqs: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sch.Close()
-	r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 256})
-	if err != nil {
-		t.Fatal(err)
-	}
-	single, err := serve.New(r, eog, serve.Options{MaxSeqs: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer single.Close()
+	sch, single := schedulers(t, eng, ref)
 	prompts := [][]int32{{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8}, {2, 7, 1}, {9, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 11, 12}}
 	run := func(s *serve.Scheduler) [][]int32 {
 		chans := make([]<-chan serve.Event, len(prompts))
@@ -516,21 +502,7 @@ func TestRemotePrefillFaults(t *testing.T) {
 	}
 	defer eng.Close()
 	eng.SetRemotePrefill(&RemotePrefill{Session: pre, Chunk: 4})
-	eog := func(int32) bool { return false }
-	sch, err := serve.NewEngine(eng, eog, serve.Options{MaxSeqs: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sch.Close()
-	r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 256})
-	if err != nil {
-		t.Fatal(err)
-	}
-	single, err := serve.New(r, eog, serve.Options{MaxSeqs: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer single.Close()
+	sch, single := schedulers(t, eng, ref)
 	prompt := []int32{4, 8, 15, 16, 23, 42, 7, 9, 11, 13}
 	ask := func(s *serve.Scheduler) ([]int32, time.Duration) {
 		t0 := time.Now()
@@ -672,4 +644,26 @@ func TestRemotePrefillFailPolicy(t *testing.T) {
 	if free, all := eng.Cache().FreeBlocks(), eng.Cache().Config().NumBlocks; free != all {
 		t.Errorf("the engine's cache holds %d of %d blocks", all-free, all)
 	}
+}
+
+// schedulers starts a scheduler over eng and one over a single-node runner
+// of ref, both closed with the test.
+func schedulers(t *testing.T, eng *Engine, ref *model.Model) (sch, single *serve.Scheduler) {
+	t.Helper()
+	eog := func(int32) bool { return false }
+	sch, err := serve.NewEngine(eng, eog, serve.Options{MaxSeqs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sch.Close)
+	r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	single, err = serve.New(r, eog, serve.Options{MaxSeqs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(single.Close)
+	return sch, single
 }
