@@ -354,13 +354,16 @@ func (s *Session) release(ctx context.Context, method string) {
 	if s.err != nil {
 		reason = s.err.Error()
 	}
+	// Every member is told, whatever the others answer: a member that is
+	// gone must not cancel the call to one that still holds the session
+	// (each cancels the rest on the first error).
 	_ = s.c.each(ctx, func(ctx context.Context, i int, m memberRef) error {
 		var req any = s.addr(m)
 		if method == methodAbort {
 			req = abortReq{memberAddr: s.addr(m), Reason: reason}
 		}
-		_, _, err := s.c.h.call(ctx, m.Addr, method, req, nil)
-		return err
+		_, _, _ = s.c.h.call(ctx, m.Addr, method, req, nil)
+		return nil
 	})
 }
 

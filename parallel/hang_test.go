@@ -70,3 +70,30 @@ func TestStepFailsOnSilentMember(t *testing.T) {
 		t.Errorf("the error names neither node %s nor the timeout", node)
 	}
 }
+
+// TestCloseReachesLiveMembers: a session whose other members are gone is
+// still closed on the member that holds it (and its KV): one member's
+// "no such member" answer must not cancel the close sent to another.
+func TestCloseReachesLiveMembers(t *testing.T) {
+	ref, path := openRef(t)
+	plan := shapeOf(&ref.Config).Plans("dense").Get("pp3")
+	for try := range 5 {
+		cl := startCluster(t, path, plan, Options{Timeout: 5 * time.Second})
+		ctx := context.Background()
+		s, err := cl.drv.Open(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := model.Batch{Tokens: []int32{1, 2, 3}, Chunks: []model.Chunk{{Seq: 1, N: 3}}}
+		if _, err := s.Step(ctx, &b, []int{2}); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range cl.members[1:] {
+			m.Close()
+		}
+		_ = s.Close(ctx)
+		if n := cl.members[0].Sessions(); n != 0 {
+			t.Fatalf("try %d: the live member still holds %d session(s) after Close", try, n)
+		}
+	}
+}
