@@ -99,9 +99,15 @@ func TestEngineReplays(t *testing.T) {
 	defer r.Close()
 	prompts := [][]int32{{1, 450, 496, 173}, {1, 299, 432, 172, 97, 278}, {1, 51}}
 	const n = 10
-	// run generates every prompt on e; after the first request's third
-	// token, disturb runs once.
+	// run generates every prompt on e; before e's fourth step (every
+	// request is still running then: the prompts take a step or two, each
+	// request 10 tokens), disturb runs once. (Tied to the client's third
+	// token instead, it could run after the scheduler had stepped every
+	// request to its end, the events buffered: nothing left to replay.)
 	run := func(e serve.Engine, disturb func()) ([][]int32, []error) {
+		if disturb != nil {
+			e = &stepHook{Engine: e, at: 4, f: disturb}
+		}
 		sc, err := serve.NewEngine(e, func(int32) bool { return false }, serve.Options{MaxSeqs: 4, MaxTokens: 8})
 		if err != nil {
 			t.Fatal(err)
@@ -109,7 +115,6 @@ func TestEngineReplays(t *testing.T) {
 		defer sc.Close()
 		out := make([][]int32, len(prompts))
 		errs := make([]error, len(prompts))
-		var once sync.Once
 		var wg sync.WaitGroup
 		for i, p := range prompts {
 			wg.Add(1)
@@ -126,9 +131,6 @@ func TestEngineReplays(t *testing.T) {
 					}
 					if !ev.Done {
 						out[i] = append(out[i], ev.Token)
-						if i == 0 && len(out[i]) == 3 && disturb != nil {
-							once.Do(disturb)
-						}
 					}
 				}
 			}()
@@ -199,4 +201,19 @@ func TestEngineReplays(t *testing.T) {
 			t.Error("the request that saw the session close finished")
 		}
 	})
+}
+
+// stepHook runs f once before the at-th step of the engine it wraps.
+type stepHook struct {
+	serve.Engine
+	n, at int
+	f     func()
+}
+
+func (h *stepHook) Step(b *model.Batch, rows []int) ([]float32, error) {
+	h.n++
+	if h.n == h.at {
+		h.f()
+	}
+	return h.Engine.Step(b, rows)
 }
