@@ -275,11 +275,23 @@ bench_endpoint() {
 		--endpoint "http://$(ipof "$d"):7948" --token "$secret" -m bench --api completions --temperature 0 --json "$@"
 }
 
-# wait_ci: no CI run on the machine (it would share the cores).
+# others: the CI runs and the other benchmark scripts running (not this
+# one nor its subshells), one "pid command" a line.
+others() {
+	local p q
+	pgrep -af '\.ci/run|bench-(disagg|cluster)\.sh' | while read -r p _; do
+		q=$p
+		while [ "$q" -gt 1 ] && [ "$q" != $$ ]; do q=$(ps -o ppid= -p "$q" 2>/dev/null | tr -d ' ') || break; [ -n "$q" ] || break; done
+		[ "$q" = $$ ] || ps -o pid=,args= -p "$p" 2>/dev/null || true
+	done
+}
+
+# wait_ci: no CI run nor another benchmark on the machine (it would share
+# the cores).
 wait_ci() {
 	local waited=0
-	while pgrep -f '.ci/run' >/dev/null; do
-		[ $waited = 0 ] && say "a CI run is going on: waiting for it to finish"
+	while [ -n "$(others)" ]; do
+		[ $waited = 0 ] && say "waiting for other work to finish: $(others | head -1)"
 		waited=1
 		sleep 10
 	done
@@ -394,8 +406,8 @@ measure() {
 		: >"$tmp"
 		run_config "$1" "$2" "$tmp"
 		other=$(jq -r '.other_cores' "$tmp")
-		if pgrep -f '.ci/run' >/dev/null; then
-			say "a CI run started during config $1 ($2): measuring it again"
+		if [ -n "$(others)" ]; then
+			say "$(others | head -1) started during config $1 ($2): measuring it again"
 		elif awk -v o="$other" -v m="$OTHER_MAX" 'BEGIN { exit !(o > m) }'; then
 			say "config $1 ($2): $other cores went to other work than the agents during the run (> OTHER_MAX $OTHER_MAX): measuring it again"
 		else
