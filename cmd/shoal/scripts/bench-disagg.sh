@@ -51,6 +51,12 @@
 #   CTX, MAX_SEQS       the plan's context and sequences (2048, 12)
 #   SHARED     the shared data dir with the tokenizer (default ../shared)
 #   KEEP=1     keep the work dir (agent logs, JSON results)
+#   LOG_LEVEL  of the agents (default warn)
+#   AGENT_GOMAXPROCS  GOMAXPROCS of the agents (default: Go's, which is 2
+#              under a 1-core quota: two threads then spend the quota in
+#              half a CFS period and the agent is throttled for the rest)
+#   OTHER_MAX  cores the machine may spend beyond the agents during a run
+#              before it is measured again (default 0.15)
 #
 # INTERVAL: one 1,024-token prompt of the TinyLlama-shaped model alone on
 # one 1-core Zen 5 device (config a, measured first) has a TTFT of 7.6 s;
@@ -151,14 +157,19 @@ period=${PERIOD_US:-100000}
 quota=$(awk -v s="$SHARE" -v p="$period" 'BEGIN { printf "%d", s * p }')
 threads=$(awk -v s="$SHARE" 'BEGIN { t = int(s); if (t < s) t++; if (t < 1) t = 1; print t }')
 
-# new_group NAME: a cgroup of SHARE cores; prints its path.
+# The agents' environment: GOMAXPROCS (AGENT_GOMAXPROCS; Go's default in a
+# cgroup with a quota of one core is 2, its minimum).
+agent_env=()
+[ -n "${AGENT_GOMAXPROCS:-}" ] && agent_env+=("GOMAXPROCS=$AGENT_GOMAXPROCS")
+
+# new_group NAME: a cgroup of SHARE cores, its path in $group (not a
+# subshell: stop_cluster must see it in $groups to remove it).
 new_group() {
-	local g=$CG/shoal-$prefix-$1
-	mkdir -p "$g"
-	groups+=("$g")
-	echo "$period" >"$g/cpu.cfs_period_us"
-	echo "$quota" >"$g/cpu.cfs_quota_us"
-	echo "$g"
+	group=$CG/shoal-$prefix-$1
+	mkdir -p "$group"
+	groups+=("$group")
+	echo "$period" >"$group/cpu.cfs_period_us"
+	echo "$quota" >"$group/cpu.cfs_quota_us"
 }
 
 # start_cluster RATE ROLE...: one device per ROLE ("both", "prefill"),
@@ -189,14 +200,14 @@ start_cluster() {
 		# Both directions: the device's egress and the bridge port's egress.
 		ip netns exec "$ns" tc qdisc add dev "v$i" root tbf rate "$rate" burst "$burst" latency 50ms
 		ip netns exec "$br" tc qdisc add dev "$prefix-b$i" root tbf rate "$rate" burst "$burst" latency 50ms
-		local g
-		g=$(new_group "d$i")
+		new_group "d$i"
+		local g=$group
 		local args=(agent --server --bootstrap-expect "$n" --name "d$i" --data-dir "$work/d$i" --bind "$(ipof "$i")"
-			--token "$secret" --threads "$threads" --log-level warn --insecure-http)
+			--token "$secret" --threads "$threads" --log-level "${LOG_LEVEL:-warn}" --insecure-http)
 		[ "${roles[$i]}" != both ] && args+=(--role "${roles[$i]}")
 		for j in $(seq 0 $((n - 1))); do [ "$j" != "$i" ] && args+=(--join "$(ipof "$j")"); done
 		# The shell joins the cgroup, then becomes the agent (same pid).
-		sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$g" ip netns exec "$ns" "$BIN" "${args[@]}" >"$work/d$i.log" 2>&1 &
+		sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$g" env "${agent_env[@]}" ip netns exec "$ns" "$BIN" "${args[@]}" >"$work/d$i.log" 2>&1 &
 		pids+=($!)
 	done
 	local deadline=$((SECONDS + 90))
@@ -215,6 +226,32 @@ start_cluster() {
 metric() {
 	ip netns exec "$br" curl -fsS --max-time 10 "http://$(ipof "$1"):7948/metrics" |
 		awk -v n="$2" -v re="$3" '{ split($1, a, "{") } a[1] == n && $1 ~ re { s += $NF } END { printf "%.0f\n", s }'
+}
+
+# busy_ticks: the machine's busy CPU time in clock ticks (/proc/stat).
+busy_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
+
+# own_ticks PID...: the CPU time of those processes and their children
+# (utime + stime, in clock ticks); a process gone counts 0.
+own_ticks() {
+	local p t=0 c
+	for p in "$@"; do
+		for c in "$p" $(pgrep -P "$p" 2>/dev/null); do
+			[ -r "/proc/$c/stat" ] && t=$((t + $(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$c/stat" 2>/dev/null || echo 0)))
+		done
+	done
+	echo "$t"
+}
+
+# throttled: per device cgroup, the CFS periods it was throttled in and
+# for how long (ms), as JSON.
+throttled() {
+	local g out='{}'
+	for g in "${groups[@]}"; do
+		out=$(jq -c --arg g "${g##*-}" --argjson n "$(awk '$1 == "nr_throttled" { print $2 }' "$g/cpu.stat")" \
+			--argjson t "$(awk '$1 == "throttled_time" { printf "%.0f", $2 / 1e6 }' "$g/cpu.stat")" '.[$g] = {periods: $n, ms: $t}' <<<"$out")
+	done
+	echo "$out"
 }
 
 # snapshot DRIVER PREFILL: the counters of a run as JSON.
@@ -238,11 +275,23 @@ bench_endpoint() {
 		--endpoint "http://$(ipof "$d"):7948" --token "$secret" -m bench --api completions --temperature 0 --json "$@"
 }
 
-# wait_ci: no CI run on the machine (it would share the cores).
+# others: the CI runs and the other benchmark scripts running (not this
+# one nor its subshells), one "pid command" a line.
+others() {
+	local p q
+	pgrep -af '\.ci/run|bench-(disagg|cluster)\.sh' | while read -r p _; do
+		q=$p
+		while [ "$q" -gt 1 ] && [ "$q" != $$ ]; do q=$(ps -o ppid= -p "$q" 2>/dev/null | tr -d ' ') || break; [ -n "$q" ] || break; done
+		[ "$q" = $$ ] || ps -o pid=,args= -p "$p" 2>/dev/null || true
+	done
+}
+
+# wait_ci: no CI run nor another benchmark on the machine (it would share
+# the cores).
 wait_ci() {
 	local waited=0
-	while pgrep -f '.ci/run' >/dev/null; do
-		[ $waited = 0 ] && say "a CI run is going on: waiting for it to finish"
+	while [ -n "$(others)" ]; do
+		[ $waited = 0 ] && say "waiting for other work to finish: $(others | head -1)"
 		waited=1
 		sleep 10
 	done
@@ -284,8 +333,8 @@ run_config() {
 	# of SHARE cores, bounded in count and time.
 	local hog=""
 	if [ "$name" = a+ ]; then
-		local g
-		g=$(new_group hog)
+		new_group hog
+		local g=$group
 		timeout --kill-after=10 $((DURATION + 200)) sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$g" \
 			"$BIN" bench -m "$MODEL" -t "$threads" -p "$LONG" -n 0 -r 1000 >"$work/hog.log" 2>&1 &
 		hog=$!
@@ -310,8 +359,17 @@ run_config() {
 	a | a+) ;;
 	*) args+=(--periodic "${INTERVAL}s" --periodic-prompt-tokens "$LONG" --periodic-max-tokens "$LONG_GEN") ;;
 	esac
+	# The CPU the machine spent beyond the agents (and the a+ neighbour)
+	# during the run: the load generator, the kernel's networking, and
+	# anything else running, which the run should not share the cores with.
+	local busy0 own0 t0=$SECONDS thr0 thr1
+	busy0=$(busy_ticks) own0=$(own_ticks "${pids[@]}" $hog) thr0=$(throttled)
 	mixed=$(bench_endpoint "$driver" "${args[@]}" 2>"$work/mixed-$name-$rate.err") ||
 		{ cat "$work/mixed-$name-$rate.err" >&2; tail -n 20 "$work"/d*.log >&2; die "the run failed ($name, $rate)"; }
+	local other
+	other=$(awk -v b="$(($(busy_ticks) - busy0))" -v o="$(($(own_ticks "${pids[@]}" $hog) - own0))" -v hz="$(getconf CLK_TCK)" -v t="$((SECONDS - t0))" \
+		'BEGIN { printf "%.3f", (b - o) / hz / (t > 0 ? t : 1) }')
+	thr1=$(throttled)
 	after=$(snapshot "$driver" "$kvnode")
 	if [ -n "$hog" ]; then
 		kill -TERM "$hog" 2>/dev/null || true
@@ -319,13 +377,15 @@ run_config() {
 	fi
 	mkdir -p "$work/logs-$name-$rate" && cp "$work"/d*.log "$work/logs-$name-$rate/"
 	jq -c -n --arg name "$name" --arg link "$rate" --arg disagg "$disagg" --argjson pl "$pl" --argjson alone "$alone" \
-		--argjson mixed "$mixed" --argjson before "$before" --argjson after "$after" --argjson a0 "$alone0" --argjson a1 "$alone1" '
+		--argjson mixed "$mixed" --argjson before "$before" --argjson after "$after" --argjson a0 "$alone0" --argjson a1 "$alone1" --argjson other "$other" \
+		--argjson thr0 "$thr0" --argjson thr1 "$thr1" '
 		def delta(x; y): {ok: (y.ok - x.ok), failed: (y.failed - x.failed), tokens: (y.tokens - x.tokens), seconds: (y.seconds - x.seconds),
 			payload: (y.payload - x.payload), framing: (y.framing - x.framing)};
 		{
 		config: $name, link: $link, disagg: $disagg, strategy: $pl.strategy,
 		stages: [$pl.stages[] | "\(.pool) [\(.lo),\(.hi)) on \([.members[].node_name] | join("+"))"],
-		alone_ttft_ms: ($alone.levels[0].ttft.p50_ms // null),
+		alone_ttft_ms: ($alone.levels[0].ttft.p50_ms // null), other_cores: $other,
+		throttled: ($thr1 | with_entries(.value = {periods: (.value.periods - $thr0[.key].periods), ms: (.value.ms - $thr0[.key].ms)})),
 		streams: $mixed.levels[0], long: $mixed.levels[0].periodic,
 		remote: delta($before; $after), remote_alone: delta($a0; $a1)}' >>"$out"
 	stop_cluster
@@ -336,19 +396,27 @@ cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), family
 grep -q -m1 avx512f /proc/cpuinfo && cpu+=", AVX-512" || cpu+=", no AVX-512"
 say "$(basename "$MODEL") on $cpu; $SHARE core(s) per device; links shaped by tc tbf (rate only, no netem: no added latency)"
 # measure NAME RATE OUT: run_config, again (up to 3 times) when a CI run
-# started meanwhile (it would have shared the cores).
+# started meanwhile or the machine spent more than OTHER_MAX cores
+# (default 0.15) beyond the agents during the run: something else shared
+# the cores.
+OTHER_MAX=${OTHER_MAX:-0.15}
 measure() {
-	local try tmp=$work/try.jsonl
+	local try tmp=$work/try.jsonl other
 	for try in 1 2 3; do
 		: >"$tmp"
 		run_config "$1" "$2" "$tmp"
-		if ! pgrep -f '.ci/run' >/dev/null; then
+		other=$(jq -r '.other_cores' "$tmp")
+		if [ -n "$(others)" ]; then
+			say "$(others | head -1) started during config $1 ($2): measuring it again"
+		elif awk -v o="$other" -v m="$OTHER_MAX" 'BEGIN { exit !(o > m) }'; then
+			say "config $1 ($2): $other cores went to other work than the agents during the run (> OTHER_MAX $OTHER_MAX): measuring it again"
+		else
 			cat "$tmp" >>"$3"
 			return 0
 		fi
-		say "a CI run started during config $1 ($2): measuring it again"
+		cat "$tmp" >>"$work/discarded.jsonl"
 	done
-	die "config $1 ($2) overlapped a CI run 3 times"
+	die "config $1 ($2) shared the machine 3 times (see $work/discarded.jsonl)"
 }
 
 results=$work/results.jsonl
@@ -399,7 +467,7 @@ for rate in $LINKS; do
 		def r2: . * 100 | round / 100;
 		select(.link == $link) |
 		"(\(.config)): plan \(.strategy): \(.stages | join("; ")); one long prompt alone: TTFT \(if .alone_ttft_ms then "\(.alone_ttft_ms / 1000 | r2) s" else "-" end)" +
-		"; streams: \(.streams.tokens_per_second) tok/s, TTFT p50 \(.streams.ttft.p50_ms / 1000 | r2) s max \(.streams.ttft.max_ms / 1000 | r2) s, \(.streams.requests) done + \(.streams.cut) cut" +
+		"; other work \(.other_cores) cores; CFS throttling \(.throttled | to_entries | map("\(.key) \(.value.ms) ms in \(.value.periods) periods") | join(", ")); streams: \(.streams.tokens_per_second) tok/s, TTFT p50 \(.streams.ttft.p50_ms / 1000 | r2) s max \(.streams.ttft.max_ms / 1000 | r2) s, \(.streams.requests) done + \(.streams.cut) cut" +
 		(if .streams.errors > 0 then ", \(.streams.errors) errors: \(.streams.first_error)" else "" end) +
 		(if .long and .long.errors > 0 then "; long prompt errors: \(.long.first_error)" else "" end) +
 		(if .remote.ok > 0 then "; \(.remote.ok) remote prefills of \(.remote.tokens) tokens in all, \(.remote.seconds / .remote.ok | r2) s each on average (queueing and KV included)" else "" end) +
