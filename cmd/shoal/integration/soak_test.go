@@ -53,7 +53,21 @@ func TestSoak(t *testing.T) {
 			t.Skipf("cgroup: %v", err)
 		}
 		groups = append(groups, g)
-		t.Cleanup(func() { _ = os.Remove(g) })
+		// This cleanup runs before the environment's, which stops the
+		// agents: a cgroup with a task cannot be removed, so the agent
+		// goes first (the leftover groups of earlier soaks showed it).
+		t.Cleanup(func() {
+			if p.cmd != nil && p.cmd.Process != nil {
+				_ = p.cmd.Process.Kill()
+			}
+			for range 50 {
+				if os.Remove(g) == nil {
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Logf("cgroup %s not removed", g)
+		})
 		if err := os.WriteFile(filepath.Join(g, "cpu.cfs_quota_us"), []byte("60000"), 0o644); err != nil {
 			t.Fatal(err)
 		}
