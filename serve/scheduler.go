@@ -234,6 +234,17 @@ type prefixCacher interface{ PrefixCache() bool }
 
 // NewEngine starts a scheduler driving e.
 func NewEngine(e Engine, isEOG func(int32) bool, o Options) (*Scheduler, error) {
+	s, err := newScheduler(e, isEOG, o)
+	if err != nil {
+		return nil, err
+	}
+	go s.loop()
+	return s, nil
+}
+
+// newScheduler builds a scheduler whose loop is not started yet (tests
+// queue requests before the first step).
+func newScheduler(e Engine, isEOG func(int32) bool, o Options) (*Scheduler, error) {
 	o.defaults()
 	c := e.Cache().Config()
 	s := &Scheduler{r: e, eog: isEOG, opts: o, cap: c.NumBlocks * c.BlockSize, wake: make(chan struct{}, 1), done: make(chan struct{})}
@@ -250,7 +261,6 @@ func NewEngine(e Engine, isEOG func(int32) bool, o Options) (*Scheduler, error) 
 	if pc, ok := e.(prefixCacher); ok && pc.PrefixCache() && !o.NoPrefixCache {
 		s.prefix = true
 	}
-	go s.loop()
 	return s, nil
 }
 

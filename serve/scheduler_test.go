@@ -165,7 +165,17 @@ func TestPreemption(t *testing.T) {
 		ch, _ := ref.Submit(context.Background(), Request{Prompt: prompt(i, 20), MaxTokens: 40, Sampling: greedy()})
 		want[i], _ = collect(t, ch)
 	}
-	s := newSched(t, m, 128, Options{MaxSeqs: 4, MaxTokens: 64})
+	// Every request is queued before the loop's first step: one admitted
+	// alone could run ahead and leave the others room enough.
+	r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newScheduler(RunnerEngine{r}, func(int32) bool { return false }, Options{MaxSeqs: 4, MaxTokens: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(); r.Close() })
 	var wg sync.WaitGroup
 	got := make([][]int32, n)
 	evs := make([]Event, n)
@@ -177,6 +187,7 @@ func TestPreemption(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); got[i], evs[i] = collect(t, ch) }()
 	}
+	go s.loop()
 	wg.Wait()
 	for i := range got {
 		if !slices.Equal(got[i], want[i]) {
