@@ -96,6 +96,8 @@ type level struct {
 	roundF16 func(x *float32, n int)
 	// scaleRoundF16 is ScaleRoundF16 on n (a multiple of 8) floats.
 	scaleRoundF16 func(x *float32, n int, s float32)
+	// scaleMax is ScaleMax on n (a multiple of 8, at least 8) floats.
+	scaleMax func(x *float32, n int, s float32) float32
 }
 
 var (

@@ -20,7 +20,7 @@ func archLevels() []*level {
 	pickX := func(t1, t0 rowsXFn) rowsXFn { return forVendor(intel, t1, t0) }
 	l := &level{name: "avx2", q8_0: quantQ8_0AVX2, q8_K: quantQ8_KAVX2, prepU8: prepU8AVX2, scoresF16: scoresF16AVX2, accumF16: accumF16AVX2,
 		expSub: expSubAVX2, siluMul: siluMulAVX2, f32ToF16: f32ToF16AVX2, roundF16: roundF16AVX2,
-		scaleRoundF16: scaleRoundF16AVX2}
+		scaleRoundF16: scaleRoundF16AVX2, scaleMax: scaleMaxAVX2}
 	l.k[quant.Q4_0] = &kset{blockLen: quant.QK,
 		one: oneQ4_0, rowsR: 4, rowsX: pickX(dotQ4_0X4, dotQ4_0X4T0), auxPrep: auxPairs(8), tile: dotQ4_0R2C4, tileR: 2, tileC: 4}
 	l.k[quant.Q4_0].panel = &panelSet{R: 8, group: 64, blockLen: quant.QK, C: 4, tiles: [7]dotFn{nil, panelQ4_0C1, panelQ4_0C2, panelQ4_0C3, panelQ4_0C4},

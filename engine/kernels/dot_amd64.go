@@ -540,6 +540,11 @@ func scaleRoundF16AVX2(x *float32, n int, s float32)
 //go:noescape
 func roundF16AVX2(x *float32, n int)
 
+// scaleMaxAVX2: x[i] = x[i]·s for n (a multiple of 8, at least 8) floats; returns the largest.
+//
+//go:noescape
+func scaleMaxAVX2(x *float32, n int, s float32) float32
+
 // quantQ8_0AVX2 quantizes nb blocks of 32 floats to Q8_0 exactly as quant.QuantizeRow.
 //
 //go:noescape

@@ -20408,6 +20408,38 @@ done:
 	VZEROUPPER
 	RET
 
+// func scaleMaxAVX2(x *float32, n int, s float32) float32
+// Requires: AVX, AVX2, SSE
+TEXT ·scaleMaxAVX2(SB), NOSPLIT, $0-28
+	MOVQ         x+0(FP), AX
+	MOVQ         n+8(FP), CX
+	MOVSS        s+16(FP), X0
+	VBROADCASTSS X0, Y0
+	VMULPS       (AX), Y0, Y1
+	VMOVUPS      Y1, (AX)
+	ADDQ         $0x20, AX
+	SUBQ         $0x08, CX
+	JZ           done
+
+loop:
+	VMULPS  (AX), Y0, Y2
+	VMOVUPS Y2, (AX)
+	VMAXPS  Y2, Y1, Y1
+	ADDQ    $0x20, AX
+	SUBQ    $0x08, CX
+	JNZ     loop
+
+done:
+	VEXTRACTF128 $0x01, Y1, X0
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0x4e, X0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0xb1, X0, X1
+	VMAXPS       X1, X0, X0
+	MOVSS        X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
 // func quantQ8_0AVX2(x *float32, dst *byte, nb int)
 // Requires: AVX, AVX2, F16C
 TEXT ·quantQ8_0AVX2(SB), NOSPLIT, $0-24

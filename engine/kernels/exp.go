@@ -51,6 +51,28 @@ func ExpSub(x []float32, m float32) float64 {
 	return sum
 }
 
+// ScaleMax sets x[i] = x[i]·s (a float32 product) and returns the largest
+// result, −Inf for an empty x: the scaling and maximum of a softmax over
+// attention scores, in one pass. A NaN among the products may or may not be
+// what it returns (the softmax that follows is NaN either way).
+func ScaleMax(x []float32, s float32) float32 {
+	mx := float32(math.Inf(-1))
+	if f := cur.scaleMax; f != nil {
+		if n := len(x) &^ 7; n > 0 {
+			mx = f(&x[0], n, s)
+			x = x[n:]
+		}
+	}
+	for i, v := range x {
+		v *= s
+		x[i] = v
+		if v > mx {
+			mx = v
+		}
+	}
+	return mx
+}
+
 // SiLUMul sets g[i] = silu(g[i]) · u[i], silu(x) = x / (1 + exp(−x)): the
 // SwiGLU gate.
 func SiLUMul(g, u []float32) {

@@ -75,6 +75,43 @@ func TestExpKernels(t *testing.T) {
 	}
 }
 
+// TestScaleMax compares every level's ScaleMax with the scalar products
+// and maximum, the maximum placed at every lane and in the scalar tail.
+func TestScaleMax(t *testing.T) {
+	defer SetLevel(Path())
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, lv := range Levels() {
+		if err := SetLevel(lv); err != nil {
+			t.Fatal(err)
+		}
+		if got := ScaleMax(nil, 2); !math.IsInf(float64(got), -1) {
+			t.Fatalf("%s: empty: %v, want -Inf", lv, got)
+		}
+		for _, n := range []int{1, 7, 8, 9, 16, 17, 31, 64, 100} {
+			for top := 0; top < n; top++ {
+				x := make([]float32, n)
+				for i := range x {
+					x[i] = float32(rng.NormFloat64()*10 - 50)
+				}
+				x[top] = 7.25
+				s := float32(0.125)
+				want := make([]float32, n)
+				for i, v := range x {
+					want[i] = v * s
+				}
+				if got := ScaleMax(x, s); got != 7.25*s {
+					t.Fatalf("%s n=%d max at %d: %v, want %v", lv, n, top, got, 7.25*s)
+				}
+				for i := range x {
+					if x[i] != want[i] {
+						t.Fatalf("%s n=%d: x[%d] = %v, want %v", lv, n, i, x[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
 func close32(a, b float32, rel float64) bool {
 	return math.Abs(float64(a)-float64(b)) <= rel*math.Abs(float64(b))+1e-37
 }

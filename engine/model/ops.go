@@ -23,10 +23,7 @@ func rmsNorm(dst, x, w []float32, eps float32) {
 // softmaxInPlace normalizes x (max-subtracted, float32 exp, the sum in
 // float64 as ggml does).
 func softmaxInPlace(x []float32) {
-	mx := float32(math.Inf(-1))
-	for _, v := range x {
-		mx = max(mx, v)
-	}
+	mx := kernels.ScaleMax(x, 1) // x·1 is x
 	inv := float32(1 / kernels.ExpSub(x, mx))
 	for i := range x {
 		x[i] *= inv

@@ -547,12 +547,7 @@ func (r *Runner) attnRange(w, a, z int) {
 		}
 		for j := 0; j < g; j++ {
 			sc := scores(j)
-			mx := float32(math.Inf(-1))
-			for t, v := range sc { // scale, and find the maximum in the same pass
-				v *= scale
-				sc[t] = v
-				mx = max(mx, v)
-			}
+			mx := kernels.ScaleMax(sc, scale)
 			// softmaxInPlace's arithmetic, the probabilities then rounded
 			// to half precision in the same pass
 			kernels.ScaleRoundF16(sc, float32(1/kernels.ExpSub(sc, mx)))

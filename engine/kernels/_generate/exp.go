@@ -191,3 +191,42 @@ func roundF16Kernel(scaled bool) {
 	VZEROUPPER()
 	RET()
 }
+
+// scaleMax: x[i] = x[i]·s for n (a multiple of 8, at least 8) floats;
+// returns the largest result (attention scores before their softmax).
+func scaleMax() {
+	TEXT("scaleMaxAVX2", NOSPLIT, "func(x *float32, n int, s float32) float32")
+	Pragma("noescape")
+	Doc("scaleMaxAVX2: x[i] = x[i]·s for n (a multiple of 8, at least 8) floats; returns the largest.")
+	x, n := ld("x"), ld("n")
+	sx := XMM()
+	Load(Param("s"), sx)
+	sv := YMM()
+	VBROADCASTSS(sx, sv)
+	mx := YMM()
+	VMULPS(Mem{Base: x}, sv, mx)
+	VMOVUPS(mx, Mem{Base: x})
+	ADDQ(U8(32), x)
+	SUBQ(U8(8), n)
+	JZ(LabelRef("done"))
+	Label("loop")
+	v := YMM()
+	VMULPS(Mem{Base: x}, sv, v)
+	VMOVUPS(v, Mem{Base: x})
+	VMAXPS(v, mx, mx)
+	ADDQ(U8(32), x)
+	SUBQ(U8(8), n)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	t := XMM()
+	VEXTRACTF128(U8(1), mx, t)
+	VMAXPS(mx.AsX(), t, t)
+	u := XMM()
+	VPERMILPS(U8(0x4e), t, u) // swap the 64-bit halves
+	VMAXPS(u, t, t)
+	VPERMILPS(U8(0xb1), t, u) // swap neighbours
+	VMAXPS(u, t, t)
+	Store(t, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}

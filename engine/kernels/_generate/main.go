@@ -143,6 +143,7 @@ func main() {
 	siluMul()
 	f32ToF16()
 	roundF16s()
+	scaleMax()
 
 	quantQ8_0()
 	prepU8()
