@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"shoal/engine/enginetest"
 	"shoal/engine/gguf"
+	"shoal/engine/kernels"
 	"shoal/engine/model"
 	"shoal/engine/synth"
 	"shoal/placement"
@@ -311,6 +313,35 @@ func sameAsLocal(t *testing.T, m *testModel, spec ShardSpec, path string) {
 	}
 	if got.Config != want.Config {
 		t.Fatalf("config %+v, want %+v", got.Config, want.Config)
+	}
+	// The engine makes the same resident (packed where the kernels have a
+	// layout for it) copies of an assembled shard's weights as of the
+	// local file's: it may drop the mapped pages of both.
+	if runtime.GOOS == "linux" || runtime.GOOS == "darwin" {
+		for i := range got.Tensors {
+			if d := got.Tensors[i].Data; len(d) >= 1<<16 && !got.Release(d) {
+				t.Fatalf("tensor %s of the assembled shard (%d bytes, mapped): Release dropped nothing", got.Tensors[i].Name, len(d))
+			}
+		}
+	}
+	if got.Release(make([]byte, 1<<16)) {
+		t.Fatal("Release dropped bytes the shard does not map")
+	}
+	gm, err := got.Model()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wm, err := want.Model()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := spec.Lo; l < spec.Hi; l++ {
+		g, w := &gm.W.Layers[l], &wm.W.Layers[l]
+		for j, pair := range [][2]*kernels.Matrix{{g.Wq, w.Wq}, {g.Wo, w.Wo}, {g.Gate, w.Gate}, {g.Down, w.Down}} {
+			if pair[0] != nil && pair[1] != nil && pair[0].Packed != pair[1].Packed {
+				t.Fatalf("layer %d matrix %d: packed %v from the assembled shard, %v from the file", l, j, pair[0].Packed, pair[1].Packed)
+			}
+		}
 	}
 }
 

@@ -15,5 +15,5 @@ func mapFile(fh *os.File, size int64) ([]byte, func() error, error) {
 	return b, func() error { return nil }, nil
 }
 
-// dropPages: the file is read into memory, not mapped; its pages stay.
-func dropPages(b []byte) bool { return false }
+// DropPages: the file is read into memory, not mapped; its pages stay.
+func DropPages(b []byte) bool { return false }

@@ -23,10 +23,11 @@ func mapFile(fh *os.File, size int64) ([]byte, func() error, error) {
 	return b, func() error { return syscall.Munmap(b) }, nil
 }
 
-// dropPages tells the kernel that the mapped file pages wholly inside b are
+// DropPages tells the kernel that the mapped file pages wholly inside b are
 // not needed: they leave the process's resident set (the file's bytes stay;
-// a later read faults them in again).
-func dropPages(b []byte) bool {
+// a later read faults them in again). It reports whether it did; b must
+// be part of a read-only file mapping (File.Release checks that).
+func DropPages(b []byte) bool {
 	ps := uintptr(os.Getpagesize())
 	if len(b) == 0 {
 		return false

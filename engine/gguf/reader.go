@@ -565,7 +565,7 @@ func (f *File) Release(b []byte) bool {
 	if p < base || p+uintptr(len(b)) > base+uintptr(len(f.data)) {
 		return false
 	}
-	return dropPages(b)
+	return DropPages(b)
 }
 
 func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

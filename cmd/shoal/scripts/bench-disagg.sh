@@ -52,6 +52,8 @@
 #   SHARED     the shared data dir with the tokenizer (default ../shared)
 #   KEEP=1     keep the work dir (agent logs, JSON results)
 #   LOG_LEVEL  of the agents (default warn)
+#   AGENT_PROFILE=1  each agent writes a Go CPU profile of its run to the
+#              work dir (CONFIG-LINK-dN.prof; KEEP=1 keeps it)
 #   AGENT_GOMAXPROCS  GOMAXPROCS of the agents (default: Go's, which is 2
 #              under a 1-core quota: two threads then spend the quota in
 #              half a CFS period and the agent is throttled for the rest)
@@ -205,6 +207,7 @@ start_cluster() {
 		local args=(agent --server --bootstrap-expect "$n" --name "d$i" --data-dir "$work/d$i" --bind "$(ipof "$i")"
 			--token "$secret" --threads "$threads" --log-level "${LOG_LEVEL:-warn}" --insecure-http)
 		[ "${roles[$i]}" != both ] && args+=(--role "${roles[$i]}")
+		[ -n "${AGENT_PROFILE:-}" ] && args+=(--cpuprofile "$work/$name-$rate-d$i.prof")
 		for j in $(seq 0 $((n - 1))); do [ "$j" != "$i" ] && args+=(--join "$(ipof "$j")"); done
 		# The shell joins the cgroup, then becomes the agent (same pid).
 		sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$g" env "${agent_env[@]}" ip netns exec "$ns" "$BIN" "${args[@]}" >"$work/d$i.log" 2>&1 &
