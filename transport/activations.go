@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -77,10 +78,37 @@ func (m *Mailbox) Send(ctx context.Context, addr string, id uint64, tag string, 
 	if err != nil {
 		return err
 	}
+	if m.ep.IsSelf(ctx, addr) {
+		// To this node's own mailbox (logits to a driver that is also the
+		// last stage): the frame is read from memory, not carried through
+		// QUIC's encryption, packets and syscalls twice. On one core that
+		// was about 10 ms of a 110 ms decode step of 8 sequences, each
+		// returning 128 KB of logits.
+		if err := m.deliverSelf(ctx, b); err != nil {
+			return fmt.Errorf("transport: send %q #%d to this node: %w", tag, id, err)
+		}
+		return nil
+	}
 	if err := m.out.write(ctx, addr, b); err != nil {
 		return fmt.Errorf("transport: send %q #%d to %s: %w", tag, id, addr, err)
 	}
 	return nil
+}
+
+// deliverSelf puts an encoded tensor message into this mailbox as if it
+// had arrived from this node, checks included.
+func (m *Mailbox) deliverSelf(ctx context.Context, b []byte) error {
+	bp := recvPool.Get().(*[]byte)
+	f, body, err := readTensorFrame(bytes.NewReader(b), m.maxFrame, *bp)
+	*bp = body[:0]
+	if err == nil && f.Type != MsgActivation {
+		err = fmt.Errorf("%w: message type %d for a mailbox", ErrBadTensorFrame, f.Type)
+	}
+	if err != nil {
+		recvPool.Put(bp)
+		return err
+	}
+	return m.in.deliverCtx(ctx, &message{from: m.ep.selfPeer(), frame: f, size: len(f.Payload) + len(f.Tag), buf: bp})
 }
 
 // Recv waits for the tensor sent with id and tag by from (a node ID or

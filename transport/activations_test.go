@@ -281,3 +281,50 @@ func ExampleMailbox() {
 	fmt.Println(rows, cols, dst, err)
 	// Output: 2 2 [1 2 3 4] <nil>
 }
+
+// TestMailboxSendToSelf sends to the endpoint's own address: the tensor
+// arrives from this node without a stream (the driver that is also the
+// last stage takes its logits from memory), a full mailbox still holds the
+// sender back until ctx ends, and another node's address is not "self".
+func TestMailboxSendToSelf(t *testing.T) {
+	a, b, ma, _ := mailboxPair(t, MailboxOptions{MaxBuffered: 64})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	self := a.Addr().String()
+	if !a.IsSelf(ctx, self) || a.IsSelf(ctx, b.Addr().String()) {
+		t.Fatalf("IsSelf(own address) %v, IsSelf(the other's) %v", a.IsSelf(ctx, self), a.IsSelf(ctx, b.Addr().String()))
+	}
+	x := []float32{1.5, -2, 3.25, 1e-3}
+	for i, dt := range []DType{F32, F16} {
+		if err := ma.Send(ctx, self, uint64(i), "logits", dt, 2, 2, x); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, 4)
+		rows, cols, err := ma.Recv(ctx, "stage-0", uint64(i), "logits", got)
+		if err != nil || rows != 2 || cols != 2 {
+			t.Fatalf("%v: %dx%d %v", dt, rows, cols, err)
+		}
+		want := make([]float32, 4)
+		_ = DecodeTensor(dt, AppendTensor(nil, dt, x), want)
+		if !slicesEqualBits(got, want) {
+			t.Fatalf("%v: got %v, want %v", dt, got, want)
+		}
+	}
+	ma.out.mu.Lock()
+	_, dialed := ma.out.out[self]
+	ma.out.mu.Unlock()
+	if dialed {
+		t.Fatal("a stream to this node was opened for its own tensors")
+	}
+	// 64 bytes of buffer: the first frame is queued, the second waits for
+	// room and gives up with its context.
+	big := make([]float32, 32)
+	if err := ma.Send(ctx, self, 10, "full", F32, 1, 32, big); err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancelShort()
+	if err := ma.Send(short, self, 11, "full", F32, 1, 32, big); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("send to a full mailbox of this node: %v, want the deadline", err)
+	}
+}

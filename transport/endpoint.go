@@ -87,6 +87,7 @@ type Endpoint struct {
 	accepted map[*quic.Conn]string // node ID of each accepted connection's peer
 	closed   bool
 	revoked  atomic.Pointer[func(id string) bool]
+	self     sync.Map // address -> whether it reaches this endpoint (IsSelf)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -307,6 +308,29 @@ func (e *Endpoint) serveStream(conn *quic.Conn, peer Peer, s *quic.Stream) {
 		return
 	}
 	h(&Stream{Stream: s, Kind: k, Peer: peer, local: e.Addr()})
+}
+
+// IsSelf reports whether addr reaches this endpoint: the node at the other
+// end of a connection to addr (opened if none is) presents this endpoint's
+// own node ID. The answer is remembered per address; a failed dial answers
+// false and is asked again next time.
+func (e *Endpoint) IsSelf(ctx context.Context, addr string) bool {
+	if v, ok := e.self.Load(addr); ok {
+		return v.(bool)
+	}
+	conn, err := e.conn(ctx, addr)
+	if err != nil {
+		return false
+	}
+	id, _ := PeerIdentity(conn.ConnectionState().TLS.PeerCertificates)
+	self := id != "" && id == e.cfg.Identity.ID
+	e.self.Store(addr, self)
+	return self
+}
+
+// selfPeer is this endpoint as the sender of what it delivers to itself.
+func (e *Endpoint) selfPeer() Peer {
+	return Peer{ID: e.cfg.Identity.ID, Role: e.cfg.Identity.Role, Addr: e.Addr(), Verified: true}
 }
 
 // Dial opens a stream of kind k to the endpoint at addr, reusing the

@@ -92,13 +92,27 @@ func newInbox(limit int) *inbox {
 
 // deliver stores m or hands it to a waiting reader. It blocks while the
 // buffer is full and fails once the inbox is closed.
-func (in *inbox) deliver(m *message) error {
+func (in *inbox) deliver(m *message) error { return in.deliverCtx(context.Background(), m) }
+
+// deliverCtx is deliver giving up when ctx ends while the inbox is full.
+func (in *inbox) deliverCtx(ctx context.Context, m *message) error {
 	key := inboxKey{m.frame.ID, m.frame.Tag}
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() {
+			in.mu.Lock()
+			in.cond.Broadcast()
+			in.mu.Unlock()
+		})
+		defer stop()
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for {
 		if in.err != nil {
 			return in.err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		ws := in.waiting[key]
 		for i, w := range ws {
