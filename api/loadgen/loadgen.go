@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -88,7 +89,48 @@ type Options struct {
 	HTTP *http.Client
 	// OnLevel, if set, is called with each level as it finishes.
 	OnLevel func(Level)
+	// Trace, if set, receives a JSON line per request as each level
+	// finishes (TraceRecord): when it started, its first token and every
+	// gap after, to see when a level's slow tokens happened.
+	Trace io.Writer
 }
+
+// TraceRecord is one request of a level, as Options.Trace writes it.
+// Times are milliseconds from the level's start.
+type TraceRecord struct {
+	Concurrency int       `json:"concurrency"`
+	Periodic    bool      `json:"periodic,omitempty"`
+	StartMs     float64   `json:"start_ms"`
+	TTFTMs      float64   `json:"ttft_ms,omitempty"`
+	GapsMs      []float64 `json:"gaps_ms,omitempty"`
+	Tokens      int       `json:"tokens"`
+	Cut         bool      `json:"cut,omitempty"`
+	Error       string    `json:"error,omitempty"`
+}
+
+// trace writes the samples of a level to Options.Trace.
+func (b *Bench) trace(c int, periodic bool, start time.Time, samples []sample) {
+	if b.o.Trace == nil {
+		return
+	}
+	enc := json.NewEncoder(b.o.Trace)
+	for _, s := range samples {
+		r := TraceRecord{Concurrency: c, Periodic: periodic, StartMs: msOf(s.start.Sub(start)), Tokens: s.tokens, Cut: s.cut}
+		if s.err != nil {
+			r.Error = s.err.Error()
+		}
+		if s.chunks > 0 {
+			r.TTFTMs = msOf(s.ttft)
+			r.GapsMs = make([]float64, len(s.gaps))
+			for i, g := range s.gaps {
+				r.GapsMs[i] = msOf(g)
+			}
+		}
+		_ = enc.Encode(&r)
+	}
+}
+
+func msOf(d time.Duration) float64 { return round(float64(d)/1e6, 3) }
 
 // Periodic is a request that arrives at a fixed interval during a level,
 // e.g. a long prompt arriving while decode streams run.
@@ -480,6 +522,8 @@ func (b *Bench) level(ctx context.Context, c int) Level {
 	wg.Wait()
 	pw.Wait()
 	l := summarize(c, start, samples)
+	b.trace(c, false, start, samples)
+	b.trace(c, true, start, psamp)
 	if b.o.Periodic != nil {
 		p := summarize(0, start, psamp)
 		l.Periodic = &p

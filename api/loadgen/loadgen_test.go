@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -353,9 +354,10 @@ func TestSteadyWithPeriodic(t *testing.T) {
 	f := &fakeServer{chunks: 60, gap: 10 * time.Millisecond}
 	srv := httptest.NewServer(f)
 	defer srv.Close()
+	var trace bytes.Buffer
 	b, err := New(Options{Endpoint: srv.URL, APIKey: "k", Model: "m", API: APICompletions, MaxTokens: 60, Concurrency: []int{2},
 		Duration: 300 * time.Millisecond, Steady: true, Periodic: &Periodic{Every: 100 * time.Millisecond, PromptTokens: 7, MaxTokens: 20},
-		Warmup: -1})
+		Warmup: -1, Trace: &trace})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,6 +396,27 @@ func TestSteadyWithPeriodic(t *testing.T) {
 			short++
 		default:
 			t.Errorf("unexpected body %s", raw)
+		}
+	}
+	// The trace has every request: the two cut streams, then the two
+	// periodic ones, each with its gaps (tokens - 1 of them).
+	var recs []TraceRecord
+	dec := json.NewDecoder(&trace)
+	for dec.More() {
+		var r TraceRecord
+		if err := dec.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, r)
+	}
+	if len(recs) != 4 {
+		t.Fatalf("trace: %d records, want 4: %+v", len(recs), recs)
+	}
+	for i, r := range recs {
+		per := i >= 2
+		if r.Periodic != per || r.Cut == per || r.Concurrency != 2 || r.TTFTMs <= 0 || len(r.GapsMs) != r.Tokens-1 ||
+			(per && (r.Tokens != 20 || r.StartMs < 90)) {
+			t.Errorf("trace record %d: %+v", i, r)
 		}
 	}
 	if long != 2 || short != 2 {

@@ -23,6 +23,7 @@ func benchEndpointCmd() *cobra.Command {
 		temp          float64
 		asJSON        bool
 		per           loadgen.Periodic
+		tracePath     string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench-endpoint [--endpoint URL] [--model M] [-c 1,4,16] [-n 64] [--requests N | --duration D [--steady]] [--periodic D] [--json]",
@@ -85,6 +86,14 @@ and what they do to the streams' inter-token latency:
 				fmt.Fprintf(errw, "c=%d: %d requests, %d errors in %.2fs, %.1f tok/s\n",
 					l.Concurrency, l.Requests, l.Errors, l.WallSeconds, l.TokensPerSecond)
 			}
+			if tracePath != "" {
+				tf, err := os.Create(tracePath)
+				if err != nil {
+					return err
+				}
+				defer tf.Close()
+				o.Trace = tf
+			}
 			b, err := loadgen.New(o)
 			if err != nil {
 				return err
@@ -123,6 +132,7 @@ and what they do to the streams' inter-token latency:
 	f.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "limit of each request")
 	f.IntVar(&o.PromptTokens, "prompt-tokens", 0, "send prompts of this many random token ids instead of --prompt (completions only; a new prompt each request)")
 	f.IntVar(&o.Vocab, "vocab", 32000, "random token ids are drawn below this")
+	f.StringVar(&tracePath, "trace", "", "write a JSON line per request to this file: its start, first token and every gap after (ms from its level's start)")
 	f.BoolVar(&o.Steady, "steady", false, "run each level for exactly --duration, then cut the requests in flight (their tokens count)")
 	f.DurationVar(&per.Every, "periodic", 0, "also send one request every this long during each level (needs --duration), reported apart")
 	f.IntVar(&per.PromptTokens, "periodic-prompt-tokens", 0, "the periodic requests' prompt: this many random token ids (default: --prompt)")

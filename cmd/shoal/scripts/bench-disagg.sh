@@ -357,7 +357,8 @@ run_config() {
 	alone1=$(snapshot "$driver" "$kvnode")
 	before=$alone1
 	# The long prompt alone warmed the model up (a+: the hog did).
-	local args=(-c "$STREAMS" -n "$GEN" --duration "${DURATION}s" --steady --warmup 0)
+	# Every request's token times go to trace-NAME-RATE.jsonl (KEEP=1).
+	local args=(-c "$STREAMS" -n "$GEN" --duration "${DURATION}s" --steady --warmup 0 --trace "$work/trace-$name-$rate.jsonl")
 	case $name in
 	a | a+) ;;
 	*) args+=(--periodic "${INTERVAL}s" --periodic-prompt-tokens "$LONG" --periodic-max-tokens "$LONG_GEN") ;;
