@@ -121,6 +121,12 @@ type Session struct {
 	step   uint64
 	err    error
 	closed bool
+	// gone mirrors usable() (err, or ErrClosed once closed) for Err, which
+	// must not wait for a step in flight: s.mu is held for a whole step,
+	// and a prefill pool's handoff step runs for seconds (the decode
+	// pool's scheduler asking whether that session is usable stalled
+	// every stream for the rest of the step).
+	gone   atomic.Pointer[error]
 	seqLen map[kv.SeqID]int
 	pos    map[kv.SeqID]int
 	reqs   []stepReq
@@ -144,7 +150,7 @@ func (c *Cluster) Open(ctx context.Context) (*Session, error) {
 		return err
 	})
 	if err != nil {
-		s.err = err
+		s.fail(err)
 		s.release(context.Background(), methodClose)
 		return nil, fmt.Errorf("dist: open session: %w", err)
 	}
@@ -189,11 +195,19 @@ func (s *Session) ID() string { return s.id }
 // NVocab is the width of a logits row.
 func (s *Session) NVocab() int { return s.nVocab }
 
-// Err is the error that made the session unusable, or nil.
+// Err is the error that made the session unusable, or nil. It does not
+// wait for a step under way.
 func (s *Session) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.usable()
+	if p := s.gone.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail makes the session unusable with err (s.mu held).
+func (s *Session) fail(err error) {
+	s.err = err
+	s.gone.Store(&err)
 }
 
 func (s *Session) usable() error {
@@ -322,7 +336,7 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, ho *hando
 		if ctx.Err() == nil && sctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("%w (no reply within %v)", err, c.opt.Timeout)
 		}
-		s.err = fmt.Errorf("dist: session %s step %d: %w", s.id, step, err)
+		s.fail(fmt.Errorf("dist: session %s step %d: %w", s.id, step, err))
 		s.abortAll()
 		return nil, s.err
 	}
@@ -385,7 +399,7 @@ func (s *Session) Free(ctx context.Context, seqs ...kv.SeqID) error {
 		return err
 	})
 	if err != nil {
-		s.err = fmt.Errorf("dist: session %s free: %w", s.id, err)
+		s.fail(fmt.Errorf("dist: session %s free: %w", s.id, err))
 		s.abortAll()
 		return s.err
 	}
@@ -404,6 +418,10 @@ func (s *Session) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
+	if s.err == nil {
+		closed := ErrClosed
+		s.gone.Store(&closed)
+	}
 	s.mu.Unlock()
 	s.aborts.Wait()
 	s.release(ctx, methodClose)

@@ -1,6 +1,7 @@
 package parallel
 
 import (
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -25,5 +26,30 @@ func TestHandoffChunk(t *testing.T) {
 		if got := handoffChunk(c.rate, c.timeout); got != c.want {
 			t.Errorf("handoffChunk(%v, %v) = %d, want %d", c.rate, c.timeout, got, c.want)
 		}
+	}
+}
+
+// TestSessionErrDoesNotWaitForAStep: a session's lock is held for a whole
+// step, and a prefill pool's handoff step runs for seconds; the decode
+// scheduler asks the prefill session whether it is usable before sending a
+// prompt there, and stalled every stream until the step ended.
+func TestSessionErrDoesNotWaitForAStep(t *testing.T) {
+	s := &Session{id: "test"}
+	s.mu.Lock() // a step in flight
+	got := make(chan error, 1)
+	go func() { got <- s.Err() }()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("a usable session's Err: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Err waited for the step in flight")
+	}
+	boom := errors.New("boom")
+	s.fail(boom)
+	s.mu.Unlock()
+	if err := s.Err(); err != boom {
+		t.Fatalf("after a failed step Err is %v, want %v", err, boom)
 	}
 }
