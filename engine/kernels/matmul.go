@@ -534,6 +534,7 @@ func (j *mmJob) rows(wd []byte, base, r0, r1 int) {
 			// Activations go in slabs of about 128 KiB, so that a slab and the
 			// chunk's rows both stay in L2 while every row meets every column.
 			slab := max(C, (128<<10)/j.tas/C*C)
+			late := R >= ks.rowsR
 			for c0 := 0; c0 < nc; c0 += slab {
 				c1 := min(c0+slab, nc)
 				for r := r0; r < rt; r += R {
@@ -548,10 +549,24 @@ func (j *mmJob) rows(wd []byte, base, r0, r1 int) {
 					if c1 == nc && j.nr > 0 {
 						ks.rest[j.nr](&w[(r-base)*ws], ws, &j.ta[nt*j.tas], j.tas, nb, &j.out[nt*j.ldo+r], j.ldo)
 					}
+					// the activations no tile takes (a ninth decoding
+					// sequence), by the decode kernels while the rows are
+					// in L1: a pass of their own after the tiles read the
+					// weights from memory again, and a decode step of 9
+					// sequences cost 1.5 of 8 (TinyLlama Q4_0, one core)
+					if c1 == nc && late {
+						j.decode(wd, base, r, r+R, nt+j.nr, j.n, nb)
+					}
 				}
 			}
-			j.decode(wd, base, rt, r1, 0, nt+j.nr, nb)
-			j.decode(wd, base, r0, r1, nt+j.nr, j.n, nb)
+			if late {
+				j.decode(wd, base, rt, r1, 0, j.n, nb)
+			} else {
+				// tiles of one row (K-quants): the decode kernels' rows
+				// go four at a time, in a pass of their own
+				j.decode(wd, base, rt, r1, 0, nt+j.nr, nb)
+				j.decode(wd, base, r0, r1, nt+j.nr, j.n, nb)
+			}
 		} else {
 			j.decode(wd, base, r0, r1, 0, j.n, nb)
 		}
