@@ -15,6 +15,9 @@
 # isolated prefill time. Configurations:
 #   a  one device serving the whole model, decode streams alone (no long
 #      prompts); measured once, it is the same at every link rate
+#   l  as a, with the long prompts arriving: what the decode device does
+#      when it prefills them itself (the other way (d)'s rule can go;
+#      measured once too)
 #   a+ as a, while a second 1-core cgroup runs prefill (shoal bench -p LONG)
 #      on the same model: does a busy neighbour (shared memory bus, caches,
 #      SMT) slow a device's decode? (measured once too)
@@ -42,7 +45,7 @@
 #              the generated model; set it with your own MODEL)
 #   QUICK=1    a small model (.shoal/bench-small-q4_0.gguf) and short runs
 #   LINKS      link rates (default "10gbit 1gbit")
-#   CONFIGS    configurations (default "a a+ b bp c d")
+#   CONFIGS    configurations (default "a a+ l b bp c d")
 #   SHARE      cores per device (default 1); PERIOD_US the CFS period
 #   STREAMS, GEN        decode streams and their max_tokens (8, 256)
 #   LONG, LONG_GEN      long prompt tokens and max_tokens (1024, 16)
@@ -70,7 +73,7 @@ set -euo pipefail
 BIN=${BIN:-bin/shoal}
 SHARED=${SHARED:-../shared}
 LINKS=${LINKS:-10gbit 1gbit}
-CONFIGS=${CONFIGS:-a a+ b bp c d}
+CONFIGS=${CONFIGS:-a a+ l b bp c d}
 SHARE=${SHARE:-1}
 STREAMS=${STREAMS:-8}
 GEN=${GEN:-256}
@@ -305,12 +308,12 @@ run_config() {
 	local name=$1 rate=$2 out=$3 roles disagg
 	local strategy=()
 	case $name in
-	a | a+) roles=(both) disagg=off ;;
+	a | a+ | l) roles=(both) disagg=off ;;
 	b) roles=(both both) disagg=off ;;
 	bp) roles=(both both) disagg=off strategy=(--strategy pipeline) ;;
 	c) roles=(both prefill) disagg=on ;;
 	d) roles=(both prefill) disagg=auto ;;
-	*) die "unknown configuration $name (want a, a+, b, bp, c or d)" ;;
+	*) die "unknown configuration $name (want a, a+, l, b, bp, c or d)" ;;
 	esac
 	wait_ci
 	say "config $name, ${#roles[@]} device(s), link $rate, --disagg $disagg"
@@ -430,7 +433,7 @@ one=$work/one.jsonl
 for rate in $LINKS; do
 	for c in $CONFIGS; do
 		case $c in
-		a | a+)
+		a | a+ | l)
 			# One device sends nothing over its link: measure it once.
 			[ -n "$(jq -c --arg c "$c" 'select(.config == $c)' "$one")" ] || measure "$c" "$rate" "$one"
 			jq -c --arg c "$c" --arg link "$rate" 'select(.config == $c) | .link = $link' "$one" >>"$results"
@@ -455,7 +458,7 @@ for rate in $LINKS; do
 		def f(d): if . == null then "-" else (. * pow(10; d) | round / pow(10; d) | tostring) end;
 		def s: if . == null then null else . / 1000 end;
 		select(.link == $link) | [
-		({"a": "(a) decode alone, 1 device", "a+": "(a+) as (a), a busy neighbour", "b": "(b) colocated, --disagg off",
+		({"a": "(a) decode alone, 1 device", "a+": "(a+) as (a), a busy neighbour", "l": "(l) 1 device, long prompts prefilled there", "b": "(b) colocated, --disagg off",
 		  "bp": "(b-pipe) colocated, --disagg off --strategy pipeline", "c": "(c) disaggregated, --disagg on",
 		  "d": "(d) --disagg auto, pinned"}[.config]),
 		(.streams.inter_token.p50_ms | f(1)), (.streams.inter_token.p99_ms | f(1)),
@@ -476,17 +479,23 @@ for rate in $LINKS; do
 		(if .long and .long.errors > 0 then "; long prompt errors: \(.long.first_error)" else "" end) +
 		(if .remote.ok > 0 then "; \(.remote.ok) remote prefills of \(.remote.tokens) tokens in all, \(.remote.seconds / .remote.ok | r2) s each on average (queueing and KV included)" else "" end) +
 		(if .remote_alone.tokens > 0 then "; long prompts alone: \(.remote_alone.tokens) tokens remote, \((.remote_alone.payload + .remote_alone.framing) / .remote_alone.tokens | round) B/token on the wire (payload \(.remote_alone.payload / .remote_alone.tokens | round), framing \(100 * .remote_alone.framing / .remote_alone.payload | r2)%)" else "" end)' "$results"
-	# (d): which way the rule sent the long prompts, and was it the faster?
+	# (d): which way the rule sent the long prompts, and was it the faster
+	# way for them? Remote is what (d) measures; local is (l), the decode
+	# device prefilling them itself while it decodes (or (c) for remote
+	# when (d) kept them local).
 	jq -r -s --arg link "$rate" '
 		def r2: . * 100 | round / 100;
-		map(select(.link == $link)) | (map(select(.config == "b"))[0]) as $b | (map(select(.config == "c"))[0]) as $c | (map(select(.config == "d"))[0]) as $d |
+		map(select(.link == $link)) | (map(select(.config == "l"))[0]) as $l | (map(select(.config == "c"))[0]) as $c | (map(select(.config == "d"))[0]) as $d |
 		if $d == null or $d.long == null then empty else
+		($d.remote.ok > 0) as $remote |
 		"(d): the routing rule sent \($d.remote.ok + $d.remote.failed) of the \($d.long.requests + $d.long.errors) long prompts of the run to the prefill pool (the streams'"'"' short prompts are under its 1000-token floor), and \($d.remote_alone.ok + $d.remote_alone.failed) of the 2 long prompts sent alone" +
-		(if $b != null and $c != null and $b.long != null and $c.long != null then
-			(if $b.long.ttft.p50_ms < $c.long.ttft.p50_ms then "b" else "c" end) as $best |
-			"; the faster of (b)/(c) for long-prompt TTFT p50 was (\($best)) (b \($b.long.ttft.p50_ms / 1000 | r2) s, c \($c.long.ttft.p50_ms / 1000 | r2) s); (d) got \($d.long.ttft.p50_ms / 1000 | r2) s going " +
-			(if $d.remote.ok > 0 then "remote" else "local (on the decode device)" end) + ": " +
-			(if ($d.remote.ok > 0) == ($best == "c") then "the way of the faster configuration" else "NOT the way of the faster configuration" end)
+		(if $remote and $l != null and $l.long != null then
+			"; remote they took \($d.long.ttft.p50_ms / 1000 | r2) s to the first token (p50), local on the decode device (l) \($l.long.ttft.p50_ms / 1000 | r2) s: " +
+			(if $d.long.ttft.p50_ms <= $l.long.ttft.p50_ms then "remote was the faster way" else "remote was NOT the faster way" end) +
+			"; the streams'"'"' ITL p99 \($d.streams.inter_token.p99_ms | r2) ms remote, \($l.streams.inter_token.p99_ms | r2) ms local"
+		elif ($remote | not) and $c != null and $c.long != null then
+			"; local they took \($d.long.ttft.p50_ms / 1000 | r2) s to the first token (p50), remote (c) \($c.long.ttft.p50_ms / 1000 | r2) s: " +
+			(if $d.long.ttft.p50_ms <= $c.long.ttft.p50_ms then "local was the faster way" else "local was NOT the faster way" end)
 		else "" end) end' "$results"
 	# The targets of the issue.
 	jq -r -s --arg link "$rate" '
