@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"encoding/json"
 	"testing"
 
 	"shoal/engine/enginetest"
@@ -78,6 +79,68 @@ func TestProfileFromGGUF(t *testing.T) {
 		}
 		if err := plan.Validate(p); err != nil {
 			t.Errorf("%s: %v\n%s", tc.spec.Name, err, plan)
+		}
+	}
+}
+
+// TestMemberWithoutExpertsSurvivesJSON plans an MoE model of 2 experts in
+// tensor parallel over 3 nodes, so that one member holds none, and sends
+// the plan through JSON as the Raft log does: "none" must stay none (an
+// empty list), not become nil, which the engine reads as all experts (each
+// step then failed: "routed expert 0 is held by 2 tensor-parallel
+// members").
+func TestMemberWithoutExpertsSurvivesJSON(t *testing.T) {
+	f := writeSynth(t, synth.Spec{Arch: "moe", NEmbd: 256, NLayer: 2, NHead: 8, NHeadKV: 8, NFF: 256, NExpert: 2, NExpertUsed: 1, Type: "q4_0", Name: "moe2"})
+	p, err := ProfileFromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []Node
+	for _, id := range []string{"x", "y", "z"} {
+		nodes = append(nodes, Node{ID: id, Status: StatusAlive, MemFree: 1 << 30})
+	}
+	plan, err := Place(p, nodes, LinkMatrix{}, Options{Strategy: Tensor, Pin: []string{"x", "y", "z"}, Overhead: 1 << 20, Context: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Plan
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := got.Validate(p); err != nil {
+		t.Fatalf("the plan after JSON: %v\n%s", err, &got)
+	}
+	holders := make([]int, p.NExpert)
+	members, none := 0, 0
+	for _, pool := range got.Pools {
+		for _, st := range pool.Stages {
+			for _, m := range st.Members {
+				members++
+				if m.Experts == nil { // the engine's reading: all of them
+					for x := range holders {
+						holders[x]++
+					}
+					continue
+				}
+				if len(m.Experts) == 0 {
+					none++
+				}
+				for _, x := range m.Experts {
+					holders[x]++
+				}
+			}
+		}
+	}
+	if members != 3 || none == 0 {
+		t.Fatalf("want 3 members, one of them without experts; got %d members, %d without:\n%s", members, none, &got)
+	}
+	for x, n := range holders {
+		if n != 1 {
+			t.Errorf("expert %d is held by %d members after JSON, want 1:\n%s", x, n, &got)
 		}
 	}
 }

@@ -215,7 +215,10 @@ type Stage struct {
 // Member is one node's part of a stage. Head ranges count query heads and
 // fall on GQA group boundaries; FFN ranges count FFN columns (of the dense
 // FFN or the shared expert) and fall on quantization block boundaries.
-// Experts lists the routed experts the member holds (nil for dense models).
+// Experts lists the routed experts the member holds (nil for dense models;
+// empty, not nil, for a member of an MoE plan that holds none: that is why
+// it has no omitempty, which turned "none" into nil, "all", on its way
+// through the Raft log, and two members then held expert 0).
 type Member struct {
 	Node      string  `json:"node"`
 	TPRank    int     `json:"tp_rank"`
@@ -224,7 +227,7 @@ type Member struct {
 	HeadHi    int     `json:"head_hi"`
 	FFNLo     int     `json:"ffn_lo"`
 	FFNHi     int     `json:"ffn_hi"`
-	Experts   []int   `json:"experts,omitempty"`
+	Experts   []int   `json:"experts"`
 	Embedding bool    `json:"embedding,omitempty"` // holds token_embd and embeds the stage's input
 	Output    bool    `json:"output,omitempty"`    // holds output_norm and output, computes logits
 	MemBytes  uint64  `json:"mem_bytes"`           // predicted: weights + KV + overhead

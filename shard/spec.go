@@ -26,8 +26,9 @@ type ShardSpec struct {
 	HeadHi int `json:"head_hi"`
 	FFNLo  int `json:"ffn_lo"`
 	FFNHi  int `json:"ffn_hi"`
-	// Experts are the routed experts held, ascending; nil means all.
-	Experts   []int `json:"experts,omitempty"`
+	// Experts are the routed experts held, ascending; nil means all, and
+	// empty none (kept apart in JSON: no omitempty).
+	Experts   []int `json:"experts"`
 	Embedding bool  `json:"embedding"`
 	Output    bool  `json:"output"`
 }
