@@ -87,9 +87,21 @@ type CostModel struct {
 	// runs for as long, so a remote prefill pays when moving the KV costs
 	// the margin less than computing it there (transfer per token at most
 	// (1-Margin) of the local compute per token) and the prompt's own
-	// remote time is at most (1+Isolation) times the local one. Zero
-	// keeps the speed rule: remote only when it saves the margin.
+	// remote time is at most (1+Isolation·(1+Streams)) times the local
+	// one. Zero keeps the speed rule: remote only when it saves the margin.
 	Isolation float64
+	// Streams is the sequences the decode pool is running now, which a
+	// local prefill would stall for as long as it runs: each one weighs
+	// as much as the prompt itself in the isolation bound (a busy decode
+	// pool sends a long prompt away unless that is much slower; an idle
+	// one only when it is at most Isolation slower).
+	Streams int
+}
+
+// isolation is the fraction by which a remote prefill may be slower than
+// a local one and still be chosen (Isolation, weighed by Streams).
+func (cm CostModel) isolation() float64 {
+	return cm.Isolation * float64(1+max(cm.Streams, 0))
 }
 
 // Check says what is missing or wrong in cm, nil if Decide can use it.
@@ -114,6 +126,9 @@ func (cm CostModel) Check() error {
 	}
 	if !(cm.Margin >= 0 && cm.Margin < 1) {
 		bad = append(bad, fmt.Sprintf("margin %v (want [0,1))", cm.Margin))
+	}
+	if cm.Streams < 0 {
+		bad = append(bad, fmt.Sprintf("streams %d", cm.Streams))
 	}
 	if cm.MinUncached < 0 {
 		bad = append(bad, fmt.Sprintf("min uncached tokens %d", cm.MinUncached))
@@ -182,7 +197,7 @@ func Threshold(cm CostModel) int {
 		if transfer > (1-cm.margin())*local {
 			return -1
 		}
-		gain = (1+cm.Isolation)*local - remote
+		gain = (1+cm.isolation())*local - remote
 	}
 	if !(gain > 0) {
 		return -1
@@ -267,7 +282,7 @@ func decideAuto(n int, cm CostModel, d Decision) (bool, string) {
 		}
 		if cm.Isolation > 0 {
 			return false, fmt.Sprintf("local: moving the KV (%.3g ms a token) costs more than %.0f%% of computing it here (%.3g ms), or the remote time (%.3g ms a token, %s-bound) exceeds the local one by more than %.0f%%",
-				1000*transfer, 100*(1-cm.margin()), 1000*local, 1000*remote, bound, 100*cm.Isolation)
+				1000*transfer, 100*(1-cm.margin()), 1000*local, 1000*remote, bound, 100*cm.isolation())
 		}
 		return false, fmt.Sprintf("local: remote never saves %.0f%%: a token takes %.3g ms remote (%s-bound) against %.3g ms local",
 			100*cm.margin(), 1000*remote, bound, 1000*local)

@@ -321,6 +321,7 @@ func TestPickSpreads(t *testing.T) {
 // the remote time would exceed the local one by more than the isolation.
 func TestIsolationRule(t *testing.T) {
 	iso := func(cm CostModel) CostModel { cm.Isolation = 0.25; return cm }
+	busy := func(cm CostModel, n int) CostModel { cm.Streams = n; return cm }
 	cases := []struct {
 		name   string
 		cm     CostModel
@@ -332,6 +333,11 @@ func TestIsolationRule(t *testing.T) {
 		{"tiny, equal, 10GbE, short prompt", iso(tiny(130, 130, 10)), 17, false},
 		{"tiny, equal, a link too slow for the KV", iso(tiny(130, 130, 0.01)), 1024, false},
 		{"tiny, prefill pool 2x slower", iso(tiny(130, 65, 10)), 4096, false},
+		// 8 streams would stall behind a local prefill: 2x slower remote
+		// is the better trade, 4x with 2 streams is not.
+		{"tiny, prefill pool 2x slower, 8 streams decoding", busy(iso(tiny(130, 65, 10)), 8), 4096, true},
+		{"tiny, prefill pool 4x slower, 2 streams decoding", busy(iso(tiny(130, 32, 10)), 2), 4096, false},
+		{"tiny, equal, a link too slow for the KV, 8 streams", busy(iso(tiny(130, 130, 0.01)), 8), 1024, false},
 		{"tiny, prefill pool 1.2x slower", iso(tiny(130, 110, 10)), 4096, true},
 		{"8b, equal, 1GbE moves the KV slower than it is computed", iso(llama8b(1000, 1000, 1)), 8192, false},
 		{"without isolation, equal nodes stay local", tiny(130, 130, 10), 1024, false},
@@ -341,11 +347,14 @@ func TestIsolationRule(t *testing.T) {
 		if d.Remote != c.remote {
 			t.Errorf("%s: remote %v, want %v (%s)", c.name, d.Remote, c.remote, d.Reason)
 		}
-		if d.Remote && d.RemoteMs > (1+c.cm.Isolation)*d.LocalMs*(1+1e-9) {
-			t.Errorf("%s: remote at %v ms exceeds %v x the local %v ms", c.name, d.RemoteMs, 1+c.cm.Isolation, d.LocalMs)
+		if bound := 1 + c.cm.Isolation*float64(1+c.cm.Streams); d.Remote && d.RemoteMs > bound*d.LocalMs*(1+1e-9) {
+			t.Errorf("%s: remote at %v ms exceeds %v x the local %v ms", c.name, d.RemoteMs, bound, d.LocalMs)
 		}
 	}
 	if err := (CostModel{KVBytesPerToken: 1, LocalPrefillTokPerSec: 1, RemotePrefillTokPerSec: 1, LinkGbit: 1, Isolation: -1}).Check(); err == nil {
 		t.Error("a negative isolation passes Check")
+	}
+	if err := (CostModel{KVBytesPerToken: 1, LocalPrefillTokPerSec: 1, RemotePrefillTokPerSec: 1, LinkGbit: 1, Streams: -1}).Check(); err == nil {
+		t.Error("a negative stream count passes Check")
 	}
 }

@@ -3,19 +3,24 @@ package node
 import (
 	"shoal/coordinator"
 	"shoal/disagg"
+	"shoal/parallel"
 	"shoal/placement"
 )
 
 // prefillRule is the routing rule of a disaggregated plan (nil for one
 // that is not): disagg.Decide over the cost model the state gives: the
 // model's KV per token, each pool's measured compute, the link the state
-// measured between the two pools' drivers. With --disagg on every prompt
-// goes to the prefill pool.
+// measured between the two pools' drivers, then per prompt what the
+// engine sees: the streams a local prefill would stall (CostModel.Streams)
+// and the prefill pool's speed on its latest handoffs, which replaces the
+// probed one (the probes of two identical 1-core devices differed enough
+// to keep every long prompt on a decode device running 8 streams). With
+// --disagg on every prompt goes to the prefill pool.
 //
 // chunk is the prompt tokens of one handoff step: what the prefill pool
 // computes in about 2 s at its measured speed (32 to 512), so that a step
 // stays well inside the step timeout on a slow prefill node.
-func prefillRule(st *coordinator.State, m *coordinator.Model, p *placement.Plan) (rule func(n int) bool, chunk int) {
+func prefillRule(st *coordinator.State, m *coordinator.Model, p *placement.Plan) (rule func(n int, now parallel.Load) bool, chunk int) {
 	pre, dec := p.Pool(placement.RolePrefill), p.Pool(placement.RoleDecode)
 	if pre == nil || dec == nil || m.Profile == nil {
 		return nil, 0
@@ -29,7 +34,14 @@ func prefillRule(st *coordinator.State, m *coordinator.Model, p *placement.Plan)
 	if r := cm.RemotePrefillTokPerSec; r > 0 {
 		chunk = min(512, max(32, int(2*r)))
 	}
-	return func(n int) bool { return disagg.Decide(n, cm, mode).Remote }, chunk
+	return func(n int, now parallel.Load) bool {
+		c := cm
+		c.Streams = now.Streams
+		if now.RemoteTokPerSec > 0 {
+			c.RemotePrefillTokPerSec = now.RemoteTokPerSec
+		}
+		return disagg.Decide(n, c, mode).Remote
+	}, chunk
 }
 
 // costModel builds the routing cost model of a plan's pools.

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"shoal/coordinator"
+	"shoal/parallel"
 	"shoal/placement"
 )
 
@@ -40,14 +41,20 @@ func TestPrefillRule(t *testing.T) {
 		name      string
 		mode      string
 		gbit, gpu float64
+		now       parallel.Load
 		short     bool // a 100-token prompt goes remote
 		long      bool // a 4,000-token prompt goes remote
 	}{
-		{"on", "on", 1, 100, true, true},
-		{"auto, 8x prefill over 10 Gbit", "auto", 10, 800, false, true},
-		{"auto, equal nodes", "auto", 10, 100, false, true},
-		{"auto, a prefill node 4x slower", "auto", 10, 25, false, false},
-		{"auto, 8x prefill over 0.01 Gbit", "", 0.01, 800, false, false},
+		{"on", "on", 1, 100, parallel.Load{}, true, true},
+		{"auto, 8x prefill over 10 Gbit", "auto", 10, 800, parallel.Load{}, false, true},
+		{"auto, equal nodes", "auto", 10, 100, parallel.Load{}, false, true},
+		{"auto, a prefill node 2x slower, idle decode node", "auto", 10, 50, parallel.Load{}, false, false},
+		// 8 streams would stall for as long as the prompt prefills here.
+		{"auto, a prefill node 2x slower, 8 streams", "auto", 10, 50, parallel.Load{Streams: 8}, false, true},
+		{"auto, a prefill node 4x slower", "auto", 10, 25, parallel.Load{}, false, false},
+		// The probe said 4x slower; its handoffs showed it as fast.
+		{"auto, probed 4x slower, measured equal", "auto", 10, 25, parallel.Load{RemoteTokPerSec: 100e9 / (22*2*45.1e6 + 2*2048*32000)}, false, true},
+		{"auto, 8x prefill over 0.01 Gbit", "", 0.01, 800, parallel.Load{Streams: 8}, false, false},
 	}
 	for _, c := range cases {
 		st := state(c.gbit, c.gpu)
@@ -55,10 +62,10 @@ func TestPrefillRule(t *testing.T) {
 		if rule == nil {
 			t.Fatalf("%s: no rule", c.name)
 		}
-		if got := rule(100); got != c.short {
+		if got := rule(100, c.now); got != c.short {
 			t.Errorf("%s: a 100-token prompt remote = %v, want %v", c.name, got, c.short)
 		}
-		if got := rule(4000); got != c.long {
+		if got := rule(4000, c.now); got != c.long {
 			t.Errorf("%s: a 4,000-token prompt remote = %v, want %v", c.name, got, c.long)
 		}
 		if chunk < 32 || chunk > 512 {

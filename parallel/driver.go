@@ -31,7 +31,7 @@ type driver struct {
 	// prefill is the session over the plan's prefill pool (nil for a
 	// plan without one); rule says which prompts go there.
 	prefill     *Session
-	rule        func(n int) bool
+	rule        func(n int, now Load) bool
 	failPrefill bool // PlannedModel.PrefillFail
 	chunk       int  // PlannedModel.PrefillChunk
 	// prefillAt and prefillVersion are the last attempt to open the

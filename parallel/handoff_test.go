@@ -407,7 +407,7 @@ func TestRemotePrefillScheduler(t *testing.T) {
 	defer eng.Close()
 	var mu sync.Mutex
 	var observed []error
-	eng.SetRemotePrefill(&RemotePrefill{Session: pre, Remote: func(n int) bool { return n >= 8 }, Chunk: 5,
+	eng.SetRemotePrefill(&RemotePrefill{Session: pre, Remote: func(n int, _ Load) bool { return n >= 8 }, Chunk: 5,
 		Observe: func(n int, took time.Duration, err error) {
 			mu.Lock()
 			observed = append(observed, err)
@@ -613,7 +613,7 @@ func TestRemotePrefillFailPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	eng.SetRemotePrefill(&RemotePrefill{Session: pre, Remote: func(n int) bool { return n >= 8 }, Fail: true})
+	eng.SetRemotePrefill(&RemotePrefill{Session: pre, Remote: func(n int, _ Load) bool { return n >= 8 }, Fail: true})
 	sch, err := serve.NewEngine(eng, func(int32) bool { return false }, serve.Options{MaxSeqs: 4})
 	if err != nil {
 		t.Fatal(err)

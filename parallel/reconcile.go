@@ -74,7 +74,7 @@ type PlannedModel struct {
 	// their tokens) the driver prefills there (nil: every prompt);
 	// PrefillFail ends a request whose prefill there failed instead of
 	// prefilling it on the decode pool.
-	Prefill     func(n int) bool
+	Prefill     func(n int, now Load) bool
 	PrefillFail bool
 	// PrefillChunk is the prompt tokens of one handoff step
 	// (DefaultHandoffChunk if 0).

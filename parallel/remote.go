@@ -17,8 +17,8 @@ import (
 type RemotePrefill struct {
 	Session *Session
 	// Remote reports whether a prompt of n tokens is prefilled on the
-	// prefill pool (nil: every prompt is).
-	Remote func(n int) bool
+	// prefill pool, given the engine's load now (nil: every prompt is).
+	Remote func(n int, now Load) bool
 	// Chunk bounds the tokens of one handoff step (DefaultHandoffChunk
 	// if 0): a step must finish within the prefill session's timeout.
 	Chunk int
@@ -28,6 +28,16 @@ type RemotePrefill struct {
 	// Fail ends a request whose remote prefill failed with that error;
 	// by default the decode pool prefills it instead.
 	Fail bool
+}
+
+// Load is what an engine sees when it routes a prompt (RemotePrefill.Remote).
+type Load struct {
+	// Streams is the sequences the engine runs, the prompt's own not
+	// counted: those a local prefill would stall.
+	Streams int
+	// RemoteTokPerSec is the prompt tokens a second the prefill pool
+	// showed on the latest handoffs (0: none yet).
+	RemoteTokPerSec float64
 }
 
 // DefaultHandoffChunk is the prompt tokens of one handoff step.
@@ -129,7 +139,10 @@ func (e *Engine) Prefill(seq kv.SeqID, tokens []int32, notify func()) bool {
 	if rp == nil || rp.Session == nil || len(tokens) == 0 {
 		return false
 	}
-	if (rp.Remote != nil && !rp.Remote(len(tokens))) || rp.Session.Err() != nil || e.s.Err() != nil {
+	e.remote.mu.Lock()
+	now := Load{Streams: len(e.hist), RemoteTokPerSec: e.remote.rate}
+	e.remote.mu.Unlock()
+	if (rp.Remote != nil && !rp.Remote(len(tokens), now)) || rp.Session.Err() != nil || e.s.Err() != nil {
 		e.remote.mu.Lock()
 		e.remote.stats.Local++
 		e.remote.mu.Unlock()
