@@ -201,6 +201,7 @@ var (
 	descRemoteTok = prometheus.NewDesc("shoal_remote_prefill_tokens_total", "Prompt tokens prefilled on the prefill pool.", []string{"model"}, nil)
 	descRemoteSec = prometheus.NewDesc("shoal_remote_prefill_seconds_total", "Time the remote prefills that ended well took, KV transfer included.", []string{"model"}, nil)
 	descRemoteRun = prometheus.NewDesc("shoal_remote_prefills_running", "Remote prefills under way.", []string{"model"}, nil)
+	descRemotePh  = prometheus.NewDesc("shoal_remote_prefill_phase_seconds_total", "Where remote prefills' time went: queue (waiting for the prefill pool), open (reserving the positions on the decode pool), step (the prefill pool's steps, KV sent as they go), wait (the decode pool finishing its imports after a step).", []string{"model", "phase"}, nil)
 	descKVLink    = prometheus.NewDesc("shoal_kv_link_bytes_total", "KV cache bytes this node's kv streams carried, by direction and kind (payload, framing).", []string{"direction", "kind"}, nil)
 )
 
@@ -209,7 +210,7 @@ type agentCollector struct{ a *Agent }
 
 func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descQueue, descRunning, descKVUsed, descKVFree, descBatch, descSteps, descPreempt, descKVCached, descPrefixHit,
-		descReplays, descReplayLag, descMemberMs, descLeader, descMembers, descRaftKnown, descRemote, descRemoteTok, descRemoteSec, descRemoteRun, descKVLink} {
+		descReplays, descReplayLag, descMemberMs, descLeader, descMembers, descRaftKnown, descRemote, descRemoteTok, descRemoteSec, descRemoteRun, descRemotePh, descKVLink} {
 		ch <- d
 	}
 }
@@ -284,6 +285,12 @@ func collectEngine(ch chan<- prometheus.Metric, n string, eng *parallel.Engine) 
 	ch <- prometheus.MustNewConstMetric(descRemoteTok, prometheus.CounterValue, float64(rs.Tokens), n)
 	ch <- prometheus.MustNewConstMetric(descRemoteSec, prometheus.CounterValue, rs.Seconds, n)
 	ch <- prometheus.MustNewConstMetric(descRemoteRun, prometheus.GaugeValue, float64(rs.Running), n)
+	for _, p := range []struct {
+		name string
+		sec  float64
+	}{{"queue", rs.Phases.Queue}, {"open", rs.Phases.Open}, {"step", rs.Phases.Step}, {"wait", rs.Phases.Wait}} {
+		ch <- prometheus.MustNewConstMetric(descRemotePh, prometheus.CounterValue, p.sec, n, p.name)
+	}
 	for _, m := range eng.MemberSteps() {
 		buckets := make(map[float64]uint64, len(parallel.StepBuckets))
 		for i, b := range parallel.StepBuckets {

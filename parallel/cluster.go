@@ -126,7 +126,11 @@ type Session struct {
 	// and a prefill pool's handoff step runs for seconds (the decode
 	// pool's scheduler asking whether that session is usable stalled
 	// every stream for the rest of the step).
-	gone   atomic.Pointer[error]
+	gone atomic.Pointer[error]
+	// lenMu guards seqLen (also read and written under mu by steps), so
+	// that a handoff to this session reads and advances its sequence's
+	// length without waiting for the step in flight.
+	lenMu  sync.Mutex
 	seqLen map[kv.SeqID]int
 	pos    map[kv.SeqID]int
 	reqs   []stepReq
@@ -265,7 +269,9 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, ho *hando
 		ch := &b.Chunks[i]
 		p, ok := s.pos[ch.Seq]
 		if !ok {
+			s.lenMu.Lock()
 			p = s.seqLen[ch.Seq]
+			s.lenMu.Unlock()
 		}
 		ch.Pos = p
 		s.pos[ch.Seq] = p + ch.N
@@ -342,9 +348,11 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, ho *hando
 	}
 	c.steps.Add(1)
 	c.tokens.Add(int64(n))
+	s.lenMu.Lock()
 	for q, p := range s.pos {
 		s.seqLen[q] = p
 	}
+	s.lenMu.Unlock()
 	if ho != nil {
 		// Handoffs run from several goroutines: each gets its own copy.
 		return append([]float32(nil), s.logits...), nil
@@ -403,9 +411,11 @@ func (s *Session) Free(ctx context.Context, seqs ...kv.SeqID) error {
 		s.abortAll()
 		return s.err
 	}
+	s.lenMu.Lock()
 	for _, q := range seqs {
 		delete(s.seqLen, q)
 	}
+	s.lenMu.Unlock()
 	return nil
 }
 

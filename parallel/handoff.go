@@ -333,6 +333,14 @@ func transferBase() uint64 {
 // leaves dec usable and the sequence where it was there; s is unusable
 // when its step failed.
 func (s *Session) Handoff(ctx context.Context, dec *Session, b *model.Batch, rows []int) ([]float32, error) {
+	return s.handoff(ctx, dec, b, rows, nil)
+}
+
+// handoff is Handoff, adding the time of its phases to ph (if not nil).
+func (s *Session) handoff(ctx context.Context, dec *Session, b *model.Batch, rows []int, ph *HandoffPhases) ([]float32, error) {
+	if ph == nil {
+		ph = new(HandoffPhases)
+	}
 	if len(b.Chunks) != 1 {
 		return nil, fmt.Errorf("dist: a handoff carries one sequence's chunk, not %d chunks", len(b.Chunks))
 	}
@@ -341,16 +349,13 @@ func (s *Session) Handoff(ctx context.Context, dec *Session, b *model.Batch, row
 			s.c.lay.Model, s.c.lay.Version, s.c.lay.Pool, dec.c.lay.Model, dec.c.lay.Version, dec.c.lay.Pool)
 	}
 	q, n := b.Chunks[0].Seq, b.Chunks[0].N
-	dec.mu.Lock()
-	err := dec.usable()
-	pos := dec.seqLen[q]
-	dec.mu.Unlock()
-	if err != nil {
+	// Neither waits for a step of the decode session in flight (its
+	// scheduler steps the other sequences meanwhile).
+	if err := dec.Err(); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	spos := s.seqLen[q]
-	s.mu.Unlock()
+	pos := dec.len(q)
+	spos := s.len(q)
 	if spos != pos {
 		return nil, fmt.Errorf("dist: sequence %d is at position %d on the prefill session and %d on the decode session", q, spos, pos)
 	}
@@ -359,12 +364,18 @@ func (s *Session) Handoff(ctx context.Context, dec *Session, b *model.Batch, row
 	// The prefill pool's step bounds itself; the import may take a little
 	// longer than it (the last layer's KV is on its way when it ends).
 	budget := s.c.opt.Timeout + dec.c.opt.Timeout
+	t0 := time.Now()
 	if err := dec.kvOpen(ctx, base, q, pos, n, budget); err != nil {
 		return nil, err
 	}
+	t1 := time.Now()
 	var kvErr error
 	logits, serr := s.run(ctx, b, rows, ho, &kvErr)
+	t2 := time.Now()
 	werr := dec.kvWait(ctx, base, q, pos, serr != nil || kvErr != nil, budget)
+	ph.Open += t1.Sub(t0).Seconds()
+	ph.Step += t2.Sub(t1).Seconds()
+	ph.Wait += time.Since(t2).Seconds()
 	if serr == nil && kvErr != nil {
 		if werr != nil {
 			// The receiver's error is the cause (a corrupt frame, a
@@ -383,12 +394,19 @@ func (s *Session) Handoff(ctx context.Context, dec *Session, b *model.Batch, row
 	if werr != nil {
 		return nil, werr
 	}
-	dec.mu.Lock()
+	dec.lenMu.Lock()
 	if dec.seqLen[q] == pos {
 		dec.seqLen[q] = pos + n
 	}
-	dec.mu.Unlock()
+	dec.lenMu.Unlock()
 	return logits, nil
+}
+
+// len is sequence q's length on the session's members.
+func (s *Session) len(q kv.SeqID) int {
+	s.lenMu.Lock()
+	defer s.lenMu.Unlock()
+	return s.seqLen[q]
 }
 
 // kvOpen opens transfer base+i on every decode member i; on error the

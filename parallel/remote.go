@@ -105,6 +105,16 @@ type RemoteStats struct {
 	// Local counts the prompts the routing rule kept on the decode pool
 	// (or that went there because the prefill pool was unusable).
 	Local uint64
+	// Phases is where the remote prefills' time went, summed over them.
+	Phases HandoffPhases
+}
+
+// HandoffPhases splits remote prefill time, in seconds: Queue waiting for
+// the prefill pool (one prompt at a time), Open reserving the positions on
+// the decode pool, Step the prefill pool's steps (its compute and the KV
+// sent as it goes), Wait the decode pool's imports finishing after a step.
+type HandoffPhases struct {
+	Queue, Open, Step, Wait float64
 }
 
 // RemoteStats returns the engine's remote prefill counters.
@@ -193,8 +203,12 @@ func (e *Engine) handoff(rp *RemotePrefill, j *remoteJob) ([]float32, error) {
 	}
 	ctx := context.Background()
 	pre := rp.Session
+	tq := time.Now()
 	e.remote.serial.Lock()
 	defer e.remote.serial.Unlock()
+	e.remote.mu.Lock()
+	e.remote.stats.Phases.Queue += time.Since(tq).Seconds()
+	e.remote.mu.Unlock()
 	defer func() {
 		// The prefill pool keeps nothing of the prompt (best effort: a
 		// failed free leaves the session unusable, and it is replaced).
@@ -222,7 +236,13 @@ func (e *Engine) handoff(rp *RemotePrefill, j *remoteJob) ([]float32, error) {
 			rows = []int{n - 1}
 		}
 		t0 := time.Now()
-		l, err := pre.Handoff(ctx, j.dec, b, rows)
+		var ph HandoffPhases
+		l, err := pre.handoff(ctx, j.dec, b, rows, &ph)
+		e.remote.mu.Lock()
+		e.remote.stats.Phases.Open += ph.Open
+		e.remote.stats.Phases.Step += ph.Step
+		e.remote.stats.Phases.Wait += ph.Wait
+		e.remote.mu.Unlock()
 		if err != nil {
 			return nil, fmt.Errorf("dist: prefilling %d prompt tokens on the prefill pool (from position %d): %w", n, off, err)
 		}

@@ -269,7 +269,12 @@ snapshot() {
 		--argjson seconds "$(metric "$d" shoal_remote_prefill_seconds_total '')" \
 		--argjson payload "$(metric "$p" shoal_kv_link_bytes_total 'direction="sent".*kind="payload"|kind="payload".*direction="sent"')" \
 		--argjson framing "$(metric "$p" shoal_kv_link_bytes_total 'direction="sent".*kind="framing"|kind="framing".*direction="sent"')" \
-		'{ok: $ok, failed: $failed, tokens: $tokens, seconds: $seconds, payload: $payload, framing: $framing}'
+		--argjson queue "$(metric "$d" shoal_remote_prefill_phase_seconds_total 'phase="queue"')" \
+		--argjson open "$(metric "$d" shoal_remote_prefill_phase_seconds_total 'phase="open"')" \
+		--argjson step "$(metric "$d" shoal_remote_prefill_phase_seconds_total 'phase="step"')" \
+		--argjson wait "$(metric "$d" shoal_remote_prefill_phase_seconds_total 'phase="wait"')" \
+		'{ok: $ok, failed: $failed, tokens: $tokens, seconds: $seconds, payload: $payload, framing: $framing,
+		  phases: {queue: $queue, open: $open, step: $step, wait: $wait}}'
 }
 
 # bench_endpoint DRIVER ARGS...: shoal bench-endpoint from the bridge
@@ -387,7 +392,8 @@ run_config() {
 		--argjson mixed "$mixed" --argjson before "$before" --argjson after "$after" --argjson a0 "$alone0" --argjson a1 "$alone1" --argjson other "$other" \
 		--argjson thr0 "$thr0" --argjson thr1 "$thr1" '
 		def delta(x; y): {ok: (y.ok - x.ok), failed: (y.failed - x.failed), tokens: (y.tokens - x.tokens), seconds: (y.seconds - x.seconds),
-			payload: (y.payload - x.payload), framing: (y.framing - x.framing)};
+			payload: (y.payload - x.payload), framing: (y.framing - x.framing),
+			phases: (y.phases | with_entries(.value -= x.phases[.key]))};
 		{
 		config: $name, link: $link, disagg: $disagg, strategy: $pl.strategy,
 		stages: [$pl.stages[] | "\(.pool) [\(.lo),\(.hi)) on \([.members[].node_name] | join("+"))"],
@@ -477,7 +483,7 @@ for rate in $LINKS; do
 		"; other work \(.other_cores) cores; CFS throttling \(.throttled | to_entries | map("\(.key) \(.value.ms) ms in \(.value.periods) periods") | join(", ")); streams: \(.streams.tokens_per_second) tok/s, TTFT p50 \(.streams.ttft.p50_ms / 1000 | r2) s max \(.streams.ttft.max_ms / 1000 | r2) s, \(.streams.requests) done + \(.streams.cut) cut" +
 		(if .streams.errors > 0 then ", \(.streams.errors) errors: \(.streams.first_error)" else "" end) +
 		(if .long and .long.errors > 0 then "; long prompt errors: \(.long.first_error)" else "" end) +
-		(if .remote.ok > 0 then "; \(.remote.ok) remote prefills of \(.remote.tokens) tokens in all, \(.remote.seconds / .remote.ok | r2) s each on average (queueing and KV included)" else "" end) +
+		(if .remote.ok > 0 then "; \(.remote.ok) remote prefills of \(.remote.tokens) tokens in all, \(.remote.seconds / .remote.ok | r2) s each on average (queueing and KV included; in all: queue \(.remote.phases.queue) s, open \(.remote.phases.open) s, prefill steps \(.remote.phases.step) s, import waits \(.remote.phases.wait) s)" else "" end) +
 		(if .remote_alone.tokens > 0 then "; long prompts alone: \(.remote_alone.tokens) tokens remote, \((.remote_alone.payload + .remote_alone.framing) / .remote_alone.tokens | round) B/token on the wire (payload \(.remote_alone.payload / .remote_alone.tokens | round), framing \(100 * .remote_alone.framing / .remote_alone.payload | r2)%)" else "" end)' "$results"
 	# (d): which way the rule sent the long prompts, and was it the faster
 	# way for them? Remote is what (d) measures; local is (l), the decode
