@@ -140,6 +140,11 @@ func Handler(b Backend) http.Handler {
 		default:
 			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("disagg_failure %q: want recompute or fail", req.DisaggFailure)}
 		}
+		switch req.Wire {
+		case "", "f16", "f32", "q8_0":
+		default:
+			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("wire %q: want f16, f32 or q8_0", req.Wire)}
+		}
 		return b.LoadModel(r.Context(), req)
 	}))
 	mux.HandleFunc("DELETE /v1/cluster/models/{name}", h.auth(func(r *http.Request) (any, error) {

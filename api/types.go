@@ -190,6 +190,11 @@ type LoadModelRequest struct {
 	// prefill pool failed gets: "recompute" (the decode pool prefills it;
 	// the default) or "fail" (an error).
 	DisaggFailure string `json:"disagg_failure,omitempty"`
+	// Wire is how hidden states and tensor-parallel all-reduces travel
+	// between the plan's nodes: "f16" (the default: half of f32's bytes,
+	// logits within the oracle tolerances), "f32" (exact: a single node's
+	// logits bit for bit) or "q8_0" (about a quarter of f32's bytes).
+	Wire string `json:"wire,omitempty"`
 	// Replicas is how many live nodes should have the whole file: the
 	// node that loads it and Replicas-1 nodes that copy it in the
 	// background once it is hashed, when they have the disk (2 when 0;

@@ -122,6 +122,8 @@ type Model struct {
 	Disagg string `json:"disagg,omitempty"`
 	// DisaggFailure is api.LoadModelRequest.DisaggFailure.
 	DisaggFailure string `json:"disagg_failure,omitempty"`
+	// Wire is api.LoadModelRequest.Wire.
+	Wire string `json:"wire,omitempty"`
 	// Pin, when set, is the exact set of nodes the plan uses: a model
 	// given to an agent with --model is pinned to that agent's node.
 	Pin []string `json:"pin,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"shoal/coordinator"
 	"shoal/parallel"
 	"shoal/placement"
+	"shoal/transport"
 )
 
 // TestPrefillRule: the routing rule of a disaggregated plan follows its
@@ -75,5 +76,31 @@ func TestPrefillRule(t *testing.T) {
 	}
 	if rule, _ := prefillRule(state(10, 800), &coordinator.Model{Profile: prof}, &placement.Plan{Pools: plan.Pools[:1]}); rule != nil {
 		t.Error("a plan without a prefill pool has a rule")
+	}
+}
+
+// TestWireFor: a model's activations travel in its own choice of wire
+// encoding, else f32 for f32 weights (held to the float tolerance), else
+// f16.
+func TestWireFor(t *testing.T) {
+	prof := func(bytesPerWeight float64) *placement.ModelProfile {
+		const w = 1e6
+		return &placement.ModelProfile{Layers: []placement.LayerProfile{{AttnBytes: uint64(bytesPerWeight * w), AttnFLOPs: 2 * w}}}
+	}
+	for _, c := range []struct {
+		name string
+		m    coordinator.Model
+		want transport.DType
+	}{
+		{"q4_0 weights", coordinator.Model{Profile: prof(0.5625)}, transport.F16},
+		{"f16 weights", coordinator.Model{Profile: prof(2)}, transport.F16},
+		{"f32 weights", coordinator.Model{Profile: prof(4)}, transport.F32},
+		{"q4_0, --wire q8_0", coordinator.Model{Profile: prof(0.5625), Wire: "q8_0"}, transport.Q8_0},
+		{"f32, --wire f16", coordinator.Model{Profile: prof(4), Wire: "f16"}, transport.F16},
+		{"no profile", coordinator.Model{}, parallel.DefaultWire},
+	} {
+		if got := wireFor(&c.m); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }

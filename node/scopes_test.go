@@ -73,6 +73,10 @@ func TestKeyScopes(t *testing.T) {
 		{"read", read, "GET", "/v1/models", "", 200},
 		{"admin", admin.Secret, "GET", "/v1/tokens", "", 200},
 		{"admin", admin.Secret, "POST", "/v1/completions", completion, 200},
+		// A load with an unknown wire encoding or disaggregation mode is
+		// refused before anything is read.
+		{"admin", admin.Secret, "POST", "/v1/cluster/models", `{"path":"/nowhere.gguf","name":"w","wire":"f64"}`, 400},
+		{"admin", admin.Secret, "POST", "/v1/cluster/models", `{"path":"/nowhere.gguf","name":"w","disagg":"maybe"}`, 400},
 	} {
 		if got := call(x.key, x.method, x.path, x.body); got != x.want {
 			t.Errorf("%s key: %s %s = %d, want %d", x.who, x.method, x.path, got, x.want)

@@ -25,7 +25,7 @@ type Logits struct {
 
 // BenchRequest selects a cluster benchmark's tests: ppN for each Prompt
 // size, tgN for each Gen size, Reps measured runs each (3 if 0), hidden
-// states sent as Activations (F32 if 0).
+// states sent as Activations (the model's wire encoding if 0).
 type BenchRequest struct {
 	Prompt, Gen []int
 	Reps        int
@@ -62,7 +62,10 @@ func invalidf(format string, args ...any) error {
 // counters and KV caches of served requests stay apart.
 func (r *Reconciler) openRun(ctx context.Context, d *driver, act transport.DType) (*Cluster, *Session, error) {
 	v := d.view()
-	c, err := r.cfg.Host.NewCluster(v.plan, v.addrs, Options{Timeout: RunTimeout, Activations: act})
+	if act == 0 {
+		act = v.wire // the model's (DefaultWire if 0)
+	}
+	c, err := r.cfg.Host.NewCluster(v.plan, v.addrs, Options{Timeout: RunTimeout, Activations: act, Collectives: v.wire})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"shoal/engine/enginetest"
 	"shoal/engine/kv"
 	"shoal/engine/model"
+	"shoal/engine/quant"
 	"shoal/engine/synth"
 	"shoal/placement"
 	"shoal/placement/placementtest"
@@ -182,9 +183,10 @@ func TestPlans(t *testing.T) {
 			ref := enginetest.OpenPath(t, c.Path)
 			want := enginetest.Reference(t, ref, &c)
 			ps := shapeOf(&ref.Config).Plans(c.Name)
+			dt := wireOf(ref)
 			for _, p := range ps {
 				t.Run(p.Name, func(t *testing.T) {
-					m, wire, err := runPlan(t, c.Path, p.Plan, &c, want, ref.NVocab)
+					m, wire, err := runPlan(t, c.Path, p.Plan, &c, want, ref.NVocab, dt)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -197,7 +199,7 @@ func TestPlans(t *testing.T) {
 			}
 			p := ps[len(ps)-1]
 			perturbed := enginetest.Perturb(t, c.Path, fmt.Sprintf("blk.%d.attn_output.weight", ref.NLayer-1))
-			m, _, err := runPlan(t, perturbed, p.Plan, &c, want, ref.NVocab)
+			m, _, err := runPlan(t, perturbed, p.Plan, &c, want, ref.NVocab, dt)
 			if err == nil {
 				if err = m.Check(c.Float); err == nil {
 					t.Errorf("%s on a perturbed attn_output gives a single node's logits (%s)", p.Name, m)
@@ -211,8 +213,8 @@ func TestPlans(t *testing.T) {
 // runPlan runs the case through plan on an in-process cluster serving the
 // model at path and compares the logits with want; wire describes the
 // bytes sent.
-func runPlan(t *testing.T, path string, plan placement.Plan, c *enginetest.Case, want []float32, nVocab int) (m enginetest.Metrics, wire string, err error) {
-	cl := startCluster(t, path, plan, Options{Timeout: 10 * time.Second})
+func runPlan(t *testing.T, path string, plan placement.Plan, c *enginetest.Case, want []float32, nVocab int, dt transport.DType) (m enginetest.Metrics, wire string, err error) {
+	cl := startCluster(t, path, plan, Options{Timeout: 10 * time.Second, Activations: dt, Collectives: dt})
 	ctx := context.Background()
 	s, err := cl.drv.Open(ctx)
 	if err != nil {
@@ -223,6 +225,21 @@ func runPlan(t *testing.T, path string, plan placement.Plan, c *enginetest.Case,
 	got, pst := generate(t, cl.drv, s, seq, c.Prompt, c.Decode)
 	wire = fmt.Sprintf("prompt %s; decode %s", describeStats(pst), describeStats(cl.drv.Stats().Sub(pst)))
 	return enginetest.Compare(want, got, nVocab), wire, s.Free(ctx, seq)
+}
+
+// wireOf is the wire encoding a node serves m with (node.wireFor): the
+// default (f16; 0 here), but f32 for f32 weights, whose logits are held to
+// the float tolerance.
+func wireOf(m *model.Model) transport.DType {
+	for _, ly := range m.W.Layers {
+		if ly.Wq != nil {
+			if ly.Wq.Type == quant.F32 {
+				return transport.F32
+			}
+			return 0
+		}
+	}
+	return 0
 }
 
 // openRef writes denseQ8 and opens it (closed with the test); it returns

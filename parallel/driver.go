@@ -32,8 +32,9 @@ type driver struct {
 	// plan without one); rule says which prompts go there.
 	prefill     *Session
 	rule        func(n int, now Load) bool
-	failPrefill bool // PlannedModel.PrefillFail
-	chunk       int  // PlannedModel.PrefillChunk
+	failPrefill bool            // PlannedModel.PrefillFail
+	chunk       int             // PlannedModel.PrefillChunk
+	wire        transport.DType // PlannedModel.Wire
 	// prefillAt and prefillVersion are the last attempt to open the
 	// prefill session and the plan version it was for.
 	prefillAt      time.Time
@@ -54,12 +55,13 @@ type planView struct {
 	version      uint64
 	plan         placement.Plan
 	addrs, names map[string]string
+	wire         transport.DType
 }
 
 func (d *driver) view() planView {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return planView{version: d.version, plan: d.plan, addrs: d.addrs, names: d.names}
+	return planView{version: d.version, plan: d.plan, addrs: d.addrs, names: d.names, wire: d.wire}
 }
 
 func (d *driver) fail(err error) {
@@ -83,7 +85,7 @@ func (r *Reconciler) startDriver(pm *PlannedModel) (*driver, error) {
 		return nil, err
 	}
 	d := &driver{name: pm.Name, version: pm.Plan.Version, plan: pm.Plan, addrs: pm.Addrs, names: pm.Names, ctx: CacheTokens(&pm.Plan), meta: meta,
-		rule: pm.Prefill, failPrefill: pm.PrefillFail, chunk: pm.PrefillChunk}
+		rule: pm.Prefill, failPrefill: pm.PrefillFail, chunk: pm.PrefillChunk, wire: pm.Wire}
 	ok := false
 	defer func() {
 		if !ok {
@@ -113,12 +115,18 @@ func (r *Reconciler) startDriver(pm *PlannedModel) (*driver, error) {
 	return d, nil
 }
 
+// options are the cluster options of d's sessions on pool.
+func (d *driver) options(r *Reconciler, pool string) Options {
+	w := d.view().wire
+	return Options{Pool: pool, Timeout: r.cfg.StepTimeout, Times: &d.times, Activations: w, Collectives: w}
+}
+
 // startSession opens a session over d's plan and wraps it in an Engine
 // whose failed steps fail d and wake the owner.
 func (r *Reconciler) startSession(d *driver) error {
 	var err error
 	d.times.SetNames(d.names)
-	if d.cluster, err = r.cfg.Host.NewCluster(d.plan, d.addrs, Options{Timeout: r.cfg.StepTimeout, Times: &d.times}); err != nil {
+	if d.cluster, err = r.cfg.Host.NewCluster(d.plan, d.addrs, d.options(r, "")); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -166,7 +174,7 @@ func (r *Reconciler) openPrefill(d *driver) {
 	d.prefillAt, d.prefillVersion = time.Now(), v.version
 	old := d.prefill
 	d.prefill = nil
-	c, err := r.cfg.Host.NewCluster(v.plan, v.addrs, Options{Pool: placement.RolePrefill, Timeout: r.cfg.StepTimeout, Times: &d.times})
+	c, err := r.cfg.Host.NewCluster(v.plan, v.addrs, d.options(r, placement.RolePrefill))
 	var s *Session
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -208,7 +216,9 @@ func (r *Reconciler) canMove(d *driver, pm *PlannedModel) bool {
 // which replays its sequences on it at its next step.
 func (r *Reconciler) moveDriver(d *driver, pm *PlannedModel) error {
 	d.times.SetNames(pm.Names)
-	c, err := r.cfg.Host.NewCluster(pm.Plan, pm.Addrs, Options{Timeout: r.cfg.StepTimeout, Times: &d.times})
+	opt := d.options(r, "")
+	opt.Activations, opt.Collectives = pm.Wire, pm.Wire
+	c, err := r.cfg.Host.NewCluster(pm.Plan, pm.Addrs, opt)
 	if err != nil {
 		return err
 	}
@@ -226,7 +236,7 @@ func (r *Reconciler) moveDriver(d *driver, pm *PlannedModel) error {
 		why = fmt.Sprintf("plan v%d replaces v%d", pm.Plan.Version, d.version)
 	}
 	d.mu.Lock()
-	d.version, d.plan, d.addrs, d.names, d.cluster, d.failed = pm.Plan.Version, pm.Plan, pm.Addrs, pm.Names, c, nil
+	d.version, d.plan, d.addrs, d.names, d.cluster, d.failed, d.wire = pm.Plan.Version, pm.Plan, pm.Addrs, pm.Names, c, nil, pm.Wire
 	d.mu.Unlock()
 	d.rule, d.failPrefill, d.chunk = pm.Prefill, pm.PrefillFail, pm.PrefillChunk
 	r.openPrefill(d)

@@ -16,6 +16,7 @@ import (
 	"shoal/placement/placementtest"
 	"shoal/serve"
 	"shoal/shard"
+	"shoal/transport"
 )
 
 // memNet is an in-process KVLink network for the tests of the runtime's
@@ -131,6 +132,7 @@ type pools struct {
 	*cluster
 	net   *memNet
 	addrs map[string]string
+	wire  transport.DType // as the node serves the model (wireOf)
 }
 
 func startPools(t *testing.T, path string, plan placement.Plan) *pools {
@@ -168,6 +170,7 @@ func startPools(t *testing.T, path string, plan placement.Plan) *pools {
 				if err != nil {
 					t.Fatalf("%s: %v", n, err)
 				}
+				p.wire = wireOf(m)
 				mb, err := cl.hosts[i].AddMember(MemberConfig{Plan: plan, Pool: pool.Role, Node: n, Addrs: p.addrs, Spec: spec, Model: m, Threads: 1, CacheTokens: 128})
 				if err != nil {
 					t.Fatalf("%s (%s pool): %v", n, pool.Role, err)
@@ -188,7 +191,7 @@ func (p *pools) open(t *testing.T, plan placement.Plan, role string) (*Cluster, 
 // openTimeout is open with the given step timeout.
 func (p *pools) openTimeout(t *testing.T, plan placement.Plan, role string, timeout time.Duration) (*Cluster, *Session) {
 	t.Helper()
-	c, err := p.hosts[0].NewCluster(plan, p.addrs, Options{Pool: role, Timeout: timeout})
+	c, err := p.hosts[0].NewCluster(plan, p.addrs, Options{Pool: role, Timeout: timeout, Activations: p.wire, Collectives: p.wire})
 	if err != nil {
 		t.Fatal(err)
 	}

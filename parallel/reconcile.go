@@ -15,6 +15,7 @@ import (
 	"shoal/engine/model"
 	"shoal/placement"
 	"shoal/shard"
+	"shoal/transport"
 )
 
 // The reconciler is a node's distributed runtime, in the shape of a Nomad
@@ -79,6 +80,9 @@ type PlannedModel struct {
 	// PrefillChunk is the prompt tokens of one handoff step
 	// (DefaultHandoffChunk if 0).
 	PrefillChunk int
+	// Wire encodes the plan's activations and all-reduces (DefaultWire
+	// if 0; see Options).
+	Wire transport.DType
 }
 
 // ShardSource is what the node holds: shards ready to run and the model's

@@ -175,7 +175,7 @@ func TestReconcilerServesAPlan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantDT := "f32"
+		wantDT := DefaultWire.String() // the model's: the default
 		if dt != 0 {
 			wantDT = dt.String()
 		}

@@ -87,16 +87,20 @@ func tagHidden(session string, stage int) string { return fmt.Sprintf("%s/h%d", 
 func tagLogits(session string) string            { return session + "/logits" }
 
 // sendRows sends rows x cols values of data to addr as frames of whole
-// rows of at most maxFramePayload bytes, returning the payload bytes sent.
+// rows of at most maxFramePayload bytes, returning the payload bytes sent
+// over the network (none to this node itself: Mailbox.Local).
 func sendRows(ctx context.Context, mb *transport.Mailbox, addr string, id uint64, tag string, dt transport.DType, rows, cols int, data []float32) (int64, error) {
 	per := rowsPerFrame(dt, cols)
 	var sent int64
+	local := mb.Local(ctx, addr)
 	for r := 0; r < rows; r += per {
 		n := min(per, rows-r)
 		if err := mb.Send(ctx, addr, id, tag, dt, n, cols, data[r*cols:(r+n)*cols]); err != nil {
 			return sent, err
 		}
-		sent += int64(dt.EncodedLen(n * cols))
+		if !local {
+			sent += int64(dt.EncodedLen(n * cols))
+		}
 	}
 	return sent, nil
 }

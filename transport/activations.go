@@ -95,6 +95,10 @@ func (m *Mailbox) Send(ctx context.Context, addr string, id uint64, tag string, 
 	return nil
 }
 
+// Local reports whether Send to addr stays on this node (delivered from
+// memory, nothing on the network).
+func (m *Mailbox) Local(ctx context.Context, addr string) bool { return m.ep.IsSelf(ctx, addr) }
+
 // deliverSelf puts an encoded tensor message into this mailbox as if it
 // had arrived from this node, checks included.
 func (m *Mailbox) deliverSelf(ctx context.Context, b []byte) error {

@@ -37,6 +37,17 @@ func (d DType) String() string {
 }
 
 // Valid reports whether d is a known dtype.
+// ParseDType parses a wire dtype's name as String gives it (f32, f16,
+// q8_0).
+func ParseDType(s string) (DType, error) {
+	for _, d := range []DType{F32, F16, Q8_0} {
+		if s == d.String() {
+			return d, nil
+		}
+	}
+	return 0, fmt.Errorf("wire dtype %q: want f32, f16 or q8_0", s)
+}
+
 func (d DType) Valid() bool { return d == F32 || d == F16 || d == Q8_0 }
 
 // EncodedLen is the number of payload bytes n values take in dtype d, or -1

@@ -37,7 +37,7 @@ func TestDistributedServing(t *testing.T) {
 	})
 	flags := func(i int) []string { return []string{"--addr", c.Members[i].Agent.HTTPAddr(), "--token", tc.Secret} }
 	out, err := execute(t, "", append([]string{"model", "load", path, "--name", "spread", "--ctx", "64", "--overhead", "256KiB",
-		"--strategy", "pipeline", "--wait", "60s"}, flags(0)...)...)
+		"--strategy", "pipeline", "--wire", "f32", "--wait", "60s"}, flags(0)...)...)
 	if err != nil || !strings.Contains(out, "is ready") {
 		t.Fatalf("load: %q %v", out, err)
 	}
