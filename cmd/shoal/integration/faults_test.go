@@ -193,6 +193,16 @@ func TestFaults(t *testing.T) {
 						break
 					}
 				}
+				// That agent may be one an earlier fault restarted, which
+				// has not learnt the model's route yet (it answered 404).
+				for end := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+					if code, _ := f.chat(entry, 4); code == 200 {
+						break
+					}
+					if time.Now().After(end) {
+						t.Fatalf("the agent at %s does not serve the model after 60 s", entry)
+					}
+				}
 			}
 			res := f.streams(t, entry, 4, 600, func() func() { return ft.inject(t, pl) })
 			note := ""
