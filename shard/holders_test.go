@@ -132,7 +132,7 @@ func peer(name string) Peer { return Peer{ID: name + "-id", Name: name, Addr: na
 // waitReady reconciles mgr to want until one shard of spec is ready.
 func waitReady(t *testing.T, mgr *Manager, want []Want, spec ShardSpec) Ready {
 	t.Helper()
-	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	for end := time.Now().Add(90 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		mgr.Reconcile(want)
 		for _, r := range mgr.Ready() {
 			if r.Key == Key(spec) {
