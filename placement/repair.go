@@ -116,3 +116,42 @@ func (e *env) evaluateAt(groups [][]int, bounds []int, split bool) *candidate {
 	c.stages, c.cost, c.ok = stages, e.cost(groups, stages), true
 	return c
 }
+
+// recost is the cost of prev's single pool as the nodes measure now: the
+// same members, each with the same layers. ok is false for a plan of
+// several pools or one whose members no longer fit.
+func recost(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, prev *Plan) (Cost, bool) {
+	o := opts.normalized()
+	if len(prev.Pools) != 1 || len(prev.Pools[0].Stages) == 0 {
+		return Cost{}, false
+	}
+	eligible, _, err := eligibleNodes(nodes, o)
+	if err != nil {
+		return Cost{}, false
+	}
+	idx := map[string]int{}
+	for i, n := range eligible {
+		idx[n.ID] = i
+	}
+	stages := prev.Pools[0].Stages
+	groups := make([][]int, len(stages))
+	bounds := make([]int, len(stages)+1)
+	for k, st := range stages {
+		bounds[k], bounds[k+1] = st.Lo, st.Hi
+		for _, m := range st.Members {
+			i, ok := idx[m.Node]
+			if !ok {
+				return Cost{}, false
+			}
+			groups[k] = append(groups[k], i)
+		}
+	}
+	if bounds[0] != 0 || bounds[len(stages)] != profile.NLayer {
+		return Cost{}, false
+	}
+	c := newEnv(&profile, eligible, links, o).evaluateAt(groups, bounds, false)
+	if !c.ok {
+		return Cost{}, false
+	}
+	return c.cost, true
+}

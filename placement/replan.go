@@ -12,6 +12,13 @@ import (
 // fewer bytes may be and still win a re-plan: 10%.
 const ReplanSlack = 0.10
 
+// KeepSlack is how much slower than the fastest plan the previous plan,
+// all of its nodes still schedulable, may be and still be kept: moving
+// the driver ends the requests running on it, and a measurement of the
+// nodes is noisy (20% between two probes of a busy machine), so a plan is
+// not moved for less.
+const KeepSlack = 0.25
+
 // Decision is what Replan decided for one model.
 type Decision struct {
 	// Keep: there is nothing to commit. The previous plan stands (Plan is
@@ -34,8 +41,9 @@ type Decision struct {
 // placed). It weighs the fastest plan Place finds, prev itself when every
 // node it uses is still schedulable, and otherwise a plan pinned to prev's
 // surviving nodes and prev repaired (its lost members replaced, the
-// others keeping their layers); among those within ReplanSlack of the
-// fastest (RepairSlack for the repaired plan) it takes one that keeps
+// others keeping their layers); prev is weighed as the nodes measure now.
+// Among those within ReplanSlack of the fastest (RepairSlack for the
+// repaired plan, KeepSlack for prev) it takes one that keeps
 // prev's driver if any does, then the one that moves the fewest weight
 // bytes, then the fastest. A plan
 // that places everything as prev does keeps prev. local is the node that
@@ -83,7 +91,14 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 	sameKV := placed && prev.Context == o.Context && prev.Batch == o.Batch
 	switch {
 	case sameKV && len(survivors) == len(prev.Nodes()):
-		cands = append(cands, cand{what: fmt.Sprintf("previous v%d", prev.Version), plan: *prev, keep: true})
+		c := cand{what: fmt.Sprintf("previous v%d", prev.Version), plan: *prev, keep: true}
+		// Weigh it as the nodes measure now, like the fastest: its cost
+		// from when it was planned is stale when the nodes were measured
+		// again (a cluster just started measures itself slow).
+		if cost, ok := recost(profile, nodes, links, opts, prev); ok {
+			c.plan.Cost = cost
+		}
+		cands = append(cands, c)
 	case len(opts.Pin) == 0 && len(survivors) > 0 && len(survivors) < len(schedulable):
 		// Keep the survivors of the old plan: they hold most bytes already
 		// (a model pinned to its nodes keeps its pin instead).
@@ -117,8 +132,11 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 	pick := -1
 	for i, c := range cands {
 		slack := ReplanSlack
-		if c.repair {
+		switch {
+		case c.repair:
 			slack = RepairSlack
+		case c.keep:
+			slack = KeepSlack
 		}
 		if c.plan.Cost.MsPerToken > fastest*(1+slack) {
 			continue
