@@ -114,6 +114,9 @@ type ModelHolderRequest struct {
 // PlanSetRequest stores a model's plan; Version must grow.
 type PlanSetRequest struct {
 	Plan placement.Plan `json:"plan"`
+	// Inputs is the signature of what the planner read to decide it
+	// (State.PlanInputs).
+	Inputs string `json:"inputs,omitempty"`
 }
 
 // ShardStatusRequest records a node's report about a shard.
@@ -392,6 +395,7 @@ var commands = map[MessageType]handler{
 		}
 		delete(s.Models, r.Name)
 		delete(s.Plans, r.Name)
+		delete(s.PlanInputs, r.Name)
 		for k, sh := range s.Shards {
 			if sh.Model == r.Name {
 				delete(s.Shards, k)
@@ -412,6 +416,10 @@ var commands = map[MessageType]handler{
 		}
 		p := r.Plan
 		s.Plans[p.Model] = &p
+		if s.PlanInputs == nil {
+			s.PlanInputs = map[string]string{}
+		}
+		s.PlanInputs[p.Model] = r.Inputs
 		return nil
 	},
 	ShardStatusType: func(s *State, _ uint64, body []byte) any {

@@ -63,12 +63,13 @@ func (s *State) UnmarshalJSON(b []byte) error {
 // UnmarshalJSON decodes a PlanSet command, its plan of either shape.
 func (r *PlanSetRequest) UnmarshalJSON(b []byte) error {
 	var aux struct {
-		Plan json.RawMessage `json:"plan"`
+		Plan   json.RawMessage `json:"plan"`
+		Inputs string          `json:"inputs"`
 	}
 	if err := json.Unmarshal(b, &aux); err != nil {
 		return err
 	}
-	*r = PlanSetRequest{}
+	*r = PlanSetRequest{Inputs: aux.Inputs}
 	if len(aux.Plan) == 0 {
 		return nil
 	}

@@ -36,6 +36,12 @@ func (s *Server) planModels() {
 		sig := planSignature(st, m)
 		s.mu.Lock()
 		same := s.planSig[name] == sig
+		if !same && m.Status == ModelPlanned && nothingNew(st, m, st.PlanInputs[name]) {
+			// The plan stands: planning again could only find it slower
+			// or, through this leader's view of the links, move its
+			// driver for nothing.
+			s.planSig[name], same = sig, true
+		}
 		s.mu.Unlock()
 		if same {
 			continue
@@ -54,28 +60,86 @@ func (s *Server) planModels() {
 	}
 }
 
-// planSignature is what planning model m reads of the state: the nodes,
-// the model's settings and status (as the state has it now), and its plan's
-// version.
+// planSignature is what planning model m reads of the state: its inputs,
+// the model's status (as the state has it now), and its plan's version;
+// planning runs again when it changes.
 func planSignature(st *State, m *Model) string {
 	status := ""
 	if cur := st.Models[m.Name]; cur != nil {
 		status = cur.Status
 	}
-	sig := fmt.Sprintf("%s|%s|%d|%d|%s|%s", nodeSignature(st), m.Digest, m.Ctx, m.Overhead, status, m.Disagg)
+	sig := planInputs(st, m) + "|" + status
 	if p := st.Plans[m.Name]; p != nil {
 		sig += fmt.Sprintf("|v%d", p.Version)
 	}
 	return sig
 }
 
-// nodeSignature is what planning reads of the nodes, in a stable form.
-func nodeSignature(st *State) string {
+// planInputs is what a plan of model m is decided on (State.PlanInputs
+// keeps it with the plan): the model's settings on the first line, then a
+// line per schedulable node with what the planner reads of it.
+func planInputs(st *State, m *Model) string {
 	var b strings.Builder
-	for _, n := range st.SortedNodes() {
-		fmt.Fprintf(&b, "%s:%s:%t:%d:%g:%g:%s;", n.ID, n.Status, n.Draining, n.Caps.MemFree, n.Caps.GFLOPS, n.Caps.MemGBps, n.Caps.Serves)
+	fmt.Fprintf(&b, "%s|%d|%d|%d|%s|%s|%s", m.Digest, m.Ctx, m.Overhead, m.MaxSeqs, m.Strategy, strings.Join(m.Pin, ","), m.Disagg)
+	for _, n := range PlacementNodes(st, m.Name) {
+		if n.Schedulable() {
+			fmt.Fprintf(&b, "\n%s %d %g %g %s", n.ID, n.MemFree, n.GFLOPS, n.MemGBps, n.Serves)
+		}
 	}
 	return b.String()
+}
+
+// nothingNew says whether model m's plan, decided on inputs, stands as the
+// state is now: the model's settings are the same, every node of the plan
+// is still schedulable, and no node is schedulable now that was not then,
+// or offers more memory or speed than then (nodes lost elsewhere only take
+// choices away). A leader that takes over keeps such a plan, so does one
+// that sees a node outside the plan fail, be drained or come back.
+func nothingNew(st *State, m *Model, inputs string) bool {
+	p := st.Plans[m.Name]
+	if inputs == "" || p == nil || len(p.Pools) == 0 {
+		return false
+	}
+	then := strings.Split(inputs, "\n")
+	now := strings.Split(planInputs(st, m), "\n")
+	if then[0] != now[0] {
+		return false
+	}
+	type offer struct {
+		mem          uint64
+		gflops, gbps float64
+		serves       string
+	}
+	parse := func(line string) (string, offer, bool) {
+		var id string
+		var o offer
+		n, _ := fmt.Sscanf(line, "%s %d %g %g %s", &id, &o.mem, &o.gflops, &o.gbps, &o.serves)
+		return id, o, n >= 4
+	}
+	was := map[string]offer{}
+	for _, line := range then[1:] {
+		if id, o, ok := parse(line); ok {
+			was[id] = o
+		}
+	}
+	schedulable := map[string]bool{}
+	for _, line := range now[1:] {
+		id, o, ok := parse(line)
+		if !ok {
+			return false
+		}
+		schedulable[id] = true
+		w, known := was[id]
+		if !known || o.mem > w.mem || o.gflops > w.gflops || o.gbps > w.gbps || o.serves != w.serves {
+			return false
+		}
+	}
+	for _, id := range p.Nodes() {
+		if !schedulable[id] {
+			return false
+		}
+	}
+	return true
 }
 
 // PlacementNodes are the state's nodes as the planner sees them, with the
@@ -118,6 +182,7 @@ func (s *Server) planModel(st *State, m *Model, prev *placement.Plan) error {
 	profile := *m.Profile
 	profile.Name = m.Name
 	d := placement.Replan(profile, PlacementNodes(st, m.Name), LinkMatrix(st), opts, prev, m.SourceNode)
+	inputs := planInputs(st, m)
 	if d.Unservable != "" {
 		if m.Status != ModelUnservable || m.Reason != d.Unservable {
 			s.log.Warn("model is unservable", zap.String("model", m.Name), zap.String("reason", d.Unservable))
@@ -130,11 +195,11 @@ func (s *Server) planModel(st *State, m *Model, prev *placement.Plan) error {
 		if d.Keep {
 			return nil
 		}
-		return s.Apply(PlanSetType, PlanSetRequest{Plan: d.Plan}, applyTimeout)
+		return s.Apply(PlanSetType, PlanSetRequest{Plan: d.Plan, Inputs: inputs}, applyTimeout)
 	}
 	if !d.Keep {
 		p := d.Plan
-		if err := s.Apply(PlanSetType, PlanSetRequest{Plan: p}, applyTimeout); err != nil {
+		if err := s.Apply(PlanSetType, PlanSetRequest{Plan: p, Inputs: inputs}, applyTimeout); err != nil {
 			return err
 		}
 		if prev == nil || len(prev.Pools) == 0 {

@@ -236,6 +236,11 @@ type State struct {
 	Plans  map[string]*placement.Plan `json:"plans"`           // by model name, written by the leader's planner
 	Shards map[string]*ShardStatus    `json:"shards"`          // by ShardKey
 	Links  map[string]*LinkStat       `json:"links,omitempty"` // by "from>to"
+	// PlanInputs is, by model name, the signature of the nodes and model
+	// settings its plan was decided on, so that a new leader does not
+	// re-plan a model whose inputs did not change (its own view of the
+	// links could move a healthy plan's driver, ending its requests).
+	PlanInputs map[string]string `json:"plan_inputs,omitempty"`
 	// RevokedNodes are the node IDs removed with `shoal node rm`: their
 	// certificates are refused on every connection.
 	RevokedNodes map[string]time.Time `json:"revoked_nodes,omitempty"`

@@ -297,6 +297,20 @@ func (s *search) run() {
 				next, nextBest = sub, c
 			}
 		}
+		if nextBest == nil && cur == nil {
+			// Nothing fits on these nodes, nor on any set one node fewer
+			// (several nodes too small to hold a part): drop the one with
+			// the least usable memory and go on.
+			least := 0
+			for k, i := range set {
+				if e.usable[i] < e.usable[set[least]] {
+					least = k
+				}
+			}
+			set = slices.Delete(slices.Clone(set), least, least+1)
+			cur = s.bestFor(set)
+			continue
+		}
 		if nextBest == nil || (cur != nil && !e.better(nextBest, cur)) {
 			return
 		}
