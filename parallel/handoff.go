@@ -92,10 +92,8 @@ func (h *Host) kvLink() KVLink {
 
 // kvHeads is the range of global KV heads a runner's cache holds.
 func kvHeads(r *model.Runner) (lo, hi int) {
-	c := &r.Model().Config
-	g := c.NHead / c.NHeadKV
 	sl := r.Slice()
-	return sl.HeadLo / g, sl.HeadHi / g
+	return sl.KVHeads(&r.Model().Config)
 }
 
 // kvOpen reserves the positions and starts importing.
@@ -282,7 +280,12 @@ func (s *memberSession) endImports() {
 // hands each piece to send with the member's index and address.
 func (s *memberSession) exportKV(dec *layout, ho *handoffReq, b *model.Batch, l int, send func(i int, addr string, p *KVPiece)) error {
 	r := s.runner
-	hlo, hhi := kvHeads(r)
+	hlo, _ := kvHeads(r)
+	// Only the KV heads this member owns: a head a GQA group shares with
+	// the next member is sent once, by the member holding its first query
+	// head.
+	sl := r.Slice()
+	olo, ohi := sl.OwnedKVHeads(&r.Model().Config)
 	D := r.Model().HeadDim
 	c := b.Chunks[0]
 	for i, dm := range dec.members() {
@@ -291,7 +294,7 @@ func (s *memberSession) exportKV(dec *layout, ho *handoffReq, b *model.Batch, l 
 			continue
 		}
 		dlo, dhi := dec.kvHeads(dm, &r.Model().Config)
-		a, z := max(hlo, dlo), min(hhi, dhi)
+		a, z := max(olo, dlo), min(ohi, dhi)
 		if a >= z {
 			continue
 		}
@@ -311,8 +314,7 @@ func (l *layout) kvHeads(m memberRef, c *model.Config) (lo, hi int) {
 	if max(pm.TPSize, 1) == 1 {
 		return 0, c.NHeadKV
 	}
-	g := c.NHead / c.NHeadKV
-	return pm.HeadLo / g, pm.HeadHi / g
+	return (&model.Slice{HeadLo: pm.HeadLo, HeadHi: pm.HeadHi}).KVHeads(c)
 }
 
 // transferBase picks a random transfer ID base with its low byte clear:

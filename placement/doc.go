@@ -12,8 +12,10 @@
 // A Plan has pools (one "shared" pool today; "prefill" and "decode" pools
 // fit the same type), each a pipeline of stages. A stage is a layer range
 // [Lo,Hi) run by one node or a tensor-parallel (TP) group; each member has
-// a TP rank/size, a range of query heads (on GQA-group boundaries, so a KV
-// head is never split, and a whole number of attn_output quant blocks), a
+// a TP rank/size, a range of query heads (whole GQA groups where there are
+// enough of them, else parts of a group whose KV head is replicated on each
+// member holding part of it, and a whole number of attn_output quant
+// blocks), a
 // range of FFN columns (on quant-block boundaries: 256 with K-quants, else
 // 32) and, for MoE models, a contiguous set of whole experts. Rank 0 of the
 // first stage holds the embedding, rank 0 of the last the output.

@@ -544,6 +544,20 @@ func (e *env) allocate(group []int, lo, hi int, first, last bool) (Stage, bool) 
 	for _, d := range dims {
 		d.n = apportion(sh, d.units)
 	}
+	// With heads split finer than GQA groups, a member holds the whole
+	// KV head of each group it has part of (its K and V weights and
+	// cache): the most that can be beyond its share of heads.
+	kvWhole := e.kvBytes(lo, hi) + (e.attnB[hi]-e.attnB[lo])*float64(p.NHeadKV)/float64(p.NHead+p.NHeadKV)
+	subGroup := p.NHeadKV > 0 && p.NHead%p.NHeadKV == 0 && p.HeadUnit < p.NHead/p.NHeadKV
+	replicaBound := func(r int) float64 {
+		q := dims[0].n[r] * p.HeadUnit
+		if !subGroup || q == 0 {
+			return 0
+		}
+		gq := p.NHead / p.NHeadKV
+		held := min(p.NHeadKV, (q+gq-1)/gq+1)
+		return max(0, float64(held)/float64(p.NHeadKV)-float64(q)/float64(p.NHead)) * kvWhole
+	}
 	memOf := func(r int) float64 {
 		w := fixed[r]
 		for _, d := range dims {
@@ -551,7 +565,7 @@ func (e *env) allocate(group []int, lo, hi int, first, last bool) (Stage, bool) 
 				w = w.add(d.whole.scale(float64(d.n[r]) / float64(d.units)))
 			}
 		}
-		return w.mem
+		return w.mem + replicaBound(r)
 	}
 	unitMem := func(d *dim) float64 { return d.whole.mem / float64(max(d.units, 1)) }
 	// Repair: move a unit from an over-full member to the roomiest one.
@@ -662,11 +676,25 @@ func (e *env) allocate(group []int, lo, hi int, first, last bool) (Stage, bool) 
 				w = w.add(d.whole.scale(float64(d.n[r]) / float64(d.units)))
 			}
 		}
+		kvShare := float64(dims[0].n[r]) / float64(dims[0].units)
+		if p.NHeadKV > 0 && p.NHead%p.NHeadKV == 0 {
+			// A member holding part of a GQA group holds its whole KV head
+			// (its K and V weights and cache), as does the next member.
+			qShare := kvShare
+			gq := p.NHead / p.NHeadKV
+			kvShare = 0
+			if mb.HeadHi > mb.HeadLo {
+				kvShare = float64((mb.HeadHi+gq-1)/gq-mb.HeadLo/gq) / float64(p.NHeadKV)
+			}
+			if extra := kvShare - qShare; extra > 0 {
+				w.mem += extra * kvWhole
+			}
+		}
 		if w.mem > e.usable[m] {
 			return Stage{}, false
 		}
 		mb.MemBytes = uint64(w.mem) + e.o.Overhead
-		mb.KVBytes = uint64(e.kvBytes(lo, hi) * float64(dims[0].n[r]) / float64(dims[0].units))
+		mb.KVBytes = uint64(e.kvBytes(lo, hi) * kvShare)
 		mb.Ms = e.time(m, w)
 		st.Members[r] = mb
 	}

@@ -51,7 +51,10 @@ type ModelProfile struct {
 	// HeadUnit is the number of query heads in the smallest head slice a TP
 	// member can hold: whole GQA groups (n_head/n_head_kv query heads share
 	// a KV head) whose width in attn_output columns is a whole number of
-	// quantization blocks. NHead/HeadUnit slices exist.
+	// quantization blocks; when only the whole model's heads are such a
+	// slice (one KV head: multi-query attention), a part of a group, each
+	// member holding part of it replicating its KV head. NHead/HeadUnit
+	// slices exist.
 	HeadUnit int `json:"head_unit"`
 	// FFNUnit is the FFN column granularity: a multiple of the block length
 	// of the ffn_down tensors (256 for K-quants), at least 32.
@@ -187,12 +190,20 @@ func ProfileFromTensors(name string, c model.Config, tensors []gguf.TensorInfo) 
 }
 
 // headUnit is the smallest number of query heads that is a whole number of
-// GQA groups and of attn_output blocks; n_head when no such split exists.
+// GQA groups and of attn_output blocks, short of all of them; else the
+// smallest part of a group that is a whole number of blocks (its KV head
+// replicated on the members sharing the group); n_head when no split
+// exists.
 func headUnit(nHead, nHeadKV, headDim, block int) int {
 	group := nHead / nHeadKV
-	for g := 1; g <= nHeadKV; g++ {
+	for g := 1; g < nHeadKV; g++ {
 		if nHeadKV%g == 0 && (g*group*headDim)%block == 0 {
 			return g * group
+		}
+	}
+	for u := 1; u < group; u++ {
+		if group%u == 0 && (u*headDim)%block == 0 {
+			return u
 		}
 	}
 	return nHead

@@ -33,6 +33,9 @@ func TestProfileFromGGUF(t *testing.T) {
 		{synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 3, NHead: 8, NHeadKV: 2, NFF: 512, Type: "q4_k", Name: "dense"}, 8, 256, 512, 0},
 		// Q8_0 blocks are 32 wide: one GQA group (2 heads × 32) is enough.
 		{synth.Spec{Arch: "qwen2", NEmbd: 256, NLayer: 2, NHead: 8, NHeadKV: 4, NFF: 320, Type: "q8_0", Name: "q8"}, 2, 32, 320, 0},
+		// One KV head (multi-query attention): heads split one by one,
+		// every member replicating the KV head.
+		{synth.Spec{Arch: "llama", NEmbd: 128, NLayer: 2, NHead: 4, NHeadKV: 1, NFF: 256, Type: "q8_0", Name: "mqa"}, 1, 32, 256, 0},
 		{synth.Spec{Arch: "moe", NEmbd: 256, NLayer: 2, NHead: 8, NHeadKV: 8, NFF: 256, NExpert: 4, NExpertUsed: 2, Type: "q4_0", Name: "moe"}, 1, 1, 0, 4},
 		{synth.Spec{Arch: "qwen2moe", NEmbd: 256, NLayer: 2, NHead: 4, NHeadKV: 4, NFF: 128, NFFShared: 384, NExpert: 4, NExpertUsed: 2, Type: "f16", Name: "shexp", Tied: true}, 1, 32, 384, 4},
 	} {
@@ -79,6 +82,19 @@ func TestProfileFromGGUF(t *testing.T) {
 		}
 		if err := plan.Validate(p); err != nil {
 			t.Errorf("%s: %v\n%s", tc.spec.Name, err, plan)
+		}
+		if tc.spec.NHeadKV == 1 {
+			// Each member holding heads holds the one KV head whole.
+			st := plan.Pools[0].Stages[0]
+			whole := uint64(st.Hi-st.Lo) * 64 * p.KVBytesPerToken
+			if len(st.Members) < 2 {
+				t.Fatalf("%s: heads not split: %s", tc.spec.Name, plan)
+			}
+			for _, m := range st.Members {
+				if m.HeadHi > m.HeadLo && m.KVBytes != whole {
+					t.Errorf("%s: member %s holds %d KV bytes, want the whole KV head's %d", tc.spec.Name, m.Node, m.KVBytes, whole)
+				}
+			}
 		}
 	}
 }

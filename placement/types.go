@@ -212,8 +212,10 @@ type Stage struct {
 	Ms      float64  `json:"ms"` // predicted time of one decode step in this stage, all-reduces included
 }
 
-// Member is one node's part of a stage. Head ranges count query heads and
-// fall on GQA group boundaries; FFN ranges count FFN columns (of the dense
+// Member is one node's part of a stage. Head ranges count query heads in
+// whole HeadUnits: GQA groups where the model has enough KV heads, else
+// parts of a group whose KV head every member holding part of it
+// replicates; FFN ranges count FFN columns (of the dense
 // FFN or the shared expert) and fall on quantization block boundaries.
 // Experts lists the routed experts the member holds (nil for dense models;
 // empty, not nil, for a member of an MoE plan that holds none: that is why

@@ -25,8 +25,8 @@
 //   - norms, the router, attn_output.bias: whole (small, replicated).
 //
 // Head ranges follow GQA: query heads [lo,hi) use KV heads
-// [lo/g, hi/g) for g query heads per KV head, so a range must not split a
-// group. Needs merges touching ranges and always includes the GGUF header.
+// [lo/g, ceil(hi/g)) for g query heads per KV head; a range that splits a
+// group holds that group's KV head too (model.Slice.KVHeads). Needs merges touching ranges and always includes the GGUF header.
 //
 // The column-split matrices cost many small ranges (one per row). The
 // alternatives are a re-laid-out file where each TP slice is contiguous

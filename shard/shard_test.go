@@ -195,7 +195,7 @@ func TestSplitErrors(t *testing.T) {
 		spec ShardSpec
 		want string
 	}{
-		{ShardSpec{FileSHA: m.sha, Lo: 0, Hi: 4, TPSize: 2, HeadLo: 2, HeadHi: 8, FFNLo: 0, FFNHi: 512}, "GQA group"},
+		{ShardSpec{FileSHA: m.sha, Lo: 0, Hi: 4, TPSize: 2, HeadLo: 6, HeadHi: 10, FFNLo: 0, FFNHi: 512}, "not within"},
 		{ShardSpec{FileSHA: m.sha, Lo: 0, Hi: 4, TPSize: 2, HeadLo: 0, HeadHi: 4, FFNLo: 0, FFNHi: 2048}, "past the FFN size"},
 		{ShardSpec{FileSHA: m.sha, Lo: 2, Hi: 9}, "not within"},
 		{ShardSpec{FileSHA: m.sha, Lo: 0, Hi: 1, Experts: []int{0}}, "experts"},

@@ -125,7 +125,6 @@ func (s ShardSpec) Slices(t *Table) ([]TensorSlice, error) {
 		return nil, fmt.Errorf("shard: layers [%d,%d) are not within [0,%d)", s.Lo, s.Hi, c.NLayer)
 	}
 	hd := c.HeadDim
-	group := c.NHead / c.NHeadKV
 	hLo, hHi := 0, c.NHead
 	fLo, fHi := -1, -1 // -1: all columns of whatever the FFN is
 	if s.TPSize > 1 {
@@ -133,14 +132,14 @@ func (s ShardSpec) Slices(t *Table) ([]TensorSlice, error) {
 		if hLo < 0 || hHi > c.NHead || hLo > hHi {
 			return nil, fmt.Errorf("shard: head range [%d,%d) is not within [0,%d)", hLo, hHi, c.NHead)
 		}
-		if hLo%group != 0 || hHi%group != 0 {
-			return nil, fmt.Errorf("shard: head range [%d,%d) splits a GQA group of %d query heads", hLo, hHi, group)
-		}
 		fLo, fHi = s.FFNLo, s.FFNHi
 		if fLo < 0 || fLo > fHi {
 			return nil, fmt.Errorf("shard: FFN range [%d,%d) is reversed", fLo, fHi)
 		}
 	}
+	// The KV heads the query heads use (a range ending inside a GQA group
+	// holds that group's KV head too: see model.Slice).
+	kvLo, kvHi := (&model.Slice{HeadLo: hLo, HeadHi: hHi}).KVHeads(c)
 	nExp := c.NExpert
 	experts := s.Experts
 	if experts == nil {
@@ -191,11 +190,11 @@ func (s ShardSpec) Slices(t *Table) ([]TensorSlice, error) {
 			case "attn_q.weight":
 				sl, err = rowSlice(ti, [][2]int{{hLo * hd, hHi * hd}})
 			case "attn_k.weight", "attn_v.weight":
-				sl, err = rowSlice(ti, [][2]int{{hLo / group * hd, hHi / group * hd}})
+				sl, err = rowSlice(ti, [][2]int{{kvLo * hd, kvHi * hd}})
 			case "attn_q.bias":
 				sl, err = colSlice(ti, hLo*hd, hHi*hd)
 			case "attn_k.bias", "attn_v.bias":
-				sl, err = colSlice(ti, hLo/group*hd, hHi/group*hd)
+				sl, err = colSlice(ti, kvLo*hd, kvHi*hd)
 			case "attn_output.weight":
 				sl, err = s.splitSlice(ti, hLo*hd, hHi*hd)
 			case "ffn_gate.weight", "ffn_up.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight":

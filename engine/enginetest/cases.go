@@ -37,6 +37,10 @@ var (
 	// moeQ8: a Mixtral-style MoE of 4 experts, 2 used a token.
 	moeQ8 = synth.Spec{Name: "synth-moe-q8_0", Arch: "moe", NEmbd: 128, NLayer: 2, NHead: 8, NHeadKV: 4,
 		NFF: 192, NExpert: 4, NExpertUsed: 2, Type: "q8_0", Seed: 23, Std: 0.08}
+	// mqaQ8: multi-query attention, one KV head for 4 query heads: tensor
+	// parallel splits the query heads and replicates the KV head.
+	mqaQ8 = synth.Spec{Name: "synth-mqa-q8_0", Arch: "llama", NEmbd: 128, NLayer: 2, NHead: 4, NHeadKV: 1,
+		NFF: 256, Type: "q8_0", Seed: 31, Std: 0.08}
 )
 
 // synthetic writes the synthetic models of Cases to a temporary folder.
@@ -44,7 +48,7 @@ func synthetic(t testing.TB) []Case {
 	t.Helper()
 	dir := t.TempDir()
 	var cs []Case
-	for i, s := range []synth.Spec{denseF32, qwenQ8, moeQ8} {
+	for i, s := range []synth.Spec{denseF32, qwenQ8, moeQ8, mqaQ8} {
 		toks := Tokens(12, 512, uint64(i))
 		cs = append(cs, Case{Name: s.Name, Path: Write(t, dir, s), Prompt: toks[:9], Decode: toks[9:], Float: s.Type == "f32"})
 	}

@@ -27,8 +27,12 @@ type Collective interface {
 
 // Slice is the part of each layer a tensor-parallel member holds and runs.
 //
-// Query heads [HeadLo,HeadHi) must be whole GQA groups; the member holds the
-// matching KV heads and caches only those. FFN columns [FFNLo,FFNHi) are
+// Query heads [HeadLo,HeadHi) may be any range; the member holds the KV
+// heads they use (KVHeads) and caches only those. A range that ends inside
+// a GQA group shares that group's KV head with the next member: both
+// compute and cache it (with one KV head, multi-query attention, every
+// member does), as vLLM replicates KV heads across more ranks than there
+// are KV heads. FFN columns [FFNLo,FFNHi) are
 // rows of ffn_gate/ffn_up and columns of ffn_down (of the dense FFN, or of
 // the shared expert in a MoE model; ignored for MoE models without one).
 // Experts are the routed experts held, ascending (nil = all). Rank and Size
@@ -107,14 +111,11 @@ func (c *Config) whole() Slice {
 
 // check validates s against the model.
 func (s *Slice) check(c *Config) error {
-	group := c.NHead / c.NHeadKV
 	switch {
 	case s.Size < 1 || s.Rank < 0 || s.Rank >= s.Size:
 		return fmt.Errorf("tensor-parallel rank %d of %d is invalid", s.Rank, s.Size)
 	case s.HeadLo < 0 || s.HeadHi > c.NHead || s.HeadLo > s.HeadHi:
 		return fmt.Errorf("head range [%d,%d) is not within [0,%d)", s.HeadLo, s.HeadHi, c.NHead)
-	case s.HeadLo%group != 0 || s.HeadHi%group != 0:
-		return fmt.Errorf("head range [%d,%d) splits a GQA group of %d query heads", s.HeadLo, s.HeadHi, group)
 	case c.FFNDim() > 0 && (s.FFNLo < 0 || s.FFNHi > c.FFNDim() || s.FFNLo > s.FFNHi):
 		return fmt.Errorf("FFN range [%d,%d) is not within [0,%d)", s.FFNLo, s.FFNHi, c.FFNDim())
 	}
@@ -128,6 +129,28 @@ func (s *Slice) check(c *Config) error {
 		return fmt.Errorf("a single member must hold every head, FFN column and expert")
 	}
 	return nil
+}
+
+// KVHeads is the range of the model's KV heads the slice's query heads
+// use: [HeadLo/g, ceil(HeadHi/g)) for GQA groups of g query heads, empty
+// when the slice holds no query head.
+func (s *Slice) KVHeads(c *Config) (lo, hi int) {
+	if s.HeadHi <= s.HeadLo {
+		return 0, 0
+	}
+	g := c.NHead / c.NHeadKV
+	return s.HeadLo / g, (s.HeadHi + g - 1) / g
+}
+
+// OwnedKVHeads is the part of KVHeads whose first query head the slice
+// holds: among the members of a group, each KV head is owned by exactly
+// one (the one a KV transfer takes it from).
+func (s *Slice) OwnedKVHeads(c *Config) (lo, hi int) {
+	if s.HeadHi <= s.HeadLo {
+		return 0, 0
+	}
+	g := c.NHead / c.NHeadKV
+	return (s.HeadLo + g - 1) / g, (s.HeadHi + g - 1) / g
 }
 
 // normalize fills in what the zero values of s leave open.

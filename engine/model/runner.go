@@ -67,6 +67,7 @@ type Runner struct {
 
 	sl      Slice    // what this runner executes (the whole layer on one member)
 	nh, nkv int      // query and KV heads held
+	kvLo    int      // the model's KV head the first held one is
 	qd, kvd int      // their widths: nh·HeadDim, nkv·HeadDim
 	tp      *tpState // nil on a single member
 
@@ -152,7 +153,8 @@ func NewRunner(m *Model, o Options) (*Runner, error) {
 		return nil, fmt.Errorf("a collective of %d members needs weights holding a tensor-parallel slice", o.Collective.Size())
 	}
 	nh := sl.HeadHi - sl.HeadLo
-	nkv := nh / (m.NHead / m.NHeadKV)
+	kvLo, kvHi := sl.KVHeads(&m.Config)
+	nkv := kvHi - kvLo
 	ct := o.CacheTokens
 	if ct <= 0 {
 		ct = m.NCtx
@@ -166,7 +168,7 @@ func NewRunner(m *Model, o Options) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{m: m, pool: kernels.NewPool(o.Threads), cache: cache, lo: lo, hi: hi,
-		sl: sl, nh: nh, nkv: nkv, qd: nh * m.HeadDim, kvd: nkv * m.HeadDim, tp: tp}
+		sl: sl, nh: nh, nkv: nkv, kvLo: kvLo, qd: nh * m.HeadDim, kvd: nkv * m.HeadDim, tp: tp}
 	r.prepFn = r.prepRange
 	r.attnFn = r.attnRange
 	r.attnWork = make([]attnScratch, r.pool.Threads())
@@ -521,9 +523,13 @@ func (r *Runner) attnRange(w, a, z int) {
 	per := (group + parts - 1) / parts
 	for job := a; job < z; job++ {
 		i, kvh, part := job/(r.nkv*parts), job/parts%r.nkv, job%parts
-		// the member's query heads [h0,h0+g) share its KV head kvh
-		h0 := kvh*group + part*per
-		g := min(per, (kvh+1)*group-h0)
+		// the member's query heads [h0,h0+g) share its KV head kvh: those
+		// of the model's group kvLo+kvh that the slice holds, counted from
+		// its first
+		first := max((r.kvLo+kvh)*group, r.sl.HeadLo) - r.sl.HeadLo
+		last := min((r.kvLo+kvh+1)*group, r.sl.HeadHi) - r.sl.HeadLo
+		h0 := first + part*per
+		g := min(per, last-h0)
 		if g <= 0 {
 			continue
 		}

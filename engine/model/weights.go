@@ -214,8 +214,8 @@ func loadWeights(l *loader, c *Config, lo, hi int, sl *Slice) (*Weights, error) 
 	}
 	global := l.src == nil
 	E, D := c.NEmbd, c.HeadDim
-	group := c.NHead / c.NHeadKV
-	Q, KV := (sl.HeadHi-sl.HeadLo)*D, (sl.HeadHi-sl.HeadLo)/group*D
+	kvLo, kvHi := sl.KVHeads(c)
+	Q, KV := (sl.HeadHi-sl.HeadLo)*D, (kvHi-kvLo)*D
 	qlo := sl.HeadLo * D
 	var e error
 	w.TokEmbd, e = l.matrix("token_embd.weight", global, E, c.NVocab)

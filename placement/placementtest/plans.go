@@ -16,7 +16,11 @@ type Shape struct {
 // Part is one member of a stage: its share of the KV groups (with their
 // query heads), the FFN columns [FFNLo, FFNHi) and the routed experts.
 type Part struct {
-	Groups       int
+	Groups int
+	// Heads, when not 0, is the member's share of query heads instead of
+	// Groups: a split finer than the KV groups, each member holding part
+	// of a group replicating its KV head.
+	Heads        int
 	FFNLo, FFNHi int
 	Experts      []int
 }
@@ -46,10 +50,14 @@ func (s Shape) Plan(model string, stages ...Stage) placement.Plan {
 				Embedding: si == 0 && r == 0, Output: si == len(stages)-1 && r == 0}
 			node++
 			if len(st.Parts) > 1 {
-				m.HeadLo, m.HeadHi = h, h+p.Groups*g
+				n := p.Groups * g
+				if p.Heads > 0 {
+					n = p.Heads
+				}
+				m.HeadLo, m.HeadHi = h, h+n
 				m.FFNLo, m.FFNHi = p.FFNLo, p.FFNHi
 				m.Experts = p.Experts
-				h += p.Groups * g
+				h += n
 			}
 			ps.Members = append(ps.Members, m)
 		}
@@ -121,7 +129,8 @@ func (ps Plans) Get(name string) placement.Plan {
 // 3 layers or more) 3 stages, tensor parallel over 2 (the FFN cut on a
 // 32-column boundary) and 3 (uneven heads, FFN cuts off block
 // boundaries), 2 stages x TP2, and for a model of 4 experts expert
-// parallel over 2 members in two ways.
+// parallel over 2 members in two ways. A model of one KV head (MQA) has
+// its query heads split instead, every member replicating the KV head.
 func (s Shape) Plans(model string) Plans {
 	L, F, G := s.Layers, s.FFN, s.KVHeads
 	k := L / 2
@@ -131,9 +140,19 @@ func (s Shape) Plans(model string) Plans {
 	if L >= 3 {
 		add("pp3", Stage{0, 1, Whole()}, Stage{1, L - 1, Whole()}, Stage{L - 1, L, Whole()})
 	}
-	tp2 := s.TP(SplitEven(G, 2), []int{F / 2 / 32 * 32}, SplitEven(s.Experts, 2))
+	tp := func(n int, ffnCuts []int) []Part {
+		if G > 1 {
+			return s.TP(SplitEven(G, n), ffnCuts, SplitEven(s.Experts, n))
+		}
+		ps := s.TP(make([]int, n), ffnCuts, SplitEven(s.Experts, n))
+		for i, h := range SplitEven(s.Heads, n) {
+			ps[i].Heads = h
+		}
+		return ps
+	}
+	tp2 := tp(2, []int{F / 2 / 32 * 32})
 	add("tp2", Stage{0, L, tp2})
-	add("tp3", Stage{0, L, s.TP(SplitEven(G, 3), []int{F/3 + 5, 2*F/3 - 3}, SplitEven(s.Experts, 3))})
+	add("tp3", Stage{0, L, tp(3, []int{F/3 + 5, 2*F/3 - 3})})
 	add("pp2xtp2", Stage{0, k, tp2}, Stage{k, L, tp2})
 	if s.Experts == 4 {
 		add("ep2 {0,1}/{2,3}", Stage{0, L, []Part{{Groups: G, FFNHi: F, Experts: []int{0, 1}}, {FFNLo: F, FFNHi: F, Experts: []int{2, 3}}}})

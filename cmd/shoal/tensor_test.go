@@ -1,0 +1,80 @@
+package main
+
+import (
+	"encoding/binary"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"shoal/engine/enginetest"
+	"shoal/node"
+	tc "shoal/node/nodetest"
+)
+
+// TestTensorPlanOfOneKVHead loads a model with one KV head (multi-query
+// attention) into three agents, none of which can hold it with another,
+// with --strategy tensor: the plan splits its 4 query heads over the three
+// (each replicating the KV head, as vLLM does), where the planner used to
+// refuse it; logits through the cluster equal the single node's within
+// the oracle tolerances.
+func TestTensorPlanOfOneKVHead(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "mqa.gguf")
+	if _, err := execute(t, "", "gen-model", "--arch", "llama", "--n-embd", "256", "--n-layer", "12", "--n-head", "4", "--n-head-kv", "1",
+		"--n-ff", "512", "--type", "q8_0", "--seed", "3", "-q", "--out", path); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 4400 << 10 // the model is 8.4 MB: two agents cannot hold it
+	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) { cfg.MemoryLimit = limit; cfg.Threads = 1 })
+	tc.Eventually(t, 15*time.Second, "a healthy cluster", func() bool {
+		s, err := c.Client(0, "").Status(t.Context())
+		return err == nil && s.Leader != "" && s.NodesAlive == 3
+	})
+	flags := []string{"--addr", c.Members[0].Agent.HTTPAddr(), "--token", tc.Secret}
+	out, err := execute(t, "", append([]string{"model", "load", path, "--name", "mqa", "--ctx", "64", "--overhead", "256KiB",
+		"--strategy", "tensor", "--wait", "60s"}, flags...)...)
+	if err != nil || !strings.Contains(out, "is ready") {
+		t.Fatalf("load: %q %v", out, err)
+	}
+	p, err := c.Client(1, tc.Secret).Placement(t.Context(), "mqa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Stages) != 1 || len(p.Stages[0].Members) != 3 {
+		t.Fatalf("plan: %s, %d stages, want one tensor-parallel stage of 3 members", p.Strategy, len(p.Stages))
+	}
+	for _, m := range p.Stages[0].Members {
+		t.Logf("member %s heads [%d,%d) KV %d bytes", m.Node, m.HeadLo, m.HeadHi, m.KVBytes)
+	}
+	tokens := "1,17,42,99,7,250,3,64"
+	local, remote := filepath.Join(dir, "local.f32"), filepath.Join(dir, "cluster.f32")
+	if _, err := execute(t, "", "logits", "--model", path, "--tokens", tokens, "--out", local); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execute(t, "", "logits", "--cluster", c.Members[2].Agent.HTTPAddr(), "--token", tc.Secret,
+		"--model", "mqa", "--tokens", tokens, "--out", remote); err != nil {
+		t.Fatal(err)
+	}
+	want, got := readF32(t, local), readF32(t, remote)
+	m := enginetest.Compare(want, got, 2048)
+	t.Logf("cluster vs single node: %s", m)
+	if err := m.Check(false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readF32(t *testing.T, path string) []float32 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}
