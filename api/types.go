@@ -200,6 +200,11 @@ type LoadModelRequest struct {
 	// background once it is hashed, when they have the disk (2 when 0;
 	// 1: the loading node only).
 	Replicas int `json:"replicas,omitempty"`
+	// Nodes, when set, are the nodes (names or IDs) the model runs on:
+	// the plan uses every one of them and no other (a pipeline stage each,
+	// or one tensor-parallel group with Strategy "tensor"), and the file
+	// is not copied elsewhere.
+	Nodes []string `json:"nodes,omitempty"`
 }
 
 // FileHolder is a node with a model's whole file: the source (the node it

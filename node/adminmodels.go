@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -68,6 +69,27 @@ func (b *admin) LoadModel(ctx context.Context, req api.LoadModelRequest) (*api.M
 	return &info, nil
 }
 
+// nodeIDs resolves node names or IDs to IDs, each once.
+func nodeIDs(cs *coordinator.State, names []string) ([]string, error) {
+	var ids []string
+	for _, want := range names {
+		id := ""
+		for _, n := range cs.SortedNodes() {
+			if n.ID == want || n.Name == want {
+				id = n.ID
+				break
+			}
+		}
+		if id == "" {
+			return nil, badRequest("node %q is not in the cluster (shoal node ls lists them)", want)
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
 // registerModel registers the file req.Path of this node; pin, when set,
 // is the exact set of nodes the model's plan may use.
 func (b *admin) registerModel(ctx context.Context, req api.LoadModelRequest, pin []string) (*coordinator.Model, error) {
@@ -107,6 +129,11 @@ func (b *admin) registerModel(ctx context.Context, req api.LoadModelRequest, pin
 	cs, err := b.cluster.State(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if pin == nil && len(req.Nodes) > 0 {
+		if pin, err = nodeIDs(cs, req.Nodes); err != nil {
+			return nil, err
+		}
 	}
 	if old := cs.Models[name]; old != nil && (old.SourceNode != b.id || old.Source != path) {
 		src := old.SourceNode

@@ -137,6 +137,7 @@ as no-room and skipped); 'model unload' removes the copies.
 	cmd.Flags().StringVar(&req.Node, "node", "", "the node that has the file (ID, ID prefix or name; default: the agent at --addr)")
 	cmd.Flags().IntVar(&req.Replicas, "replicas", 0, "live nodes that should have the whole file: this one and copies other nodes make in the background when they have the disk (default 2; 1: no copy)")
 	cmd.Flags().StringVar(&req.Strategy, "strategy", "", "force the plan's strategy: pipeline or tensor (default: the planner chooses)")
+	cmd.Flags().StringSliceVar(&req.Nodes, "nodes", nil, "run the model on exactly these nodes (names or IDs, comma-separated): every one is used, no other; the file is not copied elsewhere (default: the planner chooses)")
 	cmd.Flags().StringVar(&req.Wire, "wire", "", "how hidden states and all-reduces travel between the plan's nodes: f16 (half of f32's bytes, logits within the oracle tolerances), f32 (exact: a single node's logits bit for bit) or q8_0 (a quarter of the bytes) (default f16)")
 	cmd.Flags().StringVar(&req.DisaggFailure, "disagg-failure", "", "when a prompt's prefill on the prefill pool fails: recompute (the decode pool prefills it) or fail (the request ends with an error) (default recompute)")
 	cmd.Flags().StringVar(&req.Disagg, "disagg", "", "prefill prompts on a separate pool of nodes that streams the KV cache to the decode pool: auto (when nodes are pinned with 'shoal agent --role prefill'), on, off (default auto)")
