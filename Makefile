@@ -117,11 +117,14 @@ bench-endpoint: build
 
 # A TinyLlama-shaped Q4_0 llama (made on first run in $(MODEL_DIR)) spread
 # over 1, 2 and 4 emulated devices: network namespaces with tc tbf links of
-# 10 and 1 Gbit/s (no added latency: no netem here) and each agent in a
-# cgroup v1 CPU group of 2/N cores. Root only; never part of `make test`.
+# 10 and 1 Gbit/s, their latency added by cmd/delayline (no netem here), and
+# each agent in a cgroup v1 CPU group of 2/N cores (or SHARE each): single-
+# and 8-stream decode, bytes per token, predicted against measured. Root
+# only; never part of `make test`.
 # BENCH_CLUSTER_ENV passes settings, e.g. BENCH_CLUSTER_ENV="QUICK=1 DEVICES='1 2'".
 bench-cluster: build
-	env BIN=$(BIN) SHARED=$(SHARED) $(BENCH_CLUSTER_ENV) cmd/shoal/scripts/bench-cluster.sh
+	$(GO) build -o bin/delayline ./cmd/delayline
+	env BIN=$(BIN) DELAYLINE=bin/delayline SHARED=$(SHARED) $(BENCH_CLUSTER_ENV) cmd/shoal/scripts/bench-cluster.sh
 
 # Disaggregated serving (issue 22) on two emulated devices of 1 core each
 # (netns, tc tbf links of 10 and 1 Gbit/s, cgroup v1 quotas): decode

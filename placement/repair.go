@@ -14,38 +14,19 @@ const RepairSlack = 0.25
 // member, has more than one pool, or no spare node can stand in.
 func repair(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, prev *Plan) (Plan, bool) {
 	o := opts.normalized()
-	if len(prev.Pools) != 1 || len(prev.Pools[0].Stages) == 0 {
+	l, ok := layoutOf(&profile, nodes, o, prev)
+	if !ok || len(l.holes) == 0 {
 		return Plan{}, false
 	}
-	eligible, _, err := eligibleNodes(nodes, o)
-	if err != nil || len(eligible) == 0 {
-		return Plan{}, false
-	}
+	eligible, groups, bounds, holes := l.eligible, l.groups, l.bounds, l.holes
 	e := newEnv(&profile, eligible, links, o)
-	idx := map[string]int{}
-	for i, n := range eligible {
-		idx[n.ID] = i
-	}
-	stages := prev.Pools[0].Stages
-	groups := make([][]int, len(stages))
-	bounds := make([]int, len(stages)+1)
 	used := map[int]bool{}
-	var holes [][2]int // stage, member
-	for k, st := range stages {
-		bounds[k], bounds[k+1] = st.Lo, st.Hi
-		for r, m := range st.Members {
-			i, ok := idx[m.Node]
-			if !ok {
-				groups[k] = append(groups[k], -1)
-				holes = append(holes, [2]int{k, r})
-				continue
+	for _, g := range groups {
+		for _, i := range g {
+			if i >= 0 {
+				used[i] = true
 			}
-			groups[k] = append(groups[k], i)
-			used[i] = true
 		}
-	}
-	if len(holes) == 0 || bounds[0] != 0 || bounds[len(stages)] != profile.NLayer {
-		return Plan{}, false
 	}
 	var best *candidate
 	for _, split := range []bool{false, true} { // keep the layers, else re-split them
@@ -122,36 +103,56 @@ func (e *env) evaluateAt(groups [][]int, bounds []int, split bool) *candidate {
 // several pools or one whose members no longer fit.
 func recost(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, prev *Plan) (Cost, bool) {
 	o := opts.normalized()
-	if len(prev.Pools) != 1 || len(prev.Pools[0].Stages) == 0 {
+	l, ok := layoutOf(&profile, nodes, o, prev)
+	if !ok || len(l.holes) > 0 {
 		return Cost{}, false
+	}
+	c := newEnv(&profile, l.eligible, links, o).evaluateAt(l.groups, l.bounds, false)
+	if !c.ok {
+		return Cost{}, false
+	}
+	return c.cost, true
+}
+
+// prevLayout is a single-pool plan's members as indices into the eligible
+// nodes: groups per stage (-1 for a member no longer eligible, listed in
+// holes as stage and rank) and the stages' layer bounds.
+type prevLayout struct {
+	eligible []Node
+	groups   [][]int
+	bounds   []int
+	holes    [][2]int
+}
+
+// layoutOf is prev's layout over nodes; ok is false for a plan of several
+// pools, one that does not cover the model's layers, or no eligible node.
+func layoutOf(profile *ModelProfile, nodes []Node, o Options, prev *Plan) (prevLayout, bool) {
+	var l prevLayout
+	if len(prev.Pools) != 1 || len(prev.Pools[0].Stages) == 0 {
+		return l, false
 	}
 	eligible, _, err := eligibleNodes(nodes, o)
-	if err != nil {
-		return Cost{}, false
+	if err != nil || len(eligible) == 0 {
+		return l, false
 	}
+	l.eligible = eligible
 	idx := map[string]int{}
 	for i, n := range eligible {
 		idx[n.ID] = i
 	}
 	stages := prev.Pools[0].Stages
-	groups := make([][]int, len(stages))
-	bounds := make([]int, len(stages)+1)
+	l.groups = make([][]int, len(stages))
+	l.bounds = make([]int, len(stages)+1)
 	for k, st := range stages {
-		bounds[k], bounds[k+1] = st.Lo, st.Hi
-		for _, m := range st.Members {
+		l.bounds[k], l.bounds[k+1] = st.Lo, st.Hi
+		for r, m := range st.Members {
 			i, ok := idx[m.Node]
 			if !ok {
-				return Cost{}, false
+				i = -1
+				l.holes = append(l.holes, [2]int{k, r})
 			}
-			groups[k] = append(groups[k], i)
+			l.groups[k] = append(l.groups[k], i)
 		}
 	}
-	if bounds[0] != 0 || bounds[len(stages)] != profile.NLayer {
-		return Cost{}, false
-	}
-	c := newEnv(&profile, eligible, links, o).evaluateAt(groups, bounds, false)
-	if !c.ok {
-		return Cost{}, false
-	}
-	return c.cost, true
+	return l, l.bounds[0] == 0 && l.bounds[len(stages)] == profile.NLayer
 }

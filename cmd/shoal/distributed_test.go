@@ -30,11 +30,7 @@ func TestDistributedServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	const limit = 4 << 20 // the model is 5 MB
-	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) { cfg.MemoryLimit = limit; cfg.Threads = 1 })
-	tc.Eventually(t, 15*time.Second, "a healthy cluster", func() bool {
-		s, err := c.Client(0, "").Status(t.Context())
-		return err == nil && s.Leader != "" && s.NodesAlive == 3
-	})
+	c := threeAgents(t, limit)
 	flags := func(i int) []string { return []string{"--addr", c.Members[i].Agent.HTTPAddr(), "--token", tc.Secret} }
 	out, err := execute(t, "", append([]string{"model", "load", path, "--name", "spread", "--ctx", "64", "--overhead", "256KiB",
 		"--strategy", "pipeline", "--wire", "f32", "--wait", "60s"}, flags(0)...)...)
@@ -128,4 +124,16 @@ func TestDistributedServing(t *testing.T) {
 	if err != nil || !strings.Contains(out, "| tg4 ") || !strings.Contains(out, "bytes/token") {
 		t.Errorf("bench --cluster table: %q %v", out, err)
 	}
+}
+
+// threeAgents starts three in-process agents of one thread each (with a
+// memory limit unless 0) and waits until they form a healthy cluster.
+func threeAgents(t *testing.T, memoryLimit uint64) *tc.Cluster {
+	t.Helper()
+	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) { cfg.MemoryLimit = memoryLimit; cfg.Threads = 1 })
+	tc.Eventually(t, 15*time.Second, "a healthy cluster", func() bool {
+		s, err := c.Client(0, "").Status(t.Context())
+		return err == nil && s.Leader != "" && s.NodesAlive == 3
+	})
+	return c
 }

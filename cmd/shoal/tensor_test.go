@@ -8,10 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"shoal/engine/enginetest"
-	"shoal/node"
 	tc "shoal/node/nodetest"
 )
 
@@ -29,11 +27,7 @@ func TestTensorPlanOfOneKVHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	const limit = 4400 << 10 // the model is 8.4 MB: two agents cannot hold it
-	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) { cfg.MemoryLimit = limit; cfg.Threads = 1 })
-	tc.Eventually(t, 15*time.Second, "a healthy cluster", func() bool {
-		s, err := c.Client(0, "").Status(t.Context())
-		return err == nil && s.Leader != "" && s.NodesAlive == 3
-	})
+	c := threeAgents(t, limit)
 	flags := []string{"--addr", c.Members[0].Agent.HTTPAddr(), "--token", tc.Secret}
 	out, err := execute(t, "", append([]string{"model", "load", path, "--name", "mqa", "--ctx", "64", "--overhead", "256KiB",
 		"--strategy", "tensor", "--wait", "60s"}, flags...)...)
@@ -99,11 +93,7 @@ func TestTensorPlansOfOracleModels(t *testing.T) {
 		t.Skip("the oracle has neither moe-q4_0 nor llama-q8_0")
 	}
 	dir := t.TempDir()
-	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) { cfg.Threads = 1 })
-	tc.Eventually(t, 15*time.Second, "a healthy cluster", func() bool {
-		s, err := c.Client(0, "").Status(t.Context())
-		return err == nil && s.Leader != "" && s.NodesAlive == 3
-	})
+	c := threeAgents(t, 0)
 	// Every agent in one tensor-parallel group: with 2 experts (the MoE
 	// case), one member holds none.
 	var names []string

@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # Benchmark a model spread over emulated devices on this machine.
 #
-# Each device is a network namespace joined by a veth pair to a bridge
-# namespace; every veth end is shaped with a token bucket (tc tbf) to the
-# link rate, and each device's agent runs in its own cgroup v1 CPU group
-# with a quota of CORES/N cores (N devices share CORES cores; one device
-# gets all CORES). For every link rate and device count the script starts N
-# agents, loads MODEL with each strategy, waits until it is served, and runs
-# `shoal bench --cluster` (prefill and decode) on the driver. It prints a
-# table: devices, link, plan, decode and prompt tok/s, bytes on the wire
-# per token, and the planner's predicted ms/token beside the measured one.
+# Each device is a network namespace joined by a veth pair to a hub
+# namespace that routes between them; every veth end is shaped with a token
+# bucket (tc tbf) to the link rate, and each device's agent runs in its own
+# cgroup v1 CPU group with a quota of CORES/N cores (N devices share CORES
+# cores; one device gets all CORES), or SHARE cores each. For every link
+# rate and device count the script starts N agents, loads MODEL with each
+# strategy, waits until it is served, runs `shoal bench --cluster` (prefill
+# and single-stream decode) on the driver, then loads it again for 8
+# sequences and runs 8 streams at once (`shoal bench-endpoint`, from the hub
+# namespace, outside every quota). It prints a table: devices, link, plan,
+# single-stream decode and prompt tok/s, the 8-stream aggregate, bytes on
+# the wire per token, the planner's predicted ms/token beside the measured
+# one (for 1 and for 8 sequences a step), its predicted breakdown, and the
+# memory bandwidth each device measured of itself.
 #
-# Added latency is NOT emulated: this kernel has no netem qdisc, so links
-# carry only the rate limit and the veth/bridge latency of the host (a few
-# microseconds), not the 0.1 ms / 0.3 ms of real 10 / 1 GbE.
+# Latency: this kernel has no netem qdisc, so the hub routes every packet
+# through cmd/delayline, which holds it for the link's one-way latency
+# (LATENCY; by default 50 us for 10gbit and 150 us for 1gbit: round trips
+# of about 0.1 and 0.3 ms, plus the line's own ~0.1 ms). The line is a
+# userspace relay: it carries about 1.7 Gbit/s on this machine, a limit
+# of its own on the 10gbit rows (decode moves far less).
 #
 #   sudo cmd/shoal/scripts/bench-cluster.sh            # or: make bench-cluster
 #
@@ -34,6 +42,11 @@
 #              a fractional share less bursty)
 #   PROMPT, GEN, REPS   bench sizes (default 64, 64, 3)
 #   CTX        context the plan reserves (default 256)
+#   LATENCY    one-way latency per link rate (default "10gbit=50us
+#              1gbit=150us"; "none": no delay line)
+#   DELAYLINE  the delay line binary (bin/delayline)
+#   STREAMS    streams of the aggregate decode run (default 8; 0: skip)
+#   STREAM_SECONDS  its length (default 30)
 #   SHARED     the shared data dir with the tokenizer (default ../shared)
 set -euo pipefail
 
@@ -47,6 +60,10 @@ PROMPT=${PROMPT:-64}
 GEN=${GEN:-64}
 REPS=${REPS:-3}
 CTX=${CTX:-256}
+LATENCY=${LATENCY:-10gbit=50us 1gbit=150us}
+DELAYLINE=${DELAYLINE:-bin/delayline}
+STREAMS=${STREAMS:-8}
+STREAM_SECONDS=${STREAM_SECONDS:-30}
 if [ "${QUICK:-}" = 1 ]; then
 	MODEL=${MODEL:-.shoal/bench-small-q4_0.gguf}
 	GENARGS=(--arch llama --n-embd 512 --n-layer 8 --n-head 8 --n-head-kv 4 --n-ff 1408 --type q4_0 --seed 1)
@@ -60,6 +77,7 @@ die() { echo "bench-cluster: $*" >&2; exit 1; }
 command -v ip >/dev/null && command -v tc >/dev/null || die "needs iproute2 (ip, tc)"
 command -v jq >/dev/null || die "needs jq"
 [ -x "$BIN" ] || die "$BIN not built (make build)"
+[ "$LATENCY" = none ] || [ -x "$DELAYLINE" ] || die "$DELAYLINE not built (go build -o bin/delayline ./cmd/delayline; make bench-cluster does)"
 CG=/sys/fs/cgroup/cpu
 [ -f $CG/cpu.cfs_quota_us ] || die "no cgroup v1 cpu controller at $CG"
 
@@ -102,7 +120,17 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-ipof() { echo "10.78.0.$(($1 + 1))"; }
+ipof() { echo "10.78.$1.2"; }
+
+# latency_of RATE: the one-way latency LATENCY gives RATE ("" for none).
+latency_of() {
+	local kv
+	[ "$LATENCY" = none ] && return 0
+	for kv in $LATENCY; do
+		[ "${kv%%=*}" = "$1" ] && echo "${kv#*=}"
+	done
+	return 0
+}
 
 # shoal_in I ARGS...: the CLI inside device I's namespace, against its agent.
 shoal_in() {
@@ -111,16 +139,27 @@ shoal_in() {
 	SHOAL_ADDR="$(ipof "$i"):7948" SHOAL_TOKEN=$secret ip netns exec "$prefix-d$i" "$BIN" "$@"
 }
 
-# start_cluster N RATE: N devices behind a bridge, links shaped to RATE,
-# each agent in a cgroup with CORES/N cores.
+# start_cluster N RATE: N devices behind a routing hub (through the delay
+# line when RATE has a latency), links shaped to RATE, each agent in a
+# cgroup with CORES/N (or SHARE) cores.
 start_cluster() {
 	local n=$1 rate=$2 burst=1mb
 	[ "$rate" = 10gbit ] && burst=8mb
-	local br=$prefix-br
+	local br=$prefix-br lat
+	lat=$(latency_of "$rate")
 	ip netns add "$br"
 	namespaces+=("$br")
-	ip -n "$br" link add br0 type bridge
-	ip -n "$br" link set br0 up
+	ip netns exec "$br" sysctl -q -w net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
+	ip -n "$br" link set lo up
+	if [ -n "$lat" ]; then
+		ip netns exec "$br" "$DELAYLINE" --delay "$lat" 2>"$work/delayline.log" &
+		pids+=($!)
+		for _ in $(seq 50); do ip -n "$br" link show dlout >/dev/null 2>&1 && break; sleep 0.1; done
+		ip -n "$br" link set dlin up
+		ip -n "$br" link set dlout up
+		ip netns exec "$br" sysctl -q -w net.ipv4.conf.dlin.rp_filter=0 net.ipv4.conf.dlout.rp_filter=0
+		ip -n "$br" route add default dev dlin table 100
+	fi
 	local period=${PERIOD_US:-100000} quota threads
 	if [ -n "${SHARE:-}" ]; then
 		quota=$(awk -v s="$SHARE" -v p="$period" 'BEGIN { printf "%d", s * p }')
@@ -136,11 +175,15 @@ start_cluster() {
 		ip link add "$prefix-b$i" type veth peer name "v$i"
 		ip link set "v$i" netns "$ns"
 		ip link set "$prefix-b$i" netns "$br"
-		ip -n "$br" link set "$prefix-b$i" master br0
+		ip -n "$br" addr add "10.78.$i.1/24" dev "$prefix-b$i"
 		ip -n "$br" link set "$prefix-b$i" up
 		ip -n "$ns" addr add "$(ipof "$i")/24" dev "v$i"
 		ip -n "$ns" link set "v$i" up
 		ip -n "$ns" link set lo up
+		ip -n "$ns" route add default via "10.78.$i.1"
+		# What a device sends goes through the delay line, then out of
+		# the hub's port of the device it is for.
+		[ -n "$lat" ] && ip -n "$br" rule add iif "$prefix-b$i" lookup 100
 		# Both directions: the device's egress and the bridge port's egress.
 		ip netns exec "$ns" tc qdisc add dev "v$i" root tbf rate "$rate" burst "$burst" latency 50ms
 		ip netns exec "$br" tc qdisc add dev "$prefix-b$i" root tbf rate "$rate" burst "$burst" latency 50ms
@@ -184,15 +227,42 @@ run_one() {
 		[ $SECONDS -lt $deadline ] || die "model not served within 120 s"
 		sleep 1
 	done
-	jq -c -n --argjson n "$n" --arg link "$rate" --arg asked "$strategy" --argjson pl "$pl" --argjson res "$res" '{
-		devices: $n, link: $link, asked: $asked, strategy: $res.strategy, stages: $res.stages,
-		predicted_ms: $pl.cost.ms_per_token,
+	local caps
+	caps=$(shoal_in 0 node ls -o json | jq -c '[.[] | {name, mem_gbps: (.caps.mem_gbps // .capabilities.mem_gbps // .mem_gbps // 0)}]')
+	local agg=null pl8=null
+	if [ "$STREAMS" -gt 0 ]; then
+		# The same plan for STREAMS sequences a step, STREAMS streams at once.
+		shoal_in 0 model unload bench >&2 || die "unload failed"
+		load=(model load "$MODEL" --name bench --ctx "$CTX" --max-seqs "$STREAMS" --overhead 256MiB --wait 600s)
+		[ "$strategy" != auto ] && [ "$n" -gt 1 ] && load+=(--strategy "$strategy")
+		shoal_in 0 "${load[@]}" >&2 || { tail -n 20 "$work"/d*.log >&2; die "load of $STREAMS sequences failed ($n devices, $rate, $strategy)"; }
+		pl8=$(shoal_in 0 placement show bench -o json)
+		local drv
+		drv=$(echo "$pl8" | jq -r '.stages[0].members[0].node')
+		local di=0
+		for i in $(seq 0 $((n - 1))); do
+			shoal_in 0 node ls -o json | jq -e --arg id "$drv" --arg nm "d$i" '.[] | select(.id == $id and .name == $nm)' >/dev/null && di=$i
+		done
+		deadline=$((SECONDS + 120))
+		until agg=$(timeout --signal=INT --kill-after=30 $((STREAM_SECONDS + 300)) ip netns exec "$prefix-br" "$BIN" bench-endpoint \
+			--endpoint "http://$(ipof "$di"):7948" --token "$secret" -m bench --api completions --temperature 0 --json \
+			-c "$STREAMS" -n "$GEN" --prompt-tokens 16 --duration "${STREAM_SECONDS}s" --steady 2>"$work/agg.err"); do
+			[ $SECONDS -lt $deadline ] || { cat "$work/agg.err" >&2; die "the $STREAMS-stream run failed ($n devices, $rate, $strategy)"; }
+			sleep 2
+		done
+		agg=$(echo "$agg" | jq -c '.levels[0] | {tok_per_sec: .tokens_per_second, itl_p50_ms: .inter_token.p50_ms, errors}')
+	fi
+	jq -c -n --argjson n "$n" --arg link "$rate" --arg lat "$(latency_of "$rate")" --arg asked "$strategy" --argjson pl "$pl" --argjson pl8 "$pl8" \
+		--argjson res "$res" --argjson agg "$agg" --argjson caps "$caps" '{
+		devices: $n, link: $link, latency: $lat, asked: $asked, strategy: $res.strategy, stages: $res.stages,
+		predicted_ms: $pl.cost.ms_per_token, cost: $pl.cost, predicted8_ms: ($pl8.cost.ms_per_token // null),
 		decode: ($res.results[] | select(.test | startswith("tg"))),
-		prompt: ($res.results[] | select(.test | startswith("pp")))}' >>"$out"
+		prompt: ($res.results[] | select(.test | startswith("pp"))),
+		streams: $agg, caps: $caps}' >>"$out"
 	stop_cluster
 }
 
-echo "bench-cluster: $(basename "$MODEL"), ${SHARE:+$SHARE core(s) per device of }$CORES cores, links shaped by tc tbf (rate only: no added latency, this kernel has no netem)" >&2
+echo "bench-cluster: $(basename "$MODEL"), ${SHARE:+$SHARE core(s) per device of }$CORES cores, links shaped by tc tbf, latency from the delay line ($LATENCY)" >&2
 results=$work/results.jsonl
 : >"$results"
 one=$work/one.jsonl
@@ -213,18 +283,24 @@ done
 
 echo
 if [ -n "${SHARE:-}" ]; then
-	echo "model $(basename "$MODEL"); CPU: $SHARE core(s) per device (cgroup v1 quota, period ${PERIOD_US:-100000} us); links: tbf rate, no added latency"
+	echo "model $(basename "$MODEL"); CPU: $SHARE core(s) per device (cgroup v1 quota, period ${PERIOD_US:-100000} us); links: tbf rate, one-way latency $LATENCY (delay line)"
 else
-	echo "model $(basename "$MODEL"); CPU: $CORES cores split evenly over the devices (cgroup v1 quota); links: tbf rate, no added latency"
+	echo "model $(basename "$MODEL"); CPU: $CORES cores split evenly over the devices (cgroup v1 quota); links: tbf rate, one-way latency $LATENCY (delay line)"
 fi
-echo "decode: tg$GEN, prompt: pp$PROMPT, $REPS runs each; bytes/token: payload sent between nodes per decoded token"
+echo "1 stream: tg$GEN and pp$PROMPT, $REPS runs each; $STREAMS streams: aggregate tok/s of completions of $GEN tokens over ${STREAM_SECONDS} s"
+echo "bytes/token: payload sent between nodes per decoded token (1 stream); predicted/measured ms: a decode step of 1 sequence, and of $STREAMS (measured: the streams' inter-token p50)"
 echo
-printf '| %-7s | %-6s | %-8s | %-9s | %-13s | %-13s | %-11s | %-12s | %-11s |\n' devices link asked plan "decode tok/s" "prompt tok/s" bytes/token "predicted ms" "measured ms"
-printf '| %-7s | %-6s | %-8s | %-9s | %-13s | %-13s | %-11s | %-12s | %-11s |\n' ------: ------ -------- --------- ------------: ------------: ----------: -----------: ----------:
+printf '| %-7s | %-6s | %-8s | %-9s | %-9s | %-9s | %-11s | %-11s | %-15s | %-15s | %-24s | %-11s |\n' devices link asked plan "1-str t/s" "pp t/s" "$STREAMS-str t/s" bytes/token "1: pred/meas ms" "$STREAMS: pred/meas ms" "predicted comp/mem/net" "dev GB/s"
+printf '| %-7s | %-6s | %-8s | %-9s | %-9s | %-9s | %-11s | %-11s | %-15s | %-15s | %-24s | %-11s |\n' ------: ------ -------- --------- --------: --------: ----------: ----------: --------------: --------------: ----------------------- -----------
 jq -r '[.devices, .link, .asked, .strategy, (.decode.tok_per_sec*100|round/100), (.prompt.tok_per_sec*100|round/100),
-	(.decode.bytes_per_token|round), (.predicted_ms*100|round/100), (.decode.ms_per_token*100|round/100)] | @tsv' "$results" |
-	while IFS=$'\t' read -r d l a s dt pt b pm mm; do
-		printf '| %7s | %-6s | %-8s | %-9s | %13s | %13s | %11s | %12s | %11s |\n' "$d" "$l" "$a" "$s" "$dt" "$pt" "$b" "$pm" "$mm"
+	((.streams.tok_per_sec // 0)*100|round/100), (.decode.bytes_per_token|round),
+	"\(.predicted_ms*100|round/100) / \(.decode.ms_per_token*100|round/100)",
+	"\((.predicted8_ms // 0)*100|round/100) / \((.streams.itl_p50_ms // 0)*100|round/100)",
+	"\(.cost.compute_ms*100|round/100)/\(.cost.memory_ms*100|round/100)/\(.cost.network_ms*100|round/100)",
+	([.caps[].mem_gbps | .*10|round/10] | map(tostring) | join(","))] | @tsv' "$results" |
+	while IFS=$'\t' read -r d l a s dt pt at b p1 p8 br bw; do
+		printf '| %7s | %-6s | %-8s | %-9s | %9s | %9s | %11s | %11s | %15s | %15s | %24s | %11s |\n' "$d" "$l" "$a" "$s" "$dt" "$pt" "$at" "$b" "$p1" "$p8" "$br" "$bw"
 	done
 echo
 jq -r '"plan of \(.devices) device(s), \(.link), \(.asked): \(.stages | join(", "))"' "$results"
+cp "$results" "${RESULTS:-bench-cluster-results.jsonl}" 2>/dev/null || true
