@@ -12,6 +12,7 @@ import (
 
 	"shoal/engine/kv"
 	"shoal/engine/model"
+	"shoal/engine/sample"
 	"shoal/placement"
 	"shoal/transport"
 )
@@ -239,31 +240,51 @@ func (s *Session) usable() error {
 // or does not finish within the cluster's timeout, makes the session
 // unusable; the error names the member that failed when one did.
 func (s *Session) Step(ctx context.Context, b *model.Batch, rows []int) ([]float32, error) {
-	return s.run(ctx, b, rows, nil, nil)
+	logits, _, err := s.run(ctx, b, rows, nil, nil, nil)
+	return logits, err
 }
 
-// run is Step, sending the KV to a decode session when ho is set.
-// A member's failure to send the KV does not fail the step: it is
-// reported in kvErr.
-func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, ho *handoffReq, kvErr *error) ([]float32, error) {
+// StepSampled is Step with each row sampled by the member that computes
+// the logits, as reqs says (one per row): only the tokens come back.
+func (s *Session) StepSampled(ctx context.Context, b *model.Batch, rows []int, reqs []sample.Request) ([]sample.Result, error) {
+	if len(reqs) != len(rows) {
+		return nil, fmt.Errorf("dist: %d sampling requests for %d rows", len(reqs), len(rows))
+	}
+	_, res, err := s.run(ctx, b, rows, reqs, nil, nil)
+	return res, err
+}
+
+// SamplesRemotely says whether the logits are computed on another node
+// (so StepSampled saves sending them).
+func (s *Session) SamplesRemotely() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return !s.c.h.ep.IsSelf(ctx, s.c.lay.Output.Addr)
+}
+
+// run is Step, sampling the rows where the logits are when sreqs is set
+// (their results returned instead of logits), and sending the KV to a
+// decode session when ho is set. A member's failure to send the KV does
+// not fail the step: it is reported in kvErr.
+func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, sreqs []sample.Request, ho *handoffReq, kvErr *error) ([]float32, []sample.Result, error) {
 	var kvMu sync.Mutex
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.usable(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	n := b.Len()
 	if n == 0 || len(b.Tokens) != n {
-		return nil, fmt.Errorf("dist: a step needs tokens for its chunks (%d tokens, chunks cover %d)", len(b.Tokens), n)
+		return nil, nil, fmt.Errorf("dist: a step needs tokens for its chunks (%d tokens, chunks cover %d)", len(b.Tokens), n)
 	}
 	for _, c := range b.Chunks {
 		if c.N <= 0 {
-			return nil, fmt.Errorf("dist: chunk of sequence %d has %d tokens", c.Seq, c.N)
+			return nil, nil, fmt.Errorf("dist: chunk of sequence %d has %d tokens", c.Seq, c.N)
 		}
 	}
 	for _, i := range rows {
 		if i < 0 || i >= n {
-			return nil, fmt.Errorf("dist: logits row %d is outside the batch of %d", i, n)
+			return nil, nil, fmt.Errorf("dist: logits row %d is outside the batch of %d", i, n)
 		}
 	}
 	c := s.c
@@ -292,7 +313,7 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, ho *hando
 			r.Tokens = b.Tokens
 		}
 		if m == lay.Output {
-			r.Rows = rows
+			r.Rows, r.Sample = rows, sreqs
 		}
 		s.reqs = append(s.reqs, r)
 	}
@@ -301,12 +322,13 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, ho *hando
 	sctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
 	defer cancel()
 	var control atomic.Int64
+	var sampled []sample.Result
 	var tr [3]atomic.Int64
 	err := c.each(sctx, func(ctx context.Context, i int, m memberRef) error {
 		var recvErr chan error
 		rctx, rcancel := context.WithCancel(ctx)
 		defer rcancel()
-		if m == lay.Output && len(rows) > 0 {
+		if m == lay.Output && len(rows) > 0 && sreqs == nil {
 			recvErr = make(chan error, 1)
 			go func() {
 				recvErr <- recvRows(rctx, c.h.mb, step, tagLogits(s.id), len(rows), s.nVocab, s.logits)
@@ -336,6 +358,12 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, ho *hando
 			}
 			kvMu.Unlock()
 		}
+		if m == lay.Output && sreqs != nil {
+			if len(got.Sampled) != len(rows) {
+				return fmt.Errorf("%v sampled %d rows of %d", m, len(got.Sampled), len(rows))
+			}
+			sampled = got.Sampled
+		}
 		tr[0].Add(got.Activations)
 		tr[1].Add(got.Collectives)
 		tr[2].Add(got.Logits)
@@ -351,7 +379,7 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, ho *hando
 		}
 		s.fail(fmt.Errorf("dist: session %s step %d: %w", s.id, step, err))
 		s.abortAll()
-		return nil, s.err
+		return nil, nil, s.err
 	}
 	c.steps.Add(1)
 	c.tokens.Add(int64(n))
@@ -360,11 +388,14 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, ho *hando
 		s.seqLen[q] = p
 	}
 	s.lenMu.Unlock()
+	if sreqs != nil {
+		return nil, sampled, nil
+	}
 	if ho != nil {
 		// Handoffs run from several goroutines: each gets its own copy.
-		return append([]float32(nil), s.logits...), nil
+		return append([]float32(nil), s.logits...), nil, nil
 	}
-	return s.logits, nil
+	return s.logits, nil, nil
 }
 
 // abortAll tells every member, in the background and bounded, that the

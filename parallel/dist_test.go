@@ -14,6 +14,7 @@ import (
 	"shoal/engine/kv"
 	"shoal/engine/model"
 	"shoal/engine/quant"
+	"shoal/engine/sample"
 	"shoal/engine/synth"
 	"shoal/placement"
 	"shoal/placement/placementtest"
@@ -345,6 +346,77 @@ func TestBatchedSequences(t *testing.T) {
 		if err := m.Check(false); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// TestSampledSteps generates two sequences of seeded samples through a
+// pipeline whose last stage is on another node: one from the logits the
+// driver receives, one sampled by the last stage (StepSampled, the way a
+// driver serves). The tokens are the same, and the sampled steps send no
+// logits: a few hundred bytes of request and token instead of a
+// vocabulary row (128 KB for a 32,000-token vocabulary).
+func TestSampledSteps(t *testing.T) {
+	ref, path := openRef(t)
+	plan := shapeOf(&ref.Config).Plans(denseQ8.Name).Get("pp2")
+	cl := startCluster(t, path, plan, Options{Timeout: 10 * time.Second, Activations: transport.F32, Collectives: transport.F32})
+	ctx := context.Background()
+	s, err := cl.drv.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	if !s.SamplesRemotely() {
+		t.Fatal("the pipeline's last stage is on another node, yet SamplesRemotely is false")
+	}
+	p := sample.Params{Temperature: 0.9, TopK: 20, TopP: 0.95, RepeatPenalty: 1.2, RepeatLastN: 8, Seed: 42}
+	prompt := []int32{1, 450, 496, 173, 170}
+	run := func(seq kv.SeqID, remote bool) ([]int32, Stats) {
+		sm := sample.New(p, ref.NVocab)
+		toks := slices.Clone(prompt)
+		b := model.Batch{Tokens: prompt, Chunks: []model.Chunk{{Seq: seq, N: len(prompt)}}}
+		row := []int{len(prompt) - 1}
+		before := cl.drv.Stats()
+		for range 16 {
+			var tok int32
+			if remote {
+				res, err := s.StepSampled(ctx, &b, row, []sample.Request{sm.Request(toks, true, 2)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := sm.Adopt(&res[0]); err != nil {
+					t.Fatal(err)
+				}
+				if len(res[0].Top) != 2 || res[0].Logprob > 0 {
+					t.Fatalf("log-probabilities %v %v", res[0].Logprob, res[0].Top)
+				}
+				tok = res[0].Token
+			} else {
+				l, err := s.Step(ctx, &b, row)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tok = sm.Sample(l, toks)
+			}
+			toks = append(toks, tok)
+			b = model.Batch{Tokens: []int32{tok}, Chunks: []model.Chunk{{Seq: seq, N: 1}}}
+			row = []int{0}
+		}
+		return toks[len(prompt):], cl.drv.Stats().Sub(before)
+	}
+	want, viaLogits := run(1, false)
+	got, sampled := run(2, true)
+	t.Logf("logits to the driver: %s", describeStats(viaLogits))
+	t.Logf("sampled on the last stage: %s", describeStats(sampled))
+	if !slices.Equal(got, want) {
+		t.Fatalf("sampled on the last stage %v, from the driver's logits %v", got, want)
+	}
+	if sampled.Logits != 0 || viaLogits.Logits == 0 {
+		t.Fatalf("logits bytes: %d sampling remotely, %d not", sampled.Logits, viaLogits.Logits)
+	}
+	// This model's rows are 2 KB (512 tokens); a request and its token
+	// cost a few hundred bytes of control, whatever the vocabulary.
+	if extra := (sampled.Control - viaLogits.Control) / 16; sampled.Bytes() >= viaLogits.Bytes() || extra > 1024 {
+		t.Fatalf("sampling remotely sent %d bytes (%d more control a step), logits %d", sampled.Bytes(), extra, viaLogits.Bytes())
 	}
 }
 

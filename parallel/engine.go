@@ -9,6 +9,7 @@ import (
 
 	"shoal/engine/kv"
 	"shoal/engine/model"
+	"shoal/engine/sample"
 )
 
 // Engine drives a Session one batch at a time for a scheduler (it has the
@@ -145,53 +146,78 @@ func closeSession(s *Session) {
 // the cluster, on a new session first when one was offered, and again on
 // the next one when it fails and replay is on.
 func (e *Engine) Step(b *model.Batch, rows []int) ([]float32, error) {
+	logits, _, err := e.stepOrReplay(b, rows, nil)
+	return logits, err
+}
+
+// SamplesRemotely says whether the plan's logits are computed on another
+// node than this driver (serve.RowSampler).
+func (e *Engine) SamplesRemotely() bool { return e.s != nil && e.s.SamplesRemotely() }
+
+// StepSampled is Step with the rows sampled where their logits are
+// (serve.RowSampler): a replayed step samples with the same requests, so
+// the same tokens come out.
+func (e *Engine) StepSampled(b *model.Batch, rows []int, reqs []sample.Request) ([]sample.Result, error) {
+	_, res, err := e.stepOrReplay(b, rows, reqs)
+	return res, err
+}
+
+// stepOrReplay is Step, sampling the rows as reqs says when set.
+func (e *Engine) stepOrReplay(b *model.Batch, rows []int, reqs []sample.Request) ([]float32, []sample.Result, error) {
 	select {
 	case ns := <-e.offers:
 		if err := e.adopt(ns); err != nil {
-			return nil, e.failed(err)
+			return nil, nil, e.failed(err)
 		}
 	default:
 	}
 	for attempt := 0; ; attempt++ {
-		logits, err := e.step(b, rows)
+		logits, res, err := e.step(b, rows, reqs)
 		if err == nil || !failedStep(err) {
-			return logits, err
+			return logits, res, err
 		}
 		if attempt >= e.MaxReplays || e.ReplayWait <= 0 {
-			return nil, e.failed(err)
+			return nil, nil, e.failed(err)
 		}
 		// Tell the owner (it finds a new session), then wait for one.
 		if e.onFail != nil {
 			_ = e.onFail(err)
 		}
 		if rerr := e.awaitReplay(err); rerr != nil {
-			return nil, e.failed(rerr)
+			return nil, nil, e.failed(rerr)
 		}
 	}
 }
 
 // step is one attempt at b on the current session.
-func (e *Engine) step(b *model.Batch, rows []int) ([]float32, error) {
+func (e *Engine) step(b *model.Batch, rows []int, reqs []sample.Request) ([]float32, []sample.Result, error) {
 	for i := range b.Chunks {
 		c := &b.Chunks[i]
 		pos, err := e.shadow.Reserve(c.Seq, c.N)
 		if err != nil {
 			e.undo(b, i)
-			return nil, err
+			return nil, nil, err
 		}
 		c.Pos = pos
 	}
-	logits, err := e.s.Step(context.Background(), b, rows)
+	var logits []float32
+	var res []sample.Result
+	var err error
+	if reqs != nil {
+		res, err = e.s.StepSampled(context.Background(), b, rows, reqs)
+	} else {
+		logits, err = e.s.Step(context.Background(), b, rows)
+	}
 	if err != nil {
 		e.undo(b, len(b.Chunks))
-		return nil, err
+		return nil, nil, err
 	}
 	off := 0
 	for _, c := range b.Chunks {
 		e.hist[c.Seq] = append(e.hist[c.Seq], b.Tokens[off:off+c.N]...)
 		off += c.N
 	}
-	return logits, nil
+	return logits, res, nil
 }
 
 // failed gives the scheduler the error of a step no replay saved.

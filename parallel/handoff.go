@@ -372,7 +372,7 @@ func (s *Session) handoff(ctx context.Context, dec *Session, b *model.Batch, row
 	}
 	t1 := time.Now()
 	var kvErr error
-	logits, serr := s.run(ctx, b, rows, ho, &kvErr)
+	logits, _, serr := s.run(ctx, b, rows, nil, ho, &kvErr)
 	t2 := time.Now()
 	werr := dec.kvWait(ctx, base, q, pos, serr != nil || kvErr != nil, budget)
 	ph.Open += t1.Sub(t0).Seconds()

@@ -11,6 +11,7 @@ import (
 
 	"shoal/engine/kv"
 	"shoal/engine/model"
+	"shoal/engine/sample"
 	"shoal/placement"
 	"shoal/shard"
 	"shoal/transport"
@@ -142,6 +143,9 @@ type memberSession struct {
 	wire   []byte // scratch of roundRows
 	logits []float32
 	batch  model.Batch
+	// samplers sample rows here for the driver (stepReq.Sample), by
+	// parameters: their buffers are the vocabulary's width.
+	samplers map[sample.Params]*sample.Sampler
 }
 
 // openResp tells the driver the shapes it needs.
@@ -158,7 +162,7 @@ func (m *Member) open(req *openReq) (*openResp, error) {
 	if !req.Activations.Valid() || !req.Collectives.Valid() || req.TimeoutMs <= 0 || req.Session == "" {
 		return nil, transport.Errorf(http.StatusBadRequest, "dist: invalid session options")
 	}
-	s := &memberSession{m: m, id: req.Session, timeout: time.Duration(req.TimeoutMs) * time.Millisecond,
+	s := &memberSession{m: m, id: req.Session, samplers: map[sample.Params]*sample.Sampler{}, timeout: time.Duration(req.TimeoutMs) * time.Millisecond,
 		act: req.Activations, driver: req.Driver, next: 1}
 	st := m.lay.Stages[m.me.Stage]
 	var coll model.Collective
@@ -434,6 +438,27 @@ func (s *memberSession) run(ctx context.Context, req *stepReq, tr *traffic) erro
 		V := m.cfg.Model.NVocab
 		s.logits = grow(s.logits, len(req.Rows)*V)
 		r.Logits(x, req.Rows, s.logits)
+		if req.Sample != nil {
+			// Sampled here: the tokens go back in the reply.
+			if len(req.Sample) != len(req.Rows) {
+				return fmt.Errorf("%d sampling requests for %d rows", len(req.Sample), len(req.Rows))
+			}
+			tr.Sampled = make([]sample.Result, len(req.Rows))
+			for i := range req.Rows {
+				sm := s.samplers[req.Sample[i].Params]
+				if sm == nil {
+					if len(s.samplers) >= 64 {
+						clear(s.samplers)
+					}
+					sm = sample.New(req.Sample[i].Params, V)
+					s.samplers[req.Sample[i].Params] = sm
+				}
+				if tr.Sampled[i], err = sm.Remote(&req.Sample[i], s.logits[i*V:(i+1)*V]); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 		sent, err := sendRows(ctx, m.h.mb, s.driver, req.Step, tagLogits(s.id), transport.F32, len(req.Rows), V, s.logits)
 		tr.Logits += sent
 		if err != nil {

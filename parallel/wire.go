@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"shoal/engine/quant"
+	"shoal/engine/sample"
 	"shoal/transport"
 )
 
@@ -56,6 +57,10 @@ type stepReq struct {
 	Chunks []wireChunk `json:"chunks"`
 	Tokens []int32     `json:"tokens,omitempty"`
 	Rows   []int       `json:"rows,omitempty"`
+	// Sample, for the output member, asks it to sample each row (one
+	// request per row) and reply with the tokens instead of sending the
+	// logits.
+	Sample []sample.Request `json:"sample,omitempty"`
 	// Handoff, in a step of a prefill pool, sends the chunk's KV to a
 	// decode session (see Session.Handoff).
 	Handoff *handoffReq `json:"handoff,omitempty"`
@@ -66,6 +71,9 @@ type traffic struct {
 	Activations int64 `json:"act"`
 	Collectives int64 `json:"coll"`
 	Logits      int64 `json:"logits"`
+	// Sampled are the output member's tokens when the step asked it to
+	// sample (stepReq.Sample), in row order.
+	Sampled []sample.Result `json:"sampled,omitempty"`
 	// KVError, in a handoff step, is why the member could not send all of
 	// its KV (it still ran its layers, so the session stays usable).
 	KVError string `json:"kv_error,omitempty"`

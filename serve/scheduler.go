@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -67,10 +66,7 @@ type Request struct {
 }
 
 // TokenLogprob is a token with its log-probability.
-type TokenLogprob struct {
-	Token   int32
-	Logprob float32
-}
+type TokenLogprob = sample.TokenLogprob
 
 // Event is one generated token, or the end of the sequence (Done).
 type Event struct {
@@ -152,6 +148,7 @@ type Scheduler struct {
 	batch    model.Batch
 	rows     []int
 	rowSeq   []*seq
+	reqs     []sample.Request // a RowSampler's, by row
 	chunkSeq []*seq
 	prefill  []*seq // buildBatch's scratch
 	prefillN []int
@@ -197,6 +194,18 @@ func (e RunnerEngine) NVocab() int                                        { retu
 // PrefixCache reports that the runner's cache holds every K and V the
 // model reads, so blocks shared through it are complete.
 func (e RunnerEngine) PrefixCache() bool { return true }
+
+// RowSampler is an Engine that can sample the rows where their logits are
+// computed (the last stage of a plan on another node) and return tokens
+// instead of logits: a token and the sampler's state instead of a row of
+// the vocabulary's width on the network each step.
+type RowSampler interface {
+	// SamplesRemotely says whether StepSampled saves anything now.
+	SamplesRemotely() bool
+	// StepSampled is Step with each row sampled as reqs says (one per
+	// row); the results are in row order.
+	StepSampled(b *model.Batch, rows []int, reqs []sample.Request) ([]sample.Result, error)
+}
 
 // RemotePrefiller is an Engine that may prefill a prompt elsewhere (the
 // prefill pool of a disaggregated plan) while it goes on stepping the
@@ -527,7 +536,18 @@ func (s *Scheduler) step() bool {
 		if len(s.batch.Chunks) == 0 {
 			return false
 		}
-		logits, err := s.r.Step(&s.batch, s.rows)
+		var logits []float32
+		var sampled []sample.Result
+		var err error
+		if rs, ok := s.r.(RowSampler); ok && rs.SamplesRemotely() && len(s.rows) > 0 {
+			s.reqs = s.reqs[:0]
+			for _, sq := range s.rowSeq {
+				s.reqs = append(s.reqs, sq.sampler.Request(sq.tokens, sq.req.Logprobs, sq.req.TopLogprobs))
+			}
+			sampled, err = rs.StepSampled(&s.batch, s.rows, s.reqs)
+		} else {
+			logits, err = s.r.Step(&s.batch, s.rows)
+		}
 		if errors.Is(err, kv.ErrFull) {
 			if s.preemptNewest() {
 				continue
@@ -550,7 +570,7 @@ func (s *Scheduler) step() bool {
 			s.running = s.remoteOnly()
 			return true
 		}
-		s.afterStep(logits)
+		s.afterStep(logits, sampled)
 		return true
 	}
 }
@@ -723,7 +743,7 @@ func (s *Scheduler) buildBatch() {
 	s.statsMu.Unlock()
 }
 
-func (s *Scheduler) afterStep(logits []float32) {
+func (s *Scheduler) afterStep(logits []float32, sampled []sample.Result) {
 	s.steps.Add(1)
 	V := s.r.NVocab()
 	var prompt uint64
@@ -737,7 +757,13 @@ func (s *Scheduler) afterStep(logits []float32) {
 	}
 	finished := map[*seq]bool{}
 	for i, sq := range s.rowSeq {
-		if s.emit(sq, logits[i*V:(i+1)*V]) {
+		var done bool
+		if sampled != nil {
+			done = s.emitSampled(sq, &sampled[i])
+		} else {
+			done = s.emit(sq, logits[i*V:(i+1)*V])
+		}
+		if done {
 			finished[sq] = true
 		}
 	}
@@ -753,8 +779,29 @@ func (s *Scheduler) emit(sq *seq, l []float32) bool {
 	tok := sq.sampler.Sample(l, sq.tokens)
 	ev := Event{Token: tok}
 	if sq.req.Logprobs || sq.req.TopLogprobs > 0 {
-		ev.Logprob, ev.Top = s.logprobs(l, tok, sq.req.TopLogprobs)
+		ev.Logprob, ev.Top = sample.Logprobs(l, tok, sq.req.TopLogprobs)
 	}
+	return s.send(sq, ev)
+}
+
+// emitSampled sends the token the engine sampled for sq where its logits
+// are (RowSampler), sq's sampler taking the random state the draw left;
+// true when that ended the sequence.
+func (s *Scheduler) emitSampled(sq *seq, r *sample.Result) bool {
+	if err := sq.sampler.Adopt(r); err != nil {
+		s.finish(sq, "error", err)
+		return true
+	}
+	ev := Event{Token: r.Token}
+	if sq.req.Logprobs || sq.req.TopLogprobs > 0 {
+		ev.Logprob, ev.Top = r.Logprob, r.Top
+	}
+	return s.send(sq, ev)
+}
+
+// send delivers sq's next token; true when that ended the sequence.
+func (s *Scheduler) send(sq *seq, ev Event) bool {
+	tok := ev.Token
 	if sq.first.IsZero() {
 		sq.first = time.Now()
 	}
@@ -773,38 +820,4 @@ func (s *Scheduler) emit(sq *seq, l []float32) bool {
 		return true
 	}
 	return false
-}
-
-// logprobs returns the log-probability of tok and the top n tokens.
-func (s *Scheduler) logprobs(l []float32, tok int32, n int) (float32, []TokenLogprob) {
-	mx := float32(math.Inf(-1))
-	for _, v := range l {
-		mx = max(mx, v)
-	}
-	var sum float64
-	for _, v := range l {
-		sum += math.Exp(float64(v - mx))
-	}
-	lse := float64(mx) + math.Log(sum)
-	lp := float32(float64(l[tok]) - lse)
-	if n <= 0 {
-		return lp, nil
-	}
-	top := make([]TokenLogprob, 0, n+1)
-	for id, v := range l {
-		if len(top) < n || v > top[len(top)-1].Logprob {
-			e := TokenLogprob{Token: int32(id), Logprob: v}
-			i := sort.Search(len(top), func(i int) bool { return top[i].Logprob < v })
-			top = append(top, TokenLogprob{})
-			copy(top[i+1:], top[i:])
-			top[i] = e
-			if len(top) > n {
-				top = top[:n]
-			}
-		}
-	}
-	for i := range top {
-		top[i].Logprob = float32(float64(top[i].Logprob) - lse)
-	}
-	return lp, top
 }

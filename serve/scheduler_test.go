@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -354,5 +355,90 @@ func TestPrefixCache(t *testing.T) {
 	}
 	if cold.Stats().CachedPromptTokens != 0 {
 		t.Fatal("NoPrefixCache read the cache")
+	}
+}
+
+// rowSampler is a RunnerEngine that samples its rows itself, as the last
+// stage of a plan on another node does for the driver (RowSampler).
+type rowSampler struct {
+	RunnerEngine
+	samplers map[sample.Params]*sample.Sampler
+	steps    int
+}
+
+func (e *rowSampler) SamplesRemotely() bool { return true }
+
+func (e *rowSampler) StepSampled(b *model.Batch, rows []int, reqs []sample.Request) ([]sample.Result, error) {
+	l, err := e.Step(b, rows)
+	if err != nil {
+		return nil, err
+	}
+	e.steps++
+	V := e.NVocab()
+	out := make([]sample.Result, len(rows))
+	for i := range rows {
+		sm := e.samplers[reqs[i].Params]
+		if sm == nil {
+			sm = sample.New(reqs[i].Params, V)
+			e.samplers[reqs[i].Params] = sm
+		}
+		if out[i], err = sm.Remote(&reqs[i], l[i*V:(i+1)*V]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// TestSampledWhereTheLogitsAre runs the same seeded, penalized requests on
+// a scheduler that samples from the logits and on one whose engine
+// samples the rows itself (RowSampler): the same tokens and
+// log-probabilities come out, the second scheduler asking its engine for
+// tokens every step.
+func TestSampledWhereTheLogitsAre(t *testing.T) {
+	m := testModel(t)
+	p := sample.Params{Temperature: 0.8, TopK: 30, TopP: 0.9, MinP: 0.02, RepeatPenalty: 1.1, RepeatLastN: 16, PresencePenalty: 0.3, Seed: 9}
+	run := func(e Engine) [][]Event {
+		s, err := NewEngine(e, func(int32) bool { return false }, Options{MaxSeqs: 3, MaxTokens: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		chs := make([]<-chan Event, 3)
+		for i := range chs {
+			q := p
+			q.Seed += uint64(i)
+			if chs[i], err = s.Submit(context.Background(), Request{Prompt: prompt(i, 6+5*i), MaxTokens: 20, Sampling: q, TopLogprobs: 2}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := make([][]Event, len(chs))
+		for i, ch := range chs {
+			for ev := range ch {
+				if ev.Done {
+					break
+				}
+				out[i] = append(out[i], ev)
+			}
+		}
+		return out
+	}
+	runner := func() *model.Runner {
+		r, err := model.NewRunner(m, model.Options{Threads: 1, CacheTokens: 1024})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Close)
+		return r
+	}
+	want := run(RunnerEngine{runner()})
+	rs := &rowSampler{RunnerEngine: RunnerEngine{runner()}, samplers: map[sample.Params]*sample.Sampler{}}
+	got := run(rs)
+	for i := range want {
+		if len(want[i]) != 20 || !reflect.DeepEqual(got[i], want[i]) {
+			t.Fatalf("request %d: sampled by the engine %v, by the scheduler %v", i, got[i], want[i])
+		}
+	}
+	if rs.steps == 0 {
+		t.Fatal("the scheduler never asked its RowSampler for tokens")
 	}
 }

@@ -1,0 +1,117 @@
+package sample
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Request is what sampling one row takes where its logits are computed
+// (the last stage of a model spread over nodes), so that only the token
+// travels back instead of a row of the vocabulary's width: the parameters,
+// the state of the random generator, which the row's owner keeps, and the
+// tokens the penalties look at.
+type Request struct {
+	Params   Params  `json:"params"`
+	RNG      []byte  `json:"rng,omitempty"`     // the generator's state (nil: greedy)
+	History  []int32 `json:"history,omitempty"` // the penalty window's tokens
+	Logprobs bool    `json:"logprobs,omitempty"`
+	Top      int     `json:"top,omitempty"` // top log-probabilities wanted
+}
+
+// Result is a sampled row: the token, its log-probability and the top
+// ones when asked, and the generator's state after the draw, which the
+// row's owner adopts.
+type Result struct {
+	Token   int32          `json:"token"`
+	Logprob float32        `json:"logprob,omitempty"`
+	Top     []TokenLogprob `json:"top,omitempty"`
+	RNG     []byte         `json:"rng,omitempty"`
+}
+
+// TokenLogprob is a token and its log-probability.
+type TokenLogprob struct {
+	Token   int32   `json:"token"`
+	Logprob float32 `json:"logprob"`
+}
+
+// Request describes the next draw of s for a row whose tokens so far are
+// history, for Sampler.Remote to make elsewhere. It does not advance s.
+func (s *Sampler) Request(history []int32, logprobs bool, top int) Request {
+	r := Request{Params: s.p, Logprobs: logprobs, Top: top}
+	if !s.greedy {
+		r.RNG, _ = s.rng.MarshalBinary()
+	}
+	if s.penalties {
+		win := history
+		if n := s.p.RepeatLastN; n > 0 && len(win) > n {
+			win = win[len(win)-n:]
+		}
+		r.History = win
+	}
+	return r
+}
+
+// Remote samples logits as r says, with s made by New(r.Params, ...) (its
+// own random state is replaced by r's): the token Sample would have drawn
+// on r's owner, and the generator's state after it.
+func (s *Sampler) Remote(r *Request, logits []float32) (Result, error) {
+	if r.RNG != nil {
+		if err := s.rng.UnmarshalBinary(r.RNG); err != nil {
+			return Result{}, fmt.Errorf("sample: the request's generator state: %w", err)
+		}
+	}
+	res := Result{Token: s.Sample(logits, r.History)}
+	if r.RNG != nil {
+		res.RNG, _ = s.rng.MarshalBinary()
+	}
+	if r.Logprobs || r.Top > 0 {
+		res.Logprob, res.Top = Logprobs(logits, res.Token, r.Top)
+	}
+	return res, nil
+}
+
+// Adopt takes the generator's state a Remote draw for s left.
+func (s *Sampler) Adopt(r *Result) error {
+	if r.RNG == nil {
+		return nil
+	}
+	return s.rng.UnmarshalBinary(r.RNG)
+}
+
+// Params are the sampler's parameters.
+func (s *Sampler) Params() Params { return s.p }
+
+// Logprobs returns the log-probability of tok and the top n tokens.
+func Logprobs(l []float32, tok int32, n int) (float32, []TokenLogprob) {
+	mx := float32(math.Inf(-1))
+	for _, v := range l {
+		mx = max(mx, v)
+	}
+	var sum float64
+	for _, v := range l {
+		sum += math.Exp(float64(v - mx))
+	}
+	lse := float64(mx) + math.Log(sum)
+	lp := float32(float64(l[tok]) - lse)
+	if n <= 0 {
+		return lp, nil
+	}
+	top := make([]TokenLogprob, 0, n+1)
+	for id, v := range l {
+		if len(top) < n || v > top[len(top)-1].Logprob {
+			e := TokenLogprob{Token: int32(id), Logprob: v}
+			i := sort.Search(len(top), func(i int) bool { return top[i].Logprob < v })
+			top = append(top, TokenLogprob{})
+			copy(top[i+1:], top[i:])
+			top[i] = e
+			if len(top) > n {
+				top = top[:n]
+			}
+		}
+	}
+	for i := range top {
+		top[i].Logprob = float32(float64(top[i].Logprob) - lse)
+	}
+	return lp, top
+}
