@@ -11,6 +11,7 @@ import (
 	"shoal/engine/bench"
 	"shoal/engine/kv"
 	"shoal/engine/model"
+	"shoal/engine/sample"
 	"shoal/transport"
 )
 
@@ -174,9 +175,15 @@ type benchRun struct {
 
 const benchSeq kv.SeqID = 0
 
+// step runs toks; the listed rows are sampled (greedy) the way a driver
+// serving the model has them sampled: where the logits are computed.
 func (b *benchRun) step(toks []int32, rows []int) error {
 	b.batch.Tokens = toks
 	b.batch.Chunks = append(b.batch.Chunks[:0], model.Chunk{Seq: benchSeq, N: len(toks)})
+	if len(rows) > 0 && b.s.SamplesRemotely() {
+		_, err := b.s.StepSampled(b.ctx, &b.batch, rows, make([]sample.Request, len(rows)))
+		return err
+	}
 	_, err := b.s.Step(b.ctx, &b.batch, rows)
 	return err
 }
