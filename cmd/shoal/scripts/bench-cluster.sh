@@ -193,7 +193,7 @@ start_cluster() {
 		echo "$period" >"$g/cpu.cfs_period_us"
 		echo "$quota" >"$g/cpu.cfs_quota_us"
 		local args=(agent --server --bootstrap-expect "$n" --name "d$i" --data-dir "$work/d$i" --bind "$(ipof "$i")"
-			--token "$secret" --threads "$threads" --log-level warn)
+			--token "$secret" --threads "$threads" --log-level warn --insecure-http)
 		for j in $(seq 0 $((n - 1))); do [ "$j" != "$i" ] && args+=(--join "$(ipof "$j")"); done
 		# The shell joins the cgroup, then becomes the agent (same pid).
 		sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$g" ip netns exec "$ns" "$BIN" "${args[@]}" >"$work/d$i.log" 2>&1 &
