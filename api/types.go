@@ -384,6 +384,11 @@ type BenchRow struct {
 	// collectives, logits and step control, frame overhead excluded).
 	MsPerToken    float64 `json:"ms_per_token"`
 	BytesPerToken float64 `json:"bytes_per_token"`
+	// ComputeMs is the compute per token on the plan's critical path
+	// (each stage's slowest member, its waits for input and inside
+	// collectives excluded); MsPerToken less it is the network, the waits
+	// and the driver.
+	ComputeMs float64 `json:"compute_ms"`
 }
 
 // BenchResult is the answer of a cluster benchmark, run on the model's

@@ -172,7 +172,7 @@ func (c clusterRuns) ClusterBench(ctx context.Context, name string, req api.Benc
 		Driver: c.driver, Activations: r.Activations, PredictedMsPerToken: r.PredictedMsPerToken}
 	for _, row := range r.Results {
 		out.Results = append(out.Results, api.BenchRow{Test: row.Test, TokPerSec: row.TokPerSec, StdDev: row.StdDev, Samples: row.Samples,
-			MsPerToken: row.MsPerToken, BytesPerToken: row.BytesPerToken})
+			MsPerToken: row.MsPerToken, BytesPerToken: row.BytesPerToken, ComputeMs: row.ComputeMs})
 	}
 	return out, nil
 }

@@ -40,6 +40,9 @@ type BenchRow struct {
 	TokPerSec, StdDev         float64
 	Samples                   []float64
 	MsPerToken, BytesPerToken float64
+	// ComputeMs is the compute on the critical path per token (Stats);
+	// MsPerToken less it is the network, the waits and the driver.
+	ComputeMs float64
 }
 
 // BenchResult is a cluster benchmark's answer. Activations is the wire
@@ -215,7 +218,7 @@ func (b *benchRun) generate(g int) error {
 // from an empty sequence and appends its row.
 func (b *benchRun) measure(test string, n int, run func() error) error {
 	var xs []float64
-	var sent, stepped int64
+	var sent, stepped, computeUs int64
 	for rep := 0; rep <= b.reps; rep++ {
 		if err := b.s.Free(b.ctx, benchSeq); err != nil {
 			return err
@@ -233,6 +236,7 @@ func (b *benchRun) measure(test string, n int, run func() error) error {
 		st := b.c.Stats().Sub(before)
 		stepped += st.Tokens
 		sent += st.Bytes()
+		computeUs += st.ComputeUs
 	}
 	mean, sd := bench.MeanSD(xs)
 	row := BenchRow{Test: test, TokPerSec: mean, StdDev: sd, Samples: xs}
@@ -241,6 +245,7 @@ func (b *benchRun) measure(test string, n int, run func() error) error {
 	}
 	if stepped > 0 {
 		row.BytesPerToken = float64(sent) / float64(stepped)
+		row.ComputeMs = float64(computeUs) / 1000 / float64(stepped)
 	}
 	b.out.Results = append(b.out.Results, row)
 	return nil

@@ -59,12 +59,18 @@ type Stats struct {
 	Activations   int64
 	Collectives   int64
 	Logits        int64
+	// ComputeUs is the steps' compute on their critical path: per step,
+	// the sum over stages of the slowest member's layer time (waits for
+	// input and inside collectives excluded). The rest of a step's time
+	// is the network, the waits and the driver.
+	ComputeUs int64
 }
 
 // Sub is the difference s - o of two readings of the counters.
 func (s Stats) Sub(o Stats) Stats {
 	return Stats{Steps: s.Steps - o.Steps, Tokens: s.Tokens - o.Tokens, Control: s.Control - o.Control,
-		Activations: s.Activations - o.Activations, Collectives: s.Collectives - o.Collectives, Logits: s.Logits - o.Logits}
+		Activations: s.Activations - o.Activations, Collectives: s.Collectives - o.Collectives, Logits: s.Logits - o.Logits,
+		ComputeUs: s.ComputeUs - o.ComputeUs}
 }
 
 // Bytes is the total payload.
@@ -86,6 +92,7 @@ type Cluster struct {
 	opt Options
 
 	steps, tokens, control, act, coll, logits atomic.Int64
+	compute                                   atomic.Int64 // Stats.ComputeUs
 }
 
 // NewCluster prepares to drive the plan whose nodes are at addrs (node ID
@@ -112,7 +119,7 @@ func (h *Host) NewCluster(plan placement.Plan, addrs map[string]string, opt Opti
 // Stats returns the counters of every session's steps so far.
 func (c *Cluster) Stats() Stats {
 	return Stats{Steps: c.steps.Load(), Tokens: c.tokens.Load(), Control: c.control.Load(),
-		Activations: c.act.Load(), Collectives: c.coll.Load(), Logits: c.logits.Load()}
+		Activations: c.act.Load(), Collectives: c.coll.Load(), Logits: c.logits.Load(), ComputeUs: c.compute.Load()}
 }
 
 // Session is one sequence of numbered steps through every member of the
@@ -323,6 +330,8 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, sreqs []s
 	defer cancel()
 	var control atomic.Int64
 	var sampled []sample.Result
+	var stageMu sync.Mutex
+	stageCompute := make([]int64, len(lay.Stages))
 	var tr [3]atomic.Int64
 	err := c.each(sctx, func(ctx context.Context, i int, m memberRef) error {
 		var recvErr chan error
@@ -364,6 +373,9 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, sreqs []s
 			}
 			sampled = got.Sampled
 		}
+		stageMu.Lock()
+		stageCompute[m.Stage] = max(stageCompute[m.Stage], got.ComputeUs)
+		stageMu.Unlock()
 		tr[0].Add(got.Activations)
 		tr[1].Add(got.Collectives)
 		tr[2].Add(got.Logits)
@@ -383,6 +395,9 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, sreqs []s
 	}
 	c.steps.Add(1)
 	c.tokens.Add(int64(n))
+	for _, us := range stageCompute {
+		c.compute.Add(us)
+	}
 	s.lenMu.Lock()
 	for q, p := range s.pos {
 		s.seqLen[q] = p

@@ -410,7 +410,16 @@ func (s *memberSession) run(ctx context.Context, req *stepReq, tr *traffic) erro
 		}
 	}
 	st := lay.Stages[me.Stage]
+	var waited0 int64
+	if s.coll != nil {
+		waited0 = s.coll.waited.Load()
+	}
+	t0 := time.Now()
 	kvDone, err := s.forward(ctx, req, b, st.Lo, st.Hi, x)
+	tr.ComputeUs = time.Since(t0).Microseconds()
+	if s.coll != nil {
+		tr.ComputeUs -= (s.coll.waited.Load() - waited0) / 1000
+	}
 	if err != nil {
 		if len(st.Members) > 1 {
 			err = fmt.Errorf("%w (tensor-parallel group: %v)", err, st.Members)
@@ -437,7 +446,9 @@ func (s *memberSession) run(ctx context.Context, req *stepReq, tr *traffic) erro
 		}
 		V := m.cfg.Model.NVocab
 		s.logits = grow(s.logits, len(req.Rows)*V)
+		t0 := time.Now()
 		r.Logits(x, req.Rows, s.logits)
+		tr.ComputeUs += time.Since(t0).Microseconds()
 		if req.Sample != nil {
 			// Sampled here: the tokens go back in the reply.
 			if len(req.Sample) != len(req.Rows) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"shoal/engine/quant"
 	"shoal/engine/sample"
@@ -71,6 +72,9 @@ type traffic struct {
 	Activations int64 `json:"act"`
 	Collectives int64 `json:"coll"`
 	Logits      int64 `json:"logits"`
+	// ComputeUs is the time the member's layers (and logits) took this
+	// step, its waits for the input and inside the collectives excluded.
+	ComputeUs int64 `json:"compute_us,omitempty"`
 	// Sampled are the output member's tokens when the step asked it to
 	// sample (stepReq.Sample), in row order.
 	Sampled []sample.Result `json:"sampled,omitempty"`
@@ -154,6 +158,7 @@ type countingGroup struct {
 	sum, gather *transport.Group
 	dt          transport.DType
 	bytes       atomic.Int64
+	waited      atomic.Int64 // nanoseconds inside the collectives
 }
 
 func (c *countingGroup) Rank() int { return c.sum.Rank() }
@@ -187,10 +192,14 @@ func (c *countingGroup) AllReduceSum(x []float32) error {
 			}
 		}
 	}
+	defer c.timed(time.Now())
 	return c.sum.AllReduceSum(x)
 }
 
+func (c *countingGroup) timed(t0 time.Time) { c.waited.Add(int64(time.Since(t0))) }
+
 func (c *countingGroup) AllGather(part, out []float32) error {
 	c.bytes.Add(int64((c.gather.Size() - 1) * transport.F32.EncodedLen(len(part))))
+	defer c.timed(time.Now())
 	return c.gather.AllGather(part, out)
 }

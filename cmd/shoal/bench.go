@@ -180,14 +180,16 @@ func benchCluster(w io.Writer, addr, key, name string, o bench.Options, asJSON b
 	}
 	fmt.Fprintf(w, "model: %s on the cluster (plan v%d: %s over %d node(s): %s; driver %s; activations %s)\n\n",
 		res.Model, res.PlanVersion, res.Strategy, res.Nodes, strings.Join(res.Stages, ", "), res.Driver, res.Activations)
-	fmt.Fprintln(w, "| nodes | test  |            t/s | ms/token | predicted ms/token | bytes/token |")
-	fmt.Fprintln(w, "| ----: | ----- | -------------: | -------: | -----------------: | ----------: |")
+	fmt.Fprintln(w, "| nodes | test  |            t/s | ms/token | compute ms | other ms | predicted ms/token | bytes/token |")
+	fmt.Fprintln(w, "| ----: | ----- | -------------: | -------: | ---------: | -------: | -----------------: | ----------: |")
 	for _, r := range res.Results {
 		pred := ""
 		if strings.HasPrefix(r.Test, "tg") {
 			pred = fmt.Sprintf("%.2f", res.PredictedMsPerToken)
 		}
-		fmt.Fprintf(w, "| %5d | %-5s | %7.2f ± %5.2f | %8.2f | %18s | %11.0f |\n", res.Nodes, r.Test, r.TokPerSec, r.StdDev, r.MsPerToken, pred, r.BytesPerToken)
+		fmt.Fprintf(w, "| %5d | %-5s | %7.2f ± %5.2f | %8.2f | %10.2f | %8.2f | %18s | %11.0f |\n", res.Nodes, r.Test, r.TokPerSec, r.StdDev, r.MsPerToken,
+			r.ComputeMs, r.MsPerToken-r.ComputeMs, pred, r.BytesPerToken)
 	}
+	fmt.Fprintln(w, "\ncompute: the layers' time on the plan's critical path (each stage's slowest member, its waits excluded); other: the network, the waits and the driver")
 	return nil
 }

@@ -114,7 +114,7 @@ func TestDistributedServing(t *testing.T) {
 		t.Fatalf("bench --cluster: %q %v", out, err)
 	}
 	for _, r := range res.Results {
-		if r.TokPerSec <= 0 || r.BytesPerToken <= 0 {
+		if r.TokPerSec <= 0 || r.BytesPerToken <= 0 || r.ComputeMs <= 0 || r.ComputeMs > r.MsPerToken {
 			t.Errorf("bench row %+v", r)
 		}
 	}

@@ -94,6 +94,7 @@ prefix=sb$$
 secret=bench-cluster-$$-secret
 work=$(mktemp -d "${TMPDIR:-/tmp}/shoal-bench-cluster.XXXXXX")
 pids=()
+agents=() # the agents' pids, by device
 namespaces=()
 groups=()
 
@@ -105,6 +106,7 @@ stop_cluster() {
 		wait "$p" 2>/dev/null || true
 	done
 	pids=()
+	agents=()
 	for ns in "${namespaces[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
 	namespaces=()
 	for g in "${groups[@]}"; do
@@ -198,6 +200,7 @@ start_cluster() {
 		# The shell joins the cgroup, then becomes the agent (same pid).
 		sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$g" ip netns exec "$ns" "$BIN" "${args[@]}" >"$work/d$i.log" 2>&1 &
 		pids+=($!)
+		agents+=($!)
 	done
 	local deadline=$((SECONDS + 90))
 	until shoal_in 0 status -o json 2>/dev/null | jq -e --argjson n "$n" '.health == "healthy" and .nodes_alive == $n' >/dev/null; do
@@ -207,6 +210,16 @@ start_cluster() {
 	# Let the first link probes land in the state: the planner reads them.
 	[ "$n" -gt 1 ] && sleep 5
 	return 0
+}
+
+# cpu_ticks: the CPU time (user + system, clock ticks) each agent used so
+# far, space-separated in device order.
+cpu_ticks() {
+	local p out=""
+	for p in "${agents[@]}"; do
+		out+="$(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || echo 0) "
+	done
+	echo "$out"
 }
 
 # run_one N RATE STRATEGY OUT: appends one JSON line with the results to
@@ -221,12 +234,21 @@ run_one() {
 	pl=$(shoal_in 0 placement show bench -o json)
 	shoal_in 0 placement show bench >&2 || true
 	# Served once the driver lists it.
-	local deadline=$((SECONDS + 120)) res=""
+	local deadline=$((SECONDS + 120)) res="" t0 c0 t1 c1
+	t0=$(date +%s.%N) c0=$(cpu_ticks)
 	until res=$(shoal_in 0 bench --cluster "$(ipof 0):7948" --model bench -p "$PROMPT" -n "$GEN" -r "$REPS" --json 2>"$work/bench.err"); do
 		grep -q "not served yet\|not loaded" "$work/bench.err" || { cat "$work/bench.err" >&2; die "bench failed ($n devices, $rate, $strategy)"; }
 		[ $SECONDS -lt $deadline ] || die "model not served within 120 s"
 		sleep 1
 	done
+	t1=$(date +%s.%N) c1=$(cpu_ticks)
+	# The cores each device used during the benchmark: its quota at most,
+	# unless the quota leaks.
+	local used
+	used=$(awk -v a="$c0" -v b="$c1" -v t0="$t0" -v t1="$t1" -v hz="$(getconf CLK_TCK)" 'BEGIN {
+		n = split(a, x, " "); split(b, y, " "); s = "["
+		for (i = 1; i <= n; i++) s = s (i > 1 ? "," : "") sprintf("%.3f", (y[i] - x[i]) / hz / (t1 - t0))
+		print s "]" }')
 	local caps
 	caps=$(shoal_in 0 node ls -o json | jq -c '[.[] | {name, mem_gbps: (.caps.mem_gbps // .capabilities.mem_gbps // .mem_gbps // 0)}]')
 	local agg=null pl8=null
@@ -253,12 +275,12 @@ run_one() {
 		agg=$(echo "$agg" | jq -c '.levels[0] | {tok_per_sec: .tokens_per_second, itl_p50_ms: .inter_token.p50_ms, errors}')
 	fi
 	jq -c -n --argjson n "$n" --arg link "$rate" --arg lat "$(latency_of "$rate")" --arg asked "$strategy" --argjson pl "$pl" --argjson pl8 "$pl8" \
-		--argjson res "$res" --argjson agg "$agg" --argjson caps "$caps" '{
+		--argjson res "$res" --argjson agg "$agg" --argjson caps "$caps" --argjson used "$used" '{
 		devices: $n, link: $link, latency: $lat, asked: $asked, strategy: $res.strategy, stages: $res.stages,
 		predicted_ms: $pl.cost.ms_per_token, cost: $pl.cost, predicted8_ms: ($pl8.cost.ms_per_token // null),
 		decode: ($res.results[] | select(.test | startswith("tg"))),
 		prompt: ($res.results[] | select(.test | startswith("pp"))),
-		streams: $agg, caps: $caps}' >>"$out"
+		streams: $agg, caps: $caps, cores_used: $used}' >>"$out"
 	stop_cluster
 }
 
@@ -302,5 +324,5 @@ jq -r '[.devices, .link, .asked, .strategy, (.decode.tok_per_sec*100|round/100),
 		printf '| %7s | %-6s | %-8s | %-9s | %9s | %9s | %11s | %11s | %15s | %15s | %24s | %11s |\n' "$d" "$l" "$a" "$s" "$dt" "$pt" "$at" "$b" "$p1" "$p8" "$br" "$bw"
 	done
 echo
-jq -r '"plan of \(.devices) device(s), \(.link), \(.asked): \(.stages | join(", "))"' "$results"
+jq -r '"plan of \(.devices) device(s), \(.link), \(.asked): \(.stages | join(", ")); 1 stream measured: compute \(.decode.compute_ms // 0 | .*100|round/100) ms + other \((.decode.ms_per_token - (.decode.compute_ms // 0)) | .*100|round/100) ms a token; cores each device used during bench --cluster: \(.cores_used // [] | map(tostring) | join(", "))"' "$results"
 cp "$results" "${RESULTS:-bench-cluster-results.jsonl}" 2>/dev/null || true
