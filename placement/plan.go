@@ -587,12 +587,19 @@ func (e *env) allocate(group []int, lo, hi int, first, last bool) (Stage, bool) 
 			if d.units == 0 || d.n[over] == 0 {
 				continue
 			}
+			// The member that still has the most room once it took the
+			// unit (a head unit can bring a replicated KV head with it).
 			to, room := -1, 0.0
 			for r := range group {
 				if r == over {
 					continue
 				}
-				if sl := e.usable[group[r]] - memOf(r); sl >= unitMem(d) && (to < 0 || sl > room) {
+				d.n[over]--
+				d.n[r]++
+				sl := e.usable[group[r]] - memOf(r)
+				d.n[over]++
+				d.n[r]--
+				if sl >= 0 && (to < 0 || sl > room) {
 					to, room = r, sl
 				}
 			}
@@ -635,12 +642,14 @@ func (e *env) allocate(group []int, lo, hi int, first, last bool) (Stage, bool) 
 				continue
 			}
 			for to := range group {
-				if to == slow || memOf(to)+unitMem(d) > e.usable[group[to]] {
+				if to == slow {
 					continue
 				}
 				d.n[slow]--
 				d.n[to]++
-				if t, _ := maxTime(); t < bestT {
+				// memOf after the move: a head unit can bring a whole
+				// replicated KV head with it.
+				if t, _ := maxTime(); t < bestT && memOf(to) <= e.usable[group[to]] {
 					bestT, bestD, bestTo = t, di, to
 				}
 				d.n[slow]++

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"shoal/engine/enginetest"
@@ -157,6 +158,35 @@ func TestMemberWithoutExpertsSurvivesJSON(t *testing.T) {
 	for x, n := range holders {
 		if n != 1 {
 			t.Errorf("expert %d is held by %d members after JSON, want 1:\n%s", x, n, &got)
+		}
+	}
+}
+
+// TestReplicatedKVFitsUnevenNodes plans a one-KV-head model in tensor
+// parallel over three nodes that together hold it with 20% to spare but
+// measured different speeds (the speed shares alone overfill one): the
+// memory repair moves head units knowing that a unit can bring a whole
+// replicated KV head with it. It used to give up ("none of 4 arrangements
+// fits"), failing TestTensorPlanOfOneKVHead on CI.
+func TestReplicatedKVFitsUnevenNodes(t *testing.T) {
+	f := writeSynth(t, synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 12, NHead: 4, NHeadKV: 1, NFF: 512, Type: "q8_0", Name: "mqa12"})
+	p, err := ProfileFromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	speeds := [][2]float64{{20.1, 4.77}, {30.6, 10.1}, {11.3, 4.61}, {45, 12}, {9, 3}}
+	for rot := range speeds {
+		var nodes []Node
+		for i := range 3 {
+			sp := speeds[(rot+i)%len(speeds)]
+			nodes = append(nodes, Node{ID: fmt.Sprintf("n%d", i), Status: StatusAlive, MemFree: 4400 << 10, GFLOPS: sp[0], MemGBps: sp[1]})
+		}
+		plan, err := Place(p, nodes, LinkMatrix{}, Options{Strategy: Tensor, Overhead: 256 << 10, Context: 64})
+		if err != nil {
+			t.Fatalf("speeds %v...: %v", speeds[rot], err)
+		}
+		if err := plan.Validate(p); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
