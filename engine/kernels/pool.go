@@ -125,21 +125,32 @@ func (p *Pool) await(w *worker, seen uint64) (uint64, bool) {
 			}
 		}
 	}
-	w.sleeping.Store(true)
-	if g := p.gen.Load(); g != seen {
-		// A job came while we decided to sleep: cancel the sleep, unless
-		// Run already claimed us and sent a wake-up, which we consume.
-		if !w.sleeping.CompareAndSwap(true, false) {
-			if _, ok := <-w.wake; !ok {
-				return 0, false
+	for {
+		w.sleeping.Store(true)
+		if g := p.gen.Load(); g != seen {
+			// A job came while we decided to sleep: cancel the sleep,
+			// unless Run already claimed us and sent a wake-up, which we
+			// consume.
+			if !w.sleeping.CompareAndSwap(true, false) {
+				if _, ok := <-w.wake; !ok {
+					return 0, false
+				}
 			}
+			return g, !p.closed.Load()
 		}
-		return g, !p.closed.Load()
+		if _, ok := <-w.wake; !ok {
+			return 0, false
+		}
+		if g := p.gen.Load(); g != seen || p.closed.Load() {
+			return g, !p.closed.Load()
+		}
+		// A wake-up for a job this worker already did: a Run that bumped
+		// the generation, was descheduled before waking its workers, and
+		// claimed this one after it had done the job and gone back to
+		// sleep. Doing the job again would decrement pending twice and let
+		// the next Run return before its workers are done (the race
+		// detector saw it on CI). Sleep again.
 	}
-	if _, ok := <-w.wake; !ok {
-		return 0, false
-	}
-	return p.gen.Load(), !p.closed.Load()
 }
 
 func (p *Pool) work(w int) {

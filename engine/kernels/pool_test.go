@@ -113,3 +113,36 @@ func TestPoolCrowded(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolStaleWake wakes a sleeping worker for a job it has already done,
+// as a Run does when it bumps the generation, is descheduled while that
+// worker does the job and goes back to sleep, and only then claims it:
+// the worker must sleep again rather than do the job twice (which drove
+// pending below zero, so that a later Run could return before its
+// workers were done).
+func TestPoolStaleWake(t *testing.T) {
+	p := NewPool(2)
+	defer p.Close()
+	w := p.workers[0]
+	var sum atomic.Int64
+	for round := range 20 {
+		p.Run(64, 1, func(lo, hi int) { sum.Add(int64(hi - lo)) })
+		deadline := time.Now().Add(5 * time.Second)
+		for !w.sleeping.Load() {
+			if time.Now().After(deadline) {
+				t.Fatal("the worker never went to sleep")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if w.sleeping.CompareAndSwap(true, false) {
+			w.wake <- struct{}{}
+		}
+		time.Sleep(5 * time.Millisecond)
+		if n := p.pending.Load(); n != 0 {
+			t.Fatalf("round %d: pending is %d after a stale wake-up, want 0", round, n)
+		}
+	}
+	if sum.Load() != 20*64 {
+		t.Fatalf("covered %d items, want %d", sum.Load(), 20*64)
+	}
+}
