@@ -132,6 +132,11 @@ type Session struct {
 	nEmbd  int
 	nVocab int
 
+	// remoteOut: the output member is on another node (SamplesRemotely,
+	// asked every step, answered once: the layout is the session's).
+	remoteOnce sync.Once
+	remoteOut  bool
+
 	mu     sync.Mutex
 	step   uint64
 	err    error
@@ -264,9 +269,12 @@ func (s *Session) StepSampled(ctx context.Context, b *model.Batch, rows []int, r
 // SamplesRemotely says whether the logits are computed on another node
 // (so StepSampled saves sending them).
 func (s *Session) SamplesRemotely() bool {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	return !s.c.h.ep.IsSelf(ctx, s.c.lay.Output.Addr)
+	s.remoteOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		s.remoteOut = !s.c.h.ep.IsSelf(ctx, s.c.lay.Output.Addr)
+	})
+	return s.remoteOut
 }
 
 // run is Step, sampling the rows where the logits are when sreqs is set

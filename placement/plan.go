@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"shoal/engine/model"
 )
 
 // candidate is one arrangement of nodes: stages in pipeline order, members
@@ -690,11 +692,8 @@ func (e *env) allocate(group []int, lo, hi int, first, last bool) (Stage, bool) 
 			// A member holding part of a GQA group holds its whole KV head
 			// (its K and V weights and cache), as does the next member.
 			qShare := kvShare
-			gq := p.NHead / p.NHeadKV
-			kvShare = 0
-			if mb.HeadHi > mb.HeadLo {
-				kvShare = float64((mb.HeadHi+gq-1)/gq-mb.HeadLo/gq) / float64(p.NHeadKV)
-			}
+			lo, hi := (&model.Slice{HeadLo: mb.HeadLo, HeadHi: mb.HeadHi}).KVHeads(&model.Config{NHead: p.NHead, NHeadKV: p.NHeadKV})
+			kvShare = float64(hi-lo) / float64(p.NHeadKV)
 			if extra := kvShare - qShare; extra > 0 {
 				w.mem += extra * kvWhole
 			}
