@@ -73,6 +73,8 @@ type Agent struct {
 	revoked atomic.Pointer[map[string]bool] // a client's copy of the revoked node IDs
 	fsm     atomic.Pointer[coordinator.FSM] // a server's state, once its Raft runs (read by the endpoint and gossip from their goroutines)
 
+	life lifecycle
+
 	stopOnce sync.Once
 	done     chan struct{}
 	bg       sync.WaitGroup
@@ -89,6 +91,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	a := &Agent{cfg: cfg, role: coordinator.RoleClient, done: make(chan struct{})}
+	a.life.ready = make(chan struct{})
 	if cfg.Server {
 		a.role = coordinator.RoleServer
 	}
@@ -120,7 +123,8 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a.log.Info("agent started", zap.String("id", a.id), zap.String("role", a.role),
 		zap.String("quic", a.RPCAddr()), zap.String("gossip", a.GossipAddr()), zap.String("api", a.HTTPURL()))
-	a.bg.Add(4)
+	a.bg.Add(5)
+	go a.readyLoop()
 	go a.registerLocal(local)
 	go a.joinLoop()
 	go a.servingLoop()

@@ -44,9 +44,12 @@ type Config struct {
 	DiskLimit uint64 `json:"disk_limit"`
 	// Threads is the worker threads of each shard this node runs for a
 	// model spread over the cluster (0: all cores).
-	Threads int    `json:"threads"`
-	Version string `json:"-"`
-	Tuning  Tuning `json:"tuning"`
+	Threads int `json:"threads"`
+	// DrainTimeout bounds how long shoal agent lets requests in flight
+	// finish after SIGTERM before it leaves (--drain-timeout).
+	DrainTimeout Duration `json:"drain_timeout"`
+	Version      string   `json:"-"`
+	Tuning       Tuning   `json:"tuning"`
 }
 
 // Tuning holds timers. Zero values take LAN defaults; tests shorten them.

@@ -248,6 +248,8 @@ func (a *Agent) joinLoop() {
 			backoff *= 2
 		}
 	}
+	a.life.joined.Store(true)
+	a.checkReady()
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
 	for {

@@ -162,7 +162,7 @@ func (a *Agent) httpHandler() http.Handler {
 	mux.Handle("POST /v1/cluster/models/{name}/logits", toDriver)
 	mux.Handle("POST /v1/cluster/models/{name}/bench", toDriver)
 	mux.Handle("/", admin)
-	return mux
+	return a.lifecycleHandler(mux)
 }
 
 // setupMetrics registers the agent's collectors: the OpenAI endpoint's

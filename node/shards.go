@@ -55,6 +55,7 @@ func (a *Agent) servingLoop() {
 		}
 		if st := a.servingState(); st != nil {
 			a.noteRevoked(st)
+			a.noteState(st)
 			a.shards.Reconcile(wantedShards(st, a.id))
 			a.par.Reconcile(planView(st, a.admin.modelInfo, a.localModel))
 			a.copies.reconcile(st)

@@ -9,10 +9,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"go.uber.org/zap"
 
 	"shoal/node"
 )
@@ -65,7 +65,15 @@ store). --tls-cert/--tls-key serve a certificate of your own instead;
 Every flag can also come from the environment (SHOAL_NAME, SHOAL_DATA_DIR,
 SHOAL_JOIN=a,b, SHOAL_AGENT_TOKEN, ...; SHOAL_TOKEN stays the CLI's API key) or a JSON file given with --config
 (keys as in the flags, with underscores: {"data_dir": "...", "join": [...]}).
-Precedence: flag, environment, config file.`,
+Precedence: flag, environment, config file.
+
+As a service: SIGTERM (or Ctrl-C) drains the agent: new client requests get
+503 with Retry-After and GET /v1/health?ready=1 turns 503, requests in flight
+run to their end (up to --drain-timeout), then the agent leaves Raft and
+gossip and exits 0. Under systemd (Type=notify) it sends READY=1 once it has
+joined, a leader is known and it serves, STOPPING=1 when it drains, and
+WATCHDOG=1 pings when the unit sets WatchdogSec. deploy/ has the unit, a
+launchd job, a container image, compose and Kubernetes files.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			final := node.Config{}
@@ -133,10 +141,11 @@ Precedence: flag, environment, config file.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "HTTPS with the cluster's CA: clients trust %s (e.g. SHOAL_CACERT=%s, curl --cacert)\n",
 					node.HTTPSCAPath(final.DataDir), node.HTTPSCAPath(final.DataDir))
 			}
+			go notifyService(ctx, a)
 			select {
 			case <-ctx.Done():
-				zap.L().Info("signal received; leaving gracefully")
-				return a.Shutdown(true)
+				stop() // a second signal stops at once
+				return drainAndLeave(a, time.Duration(final.DrainTimeout), cmd.ErrOrStderr())
 			case <-a.Done():
 				_ = a.Shutdown(true) // waits for the leave the removal started
 				return fmt.Errorf("this node was removed from the cluster")
@@ -168,6 +177,7 @@ Precedence: flag, environment, config file.`,
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "certificate (PEM, chain first to last) the API serves HTTPS with, instead of one the cluster's HTTPS CA signs")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "private key (PEM) of --tls-cert")
 	f.StringVar(&cfg.Serves, "role", "", "pin this node to a pool of disaggregated plans: prefill (computes prompts, streams their KV cache to decode nodes), decode, or both (default both; see 'shoal model load --disagg')")
+	f.DurationVar((*time.Duration)(&cfg.DrainTimeout), "drain-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, how long requests in flight may run before the agent leaves anyway (new ones are refused from the signal on); a second signal stops at once")
 	f.BoolVar(&insecureHTTP, "insecure-http", false, "serve the API over plain HTTP even on a network address (keys and prompts cross in clear)")
 	return cmd
 }
@@ -220,6 +230,14 @@ func mergeAgentFlags(fs *pflag.FlagSet, flags, out *node.Config) error {
 		{"tls-cert", str(&out.TLSCert), func() { out.TLSCert = flags.TLSCert }},
 		{"role", str(&out.Serves), func() { out.Serves = flags.Serves }},
 		{"tls-key", str(&out.TLSKey), func() { out.TLSKey = flags.TLSKey }},
+		{"drain-timeout", func(s string) error {
+			v, err := time.ParseDuration(s)
+			if err != nil || v < 0 {
+				return fmt.Errorf("SHOAL_DRAIN_TIMEOUT %q: want a duration such as 30s", s)
+			}
+			out.DrainTimeout = node.Duration(v)
+			return nil
+		}, func() { out.DrainTimeout = flags.DrainTimeout }},
 		{"insecure-http", func(s string) error {
 			v, err := strconv.ParseBool(s)
 			if err != nil {
@@ -283,6 +301,8 @@ func isZeroField(c *node.Config, flag string) bool {
 		return c.TLSKey == ""
 	case "insecure-http":
 		return c.HTTPS == ""
+	case "drain-timeout":
+		return c.DrainTimeout == 0
 	}
 	return true
 }
