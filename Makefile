@@ -14,7 +14,8 @@ help:
 	@echo "make run     build and start a local 3-agent cluster serving the built-in model (shoal up)"
 	@echo "make test    lint, then every test (engine vs ../shared oracle when present)"
 	@echo "make test-race  every package under the race detector (engine tests shrink their sizes under -race)"
-	@echo "make test-integration  agents as processes in network namespaces (root; skips otherwise)"
+	@echo "make test-integration  agents as processes in network namespaces (root; skips otherwise), the compose cluster in Docker"
+	@echo "make image   the container image (deploy/Dockerfile, FROM scratch) as $(IMAGE)"
 	@echo "make test-faults  4 streams through each node fault (kill -9, SIGSTOP, join, drain): what survives (root, minutes)"
 	@echo "make soak    16 long streams for SOAK (10m) on 3 agents in CPU cgroups: gaps, elections, suspicions, RSS, KV (root)"
 	@echo "make bench   kernel benchmarks"
@@ -65,6 +66,7 @@ test-race:
 # Needs root for ip netns; the suite skips with a message otherwise.
 test-integration:
 	$(GO) test -tags integration -count=1 -v -timeout 10m ./cmd/shoal/integration/
+	$(GO) test -tags integration -count=1 -v -timeout 15m ./deploy/
 
 SOAK ?= 10m
 soak:
@@ -146,3 +148,14 @@ cross:
 
 clean:
 	rm -rf bin $(MODEL_DIR)
+
+# The container image (deploy/Dockerfile, FROM scratch): the static binary
+# and the folders it owns; no base image is pulled.
+IMAGE ?= shoal:latest
+.PHONY: image
+image:
+	rm -rf deploy/.image && mkdir -p deploy/.image/rootfs/data deploy/.image/rootfs/models
+	mkdir -m 1777 deploy/.image/rootfs/tmp
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o deploy/.image/shoal ./cmd/shoal
+	docker build -f deploy/Dockerfile -t $(IMAGE) deploy/.image
+	@docker image inspect $(IMAGE) --format 'image {{index .RepoTags 0}}: {{.Size}} bytes'

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"shoal/cmd/shoal/localcluster"
 	"shoal/engine/gguf"
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
@@ -22,6 +23,7 @@ func genModelCmd() *cobra.Command {
 		vocabFrom string
 		vocabSize int
 		quiet     bool
+		builtin   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "gen-model --arch llama --type q4_k --out FILE",
@@ -37,14 +39,20 @@ another GGUF (--vocab-from) or is a byte-level BPE vocabulary shoal builds.
   shoal gen-model --arch llama --n-embd 2048 --n-layer 22 --n-head 32 --n-head-kv 4 \
     --n-ff 5632 --vocab-from llama-spm.gguf --type q4_0 --out tinyllama-q4_0.gguf
   # a small Mixtral-style MoE
-  shoal gen-model --arch moe --n-expert 4 --n-expert-used 2 --type q4_0 --out moe.gguf`,
+  shoal gen-model --arch moe --n-expert 4 --n-expert-used 2 --type q4_0 --out moe.gguf
+  # the built-in model 'shoal up' serves (the container image's demo model)
+  shoal gen-model --builtin --out builtin.gguf`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return fmt.Errorf("--out FILE is required")
 			}
 			var err error
-			if vocabFrom != "" {
+			if builtin {
+				if s, err = localcluster.BuiltinSpec(); err != nil {
+					return err
+				}
+			} else if vocabFrom != "" {
 				s.Tokenizer, err = tokenizerKVs(vocabFrom)
 			} else {
 				var v tokenizer.Vocab
@@ -96,6 +104,7 @@ another GGUF (--vocab-from) or is a byte-level BPE vocabulary shoal builds.
 		},
 	}
 	f := cmd.Flags()
+	f.BoolVar(&builtin, "builtin", false, "write the built-in model 'shoal up' serves (its shape flags are ignored)")
 	f.StringVar(&s.Arch, "arch", "llama", "architecture: llama, qwen2, qwen3, moe (Mixtral-style llama), qwen2moe, qwen3moe")
 	f.IntVar(&s.NEmbd, "n-embd", 256, "embedding size")
 	f.IntVar(&s.NLayer, "n-layer", 4, "layers")
