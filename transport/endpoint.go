@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,7 +85,9 @@ type Endpoint struct {
 	mu       sync.Mutex
 	handlers map[Kind]Handler
 	conns    map[string]*dialEntry
-	accepted map[*quic.Conn]string // node ID of each accepted connection's peer
+	accepted map[*quic.Conn]string        // node ID of each accepted connection's peer
+	live     map[*quic.Conn]tracked       // every open connection, for PeerStats
+	retired  map[netip.AddrPort]*PeerStat // what closed connections carried, by peer
 	closed   bool
 	revoked  atomic.Pointer[func(id string) bool]
 	self     sync.Map // address -> whether it reaches this endpoint (IsSelf)
@@ -264,6 +267,7 @@ func (e *Endpoint) serveConn(conn *quic.Conn) {
 	e.mu.Lock()
 	e.accepted[conn] = peer.ID
 	e.mu.Unlock()
+	e.track(conn, peer.ID)
 	defer func() {
 		e.mu.Lock()
 		delete(e.accepted, conn)
@@ -408,6 +412,10 @@ func (e *Endpoint) conn(ctx context.Context, addr string) (*quic.Conn, error) {
 			_ = d.conn.CloseWithError(codeRevoked, revokedMsg(id))
 			d.conn, d.err = nil, fmt.Errorf("dial %s: %s", addr, revokedMsg(id))
 		}
+	}
+	if d.err == nil {
+		id, _ := PeerIdentity(d.conn.ConnectionState().TLS.PeerCertificates)
+		e.track(d.conn, id)
 	}
 	close(d.done)
 	if d.err != nil {
