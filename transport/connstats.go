@@ -24,7 +24,7 @@ type PeerStat struct {
 	BytesReceived   uint64
 	PacketsReceived uint64
 	PacketsLost     uint64
-	BytesLost       uint64 // sent bytes declared lost (resent), of which some may have arrived after all
+	BytesLost       uint64        // sent bytes declared lost (resent), of which some may have arrived after all
 	SmoothedRTT     time.Duration // of the open connection that sent most; 0 with none open
 	MinRTT          time.Duration
 }
