@@ -2,7 +2,9 @@ package coordinator
 
 import (
 	"fmt"
+	"math"
 	"sort"
+	"strconv"
 	"strings"
 
 	"go.uber.org/zap"
@@ -81,12 +83,35 @@ func planSignature(st *State, m *Model) string {
 func planInputs(st *State, m *Model) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s|%d|%d|%d|%s|%s|%s", m.Digest, m.Ctx, m.Overhead, m.MaxSeqs, m.Strategy, strings.Join(m.Pin, ","), m.Disagg)
+	sched := map[string]bool{}
 	for _, n := range PlacementNodes(st, m.Name) {
 		if n.Schedulable() {
+			sched[n.ID] = true
 			fmt.Fprintf(&b, "\n%s %d %g %g %s", n.ID, n.MemFree, n.GFLOPS, n.MemGBps, n.Serves)
 		}
 	}
+	keys := make([]string, 0, len(st.Links))
+	for k, l := range st.Links {
+		if sched[l.From] && sched[l.To] {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		l := st.Links[k]
+		fmt.Fprintf(&b, "\nlink %s %s %d", l.From, l.To, linkBucket(l.Gbit))
+	}
 	return b.String()
+}
+
+// linkBucket puts a link's bandwidth into steps of a factor of 2 (from 1
+// Mbit/s): a plan is weighed again when a link between its nodes moves by
+// a step, not on every probe's noise.
+func linkBucket(gbit float64) int {
+	if gbit <= 0.001 {
+		return 0
+	}
+	return int(math.Floor(math.Log2(gbit * 1000)))
 }
 
 // nothingNew says whether model m's plan, decided on inputs, stands as the
@@ -118,12 +143,42 @@ func nothingNew(st *State, m *Model, inputs string) bool {
 	}
 	was := map[string]offer{}
 	for _, line := range then[1:] {
+		if strings.HasPrefix(line, "link ") {
+			continue
+		}
 		if id, o, ok := parse(line); ok {
 			was[id] = o
 		}
 	}
+	inPlan := map[string]bool{}
+	for _, id := range p.Nodes() {
+		inPlan[id] = true
+	}
+	// A link between two of the plan's nodes that is a step slower or
+	// faster than when it was planned: weigh the plan again (what the
+	// links really do, measured live, is what it was costed on).
+	links := func(lines []string) map[string]string {
+		out := map[string]string{}
+		for _, line := range lines {
+			var from, to string
+			var bucket int
+			if n, _ := fmt.Sscanf(line, "link %s %s %d", &from, &to, &bucket); n == 3 && inPlan[from] && inPlan[to] {
+				out[from+">"+to] = strconv.Itoa(bucket)
+			}
+		}
+		return out
+	}
+	linksThen, linksNow := links(then[1:]), links(now[1:])
+	for k, v := range linksNow {
+		if w, ok := linksThen[k]; ok && w != v {
+			return false
+		}
+	}
 	schedulable := map[string]bool{}
 	for _, line := range now[1:] {
+		if strings.HasPrefix(line, "link ") {
+			continue
+		}
 		id, o, ok := parse(line)
 		if !ok {
 			return false

@@ -71,3 +71,79 @@ func TestNewLeaderKeepsPlan(t *testing.T) {
 		return p != nil && p.Version > v1.Version
 	})
 }
+
+// TestSlowerLinkReplans: links measured when a model was planned are part
+// of what it was planned on. A link between two of its nodes measured a
+// step slower (a throttled port, a cable swapped for Wi-Fi) weighs the plan
+// again, and it moves off that link; noise within a step does not.
+func TestSlowerLinkReplans(t *testing.T) {
+	c := newTestCluster(t)
+	for range 3 {
+		c.add(3)
+	}
+	ids := []string{"w1", "w2", "w3"}
+	for _, id := range ids {
+		c.members.set(Member{ID: id, Name: id, Role: RoleClient, Status: StatusAlive,
+			Caps: Capabilities{MemTotal: 16 << 20, MemFree: 16 << 20, Cores: 2, GFLOPS: 100, MemGBps: 10}})
+	}
+	l := c.leader(10 * time.Second)
+	report := func(gbit map[[2]string]float64) {
+		t.Helper()
+		var links []LinkStat
+		for _, a := range ids {
+			for _, b := range ids {
+				if a != b {
+					g, ok := gbit[[2]string{a, b}]
+					if !ok {
+						g = 10
+					}
+					links = append(links, LinkStat{From: a, To: b, Gbit: g, LatencyMs: 0.1, MeasuredAt: time.Now()})
+				}
+			}
+		}
+		if err := c.leader(5*time.Second).srv.Apply(LinkReportType, LinkReportRequest{Links: links}, 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report(nil)
+	prof := placement.ModelProfile{Name: "m", Arch: "llama", NLayer: 8, NEmbd: 256, NHead: 4, NHeadKV: 4, HeadDim: 64, NVocab: 512,
+		FFNDim: 768, HeadUnit: 1, FFNUnit: 32, KVBytesPerToken: 2048}
+	for range prof.NLayer {
+		prof.Layers = append(prof.Layers, placement.LayerProfile{AttnBytes: 512 << 10, FFNBytes: 1536 << 10, AttnFLOPs: 2 << 20, FFNFLOPs: 4 << 20})
+	}
+	model := Model{Name: "m", Digest: "d", Profile: &prof, Ctx: 64, MaxSeqs: 1, Overhead: 1 << 20, Strategy: string(placement.Pipeline)}
+	if err := l.srv.Apply(ModelUpsertType, ModelUpsertRequest{Model: model}, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var v1 *placement.Plan
+	waitFor(t, 10*time.Second, "the first plan", func() bool {
+		st := c.leader(5 * time.Second).srv.fsm.State()
+		v1 = st.Plans["m"]
+		return v1 != nil && len(v1.Pools) > 0 && st.Models["m"].Status == ModelPlanned
+	})
+	nodes := v1.Nodes()
+	if len(nodes) != 2 {
+		t.Fatalf("the plan is on %v, want two workers", nodes)
+	}
+	a, b := nodes[0], nodes[1]
+	// Noise: 12 Gbit/s instead of 10 is the same step.
+	report(map[[2]string]float64{{a, b}: 12, {b, a}: 12})
+	time.Sleep(time.Second)
+	if p := c.leader(5 * time.Second).srv.fsm.State().Plans["m"]; p.Version != v1.Version {
+		t.Fatalf("re-planned on link noise: v%d on %v", p.Version, p.Nodes())
+	}
+	// The link between the plan's nodes drops to 10 Mbit/s.
+	report(map[[2]string]float64{{a, b}: 0.01, {b, a}: 0.01})
+	var v2 *placement.Plan
+	waitFor(t, 10*time.Second, "a re-plan after the link slowed", func() bool {
+		v2 = c.leader(5 * time.Second).srv.fsm.State().Plans["m"]
+		return v2 != nil && v2.Version > v1.Version
+	})
+	now := v2.Nodes()
+	if len(now) == 2 && ((now[0] == a && now[1] == b) || (now[0] == b && now[1] == a)) {
+		t.Fatalf("the new plan v%d is still on the slow link %v", v2.Version, now)
+	}
+	if v2.Cost.MsPerToken > v1.Cost.MsPerToken*1.5 {
+		t.Fatalf("the new plan predicts %.2f ms/token, the first %.2f", v2.Cost.MsPerToken, v1.Cost.MsPerToken)
+	}
+}
