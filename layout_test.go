@@ -29,6 +29,7 @@ var topLevel = map[string]bool{
 // cmd → node → {api, coordinator, disagg, parallel, serve, shard, transport} → {engine, placement} → internal.
 var mayImport = map[string][]string{
 	"internal":    {},
+	"deploy":      {},
 	"engine":      {"internal"},
 	"placement":   {"engine", "internal"},
 	"transport":   {"engine", "internal"},
