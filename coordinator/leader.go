@@ -167,6 +167,10 @@ func (s *Server) manageVoters(members []Member, removed map[string]bool) {
 	now := time.Now()
 	self := s.cfg.NodeID
 
+	if s.updateAddress(members, inConf, removed) {
+		return // one configuration change per pass
+	}
+
 	// New live servers join as non-voters.
 	for _, m := range members {
 		if m.Role != RoleServer || m.Status != StatusAlive || removed[m.ID] {
@@ -281,6 +285,48 @@ func (s *Server) manageVoters(members []Member, removed map[string]bool) {
 			break
 		}
 	}
+}
+
+// updateAddress rewrites the Raft address of one server that gossip says
+// is alive at another address than the configuration holds (it restarted
+// on a new IP with the same data dir, so the same ID). Adding a server
+// with its ID and the new address keeps its suffrage. The transport
+// already dials it by ID; this makes the stored configuration converge,
+// so servers that restart later start from current addresses. It reports
+// whether a change was proposed.
+func (s *Server) updateAddress(members []Member, inConf map[string]raft.Server, removed map[string]bool) bool {
+	owner := map[raft.ServerAddress]string{}
+	for id, srv := range inConf {
+		owner[srv.Address] = id
+	}
+	for _, m := range members {
+		srv, ok := inConf[m.ID]
+		addr := raft.ServerAddress(m.RPCAddr)
+		if !ok || m.Status != StatusAlive || removed[m.ID] || addr == "" || srv.Address == addr {
+			continue
+		}
+		if o, taken := owner[addr]; taken && o != m.ID {
+			// Raft refuses two servers at one address: the other one's
+			// entry is stale too (an IP reused); it is updated first, or
+			// this one waits.
+			s.log.Debug("new raft address still held by another server's entry",
+				zap.String("node", m.Name), zap.String("addr", m.RPCAddr), zap.String("held_by", o))
+			continue
+		}
+		s.log.Info("updating a moved server's raft address", zap.String("node", m.Name), zap.String("id", m.ID),
+			zap.String("old", string(srv.Address)), zap.String("addr", m.RPCAddr), zap.Bool("voter", srv.Suffrage == raft.Voter))
+		var f raft.IndexFuture
+		if srv.Suffrage == raft.Voter {
+			f = s.raft.AddVoter(srv.ID, addr, 0, applyTimeout)
+		} else {
+			f = s.raft.AddNonvoter(srv.ID, addr, 0, applyTimeout)
+		}
+		if err := f.Error(); err != nil {
+			s.log.Warn("update raft address", zap.String("node", m.Name), zap.Error(err))
+		}
+		return true
+	}
+	return false
 }
 
 // oddTarget is the voter count for n healthy servers: 1, 3 or 5.

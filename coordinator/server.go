@@ -151,11 +151,17 @@ func NewServer(cfg Config) (*Server, error) {
 		store.Close()
 		return nil, fmt.Errorf("raft snapshots: %w", err)
 	}
+	fsm := NewFSM()
+	// Servers are dialed by ID where gossip and the state say they are
+	// now, not only at the address the configuration recorded: a server
+	// that restarts on a new IP keeps its ID.
+	resolver := newAddrResolver(cfg.Members, fsm, log)
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  cfg.Layer,
-		MaxPool: 3,
-		Timeout: 2 * time.Second,
-		Logger:  hl,
+		ServerAddressProvider: resolver,
+		Stream:                cfg.Layer,
+		MaxPool:               3,
+		Timeout:               2 * time.Second,
+		Logger:                hl,
 	})
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -169,13 +175,13 @@ func NewServer(cfg Config) (*Server, error) {
 	rc.TrailingLogs = 1024
 	notify := make(chan bool, 10)
 	rc.NotifyCh = notify
-	fsm := NewFSM()
 	r, err := raft.NewRaft(rc, fsm, store, store, snaps, trans)
 	if err != nil {
 		trans.Close()
 		store.Close()
 		return nil, fmt.Errorf("raft: %w", err)
 	}
+	resolver.raft.Store(r)
 	s := &Server{
 		cfg: cfg, raft: r, fsm: fsm, store: store, trans: trans, log: log,
 		notify: notify, shutdown: make(chan struct{}),
