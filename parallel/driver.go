@@ -304,14 +304,18 @@ func (r *Reconciler) stopDriver(d *driver) {
 		delete(r.drivers, d.name)
 	}
 	r.mu.Unlock()
+	// Close the engine first: a step that failed may be waiting for a
+	// session to replay on (ReplayWait), and Withdraw closes the scheduler,
+	// which waits for that step. Closed, the engine ends the wait and the
+	// step fails at once.
+	if d.eng != nil {
+		d.eng.Close()
+	}
 	if d.pub {
 		r.cfg.Publisher.Withdraw(d.name)
 	}
 	if d.runner != nil {
 		d.runner.Close()
-	}
-	if d.eng != nil {
-		d.eng.Close()
 	}
 	if d.sess != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -30,9 +30,10 @@ func (s *testShards) Meta(string) (*gguf.File, error) { return gguf.Open(s.path)
 
 // testPublisher records what a reconciler publishes.
 type testPublisher struct {
-	mu   sync.Mutex
-	live map[string]Servable
-	log  []string
+	mu         sync.Mutex
+	live       map[string]Servable
+	log        []string
+	onWithdraw func(name string)
 }
 
 func (p *testPublisher) Publish(name string, s Servable) error {
@@ -45,9 +46,13 @@ func (p *testPublisher) Publish(name string, s Servable) error {
 
 func (p *testPublisher) Withdraw(name string) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	delete(p.live, name)
 	p.log = append(p.log, "withdraw "+name)
+	hook := p.onWithdraw
+	p.mu.Unlock()
+	if hook != nil {
+		hook(name) // the agent's publisher closes the model's scheduler here
+	}
 }
 
 func (p *testPublisher) get(name string) (Servable, bool) {
@@ -335,5 +340,115 @@ func TestReconcilerReplays(t *testing.T) {
 	recs[0].mu.Unlock()
 	if v := d.view(); v.version != 4 || d.err() != nil {
 		t.Errorf("driver on plan v%d, err %v", v.version, d.err())
+	}
+}
+
+// TestStopDriverWhileReplayWaits: a driver whose step failed (a member
+// died) waits up to ReplayWait for a new session; when the next plan no
+// longer has it drive the model, stopping it must not wait for that: the
+// publisher's Withdraw closes the scheduler, whose loop is inside the
+// failed step. It waited the whole ReplayWait (60 s by default), and the
+// agent's serving loop with it: every model on the node stalled.
+func TestStopDriverWhileReplayWaits(t *testing.T) {
+	ref, path := openRef(t)
+	v3 := shapeOf(&ref.Config).Plans("m").Get("pp2") // n0, n1
+	v3.Version, v3.Context = 3, 64
+	nodes := []string{"n0", "n1"}
+	addrs, names := map[string]string{}, map[string]string{}
+	var eps []*transport.Endpoint
+	for _, n := range nodes {
+		ep := listen(t, n)
+		eps = append(eps, ep)
+		addrs[n], names[n] = ep.Addr().String(), "node-"+n[1:]
+	}
+	view := View{Models: []PlannedModel{{Name: "m", Plan: v3, Addrs: addrs, Names: names, Ready: true, Status: "ready", DriverHTTP: "127.0.0.1:1"}}}
+	var recs []*Reconciler
+	pub := &testPublisher{live: map[string]Servable{}}
+	for i, n := range nodes {
+		src := &testShards{path: path}
+		for _, spec := range shard.SpecsFor(v3, n, "") {
+			sh, err := shard.Open(path, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { sh.Close() })
+			src.ready = append(src.ready, shard.Ready{Key: fmt.Sprint(n, v3.Version, spec.Lo), Model: "m", Version: v3.Version, Spec: spec, Shard: sh})
+		}
+		p := Publisher(&testPublisher{live: map[string]Servable{}})
+		if i == 0 {
+			p = pub
+		}
+		recs = append(recs, NewReconciler(ReconcilerConfig{Host: NewHost(eps[i], nil, nil), Node: n, Shards: src, Publisher: p,
+			Threads: 1, StepTimeout: 3 * time.Second, ReplayWait: 30 * time.Second}))
+	}
+	t.Cleanup(func() {
+		for i := range recs {
+			recs[i].Close()
+			eps[i].Close()
+		}
+	})
+	for range 2 {
+		for _, r := range recs {
+			r.Reconcile(view)
+		}
+	}
+	served, ok := pub.get("m")
+	if !ok || served.Engine == nil {
+		t.Fatalf("n0 published %v", pub.log)
+	}
+	sc, err := serve.NewEngine(served.Engine, func(int32) bool { return false }, serve.Options{MaxSeqs: 2, MaxTokens: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	pub.mu.Lock()
+	pub.onWithdraw = func(string) { sc.Close() }
+	pub.mu.Unlock()
+	ch, err := sc.Submit(context.Background(), serve.Request{Prompt: []int32{1, 450, 496, 173}, MaxTokens: 40, Sampling: sample.Params{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	ended := make(chan error, 1)
+	go func() {
+		var last error
+		for ev := range ch {
+			if ev.Err != nil {
+				last = ev.Err
+			}
+			if !ev.Done {
+				got++
+				if got == 3 {
+					eps[1].Close() // n1 dies: the next step fails and waits for a session
+				}
+			}
+		}
+		ended <- last
+	}()
+	select {
+	case <-recs[0].Wake(): // the failed step told the reconciler
+	case <-time.After(20 * time.Second):
+		t.Fatal("the step did not fail after n1 died")
+	}
+	// The next plan does not have n0 drive the model.
+	t0 := time.Now()
+	done := make(chan struct{})
+	go func() {
+		recs[0].Reconcile(View{})
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stopping the driver waits for the failed step's replay wait (30 s)")
+	}
+	t.Logf("driver stopped %v after the plan dropped it", time.Since(t0).Round(time.Millisecond))
+	select {
+	case err := <-ended:
+		if err == nil {
+			t.Fatal("the request in flight ended without an error although its driver stopped")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request in flight did not end")
 	}
 }
