@@ -277,7 +277,7 @@ type PlacementInfo struct {
 	Cost       Cost             `json:"cost"`
 	Stages     []PlacementStage `json:"stages"`
 	Nodes      []NodeMemory     `json:"nodes"`
-	Links      []Link           `json:"links,omitempty"` // measured links between the plan's nodes
+	Links      []Link           `json:"links,omitempty"` // measured links among the plan's nodes and from them to the other live nodes
 	Replicas   int              `json:"replicas"`        // live nodes that should have the whole file
 	Holders    []FileHolder     `json:"holders"`         // the nodes with the whole file, the source first
 	Explain    []string         `json:"explain"`
@@ -322,12 +322,22 @@ type PlacementMember struct {
 	NodeName  string  `json:"node_name"`
 }
 
-// Link is a measured one-way link, by node name.
+// Link is a measured one-way link, by node name: Gbit and LatencyMs are
+// what the planner uses; the rest says where they come from.
 type Link struct {
 	From      string  `json:"from"`
 	To        string  `json:"to"`
 	Gbit      float64 `json:"gbit"`
 	LatencyMs float64 `json:"latency_ms"`
+	ProbeGbit float64 `json:"probe_gbit,omitempty"` // the last active probe
+	LiveGbit  float64 `json:"live_gbit,omitempty"`  // the most real traffic achieved since
+	RTTMs     float64 `json:"rtt_ms,omitempty"`     // QUIC's smoothed round trip
+	Source    string  `json:"source,omitempty"`     // probe or traffic: which set Gbit
+	Iface     string  `json:"iface,omitempty"`      // the interface From reaches To through
+	Telemetry string  `json:"telemetry,omitempty"`  // ebpf-tcx, ebpf-tc or quic
+	TxBytes   uint64  `json:"tx_bytes,omitempty"`   // From sent To since From started
+	RxBytes   uint64  `json:"rx_bytes,omitempty"`
+	AgeSec    float64 `json:"age_s"` // since it was measured
 }
 
 // NodeMemory is a node's predicted memory use under a plan.

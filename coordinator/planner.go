@@ -154,9 +154,9 @@ func nothingNew(st *State, m *Model, inputs string) bool {
 	for _, id := range p.Nodes() {
 		inPlan[id] = true
 	}
-	// A link between two of the plan's nodes that is a step slower or
-	// faster than when it was planned: weigh the plan again (what the
-	// links really do, measured live, is what it was costed on).
+	// A link between two of the plan's nodes measured since it was
+	// planned, or now a step slower or faster: weigh the plan again (what
+	// the links really do, measured live, is what it was costed on).
 	links := func(lines []string) map[string]string {
 		out := map[string]string{}
 		for _, line := range lines {
@@ -170,7 +170,7 @@ func nothingNew(st *State, m *Model, inputs string) bool {
 	}
 	linksThen, linksNow := links(then[1:]), links(now[1:])
 	for k, v := range linksNow {
-		if w, ok := linksThen[k]; ok && w != v {
+		if w, ok := linksThen[k]; !ok || w != v {
 			return false
 		}
 	}

@@ -9,9 +9,9 @@ import (
 )
 
 // TestNewLeaderKeepsPlan: a leader that takes over keeps a plan the last
-// leader decided on the same nodes and settings, although the links it
-// reads now make another plan faster (moving a healthy plan's driver ends
-// the requests running on it); when the nodes change, it plans again.
+// leader decided on the same nodes, links and settings (moving a healthy
+// plan's driver ends the requests running on it); when the nodes change,
+// it plans again.
 func TestNewLeaderKeepsPlan(t *testing.T) {
 	c := newTestCluster(t)
 	for range 3 {
@@ -49,24 +49,34 @@ func TestNewLeaderKeepsPlan(t *testing.T) {
 	if len(nodes) != 2 {
 		t.Fatalf("the plan is on %v, want two workers", nodes)
 	}
-	// The link between the plan's nodes is measured slow: any other pair
-	// is now much faster. The leader does not re-plan on links alone.
+	// The link between the plan's nodes is measured slow (the first
+	// measurement since it was planned): the leader weighs the plan on it
+	// and moves it to a pair of nodes whose link nobody measured slow.
 	slow := []LinkStat{{From: nodes[0], To: nodes[1], Gbit: 0.01, LatencyMs: 200, MeasuredAt: time.Now()},
 		{From: nodes[1], To: nodes[0], Gbit: 0.01, LatencyMs: 200, MeasuredAt: time.Now()}}
 	if err := l.srv.Apply(LinkReportType, LinkReportRequest{Links: slow}, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, 10*time.Second, "a re-plan off the slow link", func() bool {
+		p := c.leader(5 * time.Second).srv.fsm.State().Plans["m"]
+		return p != nil && p.Version > v1.Version
+	})
+	time.Sleep(500 * time.Millisecond) // let it settle
+	l = c.leader(5 * time.Second)
+	v1 = l.srv.fsm.State().Plans["m"]
+	nodes = v1.Nodes()
+	// The leader stops: the new one reads the same links and nodes, and
+	// keeps the plan.
 	c.stop(l)
 	nl := c.leader(10 * time.Second)
 	time.Sleep(time.Second) // ten planning passes of the new leader
 	if p := nl.srv.fsm.State().Plans["m"]; p.Version != v1.Version {
 		t.Fatalf("the new leader re-planned an unchanged cluster: v%d on %v (was v%d on %v)", p.Version, p.Nodes(), v1.Version, nodes)
 	}
-	// A worker joins: the inputs changed, and the plan moves off the slow
-	// link.
-	c.members.set(Member{ID: "w4", Name: "w4", Role: RoleClient, Status: StatusAlive,
+	// A node of the plan fails: the new leader plans again.
+	c.members.set(Member{ID: nodes[0], Name: nodes[0], Role: RoleClient, Status: StatusFailed,
 		Caps: Capabilities{MemTotal: 16 << 20, MemFree: 16 << 20, Cores: 2, GFLOPS: 100, MemGBps: 10}})
-	waitFor(t, 10*time.Second, "a re-plan after a node joined", func() bool {
+	waitFor(t, 10*time.Second, "a re-plan after a node of the plan failed", func() bool {
 		p := c.leader(5 * time.Second).srv.fsm.State().Plans["m"]
 		return p != nil && p.Version > v1.Version
 	})

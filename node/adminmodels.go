@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -469,9 +470,15 @@ func (b *admin) Placement(ctx context.Context, name string) (*api.PlacementInfo,
 		}
 		return id
 	}
+	// The links between the plan's nodes, and from them to the other
+	// live nodes: what a re-plan weighs (a node left out for a slow link
+	// shows why).
+	live := func(id string) bool { n := st.Nodes[id]; return n != nil && n.Status == coordinator.StatusAlive }
 	for _, k := range keys {
-		if l := st.Links[k]; in[l.From] && in[l.To] {
-			out.Links = append(out.Links, api.Link{From: nameOf(l.From), To: nameOf(l.To), Gbit: l.Gbit, LatencyMs: l.LatencyMs})
+		if l := st.Links[k]; (in[l.From] && (in[l.To] || live(l.To))) || (in[l.To] && live(l.From)) {
+			out.Links = append(out.Links, api.Link{From: nameOf(l.From), To: nameOf(l.To), Gbit: l.Gbit, LatencyMs: l.LatencyMs,
+				ProbeGbit: l.ProbeGbit, LiveGbit: l.LiveGbit, RTTMs: l.RTTMs, Source: l.Source, Iface: l.Iface, Telemetry: l.Telemetry,
+				TxBytes: l.TxBytes, RxBytes: l.RxBytes, AgeSec: math.Round(time.Since(l.MeasuredAt).Seconds()*10) / 10})
 		}
 	}
 	for _, id := range order {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strconv"
 	"sync"
@@ -64,6 +65,8 @@ type Agent struct {
 	par *parallel.Reconciler // members and drivers of the plans this node is in
 	// kvLink carries disaggregated prefill's KV caches (kv streams).
 	kvLink *disagg.Link
+	// net counts the traffic to and from each peer (eBPF or QUIC's counts).
+	net *netTelemetry
 
 	models   *openai.StaticBackend // models this agent serves (the OpenAI endpoint's backend)
 	pub      *publisher            // puts the models this node drives into models
@@ -193,6 +196,16 @@ func (a *Agent) start() error {
 		mc.GossipInterval = p / 4
 		mc.SuspicionMult = 2
 		mc.TCPTimeout = 4 * p
+	}
+	if a.net, err = startNetTelemetry(a.cfg.NetTelemetry, a.ep, a.log.Named("net")); err != nil {
+		return fmt.Errorf("--net-telemetry %s: %w", a.cfg.NetTelemetry, err)
+	}
+	// Count a peer's traffic from its first packets (a shard fetch can
+	// follow its join within a second), not from the link loop's next tick.
+	a.gossip.joined = func(id string, ip net.IP) {
+		if addr, ok := netip.AddrFromSlice(ip); ok && id != a.id {
+			go a.net.watch([]netip.Addr{addr.Unmap()})
+		}
 	}
 	a.ml, err = memberlist.Create(mc)
 	if err != nil {
@@ -344,6 +357,7 @@ func (a *Agent) close(graceful bool) {
 			_ = a.ep.Close()
 		}
 		a.bg.Wait()
+		a.net.close()
 		if a.files != nil {
 			a.files.close()
 		}

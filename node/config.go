@@ -48,8 +48,12 @@ type Config struct {
 	// DrainTimeout bounds how long shoal agent lets requests in flight
 	// finish after SIGTERM before it leaves (--drain-timeout).
 	DrainTimeout Duration `json:"drain_timeout"`
-	Version      string   `json:"-"`
-	Tuning       Tuning   `json:"tuning"`
+	// NetTelemetry is where per-peer traffic counts come from: "auto"
+	// (eBPF where it loads, else QUIC's own counts), "ebpf" (or fail to
+	// start), "quic" ("" too: an in-process agent attaches nothing).
+	NetTelemetry string `json:"net_telemetry"`
+	Version      string `json:"-"`
+	Tuning       Tuning `json:"tuning"`
 }
 
 // Tuning holds timers. Zero values take LAN defaults; tests shorten them.
@@ -121,6 +125,11 @@ func (c *Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		return errors.New("--data-dir is required: the agent keeps its identity, certificates and Raft log there")
+	}
+	switch c.NetTelemetry {
+	case "", NetTelemetryAuto, NetTelemetryEBPF, NetTelemetryQUIC:
+	default:
+		return fmt.Errorf("--net-telemetry %q: want auto, ebpf or quic", c.NetTelemetry)
 	}
 	if c.Bind != "" && net.ParseIP(c.Bind) == nil {
 		return fmt.Errorf("--bind %q is not an IP address", c.Bind)

@@ -60,7 +60,8 @@ type gossip struct {
 	status map[string]coordinator.NodeStatus
 	events chan struct{}
 
-	revoked func(id string) bool // node IDs removed from the cluster
+	revoked func(id string) bool       // node IDs removed from the cluster
+	joined  func(id string, ip net.IP) // a member was seen alive (nil: nothing to do)
 }
 
 // NotifyAlive implements memberlist.AliveDelegate: a removed node's alive
@@ -124,7 +125,12 @@ func (g *gossip) set(n *memberlist.Node, st coordinator.NodeStatus) {
 }
 
 // NotifyJoin implements memberlist.EventDelegate.
-func (g *gossip) NotifyJoin(n *memberlist.Node) { g.set(n, coordinator.StatusAlive) }
+func (g *gossip) NotifyJoin(n *memberlist.Node) {
+	g.set(n, coordinator.StatusAlive)
+	if g.joined != nil {
+		g.joined(n.Name, n.Addr)
+	}
+}
 
 // NotifyLeave implements memberlist.EventDelegate.
 func (g *gossip) NotifyLeave(n *memberlist.Node) {

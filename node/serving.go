@@ -175,7 +175,7 @@ func (a *Agent) setupMetrics() error {
 		return err
 	}
 	a.observer = obs
-	a.registry.MustRegister(&agentCollector{a: a})
+	a.registry.MustRegister(&agentCollector{a: a}, netCollector{a: a})
 	installControlMetrics()
 	a.registry.MustRegister(controlCollector{})
 	return nil

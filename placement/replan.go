@@ -45,7 +45,7 @@ type Decision struct {
 // Among those within ReplanSlack of the fastest (RepairSlack for the
 // repaired plan, KeepSlack for prev) it takes one that keeps
 // prev's driver if any does, then the one that moves the fewest weight
-// bytes, then the fastest. A plan
+// bytes, then prev itself, then the fastest. A plan
 // that places everything as prev does keeps prev. local is the node that
 // has the model's file: it reads its shard from it and fetches nothing.
 // The plan is numbered prev.Version+1 (opts.Version without prev). Like
@@ -153,6 +153,13 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 			}
 		case c.moved != p.moved:
 			if c.moved < p.moved {
+				pick = i
+			}
+		case c.keep != p.keep:
+			// Moving nothing either way, the plan that runs stays: a new
+			// version reopens the model's sessions for a gain within
+			// KeepSlack, likely the links' noise.
+			if c.keep {
 				pick = i
 			}
 		case c.plan.Cost.MsPerToken < p.plan.Cost.MsPerToken:

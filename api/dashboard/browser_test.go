@@ -44,14 +44,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	agent, base := startAgent(t)
 	gen := complete(t, base, "Once upon a time", 16) + complete(t, base, "In a hole in the ground", 16)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.Flag("disable-dev-shm-usage", true))
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer bcancel()
+	bctx := headless(t, chrome)
+	ctx := bctx
 
 	poll := func(expr string, d time.Duration) chromedp.Action[chromedp.Void] {
 		return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(d))
@@ -254,4 +248,53 @@ func TestDashboardInBrowserOverHTTPS(t *testing.T) {
 	}
 	nodes, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#nodes tbody")))
 	t.Logf("dashboard over HTTPS: nodes %q", nodes)
+}
+
+// TestDashboardLinks: the links table shows this agent's traffic with each
+// peer of a two-server cluster (QUIC's own counts: in-process agents load
+// no eBPF), with what was sent and received.
+func TestDashboardLinks(t *testing.T) {
+	chrome := chromePath()
+	if chrome == "" {
+		t.Skip("no Chromium binary found (Debian: apt-get install chromium; or set SHOAL_CHROME): dashboard browser test skipped")
+	}
+	c := nodetest.New(t, 2)
+	c.Leader(20 * time.Second)
+	a := c.Members[0].Agent
+	peer := c.Members[1].Cfg.Name
+	bctx := headless(t, chrome)
+	row := `document.querySelector('#links tr[data-peer="` + peer + `"]')`
+	err := chromedp.Do(bctx,
+		chromedp.Navigate(a.HTTPURL()+"/?interval=250"),
+		chromedp.WaitVisible(chromedp.ID("api-key")),
+		chromedp.SendKeys(chromedp.ID("api-key"), nodetest.Secret),
+		chromedp.Click(chromedp.ID("key-save")),
+		chromedp.Poll[chromedp.Void](`!!`+row+` && `+row+`.children[3].textContent.endsWith('B')`, chromedp.WithPollingTimeout(30*time.Second)),
+	)
+	if err != nil {
+		body, _ := chromedp.Run(bctx, chromedp.Text(chromedp.ID("links")))
+		t.Fatalf("no link row for %s with bytes sent: %v\nlinks: %s", peer, err, body)
+	}
+	text, err := chromedp.Run(bctx, chromedp.Evaluate[string](row+`.textContent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	note, _ := chromedp.Run(bctx, chromedp.Text(chromedp.ID("links-note")))
+	t.Logf("link row: %q (%s)", text, note)
+	if !strings.Contains(note, "quic") {
+		t.Errorf("links note %q does not name the counting source", note)
+	}
+}
+
+// headless starts headless Chromium for a test, closed at its end.
+func headless(t *testing.T, chrome string) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	t.Cleanup(cancel)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.Flag("disable-dev-shm-usage", true))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(acancel)
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(bcancel)
+	return bctx
 }

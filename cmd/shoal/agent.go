@@ -178,6 +178,7 @@ launchd job, a container image, compose and Kubernetes files.`,
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "private key (PEM) of --tls-cert")
 	f.StringVar(&cfg.Serves, "role", "", "pin this node to a pool of disaggregated plans: prefill (computes prompts, streams their KV cache to decode nodes), decode, or both (default both; see 'shoal model load --disagg')")
 	f.DurationVar((*time.Duration)(&cfg.DrainTimeout), "drain-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, how long requests in flight may run before the agent leaves anyway (new ones are refused from the signal on); a second signal stops at once")
+	f.StringVar(&cfg.NetTelemetry, "net-telemetry", node.NetTelemetryAuto, "where per-peer traffic counts (metrics, the planner's live link view) come from: auto (eBPF classifiers on the interfaces the cluster uses, where they load: Linux as root or with CAP_BPF and CAP_NET_ADMIN; else QUIC's own counts), ebpf (or refuse to start), quic")
 	f.BoolVar(&insecureHTTP, "insecure-http", false, "serve the API over plain HTTP even on a network address (keys and prompts cross in clear)")
 	return cmd
 }
@@ -230,6 +231,7 @@ func mergeAgentFlags(fs *pflag.FlagSet, flags, out *node.Config) error {
 		{"tls-cert", str(&out.TLSCert), func() { out.TLSCert = flags.TLSCert }},
 		{"role", str(&out.Serves), func() { out.Serves = flags.Serves }},
 		{"tls-key", str(&out.TLSKey), func() { out.TLSKey = flags.TLSKey }},
+		{"net-telemetry", str(&out.NetTelemetry), func() { out.NetTelemetry = flags.NetTelemetry }},
 		{"drain-timeout", func(s string) error {
 			v, err := time.ParseDuration(s)
 			if err != nil || v < 0 {
@@ -303,6 +305,8 @@ func isZeroField(c *node.Config, flag string) bool {
 		return c.HTTPS == ""
 	case "drain-timeout":
 		return c.DrainTimeout == 0
+	case "net-telemetry":
+		return c.NetTelemetry == ""
 	}
 	return true
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -415,10 +416,15 @@ func printPlacement(w io.Writer, p *api.PlacementInfo) {
 		fmt.Fprintf(w, "\nfile (%d live node(s) wanted): %s\n", p.Replicas, holderList(p.Holders))
 	}
 	if len(p.Links) > 0 {
-		fmt.Fprintln(w, "\nmeasured links:")
+		fmt.Fprintln(w, "\nlinks of the plan's nodes (what the planner uses; probe = 1 MiB pushed every minute, live = the most real traffic achieved since):")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "FROM\tTO\tGBIT/S\tLATENCY MS\tSET BY\tPROBE\tLIVE\tRTT MS\tIFACE\tSENT\tRECEIVED\tCOUNTED BY\tAGE")
 		for _, l := range p.Links {
-			fmt.Fprintf(w, "  %s -> %s: %.2f Gbit/s, %.3f ms\n", l.From, l.To, l.Gbit, l.LatencyMs)
+			fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0fs\n", l.From, l.To, l.Gbit, l.LatencyMs,
+				orDash(l.Source), gbitOrDash(l.ProbeGbit), gbitOrDash(l.LiveGbit), msOrDash(l.RTTMs), orDash(l.Iface),
+				bytesOrDash(l.TxBytes), bytesOrDash(l.RxBytes), orDash(l.Telemetry), l.AgeSec)
 		}
+		tw.Flush()
 	}
 	if len(p.Explain) > 0 {
 		fmt.Fprintln(w, "\nwhy:")
@@ -464,4 +470,38 @@ func parseSize(s string) (uint64, error) {
 		return 0, fmt.Errorf("%q is not a size: want e.g. 512MiB or 2GiB", s)
 	}
 	return uint64(v * mult), nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func gbitOrDash(g float64) string {
+	if g <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", g)
+}
+
+func msOrDash(ms float64) string {
+	if ms <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", ms)
+}
+
+func bytesOrDash(b uint64) string {
+	if b == 0 {
+		return "-"
+	}
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
 }

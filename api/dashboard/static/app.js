@@ -241,6 +241,44 @@ function drawSpark() {
   $('tok-spark').querySelector('polyline').setAttribute('points', pts);
 }
 
+// renderLinks shows this agent's traffic with each peer from its metrics
+// (eBPF counters where the agent could load them, else QUIC's own), with
+// the rates since the previous refresh.
+let prevLinks = null; // {t, bytes: {peer|direction: value}}
+function renderLinks(ms) {
+  const info = ms.find((m) => m.name === 'shoal_net_telemetry_info');
+  const source = info ? info.labels.source : null;
+  $('links-note').textContent = source ? `(this agent's view, counted by ${source}${info.labels.reason ? ': ' + info.labels.reason : ''})` : '';
+  const peers = {};
+  const now = performance.now();
+  const bytes = {};
+  for (const m of ms) {
+    if (!m.name.startsWith('shoal_peer_')) continue;
+    const key = m.labels.addr;
+    const p = peers[key] || (peers[key] = { peer: m.labels.peer, addr: m.labels.addr });
+    if (m.name === 'shoal_peer_bytes_total' && m.labels.source === source) {
+      p[m.labels.direction] = m.value;
+      bytes[key + '|' + m.labels.direction] = m.value;
+    } else if (m.name === 'shoal_peer_rtt_seconds') p.rtt = m.value;
+    else if (m.name === 'shoal_peer_packets_lost_total') p.lost = m.value;
+    else if (m.name === 'shoal_peer_interface_info') p.iface = m.labels.iface;
+  }
+  const rate = (key, dir) => {
+    if (!prevLinks || now <= prevLinks.t) return '—';
+    const a = prevLinks.bytes[key + '|' + dir], b = bytes[key + '|' + dir];
+    if (a == null || b == null || b < a) return '—';
+    return fmtBytes((b - a) / ((now - prevLinks.t) / 1000)) + '/s';
+  };
+  prevLinks = { t: now, bytes };
+  const rows = Object.keys(peers).sort().map((key) => {
+    const p = peers[key];
+    return el('tr', { 'data-peer': p.peer }, td(p.peer), td(p.addr, 'mono'), td(p.iface || '—'),
+      num(fmtBytes(p.tx)), num(fmtBytes(p.rx)), num(rate(key, 'tx')), num(rate(key, 'rx')),
+      num(p.rtt ? fmtNum(p.rtt * 1000, 3) : '—'), num(fmtInt(p.lost)));
+  });
+  fill('links', rows, 9, 'no traffic with other nodes yet');
+}
+
 function renderRequests(body) {
   const recs = (body && body.requests) || [];
   $('requests-note').textContent = body && body.capacity ? `(last ${body.capacity} kept by this agent)` : '';
@@ -285,7 +323,7 @@ async function refresh() {
   if (st.status === 'fulfilled') renderStatus(st.value);
   if (nodes.status === 'fulfilled') renderNodes(nodes.value, val(st));
   if (models.status === 'fulfilled') renderModels(models.value, ms, val(st), val(plans));
-  if (metrics.status === 'fulfilled') renderMetrics(ms);
+  if (metrics.status === 'fulfilled') { renderMetrics(ms); renderLinks(ms); }
   if (reqs.status === 'fulfilled') renderRequests(reqs.value);
   const errs = all.filter((r) => r.status === 'rejected').map((r) => r.reason.message);
   showError(errs.join(' · '));
