@@ -190,6 +190,10 @@ func (a *Agent) start() error {
 	mc.Alive = a.gossip
 	mc.Merge = a.gossip
 	mc.Logger = zapio.StdLogger(zap.L().Named("gossip"))
+	// A node that crashed and came back on a new address (a pod
+	// rescheduled) takes its name back after 10 s instead of memberlist's
+	// default of never: its identity is its certificate, checked on QUIC.
+	mc.DeadNodeReclaimTime = 10 * time.Second
 	if p := a.cfg.Tuning.GossipProbe.or(0); p > 0 {
 		mc.ProbeInterval = p
 		mc.ProbeTimeout = p / 2
