@@ -142,6 +142,11 @@ func (a *Agent) linkLoop() {
 			if tr.SmoothedRTT > 0 {
 				l.RTTMs = float64(tr.SmoothedRTT.Microseconds()) / 1000
 			}
+			// The least round trip QUIC saw on the open connection is a
+			// latency observed on real traffic, between probes too.
+			if ms := float64(tr.MinRTT.Microseconds()) / 2000; tr.MinRTT > 0 && ms < l.LatencyMs {
+				l.LatencyMs = ms
+			}
 			if a.net != nil {
 				l.Telemetry = a.net.Source()
 			}
