@@ -18,7 +18,7 @@ import (
 // topLevel is every folder the repository may have at its top: one concern
 // each (disagg and deploy arrive with the issues that fill them).
 var topLevel = map[string]bool{
-	"api": true, "cmd": true, "coordinator": true, "deploy": true, "disagg": true, "engine": true,
+	"api": true, "cmd": true, "coordinator": true, "deploy": true, "disagg": true, "engine": true, "hub": true,
 	"internal": true, "node": true, "parallel": true, "placement": true, "serve": true, "shard": true,
 	"transport": true,
 }
@@ -26,10 +26,14 @@ var topLevel = map[string]bool{
 // mayImport lists, for each top-level folder, the other top-level folders
 // its packages may import; a package may always import from its own
 // folder. Dependencies point one way:
-// cmd → node → {api, coordinator, disagg, parallel, serve, shard, transport} → {engine, placement} → internal.
+// cmd → node → {api, coordinator, disagg, parallel, serve, shard, transport} → {engine, placement} → internal;
+// hub (models from Hugging Face: resolve, download, verify, the model store)
+// is a leaf beside them that node and cmd use (#25): shard must not speak
+// HTTP, so the hub's byte ranges reach it through node.
 var mayImport = map[string][]string{
 	"internal":    {},
 	"deploy":      {},
+	"hub":         {"internal"},
 	"engine":      {"internal"},
 	"placement":   {"engine", "internal"},
 	"transport":   {"engine", "internal"},
@@ -39,8 +43,8 @@ var mayImport = map[string][]string{
 	"api":         {"internal"},
 	"parallel":    {"engine", "placement", "shard", "transport", "serve", "internal"},
 	"disagg":      {"engine", "placement", "shard", "transport", "serve", "parallel", "internal"},
-	"node":        {"api", "coordinator", "disagg", "parallel", "serve", "shard", "transport", "engine", "placement", "internal"},
-	"cmd":         {"node", "api", "coordinator", "disagg", "parallel", "serve", "shard", "transport", "engine", "placement", "internal"},
+	"node":        {"api", "coordinator", "disagg", "hub", "parallel", "serve", "shard", "transport", "engine", "placement", "internal"},
+	"cmd":         {"node", "api", "coordinator", "disagg", "hub", "parallel", "serve", "shard", "transport", "engine", "placement", "internal"},
 }
 
 // testFixtures lists what tests may import beyond mayImport: a running
