@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -107,12 +108,75 @@ func LoadConfigFile(path string, c *Config) error {
 	if err != nil {
 		return fmt.Errorf("config file: %w", err)
 	}
+	// Keys as the flags name them are taken too: sizes as text
+	// ("memory_limit": "8GiB"), "role" for serves, "insecure_http".
+	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(c); err != nil {
+	if err := dec.Decode(&raw); err != nil {
+		return fmt.Errorf("config file %s: %v", path, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("config file %s: more than one JSON object", path)
+	}
+	for _, k := range []string{"memory_limit", "disk_limit"} {
+		var text string
+		if v, ok := raw[k]; ok && json.Unmarshal(v, &text) == nil {
+			n, err := ParseSize(text)
+			if err != nil {
+				return fmt.Errorf("config file %s: %s: %v", path, k, err)
+			}
+			raw[k], _ = json.Marshal(n)
+		}
+	}
+	if v, ok := raw["role"]; ok {
+		if _, both := raw["serves"]; both {
+			return fmt.Errorf("config file %s: role and serves name the same setting: keep one", path)
+		}
+		raw["serves"] = v
+		delete(raw, "role")
+	}
+	if v, ok := raw["insecure_http"]; ok {
+		var on bool
+		if err := json.Unmarshal(v, &on); err != nil {
+			return fmt.Errorf("config file %s: insecure_http: want true or false", path)
+		}
+		if on {
+			raw["https"], _ = json.Marshal(HTTPSOff)
+		}
+		delete(raw, "insecure_http")
+	}
+	norm, _ := json.Marshal(raw)
+	strict := json.NewDecoder(strings.NewReader(string(norm)))
+	strict.DisallowUnknownFields()
+	if err := strict.Decode(c); err != nil {
 		return fmt.Errorf("config file %s: %v", path, err)
 	}
 	return nil
+}
+
+// ParseSize reads a size such as 512MiB, 2GiB, 8GB or a number of bytes.
+func ParseSize(s string) (uint64, error) {
+	t := strings.TrimSpace(strings.ToLower(s))
+	units := []struct {
+		suffix string
+		mult   float64
+	}{
+		{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
+		{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
+		{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40}, {"b", 1},
+	}
+	mult := 1.0
+	for _, u := range units {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%q is not a size: want e.g. 512MiB or 2GiB", s)
+	}
+	return uint64(v * mult), nil
 }
 
 // Validate reports the first problem in one line.

@@ -63,8 +63,9 @@ store). --tls-cert/--tls-key serve a certificate of your own instead;
 
 --join takes QUIC addresses (host or host:port, default port 7947).
 Every flag can also come from the environment (SHOAL_NAME, SHOAL_DATA_DIR,
-SHOAL_JOIN=a,b, SHOAL_AGENT_TOKEN, ...; SHOAL_TOKEN stays the CLI's API key) or a JSON file given with --config
-(keys as in the flags, with underscores: {"data_dir": "...", "join": [...]}).
+SHOAL_JOIN=a,b, SHOAL_AGENT_TOKEN, SHOAL_LOG_LEVEL, ...: SHOAL_ and the flag's
+name with underscores; SHOAL_TOKEN stays the CLI's API key) or a JSON file given with --config
+(keys as in the flags, with underscores: {"data_dir": "...", "join": [...], "memory_limit": "8GiB"}).
 Precedence: flag, environment, config file.
 
 As a service: SIGTERM (or Ctrl-C) drains the agent: new client requests get
@@ -102,16 +103,16 @@ launchd job, a container image, compose and Kubernetes files.`,
 				final.Threads = modelOpts.Threads
 			}
 			if memLimit != "" {
-				if final.MemoryLimit, err = parseSize(memLimit); err != nil {
+				if final.MemoryLimit, err = node.ParseSize(memLimit); err != nil {
 					return fmt.Errorf("--memory-limit: %w", err)
 				}
 			} else if v := os.Getenv("SHOAL_MEMORY_LIMIT"); v != "" {
-				if final.MemoryLimit, err = parseSize(v); err != nil {
+				if final.MemoryLimit, err = node.ParseSize(v); err != nil {
 					return fmt.Errorf("SHOAL_MEMORY_LIMIT: %w", err)
 				}
 			}
 			if diskLimit != "" {
-				if final.DiskLimit, err = parseSize(diskLimit); err != nil {
+				if final.DiskLimit, err = node.ParseSize(diskLimit); err != nil {
 					return fmt.Errorf("--disk-limit: %w", err)
 				}
 			}
@@ -309,4 +310,41 @@ func isZeroField(c *node.Config, flag string) bool {
 		return c.NetTelemetry == ""
 	}
 	return true
+}
+
+// flagsFromEnv gives every agent flag not set on the command line the
+// value of SHOAL_<FLAG> (dashes as underscores) when that is set, so a
+// container or unit can configure any of them from its environment: the
+// flag, then the environment, then the config file. --token reads
+// SHOAL_AGENT_TOKEN (SHOAL_TOKEN is the CLI's API key); a repeatable
+// flag takes a comma-separated list.
+func flagsFromEnv(cmd *cobra.Command) error {
+	var err error
+	visit := func(f *pflag.Flag) {
+		if err != nil || f.Changed || f.Name == "help" {
+			return
+		}
+		env := "SHOAL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if f.Name == "token" {
+			env = "SHOAL_AGENT_TOKEN"
+		}
+		v, ok := os.LookupEnv(env)
+		if !ok || v == "" {
+			return
+		}
+		vals := []string{v}
+		if strings.HasSuffix(f.Value.Type(), "Slice") || strings.HasSuffix(f.Value.Type(), "Array") {
+			vals = strings.Split(v, ",")
+		}
+		for _, x := range vals {
+			if serr := f.Value.Set(strings.TrimSpace(x)); serr != nil {
+				err = fmt.Errorf("%s=%q: %v", env, v, serr)
+				return
+			}
+		}
+		f.Changed = true
+	}
+	cmd.Flags().VisitAll(visit)
+	cmd.InheritedFlags().VisitAll(visit)
+	return err
 }

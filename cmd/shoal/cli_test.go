@@ -143,3 +143,29 @@ func TestCorruptModel(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentFlagsFromEnv: every agent flag reads SHOAL_<FLAG> when the
+// command line does not set it; the command line wins; a bad value is a
+// clear error naming the variable.
+func TestAgentFlagsFromEnv(t *testing.T) {
+	t.Setenv("SHOAL_CTX", "512")
+	t.Setenv("SHOAL_DISK_LIMIT", "5GiB")
+	t.Setenv("SHOAL_JOIN", "a:7947,b")
+	t.Setenv("SHOAL_THREADS", "3")
+	cmd := agentCmd()
+	if err := cmd.Flags().Parse([]string{"--threads", "2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := flagsFromEnv(cmd); err != nil {
+		t.Fatal(err)
+	}
+	get := func(name string) string { return cmd.Flags().Lookup(name).Value.String() }
+	if get("ctx") != "512" || get("disk-limit") != "5GiB" || get("join") != "[a:7947,b]" || get("threads") != "2" {
+		t.Fatalf("ctx %s, disk-limit %s, join %s, threads %s", get("ctx"), get("disk-limit"), get("join"), get("threads"))
+	}
+	t.Setenv("SHOAL_MAX_SEQS", "many")
+	err := flagsFromEnv(agentCmd())
+	if err == nil || !strings.Contains(err.Error(), "SHOAL_MAX_SEQS") {
+		t.Fatalf("SHOAL_MAX_SEQS=many: %v", err)
+	}
+}

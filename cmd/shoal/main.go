@@ -50,6 +50,11 @@ Quick start:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Name() == "agent" {
+				if err := flagsFromEnv(cmd); err != nil {
+					return err
+				}
+			}
 			_, err := logging.Setup(logOpts)
 			return err
 		},

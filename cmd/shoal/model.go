@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"shoal/api"
+	"shoal/node"
 	"shoal/placement"
 )
 
@@ -83,7 +84,7 @@ as no-room and skipped); 'model unload' removes the copies.
 				}
 			}
 			if overhead != "" {
-				if req.Overhead, err = parseSize(overhead); err != nil {
+				if req.Overhead, err = node.ParseSize(overhead); err != nil {
 					return fmt.Errorf("--overhead: %w", err)
 				}
 			}
@@ -448,30 +449,6 @@ func mib(b uint64) string {
 }
 
 // parseSize reads a byte count: 1073741824, 512MiB, 1GiB, 1.5GB, 64k.
-func parseSize(s string) (uint64, error) {
-	t := strings.TrimSpace(strings.ToLower(s))
-	units := []struct {
-		suffix string
-		mult   float64
-	}{
-		{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
-		{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
-		{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40}, {"b", 1},
-	}
-	mult := 1.0
-	for _, u := range units {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("%q is not a size: want e.g. 512MiB or 2GiB", s)
-	}
-	return uint64(v * mult), nil
-}
-
 func orDash(s string) string {
 	if s == "" {
 		return "-"
