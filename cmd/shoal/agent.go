@@ -149,7 +149,7 @@ launchd job, a container image, compose and Kubernetes files.`,
 				return drainAndLeave(a, time.Duration(final.DrainTimeout), cmd.ErrOrStderr())
 			case <-a.Done():
 				_ = a.Shutdown(true) // waits for the leave the removal started
-				return fmt.Errorf("this node was removed from the cluster")
+				return codedError{exitRemoved, "this node was removed from the cluster ('shoal node rm'): start it with a fresh --data-dir and a new join token (exit status 3: restarting it as it is cannot help)"}
 			}
 		},
 	}

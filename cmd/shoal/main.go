@@ -73,11 +73,28 @@ func main() {
 		if errors.As(err, &ee) {
 			os.Exit(int(ee))
 		}
+		var ce codedError
+		if errors.As(err, &ce) {
+			os.Exit(ce.code)
+		}
 		os.Exit(1)
 	}
 }
 
 type exitError int
+
+// codedError is an error the process exits with a code of its own for, so
+// a service manager can tell it apart (systemd RestartPreventExitStatus).
+type codedError struct {
+	code int
+	msg  string
+}
+
+func (e codedError) Error() string { return e.msg }
+
+// exitRemoved is the exit status of an agent whose node was removed from
+// the cluster: restarting it cannot help.
+const exitRemoved = 3
 
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", int(e)) }
 

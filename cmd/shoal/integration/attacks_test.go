@@ -882,8 +882,9 @@ func (a *attackEnv) remove(t *testing.T, name string, r *running) {
 	removed := time.Now()
 	select {
 	case res := <-r.done:
-		if line := res.errLine(); res.code <= 0 || !strings.Contains(line, "this node was removed from the cluster") {
-			t.Errorf("%s after 'shoal node rm': exit %d, %q\n%s", name, res.code, line, tail(res.stderr, 15))
+		// Exit status 3: a service manager does not restart it in a loop.
+		if line := res.errLine(); res.code != 3 || !strings.Contains(line, "this node was removed from the cluster") {
+			t.Errorf("%s after 'shoal node rm': exit %d, %q (want exit 3)\n%s", name, res.code, line, tail(res.stderr, 15))
 		}
 		t.Logf("%s stopped %v after 'shoal node rm': %s", name, time.Since(removed).Round(time.Millisecond), res.errLine())
 	case <-time.After(15 * time.Second):
