@@ -34,6 +34,7 @@ func commands() []*cobra.Command {
 		benchEndpointCmd(),
 		modelCmd(),
 		placementCmd(),
+		pullCmd(),
 	}
 }
 

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"shoal/hub"
+)
+
+func pullCmd() *cobra.Command {
+	var (
+		opts   hub.PullOptions
+		store  string
+		list   bool
+		remove bool
+		quiet  bool
+		onlyP  bool
+		output string
+	)
+	cmd := &cobra.Command{
+		Use:   "pull REF",
+		Short: "Download a GGUF model from Hugging Face into the local model store",
+		Long: `Download a GGUF model from the Hugging Face hub into the local model store,
+verified by its sha256 and resumable: an interrupted pull continues where it
+stopped, and a model already in the store is not downloaded again.
+
+REF is one of:
+  OWNER/REPO              the repository's Q4_K_M file, else its only .gguf
+  OWNER/REPO:QUANT        the file whose name carries QUANT (case-insensitive)
+  OWNER/REPO/FILE.gguf    one file (it may be in a subfolder)
+A split model (NAME-00001-of-00003.gguf, ...) is pulled whole.
+
+The store is $SHOAL_MODELS or ~/.shoal/models (--store): blobs/ holds the
+files named by sha256, manifests/ names the models
+(qwen2.5-0.5b-instruct:q4_k_m for Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M).
+
+Environment:
+  HF_TOKEN      access token for gated or private repositories (accept the
+                model's license on its page first); also HUGGING_FACE_HUB_TOKEN
+  HF_ENDPOINT   the hub's URL (default https://huggingface.co; a mirror works)`,
+		Example: `  shoal pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M
+  shoal run --model "$(shoal pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M --path)" -p "Hello"
+  shoal up --model "$(shoal pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M --path)"
+  HF_TOKEN=hf_... shoal pull meta-llama/SOME-GATED-REPO-GGUF:Q8_0
+  HF_ENDPOINT=https://hf-mirror.example shoal pull Qwen/Qwen2.5-0.5B-Instruct-GGUF
+  shoal pull --offline Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M   # the store only
+  shoal pull --list -o json
+  shoal pull --rm qwen2.5-0.5b-instruct:q4_k_m`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if list {
+				return cobra.NoArgs(cmd, args)
+			}
+			if len(args) != 1 {
+				return errors.New("want one REF, e.g. shoal pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M (or --list)")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "table" && output != "json" {
+				return fmt.Errorf("-o %q: want table or json", output)
+			}
+			st, err := hub.OpenStore(store)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			switch {
+			case list:
+				return listStore(out, st, output)
+			case remove:
+				if err := st.Remove(args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "removed %s\n", args[0])
+				return nil
+			}
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			c := hub.NewClient()
+			c.UserAgent = "shoal/" + version
+			opts.Client = c
+			var prog *pullProgress
+			if !quiet && !onlyP {
+				prog = &pullProgress{w: cmd.ErrOrStderr(), what: args[0], tty: isTerminal(cmd.ErrOrStderr())}
+				opts.Progress = prog.update
+			}
+			m, err := st.Pull(ctx, args[0], opts)
+			if prog != nil {
+				prog.finish()
+			}
+			if err != nil {
+				if errors.Is(err, context.Canceled) {
+					return errors.New("pull interrupted; run it again to resume")
+				}
+				return err
+			}
+			paths := st.Paths(*m)
+			switch {
+			case output == "json":
+				return writeJSON(out, storedModel(st, *m))
+			case onlyP:
+				fmt.Fprintln(out, strings.Join(paths, "\n"))
+				return nil
+			}
+			fmt.Fprintf(out, "pulled %s (%s, %s) to %s\n", m.Name, m.Ref, human(m.Size()), strings.Join(paths, " "))
+			if len(paths) == 1 {
+				fmt.Fprintf(out, "use it: shoal run --model %s   or   shoal up --model %s\n", paths[0], paths[0])
+			} else {
+				// The engine does not load split GGUF yet (no split.count support).
+				fmt.Fprintf(out, "a split model of %d parts, listed in load order; shoal run/up load single GGUF files only for now (merge the parts with llama-gguf-split --merge first)\n", len(paths))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Name, "name", "", "name in the store (default: repository without -GGUF, lowercased, ':' quantization)")
+	f.StringVar(&store, "store", "", "model store directory (default $SHOAL_MODELS or ~/.shoal/models)")
+	f.StringVar(&opts.Revision, "revision", "main", "branch, tag or commit of the repository")
+	f.BoolVar(&opts.Offline, "offline", false, "use only the store; fail if the model is not there")
+	f.BoolVar(&list, "list", false, "list the models in the store")
+	f.BoolVar(&remove, "rm", false, "remove the model named REF from the store (blobs other models use are kept)")
+	f.BoolVar(&onlyP, "path", false, "print only the local file path(s), one a line (for $(...) in scripts)")
+	f.BoolVarP(&quiet, "quiet", "q", false, "no progress output")
+	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+// storedModelJSON is a manifest with its local files, for -o json.
+type storedModelJSON struct {
+	hub.Manifest
+	Size  int64    `json:"size"`
+	Files []string `json:"files"`
+}
+
+func storedModel(st *hub.Store, m hub.Manifest) storedModelJSON {
+	return storedModelJSON{Manifest: m, Size: m.Size(), Files: st.Paths(m)}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func listStore(w io.Writer, st *hub.Store, output string) error {
+	ms, err := st.List()
+	if err != nil {
+		return err
+	}
+	if output == "json" {
+		all := make([]storedModelJSON, 0, len(ms))
+		for _, m := range ms {
+			all = append(all, storedModel(st, m))
+		}
+		return writeJSON(w, all)
+	}
+	if len(ms) == 0 {
+		fmt.Fprintf(w, "no models in %s; get one with: shoal pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M\n", st.Dir)
+		return nil
+	}
+	tw := table(w)
+	fmt.Fprintln(tw, "NAME\tSIZE\tPARTS\tREF\tPATH")
+	for _, m := range ms {
+		ref := m.Ref
+		if m.Revision != "" && m.Revision != "main" {
+			ref += "@" + m.Revision
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", m.Name, human(m.Size()), len(m.Parts), ref, st.Paths(m)[0])
+	}
+	return tw.Flush()
+}
+
+func human(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// pullProgress shows a download: a progress bar on a terminal, a line
+// every 10% otherwise.
+type pullProgress struct {
+	w    io.Writer
+	what string
+	tty  bool
+	bar  *progressbar.ProgressBar
+	next int64 // percent of the next plain line
+}
+
+func (p *pullProgress) update(done, total int64) {
+	if total <= 0 {
+		return
+	}
+	if p.tty {
+		if p.bar == nil {
+			p.bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(p.w),
+				progressbar.OptionShowBytes(true), progressbar.OptionSetDescription("pulling "+p.what),
+				progressbar.OptionSetPredictTime(true), progressbar.OptionShowElapsedTimeOnFinish(),
+				progressbar.OptionThrottle(200e6), progressbar.OptionClearOnFinish())
+		}
+		p.bar.Set64(done)
+		return
+	}
+	pct := done * 100 / total
+	if pct < p.next {
+		return
+	}
+	fmt.Fprintf(p.w, "pulling %s: %3d%% (%s of %s)\n", p.what, pct, human(done), human(total))
+	p.next = pct/10*10 + 10
+}
+
+func (p *pullProgress) finish() {
+	if p.bar != nil {
+		p.bar.Finish()
+	}
+}
