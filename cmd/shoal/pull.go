@@ -233,3 +233,40 @@ func (p *pullProgress) finish() {
 		p.bar.Finish()
 	}
 }
+
+// localModel turns a --model argument into a GGUF file on this machine: a
+// file path as it is; else a model in the store (qwen2.5-0.5b-instruct:q4_k_m);
+// else a hub reference (Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M), pulled
+// into the store first with its progress on w.
+func localModel(ctx context.Context, arg string, w io.Writer) (string, error) {
+	if arg == "" {
+		return "", nil
+	}
+	if _, err := os.Stat(arg); err == nil {
+		return arg, nil
+	}
+	st, err := hub.OpenStore("")
+	if err != nil {
+		return "", err
+	}
+	var m *hub.Manifest
+	if got, gerr := st.Get(arg); gerr == nil {
+		m = got
+	} else if _, rerr := hub.ParseRef(arg); rerr == nil && strings.Contains(arg, "/") {
+		c := hub.NewClient()
+		c.UserAgent = "shoal/" + version
+		prog := &pullProgress{w: w, what: arg, tty: isTerminal(w)}
+		m, err = st.Pull(ctx, arg, hub.PullOptions{Client: c, Progress: prog.update})
+		prog.finish()
+		if err != nil {
+			return "", err
+		}
+	} else {
+		return "", fmt.Errorf("model %q: no such file, no model of that name in the store (shoal pull --list), and not a hub reference (OWNER/REPO[:QUANT])", arg)
+	}
+	paths := st.Paths(*m)
+	if len(paths) != 1 {
+		return "", fmt.Errorf("model %s is split in %d files; shoal loads single GGUF files only for now (merge them with llama-gguf-split --merge)", m.Name, len(paths))
+	}
+	return paths[0], nil
+}

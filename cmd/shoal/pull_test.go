@@ -119,3 +119,35 @@ func TestPullProgressPlainLines(t *testing.T) {
 		t.Fatalf("plain progress:\n%s", b.String())
 	}
 }
+
+// TestRunByHubReference: shoal run --model takes a hub reference (pulled
+// into the store first) and then the store's name for it, and refuses a
+// name that is neither a file, a stored model nor a reference.
+func TestRunByHubReference(t *testing.T) {
+	const repo = "shoal-test/Tiny-GGUF"
+	body, err := os.ReadFile(genModel(t, t.TempDir(), "--type", "q8_0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := hubtest.New(t)
+	srv.AddRepo(repo, map[string][]byte{"tiny-q8_0.gguf": body})
+	t.Setenv("HF_ENDPOINT", srv.URL)
+	t.Setenv("HF_TOKEN", "")
+	t.Setenv("HUGGING_FACE_HUB_TOKEN", "")
+	t.Setenv("SHOAL_MODELS", t.TempDir())
+	out, err := execute(t, "", "run", "--model", repo+":Q8_0", "-p", "Hello", "-n", "4", "--seed", "1")
+	if err != nil {
+		t.Fatalf("run by reference: %v\n%s", err, out)
+	}
+	served := srv.TotalBytesServed()
+	if served < int64(len(body)) {
+		t.Fatalf("the hub served %d bytes of a %d-byte model", served, len(body))
+	}
+	again, err := execute(t, "", "run", "--model", "tiny:q8_0", "-p", "Hello", "-n", "4", "--seed", "1")
+	if err != nil || again != out || srv.TotalBytesServed() != served {
+		t.Fatalf("run by store name: %v, output %q (first %q), %d more bytes served", err, again, out, srv.TotalBytesServed()-served)
+	}
+	if _, err := execute(t, "", "run", "--model", "no-such-model", "-p", "x"); err == nil || !strings.Contains(err.Error(), "not a hub reference") {
+		t.Fatalf("unknown model: %v", err)
+	}
+}

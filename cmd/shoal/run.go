@@ -36,6 +36,10 @@ to stdout. Timing goes to stderr.
   shoal run --model model.gguf -p "Hi" --seed 7 --top-p 0.9`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			path, err := localModel(cmd.Context(), path, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
 			m, tok, err := openModel(path)
 			if err != nil {
 				return err
@@ -72,7 +76,7 @@ to stdout. Timing goes to stderr.
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&path, "model", "m", "", "GGUF model file (required)")
+	f.StringVarP(&path, "model", "m", "", "GGUF model: a file, a model in the store, or a hub reference such as Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M, pulled first (required)")
 	f.StringVarP(&prompt, "prompt", "p", "", "prompt text")
 	f.IntVarP(&n, "n", "n", 128, "tokens to generate (0 = until end of text or context)")
 	f.IntVarP(&threads, "threads", "t", 0, "worker threads (0 = all cores)")

@@ -40,6 +40,9 @@ gibberish: point --model at any GGUF file for real text.
 			o.Log = cmd.ErrOrStderr()
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if o.Model, err = localModel(ctx, o.Model, cmd.ErrOrStderr()); err != nil {
+				return err
+			}
 			c, err := localcluster.Start(ctx, o)
 			if err != nil {
 				return err
@@ -70,7 +73,7 @@ gibberish: point --model at any GGUF file for real text.
 	f := cmd.Flags()
 	f.IntVar(&o.Nodes, "nodes", 3, "number of agents to start")
 	f.StringVar(&o.DataDir, "data-dir", ".shoal/up", "where the agents keep their state (and the built-in model)")
-	f.StringVar(&o.Model, "model", "", "GGUF model to serve (default: the built-in model)")
+	f.StringVar(&o.Model, "model", "", "GGUF model to serve: a file, a model in the store, or a hub reference (OWNER/REPO[:QUANT], pulled first) (default: the built-in model)")
 	f.IntVar(&o.BasePort, "port", 8080, "HTTP port of the first agent; agent i uses port+10i (HTTP), +1 (QUIC), +2 (gossip)")
 	return cmd
 }
