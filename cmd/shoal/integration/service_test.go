@@ -104,7 +104,8 @@ func TestServiceLifecycle(t *testing.T) {
 			"--bind", "127.0.0.1", "--gossip-port", strconv.Itoa(base + 10*i), "--quic-port", strconv.Itoa(base + 10*i + 1),
 			"--http-port", strconv.Itoa(base + 10*i + 2), "--token", secret, "--join", quic(1 - i), "--drain-timeout", "60s"}
 		a.cmd = exec.Command(bin, append(args, extra...)...)
-		a.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+a.notify.path)
+		// WatchdogSec=2: the agent pings every second once ready.
+		a.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+a.notify.path, "WATCHDOG_USEC=2000000")
 		a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 		if err := a.cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -144,6 +145,7 @@ func TestServiceLifecycle(t *testing.T) {
 			t.Fatalf("READY=1 sent while /v1/health?ready=1 answers %d", code)
 		}
 	}
+	n1.notify.wait(t, "WATCHDOG=1", 5*time.Second)
 
 	// A stream in flight on n0, which drives the model, when n0 gets SIGTERM.
 	chat := func(a *agent, maxTokens int, stream bool) (*http.Response, error) {
