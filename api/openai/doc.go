@@ -1,11 +1,11 @@
 // Package openai serves shoal's OpenAI-compatible HTTP endpoint:
-// /v1/chat/completions, /v1/completions (both with SSE streaming) and
-// /v1/models. Both generating endpoints parse into one request (chat
-// messages become a prompt through the model's own Jinja chat template,
-// rendered with gonja; a completions prompt is text or token ids), map the
-// request parameters to Sampling, and share one response path that applies
-// stop strings to the detokenized stream and answers in OpenAI's shapes,
-// errors included.
+// /v1/chat/completions, /v1/completions (both with SSE streaming),
+// /v1/embeddings (for models with an Embedder) and /v1/models. Both
+// generating endpoints parse into one request (chat messages become a
+// prompt through the model's own Jinja chat template, rendered with gonja;
+// a completions prompt is text or token ids), map the request parameters to
+// Sampling, and share one response path that applies stop strings to the
+// detokenized stream and answers in OpenAI's shapes, errors included.
 //
 // It owns the endpoint and its wire types. It must not import the engine or
 // serve: a Model is a Tokenizer and a Submitter the node provides (see

@@ -95,6 +95,7 @@ func newHandler(b Backend, o Options) *handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/chat/completions", h.route("chat.completions", http.MethodPost, h.chat))
 	mux.HandleFunc("/v1/completions", h.route("completions", http.MethodPost, h.completions))
+	mux.HandleFunc("/v1/embeddings", h.route("embeddings", http.MethodPost, h.embeddings))
 	mux.HandleFunc("/v1/models", h.route("models", http.MethodGet, h.models))
 	mux.HandleFunc("/v1/models/{id...}", h.route("models", http.MethodGet, h.model))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

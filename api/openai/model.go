@@ -15,8 +15,11 @@ type Model struct {
 	// Submitter runs the model; nil means it is not being served right
 	// now (requests get 503).
 	Submitter Submitter
-	Created   time.Time
-	OwnedBy   string
+	// Embedder, when set, serves POST /v1/embeddings (see embeddings.go);
+	// nil: the model does not produce embeddings.
+	Embedder Embedder
+	Created  time.Time
+	OwnedBy  string
 }
 
 // Tokenizer is what the endpoint needs of a model's vocabulary and chat

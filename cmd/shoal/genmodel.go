@@ -24,6 +24,7 @@ func genModelCmd() *cobra.Command {
 		vocabSize int
 		quiet     bool
 		builtin   bool
+		pooling   int
 	)
 	cmd := &cobra.Command{
 		Use:   "gen-model --arch llama --type q4_k --out FILE",
@@ -48,6 +49,7 @@ another GGUF (--vocab-from) or is a byte-level BPE vocabulary shoal builds.
 				return fmt.Errorf("--out FILE is required")
 			}
 			var err error
+			s.Pooling = pooling
 			if builtin {
 				if s, err = localcluster.BuiltinSpec(); err != nil {
 					return err
@@ -105,7 +107,8 @@ another GGUF (--vocab-from) or is a byte-level BPE vocabulary shoal builds.
 	}
 	f := cmd.Flags()
 	f.BoolVar(&builtin, "builtin", false, "write the built-in model 'shoal up' serves (its shape flags are ignored)")
-	f.StringVar(&s.Arch, "arch", "llama", "architecture: llama, qwen2, qwen3, moe (Mixtral-style llama), qwen2moe, qwen3moe")
+	f.StringVar(&s.Arch, "arch", "llama", "architecture: llama, qwen2, qwen3, moe (Mixtral-style llama), qwen2moe, qwen3moe, or bert (an embedding model with a WordPiece vocabulary: serve it for /v1/embeddings)")
+	f.IntVar(&pooling, "pooling", 0, "bert: how token vectors become one embedding: 1 mean (the default), 2 the [CLS] token")
 	f.IntVar(&s.NEmbd, "n-embd", 256, "embedding size")
 	f.IntVar(&s.NLayer, "n-layer", 4, "layers")
 	f.IntVar(&s.NHead, "n-head", 8, "attention heads")

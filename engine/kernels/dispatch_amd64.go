@@ -43,6 +43,12 @@ func archLevels() []*level {
 		one: oneQ5_K, rows: pick(dotQ5_KR4C1, dotQ5_KR4C1T0), rowsR: 4, tile: dotQ5_KR1C4, tileR: 1, tileC: 4}
 	l.k[quant.Q6_K] = &kset{blockLen: quant.QKK,
 		one: oneQ6_K, rows: pick(dotQ6_KR4C1, dotQ6_KR4C1T0), rowsR: 4, tile: dotQ6_KR1C4, tileR: 1, tileC: 4}
+	// IQ4_NL and IQ4_XS: decode kernels only (a batch runs them once per
+	// activation).
+	l.k[quant.IQ4_NL] = &kset{blockLen: quant.QK,
+		one: oneIQ4_NL, rows: pick(dotIQ4_NLR4C1, dotIQ4_NLR4C1T0), rowsR: 4}
+	l.k[quant.IQ4_XS] = &kset{blockLen: quant.QKK,
+		one: oneIQ4_XS, rows: pick(dotIQ4_XSR4C1, dotIQ4_XSR4C1T0), rowsR: 4}
 	// Float rows prefetch to L2: their groups of 4 rows (16-45 KB in
 	// TinyLlama's F16 matrices) leave L1 before they are read (AMD EPYC,
 	// Zen 4, one thread, every F16 matrix of TinyLlama in turn from
@@ -152,11 +158,13 @@ func oneQ4_0(w, a *byte, nb int) float32 {
 	return o[0]
 }
 
-func oneQ8_0(w, a *byte, nb int) (o float32) { dotQ8_0R1C1(w, 0, a, 0, nb, &o, 0); return }
-func oneQ5_0(w, a *byte, nb int) (o float32) { dotQ5_0R1C1(w, 0, a, 0, nb, &o, 0); return }
-func oneQ4_K(w, a *byte, nb int) (o float32) { dotQ4_KR1C1(w, 0, a, 0, nb, &o, 0); return }
-func oneQ5_K(w, a *byte, nb int) (o float32) { dotQ5_KR1C1(w, 0, a, 0, nb, &o, 0); return }
-func oneQ6_K(w, a *byte, nb int) (o float32) { dotQ6_KR1C1(w, 0, a, 0, nb, &o, 0); return }
-func oneF16(w, a *byte, nb int) (o float32)  { dotF16R1C1(w, 0, a, 0, nb, &o, 0); return }
-func oneBF16(w, a *byte, nb int) (o float32) { dotBF16R1C1(w, 0, a, 0, nb, &o, 0); return }
-func oneF32(w, a *byte, nb int) (o float32)  { dotF32R1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneQ8_0(w, a *byte, nb int) (o float32)   { dotQ8_0R1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneQ5_0(w, a *byte, nb int) (o float32)   { dotQ5_0R1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneQ4_K(w, a *byte, nb int) (o float32)   { dotQ4_KR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneQ5_K(w, a *byte, nb int) (o float32)   { dotQ5_KR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneQ6_K(w, a *byte, nb int) (o float32)   { dotQ6_KR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneIQ4_NL(w, a *byte, nb int) (o float32) { dotIQ4_NLR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneIQ4_XS(w, a *byte, nb int) (o float32) { dotIQ4_XSR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneF16(w, a *byte, nb int) (o float32)    { dotF16R1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneBF16(w, a *byte, nb int) (o float32)   { dotBF16R1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneF32(w, a *byte, nb int) (o float32)    { dotF32R1C1(w, 0, a, 0, nb, &o, 0); return }

@@ -32,6 +32,9 @@
 // alone, 4 rows at a time on Intel and on AMD cores without AVX-512 (Zen 3),
 // one row at a time on AMD cores with it (Zen 4), where BF16 and F32 prefetch
 // into L2. dispatch picks the variants by CPUID vendor and AVX-512.
+// IQ4_NL and IQ4_XS (4-bit indices into a table of 16 levels, looked up
+// with VPSHUFB) have AVX2 decode kernels only, used by both levels (a batch
+// runs them once per activation); on arm64 they run the generic Go.
 //
 // Q4_0 and Q8_0 matrices can be held in a packed layout (pack.go): rows in
 // groups of 4, each block's quants of the 4 rows in whole 64-byte vectors and

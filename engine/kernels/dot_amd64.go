@@ -260,6 +260,26 @@ func dotQ6_KR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 //go:noescape
 func dotQ6_KR1C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
+// dotIQ4_NLR1C1: 1 weight row(s) x 1 activation row(s); IQ4_NL weights, Q8_0 activations
+//
+//go:noescape
+func dotIQ4_NLR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ4_XSR1C1: 1 weight row(s) x 1 activation row(s); IQ4_XS weights, Q8_K activations
+//
+//go:noescape
+func dotIQ4_XSR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ4_NLR4C1: 4 weight row(s) x 1 activation row(s); IQ4_NL weights, Q8_0 activations
+//
+//go:noescape
+func dotIQ4_NLR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ4_XSR4C1: 4 weight row(s) x 1 activation row(s); IQ4_XS weights, Q8_K activations
+//
+//go:noescape
+func dotIQ4_XSR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
 // dotQ4_0V4C8: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 //
 //go:noescape
@@ -504,6 +524,16 @@ func dotQ4_0PSV4C1T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 //
 //go:noescape
 func dotQ8_0PV4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ4_NLR4C1T0: 4 weight row(s) x 1 activation row(s); IQ4_NL weights, Q8_0 activations
+//
+//go:noescape
+func dotIQ4_NLR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ4_XSR4C1T0: 4 weight row(s) x 1 activation row(s); IQ4_XS weights, Q8_K activations
+//
+//go:noescape
+func dotIQ4_XSR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
 // scoresF16AVX2: out[t] = q·row t for T half-float rows at k + t*stride bytes; d a multiple of 8.
 //

@@ -1866,6 +1866,90 @@ DATA expP5<>+24(SB)/4, $0x3f000000
 DATA expP5<>+28(SB)/4, $0x3f000000
 GLOBL expP5<>(SB), RODATA|NOPTR, $32
 
+DATA iq4Table<>+0(SB)/1, $0x81
+DATA iq4Table<>+1(SB)/1, $0x98
+DATA iq4Table<>+2(SB)/1, $0xad
+DATA iq4Table<>+3(SB)/1, $0xbf
+DATA iq4Table<>+4(SB)/1, $0xcf
+DATA iq4Table<>+5(SB)/1, $0xdd
+DATA iq4Table<>+6(SB)/1, $0xea
+DATA iq4Table<>+7(SB)/1, $0xf6
+DATA iq4Table<>+8(SB)/1, $0x01
+DATA iq4Table<>+9(SB)/1, $0x0d
+DATA iq4Table<>+10(SB)/1, $0x19
+DATA iq4Table<>+11(SB)/1, $0x26
+DATA iq4Table<>+12(SB)/1, $0x35
+DATA iq4Table<>+13(SB)/1, $0x45
+DATA iq4Table<>+14(SB)/1, $0x59
+DATA iq4Table<>+15(SB)/1, $0x71
+DATA iq4Table<>+16(SB)/1, $0x81
+DATA iq4Table<>+17(SB)/1, $0x98
+DATA iq4Table<>+18(SB)/1, $0xad
+DATA iq4Table<>+19(SB)/1, $0xbf
+DATA iq4Table<>+20(SB)/1, $0xcf
+DATA iq4Table<>+21(SB)/1, $0xdd
+DATA iq4Table<>+22(SB)/1, $0xea
+DATA iq4Table<>+23(SB)/1, $0xf6
+DATA iq4Table<>+24(SB)/1, $0x01
+DATA iq4Table<>+25(SB)/1, $0x0d
+DATA iq4Table<>+26(SB)/1, $0x19
+DATA iq4Table<>+27(SB)/1, $0x26
+DATA iq4Table<>+28(SB)/1, $0x35
+DATA iq4Table<>+29(SB)/1, $0x45
+DATA iq4Table<>+30(SB)/1, $0x59
+DATA iq4Table<>+31(SB)/1, $0x71
+GLOBL iq4Table<>(SB), RODATA|NOPTR, $32
+
+DATA iq4ShiftH<>+0(SB)/4, $0x00000000
+DATA iq4ShiftH<>+4(SB)/4, $0x00000002
+DATA iq4ShiftH<>+8(SB)/4, $0x00000004
+DATA iq4ShiftH<>+12(SB)/4, $0x00000006
+DATA iq4ShiftH<>+16(SB)/4, $0x00000008
+DATA iq4ShiftH<>+20(SB)/4, $0x0000000a
+DATA iq4ShiftH<>+24(SB)/4, $0x0000000c
+DATA iq4ShiftH<>+28(SB)/4, $0x0000000e
+GLOBL iq4ShiftH<>(SB), RODATA|NOPTR, $32
+
+DATA iq4ShiftL<>+0(SB)/4, $0x00000000
+DATA iq4ShiftL<>+4(SB)/4, $0x00000004
+DATA iq4ShiftL<>+8(SB)/4, $0x00000008
+DATA iq4ShiftL<>+12(SB)/4, $0x0000000c
+DATA iq4ShiftL<>+16(SB)/4, $0x00000010
+DATA iq4ShiftL<>+20(SB)/4, $0x00000014
+DATA iq4ShiftL<>+24(SB)/4, $0x00000018
+DATA iq4ShiftL<>+28(SB)/4, $0x0000001c
+GLOBL iq4ShiftL<>(SB), RODATA|NOPTR, $32
+
+DATA iq4Three<>+0(SB)/4, $0x00000003
+DATA iq4Three<>+4(SB)/4, $0x00000003
+DATA iq4Three<>+8(SB)/4, $0x00000003
+DATA iq4Three<>+12(SB)/4, $0x00000003
+DATA iq4Three<>+16(SB)/4, $0x00000003
+DATA iq4Three<>+20(SB)/4, $0x00000003
+DATA iq4Three<>+24(SB)/4, $0x00000003
+DATA iq4Three<>+28(SB)/4, $0x00000003
+GLOBL iq4Three<>(SB), RODATA|NOPTR, $32
+
+DATA iq4Fifteen<>+0(SB)/4, $0x0000000f
+DATA iq4Fifteen<>+4(SB)/4, $0x0000000f
+DATA iq4Fifteen<>+8(SB)/4, $0x0000000f
+DATA iq4Fifteen<>+12(SB)/4, $0x0000000f
+DATA iq4Fifteen<>+16(SB)/4, $0x0000000f
+DATA iq4Fifteen<>+20(SB)/4, $0x0000000f
+DATA iq4Fifteen<>+24(SB)/4, $0x0000000f
+DATA iq4Fifteen<>+28(SB)/4, $0x0000000f
+GLOBL iq4Fifteen<>(SB), RODATA|NOPTR, $32
+
+DATA iq4ThirtyTwo<>+0(SB)/4, $0x00000020
+DATA iq4ThirtyTwo<>+4(SB)/4, $0x00000020
+DATA iq4ThirtyTwo<>+8(SB)/4, $0x00000020
+DATA iq4ThirtyTwo<>+12(SB)/4, $0x00000020
+DATA iq4ThirtyTwo<>+16(SB)/4, $0x00000020
+DATA iq4ThirtyTwo<>+20(SB)/4, $0x00000020
+DATA iq4ThirtyTwo<>+24(SB)/4, $0x00000020
+DATA iq4ThirtyTwo<>+28(SB)/4, $0x00000020
+GLOBL iq4ThirtyTwo<>(SB), RODATA|NOPTR, $32
+
 // func cpuid1ECX() uint32
 // Requires: CPUID
 TEXT ·cpuid1ECX(SB), NOSPLIT, $0-4
@@ -9847,6 +9931,724 @@ done:
 	VHADDPS      X2, X2, X2
 	VHADDPS      X2, X2, X2
 	VMOVSS       X2, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ4_NLR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotIQ4_NLR1C1(SB), NOSPLIT, $0-56
+	MOVQ    w+0(FP), AX
+	MOVQ    a+16(FP), CX
+	MOVQ    nb+32(FP), DX
+	VMOVDQU iq4Table<>+0(SB), Y0
+	VXORPS  Y1, Y1, Y1
+	TESTQ   DX, DX
+	JZ      done
+
+loop:
+	VMOVDQU        2(CX), Y2
+	VPSIGNB        Y2, Y2, Y3
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 2(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VPBLENDD       $0xf0, Y6, Y5, Y5
+	VPAND          c0F<>+0(SB), Y5, Y5
+	VPSHUFB        Y5, Y0, Y5
+	VPSIGNB        Y2, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPMADDWD       ones16<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	VPBROADCASTW   (AX), X2
+	VCVTPH2PS      X2, Y2
+	VMULPS         Y4, Y2, Y2
+	VFMADD231PS    Y5, Y2, Y1
+	ADDQ           $0x00000012, AX
+	ADDQ           $0x00000022, CX
+	DECQ           DX
+	JNZ            loop
+
+done:
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ4_XSR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotIQ4_XSR1C1(SB), NOSPLIT, $32-56
+	MOVQ    w+0(FP), AX
+	MOVQ    a+16(FP), CX
+	MOVQ    nb+32(FP), DX
+	VMOVDQU iq4Table<>+0(SB), Y0
+	VXORPS  Y1, Y1, Y1
+	TESTQ   DX, DX
+	JZ      done
+
+loop:
+	VPBROADCASTD   2(AX), Y2
+	VPSRLVD        iq4ShiftH<>+0(SB), Y2, Y2
+	VPAND          iq4Three<>+0(SB), Y2, Y2
+	VPSLLD         $0x04, Y2, Y2
+	VPBROADCASTD   4(AX), Y3
+	VPSRLVD        iq4ShiftL<>+0(SB), Y3, Y3
+	VPAND          iq4Fifteen<>+0(SB), Y3, Y3
+	VPOR           Y2, Y3, Y3
+	VPSUBD         iq4ThirtyTwo<>+0(SB), Y3, Y3
+	VMOVDQU        Y3, (SP)
+	VMOVDQU        4(CX), Y2
+	VPSIGNB        Y2, Y2, Y3
+	VBROADCASTI128 8(AX), Y4
+	VPSRLW         $0x04, Y4, Y5
+	VPBLENDD       $0xf0, Y5, Y4, Y4
+	VPAND          c0F<>+0(SB), Y4, Y4
+	VPSHUFB        Y4, Y0, Y4
+	VPSIGNB        Y2, Y4, Y4
+	VPMADDUBSW     Y4, Y3, Y4
+	VPBROADCASTW   (SP), Y2
+	VPMADDWD       Y2, Y4, Y4
+	VMOVDQU        36(CX), Y2
+	VPSIGNB        Y2, Y2, Y3
+	VBROADCASTI128 24(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VPBLENDD       $0xf0, Y6, Y5, Y5
+	VPAND          c0F<>+0(SB), Y5, Y5
+	VPSHUFB        Y5, Y0, Y5
+	VPSIGNB        Y2, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPBROADCASTW   4(SP), Y2
+	VPMADDWD       Y2, Y5, Y5
+	VPADDD         Y5, Y4, Y4
+	VMOVDQU        68(CX), Y2
+	VPSIGNB        Y2, Y2, Y3
+	VBROADCASTI128 40(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VPBLENDD       $0xf0, Y6, Y5, Y5
+	VPAND          c0F<>+0(SB), Y5, Y5
+	VPSHUFB        Y5, Y0, Y5
+	VPSIGNB        Y2, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPBROADCASTW   8(SP), Y2
+	VPMADDWD       Y2, Y5, Y5
+	VPADDD         Y5, Y4, Y4
+	VMOVDQU        100(CX), Y2
+	VPSIGNB        Y2, Y2, Y3
+	VBROADCASTI128 56(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VPBLENDD       $0xf0, Y6, Y5, Y5
+	VPAND          c0F<>+0(SB), Y5, Y5
+	VPSHUFB        Y5, Y0, Y5
+	VPSIGNB        Y2, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPBROADCASTW   12(SP), Y2
+	VPMADDWD       Y2, Y5, Y5
+	VPADDD         Y5, Y4, Y4
+	VMOVDQU        132(CX), Y2
+	VPSIGNB        Y2, Y2, Y3
+	VBROADCASTI128 72(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VPBLENDD       $0xf0, Y6, Y5, Y5
+	VPAND          c0F<>+0(SB), Y5, Y5
+	VPSHUFB        Y5, Y0, Y5
+	VPSIGNB        Y2, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPBROADCASTW   16(SP), Y2
+	VPMADDWD       Y2, Y5, Y5
+	VPADDD         Y5, Y4, Y4
+	VMOVDQU        164(CX), Y2
+	VPSIGNB        Y2, Y2, Y3
+	VBROADCASTI128 88(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VPBLENDD       $0xf0, Y6, Y5, Y5
+	VPAND          c0F<>+0(SB), Y5, Y5
+	VPSHUFB        Y5, Y0, Y5
+	VPSIGNB        Y2, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPBROADCASTW   20(SP), Y2
+	VPMADDWD       Y2, Y5, Y5
+	VPADDD         Y5, Y4, Y4
+	VMOVDQU        196(CX), Y2
+	VPSIGNB        Y2, Y2, Y3
+	VBROADCASTI128 104(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VPBLENDD       $0xf0, Y6, Y5, Y5
+	VPAND          c0F<>+0(SB), Y5, Y5
+	VPSHUFB        Y5, Y0, Y5
+	VPSIGNB        Y2, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPBROADCASTW   24(SP), Y2
+	VPMADDWD       Y2, Y5, Y5
+	VPADDD         Y5, Y4, Y4
+	VMOVDQU        228(CX), Y2
+	VPSIGNB        Y2, Y2, Y3
+	VBROADCASTI128 120(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VPBLENDD       $0xf0, Y6, Y5, Y5
+	VPAND          c0F<>+0(SB), Y5, Y5
+	VPSHUFB        Y5, Y0, Y5
+	VPSIGNB        Y2, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPBROADCASTW   28(SP), Y2
+	VPMADDWD       Y2, Y5, Y5
+	VPADDD         Y5, Y4, Y4
+	VBROADCASTSS   (CX), Y2
+	VCVTDQ2PS      Y4, Y4
+	VPBROADCASTW   (AX), X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y2, Y3, Y3
+	VFMADD231PS    Y4, Y3, Y1
+	ADDQ           $0x00000088, AX
+	ADDQ           $0x00000124, CX
+	DECQ           DX
+	JNZ            loop
+
+done:
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ4_NLR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ4_NLR4C1(SB), NOSPLIT, $0-56
+	MOVQ    w+0(FP), AX
+	MOVQ    ws+8(FP), CX
+	LEAQ    (AX)(CX*1), DX
+	LEAQ    (DX)(CX*1), BX
+	LEAQ    (BX)(CX*1), SI
+	MOVQ    a+16(FP), DI
+	MOVQ    nb+32(FP), R8
+	VMOVDQU iq4Table<>+0(SB), Y0
+	VXORPS  Y1, Y1, Y1
+	VXORPS  Y2, Y2, Y2
+	LEAQ    (SI)(CX*1), CX
+	TESTQ   R8, R8
+	JZ      done
+
+loop:
+	PREFETCHT1     (CX)
+	PREFETCHT1     64(CX)
+	ADDQ           $0x00000048, CX
+	VBROADCASTI128 2(DI), Y3
+	VBROADCASTI128 18(DI), Y4
+	VPSIGNB        Y3, Y3, Y5
+	VPSIGNB        Y4, Y4, Y6
+	VPBROADCASTW   (DI), X7
+	VCVTPH2PS      X7, Y7
+	VBROADCASTI128 2(AX), Y8
+	VINSERTI128    $0x01, 2(DX), Y8, Y8
+	VPSRLW         $0x04, Y8, Y9
+	VPAND          c0F<>+0(SB), Y8, Y8
+	VPAND          c0F<>+0(SB), Y9, Y9
+	VPSHUFB        Y8, Y0, Y8
+	VPSHUFB        Y9, Y0, Y9
+	VPSIGNB        Y3, Y8, Y8
+	VPMADDUBSW     Y8, Y5, Y8
+	VPSIGNB        Y4, Y9, Y9
+	VPMADDUBSW     Y9, Y6, Y9
+	VPMADDWD       ones16<>+0(SB), Y8, Y8
+	VPMADDWD       ones16<>+0(SB), Y9, Y9
+	VPADDD         Y9, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VPBROADCASTW   (AX), X9
+	VPBROADCASTW   (DX), X10
+	VPUNPCKLQDQ    X10, X9, X9
+	VCVTPH2PS      X9, Y9
+	VMULPS         Y7, Y9, Y9
+	VFMADD231PS    Y8, Y9, Y1
+	VBROADCASTI128 2(BX), Y8
+	VINSERTI128    $0x01, 2(SI), Y8, Y8
+	VPSRLW         $0x04, Y8, Y9
+	VPAND          c0F<>+0(SB), Y8, Y8
+	VPAND          c0F<>+0(SB), Y9, Y9
+	VPSHUFB        Y8, Y0, Y8
+	VPSHUFB        Y9, Y0, Y9
+	VPSIGNB        Y3, Y8, Y8
+	VPMADDUBSW     Y8, Y5, Y8
+	VPSIGNB        Y4, Y9, Y9
+	VPMADDUBSW     Y9, Y6, Y9
+	VPMADDWD       ones16<>+0(SB), Y8, Y8
+	VPMADDWD       ones16<>+0(SB), Y9, Y9
+	VPADDD         Y9, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VPBROADCASTW   (BX), X3
+	VPBROADCASTW   (SI), X4
+	VPUNPCKLQDQ    X4, X3, X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y7, Y3, Y3
+	VFMADD231PS    Y8, Y3, Y2
+	ADDQ           $0x00000012, AX
+	ADDQ           $0x00000012, DX
+	ADDQ           $0x00000012, BX
+	ADDQ           $0x00000012, SI
+	ADDQ           $0x00000022, DI
+	DECQ           R8
+	JNZ            loop
+
+done:
+	VEXTRACTF128 $0x01, Y1, X0
+	VEXTRACTF128 $0x01, Y2, X3
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X1, X1
+	VHADDPS      X3, X2, X2
+	VHADDPS      X2, X1, X1
+	VMOVUPS      X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ4_XSR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ4_XSR4C1(SB), NOSPLIT, $128-56
+	MOVQ    w+0(FP), AX
+	MOVQ    ws+8(FP), CX
+	LEAQ    (AX)(CX*1), DX
+	LEAQ    (DX)(CX*1), BX
+	LEAQ    (BX)(CX*1), SI
+	MOVQ    a+16(FP), DI
+	MOVQ    nb+32(FP), R8
+	VMOVDQU iq4Table<>+0(SB), Y0
+	VXORPS  Y1, Y1, Y1
+	VXORPS  Y2, Y2, Y2
+	VXORPS  Y3, Y3, Y3
+	VXORPS  Y4, Y4, Y4
+	LEAQ    (SI)(CX*1), CX
+	TESTQ   R8, R8
+	JZ      done
+
+loop:
+	PREFETCHT1     (CX)
+	PREFETCHT1     64(CX)
+	PREFETCHT1     128(CX)
+	PREFETCHT1     192(CX)
+	PREFETCHT1     256(CX)
+	PREFETCHT1     320(CX)
+	PREFETCHT1     384(CX)
+	PREFETCHT1     448(CX)
+	PREFETCHT1     512(CX)
+	ADDQ           $0x00000220, CX
+	VPBROADCASTD   2(AX), Y5
+	VPSRLVD        iq4ShiftH<>+0(SB), Y5, Y5
+	VPAND          iq4Three<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPBROADCASTD   4(AX), Y6
+	VPSRLVD        iq4ShiftL<>+0(SB), Y6, Y6
+	VPAND          iq4Fifteen<>+0(SB), Y6, Y6
+	VPOR           Y5, Y6, Y6
+	VPSUBD         iq4ThirtyTwo<>+0(SB), Y6, Y6
+	VMOVDQU        Y6, (SP)
+	VPBROADCASTD   2(DX), Y5
+	VPSRLVD        iq4ShiftH<>+0(SB), Y5, Y5
+	VPAND          iq4Three<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPBROADCASTD   4(DX), Y6
+	VPSRLVD        iq4ShiftL<>+0(SB), Y6, Y6
+	VPAND          iq4Fifteen<>+0(SB), Y6, Y6
+	VPOR           Y5, Y6, Y6
+	VPSUBD         iq4ThirtyTwo<>+0(SB), Y6, Y6
+	VMOVDQU        Y6, 32(SP)
+	VPBROADCASTD   2(BX), Y5
+	VPSRLVD        iq4ShiftH<>+0(SB), Y5, Y5
+	VPAND          iq4Three<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPBROADCASTD   4(BX), Y6
+	VPSRLVD        iq4ShiftL<>+0(SB), Y6, Y6
+	VPAND          iq4Fifteen<>+0(SB), Y6, Y6
+	VPOR           Y5, Y6, Y6
+	VPSUBD         iq4ThirtyTwo<>+0(SB), Y6, Y6
+	VMOVDQU        Y6, 64(SP)
+	VPBROADCASTD   2(SI), Y5
+	VPSRLVD        iq4ShiftH<>+0(SB), Y5, Y5
+	VPAND          iq4Three<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPBROADCASTD   4(SI), Y6
+	VPSRLVD        iq4ShiftL<>+0(SB), Y6, Y6
+	VPAND          iq4Fifteen<>+0(SB), Y6, Y6
+	VPOR           Y5, Y6, Y6
+	VPSUBD         iq4ThirtyTwo<>+0(SB), Y6, Y6
+	VMOVDQU        Y6, 96(SP)
+	VMOVDQU        4(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VBROADCASTI128 8(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VPBLENDD       $0xf0, Y8, Y7, Y7
+	VPAND          c0F<>+0(SB), Y7, Y7
+	VPSHUFB        Y7, Y0, Y7
+	VPSIGNB        Y5, Y7, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPBROADCASTW   (SP), Y8
+	VPMADDWD       Y8, Y7, Y7
+	VBROADCASTI128 8(DX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VPBLENDD       $0xf0, Y9, Y8, Y8
+	VPAND          c0F<>+0(SB), Y8, Y8
+	VPSHUFB        Y8, Y0, Y8
+	VPSIGNB        Y5, Y8, Y8
+	VPMADDUBSW     Y8, Y6, Y8
+	VPBROADCASTW   32(SP), Y9
+	VPMADDWD       Y9, Y8, Y8
+	VBROADCASTI128 8(BX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VPBLENDD       $0xf0, Y10, Y9, Y9
+	VPAND          c0F<>+0(SB), Y9, Y9
+	VPSHUFB        Y9, Y0, Y9
+	VPSIGNB        Y5, Y9, Y9
+	VPMADDUBSW     Y9, Y6, Y9
+	VPBROADCASTW   64(SP), Y10
+	VPMADDWD       Y10, Y9, Y9
+	VBROADCASTI128 8(SI), Y10
+	VPSRLW         $0x04, Y10, Y11
+	VPBLENDD       $0xf0, Y11, Y10, Y10
+	VPAND          c0F<>+0(SB), Y10, Y10
+	VPSHUFB        Y10, Y0, Y10
+	VPSIGNB        Y5, Y10, Y10
+	VPMADDUBSW     Y10, Y6, Y10
+	VPBROADCASTW   96(SP), Y5
+	VPMADDWD       Y5, Y10, Y10
+	VMOVDQU        36(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VBROADCASTI128 24(AX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   4(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y7, Y7
+	VBROADCASTI128 24(DX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   36(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y8, Y8
+	VBROADCASTI128 24(BX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   68(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y9, Y9
+	VBROADCASTI128 24(SI), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   100(SP), Y5
+	VPMADDWD       Y5, Y11, Y11
+	VPADDD         Y11, Y10, Y10
+	VMOVDQU        68(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VBROADCASTI128 40(AX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   8(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y7, Y7
+	VBROADCASTI128 40(DX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   40(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y8, Y8
+	VBROADCASTI128 40(BX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   72(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y9, Y9
+	VBROADCASTI128 40(SI), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   104(SP), Y5
+	VPMADDWD       Y5, Y11, Y11
+	VPADDD         Y11, Y10, Y10
+	VMOVDQU        100(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VBROADCASTI128 56(AX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   12(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y7, Y7
+	VBROADCASTI128 56(DX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   44(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y8, Y8
+	VBROADCASTI128 56(BX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   76(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y9, Y9
+	VBROADCASTI128 56(SI), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   108(SP), Y5
+	VPMADDWD       Y5, Y11, Y11
+	VPADDD         Y11, Y10, Y10
+	VMOVDQU        132(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VBROADCASTI128 72(AX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   16(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y7, Y7
+	VBROADCASTI128 72(DX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   48(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y8, Y8
+	VBROADCASTI128 72(BX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   80(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y9, Y9
+	VBROADCASTI128 72(SI), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   112(SP), Y5
+	VPMADDWD       Y5, Y11, Y11
+	VPADDD         Y11, Y10, Y10
+	VMOVDQU        164(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VBROADCASTI128 88(AX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   20(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y7, Y7
+	VBROADCASTI128 88(DX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   52(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y8, Y8
+	VBROADCASTI128 88(BX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   84(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y9, Y9
+	VBROADCASTI128 88(SI), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   116(SP), Y5
+	VPMADDWD       Y5, Y11, Y11
+	VPADDD         Y11, Y10, Y10
+	VMOVDQU        196(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VBROADCASTI128 104(AX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   24(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y7, Y7
+	VBROADCASTI128 104(DX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   56(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y8, Y8
+	VBROADCASTI128 104(BX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   88(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y9, Y9
+	VBROADCASTI128 104(SI), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   120(SP), Y5
+	VPMADDWD       Y5, Y11, Y11
+	VPADDD         Y11, Y10, Y10
+	VMOVDQU        228(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VBROADCASTI128 120(AX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   28(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y7, Y7
+	VBROADCASTI128 120(DX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   60(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y8, Y8
+	VBROADCASTI128 120(BX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   92(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y9, Y9
+	VBROADCASTI128 120(SI), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   124(SP), Y5
+	VPMADDWD       Y5, Y11, Y11
+	VPADDD         Y11, Y10, Y10
+	VBROADCASTSS   (DI), Y5
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y5, Y6, Y6
+	VFMADD231PS    Y7, Y6, Y1
+	VCVTDQ2PS      Y8, Y8
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y5, Y6, Y6
+	VFMADD231PS    Y8, Y6, Y2
+	VCVTDQ2PS      Y9, Y9
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y5, Y6, Y6
+	VFMADD231PS    Y9, Y6, Y3
+	VCVTDQ2PS      Y10, Y10
+	VPBROADCASTW   (SI), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y5, Y6, Y6
+	VFMADD231PS    Y10, Y6, Y4
+	ADDQ           $0x00000088, AX
+	ADDQ           $0x00000088, DX
+	ADDQ           $0x00000088, BX
+	ADDQ           $0x00000088, SI
+	ADDQ           $0x00000124, DI
+	DECQ           R8
+	JNZ            loop
+
+done:
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	VEXTRACTF128 $0x01, Y4, X3
+	VADDPS       X4, X3, X3
+	MOVQ         out+40(FP), AX
+	VHADDPS      X1, X0, X0
+	VHADDPS      X3, X2, X2
+	VHADDPS      X2, X0, X0
+	VMOVUPS      X0, (AX)
 	VZEROUPPER
 	RET
 
@@ -20097,6 +20899,542 @@ done:
 	VADDPS    Z1, Z2, Z2
 	VPERMPS   Z2, Z0, Z2
 	VMOVUPS   X2, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ4_NLR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ4_NLR4C1T0(SB), NOSPLIT, $0-56
+	MOVQ    w+0(FP), AX
+	MOVQ    ws+8(FP), CX
+	LEAQ    (AX)(CX*1), DX
+	LEAQ    (DX)(CX*1), BX
+	LEAQ    (BX)(CX*1), SI
+	MOVQ    a+16(FP), DI
+	MOVQ    nb+32(FP), R8
+	VMOVDQU iq4Table<>+0(SB), Y0
+	VXORPS  Y1, Y1, Y1
+	VXORPS  Y2, Y2, Y2
+	LEAQ    (SI)(CX*1), CX
+	TESTQ   R8, R8
+	JZ      done
+
+loop:
+	PREFETCHT0     (CX)
+	PREFETCHT0     64(CX)
+	ADDQ           $0x00000048, CX
+	VBROADCASTI128 2(DI), Y3
+	VBROADCASTI128 18(DI), Y4
+	VPSIGNB        Y3, Y3, Y5
+	VPSIGNB        Y4, Y4, Y6
+	VPBROADCASTW   (DI), X7
+	VCVTPH2PS      X7, Y7
+	VBROADCASTI128 2(AX), Y8
+	VINSERTI128    $0x01, 2(DX), Y8, Y8
+	VPSRLW         $0x04, Y8, Y9
+	VPAND          c0F<>+0(SB), Y8, Y8
+	VPAND          c0F<>+0(SB), Y9, Y9
+	VPSHUFB        Y8, Y0, Y8
+	VPSHUFB        Y9, Y0, Y9
+	VPSIGNB        Y3, Y8, Y8
+	VPMADDUBSW     Y8, Y5, Y8
+	VPSIGNB        Y4, Y9, Y9
+	VPMADDUBSW     Y9, Y6, Y9
+	VPMADDWD       ones16<>+0(SB), Y8, Y8
+	VPMADDWD       ones16<>+0(SB), Y9, Y9
+	VPADDD         Y9, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VPBROADCASTW   (AX), X9
+	VPBROADCASTW   (DX), X10
+	VPUNPCKLQDQ    X10, X9, X9
+	VCVTPH2PS      X9, Y9
+	VMULPS         Y7, Y9, Y9
+	VFMADD231PS    Y8, Y9, Y1
+	VBROADCASTI128 2(BX), Y8
+	VINSERTI128    $0x01, 2(SI), Y8, Y8
+	VPSRLW         $0x04, Y8, Y9
+	VPAND          c0F<>+0(SB), Y8, Y8
+	VPAND          c0F<>+0(SB), Y9, Y9
+	VPSHUFB        Y8, Y0, Y8
+	VPSHUFB        Y9, Y0, Y9
+	VPSIGNB        Y3, Y8, Y8
+	VPMADDUBSW     Y8, Y5, Y8
+	VPSIGNB        Y4, Y9, Y9
+	VPMADDUBSW     Y9, Y6, Y9
+	VPMADDWD       ones16<>+0(SB), Y8, Y8
+	VPMADDWD       ones16<>+0(SB), Y9, Y9
+	VPADDD         Y9, Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	VPBROADCASTW   (BX), X3
+	VPBROADCASTW   (SI), X4
+	VPUNPCKLQDQ    X4, X3, X3
+	VCVTPH2PS      X3, Y3
+	VMULPS         Y7, Y3, Y3
+	VFMADD231PS    Y8, Y3, Y2
+	ADDQ           $0x00000012, AX
+	ADDQ           $0x00000012, DX
+	ADDQ           $0x00000012, BX
+	ADDQ           $0x00000012, SI
+	ADDQ           $0x00000022, DI
+	DECQ           R8
+	JNZ            loop
+
+done:
+	VEXTRACTF128 $0x01, Y1, X0
+	VEXTRACTF128 $0x01, Y2, X3
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X1, X1
+	VHADDPS      X3, X2, X2
+	VHADDPS      X2, X1, X1
+	VMOVUPS      X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ4_XSR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ4_XSR4C1T0(SB), NOSPLIT, $128-56
+	MOVQ    w+0(FP), AX
+	MOVQ    ws+8(FP), CX
+	LEAQ    (AX)(CX*1), DX
+	LEAQ    (DX)(CX*1), BX
+	LEAQ    (BX)(CX*1), SI
+	MOVQ    a+16(FP), DI
+	MOVQ    nb+32(FP), R8
+	VMOVDQU iq4Table<>+0(SB), Y0
+	VXORPS  Y1, Y1, Y1
+	VXORPS  Y2, Y2, Y2
+	VXORPS  Y3, Y3, Y3
+	VXORPS  Y4, Y4, Y4
+	LEAQ    (SI)(CX*1), CX
+	TESTQ   R8, R8
+	JZ      done
+
+loop:
+	PREFETCHT0     (CX)
+	PREFETCHT0     64(CX)
+	PREFETCHT0     128(CX)
+	PREFETCHT0     192(CX)
+	PREFETCHT0     256(CX)
+	PREFETCHT0     320(CX)
+	PREFETCHT0     384(CX)
+	PREFETCHT0     448(CX)
+	PREFETCHT0     512(CX)
+	ADDQ           $0x00000220, CX
+	VPBROADCASTD   2(AX), Y5
+	VPSRLVD        iq4ShiftH<>+0(SB), Y5, Y5
+	VPAND          iq4Three<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPBROADCASTD   4(AX), Y6
+	VPSRLVD        iq4ShiftL<>+0(SB), Y6, Y6
+	VPAND          iq4Fifteen<>+0(SB), Y6, Y6
+	VPOR           Y5, Y6, Y6
+	VPSUBD         iq4ThirtyTwo<>+0(SB), Y6, Y6
+	VMOVDQU        Y6, (SP)
+	VPBROADCASTD   2(DX), Y5
+	VPSRLVD        iq4ShiftH<>+0(SB), Y5, Y5
+	VPAND          iq4Three<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPBROADCASTD   4(DX), Y6
+	VPSRLVD        iq4ShiftL<>+0(SB), Y6, Y6
+	VPAND          iq4Fifteen<>+0(SB), Y6, Y6
+	VPOR           Y5, Y6, Y6
+	VPSUBD         iq4ThirtyTwo<>+0(SB), Y6, Y6
+	VMOVDQU        Y6, 32(SP)
+	VPBROADCASTD   2(BX), Y5
+	VPSRLVD        iq4ShiftH<>+0(SB), Y5, Y5
+	VPAND          iq4Three<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPBROADCASTD   4(BX), Y6
+	VPSRLVD        iq4ShiftL<>+0(SB), Y6, Y6
+	VPAND          iq4Fifteen<>+0(SB), Y6, Y6
+	VPOR           Y5, Y6, Y6
+	VPSUBD         iq4ThirtyTwo<>+0(SB), Y6, Y6
+	VMOVDQU        Y6, 64(SP)
+	VPBROADCASTD   2(SI), Y5
+	VPSRLVD        iq4ShiftH<>+0(SB), Y5, Y5
+	VPAND          iq4Three<>+0(SB), Y5, Y5
+	VPSLLD         $0x04, Y5, Y5
+	VPBROADCASTD   4(SI), Y6
+	VPSRLVD        iq4ShiftL<>+0(SB), Y6, Y6
+	VPAND          iq4Fifteen<>+0(SB), Y6, Y6
+	VPOR           Y5, Y6, Y6
+	VPSUBD         iq4ThirtyTwo<>+0(SB), Y6, Y6
+	VMOVDQU        Y6, 96(SP)
+	VMOVDQU        4(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VBROADCASTI128 8(AX), Y7
+	VPSRLW         $0x04, Y7, Y8
+	VPBLENDD       $0xf0, Y8, Y7, Y7
+	VPAND          c0F<>+0(SB), Y7, Y7
+	VPSHUFB        Y7, Y0, Y7
+	VPSIGNB        Y5, Y7, Y7
+	VPMADDUBSW     Y7, Y6, Y7
+	VPBROADCASTW   (SP), Y8
+	VPMADDWD       Y8, Y7, Y7
+	VBROADCASTI128 8(DX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VPBLENDD       $0xf0, Y9, Y8, Y8
+	VPAND          c0F<>+0(SB), Y8, Y8
+	VPSHUFB        Y8, Y0, Y8
+	VPSIGNB        Y5, Y8, Y8
+	VPMADDUBSW     Y8, Y6, Y8
+	VPBROADCASTW   32(SP), Y9
+	VPMADDWD       Y9, Y8, Y8
+	VBROADCASTI128 8(BX), Y9
+	VPSRLW         $0x04, Y9, Y10
+	VPBLENDD       $0xf0, Y10, Y9, Y9
+	VPAND          c0F<>+0(SB), Y9, Y9
+	VPSHUFB        Y9, Y0, Y9
+	VPSIGNB        Y5, Y9, Y9
+	VPMADDUBSW     Y9, Y6, Y9
+	VPBROADCASTW   64(SP), Y10
+	VPMADDWD       Y10, Y9, Y9
+	VBROADCASTI128 8(SI), Y10
+	VPSRLW         $0x04, Y10, Y11
+	VPBLENDD       $0xf0, Y11, Y10, Y10
+	VPAND          c0F<>+0(SB), Y10, Y10
+	VPSHUFB        Y10, Y0, Y10
+	VPSIGNB        Y5, Y10, Y10
+	VPMADDUBSW     Y10, Y6, Y10
+	VPBROADCASTW   96(SP), Y5
+	VPMADDWD       Y5, Y10, Y10
+	VMOVDQU        36(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VBROADCASTI128 24(AX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   4(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y7, Y7
+	VBROADCASTI128 24(DX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   36(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y8, Y8
+	VBROADCASTI128 24(BX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   68(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y9, Y9
+	VBROADCASTI128 24(SI), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   100(SP), Y5
+	VPMADDWD       Y5, Y11, Y11
+	VPADDD         Y11, Y10, Y10
+	VMOVDQU        68(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VBROADCASTI128 40(AX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   8(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y7, Y7
+	VBROADCASTI128 40(DX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   40(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y8, Y8
+	VBROADCASTI128 40(BX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   72(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y9, Y9
+	VBROADCASTI128 40(SI), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   104(SP), Y5
+	VPMADDWD       Y5, Y11, Y11
+	VPADDD         Y11, Y10, Y10
+	VMOVDQU        100(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VBROADCASTI128 56(AX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   12(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y7, Y7
+	VBROADCASTI128 56(DX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   44(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y8, Y8
+	VBROADCASTI128 56(BX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   76(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y9, Y9
+	VBROADCASTI128 56(SI), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   108(SP), Y5
+	VPMADDWD       Y5, Y11, Y11
+	VPADDD         Y11, Y10, Y10
+	VMOVDQU        132(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VBROADCASTI128 72(AX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   16(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y7, Y7
+	VBROADCASTI128 72(DX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   48(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y8, Y8
+	VBROADCASTI128 72(BX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   80(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y9, Y9
+	VBROADCASTI128 72(SI), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   112(SP), Y5
+	VPMADDWD       Y5, Y11, Y11
+	VPADDD         Y11, Y10, Y10
+	VMOVDQU        164(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VBROADCASTI128 88(AX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   20(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y7, Y7
+	VBROADCASTI128 88(DX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   52(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y8, Y8
+	VBROADCASTI128 88(BX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   84(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y9, Y9
+	VBROADCASTI128 88(SI), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   116(SP), Y5
+	VPMADDWD       Y5, Y11, Y11
+	VPADDD         Y11, Y10, Y10
+	VMOVDQU        196(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VBROADCASTI128 104(AX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   24(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y7, Y7
+	VBROADCASTI128 104(DX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   56(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y8, Y8
+	VBROADCASTI128 104(BX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   88(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y9, Y9
+	VBROADCASTI128 104(SI), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   120(SP), Y5
+	VPMADDWD       Y5, Y11, Y11
+	VPADDD         Y11, Y10, Y10
+	VMOVDQU        228(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VBROADCASTI128 120(AX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   28(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y7, Y7
+	VBROADCASTI128 120(DX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   60(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y8, Y8
+	VBROADCASTI128 120(BX), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   92(SP), Y12
+	VPMADDWD       Y12, Y11, Y11
+	VPADDD         Y11, Y9, Y9
+	VBROADCASTI128 120(SI), Y11
+	VPSRLW         $0x04, Y11, Y12
+	VPBLENDD       $0xf0, Y12, Y11, Y11
+	VPAND          c0F<>+0(SB), Y11, Y11
+	VPSHUFB        Y11, Y0, Y11
+	VPSIGNB        Y5, Y11, Y11
+	VPMADDUBSW     Y11, Y6, Y11
+	VPBROADCASTW   124(SP), Y5
+	VPMADDWD       Y5, Y11, Y11
+	VPADDD         Y11, Y10, Y10
+	VBROADCASTSS   (DI), Y5
+	VCVTDQ2PS      Y7, Y7
+	VPBROADCASTW   (AX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y5, Y6, Y6
+	VFMADD231PS    Y7, Y6, Y1
+	VCVTDQ2PS      Y8, Y8
+	VPBROADCASTW   (DX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y5, Y6, Y6
+	VFMADD231PS    Y8, Y6, Y2
+	VCVTDQ2PS      Y9, Y9
+	VPBROADCASTW   (BX), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y5, Y6, Y6
+	VFMADD231PS    Y9, Y6, Y3
+	VCVTDQ2PS      Y10, Y10
+	VPBROADCASTW   (SI), X6
+	VCVTPH2PS      X6, Y6
+	VMULPS         Y5, Y6, Y6
+	VFMADD231PS    Y10, Y6, Y4
+	ADDQ           $0x00000088, AX
+	ADDQ           $0x00000088, DX
+	ADDQ           $0x00000088, BX
+	ADDQ           $0x00000088, SI
+	ADDQ           $0x00000124, DI
+	DECQ           R8
+	JNZ            loop
+
+done:
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	VEXTRACTF128 $0x01, Y4, X3
+	VADDPS       X4, X3, X3
+	MOVQ         out+40(FP), AX
+	VHADDPS      X1, X0, X0
+	VHADDPS      X3, X2, X2
+	VHADDPS      X2, X0, X0
+	VMOVUPS      X0, (AX)
 	VZEROUPPER
 	RET
 

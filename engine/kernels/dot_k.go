@@ -241,3 +241,22 @@ func dotQ4_KQ8_KGeneric(nb int, w, a []byte) float32 {
 func dotQ5_KQ8_KGeneric(nb int, w, a []byte) float32 {
 	return dotQ45K(nb, quant.BlockQ5_K, w, a, true)
 }
+
+// dotIQ4_XSQ8_KGeneric follows ggml_vec_dot_iq4_xs_q8_K_generic: per
+// sub-block of 32 the integer dot of the levels with the quants, times
+// d_x·d_y·(scale-32), added to the sum sub-block by sub-block.
+func dotIQ4_XSQ8_KGeneric(nb int, w, a []byte) float32 {
+	const bx, by = quant.BlockIQ4_XS, quant.BlockQ8_K
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		d4d8 := f16(x) * f32(y)
+		for ib := 0; ib < quant.QKK/32; ib++ {
+			dl := d4d8 * float32(quant.IQ4XSScale(x, ib)-32)
+			s0, s1 := iq4Sums((*[16]byte)(x[8+16*ib:]), (*[32]byte)(y[4+32*ib:]))
+			sumf += float32(dl * float32(s0+s1))
+		}
+	}
+	return sumf
+}

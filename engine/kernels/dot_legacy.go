@@ -121,3 +121,28 @@ func q5_0Sums(qh uint32, qs, q8 []byte) (s0, s1 int32) {
 	}
 	return s0, s1
 }
+
+// dotIQ4_NLQ8_0Generic follows ggml_vec_dot_iq4_nl_q8_0_generic: per block
+// the integer dot of the table levels with the quants, times d_y·d_x.
+func dotIQ4_NLQ8_0Generic(nb int, w, a []byte) float32 {
+	const bx, by = quant.BlockIQ4_NL, quant.BlockQ8_0
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		s0, s1 := iq4Sums((*[16]byte)(x[2:18]), (*[32]byte)(y[2:34]))
+		sumf += float32(f16(y) * f16(x) * float32(s0+s1))
+	}
+	return sumf
+}
+
+// iq4Sums is the integer dot of 32 IQ4 levels (nibbles qs: low ones the
+// first 16 elements, high ones the next 16) with 32 int8 quants, as two
+// halves.
+func iq4Sums(qs *[16]byte, q8 *[32]byte) (s0, s1 int32) {
+	for j, q := range qs {
+		s0 += int32(quant.IQ4NLValues[q&0xf]) * int32(int8(q8[j]))
+		s1 += int32(quant.IQ4NLValues[q>>4]) * int32(int8(q8[j+16]))
+	}
+	return s0, s1
+}

@@ -33,6 +33,8 @@ import (
 //	Q4_K  · Q8_K  ggml_vec_dot_q4_K_q8_K_generic
 //	Q5_K  · Q8_K  ggml_vec_dot_q5_K_q8_K_generic
 //	Q6_K  · Q8_K  ggml_vec_dot_q6_K_q8_K_generic
+//	IQ4_NL · Q8_0 ggml_vec_dot_iq4_nl_q8_0_generic
+//	IQ4_XS · Q8_K ggml_vec_dot_iq4_xs_q8_K_generic
 //	Q8_1  · Q8_1  (no ggml kernel; same scheme as Q8_0 · Q8_0)
 //	Q8_K  · Q8_K  (no ggml kernel; same scheme as Q8_0 · Q8_0)
 func VecDot(t quant.Type, n int, w, a []byte) float32 {
@@ -118,6 +120,10 @@ func vecDotGeneric(t quant.Type, n int, w, a []byte) float32 {
 		return dotQ6_KQ8_KGeneric(blocks(t, n, quant.QKK), w, a)
 	case quant.Q8_K:
 		return dotQ8_KQ8_KGeneric(blocks(t, n, quant.QKK), w, a)
+	case quant.IQ4_NL:
+		return dotIQ4_NLQ8_0Generic(blocks(t, n, quant.QK), w, a)
+	case quant.IQ4_XS:
+		return dotIQ4_XSQ8_KGeneric(blocks(t, n, quant.QKK), w, a)
 	}
 	panic(fmt.Sprintf("kernels.VecDot: no kernel for %v", t))
 }

@@ -25,6 +25,10 @@ type Arch struct {
 	QKNorm      bool // per-head RMSNorm of q and k before RoPE (qwen3)
 	NormExperts bool // renormalize the top-k router weights to sum 1
 	SharedFFN   bool // a sigmoid-gated shared expert beside the routed ones (qwen2moe)
+	// Encoder: a bidirectional embedding encoder (bert) that produces one
+	// pooled vector per input, not logits; it loads with LoadEncoder (see
+	// encoder.go), and ConfigFromGGUF refuses it with ErrEncoder.
+	Encoder bool
 }
 
 var archs = map[string]Arch{}
@@ -50,6 +54,7 @@ func init() {
 	Register(Arch{Name: "qwen2moe", Rope: RopeNeoX, SharedFFN: true})
 	Register(Arch{Name: "qwen3", Rope: RopeNeoX, QKNorm: true})
 	Register(Arch{Name: "qwen3moe", Rope: RopeNeoX, QKNorm: true, NormExperts: true})
+	Register(Arch{Name: "bert", Encoder: true})
 }
 
 // Archs lists the registered architecture names.
@@ -99,6 +104,9 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	arch, ok := archs[name]
 	if !ok {
 		return Config{}, fmt.Errorf("architecture %q is not supported (supported: %s)", name, strings.Join(Archs(), ", "))
+	}
+	if arch.Encoder {
+		return Config{}, fmt.Errorf("architecture %q: %w", name, ErrEncoder)
 	}
 	c := Config{Arch: arch, RopeScale: 1}
 	p := name + "."

@@ -43,11 +43,11 @@ func VecDotType(t Type) Type {
 	switch t {
 	case F32, F16, BF16:
 		return t
-	case Q4_0, Q5_0, Q8_0:
+	case Q4_0, Q5_0, Q8_0, IQ4_NL:
 		return Q8_0
 	case Q4_1, Q5_1, Q8_1:
 		return Q8_1
-	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K:
+	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_XS:
 		return Q8_K
 	}
 	panic(fmt.Sprintf("quant: no vec_dot type for %v", t))
@@ -104,7 +104,8 @@ func DequantizeRow(t Type, src []byte, dst []float32) {
 // QuantizeRow encodes the len(src) elements of src as type t into dst, with
 // the algorithms of ggml's reference quantizers quantize_row_*_ref (no
 // importance matrix; this is what llama-quantize does without --imatrix).
-// F16 and BF16 round to nearest even.
+// F16 and BF16 round to nearest even. IQ4_NL and IQ4_XS are the exception:
+// their quantizers are shoal's own (see iquants.go), not ggml's.
 //
 // It panics, as on any programmer error, if t is not Supported, if len(src)
 // is not a multiple of t.BlockLen() or if len(dst) != t.RowSize(len(src)).
@@ -139,18 +140,20 @@ type blockCodec struct {
 }
 
 var blockCodecs = map[Type]blockCodec{
-	Q4_0: {dequantQ4_0, quantQ4_0},
-	Q4_1: {dequantQ4_1, quantQ4_1},
-	Q5_0: {dequantQ5_0, quantQ5_0},
-	Q5_1: {dequantQ5_1, quantQ5_1},
-	Q8_0: {dequantQ8_0, quantQ8_0},
-	Q8_1: {dequantQ8_1, quantQ8_1},
-	Q2_K: {dequantQ2_K, quantQ2_K},
-	Q3_K: {dequantQ3_K, quantQ3_K},
-	Q4_K: {dequantQ4_K, quantQ4_K},
-	Q5_K: {dequantQ5_K, quantQ5_K},
-	Q6_K: {dequantQ6_K, quantQ6_K},
-	Q8_K: {dequantQ8_K, quantQ8_K},
+	Q4_0:   {dequantQ4_0, quantQ4_0},
+	Q4_1:   {dequantQ4_1, quantQ4_1},
+	Q5_0:   {dequantQ5_0, quantQ5_0},
+	Q5_1:   {dequantQ5_1, quantQ5_1},
+	Q8_0:   {dequantQ8_0, quantQ8_0},
+	Q8_1:   {dequantQ8_1, quantQ8_1},
+	Q2_K:   {dequantQ2_K, quantQ2_K},
+	Q3_K:   {dequantQ3_K, quantQ3_K},
+	Q4_K:   {dequantQ4_K, quantQ4_K},
+	Q5_K:   {dequantQ5_K, quantQ5_K},
+	Q6_K:   {dequantQ6_K, quantQ6_K},
+	Q8_K:   {dequantQ8_K, quantQ8_K},
+	IQ4_NL: {dequantIQ4_NL, quantIQ4_NL},
+	IQ4_XS: {dequantIQ4_XS, quantIQ4_XS},
 }
 
 // f16 reads the half float at b[off:off+2].

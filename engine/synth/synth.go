@@ -14,7 +14,7 @@ import (
 
 // Spec describes the model to write.
 type Spec struct {
-	Arch        string // llama, qwen2, qwen3, llama-moe (Mixtral-style), qwen2moe, qwen3moe
+	Arch        string // llama, qwen2, qwen3, llama-moe (Mixtral-style), qwen2moe, qwen3moe, bert
 	NEmbd       int
 	NLayer      int
 	NHead       int
@@ -26,13 +26,16 @@ type Spec struct {
 	NFFShared   int // qwen2moe shared expert size (NFF if 0)
 	Ctx         int
 	RopeTheta   float32 // 0 = 10000 (llama) or 1e6 (qwen)
-	RMSEps      float32 // 0 = 1e-5 (llama) or 1e-6 (qwen)
+	RMSEps      float32 // 0 = 1e-5 (llama) or 1e-6 (qwen); bert: the LayerNorm epsilon (0 = 1e-12)
 	Tied        bool    // no output.weight
 	Type        string  // weight type or mix: f32, f16, bf16, q4_0, q8_0, q4_k, q4_k_m, ...
 	OutputType  string  // "" = as llama-quantize would choose for Type
 	Seed        uint64
 	Std         float32 // weight std (0.02 if 0)
 	Name        string
+	// Pooling is bert's pooling_type (llama.cpp's: 1 mean, 2 cls, 3 last;
+	// 0 = mean).
+	Pooling int
 	// Tokenizer holds the tokenizer.* metadata to write (copied from another
 	// GGUF or built by the tokenizer package); its token list sets n_vocab.
 	Tokenizer []gguf.KV
@@ -60,8 +63,10 @@ func (s *Spec) arch() (ggufArch string, moe, qwen bool, err error) {
 		return "qwen2moe", true, true, nil
 	case "qwen3moe":
 		return "qwen3moe", true, true, nil
+	case "bert":
+		return "bert", false, false, nil
 	}
-	return "", false, false, fmt.Errorf("unknown arch %q (want llama, qwen2, qwen3, moe, qwen2moe or qwen3moe)", s.Arch)
+	return "", false, false, fmt.Errorf("unknown arch %q (want llama, qwen2, qwen3, moe, qwen2moe, qwen3moe or bert)", s.Arch)
 }
 
 func nVocab(kvs []gguf.KV) int {
@@ -98,7 +103,8 @@ func (c *typeChooser) choose(role string, layer int, cols int) quant.Type {
 }
 
 // fallback replaces a block type whose block does not divide the row length,
-// as llama-quantize does (K-quants → legacy 32-blocks → F16).
+// as llama-quantize does (K-quants → legacy 32-blocks, IQ4_XS → IQ4_NL;
+// then F16).
 func fallback(t quant.Type, cols int) quant.Type {
 	if cols%t.BlockLen() == 0 {
 		return t
@@ -112,6 +118,8 @@ func fallback(t quant.Type, cols int) quant.Type {
 		t = quant.Q5_1
 	case quant.Q6_K:
 		t = quant.Q8_0
+	case quant.IQ4_XS:
+		t = quant.IQ4_NL
 	}
 	if cols%t.BlockLen() != 0 {
 		return quant.F16
@@ -172,7 +180,8 @@ func fileType(typ string, base quant.Type) uint32 {
 		return 12
 	}
 	return map[quant.Type]uint32{quant.F32: 0, quant.F16: 1, quant.Q4_0: 2, quant.Q4_1: 3, quant.Q8_0: 7, quant.Q5_0: 8,
-		quant.Q5_1: 9, quant.Q2_K: 10, quant.Q3_K: 12, quant.Q4_K: 15, quant.Q5_K: 17, quant.Q6_K: 18, quant.BF16: 32}[base]
+		quant.Q5_1: 9, quant.Q2_K: 10, quant.Q3_K: 12, quant.Q4_K: 15, quant.Q5_K: 17, quant.Q6_K: 18, quant.BF16: 32,
+		quant.IQ4_NL: 25, quant.IQ4_XS: 30}[base]
 }
 
 // Write generates the model and writes it to w, reporting progress through
@@ -181,6 +190,9 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 	name, moe, qwen, err := s.arch()
 	if err != nil {
 		return err
+	}
+	if name == "bert" {
+		return writeBert(w, s, progress)
 	}
 	V := nVocab(s.Tokenizer)
 	if V == 0 {
@@ -309,7 +321,6 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 		add("output.weight", "output", 0, s.Std, E, V)
 	}
 
-	gw := gguf.NewWriter(w)
 	desc := fmt.Sprintf("shoal gen-model arch=%s n_embd=%d n_layer=%d n_head=%d n_head_kv=%d head_dim=%d n_ff=%d n_expert=%d n_expert_used=%d type=%s seed=%d std=%g tied=%v",
 		s.Arch, E, s.NLayer, s.NHead, s.NHeadKV, hd, F, s.NExpert, s.NExpertUsed, s.Type, s.Seed, s.Std, s.Tied)
 	modelName := s.Name
@@ -352,6 +363,13 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 		}
 	}
 	kvs = append(kvs, s.Tokenizer...)
+	return writeFile(w, kvs, plan, s.Seed, progress)
+}
+
+// writeFile writes the metadata kvs and the tensors of plan, generated
+// from seed.
+func writeFile(w io.Writer, kvs []gguf.KV, plan []tensorPlan, seed uint64, progress func(done, total int64)) error {
+	gw := gguf.NewWriter(w)
 	for _, kv := range kvs {
 		if err := gw.AddKV(kv.Key, kv.Value); err != nil {
 			return err
@@ -373,7 +391,7 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 	}
 	var done int64
 	for _, t := range plan {
-		data := generate(t, s.Seed)
+		data := generate(t, seed)
 		if err := gw.WriteTensor(t.name, data); err != nil {
 			return err
 		}

@@ -17,7 +17,7 @@ func (t *Tokenizer) tokenToPiece(id int32, special bool) []byte {
 	case a&(attrUnknown|attrControl|attrUserDefined) != 0:
 		return []byte(text)
 	case a&attrNormal != 0:
-		if t.spm {
+		if t.spm || t.wpm {
 			return []byte(strings.ReplaceAll(text, "\u2581", " "))
 		}
 		return decodeByteLevel(text)
@@ -78,13 +78,13 @@ func (t *Tokenizer) PieceSpecial(id int32) []byte {
 // byte-level BPE round-trips exactly.
 func (t *Tokenizer) Decode(ids []int32) string {
 	var b []byte
-	strip := t.addSpacePrefix
+	strip := t.addSpacePrefix || t.wpm // WordPiece words all start with "▁"
 	for _, id := range ids {
 		p := t.Piece(id)
 		if strip && len(p) > 0 && p[0] == ' ' {
 			p = p[1:]
 		}
-		strip = false
+		strip = t.wpm && strip && len(p) == 0 // WordPiece: past [CLS] too
 		b = append(b, p...)
 	}
 	return string(b)

@@ -96,6 +96,14 @@ func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int32 {
 			out = t.spmEncode(strings.ReplaceAll(s, " ", "\u2581"), out)
 			prevSpecial = false
 		}
+	} else if t.wpm {
+		for _, f := range frags {
+			if f.tok >= 0 {
+				out = append(out, f.tok)
+				continue
+			}
+			out = t.wpmEncode(f.text, out)
+		}
 	} else {
 		for _, f := range frags {
 			if f.tok >= 0 {
@@ -104,6 +112,9 @@ func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int32 {
 			}
 			out = t.bpeEncode(f.text, out)
 		}
+	}
+	if addSpecial && t.wpm && t.addSEP && t.sep != NoToken {
+		out = append(out, t.sep)
 	}
 	if addSpecial && t.addEOS && t.eos != NoToken {
 		out = append(out, t.eos)

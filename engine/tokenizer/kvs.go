@@ -51,6 +51,15 @@ func (v *Vocab) KVs() []gguf.KV {
 			kvs = append(kvs, gguf.KV{Key: id.key, Value: uint32(id.id)})
 		}
 	}
+	if v.Model == ModelWPM {
+		if v.SEP != NoToken {
+			kvs = append(kvs, gguf.KV{Key: "tokenizer.ggml.seperator_token_id", Value: uint32(v.SEP)})
+		}
+		kvs = append(kvs,
+			gguf.KV{Key: "tokenizer.ggml.add_sep_token", Value: v.AddSEP},
+			gguf.KV{Key: "tokenizer.ggml.normalizer.lowercase", Value: v.Lowercase},
+			gguf.KV{Key: "tokenizer.ggml.normalizer.strip_accents", Value: v.StripAccents})
+	}
 	return append(kvs,
 		gguf.KV{Key: "tokenizer.ggml.add_bos_token", Value: v.AddBOS},
 		gguf.KV{Key: "tokenizer.ggml.add_eos_token", Value: v.AddEOS},

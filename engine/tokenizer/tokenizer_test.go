@@ -159,6 +159,9 @@ func TestVocabRoundTrip(t *testing.T) {
 	for _, c := range loadVocabCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			tk := openTokenizer(t, c.path)
+			if tk.Model() == ModelWPM {
+				t.Skip("WordPiece lowercases and drops whitespace and accents: no round trip")
+			}
 			n := 0
 			for _, in := range c.inputs {
 				if !utf8.ValidString(in) {
@@ -359,7 +362,7 @@ func TestErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no-such-pre") || !strings.Contains(err.Error(), "llama3") {
 		t.Errorf("unknown pre: %v", err)
 	}
-	for _, m := range []string{"bert", "t5", "rwkv", "weird"} {
+	for _, m := range []string{"t5", "rwkv", "weird"} {
 		v.Model = m
 		v.Pre = "gpt-2"
 		_, err = New(v)
@@ -373,7 +376,6 @@ func TestErrors(t *testing.T) {
 	// The same through a GGUF file.
 	for _, tc := range []struct{ model, pre, want string }{
 		{"gpt2", "mystery", "mystery"},
-		{"bert", "", "bert"},
 		{"t5", "", "t5"},
 	} {
 		var buf bytes.Buffer

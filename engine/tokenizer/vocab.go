@@ -28,6 +28,7 @@ const NoToken int32 = -1
 const (
 	ModelSPM = "llama" // SentencePiece BPE with scores and byte fallback
 	ModelBPE = "gpt2"  // byte-level BPE with merges
+	// ModelWPM ("bert", WordPiece) is declared in wpm.go.
 )
 
 // Vocab is the plain-data description of a tokenizer, mirroring the
@@ -49,6 +50,12 @@ type Vocab struct {
 	AddBOS, AddEOS         bool
 	AddSpacePrefix         bool
 	RemoveExtraWhitespaces bool // read for completeness; llama.cpp's SPM tokenizer ignores it
+
+	// WordPiece ("bert") only: the separator ([SEP]) appended when AddSEP,
+	// and BERT's normalizer options (DefaultVocab turns both on).
+	SEP                     int32
+	AddSEP                  bool
+	Lowercase, StripAccents bool
 }
 
 // token attributes (llama_token_attr).
@@ -105,6 +112,13 @@ type Tokenizer struct {
 
 	addBOS, addEOS, addSpacePrefix, removeExtraWS bool
 
+	// WordPiece ("bert"): wpm.go.
+	wpm                 bool
+	sep                 int32
+	addSEP              bool
+	lower, stripAccents bool
+	maxTokenLen         int // longest token text in bytes
+
 	piece        [][]byte // token_to_piece(special=false)
 	pieceSpecial [][]byte // token_to_piece(special=true)
 
@@ -116,8 +130,12 @@ type Tokenizer struct {
 // tokenizer model and pre-tokenizer (special ids, add_bos/add_eos,
 // add_space_prefix). Tokens, scores, types and merges are left empty.
 func DefaultVocab(model, pre string) (Vocab, error) {
-	v := Vocab{Model: model, Pre: pre, BOS: NoToken, EOS: NoToken, EOT: NoToken, EOM: NoToken, UNK: NoToken, PAD: NoToken}
+	v := Vocab{Model: model, Pre: pre, BOS: NoToken, EOS: NoToken, EOT: NoToken, EOM: NoToken, UNK: NoToken, PAD: NoToken, SEP: NoToken}
 	switch model {
+	case ModelWPM:
+		v.BOS, v.UNK, v.SEP, v.PAD = bertCLS, bertUNK, bertSEP, bertPAD
+		v.AddBOS, v.AddSEP = true, true
+		v.Lowercase, v.StripAccents = true, true
 	case ModelSPM:
 		v.BOS, v.EOS, v.UNK = 1, 2, 0
 		v.AddBOS = true
@@ -148,8 +166,6 @@ var (
 func unsupportedModel(model string) error {
 	kind := ""
 	switch model {
-	case "bert":
-		kind = " (WordPiece)"
 	case "t5":
 		kind = " (Unigram)"
 	case "rwkv":
@@ -159,8 +175,8 @@ func unsupportedModel(model string) error {
 	case "", "none", "no_vocab":
 		return fmt.Errorf("tokenizer: %w: the model has no vocabulary (tokenizer.ggml.model %q)", ErrUnsupportedModel, model)
 	}
-	return fmt.Errorf("tokenizer: %w: tokenizer.ggml.model %q%s is not supported; supported: %q (SentencePiece), %q (byte-level BPE)",
-		ErrUnsupportedModel, model, kind, ModelSPM, ModelBPE)
+	return fmt.Errorf("tokenizer: %w: tokenizer.ggml.model %q%s is not supported; supported: %q (SentencePiece), %q (byte-level BPE), %q (WordPiece)",
+		ErrUnsupportedModel, model, kind, ModelSPM, ModelBPE, ModelWPM)
 }
 
 func lookupPre(pre string) (preType, error) {
@@ -228,7 +244,7 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	}
 	// Default ids outside the vocabulary are disabled; file ids outside it
 	// are ignored (llama.cpp keeps the default).
-	for _, id := range []*int32{&v.BOS, &v.EOS, &v.EOT, &v.EOM, &v.UNK, &v.PAD} {
+	for _, id := range []*int32{&v.BOS, &v.EOS, &v.EOT, &v.EOM, &v.UNK, &v.PAD, &v.SEP} {
 		if *id >= int32(n) {
 			*id = NoToken
 		}
@@ -244,6 +260,7 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	readID("tokenizer.ggml.eom_token_id", &v.EOM)
 	readID("tokenizer.ggml.unknown_token_id", &v.UNK)
 	readID("tokenizer.ggml.padding_token_id", &v.PAD)
+	readID("tokenizer.ggml.seperator_token_id", &v.SEP) // llama.cpp's spelling
 	for _, key := range []string{"tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id", "tokenizer.ggml.fim_sep_token_id"} {
 		if u, ok := f.Uint(key); ok && u < uint64(n) {
 			v.ExtraEOG = append(v.ExtraEOG, int32(u))
@@ -254,6 +271,15 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	}
 	if b, ok := f.Bool("tokenizer.ggml.add_eos_token"); ok {
 		v.AddEOS = b
+	}
+	if b, ok := f.Bool("tokenizer.ggml.add_sep_token"); ok {
+		v.AddSEP = b
+	}
+	if b, ok := f.Bool("tokenizer.ggml.normalizer.lowercase"); ok {
+		v.Lowercase, v.StripAccents = b, b // strip_accents defaults to lowercase
+	}
+	if b, ok := f.Bool("tokenizer.ggml.normalizer.strip_accents"); ok {
+		v.StripAccents = b
 	}
 	if b, ok := f.Bool("tokenizer.ggml.add_space_prefix"); ok {
 		v.AddSpacePrefix = b
@@ -281,10 +307,15 @@ func New(v Vocab) (*Tokenizer, error) {
 	t := &Tokenizer{
 		bos: v.BOS, eos: v.EOS, eot: v.EOT, eom: v.EOM, unk: v.UNK, pad: v.PAD,
 		addBOS: v.AddBOS, addEOS: v.AddEOS, addSpacePrefix: v.AddSpacePrefix, removeExtraWS: v.RemoveExtraWhitespaces,
+		sep: NoToken,
 	}
 	switch v.Model {
 	case ModelSPM:
 		t.spm = true
+	case ModelWPM:
+		t.wpm = true
+		t.sep, t.addSEP, t.lower, t.stripAccents = v.SEP, v.AddSEP, v.Lowercase, v.StripAccents
+		t.addSpacePrefix = false // llama.cpp: no space prefix for WPM
 	case ModelBPE:
 		p, err := lookupPre(v.Pre)
 		if err != nil {
@@ -325,6 +356,7 @@ func New(v Vocab) (*Tokenizer, error) {
 		// A duplicate text maps to its last id, as in llama.cpp (c392e50).
 		t.toID[w] = int32(i)
 		t.tokens[i] = w
+		t.maxTokenLen = max(t.maxTokenLen, len(w))
 		if v.Scores != nil {
 			t.scores[i] = v.Scores[i]
 		}
@@ -334,7 +366,7 @@ func New(v Vocab) (*Tokenizer, error) {
 			t.attrs[i] = attrNormal
 		}
 	}
-	for name, id := range map[string]int32{"bos": v.BOS, "eos": v.EOS, "eot": v.EOT, "eom": v.EOM, "unknown": v.UNK, "padding": v.PAD} {
+	for name, id := range map[string]int32{"bos": v.BOS, "eos": v.EOS, "eot": v.EOT, "eom": v.EOM, "unknown": v.UNK, "padding": v.PAD, "separator": t.sep} {
 		if id < NoToken || id >= int32(n) {
 			return nil, fmt.Errorf("tokenizer: %s token id %d outside the vocabulary of %d", name, id, n)
 		}
@@ -345,7 +377,10 @@ func New(v Vocab) (*Tokenizer, error) {
 	if t.addEOS && t.eos == NoToken {
 		return nil, errors.New("tokenizer: add_eos_token is true, but eos_token_id is not set")
 	}
-	if !t.spm {
+	if t.addSEP && t.sep == NoToken {
+		return nil, errors.New("tokenizer: add_sep_token is true, but seperator_token_id is not set")
+	}
+	if !t.spm && !t.wpm {
 		t.ranks = make(map[mergeKey]int32, len(v.Merges))
 		for i, m := range v.Merges {
 			var k mergeKey
@@ -485,10 +520,14 @@ func (t *Tokenizer) IsControl(id int32) bool {
 // Pre is the pre-tokenizer name ("" for SentencePiece).
 func (t *Tokenizer) Pre() string { return t.preName }
 
-// Model is "llama" (SentencePiece) or "gpt2" (byte-level BPE).
+// Model is "llama" (SentencePiece), "gpt2" (byte-level BPE) or "bert"
+// (WordPiece).
 func (t *Tokenizer) Model() string {
 	if t.spm {
 		return ModelSPM
+	}
+	if t.wpm {
+		return ModelWPM
 	}
 	return ModelBPE
 }

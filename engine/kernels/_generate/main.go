@@ -35,6 +35,7 @@ func main() {
 	constsQ4K512()
 	constsQ6K512()
 	constsExp()
+	constsIQ4()
 	cpuid()
 
 	q40x("dotQ4_0X4", quant40, 4)
@@ -82,6 +83,7 @@ func main() {
 	q6k("dotQ6_KR4C1", 4, 1)
 	q6k("dotQ6_KR1C1", 1, 1)
 	q6k("dotQ6_KR1C4", 1, 4)
+	iq4Kernels(false)
 
 	legacyV4("dotQ4_0V4C8", quant40, 8, false)
 	legacyV4("dotQ8_0V4C8", quant80, 8, false)
@@ -135,6 +137,7 @@ func main() {
 	legacyV4("dotQ5_0V4C1T0", quant50, 1, false)
 	q40p("dotQ4_0PSV4C1T0")
 	legacyV4("dotQ8_0PV4C1T0", quant80, 1, true)
+	iq4Kernels(true)
 	prefetchT0 = false
 
 	scoresF16()
