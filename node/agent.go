@@ -68,10 +68,14 @@ type Agent struct {
 	// net counts the traffic to and from each peer (eBPF or QUIC's counts).
 	net *netTelemetry
 
-	models   *openai.StaticBackend // models this agent serves (the OpenAI endpoint's backend)
-	pub      *publisher            // puts the models this node drives into models
-	registry *prometheus.Registry
-	observer openai.Observer
+	models *openai.StaticBackend // models this agent serves (the OpenAI endpoint's backend)
+	// encoders are the embedding models among the --model files, served
+	// whole here; encoderClosers release them.
+	encoders       []localEncoder
+	encoderClosers []func() error
+	pub            *publisher // puts the models this node drives into models
+	registry       *prometheus.Registry
+	observer       openai.Observer
 
 	revoked atomic.Pointer[map[string]bool] // a client's copy of the revoked node IDs
 	fsm     atomic.Pointer[coordinator.FSM] // a server's state, once its Raft runs (read by the endpoint and gossip from their goroutines)
@@ -250,6 +254,9 @@ func (a *Agent) start() error {
 	transport.ServeWeights(a.ep, weightSource{a}, transport.WeightsOptions{})
 	transport.ServeProbe(a.ep, 0)
 	a.models = openai.NewStaticBackend()
+	if err := a.serveEncoders(); err != nil {
+		return err
+	}
 	a.startServing()
 	if err := a.setupMetrics(); err != nil {
 		return err
@@ -362,6 +369,9 @@ func (a *Agent) close(graceful bool) {
 		}
 		a.bg.Wait()
 		a.net.close()
+		for _, c := range a.encoderClosers {
+			_ = c()
+		}
 		if a.files != nil {
 			a.files.close()
 		}

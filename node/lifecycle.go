@@ -159,7 +159,7 @@ func inferencePath(r *http.Request) bool {
 		return false
 	}
 	switch r.URL.Path {
-	case "/v1/chat/completions", "/v1/completions":
+	case "/v1/chat/completions", "/v1/completions", "/v1/embeddings":
 		return true
 	}
 	return false

@@ -82,6 +82,11 @@ func (a *Agent) localRequests() ([]api.LoadModelRequest, error) {
 		if err != nil {
 			return nil, err
 		}
+		if model.IsEncoder(f) {
+			f.Close()
+			a.encoders = append(a.encoders, localEncoder{name: mc.name(), path: path, threads: mc.Threads})
+			continue
+		}
 		cfg, err := model.ConfigFromGGUF(f)
 		f.Close()
 		if err != nil {
@@ -153,6 +158,8 @@ func (a *Agent) httpHandler() http.Handler {
 	for _, p := range []string{"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/"} {
 		mux.Handle(p, fwd)
 	}
+	// Embedding models run whole on the agent given them (--model).
+	mux.Handle("/v1/embeddings", oai)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{}))
 	dash := dashboard.Handler(dashboard.Options{Recent: recent, CheckKey: a.admin.ReadKey})
 	mux.Handle("GET /{$}", dash)
