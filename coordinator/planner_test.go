@@ -24,15 +24,7 @@ func TestNewLeaderKeepsPlan(t *testing.T) {
 			Caps: Capabilities{MemTotal: 16 << 20, MemFree: 16 << 20, Cores: 2, GFLOPS: 100, MemGBps: 10}})
 	}
 	l := c.leader(10 * time.Second)
-	prof := placement.ModelProfile{Name: "m", Arch: "llama", NLayer: 8, NEmbd: 256, NHead: 4, NHeadKV: 4, HeadDim: 64, NVocab: 512,
-		FFNDim: 768, HeadUnit: 1, FFNUnit: 32, KVBytesPerToken: 2048}
-	for range prof.NLayer {
-		prof.Layers = append(prof.Layers, placement.LayerProfile{AttnBytes: 512 << 10, FFNBytes: 1536 << 10, AttnFLOPs: 2 << 20, FFNFLOPs: 4 << 20})
-	}
-	model := Model{Name: "m", Digest: "d", Profile: &prof, Ctx: 64, MaxSeqs: 1, Overhead: 1 << 20, Strategy: string(placement.Pipeline)}
-	if err := l.srv.Apply(ModelUpsertType, ModelUpsertRequest{Model: model}, 2*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	upsertTwoNodeModel(t, l)
 	var v1 *placement.Plan
 	defer func() {
 		if t.Failed() {
@@ -116,15 +108,7 @@ func TestSlowerLinkReplans(t *testing.T) {
 		}
 	}
 	report(nil)
-	prof := placement.ModelProfile{Name: "m", Arch: "llama", NLayer: 8, NEmbd: 256, NHead: 4, NHeadKV: 4, HeadDim: 64, NVocab: 512,
-		FFNDim: 768, HeadUnit: 1, FFNUnit: 32, KVBytesPerToken: 2048}
-	for range prof.NLayer {
-		prof.Layers = append(prof.Layers, placement.LayerProfile{AttnBytes: 512 << 10, FFNBytes: 1536 << 10, AttnFLOPs: 2 << 20, FFNFLOPs: 4 << 20})
-	}
-	model := Model{Name: "m", Digest: "d", Profile: &prof, Ctx: 64, MaxSeqs: 1, Overhead: 1 << 20, Strategy: string(placement.Pipeline)}
-	if err := l.srv.Apply(ModelUpsertType, ModelUpsertRequest{Model: model}, 2*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	upsertTwoNodeModel(t, l)
 	var v1 *placement.Plan
 	waitFor(t, 10*time.Second, "the first plan", func() bool {
 		st := c.leader(5 * time.Second).srv.fsm.State()
@@ -155,5 +139,20 @@ func TestSlowerLinkReplans(t *testing.T) {
 	}
 	if v2.Cost.MsPerToken > v1.Cost.MsPerToken*1.5 {
 		t.Fatalf("the new plan predicts %.2f ms/token, the first %.2f", v2.Cost.MsPerToken, v1.Cost.MsPerToken)
+	}
+}
+
+// upsertTwoNodeModel loads model "m", 16 MiB planned as a pipeline: it
+// needs two of the 16 MiB workers.
+func upsertTwoNodeModel(t *testing.T, l *testServer) {
+	t.Helper()
+	prof := placement.ModelProfile{Name: "m", Arch: "llama", NLayer: 8, NEmbd: 256, NHead: 4, NHeadKV: 4, HeadDim: 64, NVocab: 512,
+		FFNDim: 768, HeadUnit: 1, FFNUnit: 32, KVBytesPerToken: 2048}
+	for range prof.NLayer {
+		prof.Layers = append(prof.Layers, placement.LayerProfile{AttnBytes: 512 << 10, FFNBytes: 1536 << 10, AttnFLOPs: 2 << 20, FFNFLOPs: 4 << 20})
+	}
+	model := Model{Name: "m", Digest: "d", Profile: &prof, Ctx: 64, MaxSeqs: 1, Overhead: 1 << 20, Strategy: string(placement.Pipeline)}
+	if err := l.srv.Apply(ModelUpsertType, ModelUpsertRequest{Model: model}, 2*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }

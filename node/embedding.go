@@ -34,14 +34,17 @@ func (a *Agent) serveEncoders() error {
 			return fmt.Errorf("%s: %w", le.path, err)
 		}
 		a.encoderClosers = append(a.encoderClosers, enc.Close)
-		a.models.Set(&openai.Model{Name: le.name, Tokenizer: openAITokenizer{tok, ""}, Embedder: encoderEmbedder{enc},
+		a.models.Set(&openai.Model{Name: le.name, Tokenizer: openAITokenizer{tok, ""}, Embedder: EncoderEmbedder(enc),
 			Created: time.Now(), OwnedBy: a.cfg.Name})
 		a.log.Info("serving embedding model", zap.String("model", le.name), zap.Int("dims", enc.Dims()), zap.Int("context", enc.MaxTokens()))
 	}
 	return nil
 }
 
-// encoderEmbedder runs the endpoint's embedding requests on an encoder.
+// EncoderEmbedder runs the endpoint's embedding requests on enc, one
+// input after another.
+func EncoderEmbedder(enc *model.Encoder) openai.Embedder { return encoderEmbedder{enc} }
+
 type encoderEmbedder struct{ e *model.Encoder }
 
 func (x encoderEmbedder) Dims() int      { return x.e.Dims() }

@@ -233,44 +233,7 @@ func TestReconcilerReplays(t *testing.T) {
 	for i := range st.Members {
 		st.Members[i].Node = "n2"
 	}
-	nodes := []string{"n0", "n1", "n2"}
-	addrs, names := map[string]string{}, map[string]string{}
-	var eps []*transport.Endpoint
-	for _, n := range nodes {
-		ep := listen(t, n)
-		eps = append(eps, ep)
-		addrs[n], names[n] = ep.Addr().String(), "node-"+n[1:]
-	}
-	viewOf := func(p placement.Plan) View {
-		return View{Models: []PlannedModel{{Name: "m", Plan: p, Addrs: addrs, Names: names, Ready: true, Status: "ready", DriverHTTP: "127.0.0.1:1"}}}
-	}
-	var recs []*Reconciler
-	pub := &testPublisher{live: map[string]Servable{}}
-	for i, n := range nodes {
-		src := &testShards{path: path}
-		for _, p := range []placement.Plan{v3, v4} {
-			for _, spec := range shard.SpecsFor(p, n, "") {
-				sh, err := shard.Open(path, spec)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { sh.Close() })
-				src.ready = append(src.ready, shard.Ready{Key: fmt.Sprint(n, p.Version, spec.Lo), Model: "m", Version: p.Version, Spec: spec, Shard: sh})
-			}
-		}
-		p := Publisher(&testPublisher{live: map[string]Servable{}})
-		if i == 0 {
-			p = pub
-		}
-		recs = append(recs, NewReconciler(ReconcilerConfig{Host: NewHost(eps[i], nil, nil), Node: n, Shards: src, Publisher: p,
-			Threads: 1, StepTimeout: 3 * time.Second, ReplayWait: 20 * time.Second}))
-	}
-	t.Cleanup(func() {
-		for i := range recs {
-			recs[i].Close()
-			eps[i].Close()
-		}
-	})
+	eps, recs, pub, viewOf := replayRig(t, path, 3, 20*time.Second, v3, v4)
 	reconcile := func(v View, rs ...*Reconciler) {
 		for range 2 {
 			for _, r := range rs {
@@ -353,40 +316,8 @@ func TestStopDriverWhileReplayWaits(t *testing.T) {
 	ref, path := openRef(t)
 	v3 := shapeOf(&ref.Config).Plans("m").Get("pp2") // n0, n1
 	v3.Version, v3.Context = 3, 64
-	nodes := []string{"n0", "n1"}
-	addrs, names := map[string]string{}, map[string]string{}
-	var eps []*transport.Endpoint
-	for _, n := range nodes {
-		ep := listen(t, n)
-		eps = append(eps, ep)
-		addrs[n], names[n] = ep.Addr().String(), "node-"+n[1:]
-	}
-	view := View{Models: []PlannedModel{{Name: "m", Plan: v3, Addrs: addrs, Names: names, Ready: true, Status: "ready", DriverHTTP: "127.0.0.1:1"}}}
-	var recs []*Reconciler
-	pub := &testPublisher{live: map[string]Servable{}}
-	for i, n := range nodes {
-		src := &testShards{path: path}
-		for _, spec := range shard.SpecsFor(v3, n, "") {
-			sh, err := shard.Open(path, spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { sh.Close() })
-			src.ready = append(src.ready, shard.Ready{Key: fmt.Sprint(n, v3.Version, spec.Lo), Model: "m", Version: v3.Version, Spec: spec, Shard: sh})
-		}
-		p := Publisher(&testPublisher{live: map[string]Servable{}})
-		if i == 0 {
-			p = pub
-		}
-		recs = append(recs, NewReconciler(ReconcilerConfig{Host: NewHost(eps[i], nil, nil), Node: n, Shards: src, Publisher: p,
-			Threads: 1, StepTimeout: 3 * time.Second, ReplayWait: 30 * time.Second}))
-	}
-	t.Cleanup(func() {
-		for i := range recs {
-			recs[i].Close()
-			eps[i].Close()
-		}
-	})
+	eps, recs, pub, viewOf := replayRig(t, path, 2, 30*time.Second, v3)
+	view := viewOf(v3)
 	for range 2 {
 		for _, r := range recs {
 			r.Reconcile(view)
@@ -451,4 +382,49 @@ func TestStopDriverWhileReplayWaits(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the request in flight did not end")
 	}
+}
+
+// replayRig starts n reconcilers (nodes n0, n1, ...) holding their shards
+// of every plan, n0 publishing to pub; viewOf makes the view of one plan.
+func replayRig(t *testing.T, path string, n int, replayWait time.Duration, plans ...placement.Plan) (
+	eps []*transport.Endpoint, recs []*Reconciler, pub *testPublisher, viewOf func(placement.Plan) View) {
+	t.Helper()
+	addrs, names := map[string]string{}, map[string]string{}
+	var nodes []string
+	for i := range n {
+		node := fmt.Sprint("n", i)
+		ep := listen(t, node)
+		eps, nodes = append(eps, ep), append(nodes, node)
+		addrs[node], names[node] = ep.Addr().String(), fmt.Sprint("node-", i)
+	}
+	viewOf = func(p placement.Plan) View {
+		return View{Models: []PlannedModel{{Name: "m", Plan: p, Addrs: addrs, Names: names, Ready: true, Status: "ready", DriverHTTP: "127.0.0.1:1"}}}
+	}
+	pub = &testPublisher{live: map[string]Servable{}}
+	for i, node := range nodes {
+		src := &testShards{path: path}
+		for _, p := range plans {
+			for _, spec := range shard.SpecsFor(p, node, "") {
+				sh, err := shard.Open(path, spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { sh.Close() })
+				src.ready = append(src.ready, shard.Ready{Key: fmt.Sprint(node, p.Version, spec.Lo), Model: "m", Version: p.Version, Spec: spec, Shard: sh})
+			}
+		}
+		p := Publisher(&testPublisher{live: map[string]Servable{}})
+		if i == 0 {
+			p = pub
+		}
+		recs = append(recs, NewReconciler(ReconcilerConfig{Host: NewHost(eps[i], nil, nil), Node: node, Shards: src, Publisher: p,
+			Threads: 1, StepTimeout: 3 * time.Second, ReplayWait: replayWait}))
+	}
+	t.Cleanup(func() {
+		for i := range recs {
+			recs[i].Close()
+			eps[i].Close()
+		}
+	})
+	return eps, recs, pub, viewOf
 }

@@ -19,6 +19,7 @@ import (
 	"shoal/engine/model"
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
+	"shoal/node"
 )
 
 // wpmTokenizer is the endpoint's view of a tokenizer (as the node's adapter
@@ -34,26 +35,6 @@ func (w wpmTokenizer) NewDecoder() openai.Decoder { return w.t.NewContinuationDe
 func (w wpmTokenizer) NVocab() int                { return w.t.NVocab() }
 func (w wpmTokenizer) Specials() openai.Specials  { return openai.Specials{} }
 func (w wpmTokenizer) ChatTemplate() string       { return "" }
-
-// encoderEmbedder serves a model.Encoder as an openai.Embedder.
-type encoderEmbedder struct{ e *model.Encoder }
-
-func (x encoderEmbedder) Dims() int      { return x.e.Dims() }
-func (x encoderEmbedder) MaxTokens() int { return x.e.MaxTokens() }
-func (x encoderEmbedder) Embed(ctx context.Context, inputs [][]int32) ([][]float32, error) {
-	out := make([][]float32, len(inputs))
-	for i, in := range inputs {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		v, err := x.e.Embed(in)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", openai.ErrBadInput, err)
-		}
-		out[i] = v
-	}
-	return out, nil
-}
 
 type embEnv struct {
 	srv *httptest.Server
@@ -76,7 +57,7 @@ func newEmbEnv(t *testing.T) *embEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	emb := &openai.Model{Name: "emb", Tokenizer: wpmTokenizer{tok}, Embedder: encoderEmbedder{enc}}
+	emb := &openai.Model{Name: "emb", Tokenizer: wpmTokenizer{tok}, Embedder: node.EncoderEmbedder(enc)}
 	chat := &openai.Model{Name: "chat", Tokenizer: wpmTokenizer{tok}}
 	srv := httptest.NewServer(openai.NewHandler(openai.NewStaticBackend(emb, chat), openai.Options{Log: zap.NewNop()}))
 	t.Cleanup(func() {
