@@ -90,6 +90,7 @@ func chatLoop(ctx context.Context, c *openai.Client, p openai.ChatParams, system
 		}
 	}
 	reset()
+	failed, lastFail := 0, ""
 	interactive := false
 	if f, ok := in.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
@@ -109,7 +110,15 @@ func chatLoop(ctx context.Context, c *openai.Client, p openai.ChatParams, system
 			if interactive {
 				fmt.Fprintln(errw)
 			}
-			return sc.Err()
+			if err := sc.Err(); err != nil {
+				return err
+			}
+			// Piped input: a script learns from the exit status that an
+			// answer is missing.
+			if failed > 0 && !interactive {
+				return fmt.Errorf("%d request(s) failed; the last: %s", failed, lastFail)
+			}
+			return nil
 		}
 		line := strings.TrimSpace(sc.Text())
 		switch line {
@@ -147,6 +156,7 @@ func chatLoop(ctx context.Context, c *openai.Client, p openai.ChatParams, system
 			// The request was refused or failed: drop it and go on.
 			history = history[:len(history)-1]
 			fmt.Fprintln(errw, "error:", ae.Message)
+			failed, lastFail = failed+1, ae.Message
 			continue
 		case asJSON:
 			b, _ := json.Marshal(reply)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -167,5 +169,30 @@ func TestAgentFlagsFromEnv(t *testing.T) {
 	err := flagsFromEnv(agentCmd())
 	if err == nil || !strings.Contains(err.Error(), "SHOAL_MAX_SEQS") {
 		t.Fatalf("SHOAL_MAX_SEQS=many: %v", err)
+	}
+}
+
+// TestExitStatus: an unknown subcommand of a command group, and a piped
+// chat whose request fails, end with an error (a non-zero exit), as a
+// script expects; a group alone still prints its help.
+func TestExitStatus(t *testing.T) {
+	for _, args := range [][]string{{"model", "rm", "x"}, {"node", "frobnicate"}, {"token", "nope"}} {
+		if _, err := execute(t, "", args...); err == nil || !strings.Contains(err.Error(), "unknown command") {
+			t.Errorf("shoal %s: %v, want an unknown command error", strings.Join(args, " "), err)
+		}
+	}
+	if out, err := execute(t, "", "model"); err != nil || !strings.Contains(out, "Available Commands") {
+		t.Errorf("shoal model: %v\n%s", err, out)
+	}
+	// An agent that refuses the chat's model.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"error":{"message":"model \"nosuch\" is not served","type":"invalid_request_error","code":"model_not_found"}}`))
+	}))
+	defer srv.Close()
+	_, err := execute(t, "hi\n", "chat", "--addr", srv.URL, "--token", "k", "-m", "nosuch")
+	if err == nil || !strings.Contains(err.Error(), "1 request(s) failed") || !strings.Contains(err.Error(), "nosuch") {
+		t.Fatalf("piped chat with a refused model: %v, want an error", err)
 	}
 }

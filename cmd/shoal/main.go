@@ -63,7 +63,27 @@ Quick start:
 	root.PersistentFlags().StringVar(&logOpts.Level, "log-level", "warn", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&logOpts.Format, "log-format", "console", "log format: console or json")
 	root.AddCommand(commands()...)
+	strictGroups(root)
 	return root
+}
+
+// strictGroups makes every command that only groups others (shoal model,
+// shoal node, ...) refuse an unknown subcommand with an error, so the
+// process exits non-zero, instead of printing help and exiting 0; alone it
+// still prints its help.
+func strictGroups(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		strictGroups(sub)
+	}
+	if c.HasParent() && c.HasSubCommands() && c.Run == nil && c.RunE == nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unknown command %q for %q (see '%s --help')", args[0], cmd.CommandPath(), cmd.CommandPath())
+			}
+			return nil
+		}
+		c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+	}
 }
 
 func main() {
