@@ -95,7 +95,7 @@ func (f *forwarder) rpcAddr(id string) string {
 func (f *forwarder) openAI(local http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case r.Method == http.MethodPost && (r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/v1/completions"):
+		case r.Method == http.MethodPost && forwardable(r.Method, r.URL.Path) && !strings.HasPrefix(r.URL.Path, "/v1/cluster/"):
 			fr, forwarded := forwardedOf(r)
 			if forwarded {
 				f.route(w, r, local, fr.model, nil, true)

@@ -401,7 +401,7 @@ func forwardable(method, path string) bool {
 		return false
 	}
 	switch path {
-	case "/v1/chat/completions", "/v1/completions":
+	case "/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize":
 		return true
 	}
 	rest, ok := strings.CutPrefix(path, "/v1/cluster/models/")

@@ -114,6 +114,9 @@ func (a *Agent) Drain(ctx context.Context) int {
 // requests from clients while draining and counts those in flight.
 func (a *Agent) lifecycleHandler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" { // llama-server's name for it
+			r.URL.Path = "/v1/health"
+		}
 		if r.URL.Path == "/v1/health" && r.Method == http.MethodGet && r.URL.Query().Has("ready") {
 			status, body := http.StatusOK, map[string]string{"status": "ready"}
 			if !a.IsReady() {

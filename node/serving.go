@@ -155,7 +155,7 @@ func (a *Agent) httpHandler() http.Handler {
 		Log:      a.log.Named("openai"),
 	})
 	fwd := a.fwd.openAI(oai)
-	for _, p := range []string{"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/"} {
+	for _, p := range []string{"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/", "/tokenize", "/detokenize"} {
 		mux.Handle(p, fwd)
 	}
 	// Embedding models run whole on the agent given them (--model).

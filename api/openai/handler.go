@@ -98,6 +98,8 @@ func newHandler(b Backend, o Options) *handler {
 	mux.HandleFunc("/v1/embeddings", h.route("embeddings", http.MethodPost, h.embeddings))
 	mux.HandleFunc("/v1/models", h.route("models", http.MethodGet, h.models))
 	mux.HandleFunc("/v1/models/{id...}", h.route("models", http.MethodGet, h.model))
+	mux.HandleFunc("/tokenize", h.route("tokenize", http.MethodPost, h.tokenize))
+	mux.HandleFunc("/detokenize", h.route("detokenize", http.MethodPost, h.detokenize))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "unknown_url",
 			msg: fmt.Sprintf("Unknown request URL: %s %s.", r.Method, r.URL.Path)})
