@@ -38,6 +38,7 @@ quits, Ctrl-C stops the answer being written.
   echo "What is a shoal?" | shoal chat --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			token = cliToken(token, addr)
 			addr, ca, err := agentAddr(addr, cacert)
 			if err != nil {
 				return err
@@ -45,9 +46,6 @@ quits, Ctrl-C stops the answer being written.
 			hc, err := api.HTTPClientCA(ca, 0)
 			if err != nil {
 				return err
-			}
-			if token == "" {
-				token = os.Getenv("SHOAL_TOKEN")
 			}
 			c := &openai.Client{BaseURL: addr, APIKey: token, HTTP: hc}
 			ctx := context.Background()

@@ -196,3 +196,31 @@ func TestExitStatus(t *testing.T) {
 		t.Fatalf("piped chat with a refused model: %v, want an error", err)
 	}
 }
+
+// TestCLIFindsLocalUp: with no --addr, SHOAL_ADDR or SHOAL_TOKEN, the CLI
+// in the directory where `shoal up` runs uses that cluster's address and
+// admin key; an explicit address or key wins.
+func TestCLIFindsLocalUp(t *testing.T) {
+	t.Chdir(t.TempDir())
+	t.Setenv("SHOAL_ADDR", "")
+	t.Setenv("SHOAL_TOKEN", "")
+	t.Setenv("SHOAL_CACERT", "")
+	if addr, _, _ := agentAddr("", ""); addr != "http://127.0.0.1:7948" || cliToken("", "") != "" {
+		t.Fatalf("without a local cluster: %s %q", addr, cliToken("", ""))
+	}
+	if err := os.MkdirAll(upDataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeUpFile(upDataDir, upFile{Addr: "http://127.0.0.1:8080", AdminKey: "admin-key", InferenceKey: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if addr, _, _ := agentAddr("", ""); addr != "http://127.0.0.1:8080" || cliToken("", "") != "admin-key" {
+		t.Fatalf("with shoal up here: %s %q", addr, cliToken("", ""))
+	}
+	if addr, _, _ := agentAddr("10.0.0.9:7948", ""); addr != "http://10.0.0.9:7948" || cliToken("", "10.0.0.9:7948") != "" {
+		t.Fatalf("--addr given: %s %q (the local cluster's key must not go to another address)", addr, cliToken("", "10.0.0.9:7948"))
+	}
+	if cliToken("mine", "") != "mine" {
+		t.Fatal("--token lost")
+	}
+}

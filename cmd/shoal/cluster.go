@@ -42,7 +42,7 @@ func (f *clusterFlags) client() (*api.Client, context.Context, context.CancelFun
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	c, err := api.NewClientCA(addr, f.token, ca)
+	c, err := api.NewClientCA(addr, cliToken(f.token, f.addr), ca)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -54,6 +54,7 @@ func (f *clusterFlags) client() (*api.Client, context.Context, context.CancelFun
 // apiClient is an API client of the agent at addr trusting the cluster's
 // HTTPS CA the CLI finds (loadCA without a flag).
 func apiClient(addr, key string) (*api.Client, error) {
+	key = cliToken(key, addr)
 	addr, ca, err := agentAddr(addr, "")
 	if err != nil {
 		return nil, err
@@ -72,8 +73,8 @@ func sayElecting(c *api.Client) {
 	c.OnLeaderWait = func() { once.Do(func() { fmt.Fprintln(os.Stderr, "electing a leader, retrying") }) }
 }
 
-// agentAddr is the agent's base URL (--addr, else $SHOAL_ADDR, else the
-// local agent) and the HTTPS CA to trust there (see loadCA). An address
+// agentAddr is the agent's base URL (--addr, else $SHOAL_ADDR, else a
+// `shoal up` running from this directory, else the local agent) and the HTTPS CA to trust there (see loadCA). An address
 // without a scheme means https when the CA was given (--cacert or
 // $SHOAL_CACERT), else http.
 func agentAddr(addrFlag, cacertFlag string) (string, []byte, error) {
@@ -84,6 +85,11 @@ func agentAddr(addrFlag, cacertFlag string) (string, []byte, error) {
 	addr := addrFlag
 	if addr == "" {
 		addr = os.Getenv("SHOAL_ADDR")
+	}
+	if addr == "" {
+		if up, ok := localUp(); ok { // `shoal up` running from here
+			addr = up.Addr
+		}
 	}
 	if addr == "" {
 		addr = strings.TrimPrefix(api.DefaultAddr, "http://")

@@ -55,7 +55,18 @@ gibberish: point --model at any GGUF file for real text.
 			fmt.Fprintf(w, "  dashboard  %s\n", c.Endpoint[:len(c.Endpoint)-len("/v1")]+"/")
 			fmt.Fprintf(w, "\n  curl %s/chat/completions -H 'Authorization: Bearer %s' \\\n    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":32}'\n",
 				c.Endpoint, c.InferenceKey, c.Model)
-			fmt.Fprintf(w, "\n  SHOAL_ADDR=%s SHOAL_TOKEN=%s shoal status\n", c.Endpoint[:len(c.Endpoint)-len("/v1")], c.Token)
+			base := c.Endpoint[:len(c.Endpoint)-len("/v1")]
+			self := os.Args[0] // as it was run: bin/shoal from the repository root (make run)
+			if o.DataDir == upDataDir {
+				if err := writeUpFile(o.DataDir, upFile{Addr: base, AdminKey: c.Token, InferenceKey: c.InferenceKey}); err != nil {
+					return err
+				}
+				defer os.Remove(upFilePath(o.DataDir))
+				fmt.Fprintf(w, "\n  %s status        # the CLI finds this cluster from this directory (%s)\n", self, upFilePath(o.DataDir))
+				fmt.Fprintf(w, "  %s chat          # talk to the model\n", self)
+			} else {
+				fmt.Fprintf(w, "\n  SHOAL_ADDR=%s SHOAL_TOKEN=%s %s status\n", base, c.Token, self)
+			}
 			if c.HTTPSCA != "" {
 				fmt.Fprintf(w, "\n  The agents bind loopback, so they serve plain HTTP. The cluster's HTTPS CA\n  (what clients trust when agents on a network address serve HTTPS) is\n  %s\n", c.HTTPSCA)
 			}
@@ -72,7 +83,7 @@ gibberish: point --model at any GGUF file for real text.
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.Nodes, "nodes", 3, "number of agents to start")
-	f.StringVar(&o.DataDir, "data-dir", ".shoal/up", "where the agents keep their state (and the built-in model)")
+	f.StringVar(&o.DataDir, "data-dir", upDataDir, "where the agents keep their state (and the built-in model)")
 	f.StringVar(&o.Model, "model", "", "GGUF model to serve: a file, a model in the store, or a hub reference (OWNER/REPO[:QUANT], pulled first) (default: the built-in model)")
 	f.IntVar(&o.BasePort, "port", 8080, "HTTP port of the first agent; agent i uses port+10i (HTTP), +1 (QUIC), +2 (gossip)")
 	return cmd
