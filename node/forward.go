@@ -115,6 +115,8 @@ func (f *forwarder) openAI(local http.Handler) http.Handler {
 			local.ServeHTTP(w, r)
 		case r.Method == http.MethodGet && r.URL.Path == "/v1/models":
 			f.listClusterModels(w, r, local)
+		case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/models/"):
+			f.getClusterModel(w, r, local)
 		default:
 			local.ServeHTTP(w, r)
 		}
@@ -261,6 +263,38 @@ func (f *forwarder) admin(local http.Handler) http.Handler {
 
 // listClusterModels answers /v1/models with the local models followed by
 // those other agents serve.
+// allowedModels are the models the request's key is limited to (none: any).
+func (f *forwarder) allowedModels(r *http.Request) []string {
+	if key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && f.keyModels != nil {
+		allowed, _ := f.keyModels(r.Context(), strings.TrimSpace(key), true)
+		return allowed
+	}
+	return nil
+}
+
+// getClusterModel answers GET /v1/models/NAME for a model another agent
+// serves as the list does (this agent's own answer otherwise).
+func (f *forwarder) getClusterModel(w http.ResponseWriter, r *http.Request, local http.Handler) {
+	rec := httptest.NewRecorder()
+	local.ServeHTTP(rec, r)
+	if rec.Code == http.StatusNotFound {
+		name := strings.TrimPrefix(r.URL.Path, "/v1/models/")
+		allowed := f.allowedModels(r)
+		for _, rt := range f.routes.Routes() {
+			if rt.Ready && rt.Node != f.self && rt.Model == name && (len(allowed) == 0 || slices.Contains(allowed, rt.Model)) {
+				w.Header().Set("Content-Type", "application/json")
+				json.NewEncoder(w).Encode(map[string]any{"id": rt.Model, "object": "model", "created": 0, "owned_by": rt.NodeName, "shoal.served_by": rt.NodeName})
+				return
+			}
+		}
+	}
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.Code)
+	w.Write(rec.Body.Bytes())
+}
+
 func (f *forwarder) listClusterModels(w http.ResponseWriter, r *http.Request, local http.Handler) {
 	rec := httptest.NewRecorder()
 	local.ServeHTTP(rec, r)
@@ -278,10 +312,7 @@ func (f *forwarder) listClusterModels(w http.ResponseWriter, r *http.Request, lo
 	}
 	// The local list passed the key; a key limited to models sees only
 	// those of the other agents' models too.
-	var allowed []string
-	if key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && f.keyModels != nil {
-		allowed, _ = f.keyModels(r.Context(), strings.TrimSpace(key), true)
-	}
+	allowed := f.allowedModels(r)
 	seen := map[string]bool{}
 	for _, m := range list.Data {
 		if id, ok := m["id"].(string); ok {

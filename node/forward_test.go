@@ -103,6 +103,17 @@ func TestForwardToServingAgent(t *testing.T) {
 	} else if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || strings.Contains(string(b), "tiny") {
 		t.Errorf("a key limited to other models lists: %d %s", resp.StatusCode, b)
 	}
+	// GET /v1/models/tiny answers on the front agent as its list does; the
+	// limited key gets 404 for it, and an unknown model is 404.
+	if code, body := request(t, tc.Secret, "GET", front+"/v1/models/tiny", ""); code != 200 || !strings.Contains(body, `"id":"tiny"`) || !strings.Contains(body, "gpu-box") {
+		t.Errorf("GET /v1/models/tiny on the front agent: %d %s", code, body)
+	}
+	if code, body := request(t, limited.Secret, "GET", front+"/v1/models/tiny", ""); code != 404 {
+		t.Errorf("GET /v1/models/tiny with a key limited to other models: %d %s", code, body)
+	}
+	if code, body := request(t, tc.Secret, "GET", front+"/v1/models/nosuch", ""); code != 404 {
+		t.Errorf("GET /v1/models/nosuch: %d %s", code, body)
+	}
 	// Streamed: the events come through one by one as the serving agent
 	// writes them.
 	req, _ := http.NewRequest("POST", front+"/v1/completions", strings.NewReader(`{"model":"tiny","prompt":"hello","max_tokens":4,"stream":true}`))
