@@ -150,11 +150,11 @@ func (a *Agent) linkLoop() {
 			if a.net != nil {
 				l.Telemetry = a.net.Source()
 			}
-			// What the planner reads moves only by a factor of 2: readings
+			// What the planner reads moves only by a factor of 4: readings
 			// within it are noise (on a loaded host the least round trip
 			// of a few probes still varies by half), and each re-plan they
 			// caused could move a model's driver.
-			if r := v.reported; !r.MeasuredAt.IsZero() && within2(l.Gbit, r.Gbit) && within2(l.LatencyMs, r.LatencyMs) {
+			if r := v.reported; !r.MeasuredAt.IsZero() && within(l.Gbit, r.Gbit) && within(l.LatencyMs, r.LatencyMs) {
 				l.Gbit, l.LatencyMs, l.Source = r.Gbit, r.LatencyMs, r.Source
 			}
 			if probed || l.Gbit != v.reported.Gbit || l.LatencyMs != v.reported.LatencyMs || v.reported.Iface != l.Iface || now.Sub(v.reportedAt) >= every {
@@ -180,5 +180,6 @@ func (a *Agent) linkLoop() {
 	}
 }
 
-// within2 says whether a is within a factor of 2 of b.
-func within2(a, b float64) bool { return a <= 2*b && b <= 2*a }
+// within says whether a is within a factor of 4 of b: readings that close
+// are noise on a loaded host.
+func within(a, b float64) bool { return a <= 4*b && b <= 4*a }
