@@ -63,6 +63,9 @@ type Request struct {
 	// reports the chosen token's log-probability.
 	Logprobs    bool
 	TopLogprobs int
+	// Constraint, when set, limits every token drawn to those it allows
+	// (constrained decoding); the sequence stops when it is Done.
+	Constraint sample.Constraint
 }
 
 // TokenLogprob is a token with its log-probability.
@@ -542,7 +545,11 @@ func (s *Scheduler) step() bool {
 		if rs, ok := s.r.(RowSampler); ok && rs.SamplesRemotely() && len(s.rows) > 0 {
 			s.reqs = s.reqs[:0]
 			for _, sq := range s.rowSeq {
-				s.reqs = append(s.reqs, sq.sampler.Request(sq.tokens, sq.req.Logprobs, sq.req.TopLogprobs))
+				r := sq.sampler.Request(sq.tokens, sq.req.Logprobs, sq.req.TopLogprobs)
+				if c := sq.req.Constraint; c != nil {
+					r.Allow = c.Mask()
+				}
+				s.reqs = append(s.reqs, r)
 			}
 			sampled, err = rs.StepSampled(&s.batch, s.rows, s.reqs)
 		} else {
@@ -776,7 +783,14 @@ func (s *Scheduler) afterStep(logits []float32, sampled []sample.Result) {
 // emit samples sq's next token from the logits of its last token and sends
 // it; true when that ended the sequence.
 func (s *Scheduler) emit(sq *seq, l []float32) bool {
-	tok := sq.sampler.Sample(l, sq.tokens)
+	var allow []uint64
+	if c := sq.req.Constraint; c != nil {
+		if allow = c.Mask(); allow != nil && noneSet(allow) {
+			s.finish(sq, "error", errNothingAllowed)
+			return true
+		}
+	}
+	tok := sq.sampler.SampleAllowed(l, sq.tokens, allow)
 	ev := Event{Token: tok}
 	if sq.req.Logprobs || sq.req.TopLogprobs > 0 {
 		ev.Logprob, ev.Top = sample.Logprobs(l, tok, sq.req.TopLogprobs)
@@ -799,9 +813,29 @@ func (s *Scheduler) emitSampled(sq *seq, r *sample.Result) bool {
 	return s.send(sq, ev)
 }
 
+// errNothingAllowed ends a constrained sequence whose constraint allows no
+// token at all (a grammar that cannot go on, and cannot end, here).
+var errNothingAllowed = errors.New("serve: the request's grammar allows no token here")
+
+// noneSet reports whether a token bitset is empty.
+func noneSet(bits []uint64) bool {
+	for _, w := range bits {
+		if w != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // send delivers sq's next token; true when that ended the sequence.
 func (s *Scheduler) send(sq *seq, ev Event) bool {
 	tok := ev.Token
+	if c := sq.req.Constraint; c != nil {
+		if err := c.Accept(tok); err != nil {
+			s.finish(sq, "error", err)
+			return true
+		}
+	}
 	if sq.first.IsZero() {
 		sq.first = time.Now()
 	}
@@ -815,6 +849,10 @@ func (s *Scheduler) send(sq *seq, ev Event) bool {
 	}
 	sq.tokens = append(sq.tokens, tok)
 	sq.out <- ev
+	if c := sq.req.Constraint; c != nil && c.Done() {
+		s.finish(sq, "stop", nil)
+		return true
+	}
 	if (sq.req.MaxTokens > 0 && sq.generated >= sq.req.MaxTokens) || len(sq.tokens) >= s.seqCap {
 		s.finish(sq, "length", nil)
 		return true

@@ -93,8 +93,15 @@ func (req *ChatRequest) tokenize(h *handler, r *genRequest) *apiError {
 	return e
 }
 
-func (req *ChatRequest) shape(h *handler, r *genRequest) shape {
-	return &chatShape{answer: h.newAnswer(r, "chatcmpl-"), tok: r.model.Tokenizer, logprobs: r.gen.Logprobs, all: []TokenLogprob{}}
+func (req *ChatRequest) shapes(h *handler, r *genRequest) []shape {
+	a := h.newAnswer(r, "chatcmpl-")
+	out := make([]shape, r.n)
+	for i := range out {
+		c := &chatShape{answer: a, tok: r.model.Tokenizer, logprobs: r.gen.Logprobs, all: []TokenLogprob{}}
+		c.index = i
+		out[i] = c
+	}
+	return out
 }
 
 // chatShape answers chat completions.
@@ -125,6 +132,7 @@ func (c *chatShape) tokens(toks []genToken) []TokenLogprob {
 }
 
 func (c *chatShape) streamed(choice ChatChunkChoice) ChatChunk {
+	choice.Index = c.index
 	return oneChoice(c.answer, "chat.completion.chunk", choice)
 }
 
@@ -162,5 +170,5 @@ func (c *chatShape) whole(finish string, u Usage) any {
 		lp = &ChatLogprobs{Content: c.all}
 	}
 	return ChatCompletion{Envelope: c.as("chat.completion"), Usage: u,
-		Choices: []ChatChoice{{Message: AssistantMessage{Role: "assistant", Content: c.text.String()}, Logprobs: lp, FinishReason: finish}}}
+		Choices: []ChatChoice{{Index: c.index, Message: AssistantMessage{Role: "assistant", Content: c.text.String()}, Logprobs: lp, FinishReason: finish}}}
 }

@@ -55,15 +55,21 @@ func (req *CompletionRequest) tokenize(h *handler, r *genRequest) *apiError {
 	return nil
 }
 
-func (req *CompletionRequest) shape(h *handler, r *genRequest) shape {
-	c := &textShape{answer: h.newAnswer(r, "cmpl-"), tok: r.model.Tokenizer, logprobs: r.gen.Logprobs, top: r.gen.TopLogprobs,
-		offset: utf8.RuneCountInString(r.promptText)}
-	if r.echo {
-		c.echo = r.promptText
+func (req *CompletionRequest) shapes(h *handler, r *genRequest) []shape {
+	a := h.newAnswer(r, "cmpl-")
+	out := make([]shape, r.n)
+	for i := range out {
+		c := &textShape{answer: a, tok: r.model.Tokenizer, logprobs: r.gen.Logprobs, top: r.gen.TopLogprobs,
+			offset: utf8.RuneCountInString(r.promptText)}
+		c.index = i
+		if r.echo {
+			c.echo = r.promptText
+		}
+		c.text.WriteString(c.echo)
+		c.all = c.tokens("", nil)
+		out[i] = c
 	}
-	c.text.WriteString(c.echo)
-	c.all = c.tokens("", nil)
-	return c
+	return out
 }
 
 // textShape answers completions.
@@ -113,6 +119,7 @@ func (c *textShape) tokens(text string, toks []genToken) *CompletionLogprobs {
 }
 
 func (c *textShape) streamed(choice CompletionChoice) Completion {
+	choice.Index = c.index
 	return oneChoice(c.answer, "text_completion", choice)
 }
 
@@ -146,5 +153,5 @@ func (c *textShape) usage(u Usage) any {
 }
 
 func (c *textShape) whole(finish string, u Usage) any {
-	return withUsage(c.answer, "text_completion", u, CompletionChoice{Text: c.text.String(), Logprobs: c.all, FinishReason: &finish})
+	return withUsage(c.answer, "text_completion", u, CompletionChoice{Index: c.index, Text: c.text.String(), Logprobs: c.all, FinishReason: &finish})
 }

@@ -124,8 +124,8 @@ func TestBadRequests(t *testing.T) {
 		{"missing API key", "/v1/chat/completions", chatBody("hi", nil), nil, 401, "", "invalid_api_key", ""},
 		{"invalid API key", "/v1/chat/completions", chatBody("hi", nil), []string{"Authorization", "Bearer sk-wrong"}, 401, "", "invalid_api_key", ""},
 		{"not a bearer key", "/v1/chat/completions", chatBody("hi", nil), []string{"Authorization", "Basic " + testKey}, 401, "", "invalid_api_key", ""},
-		{"n = 2", "/v1/chat/completions", chatBody("hi", map[string]any{"n": 2}), auth, 400, "n", "", "n must be 1"},
-		{"n = 2 on completions", "/v1/completions", map[string]any{"model": "tiny", "prompt": "hi", "n": 2}, auth, 400, "n", "", ""},
+		{"n = 0", "/v1/chat/completions", chatBody("hi", map[string]any{"n": 0}), auth, 400, "n", "", "n must be between 1 and 16"},
+		{"n = 17 on completions", "/v1/completions", map[string]any{"model": "tiny", "prompt": "hi", "n": 17}, auth, 400, "n", "", ""},
 		{"temperature out of range", "/v1/chat/completions", chatBody("hi", map[string]any{"temperature": 3}), auth, 400, "temperature", "", ""},
 		{"top_p out of range", "/v1/chat/completions", chatBody("hi", map[string]any{"top_p": 1.5}), auth, 400, "top_p", "", ""},
 		{"five stops", "/v1/chat/completions", chatBody("hi", map[string]any{"stop": []string{"a", "b", "c", "d", "e"}}), auth, 400, "stop", "", ""},
@@ -175,10 +175,10 @@ func TestBadRequests(t *testing.T) {
 	})
 	t.Run("official client sees the errors", func(t *testing.T) {
 		c := newClient(e)
-		_, err := c.Chat.Completions.New(context.Background(), oa.ChatCompletionNewParams{Model: "tiny", Messages: []oa.ChatCompletionMessageParamUnion{oa.UserMessage("hi")}, N: oa.Int(2)})
+		_, err := c.Chat.Completions.New(context.Background(), oa.ChatCompletionNewParams{Model: "tiny", Messages: []oa.ChatCompletionMessageParamUnion{oa.UserMessage("hi")}, N: oa.Int(20)})
 		var ae *oa.Error
 		if !errors.As(err, &ae) || ae.StatusCode != 400 || ae.Param != "n" || ae.Type != "invalid_request_error" {
-			t.Fatalf("n=2 through the client: %v", err)
+			t.Fatalf("n=20 through the client: %v", err)
 		}
 		wrong := newClient(e, option.WithAPIKey("sk-wrong"))
 		_, err = wrong.Models.List(context.Background())
@@ -303,7 +303,7 @@ func TestPrometheusObserver(t *testing.T) {
 	resp = e.post(t, "/v1/chat/completions", chatBody("Hi", map[string]any{"max_tokens": 5, "stream": true}))
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	resp = e.post(t, "/v1/chat/completions", chatBody("Hi", map[string]any{"n": 3}))
+	resp = e.post(t, "/v1/chat/completions", chatBody("Hi", map[string]any{"n": 0}))
 	resp.Body.Close()
 	mfs, err := reg.Gather()
 	if err != nil {

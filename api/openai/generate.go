@@ -50,9 +50,6 @@ func setAll(params ...floatParam) *apiError {
 // settings and the stop strings.
 func (h *handler) sampling(s *GenerationParams) (Sampling, []string, *apiError) {
 	p := h.base
-	if s.N != nil && *s.N != 1 {
-		return p, nil, badRequest("n", "n = %d is not supported: shoal returns one choice per request (n must be 1)", *s.N)
-	}
 	if e := setAll(floatParam{"temperature", s.Temperature, 0, 2, &p.Temperature}, floatParam{"top_p", s.TopP, 0, 1, &p.TopP},
 		floatParam{"presence_penalty", s.PresencePenalty, -2, 2, &p.PresencePenalty},
 		floatParam{"frequency_penalty", s.FrequencyPenalty, -2, 2, &p.FrequencyPenalty}); e != nil {
@@ -101,6 +98,7 @@ type genToken struct {
 // generation is a submitted request whose events are being read.
 type generation struct {
 	x      *exchange
+	rec    *Record // the exchange's record (choice 0) or a private one
 	stream Stream
 	tok    Tokenizer
 	stops  []string
@@ -121,8 +119,10 @@ func (g *generation) usage(res genResult) Usage {
 		PromptTokensDetails: PromptTokensDetails{CachedTokens: res.cached}}
 }
 
-// start submits the request. Errors come back in the OpenAI shape.
-func (h *handler) start(x *exchange, r *genRequest) (*generation, *apiError) {
+// start submits the request (choice i of its n: a constraint of its own,
+// and the seed plus i so that the choices differ). Errors come back in the
+// OpenAI shape.
+func (h *handler) start(x *exchange, r *genRequest, i int) (*generation, *apiError) {
 	sub := r.model.Submitter
 	if sub == nil {
 		return nil, submitError(ErrNotServing, "model")
@@ -132,11 +132,24 @@ func (h *handler) start(x *exchange, r *genRequest) (*generation, *apiError) {
 		return nil, &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: r.param, code: "context_length_exceeded",
 			msg: fmt.Sprintf("This model's maximum context length is %d tokens, and your prompt has %d tokens (the prompt plus at least one generated token must fit).", c, len(r.gen.Prompt))}
 	}
-	st, err := sub.Submit(x.r.Context(), r.gen)
+	req := r.gen
+	req.Sampling.Seed += uint64(i)
+	if r.constrain != nil {
+		c, e := r.constrain()
+		if e != nil {
+			return nil, e
+		}
+		req.Constraint = c
+	}
+	st, err := sub.Submit(x.r.Context(), req)
 	if err != nil {
 		return nil, submitError(err, r.param)
 	}
-	return &generation{x: x, stream: st, tok: r.model.Tokenizer, stops: r.stops, prompt: len(r.gen.Prompt)}, nil
+	g := &generation{x: x, rec: &x.rec, stream: st, tok: r.model.Tokenizer, stops: r.stops, prompt: len(r.gen.Prompt)}
+	if i > 0 {
+		g.rec = &Record{}
+	}
+	return g, nil
 }
 
 // run reads the events, applies the stop strings to the detokenized text
@@ -152,7 +165,7 @@ func (g *generation) run(emit func(text string, toks []genToken) error) genResul
 		received int
 		last     time.Time
 	)
-	rec := &g.x.rec
+	rec := g.rec
 	for {
 		ev, err := g.stream.Next()
 		if err != nil {
@@ -193,7 +206,7 @@ func (g *generation) run(emit func(text string, toks []genToken) error) genResul
 
 // end reads the final event of a generation that generated gen tokens.
 func (g *generation) end(ev Event, gen int, dec Decoder, f *stopFilter) genResult {
-	rec := &g.x.rec
+	rec := g.rec
 	rec.GeneratedTokens = gen
 	switch ev.Reason {
 	case "stop", "length":

@@ -18,8 +18,12 @@ type Model struct {
 	// Embedder, when set, serves POST /v1/embeddings (see embeddings.go);
 	// nil: the model does not produce embeddings.
 	Embedder Embedder
-	Created  time.Time
-	OwnedBy  string
+	// Constrainer, when set, compiles grammars and JSON schemas for
+	// constrained decoding (response_format, grammar, tool calls); nil:
+	// requests that need one are refused.
+	Constrainer Constrainer
+	Created     time.Time
+	OwnedBy     string
 }
 
 // Tokenizer is what the endpoint needs of a model's vocabulary and chat
@@ -97,6 +101,35 @@ type Request struct {
 	// for that many alternatives per token.
 	Logprobs    bool
 	TopLogprobs int
+	// Constraint, when set, limits the tokens drawn (constrained
+	// decoding: a grammar, a JSON schema); one per generation.
+	Constraint Constraint
+}
+
+// Constraint is a generation's constrained-decoding state: the tokens it
+// allows next and its advance by the token drawn (the scheduler's
+// sample.Constraint has the same methods).
+type Constraint interface {
+	// Mask is the bitset of the tokens allowed next (bit i of word i/64
+	// for token i); nil allows every token, no bit set allows none.
+	Mask() []uint64
+	// Accept advances by tok.
+	Accept(tok int32) error
+	// Done reports that nothing but the end of generation can follow.
+	Done() bool
+}
+
+// Constrainer compiles constraints for one model's vocabulary. Errors are
+// about the request's grammar or schema (they become 400s).
+type Constrainer interface {
+	// Grammar compiles a GBNF grammar (start rule "root") and returns a
+	// constraint at its start; compiled grammars are cached.
+	Grammar(gbnf string) (Constraint, error)
+	// SchemaRules turns a JSON schema into GBNF rules whose names start
+	// with prefix; root names the rule of a valid document.
+	SchemaRules(schema []byte, prefix string) (gbnf, root string, err error)
+	// AnyObject is the GBNF of any JSON object (rule "root").
+	AnyObject() string
 }
 
 // Sampling are a request's sampler settings, with the meaning llama.cpp

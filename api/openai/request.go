@@ -11,6 +11,12 @@ type genRequest struct {
 	// chunk with the usage (stream_options.include_usage).
 	stream, usage bool
 
+	// n is the number of choices (n).
+	n int
+	// constrain, when set, makes a constraint for each choice (a grammar,
+	// a JSON schema, a tool call's format).
+	constrain func() (Constraint, *apiError)
+
 	messages []TemplateMessage // chat: the messages the prompt is rendered from
 	// Completions: the prompt as text (for echo and text_offset), and
 	// whether it is echoed.
@@ -26,8 +32,9 @@ type endpointRequest interface {
 	check(r *genRequest) *apiError
 	// tokenize sets r.gen.Prompt.
 	tokenize(h *handler, r *genRequest) *apiError
-	// shape is how the answer looks.
-	shape(h *handler, r *genRequest) shape
+	// shapes are how the answer looks: one per choice (r.n), sharing
+	// the answer's envelope.
+	shapes(h *handler, r *genRequest) []shape
 }
 
 func (req *ChatRequest) params() *GenerationParams       { return &req.GenerationParams }
@@ -40,7 +47,7 @@ func (h *handler) generate(x *exchange, req endpointRequest) *apiError {
 	if e != nil {
 		return e
 	}
-	return h.respond(x, r, req.shape(h, r))
+	return h.respond(x, r, req.shapes(h, r))
 }
 
 // parse decodes and checks the request and tokenizes its prompt.
@@ -61,10 +68,27 @@ func (h *handler) parse(x *exchange, req endpointRequest) (*genRequest, *apiErro
 	if r.gen.Sampling, r.stops, e = h.sampling(p); e != nil {
 		return nil, e
 	}
+	if r.n, e = choices(p.N); e != nil {
+		return nil, e
+	}
 	if e := req.tokenize(h, r); e != nil {
 		return nil, e
 	}
 	return r, nil
+}
+
+// maxChoices is the most choices (n) a request may ask for.
+const maxChoices = 16
+
+// choices reads n: 1 when absent.
+func choices(n *int) (int, *apiError) {
+	if n == nil {
+		return 1, nil
+	}
+	if *n < 1 || *n > maxChoices {
+		return 0, badRequest("n", "n must be between 1 and %d, got %d", maxChoices, *n)
+	}
+	return *n, nil
 }
 
 // namedInt is a request field holding an integer.

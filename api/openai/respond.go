@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -24,43 +25,142 @@ type shape interface {
 	whole(finish string, u Usage) any
 }
 
-// respond submits the request and answers it in sh's shape, as one JSON
-// object or as Server-Sent Events.
-func (h *handler) respond(x *exchange, r *genRequest, sh shape) *apiError {
-	g, e := h.start(x, r)
+// respond submits the request and answers it in the shapes of its choices
+// (one per choice, r.n of them), as one JSON object or as Server-Sent
+// Events. Choice 0 starts first; the others are submitted once its prompt
+// is in the KV cache (its first token), so that they read the prompt's
+// blocks from the prefix cache instead of computing them again.
+func (h *handler) respond(x *exchange, r *genRequest, shapes []shape) *apiError {
+	g0, e := h.start(x, r, 0)
 	if e != nil {
 		return e
 	}
-	defer g.stream.Cancel()
-	if !r.stream {
-		res := g.run(func(s string, toks []genToken) error {
-			sh.add(s, toks)
-			return nil
-		})
-		if res.err != nil {
-			return generationError(x, res.err)
+	defer g0.stream.Cancel()
+	gens := []*generation{g0}
+	var sw *sse
+	if r.stream {
+		sw = newSSE(x, h.o.StreamWriteTimeout, h.o.StreamKeepAlive)
+		defer sw.end()
+	}
+	// send emits choice i's text: collected, or streamed.
+	send := func(i int) func(string, []genToken) error {
+		return func(s string, toks []genToken) error {
+			if sw == nil {
+				shapes[i].add(s, toks)
+				return nil
+			}
+			return sw.send(shapes[i].chunk(s, toks))
 		}
-		x.ok(sh.whole(res.finish, g.usage(res)))
+	}
+	if sw != nil {
+		if c := shapes[0].first(); c != nil && sw.send(c) != nil {
+			return nil
+		}
+	}
+	results := make([]genResult, len(shapes))
+	started := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		emit := send(0)
+		results[0] = g0.run(func(s string, toks []genToken) error {
+			once.Do(func() { close(started) })
+			return emit(s, toks)
+		})
+		once.Do(func() { close(started) })
+	}()
+	var startErr *apiError
+	if len(shapes) > 1 {
+		<-started
+		for i := 1; i < len(shapes); i++ {
+			g, e := h.start(x, r, i)
+			if e != nil {
+				startErr = e
+				break
+			}
+			defer g.stream.Cancel()
+			gens = append(gens, g)
+			if sw != nil {
+				if c := shapes[i].first(); c != nil && sw.send(c) != nil {
+					break
+				}
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[i] = g.run(send(i))
+			}()
+		}
+		if startErr != nil {
+			for _, g := range gens {
+				g.stream.Cancel()
+			}
+		}
+	}
+	wg.Wait()
+	for i, g := range gens[1:] {
+		x.rec.GeneratedTokens += g.rec.GeneratedTokens
+		results[0].generated += results[i+1].generated
+	}
+	var err error
+	for _, res := range results[:len(gens)] {
+		if res.err != nil {
+			err = res.err
+			break
+		}
+	}
+	if startErr != nil && err == nil {
+		err = errors.New(startErr.msg)
+	}
+	u := g0.usage(results[0])
+	if sw == nil {
+		if startErr != nil {
+			return startErr
+		}
+		if err != nil {
+			return generationError(x, err)
+		}
+		wholes := make([]any, len(shapes))
+		for i, sh := range shapes {
+			wholes[i] = sh.whole(results[i].finish, u)
+		}
+		x.ok(merge(wholes))
 		return nil
 	}
-	sw := newSSE(x, h.o.StreamWriteTimeout, h.o.StreamKeepAlive)
-	defer sw.end()
-	if c := sh.first(); c != nil && sw.send(c) != nil {
+	if err != nil {
+		sw.fail(err)
 		return nil
 	}
-	res := g.run(func(s string, toks []genToken) error { return sw.send(sh.chunk(s, toks)) })
-	if res.err != nil {
-		sw.fail(res.err)
-		return nil
+	for i, sh := range shapes {
+		if sw.send(sh.last(results[i].finish)) != nil {
+			return nil
+		}
 	}
-	if sw.send(sh.last(res.finish)) != nil {
-		return nil
-	}
-	if r.usage && sw.send(sh.usage(g.usage(res))) != nil {
+	if r.usage && sw.send(shapes[0].usage(u)) != nil {
 		return nil
 	}
 	sw.done()
 	return nil
+}
+
+// merge joins the answers of n choices into one: the first's envelope and
+// usage with every choice.
+func merge(wholes []any) any {
+	switch w := wholes[0].(type) {
+	case ChatCompletion:
+		for _, o := range wholes[1:] {
+			w.Choices = append(w.Choices, o.(ChatCompletion).Choices...)
+		}
+		return w
+	case Completion:
+		for _, o := range wholes[1:] {
+			w.Choices = append(w.Choices, o.(Completion).Choices...)
+		}
+		return w
+	}
+	return wholes[0]
 }
 
 // answer is what the answers of one request share: the envelope, and the
@@ -69,6 +169,7 @@ func (h *handler) respond(x *exchange, r *genRequest, sh shape) *apiError {
 type answer struct {
 	env       Envelope
 	chunkNull json.RawMessage
+	index     int // the choice's
 }
 
 func (h *handler) newAnswer(r *genRequest, idPrefix string) answer {

@@ -100,7 +100,7 @@ func TestStopStrings(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			x := &exchange{r: httptest.NewRequest("POST", "/", nil), start: time.Now()}
 			st := newScripted(byteTokens(c.text), c.reason)
-			g := &generation{x: x, stream: st, tok: byteTokenizer{}, stops: c.stops, prompt: 1}
+			g := &generation{x: x, rec: &x.rec, stream: st, tok: byteTokenizer{}, stops: c.stops, prompt: 1}
 			var chunks []string
 			var ntok int
 			res := g.run(func(s string, toks []genToken) error {

@@ -1,6 +1,8 @@
 package sample
 
 import (
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
 	"sort"
@@ -17,6 +19,53 @@ type Request struct {
 	History  []int32 `json:"history,omitempty"` // the penalty window's tokens
 	Logprobs bool    `json:"logprobs,omitempty"`
 	Top      int     `json:"top,omitempty"` // top log-probabilities wanted
+	// Allow, when set, is the bitset of the tokens a constraint permits
+	// (SampleAllowed); the constraint's state stays with the row's owner.
+	Allow Bits `json:"allow,omitempty"`
+}
+
+// Constraint is one sequence's constrained-decoding state (a grammar or a
+// JSON schema: engine/sample/grammar): the tokens it allows next, and its
+// advance by the token drawn.
+type Constraint interface {
+	// Mask is the bitset of the tokens allowed next (Bits' layout); nil
+	// allows every token. A mask with no bit set means nothing can follow:
+	// the generation cannot go on.
+	Mask() []uint64
+	// Accept advances the state by tok, which the mask allowed.
+	Accept(tok int32) error
+	// Done reports that nothing but the end of generation can follow.
+	Done() bool
+}
+
+// Bits is a token bitset (bit i of word i/64 is token i) that travels in
+// JSON as base64 of its little-endian bytes, a sixth of its size as numbers.
+type Bits []uint64
+
+// MarshalJSON encodes b as a base64 string.
+func (b Bits) MarshalJSON() ([]byte, error) {
+	raw := make([]byte, 8*len(b))
+	for i, w := range b {
+		binary.LittleEndian.PutUint64(raw[8*i:], w)
+	}
+	return json.Marshal(raw)
+}
+
+// UnmarshalJSON decodes a base64 string of whole 64-bit words.
+func (b *Bits) UnmarshalJSON(data []byte) error {
+	var raw []byte
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return fmt.Errorf("sample: token bitset: %w", err)
+	}
+	if len(raw)%8 != 0 {
+		return fmt.Errorf("sample: token bitset of %d bytes is not whole 64-bit words", len(raw))
+	}
+	out := make(Bits, len(raw)/8)
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint64(raw[8*i:])
+	}
+	*b = out
+	return nil
 }
 
 // Result is a sampled row: the token, its log-probability and the top
@@ -61,7 +110,7 @@ func (s *Sampler) Remote(r *Request, logits []float32) (Result, error) {
 			return Result{}, fmt.Errorf("sample: the request's generator state: %w", err)
 		}
 	}
-	res := Result{Token: s.Sample(logits, r.History)}
+	res := Result{Token: s.SampleAllowed(logits, r.History, r.Allow)}
 	if r.RNG != nil {
 		res.RNG, _ = s.rng.MarshalBinary()
 	}

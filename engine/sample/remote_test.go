@@ -2,6 +2,7 @@ package sample
 
 import (
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -86,5 +87,82 @@ func TestRemoteDrawsLikeLocal(t *testing.T) {
 	}
 	if same == steps {
 		t.Fatal("a remote sampler with another seed drew every token the same")
+	}
+}
+
+// TestSampleAllowed: a draw restricted to a token set takes only tokens of
+// the set, and is exactly the draw Sample makes from logits whose other
+// tokens are -Inf (the constrained distribution), for greedy, every filter
+// and the penalties; a Request carrying the set through JSON draws the
+// same tokens elsewhere.
+func TestSampleAllowed(t *testing.T) {
+	const V, steps = 300, 60
+	rng := rand.New(rand.NewPCG(3, 4))
+	for name, p := range map[string]Params{
+		"greedy":    {},
+		"dense":     {Temperature: 1, Seed: 5},
+		"defaults":  func() Params { p := DefaultParams(); p.Seed = 11; return p }(),
+		"top-k":     {Temperature: 1.2, TopK: 10, Seed: 3},
+		"penalties": {Temperature: 0.7, TopP: 0.9, RepeatPenalty: 1.3, RepeatLastN: 16, PresencePenalty: 0.5, Seed: 8},
+	} {
+		t.Run(name, func(t *testing.T) {
+			masked, ref, owner, remote := New(p, V), New(p, V), New(p, V), New(p, V)
+			var hist []int32
+			for i := range steps {
+				row := make([]float32, V)
+				for j := range row {
+					row[j] = float32(rng.NormFloat64() * 3)
+				}
+				allow := make(Bits, (V+63)/64)
+				minus := slices.Clone(row)
+				for j := range V {
+					// Sparse sets sometimes (a JSON punctuation state), dense others.
+					if (i%3 == 0 && rng.IntN(50) == 0) || (i%3 != 0 && rng.IntN(4) != 0) {
+						allow[j/64] |= 1 << (j % 64)
+					} else {
+						minus[j] = float32(math.Inf(-1))
+					}
+				}
+				if i%3 == 0 {
+					allow[0] |= 1 << 7 // never empty
+					minus[7] = row[7]
+				}
+				got := masked.SampleAllowed(row, hist, allow)
+				if allow[got/64]&(1<<(got%64)) == 0 {
+					t.Fatalf("step %d: token %d is not allowed", i, got)
+				}
+				if want := ref.Sample(minus, hist); got != want {
+					t.Fatalf("step %d: SampleAllowed %d, Sample over the masked logits %d", i, got, want)
+				}
+				req := owner.Request(hist, false, 0)
+				req.Allow = allow
+				b, err := json.Marshal(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var wire Request
+				if err := json.Unmarshal(b, &wire); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(wire.Allow, allow) {
+					t.Fatal("the allowed set changed through JSON")
+				}
+				res, err := remote.Remote(&wire, row)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := owner.Adopt(&res); err != nil {
+					t.Fatal(err)
+				}
+				if res.Token != got {
+					t.Fatalf("step %d: remote draw %d, local %d", i, res.Token, got)
+				}
+				hist = append(hist, got)
+			}
+		})
+	}
+	var b Bits
+	if err := json.Unmarshal([]byte(`"AAEC"`), &b); err == nil {
+		t.Fatal("a bitset of 3 bytes was accepted")
 	}
 }

@@ -106,6 +106,7 @@ type Sampler struct {
 
 	// Reused buffers.
 	work   []float32 // penalized copy of the logits
+	masked []float32 // the logits a constraint allows (SampleAllowed)
 	counts []int32   // per-token counts in the penalty window (kept all zero between calls)
 	cands  []uint64  // candidates as rank keys (see key)
 	w      []float64
@@ -188,11 +189,24 @@ func (s *Sampler) grow(n int) {
 // After the first call (for a given vocabulary size), Sample does not
 // allocate.
 func (s *Sampler) Sample(logits []float32, history []int32) int32 {
+	return s.SampleAllowed(logits, history, nil)
+}
+
+// SampleAllowed is Sample over the tokens allow permits (a bitset, bit i of
+// word i/64 for token i; nil permits every token): the others are removed
+// before every filter, so the draw follows the constrained distribution
+// exactly (constrained decoding). If allow permits no token (or only tokens
+// whose logits are -Inf or NaN), token 0 is returned as by Sample; callers
+// check their constraint's mask for that case first.
+func (s *Sampler) SampleAllowed(logits []float32, history []int32, allow []uint64) int32 {
 	if len(logits) == 0 {
 		panic("sample: Sample: empty logits")
 	}
 	s.grow(len(logits))
 	src := s.penalize(logits, history)
+	if allow != nil {
+		src = s.restrict(src, allow)
+	}
 	if s.greedy {
 		return argmax(src)
 	}
@@ -200,6 +214,41 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 		return s.drawDense(src)
 	}
 	return s.draw(s.filter(src))
+}
+
+// restrict returns src with every token allow does not permit at -Inf, in
+// the sampler's private buffer.
+func (s *Sampler) restrict(src []float32, allow []uint64) []float32 {
+	n := len(src)
+	if len(s.masked) < n {
+		s.masked = make([]float32, n)
+	}
+	out := s.masked[:n]
+	ninf := float32(math.Inf(-1))
+	for w := 0; w*64 < n; w++ {
+		var bits uint64
+		if w < len(allow) {
+			bits = allow[w]
+		}
+		lo, hi := w*64, min(w*64+64, n)
+		switch bits {
+		case 0:
+			for i := lo; i < hi; i++ {
+				out[i] = ninf
+			}
+		case ^uint64(0):
+			copy(out[lo:hi], src[lo:hi])
+		default:
+			for i := lo; i < hi; i++ {
+				if bits&(1<<uint(i-lo)) != 0 {
+					out[i] = src[i]
+				} else {
+					out[i] = ninf
+				}
+			}
+		}
+	}
+	return out
 }
 
 // argmax returns the lowest id of the largest logit, ignoring NaN; 0 if all
