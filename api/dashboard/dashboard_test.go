@@ -119,7 +119,24 @@ func TestHandlerServesPageAndAssets(t *testing.T) {
 			t.Errorf("GET %s: the page refers to another origin", path)
 		}
 	}
-	for path, ctype := range map[string]string{"/dashboard/app.js": "javascript", "/dashboard/style.css": "text/css"} {
+	// The chat page: the same headers, its own script.
+	r := get(t, h, "/dashboard/chat", "")
+	b := body(t, r)
+	if r.StatusCode != 200 || !strings.HasPrefix(r.Header.Get("Content-Type"), "text/html") ||
+		!strings.Contains(b, `src="/dashboard/chat.js"`) || !strings.Contains(b, `src="/dashboard/login.js"`) || !strings.Contains(b, `id="prompt"`) {
+		t.Errorf("GET /dashboard/chat: %d %s, not the chat page", r.StatusCode, r.Header.Get("Content-Type"))
+	}
+	if csp := r.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") {
+		t.Errorf("GET /dashboard/chat: CSP %q", csp)
+	}
+	if strings.Contains(b, "http://") || strings.Contains(b, "https://") {
+		t.Errorf("GET /dashboard/chat: the page refers to another origin")
+	}
+	if r := get(t, h, "/dashboard/chat.html", ""); r.StatusCode != http.StatusMovedPermanently || r.Header.Get("Location") != "/dashboard/chat" {
+		t.Errorf("GET /dashboard/chat.html: %d to %q, want a redirect to /dashboard/chat", r.StatusCode, r.Header.Get("Location"))
+	}
+	for path, ctype := range map[string]string{"/dashboard/app.js": "javascript", "/dashboard/style.css": "text/css",
+		"/dashboard/chat.js": "javascript", "/dashboard/login.js": "javascript"} {
 		r := get(t, h, path, "")
 		b := body(t, r)
 		if r.StatusCode != 200 || !strings.Contains(r.Header.Get("Content-Type"), ctype) || len(b) < 500 {

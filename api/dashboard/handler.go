@@ -25,31 +25,39 @@ type Options struct {
 	CheckKey func(ctx context.Context, key string) error
 }
 
-// Handler serves the dashboard page at GET / and GET /dashboard/, its
-// assets under /dashboard/, and the recent requests at GET
-// /dashboard/api/requests. Mount it for "GET /{$}" and "/dashboard/".
+// Handler serves the dashboard page at GET / and GET /dashboard/, the chat
+// page at GET /dashboard/chat, their assets under /dashboard/, and the
+// recent requests at GET /dashboard/api/requests. Mount it for "GET /{$}"
+// and "/dashboard/".
 func Handler(o Options) http.Handler {
 	sub, err := fs.Sub(static, "static")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	index, err := fs.ReadFile(sub, "index.html")
-	if err != nil {
-		panic(err)
-	}
 	assets := http.StripPrefix("/dashboard/", http.FileServerFS(sub))
-	page := func(w http.ResponseWriter, r *http.Request) {
-		secure(w.Header())
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-cache")
-		if r.Method == http.MethodHead {
-			return
+	page := func(name string) http.HandlerFunc {
+		body, err := fs.ReadFile(sub, name)
+		if err != nil {
+			panic(err)
 		}
-		_, _ = w.Write(index)
+		return func(w http.ResponseWriter, r *http.Request) {
+			secure(w.Header())
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.Header().Set("Cache-Control", "no-cache")
+			if r.Method == http.MethodHead {
+				return
+			}
+			_, _ = w.Write(body)
+		}
 	}
+	index, chat := page("index.html"), page("chat.html")
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", page)
-	mux.HandleFunc("GET /dashboard/{$}", page)
+	mux.HandleFunc("GET /{$}", index)
+	mux.HandleFunc("GET /dashboard/{$}", index)
+	mux.HandleFunc("GET /dashboard/chat", chat)
+	mux.HandleFunc("GET /dashboard/chat.html", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/dashboard/chat", http.StatusMovedPermanently)
+	})
 	mux.HandleFunc("GET /dashboard/index.html", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/dashboard/", http.StatusMovedPermanently)
 	})

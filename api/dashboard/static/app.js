@@ -1,5 +1,7 @@
 // shoal dashboard: reads this agent's APIs with the API key kept in
-// localStorage and redraws every few seconds. No framework, no build step.
+// localStorage (entered in the key dialog, or taken from a login link's
+// #key=KEY fragment by login.js) and redraws every few seconds. No
+// framework, no build step.
 'use strict';
 
 const KEY_STORE = 'shoal.apiKey';
@@ -314,10 +316,14 @@ async function refresh() {
   ]);
   const all = [st, nodes, models, metrics, reqs, plans];
   const auth = all.find((r) => r.status === 'rejected' && r.reason instanceof AuthError);
-  if (auth) {
+  // A key the model list accepts but the cluster API refuses is an
+  // inference key: it can chat but not read the cluster's status.
+  const limited = !!auth && models.status === 'fulfilled';
+  if (auth && !limited) {
     askKey(auth.reason.message);
     return false;
   }
+  $('limited').hidden = !limited;
   const val = (r) => (r.status === 'fulfilled' ? r.value : null);
   const ms = metrics.status === 'fulfilled' ? parseMetrics(metrics.value) : [];
   if (st.status === 'fulfilled') renderStatus(st.value);
@@ -325,7 +331,14 @@ async function refresh() {
   if (models.status === 'fulfilled') renderModels(models.value, ms, val(st), val(plans));
   if (metrics.status === 'fulfilled') { renderMetrics(ms); renderLinks(ms); }
   if (reqs.status === 'fulfilled') renderRequests(reqs.value);
-  const errs = all.filter((r) => r.status === 'rejected').map((r) => r.reason.message);
+  if (limited) {
+    const refused = (r) => r.status === 'rejected' && r.reason instanceof AuthError;
+    const no = 'this key cannot read cluster status';
+    if (refused(st)) { $('health').textContent = 'key cannot read status'; $('health').className = 'badge'; $('cluster-summary').textContent = ''; }
+    if (refused(nodes)) fill('nodes', [], 14, no);
+    if (refused(reqs)) { fill('requests', [], 10, no); $('requests-note').textContent = ''; }
+  }
+  const errs = all.filter((r) => r.status === 'rejected' && !(r.reason instanceof AuthError)).map((r) => r.reason.message);
   showError(errs.join(' · '));
   $('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
   document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
@@ -360,5 +373,9 @@ document.addEventListener('DOMContentLoaded', () => {
     start();
   });
   $('change-key').addEventListener('click', () => askKey(''));
+  window.addEventListener('shoal:key', () => { // a login link opened on this page
+    apiKey = localStorage.getItem(KEY_STORE) || '';
+    if (apiKey) start();
+  });
   if (apiKey) start(); else askKey('');
 });
