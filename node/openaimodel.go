@@ -16,7 +16,7 @@ import (
 // tokenizer.chat_template, "" when it has none).
 func NewOpenAIModel(name, owner string, sched *serve.Scheduler, tok *tokenizer.Tokenizer, chatTemplate string) *openai.Model {
 	return &openai.Model{Name: name, Tokenizer: openAITokenizer{tok, chatTemplate}, Submitter: schedSubmitter{sched},
-		Created: time.Now(), OwnedBy: owner}
+		Constrainer: newConstrainer(tok), Created: time.Now(), OwnedBy: owner}
 }
 
 // schedulerOf returns the scheduler m runs on (nil if none).
@@ -65,7 +65,7 @@ func (s schedSubmitter) Submit(ctx context.Context, req openai.Request) (openai.
 	// openai.Sampling has sample.Params' fields: the conversion stops
 	// compiling when they part.
 	ch, err := s.s.Submit(ctx, serve.Request{Prompt: req.Prompt, MaxTokens: req.MaxTokens, Sampling: sample.Params(req.Sampling),
-		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs})
+		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs, Constraint: req.Constraint})
 	if err != nil {
 		cancel()
 		return nil, classifyServeError(err)

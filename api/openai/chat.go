@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,9 +14,9 @@ var chatRoles = map[string]string{"system": "system", "developer": "system", "us
 // tokenizes the result (special-token texts become their ids). BOS is added
 // when the vocabulary asks for it and the rendered text does not already
 // start with it, as llama.cpp does.
-func (h *handler) chatPrompt(m *Model, msgs []TemplateMessage) ([]int32, *apiError) {
+func (h *handler) chatPrompt(m *Model, msgs []TemplateMessage, tools []json.RawMessage) ([]int32, *apiError) {
 	sp := m.Tokenizer.Specials()
-	text, err := h.template(m).tpl.Render(TemplateInput{Messages: msgs, BOS: sp.BOS, EOS: sp.EOS, AddGenerationPrompt: true})
+	text, err := h.template(m).tpl.Render(TemplateInput{Messages: msgs, BOS: sp.BOS, EOS: sp.EOS, AddGenerationPrompt: true, Tools: tools})
 	if err != nil {
 		var te *TemplateError
 		if errors.As(err, &te) {
@@ -39,11 +40,14 @@ func (req *ChatRequest) check(r *genRequest) *apiError {
 	if r.messages, e = templateMessages(req.Messages); e != nil {
 		return e
 	}
-	if len(req.Tools) > 0 {
-		return badRequest("tools", "tools are not supported yet")
+	if r.tools, e = readTools(req); e != nil {
+		return e
 	}
-	if rf := req.ResponseFormat; rf != nil && rf.Type != "" && rf.Type != "text" {
-		return badRequest("response_format", "response_format %q is not supported yet; only \"text\"", rf.Type)
+	if e = r.responseFormat(req.ResponseFormat); e != nil {
+		return e
+	}
+	if r.tools != nil && r.grammar != "" {
+		return badRequest("response_format", "response_format with tools is not supported; give tool_choice \"none\" or no response_format")
 	}
 	// max_completion_tokens, the newer name, wins.
 	if r.gen.MaxTokens, e = maxTokens(0, namedInt{"max_tokens", req.MaxTokens}, namedInt{"max_completion_tokens", req.MaxCompletionTokens}); e != nil {
@@ -78,18 +82,58 @@ func templateMessages(msgs []ChatMessage) ([]TemplateMessage, *apiError) {
 		} else if msg.Content.NonText > 0 {
 			return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content has %d non-text parts; this model takes text only", i, msg.Content.NonText)
 		}
-		out[i] = TemplateMessage{Role: role, Name: msg.Name}
+		out[i] = TemplateMessage{Role: role, Name: msg.Name, ToolCallID: msg.ToolCallID}
 		if msg.Content != nil {
 			out[i].Content = msg.Content.Text
+		}
+		if len(msg.ToolCalls) > 0 {
+			if role != "assistant" {
+				return nil, badRequest(fmt.Sprintf("messages[%d].tool_calls", i), "messages[%d] has tool_calls; only assistant messages make calls", i)
+			}
+			for j, c := range msg.ToolCalls {
+				if c.Function.Name == "" {
+					return nil, badRequest(fmt.Sprintf("messages[%d].tool_calls[%d].function.name", i, j), "messages[%d].tool_calls[%d] has no function name", i, j)
+				}
+			}
+			out[i].ToolCalls = msg.ToolCalls
+		}
+		if role == "tool" && msg.ToolCallID == "" {
+			return nil, badRequest(fmt.Sprintf("messages[%d].tool_call_id", i), "messages[%d] (role tool) needs the tool_call_id it answers", i)
 		}
 	}
 	return out, nil
 }
 
-// tokenize renders the messages through the chat template.
+// tokenize renders the messages through the chat template, with the
+// tools in the model's format, and sets the grammar of its calls.
 func (req *ChatRequest) tokenize(h *handler, r *genRequest) *apiError {
+	msgs := r.messages
+	var tools []json.RawMessage
+	if p := r.tools; p != nil {
+		mt := h.template(r.model)
+		p.format = toolsGeneric
+		if !mt.fallback {
+			p.format = detectToolFormat(mt.tpl.Source())
+		}
+		if p.format != toolsGeneric {
+			tools = p.raw
+		}
+		msgs = p.prepare(msgs)
+		if r.model.Constrainer != nil {
+			gbnf, lazy, err := p.grammar(r.model.Constrainer)
+			if err != nil {
+				return badRequest("tools", "%v", err)
+			}
+			r.grammar, r.grammarParam = gbnf, "tools"
+			if lazy {
+				r.trigger = p.format.trigger()
+			}
+		} else if p.choice != "auto" {
+			return badRequest("tool_choice", "model %q cannot constrain its output, so it cannot be made to call a tool (tool_choice %q)", r.model.Name, p.choice)
+		}
+	}
 	var e *apiError
-	r.gen.Prompt, e = h.chatPrompt(r.model, r.messages)
+	r.gen.Prompt, e = h.chatPrompt(r.model, msgs, tools)
 	return e
 }
 
@@ -97,7 +141,7 @@ func (req *ChatRequest) shapes(h *handler, r *genRequest) []shape {
 	a := h.newAnswer(r, "chatcmpl-")
 	out := make([]shape, r.n)
 	for i := range out {
-		c := &chatShape{answer: a, tok: r.model.Tokenizer, logprobs: r.gen.Logprobs, all: []TokenLogprob{}}
+		c := &chatShape{answer: a, tok: r.model.Tokenizer, logprobs: r.gen.Logprobs, all: []TokenLogprob{}, tools: r.tools}
 		c.index = i
 		out[i] = c
 	}
@@ -111,6 +155,13 @@ type chatShape struct {
 	logprobs bool
 	text     strings.Builder // the answer that is not streamed
 	all      []TokenLogprob  // and its logprobs
+	// tools, when the answer may call them: streamed text is held back
+	// from where a call may start (held), and the calls are parsed at
+	// the end.
+	tools   *toolPlan
+	held    strings.Builder
+	calling bool // the answer is in a call: nothing more streams as text
+	sent    int  // bytes of text streamed
 }
 
 // tokens are the logprobs of generated tokens.
@@ -142,11 +193,45 @@ func (c *chatShape) first() any {
 }
 
 func (c *chatShape) chunk(text string, toks []genToken) any {
+	if c.tools != nil {
+		c.text.WriteString(text)
+		if text = c.streamable(); text == "" {
+			return nil
+		}
+	}
 	choice := ChatChunkChoice{Delta: ChatDelta{Content: &text}}
 	if c.logprobs {
 		choice.Logprobs = &ChatLogprobs{Content: c.tokens(toks)}
 	}
 	return c.streamed(choice)
+}
+
+// streamable is the text of an answer that may call tools that can be
+// streamed now: none when the whole answer is a call (a required call, the
+// generic JSON format), and otherwise the text up to where a call starts,
+// holding back an end that may be the start of the trigger.
+func (c *chatShape) streamable() string {
+	trigger := c.tools.format.trigger()
+	if c.calling || trigger == "" || c.tools.choice != "auto" {
+		c.calling = true
+		return ""
+	}
+	full := c.text.String()
+	rest := full[c.sent:]
+	if i := strings.Index(rest, trigger); i >= 0 {
+		c.calling = true
+		c.sent += i
+		return rest[:i]
+	}
+	safe := len(rest)
+	for k := min(len(trigger)-1, len(rest)); k > 0; k-- {
+		if strings.HasSuffix(rest, trigger[:k]) {
+			safe = len(rest) - k
+			break
+		}
+	}
+	c.sent += safe
+	return rest[:safe]
 }
 
 func (c *chatShape) add(text string, toks []genToken) {
@@ -156,8 +241,28 @@ func (c *chatShape) add(text string, toks []genToken) {
 	}
 }
 
-func (c *chatShape) last(finish string) any {
-	return c.streamed(ChatChunkChoice{FinishReason: &finish})
+func (c *chatShape) last(finish string) []any {
+	var out []any
+	if c.tools != nil {
+		full := c.text.String()
+		_, calls := c.tools.parse(full)
+		if len(calls) > 0 {
+			deltas := make([]ToolCallDelta, 0, 2*len(calls))
+			for i, call := range calls {
+				deltas = append(deltas, ToolCallDelta{Index: i, ID: call.ID, Type: "function", Function: FunctionCallDelta{Name: call.Function.Name}})
+			}
+			out = append(out, c.streamed(ChatChunkChoice{Delta: ChatDelta{ToolCalls: deltas}}))
+			for i, call := range calls {
+				out = append(out, c.streamed(ChatChunkChoice{Delta: ChatDelta{ToolCalls: []ToolCallDelta{{Index: i, Function: FunctionCallDelta{Arguments: call.Function.Arguments}}}}}))
+			}
+			if finish == "stop" {
+				finish = "tool_calls"
+			}
+		} else if rest := full[c.sent:]; rest != "" {
+			out = append(out, c.streamed(ChatChunkChoice{Delta: ChatDelta{Content: &rest}}))
+		}
+	}
+	return append(out, c.streamed(ChatChunkChoice{FinishReason: &finish}))
 }
 
 func (c *chatShape) usage(u Usage) any {
@@ -169,6 +274,20 @@ func (c *chatShape) whole(finish string, u Usage) any {
 	if c.logprobs {
 		lp = &ChatLogprobs{Content: c.all}
 	}
+	text := c.text.String()
+	msg := AssistantMessage{Role: "assistant", Content: &text}
+	if c.tools != nil {
+		content, calls := c.tools.parse(text)
+		msg.Content, msg.ToolCalls = &content, calls
+		if len(calls) > 0 {
+			if content == "" {
+				msg.Content = nil
+			}
+			if finish == "stop" {
+				finish = "tool_calls"
+			}
+		}
+	}
 	return ChatCompletion{Envelope: c.as("chat.completion"), Usage: u,
-		Choices: []ChatChoice{{Index: c.index, Message: AssistantMessage{Role: "assistant", Content: c.text.String()}, Logprobs: lp, FinishReason: finish}}}
+		Choices: []ChatChoice{{Index: c.index, Message: msg, Logprobs: lp, FinishReason: finish}}}
 }

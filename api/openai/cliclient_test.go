@@ -30,8 +30,8 @@ func TestCLIClient(t *testing.T) {
 		t.Fatalf("reply %+v usage %+v deltas %q", reply, reply.Usage, deltas)
 	}
 	resp := e.post(t, "/v1/chat/completions", map[string]any{"model": "tiny", "messages": msgs, "max_tokens": 9, "temperature": 0}, "Authorization", "Bearer "+testKey)
-	if cc := decodeBody[openai.ChatCompletion](t, resp); cc.Choices[0].Message.Content != reply.Content {
-		t.Fatalf("streamed %q, non-streamed %q", reply.Content, cc.Choices[0].Message.Content)
+	if cc := decodeBody[openai.ChatCompletion](t, resp); *cc.Choices[0].Message.Content != reply.Content {
+		t.Fatalf("streamed %q, non-streamed %q", reply.Content, *cc.Choices[0].Message.Content)
 	}
 	_, err = c.StreamChat(ctx, openai.ChatParams{Model: "nope", Messages: msgs}, nil)
 	var ae *openai.APIError

@@ -144,8 +144,8 @@ func (c *textShape) add(text string, toks []genToken) {
 	}
 }
 
-func (c *textShape) last(finish string) any {
-	return c.streamed(CompletionChoice{FinishReason: &finish})
+func (c *textShape) last(finish string) []any {
+	return []any{c.streamed(CompletionChoice{FinishReason: &finish})}
 }
 
 func (c *textShape) usage(u Usage) any {

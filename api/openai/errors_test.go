@@ -134,7 +134,7 @@ func TestBadRequests(t *testing.T) {
 		{"completion logprobs too many", "/v1/completions", map[string]any{"model": "tiny", "prompt": "hi", "logprobs": 50}, auth, 400, "logprobs", "", ""},
 		{"several prompts", "/v1/completions", map[string]any{"model": "tiny", "prompt": []string{"a", "b"}}, auth, 400, "prompt", "", ""},
 		{"token outside the vocabulary", "/v1/completions", map[string]any{"model": "tiny", "prompt": []int{1, 99999}}, auth, 400, "prompt", "", "99999"},
-		{"tools", "/v1/chat/completions", chatBody("hi", map[string]any{"tools": []any{map[string]any{"type": "function"}}}), auth, 400, "tools", "", ""},
+		{"tools", "/v1/chat/completions", chatBody("hi", map[string]any{"tools": []any{map[string]any{"type": "function"}}}), auth, 400, "tools[0].function.name", "", ""},
 		{"unknown URL", "/v1/audio/speech", chatBody("hi", nil), auth, 404, "", "unknown_url", ""},
 	}
 	for _, c := range cases {

@@ -123,8 +123,9 @@ type Constraint interface {
 // about the request's grammar or schema (they become 400s).
 type Constrainer interface {
 	// Grammar compiles a GBNF grammar (start rule "root") and returns a
-	// constraint at its start; compiled grammars are cached.
-	Grammar(gbnf string) (Constraint, error)
+	// constraint at its start, advanced past prefix (text the answer
+	// already holds); compiled grammars are cached.
+	Grammar(gbnf string, prefix []byte) (Constraint, error)
 	// SchemaRules turns a JSON schema into GBNF rules whose names start
 	// with prefix; root names the rule of a valid document.
 	SchemaRules(schema []byte, prefix string) (gbnf, root string, err error)

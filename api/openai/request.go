@@ -16,6 +16,14 @@ type genRequest struct {
 	// constrain, when set, makes a constraint for each choice (a grammar,
 	// a JSON schema, a tool call's format).
 	constrain func() (Constraint, *apiError)
+	// grammar is the GBNF the output must follow ("" for none), from the
+	// request field grammarParam.
+	grammar, grammarParam string
+	// trigger, when set, makes the grammar lazy: the answer is free until
+	// this text appears in it, and follows the grammar from there on.
+	trigger string
+	// tools are a chat request's tools, nil when the answer uses none.
+	tools *toolPlan
 
 	messages []TemplateMessage // chat: the messages the prompt is rendered from
 	// Completions: the prompt as text (for echo and text_offset), and
@@ -72,6 +80,15 @@ func (h *handler) parse(x *exchange, req endpointRequest) (*genRequest, *apiErro
 		return nil, e
 	}
 	if e := req.tokenize(h, r); e != nil {
+		return nil, e
+	}
+	if p.Grammar != "" {
+		if r.grammar != "" {
+			return nil, badRequest("grammar", "grammar and %s both constrain the output; give one", r.grammarParam)
+		}
+		r.grammar, r.grammarParam = p.Grammar, "grammar"
+	}
+	if e := r.compileGrammar(); e != nil {
 		return nil, e
 	}
 	return r, nil

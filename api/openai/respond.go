@@ -12,13 +12,15 @@ import (
 type shape interface {
 	// first is streamed before the first token (nil: nothing).
 	first() any
-	// chunk is the streamed event for text and the tokens it covers.
+	// chunk is the streamed event for text and the tokens it covers (nil:
+	// nothing to send yet).
 	chunk(text string, toks []genToken) any
 	// add collects text and its tokens for the answer that is not
 	// streamed.
 	add(text string, toks []genToken)
-	// last is the streamed event with the finish reason.
-	last(finish string) any
+	// last are the last streamed events: what was held back, and the
+	// finish reason.
+	last(finish string) []any
 	// usage is the last streamed event when the usage was asked for.
 	usage(u Usage) any
 	// whole is the answer that is not streamed.
@@ -49,7 +51,10 @@ func (h *handler) respond(x *exchange, r *genRequest, shapes []shape) *apiError 
 				shapes[i].add(s, toks)
 				return nil
 			}
-			return sw.send(shapes[i].chunk(s, toks))
+			if c := shapes[i].chunk(s, toks); c != nil {
+				return sw.send(c)
+			}
+			return nil
 		}
 	}
 	if sw != nil {
@@ -134,8 +139,10 @@ func (h *handler) respond(x *exchange, r *genRequest, shapes []shape) *apiError 
 		return nil
 	}
 	for i, sh := range shapes {
-		if sw.send(sh.last(results[i].finish)) != nil {
-			return nil
+		for _, ev := range sh.last(results[i].finish) {
+			if sw.send(ev) != nil {
+				return nil
+			}
 		}
 	}
 	if r.usage && sw.send(shapes[0].usage(u)) != nil {

@@ -1,8 +1,11 @@
 package openai
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"sort"
 	"strconv"
@@ -144,6 +147,11 @@ type TemplateMessage struct {
 	Role    string
 	Content string
 	Name    string
+	// ToolCalls are an assistant message's calls (rendered with their
+	// arguments as an object, as templates expect, when they parse);
+	// ToolCallID is the call a tool message answers.
+	ToolCalls  []ToolCall
+	ToolCallID string
 }
 
 // TemplateInput holds the variables a chat template is rendered with.
@@ -152,6 +160,10 @@ type TemplateInput struct {
 	BOS, EOS            string // token texts ("" when the vocabulary has none)
 	AddGenerationPrompt bool
 	Now                 time.Time // for strftime_now; zero means time.Now()
+	// Tools are the request's tools, each a JSON object in the OpenAI
+	// shape ({"type": "function", "function": {...}}), passed to the
+	// template as "tools" when there are any.
+	Tools []json.RawMessage
 }
 
 // Render renders the template. A raise_exception call in the template
@@ -176,7 +188,35 @@ func (t *ChatTemplate) Render(in TemplateInput) (out string, err error) {
 		if m.Name != "" {
 			d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue("name"), Value: exec.AsValue(m.Name)})
 		}
+		if len(m.ToolCalls) > 0 {
+			calls := make([]any, len(m.ToolCalls))
+			for j, c := range m.ToolCalls {
+				var args any = c.Function.Arguments
+				if v, err := templateValue([]byte(c.Function.Arguments)); err == nil {
+					if _, isDict := v.(*exec.Dict); isDict {
+						args = v
+					}
+				}
+				calls[j] = dict("id", c.ID, "type", "function", "function", dict("name", c.Function.Name, "arguments", args))
+			}
+			d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue("tool_calls"), Value: exec.AsValue(calls)})
+		}
+		if m.ToolCallID != "" {
+			d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue("tool_call_id"), Value: exec.AsValue(m.ToolCallID)})
+		}
 		msgs[i] = d
+	}
+	vars := map[string]any{}
+	if len(in.Tools) > 0 {
+		tools := make([]any, len(in.Tools))
+		for i, raw := range in.Tools {
+			v, err := templateValue(raw)
+			if err != nil {
+				return "", fmt.Errorf("chat template: tools[%d]: %w", i, err)
+			}
+			tools[i] = v
+		}
+		vars["tools"] = tools
 	}
 	data := exec.NewContext(map[string]any{
 		"messages":              msgs,
@@ -200,6 +240,7 @@ func (t *ChatTemplate) Render(in TemplateInput) (out string, err error) {
 			return exec.AsValue(strftime(now, p.Args[0].String())), nil
 		},
 	})
+	data.Update(exec.NewContext(vars))
 	out, err = t.tpl.ExecuteToString(data)
 	if raised != nil {
 		return "", raised
@@ -208,6 +249,79 @@ func (t *ChatTemplate) Render(in TemplateInput) (out string, err error) {
 		return "", fmt.Errorf("chat template: %w", err)
 	}
 	return out, nil
+}
+
+// dict is an ordered template dictionary of key, value pairs.
+func dict(kv ...any) *exec.Dict {
+	d := exec.NewDict()
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(kv[i]), Value: exec.AsValue(kv[i+1])})
+	}
+	return d
+}
+
+// templateValue decodes JSON into template values, objects keeping their
+// keys' order (tojson prints them back in it, as Python does).
+func templateValue(raw []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	v, err := decodeTemplateValue(dec, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("more than one JSON value")
+	}
+	return v, nil
+}
+
+func decodeTemplateValue(dec *json.Decoder, depth int) (any, error) {
+	if depth > 64 {
+		return nil, errors.New("JSON nested too deeply")
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			d := exec.NewDict()
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				v, err := decodeTemplateValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(v)})
+			}
+			_, err := dec.Token()
+			return d, err
+		case '[':
+			list := []any{}
+			for dec.More() {
+				v, err := decodeTemplateValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				list = append(list, v)
+			}
+			_, err := dec.Token()
+			return list, err
+		}
+		return nil, fmt.Errorf("unexpected %v", t)
+	case json.Number:
+		if i, err := t.Int64(); err == nil {
+			return int(i), nil
+		}
+		f, err := t.Float64()
+		return f, err
+	}
+	return tok, nil
 }
 
 // strftimeLayouts are the strftime directives that are a Go time layout.

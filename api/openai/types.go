@@ -97,6 +97,54 @@ type ChatMessage struct {
 	Role    string          `json:"role"`
 	Content *MessageContent `json:"content"`
 	Name    string          `json:"name,omitempty"`
+	// ToolCalls are an assistant message's calls; ToolCallID is the call
+	// a "tool" message answers.
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+}
+
+// Tool is one entry of a chat request's "tools".
+type Tool struct {
+	Type     string      `json:"type"`
+	Function FunctionDef `json:"function"`
+}
+
+// FunctionDef is a function the model may call.
+type FunctionDef struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+	Strict      *bool           `json:"strict,omitempty"`
+}
+
+// ToolCall is a call of a function, in an assistant message or an answer.
+type ToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall is a called function's name and its arguments (a JSON
+// object as text).
+type FunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// ToolCallDelta is a streamed piece of a tool call: the first one of a
+// call carries its id, type and name, the next ones pieces of its
+// arguments.
+type ToolCallDelta struct {
+	Index    int               `json:"index"`
+	ID       string            `json:"id,omitempty"`
+	Type     string            `json:"type,omitempty"`
+	Function FunctionCallDelta `json:"function"`
+}
+
+// FunctionCallDelta is a piece of a streamed call.
+type FunctionCallDelta struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 // GenerationParams are the request fields chat and completions share.
@@ -117,19 +165,39 @@ type GenerationParams struct {
 	TopK          *int     `json:"top_k"`
 	MinP          *float64 `json:"min_p"`
 	RepeatPenalty *float64 `json:"repeat_penalty"`
+	// Grammar constrains the output to a GBNF grammar (llama-server's
+	// extension; start rule "root").
+	Grammar string `json:"grammar"`
 }
 
 // ChatRequest is the body of POST /v1/chat/completions.
 type ChatRequest struct {
 	GenerationParams
-	Messages            []ChatMessage `json:"messages"`
-	MaxCompletionTokens *int          `json:"max_completion_tokens"`
-	Logprobs            bool          `json:"logprobs"`
-	TopLogprobs         *int          `json:"top_logprobs"`
-	Tools               []any         `json:"tools"`
-	ResponseFormat      *struct {
-		Type string `json:"type"`
-	} `json:"response_format"`
+	Messages            []ChatMessage   `json:"messages"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Logprobs            bool            `json:"logprobs"`
+	TopLogprobs         *int            `json:"top_logprobs"`
+	Tools               []Tool          `json:"tools"`
+	ToolChoice          json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
+	ResponseFormat      *ResponseFormat `json:"response_format"`
+}
+
+// ResponseFormat is a chat request's response_format: "text",
+// "json_object" (any JSON object; with llama-server's "schema" extension,
+// one valid against it) or "json_schema".
+type ResponseFormat struct {
+	Type       string          `json:"type"`
+	JSONSchema *JSONSchemaSpec `json:"json_schema"`
+	Schema     json.RawMessage `json:"schema"`
+}
+
+// JSONSchemaSpec is response_format.json_schema.
+type JSONSchemaSpec struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Schema      json.RawMessage `json:"schema"`
+	Strict      *bool           `json:"strict"`
 }
 
 // PromptInput is the completions "prompt": a string, an array of one
@@ -228,9 +296,11 @@ type ChatLogprobs struct {
 
 // AssistantMessage is the message of a chat completion choice.
 type AssistantMessage struct {
-	Role    string  `json:"role"`
-	Content string  `json:"content"`
-	Refusal *string `json:"refusal"`
+	Role string `json:"role"`
+	// Content is null when the answer is only tool calls.
+	Content   *string    `json:"content"`
+	Refusal   *string    `json:"refusal"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // Envelope starts every completion and streamed chunk.
@@ -261,8 +331,9 @@ type ChatCompletion struct {
 
 // ChatDelta is the delta of a streamed chat chunk.
 type ChatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string          `json:"role,omitempty"`
+	Content   *string         `json:"content,omitempty"`
+	ToolCalls []ToolCallDelta `json:"tool_calls,omitempty"`
 }
 
 // ChatChunkChoice is one choice of a streamed chat chunk.
