@@ -7,7 +7,7 @@ PKGS      := ./...
 SHELL     := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: help build test test-race test-short test-integration test-faults soak test-kernels test-arm64 run bench bench-endpoint bench-cluster bench-disagg lint fuzz cross clean oracle
+.PHONY: help build test test-race test-short test-integration test-faults soak test-kernels test-arm64 run bench bench-endpoint bench-json bench-cluster bench-disagg lint fuzz cross clean oracle
 
 help:
 	@echo "make build   build $(BIN) (CGO_ENABLED=0)"
@@ -20,6 +20,7 @@ help:
 	@echo "make soak    16 long streams for SOAK (10m) on 3 agents in CPU cgroups: gaps, elections, suspicions, RSS, KV (root)"
 	@echo "make bench   kernel benchmarks"
 	@echo "make bench-endpoint  one agent on loopback serving a small random model under 1, 4 and 16 streams"
+	@echo "make bench-json  16 streams free vs held to a JSON schema (constrained decoding's cost) on the bench-endpoint model"
 	@echo "make bench-cluster  a model over 1, 2 and 4 emulated devices (netns, tc tbf links, cgroup CPU quotas; root)"
 	@echo "make bench-disagg  8 decode streams with 1,024-token prompts arriving: one device, colocated, disaggregated, auto (2 emulated devices; root)"
 	@echo "make lint    gofmt, go vet (generators too), go.mod/go.sum tidy, the layout check (layout_test.go)"
@@ -116,6 +117,14 @@ bench-endpoint: build
 	@if [ ! -f $(BENCH_MODEL) ]; then mkdir -p $(dir $(BENCH_MODEL)) && \
 		$(BIN) gen-model --arch llama --n-embd 1024 --n-layer 8 --n-head 16 --n-head-kv 4 --n-ff 2816 --type $(BENCH_TYPE) --seed 1 -q --out $(BENCH_MODEL); fi
 	BIN=$(BIN) MODEL=$(BENCH_MODEL) C=$(BENCH_C) N=$(BENCH_N) cmd/shoal/scripts/bench-endpoint.sh --ignore-eos $(BENCH_ARGS)
+
+# Constrained decoding's cost: the bench-endpoint model at 16 streams of
+# 128 tokens, free and held to a JSON schema (64 records of five typed
+# fields: cmd/shoal/scripts/bench-schema.json), alternating, twice.
+bench-json: build
+	@if [ ! -f $(BENCH_MODEL) ]; then mkdir -p $(dir $(BENCH_MODEL)) && \
+		$(BIN) gen-model --arch llama --n-embd 1024 --n-layer 8 --n-head 16 --n-head-kv 4 --n-ff 2816 --type $(BENCH_TYPE) --seed 1 -q --out $(BENCH_MODEL); fi
+	BIN=$(BIN) MODEL=$(BENCH_MODEL) C=16 N=128 SCHEMA=cmd/shoal/scripts/bench-schema.json cmd/shoal/scripts/bench-endpoint.sh --requests 32 $(BENCH_ARGS)
 
 # A TinyLlama-shaped Q4_0 llama (made on first run in $(MODEL_DIR)) spread
 # over 1, 2 and 4 emulated devices: network namespaces with tc tbf links of

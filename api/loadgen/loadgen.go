@@ -51,6 +51,9 @@ type Options struct {
 	MaxTokens int
 	// Temperature, if set, is sent; otherwise the server's default holds.
 	Temperature *float64
+	// JSONSchema, if set, asks each chat request for output valid against
+	// it (response_format json_schema), to measure constrained decoding.
+	JSONSchema json.RawMessage
 	// IgnoreEOS sends "ignore_eos": true (vLLM and llama.cpp honour it) so
 	// every request generates MaxTokens.
 	IgnoreEOS bool

@@ -431,3 +431,28 @@ func TestSteadyWithPeriodic(t *testing.T) {
 	}
 	t.Logf("\n%s", out.String())
 }
+
+// TestBodyJSONSchema: a JSON schema goes out as response_format
+// json_schema (strict) in chat requests.
+func TestBodyJSONSchema(t *testing.T) {
+	o := &Options{Model: "m", API: APIChat, JSONSchema: json.RawMessage(`{"type":"object"}`)}
+	b, err := o.body("hi", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		ResponseFormat struct {
+			Type       string `json:"type"`
+			JSONSchema struct {
+				Strict bool            `json:"strict"`
+				Schema json.RawMessage `json:"schema"`
+			} `json:"json_schema"`
+		} `json:"response_format"`
+	}
+	if err := json.Unmarshal(b, &body); err != nil {
+		t.Fatal(err)
+	}
+	if rf := body.ResponseFormat; rf.Type != "json_schema" || !rf.JSONSchema.Strict || string(rf.JSONSchema.Schema) != `{"type":"object"}` {
+		t.Fatalf("body %s", b)
+	}
+}

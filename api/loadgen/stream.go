@@ -101,6 +101,9 @@ func (o *Options) body(prompt any, maxTokens int) ([]byte, error) {
 	if o.IgnoreEOS {
 		req["ignore_eos"] = true
 	}
+	if len(o.JSONSchema) > 0 {
+		req["response_format"] = map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "bench", "strict": true, "schema": o.JSONSchema}}
+	}
 	return json.Marshal(req)
 }
 

@@ -24,6 +24,7 @@ func benchEndpointCmd() *cobra.Command {
 		asJSON        bool
 		per           loadgen.Periodic
 		tracePath     string
+		schemaPath    string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench-endpoint [--endpoint URL] [--model M] [-c 1,4,16] [-n 64] [--requests N | --duration D [--steady]] [--periodic D] [--json]",
@@ -72,6 +73,19 @@ and what they do to the streams' inter-token latency:
 			}
 			if cmd.Flags().Changed("temperature") {
 				o.Temperature = &temp
+			}
+			if schemaPath != "" {
+				if o.API != loadgen.APIChat {
+					return fmt.Errorf("--json-schema needs --api chat")
+				}
+				b, err := os.ReadFile(schemaPath)
+				if err != nil {
+					return err
+				}
+				if !json.Valid(b) {
+					return fmt.Errorf("--json-schema %s: not JSON", schemaPath)
+				}
+				o.JSONSchema = b
 			}
 			if per.Every > 0 {
 				o.Periodic = &per
@@ -127,6 +141,7 @@ and what they do to the streams' inter-token latency:
 	f.StringVar(&apiName, "api", string(loadgen.APIChat), "endpoint: chat or completions")
 	f.StringVarP(&o.Prompt, "prompt", "p", loadgen.DefaultPrompt, "prompt of every request")
 	f.Float64Var(&temp, "temperature", 1, "sampling temperature (default: the server's)")
+	f.StringVar(&schemaPath, "json-schema", "", "ask for output valid against this JSON Schema file (response_format json_schema): measures constrained decoding")
 	f.BoolVar(&o.IgnoreEOS, "ignore-eos", false, `send "ignore_eos": true (vLLM, llama.cpp) so requests run to -n tokens`)
 	f.IntVar(&o.Warmup, "warmup", 1, "untimed requests before the first level")
 	f.DurationVar(&o.Timeout, "timeout", 5*time.Minute, "limit of each request")

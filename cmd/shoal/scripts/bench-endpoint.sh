@@ -9,7 +9,9 @@
 # default 1,4,16), N (max_tokens, default 64), THREADS (engine threads,
 # default all cores), MAX_SEQS (sequences decoded together, default 16),
 # CPUPROFILE (write the agent's Go CPU profile to this file), NO_PREFIX_CACHE=1
-# (compute every prompt in full: the agent's --no-prefix-cache).
+# (compute every prompt in full: the agent's --no-prefix-cache), SCHEMA (a
+# JSON Schema file: run each level twice over, without and with
+# response_format json_schema, alternating, to compare constrained decoding).
 set -euo pipefail
 
 BIN=${BIN:-bin/shoal}
@@ -69,4 +71,15 @@ done
 [ -n "$ready" ] || { echo "bench-endpoint: the agent at $addr does not answer completions:" >&2; cat "$log" >&2; exit 1; }
 
 echo "agent at http://$addr serving $MODEL ($(nproc 2>/dev/null || echo ?) cores)" >&2
+if [ -n "${SCHEMA:-}" ]; then
+	for round in 1 2; do
+		for mode in free schema; do
+			extra=()
+			[ "$mode" = schema ] && extra=(--json-schema "$SCHEMA")
+			echo "== $mode output, round $round" >&2
+			"$BIN" bench-endpoint --endpoint "http://$addr" --token "$token" -c "$C" -n "$N" "${extra[@]}" "$@"
+		done
+	done
+	exit 0
+fi
 "$BIN" bench-endpoint --endpoint "http://$addr" --token "$token" -c "$C" -n "$N" "$@"
