@@ -95,6 +95,52 @@ func (c *Config) KVDim() int { return c.NHeadKV * c.HeadDim }
 // IsMoE reports whether layers use routed experts.
 func (c *Config) IsMoE() bool { return c.NExpert > 0 }
 
+// intReader reads a model's integer hyperparameters (prefix.key), keeping
+// the first error: a key of another type, a required key missing, a value
+// out of range.
+type intReader struct {
+	f      *gguf.File
+	prefix string
+	err    error
+}
+
+// get sets *dst to key's value, or def when key is absent and not required.
+func (r *intReader) get(key string, dst *int, required bool, def int) {
+	if r.err != nil {
+		return
+	}
+	name := r.prefix + key
+	v, ok := r.f.Int(name)
+	if !ok {
+		if kv, present := r.f.Lookup(name); present {
+			r.err = fmt.Errorf("%s has type %s, want an integer", name, kv.Type)
+			return
+		}
+		if required {
+			r.err = fmt.Errorf("missing %s", name)
+			return
+		}
+		v = int64(def)
+	}
+	if v < 0 || v > 1<<30 {
+		r.err = fmt.Errorf("%s = %d is out of range", name, v)
+		return
+	}
+	*dst = int(v)
+}
+
+// vocabSize is prefix.vocab_size, or the number of tokenizer tokens (0 when
+// neither is there).
+func vocabSize(f *gguf.File, prefix string) int {
+	if v, ok := f.Int(prefix + "vocab_size"); ok {
+		return int(v)
+	}
+	if toks, ok := f.Strings("tokenizer.ggml.tokens"); ok {
+		return len(toks)
+	}
+	return 0
+}
+
 // ConfigFromGGUF reads the hyperparameters of f.
 func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	name, ok := f.String("general.architecture")
@@ -110,29 +156,8 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	}
 	c := Config{Arch: arch, RopeScale: 1}
 	p := name + "."
-	var err error
-	geti := func(key string, dst *int, required bool, def int) {
-		if err != nil {
-			return
-		}
-		v, ok := f.Int(p + key)
-		if !ok {
-			if kv, present := f.Lookup(p + key); present {
-				err = fmt.Errorf("%s%s has type %s, want an integer", p, key, kv.Type)
-				return
-			}
-			if required {
-				err = fmt.Errorf("missing %s%s", p, key)
-				return
-			}
-			v = int64(def)
-		}
-		if v < 0 || v > 1<<30 {
-			err = fmt.Errorf("%s%s = %d is out of range", p, key, v)
-			return
-		}
-		*dst = int(v)
-	}
+	r := intReader{f: f, prefix: p}
+	geti, err := r.get, &r.err
 	getf := func(key string, dst *float32, def float32) {
 		if v, ok := f.Float(p + key); ok {
 			*dst = float32(v)
@@ -150,8 +175,8 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	geti("expert_used_count", &c.NExpertUsed, false, 0)
 	geti("expert_feed_forward_length", &c.NFFExpert, false, c.NFF)
 	geti("expert_shared_feed_forward_length", &c.NFFShared, false, c.NFFExpert)
-	if err != nil {
-		return Config{}, err
+	if *err != nil {
+		return Config{}, *err
 	}
 	if c.NHead == 0 || c.NEmbd == 0 || c.NLayer == 0 {
 		return Config{}, fmt.Errorf("embedding_length, block_count and head_count must be positive (got %d, %d, %d)", c.NEmbd, c.NLayer, c.NHead)
@@ -160,8 +185,8 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	var vdim int
 	geti("attention.value_length", &vdim, false, c.HeadDim)
 	geti("rope.dimension_count", &c.RopeDim, false, c.HeadDim)
-	if err != nil {
-		return Config{}, err
+	if *err != nil {
+		return Config{}, *err
 	}
 	if vdim != c.HeadDim {
 		return Config{}, fmt.Errorf("value head size %d differs from key head size %d: not supported", vdim, c.HeadDim)
@@ -185,11 +210,7 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	default:
 		return Config{}, fmt.Errorf("rope scaling %q is not supported (linear and none are)", st)
 	}
-	if v, ok := f.Int(p + "vocab_size"); ok {
-		c.NVocab = int(v)
-	} else if toks, ok := f.Strings("tokenizer.ggml.tokens"); ok {
-		c.NVocab = len(toks)
-	}
+	c.NVocab = vocabSize(f, p)
 	switch {
 	case c.NHeadKV == 0 || c.NHead%c.NHeadKV != 0:
 		return Config{}, fmt.Errorf("head_count %d is not a multiple of head_count_kv %d", c.NHead, c.NHeadKV)

@@ -104,25 +104,8 @@ func EncoderConfigFromGGUF(f *gguf.File) (EncoderConfig, error) {
 	}
 	c := EncoderConfig{Arch: name}
 	p := name + "."
-	var err error
-	geti := func(key string, dst *int, required bool, def int) {
-		if err != nil {
-			return
-		}
-		v, ok := f.Int(p + key)
-		if !ok {
-			if required {
-				err = fmt.Errorf("missing %s%s", p, key)
-				return
-			}
-			v = int64(def)
-		}
-		if v < 0 || v > 1<<30 {
-			err = fmt.Errorf("%s%s = %d is out of range", p, key, v)
-			return
-		}
-		*dst = int(v)
-	}
+	r := intReader{f: f, prefix: p}
+	geti := r.get
 	geti("embedding_length", &c.NEmbd, true, 0)
 	geti("block_count", &c.NLayer, true, 0)
 	geti("attention.head_count", &c.NHead, true, 0)
@@ -130,8 +113,8 @@ func EncoderConfigFromGGUF(f *gguf.File) (EncoderConfig, error) {
 	geti("context_length", &c.NCtx, false, 512)
 	var pool int
 	geti("pooling_type", &pool, false, int(PoolMean))
-	if err != nil {
-		return EncoderConfig{}, err
+	if r.err != nil {
+		return EncoderConfig{}, r.err
 	}
 	if c.NEmbd == 0 || c.NLayer == 0 || c.NHead == 0 || c.NFF == 0 || c.NEmbd%c.NHead != 0 {
 		return EncoderConfig{}, fmt.Errorf("embedding_length %d, block_count %d, head_count %d, feed_forward_length %d: need positive sizes and heads dividing the width",
@@ -156,12 +139,7 @@ func EncoderConfigFromGGUF(f *gguf.File) (EncoderConfig, error) {
 	default:
 		return EncoderConfig{}, fmt.Errorf("%spooling_type %s is not supported (mean, cls and last are)", p, c.Pooling)
 	}
-	if v, ok := f.Int(p + "vocab_size"); ok {
-		c.NVocab = int(v)
-	} else if toks, ok := f.Strings("tokenizer.ggml.tokens"); ok {
-		c.NVocab = len(toks)
-	}
-	if c.NVocab <= 0 {
+	if c.NVocab = vocabSize(f, p); c.NVocab <= 0 {
 		return EncoderConfig{}, fmt.Errorf("no vocabulary size (%svocab_size or tokenizer.ggml.tokens)", p)
 	}
 	return c, nil
