@@ -825,7 +825,12 @@ func (e *env) why(s *search) []string {
 				big = i
 			}
 		}
-		out = append(out, fmt.Sprintf("no single node holds it (largest usable: %s %s)", e.nodes[big].ID, GiB(uint64(math.Max(0, e.usable[big])))))
+		if len(e.o.Pin) > 0 && len(e.nodes) > 1 && e.evaluate([][]int{{big}}).ok {
+			// Pinned nodes are used whole: single nodes are not weighed.
+			out = append(out, fmt.Sprintf("uses all %d nodes it is held to (pinned, or a re-plan's survivors); %s alone would hold it", len(e.nodes), e.nodes[big].ID))
+		} else {
+			out = append(out, fmt.Sprintf("no single node holds it (largest usable: %s %s)", e.nodes[big].ID, GiB(uint64(math.Max(0, e.usable[big])))))
+		}
 	}
 	if len(b.groups) > 1 {
 		var ls []string

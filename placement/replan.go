@@ -42,6 +42,8 @@ type Decision struct {
 // node it uses is still schedulable, and otherwise a plan pinned to prev's
 // surviving nodes and prev repaired (its lost members replaced, the
 // others keeping their layers); prev is weighed as the nodes measure now.
+// Every candidate obeys opts' pinned nodes and forced strategy: prev that
+// does not (the model loaded again with other ones) is not weighed.
 // Among those within ReplanSlack of the fastest (RepairSlack for the
 // repaired plan, KeepSlack for prev) it takes one that keeps
 // prev's driver if any does, then the one that moves the fewest weight
@@ -90,7 +92,7 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 	o := opts.normalized()
 	sameKV := placed && prev.Context == o.Context && prev.Batch == o.Batch
 	switch {
-	case sameKV && len(survivors) == len(prev.Nodes()):
+	case sameKV && len(survivors) == len(prev.Nodes()) && obeys(prev, nodes, opts):
 		c := cand{what: fmt.Sprintf("previous v%d", prev.Version), plan: *prev, keep: true}
 		// Weigh it as the nodes measure now, like the fastest: its cost
 		// from when it was planned is stale when the nodes were measured
@@ -104,14 +106,14 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 		// (a model pinned to its nodes keeps its pin instead).
 		o := opts
 		o.Pin = survivors
-		if p, err := Place(profile, nodes, links, o); err == nil {
+		if p, err := Place(profile, nodes, links, o); err == nil && obeys(&p, nodes, opts) {
 			cands = append(cands, cand{what: "on the survivors", plan: p, moved: MovedBytes(&profile, prev, &p, local)})
 		}
 	}
 	// Members lost: the previous plan with only those replaced keeps the
 	// others' layers and, unless it was lost, the driver.
 	if sameKV && len(opts.Pin) == 0 && len(survivors) > 0 && len(survivors) < len(prev.Nodes()) {
-		if p, ok := repair(profile, nodes, links, opts, prev); ok {
+		if p, ok := repair(profile, nodes, links, opts, prev); ok && obeys(&p, nodes, opts) {
 			cands = append(cands, cand{what: "repaired", plan: p, moved: MovedBytes(&profile, prev, &p, local), repair: true})
 		}
 	}
@@ -184,6 +186,49 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 	d.Plan.MovedBytes = chosen.moved
 	d.Plan.Moved = describeMoves(&profile, prev, &chosen.plan, local, names)
 	return d
+}
+
+// obeys says whether plan p keeps to what opts force, as a plan Place
+// makes does: with opts.Pin, it uses exactly the pinned nodes; with a
+// forced strategy, its shape (pipeline: more than one stage of one node
+// each; tensor: one stage of a group), a single node qualifying only when
+// it is the one node the plan may use. A previous plan that does not (the
+// model was loaded again with other --nodes or --strategy) is not kept.
+func obeys(p *Plan, nodes []Node, opts Options) bool {
+	used := p.Nodes()
+	if len(opts.Pin) > 0 {
+		if len(used) != len(opts.Pin) {
+			return false
+		}
+		for _, id := range used {
+			if !slices.Contains(opts.Pin, id) {
+				return false
+			}
+		}
+	}
+	eligible, _, err := eligibleNodes(nodes, opts)
+	if err != nil {
+		return false
+	}
+	one := len(eligible) == 1
+	for _, pool := range p.Pools {
+		switch opts.Strategy {
+		case Pipeline:
+			for _, st := range pool.Stages {
+				if len(st.Members) != 1 {
+					return false
+				}
+			}
+			if len(pool.Stages) < 2 && !one {
+				return false
+			}
+		case Tensor:
+			if len(pool.Stages) != 1 || len(pool.Stages[0].Members) < 2 && !one {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // driverOf is the node that drives p: stage 0, rank 0 of its first pool.

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+
+	"shoal/engine/quant"
 )
 
 // TestReplanProperties checks Replan on random clusters: unchanged inputs
@@ -118,4 +120,64 @@ func checkDecision(t *testing.T, i int, prof *ModelProfile, nodes []Node, prev *
 		}
 	}
 	return "move"
+}
+
+// TestReplanHonoursPinAndStrategy: a model loaded again with other nodes
+// pinned or another strategy forced (same context and batch, so the
+// previous plan's KV would still do) moves to a plan that obeys them; the
+// previous plan, which does not, is not kept however fast it is.
+func TestReplanHonoursPinAndStrategy(t *testing.T) {
+	prof, err := shape{name: "m", layers: 16, embd: 2048, heads: 16, kv: 4, ff: 5632, vocab: 32000, typ: quant.Q4_K, out: quant.Q6_K}.profile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []Node{
+		{ID: "a", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: 300, MemGBps: 50},
+		{ID: "b", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: 300, MemGBps: 50},
+		{ID: "c", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: 300, MemGBps: 50},
+	}
+	var links LinkMatrix
+	single, err := Place(prof, nodes, links, Options{Pin: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sorted := func(p Plan) []string { ids := p.Nodes(); slices.Sort(ids); return ids }
+	for _, tc := range []struct {
+		name  string
+		prev  Plan
+		o     Options
+		nodes []string
+		strat string
+	}{
+		{"spread over the pinned nodes", single, Options{Pin: []string{"a", "b", "c"}, Strategy: Pipeline}, []string{"a", "b", "c"}, "pipeline"},
+		{"pinned, any strategy", single, Options{Pin: []string{"c", "b", "a"}}, []string{"a", "b", "c"}, ""},
+		{"back to one node", mustPlace(t, prof, nodes, Options{Pin: []string{"a", "b", "c"}, Strategy: Pipeline}), Options{Pin: []string{"a"}}, []string{"a"}, "single"},
+		{"pipeline to tensor", mustPlace(t, prof, nodes, Options{Strategy: Pipeline}), Options{Strategy: Tensor}, nil, "tensor"},
+		{"single to pipeline", single, Options{Strategy: Pipeline}, nil, "pipeline"},
+	} {
+		d := Replan(prof, nodes, links, tc.o, &tc.prev, "a")
+		if d.Unservable != "" {
+			t.Errorf("%s: unservable: %s", tc.name, d.Unservable)
+			continue
+		}
+		if tc.nodes != nil && !slices.Equal(sorted(d.Plan), tc.nodes) {
+			t.Errorf("%s: plan on %v, want %v (weighed %v)", tc.name, sorted(d.Plan), tc.nodes, d.Weighed)
+		}
+		if tc.strat != "" && d.Plan.Strategy != tc.strat {
+			t.Errorf("%s: strategy %s, want %s (weighed %v)", tc.name, d.Plan.Strategy, tc.strat, d.Weighed)
+		}
+		// The obeying plan, once placed, stands.
+		if again := Replan(prof, nodes, links, tc.o, &d.Plan, "a"); !again.Keep {
+			t.Errorf("%s: the new plan is not kept when nothing changes: %v", tc.name, again.Weighed)
+		}
+	}
+}
+
+func mustPlace(t *testing.T, prof ModelProfile, nodes []Node, o Options) Plan {
+	t.Helper()
+	p, err := Place(prof, nodes, LinkMatrix{}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
