@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -153,8 +154,13 @@ func chatLoop(ctx context.Context, c *openai.Client, p openai.ChatParams, system
 			}
 			// The request was refused or failed: drop it and go on.
 			history = history[:len(history)-1]
-			fmt.Fprintln(errw, "error:", ae.Message)
 			failed, lastFail = failed+1, ae.Message
+			if !interactive && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden || ae.Status == http.StatusNotFound) {
+				// Piped: every line would be refused the same (a wrong
+				// key, a model not served); stop with the one reason.
+				return fmt.Errorf("%d request(s) failed; the last: %s", failed, lastFail)
+			}
+			fmt.Fprintln(errw, "error:", ae.Message)
 			continue
 		case asJSON:
 			b, _ := json.Marshal(reply)

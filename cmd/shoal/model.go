@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -111,7 +112,7 @@ as no-room and skipped); 'model unload' removes the copies.
 			if !f.json() {
 				fmt.Fprintf(ew, "model %s registered from %s on %s (%s, %d layers); waiting for its shards\n", m.Name, m.Path, m.SourceName, gib(m.Bytes), m.Layers)
 			}
-			final, err := waitModel(c, m.Name, wait, func(mi *api.ModelInfo) {
+			final, err := waitModel(c, m.Name, req.Nodes, wait, func(mi *api.ModelInfo) {
 				if !f.json() {
 					fmt.Fprintf(ew, "  %s: %s %3.0f%%\n", mi.Name, mi.Status, 100*mi.Progress)
 				}
@@ -149,8 +150,10 @@ as no-room and skipped); 'model unload' removes the copies.
 }
 
 // waitModel polls until the model is ready, unservable, failed or degraded,
-// reporting each change.
-func waitModel(c *api.Client, name string, wait time.Duration, report func(*api.ModelInfo)) (*api.ModelInfo, error) {
+// reporting each change. With on (model load --nodes), ready counts once
+// the plan runs on exactly those nodes: a model loaded again with other
+// nodes is ready on its previous plan until the leader plans it anew.
+func waitModel(c *api.Client, name string, on []string, wait time.Duration, report func(*api.ModelInfo)) (*api.ModelInfo, error) {
 	deadline := time.Now().Add(wait)
 	last := ""
 	for {
@@ -174,7 +177,11 @@ func waitModel(c *api.Client, name string, wait time.Duration, report func(*api.
 			report(m)
 		}
 		switch m.Status {
-		case "ready", "unservable", "failed", "degraded":
+		case "ready":
+			if runsOn(m, on) {
+				return m, nil
+			}
+		case "unservable", "failed", "degraded":
 			return m, nil
 		}
 		if time.Now().After(deadline) {
@@ -182,6 +189,23 @@ func waitModel(c *api.Client, name string, wait time.Duration, report func(*api.
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// runsOn says whether m's shards are on exactly the nodes on (names or
+// IDs), or on is empty.
+func runsOn(m *api.ModelInfo, on []string) bool {
+	if len(on) == 0 {
+		return true
+	}
+	if len(m.Shards) != len(on) {
+		return false
+	}
+	for _, s := range m.Shards {
+		if !slices.Contains(on, s.NodeName) && !slices.Contains(on, s.Node) {
+			return false
+		}
+	}
+	return true
 }
 
 func modelLsCmd() *cobra.Command {

@@ -119,3 +119,25 @@ func TestPrintFileHolders(t *testing.T) {
 		t.Errorf("placement show:\n%s", out)
 	}
 }
+
+// TestRunsOn: 'model load --nodes' waits for a plan on exactly those nodes
+// (by name or ID): a model loaded again with other nodes is ready on its
+// previous plan until the leader plans it anew.
+func TestRunsOn(t *testing.T) {
+	m := &api.ModelInfo{Shards: []api.ShardInfo{{Node: "id-1", NodeName: "node-1"}, {Node: "id-2", NodeName: "node-2"}}}
+	for _, tc := range []struct {
+		on   []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"node-2", "node-1"}, true},
+		{[]string{"id-1", "node-2"}, true},
+		{[]string{"node-1"}, false},
+		{[]string{"node-1", "node-2", "node-3"}, false},
+		{[]string{"node-1", "node-3"}, false},
+	} {
+		if got := runsOn(m, tc.on); got != tc.want {
+			t.Errorf("runsOn(%v) = %v, want %v", tc.on, got, tc.want)
+		}
+	}
+}

@@ -27,11 +27,21 @@ Without --model the agents serve a small built-in model with random weights
 (written to the data dir on first run; no download), so its text is
 gibberish: point --model at any GGUF file for real text.
 
+With 2 or more agents the model runs across all of them: once they are up,
+it is loaded through the cluster API on exactly those nodes (what 'shoal
+model load --nodes' does), a pipeline stage of layers per agent by default
+(--strategy), and the banner says which node runs which layers.
+--spread=false serves it whole on node-1 instead.
+
   shoal up                      # 3 agents, built-in model
   shoal up --nodes 1 --model ~/models/qwen2.5-0.5b-instruct-q8_0.gguf
+  shoal up --spread=false       # the model whole on node-1
   shoal chat --addr http://127.0.0.1:8080   # talk to it from another terminal`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("strategy") && !o.Spread {
+				return fmt.Errorf("--strategy %s splits the model over the agents: it does not go with --spread=false", o.Strategy)
+			}
 			exe, err := os.Executable()
 			if err != nil {
 				return err
@@ -49,10 +59,14 @@ gibberish: point --model at any GGUF file for real text.
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "\nshoal is up: %d agent(s), model %q\n\n", o.Nodes, c.Model)
+			if c.Layout != "" {
+				fmt.Fprintf(w, "  model      %s: %s\n", c.Model, c.Layout)
+			}
 			fmt.Fprintf(w, "  endpoint   %s\n", c.Endpoint)
 			fmt.Fprintf(w, "  api key    %s   (inference: the OpenAI endpoint only)\n", c.InferenceKey)
 			fmt.Fprintf(w, "  admin key  %s   (the CLI and the cluster API)\n", c.Token)
-			fmt.Fprintf(w, "  dashboard  %s\n", c.Endpoint[:len(c.Endpoint)-len("/v1")]+"/")
+			fmt.Fprintf(w, "  dashboard  %s/#key=%s   (a login link: the key stays in the fragment, never sent to the server)\n", c.Endpoint[:len(c.Endpoint)-len("/v1")], c.Token)
+			fmt.Fprintf(w, "  chat       %s/dashboard/chat#key=%s\n", c.Endpoint[:len(c.Endpoint)-len("/v1")], c.Token)
 			fmt.Fprintf(w, "\n  curl %s/chat/completions -H 'Authorization: Bearer %s' \\\n    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":32}'\n",
 				c.Endpoint, c.InferenceKey, c.Model)
 			base := c.Endpoint[:len(c.Endpoint)-len("/v1")]
@@ -63,7 +77,14 @@ gibberish: point --model at any GGUF file for real text.
 				}
 				defer os.Remove(upFilePath(o.DataDir))
 				fmt.Fprintf(w, "\n  %s status        # the CLI finds this cluster from this directory (%s)\n", self, upFilePath(o.DataDir))
-				fmt.Fprintf(w, "  %s chat          # talk to the model\n", self)
+				if o.Model == "" {
+					// Random weights never end an answer: cap it.
+					fmt.Fprintf(w, "  %s chat -n 64    # talk to the model (random weights: 64 tokens of gibberish an answer)\n", self)
+				} else {
+					fmt.Fprintf(w, "  %s chat          # talk to the model\n", self)
+				}
+				fmt.Fprintf(w, "  %s model ls      # the model's shards on the nodes\n", self)
+				fmt.Fprintf(w, "  %s placement show %s   # its plan: stages, memory, predicted ms/token\n", self, c.Model)
 			} else {
 				fmt.Fprintf(w, "\n  SHOAL_ADDR=%s SHOAL_TOKEN=%s %s status\n", base, c.Token, self)
 			}
@@ -86,5 +107,7 @@ gibberish: point --model at any GGUF file for real text.
 	f.StringVar(&o.DataDir, "data-dir", upDataDir, "where the agents keep their state (and the built-in model)")
 	f.StringVar(&o.Model, "model", "", "GGUF model to serve: a file, a model in the store, or a hub reference (OWNER/REPO[:QUANT], pulled first) (default: the built-in model)")
 	f.IntVar(&o.BasePort, "port", 8080, "HTTP port of the first agent; agent i uses port+10i (HTTP), +1 (QUIC), +2 (gossip)")
+	f.BoolVar(&o.Spread, "spread", true, "run the model across every agent (loaded like 'shoal model load --nodes' with all of them); false: whole on node-1")
+	f.StringVar(&o.Strategy, "strategy", "pipeline", "how the model is split over the agents: pipeline (a stage of layers per agent), tensor (every layer's heads split over them) or auto (the planner chooses)")
 	return cmd
 }

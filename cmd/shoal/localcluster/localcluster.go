@@ -13,11 +13,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"shoal/api"
+	"shoal/engine/gguf"
+	"shoal/engine/model"
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
 	"shoal/node"
@@ -31,6 +35,15 @@ type Options struct {
 	BasePort int    // agent i listens on BasePort+10i (HTTP), +1 (QUIC), +2 (gossip)
 	Binary   string // the shoal executable
 	Log      io.Writer
+	// Spread runs the model across every agent, a plan pinned to all of
+	// them and loaded through the cluster API (what 'shoal model load
+	// --nodes' does), instead of whole on node-1 (its --model). It applies
+	// with 2 or more agents to a model that has layers (not an encoder).
+	Spread bool
+	// Strategy is how a spread model is split: pipeline (the default: a
+	// stage of layers per agent), tensor (every layer's heads split over
+	// the agents) or auto (the planner chooses).
+	Strategy string
 }
 
 // Cluster is a running local cluster.
@@ -43,6 +56,9 @@ type Cluster struct {
 	InferenceKey string
 	Endpoint     string // OpenAI-compatible base URL of the serving agent
 	Model        string // the served model's name
+	// Layout says where the model's layers run, read back from its
+	// committed plan: "pipeline, node-1 layers 0-1, node-2 layer 2, ...".
+	Layout string
 	// HTTPSCA is the file of the cluster's HTTPS CA certificate (the
 	// agents here bind loopback and serve plain HTTP; agents on a network
 	// address serve HTTPS with certificates it signs).
@@ -129,9 +145,16 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			}
 		}
 	}
+	switch o.Strategy {
+	case "", "pipeline", "tensor", "auto":
+	default:
+		return nil, fmt.Errorf("--strategy %q: want pipeline, tensor or auto", o.Strategy)
+	}
 	modelPath := o.Model
 	if modelPath == "" {
-		fmt.Fprintf(o.Log, "writing the built-in model to %s (first run only)\n", filepath.Join(o.DataDir, BuiltinModel))
+		if _, err := os.Stat(filepath.Join(o.DataDir, BuiltinModel)); err != nil {
+			fmt.Fprintf(o.Log, "writing the built-in model to %s (first run only)\n", filepath.Join(o.DataDir, BuiltinModel))
+		}
 		var err error
 		if modelPath, err = EnsureBuiltin(o.DataDir); err != nil {
 			return nil, fmt.Errorf("built-in model: %w", err)
@@ -144,13 +167,26 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	c := &Cluster{opts: o, Token: tok, exited: make(chan int, o.Nodes)}
 	c.Model = strings.TrimSuffix(filepath.Base(modelPath), ".gguf")
 	c.Endpoint = fmt.Sprintf("http://127.0.0.1:%d/v1", o.port(0, 0))
+	// The model runs on these nodes: every agent when spread (loaded
+	// through the API once the cluster is up), else node-1 (its --model).
+	var load *api.LoadModelRequest
+	on := []string{"node-1"}
+	if o.Spread && o.Nodes > 1 {
+		req, ok, err := spreadRequest(modelPath, c.Model, o)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			load, on = req, req.Nodes
+		}
+	}
 	for i := 0; i < o.Nodes; i++ {
-		if err := c.startAgent(i, modelPath); err != nil {
+		if err := c.startAgent(i, modelPath, i == 0 && load == nil); err != nil {
 			c.Stop()
 			return nil, err
 		}
 	}
-	if err := c.waitReady(ctx); err != nil {
+	if err := c.waitReady(ctx, load, on); err != nil {
 		c.Stop()
 		return nil, err
 	}
@@ -217,7 +253,41 @@ func (c *Cluster) agentDir(i int) string {
 	return filepath.Join(c.opts.DataDir, fmt.Sprintf("node-%d", i+1))
 }
 
-func (c *Cluster) startAgent(i int, modelPath string) error {
+// spreadRequest is the load request that runs the model at path on every
+// agent: its name, the agents by name, the strategy, and a KV cache of the
+// model's context (at most 8192 tokens, as an agent's --model) for 4
+// sequences. ok is false for a model that cannot be spread (an encoder,
+// which its agent serves whole).
+func spreadRequest(path, name string, o Options) (*api.LoadModelRequest, bool, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, false, err
+	}
+	f, err := gguf.Open(abs)
+	if err != nil {
+		return nil, false, fmt.Errorf("model %s: %w", path, err)
+	}
+	defer f.Close()
+	if model.IsEncoder(f) {
+		return nil, false, nil
+	}
+	cfg, err := model.ConfigFromGGUF(f)
+	if err != nil {
+		return nil, false, fmt.Errorf("model %s: %w", path, err)
+	}
+	req := &api.LoadModelRequest{Path: abs, Name: name, Ctx: min(cfg.NCtx, 8192), MaxSeqs: 4, Strategy: o.Strategy}
+	if req.Strategy == "" {
+		req.Strategy = "pipeline"
+	} else if req.Strategy == "auto" {
+		req.Strategy = ""
+	}
+	for i := 0; i < o.Nodes; i++ {
+		req.Nodes = append(req.Nodes, fmt.Sprintf("node-%d", i+1))
+	}
+	return req, true, nil
+}
+
+func (c *Cluster) startAgent(i int, modelPath string, whole bool) error {
 	o := c.opts
 	dir := c.agentDir(i)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -232,7 +302,7 @@ func (c *Cluster) startAgent(i int, modelPath string) error {
 			args = append(args, "--join", net.JoinHostPort("127.0.0.1", strconv.Itoa(o.port(j, 1))))
 		}
 	}
-	if i == 0 {
+	if whole {
 		args = append(args, "--model", modelPath)
 	}
 	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -259,38 +329,201 @@ func (c *Cluster) startAgent(i int, modelPath string) error {
 	return nil
 }
 
-// waitReady polls the serving agent until the cluster has a leader and the
-// model is listed.
-func (c *Cluster) waitReady(ctx context.Context) error {
+// waitReady polls the serving agent until the cluster has a leader, then
+// loads the model when load is set, and waits until the model's plan runs
+// it on exactly the nodes on, ready and settled, and the model is listed.
+func (c *Cluster) waitReady(ctx context.Context, load *api.LoadModelRequest, on []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	base := fmt.Sprintf("http://127.0.0.1:%d", c.opts.port(0, 0))
+	cl := api.NewClient(base, c.Token)
+	err := c.poll(ctx, "a leader and every agent alive", func() (bool, error) {
+		st, err := cl.Status(ctx)
+		return err == nil && st.Leader != "" && st.NodesAlive >= c.opts.Nodes, nil
+	})
+	if err != nil {
+		return err
+	}
+	if load != nil {
+		fmt.Fprintf(c.opts.Log, "loading %s across %s (strategy %s)\n", c.Model, strings.Join(load.Nodes, ", "), orAuto(load.Strategy))
+		err := c.poll(ctx, "the model load", func() (bool, error) {
+			_, err := cl.LoadModel(ctx, *load)
+			var ae *api.APIError
+			if errors.As(err, &ae) && ae.Code >= 400 && ae.Code < 500 {
+				return false, fmt.Errorf("loading %s across the agents: %w", c.Model, err)
+			}
+			return err == nil, nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if err := c.settle(ctx, cl, on); err != nil {
+		return err
+	}
+	return c.poll(ctx, "the model listed at "+c.Endpoint+"/models", func() (bool, error) {
+		return c.listed(ctx), nil
+	})
+}
+
+func orAuto(s string) string {
+	if s == "" {
+		return "auto"
+	}
+	return s
+}
+
+// settle waits until the model is ready on exactly the nodes on, and its
+// plan stands: the links among those nodes measured (a plan made before
+// they are is weighed again when they arrive, and may move; after 15 s
+// without them it goes on) and the plan's version unchanged for a second.
+// It sets Layout from the plan. A model the cluster does not list (an
+// encoder its agent serves alone) has no plan: Layout stays empty.
+func (c *Cluster) settle(ctx context.Context, cl *api.Client, on []string) error {
+	var version uint64
+	var since, readyAt time.Time
+	return c.poll(ctx, "the model ready on "+strings.Join(on, ", "), func() (bool, error) {
+		ms, err := cl.Models(ctx)
+		if err != nil {
+			return false, nil
+		}
+		var m *api.ModelInfo
+		for i := range ms {
+			if ms[i].Name == c.Model {
+				m = &ms[i]
+			}
+		}
+		if m == nil {
+			return c.listed(ctx), nil // served but not planned: an encoder its agent serves alone
+		}
+		switch m.Status {
+		case "unservable", "failed":
+			return false, fmt.Errorf("model %s is %s: %s", c.Model, m.Status, m.Reason)
+		case "ready":
+		default:
+			return false, nil
+		}
+		var nodes []string
+		for _, s := range m.Shards {
+			nodes = append(nodes, s.NodeName)
+		}
+		if !sameSet(nodes, on) {
+			return false, nil // an earlier plan, not yet weighed again
+		}
+		p, err := cl.Placement(ctx, c.Model)
+		if err != nil || p.Version != m.PlanVersion {
+			return false, nil
+		}
+		if readyAt.IsZero() {
+			readyAt = time.Now()
+		}
+		if measured(p.Links, on) < len(on)*(len(on)-1) && time.Since(readyAt) < 15*time.Second {
+			return false, nil
+		}
+		if p.Version != version {
+			version, since = p.Version, time.Now()
+			return false, nil
+		}
+		if time.Since(since) < time.Second {
+			return false, nil
+		}
+		c.Layout = Layout(p)
+		return true, nil
+	})
+}
+
+// listed says whether the OpenAI endpoint lists the model.
+func (c *Cluster) listed(ctx context.Context) bool {
+	var models struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if c.get(ctx, c.Endpoint+"/models", &models) == nil {
+		for _, m := range models.Data {
+			if m.ID == c.Model {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// measured counts the links between two of the nodes on.
+func measured(links []api.Link, on []string) int {
+	n := 0
+	for _, l := range links {
+		if l.From != l.To && slices.Contains(on, l.From) && slices.Contains(on, l.To) {
+			n++
+		}
+	}
+	return n
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
+}
+
+// Layout says in one line where a plan runs a model's layers: its strategy,
+// then each stage, "node-1 layers 0-1" or, for a tensor-parallel group,
+// "layers 0-3 over node-1 heads 0-3 + node-2 heads 4-7".
+func Layout(p *api.PlacementInfo) string {
+	parts := []string{p.Strategy}
+	for _, st := range p.Stages {
+		pool := ""
+		if st.Pool == "prefill" || st.Pool == "decode" {
+			pool = st.Pool + " "
+		}
+		layers := "layers " + span(st.Lo, st.Hi)
+		if st.Hi-st.Lo == 1 {
+			layers = "layer " + span(st.Lo, st.Hi)
+		}
+		if len(st.Members) == 1 {
+			parts = append(parts, fmt.Sprintf("%s%s %s", pool, st.Members[0].NodeName, layers))
+			continue
+		}
+		var ms []string
+		for _, m := range st.Members {
+			ms = append(ms, fmt.Sprintf("%s heads %s", m.NodeName, span(m.HeadLo, m.HeadHi)))
+		}
+		parts = append(parts, fmt.Sprintf("%s%s over %s", pool, layers, strings.Join(ms, " + ")))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// span writes [lo,hi) as "lo-(hi-1)", or "lo" for one.
+func span(lo, hi int) string {
+	if hi-lo <= 1 {
+		return strconv.Itoa(lo)
+	}
+	return fmt.Sprintf("%d-%d", lo, hi-1)
+}
+
+// poll calls ready every 300 ms until it is true or fails, an agent
+// exits, or ctx ends.
+func (c *Cluster) poll(ctx context.Context, what string, ready func() (bool, error)) error {
 	for {
 		select {
 		case i := <-c.exited:
 			return fmt.Errorf("node-%d exited during start-up; its log:\n%s", i+1, c.LogTail(i, 15))
 		case <-ctx.Done():
-			return fmt.Errorf("the cluster was not ready within 90 s; node-1's log:\n%s", c.LogTail(0, 15))
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return ctx.Err()
+			}
+			return fmt.Errorf("the cluster was not ready within 90 s (waiting for %s); node-1's log:\n%s", what, c.LogTail(0, 15))
 		case <-time.After(300 * time.Millisecond):
 		}
-		var st struct {
-			Leader     string `json:"leader"`
-			NodesAlive int    `json:"nodes_alive"`
-		}
-		if c.get(ctx, base+"/v1/status", &st) != nil || st.Leader == "" || st.NodesAlive < c.opts.Nodes {
-			continue
-		}
-		var models struct {
-			Data []struct {
-				ID string `json:"id"`
-			} `json:"data"`
-		}
-		if c.get(ctx, base+"/v1/models", &models) == nil {
-			for _, m := range models.Data {
-				if m.ID == c.Model {
-					return nil
-				}
-			}
+		ok, err := ready()
+		if err != nil || ok {
+			return err
 		}
 	}
 }
