@@ -76,7 +76,7 @@ measured ms/token beside the planner's predicted ms/token.
 				if depth != 0 {
 					return fmt.Errorf("--depth is not supported with --cluster yet")
 				}
-				return benchCluster(cmd.OutOrStdout(), cluster, key, path, o, asJSON)
+				return benchCluster(cmd.OutOrStdout(), cmd.ErrOrStderr(), cluster, key, path, o, asJSON)
 			}
 			m, err := model.Open(path)
 			if err != nil {
@@ -162,15 +162,18 @@ func intList(s, flag string) ([]int, error) {
 
 // benchCluster runs the benchmark on the driver of a model loaded on the
 // cluster and prints it like the single-node table.
-func benchCluster(w io.Writer, addr, key, name string, o bench.Options, asJSON bool) error {
+func benchCluster(w, errw io.Writer, addr, key, name string, o bench.Options, asJSON bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	c, err := apiClient(addr, key)
 	if err != nil {
 		return err
 	}
-	res, err := c.ClusterBench(ctx, name, api.BenchRequest{Prompt: o.Prompt, Gen: o.Gen, Reps: o.Reps})
-	if err != nil {
+	var res *api.BenchResult
+	if err := whileUnserved(ctx, errw, func() (err error) {
+		res, err = c.ClusterBench(ctx, name, api.BenchRequest{Prompt: o.Prompt, Gen: o.Gen, Reps: o.Reps})
+		return err
+	}); err != nil {
 		return err
 	}
 	if asJSON {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"shoal/api"
 	"shoal/engine/model"
 )
 
@@ -55,8 +56,11 @@ that drives it (ADDR may be any agent's admin API); the output is the same.
 				if err != nil {
 					return err
 				}
-				l, err := c.ClusterLogits(ctx, path, ids)
-				if err != nil {
+				var l *api.Logits
+				if err := whileUnserved(ctx, cmd.ErrOrStderr(), func() (err error) {
+					l, err = c.ClusterLogits(ctx, path, ids)
+					return err
+				}); err != nil {
 					return err
 				}
 				logits, nVocab = l.Data, l.NVocab
