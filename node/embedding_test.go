@@ -69,3 +69,63 @@ func TestAgentServesEmbeddings(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentServesDecoderEmbeddings: a decoder GGUF that asks for pooling
+// (Qwen3-Embedding style: qwen3, pooling_type last) given with --model is
+// served as an embedding model, its vectors those of the runner's pooled
+// hidden states; it does not generate.
+func TestAgentServesDecoderEmbeddings(t *testing.T) {
+	spec := synth.Spec{Name: "qemb", Arch: "qwen3", NLayer: 2, NEmbd: 64, NHead: 8, NHeadKV: 2, HeadDim: 16, NFF: 128, Ctx: 128,
+		Type: "q8_0", Std: 0.08, Seed: 31, Pooling: int(model.PoolLast)}
+	path := enginetest.Write(t, "", spec)
+	c := tc.NewWith(t, 1, func(_ int, cfg *node.Config) {
+		cfg.Models = []node.ModelConfig{{Path: path, Name: "qemb"}}
+	})
+	c.Leader(20 * time.Second)
+	a := c.Members[0].Agent
+	cl := oa.NewClient(option.WithBaseURL(a.HTTPURL()+"/v1/"), option.WithAPIKey(tc.Secret), option.WithMaxRetries(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inputs := []string{"hello world", "a cluster of ordinary machines", "hello world"}
+	res, err := cl.Embeddings.New(ctx, oa.EmbeddingNewParams{Model: "qemb",
+		Input: oa.EmbeddingNewParamsInputUnion{OfArrayOfStrings: inputs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	tok, err := tokenizer.FromGGUF(m.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := model.NewRunner(m, model.Options{Threads: 1, CacheTokens: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if len(res.Data) != 3 {
+		t.Fatalf("%d vectors", len(res.Data))
+	}
+	for i, d := range res.Data {
+		want, err := r.EmbedPooled(1, tok.Encode(inputs[i], true, true), model.PoolLast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Embedding) != 64 {
+			t.Fatalf("input %d: %d dims, want 64", i, len(d.Embedding))
+		}
+		var dot float64
+		for j, v := range d.Embedding {
+			dot += v * float64(want[j])
+		}
+		if dot < 0.99999 {
+			t.Fatalf("input %d: cosine %v with the runner's pooled vector", i, dot)
+		}
+	}
+	if _, err := cl.Chat.Completions.New(ctx, oa.ChatCompletionNewParams{Model: "qemb", Messages: []oa.ChatCompletionMessageParamUnion{oa.UserMessage("hi")}}); err == nil {
+		t.Fatal("the embedding model generated a chat completion")
+	}
+}

@@ -87,6 +87,13 @@ func (a *Agent) localRequests() ([]api.LoadModelRequest, error) {
 			a.encoders = append(a.encoders, localEncoder{name: mc.name(), path: path, threads: mc.Threads})
 			continue
 		}
+		if pool, ok := model.DecoderPooling(f); ok {
+			// A decoder that pools (Qwen3-Embedding style) embeds; it
+			// does not generate.
+			f.Close()
+			a.encoders = append(a.encoders, localEncoder{name: mc.name(), path: path, threads: mc.Threads, decoder: true, pooling: pool, ctx: mc.Ctx})
+			continue
+		}
 		cfg, err := model.ConfigFromGGUF(f)
 		f.Close()
 		if err != nil {

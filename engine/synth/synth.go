@@ -34,7 +34,8 @@ type Spec struct {
 	Std         float32 // weight std (0.02 if 0)
 	Name        string
 	// Pooling is bert's pooling_type (llama.cpp's: 1 mean, 2 cls, 3 last;
-	// 0 = mean).
+	// 0 = mean). A decoder with Pooling > 0 is an embedding model
+	// (Qwen3-Embedding style): its %s.pooling_type is written.
 	Pooling int
 	// Tokenizer holds the tokenizer.* metadata to write (copied from another
 	// GGUF or built by the tokenizer package); its token list sets n_vocab.
@@ -361,6 +362,9 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 			}
 			kvs = append(kvs, gguf.KV{Key: p + "expert_shared_feed_forward_length", Value: uint32(S)})
 		}
+	}
+	if s.Pooling > 0 {
+		kvs = append(kvs, gguf.KV{Key: p + "pooling_type", Value: uint32(s.Pooling)})
 	}
 	kvs = append(kvs, s.Tokenizer...)
 	return writeFile(w, kvs, plan, s.Seed, progress)
