@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -261,6 +262,48 @@ func TestSplitModel(t *testing.T) {
 	got, err := st.Resolve("big:q4_k_m")
 	if err != nil || len(got) != 3 || got[0] != paths[0] {
 		t.Fatalf("resolve: %v %v", got, err)
+	}
+	// Joined once into a blob of its own, which the store keeps while the
+	// model is there (removing another model collects only that one's).
+	if _, ok := st.LoadPath(*m); ok {
+		t.Fatal("a split model has a load path before it is joined")
+	}
+	calls := 0
+	join := func(w io.Writer) error {
+		calls++
+		for _, p := range paths {
+			b, _ := os.ReadFile(p)
+			w.Write(b)
+		}
+		return nil
+	}
+	if m, err = st.Join("big:q4_k_m", join); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = st.Join("big:q4_k_m", join); err != nil || calls != 1 {
+		t.Fatalf("second join: %v, %d writes", err, calls)
+	}
+	load, ok := st.LoadPath(*m)
+	if !ok || m.Joined == nil || m.Joined.Size != 150_003 {
+		t.Fatalf("joined: %+v %q", m.Joined, load)
+	}
+	if err := st.Remove("big:q8_0"); err == nil {
+		t.Fatal("removed a model never pulled")
+	}
+	if _, err := st.Pull(context.Background(), "u/Big-GGUF:Q8_0", hub.PullOptions{Client: c}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Remove("big:q8_0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(load); err != nil {
+		t.Fatalf("the joined file was collected: %v", err)
+	}
+	if err := st.Remove("big:q4_k_m"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(load); !os.IsNotExist(err) {
+		t.Fatalf("the joined file outlived its model: %v", err)
 	}
 }
 

@@ -29,6 +29,9 @@ type Manifest struct {
 	Revision string    `json:"revision"` // main, a branch, tag or commit
 	Parts    []Part    `json:"parts"`    // in load order (split GGUF: 00001 first)
 	Pulled   time.Time `json:"pulled"`
+	// Joined is a split model's parts joined into one file (Store.Join),
+	// the file engines load; nil until joined.
+	Joined *Part `json:"joined,omitempty"`
 }
 
 // Part is one file of a model.
@@ -397,6 +400,9 @@ func (s *Store) gc() error {
 	for _, m := range all {
 		for _, p := range m.Parts {
 			keep["sha256-"+p.SHA256] = true
+		}
+		if m.Joined != nil {
+			keep["sha256-"+m.Joined.SHA256] = true
 		}
 	}
 	ents, err := os.ReadDir(filepath.Join(s.Dir, "blobs"))

@@ -14,6 +14,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"shoal/engine/gguf"
 	"shoal/hub"
 )
 
@@ -108,6 +109,11 @@ Environment:
 				}
 				return err
 			}
+			if len(m.Parts) > 1 {
+				if m, err = joinSplit(st, m, cmd.ErrOrStderr(), quiet || onlyP); err != nil {
+					return err
+				}
+			}
 			paths := st.Paths(*m)
 			switch {
 			case output == "json":
@@ -117,12 +123,11 @@ Environment:
 				return nil
 			}
 			fmt.Fprintf(out, "pulled %s (%s, %s) to %s\n", m.Name, m.Ref, human(m.Size()), strings.Join(paths, " "))
-			if len(paths) == 1 {
-				fmt.Fprintf(out, "use it: shoal run --model %s   or   shoal up --model %s\n", paths[0], paths[0])
-			} else {
-				// The engine does not load split GGUF yet (no split.count support).
-				fmt.Fprintf(out, "a split model of %d parts, listed in load order; shoal run/up load single GGUF files only for now (merge the parts with llama-gguf-split --merge first)\n", len(paths))
+			load, _ := st.LoadPath(*m)
+			if len(paths) > 1 {
+				fmt.Fprintf(out, "its %d parts joined into one GGUF: %s\n", len(paths), load)
 			}
+			fmt.Fprintf(out, "use it: shoal run --model %s   or   shoal up --model %s\n", load, load)
 			return nil
 		},
 	}
@@ -264,9 +269,24 @@ func localModel(ctx context.Context, arg string, w io.Writer) (string, error) {
 	} else {
 		return "", fmt.Errorf("model %q: no such file, no model of that name in the store (shoal pull --list), and not a hub reference (OWNER/REPO[:QUANT])", arg)
 	}
-	paths := st.Paths(*m)
-	if len(paths) != 1 {
-		return "", fmt.Errorf("model %s is split in %d files; shoal loads single GGUF files only for now (merge them with llama-gguf-split --merge)", m.Name, len(paths))
+	if len(m.Parts) > 1 {
+		if m, err = joinSplit(st, m, w, false); err != nil {
+			return "", err
+		}
 	}
-	return paths[0], nil
+	path, _ := st.LoadPath(*m)
+	return path, nil
+}
+
+// joinSplit gives a split model (GGUF parts -0000N-of-0000M) its one-file
+// form in the store, which the engine loads, once.
+func joinSplit(st *hub.Store, m *hub.Manifest, w io.Writer, quiet bool) (*hub.Manifest, error) {
+	if _, ok := st.LoadPath(*m); ok {
+		return m, nil
+	}
+	if !quiet {
+		fmt.Fprintf(w, "joining the %d parts of %s into one GGUF (%s)...\n", len(m.Parts), m.Name, human(m.Size()))
+	}
+	paths := st.Paths(*m)
+	return st.Join(m.Name, func(out io.Writer) error { return gguf.Join(paths, out) })
 }

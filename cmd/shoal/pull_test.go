@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"shoal/engine/enginetest"
 	"shoal/hub/hubtest"
 )
 
@@ -149,5 +150,44 @@ func TestRunByHubReference(t *testing.T) {
 	}
 	if _, err := execute(t, "", "run", "--model", "no-such-model", "-p", "x"); err == nil || !strings.Contains(err.Error(), "not a hub reference") {
 		t.Fatalf("unknown model: %v", err)
+	}
+}
+
+// TestRunSplitModel: a model published as split GGUF parts is pulled
+// whole, its parts joined once into one file in the store, and runs like
+// the unsplit file (the same greedy text); `pull` says where the joined
+// file is, and the second run reads the store only.
+func TestRunSplitModel(t *testing.T) {
+	const repo = "shoal-test/Split-GGUF"
+	dir := t.TempDir()
+	whole := genModel(t, dir, "--type", "q8_0")
+	body, err := os.ReadFile(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	for _, p := range enginetest.SplitGGUF(t, body, dir, "split-q8_0", 3) {
+		if files[filepath.Base(p)], err = os.ReadFile(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := hubtest.New(t)
+	srv.AddRepo(repo, files)
+	t.Setenv("HF_ENDPOINT", srv.URL)
+	t.Setenv("HF_TOKEN", "")
+	t.Setenv("HUGGING_FACE_HUB_TOKEN", "")
+	t.Setenv("SHOAL_MODELS", t.TempDir())
+	out, err := execute(t, "", "pull", repo+":Q8_0")
+	if err != nil || !strings.Contains(out, "3 parts joined into one GGUF") {
+		t.Fatalf("pull: %v\n%s", err, out)
+	}
+	want, err := execute(t, "", "run", "--model", whole, "-p", "Hello", "-n", "6", "--seed", "1", "--temp", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := srv.TotalBytesServed()
+	got, err := execute(t, "", "run", "--model", "split:q8_0", "-p", "Hello", "-n", "6", "--seed", "1", "--temp", "0")
+	if err != nil || got != want || srv.TotalBytesServed() != served {
+		t.Fatalf("run of the split model: %v, %q; the whole file gives %q (%d more bytes from the hub)", err, got, want, srv.TotalBytesServed()-served)
 	}
 }
