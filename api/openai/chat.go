@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -162,6 +163,9 @@ type chatShape struct {
 	held    strings.Builder
 	calling bool // the answer is in a call: nothing more streams as text
 	sent    int  // bytes of text streamed
+	// jsonText: a generic-format answer that is text, streamed from its
+	// JSON string (sent counts the raw bytes decoded).
+	jsonText bool
 }
 
 // tokens are the logprobs of generated tokens.
@@ -212,6 +216,9 @@ func (c *chatShape) chunk(text string, toks []genToken) any {
 // holding back an end that may be the start of the trigger.
 func (c *chatShape) streamable() string {
 	trigger := c.tools.format.trigger()
+	if !c.calling && c.tools.format == toolsGeneric && c.tools.choice == "auto" {
+		return c.streamResponse()
+	}
 	if c.calling || trigger == "" || c.tools.choice != "auto" {
 		c.calling = true
 		return ""
@@ -232,6 +239,60 @@ func (c *chatShape) streamable() string {
 	}
 	c.sent += safe
 	return rest[:safe]
+}
+
+// responseHead starts a generic-format answer that is text: the text is
+// the JSON string that follows.
+const responseHead = `{"response": "`
+
+// streamResponse streams the text of a generic-format answer as its JSON
+// string arrives, decoded, up to the last complete character or escape;
+// an answer that turns out to be a call streams nothing.
+func (c *chatShape) streamResponse() string {
+	full := c.text.String()
+	if !c.jsonText {
+		if len(full) < len(responseHead) {
+			if !strings.HasPrefix(responseHead, full) {
+				c.calling = true
+			}
+			return ""
+		}
+		if !strings.HasPrefix(full, responseHead) {
+			c.calling = true
+			return ""
+		}
+		c.jsonText, c.sent = true, len(responseHead)
+	}
+	i := c.sent
+scan:
+	for i < len(full) {
+		switch full[i] {
+		case '"':
+			break scan // the end of the text
+		case '\\':
+			n := 2
+			if i+1 < len(full) && full[i+1] == 'u' {
+				n = 6
+				if i+n <= len(full) {
+					if v, err := strconv.ParseUint(full[i+2:i+6], 16, 16); err == nil && v >= 0xD800 && v < 0xDC00 {
+						n = 12 // a surrogate pair
+					}
+				}
+			}
+			if i+n > len(full) {
+				break scan // the escape is not complete yet
+			}
+			i += n
+		default:
+			i++
+		}
+	}
+	var text string
+	if json.Unmarshal([]byte(`"`+full[c.sent:i]+`"`), &text) != nil {
+		return ""
+	}
+	c.sent = i
+	return text
 }
 
 func (c *chatShape) add(text string, toks []genToken) {
@@ -258,7 +319,7 @@ func (c *chatShape) last(finish string) []any {
 			if finish == "stop" {
 				finish = "tool_calls"
 			}
-		} else if rest := full[c.sent:]; rest != "" {
+		} else if rest := full[c.sent:]; rest != "" && !c.jsonText {
 			out = append(out, c.streamed(ChatChunkChoice{Delta: ChatDelta{Content: &rest}}))
 		}
 	}

@@ -108,3 +108,38 @@ func TestParseToolCalls(t *testing.T) {
 		}
 	}
 }
+
+// TestGenericResponseStreaming: a generic-format answer (a template that
+// knows no tools, tool_choice auto) that is text streams the text of its
+// JSON string as it arrives, escapes decoded and held back until complete
+// (a surrogate pair too), nothing of the JSON around it; one that is a
+// call streams nothing and ends with the call.
+func TestGenericResponseStreaming(t *testing.T) {
+	plan := &toolPlan{format: toolsGeneric, choice: "auto",
+		tools: []Tool{{Type: "function", Function: FunctionDef{Name: "f", Parameters: json.RawMessage(`{"type": "object"}`)}}}}
+	c := &chatShape{tools: plan}
+	var streamed []string
+	for _, p := range []string{`{"resp`, `onse": "Hel`, `lo \`, `"wor`, `ld\" \ud83d`, `\ude00 \u00e9\n`, `!"}`} {
+		if ev := c.chunk(p, nil); ev != nil {
+			streamed = append(streamed, *ev.(ChatChunk).Choices[0].Delta.Content)
+		}
+	}
+	for _, ev := range c.last("stop") {
+		if ch := ev.(ChatChunk).Choices[0]; ch.Delta.Content != nil {
+			streamed = append(streamed, *ch.Delta.Content)
+		}
+	}
+	if got := strings.Join(streamed, ""); got != "Hello \"world\" 😀 é\n!" || len(streamed) < 4 {
+		t.Fatalf("streamed %q", streamed)
+	}
+	c = &chatShape{tools: plan}
+	for _, p := range []string{`{"tool`, `_calls": [{"name": "f", "arguments": {}}]}`} {
+		if ev := c.chunk(p, nil); ev != nil {
+			t.Fatalf("a call streamed text: %v", ev)
+		}
+	}
+	evs := c.last("stop")
+	if ch := evs[0].(ChatChunk).Choices[0]; len(ch.Delta.ToolCalls) != 1 || ch.Delta.ToolCalls[0].Function.Name != "f" {
+		t.Fatalf("call deltas %+v", evs)
+	}
+}
