@@ -116,8 +116,11 @@ func Handler(b Backend) http.Handler {
 		if err := dec.Decode(&req); err != nil {
 			return nil, &httpError{http.StatusBadRequest, "malformed load request: " + err.Error()}
 		}
-		if req.Path == "" {
-			return nil, &httpError{http.StatusBadRequest, "load request without a file path"}
+		if req.Path == "" && req.Hub == "" {
+			return nil, &httpError{http.StatusBadRequest, "load request without a file path or a hub reference"}
+		}
+		if req.Path != "" && req.Hub != "" {
+			return nil, &httpError{http.StatusBadRequest, "load request with both a file path and a hub reference: give one"}
 		}
 		if req.Ctx < 0 {
 			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("ctx %d: want a positive number of tokens", req.Ctx)}

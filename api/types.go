@@ -164,8 +164,15 @@ type LoadModelRequest struct {
 	// Path is the GGUF file on the node that loads it: Node (an ID,
 	// unique ID prefix or name), or the agent that answers when empty.
 	Path string `json:"path"`
-	Name string `json:"name,omitempty"` // default: the file name without .gguf
-	Node string `json:"node,omitempty"`
+	// Hub, instead of Path, is a hub reference (REPO:QUANT or
+	// REPO/FILE.gguf, single-file GGUF only) read in place from the hub
+	// the loading agent is configured with (HF_ENDPOINT, HF_TOKEN): no
+	// node downloads the whole file; each reads its shards' byte ranges
+	// from the hub. Revision is the hub revision ("" = main).
+	Hub      string `json:"hub,omitempty"`
+	Revision string `json:"revision,omitempty"`
+	Name     string `json:"name,omitempty"` // default: the file name without .gguf
+	Node     string `json:"node,omitempty"`
 	// Ctx is the context length per sequence the plan reserves KV cache
 	// for (the planner's 4096 when 0); Overhead is memory per node beyond
 	// weights and KV (512 MiB when 0).

@@ -142,6 +142,23 @@ type Model struct {
 	// says why) or planned. Reason explains failed and unservable.
 	Status string `json:"status,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Hub, when set, is the hub file the model is read from in place: no
+	// node has the file; SourceNode is the node that loaded it (it read
+	// the file once from the hub, checked its sha256 against the hub's
+	// and built the manifest, which it serves), and each node reads its
+	// shards' ranges from the hub, every unit checked against the
+	// manifest. Digest and Manifest are set once that check passed.
+	Hub *HubFile `json:"hub,omitempty"`
+}
+
+// HubFile is a file of a Hugging Face style hub repository.
+type HubFile struct {
+	Endpoint string `json:"endpoint,omitempty"` // the hub the loading node used ("" = its default)
+	Repo     string `json:"repo"`
+	Revision string `json:"revision,omitempty"` // "" = main
+	File     string `json:"file"`
+	SHA256   string `json:"sha256"` // the hub's LFS sha256 of the file
+	Size     int64  `json:"size"`
 }
 
 // Model statuses written to the state.

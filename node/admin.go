@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"net/http"
+	"shoal/hub"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +33,12 @@ type admin struct {
 	bootstrapSecret string
 	files           *fileRegistry
 	runner          api.ClusterRunner
+	// hub makes a hub client (models loaded by hub reference);
+	// shardManifest and keepManifest read and keep the manifests of the
+	// hub files this agent verified (in the shard manager).
+	hub           func() *hub.Client
+	shardManifest func(fileSHA string) ([]byte, bool)
+	keepManifest  func(fileSHA string, raw []byte)
 
 	bg   *sync.WaitGroup // the agent's background work (hashing model files)
 	done <-chan struct{} // closed when the agent stops
@@ -48,6 +55,9 @@ func (a *Agent) newAdmin() *admin {
 		},
 		caHash: strings.TrimPrefix(transport.CAHash(a.ident.CA.Cert), "sha256:"), bootstrapSecret: a.bootstrapSecret,
 		files: a.files, bg: &a.bg, done: a.done,
+		hub:           a.hubClient,
+		shardManifest: func(sha string) ([]byte, bool) { return a.shards.Manifest(sha) },
+		keepManifest:  func(sha string, raw []byte) { a.shards.KeepManifest(sha, raw) },
 	}
 }
 

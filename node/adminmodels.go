@@ -62,7 +62,11 @@ func (b *admin) LoadModel(ctx context.Context, req api.LoadModelRequest) (*api.M
 			return &out, nil
 		}
 	}
-	m, err := b.registerModel(ctx, req, nil)
+	register := func() (*coordinator.Model, error) { return b.registerModel(ctx, req, nil) }
+	if req.Hub != "" {
+		register = func() (*coordinator.Model, error) { return b.registerHubModel(ctx, req) }
+	}
+	m, err := register()
 	if err != nil {
 		return nil, err
 	}
@@ -184,6 +188,11 @@ func (b *admin) hashModel(m coordinator.Model, st os.FileInfo) {
 		m.Digest, m.Manifest, m.Status = sha, shard.ManifestID(raw), ""
 		b.log.Info("model hashed", zap.String("model", m.Name), zap.String("sha256", sha), zap.Duration("took", time.Since(t0)))
 	}
+	b.recordModel(m)
+}
+
+// recordModel writes m to the state, retrying for a while.
+func (b *admin) recordModel(m coordinator.Model) {
 	for try := 0; try < 20; try++ {
 		select {
 		case <-b.done:
@@ -329,6 +338,9 @@ func fileHolders(st *coordinator.State, m *coordinator.Model, sourceName string)
 		return "unknown"
 	}
 	src := api.FileHolder{Node: m.SourceNode, NodeName: sourceName, NodeStatus: status(m.SourceNode), Source: true, State: coordinator.HolderReady}
+	if m.Hub != nil { // the hub has the file; the source node verified it
+		src.NodeName, src.NodeStatus = "hub "+strings.TrimPrefix(m.Source, "hub:")+" (verified by "+sourceName+")", string(coordinator.StatusAlive)
+	}
 	switch m.Status {
 	case coordinator.ModelHashing:
 		src.State = coordinator.ModelHashing

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"shoal/hub"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +56,9 @@ type Config struct {
 	NetTelemetry string `json:"net_telemetry"`
 	Version      string `json:"-"`
 	Tuning       Tuning `json:"tuning"`
+	// Hub is the client for models loaded by hub reference (nil: one
+	// from the environment, HF_ENDPOINT and HF_TOKEN).
+	Hub *hub.Client `json:"-"`
 }
 
 // Tuning holds timers. Zero values take LAN defaults; tests shorten them.

@@ -147,7 +147,7 @@ func (r *replicator) reconcile(st *coordinator.State) {
 // reconcileModel reports this node's copy of m's file, or starts one when
 // this node is among the first that should make it.
 func (r *replicator) reconcileModel(st *coordinator.State, m *coordinator.Model) {
-	if m.Digest == "" || m.Manifest == "" || m.Status == coordinator.ModelHashing || m.Status == coordinator.ModelFailed || m.SourceNode == r.id {
+	if m.Digest == "" || m.Manifest == "" || m.Status == coordinator.ModelHashing || m.Status == coordinator.ModelFailed || m.SourceNode == r.id || m.Hub != nil {
 		return
 	}
 	mine := m.Holders[r.id]

@@ -27,6 +27,7 @@ func (a *Agent) startServing() {
 		Dir: filepath.Join(a.cfg.DataDir, ShardsDir), Files: a.files, Peers: peers{a.ep},
 		Report: a.reportShards, Log: a.log,
 		BeforeRelease: func(key string) { a.par.DropMember(key) },
+		Origin:        func(origin string) shard.RangeFetcher { return newHubFetcher(a.hubClient(), origin) },
 	})
 	a.copies = newReplicator(a.id, a.cfg.DataDir, a.files, peers{a.ep}, a.cfg.DiskLimit, a.log.Named("copies"))
 	a.copies.report = a.reportHolder
@@ -97,7 +98,10 @@ func wantedShards(st *coordinator.State, node string) []shard.Want {
 			continue
 		}
 		var src shard.Peer
-		if n := st.Nodes[m.SourceNode]; n != nil {
+		origin := ""
+		if m.Hub != nil {
+			origin = hubOrigin(m.Hub) // the source node has no file
+		} else if n := st.Nodes[m.SourceNode]; n != nil {
 			src = shard.Peer{ID: n.ID, Name: n.Name, Addr: n.RPCAddr}
 			if n.Status != coordinator.StatusAlive {
 				src.Down = string(n.Status)
@@ -105,7 +109,7 @@ func wantedShards(st *coordinator.State, node string) []shard.Want {
 		}
 		holders := modelHolders(st, m, node)
 		for _, spec := range shard.SpecsFor(*p, node, m.Digest) {
-			out = append(out, shard.Want{Model: name, Spec: spec, Version: p.Version, Source: src, Manifest: m.Manifest, Holders: holders})
+			out = append(out, shard.Want{Model: name, Spec: spec, Version: p.Version, Source: src, Manifest: m.Manifest, Holders: holders, Origin: origin})
 		}
 	}
 	return out

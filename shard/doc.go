@@ -89,6 +89,9 @@
 // (Want, from the plans), it opens each from the node's own copy of the
 // file (LocalFiles) or fetches its signed layout and assembles it from the
 // ranges of the node that has the file (Peers: the transport plugs in),
+// or, for a model no node has the file of (one read in place from a hub),
+// from the holders and the Want's Origin (a RangeFetcher of the whole file,
+// ranked last, every unit checked against the manifest like a holder's),
 // retries failures with a back-off, reports a per-model Status through a
 // callback (the node records it in the cluster state), and releases the
 // shards no longer wanted after a hook has stopped what runs on them.

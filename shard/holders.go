@@ -54,6 +54,7 @@ type unitEntry struct {
 	done chan struct{}
 	data []byte
 	err  error
+	used int64 // bytes of it read; a unit read whole is dropped
 }
 
 const unitCache = 32
@@ -274,8 +275,32 @@ func (h *HolderFetcher) read(ctx context.Context, off, n int64, buf []byte) ([]b
 		}
 		lo, hi := max(off, u.Off), min(off+n, u.End())
 		buf = append(buf, data[lo-u.Off:hi-u.Off]...)
+		h.used(k, hi-lo)
 	}
 	return buf, nil
+}
+
+// used notes that n bytes of unit k were read. A unit read whole is
+// dropped from the cache: the cache then holds the units pieces share
+// (a unit across a piece boundary, whose pieces may be fetched far apart
+// in time), which are not fetched twice while at most unitCache of them
+// wait.
+func (h *HolderFetcher) used(k int, n int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.cache[k]
+	if e == nil || !isClosed(e.done) {
+		return
+	}
+	if e.used += n; e.used >= h.units[k].N {
+		delete(h.cache, k)
+		for x, o := range h.order {
+			if o == k {
+				h.order = append(h.order[:x], h.order[x+1:]...)
+				break
+			}
+		}
+	}
 }
 
 // Fetch implements RangeFetcher.

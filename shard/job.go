@@ -105,12 +105,18 @@ func (m *Manager) load(ctx context.Context, j *job, w Want) error {
 			return nil
 		}
 	}
-	if ctx.Err() != nil || w.Manifest == "" || len(w.Holders) == 0 {
+	if w.Origin != "" && m.cfg.Origin != nil && src.Addr == "" {
+		srcErr = fmt.Errorf("no node has the model file and it is read from %s", w.Origin)
+	}
+	if ctx.Err() != nil || w.Manifest == "" || len(w.Holders) == 0 && w.Origin == "" {
 		return srcErr
 	}
 	m.log.Info("fetching shard from the holders", zap.String("model", j.model), zap.Int("lo", spec.Lo), zap.Int("hi", spec.Hi),
 		zap.NamedError("source", srcErr))
 	if err := m.loadFromHolders(ctx, j, w); err != nil {
+		if w.Origin != "" && m.cfg.Origin != nil {
+			return fmt.Errorf("%v; from the other nodes and it: %w", srcErr, err)
+		}
 		return fmt.Errorf("%v; from the other nodes: %w", srcErr, err)
 	}
 	return nil
@@ -171,6 +177,10 @@ func (m *Manager) loadFromHolders(ctx context.Context, j *job, w Want) error {
 		return err
 	}
 	m.saveManifest(sha, raw)
+	if w.Origin != "" && m.cfg.Origin != nil && man.Table.FileSize > 0 {
+		// Last: a range some node holds is read over the LAN.
+		holders = append(holders, Holder{ID: w.Origin, Name: w.Origin, Held: []Range{{0, man.Table.FileSize}}, F: m.cfg.Origin(w.Origin)})
+	}
 	l, err := NewLayout(man.Table, w.Spec, 0)
 	if err != nil {
 		return err
@@ -280,6 +290,10 @@ func (m *Manager) Manifest(fileSHA string) ([]byte, bool) {
 	b, err := os.ReadFile(m.manifestPath(fileSHA))
 	return b, err == nil
 }
+
+// KeepManifest keeps raw, the manifest of the file with sha256 fileSHA
+// (built by this node), to serve it with Holdings and use it for shards.
+func (m *Manager) KeepManifest(fileSHA string, raw []byte) { m.saveManifest(fileSHA, raw) }
 
 func (m *Manager) saveManifest(fileSHA string, raw []byte) {
 	if err := os.MkdirAll(m.cfg.Dir, 0o700); err != nil {

@@ -36,6 +36,11 @@ type Want struct {
 	// when Source is down or fails.
 	Manifest string
 	Holders  []Peer
+	// Origin, when set, names where the file's bytes can be read when no
+	// node has the file (a hub file, opaque here): ManagerConfig.Origin
+	// turns it into a RangeFetcher holding the whole file, ranked after
+	// the holders and verified against the manifest like them.
+	Origin string
 }
 
 // Peer is a node that has a model file. Down, when set, says why it cannot
@@ -97,6 +102,8 @@ type ManagerConfig struct {
 	// it is removed (10 minutes if 0).
 	HoldFor time.Duration
 	Log     *zap.Logger
+	// Origin reads the file of a Want with an Origin (nil: none).
+	Origin func(origin string) RangeFetcher
 }
 
 // Manager holds the node's shards: it opens them from a local file or

@@ -83,18 +83,36 @@ func BuildManifest(path string, unitSize int64) (sha string, raw []byte, err err
 	if err != nil {
 		return "", nil, err
 	}
-	units := Units(t, unitSize)
 	f, err := os.Open(path)
 	if err != nil {
 		return "", nil, err
 	}
 	defer f.Close()
+	sha, raw, err = BuildManifestFrom(t, bufio.NewReaderSize(f, 1<<20), unitSize)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return sha, raw, nil
+}
+
+// BuildManifestFrom reads a model file whose table is t from r, once and
+// in order, and returns its sha256 and its manifest (as JSON). Nothing is
+// kept but the sums: r may be a stream of the file from anywhere (the hub).
+func BuildManifestFrom(t *Table, r io.Reader, unitSize int64) (sha string, raw []byte, err error) {
+	if unitSize <= 0 {
+		unitSize = DefaultUnitSize
+	}
+	units := Units(t, unitSize)
 	uw := &unitHasher{units: units, whole: sha256.New(), sums: make([]string, len(units))}
-	if _, err := io.Copy(uw, bufio.NewReaderSize(f, 1<<20)); err != nil {
+	n, err := io.Copy(uw, r)
+	if err != nil {
 		return "", nil, err
 	}
 	if uw.next < len(units) {
-		return "", nil, fmt.Errorf("shard: %s is shorter than its tensor table", path)
+		return "", nil, fmt.Errorf("shard: the file is shorter than its tensor table")
+	}
+	if t.FileSize > 0 && n != t.FileSize {
+		return "", nil, fmt.Errorf("shard: read %d bytes of a %d-byte file", n, t.FileSize)
 	}
 	sha = hex.EncodeToString(uw.whole.Sum(nil))
 	raw, err = json.Marshal(&Manifest{FileSHA: sha, Table: t, UnitSize: unitSize, Sums: uw.sums})

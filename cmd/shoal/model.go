@@ -43,7 +43,7 @@ func modelLoadCmd() *cobra.Command {
 	var overhead string
 	var wait time.Duration
 	cmd := &cobra.Command{
-		Use:   "load FILE",
+		Use:   "load FILE | load --hub REPO[:QUANT]",
 		Short: "Register a GGUF file with the cluster; the leader plans it and nodes fetch their shards",
 		Long: `Register a GGUF model file with the cluster. The file stays where it is: on
 the agent this command talks to (--addr), or on the node --node names. That
@@ -68,16 +68,39 @@ as no-room and skipped); 'model unload' removes the copies.
   shoal model load /models/qwen2-7b-q4_k_m.gguf --ctx 2048 --max-seqs 4
   shoal model load /data/m.gguf --node linux1 --name m --ctx 8192
   shoal model load m.gguf --wait 0 -o json      # print the record and return
-  shoal model load /data/m.gguf --replicas 3     # two copies besides this one`,
-		Args: exactArgs(1, "the path of a GGUF file"),
+  shoal model load /data/m.gguf --replicas 3     # two copies besides this one
+
+With --hub REPO:QUANT (or REPO/FILE.gguf; a single-file GGUF), no machine
+downloads the whole file: the agent at --addr resolves the reference on
+the hub it is configured with (HF_ENDPOINT, HF_TOKEN in its environment),
+reads the file once as a stream to check its sha256 against the hub's and
+to record the sha256 of every unit, and the planned nodes then read only
+their shards' byte ranges from the hub, each unit verified. Use it for a
+cluster of machines with their own internet access; to pull a model onto
+one machine and serve it from there (shoal up, shoal run), or for a split
+GGUF, use shoal pull and load the file.
+
+  shoal model load --hub Qwen/Qwen2.5-7B-Instruct-GGUF:Q4_K_M --nodes a,b,c`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if req.Hub != "" {
+				if len(args) != 0 {
+					return fmt.Errorf("give a FILE or --hub REF, not both")
+				}
+				return nil
+			}
+			return exactArgs(1, "the path of a GGUF file (or --hub REPO:QUANT)")(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, cancel, err := f.client()
 			if err != nil {
 				return err
 			}
 			cancel()
+			if req.Hub != "" {
+				args = []string{""}
+			}
 			req.Path = args[0]
-			if !filepath.IsAbs(req.Path) {
+			if req.Path != "" && !filepath.IsAbs(req.Path) {
 				// Relative to here when the file is here; else as given (the
 				// agent asks for an absolute path on its machine).
 				if _, err := os.Stat(req.Path); err == nil {
@@ -146,6 +169,8 @@ as no-room and skipped); 'model unload' removes the copies.
 	cmd.Flags().StringVar(&req.Disagg, "disagg", "", "prefill prompts on a separate pool of nodes that streams the KV cache to the decode pool: auto (when nodes are pinned with 'shoal agent --role prefill'), on, off (default auto)")
 	cmd.Flags().StringVar(&overhead, "overhead", "", "memory per node beyond weights and KV cache, e.g. 256MiB (default 512MiB)")
 	cmd.Flags().DurationVar(&wait, "wait", 10*time.Minute, "wait this long for all shards to be ready; 0 returns at once")
+	cmd.Flags().StringVar(&req.Hub, "hub", "", "load a hub reference (REPO:QUANT or REPO/FILE.gguf) read in place: each node reads only its shards' ranges from the hub")
+	cmd.Flags().StringVar(&req.Revision, "revision", "", "the hub revision for --hub (default main)")
 	return cmd
 }
 

@@ -171,6 +171,23 @@ func (d *decoder) count(what string, minSize uint64) (uint64, error) {
 }
 
 func parse(data []byte, path string) (*File, error) {
+	return parseSized(data, path, uint64(len(data)))
+}
+
+// ParseTable parses the header and tensor table of a GGUF file of size
+// bytes from a prefix of it (the file's first bytes, at least up to the
+// end of the tensor table): the tensors are checked against size, not
+// against the prefix. The returned File has no tensor data (Data must not
+// be called) and Size is the prefix's length. A prefix too short for the
+// table fails with a FormatError; fetch more and try again.
+func ParseTable(prefix []byte, size int64) (*File, error) {
+	if size < int64(len(prefix)) {
+		return nil, &FormatError{Msg: fmt.Sprintf("prefix of %d bytes is longer than the file's %d", len(prefix), size)}
+	}
+	return parseSized(prefix, "", uint64(size))
+}
+
+func parseSized(data []byte, path string, fileSize uint64) (*File, error) {
 	d := &decoder{b: data, path: path}
 	magic, err := d.u32("magic")
 	if err != nil {
@@ -270,12 +287,12 @@ func parse(data []byte, path string) (*File, error) {
 		tensorAt = append(tensorAt, at)
 	}
 	f.DataOffset = alignUp(d.off, f.Alignment)
-	if f.DataOffset > uint64(len(data)) && len(f.Tensors) > 0 {
-		return nil, d.fail(d.off, "truncated: data section would start at %d, file is %d bytes", f.DataOffset, len(data))
+	if f.DataOffset > fileSize && len(f.Tensors) > 0 {
+		return nil, d.fail(d.off, "truncated: data section would start at %d, file is %d bytes", f.DataOffset, fileSize)
 	}
 	dataLen := uint64(0)
-	if f.DataOffset < uint64(len(data)) {
-		dataLen = uint64(len(data)) - f.DataOffset
+	if f.DataOffset < fileSize {
+		dataLen = fileSize - f.DataOffset
 	}
 	for i := range f.Tensors {
 		t := &f.Tensors[i]

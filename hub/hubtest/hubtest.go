@@ -41,6 +41,14 @@ type Repo struct {
 	WrongSHA map[string]bool
 	// cut: file → bytes after which the next download of it is cut once.
 	cut map[string]int64
+	// flip: file → offsets whose byte is served inverted (the tree keeps
+	// the true sha256), to the requests when matches.
+	flip map[string][]flip
+}
+
+type flip struct {
+	off  int64
+	when func(*http.Request) bool // nil: every request
 }
 
 // Request is one download request the fake served.
@@ -51,6 +59,7 @@ type Request struct {
 	Bytes      int64 // body bytes written
 	Auth       bool  // carried an Authorization header
 	Host       string
+	UserAgent  string // who asked: per-client accounting
 }
 
 // New starts a fake hub (and its CDN) closed at the end of the test.
@@ -68,7 +77,7 @@ func New(t testing.TB) *Server {
 func (s *Server) AddRepo(name string, files map[string][]byte) *Repo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := &Repo{Name: name, Files: files, WrongSHA: map[string]bool{}, cut: map[string]int64{}}
+	r := &Repo{Name: name, Files: files, WrongSHA: map[string]bool{}, cut: map[string]int64{}, flip: map[string][]flip{}}
 	s.repos[name] = r
 	return r
 }
@@ -94,6 +103,24 @@ func (s *Server) CutOnce(repo, path string, n int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.repos[repo].cut[path] = n
+}
+
+// Corrupt makes the CDN serve repo's file with the byte at off inverted
+// (the tree still lists the true sha256), until Repair.
+func (s *Server) Corrupt(repo, path string, off int64) { s.CorruptWhen(repo, path, off, nil) }
+
+// CorruptWhen is Corrupt for the requests when reports true of (nil: all).
+func (s *Server) CorruptWhen(repo, path string, off int64, when func(*http.Request) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.repos[repo].flip[path] = append(s.repos[repo].flip[path], flip{off, when})
+}
+
+// Repair undoes Corrupt for repo's file.
+func (s *Server) Repair(repo, path string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.repos[repo].flip, path)
 }
 
 // CrossHost chooses whether resolve redirects to the CDN server (true, the
@@ -307,8 +334,16 @@ func (s *Server) blob(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ignore := s.ignoreRng
+	if ok && len(repo.flip[p]) > 0 {
+		b = append([]byte(nil), b...)
+		for _, f := range repo.flip[p] {
+			if f.off >= 0 && f.off < int64(len(b)) && (f.when == nil || f.when(r)) {
+				b[f.off] ^= 0xff
+			}
+		}
+	}
 	s.mu.Unlock()
-	req := Request{Repo: name, Path: p, Range: r.Header.Get("Range"), Auth: r.Header.Get("Authorization") != "", Host: r.Host}
+	req := Request{Repo: name, Path: p, Range: r.Header.Get("Range"), Auth: r.Header.Get("Authorization") != "", Host: r.Host, UserAgent: r.Header.Get("User-Agent")}
 	defer func() {
 		s.mu.Lock()
 		s.served[name+"/"+p] += req.Bytes
@@ -323,8 +358,11 @@ func (s *Server) blob(w http.ResponseWriter, r *http.Request) {
 	start, end := int64(0), int64(len(b))
 	req.Status = http.StatusOK
 	if rg := r.Header.Get("Range"); rg != "" && !ignore {
-		from, ok := parseRange(rg)
-		if !ok || from >= int64(len(b)) {
+		from, to, ok := parseRange(rg)
+		if ok && to >= 0 {
+			end = min(end, to+1)
+		}
+		if !ok || from >= int64(len(b)) || from >= end {
 			req.Status = http.StatusRequestedRangeNotSatisfiable
 			w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", len(b)))
 			w.WriteHeader(req.Status)
@@ -352,16 +390,27 @@ func (s *Server) blob(w http.ResponseWriter, r *http.Request) {
 	req.Bytes = int64(n)
 }
 
-// parseRange reads "bytes=N-" (the only form the client sends).
-func parseRange(v string) (int64, bool) {
-	v, ok := strings.CutPrefix(v, "bytes=")
+// parseRange reads "bytes=N-" (to = -1) or "bytes=N-M" (the forms the
+// client sends).
+func parseRange(v string) (from, to int64, ok bool) {
+	v, ok = strings.CutPrefix(v, "bytes=")
 	if !ok {
-		return 0, false
+		return 0, 0, false
 	}
-	from, to, ok := strings.Cut(v, "-")
-	if !ok || to != "" {
-		return 0, false
+	a, b, ok := strings.Cut(v, "-")
+	if !ok {
+		return 0, 0, false
 	}
-	n, err := strconv.ParseInt(from, 10, 64)
-	return n, err == nil && n >= 0
+	n, err := strconv.ParseInt(a, 10, 64)
+	if err != nil || n < 0 {
+		return 0, 0, false
+	}
+	if b == "" {
+		return n, -1, true
+	}
+	m, err := strconv.ParseInt(b, 10, 64)
+	if err != nil || m < n {
+		return 0, 0, false
+	}
+	return n, m, true
 }
