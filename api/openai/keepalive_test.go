@@ -71,7 +71,9 @@ func stallingServer(t *testing.T, e *testEnv, sub stallingSubmitter, interval ti
 // tokens and [DONE]; the official client parses such a stream.
 func TestStreamKeepAlive(t *testing.T) {
 	e := newEnv(t, envOptions{neverEOG: true})
-	const interval = 150 * time.Millisecond
+	// Longer than a token of the tiny model takes on a loaded host (at
+	// 150 ms, keepalives came between tokens there: CI run 2 of session 17).
+	const interval = 500 * time.Millisecond
 	srv := stallingServer(t, e, stallingSubmitter{stall: 2*interval + 100*time.Millisecond}, interval)
 
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions",
