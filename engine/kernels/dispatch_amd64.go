@@ -49,6 +49,17 @@ func archLevels() []*level {
 		one: oneIQ4_NL, rows: pick(dotIQ4_NLR4C1, dotIQ4_NLR4C1T0), rowsR: 4}
 	l.k[quant.IQ4_XS] = &kset{blockLen: quant.QKK,
 		one: oneIQ4_XS, rows: pick(dotIQ4_XSR4C1, dotIQ4_XSR4C1T0), rowsR: 4}
+	// The IQ2 and IQ3 types: decode kernels only, likewise.
+	l.k[quant.IQ2_XXS] = &kset{blockLen: quant.QKK,
+		one: oneIQ2_XXS, rows: pick(dotIQ2_XXSR4C1, dotIQ2_XXSR4C1T0), rowsR: 4}
+	l.k[quant.IQ2_XS] = &kset{blockLen: quant.QKK,
+		one: oneIQ2_XS, rows: pick(dotIQ2_XSR4C1, dotIQ2_XSR4C1T0), rowsR: 4}
+	l.k[quant.IQ2_S] = &kset{blockLen: quant.QKK,
+		one: oneIQ2_S, rows: pick(dotIQ2_SR4C1, dotIQ2_SR4C1T0), rowsR: 4}
+	l.k[quant.IQ3_XXS] = &kset{blockLen: quant.QKK,
+		one: oneIQ3_XXS, rows: pick(dotIQ3_XXSR4C1, dotIQ3_XXSR4C1T0), rowsR: 4}
+	l.k[quant.IQ3_S] = &kset{blockLen: quant.QKK,
+		one: oneIQ3_S, rows: pick(dotIQ3_SR4C1, dotIQ3_SR4C1T0), rowsR: 4}
 	// Float rows prefetch to L2: their groups of 4 rows (16-45 KB in
 	// TinyLlama's F16 matrices) leave L1 before they are read (AMD EPYC,
 	// Zen 4, one thread, every F16 matrix of TinyLlama in turn from
@@ -158,13 +169,41 @@ func oneQ4_0(w, a *byte, nb int) float32 {
 	return o[0]
 }
 
-func oneQ8_0(w, a *byte, nb int) (o float32)   { dotQ8_0R1C1(w, 0, a, 0, nb, &o, 0); return }
-func oneQ5_0(w, a *byte, nb int) (o float32)   { dotQ5_0R1C1(w, 0, a, 0, nb, &o, 0); return }
-func oneQ4_K(w, a *byte, nb int) (o float32)   { dotQ4_KR1C1(w, 0, a, 0, nb, &o, 0); return }
-func oneQ5_K(w, a *byte, nb int) (o float32)   { dotQ5_KR1C1(w, 0, a, 0, nb, &o, 0); return }
-func oneQ6_K(w, a *byte, nb int) (o float32)   { dotQ6_KR1C1(w, 0, a, 0, nb, &o, 0); return }
-func oneIQ4_NL(w, a *byte, nb int) (o float32) { dotIQ4_NLR1C1(w, 0, a, 0, nb, &o, 0); return }
-func oneIQ4_XS(w, a *byte, nb int) (o float32) { dotIQ4_XSR1C1(w, 0, a, 0, nb, &o, 0); return }
-func oneF16(w, a *byte, nb int) (o float32)    { dotF16R1C1(w, 0, a, 0, nb, &o, 0); return }
-func oneBF16(w, a *byte, nb int) (o float32)   { dotBF16R1C1(w, 0, a, 0, nb, &o, 0); return }
-func oneF32(w, a *byte, nb int) (o float32)    { dotF32R1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneQ8_0(w, a *byte, nb int) (o float32)    { dotQ8_0R1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneQ5_0(w, a *byte, nb int) (o float32)    { dotQ5_0R1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneQ4_K(w, a *byte, nb int) (o float32)    { dotQ4_KR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneQ5_K(w, a *byte, nb int) (o float32)    { dotQ5_KR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneQ6_K(w, a *byte, nb int) (o float32)    { dotQ6_KR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneIQ4_NL(w, a *byte, nb int) (o float32)  { dotIQ4_NLR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneIQ4_XS(w, a *byte, nb int) (o float32)  { dotIQ4_XSR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneIQ2_XXS(w, a *byte, nb int) (o float32) { dotIQ2_XXSR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneIQ2_XS(w, a *byte, nb int) (o float32)  { dotIQ2_XSR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneIQ2_S(w, a *byte, nb int) (o float32)   { dotIQ2_SR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneIQ3_XXS(w, a *byte, nb int) (o float32) { dotIQ3_XXSR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneIQ3_S(w, a *byte, nb int) (o float32)   { dotIQ3_SR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneF16(w, a *byte, nb int) (o float32)     { dotF16R1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneBF16(w, a *byte, nb int) (o float32)    { dotBF16R1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneF32(w, a *byte, nb int) (o float32)     { dotF32R1C1(w, 0, a, 0, nb, &o, 0); return }
+
+// The tables the IQ2 and IQ3 kernels read by symbol (see _generate/iq2.go
+// and iq3.go): the codebooks, and per 7-bit sign index the 8 signs as
+// bytes, -1 for a negative weight and +1 otherwise.
+var (
+	iq2xxsGrid = quant.IQ2XXSGrid
+	iq2xsGrid  = quant.IQ2XSGrid
+	iq2sGrid   = quant.IQ2SGrid
+	iq3xxsGrid = quant.IQ3XXSGrid
+	iq3sGrid   = quant.IQ3SGrid
+	iq2Signs64 = func() (t [128]uint64) {
+		for i, s := range quant.IQ2Signs {
+			for j := 0; j < 8; j++ {
+				b := uint64(0x01)
+				if s>>j&1 != 0 {
+					b = 0xff
+				}
+				t[i] |= b << (8 * j)
+			}
+		}
+		return t
+	}()
+)

@@ -34,7 +34,11 @@
 // into L2. dispatch picks the variants by CPUID vendor and AVX-512.
 // IQ4_NL and IQ4_XS (4-bit indices into a table of 16 levels, looked up
 // with VPSHUFB) have AVX2 decode kernels only, used by both levels (a batch
-// runs them once per activation); on arm64 they run the generic Go.
+// runs them once per activation); on arm64 they run the generic Go. So do
+// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S, whose groups of 8 weights are
+// codebook points with signs: the kernels load the points and sign
+// patterns from tables filled from shoal/engine/quant (64 or 32 bits a
+// load) and spread IQ2_S's and IQ3_S's sign bytes in vector registers.
 //
 // Q4_0 and Q8_0 matrices can be held in a packed layout (pack.go): rows in
 // groups of 4, each block's quants of the 4 rows in whole 64-byte vectors and

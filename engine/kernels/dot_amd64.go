@@ -280,6 +280,56 @@ func dotIQ4_NLR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os in
 //go:noescape
 func dotIQ4_XSR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
+// dotIQ2_XXSR1C1: 1 weight row(s) x 1 activation row(s); IQ2_XXS weights, Q8_K activations
+//
+//go:noescape
+func dotIQ2_XXSR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ2_XXSR4C1: 4 weight row(s) x 1 activation row(s); IQ2_XXS weights, Q8_K activations
+//
+//go:noescape
+func dotIQ2_XXSR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ2_XSR1C1: 1 weight row(s) x 1 activation row(s); IQ2_XS weights, Q8_K activations
+//
+//go:noescape
+func dotIQ2_XSR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ2_XSR4C1: 4 weight row(s) x 1 activation row(s); IQ2_XS weights, Q8_K activations
+//
+//go:noescape
+func dotIQ2_XSR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ2_SR1C1: 1 weight row(s) x 1 activation row(s); IQ2_S weights, Q8_K activations
+//
+//go:noescape
+func dotIQ2_SR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ2_SR4C1: 4 weight row(s) x 1 activation row(s); IQ2_S weights, Q8_K activations
+//
+//go:noescape
+func dotIQ2_SR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ3_XXSR1C1: 1 weight row(s) x 1 activation row(s); IQ3_XXS weights, Q8_K activations
+//
+//go:noescape
+func dotIQ3_XXSR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ3_XXSR4C1: 4 weight row(s) x 1 activation row(s); IQ3_XXS weights, Q8_K activations
+//
+//go:noescape
+func dotIQ3_XXSR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ3_SR1C1: 1 weight row(s) x 1 activation row(s); IQ3_S weights, Q8_K activations
+//
+//go:noescape
+func dotIQ3_SR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ3_SR4C1: 4 weight row(s) x 1 activation row(s); IQ3_S weights, Q8_K activations
+//
+//go:noescape
+func dotIQ3_SR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
 // dotQ4_0V4C8: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 //
 //go:noescape
@@ -534,6 +584,31 @@ func dotIQ4_NLR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os 
 //
 //go:noescape
 func dotIQ4_XSR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ2_XXSR4C1T0: 4 weight row(s) x 1 activation row(s); IQ2_XXS weights, Q8_K activations
+//
+//go:noescape
+func dotIQ2_XXSR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ2_XSR4C1T0: 4 weight row(s) x 1 activation row(s); IQ2_XS weights, Q8_K activations
+//
+//go:noescape
+func dotIQ2_XSR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ2_SR4C1T0: 4 weight row(s) x 1 activation row(s); IQ2_S weights, Q8_K activations
+//
+//go:noescape
+func dotIQ2_SR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ3_XXSR4C1T0: 4 weight row(s) x 1 activation row(s); IQ3_XXS weights, Q8_K activations
+//
+//go:noescape
+func dotIQ3_XXSR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ3_SR4C1T0: 4 weight row(s) x 1 activation row(s); IQ3_S weights, Q8_K activations
+//
+//go:noescape
+func dotIQ3_SR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
 // scoresF16AVX2: out[t] = q·row t for T half-float rows at k + t*stride bytes; d a multiple of 8.
 //

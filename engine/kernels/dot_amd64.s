@@ -1950,6 +1950,366 @@ DATA iq4ThirtyTwo<>+24(SB)/4, $0x00000020
 DATA iq4ThirtyTwo<>+28(SB)/4, $0x00000020
 GLOBL iq4ThirtyTwo<>(SB), RODATA|NOPTR, $32
 
+DATA iq2ScaleSel0<>+0(SB)/1, $0x00
+DATA iq2ScaleSel0<>+1(SB)/1, $0x80
+DATA iq2ScaleSel0<>+2(SB)/1, $0x00
+DATA iq2ScaleSel0<>+3(SB)/1, $0x80
+DATA iq2ScaleSel0<>+4(SB)/1, $0x00
+DATA iq2ScaleSel0<>+5(SB)/1, $0x80
+DATA iq2ScaleSel0<>+6(SB)/1, $0x00
+DATA iq2ScaleSel0<>+7(SB)/1, $0x80
+DATA iq2ScaleSel0<>+8(SB)/1, $0x00
+DATA iq2ScaleSel0<>+9(SB)/1, $0x80
+DATA iq2ScaleSel0<>+10(SB)/1, $0x00
+DATA iq2ScaleSel0<>+11(SB)/1, $0x80
+DATA iq2ScaleSel0<>+12(SB)/1, $0x00
+DATA iq2ScaleSel0<>+13(SB)/1, $0x80
+DATA iq2ScaleSel0<>+14(SB)/1, $0x00
+DATA iq2ScaleSel0<>+15(SB)/1, $0x80
+DATA iq2ScaleSel0<>+16(SB)/1, $0x00
+DATA iq2ScaleSel0<>+17(SB)/1, $0x80
+DATA iq2ScaleSel0<>+18(SB)/1, $0x00
+DATA iq2ScaleSel0<>+19(SB)/1, $0x80
+DATA iq2ScaleSel0<>+20(SB)/1, $0x00
+DATA iq2ScaleSel0<>+21(SB)/1, $0x80
+DATA iq2ScaleSel0<>+22(SB)/1, $0x00
+DATA iq2ScaleSel0<>+23(SB)/1, $0x80
+DATA iq2ScaleSel0<>+24(SB)/1, $0x00
+DATA iq2ScaleSel0<>+25(SB)/1, $0x80
+DATA iq2ScaleSel0<>+26(SB)/1, $0x00
+DATA iq2ScaleSel0<>+27(SB)/1, $0x80
+DATA iq2ScaleSel0<>+28(SB)/1, $0x00
+DATA iq2ScaleSel0<>+29(SB)/1, $0x80
+DATA iq2ScaleSel0<>+30(SB)/1, $0x00
+DATA iq2ScaleSel0<>+31(SB)/1, $0x80
+GLOBL iq2ScaleSel0<>(SB), RODATA|NOPTR, $32
+
+DATA iq2ScaleSel1<>+0(SB)/1, $0x01
+DATA iq2ScaleSel1<>+1(SB)/1, $0x80
+DATA iq2ScaleSel1<>+2(SB)/1, $0x01
+DATA iq2ScaleSel1<>+3(SB)/1, $0x80
+DATA iq2ScaleSel1<>+4(SB)/1, $0x01
+DATA iq2ScaleSel1<>+5(SB)/1, $0x80
+DATA iq2ScaleSel1<>+6(SB)/1, $0x01
+DATA iq2ScaleSel1<>+7(SB)/1, $0x80
+DATA iq2ScaleSel1<>+8(SB)/1, $0x01
+DATA iq2ScaleSel1<>+9(SB)/1, $0x80
+DATA iq2ScaleSel1<>+10(SB)/1, $0x01
+DATA iq2ScaleSel1<>+11(SB)/1, $0x80
+DATA iq2ScaleSel1<>+12(SB)/1, $0x01
+DATA iq2ScaleSel1<>+13(SB)/1, $0x80
+DATA iq2ScaleSel1<>+14(SB)/1, $0x01
+DATA iq2ScaleSel1<>+15(SB)/1, $0x80
+DATA iq2ScaleSel1<>+16(SB)/1, $0x01
+DATA iq2ScaleSel1<>+17(SB)/1, $0x80
+DATA iq2ScaleSel1<>+18(SB)/1, $0x01
+DATA iq2ScaleSel1<>+19(SB)/1, $0x80
+DATA iq2ScaleSel1<>+20(SB)/1, $0x01
+DATA iq2ScaleSel1<>+21(SB)/1, $0x80
+DATA iq2ScaleSel1<>+22(SB)/1, $0x01
+DATA iq2ScaleSel1<>+23(SB)/1, $0x80
+DATA iq2ScaleSel1<>+24(SB)/1, $0x01
+DATA iq2ScaleSel1<>+25(SB)/1, $0x80
+DATA iq2ScaleSel1<>+26(SB)/1, $0x01
+DATA iq2ScaleSel1<>+27(SB)/1, $0x80
+DATA iq2ScaleSel1<>+28(SB)/1, $0x01
+DATA iq2ScaleSel1<>+29(SB)/1, $0x80
+DATA iq2ScaleSel1<>+30(SB)/1, $0x01
+DATA iq2ScaleSel1<>+31(SB)/1, $0x80
+GLOBL iq2ScaleSel1<>(SB), RODATA|NOPTR, $32
+
+DATA iq2ScaleSel2<>+0(SB)/1, $0x02
+DATA iq2ScaleSel2<>+1(SB)/1, $0x80
+DATA iq2ScaleSel2<>+2(SB)/1, $0x02
+DATA iq2ScaleSel2<>+3(SB)/1, $0x80
+DATA iq2ScaleSel2<>+4(SB)/1, $0x02
+DATA iq2ScaleSel2<>+5(SB)/1, $0x80
+DATA iq2ScaleSel2<>+6(SB)/1, $0x02
+DATA iq2ScaleSel2<>+7(SB)/1, $0x80
+DATA iq2ScaleSel2<>+8(SB)/1, $0x02
+DATA iq2ScaleSel2<>+9(SB)/1, $0x80
+DATA iq2ScaleSel2<>+10(SB)/1, $0x02
+DATA iq2ScaleSel2<>+11(SB)/1, $0x80
+DATA iq2ScaleSel2<>+12(SB)/1, $0x02
+DATA iq2ScaleSel2<>+13(SB)/1, $0x80
+DATA iq2ScaleSel2<>+14(SB)/1, $0x02
+DATA iq2ScaleSel2<>+15(SB)/1, $0x80
+DATA iq2ScaleSel2<>+16(SB)/1, $0x02
+DATA iq2ScaleSel2<>+17(SB)/1, $0x80
+DATA iq2ScaleSel2<>+18(SB)/1, $0x02
+DATA iq2ScaleSel2<>+19(SB)/1, $0x80
+DATA iq2ScaleSel2<>+20(SB)/1, $0x02
+DATA iq2ScaleSel2<>+21(SB)/1, $0x80
+DATA iq2ScaleSel2<>+22(SB)/1, $0x02
+DATA iq2ScaleSel2<>+23(SB)/1, $0x80
+DATA iq2ScaleSel2<>+24(SB)/1, $0x02
+DATA iq2ScaleSel2<>+25(SB)/1, $0x80
+DATA iq2ScaleSel2<>+26(SB)/1, $0x02
+DATA iq2ScaleSel2<>+27(SB)/1, $0x80
+DATA iq2ScaleSel2<>+28(SB)/1, $0x02
+DATA iq2ScaleSel2<>+29(SB)/1, $0x80
+DATA iq2ScaleSel2<>+30(SB)/1, $0x02
+DATA iq2ScaleSel2<>+31(SB)/1, $0x80
+GLOBL iq2ScaleSel2<>(SB), RODATA|NOPTR, $32
+
+DATA iq2ScaleSel3<>+0(SB)/1, $0x03
+DATA iq2ScaleSel3<>+1(SB)/1, $0x80
+DATA iq2ScaleSel3<>+2(SB)/1, $0x03
+DATA iq2ScaleSel3<>+3(SB)/1, $0x80
+DATA iq2ScaleSel3<>+4(SB)/1, $0x03
+DATA iq2ScaleSel3<>+5(SB)/1, $0x80
+DATA iq2ScaleSel3<>+6(SB)/1, $0x03
+DATA iq2ScaleSel3<>+7(SB)/1, $0x80
+DATA iq2ScaleSel3<>+8(SB)/1, $0x03
+DATA iq2ScaleSel3<>+9(SB)/1, $0x80
+DATA iq2ScaleSel3<>+10(SB)/1, $0x03
+DATA iq2ScaleSel3<>+11(SB)/1, $0x80
+DATA iq2ScaleSel3<>+12(SB)/1, $0x03
+DATA iq2ScaleSel3<>+13(SB)/1, $0x80
+DATA iq2ScaleSel3<>+14(SB)/1, $0x03
+DATA iq2ScaleSel3<>+15(SB)/1, $0x80
+DATA iq2ScaleSel3<>+16(SB)/1, $0x03
+DATA iq2ScaleSel3<>+17(SB)/1, $0x80
+DATA iq2ScaleSel3<>+18(SB)/1, $0x03
+DATA iq2ScaleSel3<>+19(SB)/1, $0x80
+DATA iq2ScaleSel3<>+20(SB)/1, $0x03
+DATA iq2ScaleSel3<>+21(SB)/1, $0x80
+DATA iq2ScaleSel3<>+22(SB)/1, $0x03
+DATA iq2ScaleSel3<>+23(SB)/1, $0x80
+DATA iq2ScaleSel3<>+24(SB)/1, $0x03
+DATA iq2ScaleSel3<>+25(SB)/1, $0x80
+DATA iq2ScaleSel3<>+26(SB)/1, $0x03
+DATA iq2ScaleSel3<>+27(SB)/1, $0x80
+DATA iq2ScaleSel3<>+28(SB)/1, $0x03
+DATA iq2ScaleSel3<>+29(SB)/1, $0x80
+DATA iq2ScaleSel3<>+30(SB)/1, $0x03
+DATA iq2ScaleSel3<>+31(SB)/1, $0x80
+GLOBL iq2ScaleSel3<>(SB), RODATA|NOPTR, $32
+
+DATA iq2ScaleSel4<>+0(SB)/1, $0x04
+DATA iq2ScaleSel4<>+1(SB)/1, $0x80
+DATA iq2ScaleSel4<>+2(SB)/1, $0x04
+DATA iq2ScaleSel4<>+3(SB)/1, $0x80
+DATA iq2ScaleSel4<>+4(SB)/1, $0x04
+DATA iq2ScaleSel4<>+5(SB)/1, $0x80
+DATA iq2ScaleSel4<>+6(SB)/1, $0x04
+DATA iq2ScaleSel4<>+7(SB)/1, $0x80
+DATA iq2ScaleSel4<>+8(SB)/1, $0x04
+DATA iq2ScaleSel4<>+9(SB)/1, $0x80
+DATA iq2ScaleSel4<>+10(SB)/1, $0x04
+DATA iq2ScaleSel4<>+11(SB)/1, $0x80
+DATA iq2ScaleSel4<>+12(SB)/1, $0x04
+DATA iq2ScaleSel4<>+13(SB)/1, $0x80
+DATA iq2ScaleSel4<>+14(SB)/1, $0x04
+DATA iq2ScaleSel4<>+15(SB)/1, $0x80
+DATA iq2ScaleSel4<>+16(SB)/1, $0x04
+DATA iq2ScaleSel4<>+17(SB)/1, $0x80
+DATA iq2ScaleSel4<>+18(SB)/1, $0x04
+DATA iq2ScaleSel4<>+19(SB)/1, $0x80
+DATA iq2ScaleSel4<>+20(SB)/1, $0x04
+DATA iq2ScaleSel4<>+21(SB)/1, $0x80
+DATA iq2ScaleSel4<>+22(SB)/1, $0x04
+DATA iq2ScaleSel4<>+23(SB)/1, $0x80
+DATA iq2ScaleSel4<>+24(SB)/1, $0x04
+DATA iq2ScaleSel4<>+25(SB)/1, $0x80
+DATA iq2ScaleSel4<>+26(SB)/1, $0x04
+DATA iq2ScaleSel4<>+27(SB)/1, $0x80
+DATA iq2ScaleSel4<>+28(SB)/1, $0x04
+DATA iq2ScaleSel4<>+29(SB)/1, $0x80
+DATA iq2ScaleSel4<>+30(SB)/1, $0x04
+DATA iq2ScaleSel4<>+31(SB)/1, $0x80
+GLOBL iq2ScaleSel4<>(SB), RODATA|NOPTR, $32
+
+DATA iq2ScaleSel5<>+0(SB)/1, $0x05
+DATA iq2ScaleSel5<>+1(SB)/1, $0x80
+DATA iq2ScaleSel5<>+2(SB)/1, $0x05
+DATA iq2ScaleSel5<>+3(SB)/1, $0x80
+DATA iq2ScaleSel5<>+4(SB)/1, $0x05
+DATA iq2ScaleSel5<>+5(SB)/1, $0x80
+DATA iq2ScaleSel5<>+6(SB)/1, $0x05
+DATA iq2ScaleSel5<>+7(SB)/1, $0x80
+DATA iq2ScaleSel5<>+8(SB)/1, $0x05
+DATA iq2ScaleSel5<>+9(SB)/1, $0x80
+DATA iq2ScaleSel5<>+10(SB)/1, $0x05
+DATA iq2ScaleSel5<>+11(SB)/1, $0x80
+DATA iq2ScaleSel5<>+12(SB)/1, $0x05
+DATA iq2ScaleSel5<>+13(SB)/1, $0x80
+DATA iq2ScaleSel5<>+14(SB)/1, $0x05
+DATA iq2ScaleSel5<>+15(SB)/1, $0x80
+DATA iq2ScaleSel5<>+16(SB)/1, $0x05
+DATA iq2ScaleSel5<>+17(SB)/1, $0x80
+DATA iq2ScaleSel5<>+18(SB)/1, $0x05
+DATA iq2ScaleSel5<>+19(SB)/1, $0x80
+DATA iq2ScaleSel5<>+20(SB)/1, $0x05
+DATA iq2ScaleSel5<>+21(SB)/1, $0x80
+DATA iq2ScaleSel5<>+22(SB)/1, $0x05
+DATA iq2ScaleSel5<>+23(SB)/1, $0x80
+DATA iq2ScaleSel5<>+24(SB)/1, $0x05
+DATA iq2ScaleSel5<>+25(SB)/1, $0x80
+DATA iq2ScaleSel5<>+26(SB)/1, $0x05
+DATA iq2ScaleSel5<>+27(SB)/1, $0x80
+DATA iq2ScaleSel5<>+28(SB)/1, $0x05
+DATA iq2ScaleSel5<>+29(SB)/1, $0x80
+DATA iq2ScaleSel5<>+30(SB)/1, $0x05
+DATA iq2ScaleSel5<>+31(SB)/1, $0x80
+GLOBL iq2ScaleSel5<>(SB), RODATA|NOPTR, $32
+
+DATA iq2ScaleSel6<>+0(SB)/1, $0x06
+DATA iq2ScaleSel6<>+1(SB)/1, $0x80
+DATA iq2ScaleSel6<>+2(SB)/1, $0x06
+DATA iq2ScaleSel6<>+3(SB)/1, $0x80
+DATA iq2ScaleSel6<>+4(SB)/1, $0x06
+DATA iq2ScaleSel6<>+5(SB)/1, $0x80
+DATA iq2ScaleSel6<>+6(SB)/1, $0x06
+DATA iq2ScaleSel6<>+7(SB)/1, $0x80
+DATA iq2ScaleSel6<>+8(SB)/1, $0x06
+DATA iq2ScaleSel6<>+9(SB)/1, $0x80
+DATA iq2ScaleSel6<>+10(SB)/1, $0x06
+DATA iq2ScaleSel6<>+11(SB)/1, $0x80
+DATA iq2ScaleSel6<>+12(SB)/1, $0x06
+DATA iq2ScaleSel6<>+13(SB)/1, $0x80
+DATA iq2ScaleSel6<>+14(SB)/1, $0x06
+DATA iq2ScaleSel6<>+15(SB)/1, $0x80
+DATA iq2ScaleSel6<>+16(SB)/1, $0x06
+DATA iq2ScaleSel6<>+17(SB)/1, $0x80
+DATA iq2ScaleSel6<>+18(SB)/1, $0x06
+DATA iq2ScaleSel6<>+19(SB)/1, $0x80
+DATA iq2ScaleSel6<>+20(SB)/1, $0x06
+DATA iq2ScaleSel6<>+21(SB)/1, $0x80
+DATA iq2ScaleSel6<>+22(SB)/1, $0x06
+DATA iq2ScaleSel6<>+23(SB)/1, $0x80
+DATA iq2ScaleSel6<>+24(SB)/1, $0x06
+DATA iq2ScaleSel6<>+25(SB)/1, $0x80
+DATA iq2ScaleSel6<>+26(SB)/1, $0x06
+DATA iq2ScaleSel6<>+27(SB)/1, $0x80
+DATA iq2ScaleSel6<>+28(SB)/1, $0x06
+DATA iq2ScaleSel6<>+29(SB)/1, $0x80
+DATA iq2ScaleSel6<>+30(SB)/1, $0x06
+DATA iq2ScaleSel6<>+31(SB)/1, $0x80
+GLOBL iq2ScaleSel6<>(SB), RODATA|NOPTR, $32
+
+DATA iq2ScaleSel7<>+0(SB)/1, $0x07
+DATA iq2ScaleSel7<>+1(SB)/1, $0x80
+DATA iq2ScaleSel7<>+2(SB)/1, $0x07
+DATA iq2ScaleSel7<>+3(SB)/1, $0x80
+DATA iq2ScaleSel7<>+4(SB)/1, $0x07
+DATA iq2ScaleSel7<>+5(SB)/1, $0x80
+DATA iq2ScaleSel7<>+6(SB)/1, $0x07
+DATA iq2ScaleSel7<>+7(SB)/1, $0x80
+DATA iq2ScaleSel7<>+8(SB)/1, $0x07
+DATA iq2ScaleSel7<>+9(SB)/1, $0x80
+DATA iq2ScaleSel7<>+10(SB)/1, $0x07
+DATA iq2ScaleSel7<>+11(SB)/1, $0x80
+DATA iq2ScaleSel7<>+12(SB)/1, $0x07
+DATA iq2ScaleSel7<>+13(SB)/1, $0x80
+DATA iq2ScaleSel7<>+14(SB)/1, $0x07
+DATA iq2ScaleSel7<>+15(SB)/1, $0x80
+DATA iq2ScaleSel7<>+16(SB)/1, $0x07
+DATA iq2ScaleSel7<>+17(SB)/1, $0x80
+DATA iq2ScaleSel7<>+18(SB)/1, $0x07
+DATA iq2ScaleSel7<>+19(SB)/1, $0x80
+DATA iq2ScaleSel7<>+20(SB)/1, $0x07
+DATA iq2ScaleSel7<>+21(SB)/1, $0x80
+DATA iq2ScaleSel7<>+22(SB)/1, $0x07
+DATA iq2ScaleSel7<>+23(SB)/1, $0x80
+DATA iq2ScaleSel7<>+24(SB)/1, $0x07
+DATA iq2ScaleSel7<>+25(SB)/1, $0x80
+DATA iq2ScaleSel7<>+26(SB)/1, $0x07
+DATA iq2ScaleSel7<>+27(SB)/1, $0x80
+DATA iq2ScaleSel7<>+28(SB)/1, $0x07
+DATA iq2ScaleSel7<>+29(SB)/1, $0x80
+DATA iq2ScaleSel7<>+30(SB)/1, $0x07
+DATA iq2ScaleSel7<>+31(SB)/1, $0x80
+GLOBL iq2ScaleSel7<>(SB), RODATA|NOPTR, $32
+
+DATA iq2Eighth<>+0(SB)/4, $0x3e000000
+DATA iq2Eighth<>+4(SB)/4, $0x3e000000
+DATA iq2Eighth<>+8(SB)/4, $0x3e000000
+DATA iq2Eighth<>+12(SB)/4, $0x3e000000
+DATA iq2Eighth<>+16(SB)/4, $0x3e000000
+DATA iq2Eighth<>+20(SB)/4, $0x3e000000
+DATA iq2Eighth<>+24(SB)/4, $0x3e000000
+DATA iq2Eighth<>+28(SB)/4, $0x3e000000
+GLOBL iq2Eighth<>(SB), RODATA|NOPTR, $32
+
+DATA iq3Quarter<>+0(SB)/4, $0x3e800000
+DATA iq3Quarter<>+4(SB)/4, $0x3e800000
+DATA iq3Quarter<>+8(SB)/4, $0x3e800000
+DATA iq3Quarter<>+12(SB)/4, $0x3e800000
+DATA iq3Quarter<>+16(SB)/4, $0x3e800000
+DATA iq3Quarter<>+20(SB)/4, $0x3e800000
+DATA iq3Quarter<>+24(SB)/4, $0x3e800000
+DATA iq3Quarter<>+28(SB)/4, $0x3e800000
+GLOBL iq3Quarter<>(SB), RODATA|NOPTR, $32
+
+DATA iq2SignSpread<>+0(SB)/1, $0x00
+DATA iq2SignSpread<>+1(SB)/1, $0x00
+DATA iq2SignSpread<>+2(SB)/1, $0x00
+DATA iq2SignSpread<>+3(SB)/1, $0x00
+DATA iq2SignSpread<>+4(SB)/1, $0x00
+DATA iq2SignSpread<>+5(SB)/1, $0x00
+DATA iq2SignSpread<>+6(SB)/1, $0x00
+DATA iq2SignSpread<>+7(SB)/1, $0x00
+DATA iq2SignSpread<>+8(SB)/1, $0x01
+DATA iq2SignSpread<>+9(SB)/1, $0x01
+DATA iq2SignSpread<>+10(SB)/1, $0x01
+DATA iq2SignSpread<>+11(SB)/1, $0x01
+DATA iq2SignSpread<>+12(SB)/1, $0x01
+DATA iq2SignSpread<>+13(SB)/1, $0x01
+DATA iq2SignSpread<>+14(SB)/1, $0x01
+DATA iq2SignSpread<>+15(SB)/1, $0x01
+DATA iq2SignSpread<>+16(SB)/1, $0x02
+DATA iq2SignSpread<>+17(SB)/1, $0x02
+DATA iq2SignSpread<>+18(SB)/1, $0x02
+DATA iq2SignSpread<>+19(SB)/1, $0x02
+DATA iq2SignSpread<>+20(SB)/1, $0x02
+DATA iq2SignSpread<>+21(SB)/1, $0x02
+DATA iq2SignSpread<>+22(SB)/1, $0x02
+DATA iq2SignSpread<>+23(SB)/1, $0x02
+DATA iq2SignSpread<>+24(SB)/1, $0x03
+DATA iq2SignSpread<>+25(SB)/1, $0x03
+DATA iq2SignSpread<>+26(SB)/1, $0x03
+DATA iq2SignSpread<>+27(SB)/1, $0x03
+DATA iq2SignSpread<>+28(SB)/1, $0x03
+DATA iq2SignSpread<>+29(SB)/1, $0x03
+DATA iq2SignSpread<>+30(SB)/1, $0x03
+DATA iq2SignSpread<>+31(SB)/1, $0x03
+GLOBL iq2SignSpread<>(SB), RODATA|NOPTR, $32
+
+DATA iq2SignBit<>+0(SB)/1, $0x01
+DATA iq2SignBit<>+1(SB)/1, $0x02
+DATA iq2SignBit<>+2(SB)/1, $0x04
+DATA iq2SignBit<>+3(SB)/1, $0x08
+DATA iq2SignBit<>+4(SB)/1, $0x10
+DATA iq2SignBit<>+5(SB)/1, $0x20
+DATA iq2SignBit<>+6(SB)/1, $0x40
+DATA iq2SignBit<>+7(SB)/1, $0x80
+DATA iq2SignBit<>+8(SB)/1, $0x01
+DATA iq2SignBit<>+9(SB)/1, $0x02
+DATA iq2SignBit<>+10(SB)/1, $0x04
+DATA iq2SignBit<>+11(SB)/1, $0x08
+DATA iq2SignBit<>+12(SB)/1, $0x10
+DATA iq2SignBit<>+13(SB)/1, $0x20
+DATA iq2SignBit<>+14(SB)/1, $0x40
+DATA iq2SignBit<>+15(SB)/1, $0x80
+DATA iq2SignBit<>+16(SB)/1, $0x01
+DATA iq2SignBit<>+17(SB)/1, $0x02
+DATA iq2SignBit<>+18(SB)/1, $0x04
+DATA iq2SignBit<>+19(SB)/1, $0x08
+DATA iq2SignBit<>+20(SB)/1, $0x10
+DATA iq2SignBit<>+21(SB)/1, $0x20
+DATA iq2SignBit<>+22(SB)/1, $0x40
+DATA iq2SignBit<>+23(SB)/1, $0x80
+DATA iq2SignBit<>+24(SB)/1, $0x01
+DATA iq2SignBit<>+25(SB)/1, $0x02
+DATA iq2SignBit<>+26(SB)/1, $0x04
+DATA iq2SignBit<>+27(SB)/1, $0x08
+DATA iq2SignBit<>+28(SB)/1, $0x10
+DATA iq2SignBit<>+29(SB)/1, $0x20
+DATA iq2SignBit<>+30(SB)/1, $0x40
+DATA iq2SignBit<>+31(SB)/1, $0x80
+GLOBL iq2SignBit<>(SB), RODATA|NOPTR, $32
+
 // func cpuid1ECX() uint32
 // Requires: CPUID
 TEXT ·cpuid1ECX(SB), NOSPLIT, $0-4
@@ -10649,6 +11009,9405 @@ done:
 	VHADDPS      X3, X2, X2
 	VHADDPS      X2, X0, X0
 	VMOVUPS      X0, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ2_XXSR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotIQ2_XXSR1C1(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   nb+32(FP), DX
+	LEAQ   ·iq2xxsGrid+0(SB), BX
+	LEAQ   ·iq2Signs64+0(SB), SI
+	VXORPS Y0, Y0, Y0
+	TESTQ  DX, DX
+	JZ     done
+
+loop:
+	VBROADCASTSS (CX), Y1
+	VMULPS       iq2Eighth<>+0(SB), Y1, Y1
+	MOVL         6(AX), DI
+	MOVBQZX      2(AX), R8
+	MOVL         DI, R9
+	ANDL         $0x0000007f, R9
+	VPBROADCASTQ (BX)(R8*8), Y2
+	VPBROADCASTQ (SI)(R9*8), Y3
+	MOVBQZX      3(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x07, R9
+	ANDL         $0x0000007f, R9
+	VPINSRQ      $0x01, (BX)(R8*8), X2, X2
+	VPINSRQ      $0x01, (SI)(R9*8), X3, X3
+	MOVBQZX      4(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x0e, R9
+	ANDL         $0x0000007f, R9
+	VPBROADCASTQ (BX)(R8*8), Y4
+	VPBROADCASTQ (SI)(R9*8), Y5
+	MOVBQZX      5(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x15, R9
+	ANDL         $0x0000007f, R9
+	VPINSRQ      $0x01, (BX)(R8*8), X4, X4
+	VPINSRQ      $0x01, (SI)(R9*8), X5, X5
+	VINSERTI128  $0x01, X4, Y2, Y2
+	VINSERTI128  $0x01, X5, Y3, Y3
+	VPSIGNB      Y3, Y2, Y2
+	SHRL         $0x1c, DI
+	LEAL         1(DI)(DI*1), DI
+	VMOVD        DI, X3
+	VPBROADCASTW X3, Y3
+	VMOVDQU      4(CX), Y4
+	VPSIGNB      Y4, Y4, Y5
+	VPSIGNB      Y4, Y2, Y2
+	VPMADDUBSW   Y2, Y5, Y2
+	VPMADDWD     Y3, Y2, Y2
+	MOVL         14(AX), DI
+	MOVBQZX      10(AX), R8
+	MOVL         DI, R9
+	ANDL         $0x0000007f, R9
+	VPBROADCASTQ (BX)(R8*8), Y3
+	VPBROADCASTQ (SI)(R9*8), Y4
+	MOVBQZX      11(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x07, R9
+	ANDL         $0x0000007f, R9
+	VPINSRQ      $0x01, (BX)(R8*8), X3, X3
+	VPINSRQ      $0x01, (SI)(R9*8), X4, X4
+	MOVBQZX      12(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x0e, R9
+	ANDL         $0x0000007f, R9
+	VPBROADCASTQ (BX)(R8*8), Y5
+	VPBROADCASTQ (SI)(R9*8), Y6
+	MOVBQZX      13(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x15, R9
+	ANDL         $0x0000007f, R9
+	VPINSRQ      $0x01, (BX)(R8*8), X5, X5
+	VPINSRQ      $0x01, (SI)(R9*8), X6, X6
+	VINSERTI128  $0x01, X5, Y3, Y3
+	VINSERTI128  $0x01, X6, Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	SHRL         $0x1c, DI
+	LEAL         1(DI)(DI*1), DI
+	VMOVD        DI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      36(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVL         22(AX), DI
+	MOVBQZX      18(AX), R8
+	MOVL         DI, R9
+	ANDL         $0x0000007f, R9
+	VPBROADCASTQ (BX)(R8*8), Y3
+	VPBROADCASTQ (SI)(R9*8), Y4
+	MOVBQZX      19(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x07, R9
+	ANDL         $0x0000007f, R9
+	VPINSRQ      $0x01, (BX)(R8*8), X3, X3
+	VPINSRQ      $0x01, (SI)(R9*8), X4, X4
+	MOVBQZX      20(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x0e, R9
+	ANDL         $0x0000007f, R9
+	VPBROADCASTQ (BX)(R8*8), Y5
+	VPBROADCASTQ (SI)(R9*8), Y6
+	MOVBQZX      21(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x15, R9
+	ANDL         $0x0000007f, R9
+	VPINSRQ      $0x01, (BX)(R8*8), X5, X5
+	VPINSRQ      $0x01, (SI)(R9*8), X6, X6
+	VINSERTI128  $0x01, X5, Y3, Y3
+	VINSERTI128  $0x01, X6, Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	SHRL         $0x1c, DI
+	LEAL         1(DI)(DI*1), DI
+	VMOVD        DI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      68(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVL         30(AX), DI
+	MOVBQZX      26(AX), R8
+	MOVL         DI, R9
+	ANDL         $0x0000007f, R9
+	VPBROADCASTQ (BX)(R8*8), Y3
+	VPBROADCASTQ (SI)(R9*8), Y4
+	MOVBQZX      27(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x07, R9
+	ANDL         $0x0000007f, R9
+	VPINSRQ      $0x01, (BX)(R8*8), X3, X3
+	VPINSRQ      $0x01, (SI)(R9*8), X4, X4
+	MOVBQZX      28(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x0e, R9
+	ANDL         $0x0000007f, R9
+	VPBROADCASTQ (BX)(R8*8), Y5
+	VPBROADCASTQ (SI)(R9*8), Y6
+	MOVBQZX      29(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x15, R9
+	ANDL         $0x0000007f, R9
+	VPINSRQ      $0x01, (BX)(R8*8), X5, X5
+	VPINSRQ      $0x01, (SI)(R9*8), X6, X6
+	VINSERTI128  $0x01, X5, Y3, Y3
+	VINSERTI128  $0x01, X6, Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	SHRL         $0x1c, DI
+	LEAL         1(DI)(DI*1), DI
+	VMOVD        DI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      100(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVL         38(AX), DI
+	MOVBQZX      34(AX), R8
+	MOVL         DI, R9
+	ANDL         $0x0000007f, R9
+	VPBROADCASTQ (BX)(R8*8), Y3
+	VPBROADCASTQ (SI)(R9*8), Y4
+	MOVBQZX      35(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x07, R9
+	ANDL         $0x0000007f, R9
+	VPINSRQ      $0x01, (BX)(R8*8), X3, X3
+	VPINSRQ      $0x01, (SI)(R9*8), X4, X4
+	MOVBQZX      36(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x0e, R9
+	ANDL         $0x0000007f, R9
+	VPBROADCASTQ (BX)(R8*8), Y5
+	VPBROADCASTQ (SI)(R9*8), Y6
+	MOVBQZX      37(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x15, R9
+	ANDL         $0x0000007f, R9
+	VPINSRQ      $0x01, (BX)(R8*8), X5, X5
+	VPINSRQ      $0x01, (SI)(R9*8), X6, X6
+	VINSERTI128  $0x01, X5, Y3, Y3
+	VINSERTI128  $0x01, X6, Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	SHRL         $0x1c, DI
+	LEAL         1(DI)(DI*1), DI
+	VMOVD        DI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      132(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVL         46(AX), DI
+	MOVBQZX      42(AX), R8
+	MOVL         DI, R9
+	ANDL         $0x0000007f, R9
+	VPBROADCASTQ (BX)(R8*8), Y3
+	VPBROADCASTQ (SI)(R9*8), Y4
+	MOVBQZX      43(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x07, R9
+	ANDL         $0x0000007f, R9
+	VPINSRQ      $0x01, (BX)(R8*8), X3, X3
+	VPINSRQ      $0x01, (SI)(R9*8), X4, X4
+	MOVBQZX      44(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x0e, R9
+	ANDL         $0x0000007f, R9
+	VPBROADCASTQ (BX)(R8*8), Y5
+	VPBROADCASTQ (SI)(R9*8), Y6
+	MOVBQZX      45(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x15, R9
+	ANDL         $0x0000007f, R9
+	VPINSRQ      $0x01, (BX)(R8*8), X5, X5
+	VPINSRQ      $0x01, (SI)(R9*8), X6, X6
+	VINSERTI128  $0x01, X5, Y3, Y3
+	VINSERTI128  $0x01, X6, Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	SHRL         $0x1c, DI
+	LEAL         1(DI)(DI*1), DI
+	VMOVD        DI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      164(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVL         54(AX), DI
+	MOVBQZX      50(AX), R8
+	MOVL         DI, R9
+	ANDL         $0x0000007f, R9
+	VPBROADCASTQ (BX)(R8*8), Y3
+	VPBROADCASTQ (SI)(R9*8), Y4
+	MOVBQZX      51(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x07, R9
+	ANDL         $0x0000007f, R9
+	VPINSRQ      $0x01, (BX)(R8*8), X3, X3
+	VPINSRQ      $0x01, (SI)(R9*8), X4, X4
+	MOVBQZX      52(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x0e, R9
+	ANDL         $0x0000007f, R9
+	VPBROADCASTQ (BX)(R8*8), Y5
+	VPBROADCASTQ (SI)(R9*8), Y6
+	MOVBQZX      53(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x15, R9
+	ANDL         $0x0000007f, R9
+	VPINSRQ      $0x01, (BX)(R8*8), X5, X5
+	VPINSRQ      $0x01, (SI)(R9*8), X6, X6
+	VINSERTI128  $0x01, X5, Y3, Y3
+	VINSERTI128  $0x01, X6, Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	SHRL         $0x1c, DI
+	LEAL         1(DI)(DI*1), DI
+	VMOVD        DI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      196(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVL         62(AX), DI
+	MOVBQZX      58(AX), R8
+	MOVL         DI, R9
+	ANDL         $0x0000007f, R9
+	VPBROADCASTQ (BX)(R8*8), Y3
+	VPBROADCASTQ (SI)(R9*8), Y4
+	MOVBQZX      59(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x07, R9
+	ANDL         $0x0000007f, R9
+	VPINSRQ      $0x01, (BX)(R8*8), X3, X3
+	VPINSRQ      $0x01, (SI)(R9*8), X4, X4
+	MOVBQZX      60(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x0e, R9
+	ANDL         $0x0000007f, R9
+	VPBROADCASTQ (BX)(R8*8), Y5
+	VPBROADCASTQ (SI)(R9*8), Y6
+	MOVBQZX      61(AX), R8
+	MOVL         DI, R9
+	SHRL         $0x15, R9
+	ANDL         $0x0000007f, R9
+	VPINSRQ      $0x01, (BX)(R8*8), X5, X5
+	VPINSRQ      $0x01, (SI)(R9*8), X6, X6
+	VINSERTI128  $0x01, X5, Y3, Y3
+	VINSERTI128  $0x01, X6, Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	SHRL         $0x1c, DI
+	LEAL         1(DI)(DI*1), DI
+	VMOVD        DI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      228(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VPBROADCASTW (AX), X3
+	VCVTPH2PS    X3, Y3
+	VMULPS       Y1, Y3, Y3
+	VFMADD231PS  Y2, Y3, Y0
+	ADDQ         $0x00000042, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	MOVQ         out+40(FP), AX
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ2_XXSR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ2_XXSR4C1(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	LEAQ   ·iq2xxsGrid+0(SB), R9
+	LEAQ   ·iq2Signs64+0(SB), R10
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT1   (CX)
+	PREFETCHT1   64(CX)
+	PREFETCHT1   128(CX)
+	PREFETCHT1   192(CX)
+	PREFETCHT1   256(CX)
+	ADDQ         $0x00000108, CX
+	VBROADCASTSS (DI), Y4
+	VMULPS       iq2Eighth<>+0(SB), Y4, Y4
+	MOVL         6(AX), R11
+	MOVBQZX      2(AX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y5
+	VPBROADCASTQ (R10)(R13*8), Y6
+	MOVBQZX      3(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X5, X5
+	VPINSRQ      $0x01, (R10)(R13*8), X6, X6
+	MOVBQZX      4(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y7
+	VPBROADCASTQ (R10)(R13*8), Y8
+	MOVBQZX      5(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R13*8), X8, X8
+	VINSERTI128  $0x01, X7, Y5, Y5
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVL         14(AX), R11
+	MOVBQZX      10(AX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      11(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      12(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      13(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         22(AX), R11
+	MOVBQZX      18(AX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      19(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      20(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      21(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         30(AX), R11
+	MOVBQZX      26(AX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      27(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      28(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      29(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         38(AX), R11
+	MOVBQZX      34(AX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      35(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      36(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      37(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         46(AX), R11
+	MOVBQZX      42(AX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      43(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      44(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      45(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         54(AX), R11
+	MOVBQZX      50(AX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      51(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      52(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      53(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         62(AX), R11
+	MOVBQZX      58(AX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      59(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      60(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      61(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (AX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y0
+	MOVL         6(DX), R11
+	MOVBQZX      2(DX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y5
+	VPBROADCASTQ (R10)(R13*8), Y6
+	MOVBQZX      3(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X5, X5
+	VPINSRQ      $0x01, (R10)(R13*8), X6, X6
+	MOVBQZX      4(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y7
+	VPBROADCASTQ (R10)(R13*8), Y8
+	MOVBQZX      5(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R13*8), X8, X8
+	VINSERTI128  $0x01, X7, Y5, Y5
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVL         14(DX), R11
+	MOVBQZX      10(DX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      11(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      12(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      13(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         22(DX), R11
+	MOVBQZX      18(DX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      19(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      20(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      21(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         30(DX), R11
+	MOVBQZX      26(DX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      27(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      28(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      29(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         38(DX), R11
+	MOVBQZX      34(DX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      35(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      36(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      37(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         46(DX), R11
+	MOVBQZX      42(DX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      43(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      44(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      45(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         54(DX), R11
+	MOVBQZX      50(DX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      51(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      52(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      53(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         62(DX), R11
+	MOVBQZX      58(DX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      59(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      60(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      61(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (DX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y1
+	MOVL         6(BX), R11
+	MOVBQZX      2(BX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y5
+	VPBROADCASTQ (R10)(R13*8), Y6
+	MOVBQZX      3(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X5, X5
+	VPINSRQ      $0x01, (R10)(R13*8), X6, X6
+	MOVBQZX      4(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y7
+	VPBROADCASTQ (R10)(R13*8), Y8
+	MOVBQZX      5(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R13*8), X8, X8
+	VINSERTI128  $0x01, X7, Y5, Y5
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVL         14(BX), R11
+	MOVBQZX      10(BX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      11(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      12(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      13(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         22(BX), R11
+	MOVBQZX      18(BX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      19(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      20(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      21(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         30(BX), R11
+	MOVBQZX      26(BX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      27(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      28(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      29(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         38(BX), R11
+	MOVBQZX      34(BX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      35(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      36(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      37(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         46(BX), R11
+	MOVBQZX      42(BX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      43(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      44(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      45(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         54(BX), R11
+	MOVBQZX      50(BX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      51(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      52(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      53(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         62(BX), R11
+	MOVBQZX      58(BX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      59(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      60(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      61(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (BX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y2
+	MOVL         6(SI), R11
+	MOVBQZX      2(SI), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y5
+	VPBROADCASTQ (R10)(R13*8), Y6
+	MOVBQZX      3(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X5, X5
+	VPINSRQ      $0x01, (R10)(R13*8), X6, X6
+	MOVBQZX      4(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y7
+	VPBROADCASTQ (R10)(R13*8), Y8
+	MOVBQZX      5(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R13*8), X8, X8
+	VINSERTI128  $0x01, X7, Y5, Y5
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVL         14(SI), R11
+	MOVBQZX      10(SI), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      11(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      12(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      13(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         22(SI), R11
+	MOVBQZX      18(SI), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      19(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      20(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      21(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         30(SI), R11
+	MOVBQZX      26(SI), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      27(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      28(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      29(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         38(SI), R11
+	MOVBQZX      34(SI), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      35(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      36(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      37(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         46(SI), R11
+	MOVBQZX      42(SI), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      43(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      44(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      45(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         54(SI), R11
+	MOVBQZX      50(SI), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      51(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      52(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      53(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         62(SI), R11
+	MOVBQZX      58(SI), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      59(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      60(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      61(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (SI), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y3
+	ADDQ         $0x00000042, AX
+	ADDQ         $0x00000042, DX
+	ADDQ         $0x00000042, BX
+	ADDQ         $0x00000042, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ2_XSR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotIQ2_XSR1C1(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   nb+32(FP), DX
+	LEAQ   ·iq2xsGrid+0(SB), BX
+	LEAQ   ·iq2Signs64+0(SB), SI
+	VXORPS Y0, Y0, Y0
+	TESTQ  DX, DX
+	JZ     done
+
+loop:
+	VBROADCASTSS (CX), Y1
+	VMULPS       iq2Eighth<>+0(SB), Y1, Y1
+	VPBROADCASTQ 66(AX), Y2
+	VPSRLW       $0x04, Y2, Y3
+	VPBLENDD     $0xf0, Y3, Y2, Y2
+	VPAND        c0F<>+0(SB), Y2, Y2
+	VPADDB       Y2, Y2, Y2
+	VPADDB       onesU8<>+0(SB), Y2, Y2
+	MOVWQZX      2(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPBROADCASTQ (BX)(DI*8), Y3
+	VPBROADCASTQ (SI)(R8*8), Y4
+	MOVWQZX      4(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X3, X3
+	VPINSRQ      $0x01, (SI)(R8*8), X4, X4
+	MOVWQZX      6(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	VPBROADCASTQ (SI)(R8*8), Y6
+	MOVWQZX      8(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VPINSRQ      $0x01, (SI)(R8*8), X6, X6
+	VINSERTI128  $0x01, X5, Y3, Y3
+	VINSERTI128  $0x01, X6, Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	VMOVDQU      4(CX), Y4
+	VPSIGNB      Y4, Y4, Y5
+	VPSIGNB      Y4, Y3, Y3
+	VPMADDUBSW   Y3, Y5, Y3
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y2, Y4
+	VPMADDWD     Y4, Y3, Y3
+	MOVWQZX      10(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	VPBROADCASTQ (SI)(R8*8), Y5
+	MOVWQZX      12(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	VPINSRQ      $0x01, (SI)(R8*8), X5, X5
+	MOVWQZX      14(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPBROADCASTQ (BX)(DI*8), Y6
+	VPBROADCASTQ (SI)(R8*8), Y7
+	MOVWQZX      16(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X6, X6
+	VPINSRQ      $0x01, (SI)(R8*8), X7, X7
+	VINSERTI128  $0x01, X6, Y4, Y4
+	VINSERTI128  $0x01, X7, Y5, Y5
+	VPSIGNB      Y5, Y4, Y4
+	VMOVDQU      36(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y4, Y4
+	VPMADDUBSW   Y4, Y6, Y4
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y2, Y5
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	MOVWQZX      18(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	VPBROADCASTQ (SI)(R8*8), Y5
+	MOVWQZX      20(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	VPINSRQ      $0x01, (SI)(R8*8), X5, X5
+	MOVWQZX      22(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPBROADCASTQ (BX)(DI*8), Y6
+	VPBROADCASTQ (SI)(R8*8), Y7
+	MOVWQZX      24(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X6, X6
+	VPINSRQ      $0x01, (SI)(R8*8), X7, X7
+	VINSERTI128  $0x01, X6, Y4, Y4
+	VINSERTI128  $0x01, X7, Y5, Y5
+	VPSIGNB      Y5, Y4, Y4
+	VMOVDQU      68(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y4, Y4
+	VPMADDUBSW   Y4, Y6, Y4
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y2, Y5
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	MOVWQZX      26(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	VPBROADCASTQ (SI)(R8*8), Y5
+	MOVWQZX      28(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	VPINSRQ      $0x01, (SI)(R8*8), X5, X5
+	MOVWQZX      30(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPBROADCASTQ (BX)(DI*8), Y6
+	VPBROADCASTQ (SI)(R8*8), Y7
+	MOVWQZX      32(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X6, X6
+	VPINSRQ      $0x01, (SI)(R8*8), X7, X7
+	VINSERTI128  $0x01, X6, Y4, Y4
+	VINSERTI128  $0x01, X7, Y5, Y5
+	VPSIGNB      Y5, Y4, Y4
+	VMOVDQU      100(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y4, Y4
+	VPMADDUBSW   Y4, Y6, Y4
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y2, Y5
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	MOVWQZX      34(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	VPBROADCASTQ (SI)(R8*8), Y5
+	MOVWQZX      36(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	VPINSRQ      $0x01, (SI)(R8*8), X5, X5
+	MOVWQZX      38(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPBROADCASTQ (BX)(DI*8), Y6
+	VPBROADCASTQ (SI)(R8*8), Y7
+	MOVWQZX      40(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X6, X6
+	VPINSRQ      $0x01, (SI)(R8*8), X7, X7
+	VINSERTI128  $0x01, X6, Y4, Y4
+	VINSERTI128  $0x01, X7, Y5, Y5
+	VPSIGNB      Y5, Y4, Y4
+	VMOVDQU      132(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y4, Y4
+	VPMADDUBSW   Y4, Y6, Y4
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y2, Y5
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	MOVWQZX      42(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	VPBROADCASTQ (SI)(R8*8), Y5
+	MOVWQZX      44(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	VPINSRQ      $0x01, (SI)(R8*8), X5, X5
+	MOVWQZX      46(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPBROADCASTQ (BX)(DI*8), Y6
+	VPBROADCASTQ (SI)(R8*8), Y7
+	MOVWQZX      48(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X6, X6
+	VPINSRQ      $0x01, (SI)(R8*8), X7, X7
+	VINSERTI128  $0x01, X6, Y4, Y4
+	VINSERTI128  $0x01, X7, Y5, Y5
+	VPSIGNB      Y5, Y4, Y4
+	VMOVDQU      164(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y4, Y4
+	VPMADDUBSW   Y4, Y6, Y4
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y2, Y5
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	MOVWQZX      50(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	VPBROADCASTQ (SI)(R8*8), Y5
+	MOVWQZX      52(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	VPINSRQ      $0x01, (SI)(R8*8), X5, X5
+	MOVWQZX      54(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPBROADCASTQ (BX)(DI*8), Y6
+	VPBROADCASTQ (SI)(R8*8), Y7
+	MOVWQZX      56(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X6, X6
+	VPINSRQ      $0x01, (SI)(R8*8), X7, X7
+	VINSERTI128  $0x01, X6, Y4, Y4
+	VINSERTI128  $0x01, X7, Y5, Y5
+	VPSIGNB      Y5, Y4, Y4
+	VMOVDQU      196(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y4, Y4
+	VPMADDUBSW   Y4, Y6, Y4
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y2, Y5
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	MOVWQZX      58(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	VPBROADCASTQ (SI)(R8*8), Y5
+	MOVWQZX      60(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	VPINSRQ      $0x01, (SI)(R8*8), X5, X5
+	MOVWQZX      62(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPBROADCASTQ (BX)(DI*8), Y6
+	VPBROADCASTQ (SI)(R8*8), Y7
+	MOVWQZX      64(AX), DI
+	MOVQ         DI, R8
+	SHRQ         $0x09, R8
+	ANDQ         $0x000001ff, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X6, X6
+	VPINSRQ      $0x01, (SI)(R8*8), X7, X7
+	VINSERTI128  $0x01, X6, Y4, Y4
+	VINSERTI128  $0x01, X7, Y5, Y5
+	VPSIGNB      Y5, Y4, Y4
+	VMOVDQU      228(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y4, Y4
+	VPMADDUBSW   Y4, Y6, Y4
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y2, Y2
+	VPMADDWD     Y2, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VPBROADCASTW (AX), X2
+	VCVTPH2PS    X2, Y2
+	VMULPS       Y1, Y2, Y2
+	VFMADD231PS  Y3, Y2, Y0
+	ADDQ         $0x0000004a, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	MOVQ         out+40(FP), AX
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ2_XSR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ2_XSR4C1(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	LEAQ   ·iq2xsGrid+0(SB), R9
+	LEAQ   ·iq2Signs64+0(SB), R10
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT1   (CX)
+	PREFETCHT1   64(CX)
+	PREFETCHT1   128(CX)
+	PREFETCHT1   192(CX)
+	PREFETCHT1   256(CX)
+	ADDQ         $0x00000128, CX
+	VBROADCASTSS (DI), Y4
+	VMULPS       iq2Eighth<>+0(SB), Y4, Y4
+	VPBROADCASTQ 66(AX), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPBLENDD     $0xf0, Y6, Y5, Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       onesU8<>+0(SB), Y5, Y5
+	MOVWQZX      2(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVWQZX      4(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVWQZX      6(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	VPBROADCASTQ (R10)(R12*8), Y9
+	MOVWQZX      8(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R12*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y6, Y6
+	VPMADDUBSW   Y6, Y8, Y6
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y5, Y7
+	VPMADDWD     Y7, Y6, Y6
+	MOVWQZX      10(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      12(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      14(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      16(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      18(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      20(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      22(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      24(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      26(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      28(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      30(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      32(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      34(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      36(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      38(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      40(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      42(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      44(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      46(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      48(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      50(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      52(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      54(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      56(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      58(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      60(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      62(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      64(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (AX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y0
+	VPBROADCASTQ 66(DX), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPBLENDD     $0xf0, Y6, Y5, Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       onesU8<>+0(SB), Y5, Y5
+	MOVWQZX      2(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVWQZX      4(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVWQZX      6(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	VPBROADCASTQ (R10)(R12*8), Y9
+	MOVWQZX      8(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R12*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y6, Y6
+	VPMADDUBSW   Y6, Y8, Y6
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y5, Y7
+	VPMADDWD     Y7, Y6, Y6
+	MOVWQZX      10(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      12(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      14(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      16(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      18(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      20(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      22(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      24(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      26(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      28(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      30(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      32(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      34(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      36(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      38(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      40(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      42(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      44(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      46(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      48(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      50(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      52(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      54(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      56(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      58(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      60(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      62(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      64(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (DX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y1
+	VPBROADCASTQ 66(BX), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPBLENDD     $0xf0, Y6, Y5, Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       onesU8<>+0(SB), Y5, Y5
+	MOVWQZX      2(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVWQZX      4(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVWQZX      6(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	VPBROADCASTQ (R10)(R12*8), Y9
+	MOVWQZX      8(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R12*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y6, Y6
+	VPMADDUBSW   Y6, Y8, Y6
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y5, Y7
+	VPMADDWD     Y7, Y6, Y6
+	MOVWQZX      10(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      12(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      14(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      16(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      18(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      20(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      22(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      24(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      26(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      28(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      30(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      32(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      34(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      36(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      38(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      40(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      42(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      44(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      46(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      48(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      50(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      52(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      54(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      56(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      58(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      60(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      62(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      64(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (BX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y2
+	VPBROADCASTQ 66(SI), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPBLENDD     $0xf0, Y6, Y5, Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       onesU8<>+0(SB), Y5, Y5
+	MOVWQZX      2(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVWQZX      4(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVWQZX      6(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	VPBROADCASTQ (R10)(R12*8), Y9
+	MOVWQZX      8(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R12*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y6, Y6
+	VPMADDUBSW   Y6, Y8, Y6
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y5, Y7
+	VPMADDWD     Y7, Y6, Y6
+	MOVWQZX      10(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      12(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      14(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      16(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      18(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      20(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      22(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      24(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      26(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      28(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      30(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      32(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      34(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      36(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      38(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      40(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      42(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      44(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      46(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      48(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      50(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      52(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      54(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      56(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      58(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      60(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      62(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      64(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (SI), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         $0x0000004a, AX
+	ADDQ         $0x0000004a, DX
+	ADDQ         $0x0000004a, BX
+	ADDQ         $0x0000004a, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ2_SR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotIQ2_SR1C1(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   nb+32(FP), DX
+	LEAQ   ·iq2sGrid+0(SB), BX
+	VXORPS Y0, Y0, Y0
+	TESTQ  DX, DX
+	JZ     done
+
+loop:
+	VBROADCASTSS (CX), Y1
+	VMULPS       iq2Eighth<>+0(SB), Y1, Y1
+	VPBROADCASTQ 74(AX), Y2
+	VPSRLW       $0x04, Y2, Y3
+	VPBLENDD     $0xf0, Y3, Y2, Y2
+	VPAND        c0F<>+0(SB), Y2, Y2
+	VPADDB       Y2, Y2, Y2
+	VPADDB       onesU8<>+0(SB), Y2, Y2
+	MOVBLZX      66(AX), SI
+	MOVBQZX      2(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y3
+	MOVBQZX      3(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x06, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X3, X3
+	MOVBQZX      4(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      5(AX), DI
+	SHLL         $0x02, SI
+	ANDL         $0x00000300, SI
+	ORQ          SI, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	VPBROADCASTD 34(AX), Y4
+	VPSHUFB      iq2SignSpread<>+0(SB), Y4, Y4
+	VPAND        iq2SignBit<>+0(SB), Y4, Y4
+	VPCMPEQB     iq2SignBit<>+0(SB), Y4, Y4
+	VPOR         onesU8<>+0(SB), Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	VMOVDQU      4(CX), Y4
+	VPSIGNB      Y4, Y4, Y5
+	VPSIGNB      Y4, Y3, Y3
+	VPMADDUBSW   Y3, Y5, Y3
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y2, Y4
+	VPMADDWD     Y4, Y3, Y3
+	MOVBLZX      67(AX), SI
+	MOVBQZX      6(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      7(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x06, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      8(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      9(AX), DI
+	SHLL         $0x02, SI
+	ANDL         $0x00000300, SI
+	ORQ          SI, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTD 38(AX), Y5
+	VPSHUFB      iq2SignSpread<>+0(SB), Y5, Y5
+	VPAND        iq2SignBit<>+0(SB), Y5, Y5
+	VPCMPEQB     iq2SignBit<>+0(SB), Y5, Y5
+	VPOR         onesU8<>+0(SB), Y5, Y5
+	VPSIGNB      Y5, Y4, Y4
+	VMOVDQU      36(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y4, Y4
+	VPMADDUBSW   Y4, Y6, Y4
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y2, Y5
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	MOVBLZX      68(AX), SI
+	MOVBQZX      10(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      11(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x06, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      12(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      13(AX), DI
+	SHLL         $0x02, SI
+	ANDL         $0x00000300, SI
+	ORQ          SI, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTD 42(AX), Y5
+	VPSHUFB      iq2SignSpread<>+0(SB), Y5, Y5
+	VPAND        iq2SignBit<>+0(SB), Y5, Y5
+	VPCMPEQB     iq2SignBit<>+0(SB), Y5, Y5
+	VPOR         onesU8<>+0(SB), Y5, Y5
+	VPSIGNB      Y5, Y4, Y4
+	VMOVDQU      68(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y4, Y4
+	VPMADDUBSW   Y4, Y6, Y4
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y2, Y5
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	MOVBLZX      69(AX), SI
+	MOVBQZX      14(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      15(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x06, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      16(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      17(AX), DI
+	SHLL         $0x02, SI
+	ANDL         $0x00000300, SI
+	ORQ          SI, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTD 46(AX), Y5
+	VPSHUFB      iq2SignSpread<>+0(SB), Y5, Y5
+	VPAND        iq2SignBit<>+0(SB), Y5, Y5
+	VPCMPEQB     iq2SignBit<>+0(SB), Y5, Y5
+	VPOR         onesU8<>+0(SB), Y5, Y5
+	VPSIGNB      Y5, Y4, Y4
+	VMOVDQU      100(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y4, Y4
+	VPMADDUBSW   Y4, Y6, Y4
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y2, Y5
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	MOVBLZX      70(AX), SI
+	MOVBQZX      18(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      19(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x06, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      20(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      21(AX), DI
+	SHLL         $0x02, SI
+	ANDL         $0x00000300, SI
+	ORQ          SI, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTD 50(AX), Y5
+	VPSHUFB      iq2SignSpread<>+0(SB), Y5, Y5
+	VPAND        iq2SignBit<>+0(SB), Y5, Y5
+	VPCMPEQB     iq2SignBit<>+0(SB), Y5, Y5
+	VPOR         onesU8<>+0(SB), Y5, Y5
+	VPSIGNB      Y5, Y4, Y4
+	VMOVDQU      132(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y4, Y4
+	VPMADDUBSW   Y4, Y6, Y4
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y2, Y5
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	MOVBLZX      71(AX), SI
+	MOVBQZX      22(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      23(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x06, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      24(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      25(AX), DI
+	SHLL         $0x02, SI
+	ANDL         $0x00000300, SI
+	ORQ          SI, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTD 54(AX), Y5
+	VPSHUFB      iq2SignSpread<>+0(SB), Y5, Y5
+	VPAND        iq2SignBit<>+0(SB), Y5, Y5
+	VPCMPEQB     iq2SignBit<>+0(SB), Y5, Y5
+	VPOR         onesU8<>+0(SB), Y5, Y5
+	VPSIGNB      Y5, Y4, Y4
+	VMOVDQU      164(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y4, Y4
+	VPMADDUBSW   Y4, Y6, Y4
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y2, Y5
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	MOVBLZX      72(AX), SI
+	MOVBQZX      26(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      27(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x06, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      28(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      29(AX), DI
+	SHLL         $0x02, SI
+	ANDL         $0x00000300, SI
+	ORQ          SI, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTD 58(AX), Y5
+	VPSHUFB      iq2SignSpread<>+0(SB), Y5, Y5
+	VPAND        iq2SignBit<>+0(SB), Y5, Y5
+	VPCMPEQB     iq2SignBit<>+0(SB), Y5, Y5
+	VPOR         onesU8<>+0(SB), Y5, Y5
+	VPSIGNB      Y5, Y4, Y4
+	VMOVDQU      196(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y4, Y4
+	VPMADDUBSW   Y4, Y6, Y4
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y2, Y5
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	MOVBLZX      73(AX), SI
+	MOVBQZX      30(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      31(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x06, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      32(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000300, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      33(AX), DI
+	SHLL         $0x02, SI
+	ANDL         $0x00000300, SI
+	ORQ          SI, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTD 62(AX), Y5
+	VPSHUFB      iq2SignSpread<>+0(SB), Y5, Y5
+	VPAND        iq2SignBit<>+0(SB), Y5, Y5
+	VPCMPEQB     iq2SignBit<>+0(SB), Y5, Y5
+	VPOR         onesU8<>+0(SB), Y5, Y5
+	VPSIGNB      Y5, Y4, Y4
+	VMOVDQU      228(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y4, Y4
+	VPMADDUBSW   Y4, Y6, Y4
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y2, Y2
+	VPMADDWD     Y2, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VCVTDQ2PS    Y3, Y3
+	VPBROADCASTW (AX), X2
+	VCVTPH2PS    X2, Y2
+	VMULPS       Y1, Y2, Y2
+	VFMADD231PS  Y3, Y2, Y0
+	ADDQ         $0x00000052, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	MOVQ         out+40(FP), AX
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ2_SR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ2_SR4C1(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	LEAQ   ·iq2sGrid+0(SB), R9
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT1   (CX)
+	PREFETCHT1   64(CX)
+	PREFETCHT1   128(CX)
+	PREFETCHT1   192(CX)
+	PREFETCHT1   256(CX)
+	PREFETCHT1   320(CX)
+	ADDQ         $0x00000148, CX
+	VBROADCASTSS (DI), Y4
+	VMULPS       iq2Eighth<>+0(SB), Y4, Y4
+	VPBROADCASTQ 74(AX), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPBLENDD     $0xf0, Y6, Y5, Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       onesU8<>+0(SB), Y5, Y5
+	MOVBLZX      66(AX), R10
+	MOVBQZX      2(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	MOVBQZX      3(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	MOVBQZX      4(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      5(AX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 34(AX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y6, Y6
+	VPMADDUBSW   Y6, Y8, Y6
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y5, Y7
+	VPMADDWD     Y7, Y6, Y6
+	MOVBLZX      67(AX), R10
+	MOVBQZX      6(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      7(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      8(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      9(AX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 38(AX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      68(AX), R10
+	MOVBQZX      10(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      11(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      12(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      13(AX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 42(AX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      69(AX), R10
+	MOVBQZX      14(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      15(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      16(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      17(AX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 46(AX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      70(AX), R10
+	MOVBQZX      18(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      19(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      20(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      21(AX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 50(AX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      71(AX), R10
+	MOVBQZX      22(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      23(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      24(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      25(AX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 54(AX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      72(AX), R10
+	MOVBQZX      26(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      27(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      28(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      29(AX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 58(AX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      73(AX), R10
+	MOVBQZX      30(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      31(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      32(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      33(AX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 62(AX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (AX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y0
+	VPBROADCASTQ 74(DX), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPBLENDD     $0xf0, Y6, Y5, Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       onesU8<>+0(SB), Y5, Y5
+	MOVBLZX      66(DX), R10
+	MOVBQZX      2(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	MOVBQZX      3(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	MOVBQZX      4(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      5(DX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 34(DX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y6, Y6
+	VPMADDUBSW   Y6, Y8, Y6
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y5, Y7
+	VPMADDWD     Y7, Y6, Y6
+	MOVBLZX      67(DX), R10
+	MOVBQZX      6(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      7(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      8(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      9(DX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 38(DX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      68(DX), R10
+	MOVBQZX      10(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      11(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      12(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      13(DX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 42(DX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      69(DX), R10
+	MOVBQZX      14(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      15(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      16(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      17(DX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 46(DX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      70(DX), R10
+	MOVBQZX      18(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      19(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      20(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      21(DX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 50(DX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      71(DX), R10
+	MOVBQZX      22(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      23(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      24(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      25(DX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 54(DX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      72(DX), R10
+	MOVBQZX      26(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      27(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      28(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      29(DX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 58(DX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      73(DX), R10
+	MOVBQZX      30(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      31(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      32(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      33(DX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 62(DX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (DX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y1
+	VPBROADCASTQ 74(BX), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPBLENDD     $0xf0, Y6, Y5, Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       onesU8<>+0(SB), Y5, Y5
+	MOVBLZX      66(BX), R10
+	MOVBQZX      2(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	MOVBQZX      3(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	MOVBQZX      4(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      5(BX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 34(BX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y6, Y6
+	VPMADDUBSW   Y6, Y8, Y6
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y5, Y7
+	VPMADDWD     Y7, Y6, Y6
+	MOVBLZX      67(BX), R10
+	MOVBQZX      6(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      7(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      8(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      9(BX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 38(BX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      68(BX), R10
+	MOVBQZX      10(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      11(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      12(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      13(BX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 42(BX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      69(BX), R10
+	MOVBQZX      14(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      15(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      16(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      17(BX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 46(BX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      70(BX), R10
+	MOVBQZX      18(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      19(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      20(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      21(BX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 50(BX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      71(BX), R10
+	MOVBQZX      22(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      23(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      24(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      25(BX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 54(BX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      72(BX), R10
+	MOVBQZX      26(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      27(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      28(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      29(BX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 58(BX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      73(BX), R10
+	MOVBQZX      30(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      31(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      32(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      33(BX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 62(BX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (BX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y2
+	VPBROADCASTQ 74(SI), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPBLENDD     $0xf0, Y6, Y5, Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       onesU8<>+0(SB), Y5, Y5
+	MOVBLZX      66(SI), R10
+	MOVBQZX      2(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	MOVBQZX      3(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	MOVBQZX      4(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      5(SI), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 34(SI), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y6, Y6
+	VPMADDUBSW   Y6, Y8, Y6
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y5, Y7
+	VPMADDWD     Y7, Y6, Y6
+	MOVBLZX      67(SI), R10
+	MOVBQZX      6(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      7(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      8(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      9(SI), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 38(SI), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      68(SI), R10
+	MOVBQZX      10(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      11(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      12(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      13(SI), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 42(SI), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      69(SI), R10
+	MOVBQZX      14(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      15(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      16(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      17(SI), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 46(SI), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      70(SI), R10
+	MOVBQZX      18(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      19(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      20(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      21(SI), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 50(SI), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      71(SI), R10
+	MOVBQZX      22(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      23(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      24(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      25(SI), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 54(SI), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      72(SI), R10
+	MOVBQZX      26(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      27(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      28(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      29(SI), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 58(SI), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      73(SI), R10
+	MOVBQZX      30(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      31(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      32(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      33(SI), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 62(SI), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (SI), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         $0x00000052, AX
+	ADDQ         $0x00000052, DX
+	ADDQ         $0x00000052, BX
+	ADDQ         $0x00000052, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ3_XXSR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotIQ3_XXSR1C1(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   nb+32(FP), DX
+	LEAQ   ·iq3xxsGrid+0(SB), BX
+	LEAQ   ·iq2Signs64+0(SB), SI
+	VXORPS Y0, Y0, Y0
+	TESTQ  DX, DX
+	JZ     done
+
+loop:
+	VBROADCASTSS (CX), Y1
+	VMULPS       iq3Quarter<>+0(SB), Y1, Y1
+	MOVBQZX      2(AX), DI
+	VPBROADCASTD (BX)(DI*4), Y2
+	MOVBQZX      3(AX), DI
+	VPINSRD      $0x01, (BX)(DI*4), X2, X2
+	MOVBQZX      4(AX), DI
+	VPINSRD      $0x02, (BX)(DI*4), X2, X2
+	MOVBQZX      5(AX), DI
+	VPINSRD      $0x03, (BX)(DI*4), X2, X2
+	MOVBQZX      6(AX), DI
+	VPBROADCASTD (BX)(DI*4), Y3
+	MOVBQZX      7(AX), DI
+	VPINSRD      $0x01, (BX)(DI*4), X3, X3
+	MOVBQZX      8(AX), DI
+	VPINSRD      $0x02, (BX)(DI*4), X3, X3
+	MOVBQZX      9(AX), DI
+	VPINSRD      $0x03, (BX)(DI*4), X3, X3
+	VINSERTI128  $0x01, X3, Y2, Y2
+	MOVL         66(AX), DI
+	MOVL         DI, R8
+	ANDL         $0x0000007f, R8
+	VPBROADCASTQ (SI)(R8*8), Y3
+	MOVL         DI, R8
+	SHRL         $0x07, R8
+	ANDL         $0x0000007f, R8
+	VPINSRQ      $0x01, (SI)(R8*8), X3, X3
+	MOVL         DI, R8
+	SHRL         $0x0e, R8
+	ANDL         $0x0000007f, R8
+	VPBROADCASTQ (SI)(R8*8), Y4
+	MOVL         DI, R8
+	SHRL         $0x15, R8
+	ANDL         $0x0000007f, R8
+	VPINSRQ      $0x01, (SI)(R8*8), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	VPSIGNB      Y3, Y2, Y2
+	SHRL         $0x1c, DI
+	LEAL         1(DI)(DI*1), DI
+	VMOVD        DI, X3
+	VPBROADCASTW X3, Y3
+	VMOVDQU      4(CX), Y4
+	VPSIGNB      Y4, Y4, Y5
+	VPSIGNB      Y4, Y2, Y2
+	VPMADDUBSW   Y2, Y5, Y2
+	VPMADDWD     Y3, Y2, Y2
+	MOVBQZX      10(AX), DI
+	VPBROADCASTD (BX)(DI*4), Y3
+	MOVBQZX      11(AX), DI
+	VPINSRD      $0x01, (BX)(DI*4), X3, X3
+	MOVBQZX      12(AX), DI
+	VPINSRD      $0x02, (BX)(DI*4), X3, X3
+	MOVBQZX      13(AX), DI
+	VPINSRD      $0x03, (BX)(DI*4), X3, X3
+	MOVBQZX      14(AX), DI
+	VPBROADCASTD (BX)(DI*4), Y4
+	MOVBQZX      15(AX), DI
+	VPINSRD      $0x01, (BX)(DI*4), X4, X4
+	MOVBQZX      16(AX), DI
+	VPINSRD      $0x02, (BX)(DI*4), X4, X4
+	MOVBQZX      17(AX), DI
+	VPINSRD      $0x03, (BX)(DI*4), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	MOVL         70(AX), DI
+	MOVL         DI, R8
+	ANDL         $0x0000007f, R8
+	VPBROADCASTQ (SI)(R8*8), Y4
+	MOVL         DI, R8
+	SHRL         $0x07, R8
+	ANDL         $0x0000007f, R8
+	VPINSRQ      $0x01, (SI)(R8*8), X4, X4
+	MOVL         DI, R8
+	SHRL         $0x0e, R8
+	ANDL         $0x0000007f, R8
+	VPBROADCASTQ (SI)(R8*8), Y5
+	MOVL         DI, R8
+	SHRL         $0x15, R8
+	ANDL         $0x0000007f, R8
+	VPINSRQ      $0x01, (SI)(R8*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	SHRL         $0x1c, DI
+	LEAL         1(DI)(DI*1), DI
+	VMOVD        DI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      36(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVBQZX      18(AX), DI
+	VPBROADCASTD (BX)(DI*4), Y3
+	MOVBQZX      19(AX), DI
+	VPINSRD      $0x01, (BX)(DI*4), X3, X3
+	MOVBQZX      20(AX), DI
+	VPINSRD      $0x02, (BX)(DI*4), X3, X3
+	MOVBQZX      21(AX), DI
+	VPINSRD      $0x03, (BX)(DI*4), X3, X3
+	MOVBQZX      22(AX), DI
+	VPBROADCASTD (BX)(DI*4), Y4
+	MOVBQZX      23(AX), DI
+	VPINSRD      $0x01, (BX)(DI*4), X4, X4
+	MOVBQZX      24(AX), DI
+	VPINSRD      $0x02, (BX)(DI*4), X4, X4
+	MOVBQZX      25(AX), DI
+	VPINSRD      $0x03, (BX)(DI*4), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	MOVL         74(AX), DI
+	MOVL         DI, R8
+	ANDL         $0x0000007f, R8
+	VPBROADCASTQ (SI)(R8*8), Y4
+	MOVL         DI, R8
+	SHRL         $0x07, R8
+	ANDL         $0x0000007f, R8
+	VPINSRQ      $0x01, (SI)(R8*8), X4, X4
+	MOVL         DI, R8
+	SHRL         $0x0e, R8
+	ANDL         $0x0000007f, R8
+	VPBROADCASTQ (SI)(R8*8), Y5
+	MOVL         DI, R8
+	SHRL         $0x15, R8
+	ANDL         $0x0000007f, R8
+	VPINSRQ      $0x01, (SI)(R8*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	SHRL         $0x1c, DI
+	LEAL         1(DI)(DI*1), DI
+	VMOVD        DI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      68(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVBQZX      26(AX), DI
+	VPBROADCASTD (BX)(DI*4), Y3
+	MOVBQZX      27(AX), DI
+	VPINSRD      $0x01, (BX)(DI*4), X3, X3
+	MOVBQZX      28(AX), DI
+	VPINSRD      $0x02, (BX)(DI*4), X3, X3
+	MOVBQZX      29(AX), DI
+	VPINSRD      $0x03, (BX)(DI*4), X3, X3
+	MOVBQZX      30(AX), DI
+	VPBROADCASTD (BX)(DI*4), Y4
+	MOVBQZX      31(AX), DI
+	VPINSRD      $0x01, (BX)(DI*4), X4, X4
+	MOVBQZX      32(AX), DI
+	VPINSRD      $0x02, (BX)(DI*4), X4, X4
+	MOVBQZX      33(AX), DI
+	VPINSRD      $0x03, (BX)(DI*4), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	MOVL         78(AX), DI
+	MOVL         DI, R8
+	ANDL         $0x0000007f, R8
+	VPBROADCASTQ (SI)(R8*8), Y4
+	MOVL         DI, R8
+	SHRL         $0x07, R8
+	ANDL         $0x0000007f, R8
+	VPINSRQ      $0x01, (SI)(R8*8), X4, X4
+	MOVL         DI, R8
+	SHRL         $0x0e, R8
+	ANDL         $0x0000007f, R8
+	VPBROADCASTQ (SI)(R8*8), Y5
+	MOVL         DI, R8
+	SHRL         $0x15, R8
+	ANDL         $0x0000007f, R8
+	VPINSRQ      $0x01, (SI)(R8*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	SHRL         $0x1c, DI
+	LEAL         1(DI)(DI*1), DI
+	VMOVD        DI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      100(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVBQZX      34(AX), DI
+	VPBROADCASTD (BX)(DI*4), Y3
+	MOVBQZX      35(AX), DI
+	VPINSRD      $0x01, (BX)(DI*4), X3, X3
+	MOVBQZX      36(AX), DI
+	VPINSRD      $0x02, (BX)(DI*4), X3, X3
+	MOVBQZX      37(AX), DI
+	VPINSRD      $0x03, (BX)(DI*4), X3, X3
+	MOVBQZX      38(AX), DI
+	VPBROADCASTD (BX)(DI*4), Y4
+	MOVBQZX      39(AX), DI
+	VPINSRD      $0x01, (BX)(DI*4), X4, X4
+	MOVBQZX      40(AX), DI
+	VPINSRD      $0x02, (BX)(DI*4), X4, X4
+	MOVBQZX      41(AX), DI
+	VPINSRD      $0x03, (BX)(DI*4), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	MOVL         82(AX), DI
+	MOVL         DI, R8
+	ANDL         $0x0000007f, R8
+	VPBROADCASTQ (SI)(R8*8), Y4
+	MOVL         DI, R8
+	SHRL         $0x07, R8
+	ANDL         $0x0000007f, R8
+	VPINSRQ      $0x01, (SI)(R8*8), X4, X4
+	MOVL         DI, R8
+	SHRL         $0x0e, R8
+	ANDL         $0x0000007f, R8
+	VPBROADCASTQ (SI)(R8*8), Y5
+	MOVL         DI, R8
+	SHRL         $0x15, R8
+	ANDL         $0x0000007f, R8
+	VPINSRQ      $0x01, (SI)(R8*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	SHRL         $0x1c, DI
+	LEAL         1(DI)(DI*1), DI
+	VMOVD        DI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      132(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVBQZX      42(AX), DI
+	VPBROADCASTD (BX)(DI*4), Y3
+	MOVBQZX      43(AX), DI
+	VPINSRD      $0x01, (BX)(DI*4), X3, X3
+	MOVBQZX      44(AX), DI
+	VPINSRD      $0x02, (BX)(DI*4), X3, X3
+	MOVBQZX      45(AX), DI
+	VPINSRD      $0x03, (BX)(DI*4), X3, X3
+	MOVBQZX      46(AX), DI
+	VPBROADCASTD (BX)(DI*4), Y4
+	MOVBQZX      47(AX), DI
+	VPINSRD      $0x01, (BX)(DI*4), X4, X4
+	MOVBQZX      48(AX), DI
+	VPINSRD      $0x02, (BX)(DI*4), X4, X4
+	MOVBQZX      49(AX), DI
+	VPINSRD      $0x03, (BX)(DI*4), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	MOVL         86(AX), DI
+	MOVL         DI, R8
+	ANDL         $0x0000007f, R8
+	VPBROADCASTQ (SI)(R8*8), Y4
+	MOVL         DI, R8
+	SHRL         $0x07, R8
+	ANDL         $0x0000007f, R8
+	VPINSRQ      $0x01, (SI)(R8*8), X4, X4
+	MOVL         DI, R8
+	SHRL         $0x0e, R8
+	ANDL         $0x0000007f, R8
+	VPBROADCASTQ (SI)(R8*8), Y5
+	MOVL         DI, R8
+	SHRL         $0x15, R8
+	ANDL         $0x0000007f, R8
+	VPINSRQ      $0x01, (SI)(R8*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	SHRL         $0x1c, DI
+	LEAL         1(DI)(DI*1), DI
+	VMOVD        DI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      164(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVBQZX      50(AX), DI
+	VPBROADCASTD (BX)(DI*4), Y3
+	MOVBQZX      51(AX), DI
+	VPINSRD      $0x01, (BX)(DI*4), X3, X3
+	MOVBQZX      52(AX), DI
+	VPINSRD      $0x02, (BX)(DI*4), X3, X3
+	MOVBQZX      53(AX), DI
+	VPINSRD      $0x03, (BX)(DI*4), X3, X3
+	MOVBQZX      54(AX), DI
+	VPBROADCASTD (BX)(DI*4), Y4
+	MOVBQZX      55(AX), DI
+	VPINSRD      $0x01, (BX)(DI*4), X4, X4
+	MOVBQZX      56(AX), DI
+	VPINSRD      $0x02, (BX)(DI*4), X4, X4
+	MOVBQZX      57(AX), DI
+	VPINSRD      $0x03, (BX)(DI*4), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	MOVL         90(AX), DI
+	MOVL         DI, R8
+	ANDL         $0x0000007f, R8
+	VPBROADCASTQ (SI)(R8*8), Y4
+	MOVL         DI, R8
+	SHRL         $0x07, R8
+	ANDL         $0x0000007f, R8
+	VPINSRQ      $0x01, (SI)(R8*8), X4, X4
+	MOVL         DI, R8
+	SHRL         $0x0e, R8
+	ANDL         $0x0000007f, R8
+	VPBROADCASTQ (SI)(R8*8), Y5
+	MOVL         DI, R8
+	SHRL         $0x15, R8
+	ANDL         $0x0000007f, R8
+	VPINSRQ      $0x01, (SI)(R8*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	SHRL         $0x1c, DI
+	LEAL         1(DI)(DI*1), DI
+	VMOVD        DI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      196(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVBQZX      58(AX), DI
+	VPBROADCASTD (BX)(DI*4), Y3
+	MOVBQZX      59(AX), DI
+	VPINSRD      $0x01, (BX)(DI*4), X3, X3
+	MOVBQZX      60(AX), DI
+	VPINSRD      $0x02, (BX)(DI*4), X3, X3
+	MOVBQZX      61(AX), DI
+	VPINSRD      $0x03, (BX)(DI*4), X3, X3
+	MOVBQZX      62(AX), DI
+	VPBROADCASTD (BX)(DI*4), Y4
+	MOVBQZX      63(AX), DI
+	VPINSRD      $0x01, (BX)(DI*4), X4, X4
+	MOVBQZX      64(AX), DI
+	VPINSRD      $0x02, (BX)(DI*4), X4, X4
+	MOVBQZX      65(AX), DI
+	VPINSRD      $0x03, (BX)(DI*4), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	MOVL         94(AX), DI
+	MOVL         DI, R8
+	ANDL         $0x0000007f, R8
+	VPBROADCASTQ (SI)(R8*8), Y4
+	MOVL         DI, R8
+	SHRL         $0x07, R8
+	ANDL         $0x0000007f, R8
+	VPINSRQ      $0x01, (SI)(R8*8), X4, X4
+	MOVL         DI, R8
+	SHRL         $0x0e, R8
+	ANDL         $0x0000007f, R8
+	VPBROADCASTQ (SI)(R8*8), Y5
+	MOVL         DI, R8
+	SHRL         $0x15, R8
+	ANDL         $0x0000007f, R8
+	VPINSRQ      $0x01, (SI)(R8*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	SHRL         $0x1c, DI
+	LEAL         1(DI)(DI*1), DI
+	VMOVD        DI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      228(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VPBROADCASTW (AX), X3
+	VCVTPH2PS    X3, Y3
+	VMULPS       Y1, Y3, Y3
+	VFMADD231PS  Y2, Y3, Y0
+	ADDQ         $0x00000062, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	MOVQ         out+40(FP), AX
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ3_XXSR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ3_XXSR4C1(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	LEAQ   ·iq3xxsGrid+0(SB), R9
+	LEAQ   ·iq2Signs64+0(SB), R10
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT1   (CX)
+	PREFETCHT1   64(CX)
+	PREFETCHT1   128(CX)
+	PREFETCHT1   192(CX)
+	PREFETCHT1   256(CX)
+	PREFETCHT1   320(CX)
+	PREFETCHT1   384(CX)
+	ADDQ         $0x00000188, CX
+	VBROADCASTSS (DI), Y4
+	VMULPS       iq3Quarter<>+0(SB), Y4, Y4
+	MOVBQZX      2(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y5
+	MOVBQZX      3(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X5, X5
+	MOVBQZX      4(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X5, X5
+	MOVBQZX      5(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X5, X5
+	MOVBQZX      6(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      7(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      8(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      9(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	VINSERTI128  $0x01, X6, Y5, Y5
+	MOVL         66(AX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y6
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X6, X6
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVBQZX      10(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      11(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      12(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      13(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      14(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      15(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      16(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      17(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         70(AX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      18(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      19(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      20(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      21(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      22(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      23(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      24(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      25(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         74(AX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      26(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      27(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      28(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      29(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      30(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      31(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      32(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      33(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         78(AX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      34(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      35(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      36(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      37(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      38(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      39(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      40(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      41(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         82(AX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      42(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      43(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      44(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      45(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      46(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      47(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      48(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      49(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         86(AX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      50(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      51(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      52(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      53(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      54(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      55(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      56(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      57(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         90(AX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      58(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      59(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      60(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      61(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      62(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      63(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      64(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      65(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         94(AX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (AX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y0
+	MOVBQZX      2(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y5
+	MOVBQZX      3(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X5, X5
+	MOVBQZX      4(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X5, X5
+	MOVBQZX      5(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X5, X5
+	MOVBQZX      6(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      7(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      8(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      9(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	VINSERTI128  $0x01, X6, Y5, Y5
+	MOVL         66(DX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y6
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X6, X6
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVBQZX      10(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      11(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      12(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      13(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      14(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      15(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      16(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      17(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         70(DX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      18(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      19(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      20(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      21(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      22(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      23(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      24(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      25(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         74(DX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      26(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      27(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      28(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      29(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      30(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      31(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      32(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      33(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         78(DX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      34(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      35(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      36(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      37(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      38(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      39(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      40(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      41(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         82(DX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      42(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      43(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      44(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      45(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      46(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      47(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      48(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      49(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         86(DX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      50(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      51(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      52(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      53(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      54(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      55(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      56(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      57(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         90(DX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      58(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      59(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      60(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      61(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      62(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      63(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      64(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      65(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         94(DX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (DX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y1
+	MOVBQZX      2(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y5
+	MOVBQZX      3(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X5, X5
+	MOVBQZX      4(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X5, X5
+	MOVBQZX      5(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X5, X5
+	MOVBQZX      6(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      7(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      8(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      9(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	VINSERTI128  $0x01, X6, Y5, Y5
+	MOVL         66(BX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y6
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X6, X6
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVBQZX      10(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      11(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      12(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      13(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      14(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      15(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      16(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      17(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         70(BX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      18(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      19(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      20(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      21(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      22(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      23(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      24(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      25(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         74(BX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      26(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      27(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      28(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      29(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      30(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      31(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      32(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      33(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         78(BX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      34(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      35(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      36(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      37(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      38(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      39(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      40(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      41(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         82(BX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      42(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      43(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      44(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      45(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      46(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      47(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      48(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      49(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         86(BX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      50(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      51(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      52(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      53(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      54(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      55(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      56(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      57(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         90(BX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      58(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      59(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      60(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      61(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      62(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      63(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      64(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      65(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         94(BX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (BX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y2
+	MOVBQZX      2(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y5
+	MOVBQZX      3(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X5, X5
+	MOVBQZX      4(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X5, X5
+	MOVBQZX      5(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X5, X5
+	MOVBQZX      6(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      7(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      8(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      9(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	VINSERTI128  $0x01, X6, Y5, Y5
+	MOVL         66(SI), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y6
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X6, X6
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVBQZX      10(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      11(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      12(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      13(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      14(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      15(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      16(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      17(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         70(SI), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      18(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      19(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      20(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      21(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      22(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      23(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      24(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      25(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         74(SI), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      26(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      27(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      28(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      29(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      30(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      31(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      32(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      33(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         78(SI), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      34(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      35(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      36(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      37(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      38(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      39(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      40(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      41(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         82(SI), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      42(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      43(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      44(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      45(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      46(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      47(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      48(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      49(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         86(SI), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      50(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      51(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      52(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      53(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      54(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      55(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      56(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      57(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         90(SI), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      58(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      59(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      60(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      61(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      62(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      63(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      64(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      65(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         94(SI), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (SI), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y3
+	ADDQ         $0x00000062, AX
+	ADDQ         $0x00000062, DX
+	ADDQ         $0x00000062, BX
+	ADDQ         $0x00000062, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ3_SR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotIQ3_SR1C1(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   nb+32(FP), DX
+	LEAQ   ·iq3sGrid+0(SB), BX
+	VXORPS Y0, Y0, Y0
+	TESTQ  DX, DX
+	JZ     done
+
+loop:
+	VBROADCASTSS (CX), Y1
+	MOVBLZX      66(AX), SI
+	MOVBQZX      2(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPBROADCASTD (BX)(DI*4), Y2
+	MOVBQZX      3(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x07, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x01, (BX)(DI*4), X2, X2
+	MOVBQZX      4(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x06, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x02, (BX)(DI*4), X2, X2
+	MOVBQZX      5(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x05, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x03, (BX)(DI*4), X2, X2
+	MOVBQZX      6(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPBROADCASTD (BX)(DI*4), Y3
+	MOVBQZX      7(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x03, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x01, (BX)(DI*4), X3, X3
+	MOVBQZX      8(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x02, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x02, (BX)(DI*4), X3, X3
+	MOVBQZX      9(AX), DI
+	SHLL         $0x01, SI
+	ANDL         $0x00000100, SI
+	ORQ          SI, DI
+	VPINSRD      $0x03, (BX)(DI*4), X3, X3
+	VINSERTI128  $0x01, X3, Y2, Y2
+	VPBROADCASTD 74(AX), Y3
+	VPSHUFB      iq2SignSpread<>+0(SB), Y3, Y3
+	VPAND        iq2SignBit<>+0(SB), Y3, Y3
+	VPCMPEQB     iq2SignBit<>+0(SB), Y3, Y3
+	VPOR         onesU8<>+0(SB), Y3, Y3
+	VPSIGNB      Y3, Y2, Y2
+	MOVBLZX      106(AX), SI
+	ANDL         $0x0000000f, SI
+	LEAL         1(SI)(SI*1), SI
+	VMOVD        SI, X3
+	VPBROADCASTW X3, Y3
+	VMOVDQU      4(CX), Y4
+	VPSIGNB      Y4, Y4, Y5
+	VPSIGNB      Y4, Y2, Y2
+	VPMADDUBSW   Y2, Y5, Y2
+	VPMADDWD     Y3, Y2, Y2
+	MOVBLZX      67(AX), SI
+	MOVBQZX      10(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPBROADCASTD (BX)(DI*4), Y3
+	MOVBQZX      11(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x07, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x01, (BX)(DI*4), X3, X3
+	MOVBQZX      12(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x06, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x02, (BX)(DI*4), X3, X3
+	MOVBQZX      13(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x05, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x03, (BX)(DI*4), X3, X3
+	MOVBQZX      14(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPBROADCASTD (BX)(DI*4), Y4
+	MOVBQZX      15(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x03, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x01, (BX)(DI*4), X4, X4
+	MOVBQZX      16(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x02, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x02, (BX)(DI*4), X4, X4
+	MOVBQZX      17(AX), DI
+	SHLL         $0x01, SI
+	ANDL         $0x00000100, SI
+	ORQ          SI, DI
+	VPINSRD      $0x03, (BX)(DI*4), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	VPBROADCASTD 78(AX), Y4
+	VPSHUFB      iq2SignSpread<>+0(SB), Y4, Y4
+	VPAND        iq2SignBit<>+0(SB), Y4, Y4
+	VPCMPEQB     iq2SignBit<>+0(SB), Y4, Y4
+	VPOR         onesU8<>+0(SB), Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	MOVBLZX      106(AX), SI
+	SHRL         $0x04, SI
+	ANDL         $0x0000000f, SI
+	LEAL         1(SI)(SI*1), SI
+	VMOVD        SI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      36(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVBLZX      68(AX), SI
+	MOVBQZX      18(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPBROADCASTD (BX)(DI*4), Y3
+	MOVBQZX      19(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x07, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x01, (BX)(DI*4), X3, X3
+	MOVBQZX      20(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x06, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x02, (BX)(DI*4), X3, X3
+	MOVBQZX      21(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x05, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x03, (BX)(DI*4), X3, X3
+	MOVBQZX      22(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPBROADCASTD (BX)(DI*4), Y4
+	MOVBQZX      23(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x03, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x01, (BX)(DI*4), X4, X4
+	MOVBQZX      24(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x02, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x02, (BX)(DI*4), X4, X4
+	MOVBQZX      25(AX), DI
+	SHLL         $0x01, SI
+	ANDL         $0x00000100, SI
+	ORQ          SI, DI
+	VPINSRD      $0x03, (BX)(DI*4), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	VPBROADCASTD 82(AX), Y4
+	VPSHUFB      iq2SignSpread<>+0(SB), Y4, Y4
+	VPAND        iq2SignBit<>+0(SB), Y4, Y4
+	VPCMPEQB     iq2SignBit<>+0(SB), Y4, Y4
+	VPOR         onesU8<>+0(SB), Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	MOVBLZX      107(AX), SI
+	ANDL         $0x0000000f, SI
+	LEAL         1(SI)(SI*1), SI
+	VMOVD        SI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      68(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVBLZX      69(AX), SI
+	MOVBQZX      26(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPBROADCASTD (BX)(DI*4), Y3
+	MOVBQZX      27(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x07, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x01, (BX)(DI*4), X3, X3
+	MOVBQZX      28(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x06, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x02, (BX)(DI*4), X3, X3
+	MOVBQZX      29(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x05, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x03, (BX)(DI*4), X3, X3
+	MOVBQZX      30(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPBROADCASTD (BX)(DI*4), Y4
+	MOVBQZX      31(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x03, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x01, (BX)(DI*4), X4, X4
+	MOVBQZX      32(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x02, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x02, (BX)(DI*4), X4, X4
+	MOVBQZX      33(AX), DI
+	SHLL         $0x01, SI
+	ANDL         $0x00000100, SI
+	ORQ          SI, DI
+	VPINSRD      $0x03, (BX)(DI*4), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	VPBROADCASTD 86(AX), Y4
+	VPSHUFB      iq2SignSpread<>+0(SB), Y4, Y4
+	VPAND        iq2SignBit<>+0(SB), Y4, Y4
+	VPCMPEQB     iq2SignBit<>+0(SB), Y4, Y4
+	VPOR         onesU8<>+0(SB), Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	MOVBLZX      107(AX), SI
+	SHRL         $0x04, SI
+	ANDL         $0x0000000f, SI
+	LEAL         1(SI)(SI*1), SI
+	VMOVD        SI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      100(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVBLZX      70(AX), SI
+	MOVBQZX      34(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPBROADCASTD (BX)(DI*4), Y3
+	MOVBQZX      35(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x07, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x01, (BX)(DI*4), X3, X3
+	MOVBQZX      36(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x06, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x02, (BX)(DI*4), X3, X3
+	MOVBQZX      37(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x05, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x03, (BX)(DI*4), X3, X3
+	MOVBQZX      38(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPBROADCASTD (BX)(DI*4), Y4
+	MOVBQZX      39(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x03, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x01, (BX)(DI*4), X4, X4
+	MOVBQZX      40(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x02, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x02, (BX)(DI*4), X4, X4
+	MOVBQZX      41(AX), DI
+	SHLL         $0x01, SI
+	ANDL         $0x00000100, SI
+	ORQ          SI, DI
+	VPINSRD      $0x03, (BX)(DI*4), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	VPBROADCASTD 90(AX), Y4
+	VPSHUFB      iq2SignSpread<>+0(SB), Y4, Y4
+	VPAND        iq2SignBit<>+0(SB), Y4, Y4
+	VPCMPEQB     iq2SignBit<>+0(SB), Y4, Y4
+	VPOR         onesU8<>+0(SB), Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	MOVBLZX      108(AX), SI
+	ANDL         $0x0000000f, SI
+	LEAL         1(SI)(SI*1), SI
+	VMOVD        SI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      132(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVBLZX      71(AX), SI
+	MOVBQZX      42(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPBROADCASTD (BX)(DI*4), Y3
+	MOVBQZX      43(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x07, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x01, (BX)(DI*4), X3, X3
+	MOVBQZX      44(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x06, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x02, (BX)(DI*4), X3, X3
+	MOVBQZX      45(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x05, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x03, (BX)(DI*4), X3, X3
+	MOVBQZX      46(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPBROADCASTD (BX)(DI*4), Y4
+	MOVBQZX      47(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x03, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x01, (BX)(DI*4), X4, X4
+	MOVBQZX      48(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x02, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x02, (BX)(DI*4), X4, X4
+	MOVBQZX      49(AX), DI
+	SHLL         $0x01, SI
+	ANDL         $0x00000100, SI
+	ORQ          SI, DI
+	VPINSRD      $0x03, (BX)(DI*4), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	VPBROADCASTD 94(AX), Y4
+	VPSHUFB      iq2SignSpread<>+0(SB), Y4, Y4
+	VPAND        iq2SignBit<>+0(SB), Y4, Y4
+	VPCMPEQB     iq2SignBit<>+0(SB), Y4, Y4
+	VPOR         onesU8<>+0(SB), Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	MOVBLZX      108(AX), SI
+	SHRL         $0x04, SI
+	ANDL         $0x0000000f, SI
+	LEAL         1(SI)(SI*1), SI
+	VMOVD        SI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      164(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVBLZX      72(AX), SI
+	MOVBQZX      50(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPBROADCASTD (BX)(DI*4), Y3
+	MOVBQZX      51(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x07, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x01, (BX)(DI*4), X3, X3
+	MOVBQZX      52(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x06, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x02, (BX)(DI*4), X3, X3
+	MOVBQZX      53(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x05, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x03, (BX)(DI*4), X3, X3
+	MOVBQZX      54(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPBROADCASTD (BX)(DI*4), Y4
+	MOVBQZX      55(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x03, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x01, (BX)(DI*4), X4, X4
+	MOVBQZX      56(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x02, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x02, (BX)(DI*4), X4, X4
+	MOVBQZX      57(AX), DI
+	SHLL         $0x01, SI
+	ANDL         $0x00000100, SI
+	ORQ          SI, DI
+	VPINSRD      $0x03, (BX)(DI*4), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	VPBROADCASTD 98(AX), Y4
+	VPSHUFB      iq2SignSpread<>+0(SB), Y4, Y4
+	VPAND        iq2SignBit<>+0(SB), Y4, Y4
+	VPCMPEQB     iq2SignBit<>+0(SB), Y4, Y4
+	VPOR         onesU8<>+0(SB), Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	MOVBLZX      109(AX), SI
+	ANDL         $0x0000000f, SI
+	LEAL         1(SI)(SI*1), SI
+	VMOVD        SI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      196(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	MOVBLZX      73(AX), SI
+	MOVBQZX      58(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPBROADCASTD (BX)(DI*4), Y3
+	MOVBQZX      59(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x07, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x01, (BX)(DI*4), X3, X3
+	MOVBQZX      60(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x06, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x02, (BX)(DI*4), X3, X3
+	MOVBQZX      61(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x05, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x03, (BX)(DI*4), X3, X3
+	MOVBQZX      62(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPBROADCASTD (BX)(DI*4), Y4
+	MOVBQZX      63(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x03, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x01, (BX)(DI*4), X4, X4
+	MOVBQZX      64(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x02, R8
+	ANDL         $0x00000100, R8
+	ORQ          R8, DI
+	VPINSRD      $0x02, (BX)(DI*4), X4, X4
+	MOVBQZX      65(AX), DI
+	SHLL         $0x01, SI
+	ANDL         $0x00000100, SI
+	ORQ          SI, DI
+	VPINSRD      $0x03, (BX)(DI*4), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	VPBROADCASTD 102(AX), Y4
+	VPSHUFB      iq2SignSpread<>+0(SB), Y4, Y4
+	VPAND        iq2SignBit<>+0(SB), Y4, Y4
+	VPCMPEQB     iq2SignBit<>+0(SB), Y4, Y4
+	VPOR         onesU8<>+0(SB), Y4, Y4
+	VPSIGNB      Y4, Y3, Y3
+	MOVBLZX      109(AX), SI
+	SHRL         $0x04, SI
+	ANDL         $0x0000000f, SI
+	LEAL         1(SI)(SI*1), SI
+	VMOVD        SI, X4
+	VPBROADCASTW X4, Y4
+	VMOVDQU      228(CX), Y5
+	VPSIGNB      Y5, Y5, Y6
+	VPSIGNB      Y5, Y3, Y3
+	VPMADDUBSW   Y3, Y6, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VPADDD       Y3, Y2, Y2
+	VCVTDQ2PS    Y2, Y2
+	VPBROADCASTW (AX), X3
+	VCVTPH2PS    X3, Y3
+	VMULPS       Y1, Y3, Y3
+	VFMADD231PS  Y2, Y3, Y0
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	MOVQ         out+40(FP), AX
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ3_SR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ3_SR4C1(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	LEAQ   ·iq3sGrid+0(SB), R9
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT1   (CX)
+	PREFETCHT1   64(CX)
+	PREFETCHT1   128(CX)
+	PREFETCHT1   192(CX)
+	PREFETCHT1   256(CX)
+	PREFETCHT1   320(CX)
+	PREFETCHT1   384(CX)
+	ADDQ         $0x000001b8, CX
+	VBROADCASTSS (DI), Y4
+	MOVBLZX      66(AX), R10
+	MOVBQZX      2(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y5
+	MOVBQZX      3(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X5, X5
+	MOVBQZX      4(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X5, X5
+	MOVBQZX      5(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X5, X5
+	MOVBQZX      6(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      7(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      8(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      9(AX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	VINSERTI128  $0x01, X6, Y5, Y5
+	VPBROADCASTD 74(AX), Y6
+	VPSHUFB      iq2SignSpread<>+0(SB), Y6, Y6
+	VPAND        iq2SignBit<>+0(SB), Y6, Y6
+	VPCMPEQB     iq2SignBit<>+0(SB), Y6, Y6
+	VPOR         onesU8<>+0(SB), Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	MOVBLZX      106(AX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVBLZX      67(AX), R10
+	MOVBQZX      10(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      11(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      12(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      13(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      14(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      15(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      16(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      17(AX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 78(AX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      106(AX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      68(AX), R10
+	MOVBQZX      18(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      19(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      20(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      21(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      22(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      23(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      24(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      25(AX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 82(AX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      107(AX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      69(AX), R10
+	MOVBQZX      26(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      27(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      28(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      29(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      30(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      31(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      32(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      33(AX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 86(AX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      107(AX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      70(AX), R10
+	MOVBQZX      34(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      35(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      36(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      37(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      38(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      39(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      40(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      41(AX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 90(AX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      108(AX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      71(AX), R10
+	MOVBQZX      42(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      43(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      44(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      45(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      46(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      47(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      48(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      49(AX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 94(AX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      108(AX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      72(AX), R10
+	MOVBQZX      50(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      51(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      52(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      53(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      54(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      55(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      56(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      57(AX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 98(AX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      109(AX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      73(AX), R10
+	MOVBQZX      58(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      59(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      60(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      61(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      62(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      63(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      64(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      65(AX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 102(AX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      109(AX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (AX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y0
+	MOVBLZX      66(DX), R10
+	MOVBQZX      2(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y5
+	MOVBQZX      3(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X5, X5
+	MOVBQZX      4(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X5, X5
+	MOVBQZX      5(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X5, X5
+	MOVBQZX      6(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      7(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      8(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      9(DX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	VINSERTI128  $0x01, X6, Y5, Y5
+	VPBROADCASTD 74(DX), Y6
+	VPSHUFB      iq2SignSpread<>+0(SB), Y6, Y6
+	VPAND        iq2SignBit<>+0(SB), Y6, Y6
+	VPCMPEQB     iq2SignBit<>+0(SB), Y6, Y6
+	VPOR         onesU8<>+0(SB), Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	MOVBLZX      106(DX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVBLZX      67(DX), R10
+	MOVBQZX      10(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      11(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      12(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      13(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      14(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      15(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      16(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      17(DX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 78(DX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      106(DX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      68(DX), R10
+	MOVBQZX      18(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      19(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      20(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      21(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      22(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      23(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      24(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      25(DX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 82(DX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      107(DX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      69(DX), R10
+	MOVBQZX      26(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      27(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      28(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      29(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      30(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      31(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      32(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      33(DX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 86(DX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      107(DX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      70(DX), R10
+	MOVBQZX      34(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      35(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      36(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      37(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      38(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      39(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      40(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      41(DX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 90(DX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      108(DX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      71(DX), R10
+	MOVBQZX      42(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      43(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      44(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      45(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      46(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      47(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      48(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      49(DX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 94(DX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      108(DX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      72(DX), R10
+	MOVBQZX      50(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      51(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      52(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      53(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      54(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      55(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      56(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      57(DX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 98(DX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      109(DX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      73(DX), R10
+	MOVBQZX      58(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      59(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      60(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      61(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      62(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      63(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      64(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      65(DX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 102(DX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      109(DX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (DX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y1
+	MOVBLZX      66(BX), R10
+	MOVBQZX      2(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y5
+	MOVBQZX      3(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X5, X5
+	MOVBQZX      4(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X5, X5
+	MOVBQZX      5(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X5, X5
+	MOVBQZX      6(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      7(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      8(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      9(BX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	VINSERTI128  $0x01, X6, Y5, Y5
+	VPBROADCASTD 74(BX), Y6
+	VPSHUFB      iq2SignSpread<>+0(SB), Y6, Y6
+	VPAND        iq2SignBit<>+0(SB), Y6, Y6
+	VPCMPEQB     iq2SignBit<>+0(SB), Y6, Y6
+	VPOR         onesU8<>+0(SB), Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	MOVBLZX      106(BX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVBLZX      67(BX), R10
+	MOVBQZX      10(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      11(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      12(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      13(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      14(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      15(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      16(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      17(BX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 78(BX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      106(BX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      68(BX), R10
+	MOVBQZX      18(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      19(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      20(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      21(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      22(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      23(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      24(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      25(BX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 82(BX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      107(BX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      69(BX), R10
+	MOVBQZX      26(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      27(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      28(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      29(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      30(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      31(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      32(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      33(BX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 86(BX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      107(BX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      70(BX), R10
+	MOVBQZX      34(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      35(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      36(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      37(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      38(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      39(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      40(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      41(BX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 90(BX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      108(BX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      71(BX), R10
+	MOVBQZX      42(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      43(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      44(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      45(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      46(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      47(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      48(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      49(BX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 94(BX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      108(BX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      72(BX), R10
+	MOVBQZX      50(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      51(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      52(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      53(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      54(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      55(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      56(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      57(BX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 98(BX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      109(BX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      73(BX), R10
+	MOVBQZX      58(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      59(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      60(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      61(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      62(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      63(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      64(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      65(BX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 102(BX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      109(BX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (BX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y2
+	MOVBLZX      66(SI), R10
+	MOVBQZX      2(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y5
+	MOVBQZX      3(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X5, X5
+	MOVBQZX      4(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X5, X5
+	MOVBQZX      5(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X5, X5
+	MOVBQZX      6(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      7(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      8(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      9(SI), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	VINSERTI128  $0x01, X6, Y5, Y5
+	VPBROADCASTD 74(SI), Y6
+	VPSHUFB      iq2SignSpread<>+0(SB), Y6, Y6
+	VPAND        iq2SignBit<>+0(SB), Y6, Y6
+	VPCMPEQB     iq2SignBit<>+0(SB), Y6, Y6
+	VPOR         onesU8<>+0(SB), Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	MOVBLZX      106(SI), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVBLZX      67(SI), R10
+	MOVBQZX      10(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      11(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      12(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      13(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      14(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      15(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      16(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      17(SI), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 78(SI), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      106(SI), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      68(SI), R10
+	MOVBQZX      18(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      19(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      20(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      21(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      22(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      23(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      24(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      25(SI), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 82(SI), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      107(SI), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      69(SI), R10
+	MOVBQZX      26(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      27(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      28(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      29(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      30(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      31(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      32(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      33(SI), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 86(SI), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      107(SI), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      70(SI), R10
+	MOVBQZX      34(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      35(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      36(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      37(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      38(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      39(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      40(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      41(SI), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 90(SI), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      108(SI), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      71(SI), R10
+	MOVBQZX      42(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      43(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      44(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      45(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      46(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      47(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      48(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      49(SI), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 94(SI), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      108(SI), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      72(SI), R10
+	MOVBQZX      50(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      51(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      52(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      53(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      54(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      55(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      56(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      57(SI), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 98(SI), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      109(SI), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      73(SI), R10
+	MOVBQZX      58(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      59(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      60(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      61(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      62(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      63(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      64(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      65(SI), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 102(SI), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      109(SI), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (SI), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y3
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x0000006e, DX
+	ADDQ         $0x0000006e, BX
+	ADDQ         $0x0000006e, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (AX)
 	VZEROUPPER
 	RET
 
@@ -21435,6 +31194,7462 @@ done:
 	VHADDPS      X3, X2, X2
 	VHADDPS      X2, X0, X0
 	VMOVUPS      X0, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ2_XXSR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ2_XXSR4C1T0(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	LEAQ   ·iq2xxsGrid+0(SB), R9
+	LEAQ   ·iq2Signs64+0(SB), R10
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT0   (CX)
+	PREFETCHT0   64(CX)
+	PREFETCHT0   128(CX)
+	PREFETCHT0   192(CX)
+	PREFETCHT0   256(CX)
+	ADDQ         $0x00000108, CX
+	VBROADCASTSS (DI), Y4
+	VMULPS       iq2Eighth<>+0(SB), Y4, Y4
+	MOVL         6(AX), R11
+	MOVBQZX      2(AX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y5
+	VPBROADCASTQ (R10)(R13*8), Y6
+	MOVBQZX      3(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X5, X5
+	VPINSRQ      $0x01, (R10)(R13*8), X6, X6
+	MOVBQZX      4(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y7
+	VPBROADCASTQ (R10)(R13*8), Y8
+	MOVBQZX      5(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R13*8), X8, X8
+	VINSERTI128  $0x01, X7, Y5, Y5
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVL         14(AX), R11
+	MOVBQZX      10(AX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      11(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      12(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      13(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         22(AX), R11
+	MOVBQZX      18(AX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      19(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      20(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      21(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         30(AX), R11
+	MOVBQZX      26(AX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      27(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      28(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      29(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         38(AX), R11
+	MOVBQZX      34(AX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      35(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      36(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      37(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         46(AX), R11
+	MOVBQZX      42(AX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      43(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      44(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      45(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         54(AX), R11
+	MOVBQZX      50(AX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      51(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      52(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      53(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         62(AX), R11
+	MOVBQZX      58(AX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      59(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      60(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      61(AX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (AX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y0
+	MOVL         6(DX), R11
+	MOVBQZX      2(DX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y5
+	VPBROADCASTQ (R10)(R13*8), Y6
+	MOVBQZX      3(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X5, X5
+	VPINSRQ      $0x01, (R10)(R13*8), X6, X6
+	MOVBQZX      4(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y7
+	VPBROADCASTQ (R10)(R13*8), Y8
+	MOVBQZX      5(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R13*8), X8, X8
+	VINSERTI128  $0x01, X7, Y5, Y5
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVL         14(DX), R11
+	MOVBQZX      10(DX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      11(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      12(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      13(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         22(DX), R11
+	MOVBQZX      18(DX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      19(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      20(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      21(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         30(DX), R11
+	MOVBQZX      26(DX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      27(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      28(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      29(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         38(DX), R11
+	MOVBQZX      34(DX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      35(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      36(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      37(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         46(DX), R11
+	MOVBQZX      42(DX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      43(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      44(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      45(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         54(DX), R11
+	MOVBQZX      50(DX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      51(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      52(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      53(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         62(DX), R11
+	MOVBQZX      58(DX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      59(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      60(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      61(DX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (DX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y1
+	MOVL         6(BX), R11
+	MOVBQZX      2(BX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y5
+	VPBROADCASTQ (R10)(R13*8), Y6
+	MOVBQZX      3(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X5, X5
+	VPINSRQ      $0x01, (R10)(R13*8), X6, X6
+	MOVBQZX      4(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y7
+	VPBROADCASTQ (R10)(R13*8), Y8
+	MOVBQZX      5(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R13*8), X8, X8
+	VINSERTI128  $0x01, X7, Y5, Y5
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVL         14(BX), R11
+	MOVBQZX      10(BX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      11(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      12(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      13(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         22(BX), R11
+	MOVBQZX      18(BX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      19(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      20(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      21(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         30(BX), R11
+	MOVBQZX      26(BX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      27(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      28(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      29(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         38(BX), R11
+	MOVBQZX      34(BX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      35(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      36(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      37(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         46(BX), R11
+	MOVBQZX      42(BX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      43(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      44(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      45(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         54(BX), R11
+	MOVBQZX      50(BX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      51(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      52(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      53(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         62(BX), R11
+	MOVBQZX      58(BX), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      59(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      60(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      61(BX), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (BX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y2
+	MOVL         6(SI), R11
+	MOVBQZX      2(SI), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y5
+	VPBROADCASTQ (R10)(R13*8), Y6
+	MOVBQZX      3(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X5, X5
+	VPINSRQ      $0x01, (R10)(R13*8), X6, X6
+	MOVBQZX      4(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y7
+	VPBROADCASTQ (R10)(R13*8), Y8
+	MOVBQZX      5(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R13*8), X8, X8
+	VINSERTI128  $0x01, X7, Y5, Y5
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVL         14(SI), R11
+	MOVBQZX      10(SI), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      11(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      12(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      13(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         22(SI), R11
+	MOVBQZX      18(SI), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      19(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      20(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      21(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         30(SI), R11
+	MOVBQZX      26(SI), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      27(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      28(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      29(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         38(SI), R11
+	MOVBQZX      34(SI), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      35(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      36(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      37(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         46(SI), R11
+	MOVBQZX      42(SI), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      43(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      44(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      45(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         54(SI), R11
+	MOVBQZX      50(SI), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      51(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      52(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      53(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVL         62(SI), R11
+	MOVBQZX      58(SI), R12
+	MOVL         R11, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y6
+	VPBROADCASTQ (R10)(R13*8), Y7
+	MOVBQZX      59(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x07, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R13*8), X7, X7
+	MOVBQZX      60(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x0e, R13
+	ANDL         $0x0000007f, R13
+	VPBROADCASTQ (R9)(R12*8), Y8
+	VPBROADCASTQ (R10)(R13*8), Y9
+	MOVBQZX      61(SI), R12
+	MOVL         R11, R13
+	SHRL         $0x15, R13
+	ANDL         $0x0000007f, R13
+	VPINSRQ      $0x01, (R9)(R12*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R13*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (SI), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y3
+	ADDQ         $0x00000042, AX
+	ADDQ         $0x00000042, DX
+	ADDQ         $0x00000042, BX
+	ADDQ         $0x00000042, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ2_XSR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ2_XSR4C1T0(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	LEAQ   ·iq2xsGrid+0(SB), R9
+	LEAQ   ·iq2Signs64+0(SB), R10
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT0   (CX)
+	PREFETCHT0   64(CX)
+	PREFETCHT0   128(CX)
+	PREFETCHT0   192(CX)
+	PREFETCHT0   256(CX)
+	ADDQ         $0x00000128, CX
+	VBROADCASTSS (DI), Y4
+	VMULPS       iq2Eighth<>+0(SB), Y4, Y4
+	VPBROADCASTQ 66(AX), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPBLENDD     $0xf0, Y6, Y5, Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       onesU8<>+0(SB), Y5, Y5
+	MOVWQZX      2(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVWQZX      4(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVWQZX      6(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	VPBROADCASTQ (R10)(R12*8), Y9
+	MOVWQZX      8(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R12*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y6, Y6
+	VPMADDUBSW   Y6, Y8, Y6
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y5, Y7
+	VPMADDWD     Y7, Y6, Y6
+	MOVWQZX      10(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      12(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      14(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      16(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      18(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      20(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      22(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      24(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      26(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      28(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      30(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      32(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      34(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      36(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      38(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      40(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      42(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      44(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      46(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      48(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      50(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      52(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      54(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      56(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      58(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      60(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      62(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      64(AX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (AX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y0
+	VPBROADCASTQ 66(DX), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPBLENDD     $0xf0, Y6, Y5, Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       onesU8<>+0(SB), Y5, Y5
+	MOVWQZX      2(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVWQZX      4(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVWQZX      6(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	VPBROADCASTQ (R10)(R12*8), Y9
+	MOVWQZX      8(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R12*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y6, Y6
+	VPMADDUBSW   Y6, Y8, Y6
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y5, Y7
+	VPMADDWD     Y7, Y6, Y6
+	MOVWQZX      10(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      12(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      14(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      16(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      18(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      20(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      22(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      24(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      26(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      28(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      30(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      32(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      34(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      36(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      38(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      40(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      42(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      44(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      46(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      48(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      50(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      52(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      54(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      56(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      58(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      60(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      62(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      64(DX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (DX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y1
+	VPBROADCASTQ 66(BX), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPBLENDD     $0xf0, Y6, Y5, Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       onesU8<>+0(SB), Y5, Y5
+	MOVWQZX      2(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVWQZX      4(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVWQZX      6(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	VPBROADCASTQ (R10)(R12*8), Y9
+	MOVWQZX      8(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R12*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y6, Y6
+	VPMADDUBSW   Y6, Y8, Y6
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y5, Y7
+	VPMADDWD     Y7, Y6, Y6
+	MOVWQZX      10(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      12(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      14(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      16(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      18(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      20(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      22(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      24(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      26(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      28(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      30(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      32(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      34(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      36(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      38(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      40(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      42(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      44(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      46(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      48(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      50(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      52(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      54(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      56(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      58(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      60(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      62(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      64(BX), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (BX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y2
+	VPBROADCASTQ 66(SI), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPBLENDD     $0xf0, Y6, Y5, Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       onesU8<>+0(SB), Y5, Y5
+	MOVWQZX      2(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVWQZX      4(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVWQZX      6(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	VPBROADCASTQ (R10)(R12*8), Y9
+	MOVWQZX      8(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VPINSRQ      $0x01, (R10)(R12*8), X9, X9
+	VINSERTI128  $0x01, X8, Y6, Y6
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y6, Y6
+	VPMADDUBSW   Y6, Y8, Y6
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y5, Y7
+	VPMADDWD     Y7, Y6, Y6
+	MOVWQZX      10(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      12(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      14(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      16(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      18(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      20(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      22(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      24(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      26(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      28(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      30(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      32(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      34(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      36(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      38(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      40(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      42(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      44(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      46(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      48(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      50(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      52(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      54(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      56(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVWQZX      58(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVWQZX      60(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	MOVWQZX      62(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	VPBROADCASTQ (R10)(R12*8), Y10
+	MOVWQZX      64(SI), R11
+	MOVQ         R11, R12
+	SHRQ         $0x09, R12
+	ANDQ         $0x000001ff, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VPINSRQ      $0x01, (R10)(R12*8), X10, X10
+	VINSERTI128  $0x01, X9, Y7, Y7
+	VINSERTI128  $0x01, X10, Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (SI), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         $0x0000004a, AX
+	ADDQ         $0x0000004a, DX
+	ADDQ         $0x0000004a, BX
+	ADDQ         $0x0000004a, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ2_SR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ2_SR4C1T0(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	LEAQ   ·iq2sGrid+0(SB), R9
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT0   (CX)
+	PREFETCHT0   64(CX)
+	PREFETCHT0   128(CX)
+	PREFETCHT0   192(CX)
+	PREFETCHT0   256(CX)
+	PREFETCHT0   320(CX)
+	ADDQ         $0x00000148, CX
+	VBROADCASTSS (DI), Y4
+	VMULPS       iq2Eighth<>+0(SB), Y4, Y4
+	VPBROADCASTQ 74(AX), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPBLENDD     $0xf0, Y6, Y5, Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       onesU8<>+0(SB), Y5, Y5
+	MOVBLZX      66(AX), R10
+	MOVBQZX      2(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	MOVBQZX      3(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	MOVBQZX      4(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      5(AX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 34(AX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y6, Y6
+	VPMADDUBSW   Y6, Y8, Y6
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y5, Y7
+	VPMADDWD     Y7, Y6, Y6
+	MOVBLZX      67(AX), R10
+	MOVBQZX      6(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      7(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      8(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      9(AX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 38(AX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      68(AX), R10
+	MOVBQZX      10(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      11(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      12(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      13(AX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 42(AX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      69(AX), R10
+	MOVBQZX      14(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      15(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      16(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      17(AX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 46(AX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      70(AX), R10
+	MOVBQZX      18(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      19(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      20(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      21(AX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 50(AX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      71(AX), R10
+	MOVBQZX      22(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      23(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      24(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      25(AX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 54(AX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      72(AX), R10
+	MOVBQZX      26(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      27(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      28(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      29(AX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 58(AX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      73(AX), R10
+	MOVBQZX      30(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      31(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      32(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      33(AX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 62(AX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (AX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y0
+	VPBROADCASTQ 74(DX), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPBLENDD     $0xf0, Y6, Y5, Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       onesU8<>+0(SB), Y5, Y5
+	MOVBLZX      66(DX), R10
+	MOVBQZX      2(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	MOVBQZX      3(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	MOVBQZX      4(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      5(DX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 34(DX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y6, Y6
+	VPMADDUBSW   Y6, Y8, Y6
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y5, Y7
+	VPMADDWD     Y7, Y6, Y6
+	MOVBLZX      67(DX), R10
+	MOVBQZX      6(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      7(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      8(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      9(DX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 38(DX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      68(DX), R10
+	MOVBQZX      10(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      11(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      12(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      13(DX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 42(DX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      69(DX), R10
+	MOVBQZX      14(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      15(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      16(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      17(DX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 46(DX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      70(DX), R10
+	MOVBQZX      18(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      19(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      20(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      21(DX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 50(DX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      71(DX), R10
+	MOVBQZX      22(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      23(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      24(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      25(DX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 54(DX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      72(DX), R10
+	MOVBQZX      26(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      27(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      28(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      29(DX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 58(DX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      73(DX), R10
+	MOVBQZX      30(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      31(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      32(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      33(DX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 62(DX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (DX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y1
+	VPBROADCASTQ 74(BX), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPBLENDD     $0xf0, Y6, Y5, Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       onesU8<>+0(SB), Y5, Y5
+	MOVBLZX      66(BX), R10
+	MOVBQZX      2(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	MOVBQZX      3(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	MOVBQZX      4(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      5(BX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 34(BX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y6, Y6
+	VPMADDUBSW   Y6, Y8, Y6
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y5, Y7
+	VPMADDWD     Y7, Y6, Y6
+	MOVBLZX      67(BX), R10
+	MOVBQZX      6(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      7(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      8(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      9(BX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 38(BX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      68(BX), R10
+	MOVBQZX      10(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      11(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      12(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      13(BX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 42(BX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      69(BX), R10
+	MOVBQZX      14(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      15(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      16(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      17(BX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 46(BX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      70(BX), R10
+	MOVBQZX      18(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      19(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      20(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      21(BX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 50(BX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      71(BX), R10
+	MOVBQZX      22(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      23(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      24(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      25(BX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 54(BX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      72(BX), R10
+	MOVBQZX      26(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      27(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      28(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      29(BX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 58(BX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      73(BX), R10
+	MOVBQZX      30(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      31(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      32(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      33(BX), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 62(BX), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (BX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y2
+	VPBROADCASTQ 74(SI), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPBLENDD     $0xf0, Y6, Y5, Y5
+	VPAND        c0F<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       onesU8<>+0(SB), Y5, Y5
+	MOVBLZX      66(SI), R10
+	MOVBQZX      2(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	MOVBQZX      3(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	MOVBQZX      4(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      5(SI), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 34(SI), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y6, Y6
+	VPMADDUBSW   Y6, Y8, Y6
+	VPSHUFB      iq2ScaleSel0<>+0(SB), Y5, Y7
+	VPMADDWD     Y7, Y6, Y6
+	MOVBLZX      67(SI), R10
+	MOVBQZX      6(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      7(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      8(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      9(SI), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 38(SI), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel1<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      68(SI), R10
+	MOVBQZX      10(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      11(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      12(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      13(SI), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 42(SI), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel2<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      69(SI), R10
+	MOVBQZX      14(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      15(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      16(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      17(SI), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 46(SI), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel3<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      70(SI), R10
+	MOVBQZX      18(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      19(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      20(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      21(SI), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 50(SI), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel4<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      71(SI), R10
+	MOVBQZX      22(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      23(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      24(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      25(SI), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 54(SI), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel5<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      72(SI), R10
+	MOVBQZX      26(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      27(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      28(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      29(SI), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 58(SI), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel6<>+0(SB), Y5, Y8
+	VPMADDWD     Y8, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	MOVBLZX      73(SI), R10
+	MOVBQZX      30(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      31(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      32(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000300, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      33(SI), R11
+	SHLL         $0x02, R10
+	ANDL         $0x00000300, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTD 62(SI), Y8
+	VPSHUFB      iq2SignSpread<>+0(SB), Y8, Y8
+	VPAND        iq2SignBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq2SignBit<>+0(SB), Y8, Y8
+	VPOR         onesU8<>+0(SB), Y8, Y8
+	VPSIGNB      Y8, Y7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y7, Y7
+	VPMADDUBSW   Y7, Y9, Y7
+	VPSHUFB      iq2ScaleSel7<>+0(SB), Y5, Y5
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (SI), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y3
+	ADDQ         $0x00000052, AX
+	ADDQ         $0x00000052, DX
+	ADDQ         $0x00000052, BX
+	ADDQ         $0x00000052, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ3_XXSR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ3_XXSR4C1T0(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	LEAQ   ·iq3xxsGrid+0(SB), R9
+	LEAQ   ·iq2Signs64+0(SB), R10
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT0   (CX)
+	PREFETCHT0   64(CX)
+	PREFETCHT0   128(CX)
+	PREFETCHT0   192(CX)
+	PREFETCHT0   256(CX)
+	PREFETCHT0   320(CX)
+	PREFETCHT0   384(CX)
+	ADDQ         $0x00000188, CX
+	VBROADCASTSS (DI), Y4
+	VMULPS       iq3Quarter<>+0(SB), Y4, Y4
+	MOVBQZX      2(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y5
+	MOVBQZX      3(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X5, X5
+	MOVBQZX      4(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X5, X5
+	MOVBQZX      5(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X5, X5
+	MOVBQZX      6(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      7(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      8(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      9(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	VINSERTI128  $0x01, X6, Y5, Y5
+	MOVL         66(AX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y6
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X6, X6
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVBQZX      10(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      11(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      12(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      13(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      14(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      15(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      16(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      17(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         70(AX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      18(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      19(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      20(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      21(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      22(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      23(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      24(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      25(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         74(AX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      26(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      27(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      28(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      29(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      30(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      31(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      32(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      33(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         78(AX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      34(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      35(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      36(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      37(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      38(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      39(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      40(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      41(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         82(AX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      42(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      43(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      44(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      45(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      46(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      47(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      48(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      49(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         86(AX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      50(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      51(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      52(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      53(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      54(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      55(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      56(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      57(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         90(AX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      58(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      59(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      60(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      61(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      62(AX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      63(AX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      64(AX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      65(AX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         94(AX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (AX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y0
+	MOVBQZX      2(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y5
+	MOVBQZX      3(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X5, X5
+	MOVBQZX      4(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X5, X5
+	MOVBQZX      5(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X5, X5
+	MOVBQZX      6(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      7(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      8(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      9(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	VINSERTI128  $0x01, X6, Y5, Y5
+	MOVL         66(DX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y6
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X6, X6
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVBQZX      10(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      11(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      12(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      13(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      14(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      15(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      16(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      17(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         70(DX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      18(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      19(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      20(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      21(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      22(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      23(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      24(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      25(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         74(DX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      26(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      27(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      28(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      29(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      30(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      31(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      32(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      33(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         78(DX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      34(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      35(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      36(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      37(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      38(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      39(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      40(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      41(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         82(DX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      42(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      43(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      44(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      45(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      46(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      47(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      48(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      49(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         86(DX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      50(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      51(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      52(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      53(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      54(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      55(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      56(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      57(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         90(DX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      58(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      59(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      60(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      61(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      62(DX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      63(DX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      64(DX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      65(DX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         94(DX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (DX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y1
+	MOVBQZX      2(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y5
+	MOVBQZX      3(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X5, X5
+	MOVBQZX      4(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X5, X5
+	MOVBQZX      5(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X5, X5
+	MOVBQZX      6(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      7(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      8(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      9(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	VINSERTI128  $0x01, X6, Y5, Y5
+	MOVL         66(BX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y6
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X6, X6
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVBQZX      10(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      11(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      12(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      13(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      14(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      15(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      16(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      17(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         70(BX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      18(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      19(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      20(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      21(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      22(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      23(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      24(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      25(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         74(BX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      26(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      27(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      28(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      29(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      30(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      31(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      32(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      33(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         78(BX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      34(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      35(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      36(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      37(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      38(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      39(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      40(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      41(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         82(BX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      42(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      43(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      44(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      45(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      46(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      47(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      48(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      49(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         86(BX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      50(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      51(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      52(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      53(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      54(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      55(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      56(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      57(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         90(BX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      58(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      59(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      60(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      61(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      62(BX), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      63(BX), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      64(BX), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      65(BX), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         94(BX), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (BX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y2
+	MOVBQZX      2(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y5
+	MOVBQZX      3(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X5, X5
+	MOVBQZX      4(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X5, X5
+	MOVBQZX      5(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X5, X5
+	MOVBQZX      6(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      7(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      8(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      9(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	VINSERTI128  $0x01, X6, Y5, Y5
+	MOVL         66(SI), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y6
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X6, X6
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVBQZX      10(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      11(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      12(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      13(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      14(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      15(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      16(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      17(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         70(SI), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      18(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      19(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      20(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      21(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      22(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      23(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      24(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      25(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         74(SI), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      26(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      27(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      28(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      29(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      30(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      31(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      32(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      33(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         78(SI), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      34(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      35(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      36(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      37(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      38(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      39(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      40(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      41(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         82(SI), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      42(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      43(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      44(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      45(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      46(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      47(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      48(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      49(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         86(SI), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      50(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      51(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      52(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      53(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      54(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      55(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      56(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      57(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         90(SI), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBQZX      58(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      59(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      60(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      61(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      62(SI), R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      63(SI), R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      64(SI), R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      65(SI), R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	MOVL         94(SI), R11
+	MOVL         R11, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y7
+	MOVL         R11, R12
+	SHRL         $0x07, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X7, X7
+	MOVL         R11, R12
+	SHRL         $0x0e, R12
+	ANDL         $0x0000007f, R12
+	VPBROADCASTQ (R10)(R12*8), Y8
+	MOVL         R11, R12
+	SHRL         $0x15, R12
+	ANDL         $0x0000007f, R12
+	VPINSRQ      $0x01, (R10)(R12*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	SHRL         $0x1c, R11
+	LEAL         1(R11)(R11*1), R11
+	VMOVD        R11, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (SI), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y3
+	ADDQ         $0x00000062, AX
+	ADDQ         $0x00000062, DX
+	ADDQ         $0x00000062, BX
+	ADDQ         $0x00000062, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ3_SR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ3_SR4C1T0(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	LEAQ   ·iq3sGrid+0(SB), R9
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT0   (CX)
+	PREFETCHT0   64(CX)
+	PREFETCHT0   128(CX)
+	PREFETCHT0   192(CX)
+	PREFETCHT0   256(CX)
+	PREFETCHT0   320(CX)
+	PREFETCHT0   384(CX)
+	ADDQ         $0x000001b8, CX
+	VBROADCASTSS (DI), Y4
+	MOVBLZX      66(AX), R10
+	MOVBQZX      2(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y5
+	MOVBQZX      3(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X5, X5
+	MOVBQZX      4(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X5, X5
+	MOVBQZX      5(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X5, X5
+	MOVBQZX      6(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      7(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      8(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      9(AX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	VINSERTI128  $0x01, X6, Y5, Y5
+	VPBROADCASTD 74(AX), Y6
+	VPSHUFB      iq2SignSpread<>+0(SB), Y6, Y6
+	VPAND        iq2SignBit<>+0(SB), Y6, Y6
+	VPCMPEQB     iq2SignBit<>+0(SB), Y6, Y6
+	VPOR         onesU8<>+0(SB), Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	MOVBLZX      106(AX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVBLZX      67(AX), R10
+	MOVBQZX      10(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      11(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      12(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      13(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      14(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      15(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      16(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      17(AX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 78(AX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      106(AX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      68(AX), R10
+	MOVBQZX      18(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      19(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      20(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      21(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      22(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      23(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      24(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      25(AX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 82(AX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      107(AX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      69(AX), R10
+	MOVBQZX      26(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      27(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      28(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      29(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      30(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      31(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      32(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      33(AX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 86(AX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      107(AX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      70(AX), R10
+	MOVBQZX      34(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      35(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      36(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      37(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      38(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      39(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      40(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      41(AX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 90(AX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      108(AX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      71(AX), R10
+	MOVBQZX      42(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      43(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      44(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      45(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      46(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      47(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      48(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      49(AX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 94(AX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      108(AX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      72(AX), R10
+	MOVBQZX      50(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      51(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      52(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      53(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      54(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      55(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      56(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      57(AX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 98(AX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      109(AX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      73(AX), R10
+	MOVBQZX      58(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      59(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      60(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      61(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      62(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      63(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      64(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      65(AX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 102(AX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      109(AX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (AX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y0
+	MOVBLZX      66(DX), R10
+	MOVBQZX      2(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y5
+	MOVBQZX      3(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X5, X5
+	MOVBQZX      4(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X5, X5
+	MOVBQZX      5(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X5, X5
+	MOVBQZX      6(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      7(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      8(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      9(DX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	VINSERTI128  $0x01, X6, Y5, Y5
+	VPBROADCASTD 74(DX), Y6
+	VPSHUFB      iq2SignSpread<>+0(SB), Y6, Y6
+	VPAND        iq2SignBit<>+0(SB), Y6, Y6
+	VPCMPEQB     iq2SignBit<>+0(SB), Y6, Y6
+	VPOR         onesU8<>+0(SB), Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	MOVBLZX      106(DX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVBLZX      67(DX), R10
+	MOVBQZX      10(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      11(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      12(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      13(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      14(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      15(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      16(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      17(DX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 78(DX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      106(DX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      68(DX), R10
+	MOVBQZX      18(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      19(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      20(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      21(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      22(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      23(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      24(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      25(DX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 82(DX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      107(DX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      69(DX), R10
+	MOVBQZX      26(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      27(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      28(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      29(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      30(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      31(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      32(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      33(DX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 86(DX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      107(DX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      70(DX), R10
+	MOVBQZX      34(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      35(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      36(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      37(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      38(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      39(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      40(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      41(DX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 90(DX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      108(DX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      71(DX), R10
+	MOVBQZX      42(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      43(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      44(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      45(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      46(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      47(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      48(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      49(DX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 94(DX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      108(DX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      72(DX), R10
+	MOVBQZX      50(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      51(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      52(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      53(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      54(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      55(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      56(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      57(DX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 98(DX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      109(DX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      73(DX), R10
+	MOVBQZX      58(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      59(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      60(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      61(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      62(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      63(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      64(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      65(DX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 102(DX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      109(DX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (DX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y1
+	MOVBLZX      66(BX), R10
+	MOVBQZX      2(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y5
+	MOVBQZX      3(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X5, X5
+	MOVBQZX      4(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X5, X5
+	MOVBQZX      5(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X5, X5
+	MOVBQZX      6(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      7(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      8(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      9(BX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	VINSERTI128  $0x01, X6, Y5, Y5
+	VPBROADCASTD 74(BX), Y6
+	VPSHUFB      iq2SignSpread<>+0(SB), Y6, Y6
+	VPAND        iq2SignBit<>+0(SB), Y6, Y6
+	VPCMPEQB     iq2SignBit<>+0(SB), Y6, Y6
+	VPOR         onesU8<>+0(SB), Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	MOVBLZX      106(BX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVBLZX      67(BX), R10
+	MOVBQZX      10(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      11(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      12(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      13(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      14(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      15(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      16(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      17(BX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 78(BX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      106(BX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      68(BX), R10
+	MOVBQZX      18(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      19(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      20(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      21(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      22(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      23(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      24(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      25(BX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 82(BX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      107(BX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      69(BX), R10
+	MOVBQZX      26(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      27(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      28(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      29(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      30(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      31(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      32(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      33(BX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 86(BX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      107(BX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      70(BX), R10
+	MOVBQZX      34(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      35(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      36(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      37(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      38(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      39(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      40(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      41(BX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 90(BX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      108(BX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      71(BX), R10
+	MOVBQZX      42(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      43(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      44(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      45(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      46(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      47(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      48(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      49(BX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 94(BX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      108(BX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      72(BX), R10
+	MOVBQZX      50(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      51(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      52(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      53(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      54(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      55(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      56(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      57(BX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 98(BX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      109(BX), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      73(BX), R10
+	MOVBQZX      58(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      59(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      60(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      61(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      62(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      63(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      64(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      65(BX), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 102(BX), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      109(BX), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (BX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y2
+	MOVBLZX      66(SI), R10
+	MOVBQZX      2(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y5
+	MOVBQZX      3(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X5, X5
+	MOVBQZX      4(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X5, X5
+	MOVBQZX      5(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X5, X5
+	MOVBQZX      6(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      7(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      8(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      9(SI), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	VINSERTI128  $0x01, X6, Y5, Y5
+	VPBROADCASTD 74(SI), Y6
+	VPSHUFB      iq2SignSpread<>+0(SB), Y6, Y6
+	VPAND        iq2SignBit<>+0(SB), Y6, Y6
+	VPCMPEQB     iq2SignBit<>+0(SB), Y6, Y6
+	VPOR         onesU8<>+0(SB), Y6, Y6
+	VPSIGNB      Y6, Y5, Y5
+	MOVBLZX      106(SI), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X6
+	VPBROADCASTW X6, Y6
+	VMOVDQU      4(DI), Y7
+	VPSIGNB      Y7, Y7, Y8
+	VPSIGNB      Y7, Y5, Y5
+	VPMADDUBSW   Y5, Y8, Y5
+	VPMADDWD     Y6, Y5, Y5
+	MOVBLZX      67(SI), R10
+	MOVBQZX      10(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      11(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      12(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      13(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      14(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      15(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      16(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      17(SI), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 78(SI), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      106(SI), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      36(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      68(SI), R10
+	MOVBQZX      18(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      19(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      20(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      21(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      22(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      23(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      24(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      25(SI), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 82(SI), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      107(SI), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      68(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      69(SI), R10
+	MOVBQZX      26(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      27(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      28(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      29(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      30(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      31(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      32(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      33(SI), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 86(SI), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      107(SI), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      100(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      70(SI), R10
+	MOVBQZX      34(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      35(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      36(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      37(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      38(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      39(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      40(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      41(SI), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 90(SI), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      108(SI), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      132(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      71(SI), R10
+	MOVBQZX      42(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      43(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      44(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      45(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      46(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      47(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      48(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      49(SI), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 94(SI), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      108(SI), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      164(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      72(SI), R10
+	MOVBQZX      50(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      51(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      52(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      53(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      54(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      55(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      56(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      57(SI), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 98(SI), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      109(SI), R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      196(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	MOVBLZX      73(SI), R10
+	MOVBQZX      58(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y6
+	MOVBQZX      59(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x07, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X6, X6
+	MOVBQZX      60(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x06, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X6, X6
+	MOVBQZX      61(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x03, (R9)(R11*4), X6, X6
+	MOVBQZX      62(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPBROADCASTD (R9)(R11*4), Y7
+	MOVBQZX      63(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x03, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x01, (R9)(R11*4), X7, X7
+	MOVBQZX      64(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000100, R12
+	ORQ          R12, R11
+	VPINSRD      $0x02, (R9)(R11*4), X7, X7
+	MOVBQZX      65(SI), R11
+	SHLL         $0x01, R10
+	ANDL         $0x00000100, R10
+	ORQ          R10, R11
+	VPINSRD      $0x03, (R9)(R11*4), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTD 102(SI), Y7
+	VPSHUFB      iq2SignSpread<>+0(SB), Y7, Y7
+	VPAND        iq2SignBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq2SignBit<>+0(SB), Y7, Y7
+	VPOR         onesU8<>+0(SB), Y7, Y7
+	VPSIGNB      Y7, Y6, Y6
+	MOVBLZX      109(SI), R10
+	SHRL         $0x04, R10
+	ANDL         $0x0000000f, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VMOVDQU      228(DI), Y8
+	VPSIGNB      Y8, Y8, Y9
+	VPSIGNB      Y8, Y6, Y6
+	VPMADDUBSW   Y6, Y9, Y6
+	VPMADDWD     Y7, Y6, Y6
+	VPADDD       Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (SI), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y4, Y6, Y6
+	VFMADD231PS  Y5, Y6, Y3
+	ADDQ         $0x0000006e, AX
+	ADDQ         $0x0000006e, DX
+	ADDQ         $0x0000006e, BX
+	ADDQ         $0x0000006e, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (AX)
 	VZEROUPPER
 	RET
 

@@ -260,3 +260,162 @@ func dotIQ4_XSQ8_KGeneric(nb int, w, a []byte) float32 {
 	}
 	return sumf
 }
+
+// dotIQ2_XSQ8_KGeneric follows ggml_vec_dot_iq2_xs_q8_K_generic: per group
+// of 8 the integer dot of the signed codebook magnitudes with the quants,
+// per 16 weights times the odd multiplier 2s+1, added in int32 over the
+// super-block; the sum of d_x·d_y·isum over the blocks, times 1/8 at the
+// end (the multiplier is (0.5+s)/4 = (2s+1)/8).
+func dotIQ2_XSQ8_KGeneric(nb int, w, a []byte) float32 {
+	const bx, by = quant.BlockIQ2_XS, quant.BlockQ8_K
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		d := f16(x) * f32(y)
+		var bsum int32
+		for h := 0; h < quant.QKK/16; h++ {
+			ls := int32(x[66+h/2]>>(4*(h%2))&0xf)*2 + 1
+			var sumi int32
+			for g := 2 * h; g < 2*h+2; g++ {
+				q := binary.LittleEndian.Uint16(x[2+2*g:])
+				sumi += iq2Sum(&quant.IQ2XSGrid[q&511], quant.IQ2Signs[q>>9], (*[8]byte)(y[4+8*g:]))
+			}
+			bsum += sumi * ls
+		}
+		sumf += d * float32(bsum)
+	}
+	return 0.125 * sumf
+}
+
+// iq2Sum is the integer dot of one IQ2 group (codebook point pt, 8 sign
+// bits) with 8 quants.
+func iq2Sum(pt *[8]uint8, signs uint8, q8 *[8]byte) int32 {
+	var s int32
+	for j, m := range pt {
+		p := int32(m) * int32(int8(q8[j]))
+		if signs>>j&1 != 0 {
+			p = -p
+		}
+		s += p
+	}
+	return s
+}
+
+// dotIQ2_XXSQ8_KGeneric follows ggml_vec_dot_iq2_xxs_q8_K_generic: as
+// dotIQ2_XSQ8_KGeneric with one multiplier per 32 weights.
+func dotIQ2_XXSQ8_KGeneric(nb int, w, a []byte) float32 {
+	const bx, by = quant.BlockIQ2_XXS, quant.BlockQ8_K
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		d := f16(x) * f32(y)
+		var bsum int32
+		for ib := 0; ib < quant.QKK/32; ib++ {
+			c := x[2+8*ib : 2+8*ib+8]
+			aux := binary.LittleEndian.Uint32(c[4:])
+			var sumi int32
+			for l := 0; l < 4; l++ {
+				sumi += iq2Sum(&quant.IQ2XXSGrid[c[l]], quant.IQ2Signs[aux>>(7*l)&127], (*[8]byte)(y[4+32*ib+8*l:]))
+			}
+			bsum += sumi * int32(2*(aux>>28)+1)
+		}
+		sumf += d * float32(bsum)
+	}
+	return 0.125 * sumf
+}
+
+// dotIQ2_SQ8_KGeneric follows ggml_vec_dot_iq2_s_q8_K_generic: as
+// dotIQ2_XSQ8_KGeneric with 10-bit grid indices and 8 stored signs.
+func dotIQ2_SQ8_KGeneric(nb int, w, a []byte) float32 {
+	const bx, by = quant.BlockIQ2_S, quant.BlockQ8_K
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		d := f16(x) * f32(y)
+		var bsum int32
+		for h := 0; h < quant.QKK/16; h++ {
+			ls := int32(x[74+h/2]>>(4*(h%2))&0xf)*2 + 1
+			var sumi int32
+			for g := 2 * h; g < 2*h+2; g++ {
+				idx := int(x[2+g]) | int(x[66+g/4]>>(2*(g%4))&3)<<8
+				sumi += iq2Sum(&quant.IQ2SGrid[idx], x[34+g], (*[8]byte)(y[4+8*g:]))
+			}
+			bsum += sumi * ls
+		}
+		sumf += d * float32(bsum)
+	}
+	return 0.125 * sumf
+}
+
+// dotIQ3_XXSQ8_KGeneric follows ggml_vec_dot_iq3_xxs_q8_K_generic: per
+// group of 8 the integer dot of the two signed points' magnitudes with the
+// quants, per 32 weights times 2s+1, added in int32 over the super-block;
+// times 1/4 at the end (the multiplier is (0.5+s)/2 = (2s+1)/4).
+func dotIQ3_XXSQ8_KGeneric(nb int, w, a []byte) float32 {
+	const bx, by = quant.BlockIQ3_XXS, quant.BlockQ8_K
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		d := f16(x) * f32(y)
+		var bsum int32
+		for ib := 0; ib < quant.QKK/32; ib++ {
+			q := x[2+8*ib : 2+8*ib+8]
+			aux := binary.LittleEndian.Uint32(x[66+4*ib:])
+			var sumi int32
+			for l := 0; l < 4; l++ {
+				sumi += iq3Sum(&quant.IQ3XXSGrid[q[2*l]], &quant.IQ3XXSGrid[q[2*l+1]], quant.IQ2Signs[aux>>(7*l)&127], (*[8]byte)(y[4+32*ib+8*l:]))
+			}
+			bsum += sumi * int32(2*(aux>>28)+1)
+		}
+		sumf += d * float32(bsum)
+	}
+	return 0.25 * sumf
+}
+
+// dotIQ3_SQ8_KGeneric follows ggml_vec_dot_iq3_s_q8_K_generic: as
+// dotIQ3_XXSQ8_KGeneric with 9-bit point indices, 8 stored signs and the
+// multiplier 2s+1 itself.
+func dotIQ3_SQ8_KGeneric(nb int, w, a []byte) float32 {
+	const bx, by = quant.BlockIQ3_S, quant.BlockQ8_K
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		d := f16(x) * f32(y)
+		var bsum int32
+		for ib := 0; ib < quant.QKK/32; ib++ {
+			q, qh := x[2+8*ib:2+8*ib+8], int(x[66+ib])
+			var sumi int32
+			for l := 0; l < 4; l++ {
+				i0 := int(q[2*l]) | (qh>>(2*l)&1)<<8
+				i1 := int(q[2*l+1]) | (qh>>(2*l+1)&1)<<8
+				sumi += iq3Sum(&quant.IQ3SGrid[i0], &quant.IQ3SGrid[i1], x[74+4*ib+l], (*[8]byte)(y[4+32*ib+8*l:]))
+			}
+			bsum += sumi * int32(2*(x[106+ib/2]>>(4*(ib%2))&0xf)+1)
+		}
+		sumf += d * float32(bsum)
+	}
+	return sumf
+}
+
+// iq3Sum is the integer dot of one IQ3 group (points p0 and p1, 8 sign
+// bits) with 8 quants.
+func iq3Sum(p0, p1 *[4]uint8, signs uint8, q8 *[8]byte) int32 {
+	var s int32
+	for j := 0; j < 8; j++ {
+		m := p0[j%4]
+		if j >= 4 {
+			m = p1[j%4]
+		}
+		p := int32(m) * int32(int8(q8[j]))
+		if signs>>j&1 != 0 {
+			p = -p
+		}
+		s += p
+	}
+	return s
+}

@@ -16,6 +16,7 @@ import (
 var fastTypes = []quant.Type{
 	quant.F32, quant.F16, quant.BF16, quant.Q4_0, quant.Q5_0, quant.Q8_0,
 	quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_NL, quant.IQ4_XS,
+	quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ3_XXS, quant.IQ3_S,
 }
 
 // eachLevel runs f under every kernel set this CPU and build can run, after
@@ -127,7 +128,8 @@ func TestVecDotExtremes(t *testing.T) {
 
 func isScaleByte(typ quant.Type, i int) bool {
 	switch typ {
-	case quant.Q4_0, quant.Q5_0, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.IQ4_NL, quant.IQ4_XS:
+	case quant.Q4_0, quant.Q5_0, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.IQ4_NL, quant.IQ4_XS,
+		quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ3_XXS, quant.IQ3_S:
 		return i < 2
 	case quant.Q6_K:
 		return i >= 208
@@ -138,7 +140,8 @@ func isScaleByte(typ quant.Type, i int) bool {
 // fixScales sets the float scales of a block to finite values.
 func fixScales(typ quant.Type, blk []byte) {
 	switch typ {
-	case quant.Q4_0, quant.Q5_0, quant.Q8_0, quant.IQ4_NL, quant.IQ4_XS:
+	case quant.Q4_0, quant.Q5_0, quant.Q8_0, quant.IQ4_NL, quant.IQ4_XS,
+		quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ3_XXS, quant.IQ3_S:
 		blk[0], blk[1] = 0x00, 0x2c // 1/16
 	case quant.Q4_K, quant.Q5_K:
 		blk[0], blk[1], blk[2], blk[3] = 0x00, 0x2c, 0x00, 0x28

@@ -35,6 +35,11 @@ import (
 //	Q6_K  · Q8_K  ggml_vec_dot_q6_K_q8_K_generic
 //	IQ4_NL · Q8_0 ggml_vec_dot_iq4_nl_q8_0_generic
 //	IQ4_XS · Q8_K ggml_vec_dot_iq4_xs_q8_K_generic
+//	IQ2_XXS · Q8_K ggml_vec_dot_iq2_xxs_q8_K_generic
+//	IQ2_XS · Q8_K ggml_vec_dot_iq2_xs_q8_K_generic
+//	IQ2_S · Q8_K  ggml_vec_dot_iq2_s_q8_K_generic
+//	IQ3_XXS · Q8_K ggml_vec_dot_iq3_xxs_q8_K_generic
+//	IQ3_S · Q8_K  ggml_vec_dot_iq3_s_q8_K_generic
 //	Q8_1  · Q8_1  (no ggml kernel; same scheme as Q8_0 · Q8_0)
 //	Q8_K  · Q8_K  (no ggml kernel; same scheme as Q8_0 · Q8_0)
 func VecDot(t quant.Type, n int, w, a []byte) float32 {
@@ -124,6 +129,16 @@ func vecDotGeneric(t quant.Type, n int, w, a []byte) float32 {
 		return dotIQ4_NLQ8_0Generic(blocks(t, n, quant.QK), w, a)
 	case quant.IQ4_XS:
 		return dotIQ4_XSQ8_KGeneric(blocks(t, n, quant.QKK), w, a)
+	case quant.IQ2_XXS:
+		return dotIQ2_XXSQ8_KGeneric(blocks(t, n, quant.QKK), w, a)
+	case quant.IQ2_XS:
+		return dotIQ2_XSQ8_KGeneric(blocks(t, n, quant.QKK), w, a)
+	case quant.IQ2_S:
+		return dotIQ2_SQ8_KGeneric(blocks(t, n, quant.QKK), w, a)
+	case quant.IQ3_XXS:
+		return dotIQ3_XXSQ8_KGeneric(blocks(t, n, quant.QKK), w, a)
+	case quant.IQ3_S:
+		return dotIQ3_SQ8_KGeneric(blocks(t, n, quant.QKK), w, a)
 	}
 	panic(fmt.Sprintf("kernels.VecDot: no kernel for %v", t))
 }

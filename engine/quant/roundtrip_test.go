@@ -11,7 +11,7 @@ var allTypes = []Type{F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, 
 
 // codecTypes are allTypes and the types whose quantizers are shoal's own,
 // not ggml's (so they have no regression hash).
-var codecTypes = append(allTypes[:len(allTypes):len(allTypes)], IQ4_NL, IQ4_XS)
+var codecTypes = append(allTypes[:len(allTypes):len(allTypes)], IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)
 
 // rmseBound is the largest accepted rms error relative to the data's rms for
 // the fixed Gaussian test data below: about 1.1x what this implementation gets
@@ -35,9 +35,14 @@ var rmseBound = map[Type]float64{
 	Q3_K: 0.168,   // 0.153
 	Q2_K: 0.327,   // 0.297
 	// shoal's own quantizers (not ggml's): the documented bounds of the
-	// IQ4 formats.
-	IQ4_NL: 0.081, // 0.0734
-	IQ4_XS: 0.082, // 0.0740
+	// IQ4 and IQ2 formats.
+	IQ4_NL:  0.081, // 0.0734
+	IQ4_XS:  0.082, // 0.0740
+	IQ2_XXS: 0.363, // 0.330
+	IQ2_XS:  0.315, // 0.287
+	IQ2_S:   0.261, // 0.237
+	IQ3_XXS: 0.195, // 0.177
+	IQ3_S:   0.141, // 0.128
 }
 
 func gaussian(r *rand.Rand, n int, scale float64) []float32 {
@@ -104,7 +109,7 @@ func TestRequantizeExact(t *testing.T) {
 func TestRequantizeStable(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	const n = 8 * QKK
-	for _, typ := range []Type{Q4_1, Q5_1, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS} {
+	for _, typ := range []Type{Q4_1, Q5_1, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S} {
 		x := gaussian(r, n, 1)
 		q := make([]byte, typ.RowSize(n))
 		QuantizeRow(typ, x, q)
@@ -118,6 +123,18 @@ func TestRequantizeStable(t *testing.T) {
 			t.Errorf("%v: requantization moved the data by %.5f", typ, e)
 		}
 	}
+}
+
+// iqSpike bounds, for the codebook formats, the error of a single spike
+// (relative to it) and of the zeros around it: their magnitudes are at
+// least 8 of 43 (IQ2), 4 of 62 (IQ3_XXS), 1 of 15 (IQ3_S), so the spike's
+// sub-block of 16 (IQ2_XXS, IQ3: 32) shares a least-squares scale which
+// gives the spike 0.66 of itself (IQ2_XXS 0.48, IQ3 0.88) and the zeros
+// 8/43 (4/62, 1/15) of that; beside the spike, in its IQ3 point, the
+// nearest point the codebook has may hold 12/62 (3/15).
+var iqSpike = map[Type][2]float64{
+	IQ2_XXS: {0.55, 0.125}, IQ2_XS: {0.35, 0.125}, IQ2_S: {0.35, 0.125},
+	IQ3_XXS: {0.15, 0.2}, IQ3_S: {0.15, 0.2},
 }
 
 // Special inputs: all zeros must give all zeros (and no NaN from a 0/0 scale);
@@ -147,6 +164,12 @@ func TestSpecialRows(t *testing.T) {
 					// the IQ4 levels have no 0: the nearest, 1 of 127ths of the
 					// spike's scale, stands for it.
 					tol = 4.0 / 100
+				}
+				if lim, ok := iqSpike[typ]; ok && name == "spike" {
+					tol = lim[1] * 4
+					if i == 5 {
+						tol = lim[0] * 4
+					}
 				}
 				if d := math.Abs(float64(y[i] - x[i])); !(d <= tol+1e-6) {
 					t.Errorf("%v %s: element %d = %g, want %g", typ, name, i, y[i], x[i])
@@ -198,7 +221,7 @@ func TestVecDotType(t *testing.T) {
 		Q4_0: Q8_0, Q5_0: Q8_0, Q8_0: Q8_0,
 		Q4_1: Q8_1, Q5_1: Q8_1,
 		Q2_K: Q8_K, Q3_K: Q8_K, Q4_K: Q8_K, Q5_K: Q8_K, Q6_K: Q8_K,
-		IQ4_NL: Q8_0, IQ4_XS: Q8_K,
+		IQ4_NL: Q8_0, IQ4_XS: Q8_K, IQ2_XXS: Q8_K, IQ2_XS: Q8_K, IQ2_S: Q8_K, IQ3_XXS: Q8_K, IQ3_S: Q8_K,
 	}
 	for typ, w := range want {
 		if got := VecDotType(typ); got != w {
@@ -232,6 +255,8 @@ func TestBlockSizes(t *testing.T) {
 		Q4_0: BlockQ4_0, Q4_1: BlockQ4_1, Q5_0: BlockQ5_0, Q5_1: BlockQ5_1, Q8_0: BlockQ8_0, Q8_1: BlockQ8_1,
 		Q2_K: BlockQ2_K, Q3_K: BlockQ3_K, Q4_K: BlockQ4_K, Q5_K: BlockQ5_K, Q6_K: BlockQ6_K, Q8_K: BlockQ8_K,
 		IQ4_NL: BlockIQ4_NL, IQ4_XS: BlockIQ4_XS,
+		IQ2_XXS: BlockIQ2_XXS, IQ2_XS: BlockIQ2_XS, IQ2_S: BlockIQ2_S,
+		IQ3_XXS: BlockIQ3_XXS, IQ3_S: BlockIQ3_S,
 	} {
 		if typ.BlockSize() != bs {
 			t.Errorf("%v: BlockSize %d, constant %d", typ, typ.BlockSize(), bs)

@@ -47,7 +47,7 @@ func VecDotType(t Type) Type {
 		return Q8_0
 	case Q4_1, Q5_1, Q8_1:
 		return Q8_1
-	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_XS:
+	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S:
 		return Q8_K
 	}
 	panic(fmt.Sprintf("quant: no vec_dot type for %v", t))
@@ -104,8 +104,9 @@ func DequantizeRow(t Type, src []byte, dst []float32) {
 // QuantizeRow encodes the len(src) elements of src as type t into dst, with
 // the algorithms of ggml's reference quantizers quantize_row_*_ref (no
 // importance matrix; this is what llama-quantize does without --imatrix).
-// F16 and BF16 round to nearest even. IQ4_NL and IQ4_XS are the exception:
-// their quantizers are shoal's own (see iquants.go), not ggml's.
+// F16 and BF16 round to nearest even. The i-quants (IQ4_NL, IQ4_XS, the IQ2
+// and IQ3 types) are the exception: their quantizers are shoal's own (see
+// iquants.go and iqbook.go), not ggml's.
 //
 // It panics, as on any programmer error, if t is not Supported, if len(src)
 // is not a multiple of t.BlockLen() or if len(dst) != t.RowSize(len(src)).
@@ -140,20 +141,25 @@ type blockCodec struct {
 }
 
 var blockCodecs = map[Type]blockCodec{
-	Q4_0:   {dequantQ4_0, quantQ4_0},
-	Q4_1:   {dequantQ4_1, quantQ4_1},
-	Q5_0:   {dequantQ5_0, quantQ5_0},
-	Q5_1:   {dequantQ5_1, quantQ5_1},
-	Q8_0:   {dequantQ8_0, quantQ8_0},
-	Q8_1:   {dequantQ8_1, quantQ8_1},
-	Q2_K:   {dequantQ2_K, quantQ2_K},
-	Q3_K:   {dequantQ3_K, quantQ3_K},
-	Q4_K:   {dequantQ4_K, quantQ4_K},
-	Q5_K:   {dequantQ5_K, quantQ5_K},
-	Q6_K:   {dequantQ6_K, quantQ6_K},
-	Q8_K:   {dequantQ8_K, quantQ8_K},
-	IQ4_NL: {dequantIQ4_NL, quantIQ4_NL},
-	IQ4_XS: {dequantIQ4_XS, quantIQ4_XS},
+	Q4_0:    {dequantQ4_0, quantQ4_0},
+	Q4_1:    {dequantQ4_1, quantQ4_1},
+	Q5_0:    {dequantQ5_0, quantQ5_0},
+	Q5_1:    {dequantQ5_1, quantQ5_1},
+	Q8_0:    {dequantQ8_0, quantQ8_0},
+	Q8_1:    {dequantQ8_1, quantQ8_1},
+	Q2_K:    {dequantQ2_K, quantQ2_K},
+	Q3_K:    {dequantQ3_K, quantQ3_K},
+	Q4_K:    {dequantQ4_K, quantQ4_K},
+	Q5_K:    {dequantQ5_K, quantQ5_K},
+	Q6_K:    {dequantQ6_K, quantQ6_K},
+	Q8_K:    {dequantQ8_K, quantQ8_K},
+	IQ4_NL:  {dequantIQ4_NL, quantIQ4_NL},
+	IQ4_XS:  {dequantIQ4_XS, quantIQ4_XS},
+	IQ2_XXS: {dequantIQ2_XXS, quantIQ2_XXS},
+	IQ2_XS:  {dequantIQ2_XS, quantIQ2_XS},
+	IQ2_S:   {dequantIQ2_S, quantIQ2_S},
+	IQ3_XXS: {dequantIQ3_XXS, quantIQ3_XXS},
+	IQ3_S:   {dequantIQ3_S, quantIQ3_S},
 }
 
 // f16 reads the half float at b[off:off+2].

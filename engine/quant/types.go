@@ -20,8 +20,17 @@ const (
 	Q5_K Type = 13
 	Q6_K Type = 14
 	Q8_K Type = 15
+	// IQ2_XXS, IQ2_XS and IQ2_S: groups of 8 weights as points of a fixed
+	// codebook, 2.06, 2.31 and 2.56 bits a weight.
+	IQ2_XXS Type = 16
+	IQ2_XS  Type = 17
+	// IQ3_XXS and IQ3_S: groups of 8 weights as two points of a fixed
+	// codebook, 3.06 and 3.44 bits a weight.
+	IQ3_XXS Type = 18
 	// IQ4_NL and IQ4_XS: 4-bit indices into a fixed non-linear table.
 	IQ4_NL Type = 20
+	IQ3_S  Type = 21
+	IQ2_S  Type = 22
 	IQ4_XS Type = 23
 	I8     Type = 24
 	I16    Type = 25
@@ -46,28 +55,33 @@ type typeInfo struct {
 // typeTable lists the layouts; types is the same indexed by Type, so the
 // hot paths (RowSize, BlockLen) do an array load, not a map lookup.
 var typeTable = map[Type]typeInfo{
-	F32:    {"F32", 1, 4},
-	F16:    {"F16", 1, 2},
-	BF16:   {"BF16", 1, 2},
-	F64:    {"F64", 1, 8},
-	I8:     {"I8", 1, 1},
-	I16:    {"I16", 1, 2},
-	I32:    {"I32", 1, 4},
-	I64:    {"I64", 1, 8},
-	Q4_0:   {"Q4_0", QK, 2 + QK/2},
-	Q4_1:   {"Q4_1", QK, 4 + QK/2},
-	Q5_0:   {"Q5_0", QK, 2 + 4 + QK/2},
-	Q5_1:   {"Q5_1", QK, 4 + 4 + QK/2},
-	Q8_0:   {"Q8_0", QK, 2 + QK},
-	Q8_1:   {"Q8_1", QK, 4 + QK},
-	Q2_K:   {"Q2_K", QKK, QKK/16 + QKK/4 + 4},
-	Q3_K:   {"Q3_K", QKK, QKK/8 + QKK/4 + 12 + 2},
-	Q4_K:   {"Q4_K", QKK, 4 + 12 + QKK/2},
-	Q5_K:   {"Q5_K", QKK, 4 + 12 + QKK/8 + QKK/2},
-	Q6_K:   {"Q6_K", QKK, QKK/2 + QKK/4 + QKK/16 + 2},
-	Q8_K:   {"Q8_K", QKK, 4 + QKK + QKK/16*2},
-	IQ4_NL: {"IQ4_NL", QK, 2 + QK/2},
-	IQ4_XS: {"IQ4_XS", QKK, 2 + 2 + QKK/64 + QKK/2},
+	F32:     {"F32", 1, 4},
+	F16:     {"F16", 1, 2},
+	BF16:    {"BF16", 1, 2},
+	F64:     {"F64", 1, 8},
+	I8:      {"I8", 1, 1},
+	I16:     {"I16", 1, 2},
+	I32:     {"I32", 1, 4},
+	I64:     {"I64", 1, 8},
+	Q4_0:    {"Q4_0", QK, 2 + QK/2},
+	Q4_1:    {"Q4_1", QK, 4 + QK/2},
+	Q5_0:    {"Q5_0", QK, 2 + 4 + QK/2},
+	Q5_1:    {"Q5_1", QK, 4 + 4 + QK/2},
+	Q8_0:    {"Q8_0", QK, 2 + QK},
+	Q8_1:    {"Q8_1", QK, 4 + QK},
+	Q2_K:    {"Q2_K", QKK, QKK/16 + QKK/4 + 4},
+	Q3_K:    {"Q3_K", QKK, QKK/8 + QKK/4 + 12 + 2},
+	Q4_K:    {"Q4_K", QKK, 4 + 12 + QKK/2},
+	Q5_K:    {"Q5_K", QKK, 4 + 12 + QKK/8 + QKK/2},
+	Q6_K:    {"Q6_K", QKK, QKK/2 + QKK/4 + QKK/16 + 2},
+	Q8_K:    {"Q8_K", QKK, 4 + QKK + QKK/16*2},
+	IQ4_NL:  {"IQ4_NL", QK, 2 + QK/2},
+	IQ4_XS:  {"IQ4_XS", QKK, 2 + 2 + QKK/64 + QKK/2},
+	IQ2_XXS: {"IQ2_XXS", QKK, 2 + QKK/8*2},
+	IQ2_XS:  {"IQ2_XS", QKK, 2 + QKK/8*2 + QKK/32},
+	IQ2_S:   {"IQ2_S", QKK, 2 + QKK/4 + QKK/32 + QKK/32},
+	IQ3_XXS: {"IQ3_XXS", QKK, 2 + 3*QKK/8},
+	IQ3_S:   {"IQ3_S", QKK, 2 + QKK/4 + QKK/32 + QKK/8 + QKK/64},
 }
 
 var types = func() (a [BF16 + 1]typeInfo) {

@@ -83,73 +83,77 @@ func argmax(l []float32) (best int, margin float32) {
 // quantized activations.)
 func TestIQ4ModelMatchesDequantized(t *testing.T) {
 	for _, typ := range []string{"iq4_xs", "iq4_nl"} {
-		t.Run(typ, func(t *testing.T) {
-			s := synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 2, NHead: 4, NHeadKV: 2, NFF: 512, Type: typ, Seed: 7, Std: 0.08}
-			img := enginetest.Image(t, s)
-			f, err := gguf.Parse(img)
-			if err != nil {
-				t.Fatal(err)
+		t.Run(typ, func(t *testing.T) { modelMatchesDequantized(t, typ) })
+	}
+}
+
+// modelMatchesDequantized runs the check above for a model of weight type
+// typ.
+func modelMatchesDequantized(t *testing.T, typ string) {
+	s := synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 2, NHead: 4, NHeadKV: 2, NFF: 512, Type: typ, Seed: 7, Std: 0.08}
+	img := enginetest.Image(t, s)
+	f, err := gguf.Parse(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := quant.ParseType(typ)
+	for _, name := range []string{"blk.0.attn_q.weight", "blk.1.ffn_down.weight", "token_embd.weight"} {
+		if ti, ok := f.Tensor(name); !ok || ti.Type != want {
+			t.Fatalf("%s is %v, want %v", name, ti.Type, want)
+		}
+	}
+	dir := t.TempDir()
+	qp, fp := filepath.Join(dir, "q.gguf"), filepath.Join(dir, "f32.gguf")
+	if err := os.WriteFile(qp, img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fp, dequantizedCopy(t, img), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	qm, fm := enginetest.OpenPath(t, qp), enginetest.OpenPath(t, fp)
+	runner := func(m *model.Model) *model.Runner {
+		r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Close)
+		return r
+	}
+	qr, fr := runner(qm), runner(fm)
+	prompt := enginetest.Tokens(8, qm.NVocab, 3)
+	ql, err := qr.Prompt(1, prompt, []int{len(prompt) - 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl, err := fr.Prompt(1, prompt, []int{len(prompt) - 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qAll, fAll []float32
+	var gen []int
+	ties := 0
+	for step := 0; step < 24; step++ {
+		qAll, fAll = append(qAll, ql...), append(fAll, fl...)
+		ft, margin := argmax(fl)
+		qt, _ := argmax(ql)
+		if qt != ft {
+			if margin >= 0.2 || ties == 2 {
+				t.Fatalf("step %d: quantized model picks %d, float model %d (margin %.3f); so far %v", step, qt, ft, margin, gen)
 			}
-			want, _ := quant.ParseType(typ)
-			for _, name := range []string{"blk.0.attn_q.weight", "blk.1.ffn_down.weight", "token_embd.weight"} {
-				if ti, ok := f.Tensor(name); !ok || ti.Type != want {
-					t.Fatalf("%s is %v, want %v", name, ti.Type, want)
-				}
-			}
-			dir := t.TempDir()
-			qp, fp := filepath.Join(dir, "q.gguf"), filepath.Join(dir, "f32.gguf")
-			if err := os.WriteFile(qp, img, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(fp, dequantizedCopy(t, img), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			qm, fm := enginetest.OpenPath(t, qp), enginetest.OpenPath(t, fp)
-			runner := func(m *model.Model) *model.Runner {
-				r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 64})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(r.Close)
-				return r
-			}
-			qr, fr := runner(qm), runner(fm)
-			prompt := enginetest.Tokens(8, qm.NVocab, 3)
-			ql, err := qr.Prompt(1, prompt, []int{len(prompt) - 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			fl, err := fr.Prompt(1, prompt, []int{len(prompt) - 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var qAll, fAll []float32
-			var gen []int
-			ties := 0
-			for step := 0; step < 24; step++ {
-				qAll, fAll = append(qAll, ql...), append(fAll, fl...)
-				ft, margin := argmax(fl)
-				qt, _ := argmax(ql)
-				if qt != ft {
-					if margin >= 0.2 || ties == 2 {
-						t.Fatalf("step %d: quantized model picks %d, float model %d (margin %.3f); so far %v", step, qt, ft, margin, gen)
-					}
-					ties++
-				}
-				gen = append(gen, ft)
-				if ql, err = qr.Decode(1, int32(ft)); err != nil {
-					t.Fatal(err)
-				}
-				ql = append([]float32(nil), ql...)
-				if fl, err = fr.Decode(1, int32(ft)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			m := enginetest.Compare(fAll, qAll, qm.NVocab)
-			t.Logf("%s: tokens %v, %d near-ties; logits vs F32: %v", typ, gen, ties, m)
-			if err := m.Check(false); err != nil {
-				t.Error(err)
-			}
-		})
+			ties++
+		}
+		gen = append(gen, ft)
+		if ql, err = qr.Decode(1, int32(ft)); err != nil {
+			t.Fatal(err)
+		}
+		ql = append([]float32(nil), ql...)
+		if fl, err = fr.Decode(1, int32(ft)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := enginetest.Compare(fAll, qAll, qm.NVocab)
+	t.Logf("%s: tokens %v, %d near-ties; logits vs F32: %v", typ, gen, ties, m)
+	if err := m.Check(false); err != nil {
+		t.Error(err)
 	}
 }

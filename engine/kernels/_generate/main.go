@@ -36,6 +36,7 @@ func main() {
 	constsQ6K512()
 	constsExp()
 	constsIQ4()
+	constsIQ2()
 	cpuid()
 
 	q40x("dotQ4_0X4", quant40, 4)
@@ -84,6 +85,7 @@ func main() {
 	q6k("dotQ6_KR1C1", 1, 1)
 	q6k("dotQ6_KR1C4", 1, 4)
 	iq4Kernels(false)
+	iq2Kernels(false)
 
 	legacyV4("dotQ4_0V4C8", quant40, 8, false)
 	legacyV4("dotQ8_0V4C8", quant80, 8, false)
@@ -138,6 +140,7 @@ func main() {
 	q40p("dotQ4_0PSV4C1T0")
 	legacyV4("dotQ8_0PV4C1T0", quant80, 1, true)
 	iq4Kernels(true)
+	iq2Kernels(true)
 	prefetchT0 = false
 
 	scoresF16()
