@@ -49,7 +49,7 @@ func (s *Server) monitorLeadership() {
 // committed entry, then reconcile on membership events and on a timer.
 func (s *Server) leaderLoop(stop chan struct{}) {
 	for attempt := 0; ; attempt++ {
-		if err := s.raft.Barrier(applyTimeout).Error(); err == nil {
+		if err := s.wait(s.raft.Barrier(applyTimeout)); err == nil {
 			break
 		} else {
 			s.log.Warn("barrier failed", zap.Error(err))
@@ -152,7 +152,7 @@ func (s *Server) reconcile() {
 // stayed failed past the grace period.
 func (s *Server) manageVoters(members []Member, removed map[string]bool) {
 	f := s.raft.GetConfiguration()
-	if f.Error() != nil {
+	if s.wait(f) != nil {
 		return
 	}
 	conf := f.Configuration()
@@ -180,7 +180,7 @@ func (s *Server) manageVoters(members []Member, removed map[string]bool) {
 			continue
 		}
 		s.log.Info("adding server as non-voter", zap.String("node", m.Name), zap.String("addr", m.RPCAddr))
-		if err := s.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RPCAddr), 0, applyTimeout).Error(); err != nil {
+		if err := s.wait(s.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RPCAddr), 0, applyTimeout)); err != nil {
 			s.log.Warn("add non-voter", zap.String("node", m.Name), zap.Error(err))
 		}
 		return // one configuration change per pass
@@ -246,7 +246,7 @@ func (s *Server) manageVoters(members []Member, removed map[string]bool) {
 		}
 		if voters > 3 {
 			s.log.Info("removing failed voter", zap.String("id", dead))
-			if err := s.raft.RemoveServer(raft.ServerID(dead), 0, applyTimeout).Error(); err != nil {
+			if err := s.wait(s.raft.RemoveServer(raft.ServerID(dead), 0, applyTimeout)); err != nil {
 				s.log.Warn("remove failed voter", zap.Error(err))
 			}
 			delete(s.failed, dead)
@@ -255,7 +255,7 @@ func (s *Server) manageVoters(members []Member, removed map[string]bool) {
 	}
 	for _, id := range deadNonvoters {
 		s.log.Info("removing failed non-voter", zap.String("id", id))
-		_ = s.raft.RemoveServer(raft.ServerID(id), 0, applyTimeout).Error()
+		_ = s.wait(s.raft.RemoveServer(raft.ServerID(id), 0, applyTimeout))
 		delete(s.failed, id)
 	}
 
@@ -279,7 +279,7 @@ func (s *Server) manageVoters(members []Member, removed map[string]bool) {
 				continue
 			}
 			s.log.Info("demoting voter to keep an odd voter count", zap.String("id", id))
-			if err := s.raft.DemoteVoter(raft.ServerID(id), 0, applyTimeout).Error(); err != nil {
+			if err := s.wait(s.raft.DemoteVoter(raft.ServerID(id), 0, applyTimeout)); err != nil {
 				s.log.Warn("demote voter", zap.Error(err))
 			}
 			break
@@ -321,7 +321,7 @@ func (s *Server) updateAddress(members []Member, inConf map[string]raft.Server, 
 		} else {
 			f = s.raft.AddNonvoter(srv.ID, addr, 0, applyTimeout)
 		}
-		if err := f.Error(); err != nil {
+		if err := s.wait(f); err != nil {
 			s.log.Warn("update raft address", zap.String("node", m.Name), zap.Error(err))
 		}
 		return true
@@ -346,7 +346,7 @@ func (s *Server) promote(id string, byID map[string]Member) {
 		return
 	}
 	s.log.Info("promoting non-voter", zap.String("id", id))
-	if err := s.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, applyTimeout).Error(); err != nil {
+	if err := s.wait(s.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, applyTimeout)); err != nil {
 		s.log.Warn("promote", zap.String("id", id), zap.Error(err))
 	}
 }
@@ -362,11 +362,11 @@ func (s *Server) RemoveNode(id string) error {
 	}
 	found := false
 	s.fsm.View(func(st *State) { _, found = st.Nodes[id] })
-	if f := s.raft.GetConfiguration(); f.Error() == nil {
+	if f := s.raft.GetConfiguration(); s.wait(f) == nil {
 		for _, srv := range f.Configuration().Servers {
 			if string(srv.ID) == id {
 				found = true
-				if err := s.raft.RemoveServer(srv.ID, 0, applyTimeout).Error(); err != nil {
+				if err := s.wait(s.raft.RemoveServer(srv.ID, 0, applyTimeout)); err != nil {
 					return err
 				}
 			}

@@ -266,7 +266,8 @@ func (s *Server) Apply(t MessageType, req any, timeout time.Duration) error {
 		return err
 	}
 	f := s.raft.Apply(b, timeout)
-	if err := f.Error(); err != nil {
+	err = s.wait(f)
+	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return ErrNotLeader
 		}
@@ -276,6 +277,21 @@ func (s *Server) Apply(t MessageType, req any, timeout time.Duration) error {
 		return r
 	}
 	return nil
+}
+
+// wait is f.Error(), or raft.ErrRaftShutdown once the server shuts down:
+// a command or change raft took but had not started when it shut down is
+// never answered, and Shutdown waits for the leader loop that may be
+// waiting on it (a coordinator test hung there under -race).
+func (s *Server) wait(f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-s.shutdown:
+		return raft.ErrRaftShutdown
+	}
 }
 
 // maybeBootstrap bootstraps the cluster once Bootstrap servers that all
