@@ -65,6 +65,27 @@ func TestDisaggregatedServing(t *testing.T) {
 			driver = i
 		}
 	}
+	// The driver opens its session to the prefill pool in a reconcile pass
+	// after the model is ready (and retries it every few seconds); until
+	// then it prefills every prompt itself, which this test does not
+	// measure. Wait for a first remote prefill, then count from there.
+	driverMetric := func(series string) float64 {
+		v, _ := metric(get(t, "http://"+c.Members[driver].Agent.HTTPAddr()+"/metrics"), series)
+		return v
+	}
+	prefillMetric := func(series string) float64 {
+		v, _ := metric(get(t, "http://"+c.Members[2].Agent.HTTPAddr()+"/metrics"), series)
+		return v
+	}
+	tc.Eventually(t, 30*time.Second, "a first remote prefill", func() bool {
+		post(t, "http://"+c.Members[driver].Agent.HTTPAddr()+"/v1/chat/completions",
+			`{"model":"split","messages":[{"role":"user","content":"warm up the prefill pool"}],"max_tokens":1}`)
+		return driverMetric(`shoal_remote_prefills_total{model="split",outcome="ok"}`) >= 1
+	})
+	ok0 := driverMetric(`shoal_remote_prefills_total{model="split",outcome="ok"}`)
+	failed0 := driverMetric(`shoal_remote_prefills_total{model="split",outcome="failed"}`)
+	sent0 := prefillMetric(`shoal_kv_link_bytes_total{direction="sent",kind="payload"}`)
+	framing0 := prefillMetric(`shoal_kv_link_bytes_total{direction="sent",kind="framing"}`)
 	prompted := 0 // prompt tokens of the disaggregated model's requests
 	answer := func(model string, via int) string {
 		body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"tell me about the sea and the shore"}],"max_tokens":8,"temperature":0}`, model)
@@ -96,15 +117,13 @@ func TestDisaggregatedServing(t *testing.T) {
 			t.Errorf("through %s the disaggregated model answers %q, the plain one %q", c.Members[via].Cfg.Name, got, want)
 		}
 	}
-	page := get(t, "http://"+c.Members[driver].Agent.HTTPAddr()+"/metrics")
-	ok, _ := metric(page, `shoal_remote_prefills_total{model="split",outcome="ok"}`)
-	failed, _ := metric(page, `shoal_remote_prefills_total{model="split",outcome="failed"}`)
+	ok := driverMetric(`shoal_remote_prefills_total{model="split",outcome="ok"}`) - ok0
+	failed := driverMetric(`shoal_remote_prefills_total{model="split",outcome="failed"}`) - failed0
 	if ok < 3 || failed != 0 {
 		t.Errorf("the driver (%s) counted %v remote prefills and %v failed, want 3 and 0", c.Members[driver].Cfg.Name, ok, failed)
 	}
-	pre := get(t, "http://"+c.Members[2].Agent.HTTPAddr()+"/metrics")
-	sent, _ := metric(pre, `shoal_kv_link_bytes_total{direction="sent",kind="payload"}`)
-	framing, _ := metric(pre, `shoal_kv_link_bytes_total{direction="sent",kind="framing"}`)
+	sent := prefillMetric(`shoal_kv_link_bytes_total{direction="sent",kind="payload"}`) - sent0
+	framing := prefillMetric(`shoal_kv_link_bytes_total{direction="sent",kind="framing"}`) - framing0
 	// The tiny model's KV: 2 layers x 4 KV heads x 16 dims, K and V, F16.
 	const kvPerToken = 2 * 4 * 16 * 2 * 2
 	t.Logf("remote prefills %v (failed %v); the prefill agent sent %v bytes of KV and %v of framing for %d prompt tokens: %.1f B/token (the model's KV is %d), framing %.2f%%",
