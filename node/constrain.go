@@ -13,7 +13,10 @@ import (
 
 // maxCompiledGrammars bounds the grammars a model keeps compiled (with
 // their mask caches) for the requests that come back with the same one.
-const maxCompiledGrammars = 32
+// Each mask cache may grow to 64 MiB (engine/sample/grammar), so this also
+// bounds what clients sending many different schemas can make a model
+// hold: 8 x 64 MiB.
+const maxCompiledGrammars = 8
 
 // constrainer compiles the endpoint's grammars and JSON schemas for one
 // model's vocabulary (openai.Constrainer): the token trie is built once,
