@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Server is a fake hub. Its URL is what HF_ENDPOINT (or Client.Endpoint)
@@ -27,6 +28,10 @@ type Server struct {
 	pageSize  int
 	served    map[string]int64 // "repo/path" → bytes
 	requests  []Request
+	// inflight counts download handlers not yet returned: a client can
+	// read a whole body before the handler's Write returns and records
+	// it, so the accessors wait for them (bounded) first.
+	inflight int
 }
 
 // Repo is one repository of the fake hub.
@@ -147,6 +152,7 @@ func (s *Server) PageSize(n int) {
 
 // BytesServed is the body bytes sent for repo's file over all requests.
 func (s *Server) BytesServed(repo, path string) int64 {
+	s.settle()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.served[repo+"/"+path]
@@ -154,6 +160,7 @@ func (s *Server) BytesServed(repo, path string) int64 {
 
 // TotalBytesServed is the body bytes of all file downloads.
 func (s *Server) TotalBytesServed() int64 {
+	s.settle()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var n int64
@@ -166,9 +173,25 @@ func (s *Server) TotalBytesServed() int64 {
 // Requests lists the download requests served so far (resolve redirects
 // and CDN answers).
 func (s *Server) Requests() []Request {
+	s.settle()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Request(nil), s.requests...)
+}
+
+// settle waits, at most 2 s, until no download handler is between
+// writing its body and recording it.
+func (s *Server) settle() {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		s.mu.Lock()
+		n := s.inflight
+		s.mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // SHA256 is the hex sha256 of b.
@@ -320,6 +343,7 @@ func (s *Server) blob(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("owner") + "/" + r.PathValue("name")
 	p := r.PathValue("path")
 	s.mu.Lock()
+	s.inflight++
 	repo := s.repos[name]
 	var b []byte
 	ok := false
@@ -348,6 +372,7 @@ func (s *Server) blob(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.served[name+"/"+p] += req.Bytes
 		s.requests = append(s.requests, req)
+		s.inflight--
 		s.mu.Unlock()
 	}()
 	if !ok {
