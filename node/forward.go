@@ -208,6 +208,9 @@ func (f *forwarder) toDistDriver(w http.ResponseWriter, r *http.Request, rt para
 		addr = f.rpcAddr(rt.Node)
 	}
 	if addr == "" {
+		// A plan being (re)loaded is ready in seconds: clients that
+		// honour Retry-After (the OpenAI SDKs retry 503) come back.
+		w.Header().Set("Retry-After", "2")
 		openAIError(w, http.StatusServiceUnavailable, "server_error", "model_not_ready",
 			fmt.Sprintf("model %s is spread over the cluster and not served yet (%s; driver %s)", rt.Model, rt.Status, rt.NodeName))
 		return

@@ -4,17 +4,20 @@ package integration
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -174,7 +177,7 @@ func TestFaults(t *testing.T) {
 		t.Run(ft.name, func(t *testing.T) {
 			cli := f.alive(t) // a server that answers (one a fault restarted may still be starting)
 			f.refreshIDs(t, cli)
-			pl := f.waitServed(t, cli, 120*time.Second)
+			pl := f.waitSettled(t, cli, 180*time.Second)
 			// The file is on two nodes before a fault strikes (model load
 			// copies it in the background, --replicas 2).
 			f.waitCopies(t, cli, 2, 60*time.Second)
@@ -385,6 +388,35 @@ func (f *faultEnv) waitServed(t *testing.T, p *proc, timeout time.Duration) plac
 	}
 }
 
+// waitSettled waits until the model is served on a plan that has not
+// changed for 8 s: a fault's restore (a node restarted, undrained) may
+// re-plan, and a plan that moves its driver under the streams ends them.
+func (f *faultEnv) waitSettled(t *testing.T, p *proc, timeout time.Duration) placement {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		pl := f.waitServed(t, p, time.Until(deadline))
+		moved := false
+		for range 8 {
+			time.Sleep(time.Second)
+			var pi struct {
+				Version uint64 `json:"version"`
+			}
+			if err := f.cli(p, &pi, "placement", "show", "spread"); err != nil || pi.Version != pl.version {
+				moved = true
+				break
+			}
+		}
+		if !moved {
+			return pl
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the plan did not settle in %v", timeout)
+		}
+		t.Logf("the plan moved from version %d; waiting for it to settle", pl.version)
+	}
+}
+
 // entry is the agent the clients talk to: the driver (a stream through an
 // agent that dies may end with it; the driver is never the fault here).
 func (f *faultEnv) entry(pl placement) string {
@@ -435,6 +467,29 @@ func (f *faultEnv) post(host, body string, timeout time.Duration) (*http.Respons
 	return resp, cancel, err
 }
 
+// postRetrying is post as a client SDK does it: a 503 (the model
+// between plans) is retried after its Retry-After, for up to a minute. A
+// 503 without Retry-After is an error of the test.
+func (f *faultEnv) postRetrying(t *testing.T, host, body string, timeout time.Duration) (*http.Response, context.CancelFunc, error) {
+	for end := time.Now().Add(time.Minute); ; {
+		resp, cancel, err := f.post(host, body, timeout)
+		if err != nil || resp.StatusCode != http.StatusServiceUnavailable || time.Now().After(end) {
+			return resp, cancel, err
+		}
+		ra := resp.Header.Get("Retry-After")
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		secs, perr := strconv.Atoi(ra)
+		if perr != nil || secs < 1 {
+			t.Errorf("HTTP 503 without a Retry-After of whole seconds (%q): %s", ra, msg)
+			secs = 1
+		}
+		t.Logf("HTTP 503, retrying in %d s: %s", secs, bytes.TrimSpace(msg))
+		time.Sleep(time.Duration(secs) * time.Second)
+	}
+}
+
 func (f *faultEnv) chat(host string, maxTokens int) (int, string) {
 	body := fmt.Sprintf(`{"model":"spread","messages":[{"role":"user","content":"hello"}],"max_tokens":%d}`, maxTokens)
 	resp, cancel, err := f.post(host, body, 30*time.Second)
@@ -471,7 +526,7 @@ func (f *faultEnv) streams(t *testing.T, host string, n, maxTokens int, inject f
 		go func() {
 			defer wg.Done()
 			body := fmt.Sprintf(`{"model":"spread","stream":true,"messages":[{"role":"user","content":"stream %d"}],"max_tokens":%d,"temperature":0.7,"seed":%d}`, i, maxTokens, i)
-			resp, cancel, err := f.post(host, body, 3*time.Minute)
+			resp, cancel, err := f.postRetrying(t, host, body, 3*time.Minute)
 			defer cancel()
 			if err != nil {
 				mu.Lock()
