@@ -228,8 +228,9 @@ type FileHolder struct {
 }
 type ModelInfo struct {
 	Name string `json:"name"`
-	// Status: hashing, planning, loading, ready, degraded (a shard
-	// failed), unservable or failed; Reason explains the last three.
+	// Status: hashing, planning, loading, verifying (a hub file held by
+	// its nodes, being checked), ready, degraded (a shard failed),
+	// unservable or failed; Reason explains verifying and the last three.
 	Status              string      `json:"status"`
 	Reason              string      `json:"reason,omitempty"`
 	Path                string      `json:"path"`

@@ -32,6 +32,18 @@ func (s *Server) planModels() {
 	s.mu.Unlock()
 	for _, name := range names {
 		m := st.Models[name]
+		if p := st.Plans[name]; m.Status == ModelFailed && p != nil && len(p.Pools) > 0 {
+			// A model that failed after it was planned (a hub file whose
+			// check failed once its nodes held their ranges) releases them.
+			empty := placement.Plan{Version: p.Version + 1, Model: name, Explain: []string{"the model failed: " + m.Reason}}
+			for _, id := range p.Nodes() {
+				empty.Moved = append(empty.Moved, id+": released")
+			}
+			if err := s.Apply(PlanSetType, PlanSetRequest{Plan: empty, Inputs: st.PlanInputs[name]}, applyTimeout); err != nil {
+				s.log.Warn("releasing a failed model's plan", zap.String("model", name), zap.Error(err))
+			}
+			continue
+		}
 		if m.Digest == "" || m.Profile == nil || m.Status == ModelFailed || m.Status == ModelHashing {
 			continue
 		}

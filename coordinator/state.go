@@ -149,6 +149,13 @@ type Model struct {
 	// shards' ranges from the hub, every unit checked against the
 	// manifest. Digest and Manifest are set once that check passed.
 	Hub *HubFile `json:"hub,omitempty"`
+	// Unverified: Manifest is the table of a hub file that no node has
+	// checked yet (shard.Manifest.Unverified). The model is planned and
+	// its nodes read their ranges from the hub, held but not run, until
+	// SourceNode has read the file back from them in order, checked its
+	// sha256 against the hub's and recorded the full manifest; each node
+	// then checks its ranges unit by unit.
+	Unverified bool `json:"unverified,omitempty"`
 }
 
 // HubFile is a file of a Hugging Face style hub repository.
@@ -208,6 +215,8 @@ const (
 	ShardFetching = "fetching"
 	ShardReady    = "ready"
 	ShardFailed   = "failed"
+	// ShardVerifying: fetched under an unverified manifest (Model.Unverified).
+	ShardVerifying = "verifying"
 )
 
 // ShardStatus is what a node reports about a shard it should hold.

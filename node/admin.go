@@ -14,6 +14,7 @@ import (
 
 	"shoal/api"
 	"shoal/coordinator"
+	"shoal/shard"
 	"shoal/transport"
 )
 
@@ -39,6 +40,8 @@ type admin struct {
 	hub           func() *hub.Client
 	shardManifest func(fileSHA string) ([]byte, bool)
 	keepManifest  func(fileSHA string, raw []byte)
+	// peers reaches the nodes' shard ranges (a hub file read back).
+	peers shard.Peers
 
 	bg   *sync.WaitGroup // the agent's background work (hashing model files)
 	done <-chan struct{} // closed when the agent stops
@@ -58,6 +61,7 @@ func (a *Agent) newAdmin() *admin {
 		hub:           a.hubClient,
 		shardManifest: func(sha string) ([]byte, bool) { return a.shards.Manifest(sha) },
 		keepManifest:  func(sha string, raw []byte) { a.shards.KeepManifest(sha, raw) },
+		peers:         peers{a.ep},
 	}
 }
 

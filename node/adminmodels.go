@@ -253,7 +253,7 @@ func (b *admin) modelInfo(st *coordinator.State, m *coordinator.Model) api.Model
 	}
 	info.PlanVersion, info.PredictedMsPerToken = p.Version, p.Cost.MsPerToken
 	var total, done uint64
-	ready, failed := 0, 0
+	ready, verifying, failed := 0, 0, 0
 	for _, id := range p.Nodes() {
 		si := api.ShardInfo{Node: id, NodeName: id, State: "pending"}
 		if n := st.Nodes[id]; n != nil {
@@ -292,6 +292,8 @@ func (b *admin) modelInfo(st *coordinator.State, m *coordinator.Model) api.Model
 		switch si.State {
 		case coordinator.ShardReady:
 			ready++
+		case coordinator.ShardVerifying:
+			verifying++
 		case coordinator.ShardFailed:
 			failed++
 		}
@@ -311,12 +313,15 @@ func (b *admin) modelInfo(st *coordinator.State, m *coordinator.Model) api.Model
 				break
 			}
 		}
-	case ready == len(info.Shards):
+	case m.Unverified && ready+verifying == len(info.Shards):
+		info.Status = "verifying"
+		info.Reason = fmt.Sprintf("every node holds its ranges; %s reads the file back from them to check its sha256 against the hub's", info.SourceName)
+	case ready == len(info.Shards) && !m.Unverified:
 		info.Status, info.Progress = "ready", 1
 	default:
 		info.Status = "loading"
 	}
-	if info.Status != "ready" && info.Copies == 0 {
+	if info.Status != "ready" && info.Status != "verifying" && info.Copies == 0 {
 		// Without a live node with the file, the shards come only from
 		// the ranges the live nodes' shards hold.
 		if lo, hi, ok := layersHeldByNone(st, m); ok {

@@ -23,17 +23,23 @@ import (
 )
 
 // Loading a model by hub reference (api.LoadModelRequest.Hub): no node
-// downloads the whole file to disk. The agent that loads it resolves the
-// reference (one GGUF file, its size and LFS sha256), reads the file once
-// from the hub as a stream — the header gives the profile the planner
-// needs; the rest only passes through sha256 — and checks the file's
-// sha256 against the hub's LFS sha256 while building the manifest (the
-// sha256 of every unit). Only then does the model get its Digest and
-// Manifest, so only then is it planned. Each planned node then reads its
-// shards' ranges from the hub (node.hubFetcher, HTTP Range requests)
-// through a shard.HolderFetcher that checks every unit against the
-// manifest the loading agent serves, preferring nodes that already hold
-// a range over the hub.
+// downloads the whole file, and the hub serves each byte about once. The
+// agent that loads it resolves the reference (one GGUF file, its size and
+// LFS sha256) and reads the GGUF header with Range requests: the profile
+// the planner needs and the tensor table. It records the model with the
+// LFS sha256 as its Digest and an unverified manifest (the table, no
+// sums; Model.Unverified), so the model is planned at once. Each planned
+// node reads its shards' ranges from the hub (node.hubFetcher, HTTP Range
+// requests, preferring nodes that already hold a range) and holds them
+// without running them. Once every node holds its ranges, the loading
+// agent reads the file back from them in order over the cluster's links
+// (checkHubFile), checks its sha256 against the hub's and records the
+// full manifest (the sha256 of every unit); each node then assembles its
+// shards again from its own copy, every unit checked, and only then runs
+// them. When the bytes read back do not match, the loading agent reads
+// the whole file from the hub once more to tell a node's bad copy (which
+// the unit checks then mend from the hub) from a hub file that does not
+// match its sha256 (the model fails and its plan is released).
 
 // maxHubHeader bounds the bytes read to find the end of a GGUF header.
 const maxHubHeader = 256 << 20
@@ -180,10 +186,9 @@ func hubError(ref string, err error) error {
 }
 
 // registerHubModel registers the hub file req.Hub names, read in place:
-// it resolves the reference, reads the GGUF header from the start of a
-// stream of the file and registers the model (hashing), then reads the
-// rest of the stream in the background to check the file's sha256 and
-// build its manifest (verifyHub).
+// it resolves the reference, reads the GGUF header, registers the model
+// with an unverified manifest (it is planned and fetched at once) and
+// checks the file in the background (checkHubFile).
 func (b *admin) registerHubModel(ctx context.Context, req api.LoadModelRequest) (*coordinator.Model, error) {
 	if req.Path != "" {
 		return nil, badRequest("give a path or a hub reference, not both")
@@ -218,21 +223,14 @@ func (b *admin) registerHubModel(ctx context.Context, req api.LoadModelRequest) 
 	hf := &coordinator.HubFile{Endpoint: c.Endpoint, Repo: ref.Repo, Revision: req.Revision, File: fi.Path, SHA256: fi.SHA256, Size: fi.Size}
 	where := fmt.Sprintf("%s/%s", ref.Repo, fi.Path)
 
-	// One stream of the whole file: the header now, the rest hashed in
-	// the background.
-	sctx, cancel := context.WithCancel(context.Background())
-	vc := *c
-	vc.UserAgent += " verify" // its bytes are told apart from the shards'
-	stream := vc.ReadRange(sctx, ref.Repo, req.Revision, fi.Path, 0, fi.Size)
-	keep := false
-	defer func() {
-		if !keep {
-			stream.Close()
-			cancel()
-		}
-	}()
-	prefix, gf, err := readHeader(ctx, stream, fi.Size)
+	hc := *c
+	hc.UserAgent += " header" // its bytes are told apart from the shards'
+	prefix, gf, err := readHeader(ctx, &rangeReader{ctx: ctx, c: &hc, repo: ref.Repo, rev: req.Revision, file: fi.Path, size: fi.Size}, fi.Size)
 	if err != nil {
+		var ce *coordinator.Error
+		if errors.As(err, &ce) || errors.Is(err, hub.ErrNotFound) || errors.Is(err, hub.ErrGated) {
+			return nil, hubError(req.Hub, err)
+		}
 		return nil, badRequest("%s is not a GGUF model file shoal can read: %v", where, err)
 	}
 	prof, err := placement.ProfileFromGGUF(gf)
@@ -268,46 +266,69 @@ func (b *admin) registerHubModel(ctx context.Context, req api.LoadModelRequest) 
 	m := coordinator.Model{
 		Name: name, Source: hubOrigin(hf), Layers: prof.NLayer, Bytes: uint64(fi.Size), CreatedAt: time.Now().UTC(),
 		SourceNode: b.id, Replicas: 1, Ctx: req.Ctx, MaxSeqs: req.MaxSeqs, Queue: req.Queue, Overhead: req.Overhead, Strategy: req.Strategy,
-		Disagg: req.Disagg, DisaggFailure: req.DisaggFailure, Wire: req.Wire, Profile: &prof, Status: coordinator.ModelHashing, Pin: pin, Hub: hf,
+		Disagg: req.Disagg, DisaggFailure: req.DisaggFailure, Wire: req.Wire, Profile: &prof, Pin: pin, Hub: hf, Digest: fi.SHA256,
 	}
+	verified := false
 	if b.shardManifest != nil {
-		if raw, ok := b.shardManifest(fi.SHA256); ok { // verified before by this agent
-			m.Digest, m.Manifest, m.Status = fi.SHA256, shard.ManifestID(raw), ""
+		if raw, ok := b.shardManifest(fi.SHA256); ok { // checked before by this agent
+			if man, err := shard.ParseManifest(raw, shard.ManifestID(raw), fi.SHA256); err == nil && !man.Unverified {
+				m.Manifest, verified = shard.ManifestID(raw), true
+			}
 		}
+	}
+	var pending []byte
+	if !verified {
+		if pending, err = shard.UnverifiedManifest(fi.SHA256, table, 0); err != nil {
+			return nil, err
+		}
+		if b.keepManifest != nil {
+			b.keepManifest(fi.SHA256, pending) // the nodes fetch it from here
+		}
+		m.Manifest, m.Unverified = shard.ManifestID(pending), true
 	}
 	if err := b.cluster.Apply(ctx, coordinator.ModelUpsertType, coordinator.ModelUpsertRequest{Model: m}); err != nil {
 		return nil, err
 	}
 	b.log.Info("model registered from the hub", zap.String("model", name), zap.String("hub", m.Source), zap.Int64("bytes", fi.Size),
-		zap.String("lfs_sha256", fi.SHA256), zap.Int("layers", prof.NLayer), zap.Bool("verified", m.Digest != ""))
-	if m.Digest == "" {
-		keep = true
+		zap.String("lfs_sha256", fi.SHA256), zap.Int("layers", prof.NLayer), zap.Int("header_bytes", len(prefix)), zap.Bool("verified", verified))
+	if !verified {
 		b.bg.Add(1)
-		go func() {
-			select {
-			case <-b.done:
-				cancel()
-			case <-sctx.Done():
-			}
-		}()
-		go func() {
-			defer cancel()
-			b.verifyHub(m, table, prefix, stream)
-		}()
+		go b.checkHubFile(m, table, pending, prefix)
 	}
 	return &m, nil
 }
 
-// readHeader reads the start of stream until the GGUF header and tensor
-// table parse (the buffer grows by doubling), returning what it read.
-func readHeader(ctx context.Context, stream io.Reader, size int64) ([]byte, *gguf.File, error) {
+// rangeReader reads a hub file from its start, each Read one Range
+// request for exactly the bytes asked (the hub serves no byte unread).
+type rangeReader struct {
+	ctx             context.Context
+	c               *hub.Client
+	repo, rev, file string
+	size, pos       int64
+}
+
+func (r *rangeReader) Read(p []byte) (int, error) {
+	if r.pos >= r.size {
+		return 0, io.EOF
+	}
+	n := min(int64(len(p)), r.size-r.pos)
+	rc := r.c.ReadRange(r.ctx, r.repo, r.rev, r.file, r.pos, n)
+	defer rc.Close()
+	k, err := io.ReadFull(rc, p[:n])
+	r.pos += int64(k)
+	return k, err
+}
+
+// readHeader reads the start of r until the GGUF header and tensor table
+// parse (the buffer grows by doubling from 64 KiB), returning what it read.
+func readHeader(ctx context.Context, r io.Reader, size int64) ([]byte, *gguf.File, error) {
 	var buf []byte
-	want := int64(256 << 10)
+	want := int64(64 << 10)
 	for {
 		want = min(want, size, maxHubHeader)
 		if int64(len(buf)) < want {
 			more := make([]byte, want-int64(len(buf)))
-			n, err := io.ReadFull(stream, more)
+			n, err := io.ReadFull(r, more)
 			buf = append(buf, more[:n]...)
 			if err != nil && int64(len(buf)) < want {
 				return nil, nil, err
@@ -327,31 +348,161 @@ func readHeader(ctx context.Context, stream io.Reader, size int64) ([]byte, *ggu
 	}
 }
 
-// verifyHub reads the rest of a hub model's file, checks its sha256
-// against the hub's LFS sha256 and builds its manifest, then records the
-// digest and the manifest (which lets the leader plan the model), or the
-// model failed with the two hashes.
-func (b *admin) verifyHub(m coordinator.Model, table *shard.Table, prefix []byte, stream io.ReadCloser) {
+// hubCheckWait bounds how long checkHubFile waits for the plan's nodes to
+// hold their ranges.
+const hubCheckWait = 6 * time.Hour
+
+// checkHubFile checks a hub model registered with an unverified manifest:
+// once every node of its plan holds its ranges, it reads the file back
+// from them in order (the header from prefix, padding as zeros, a range
+// no node holds from the hub), checks its sha256 against the hub's LFS
+// sha256 and records the full manifest. When that does not match, it
+// reads the whole file from the hub: a match means a node holds bad bytes
+// (its unit checks will mend them); no match fails the model with both
+// hashes.
+func (b *admin) checkHubFile(m coordinator.Model, table *shard.Table, pending, prefix []byte) {
 	defer b.bg.Done()
-	defer stream.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-b.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	t0 := time.Now()
 	where := m.Hub.Repo + "/" + m.Hub.File
-	sha, raw, err := shard.BuildManifestFrom(table, io.MultiReader(bytes.NewReader(prefix), stream), 0)
+	pendingID := shard.ManifestID(pending)
+	man, err := shard.ParseManifest(pending, pendingID, m.Digest)
+	if err != nil {
+		b.failHub(m, fmt.Sprintf("%s: %v", where, err))
+		return
+	}
+	holders, ok := b.awaitHubHolders(ctx, m.Name, pendingID, m.Digest)
+	if !ok {
+		return // unloaded, loaded again, or the agent stops
+	}
+	var lf shard.LocalFetcher
+	lf.Add(m.Digest, bytes.NewReader(prefix))
+	holders = append([]shard.Holder{{ID: "header", Name: "the header read at load", Held: []shard.Range{{Off: 0, N: int64(len(prefix))}}, F: &lf}}, holders...)
+	vc := *b.hub()
+	vc.UserAgent += " verify" // its bytes are told apart from the shards'
+	origin := hubOrigin(m.Hub)
+	holders = append(holders, shard.Holder{ID: origin, Name: "the hub", Held: []shard.Range{{Off: 0, N: m.Hub.Size}}, F: newHubFetcher(&vc, origin), Last: true})
+	r, hf := shard.FileReader(ctx, man, holders)
+	sha, raw, err := shard.BuildManifestFrom(table, r, man.UnitSize)
+	served, _ := hf.Served()
+	how := "read back from the nodes"
+	if err == nil && sha != m.Hub.SHA256 {
+		b.log.Warn("the hub model's ranges read back from the nodes do not match the hub's sha256; reading the file from the hub",
+			zap.String("model", m.Name), zap.String("sha256", sha), zap.String("lfs_sha256", m.Hub.SHA256))
+		stream := vc.ReadRange(ctx, m.Hub.Repo, m.Hub.Revision, m.Hub.File, 0, m.Hub.Size)
+		sha, raw, err = shard.BuildManifestFrom(table, stream, man.UnitSize)
+		stream.Close()
+		how = "read whole from the hub"
+	}
+	if ctx.Err() != nil {
+		return
+	}
 	switch {
 	case err != nil:
-		m.Status, m.Reason = coordinator.ModelFailed, fmt.Sprintf("reading %s from the hub on %s: %v", where, b.name, err)
+		b.failHub(m, fmt.Sprintf("checking %s on %s: %v", where, b.name, err))
+		return
 	case sha != m.Hub.SHA256:
-		m.Status, m.Reason = coordinator.ModelFailed, fmt.Sprintf("%s from the hub: sha256 mismatch: the %d bytes read have sha256 %s, the hub lists %s (LFS); the hub served corrupt bytes or the file changed: load it again", where, m.Hub.Size, sha, m.Hub.SHA256)
-	default:
-		if b.keepManifest != nil {
-			b.keepManifest(sha, raw)
+		b.failHub(m, fmt.Sprintf("%s from the hub: sha256 mismatch: the %d bytes read have sha256 %s, the hub lists %s (LFS); the hub served corrupt bytes or the file changed: load it again", where, m.Hub.Size, sha, m.Hub.SHA256))
+		return
+	}
+	if b.keepManifest != nil {
+		b.keepManifest(sha, raw)
+	}
+	id := shard.ManifestID(raw)
+	b.updateModel(m.Name, pendingID, func(cur *coordinator.Model) { cur.Manifest, cur.Unverified = id, false })
+	b.log.Info("model from the hub verified", zap.String("model", m.Name), zap.String("sha256", sha), zap.String("how", how),
+		zap.Any("bytes_by_holder", served), zap.Duration("took", time.Since(t0)))
+}
+
+// awaitHubHolders waits until every node of model's plan holds its ranges
+// (its shards verifying) and returns them as holders, or false when the
+// model no longer has the manifest pendingID or the wait ends.
+func (b *admin) awaitHubHolders(ctx context.Context, model, pendingID, sha string) ([]shard.Holder, bool) {
+	deadline := time.Now().Add(hubCheckWait)
+	for ; time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if ctx.Err() != nil {
+			return nil, false
 		}
-		m.Digest, m.Manifest, m.Status = sha, shard.ManifestID(raw), ""
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := b.cluster.State(sctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		cur := st.Models[model]
+		if cur == nil || cur.Manifest != pendingID {
+			return nil, false
+		}
+		p := st.Plans[model]
+		if p == nil || len(p.Pools) == 0 {
+			continue
+		}
+		var holders []shard.Holder
+		all := true
+		for _, id := range p.Nodes() {
+			n, s := st.Nodes[id], st.Shards[coordinator.ShardKey(id, model)]
+			if n == nil || s == nil || s.PlanVersion != p.Version || s.State != coordinator.ShardVerifying && s.State != coordinator.ShardReady {
+				all = false
+				break
+			}
+			hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			_, held, err := b.peers.Holdings(hctx, n.RPCAddr, sha)
+			cancel()
+			if err != nil || len(held) == 0 {
+				all = false
+				break
+			}
+			holders = append(holders, shard.Holder{ID: id, Name: n.Name, Held: held, F: b.peers.Ranges(n.RPCAddr)})
+		}
+		if all {
+			return holders, true
+		}
 	}
-	if m.Status == coordinator.ModelFailed {
-		b.log.Warn("model from the hub failed verification", zap.String("model", m.Name), zap.String("reason", m.Reason))
-	} else {
-		b.log.Info("model from the hub verified", zap.String("model", m.Name), zap.String("sha256", sha), zap.Duration("took", time.Since(t0)))
+	b.log.Warn("the hub model's nodes did not all hold their ranges in time; it stays unverified", zap.String("model", model), zap.Duration("waited", hubCheckWait))
+	return nil, false
+}
+
+// failHub records hub model m failed for reason (its plan is released).
+func (b *admin) failHub(m coordinator.Model, reason string) {
+	b.log.Warn("model from the hub failed verification", zap.String("model", m.Name), zap.String("reason", reason))
+	b.updateModel(m.Name, m.Manifest, func(cur *coordinator.Model) { cur.Status, cur.Reason = coordinator.ModelFailed, reason })
+}
+
+// updateModel changes the model named name, while it still has manifest
+// id, as set does, writing it back (retried: the planner may write the
+// model meanwhile).
+func (b *admin) updateModel(name, id string, set func(*coordinator.Model)) {
+	for try := 0; try < 20; try++ {
+		select {
+		case <-b.done:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := b.cluster.State(ctx)
+		if err == nil {
+			cur := st.Models[name]
+			if cur == nil || cur.Manifest != id {
+				cancel()
+				return // unloaded or loaded again
+			}
+			mm := *cur
+			set(&mm)
+			err = b.cluster.Apply(ctx, coordinator.ModelUpsertType, coordinator.ModelUpsertRequest{Model: mm})
+		}
+		cancel()
+		if err == nil {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
-	b.recordModel(m)
+	b.log.Warn("could not record the model's check", zap.String("model", name))
 }

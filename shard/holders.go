@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 )
 
@@ -26,10 +27,15 @@ type Holder struct {
 	ID, Name string
 	Held     []Range // merged, sorted
 	F        RangeFetcher
+	// Last keeps the holder after the others whatever their failures:
+	// the origin a file is read from over the WAN (a hub), whose bytes
+	// cost the most.
+	Last bool
 }
 
 // HolderFetcher fetches ranges of a model file from the nodes holding them
-// and verifies every unit of the manifest it touches: a unit's parts may
+// and verifies every unit of the manifest it touches (none when the
+// manifest is Unverified: the bytes are checked later): a unit's parts may
 // come from several holders (each half of a tensor-parallel row), and a
 // unit that fails its checksum is fetched again with the holders it used
 // ranked last, so a holder serving wrong bytes is passed over for the
@@ -111,7 +117,8 @@ func (h *HolderFetcher) Served() (bytes map[string]int64, bad map[string]int) {
 	return bytes, bad
 }
 
-// ranked lists the holders, those with fewer failures first.
+// ranked lists the holders, those with fewer failures first, those
+// marked Last after every other.
 func (h *HolderFetcher) ranked() []*holderState {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -119,6 +126,9 @@ func (h *HolderFetcher) ranked() []*holderState {
 	bad := make([]int, len(out))
 	for i, hs := range out {
 		bad[i] = hs.bad
+		if hs.Last {
+			bad[i] += 1 << 30 // a unit's retry still reaches it (fetchUnit)
+		}
 	}
 	idx := make([]int, len(out))
 	for i := range idx {
@@ -210,8 +220,18 @@ func (h *HolderFetcher) unit(ctx context.Context, i int) ([]byte, error) {
 func (h *HolderFetcher) fetchUnit(ctx context.Context, i int) ([]byte, error) {
 	u := h.units[i]
 	var lastErr error
+	failed := map[*holderState]bool{} // took part in a failed try of this unit
 	for attempt := 0; attempt <= len(h.holders); attempt++ {
-		parts, err := assign(u, h.ranked())
+		ranked := h.ranked()
+		var order []*holderState
+		for _, pass := range []bool{false, true} {
+			for _, hs := range ranked {
+				if failed[hs] == pass {
+					order = append(order, hs)
+				}
+			}
+		}
+		parts, err := assign(u, order)
 		if err != nil {
 			return nil, err
 		}
@@ -231,7 +251,7 @@ func (h *HolderFetcher) fetchUnit(ctx context.Context, i int) ([]byte, error) {
 		}
 		if err == nil {
 			sum := sha256.Sum256(buf)
-			if hex.EncodeToString(sum[:]) == h.m.Sums[i] {
+			if h.m.Unverified || hex.EncodeToString(sum[:]) == h.m.Sums[i] {
 				h.mu.Lock()
 				for _, p := range parts {
 					p.h.bytes += p.r.N
@@ -248,10 +268,16 @@ func (h *HolderFetcher) fetchUnit(ctx context.Context, i int) ([]byte, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		lastErr = err
+		switch {
+		case lastErr == nil:
+			lastErr = err
+		case !strings.Contains(lastErr.Error(), err.Error()):
+			lastErr = fmt.Errorf("%v; %w", lastErr, err)
+		}
 		h.mu.Lock()
 		for _, p := range parts {
 			p.h.bad++
+			failed[p.h] = true
 		}
 		h.mu.Unlock()
 	}

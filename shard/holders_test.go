@@ -22,6 +22,7 @@ type testNet struct {
 	mgrs    map[string]*Manager
 	down    map[string]bool
 	corrupt map[string]bool
+	flip    map[string]int64 // addr → a file offset served inverted
 	served  map[string]int64
 }
 
@@ -30,7 +31,7 @@ func newTestNet(t *testing.T, m *testModel) *testNet {
 	if err != nil || sha != m.sha {
 		t.Fatalf("manifest: %v (sha %s, want %s)", err, sha, m.sha)
 	}
-	return &testNet{m: m, raw: raw, whole: map[string]bool{}, mgrs: map[string]*Manager{}, down: map[string]bool{}, corrupt: map[string]bool{}, served: map[string]int64{}}
+	return &testNet{m: m, raw: raw, whole: map[string]bool{}, mgrs: map[string]*Manager{}, down: map[string]bool{}, corrupt: map[string]bool{}, flip: map[string]int64{}, served: map[string]int64{}}
 }
 
 func (n *testNet) state(addr string) (whole bool, mgr *Manager, err error) {
@@ -100,6 +101,9 @@ func (f netFetcher) Fetch(ctx context.Context, sha string, off, k int64) (io.Rea
 	f.n.mu.Lock()
 	if f.n.corrupt[f.addr] && k > 0 {
 		b[k/2] ^= 0x5a
+	}
+	if x, ok := f.n.flip[f.addr]; ok && x >= off && x < off+k {
+		b[x-off] ^= 0xff
 	}
 	f.n.served[f.addr] += k
 	f.n.mu.Unlock()

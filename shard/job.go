@@ -38,6 +38,20 @@ type job struct {
 	attempts  int
 	retryAt   time.Time
 	reported  string // the last report sent, to skip repeats
+	// manifest is the manifest ID of the Want the job was started for;
+	// unverified, that the shard was assembled under an unverified
+	// manifest (its bytes are held for the file's check, never run).
+	manifest   string
+	unverified bool
+}
+
+// reassemble reports whether j, assembled (or being assembled) under an
+// unverified manifest, must be assembled again for w, whose manifest is
+// another: the checked one.
+func (j *job) reassemble(w Want) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.unverified && w.Manifest != "" && w.Manifest != j.manifest
 }
 
 // start loads j in the background: from the local file, or assembled from
@@ -48,6 +62,7 @@ func (m *Manager) start(j *job, w Want) {
 	j.mu.Lock()
 	j.cancel, j.done = cancel, make(chan struct{})
 	j.state, j.err, j.attempts = StateFetching, "", j.attempts+1
+	j.manifest = w.Manifest
 	done := j.done
 	j.mu.Unlock()
 	go func() {
@@ -64,9 +79,13 @@ func (m *Manager) start(j *job, w Want) {
 		} else {
 			j.state = StateReady
 		}
+		checked := err == nil && !j.unverified
 		j.mu.Unlock()
 		if err != nil {
 			m.log.Warn("shard failed", zap.String("model", j.model), zap.Int("lo", j.spec.Lo), zap.Int("hi", j.spec.Hi), zap.Error(err))
+		}
+		if checked {
+			m.dropHolding(unverifiedKey(j.key)) // its unverified file, read again
 		}
 		m.reportModel(j.model, true)
 	}()
@@ -177,9 +196,14 @@ func (m *Manager) loadFromHolders(ctx context.Context, j *job, w Want) error {
 		return err
 	}
 	m.saveManifest(sha, raw)
+	if man.Unverified {
+		j.mu.Lock()
+		j.unverified = true
+		j.mu.Unlock()
+	}
 	if w.Origin != "" && m.cfg.Origin != nil && man.Table.FileSize > 0 {
 		// Last: a range some node holds is read over the LAN.
-		holders = append(holders, Holder{ID: w.Origin, Name: w.Origin, Held: []Range{{0, man.Table.FileSize}}, F: m.cfg.Origin(w.Origin)})
+		holders = append(holders, Holder{ID: w.Origin, Name: w.Origin, Held: []Range{{0, man.Table.FileSize}}, F: m.cfg.Origin(w.Origin), Last: true})
 	}
 	l, err := NewLayout(man.Table, w.Spec, 0)
 	if err != nil {
@@ -219,7 +243,13 @@ func (m *Manager) assemble(ctx context.Context, j *job, l *Layout, f RangeFetche
 	if err := os.MkdirAll(m.cfg.Dir, 0o700); err != nil {
 		return err
 	}
-	path := filepath.Join(m.cfg.Dir, fmt.Sprintf("%s-%s.shard", safeName(j.model), l.ID()[:16]))
+	suffix := ".shard"
+	j.mu.Lock()
+	if j.unverified {
+		suffix = ".unverified.shard" // never resumed into by the checked assembly
+	}
+	j.mu.Unlock()
+	path := filepath.Join(m.cfg.Dir, fmt.Sprintf("%s-%s%s", safeName(j.model), l.ID()[:16], suffix))
 	j.mu.Lock()
 	j.path, j.source, j.bytes = path, srcID, l.Bytes()
 	j.mu.Unlock()

@@ -21,7 +21,14 @@ const (
 	StateFetching = "fetching"
 	StateReady    = "ready"
 	StateFailed   = "failed"
+	// StateVerifying: assembled under an unverified manifest; held and
+	// served to peers (the file's check reads them), never run.
+	StateVerifying = "verifying"
 )
+
+// unverifiedKey is the holding key of a job's unverified file, kept
+// while the shard is assembled again under the checked manifest.
+func unverifiedKey(key string) string { return key + "~unverified" }
 
 // Want is a shard the node should hold: Spec of Model for plan Version,
 // from the node Source when this node has no copy of the file.
@@ -174,6 +181,24 @@ func (m *Manager) Reconcile(want []Want) {
 	}
 	for key, w := range desired {
 		j := m.jobs[key]
+		if j != nil && j.reassemble(w) {
+			// Assembled under an unverified manifest that the checked one
+			// replaced: assembled again, its old file (kept a while) the
+			// first holder, every unit checked.
+			held := m.holdAs(j, unverifiedKey(key))
+			go func(old *job) { // stop waits for a load that may report (taking m.mu)
+				old.stop()
+				old.mu.Lock()
+				path := old.path
+				old.mu.Unlock()
+				if !held && path != "" {
+					_ = os.Remove(path)
+				}
+			}(j)
+			m.log.Info("assembling the shard again under the checked manifest", zap.String("model", j.model),
+				zap.Int("lo", j.spec.Lo), zap.Int("hi", j.spec.Hi), zap.Bool("from_own_copy", held))
+			j = nil
+		}
 		if j == nil {
 			j = &job{key: key, model: w.Model, spec: w.Spec}
 			m.jobs[key] = j
@@ -204,7 +229,10 @@ func isClosed(c chan struct{}) bool {
 
 // hold keeps the complete assembled file of j, a shard no longer wanted,
 // for HoldFor to serve its ranges; it reports whether it did.
-func (m *Manager) hold(j *job) bool {
+func (m *Manager) hold(j *job) bool { return m.holdAs(j, j.key) }
+
+// holdAs is hold under the holding key key.
+func (m *Manager) holdAs(j *job, key string) bool {
 	j.mu.Lock()
 	path, ready := j.path, j.state == StateReady
 	j.mu.Unlock()
@@ -221,11 +249,26 @@ func (m *Manager) hold(j *job) bool {
 		hf.close()
 		return false
 	}
-	if old := m.holdings[j.key]; old != nil {
+	if old := m.holdings[key]; old != nil {
 		old.held.close()
+		if old.path != path {
+			_ = os.Remove(old.path)
+		}
 	}
-	m.holdings[j.key] = &holding{path: path, held: hf, until: time.Now().Add(m.cfg.HoldFor)}
+	m.holdings[key] = &holding{path: path, held: hf, until: time.Now().Add(m.cfg.HoldFor)}
 	return true
+}
+
+// dropHolding removes the file held under key now.
+func (m *Manager) dropHolding(key string) {
+	m.hmu.Lock()
+	h := m.holdings[key]
+	delete(m.holdings, key)
+	m.hmu.Unlock()
+	if h != nil {
+		h.held.close()
+		_ = os.Remove(h.path)
+	}
 }
 
 // release stops a shard no longer wanted and removes its assembled file
@@ -325,7 +368,7 @@ func (m *Manager) Ready() []Ready {
 	var out []Ready
 	for _, j := range m.jobs {
 		j.mu.Lock()
-		if j.state == StateReady && j.sh != nil {
+		if j.state == StateReady && j.sh != nil && !j.unverified {
 			out = append(out, Ready{Key: j.key, Model: j.model, Version: j.version, Spec: j.spec, Shard: j.sh})
 		}
 		j.mu.Unlock()
@@ -382,6 +425,8 @@ func (m *Manager) reportModel(model string, force bool) {
 			s.State, s.Error = StateFailed, j.err
 		case j.state != StateReady && s.State != StateFailed:
 			s.State = StateFetching
+		case j.unverified && s.State == StateReady:
+			s.State = StateVerifying
 		}
 		j.mu.Unlock()
 	}

@@ -34,6 +34,20 @@ type Manifest struct {
 	Table    *Table   `json:"table"`
 	UnitSize int64    `json:"unit_size"`
 	Sums     []string `json:"sums"`
+	// Unverified marks a manifest without Sums: the table of a file whose
+	// bytes no node has checked yet (a hub file read in place, whose
+	// sha256 is checked once the nodes hold their ranges). Shards
+	// assembled under it are held and served to peers, never run.
+	Unverified bool `json:"unverified,omitempty"`
+}
+
+// UnverifiedManifest is the manifest, as JSON, of the file with sha256
+// fileSHA (not checked yet) and table t: its units without sums.
+func UnverifiedManifest(fileSHA string, t *Table, unitSize int64) ([]byte, error) {
+	if unitSize <= 0 {
+		unitSize = DefaultUnitSize
+	}
+	return json.Marshal(&Manifest{FileSHA: fileSHA, Table: t, UnitSize: unitSize, Unverified: true})
 }
 
 // ManifestID is the content address of a manifest's JSON.
@@ -172,6 +186,12 @@ func ParseManifest(raw []byte, id, fileSHA string) (*Manifest, error) {
 	}
 	if m.FileSHA != fileSHA || m.Table == nil || m.UnitSize <= 0 {
 		return nil, fmt.Errorf("shard: manifest is for file %.12s, not %.12s", m.FileSHA, fileSHA)
+	}
+	if m.Unverified {
+		if len(m.Sums) != 0 {
+			return nil, fmt.Errorf("shard: an unverified manifest with %d unit checksums", len(m.Sums))
+		}
+		return &m, nil
 	}
 	if n := len(Units(m.Table, m.UnitSize)); n != len(m.Sums) {
 		return nil, fmt.Errorf("shard: manifest has %d unit checksums for %d units", len(m.Sums), n)

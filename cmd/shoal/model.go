@@ -238,7 +238,8 @@ func modelLsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List the cluster's models with their status and per-node shard progress",
-		Long: `List models: size, status (hashing, planning, loading, ready, degraded,
+		Long: `List models: size, status (hashing, planning, loading, verifying (a hub
+file held by its nodes, its sha256 being checked), ready, degraded,
 unservable, failed), the live nodes with the whole file of those wanted
 (COPIES, see --replicas) and, per node of the plan, its layers, shard state
 and progress. Unservable and failed models say why; the nodes with the
