@@ -129,7 +129,7 @@ func TestLoadModelFromHub(t *testing.T) {
 		}
 	}
 	served := map[string]int64{} // User-Agent → body bytes
-	var cut []string                // the Range a resumed read asks for
+	var cut []string             // the Range a resumed read asks for
 	for _, r := range hs.Requests() {
 		if r.Repo != repo || r.Path != fname {
 			continue
