@@ -3,6 +3,7 @@ package node_test
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"strings"
@@ -234,6 +235,55 @@ func TestLoadModelFromHub(t *testing.T) {
 		}
 	}
 	t.Logf("logits of %d tokens x %d: bit for bit the local file's (wire f32)", lh.NTokens, lh.NVocab)
+
+	// Tensor parallel: each member holds half of every row of the split
+	// matrices, so the check reads each row from two nodes, and each node
+	// checks its units with its peer's halves over the LAN.
+	tpPath := enginetest.Write(t, "", synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 4, NHead: 4, NHeadKV: 2, NFF: 512, Type: "q8_0", Seed: 10, Name: "tp"})
+	tpFile, err := os.ReadFile(tpPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.AddRepo("org/tp-GGUF", map[string][]byte{fname: tpFile})
+	for _, lr := range []api.LoadModelRequest{
+		{Hub: "org/tp-GGUF:Q8_0", Name: "tp", Nodes: names[1:], Strategy: "tensor", Ctx: 256, Wire: "f32"},
+		{Path: tpPath, Name: "tplocal", Nodes: names[:1], Ctx: 256},
+	} {
+		if _, err := cl.LoadModel(ctx(t), lr); err != nil {
+			t.Fatal(err)
+		}
+		tc.Eventually(t, 60*time.Second, lr.Name+" ready", func() bool {
+			i := modelInfo(t, c, 0, lr.Name)
+			if i != nil && (i.Status == "failed" || i.Status == "degraded") {
+				t.Fatalf("%s %s: %s", lr.Name, i.Status, i.Reason)
+			}
+			return i != nil && i.Status == "ready"
+		})
+	}
+	if p := c.Members[0].Agent.Server().FSM().State().Plans["tp"]; p == nil || len(p.Pools) != 1 || len(p.Pools[0].Stages) != 1 || len(p.Pools[0].Stages[0].Members) != 2 {
+		t.Fatalf("the hub model is not on one tensor-parallel group of 2: %+v", p)
+	}
+	tpServed := hs.BytesServed("org/tp-GGUF", fname)
+	t.Logf("tensor parallel over 2 nodes: read from the hub %d bytes = %.3f x the file", tpServed, float64(tpServed)/float64(len(tpFile)))
+	if float64(tpServed) >= 1.2*float64(len(tpFile)) {
+		t.Errorf("the tensor-parallel load read %d bytes from the hub for a %d-byte file", tpServed, len(tpFile))
+	}
+	lt, err := cl.ClusterLogits(ctx(t), "tp", toks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ll, err := cl.ClusterLogits(ctx(t), "tplocal", toks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := 0.0
+	for i := range ll.Data {
+		worst = max(worst, math.Abs(float64(lt.Data[i]-ll.Data[i])))
+	}
+	if len(lt.Data) != len(ll.Data) || worst > 1e-3 {
+		t.Errorf("tensor-parallel logits from the hub differ from the local file's by up to %g", worst)
+	}
+	t.Logf("tensor-parallel logits from the hub vs the local file: max|Δ| %.2g", worst)
 
 	// A corrupt byte: the load fails with both hashes, nothing serves.
 	before := hs.BytesServed("org/bad-GGUF", fname)

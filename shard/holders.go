@@ -284,8 +284,13 @@ func (h *HolderFetcher) fetchUnit(ctx context.Context, i int) ([]byte, error) {
 	return nil, lastErr
 }
 
-// read returns the n verified bytes at off.
+// read returns the n verified bytes at off. Under an unverified
+// manifest it reads just those bytes (a tensor-parallel member reads its
+// half of each row, not the whole unit that would be checked).
 func (h *HolderFetcher) read(ctx context.Context, off, n int64, buf []byte) ([]byte, error) {
+	if h.m.Unverified {
+		return h.readRaw(ctx, Range{off, n}, buf)
+	}
 	i, j := h.unitsOf(off, n)
 	if i == j || h.units[i].Off > off || h.units[j-1].End() < off+n {
 		return buf, fmt.Errorf("shard: bytes [%d,+%d) are in no unit of the manifest", off, n)
@@ -304,6 +309,56 @@ func (h *HolderFetcher) read(ctx context.Context, off, n int64, buf []byte) ([]b
 		h.used(k, hi-lo)
 	}
 	return buf, nil
+}
+
+// readRaw reads r from the holders as they rank, passing over a holder
+// that fails for the next.
+func (h *HolderFetcher) readRaw(ctx context.Context, r Range, buf []byte) ([]byte, error) {
+	var lastErr error
+	failed := map[*holderState]bool{}
+	for attempt := 0; attempt <= len(h.holders); attempt++ {
+		var order []*holderState
+		for _, hs := range h.ranked() {
+			if !failed[hs] {
+				order = append(order, hs)
+			}
+		}
+		parts, err := assign(r, order)
+		if err != nil {
+			if lastErr != nil {
+				return buf, lastErr
+			}
+			return buf, err
+		}
+		k := len(buf)
+		for _, p := range parts {
+			var rc io.ReadCloser
+			if rc, err = p.h.F.Fetch(ctx, h.m.FileSHA, p.r.Off, p.r.N); err == nil {
+				at := len(buf)
+				buf = append(buf, make([]byte, p.r.N)...)
+				_, err = io.ReadFull(rc, buf[at:])
+				rc.Close()
+			}
+			if err != nil {
+				failed[p.h] = true
+				lastErr = fmt.Errorf("bytes [%d,+%d) from %s: %w", p.r.Off, p.r.N, p.h.Name, err)
+				break
+			}
+		}
+		if err == nil {
+			h.mu.Lock()
+			for _, p := range parts {
+				p.h.bytes += p.r.N
+			}
+			h.mu.Unlock()
+			return buf, nil
+		}
+		buf = buf[:k]
+		if ctx.Err() != nil {
+			return buf, ctx.Err()
+		}
+	}
+	return buf, lastErr
 }
 
 // used notes that n bytes of unit k were read. A unit read whole is
