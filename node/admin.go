@@ -40,8 +40,12 @@ type admin struct {
 	hub           func() *hub.Client
 	shardManifest func(fileSHA string) ([]byte, bool)
 	keepManifest  func(fileSHA string, raw []byte)
-	// peers reaches the nodes' shard ranges (a hub file read back).
-	peers shard.Peers
+	// peers reaches the nodes' shard ranges (a hub file read back);
+	// hubChecks the hub models whose check runs here (name → the
+	// unverified manifest's ID).
+	peers     shard.Peers
+	hubMu     sync.Mutex
+	hubChecks map[string]string
 
 	bg   *sync.WaitGroup // the agent's background work (hashing model files)
 	done <-chan struct{} // closed when the agent stops

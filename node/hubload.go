@@ -286,16 +286,103 @@ func (b *admin) registerHubModel(ctx context.Context, req api.LoadModelRequest) 
 		}
 		m.Manifest, m.Unverified = shard.ManifestID(pending), true
 	}
+	if !verified && !b.claimHubCheck(m.Name, m.Manifest) {
+		if old := cs.Models[name]; old != nil && old.Manifest == m.Manifest {
+			return old, nil // loaded already, being checked: the same load again
+		}
+		return nil, &coordinator.Error{Code: http.StatusConflict, Msg: fmt.Sprintf("model %q from %s is being checked already: wait for it (shoal model ls)", name, where)}
+	}
 	if err := b.cluster.Apply(ctx, coordinator.ModelUpsertType, coordinator.ModelUpsertRequest{Model: m}); err != nil {
+		if !verified {
+			b.releaseHubCheck(m.Name)
+		}
 		return nil, err
 	}
 	b.log.Info("model registered from the hub", zap.String("model", name), zap.String("hub", m.Source), zap.Int64("bytes", fi.Size),
 		zap.String("lfs_sha256", fi.SHA256), zap.Int("layers", prof.NLayer), zap.Int("header_bytes", len(prefix)), zap.Bool("verified", verified))
 	if !verified {
 		b.bg.Add(1)
-		go b.checkHubFile(m, table, pending, prefix)
+		go b.checkHubFile(m, pending, prefix)
 	}
 	return &m, nil
+}
+
+// claimHubCheck notes that the check of model under manifest id runs
+// here, or reports false when one already does.
+func (b *admin) claimHubCheck(model, id string) bool {
+	b.hubMu.Lock()
+	defer b.hubMu.Unlock()
+	if b.hubChecks == nil {
+		b.hubChecks = map[string]string{}
+	}
+	if b.hubChecks[model] == id {
+		return false
+	}
+	b.hubChecks[model] = id
+	return true
+}
+
+func (b *admin) releaseHubCheck(model string) {
+	b.hubMu.Lock()
+	delete(b.hubChecks, model)
+	b.hubMu.Unlock()
+}
+
+// resumeHubChecks starts the check of every hub model this agent loaded
+// that is still unverified with no check running here: the agent stopped
+// during one. The unverified manifest is the one it kept, or is built
+// again from the header read anew; a file whose header changed fails.
+func (b *admin) resumeHubChecks(st *coordinator.State) {
+	if b.hub == nil {
+		return
+	}
+	for _, m := range st.Models {
+		if !m.Unverified || m.SourceNode != b.id || m.Hub == nil || m.Status == coordinator.ModelFailed {
+			continue
+		}
+		if !b.claimHubCheck(m.Name, m.Manifest) {
+			continue
+		}
+		b.log.Info("resuming the check of a model from the hub", zap.String("model", m.Name), zap.String("hub", m.Source))
+		b.bg.Add(1)
+		go func(m coordinator.Model) {
+			var pending []byte
+			if b.shardManifest != nil {
+				if raw, ok := b.shardManifest(m.Digest); ok && shard.ManifestID(raw) == m.Manifest {
+					pending = raw
+				}
+			}
+			if pending == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				c := b.hub()
+				_, gf, err := readHeader(ctx, &rangeReader{ctx: ctx, c: c, repo: m.Hub.Repo, rev: m.Hub.Revision, file: m.Hub.File, size: m.Hub.Size}, m.Hub.Size)
+				cancel()
+				var t *shard.Table
+				if err == nil {
+					if t, err = shard.TableOf(gf); err == nil {
+						t.FileSize = m.Hub.Size
+						pending, err = shard.UnverifiedManifest(m.Digest, t, 0)
+					}
+				}
+				switch {
+				case err != nil:
+					b.releaseHubCheck(m.Name) // tried again on a later pass
+					b.bg.Done()
+					b.log.Warn("cannot read the hub model's header to resume its check", zap.String("model", m.Name), zap.Error(err))
+					return
+				case shard.ManifestID(pending) != m.Manifest:
+					b.failHub(m, fmt.Sprintf("%s/%s changed on the hub while it was being loaded (its header differs): load it again", m.Hub.Repo, m.Hub.File))
+					b.releaseHubCheck(m.Name)
+					b.bg.Done()
+					return
+				}
+				if b.keepManifest != nil {
+					b.keepManifest(m.Digest, pending)
+				}
+			}
+			b.checkHubFile(m, pending, nil)
+		}(*m)
+	}
 }
 
 // rangeReader reads a hub file from its start, each Read one Range
@@ -360,8 +447,9 @@ const hubCheckWait = 6 * time.Hour
 // reads the whole file from the hub: a match means a node holds bad bytes
 // (its unit checks will mend them); no match fails the model with both
 // hashes.
-func (b *admin) checkHubFile(m coordinator.Model, table *shard.Table, pending, prefix []byte) {
+func (b *admin) checkHubFile(m coordinator.Model, pending, prefix []byte) {
 	defer b.bg.Done()
+	defer b.releaseHubCheck(m.Name)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -383,9 +471,12 @@ func (b *admin) checkHubFile(m coordinator.Model, table *shard.Table, pending, p
 	if !ok {
 		return // unloaded, loaded again, or the agent stops
 	}
-	var lf shard.LocalFetcher
-	lf.Add(m.Digest, bytes.NewReader(prefix))
-	holders = append([]shard.Holder{{ID: "header", Name: "the header read at load", Held: []shard.Range{{Off: 0, N: int64(len(prefix))}}, F: &lf}}, holders...)
+	if len(prefix) > 0 {
+		var lf shard.LocalFetcher
+		lf.Add(m.Digest, bytes.NewReader(prefix))
+		holders = append([]shard.Holder{{ID: "header", Name: "the header read at load", Held: []shard.Range{{Off: 0, N: int64(len(prefix))}}, F: &lf}}, holders...)
+	}
+	table := man.Table
 	vc := *b.hub()
 	vc.UserAgent += " verify" // its bytes are told apart from the shards'
 	origin := hubOrigin(m.Hub)

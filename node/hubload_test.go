@@ -343,3 +343,63 @@ func TestLoadModelFromHub(t *testing.T) {
 		t.Errorf("the late-corrupted model served: %s", body)
 	}
 }
+
+// The loading agent dies while its hub model's nodes fetch their ranges:
+// restarted, it resumes the model's check (from the unverified manifest it
+// kept) and the model serves; nothing is read twice from the hub.
+func TestHubCheckResumesAfterRestart(t *testing.T) {
+	path := enginetest.Write(t, "", synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 4, NHead: 4, NHeadKV: 2, NFF: 512, Type: "q8_0", Seed: 11, Name: "resume"})
+	file, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const repo, fname = "org/resume-GGUF", "resume-q8_0.gguf"
+	hs := hubtest.New(t)
+	hs.AddRepo(repo, map[string][]byte{fname: file})
+	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) {
+		cfg.Hub = &hub.Client{Endpoint: hs.URL, Backoff: 20 * time.Millisecond}
+	})
+	waitHealthy(t, c, 0, 3, 3, 20*time.Second)
+	names := []string{c.Members[1].Cfg.Name, c.Members[2].Cfg.Name}
+	if _, err := c.Client(0, tc.Secret).LoadModel(ctx(t), api.LoadModelRequest{Hub: repo + ":Q8_0", Name: "resume", Nodes: names, Strategy: "pipeline", Ctx: 256}); err != nil {
+		t.Fatal(err)
+	}
+	hs.Delay(30 * time.Millisecond) // the nodes' range reads take a while
+	c.Stop(0, false)
+	var before *api.ModelInfo
+	tc.Eventually(t, 20*time.Second, "the model's status (an election may run)", func() bool {
+		before = modelInfo(t, c, 1, "resume")
+		return before != nil
+	})
+	if before.Status == "ready" {
+		t.Fatalf("the model is ready before its check: %+v", before)
+	}
+	if m := c.Members[1].Agent.Server().FSM().State().Models["resume"]; m == nil || !m.Unverified {
+		t.Skip("the check finished before the loading agent stopped: nothing to resume (a fast host)")
+	}
+	time.Sleep(time.Second)
+	c.Restart(0)
+	hs.Delay(0)
+	tc.Eventually(t, 90*time.Second, "the model ready after its loader restarted", func() bool {
+		i := modelInfo(t, c, 1, "resume")
+		if i != nil && i.Status == "failed" { // degraded while the loader is down: its manifest is out of reach, the shards retry
+			t.Fatalf("%s: %s", i.Status, i.Reason)
+		}
+		return i != nil && i.Status == "ready"
+	})
+	tc.Eventually(t, 30*time.Second, "a completion (the driver starts a moment after ready)", func() bool {
+		code, _ := completion(t, "http://"+c.Members[1].Agent.HTTPAddr(), "resume")
+		return code == 200
+	})
+	var verify int64
+	for _, r := range hs.Requests() {
+		if strings.HasSuffix(r.UserAgent, " verify") {
+			verify += r.Bytes
+		}
+	}
+	served := hs.BytesServed(repo, fname)
+	t.Logf("read from the hub: %d bytes = %.3f x the file (%d to check)", served, float64(served)/float64(len(file)), verify)
+	if verify != 0 || float64(served) >= 1.2*float64(len(file)) {
+		t.Errorf("read %d bytes from the hub (%d to check) for a %d-byte file", served, verify, len(file))
+	}
+}

@@ -60,6 +60,7 @@ func (a *Agent) servingLoop() {
 			a.shards.Reconcile(wantedShards(st, a.id))
 			a.par.Reconcile(planView(st, a.admin.modelInfo, a.localModel))
 			a.copies.reconcile(st)
+			a.admin.resumeHubChecks(st)
 		}
 		select {
 		case <-a.done:

@@ -25,6 +25,7 @@ type Server struct {
 	repos     map[string]*Repo
 	crossHost bool
 	ignoreRng bool
+	delay     time.Duration // before each download answers
 	pageSize  int
 	served    map[string]int64 // "repo/path" → bytes
 	requests  []Request
@@ -148,6 +149,13 @@ func (s *Server) PageSize(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pageSize = n
+}
+
+// Delay makes every download wait d before it answers (a slow hub).
+func (s *Server) Delay(d time.Duration) {
+	s.mu.Lock()
+	s.delay = d
+	s.mu.Unlock()
 }
 
 // BytesServed is the body bytes sent for repo's file over all requests.
@@ -357,7 +365,7 @@ func (s *Server) blob(w http.ResponseWriter, r *http.Request) {
 			delete(repo.cut, p)
 		}
 	}
-	ignore := s.ignoreRng
+	ignore, delay := s.ignoreRng, s.delay
 	if ok && len(repo.flip[p]) > 0 {
 		b = append([]byte(nil), b...)
 		for _, f := range repo.flip[p] {
@@ -367,6 +375,7 @@ func (s *Server) blob(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.mu.Unlock()
+	time.Sleep(delay)
 	req := Request{Repo: name, Path: p, Range: r.Header.Get("Range"), Auth: r.Header.Get("Authorization") != "", Host: r.Host, UserAgent: r.Header.Get("User-Agent")}
 	defer func() {
 		s.mu.Lock()
