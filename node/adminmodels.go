@@ -193,21 +193,32 @@ func (b *admin) hashModel(m coordinator.Model, st os.FileInfo) {
 
 // recordModel writes m to the state, retrying for a while.
 func (b *admin) recordModel(m coordinator.Model) {
+	if !b.retryWrite(func(ctx context.Context) error {
+		return b.cluster.Apply(ctx, coordinator.ModelUpsertType, coordinator.ModelUpsertRequest{Model: m})
+	}) {
+		b.log.Warn("could not record the model's digest", zap.String("model", m.Name))
+	}
+}
+
+// retryWrite runs write (a state change) until it succeeds, 20 tries
+// 250 ms apart, each bounded by 5 s; false when it never did or the agent
+// stops.
+func (b *admin) retryWrite(write func(ctx context.Context) error) bool {
 	for try := 0; try < 20; try++ {
 		select {
 		case <-b.done:
-			return
+			return false
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := b.cluster.Apply(ctx, coordinator.ModelUpsertType, coordinator.ModelUpsertRequest{Model: m})
+		err := write(ctx)
 		cancel()
 		if err == nil {
-			return
+			return true
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	b.log.Warn("could not record the model's digest", zap.String("model", m.Name))
+	return false
 }
 
 // Models lists the cluster's models with their shards.

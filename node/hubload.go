@@ -571,29 +571,20 @@ func (b *admin) failHub(m coordinator.Model, reason string) {
 // id, as set does, writing it back (retried: the planner may write the
 // model meanwhile).
 func (b *admin) updateModel(name, id string, set func(*coordinator.Model)) {
-	for try := 0; try < 20; try++ {
-		select {
-		case <-b.done:
-			return
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ok := b.retryWrite(func(ctx context.Context) error {
 		st, err := b.cluster.State(ctx)
-		if err == nil {
-			cur := st.Models[name]
-			if cur == nil || cur.Manifest != id {
-				cancel()
-				return // unloaded or loaded again
-			}
-			mm := *cur
-			set(&mm)
-			err = b.cluster.Apply(ctx, coordinator.ModelUpsertType, coordinator.ModelUpsertRequest{Model: mm})
+		if err != nil {
+			return err
 		}
-		cancel()
-		if err == nil {
-			return
+		cur := st.Models[name]
+		if cur == nil || cur.Manifest != id {
+			return nil // unloaded or loaded again
 		}
-		time.Sleep(250 * time.Millisecond)
+		mm := *cur
+		set(&mm)
+		return b.cluster.Apply(ctx, coordinator.ModelUpsertType, coordinator.ModelUpsertRequest{Model: mm})
+	})
+	if !ok {
+		b.log.Warn("could not record the model's check", zap.String("model", name))
 	}
-	b.log.Warn("could not record the model's check", zap.String("model", name))
 }

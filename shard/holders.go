@@ -222,41 +222,16 @@ func (h *HolderFetcher) fetchUnit(ctx context.Context, i int) ([]byte, error) {
 	var lastErr error
 	failed := map[*holderState]bool{} // took part in a failed try of this unit
 	for attempt := 0; attempt <= len(h.holders); attempt++ {
-		ranked := h.ranked()
-		var order []*holderState
-		for _, pass := range []bool{false, true} {
-			for _, hs := range ranked {
-				if failed[hs] == pass {
-					order = append(order, hs)
-				}
-			}
-		}
-		parts, err := assign(u, order)
+		parts, err := assign(u, h.orderFor(failed))
 		if err != nil {
 			return nil, err
 		}
-		buf := make([]byte, 0, u.N)
-		for _, p := range parts {
-			var rc io.ReadCloser
-			if rc, err = p.h.F.Fetch(ctx, h.m.FileSHA, p.r.Off, p.r.N); err == nil {
-				k := len(buf)
-				buf = append(buf, make([]byte, p.r.N)...)
-				_, err = io.ReadFull(rc, buf[k:])
-				rc.Close()
-			}
-			if err != nil {
-				err = fmt.Errorf("bytes [%d,+%d) from %s: %w", p.r.Off, p.r.N, p.h.Name, err)
-				break
-			}
-		}
+		var buf []byte
+		buf, _, err = fetchParts(ctx, h.m.FileSHA, parts, make([]byte, 0, u.N))
 		if err == nil {
 			sum := sha256.Sum256(buf)
 			if h.m.Unverified || hex.EncodeToString(sum[:]) == h.m.Sums[i] {
-				h.mu.Lock()
-				for _, p := range parts {
-					p.h.bytes += p.r.N
-				}
-				h.mu.Unlock()
+				h.credit(parts)
 				return buf, nil
 			}
 			names := ""
@@ -318,7 +293,7 @@ func (h *HolderFetcher) readRaw(ctx context.Context, r Range, buf []byte) ([]byt
 	failed := map[*holderState]bool{}
 	for attempt := 0; attempt <= len(h.holders); attempt++ {
 		var order []*holderState
-		for _, hs := range h.ranked() {
+		for _, hs := range h.orderFor(failed) {
 			if !failed[hs] {
 				order = append(order, hs)
 			}
@@ -331,34 +306,59 @@ func (h *HolderFetcher) readRaw(ctx context.Context, r Range, buf []byte) ([]byt
 			return buf, err
 		}
 		k := len(buf)
-		for _, p := range parts {
-			var rc io.ReadCloser
-			if rc, err = p.h.F.Fetch(ctx, h.m.FileSHA, p.r.Off, p.r.N); err == nil {
-				at := len(buf)
-				buf = append(buf, make([]byte, p.r.N)...)
-				_, err = io.ReadFull(rc, buf[at:])
-				rc.Close()
-			}
-			if err != nil {
-				failed[p.h] = true
-				lastErr = fmt.Errorf("bytes [%d,+%d) from %s: %w", p.r.Off, p.r.N, p.h.Name, err)
-				break
-			}
-		}
-		if err == nil {
-			h.mu.Lock()
-			for _, p := range parts {
-				p.h.bytes += p.r.N
-			}
-			h.mu.Unlock()
+		var bad *holderState
+		if buf, bad, err = fetchParts(ctx, h.m.FileSHA, parts, buf); err == nil {
+			h.credit(parts)
 			return buf, nil
 		}
-		buf = buf[:k]
+		failed[bad], lastErr, buf = true, err, buf[:k]
 		if ctx.Err() != nil {
 			return buf, ctx.Err()
 		}
 	}
 	return buf, lastErr
+}
+
+// orderFor ranks the holders, those in failed (for the bytes at hand)
+// after the others.
+func (h *HolderFetcher) orderFor(failed map[*holderState]bool) []*holderState {
+	ranked := h.ranked()
+	order := make([]*holderState, 0, len(ranked))
+	for _, pass := range []bool{false, true} {
+		for _, hs := range ranked {
+			if failed[hs] == pass {
+				order = append(order, hs)
+			}
+		}
+	}
+	return order
+}
+
+// fetchParts appends the bytes of parts to buf, or names the holder whose
+// part failed.
+func fetchParts(ctx context.Context, sha string, parts []part, buf []byte) ([]byte, *holderState, error) {
+	for _, p := range parts {
+		rc, err := p.h.F.Fetch(ctx, sha, p.r.Off, p.r.N)
+		if err == nil {
+			k := len(buf)
+			buf = append(buf, make([]byte, p.r.N)...)
+			_, err = io.ReadFull(rc, buf[k:])
+			rc.Close()
+		}
+		if err != nil {
+			return buf, p.h, fmt.Errorf("bytes [%d,+%d) from %s: %w", p.r.Off, p.r.N, p.h.Name, err)
+		}
+	}
+	return buf, nil, nil
+}
+
+// credit counts the bytes of parts as served by their holders.
+func (h *HolderFetcher) credit(parts []part) {
+	h.mu.Lock()
+	for _, p := range parts {
+		p.h.bytes += p.r.N
+	}
+	h.mu.Unlock()
 }
 
 // used notes that n bytes of unit k were read. A unit read whole is
