@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,12 +81,17 @@ func (m *Manager) start(j *job, w Want) {
 			j.state = StateReady
 		}
 		checked := err == nil && !j.unverified
+		path := j.path
 		j.mu.Unlock()
 		if err != nil {
 			m.log.Warn("shard failed", zap.String("model", j.model), zap.Int("lo", j.spec.Lo), zap.Int("hi", j.spec.Hi), zap.Error(err))
 		}
 		if checked {
 			m.dropHolding(unverifiedKey(j.key)) // its unverified file, read again
+			if path != "" {
+				// Left by an agent that stopped before the file was checked.
+				_ = os.Remove(strings.TrimSuffix(path, ".shard") + ".unverified.shard")
+			}
 		}
 		m.reportModel(j.model, true)
 	}()

@@ -148,3 +148,41 @@ func TestUnverifiedCorruptCopy(t *testing.T) {
 		t.Errorf("the origin served %d bytes to mend a copy with one corrupt byte (units of %d bytes)", got, 64<<10)
 	}
 }
+
+// A node that stops while its shard is unverified leaves the file behind;
+// started again after the check, it assembles the shard under the checked
+// manifest and removes the leftover.
+func TestUnverifiedLeftoverRemoved(t *testing.T) {
+	m := writeModel(t, denseSpec)
+	n := newTestNet(t, m)
+	n.set(n.whole, "hub", true)
+	loader := n.node(t, "loader")
+	dir := t.TempDir()
+	b := NewManager(ManagerConfig{Dir: dir, Files: testFiles{}, Peers: n})
+	table := *m.table
+	table.FileSize = int64(len(m.raw))
+	p, _ := UnverifiedManifest(m.sha, &table, 64<<10)
+	loader.KeepManifest(m.sha, p)
+	all := ShardSpec{Model: "dense", FileSHA: m.sha, Lo: 0, Hi: 4, TPSize: 1, Embedding: true, Output: true}
+	holders := []Peer{peer("loader"), peer("hub")}
+	rb := &reports{last: map[string]Status{}}
+	b.cfg.Report = rb.report
+	waitFor(t, "the shard fetched under the unverified manifest", func() bool {
+		b.Reconcile([]Want{{Model: "dense", Spec: all, Version: 1, Manifest: ManifestID(p), Holders: holders}})
+		return rb.get("dense").State == StateVerifying
+	})
+	b.Close()
+	left, _ := filepath.Glob(filepath.Join(dir, "*.unverified.shard"))
+	if len(left) != 1 {
+		t.Fatalf("unverified files after the stop: %v", left)
+	}
+	_, full, _ := BuildManifestFrom(&table, bytes.NewReader(m.raw), 64<<10)
+	loader.KeepManifest(m.sha, full)
+	b2 := NewManager(ManagerConfig{Dir: dir, Files: testFiles{}, Peers: n})
+	t.Cleanup(b2.Close)
+	rd := waitReady(t, b2, []Want{{Model: "dense", Spec: all, Version: 1, Manifest: ManifestID(full), Holders: holders}}, all)
+	sameShard(t, m, rd.Shard, all)
+	if left, _ := filepath.Glob(filepath.Join(dir, "*.unverified.shard")); len(left) != 0 {
+		t.Errorf("left behind after the checked assembly: %v", left)
+	}
+}
