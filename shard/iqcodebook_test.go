@@ -6,7 +6,7 @@ import (
 	"shoal/engine/quant"
 )
 
-// The IQ2 and IQ3 blocks are 256 columns, as IQ4_XS's: FFN [512,1024) is
+// The IQ2, IQ3 and IQ1 blocks are 256 columns, as IQ4_XS's: FFN [512,1024) is
 // two blocks and is cut by columns, FFN [384,1024) is not on a boundary and
 // falls back to whole output rows.
 func TestIQCodebookSlices(t *testing.T) {
@@ -21,6 +21,10 @@ func TestIQCodebookSlices(t *testing.T) {
 		{"iq3_xxs", quant.IQ3_XXS, 384, false},
 		{"iq3_s", quant.IQ3_S, 512, true},
 		{"iq3_s", quant.IQ3_S, 384, false},
+		{"iq1_s", quant.IQ1_S, 512, true},
+		{"iq1_s", quant.IQ1_S, 384, false},
+		{"iq1_m", quant.IQ1_M, 512, true},
+		{"iq1_m", quant.IQ1_M, 384, false},
 	} {
 		checkIQuantSlice(t, tc)
 	}

@@ -32,10 +32,10 @@ func genModelCmd() *cobra.Command {
 		Long: `Write a GGUF model with random weights that are a pure function of the shapes
 and --seed. Tensor types follow --type: a ggml type (f32 f16 bf16 q4_0 q4_1
 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs iq2_xxs iq2_xs
-iq2_s iq3_xxs iq3_s) or a llama-quantize mix (q4_k_m q4_k_s q5_k_m
-q3_k_m). The output matrix gets Q6_K in low-bit files, as llama-quantize
-does (--output-type overrides). The tokenizer is copied from another GGUF
-(--vocab-from) or is a byte-level BPE vocabulary shoal builds.
+iq2_s iq3_xxs iq3_s iq1_s iq1_m) or a llama-quantize mix (q4_k_m q4_k_s
+q5_k_m q3_k_m). The output matrix gets Q6_K in low-bit files, as
+llama-quantize does (--output-type overrides). The tokenizer is copied from
+another GGUF (--vocab-from) or is a byte-level BPE vocabulary shoal builds.
 
   # TinyLlama-1.1B shapes in Q4_0
   shoal gen-model --arch llama --n-embd 2048 --n-layer 22 --n-head 32 --n-head-kv 4 \

@@ -49,7 +49,7 @@ func archLevels() []*level {
 		one: oneIQ4_NL, rows: pick(dotIQ4_NLR4C1, dotIQ4_NLR4C1T0), rowsR: 4}
 	l.k[quant.IQ4_XS] = &kset{blockLen: quant.QKK,
 		one: oneIQ4_XS, rows: pick(dotIQ4_XSR4C1, dotIQ4_XSR4C1T0), rowsR: 4}
-	// The IQ2 and IQ3 types: decode kernels only, likewise.
+	// The IQ2, IQ3 and IQ1 types: decode kernels only, likewise.
 	l.k[quant.IQ2_XXS] = &kset{blockLen: quant.QKK,
 		one: oneIQ2_XXS, rows: pick(dotIQ2_XXSR4C1, dotIQ2_XXSR4C1T0), rowsR: 4}
 	l.k[quant.IQ2_XS] = &kset{blockLen: quant.QKK,
@@ -60,6 +60,10 @@ func archLevels() []*level {
 		one: oneIQ3_XXS, rows: pick(dotIQ3_XXSR4C1, dotIQ3_XXSR4C1T0), rowsR: 4}
 	l.k[quant.IQ3_S] = &kset{blockLen: quant.QKK,
 		one: oneIQ3_S, rows: pick(dotIQ3_SR4C1, dotIQ3_SR4C1T0), rowsR: 4}
+	l.k[quant.IQ1_S] = &kset{blockLen: quant.QKK,
+		one: oneIQ1_S, rows: pick(dotIQ1_SR4C1, dotIQ1_SR4C1T0), rowsR: 4}
+	l.k[quant.IQ1_M] = &kset{blockLen: quant.QKK,
+		one: oneIQ1_M, rows: pick(dotIQ1_MR4C1, dotIQ1_MR4C1T0), rowsR: 4}
 	// Float rows prefetch to L2: their groups of 4 rows (16-45 KB in
 	// TinyLlama's F16 matrices) leave L1 before they are read (AMD EPYC,
 	// Zen 4, one thread, every F16 matrix of TinyLlama in turn from
@@ -181,6 +185,8 @@ func oneIQ2_XS(w, a *byte, nb int) (o float32)  { dotIQ2_XSR1C1(w, 0, a, 0, nb, 
 func oneIQ2_S(w, a *byte, nb int) (o float32)   { dotIQ2_SR1C1(w, 0, a, 0, nb, &o, 0); return }
 func oneIQ3_XXS(w, a *byte, nb int) (o float32) { dotIQ3_XXSR1C1(w, 0, a, 0, nb, &o, 0); return }
 func oneIQ3_S(w, a *byte, nb int) (o float32)   { dotIQ3_SR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneIQ1_S(w, a *byte, nb int) (o float32)   { dotIQ1_SR1C1(w, 0, a, 0, nb, &o, 0); return }
+func oneIQ1_M(w, a *byte, nb int) (o float32)   { dotIQ1_MR1C1(w, 0, a, 0, nb, &o, 0); return }
 func oneF16(w, a *byte, nb int) (o float32)     { dotF16R1C1(w, 0, a, 0, nb, &o, 0); return }
 func oneBF16(w, a *byte, nb int) (o float32)    { dotBF16R1C1(w, 0, a, 0, nb, &o, 0); return }
 func oneF32(w, a *byte, nb int) (o float32)     { dotF32R1C1(w, 0, a, 0, nb, &o, 0); return }
@@ -205,5 +211,14 @@ var (
 			}
 		}
 		return t
+	}()
+	// the IQ1 codebook as 8v+1 for every value v (see _generate/iq1.go)
+	iq1Grid8 = func() (g [2048][8]int8) {
+		for i, pt := range quant.IQ1Grid {
+			for j, v := range pt {
+				g[i][j] = 8*v + 1
+			}
+		}
+		return g
 	}()
 )

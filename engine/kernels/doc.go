@@ -38,7 +38,9 @@
 // IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S, whose groups of 8 weights are
 // codebook points with signs: the kernels load the points and sign
 // patterns from tables filled from shoal/engine/quant (64 or 32 bits a
-// load) and spread IQ2_S's and IQ3_S's sign bytes in vector registers.
+// load) and spread IQ2_S's and IQ3_S's sign bytes in vector registers. So
+// do IQ1_S and IQ1_M (points of -1, 0, +1 plus a delta of ±1/8): their
+// kernels read the codebook times 8 and add 8·delta as a byte.
 //
 // Q4_0 and Q8_0 matrices can be held in a packed layout (pack.go): rows in
 // groups of 4, each block's quants of the 4 rows in whole 64-byte vectors and

@@ -330,6 +330,26 @@ func dotIQ3_SR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int
 //go:noescape
 func dotIQ3_SR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
+// dotIQ1_SR1C1: 1 weight row(s) x 1 activation row(s); IQ1_S weights, Q8_K activations
+//
+//go:noescape
+func dotIQ1_SR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ1_SR4C1: 4 weight row(s) x 1 activation row(s); IQ1_S weights, Q8_K activations
+//
+//go:noescape
+func dotIQ1_SR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ1_MR1C1: 1 weight row(s) x 1 activation row(s); IQ1_M weights, Q8_K activations
+//
+//go:noescape
+func dotIQ1_MR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ1_MR4C1: 4 weight row(s) x 1 activation row(s); IQ1_M weights, Q8_K activations
+//
+//go:noescape
+func dotIQ1_MR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
 // dotQ4_0V4C8: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 //
 //go:noescape
@@ -609,6 +629,16 @@ func dotIQ3_XXSR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os
 //
 //go:noescape
 func dotIQ3_SR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ1_SR4C1T0: 4 weight row(s) x 1 activation row(s); IQ1_S weights, Q8_K activations
+//
+//go:noescape
+func dotIQ1_SR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+
+// dotIQ1_MR4C1T0: 4 weight row(s) x 1 activation row(s); IQ1_M weights, Q8_K activations
+//
+//go:noescape
+func dotIQ1_MR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 
 // scoresF16AVX2: out[t] = q·row t for T half-float rows at k + t*stride bytes; d a multiple of 8.
 //

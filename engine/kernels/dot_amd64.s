@@ -2310,6 +2310,108 @@ DATA iq2SignBit<>+30(SB)/1, $0x40
 DATA iq2SignBit<>+31(SB)/1, $0x80
 GLOBL iq2SignBit<>(SB), RODATA|NOPTR, $32
 
+DATA iq1mDeltaSpread<>+0(SB)/1, $0x00
+DATA iq1mDeltaSpread<>+1(SB)/1, $0x00
+DATA iq1mDeltaSpread<>+2(SB)/1, $0x00
+DATA iq1mDeltaSpread<>+3(SB)/1, $0x00
+DATA iq1mDeltaSpread<>+4(SB)/1, $0x00
+DATA iq1mDeltaSpread<>+5(SB)/1, $0x00
+DATA iq1mDeltaSpread<>+6(SB)/1, $0x00
+DATA iq1mDeltaSpread<>+7(SB)/1, $0x00
+DATA iq1mDeltaSpread<>+8(SB)/1, $0x00
+DATA iq1mDeltaSpread<>+9(SB)/1, $0x00
+DATA iq1mDeltaSpread<>+10(SB)/1, $0x00
+DATA iq1mDeltaSpread<>+11(SB)/1, $0x00
+DATA iq1mDeltaSpread<>+12(SB)/1, $0x00
+DATA iq1mDeltaSpread<>+13(SB)/1, $0x00
+DATA iq1mDeltaSpread<>+14(SB)/1, $0x00
+DATA iq1mDeltaSpread<>+15(SB)/1, $0x00
+DATA iq1mDeltaSpread<>+16(SB)/1, $0x01
+DATA iq1mDeltaSpread<>+17(SB)/1, $0x01
+DATA iq1mDeltaSpread<>+18(SB)/1, $0x01
+DATA iq1mDeltaSpread<>+19(SB)/1, $0x01
+DATA iq1mDeltaSpread<>+20(SB)/1, $0x01
+DATA iq1mDeltaSpread<>+21(SB)/1, $0x01
+DATA iq1mDeltaSpread<>+22(SB)/1, $0x01
+DATA iq1mDeltaSpread<>+23(SB)/1, $0x01
+DATA iq1mDeltaSpread<>+24(SB)/1, $0x01
+DATA iq1mDeltaSpread<>+25(SB)/1, $0x01
+DATA iq1mDeltaSpread<>+26(SB)/1, $0x01
+DATA iq1mDeltaSpread<>+27(SB)/1, $0x01
+DATA iq1mDeltaSpread<>+28(SB)/1, $0x01
+DATA iq1mDeltaSpread<>+29(SB)/1, $0x01
+DATA iq1mDeltaSpread<>+30(SB)/1, $0x01
+DATA iq1mDeltaSpread<>+31(SB)/1, $0x01
+GLOBL iq1mDeltaSpread<>(SB), RODATA|NOPTR, $32
+
+DATA iq1mDeltaBit<>+0(SB)/1, $0x08
+DATA iq1mDeltaBit<>+1(SB)/1, $0x08
+DATA iq1mDeltaBit<>+2(SB)/1, $0x08
+DATA iq1mDeltaBit<>+3(SB)/1, $0x08
+DATA iq1mDeltaBit<>+4(SB)/1, $0x08
+DATA iq1mDeltaBit<>+5(SB)/1, $0x08
+DATA iq1mDeltaBit<>+6(SB)/1, $0x08
+DATA iq1mDeltaBit<>+7(SB)/1, $0x08
+DATA iq1mDeltaBit<>+8(SB)/1, $0x80
+DATA iq1mDeltaBit<>+9(SB)/1, $0x80
+DATA iq1mDeltaBit<>+10(SB)/1, $0x80
+DATA iq1mDeltaBit<>+11(SB)/1, $0x80
+DATA iq1mDeltaBit<>+12(SB)/1, $0x80
+DATA iq1mDeltaBit<>+13(SB)/1, $0x80
+DATA iq1mDeltaBit<>+14(SB)/1, $0x80
+DATA iq1mDeltaBit<>+15(SB)/1, $0x80
+DATA iq1mDeltaBit<>+16(SB)/1, $0x08
+DATA iq1mDeltaBit<>+17(SB)/1, $0x08
+DATA iq1mDeltaBit<>+18(SB)/1, $0x08
+DATA iq1mDeltaBit<>+19(SB)/1, $0x08
+DATA iq1mDeltaBit<>+20(SB)/1, $0x08
+DATA iq1mDeltaBit<>+21(SB)/1, $0x08
+DATA iq1mDeltaBit<>+22(SB)/1, $0x08
+DATA iq1mDeltaBit<>+23(SB)/1, $0x08
+DATA iq1mDeltaBit<>+24(SB)/1, $0x80
+DATA iq1mDeltaBit<>+25(SB)/1, $0x80
+DATA iq1mDeltaBit<>+26(SB)/1, $0x80
+DATA iq1mDeltaBit<>+27(SB)/1, $0x80
+DATA iq1mDeltaBit<>+28(SB)/1, $0x80
+DATA iq1mDeltaBit<>+29(SB)/1, $0x80
+DATA iq1mDeltaBit<>+30(SB)/1, $0x80
+DATA iq1mDeltaBit<>+31(SB)/1, $0x80
+GLOBL iq1mDeltaBit<>(SB), RODATA|NOPTR, $32
+
+DATA iq1mScaleSel<>+0(SB)/1, $0x00
+DATA iq1mScaleSel<>+1(SB)/1, $0x80
+DATA iq1mScaleSel<>+2(SB)/1, $0x00
+DATA iq1mScaleSel<>+3(SB)/1, $0x80
+DATA iq1mScaleSel<>+4(SB)/1, $0x00
+DATA iq1mScaleSel<>+5(SB)/1, $0x80
+DATA iq1mScaleSel<>+6(SB)/1, $0x00
+DATA iq1mScaleSel<>+7(SB)/1, $0x80
+DATA iq1mScaleSel<>+8(SB)/1, $0x00
+DATA iq1mScaleSel<>+9(SB)/1, $0x80
+DATA iq1mScaleSel<>+10(SB)/1, $0x00
+DATA iq1mScaleSel<>+11(SB)/1, $0x80
+DATA iq1mScaleSel<>+12(SB)/1, $0x00
+DATA iq1mScaleSel<>+13(SB)/1, $0x80
+DATA iq1mScaleSel<>+14(SB)/1, $0x00
+DATA iq1mScaleSel<>+15(SB)/1, $0x80
+DATA iq1mScaleSel<>+16(SB)/1, $0x02
+DATA iq1mScaleSel<>+17(SB)/1, $0x80
+DATA iq1mScaleSel<>+18(SB)/1, $0x02
+DATA iq1mScaleSel<>+19(SB)/1, $0x80
+DATA iq1mScaleSel<>+20(SB)/1, $0x02
+DATA iq1mScaleSel<>+21(SB)/1, $0x80
+DATA iq1mScaleSel<>+22(SB)/1, $0x02
+DATA iq1mScaleSel<>+23(SB)/1, $0x80
+DATA iq1mScaleSel<>+24(SB)/1, $0x02
+DATA iq1mScaleSel<>+25(SB)/1, $0x80
+DATA iq1mScaleSel<>+26(SB)/1, $0x02
+DATA iq1mScaleSel<>+27(SB)/1, $0x80
+DATA iq1mScaleSel<>+28(SB)/1, $0x02
+DATA iq1mScaleSel<>+29(SB)/1, $0x80
+DATA iq1mScaleSel<>+30(SB)/1, $0x02
+DATA iq1mScaleSel<>+31(SB)/1, $0x80
+GLOBL iq1mScaleSel<>(SB), RODATA|NOPTR, $32
+
 // func cpuid1ECX() uint32
 // Requires: CPUID
 TEXT ·cpuid1ECX(SB), NOSPLIT, $0-4
@@ -20390,6 +20492,3687 @@ loop:
 	ADDQ         $0x0000006e, DX
 	ADDQ         $0x0000006e, BX
 	ADDQ         $0x0000006e, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ1_SR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotIQ1_SR1C1(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   nb+32(FP), DX
+	LEAQ   ·iq1Grid8+0(SB), BX
+	VXORPS Y0, Y0, Y0
+	TESTQ  DX, DX
+	JZ     done
+
+loop:
+	VMOVDQU      4(CX), Y1
+	VPSIGNB      Y1, Y1, Y2
+	MOVWLZX      34(AX), SI
+	MOVBQZX      2(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y3
+	MOVBQZX      3(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x05, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X3, X3
+	MOVBQZX      4(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x02, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      5(AX), DI
+	MOVL         SI, R8
+	SHRL         $0x01, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	VPBROADCASTW 34(AX), Y4
+	VPSRAW       $0x0f, Y4, Y4
+	VPADDB       Y4, Y4, Y4
+	VPADDB       Y4, Y3, Y3
+	SHRL         $0x0c, SI
+	ANDL         $0x00000007, SI
+	LEAL         1(SI)(SI*1), SI
+	VMOVD        SI, X4
+	VPBROADCASTW X4, Y4
+	VPSIGNB      Y1, Y3, Y3
+	VPMADDUBSW   Y3, Y2, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VMOVDQU      36(CX), Y1
+	VPSIGNB      Y1, Y1, Y2
+	MOVWLZX      36(AX), SI
+	MOVBQZX      6(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      7(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x05, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      8(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x02, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      9(AX), DI
+	MOVL         SI, R8
+	SHRL         $0x01, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTW 36(AX), Y5
+	VPSRAW       $0x0f, Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       Y5, Y4, Y4
+	SHRL         $0x0c, SI
+	ANDL         $0x00000007, SI
+	LEAL         1(SI)(SI*1), SI
+	VMOVD        SI, X5
+	VPBROADCASTW X5, Y5
+	VPSIGNB      Y1, Y4, Y4
+	VPMADDUBSW   Y4, Y2, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VMOVDQU      68(CX), Y1
+	VPSIGNB      Y1, Y1, Y2
+	MOVWLZX      38(AX), SI
+	MOVBQZX      10(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      11(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x05, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      12(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x02, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      13(AX), DI
+	MOVL         SI, R8
+	SHRL         $0x01, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTW 38(AX), Y5
+	VPSRAW       $0x0f, Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       Y5, Y4, Y4
+	SHRL         $0x0c, SI
+	ANDL         $0x00000007, SI
+	LEAL         1(SI)(SI*1), SI
+	VMOVD        SI, X5
+	VPBROADCASTW X5, Y5
+	VPSIGNB      Y1, Y4, Y4
+	VPMADDUBSW   Y4, Y2, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VMOVDQU      100(CX), Y1
+	VPSIGNB      Y1, Y1, Y2
+	MOVWLZX      40(AX), SI
+	MOVBQZX      14(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      15(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x05, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      16(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x02, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      17(AX), DI
+	MOVL         SI, R8
+	SHRL         $0x01, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTW 40(AX), Y5
+	VPSRAW       $0x0f, Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       Y5, Y4, Y4
+	SHRL         $0x0c, SI
+	ANDL         $0x00000007, SI
+	LEAL         1(SI)(SI*1), SI
+	VMOVD        SI, X5
+	VPBROADCASTW X5, Y5
+	VPSIGNB      Y1, Y4, Y4
+	VPMADDUBSW   Y4, Y2, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VMOVDQU      132(CX), Y1
+	VPSIGNB      Y1, Y1, Y2
+	MOVWLZX      42(AX), SI
+	MOVBQZX      18(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      19(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x05, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      20(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x02, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      21(AX), DI
+	MOVL         SI, R8
+	SHRL         $0x01, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTW 42(AX), Y5
+	VPSRAW       $0x0f, Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       Y5, Y4, Y4
+	SHRL         $0x0c, SI
+	ANDL         $0x00000007, SI
+	LEAL         1(SI)(SI*1), SI
+	VMOVD        SI, X5
+	VPBROADCASTW X5, Y5
+	VPSIGNB      Y1, Y4, Y4
+	VPMADDUBSW   Y4, Y2, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VMOVDQU      164(CX), Y1
+	VPSIGNB      Y1, Y1, Y2
+	MOVWLZX      44(AX), SI
+	MOVBQZX      22(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      23(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x05, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      24(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x02, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      25(AX), DI
+	MOVL         SI, R8
+	SHRL         $0x01, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTW 44(AX), Y5
+	VPSRAW       $0x0f, Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       Y5, Y4, Y4
+	SHRL         $0x0c, SI
+	ANDL         $0x00000007, SI
+	LEAL         1(SI)(SI*1), SI
+	VMOVD        SI, X5
+	VPBROADCASTW X5, Y5
+	VPSIGNB      Y1, Y4, Y4
+	VPMADDUBSW   Y4, Y2, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VMOVDQU      196(CX), Y1
+	VPSIGNB      Y1, Y1, Y2
+	MOVWLZX      46(AX), SI
+	MOVBQZX      26(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      27(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x05, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      28(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x02, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      29(AX), DI
+	MOVL         SI, R8
+	SHRL         $0x01, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTW 46(AX), Y5
+	VPSRAW       $0x0f, Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       Y5, Y4, Y4
+	SHRL         $0x0c, SI
+	ANDL         $0x00000007, SI
+	LEAL         1(SI)(SI*1), SI
+	VMOVD        SI, X5
+	VPBROADCASTW X5, Y5
+	VPSIGNB      Y1, Y4, Y4
+	VPMADDUBSW   Y4, Y2, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VMOVDQU      228(CX), Y1
+	VPSIGNB      Y1, Y1, Y2
+	MOVWLZX      48(AX), SI
+	MOVBQZX      30(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      31(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x05, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      32(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x02, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      33(AX), DI
+	MOVL         SI, R8
+	SHRL         $0x01, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTW 48(AX), Y5
+	VPSRAW       $0x0f, Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       Y5, Y4, Y4
+	SHRL         $0x0c, SI
+	ANDL         $0x00000007, SI
+	LEAL         1(SI)(SI*1), SI
+	VMOVD        SI, X5
+	VPBROADCASTW X5, Y5
+	VPSIGNB      Y1, Y4, Y4
+	VPMADDUBSW   Y4, Y2, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VBROADCASTSS (CX), Y1
+	VMULPS       iq2Eighth<>+0(SB), Y1, Y1
+	VCVTDQ2PS    Y3, Y3
+	VPBROADCASTW (AX), X2
+	VCVTPH2PS    X2, Y2
+	VMULPS       Y1, Y2, Y2
+	VFMADD231PS  Y3, Y2, Y0
+	ADDQ         $0x00000032, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	MOVQ         out+40(FP), AX
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ1_SR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ1_SR4C1(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	LEAQ   ·iq1Grid8+0(SB), R9
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT1   (CX)
+	PREFETCHT1   64(CX)
+	PREFETCHT1   128(CX)
+	PREFETCHT1   192(CX)
+	ADDQ         $0x000000c8, CX
+	VMOVDQU      4(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      34(AX), R10
+	MOVBQZX      2(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	MOVBQZX      3(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	MOVBQZX      4(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      5(AX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTW 34(AX), Y7
+	VPSRAW       $0x0f, Y7, Y7
+	VPADDB       Y7, Y7, Y7
+	VPADDB       Y7, Y6, Y6
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VPSIGNB      Y4, Y6, Y6
+	VPMADDUBSW   Y6, Y5, Y6
+	VPMADDWD     Y7, Y6, Y6
+	MOVWLZX      34(DX), R10
+	MOVBQZX      2(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      3(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      4(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      5(DX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTW 34(DX), Y8
+	VPSRAW       $0x0f, Y8, Y8
+	VPADDB       Y8, Y8, Y8
+	VPADDB       Y8, Y7, Y7
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X8
+	VPBROADCASTW X8, Y8
+	VPSIGNB      Y4, Y7, Y7
+	VPMADDUBSW   Y7, Y5, Y7
+	VPMADDWD     Y8, Y7, Y7
+	MOVWLZX      34(BX), R10
+	MOVBQZX      2(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      3(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	MOVBQZX      4(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	MOVBQZX      5(BX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VINSERTI128  $0x01, X9, Y8, Y8
+	VPBROADCASTW 34(BX), Y9
+	VPSRAW       $0x0f, Y9, Y9
+	VPADDB       Y9, Y9, Y9
+	VPADDB       Y9, Y8, Y8
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X9
+	VPBROADCASTW X9, Y9
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPMADDWD     Y9, Y8, Y8
+	MOVWLZX      34(SI), R10
+	MOVBQZX      2(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	MOVBQZX      3(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	MOVBQZX      4(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      5(SI), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	VINSERTI128  $0x01, X10, Y9, Y9
+	VPBROADCASTW 34(SI), Y10
+	VPSRAW       $0x0f, Y10, Y10
+	VPADDB       Y10, Y10, Y10
+	VPADDB       Y10, Y9, Y9
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X10
+	VPBROADCASTW X10, Y10
+	VPSIGNB      Y4, Y9, Y9
+	VPMADDUBSW   Y9, Y5, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VMOVDQU      36(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      36(AX), R10
+	MOVBQZX      6(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      7(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      8(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      9(AX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 36(AX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      36(DX), R10
+	MOVBQZX      6(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      7(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      8(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      9(DX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 36(DX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      36(BX), R10
+	MOVBQZX      6(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      7(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      8(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      9(BX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 36(BX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      36(SI), R10
+	MOVBQZX      6(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      7(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      8(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      9(SI), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 36(SI), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      68(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      38(AX), R10
+	MOVBQZX      10(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      11(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      12(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      13(AX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 38(AX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      38(DX), R10
+	MOVBQZX      10(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      11(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      12(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      13(DX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 38(DX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      38(BX), R10
+	MOVBQZX      10(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      11(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      12(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      13(BX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 38(BX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      38(SI), R10
+	MOVBQZX      10(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      11(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      12(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      13(SI), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 38(SI), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      100(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      40(AX), R10
+	MOVBQZX      14(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      15(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      16(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      17(AX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 40(AX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      40(DX), R10
+	MOVBQZX      14(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      15(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      16(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      17(DX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 40(DX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      40(BX), R10
+	MOVBQZX      14(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      15(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      16(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      17(BX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 40(BX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      40(SI), R10
+	MOVBQZX      14(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      15(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      16(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      17(SI), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 40(SI), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      132(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      42(AX), R10
+	MOVBQZX      18(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      19(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      20(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      21(AX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 42(AX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      42(DX), R10
+	MOVBQZX      18(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      19(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      20(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      21(DX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 42(DX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      42(BX), R10
+	MOVBQZX      18(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      19(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      20(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      21(BX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 42(BX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      42(SI), R10
+	MOVBQZX      18(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      19(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      20(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      21(SI), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 42(SI), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      164(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      44(AX), R10
+	MOVBQZX      22(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      23(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      24(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      25(AX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 44(AX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      44(DX), R10
+	MOVBQZX      22(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      23(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      24(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      25(DX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 44(DX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      44(BX), R10
+	MOVBQZX      22(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      23(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      24(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      25(BX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 44(BX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      44(SI), R10
+	MOVBQZX      22(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      23(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      24(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      25(SI), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 44(SI), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      196(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      46(AX), R10
+	MOVBQZX      26(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      27(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      28(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      29(AX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 46(AX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      46(DX), R10
+	MOVBQZX      26(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      27(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      28(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      29(DX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 46(DX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      46(BX), R10
+	MOVBQZX      26(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      27(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      28(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      29(BX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 46(BX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      46(SI), R10
+	MOVBQZX      26(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      27(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      28(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      29(SI), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 46(SI), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      228(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      48(AX), R10
+	MOVBQZX      30(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      31(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      32(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      33(AX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 48(AX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      48(DX), R10
+	MOVBQZX      30(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      31(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      32(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      33(DX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 48(DX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      48(BX), R10
+	MOVBQZX      30(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      31(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      32(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      33(BX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 48(BX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      48(SI), R10
+	MOVBQZX      30(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      31(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      32(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      33(SI), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 48(SI), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VBROADCASTSS (DI), Y4
+	VMULPS       iq2Eighth<>+0(SB), Y4, Y4
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (AX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y0
+	VCVTDQ2PS    Y7, Y7
+	VPBROADCASTW (DX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y7, Y5, Y1
+	VCVTDQ2PS    Y8, Y8
+	VPBROADCASTW (BX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y8, Y5, Y2
+	VCVTDQ2PS    Y9, Y9
+	VPBROADCASTW (SI), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y9, Y5, Y3
+	ADDQ         $0x00000032, AX
+	ADDQ         $0x00000032, DX
+	ADDQ         $0x00000032, BX
+	ADDQ         $0x00000032, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ1_MR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·dotIQ1_MR1C1(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   a+16(FP), CX
+	MOVQ   nb+32(FP), DX
+	LEAQ   ·iq1Grid8+0(SB), BX
+	VXORPS Y0, Y0, Y0
+	TESTQ  DX, DX
+	JZ     done
+
+loop:
+	VMOVDQU      4(CX), Y1
+	VPSIGNB      Y1, Y1, Y2
+	MOVWLZX      32(AX), SI
+	MOVBQZX      (AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y3
+	MOVBQZX      1(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X3, X3
+	MOVBQZX      2(AX), DI
+	MOVL         SI, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      3(AX), DI
+	SHRL         $0x04, SI
+	ANDL         $0x00000700, SI
+	ORQ          SI, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	VINSERTI128  $0x01, X4, Y3, Y3
+	VPBROADCASTW 32(AX), Y4
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y4, Y4
+	VPAND        iq1mDeltaBit<>+0(SB), Y4, Y4
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y4, Y4
+	VPADDB       Y4, Y4, Y4
+	VPADDB       Y4, Y3, Y3
+	MOVWLZX      48(AX), SI
+	MOVL         SI, DI
+	ANDL         $0x00000007, SI
+	SHLL         $0x0d, DI
+	ANDL         $0x00070000, DI
+	ORL          DI, SI
+	LEAL         65537(SI)(SI*1), SI
+	VMOVD        SI, X4
+	VPBROADCASTD X4, Y4
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y4, Y4
+	VPSIGNB      Y1, Y3, Y3
+	VPMADDUBSW   Y3, Y2, Y3
+	VPMADDWD     Y4, Y3, Y3
+	VMOVDQU      36(CX), Y1
+	VPSIGNB      Y1, Y1, Y2
+	MOVWLZX      34(AX), SI
+	MOVBQZX      4(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      5(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      6(AX), DI
+	MOVL         SI, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      7(AX), DI
+	SHRL         $0x04, SI
+	ANDL         $0x00000700, SI
+	ORQ          SI, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTW 34(AX), Y5
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y5, Y5
+	VPAND        iq1mDeltaBit<>+0(SB), Y5, Y5
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       Y5, Y4, Y4
+	MOVWLZX      48(AX), SI
+	SHRL         $0x06, SI
+	MOVL         SI, DI
+	ANDL         $0x00000007, SI
+	SHLL         $0x0d, DI
+	ANDL         $0x00070000, DI
+	ORL          DI, SI
+	LEAL         65537(SI)(SI*1), SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y5, Y5
+	VPSIGNB      Y1, Y4, Y4
+	VPMADDUBSW   Y4, Y2, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VMOVDQU      68(CX), Y1
+	VPSIGNB      Y1, Y1, Y2
+	MOVWLZX      36(AX), SI
+	MOVBQZX      8(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      9(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      10(AX), DI
+	MOVL         SI, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      11(AX), DI
+	SHRL         $0x04, SI
+	ANDL         $0x00000700, SI
+	ORQ          SI, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTW 36(AX), Y5
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y5, Y5
+	VPAND        iq1mDeltaBit<>+0(SB), Y5, Y5
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       Y5, Y4, Y4
+	MOVWLZX      50(AX), SI
+	MOVL         SI, DI
+	ANDL         $0x00000007, SI
+	SHLL         $0x0d, DI
+	ANDL         $0x00070000, DI
+	ORL          DI, SI
+	LEAL         65537(SI)(SI*1), SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y5, Y5
+	VPSIGNB      Y1, Y4, Y4
+	VPMADDUBSW   Y4, Y2, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VMOVDQU      100(CX), Y1
+	VPSIGNB      Y1, Y1, Y2
+	MOVWLZX      38(AX), SI
+	MOVBQZX      12(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      13(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      14(AX), DI
+	MOVL         SI, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      15(AX), DI
+	SHRL         $0x04, SI
+	ANDL         $0x00000700, SI
+	ORQ          SI, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTW 38(AX), Y5
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y5, Y5
+	VPAND        iq1mDeltaBit<>+0(SB), Y5, Y5
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       Y5, Y4, Y4
+	MOVWLZX      50(AX), SI
+	SHRL         $0x06, SI
+	MOVL         SI, DI
+	ANDL         $0x00000007, SI
+	SHLL         $0x0d, DI
+	ANDL         $0x00070000, DI
+	ORL          DI, SI
+	LEAL         65537(SI)(SI*1), SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y5, Y5
+	VPSIGNB      Y1, Y4, Y4
+	VPMADDUBSW   Y4, Y2, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VMOVDQU      132(CX), Y1
+	VPSIGNB      Y1, Y1, Y2
+	MOVWLZX      40(AX), SI
+	MOVBQZX      16(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      17(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      18(AX), DI
+	MOVL         SI, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      19(AX), DI
+	SHRL         $0x04, SI
+	ANDL         $0x00000700, SI
+	ORQ          SI, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTW 40(AX), Y5
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y5, Y5
+	VPAND        iq1mDeltaBit<>+0(SB), Y5, Y5
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       Y5, Y4, Y4
+	MOVWLZX      52(AX), SI
+	MOVL         SI, DI
+	ANDL         $0x00000007, SI
+	SHLL         $0x0d, DI
+	ANDL         $0x00070000, DI
+	ORL          DI, SI
+	LEAL         65537(SI)(SI*1), SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y5, Y5
+	VPSIGNB      Y1, Y4, Y4
+	VPMADDUBSW   Y4, Y2, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VMOVDQU      164(CX), Y1
+	VPSIGNB      Y1, Y1, Y2
+	MOVWLZX      42(AX), SI
+	MOVBQZX      20(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      21(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      22(AX), DI
+	MOVL         SI, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      23(AX), DI
+	SHRL         $0x04, SI
+	ANDL         $0x00000700, SI
+	ORQ          SI, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTW 42(AX), Y5
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y5, Y5
+	VPAND        iq1mDeltaBit<>+0(SB), Y5, Y5
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       Y5, Y4, Y4
+	MOVWLZX      52(AX), SI
+	SHRL         $0x06, SI
+	MOVL         SI, DI
+	ANDL         $0x00000007, SI
+	SHLL         $0x0d, DI
+	ANDL         $0x00070000, DI
+	ORL          DI, SI
+	LEAL         65537(SI)(SI*1), SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y5, Y5
+	VPSIGNB      Y1, Y4, Y4
+	VPMADDUBSW   Y4, Y2, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VMOVDQU      196(CX), Y1
+	VPSIGNB      Y1, Y1, Y2
+	MOVWLZX      44(AX), SI
+	MOVBQZX      24(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      25(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      26(AX), DI
+	MOVL         SI, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      27(AX), DI
+	SHRL         $0x04, SI
+	ANDL         $0x00000700, SI
+	ORQ          SI, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTW 44(AX), Y5
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y5, Y5
+	VPAND        iq1mDeltaBit<>+0(SB), Y5, Y5
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       Y5, Y4, Y4
+	MOVWLZX      54(AX), SI
+	MOVL         SI, DI
+	ANDL         $0x00000007, SI
+	SHLL         $0x0d, DI
+	ANDL         $0x00070000, DI
+	ORL          DI, SI
+	LEAL         65537(SI)(SI*1), SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y5, Y5
+	VPSIGNB      Y1, Y4, Y4
+	VPMADDUBSW   Y4, Y2, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VMOVDQU      228(CX), Y1
+	VPSIGNB      Y1, Y1, Y2
+	MOVWLZX      46(AX), SI
+	MOVBQZX      28(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x08, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y4
+	MOVBQZX      29(AX), DI
+	MOVL         SI, R8
+	SHLL         $0x04, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X4, X4
+	MOVBQZX      30(AX), DI
+	MOVL         SI, R8
+	ANDL         $0x00000700, R8
+	ORQ          R8, DI
+	VPBROADCASTQ (BX)(DI*8), Y5
+	MOVBQZX      31(AX), DI
+	SHRL         $0x04, SI
+	ANDL         $0x00000700, SI
+	ORQ          SI, DI
+	VPINSRQ      $0x01, (BX)(DI*8), X5, X5
+	VINSERTI128  $0x01, X5, Y4, Y4
+	VPBROADCASTW 46(AX), Y5
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y5, Y5
+	VPAND        iq1mDeltaBit<>+0(SB), Y5, Y5
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y5, Y5
+	VPADDB       Y5, Y5, Y5
+	VPADDB       Y5, Y4, Y4
+	MOVWLZX      54(AX), SI
+	SHRL         $0x06, SI
+	MOVL         SI, DI
+	ANDL         $0x00000007, SI
+	SHLL         $0x0d, DI
+	ANDL         $0x00070000, DI
+	ORL          DI, SI
+	LEAL         65537(SI)(SI*1), SI
+	VMOVD        SI, X5
+	VPBROADCASTD X5, Y5
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y5, Y5
+	VPSIGNB      Y1, Y4, Y4
+	VPMADDUBSW   Y4, Y2, Y4
+	VPMADDWD     Y5, Y4, Y4
+	VPADDD       Y4, Y3, Y3
+	VBROADCASTSS (CX), Y1
+	VMULPS       iq2Eighth<>+0(SB), Y1, Y1
+	VCVTDQ2PS    Y3, Y3
+	MOVWLZX      54(AX), SI
+	ANDL         $0x0000f000, SI
+	MOVWLZX      48(AX), DI
+	SHRL         $0x0c, DI
+	ANDL         $0x0000000f, DI
+	ORL          DI, SI
+	MOVWLZX      50(AX), DI
+	SHRL         $0x08, DI
+	ANDL         $0x000000f0, DI
+	ORL          DI, SI
+	MOVWLZX      52(AX), DI
+	SHRL         $0x04, DI
+	ANDL         $0x00000f00, DI
+	ORL          DI, SI
+	VMOVD        SI, X2
+	VPBROADCASTW X2, X2
+	VCVTPH2PS    X2, Y2
+	VMULPS       Y1, Y2, Y2
+	VFMADD231PS  Y3, Y2, Y0
+	ADDQ         $0x00000038, AX
+	ADDQ         $0x00000124, CX
+	DECQ         DX
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X0, X1, X1
+	MOVQ         out+40(FP), AX
+	VHADDPS      X1, X1, X1
+	VHADDPS      X1, X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ1_MR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ1_MR4C1(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	LEAQ   ·iq1Grid8+0(SB), R9
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT1   (CX)
+	PREFETCHT1   64(CX)
+	PREFETCHT1   128(CX)
+	PREFETCHT1   192(CX)
+	ADDQ         $0x000000e0, CX
+	VMOVDQU      4(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      32(AX), R10
+	MOVBQZX      (AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	MOVBQZX      1(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	MOVBQZX      2(AX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      3(AX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTW 32(AX), Y7
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y7, Y7
+	VPAND        iq1mDeltaBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y7, Y7
+	VPADDB       Y7, Y7, Y7
+	VPADDB       Y7, Y6, Y6
+	MOVWLZX      48(AX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTD X7, Y7
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y7, Y7
+	VPSIGNB      Y4, Y6, Y6
+	VPMADDUBSW   Y6, Y5, Y6
+	VPMADDWD     Y7, Y6, Y6
+	MOVWLZX      32(DX), R10
+	MOVBQZX      (DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      1(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      2(DX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      3(DX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTW 32(DX), Y8
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y8, Y8
+	VPAND        iq1mDeltaBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y8, Y8
+	VPADDB       Y8, Y8, Y8
+	VPADDB       Y8, Y7, Y7
+	MOVWLZX      48(DX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X8
+	VPBROADCASTD X8, Y8
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y8, Y8
+	VPSIGNB      Y4, Y7, Y7
+	VPMADDUBSW   Y7, Y5, Y7
+	VPMADDWD     Y8, Y7, Y7
+	MOVWLZX      32(BX), R10
+	MOVBQZX      (BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      1(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	MOVBQZX      2(BX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	MOVBQZX      3(BX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VINSERTI128  $0x01, X9, Y8, Y8
+	VPBROADCASTW 32(BX), Y9
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y9, Y9
+	VPAND        iq1mDeltaBit<>+0(SB), Y9, Y9
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y9, Y9
+	VPADDB       Y9, Y9, Y9
+	VPADDB       Y9, Y8, Y8
+	MOVWLZX      48(BX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X9
+	VPBROADCASTD X9, Y9
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y9, Y9
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPMADDWD     Y9, Y8, Y8
+	MOVWLZX      32(SI), R10
+	MOVBQZX      (SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	MOVBQZX      1(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	MOVBQZX      2(SI), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      3(SI), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	VINSERTI128  $0x01, X10, Y9, Y9
+	VPBROADCASTW 32(SI), Y10
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y10, Y10
+	VPAND        iq1mDeltaBit<>+0(SB), Y10, Y10
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y10, Y10
+	VPADDB       Y10, Y10, Y10
+	VPADDB       Y10, Y9, Y9
+	MOVWLZX      48(SI), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X10
+	VPBROADCASTD X10, Y10
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y10, Y10
+	VPSIGNB      Y4, Y9, Y9
+	VPMADDUBSW   Y9, Y5, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VMOVDQU      36(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      34(AX), R10
+	MOVBQZX      4(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      5(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      6(AX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      7(AX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 34(AX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      48(AX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      34(DX), R10
+	MOVBQZX      4(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      5(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      6(DX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      7(DX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 34(DX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      48(DX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      34(BX), R10
+	MOVBQZX      4(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      5(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      6(BX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      7(BX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 34(BX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      48(BX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      34(SI), R10
+	MOVBQZX      4(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      5(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      6(SI), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      7(SI), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 34(SI), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      48(SI), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      68(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      36(AX), R10
+	MOVBQZX      8(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      9(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      10(AX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      11(AX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 36(AX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      50(AX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      36(DX), R10
+	MOVBQZX      8(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      9(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      10(DX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      11(DX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 36(DX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      50(DX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      36(BX), R10
+	MOVBQZX      8(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      9(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      10(BX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      11(BX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 36(BX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      50(BX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      36(SI), R10
+	MOVBQZX      8(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      9(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      10(SI), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      11(SI), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 36(SI), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      50(SI), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      100(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      38(AX), R10
+	MOVBQZX      12(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      13(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      14(AX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      15(AX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 38(AX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      50(AX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      38(DX), R10
+	MOVBQZX      12(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      13(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      14(DX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      15(DX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 38(DX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      50(DX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      38(BX), R10
+	MOVBQZX      12(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      13(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      14(BX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      15(BX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 38(BX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      50(BX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      38(SI), R10
+	MOVBQZX      12(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      13(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      14(SI), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      15(SI), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 38(SI), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      50(SI), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      132(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      40(AX), R10
+	MOVBQZX      16(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      17(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      18(AX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      19(AX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 40(AX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      52(AX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      40(DX), R10
+	MOVBQZX      16(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      17(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      18(DX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      19(DX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 40(DX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      52(DX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      40(BX), R10
+	MOVBQZX      16(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      17(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      18(BX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      19(BX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 40(BX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      52(BX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      40(SI), R10
+	MOVBQZX      16(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      17(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      18(SI), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      19(SI), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 40(SI), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      52(SI), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      164(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      42(AX), R10
+	MOVBQZX      20(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      21(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      22(AX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      23(AX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 42(AX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      52(AX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      42(DX), R10
+	MOVBQZX      20(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      21(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      22(DX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      23(DX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 42(DX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      52(DX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      42(BX), R10
+	MOVBQZX      20(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      21(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      22(BX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      23(BX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 42(BX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      52(BX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      42(SI), R10
+	MOVBQZX      20(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      21(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      22(SI), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      23(SI), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 42(SI), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      52(SI), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      196(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      44(AX), R10
+	MOVBQZX      24(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      25(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      26(AX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      27(AX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 44(AX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      54(AX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      44(DX), R10
+	MOVBQZX      24(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      25(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      26(DX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      27(DX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 44(DX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      54(DX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      44(BX), R10
+	MOVBQZX      24(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      25(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      26(BX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      27(BX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 44(BX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      54(BX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      44(SI), R10
+	MOVBQZX      24(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      25(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      26(SI), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      27(SI), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 44(SI), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      54(SI), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      228(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      46(AX), R10
+	MOVBQZX      28(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      29(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      30(AX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      31(AX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 46(AX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      54(AX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      46(DX), R10
+	MOVBQZX      28(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      29(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      30(DX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      31(DX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 46(DX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      54(DX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      46(BX), R10
+	MOVBQZX      28(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      29(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      30(BX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      31(BX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 46(BX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      54(BX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      46(SI), R10
+	MOVBQZX      28(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      29(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      30(SI), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      31(SI), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 46(SI), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      54(SI), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VBROADCASTSS (DI), Y4
+	VMULPS       iq2Eighth<>+0(SB), Y4, Y4
+	VCVTDQ2PS    Y6, Y6
+	MOVWLZX      54(AX), R10
+	ANDL         $0x0000f000, R10
+	MOVWLZX      48(AX), R11
+	SHRL         $0x0c, R11
+	ANDL         $0x0000000f, R11
+	ORL          R11, R10
+	MOVWLZX      50(AX), R11
+	SHRL         $0x08, R11
+	ANDL         $0x000000f0, R11
+	ORL          R11, R10
+	MOVWLZX      52(AX), R11
+	SHRL         $0x04, R11
+	ANDL         $0x00000f00, R11
+	ORL          R11, R10
+	VMOVD        R10, X5
+	VPBROADCASTW X5, X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y0
+	VCVTDQ2PS    Y7, Y7
+	MOVWLZX      54(DX), R10
+	ANDL         $0x0000f000, R10
+	MOVWLZX      48(DX), R11
+	SHRL         $0x0c, R11
+	ANDL         $0x0000000f, R11
+	ORL          R11, R10
+	MOVWLZX      50(DX), R11
+	SHRL         $0x08, R11
+	ANDL         $0x000000f0, R11
+	ORL          R11, R10
+	MOVWLZX      52(DX), R11
+	SHRL         $0x04, R11
+	ANDL         $0x00000f00, R11
+	ORL          R11, R10
+	VMOVD        R10, X5
+	VPBROADCASTW X5, X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y7, Y5, Y1
+	VCVTDQ2PS    Y8, Y8
+	MOVWLZX      54(BX), R10
+	ANDL         $0x0000f000, R10
+	MOVWLZX      48(BX), R11
+	SHRL         $0x0c, R11
+	ANDL         $0x0000000f, R11
+	ORL          R11, R10
+	MOVWLZX      50(BX), R11
+	SHRL         $0x08, R11
+	ANDL         $0x000000f0, R11
+	ORL          R11, R10
+	MOVWLZX      52(BX), R11
+	SHRL         $0x04, R11
+	ANDL         $0x00000f00, R11
+	ORL          R11, R10
+	VMOVD        R10, X5
+	VPBROADCASTW X5, X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y8, Y5, Y2
+	VCVTDQ2PS    Y9, Y9
+	MOVWLZX      54(SI), R10
+	ANDL         $0x0000f000, R10
+	MOVWLZX      48(SI), R11
+	SHRL         $0x0c, R11
+	ANDL         $0x0000000f, R11
+	ORL          R11, R10
+	MOVWLZX      50(SI), R11
+	SHRL         $0x08, R11
+	ANDL         $0x000000f0, R11
+	ORL          R11, R10
+	MOVWLZX      52(SI), R11
+	SHRL         $0x04, R11
+	ANDL         $0x00000f00, R11
+	ORL          R11, R10
+	VMOVD        R10, X5
+	VPBROADCASTW X5, X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y9, Y5, Y3
+	ADDQ         $0x00000038, AX
+	ADDQ         $0x00000038, DX
+	ADDQ         $0x00000038, BX
+	ADDQ         $0x00000038, SI
 	ADDQ         $0x00000124, DI
 	DECQ         R8
 	JNZ          loop
@@ -38632,6 +42415,2906 @@ loop:
 	ADDQ         $0x0000006e, DX
 	ADDQ         $0x0000006e, BX
 	ADDQ         $0x0000006e, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ1_SR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ1_SR4C1T0(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	LEAQ   ·iq1Grid8+0(SB), R9
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT0   (CX)
+	PREFETCHT0   64(CX)
+	PREFETCHT0   128(CX)
+	PREFETCHT0   192(CX)
+	ADDQ         $0x000000c8, CX
+	VMOVDQU      4(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      34(AX), R10
+	MOVBQZX      2(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	MOVBQZX      3(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	MOVBQZX      4(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      5(AX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTW 34(AX), Y7
+	VPSRAW       $0x0f, Y7, Y7
+	VPADDB       Y7, Y7, Y7
+	VPADDB       Y7, Y6, Y6
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTW X7, Y7
+	VPSIGNB      Y4, Y6, Y6
+	VPMADDUBSW   Y6, Y5, Y6
+	VPMADDWD     Y7, Y6, Y6
+	MOVWLZX      34(DX), R10
+	MOVBQZX      2(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      3(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      4(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      5(DX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTW 34(DX), Y8
+	VPSRAW       $0x0f, Y8, Y8
+	VPADDB       Y8, Y8, Y8
+	VPADDB       Y8, Y7, Y7
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X8
+	VPBROADCASTW X8, Y8
+	VPSIGNB      Y4, Y7, Y7
+	VPMADDUBSW   Y7, Y5, Y7
+	VPMADDWD     Y8, Y7, Y7
+	MOVWLZX      34(BX), R10
+	MOVBQZX      2(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      3(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	MOVBQZX      4(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	MOVBQZX      5(BX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VINSERTI128  $0x01, X9, Y8, Y8
+	VPBROADCASTW 34(BX), Y9
+	VPSRAW       $0x0f, Y9, Y9
+	VPADDB       Y9, Y9, Y9
+	VPADDB       Y9, Y8, Y8
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X9
+	VPBROADCASTW X9, Y9
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPMADDWD     Y9, Y8, Y8
+	MOVWLZX      34(SI), R10
+	MOVBQZX      2(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	MOVBQZX      3(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	MOVBQZX      4(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      5(SI), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	VINSERTI128  $0x01, X10, Y9, Y9
+	VPBROADCASTW 34(SI), Y10
+	VPSRAW       $0x0f, Y10, Y10
+	VPADDB       Y10, Y10, Y10
+	VPADDB       Y10, Y9, Y9
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X10
+	VPBROADCASTW X10, Y10
+	VPSIGNB      Y4, Y9, Y9
+	VPMADDUBSW   Y9, Y5, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VMOVDQU      36(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      36(AX), R10
+	MOVBQZX      6(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      7(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      8(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      9(AX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 36(AX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      36(DX), R10
+	MOVBQZX      6(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      7(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      8(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      9(DX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 36(DX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      36(BX), R10
+	MOVBQZX      6(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      7(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      8(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      9(BX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 36(BX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      36(SI), R10
+	MOVBQZX      6(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      7(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      8(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      9(SI), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 36(SI), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      68(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      38(AX), R10
+	MOVBQZX      10(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      11(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      12(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      13(AX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 38(AX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      38(DX), R10
+	MOVBQZX      10(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      11(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      12(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      13(DX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 38(DX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      38(BX), R10
+	MOVBQZX      10(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      11(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      12(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      13(BX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 38(BX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      38(SI), R10
+	MOVBQZX      10(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      11(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      12(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      13(SI), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 38(SI), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      100(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      40(AX), R10
+	MOVBQZX      14(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      15(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      16(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      17(AX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 40(AX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      40(DX), R10
+	MOVBQZX      14(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      15(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      16(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      17(DX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 40(DX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      40(BX), R10
+	MOVBQZX      14(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      15(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      16(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      17(BX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 40(BX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      40(SI), R10
+	MOVBQZX      14(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      15(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      16(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      17(SI), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 40(SI), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      132(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      42(AX), R10
+	MOVBQZX      18(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      19(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      20(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      21(AX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 42(AX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      42(DX), R10
+	MOVBQZX      18(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      19(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      20(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      21(DX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 42(DX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      42(BX), R10
+	MOVBQZX      18(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      19(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      20(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      21(BX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 42(BX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      42(SI), R10
+	MOVBQZX      18(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      19(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      20(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      21(SI), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 42(SI), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      164(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      44(AX), R10
+	MOVBQZX      22(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      23(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      24(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      25(AX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 44(AX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      44(DX), R10
+	MOVBQZX      22(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      23(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      24(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      25(DX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 44(DX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      44(BX), R10
+	MOVBQZX      22(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      23(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      24(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      25(BX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 44(BX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      44(SI), R10
+	MOVBQZX      22(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      23(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      24(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      25(SI), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 44(SI), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      196(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      46(AX), R10
+	MOVBQZX      26(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      27(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      28(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      29(AX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 46(AX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      46(DX), R10
+	MOVBQZX      26(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      27(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      28(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      29(DX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 46(DX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      46(BX), R10
+	MOVBQZX      26(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      27(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      28(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      29(BX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 46(BX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      46(SI), R10
+	MOVBQZX      26(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      27(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      28(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      29(SI), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 46(SI), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      228(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      48(AX), R10
+	MOVBQZX      30(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      31(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      32(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      33(AX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 48(AX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      48(DX), R10
+	MOVBQZX      30(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      31(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      32(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      33(DX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 48(DX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      48(BX), R10
+	MOVBQZX      30(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      31(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      32(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      33(BX), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 48(BX), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      48(SI), R10
+	MOVBQZX      30(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      31(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x05, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      32(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x02, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      33(SI), R11
+	MOVL         R10, R12
+	SHRL         $0x01, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 48(SI), Y11
+	VPSRAW       $0x0f, Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	SHRL         $0x0c, R10
+	ANDL         $0x00000007, R10
+	LEAL         1(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTW X11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VBROADCASTSS (DI), Y4
+	VMULPS       iq2Eighth<>+0(SB), Y4, Y4
+	VCVTDQ2PS    Y6, Y6
+	VPBROADCASTW (AX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y0
+	VCVTDQ2PS    Y7, Y7
+	VPBROADCASTW (DX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y7, Y5, Y1
+	VCVTDQ2PS    Y8, Y8
+	VPBROADCASTW (BX), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y8, Y5, Y2
+	VCVTDQ2PS    Y9, Y9
+	VPBROADCASTW (SI), X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y9, Y5, Y3
+	ADDQ         $0x00000032, AX
+	ADDQ         $0x00000032, DX
+	ADDQ         $0x00000032, BX
+	ADDQ         $0x00000032, SI
+	ADDQ         $0x00000124, DI
+	DECQ         R8
+	JNZ          loop
+
+done:
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X0, X4, X4
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X4, X4
+	VHADDPS      X2, X1, X1
+	VHADDPS      X1, X4, X4
+	VMOVUPS      X4, (AX)
+	VZEROUPPER
+	RET
+
+// func dotIQ1_MR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT ·dotIQ1_MR4C1T0(SB), NOSPLIT, $0-56
+	MOVQ   w+0(FP), AX
+	MOVQ   ws+8(FP), CX
+	LEAQ   (AX)(CX*1), DX
+	LEAQ   (DX)(CX*1), BX
+	LEAQ   (BX)(CX*1), SI
+	MOVQ   a+16(FP), DI
+	MOVQ   nb+32(FP), R8
+	LEAQ   ·iq1Grid8+0(SB), R9
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	LEAQ   (SI)(CX*1), CX
+	TESTQ  R8, R8
+	JZ     done
+
+loop:
+	PREFETCHT0   (CX)
+	PREFETCHT0   64(CX)
+	PREFETCHT0   128(CX)
+	PREFETCHT0   192(CX)
+	ADDQ         $0x000000e0, CX
+	VMOVDQU      4(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      32(AX), R10
+	MOVBQZX      (AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y6
+	MOVBQZX      1(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X6, X6
+	MOVBQZX      2(AX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      3(AX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	VINSERTI128  $0x01, X7, Y6, Y6
+	VPBROADCASTW 32(AX), Y7
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y7, Y7
+	VPAND        iq1mDeltaBit<>+0(SB), Y7, Y7
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y7, Y7
+	VPADDB       Y7, Y7, Y7
+	VPADDB       Y7, Y6, Y6
+	MOVWLZX      48(AX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X7
+	VPBROADCASTD X7, Y7
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y7, Y7
+	VPSIGNB      Y4, Y6, Y6
+	VPMADDUBSW   Y6, Y5, Y6
+	VPMADDWD     Y7, Y6, Y6
+	MOVWLZX      32(DX), R10
+	MOVBQZX      (DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y7
+	MOVBQZX      1(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X7, X7
+	MOVBQZX      2(DX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      3(DX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	VINSERTI128  $0x01, X8, Y7, Y7
+	VPBROADCASTW 32(DX), Y8
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y8, Y8
+	VPAND        iq1mDeltaBit<>+0(SB), Y8, Y8
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y8, Y8
+	VPADDB       Y8, Y8, Y8
+	VPADDB       Y8, Y7, Y7
+	MOVWLZX      48(DX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X8
+	VPBROADCASTD X8, Y8
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y8, Y8
+	VPSIGNB      Y4, Y7, Y7
+	VPMADDUBSW   Y7, Y5, Y7
+	VPMADDWD     Y8, Y7, Y7
+	MOVWLZX      32(BX), R10
+	MOVBQZX      (BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y8
+	MOVBQZX      1(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X8, X8
+	MOVBQZX      2(BX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	MOVBQZX      3(BX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	VINSERTI128  $0x01, X9, Y8, Y8
+	VPBROADCASTW 32(BX), Y9
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y9, Y9
+	VPAND        iq1mDeltaBit<>+0(SB), Y9, Y9
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y9, Y9
+	VPADDB       Y9, Y9, Y9
+	VPADDB       Y9, Y8, Y8
+	MOVWLZX      48(BX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X9
+	VPBROADCASTD X9, Y9
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y9, Y9
+	VPSIGNB      Y4, Y8, Y8
+	VPMADDUBSW   Y8, Y5, Y8
+	VPMADDWD     Y9, Y8, Y8
+	MOVWLZX      32(SI), R10
+	MOVBQZX      (SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y9
+	MOVBQZX      1(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X9, X9
+	MOVBQZX      2(SI), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      3(SI), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	VINSERTI128  $0x01, X10, Y9, Y9
+	VPBROADCASTW 32(SI), Y10
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y10, Y10
+	VPAND        iq1mDeltaBit<>+0(SB), Y10, Y10
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y10, Y10
+	VPADDB       Y10, Y10, Y10
+	VPADDB       Y10, Y9, Y9
+	MOVWLZX      48(SI), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X10
+	VPBROADCASTD X10, Y10
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y10, Y10
+	VPSIGNB      Y4, Y9, Y9
+	VPMADDUBSW   Y9, Y5, Y9
+	VPMADDWD     Y10, Y9, Y9
+	VMOVDQU      36(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      34(AX), R10
+	MOVBQZX      4(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      5(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      6(AX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      7(AX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 34(AX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      48(AX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      34(DX), R10
+	MOVBQZX      4(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      5(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      6(DX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      7(DX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 34(DX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      48(DX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      34(BX), R10
+	MOVBQZX      4(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      5(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      6(BX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      7(BX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 34(BX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      48(BX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      34(SI), R10
+	MOVBQZX      4(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      5(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      6(SI), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      7(SI), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 34(SI), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      48(SI), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      68(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      36(AX), R10
+	MOVBQZX      8(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      9(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      10(AX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      11(AX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 36(AX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      50(AX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      36(DX), R10
+	MOVBQZX      8(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      9(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      10(DX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      11(DX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 36(DX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      50(DX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      36(BX), R10
+	MOVBQZX      8(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      9(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      10(BX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      11(BX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 36(BX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      50(BX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      36(SI), R10
+	MOVBQZX      8(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      9(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      10(SI), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      11(SI), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 36(SI), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      50(SI), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      100(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      38(AX), R10
+	MOVBQZX      12(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      13(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      14(AX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      15(AX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 38(AX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      50(AX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      38(DX), R10
+	MOVBQZX      12(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      13(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      14(DX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      15(DX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 38(DX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      50(DX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      38(BX), R10
+	MOVBQZX      12(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      13(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      14(BX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      15(BX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 38(BX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      50(BX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      38(SI), R10
+	MOVBQZX      12(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      13(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      14(SI), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      15(SI), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 38(SI), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      50(SI), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      132(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      40(AX), R10
+	MOVBQZX      16(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      17(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      18(AX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      19(AX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 40(AX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      52(AX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      40(DX), R10
+	MOVBQZX      16(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      17(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      18(DX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      19(DX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 40(DX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      52(DX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      40(BX), R10
+	MOVBQZX      16(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      17(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      18(BX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      19(BX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 40(BX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      52(BX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      40(SI), R10
+	MOVBQZX      16(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      17(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      18(SI), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      19(SI), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 40(SI), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      52(SI), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      164(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      42(AX), R10
+	MOVBQZX      20(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      21(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      22(AX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      23(AX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 42(AX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      52(AX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      42(DX), R10
+	MOVBQZX      20(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      21(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      22(DX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      23(DX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 42(DX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      52(DX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      42(BX), R10
+	MOVBQZX      20(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      21(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      22(BX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      23(BX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 42(BX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      52(BX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      42(SI), R10
+	MOVBQZX      20(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      21(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      22(SI), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      23(SI), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 42(SI), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      52(SI), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      196(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      44(AX), R10
+	MOVBQZX      24(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      25(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      26(AX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      27(AX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 44(AX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      54(AX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      44(DX), R10
+	MOVBQZX      24(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      25(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      26(DX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      27(DX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 44(DX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      54(DX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      44(BX), R10
+	MOVBQZX      24(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      25(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      26(BX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      27(BX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 44(BX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      54(BX), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      44(SI), R10
+	MOVBQZX      24(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      25(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      26(SI), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      27(SI), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 44(SI), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      54(SI), R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VMOVDQU      228(DI), Y4
+	VPSIGNB      Y4, Y4, Y5
+	MOVWLZX      46(AX), R10
+	MOVBQZX      28(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      29(AX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      30(AX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      31(AX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 46(AX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      54(AX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y6, Y6
+	MOVWLZX      46(DX), R10
+	MOVBQZX      28(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      29(DX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      30(DX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      31(DX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 46(DX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      54(DX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y7, Y7
+	MOVWLZX      46(BX), R10
+	MOVBQZX      28(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      29(BX), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      30(BX), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      31(BX), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 46(BX), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      54(BX), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y8, Y8
+	MOVWLZX      46(SI), R10
+	MOVBQZX      28(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x08, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y10
+	MOVBQZX      29(SI), R11
+	MOVL         R10, R12
+	SHLL         $0x04, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X10, X10
+	MOVBQZX      30(SI), R11
+	MOVL         R10, R12
+	ANDL         $0x00000700, R12
+	ORQ          R12, R11
+	VPBROADCASTQ (R9)(R11*8), Y11
+	MOVBQZX      31(SI), R11
+	SHRL         $0x04, R10
+	ANDL         $0x00000700, R10
+	ORQ          R10, R11
+	VPINSRQ      $0x01, (R9)(R11*8), X11, X11
+	VINSERTI128  $0x01, X11, Y10, Y10
+	VPBROADCASTW 46(SI), Y11
+	VPSHUFB      iq1mDeltaSpread<>+0(SB), Y11, Y11
+	VPAND        iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPCMPEQB     iq1mDeltaBit<>+0(SB), Y11, Y11
+	VPADDB       Y11, Y11, Y11
+	VPADDB       Y11, Y10, Y10
+	MOVWLZX      54(SI), R10
+	SHRL         $0x06, R10
+	MOVL         R10, R11
+	ANDL         $0x00000007, R10
+	SHLL         $0x0d, R11
+	ANDL         $0x00070000, R11
+	ORL          R11, R10
+	LEAL         65537(R10)(R10*1), R10
+	VMOVD        R10, X11
+	VPBROADCASTD X11, Y11
+	VPSHUFB      iq1mScaleSel<>+0(SB), Y11, Y11
+	VPSIGNB      Y4, Y10, Y10
+	VPMADDUBSW   Y10, Y5, Y10
+	VPMADDWD     Y11, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VBROADCASTSS (DI), Y4
+	VMULPS       iq2Eighth<>+0(SB), Y4, Y4
+	VCVTDQ2PS    Y6, Y6
+	MOVWLZX      54(AX), R10
+	ANDL         $0x0000f000, R10
+	MOVWLZX      48(AX), R11
+	SHRL         $0x0c, R11
+	ANDL         $0x0000000f, R11
+	ORL          R11, R10
+	MOVWLZX      50(AX), R11
+	SHRL         $0x08, R11
+	ANDL         $0x000000f0, R11
+	ORL          R11, R10
+	MOVWLZX      52(AX), R11
+	SHRL         $0x04, R11
+	ANDL         $0x00000f00, R11
+	ORL          R11, R10
+	VMOVD        R10, X5
+	VPBROADCASTW X5, X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y6, Y5, Y0
+	VCVTDQ2PS    Y7, Y7
+	MOVWLZX      54(DX), R10
+	ANDL         $0x0000f000, R10
+	MOVWLZX      48(DX), R11
+	SHRL         $0x0c, R11
+	ANDL         $0x0000000f, R11
+	ORL          R11, R10
+	MOVWLZX      50(DX), R11
+	SHRL         $0x08, R11
+	ANDL         $0x000000f0, R11
+	ORL          R11, R10
+	MOVWLZX      52(DX), R11
+	SHRL         $0x04, R11
+	ANDL         $0x00000f00, R11
+	ORL          R11, R10
+	VMOVD        R10, X5
+	VPBROADCASTW X5, X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y7, Y5, Y1
+	VCVTDQ2PS    Y8, Y8
+	MOVWLZX      54(BX), R10
+	ANDL         $0x0000f000, R10
+	MOVWLZX      48(BX), R11
+	SHRL         $0x0c, R11
+	ANDL         $0x0000000f, R11
+	ORL          R11, R10
+	MOVWLZX      50(BX), R11
+	SHRL         $0x08, R11
+	ANDL         $0x000000f0, R11
+	ORL          R11, R10
+	MOVWLZX      52(BX), R11
+	SHRL         $0x04, R11
+	ANDL         $0x00000f00, R11
+	ORL          R11, R10
+	VMOVD        R10, X5
+	VPBROADCASTW X5, X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y8, Y5, Y2
+	VCVTDQ2PS    Y9, Y9
+	MOVWLZX      54(SI), R10
+	ANDL         $0x0000f000, R10
+	MOVWLZX      48(SI), R11
+	SHRL         $0x0c, R11
+	ANDL         $0x0000000f, R11
+	ORL          R11, R10
+	MOVWLZX      50(SI), R11
+	SHRL         $0x08, R11
+	ANDL         $0x000000f0, R11
+	ORL          R11, R10
+	MOVWLZX      52(SI), R11
+	SHRL         $0x04, R11
+	ANDL         $0x00000f00, R11
+	ORL          R11, R10
+	VMOVD        R10, X5
+	VPBROADCASTW X5, X5
+	VCVTPH2PS    X5, Y5
+	VMULPS       Y4, Y5, Y5
+	VFMADD231PS  Y9, Y5, Y3
+	ADDQ         $0x00000038, AX
+	ADDQ         $0x00000038, DX
+	ADDQ         $0x00000038, BX
+	ADDQ         $0x00000038, SI
 	ADDQ         $0x00000124, DI
 	DECQ         R8
 	JNZ          loop

@@ -419,3 +419,83 @@ func iq3Sum(p0, p1 *[4]uint8, signs uint8, q8 *[8]byte) int32 {
 	}
 	return s
 }
+
+// dotIQ1_SQ8_KGeneric follows ggml_vec_dot_iq1_s_q8_K_generic: per 32
+// weights the integer dot of the codebook values (-1, 0, 1) with the
+// quants times the odd multiplier 2s+1, and the delta's part, ±(2s+1)
+// times the quants' sum (from the Q8_K bsums), in a second int32; the sum
+// of d_x·d_y·(isum + isum1/8) over the blocks.
+func dotIQ1_SQ8_KGeneric(nb int, w, a []byte) float32 {
+	const bx, by = quant.BlockIQ1_S, quant.BlockQ8_K
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		var sumi, sumi1 int32
+		for ib := 0; ib < quant.QKK/32; ib++ {
+			qh := binary.LittleEndian.Uint16(x[34+2*ib:])
+			ls := int32(2*(qh>>12&7) + 1)
+			delta := int32(1)
+			if qh&0x8000 != 0 {
+				delta = -1
+			}
+			var lsum int32
+			for l := 0; l < 4; l++ {
+				idx := int(x[2+4*ib+l]) | int(qh>>(3*l)&7)<<8
+				lsum += iq1Sum(&quant.IQ1Grid[idx], (*[8]byte)(y[4+32*ib+8*l:]))
+			}
+			sumi += ls * lsum
+			sumi1 += ls * delta * (q8kBsum(y, 2*ib) + q8kBsum(y, 2*ib+1))
+		}
+		sumf += f16(x) * f32(y) * (float32(sumi) + quant.IQ1Delta*float32(sumi1))
+	}
+	return sumf
+}
+
+// dotIQ1_MQ8_KGeneric follows ggml_vec_dot_iq1_m_q8_K_generic: as
+// dotIQ1_SQ8_KGeneric with a multiplier per 16 weights and a delta per 8,
+// whose part is the quants' sum of the group times ±1 (no bsums); d is
+// the f16 spread over the top bits of the scale words.
+func dotIQ1_MQ8_KGeneric(nb int, w, a []byte) float32 {
+	const bx, by = quant.BlockIQ1_M, quant.BlockQ8_K
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		var sumi1, sumi2 int32
+		for ib := 0; ib < quant.QKK/32; ib++ {
+			var sum1, sum2 [2]int32
+			for l := 0; l < 4; l++ {
+				n := x[32+2*ib+l/2] >> (4 * (l % 2))
+				idx := int(x[4*ib+l]) | int(n&7)<<8
+				q8 := (*[8]byte)(y[4+32*ib+8*l:])
+				var qsum int32
+				for _, q := range q8 {
+					qsum += int32(int8(q))
+				}
+				if n&8 != 0 {
+					qsum = -qsum
+				}
+				sum1[l/2] += iq1Sum(&quant.IQ1Grid[idx], q8)
+				sum2[l/2] += qsum
+			}
+			sc := binary.LittleEndian.Uint16(x[48+2*(ib/2):]) >> (6 * (ib % 2))
+			ls1, ls2 := int32(2*(sc&7)+1), int32(2*(sc>>3&7)+1)
+			sumi1 += sum1[0]*ls1 + sum1[1]*ls2
+			sumi2 += sum2[0]*ls1 + sum2[1]*ls2
+		}
+		d := quant.FP16ToFP32(quant.IQ1MScale(x))
+		sumf += d * f32(y) * (float32(sumi1) + quant.IQ1Delta*float32(sumi2))
+	}
+	return sumf
+}
+
+// iq1Sum is the integer dot of one IQ1 group (codebook point pt) with 8
+// quants.
+func iq1Sum(pt *[8]int8, q8 *[8]byte) int32 {
+	var s int32
+	for j, v := range pt {
+		s += int32(v) * int32(int8(q8[j]))
+	}
+	return s
+}

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -99,16 +100,121 @@ func TestIQ2Hand(t *testing.T) {
 	})
 }
 
-// On amd64 every level but generic has IQ2 and IQ3 kernels.
+// On amd64 every level but generic has IQ2, IQ3 and IQ1 kernels.
 func TestIQCodebookWired(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
-		t.Skip("IQ2 and IQ3 kernels are amd64 only")
+		t.Skip("IQ2, IQ3 and IQ1 kernels are amd64 only")
 	}
 	eachLevel(t, func(level string) {
-		for _, typ := range []quant.Type{quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ3_XXS, quant.IQ3_S} {
+		for _, typ := range []quant.Type{quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ3_XXS, quant.IQ3_S, quant.IQ1_S, quant.IQ1_M} {
 			if got := kernelsFor(typ) != nil; got != (level != "generic") {
 				t.Errorf("%s: %v has platform kernels: %v", level, typ, got)
 			}
+		}
+	})
+}
+
+// IQ1 weight rows of random bytes (every codebook index, delta and scale,
+// either sign of d) against quantized activations (or activation quants
+// of random bytes, -128 included, with their bsums): every kernel set
+// agrees with the generic dot, and the generic dot with the float64 dot of
+// the dequantized rows.
+func TestIQ1RandomBlocks(t *testing.T) {
+	r := rand.New(rand.NewPCG(45, 46))
+	for _, typ := range []quant.Type{quant.IQ1_S, quant.IQ1_M} {
+		bs := typ.BlockSize()
+		for _, nb := range []int{1, 2, 3, 5, 8, 9} {
+			n := nb * quant.QKK
+			for trial := 0; trial < 40; trial++ {
+				w := make([]byte, typ.RowSize(n))
+				for i := range w {
+					w[i] = byte(r.Uint32())
+					if trial%5 == 1 {
+						w[i] = 0xff // the last points, every multiplier 15, negative deltas
+					}
+				}
+				for b := 0; b < nb; b++ {
+					// d in ±[2^-10, 2^-3)
+					h := uint16(0x1400 + r.IntN(0x1c00))
+					if r.IntN(2) == 0 {
+						h |= 0x8000
+					}
+					blk := w[b*bs : (b+1)*bs]
+					if typ == quant.IQ1_S {
+						blk[0], blk[1] = byte(h), byte(h>>8)
+					} else {
+						for k := 0; k < 4; k++ {
+							blk[49+2*k] = blk[49+2*k]&0x0f | byte(h>>(4*k))<<4
+						}
+					}
+				}
+				_, a, _, _ := rows(r, typ, n)
+				if trial%4 == 0 {
+					// activation quants of any int8 value, -128 included
+					for b := 0; b < nb; b++ {
+						blk := a[b*quant.BlockQ8_K : (b+1)*quant.BlockQ8_K]
+						q := blk[4 : 4+quant.QKK]
+						for j := range q {
+							q[j] = byte(r.Uint32())
+						}
+						q[0], q[17], q[255] = 0x80, 0x80, 0x80
+						for j := 0; j < 16; j++ {
+							var s int16
+							for _, v := range q[16*j : 16*j+16] {
+								s += int16(int8(v))
+							}
+							binary.LittleEndian.PutUint16(blk[260+2*j:], uint16(s))
+						}
+					}
+				}
+				want := vecDotGeneric(typ, n, w, a)
+				var ref float64
+				wf, af := make([]float32, n), make([]float32, n)
+				quant.DequantizeRow(typ, w, wf)
+				quant.DequantizeRow(quant.Q8_K, a, af)
+				for i := range wf {
+					ref += float64(wf[i]) * float64(af[i])
+				}
+				mag := magnitude(typ, n, w, a)
+				if d := math.Abs(float64(want) - ref); d > 1e-5*mag+1e-30 {
+					t.Fatalf("%v n=%d: generic %g, dequantized dot %g", typ, n, want, ref)
+				}
+				eachLevel(t, func(level string) {
+					got := VecDot(typ, n, w, a)
+					if d := math.Abs(float64(got) - float64(want)); d > 1e-5*mag+1e-30 || math.IsNaN(float64(got)) {
+						t.Errorf("%s %v n=%d: %g, generic %g", level, typ, n, got, want)
+					}
+				})
+			}
+		}
+	}
+}
+
+// A hand-worked IQ1_S dot: one block, d = 1, every group point 0 (all
+// -1), s = 0 and delta +1/8, so every weight is -0.875; but sub-block 1
+// (weights 32..63) has s = 1 (multiplier 3) and delta -1/8: weights
+// -3.375, and its group 0 (weights 32..39) is point 2047 (all +1): 2.625.
+// Activations: Q8_K with d = 0.5, quants 2 everywhere but quant 0 = -128.
+// Dot: 0.5·(-0.875·(-128 + 2·31) + 2·(8·2.625 + 24·-3.375) - 0.875·2·192).
+func TestIQ1Hand(t *testing.T) {
+	w := make([]byte, quant.BlockIQ1_S)
+	w[0], w[1] = 0x00, 0x3c
+	w[2+4] = 0xff
+	binary.LittleEndian.PutUint16(w[34+2:], 7|1<<12|0x8000)
+	a := make([]byte, quant.BlockQ8_K)
+	a[0], a[1], a[2], a[3] = 0x00, 0x00, 0x00, 0x3f // 0.5
+	for j := 0; j < quant.QKK; j++ {
+		a[4+j] = 2
+	}
+	a[4] = 0x80
+	for j := 0; j < 16; j++ {
+		binary.LittleEndian.PutUint16(a[260+2*j:], 32)
+	}
+	binary.LittleEndian.PutUint16(a[260:], uint16(0xffff-128+30+1)) // -128 + 15·2 = -98
+	want := 0.5 * (-0.875*(-128+2*31) + 2*(8*2.625+24*-3.375) - 0.875*2*192)
+	eachLevel(t, func(level string) {
+		if got := VecDot(quant.IQ1_S, quant.QKK, w, a); math.Abs(float64(got)-want) > 1e-3 {
+			t.Errorf("%s: %g, want %g", level, got, want)
 		}
 	})
 }

@@ -17,6 +17,7 @@ var fastTypes = []quant.Type{
 	quant.F32, quant.F16, quant.BF16, quant.Q4_0, quant.Q5_0, quant.Q8_0,
 	quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_NL, quant.IQ4_XS,
 	quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ3_XXS, quant.IQ3_S,
+	quant.IQ1_S, quant.IQ1_M,
 }
 
 // eachLevel runs f under every kernel set this CPU and build can run, after
@@ -129,7 +130,7 @@ func TestVecDotExtremes(t *testing.T) {
 func isScaleByte(typ quant.Type, i int) bool {
 	switch typ {
 	case quant.Q4_0, quant.Q5_0, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.IQ4_NL, quant.IQ4_XS,
-		quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ3_XXS, quant.IQ3_S:
+		quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ3_XXS, quant.IQ3_S, quant.IQ1_S:
 		return i < 2
 	case quant.Q6_K:
 		return i >= 208
@@ -141,8 +142,13 @@ func isScaleByte(typ quant.Type, i int) bool {
 func fixScales(typ quant.Type, blk []byte) {
 	switch typ {
 	case quant.Q4_0, quant.Q5_0, quant.Q8_0, quant.IQ4_NL, quant.IQ4_XS,
-		quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ3_XXS, quant.IQ3_S:
+		quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ3_XXS, quant.IQ3_S, quant.IQ1_S:
 		blk[0], blk[1] = 0x00, 0x2c // 1/16
+	case quant.IQ1_M:
+		// 1/16 (0x2c00) in the top nibbles of the scale words
+		for k, nib := range []byte{0x0, 0x0, 0xc, 0x2} {
+			blk[49+2*k] = blk[49+2*k]&0x0f | nib<<4
+		}
 	case quant.Q4_K, quant.Q5_K:
 		blk[0], blk[1], blk[2], blk[3] = 0x00, 0x2c, 0x00, 0x28
 	case quant.Q6_K:

@@ -40,6 +40,8 @@ import (
 //	IQ2_S · Q8_K  ggml_vec_dot_iq2_s_q8_K_generic
 //	IQ3_XXS · Q8_K ggml_vec_dot_iq3_xxs_q8_K_generic
 //	IQ3_S · Q8_K  ggml_vec_dot_iq3_s_q8_K_generic
+//	IQ1_S · Q8_K  ggml_vec_dot_iq1_s_q8_K_generic
+//	IQ1_M · Q8_K  ggml_vec_dot_iq1_m_q8_K_generic
 //	Q8_1  · Q8_1  (no ggml kernel; same scheme as Q8_0 · Q8_0)
 //	Q8_K  · Q8_K  (no ggml kernel; same scheme as Q8_0 · Q8_0)
 func VecDot(t quant.Type, n int, w, a []byte) float32 {
@@ -139,6 +141,10 @@ func vecDotGeneric(t quant.Type, n int, w, a []byte) float32 {
 		return dotIQ3_XXSQ8_KGeneric(blocks(t, n, quant.QKK), w, a)
 	case quant.IQ3_S:
 		return dotIQ3_SQ8_KGeneric(blocks(t, n, quant.QKK), w, a)
+	case quant.IQ1_S:
+		return dotIQ1_SQ8_KGeneric(blocks(t, n, quant.QKK), w, a)
+	case quant.IQ1_M:
+		return dotIQ1_MQ8_KGeneric(blocks(t, n, quant.QKK), w, a)
 	}
 	panic(fmt.Sprintf("kernels.VecDot: no kernel for %v", t))
 }

@@ -11,7 +11,7 @@ var allTypes = []Type{F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, 
 
 // codecTypes are allTypes and the types whose quantizers are shoal's own,
 // not ggml's (so they have no regression hash).
-var codecTypes = append(allTypes[:len(allTypes):len(allTypes)], IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S)
+var codecTypes = append(allTypes[:len(allTypes):len(allTypes)], IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M)
 
 // rmseBound is the largest accepted rms error relative to the data's rms for
 // the fixed Gaussian test data below: about 1.1x what this implementation gets
@@ -35,7 +35,7 @@ var rmseBound = map[Type]float64{
 	Q3_K: 0.168,   // 0.153
 	Q2_K: 0.327,   // 0.297
 	// shoal's own quantizers (not ggml's): the documented bounds of the
-	// IQ4 and IQ2 formats.
+	// IQ4, IQ2, IQ3 and IQ1 formats.
 	IQ4_NL:  0.081, // 0.0734
 	IQ4_XS:  0.082, // 0.0740
 	IQ2_XXS: 0.363, // 0.330
@@ -43,6 +43,8 @@ var rmseBound = map[Type]float64{
 	IQ2_S:   0.261, // 0.237
 	IQ3_XXS: 0.195, // 0.177
 	IQ3_S:   0.141, // 0.128
+	IQ1_S:   9,     // X
+	IQ1_M:   9,     // X
 }
 
 func gaussian(r *rand.Rand, n int, scale float64) []float32 {
@@ -109,7 +111,7 @@ func TestRequantizeExact(t *testing.T) {
 func TestRequantizeStable(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	const n = 8 * QKK
-	for _, typ := range []Type{Q4_1, Q5_1, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S} {
+	for _, typ := range []Type{Q4_1, Q5_1, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M} {
 		x := gaussian(r, n, 1)
 		q := make([]byte, typ.RowSize(n))
 		QuantizeRow(typ, x, q)
@@ -131,10 +133,14 @@ func TestRequantizeStable(t *testing.T) {
 // sub-block of 16 (IQ2_XXS, IQ3: 32) shares a least-squares scale which
 // gives the spike 0.66 of itself (IQ2_XXS 0.48, IQ3 0.88) and the zeros
 // 8/43 (4/62, 1/15) of that; beside the spike, in its IQ3 point, the
-// nearest point the codebook has may hold 12/62 (3/15).
+// nearest point the codebook has may hold 12/62 (3/15). IQ1 has no 0:
+// the zeros beside the spike are its point's 0s shifted by delta, 1/8 of
+// a multiplier that gives the spike 1.125 of itself (measured: 0.72 of the
+// spike for IQ1_S, 0.84 for IQ1_M, zeros 0.08 and 0.094).
 var iqSpike = map[Type][2]float64{
 	IQ2_XXS: {0.55, 0.125}, IQ2_XS: {0.35, 0.125}, IQ2_S: {0.35, 0.125},
 	IQ3_XXS: {0.15, 0.2}, IQ3_S: {0.15, 0.2},
+	IQ1_S: {0.35, 0.1}, IQ1_M: {0.35, 0.1},
 }
 
 // Special inputs: all zeros must give all zeros (and no NaN from a 0/0 scale);
@@ -222,6 +228,7 @@ func TestVecDotType(t *testing.T) {
 		Q4_1: Q8_1, Q5_1: Q8_1,
 		Q2_K: Q8_K, Q3_K: Q8_K, Q4_K: Q8_K, Q5_K: Q8_K, Q6_K: Q8_K,
 		IQ4_NL: Q8_0, IQ4_XS: Q8_K, IQ2_XXS: Q8_K, IQ2_XS: Q8_K, IQ2_S: Q8_K, IQ3_XXS: Q8_K, IQ3_S: Q8_K,
+		IQ1_S: Q8_K, IQ1_M: Q8_K,
 	}
 	for typ, w := range want {
 		if got := VecDotType(typ); got != w {
@@ -257,6 +264,7 @@ func TestBlockSizes(t *testing.T) {
 		IQ4_NL: BlockIQ4_NL, IQ4_XS: BlockIQ4_XS,
 		IQ2_XXS: BlockIQ2_XXS, IQ2_XS: BlockIQ2_XS, IQ2_S: BlockIQ2_S,
 		IQ3_XXS: BlockIQ3_XXS, IQ3_S: BlockIQ3_S,
+		IQ1_S: BlockIQ1_S, IQ1_M: BlockIQ1_M,
 	} {
 		if typ.BlockSize() != bs {
 			t.Errorf("%v: BlockSize %d, constant %d", typ, typ.BlockSize(), bs)

@@ -47,7 +47,8 @@ func VecDotType(t Type) Type {
 		return Q8_0
 	case Q4_1, Q5_1, Q8_1:
 		return Q8_1
-	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S:
+	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S,
+		IQ1_S, IQ1_M:
 		return Q8_K
 	}
 	panic(fmt.Sprintf("quant: no vec_dot type for %v", t))
@@ -104,9 +105,9 @@ func DequantizeRow(t Type, src []byte, dst []float32) {
 // QuantizeRow encodes the len(src) elements of src as type t into dst, with
 // the algorithms of ggml's reference quantizers quantize_row_*_ref (no
 // importance matrix; this is what llama-quantize does without --imatrix).
-// F16 and BF16 round to nearest even. The i-quants (IQ4_NL, IQ4_XS, the IQ2
-// and IQ3 types) are the exception: their quantizers are shoal's own (see
-// iquants.go and iqbook.go), not ggml's.
+// F16 and BF16 round to nearest even. The i-quants (IQ4_NL, IQ4_XS, the IQ1,
+// IQ2 and IQ3 types) are the exception: their quantizers are shoal's own
+// (see iquants.go, iqbook.go and iq1.go), not ggml's.
 //
 // It panics, as on any programmer error, if t is not Supported, if len(src)
 // is not a multiple of t.BlockLen() or if len(dst) != t.RowSize(len(src)).
@@ -160,6 +161,8 @@ var blockCodecs = map[Type]blockCodec{
 	IQ2_S:   {dequantIQ2_S, quantIQ2_S},
 	IQ3_XXS: {dequantIQ3_XXS, quantIQ3_XXS},
 	IQ3_S:   {dequantIQ3_S, quantIQ3_S},
+	IQ1_S:   {dequantIQ1_S, quantIQ1_S},
+	IQ1_M:   {dequantIQ1_M, quantIQ1_M},
 }
 
 // f16 reads the half float at b[off:off+2].

@@ -27,6 +27,9 @@ const (
 	// IQ3_XXS and IQ3_S: groups of 8 weights as two points of a fixed
 	// codebook, 3.06 and 3.44 bits a weight.
 	IQ3_XXS Type = 18
+	// IQ1_S and IQ1_M: groups of 8 weights as points of a fixed ternary
+	// codebook shifted by ±1/8, 1.56 and 1.75 bits a weight.
+	IQ1_S Type = 19
 	// IQ4_NL and IQ4_XS: 4-bit indices into a fixed non-linear table.
 	IQ4_NL Type = 20
 	IQ3_S  Type = 21
@@ -37,6 +40,7 @@ const (
 	I32    Type = 26
 	I64    Type = 27
 	F64    Type = 28
+	IQ1_M  Type = 29
 	BF16   Type = 30
 )
 
@@ -82,6 +86,8 @@ var typeTable = map[Type]typeInfo{
 	IQ2_S:   {"IQ2_S", QKK, 2 + QKK/4 + QKK/32 + QKK/32},
 	IQ3_XXS: {"IQ3_XXS", QKK, 2 + 3*QKK/8},
 	IQ3_S:   {"IQ3_S", QKK, 2 + QKK/4 + QKK/32 + QKK/8 + QKK/64},
+	IQ1_S:   {"IQ1_S", QKK, 2 + QKK/8 + QKK/16},
+	IQ1_M:   {"IQ1_M", QKK, QKK/8 + QKK/16 + QKK/32},
 }
 
 var types = func() (a [BF16 + 1]typeInfo) {

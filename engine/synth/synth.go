@@ -104,8 +104,8 @@ func (c *typeChooser) choose(role string, layer int, cols int) quant.Type {
 }
 
 // fallback replaces a block type whose block does not divide the row length,
-// as llama-quantize does (K-quants → legacy 32-blocks, IQ4_XS and the IQ2
-// and IQ3 types → IQ4_NL; then F16).
+// as llama-quantize does (K-quants → legacy 32-blocks, IQ4_XS and the IQ1,
+// IQ2 and IQ3 types → IQ4_NL; then F16).
 func fallback(t quant.Type, cols int) quant.Type {
 	if cols%t.BlockLen() == 0 {
 		return t
@@ -119,7 +119,8 @@ func fallback(t quant.Type, cols int) quant.Type {
 		t = quant.Q5_1
 	case quant.Q6_K:
 		t = quant.Q8_0
-	case quant.IQ4_XS, quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ3_XXS, quant.IQ3_S:
+	case quant.IQ4_XS, quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ3_XXS, quant.IQ3_S,
+		quant.IQ1_S, quant.IQ1_M:
 		t = quant.IQ4_NL
 	}
 	if cols%t.BlockLen() != 0 {
@@ -183,7 +184,7 @@ func fileType(typ string, base quant.Type) uint32 {
 	return map[quant.Type]uint32{quant.F32: 0, quant.F16: 1, quant.Q4_0: 2, quant.Q4_1: 3, quant.Q8_0: 7, quant.Q5_0: 8,
 		quant.Q5_1: 9, quant.Q2_K: 10, quant.Q3_K: 12, quant.Q4_K: 15, quant.Q5_K: 17, quant.Q6_K: 18, quant.BF16: 32,
 		quant.IQ4_NL: 25, quant.IQ4_XS: 30, quant.IQ2_XXS: 19, quant.IQ2_XS: 20, quant.IQ2_S: 28,
-		quant.IQ3_XXS: 23, quant.IQ3_S: 26}[base]
+		quant.IQ3_XXS: 23, quant.IQ3_S: 26, quant.IQ1_S: 24, quant.IQ1_M: 31}[base]
 }
 
 // Write generates the model and writes it to w, reporting progress through

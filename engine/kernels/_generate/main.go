@@ -37,6 +37,7 @@ func main() {
 	constsExp()
 	constsIQ4()
 	constsIQ2()
+	constsIQ1()
 	cpuid()
 
 	q40x("dotQ4_0X4", quant40, 4)
@@ -86,6 +87,7 @@ func main() {
 	q6k("dotQ6_KR1C4", 1, 4)
 	iq4Kernels(false)
 	iq2Kernels(false)
+	iq1Kernels(false)
 
 	legacyV4("dotQ4_0V4C8", quant40, 8, false)
 	legacyV4("dotQ8_0V4C8", quant80, 8, false)
@@ -141,6 +143,7 @@ func main() {
 	legacyV4("dotQ8_0PV4C1T0", quant80, 1, true)
 	iq4Kernels(true)
 	iq2Kernels(true)
+	iq1Kernels(true)
 	prefetchT0 = false
 
 	scoresF16()
