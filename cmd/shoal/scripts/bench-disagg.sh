@@ -496,9 +496,13 @@ for rate in $LINKS; do
 		($d.remote.ok > 0) as $remote |
 		"(d): the routing rule sent \($d.remote.ok + $d.remote.failed) of the \($d.long.requests + $d.long.errors) long prompts of the run to the prefill pool (the streams'"'"' short prompts are under its 1000-token floor), and \($d.remote_alone.ok + $d.remote_alone.failed) of the 2 long prompts sent alone" +
 		(if $remote and $l != null and $l.long != null then
-			"; remote they took \($d.long.ttft.p50_ms / 1000 | r2) s to the first token (p50), local on the decode device (l) \($l.long.ttft.p50_ms / 1000 | r2) s: " +
-			(if $d.long.ttft.p50_ms <= $l.long.ttft.p50_ms then "remote was the faster way" else "remote was NOT the faster way" end) +
-			"; the streams'"'"' ITL p99 \($d.streams.inter_token.p99_ms | r2) ms remote, \($l.streams.inter_token.p99_ms | r2) ms local"
+			"; remote they took \($d.long.ttft.p50_ms / 1000 | r2) s to the first token (p50), local on the decode device (l) \($l.long.ttft.p50_ms / 1000 | r2) s (\(($d.long.ttft.p50_ms / $l.long.ttft.p50_ms - 1) * 100 | round | if . > 0 then "+\(.)" else "\(.)" end)%); meanwhile the streams ran at \($d.streams.tokens_per_second | r2) tok/s remote, \($l.streams.tokens_per_second | r2) tok/s local (ITL p99 \($d.streams.inter_token.p99_ms | r2) ms, \($l.streams.inter_token.p99_ms | r2) ms): " +
+			# As the routing rule weighs it: a local prefill stalls every
+			# stream, so the speed of the run is the tokens per second of the streams
+			# beside the time of the prompt to its first token.
+			(if $d.long.ttft.p50_ms <= $l.long.ttft.p50_ms and $d.streams.tokens_per_second >= $l.streams.tokens_per_second then "remote was the faster way, for the prompt and the streams"
+			elif $d.streams.tokens_per_second >= $l.streams.tokens_per_second then "remote was the faster way for the run (the streams), the prompt itself slower"
+			else "remote was NOT the faster way" end)
 		elif ($remote | not) and $c != null and $c.long != null then
 			"; local they took \($d.long.ttft.p50_ms / 1000 | r2) s to the first token (p50), remote (c) \($c.long.ttft.p50_ms / 1000 | r2) s: " +
 			(if $d.long.ttft.p50_ms <= $c.long.ttft.p50_ms then "local was the faster way" else "local was NOT the faster way" end)
