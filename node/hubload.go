@@ -108,10 +108,17 @@ func (h *hubFetcher) Fetch(ctx context.Context, sha string, off, n int64) (io.Re
 	return h.FetchRanges(ctx, sha, []shard.Range{{Off: off, N: n}})
 }
 
+// hubBridge is the largest gap between two wanted ranges read in one Range
+// request (its bytes read and dropped): a tensor-parallel member wants half
+// of every row of a column-split matrix, and a request per row would be
+// hundreds of thousands of requests for a large model, each a round trip to
+// the hub, against reading those rows whole.
+const hubBridge = 4 << 10
+
 // FetchRanges implements shard.BatchFetcher: one Range request per run of
-// adjacent ranges.
+// ranges at most hubBridge apart.
 func (h *hubFetcher) FetchRanges(ctx context.Context, sha string, ranges []shard.Range) (io.ReadCloser, error) {
-	var runs []shard.Range
+	var runs []hubRun
 	for _, r := range ranges {
 		if r.N < 0 || r.Off < 0 {
 			return nil, fmt.Errorf("bad range [%d,+%d)", r.Off, r.N)
@@ -119,21 +126,31 @@ func (h *hubFetcher) FetchRanges(ctx context.Context, sha string, ranges []shard
 		if r.N == 0 {
 			continue
 		}
-		if k := len(runs); k > 0 && runs[k-1].End() == r.Off {
-			runs[k-1].N += r.N
+		if k := len(runs); k > 0 && r.Off >= runs[k-1].End() && r.Off-runs[k-1].End() <= hubBridge {
+			runs[k-1].N = r.End() - runs[k-1].Off
+			runs[k-1].keep = append(runs[k-1].keep, r)
 			continue
 		}
-		runs = append(runs, r)
+		runs = append(runs, hubRun{Range: r, keep: []shard.Range{r}})
 	}
 	return &runsReader{ctx: ctx, h: h, runs: runs}, nil
 }
 
-// runsReader reads runs one after the other, opening each when reached.
+// hubRun is one Range request: the wanted ranges in it, in order.
+type hubRun struct {
+	shard.Range
+	keep []shard.Range
+}
+
+// runsReader reads runs one after the other, opening each when reached,
+// and returns only the wanted bytes of each.
 type runsReader struct {
 	ctx  context.Context
 	h    *hubFetcher
-	runs []shard.Range
+	runs []hubRun
 	cur  io.ReadCloser
+	pos  int64 // file offset of cur's next byte
+	skip []byte
 }
 
 func (r *runsReader) Read(p []byte) (int, error) {
@@ -143,19 +160,41 @@ func (r *runsReader) Read(p []byte) (int, error) {
 				return 0, io.EOF
 			}
 			r.cur = r.h.c.ReadRange(r.ctx, r.h.repo, r.h.rev, r.h.file, r.runs[0].Off, r.runs[0].N)
-			r.runs = r.runs[1:]
+			r.pos = r.runs[0].Off
 		}
-		n, err := r.cur.Read(p)
-		r.h.Received.Add(int64(n))
-		if err == io.EOF {
+		run := &r.runs[0]
+		if len(run.keep) == 0 {
 			r.cur.Close()
 			r.cur = nil
-			if n > 0 {
-				return n, nil
-			}
+			r.runs = r.runs[1:]
 			continue
 		}
-		return n, err
+		if gap := run.keep[0].Off - r.pos; gap > 0 { // bytes between wanted ranges
+			if int64(len(r.skip)) < gap {
+				r.skip = make([]byte, gap)
+			}
+			n, err := io.ReadFull(r.cur, r.skip[:gap])
+			r.h.Received.Add(int64(n))
+			r.pos += int64(n)
+			if err != nil {
+				return 0, err
+			}
+		}
+		want := run.keep[0].End() - r.pos
+		n, err := r.cur.Read(p[:min(int64(len(p)), want)])
+		r.h.Received.Add(int64(n))
+		r.pos += int64(n)
+		if r.pos == run.keep[0].End() {
+			run.keep = run.keep[1:]
+		}
+		if err == io.EOF && len(run.keep) > 0 {
+			err = io.ErrUnexpectedEOF
+		} else if err == io.EOF {
+			err = nil
+		}
+		if n > 0 || err != nil {
+			return n, err
+		}
 	}
 }
 
