@@ -144,10 +144,9 @@ type Model struct {
 	Reason string `json:"reason,omitempty"`
 	// Hub, when set, is the hub file the model is read from in place: no
 	// node has the file; SourceNode is the node that loaded it (it read
-	// the file once from the hub, checked its sha256 against the hub's
-	// and built the manifest, which it serves), and each node reads its
-	// shards' ranges from the hub, every unit checked against the
-	// manifest. Digest and Manifest are set once that check passed.
+	// the header, and checks the file's sha256 against the hub's once the
+	// nodes hold their ranges: see Unverified), and each node reads its
+	// shards' ranges from the hub. Digest is the hub's LFS sha256.
 	Hub *HubFile `json:"hub,omitempty"`
 	// Unverified: Manifest is the table of a hub file that no node has
 	// checked yet (shard.Manifest.Unverified). The model is planned and

@@ -71,11 +71,13 @@ as no-room and skipped); 'model unload' removes the copies.
   shoal model load /data/m.gguf --replicas 3     # two copies besides this one
 
 With --hub REPO:QUANT (or REPO/FILE.gguf; a single-file GGUF), no machine
-downloads the whole file: the agent at --addr resolves the reference on
-the hub it is configured with (HF_ENDPOINT, HF_TOKEN in its environment),
-reads the file once as a stream to check its sha256 against the hub's and
-to record the sha256 of every unit, and the planned nodes then read only
-their shards' byte ranges from the hub, each unit verified. Use it for a
+downloads the whole file and the hub serves each byte about once: the
+agent at --addr resolves the reference on the hub it is configured with
+(HF_ENDPOINT, HF_TOKEN in its environment) and reads the GGUF header; the
+planned nodes read only their shards' byte ranges from the hub and hold
+them ('model ls': verifying) while that agent reads the file back from
+them to check its sha256 against the hub's and record the sha256 of every
+unit; then each node checks its ranges unit by unit and serves. Use it for a
 cluster of machines with their own internet access; to pull a model onto
 one machine and serve it from there (shoal up, shoal run), or for a split
 GGUF, use shoal pull and load the file.
