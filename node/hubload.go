@@ -368,23 +368,39 @@ func (b *admin) releaseHubCheck(model string) {
 }
 
 // resumeHubChecks starts the check of every hub model this agent loaded
-// that is still unverified with no check running here: the agent stopped
-// during one. The unverified manifest is the one it kept, or is built
+// that is still unverified with no check running here (the agent stopped
+// during one) and, on the leader, of those whose loading agent failed or
+// left (the leader becomes their source). The unverified manifest is the one it kept, or is built
 // again from the header read anew; a file whose header changed fails.
 func (b *admin) resumeHubChecks(st *coordinator.State) {
 	if b.hub == nil {
 		return
 	}
 	for _, m := range st.Models {
-		if !m.Unverified || m.SourceNode != b.id || m.Hub == nil || m.Status == coordinator.ModelFailed {
+		if !m.Unverified || m.Hub == nil || m.Status == coordinator.ModelFailed {
 			continue
+		}
+		takeOver := false
+		if m.SourceNode != b.id {
+			// The loading agent is gone: the leader takes its check over.
+			src := st.Nodes[m.SourceNode]
+			gone := src == nil || src.Status == coordinator.StatusFailed || src.Status == coordinator.StatusLeft
+			if !gone || b.srv == nil || !b.srv.IsLeader() {
+				continue
+			}
+			takeOver = true
 		}
 		if !b.claimHubCheck(m.Name, m.Manifest) {
 			continue
 		}
-		b.log.Info("resuming the check of a model from the hub", zap.String("model", m.Name), zap.String("hub", m.Source))
+		b.log.Info("resuming the check of a model from the hub", zap.String("model", m.Name), zap.String("hub", m.Source),
+			zap.Bool("taken_over", takeOver), zap.String("loaded_by", m.SourceNode))
 		b.bg.Add(1)
 		go func(m coordinator.Model) {
+			if takeOver {
+				b.updateModel(m.Name, m.Manifest, func(cur *coordinator.Model) { cur.SourceNode = b.id })
+				m.SourceNode = b.id
+			}
 			var pending []byte
 			if b.shardManifest != nil {
 				if raw, ok := b.shardManifest(m.Digest); ok && shard.ManifestID(raw) == m.Manifest {

@@ -422,3 +422,49 @@ func TestHubCheckResumesAfterRestart(t *testing.T) {
 		t.Errorf("read %d bytes from the hub (%d to check) for a %d-byte file", served, verify, len(file))
 	}
 }
+
+// The loading agent dies for good while its hub model's nodes fetch: once
+// it is marked failed, the leader takes the check over (re-reading the
+// header) and the model serves.
+func TestHubCheckTakenOverWhenLoaderDies(t *testing.T) {
+	path := enginetest.Write(t, "", synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 4, NHead: 4, NHeadKV: 2, NFF: 512, Type: "q8_0", Seed: 12, Name: "orphan"})
+	file, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const repo, fname = "org/orphan-GGUF", "orphan-q8_0.gguf"
+	hs := hubtest.New(t)
+	hs.AddRepo(repo, map[string][]byte{fname: file})
+	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) {
+		cfg.Hub = &hub.Client{Endpoint: hs.URL, Backoff: 20 * time.Millisecond}
+	})
+	waitHealthy(t, c, 0, 3, 3, 20*time.Second)
+	names := []string{c.Members[1].Cfg.Name, c.Members[2].Cfg.Name}
+	loader := c.Members[0].Agent.ID()
+	if _, err := c.Client(0, tc.Secret).LoadModel(ctx(t), api.LoadModelRequest{Hub: repo + ":Q8_0", Name: "orphan", Nodes: names, Strategy: "pipeline", Ctx: 256}); err != nil {
+		t.Fatal(err)
+	}
+	hs.Delay(30 * time.Millisecond)
+	c.Stop(0, false)
+	hs.Delay(0)
+	tc.Eventually(t, 90*time.Second, "the model ready after its loader died", func() bool {
+		i := modelInfo(t, c, 1, "orphan")
+		if i != nil && i.Status == "failed" {
+			t.Fatalf("%s: %s", i.Status, i.Reason)
+		}
+		return i != nil && i.Status == "ready"
+	})
+	m := c.Members[1].Agent.Server().FSM().State().Models["orphan"]
+	if m == nil || m.SourceNode == loader || m.Unverified {
+		t.Fatalf("the model after the take-over: %+v", m)
+	}
+	tc.Eventually(t, 30*time.Second, "a completion", func() bool {
+		code, _ := completion(t, "http://"+c.Members[1].Agent.HTTPAddr(), "orphan")
+		return code == 200
+	})
+	served := hs.BytesServed(repo, fname)
+	t.Logf("read from the hub: %d bytes = %.3f x the file", served, float64(served)/float64(len(file)))
+	if float64(served) >= 1.2*float64(len(file)) {
+		t.Errorf("read %d bytes from the hub for a %d-byte file", served, len(file))
+	}
+}
