@@ -92,7 +92,11 @@ func TestLinkTelemetry(t *testing.T) {
 			// Sent: eBPF on this node against quic-go's count of what this
 			// node's connections sent. Received: against what the peer's
 			// quic-go sent (quic-go on this node does not count datagrams
-			// it drops from a full queue on a busy host: eBPF does).
+			// it drops from a full queue on a busy host: eBPF does), and
+			// bracketed by the two quic-go counts: a loaded host also drops
+			// packets before this node's hook (a full backlog), which the
+			// peer counted as sent and no one here can see (CI run 3 of
+			// session 18: 7% of one direction under CI load).
 			sent := m.value("shoal_peer_bytes_total", "peer", o.name, "direction", "tx", "source", "ebpf-tcx")
 			sentQUIC := m.value("shoal_peer_bytes_total", "peer", o.name, "direction", "tx", "source", "quic")
 			recv := m.value("shoal_peer_bytes_total", "peer", o.name, "direction", "rx", "source", "ebpf-tcx")
@@ -107,8 +111,13 @@ func TestLinkTelemetry(t *testing.T) {
 				}
 				diff := (c.ebpf - c.quic) / c.quic
 				t.Logf("MEASURED %s %s %s: eBPF %.0f bytes, quic-go %.0f (%+.2f%%)", p.name, c.what, o.name, c.ebpf, c.quic, diff*100)
-				if diff < -0.05 || diff > 0.05 {
+				switch {
+				case c.what == "sent" && (diff < -0.05 || diff > 0.05):
 					t.Errorf("%s %s %s: eBPF counted %.0f bytes, quic-go %.0f: off by %.1f%% (want within 5%%)", p.name, c.what, o.name, c.ebpf, c.quic, diff*100)
+				case c.what != "sent" && diff > 0.01:
+					t.Errorf("%s received from %s: eBPF counted %.0f bytes, more than the %.0f the peer sent (%+.1f%%)", p.name, o.name, c.ebpf, c.quic, diff*100)
+				case c.what != "sent" && diff < -0.05 && (recvQUIC == 0 || c.ebpf < 0.99*recvQUIC):
+					t.Errorf("%s received from %s: eBPF counted %.0f bytes, %.1f%% under the %.0f the peer sent and under this node's own quic-go count %.0f", p.name, o.name, c.ebpf, -diff*100, c.quic, recvQUIC)
 				}
 				compared++
 			}
