@@ -367,22 +367,7 @@ func TestLoadModelFromHub(t *testing.T) {
 // restarted, it resumes the model's check (from the unverified manifest it
 // kept) and the model serves; nothing is read twice from the hub.
 func TestHubCheckResumesAfterRestart(t *testing.T) {
-	path := enginetest.Write(t, "", synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 4, NHead: 4, NHeadKV: 2, NFF: 512, Type: "q8_0", Seed: 11, Name: "resume"})
-	file, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const repo, fname = "org/resume-GGUF", "resume-q8_0.gguf"
-	hs := hubtest.New(t)
-	hs.AddRepo(repo, map[string][]byte{fname: file})
-	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) {
-		cfg.Hub = &hub.Client{Endpoint: hs.URL, Backoff: 20 * time.Millisecond}
-	})
-	waitHealthy(t, c, 0, 3, 3, 20*time.Second)
-	names := []string{c.Members[1].Cfg.Name, c.Members[2].Cfg.Name}
-	if _, err := c.Client(0, tc.Secret).LoadModel(ctx(t), api.LoadModelRequest{Hub: repo + ":Q8_0", Name: "resume", Nodes: names, Strategy: "pipeline", Ctx: 256}); err != nil {
-		t.Fatal(err)
-	}
+	c, hs, file, repo, fname := hubLoadOnTwo(t, "resume", 11)
 	hs.Delay(30 * time.Millisecond) // the nodes' range reads take a while
 	c.Stop(0, false)
 	var before *api.ModelInfo
@@ -427,23 +412,8 @@ func TestHubCheckResumesAfterRestart(t *testing.T) {
 // it is marked failed, the leader takes the check over (re-reading the
 // header) and the model serves.
 func TestHubCheckTakenOverWhenLoaderDies(t *testing.T) {
-	path := enginetest.Write(t, "", synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 4, NHead: 4, NHeadKV: 2, NFF: 512, Type: "q8_0", Seed: 12, Name: "orphan"})
-	file, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const repo, fname = "org/orphan-GGUF", "orphan-q8_0.gguf"
-	hs := hubtest.New(t)
-	hs.AddRepo(repo, map[string][]byte{fname: file})
-	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) {
-		cfg.Hub = &hub.Client{Endpoint: hs.URL, Backoff: 20 * time.Millisecond}
-	})
-	waitHealthy(t, c, 0, 3, 3, 20*time.Second)
-	names := []string{c.Members[1].Cfg.Name, c.Members[2].Cfg.Name}
+	c, hs, file, repo, fname := hubLoadOnTwo(t, "orphan", 12)
 	loader := c.Members[0].Agent.ID()
-	if _, err := c.Client(0, tc.Secret).LoadModel(ctx(t), api.LoadModelRequest{Hub: repo + ":Q8_0", Name: "orphan", Nodes: names, Strategy: "pipeline", Ctx: 256}); err != nil {
-		t.Fatal(err)
-	}
 	hs.Delay(30 * time.Millisecond)
 	c.Stop(0, false)
 	hs.Delay(0)
@@ -467,4 +437,28 @@ func TestHubCheckTakenOverWhenLoaderDies(t *testing.T) {
 	if float64(served) >= 1.2*float64(len(file)) {
 		t.Errorf("read %d bytes from the hub for a %d-byte file", served, len(file))
 	}
+}
+
+// hubLoadOnTwo starts 3 agents on a fake hub holding a small random model
+// (repo org/NAME-GGUF) and has agent 0 load it by hub reference onto
+// agents 1 and 2 (pipeline): agent 0 loads it, the others hold it.
+func hubLoadOnTwo(t *testing.T, name string, seed uint64) (*tc.Cluster, *hubtest.Server, []byte, string, string) {
+	t.Helper()
+	path := enginetest.Write(t, "", synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 4, NHead: 4, NHeadKV: 2, NFF: 512, Type: "q8_0", Seed: seed, Name: name})
+	file, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, fname := "org/"+name+"-GGUF", name+"-q8_0.gguf"
+	hs := hubtest.New(t)
+	hs.AddRepo(repo, map[string][]byte{fname: file})
+	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) {
+		cfg.Hub = &hub.Client{Endpoint: hs.URL, Backoff: 20 * time.Millisecond}
+	})
+	waitHealthy(t, c, 0, 3, 3, 20*time.Second)
+	names := []string{c.Members[1].Cfg.Name, c.Members[2].Cfg.Name}
+	if _, err := c.Client(0, tc.Secret).LoadModel(ctx(t), api.LoadModelRequest{Hub: repo + ":Q8_0", Name: name, Nodes: names, Strategy: "pipeline", Ctx: 256}); err != nil {
+		t.Fatal(err)
+	}
+	return c, hs, file, repo, fname
 }
