@@ -130,7 +130,7 @@ func Listen(cfg Config) (*Endpoint, error) {
 			MaxIdleTimeout:        cfg.IdleTimeout,
 			KeepAlivePeriod:       cfg.IdleTimeout / 3,
 			HandshakeIdleTimeout:  cfg.HandshakeTimeout,
-			MaxIncomingStreams:    4096,
+			MaxIncomingStreams:    MaxStreamsPerConn,
 			MaxIncomingUniStreams: -1,
 		},
 		log:      zap.L().Named("transport"),
@@ -256,6 +256,67 @@ func (e *Endpoint) CloseRevoked() {
 	}
 }
 
+// Limits on what one peer may hold open on this endpoint. The cluster's
+// own traffic between two nodes needs far less: one long-lived stream per
+// tensor kind (activations, collectives) in each direction, a few Raft
+// streams, one RPC stream per call in flight (a driver's step to each
+// member, control calls), one kv stream per KV transfer in flight, a few
+// weights and probe streams, and one forward stream per HTTP request a
+// gateway passes to the driver (the driver's queue bounds them: beyond it
+// requests get 429 at once).
+const (
+	// MaxStreamsPerConn bounds the bidirectional streams a peer may have
+	// open at once on one connection (QUIC's stream limit: the peer's
+	// next stream waits until one ends).
+	MaxStreamsPerConn = 1024
+	// MaxConnsPerPeer bounds the connections one node (by certificate)
+	// may hold open to this endpoint; a node dials each address of a peer
+	// once, so it has one or two, and a restarted node briefly a few
+	// more until the old ones are reset.
+	MaxConnsPerPeer = 8
+	// maxTensorStreams bounds the streams of each tensor kind
+	// (activations, collectives) per connection: they stay open idle by
+	// design, and a sender keeps one per peer and kind.
+	maxTensorStreams = 16
+	// codeTooManyConns closes a connection over MaxConnsPerPeer;
+	// codeTooManyStreams resets a tensor stream over maxTensorStreams.
+	codeTooManyConns   quic.ApplicationErrorCode = 0x14
+	codeTooManyStreams quic.StreamErrorCode      = 0x15
+)
+
+// connStreams counts the tensor streams open on one accepted connection.
+type connStreams struct {
+	mu     sync.Mutex
+	tensor map[Kind]int
+}
+
+// take reserves a place for a stream of kind k; false when the kind is at
+// its limit. Kinds without a limit always get one.
+func (c *connStreams) take(k Kind) bool {
+	if k != KindActivations && k != KindCollectives {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tensor[k] >= maxTensorStreams {
+		return false
+	}
+	if c.tensor == nil {
+		c.tensor = map[Kind]int{}
+	}
+	c.tensor[k]++
+	return true
+}
+
+func (c *connStreams) done(k Kind) {
+	if k != KindActivations && k != KindCollectives {
+		return
+	}
+	c.mu.Lock()
+	c.tensor[k]--
+	c.mu.Unlock()
+}
+
 func (e *Endpoint) serveConn(conn *quic.Conn) {
 	defer e.wg.Done()
 	peer := peerOf(conn)
@@ -265,6 +326,20 @@ func (e *Endpoint) serveConn(conn *quic.Conn) {
 		return
 	}
 	e.mu.Lock()
+	n := 0
+	if peer.ID != "" {
+		for _, id := range e.accepted {
+			if id == peer.ID {
+				n++
+			}
+		}
+	}
+	if n >= MaxConnsPerPeer {
+		e.mu.Unlock()
+		e.log.Warn("refused a connection: the node holds too many", zap.String("id", peer.ID), zap.Stringer("addr", peer.Addr), zap.Int("limit", MaxConnsPerPeer))
+		_ = conn.CloseWithError(codeTooManyConns, fmt.Sprintf("node %s already holds %d connections to this node (the limit): reuse one", peer.ID, n))
+		return
+	}
 	e.accepted[conn] = peer.ID
 	e.mu.Unlock()
 	e.track(conn, peer.ID)
@@ -273,16 +348,17 @@ func (e *Endpoint) serveConn(conn *quic.Conn) {
 		delete(e.accepted, conn)
 		e.mu.Unlock()
 	}()
+	var open connStreams
 	for {
 		s, err := conn.AcceptStream(e.ctx)
 		if err != nil {
 			return
 		}
-		go e.serveStream(conn, peer, s)
+		go e.serveStream(conn, peer, s, &open)
 	}
 }
 
-func (e *Endpoint) serveStream(conn *quic.Conn, peer Peer, s *quic.Stream) {
+func (e *Endpoint) serveStream(conn *quic.Conn, peer Peer, s *quic.Stream, open *connStreams) {
 	_ = s.SetReadDeadline(time.Now().Add(e.cfg.HandshakeTimeout))
 	var b [1]byte
 	if _, err := io.ReadFull(s, b[:]); err != nil {
@@ -311,6 +387,13 @@ func (e *Endpoint) serveStream(conn *quic.Conn, peer Peer, s *quic.Stream) {
 		s.CancelWrite(codeUnknownKind)
 		return
 	}
+	if !open.take(k) {
+		e.log.Warn("refused a stream: the connection holds too many of its kind", zap.String("peer", peer.ID), zap.Stringer("kind", k), zap.Int("limit", maxTensorStreams))
+		s.CancelRead(codeTooManyStreams)
+		s.CancelWrite(codeTooManyStreams)
+		return
+	}
+	defer open.done(k)
 	h(&Stream{Stream: s, Kind: k, Peer: peer, local: e.Addr()})
 }
 

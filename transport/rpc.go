@@ -1,10 +1,13 @@
 package transport
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -58,11 +61,25 @@ type RPCServer struct {
 	mu      sync.RWMutex
 	methods map[string]RPCHandler
 	timeout time.Duration
+	// request bounds the wait for a call's request frame (see
+	// RequestTimeout); tests shorten it.
+	request time.Duration
 }
+
+// RequestTimeout bounds how long an RPC stream may wait for its request
+// frame: a caller writes it as soon as it opens the stream, so a stream
+// that stays silent this long is reset (its handler's own timeout starts
+// once the request is in). A large request gets a further second per
+// requestRate bytes it announced.
+const RequestTimeout = 5 * time.Second
+
+// requestRate is the slowest rate at which a caller may send an announced
+// request body (256 KiB/s: a 4 MiB request gets 16 s more).
+const requestRate = 256 << 10
 
 // NewRPCServer serves kind on ep. timeout bounds one call.
 func NewRPCServer(ep *Endpoint, kind Kind, timeout time.Duration) *RPCServer {
-	s := &RPCServer{methods: map[string]RPCHandler{}, timeout: timeout}
+	s := &RPCServer{methods: map[string]RPCHandler{}, timeout: timeout, request: RequestTimeout}
 	ep.Handle(kind, s.serve)
 	return s
 }
@@ -74,14 +91,37 @@ func (s *RPCServer) Register(method string, h RPCHandler) {
 	s.mu.Unlock()
 }
 
+// readRequest reads the request frame of st within the request timeout
+// (extended by the announced size at requestRate). Unlike ReadFrame it
+// allocates as the bytes arrive, not what the length prefix announces: a
+// caller that announces 4 MiB and sends nothing holds nothing.
+func (s *RPCServer) readRequest(st *Stream) ([]byte, error) {
+	t0 := time.Now()
+	_ = st.SetReadDeadline(t0.Add(s.request))
+	var hdr [4]byte
+	if _, err := io.ReadFull(st, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if uint64(n) > DefaultMaxFrame {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, DefaultMaxFrame)
+	}
+	_ = st.SetReadDeadline(t0.Add(s.request + time.Duration(n)*time.Second/requestRate))
+	var buf bytes.Buffer
+	if _, err := io.CopyN(&buf, st, int64(n)); err != nil {
+		return nil, fmt.Errorf("short frame: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
 func (s *RPCServer) serve(st *Stream) {
 	defer st.Close()
-	_ = st.SetDeadline(time.Now().Add(s.timeout))
-	raw, err := ReadFrame(st, DefaultMaxFrame)
+	raw, err := s.readRequest(st)
 	if err != nil {
 		zap.L().Named("rpc").Debug("bad request frame", zap.Error(err), zap.Stringer("peer", st.Peer.Addr))
 		return
 	}
+	_ = st.SetDeadline(time.Now().Add(s.timeout))
 	var req rpcRequest
 	var resp rpcResponse
 	if err := json.Unmarshal(raw, &req); err != nil {
