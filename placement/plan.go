@@ -89,11 +89,13 @@ func Place(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options) (
 	default:
 		return Plan{}, fmt.Errorf("placement: unknown strategy %q (want auto, pipeline or tensor)", o.Strategy)
 	}
-	if profile.NLayer <= 0 || len(profile.Layers) != profile.NLayer || profile.HeadUnit <= 0 || profile.NHead%profile.HeadUnit != 0 {
-		return Plan{}, fmt.Errorf("placement: model profile %q is incomplete (%d layers, %d layer profiles, head unit %d of %d heads)", profile.Name, profile.NLayer, len(profile.Layers), profile.HeadUnit, profile.NHead)
+	// Nothing is allocated in proportion to the profile's numbers before
+	// they are checked: they come from a file's header through the Raft log.
+	if err := profile.Validate(); err != nil {
+		return Plan{}, fmt.Errorf("placement: model profile %.64q: %w", profile.Name, err)
 	}
-	if profile.FFNDim > 0 && (profile.FFNUnit <= 0 || profile.FFNDim%profile.FFNUnit != 0) {
-		return Plan{}, fmt.Errorf("placement: FFN unit %d does not divide the FFN size %d", profile.FFNUnit, profile.FFNDim)
+	if err := o.validate(); err != nil {
+		return Plan{}, err
 	}
 	prefill, decode, why, err := disaggPools(nodes, o)
 	if err != nil {
@@ -203,16 +205,28 @@ func eligibleNodes(nodes []Node, o Options) ([]Node, []string, error) {
 		case len(o.Pin) > 0 && !in(o.Pin, n.ID):
 			skipped = append(skipped, n.ID+" (not pinned)")
 		default:
-			if n.GFLOPS <= 0 {
-				n.GFLOPS = DefaultGFLOPS
-			}
-			if n.MemGBps <= 0 {
-				n.MemGBps = DefaultMemGBps
-			}
+			n.GFLOPS = measured(n.GFLOPS, DefaultGFLOPS)
+			n.MemGBps = measured(n.MemGBps, DefaultMemGBps)
 			out = append(out, n)
 		}
 	}
 	return out, skipped, nil
+}
+
+// minMeasured is the least compute (GFLOPS) or memory bandwidth (GB/s) a
+// node is taken to have: below it a step's time would overflow to +Inf.
+const minMeasured = 1e-3
+
+// measured is a node's measured number as the planner uses it: def when it
+// was never measured (0, or not a finite number), at least minMeasured.
+func measured(v, def float64) float64 {
+	switch {
+	case !(v > 0) || math.IsInf(v, 0):
+		return def
+	case v < minMeasured:
+		return minMeasured
+	}
+	return v
 }
 
 // search walks the arrangements: every single node, and for a node set the
@@ -724,6 +738,10 @@ func apportion(shares []float64, units int) []int {
 	left := units
 	for r, s := range shares {
 		x := s * float64(units)
+		if !(x >= 0) { // NaN or negative: nothing
+			x = 0
+		}
+		x = min(x, float64(units))
 		n[r] = int(math.Floor(x + 1e-9))
 		left -= n[r]
 		rems[r] = rem{r, x - float64(n[r])}

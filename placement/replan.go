@@ -67,6 +67,15 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 	if prev != nil {
 		opts.Version = prev.Version + 1
 	}
+	if err := profile.Validate(); err != nil {
+		// Nothing is weighed on a profile that fails its bounds: the
+		// model is unservable and its nodes are released.
+		return unservable(fmt.Errorf("placement: model profile %.64q: %w", profile.Name, err), prev, opts.Version, profile.Name, names)
+	}
+	// A previous plan that is not a plan of this profile (made for another
+	// file of the model, or out of bounds) is not kept, re-costed or
+	// repaired: only its nodes count (survivors, the driver, what moves).
+	fits := placed && prev.CheckBounds(&profile, 0) == nil
 	type cand struct {
 		what   string
 		plan   Plan
@@ -90,7 +99,7 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 	// A plan made for another context or batch reserves other KV: it is
 	// not kept, though its nodes may be chosen again.
 	o := opts.normalized()
-	sameKV := placed && prev.Context == o.Context && prev.Batch == o.Batch
+	sameKV := fits && prev.Context == o.Context && prev.Batch == o.Batch
 	switch {
 	case sameKV && len(survivors) == len(prev.Nodes()) && obeys(prev, nodes, opts):
 		c := cand{what: fmt.Sprintf("previous v%d", prev.Version), plan: *prev, keep: true}
@@ -337,22 +346,27 @@ func holdings(p *Plan, prof *ModelProfile) map[string][]holding {
 	return out
 }
 
-// uncovered is the length of [lo,hi) not covered by any of the ranges.
+// uncovered is the length of [lo,hi) not covered by any of the ranges,
+// in time of the ranges' number, not of their lengths.
 func uncovered(lo, hi int, ranges [][2]int) int {
-	n := 0
-	for x := lo; x < hi; x++ {
-		in := false
-		for _, r := range ranges {
-			if x >= r[0] && x < r[1] {
-				in = true
-				break
-			}
-		}
-		if !in {
-			n++
+	if hi <= lo {
+		return 0
+	}
+	rs := make([][2]int, 0, len(ranges))
+	for _, r := range ranges {
+		if a, b := max(r[0], lo), min(r[1], hi); a < b {
+			rs = append(rs, [2]int{a, b})
 		}
 	}
-	return n
+	sort.Slice(rs, func(i, j int) bool { return rs[i][0] < rs[j][0] })
+	n, at := 0, lo
+	for _, r := range rs {
+		if r[0] > at {
+			n += r[0] - at
+		}
+		at = max(at, r[1])
+	}
+	return n + max(0, hi-at)
 }
 
 // nodeMoved is the weight bytes node must fetch to go from what it held
@@ -360,14 +374,25 @@ func uncovered(lo, hi int, ranges [][2]int) int {
 // the heads, FFN columns and experts it did not hold, and the replicated
 // tensors of layers it did not hold at all.
 func nodeMoved(prof *ModelProfile, olds, news []holding) uint64 {
+	// The experts of each old holding as a set, built once: a layer then
+	// costs what its new experts number, not their product with the old.
+	oldExps := make([]map[int]bool, len(olds))
+	for i, o := range olds {
+		if o.experts != nil {
+			oldExps[i] = make(map[int]bool, len(o.experts))
+			for _, e := range o.experts {
+				oldExps[i][e] = true
+			}
+		}
+	}
 	var total float64
 	for _, h := range news {
-		for l := h.lo; l < h.hi; l++ {
+		for l := max(h.lo, 0); l < h.hi && l < len(prof.Layers); l++ {
 			lp := prof.Layers[l]
 			var heads, ffns [][2]int
-			var exps []int
+			var over []int // the olds that hold layer l
 			allExp, held := false, false
-			for _, o := range olds {
+			for i, o := range olds {
 				if l < o.lo || l >= o.hi {
 					continue
 				}
@@ -377,7 +402,7 @@ func nodeMoved(prof *ModelProfile, olds, news []holding) uint64 {
 				if o.experts == nil {
 					allExp = true
 				}
-				exps = append(exps, o.experts...)
+				over = append(over, i)
 			}
 			if prof.NHead > 0 {
 				total += float64(lp.AttnBytes) * float64(uncovered(h.headLo, h.headHi, heads)) / float64(prof.NHead)
@@ -386,15 +411,23 @@ func nodeMoved(prof *ModelProfile, olds, news []holding) uint64 {
 				total += float64(lp.FFNBytes) * float64(uncovered(h.ffnLo, h.ffnHi, ffns)) / float64(prof.FFNDim)
 			}
 			if prof.NExpert > 0 && !allExp {
-				want := h.experts
-				if want == nil {
-					want = make([]int, prof.NExpert)
-					for i := range want {
-						want[i] = i
+				had := func(e int) bool {
+					for _, i := range over {
+						if oldExps[i][e] {
+							return true
+						}
+					}
+					return false
+				}
+				if h.experts == nil {
+					for e := range prof.NExpert {
+						if !had(e) {
+							total += float64(lp.ExpertBytes)
+						}
 					}
 				}
-				for _, e := range want {
-					if !slices.Contains(exps, e) {
+				for _, e := range h.experts {
+					if !had(e) {
 						total += float64(lp.ExpertBytes)
 					}
 				}
