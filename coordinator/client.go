@@ -10,10 +10,13 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"shoal/internal/nodeaddr"
 )
 
-// Caller makes one call on the node-to-node RPC of the agent at addr. The
-// node provides it over its transport, so this package needs none.
+// Caller makes one call on the node-to-node RPC of the agent at addr
+// (host:port, or ID@host:port to reach only node ID: internal/nodeaddr).
+// The node provides it over its transport, so this package needs none.
 type Caller interface {
 	Call(ctx context.Context, addr, method string, in, out any) error
 }
@@ -49,7 +52,11 @@ type RemoveRequest struct {
 }
 
 // Peer is the node a call came from, as its certificate says.
-type Peer struct{ ID, Role string }
+type Peer struct {
+	ID, Role string
+	Name     string // the node name its certificate binds ("" for older certificates)
+	Addr     string // the address the call came from (host:port), when known
+}
 
 // WriteTimeout bounds a write applied on the leader.
 const WriteTimeout = 5 * time.Second
@@ -71,6 +78,14 @@ type Client struct {
 	// CheckAdmin, on servers, accepts an admin API key: what a client node
 	// needs to relay a write beyond its own reports.
 	CheckAdmin func(key string) error
+	// Certified, on a client agent, tells whether node id is a server as
+	// the cluster certified it (its copy of the state); ServerAddr prefers
+	// those.
+	Certified func(id string) bool
+	// CallNode reaches a node that may be a client (the leave request of
+	// a removed node), by an address tagged with its ID
+	// (internal/nodeaddr); nil uses the server caller.
+	CallNode Caller
 	// LeaderWait bounds how long Apply and RemoveNode wait for a leader
 	// (DefaultLeaderWait if 0; < 0: they do not wait).
 	LeaderWait time.Duration
@@ -98,10 +113,27 @@ func (c *Client) ServerAddr() (string, error) {
 		}
 		return addr, nil
 	}
+	// Gossip says who is a server and where, but anyone with the gossip
+	// key can list a member as a server: the address is tagged with the
+	// member's ID, and the caller checks that the certificate there is
+	// that node's, with role server. Servers the cluster certified (this
+	// agent's copy of the state) come first, so a rogue entry cannot
+	// stand in the way.
+	var first string
 	for _, m := range c.members.Members() {
-		if m.Role == RoleServer && m.Status == StatusAlive && m.RPCAddr != "" {
-			return m.RPCAddr, nil
+		if m.Role != RoleServer || m.Status != StatusAlive || m.RPCAddr == "" {
+			continue
 		}
+		addr := nodeaddr.Tag(m.ID, m.RPCAddr)
+		if c.Certified == nil || c.Certified(m.ID) {
+			return addr, nil
+		}
+		if first == "" {
+			first = addr
+		}
+	}
+	if first != "" {
+		return first, nil
 	}
 	return "", errNoServer
 }
@@ -266,8 +298,12 @@ func (c *Client) removeNode(ctx context.Context, req RemoveRequest) error {
 			return err
 		}
 		if target != "" {
+			call := c.CallNode
+			if call == nil {
+				call = c.call
+			}
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			if err := c.call.Call(cctx, target, MethodLeave, nil, nil); err != nil {
+			if err := call.Call(cctx, nodeaddr.Tag(req.ID, target), MethodLeave, nil, nil); err != nil {
 				c.log.Info("removed node did not answer the leave request", zap.String("id", req.ID), zap.Error(err))
 			}
 			cancel()

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"shoal/internal/nodeaddr"
 )
 
 // memCaller routes calls in memory to the Client of the server at addr,
@@ -21,6 +23,7 @@ type memCaller struct {
 }
 
 func (m *memCaller) Call(ctx context.Context, addr, method string, in, out any) error {
+	_, addr = nodeaddr.Split(addr)
 	m.mu.Lock()
 	c := m.clients[addr]
 	if method == MethodLeave {

@@ -143,6 +143,7 @@ func (c *testCluster) start(s *testServer) {
 		HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond,
 		ReconcileInterval: 100 * time.Millisecond, ServerStabilization: 200 * time.Millisecond, DeadServerGrace: time.Second,
 		SnapshotThreshold: 16, SnapshotInterval: 200 * time.Millisecond,
+		Certify: certifyByPeer(ep),
 		PeerHasState: func(ctx context.Context, m Member) (bool, error) {
 			if o := c.running(m.ID); o != nil {
 				return o.HasState(), nil
@@ -157,6 +158,29 @@ func (c *testCluster) start(s *testServer) {
 	s.srv = srv
 	c.mu.Unlock()
 	c.members.set(Member{ID: s.id, Name: s.id, Role: RoleServer, RPCAddr: s.addr, Status: StatusAlive, Expect: s.expect})
+}
+
+// certifyByPeer certifies a gossip member by the certificate at its RPC
+// address (the agent also asks the node for its capacities; these tests
+// take gossip's). A certificate without a name keeps gossip's name. A
+// member without an RPC address stands for a node these tests do not run
+// (a worker with made-up capacities): the test vouches for it.
+func certifyByPeer(ep *transport.Endpoint) func(ctx context.Context, m Member) (Member, error) {
+	return func(ctx context.Context, m Member) (Member, error) {
+		if m.RPCAddr == "" {
+			return m, nil
+		}
+		p, err := ep.PeerAt(ctx, m.RPCAddr)
+		if err != nil {
+			return Member{}, err
+		}
+		got := m
+		got.ID, got.Role = p.ID, p.Role
+		if p.Name != "" {
+			got.Name = p.Name
+		}
+		return got, nil
+	}
 }
 
 func (c *testCluster) stop(s *testServer) {

@@ -144,12 +144,15 @@ func (ca *HTTPSCA) Issue(pub crypto.PublicKey, dnsNames []string, ips []net.IP) 
 }
 
 // HTTPSNames are the names and addresses an HTTPS certificate for node id
-// carries: the node's name (when it is a valid host name), the IPs the
-// cluster reaches it at (gossip and QUIC addresses, from gossip and from
-// the state), and loopback. They come from what the cluster knows of the
-// node, never from the node's request, so no node gets a certificate for
-// another's name or address. ok is false when the node is unknown.
-func HTTPSNames(id string, members []Member, st *State) (dns []string, ips []net.IP, ok bool) {
+// carries: the name its node certificate binds (certName; the state's
+// name for certificates issued before names were), when it is a valid
+// host name, the IPs the cluster reaches it at (its certified addresses
+// in the state, and remote, the address of the connection it asked on),
+// and loopback. They come from the node's certificate and what the
+// cluster verified, never from the node's request or from gossip, so no
+// node gets a certificate for another's name or address. ok is false
+// when nothing names the node.
+func HTTPSNames(id, certName, remote string, st *State) (dns []string, ips []net.IP, ok bool) {
 	seenName := map[string]bool{}
 	seenIP := map[string]bool{}
 	addName := func(n string) {
@@ -170,24 +173,24 @@ func HTTPSNames(id string, members []Member, st *State) (dns []string, ips []net
 		seenIP[ip.String()] = true
 		ips = append(ips, ip)
 	}
-	for _, m := range members {
-		if m.ID == id {
-			ok = true
-			addName(m.Name)
-			addIP(m.Addr)
-			addIP(m.RPCAddr)
-		}
-	}
+	var n *Node
 	if st != nil {
-		if n := st.Nodes[id]; n != nil {
-			ok = true
-			addName(n.Name)
-			addIP(n.Addr)
-			addIP(n.RPCAddr)
-		}
+		n = st.Nodes[id]
 	}
-	if !ok {
+	switch {
+	case certName != "":
+		addName(certName)
+	case n != nil:
+		addName(n.Name)
+	default:
 		return nil, nil, false
+	}
+	if n != nil {
+		addIP(n.Addr)
+		addIP(n.RPCAddr)
+	}
+	if remote != "" {
+		addIP(remote)
 	}
 	addName("localhost")
 	addIP("127.0.0.1")
@@ -260,13 +263,12 @@ func (c *Client) issueHTTPS(peer Peer, req HTTPSCertRequest) (*HTTPSCertResponse
 	var dns []string
 	var ips []net.IP
 	var known bool
-	members := c.members.Members()
 	c.srv.FSM().View(func(st *State) {
 		if st.HTTPSCA != nil {
 			v := *st.HTTPSCA
 			ca = &v
 		}
-		dns, ips, known = HTTPSNames(peer.ID, members, st)
+		dns, ips, known = HTTPSNames(peer.ID, peer.Name, peer.Addr, st)
 	})
 	if ca == nil || ca.KeyPEM == "" {
 		return nil, &Error{Code: http.StatusServiceUnavailable, Msg: "the cluster has no HTTPS CA yet"}

@@ -51,7 +51,10 @@ func TestHTTPSCertForCaller(t *testing.T) {
 	if _, err := cl.Handle(ctx, self, MethodHTTPSCert, forged); StatusCode(err) != http.StatusServiceUnavailable {
 		t.Fatalf("a certificate for a node the cluster does not know: %v", err)
 	}
-	c.members.set(Member{ID: "client-node", Name: "client-node", Role: RoleClient, Addr: "127.0.0.7:7946", RPCAddr: "127.0.0.7:7947", Status: StatusAlive})
+	// The node's certificate names it; it asks from 127.0.0.7. Gossip
+	// calling it "victim", at another node's address, changes nothing.
+	self = Peer{ID: "client-node", Name: "client-node", Role: RoleClient, Addr: "127.0.0.7:50123"}
+	c.members.set(Member{ID: "client-node", Name: "victim", Role: RoleServer, Addr: "127.0.0.8:7946", RPCAddr: "127.0.0.8:7947", Status: StatusAlive})
 	c.members.set(Member{ID: "victim-id", Name: "victim", Role: RoleClient, Addr: "127.0.0.8:7946", RPCAddr: "127.0.0.8:7947", Status: StatusAlive})
 
 	res, err := cl.Handle(ctx, self, MethodHTTPSCert, forged)

@@ -68,6 +68,8 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 	s.failed = map[string]time.Time{}
 	s.planSig = map[string]string{}
 	s.mu.Unlock()
+	s.certs.reset()
+	certified := s.certifyDone()
 	t := time.NewTicker(s.cfg.ReconcileInterval)
 	defer t.Stop()
 	for {
@@ -83,6 +85,8 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 				again = false
 			case <-s.cfg.Members.Events():
 				again = false
+			case <-certified:
+				again = false
 			case <-s.fsm.Changed():
 				s.planModels()
 			}
@@ -91,7 +95,8 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 }
 
 // reconcile brings the state's node list and the Raft configuration in
-// line with gossip.
+// line with gossip: liveness from gossip, identity, addresses and
+// capacities from each member's certified answer (certify.go).
 func (s *Server) reconcile() {
 	members := s.cfg.Members.Members()
 	st := s.fsm.State()
@@ -110,18 +115,33 @@ func (s *Server) reconcile() {
 	}
 	s.mu.Unlock()
 
+	var certified []Member
 	for _, m := range members {
 		seen[m.ID] = true
 		if removed[m.ID] {
 			continue
 		}
 		old, known := st.Nodes[m.ID]
-		if !known && m.Status != StatusAlive {
-			continue // only live nodes join the state
-		}
-		n := Node{
-			ID: m.ID, Name: m.Name, Role: m.Role, Addr: m.Addr, RPCAddr: m.RPCAddr, HTTPAddr: m.HTTPAddr,
-			Version: m.Version, Status: m.Status, Caps: m.Caps,
+		var n Node
+		if live(m.Status) {
+			c := s.certified(m)
+			if c == nil {
+				continue // not proven yet (or never): nothing gossip says is written
+			}
+			certified = append(certified, *c)
+			n = Node{
+				ID: c.ID, Name: c.Name, Role: c.Role, Addr: c.Addr, RPCAddr: c.RPCAddr, HTTPAddr: c.HTTPAddr,
+				Version: c.Version, Status: m.Status, Caps: c.Caps,
+			}
+			if !known && m.Status != StatusAlive {
+				continue // only live nodes join the state
+			}
+		} else {
+			if !known {
+				continue
+			}
+			n = *old // failed or left: gossip's liveness, nothing else, changes
+			n.Status = m.Status
 		}
 		if known {
 			n.Draining, n.RegisteredAt, n.StatusSince = old.Draining, old.RegisteredAt, old.StatusSince
@@ -144,21 +164,27 @@ func (s *Server) reconcile() {
 			return
 		}
 	}
-	s.manageVoters(members, removed)
+	s.manageVoters(members, certified, removed)
 }
 
 // manageVoters adds live servers as non-voters, promotes stable non-voters
 // to keep an odd voter count (3 or 5), and replaces or removes voters that
-// stayed failed past the grace period.
-func (s *Server) manageVoters(members []Member, removed map[string]bool) {
+// stayed failed past the grace period. Health is gossip's; a server is
+// added, promoted or moved only as certified (its certificate's role
+// server, at the address that presented it).
+func (s *Server) manageVoters(members, certified []Member, removed map[string]bool) {
 	f := s.raft.GetConfiguration()
 	if s.wait(f) != nil {
 		return
 	}
 	conf := f.Configuration()
-	byID := map[string]Member{}
+	byID := map[string]Member{} // liveness
 	for _, m := range members {
 		byID[m.ID] = m
+	}
+	certByID := map[string]Member{} // identity and addresses
+	for _, m := range certified {
+		certByID[m.ID] = m
 	}
 	inConf := map[string]raft.Server{}
 	for _, srv := range conf.Servers {
@@ -167,12 +193,12 @@ func (s *Server) manageVoters(members []Member, removed map[string]bool) {
 	now := time.Now()
 	self := s.cfg.NodeID
 
-	if s.updateAddress(members, inConf, removed) {
+	if s.updateAddress(certified, inConf, removed) {
 		return // one configuration change per pass
 	}
 
 	// New live servers join as non-voters.
-	for _, m := range members {
+	for _, m := range certified {
 		if m.Role != RoleServer || m.Status != StatusAlive || removed[m.ID] {
 			continue
 		}
@@ -240,7 +266,7 @@ func (s *Server) manageVoters(members []Member, removed map[string]bool) {
 	if len(deadVoters) > 0 {
 		dead := deadVoters[0]
 		if len(readyNonvoters) > 0 {
-			s.promote(readyNonvoters[0], byID)
+			s.promote(readyNonvoters[0], certByID)
 			readyNonvoters = readyNonvoters[1:]
 			voters++
 		}
@@ -267,7 +293,7 @@ func (s *Server) manageVoters(members []Member, removed map[string]bool) {
 	// Keep an odd number of voters, at most 5.
 	target := oddTarget(len(liveVoters) + len(readyNonvoters))
 	for len(liveVoters) < target && len(readyNonvoters) > 0 {
-		s.promote(readyNonvoters[0], byID)
+		s.promote(readyNonvoters[0], certByID)
 		liveVoters = append(liveVoters, readyNonvoters[0])
 		readyNonvoters = readyNonvoters[1:]
 	}
@@ -342,7 +368,7 @@ func oddTarget(n int) int {
 
 func (s *Server) promote(id string, byID map[string]Member) {
 	addr := byID[id].RPCAddr
-	if addr == "" {
+	if addr == "" || byID[id].Role != RoleServer {
 		return
 	}
 	s.log.Info("promoting non-voter", zap.String("id", id))

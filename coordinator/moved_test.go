@@ -209,13 +209,13 @@ func TestAddrResolverPrecedence(t *testing.T) {
 	}
 	check("a", "")
 	m.set(Member{ID: "a", Role: RoleServer, RPCAddr: "10.0.0.1:1", Status: StatusFailed})
-	check("a", "10.0.0.1:1")
+	check("a", "a@10.0.0.1:1")
 	register("a", "10.0.0.2:1")
-	check("a", "10.0.0.2:1")
+	check("a", "a@10.0.0.2:1")
 	m.set(Member{ID: "a", Role: RoleServer, RPCAddr: "10.0.0.3:1", Status: StatusSuspect})
-	check("a", "10.0.0.3:1")
+	check("a", "a@10.0.0.3:1")
 	m.set(Member{ID: "a", Role: RoleServer, RPCAddr: "10.0.0.4:1", Status: StatusAlive})
-	check("a", "10.0.0.4:1")
+	check("a", "a@10.0.0.4:1")
 	for i := 0; i < 3; i++ {
 		check(fmt.Sprintf("b%d", i), "")
 	}

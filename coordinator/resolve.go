@@ -8,6 +8,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"go.uber.org/zap"
+
+	"shoal/internal/nodeaddr"
 )
 
 // resolveTTL bounds how stale a resolved Raft address may be: the
@@ -55,7 +57,8 @@ func (r *addrResolver) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) 
 		r.rebuild()
 	}
 	if a, ok := r.addrs[id]; ok {
-		return a, nil
+		// The layer dials it only if the peer's certificate is id's.
+		return raft.ServerAddress(nodeaddr.Tag(string(id), string(a))), nil
 	}
 	return "", errUnknownServer
 }

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"shoal/internal/nodeaddr"
 	"shoal/internal/zapio"
 )
 
@@ -58,6 +59,15 @@ type Config struct {
 	// OnLeader runs once each time this server gains leadership, after the
 	// barrier and before the first reconcile (e.g. to seed state).
 	OnLeader func()
+
+	// Certify asks the node gossip lists as m, over a connection that
+	// verifies its certificate, who it is: the answer's ID, Name and Role
+	// are the certificate's, its addresses the ones that reached it, its
+	// Version and Caps the node's own report on that connection. Gossip
+	// is only a hint that m exists: the leader registers a node, plans on
+	// it and adds it to Raft only as Certify answers. An error (no answer,
+	// another node's certificate) leaves the node out. Required.
+	Certify func(ctx context.Context, m Member) (Member, error)
 
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
@@ -124,13 +134,15 @@ type Server struct {
 	seen    map[string]time.Time // when the leader first saw a server healthy as non-voter
 	failed  map[string]time.Time // when the leader first saw a server failed
 	planSig map[string]string    // per model, the planning inputs of the last committed decision
+
+	certs certifier // the leader's certified view of gossip members
 }
 
 // NewServer opens the stores and starts Raft.
 func NewServer(cfg Config) (*Server, error) {
 	cfg.defaults()
-	if cfg.NodeID == "" || cfg.DataDir == "" || cfg.Layer == nil || cfg.Members == nil {
-		return nil, errors.New("coordinator: NodeID, DataDir, Layer and Members are required")
+	if cfg.NodeID == "" || cfg.DataDir == "" || cfg.Layer == nil || cfg.Members == nil || cfg.Certify == nil {
+		return nil, errors.New("coordinator: NodeID, DataDir, Layer, Members and Certify are required")
 	}
 	dir := filepath.Join(cfg.DataDir, "raft")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -217,7 +229,8 @@ func (s *Server) IsLeader() bool { return s.raft.State() == raft.Leader }
 // Leader returns the leader's ID and raft (QUIC) address, empty if none.
 func (s *Server) Leader() (id, addr string) {
 	a, i := s.raft.LeaderWithID()
-	return string(i), string(a)
+	_, addr = nodeaddr.Split(string(a)) // raft learns it as resolved, with the ID
+	return string(i), addr
 }
 
 // HasState reports whether this server belongs to a Raft cluster.
@@ -334,6 +347,9 @@ func (s *Server) maybeBootstrap() {
 		if !ok || len(servers) < s.cfg.Bootstrap {
 			continue
 		}
+		if servers = s.certifyServers(servers); len(servers) < s.cfg.Bootstrap {
+			continue
+		}
 		if s.peersHaveState(servers) {
 			s.log.Info("a peer already belongs to a cluster; waiting to be added by its leader")
 			return
@@ -351,6 +367,27 @@ func (s *Server) maybeBootstrap() {
 		}
 		return
 	}
+}
+
+// certifyServers keeps the gossiped servers whose certificates say they
+// are servers, with the addresses that presented them.
+func (s *Server) certifyServers(ms []Member) []Member {
+	var out []Member
+	for _, m := range ms {
+		ctx, cancel := context.WithTimeout(context.Background(), certifyTimeout)
+		got, err := s.cfg.Certify(ctx, m)
+		cancel()
+		if err == nil && (got.ID != m.ID || got.Role != RoleServer) {
+			err = fmt.Errorf("its certificate is node %q role %q", got.ID, got.Role)
+		}
+		if err != nil {
+			s.log.Warn("bootstrap: a gossiped server did not prove it is one", zap.String("id", m.ID), zap.String("name", m.Name), zap.Error(err))
+			continue
+		}
+		got.Expect, got.Status = m.Expect, m.Status
+		out = append(out, got)
+	}
+	return out
 }
 
 func (s *Server) peersHaveState(servers []Member) bool {

@@ -14,6 +14,7 @@ import (
 
 	"shoal/api"
 	"shoal/coordinator"
+	"shoal/internal/nodeaddr"
 	"shoal/shard"
 	"shoal/transport"
 )
@@ -24,8 +25,9 @@ type admin struct {
 	id, name, role string
 	log            *zap.Logger
 	cluster        *coordinator.Client
-	srv            *coordinator.Server // nil on client agents
-	call           coordinator.Caller
+	srv            *coordinator.Server         // nil on client agents
+	call           coordinator.Caller          // to servers
+	callNode       coordinator.Caller          // to any node, by a tagged address
 	members        func() []coordinator.Member // this agent's gossip view
 	self           func() api.Member           // this agent as a gossip member
 	caHash         string                      // the cluster CA's hash, carried by join tokens
@@ -55,7 +57,7 @@ type admin struct {
 func (a *Agent) newAdmin() *admin {
 	return &admin{
 		id: a.id, name: a.cfg.Name, role: a.role, log: a.log.Named("admin"),
-		cluster: a.cluster, srv: a.srv, call: rpcCaller{a.ep}, members: a.gossip.Members,
+		cluster: a.cluster, srv: a.srv, call: serverCaller(a.ep), callNode: nodeCaller(a.ep), members: a.gossip.Members,
 		self: func() api.Member {
 			return api.Member{ID: a.id, Name: a.cfg.Name, Addr: a.GossipAddr(), RPCAddr: a.RPCAddr(), Role: a.role,
 				Status: api.StatusAlive, Version: a.cfg.Version, Caps: apiCaps(a.caps)}
@@ -69,11 +71,23 @@ func (a *Agent) newAdmin() *admin {
 	}
 }
 
-// rpcCaller is coordinator.Caller over the agent's QUIC endpoint.
-type rpcCaller struct{ ep *transport.Endpoint }
+// rpcCaller is coordinator.Caller over the agent's QUIC endpoint. role,
+// when set, is the role the callee's certificate must have: calls to
+// servers carry API keys, join tokens and writes, so they never reach a
+// client node that gossip lists as a server. An address tagged with a
+// node ID (internal/nodeaddr) reaches only that node.
+type rpcCaller struct {
+	ep   *transport.Endpoint
+	role string
+}
+
+// serverCaller calls servers only; nodeCaller any node.
+func serverCaller(ep *transport.Endpoint) rpcCaller { return rpcCaller{ep, coordinator.RoleServer} }
+func nodeCaller(ep *transport.Endpoint) rpcCaller   { return rpcCaller{ep, ""} }
 
 func (c rpcCaller) Call(ctx context.Context, addr, method string, in, out any) error {
-	return transport.Call(ctx, c.ep, addr, transport.KindRPC, method, in, out)
+	id, hostport := nodeaddr.Split(addr)
+	return transport.CallAs(ctx, c.ep, hostport, transport.KindRPC, id, c.role, method, in, out)
 }
 
 func forbidden(format string, args ...any) error {

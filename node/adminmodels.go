@@ -19,6 +19,7 @@ import (
 	"shoal/api"
 	"shoal/coordinator"
 	"shoal/engine/gguf"
+	"shoal/internal/nodeaddr"
 	"shoal/placement"
 	"shoal/shard"
 	"shoal/transport"
@@ -47,16 +48,18 @@ func (b *admin) LoadModel(ctx context.Context, req api.LoadModelRequest) (*api.M
 			}
 			// Only servers ask other nodes to load files: a client agent
 			// passes the request and the operator's key to a server.
-			addr, fwd := n.RPCAddr, loadModelRequest{LoadModelRequest: req}
+			addr, fwd := nodeaddr.Tag(n.ID, n.RPCAddr), loadModelRequest{LoadModelRequest: req}
 			fwd.Node = ""
+			call := b.callNode
 			if b.srv == nil {
 				if addr, err = b.cluster.ServerAddr(); err != nil {
 					return nil, err
 				}
 				fwd.Node, fwd.Key = n.ID, api.KeyFrom(ctx)
+				call = b.call
 			}
 			var out api.ModelInfo
-			if err := b.call.Call(ctx, addr, methodLoadModel, fwd, &out); err != nil {
+			if err := call.Call(ctx, addr, methodLoadModel, fwd, &out); err != nil {
 				return nil, err
 			}
 			return &out, nil

@@ -30,7 +30,7 @@ type admission struct {
 
 // newAdmission wires the join handler.
 func (a *Agent) newAdmission() *admission {
-	return &admission{name: a.cfg.Name, srv: a.srv, ca: a.ident.CA, gossipKey: a.gossipKey, call: rpcCaller{a.ep},
+	return &admission{name: a.cfg.Name, srv: a.srv, ca: a.ident.CA, gossipKey: a.gossipKey, call: serverCaller(a.ep),
 		seeds: a.aliveGossipAddrs, bootstrap: a.answerFinal, log: a.log}
 }
 

@@ -38,6 +38,7 @@ type Agent struct {
 	gossipKey       []byte
 	bootstrapSecret string
 	caps            coordinator.Capabilities
+	meta            meta // what this agent gossips, and answers Node.Hello with
 
 	ep     *transport.Endpoint
 	rpc    *transport.RPCServer
@@ -79,6 +80,8 @@ type Agent struct {
 
 	revoked atomic.Pointer[map[string]bool] // a client's copy of the revoked node IDs
 	fsm     atomic.Pointer[coordinator.FSM] // a server's state, once its Raft runs (read by the endpoint and gossip from their goroutines)
+	// lastState is the state a client agent's serving loop read last.
+	lastState atomic.Pointer[coordinator.State]
 
 	life lifecycle
 
@@ -180,6 +183,7 @@ func (a *Agent) start() error {
 	if err != nil {
 		return err
 	}
+	a.meta = m
 	a.gossip = newGossip(mb)
 	a.gossip.revoked = a.isRevoked
 	mc := memberlist.DefaultLANConfig()
@@ -229,6 +233,7 @@ func (a *Agent) start() error {
 			NodeID: a.id, DataDir: a.cfg.DataDir, Layer: transport.NewRaftLayer(a.ep, adv), Members: a.gossip,
 			Bootstrap:           a.cfg.BootstrapExpect,
 			PeerHasState:        a.peerHasState,
+			Certify:             a.certify,
 			OnLeader:            a.onLeader,
 			HeartbeatTimeout:    rt,
 			ElectionTimeout:     rt,
@@ -242,7 +247,9 @@ func (a *Agent) start() error {
 		}
 		a.fsm.Store(a.srv.FSM())
 	}
-	a.cluster = coordinator.NewClient(a.srv, a.gossip, rpcCaller{a.ep}, a.log)
+	a.cluster = coordinator.NewClient(a.srv, a.gossip, serverCaller(a.ep), a.log)
+	a.cluster.CallNode = nodeCaller(a.ep)
+	a.cluster.Certified = a.certifiedServer
 	a.admin = a.newAdmin()
 	a.cluster.KeyOf = api.KeyFrom
 	if a.srv != nil {
@@ -405,6 +412,28 @@ func (a *Agent) peerHasState(ctx context.Context, m coordinator.Member) (bool, e
 	var has bool
 	err := transport.Call(ctx, a.ep, m.RPCAddr, transport.KindRPC, coordinator.MethodHasState, nil, &has)
 	return has, err
+}
+
+// certifiedServer tells whether node id is a server in this agent's copy
+// of the state (registered from its certificate by the leader).
+func (a *Agent) certifiedServer(id string) bool {
+	var ok bool
+	a.viewState(func(st *coordinator.State) {
+		n := st.Nodes[id]
+		ok = n != nil && n.Role == coordinator.RoleServer
+	})
+	return ok
+}
+
+// viewState calls fn with this agent's view of the state, if it has one:
+// a server's FSM, or the copy a client's serving loop read last. fn must
+// not keep or modify it.
+func (a *Agent) viewState(fn func(st *coordinator.State)) {
+	if f := a.fsm.Load(); f != nil {
+		f.View(fn)
+	} else if st := a.lastState.Load(); st != nil {
+		fn(st)
+	}
 }
 
 // isRevoked tells whether node id was removed from the cluster: servers

@@ -55,12 +55,13 @@ func (a *Agent) registerRPC() {
 			return h(ctx, p, body)
 		}
 	}
+	a.registerHello()
 	a.rpc.Register(methodSeeds, func(ctx context.Context, p transport.Peer, _ json.RawMessage) (any, error) {
 		return a.aliveGossipAddrs(), nil
 	})
 	for _, method := range coordinator.ServerMethods {
 		a.rpc.Register(method, server(func(ctx context.Context, p transport.Peer, body json.RawMessage) (any, error) {
-			return a.cluster.Handle(ctx, coordinator.Peer{ID: p.ID, Role: p.Role}, method, body)
+			return a.cluster.Handle(ctx, clusterPeer(p), method, body)
 		}))
 	}
 	a.rpc.Register(methodCheckKey, server(func(ctx context.Context, p transport.Peer, body json.RawMessage) (any, error) {
@@ -113,4 +114,14 @@ func (a *Agent) registerRPC() {
 	})
 	a.rpc.Register(methodLayout, a.serveLayout)
 	a.rpc.Register(methodHoldings, a.serveHoldings)
+}
+
+// clusterPeer is the caller of a cluster method as its certificate and
+// connection say.
+func clusterPeer(p transport.Peer) coordinator.Peer {
+	cp := coordinator.Peer{ID: p.ID, Role: p.Role, Name: p.Name}
+	if p.Addr != nil {
+		cp.Addr = p.Addr.String()
+	}
+	return cp
 }

@@ -192,7 +192,7 @@ func (a *Agent) renewHTTPS(leaf *x509.Certificate) bool {
 	for _, n := range leaf.DNSNames {
 		names[n] = true
 	}
-	dns, _, _ := coordinator.HTTPSNames(a.id, []coordinator.Member{{ID: a.id, Name: a.cfg.Name}}, nil)
+	dns, _, _ := coordinator.HTTPSNames(a.id, a.cfg.Name, "", nil)
 	for _, n := range dns {
 		if !names[n] {
 			return true
@@ -209,7 +209,7 @@ func (a *Agent) requestHTTPSCert(dir string, key *ecdsa.PrivateKey) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := a.cluster.HTTPSCert(ctx, coordinator.Peer{ID: a.id, Role: a.role}, pub)
+	resp, err := a.cluster.HTTPSCert(ctx, coordinator.Peer{ID: a.id, Role: a.role, Name: a.ident.Name, Addr: a.RPCAddr()}, pub)
 	if err != nil {
 		return err
 	}

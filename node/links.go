@@ -66,7 +66,7 @@ func (a *Agent) linkLoop() {
 		var alive []coordinator.Member
 		var ips []netip.Addr
 		for _, m := range a.gossip.Members() {
-			if m.ID == a.id || m.Status != coordinator.StatusAlive || m.RPCAddr == "" {
+			if m.ID == a.id || m.Status != coordinator.StatusAlive || m.RPCAddr == "" || !a.certifiedAt(m.ID, m.RPCAddr) {
 				continue
 			}
 			alive = append(alive, m)

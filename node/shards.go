@@ -55,6 +55,9 @@ func (a *Agent) servingLoop() {
 			changed = a.srv.FSM().Changed()
 		}
 		if st := a.servingState(); st != nil {
+			if a.srv == nil {
+				a.lastState.Store(st)
+			}
 			a.noteRevoked(st)
 			a.noteState(st)
 			a.shards.Reconcile(wantedShards(st, a.id))

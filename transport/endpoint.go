@@ -31,6 +31,7 @@ const (
 // Peer is who opened a stream, taken from the verified TLS chain.
 type Peer struct {
 	ID       string // node ID (certificate common name); empty without a certificate
+	Name     string // the node name the certificate binds ("" for older certificates)
 	Role     string // server or client
 	Addr     net.Addr
 	Verified bool
@@ -195,6 +196,7 @@ func peerOf(conn *quic.Conn) Peer {
 	p := Peer{Addr: conn.RemoteAddr()}
 	if len(st.VerifiedChains) > 0 {
 		p.ID, p.Role = PeerIdentity(st.VerifiedChains[0])
+		p.Name = certName(st.VerifiedChains[0][0])
 		p.Verified = true
 	}
 	return p
@@ -415,18 +417,51 @@ func (e *Endpoint) IsSelf(ctx context.Context, addr string) bool {
 	return self
 }
 
+// PeerAt is the verified identity of the node at addr: the certificate
+// its end of a connection (opened if none is) presents.
+func (e *Endpoint) PeerAt(ctx context.Context, addr string) (Peer, error) {
+	conn, err := e.conn(ctx, addr)
+	if err != nil {
+		return Peer{}, err
+	}
+	p := Peer{Addr: conn.RemoteAddr(), Verified: true}
+	if certs := conn.ConnectionState().TLS.PeerCertificates; len(certs) > 0 {
+		p.ID, p.Role = PeerIdentity(certs)
+		p.Name = certName(certs[0])
+	}
+	return p, nil
+}
+
 // selfPeer is this endpoint as the sender of what it delivers to itself.
 func (e *Endpoint) selfPeer() Peer {
-	return Peer{ID: e.cfg.Identity.ID, Role: e.cfg.Identity.Role, Addr: e.Addr(), Verified: true}
+	return Peer{ID: e.cfg.Identity.ID, Name: e.cfg.Identity.Name, Role: e.cfg.Identity.Role, Addr: e.Addr(), Verified: true}
 }
 
 // Dial opens a stream of kind k to the endpoint at addr, reusing the
 // connection to that address when one is open.
 func (e *Endpoint) Dial(ctx context.Context, addr string, k Kind) (*Stream, error) {
+	return e.DialAs(ctx, addr, k, "", "")
+}
+
+// ErrWrongPeer is the error of a dial whose peer's certificate is not the
+// node or role the caller expected: what gossip or a stale record said
+// lives at an address is a hint, the certificate is the answer.
+var ErrWrongPeer = errors.New("the peer's certificate is not the expected node")
+
+// DialAs is Dial that opens the stream only when the peer's certificate
+// names node wantID (when not empty) with role wantRole (when not empty):
+// nothing of the stream, not even its kind, reaches another peer.
+func (e *Endpoint) DialAs(ctx context.Context, addr string, k Kind, wantID, wantRole string) (*Stream, error) {
 	for attempt := 0; attempt < 2; attempt++ {
 		conn, err := e.conn(ctx, addr)
 		if err != nil {
 			return nil, err
+		}
+		if wantID != "" || wantRole != "" {
+			id, role := PeerIdentity(conn.ConnectionState().TLS.PeerCertificates)
+			if wantID != "" && id != wantID || wantRole != "" && role != wantRole {
+				return nil, fmt.Errorf("dial %s: %w: want node %q role %q, it presents node %q role %q", addr, ErrWrongPeer, wantID, wantRole, id, role)
+			}
 		}
 		s, err := conn.OpenStreamSync(ctx)
 		if err != nil {
@@ -453,6 +488,7 @@ func (e *Endpoint) Dial(ctx context.Context, addr string, k Kind) (*Stream, erro
 		st := conn.ConnectionState().TLS
 		if len(st.PeerCertificates) > 0 {
 			p.ID, p.Role = PeerIdentity(st.PeerCertificates)
+			p.Name = certName(st.PeerCertificates[0])
 		}
 		return &Stream{Stream: s, Kind: k, Peer: p, local: e.Addr()}, nil
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"shoal/internal/nodeaddr"
 )
 
 // RaftLayer is a raft.StreamLayer over streams of kind KindRaft. Raft
@@ -54,9 +56,14 @@ func (l *RaftLayer) Close() error {
 // Addr implements net.Listener; raft uses it as this server's address.
 func (l *RaftLayer) Addr() net.Addr { return l.advertise }
 
-// Dial implements raft.StreamLayer.
+// Dial implements raft.StreamLayer. The peer must present a server-role
+// certificate, and the certificate of the node the address names when it
+// has the form internal/nodeaddr makes (ID@host:port): a Raft stream carries the
+// log (token hashes, the HTTPS CA key), so it goes only to the server it
+// is meant for, whatever gossip says lives at that address.
 func (l *RaftLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return l.ep.Dial(ctx, string(address), KindRaft)
+	id, addr := nodeaddr.Split(string(address))
+	return l.ep.DialAs(ctx, addr, KindRaft, id, RoleServer)
 }

@@ -157,9 +157,18 @@ func (s *RPCServer) serve(st *Stream) {
 // bool method that returns true: a request that is safe to repeat may be
 // retried, there or elsewhere.
 func Call(ctx context.Context, ep *Endpoint, addr string, kind Kind, method string, in, out any) error {
-	st, err := ep.Dial(ctx, addr, kind)
+	return CallAs(ctx, ep, addr, kind, "", "", method, in, out)
+}
+
+// CallAs is Call sent only if the peer's certificate names node wantID
+// (when not empty) with role wantRole (when not empty): a request that
+// carries a key or a write goes to the node meant, never to whoever an
+// address (from gossip) reaches. A peer that is not the one meant is an
+// ErrWrongPeer error, not an unreachable one.
+func CallAs(ctx context.Context, ep *Endpoint, addr string, kind Kind, wantID, wantRole, method string, in, out any) error {
+	st, err := ep.DialAs(ctx, addr, kind, wantID, wantRole)
 	if err != nil {
-		if errors.Is(err, ErrRevoked) {
+		if errors.Is(err, ErrRevoked) || errors.Is(err, ErrWrongPeer) {
 			return err
 		}
 		return unreachableError{err}
