@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"net/http"
@@ -12,13 +13,13 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
 	"shoal/api"
 	"shoal/coordinator"
-	"shoal/engine/gguf"
 	"shoal/internal/nodeaddr"
 	"shoal/placement"
 	"shoal/shard"
@@ -108,22 +109,25 @@ func (b *admin) registerModel(ctx context.Context, req api.LoadModelRequest, pin
 	if !filepath.IsAbs(path) {
 		return nil, badRequest("model path %q is not absolute: give the full path on node %s", path, b.name)
 	}
-	st, err := os.Stat(path)
+	fh, st, err := openModelFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, notFoundErr("file not found on node %s: %s", b.name, path)
+	}
+	var nr *notRegularError
+	if errors.As(err, &nr) {
+		return nil, badRequest("%s on node %s is %s, not a GGUF file: give the path of a model file", path, b.name, nr.what)
 	}
 	if err != nil {
 		return nil, badRequest("%s on node %s: %v", path, b.name, err)
 	}
-	if st.IsDir() {
-		return nil, badRequest("%s on node %s is a directory, not a GGUF file", path, b.name)
-	}
-	f, err := gguf.Open(path)
+	// The header is read from the file just checked, not from the path
+	// again (which might name something else by now).
+	_, f, err := readHeader(ctx, io.NewSectionReader(fh, 0, st.Size()), st.Size())
+	fh.Close()
 	if err != nil {
 		return nil, badRequest("%s on node %s is not a GGUF model file: %v", path, b.name, err)
 	}
 	prof, err := placement.ProfileFromGGUF(f)
-	f.Close()
 	if err != nil {
 		return nil, badRequest("%s: %v", path, err)
 	}
@@ -172,12 +176,74 @@ func (b *admin) registerModel(ctx context.Context, req api.LoadModelRequest, pin
 	return &m, nil
 }
 
+// notRegularError is the error of a model path that names something
+// other than a regular file.
+type notRegularError struct{ what string }
+
+func (e *notRegularError) Error() string { return "it is " + e.what + ", not a regular file" }
+
+// kindOf names a file mode that is not a regular file's.
+func kindOf(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "a special file"
+}
+
+// openModelFile opens the model file at path for reading, refusing
+// anything but a regular file: opening a FIFO for reading waits for a
+// writer, and a device or socket never ends. It stats the path first, then
+// opens it without blocking and checks what it opened, so a path swapped
+// for a FIFO in between cannot hang the caller either.
+func openModelFile(path string) (*os.File, os.FileInfo, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, nil, &notRegularError{kindOf(st.Mode())}
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if st, err = f.Stat(); err == nil && !st.Mode().IsRegular() {
+		err = &notRegularError{kindOf(st.Mode())}
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
+}
+
+// checkModelFile is openModelFile for code that opens path itself.
+func checkModelFile(path string) error {
+	f, _, err := openModelFile(path)
+	if err == nil {
+		f.Close()
+	}
+	return err
+}
+
 // hashModel computes the file's sha256, makes the file servable to peers
 // and records the digest, which lets the leader plan the model.
 func (b *admin) hashModel(m coordinator.Model, st os.FileInfo) {
 	defer b.bg.Done()
 	t0 := time.Now()
-	sha, raw, err := shard.BuildManifest(m.Source, 0)
+	var sha string
+	var raw []byte
+	err := checkModelFile(m.Source) // it may have changed since it was registered
+	if err == nil {
+		sha, raw, err = shard.BuildManifest(m.Source, 0)
+	}
 	if err == nil {
 		err = b.files.saveManifest(sha, raw)
 	}

@@ -78,6 +78,9 @@ func (a *Agent) localRequests() ([]api.LoadModelRequest, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := checkModelFile(path); err != nil {
+			return nil, fmt.Errorf("--model %s: %v: give the path of a GGUF file", path, err)
+		}
 		f, err := gguf.Open(path)
 		if err != nil {
 			return nil, err

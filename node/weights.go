@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -70,12 +71,14 @@ func openFileRegistry(dir string, log *zap.Logger) *fileRegistry {
 }
 
 func (lf *localFile) open() error {
-	f, err := os.Open(lf.Path)
+	f, st, err := openModelFile(lf.Path) // a FIFO put in its place must not hang the agent
+	if nr := (*notRegularError)(nil); errors.As(err, &nr) {
+		return fmt.Errorf("%s: %w", lf.Path, err)
+	}
 	if err != nil {
 		return err
 	}
-	st, err := f.Stat()
-	if err == nil && (st.Size() != lf.Size || !st.ModTime().Equal(lf.MTime)) {
+	if st.Size() != lf.Size || !st.ModTime().Equal(lf.MTime) {
 		err = fmt.Errorf("%s changed since it was hashed", lf.Path)
 	}
 	if err != nil {
@@ -251,11 +254,15 @@ type layoutResponse struct {
 	Sums  []string     `json:"sums"`
 }
 
-// signedLayouts caches the layouts this node signed for peers.
+// signedLayouts caches the layouts this node signed for peers: at most
+// 64 and maxLayoutCache bytes of checksums (then it starts over).
 type signedLayouts struct {
-	mu sync.Mutex
-	m  map[string]*layoutResponse
+	mu    sync.Mutex
+	m     map[string]*layoutResponse
+	bytes int64
 }
+
+const maxLayoutCache = 32 << 20
 
 // serveLayout answers Weights.Layout from a local copy of the file.
 func (a *Agent) serveLayout(ctx context.Context, p transport.Peer, body json.RawMessage) (any, error) {
@@ -283,13 +290,70 @@ func (sl *signedLayouts) serve(files *fileRegistry, nodeName string, body json.R
 	if err != nil {
 		return nil, err
 	}
+	size := int64(len(r.Sums)) * layoutSumBytes
 	sl.mu.Lock()
-	if sl.m == nil || len(sl.m) > 64 {
-		sl.m = map[string]*layoutResponse{}
+	if sl.m == nil || len(sl.m) >= 64 || sl.bytes+size > maxLayoutCache {
+		sl.m, sl.bytes = map[string]*layoutResponse{}, 0
 	}
 	sl.m[string(key)] = r
+	sl.bytes += size
 	sl.mu.Unlock()
 	return r, nil
+}
+
+// Bounds of a Weights.Layout request. The reply holds a 64-character
+// checksum per piece, so its size is the shard's bytes over the piece
+// size: pieces smaller than minLayoutPiece would let a peer make this node
+// hash every few bytes of a model and build a reply hundreds of times the
+// file's size, and signing reads a whole piece into memory, so pieces
+// larger than maxLayoutPiece are refused too. Nodes ask with the default
+// (shard.DefaultPieceSize, 1 MiB).
+const (
+	minLayoutPiece = 64 << 10
+	maxLayoutPiece = 64 << 20
+	// layoutSumBytes is a piece's share of the reply: the quoted hex
+	// checksum and a comma.
+	layoutSumBytes = 2*32 + 3
+	// maxLayoutReply leaves room in the RPC frame for its envelope.
+	maxLayoutReply = transport.DefaultMaxFrame - 4<<10
+)
+
+// buildLayout is shard.NewLayout; tests count its calls.
+var buildLayout = shard.NewLayout
+
+// checkLayoutSize refuses a layout request whose reply would not fit an
+// RPC frame, before any piece is built: the shard's bytes come from its
+// slices (a pure function of the table), the reply's size from the number
+// of pieces they fill.
+func checkLayoutSize(t *shard.Table, req layoutRequest) error {
+	piece := req.PieceSize
+	if piece <= 0 {
+		piece = shard.DefaultPieceSize
+	}
+	if piece < minLayoutPiece || piece > maxLayoutPiece {
+		return &coordinator.Error{Code: http.StatusBadRequest,
+			Msg: fmt.Sprintf("layout piece size %d is outside [%d, %d] bytes: ask with 0 for the default (%d)", piece, minLayoutPiece, maxLayoutPiece, shard.DefaultPieceSize)}
+	}
+	slices, err := req.Spec.Slices(t)
+	if err != nil {
+		return &coordinator.Error{Code: http.StatusBadRequest, Msg: err.Error()}
+	}
+	total := int64(t.DataOffset)
+	for _, sl := range slices {
+		for _, r := range sl.Segs {
+			total += r.N
+		}
+	}
+	pieces := (total + piece - 1) / piece
+	table, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	if reply := int64(len(table)) + pieces*layoutSumBytes; reply > maxLayoutReply {
+		return &coordinator.Error{Code: http.StatusRequestEntityTooLarge,
+			Msg: fmt.Sprintf("the layout of this %d-byte shard in %d-byte pieces is a %d-byte reply, over the %d-byte frame limit: ask with larger pieces or a smaller shard", total, piece, reply, maxLayoutReply)}
+	}
+	return nil
 }
 
 func signLayout(lf *localFile, req layoutRequest) (*layoutResponse, error) {
@@ -302,7 +366,10 @@ func signLayout(lf *localFile, req layoutRequest) (*layoutResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := shard.NewLayout(t, req.Spec, req.PieceSize)
+	if err := checkLayoutSize(t, req); err != nil {
+		return nil, err
+	}
+	l, err := buildLayout(t, req.Spec, req.PieceSize)
 	if err != nil {
 		return nil, &coordinator.Error{Code: http.StatusBadRequest, Msg: err.Error()}
 	}
