@@ -63,6 +63,10 @@ func (j *admission) serve(st *transport.Stream) {
 
 func (j *admission) handle(ctx context.Context, req *joinRequest, forwarded bool) *joinResponse {
 	fail := func(err error) *joinResponse { return &joinResponse{Err: err.Error(), Code: transport.StatusOf(err)} }
+	// The name goes into the certificate, the state, logs and listings.
+	if err := coordinator.CheckNodeName(req.Name); err != nil {
+		return &joinResponse{Err: err.Error() + ": start the node with another --name", Code: http.StatusBadRequest}
+	}
 	if j.srv == nil {
 		return &joinResponse{Err: fmt.Sprintf("agent %s is a client: --join a server", j.name), Code: http.StatusBadRequest}
 	}

@@ -184,15 +184,22 @@ type bootstrapSet struct {
 	final  *candidate
 }
 
+// merge adds the candidates another server knows. A candidate whose name
+// is not a node name (coordinator.CheckNodeName) is left out: names reach
+// logs and error messages. The final candidate is the running cluster's,
+// taken whatever its name (which is then not shown).
 func (s *bootstrapSet) merge(cs map[string]*candidate, final *candidate) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, c := range cs {
-		if c != nil && c.NodeID == id && s.cands[id] == nil {
+		if c != nil && c.NodeID == id && coordinator.CheckNodeName(c.Name) == nil && s.cands[id] == nil {
 			s.cands[id] = c
 		}
 	}
 	if final != nil && s.final == nil {
+		if coordinator.CheckNodeName(final.Name) != nil {
+			final.Name = ""
+		}
 		s.final = final
 	}
 }

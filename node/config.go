@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"shoal/hub"
 	"strconv"
 	"strings"
 	"time"
+
+	"shoal/coordinator"
+	"shoal/hub"
 )
 
 // Config of an agent. Ports of 0 pick a free port (tests); the CLI fills
@@ -188,8 +190,8 @@ func (c *Config) Validate() error {
 	if c.Name == "" {
 		return errors.New("--name is empty")
 	}
-	if len(c.Name) > 64 {
-		return fmt.Errorf("--name %q is longer than 64 characters", c.Name)
+	if err := coordinator.CheckNodeName(c.Name); err != nil {
+		return fmt.Errorf("--name: %v", err)
 	}
 	if c.DataDir == "" {
 		return errors.New("--data-dir is required: the agent keeps its identity, certificates and Raft log there")
@@ -263,6 +265,39 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// DefaultName is the name of an agent started without --name: the host
+// name made a node name (see nodeName).
+func DefaultName() string {
+	h, _ := os.Hostname()
+	return nodeName(h)
+}
+
+// nodeName makes a host name a node name (coordinator.CheckNodeName): a
+// name longer than a node name may be is cut to its first label, every
+// character a name may not hold becomes '-', leading punctuation goes,
+// and what is left is cut to the limit ("node" if nothing is left).
+func nodeName(host string) string {
+	if len(host) > coordinator.MaxNodeNameLen {
+		if i := strings.IndexByte(host, '.'); i > 0 {
+			host = host[:i]
+		}
+	}
+	b := []byte(host)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	name := strings.TrimLeft(string(b), "._-")
+	if len(name) > coordinator.MaxNodeNameLen {
+		name = name[:coordinator.MaxNodeNameLen]
+	}
+	if name == "" {
+		return "node"
+	}
+	return name
 }
 
 // DefaultQUICPort is used for --join addresses without a port.

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"shoal/api"
+	"shoal/coordinator"
 	"shoal/engine/gguf"
 	"shoal/shard"
 	"shoal/transport"
@@ -177,4 +178,81 @@ func TestModelLoadRefusesSpecialFiles(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// badNames are names no node may take: control characters (a terminal
+// escape, a newline), spaces, slashes, quotes, too long.
+var badNames = []string{"evil\x1b[31m", "a\nb", "two words", "../x", `q"uote`, "-lead", strings.Repeat("n", 64)}
+
+// TestNodeNamesChecked: --name and a join request's name follow
+// coordinator.CheckNodeName: a name with "\x1b[31m" or "\n" is refused by
+// Validate and, on the wire, by a server's join handler (400 with the
+// reason), before the token is even looked at; the default name made
+// from the host name always passes.
+func TestNodeNamesChecked(t *testing.T) {
+	for _, name := range badNames {
+		c := Config{Name: name, DataDir: t.TempDir()}
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--name") {
+			t.Errorf("--name %q: %v, want refused", name, err)
+		}
+	}
+	good := Config{Name: "mac-1.lan_2", DataDir: t.TempDir()}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("--name %q: %v", good.Name, err)
+	}
+
+	ident, err := transport.SelfIssue(mustCA(t), "server-1", transport.RoleServer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := transport.Listen(transport.Config{Bind: "127.0.0.1:0", Identity: ident})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	j := &admission{name: "server-1", log: zap.NewNop()}
+	ep.Handle(transport.KindJoin, j.serve)
+	for _, name := range badNames[:2] {
+		req, _ := json.Marshal(joinRequest{Token: "abc123.0123456789abcdef", NodeID: strings.Repeat("1", 36), Name: name, Role: "client", PublicKey: make([]byte, 32)})
+		resp, err := joinOnce(t.Context(), ep.Addr().String(), transport.CAHash(ident.CA.Cert), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Code != http.StatusBadRequest || !strings.Contains(resp.Err, "node name") || !strings.Contains(resp.Err, "--name") {
+			t.Fatalf("join as %q: %d %q, want a 400 about the name", name, resp.Code, resp.Err)
+		}
+		t.Logf("join as %q: %d %s", name, resp.Code, resp.Err)
+	}
+
+	for host, want := range map[string]string{
+		"mac1":                  "mac1",
+		"build.example.com":     "build.example.com",
+		"Johns MacBook's Pro":   "Johns-MacBook-s-Pro",
+		"höst":                  "h--st",
+		"-dash":                 "dash",
+		"":                      "node",
+		"\x1b[31m":              "31m",
+		strings.Repeat("a", 70): strings.Repeat("a", 63),
+		strings.Repeat("b", 60) + ".very.long.domain.example.com": strings.Repeat("b", 60),
+	} {
+		got := nodeName(host)
+		if got != want {
+			t.Errorf("nodeName(%q) = %q, want %q", host, got, want)
+		}
+		if err := coordinator.CheckNodeName(got); err != nil {
+			t.Errorf("nodeName(%q) = %q: %v", host, got, err)
+		}
+	}
+	if err := coordinator.CheckNodeName(DefaultName()); err != nil {
+		t.Errorf("the default name: %v", err)
+	}
+}
+
+func mustCA(t *testing.T) *transport.CA {
+	t.Helper()
+	ca, err := transport.DeriveCA("limits-test-secret-0123456789")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
 }

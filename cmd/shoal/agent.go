@@ -121,7 +121,7 @@ launchd job, a container image, compose and Kubernetes files.`,
 			}
 			final.Version = version
 			if final.Name == "" {
-				final.Name, _ = os.Hostname()
+				final.Name = node.DefaultName()
 			}
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
@@ -167,7 +167,7 @@ launchd job, a container image, compose and Kubernetes files.`,
 	f.StringVar(&configFile, "config", "", "JSON config file")
 	f.StringVar(&diskLimit, "disk-limit", "", "cap the disk the copies of model files this node keeps for the cluster may take (model load --replicas), e.g. 50GiB (default: the free disk)")
 	f.StringVar(&memLimit, "memory-limit", "", "cap the memory this node offers to placed models, e.g. 8GiB (default: what is free at start)")
-	f.StringVar(&cfg.Name, "name", "", "node name shown in 'shoal node ls' (default: host name)")
+	f.StringVar(&cfg.Name, "name", "", "node name shown in 'shoal node ls': up to 63 letters, digits, '.', '_' and '-', starting with a letter or digit (default: the host name, other characters as '-')")
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the node's identity, certificates and Raft data (required)")
 	f.StringVar(&cfg.Bind, "bind", "0.0.0.0", "IP address to listen on")
 	f.StringVar(&cfg.Advertise, "advertise", "", "IP address other nodes reach this one at (default: detected)")
