@@ -18,7 +18,7 @@ import (
 	"shoal/transport"
 )
 
-// TestAttacks runs each attack of issue #20 as its own process, with the
+// TestAttacks runs each attack of issues #20 and #33 as its own process, with the
 // credential an attacker would hold (a client or server join token, an
 // admin, inference or read key, a revoked token, a client node's
 // certificate, a wrong or revoked bootstrap secret, a rotated join token,
@@ -26,9 +26,12 @@ import (
 // model), one client agent and the attacker's client node, each in its own
 // network namespace (refused agents and CLI calls run in a fifth one, the
 // nodes the last subtests admit and remove in three more). Every attack
-// must be refused with a clear message, leave the nodes and tokens as they
-// were (or as the subtest changed them on purpose), and leave the cluster
-// serving.
+// must be refused with a clear message (or bounded), leave the nodes and
+// tokens as they were (or as the subtest changed them on purpose), and
+// leave the cluster serving. The attacks of #33 (a member gossiped with the
+// cluster's key, by a client node or a removed one; writes, floods and
+// requests of an admitted node) follow those of #20, and the last subtest
+// restarts both servers from their data dirs.
 func TestAttacks(t *testing.T) {
 	e := setup(t, 8)
 	server, client, mallory, box, server2 := e.nodes[0], e.nodes[1], e.nodes[2], e.nodes[3], e.nodes[4]
@@ -513,6 +516,14 @@ func TestAttacks(t *testing.T) {
 		}
 		after(t)
 	})
+
+	// Issue #33: gossip is not an authority, and an admitted node's
+	// writes, floods and requests are bounded. Then, last, both servers
+	// restart from their data dirs.
+	s := &attackSuite{mallory: mallory, victim: victim, joiner: joiner, holder: holder, malloryTLS: malloryTLS,
+		servers: servers, modelFile: model, admin: admin, join: join, read: read, after: after, track: track}
+	a.gossipIsNoAuthority(t, s)
+	a.restartServers(t, s)
 }
 
 // attackEnv is the cluster TestAttacks attacks and the tools it uses.
@@ -648,20 +659,28 @@ type attackResult struct {
 	Nodes  int    `json:"nodes"`
 	Status int    `json:"status"`
 	Body   string `json:"body"`
+
+	Member      string         `json:"member"`
+	Joined      int            `json:"joined"`
+	Streams     map[string]int `json:"streams"`
+	Methods     []string       `json:"methods"`
+	DNSNames    []string       `json:"dns_names"`
+	Opened      int            `json:"opened"`
+	Blocked     int            `json:"blocked"`
+	Closed      int            `json:"closed"`
+	Held        int            `json:"held"`
+	Codes       map[string]int `json:"codes"`
+	Seconds     float64        `json:"seconds"`
+	Sums        int            `json:"sums"`
+	Bytes       int            `json:"bytes"`
+	ClosedAfter float64        `json:"closed_after"`
+	Sent        int            `json:"sent"`
 }
 
 // attack runs the attacker program in p's namespace.
 func (a *attackEnv) attack(t *testing.T, p *proc, args ...string) attackResult {
 	t.Helper()
-	r := a.exec(p, 30*time.Second, nil, a.attacker, args...)
-	var res attackResult
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &res) != nil {
-		t.Fatalf("attacker %s: exit %d\n%s%s", args[0], r.code, r.stdout, r.stderr)
-	}
-	for _, at := range res.Attempts {
-		t.Logf("attacker %s: %d %s", at.Name, at.Code, at.Err)
-	}
-	return res
+	return a.attackFor(t, p, 30*time.Second, args...)
 }
 
 func (a *attackEnv) http(t *testing.T, p *proc, method, url, key, body string) attackResult {
@@ -800,6 +819,7 @@ type running struct {
 	done    chan ran // receives the agent's end
 	started time.Time
 	logFile string
+	kill    func() // kill -9 (waits for the end)
 }
 
 // log is what the agent printed so far.
@@ -842,10 +862,11 @@ func (a *attackEnv) background(t *testing.T, p *proc, args ...string) *running {
 		r.done <- res
 		close(exited)
 	}()
-	t.Cleanup(func() {
+	r.kill = func() {
 		cancel()
 		<-exited
-	})
+	}
+	t.Cleanup(r.kill)
 	return r
 }
 

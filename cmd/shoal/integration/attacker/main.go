@@ -14,6 +14,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
 	"time"
 
 	"shoal/coordinator"
@@ -36,6 +39,34 @@ type result struct {
 	// An HTTP request's answer.
 	Status int    `json:"status,omitempty"`
 	Body   string `json:"body,omitempty"`
+
+	// gossip: the member it gossiped, how many members its join
+	// contacted, the streams (by kind) and RPC methods its endpoint
+	// received, and the names in the HTTPS certificates servers signed
+	// for it.
+	Member   string         `json:"member,omitempty"`
+	Joined   int            `json:"joined,omitempty"`
+	Streams  map[string]int `json:"streams,omitempty"`
+	Methods  []string       `json:"methods,omitempty"`
+	DNSNames []string       `json:"dns_names,omitempty"`
+
+	// Floods (streams, dist-open, layout): how many it opened or got
+	// answered, how many the server refused, closed or reset, and how
+	// many were still open at the end; the status codes of the refusals.
+	Opened  int            `json:"opened,omitempty"`
+	Blocked int            `json:"blocked,omitempty"`
+	Closed  int            `json:"closed,omitempty"`
+	Held    int            `json:"held,omitempty"`
+	Codes   map[string]int `json:"codes,omitempty"`
+	Seconds float64        `json:"seconds,omitempty"` // how long the opening took
+	// layout: the piece checksums and reply bytes it got in all.
+	Sums  int `json:"sums,omitempty"`
+	Bytes int `json:"bytes,omitempty"`
+
+	// trickle: seconds from the headers until the server closed the
+	// connection (-1: still open at the limit), body bytes sent.
+	ClosedAfter float64 `json:"closed_after,omitempty"`
+	Sent        int     `json:"sent,omitempty"`
 }
 
 type stateToken struct {
@@ -44,38 +75,107 @@ type stateToken struct {
 	HasHash bool   `json:"has_hash"`
 }
 
+// opts are the attacker's flags; each subcommand reads those it needs.
+type opts struct {
+	tlsDir, server, bind, key, id, secret, revoke string
+	method, url, body, cacert                     string
+
+	// model-bomb, unknown-type, layout, dist-open
+	name, model string
+	pieces      string // layout: the piece sizes asked, comma-separated
+	count       int
+	closeEach   bool
+	timeoutMs   int64
+
+	// gossip
+	join, gossipKey, role, fakeID, certServers string
+	gossipPort, quicPort                       int
+	listen                                     bool
+	memGiB                                     uint64
+	cores                                      int
+	duration, certAfter                        time.Duration
+
+	// streams
+	conns, per int
+	window     time.Duration
+
+	// trickle, join
+	limit    time.Duration
+	interval time.Duration
+	token    string
+}
+
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: attacker apply|remove|state|http [flags]")
+		fail("usage: attacker apply|remove|state|http|model-bomb|unknown-type|gossip|layout|dist-open|streams|trickle|join [flags]")
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
-	tlsDir := fs.String("tls", "", "the tls folder of a client node's data dir")
-	server := fs.String("server", "", "QUIC address of a server")
-	bind := fs.String("bind", "0.0.0.0", "IP to open the QUIC endpoint on")
-	key := fs.String("key", "", "apply/remove: a key to relay as the operator's; http: the Bearer key")
-	id := fs.String("id", "", "apply: ID of the admin token to write; remove: the node to remove")
-	secret := fs.String("secret", "", "apply: the 16-character secret of the admin token to write")
-	revoke := fs.String("revoke", "", "apply: also try to revoke this token")
-	method := fs.String("method", "GET", "http: method")
-	url := fs.String("url", "", "http: URL")
-	body := fs.String("body", "", "http: request body")
-	cacert := fs.String("cacert", "", "http: the PEM file of the CA to trust for https URLs")
+	var o opts
+	fs.StringVar(&o.tlsDir, "tls", "", "the tls folder of a node's data dir (its certificate, key, CA and gossip.key)")
+	fs.StringVar(&o.server, "server", "", "QUIC address of a server (or, for layout and dist-open, of the agent that serves the model)")
+	fs.StringVar(&o.bind, "bind", "0.0.0.0", "IP to open the QUIC endpoint (and the gossip member) on")
+	fs.StringVar(&o.key, "key", "", "apply/remove/model-bomb/unknown-type: a key to relay as the operator's; http/trickle: the Bearer key")
+	fs.StringVar(&o.id, "id", "", "apply: ID of the admin token to write; remove: the node to remove")
+	fs.StringVar(&o.secret, "secret", "", "apply: the 16-character secret of the admin token to write")
+	fs.StringVar(&o.revoke, "revoke", "", "apply: also try to revoke this token")
+	fs.StringVar(&o.method, "method", "GET", "http: method")
+	fs.StringVar(&o.url, "url", "", "http/trickle: URL")
+	fs.StringVar(&o.body, "body", "", "http: request body")
+	fs.StringVar(&o.cacert, "cacert", "", "http/trickle: the PEM file of the CA to trust for https URLs")
+	fs.StringVar(&o.name, "name", "", "model-bomb: the model's name; gossip: the name in the member's meta; join: the name asked for")
+	fs.StringVar(&o.model, "model", "tiny", "layout/dist-open/model-bomb: the model attacked (model-bomb copies its record)")
+	fs.StringVar(&o.pieces, "pieces", "1", "layout: piece sizes to ask for, comma-separated")
+	fs.IntVar(&o.count, "count", 1, "dist-open: sessions to open")
+	fs.BoolVar(&o.closeEach, "close", false, "dist-open: close each session after opening it")
+	fs.Int64Var(&o.timeoutMs, "timeout-ms", 600000, "dist-open: the sessions' step timeout")
+	fs.StringVar(&o.join, "join", "", "gossip: a server's gossip address (host:7946)")
+	fs.StringVar(&o.gossipKey, "gossip-key", "", "gossip: the gossip key file (default: gossip.key in --tls)")
+	fs.StringVar(&o.role, "role", "server", "gossip: the role in the member's meta")
+	fs.StringVar(&o.fakeID, "fake-id", "", "gossip: the member's memberlist name (a node ID)")
+	fs.StringVar(&o.certServers, "cert-servers", "", "gossip: servers (QUIC) to ask for an HTTPS certificate, comma-separated")
+	fs.IntVar(&o.gossipPort, "gossip-port", 7956, "gossip: the member's gossip port")
+	fs.IntVar(&o.quicPort, "quic-port", 0, "gossip: the QUIC port gossiped (with --listen, where the endpoint listens; 0 picks one)")
+	fs.BoolVar(&o.listen, "listen", false, "gossip: listen on the gossiped QUIC port with --tls's certificate and count what arrives")
+	fs.Uint64Var(&o.memGiB, "mem-gib", 16, "gossip: memory claimed in the meta, GiB")
+	fs.IntVar(&o.cores, "cores", 4, "gossip: cores claimed in the meta")
+	fs.DurationVar(&o.duration, "duration", 20*time.Second, "gossip: how long the member stays (SIGTERM ends it sooner)")
+	fs.DurationVar(&o.certAfter, "cert-after", 8*time.Second, "gossip: when to ask --cert-servers for an HTTPS certificate (again at the end)")
+	fs.IntVar(&o.conns, "conns", 4, "streams: QUIC connections")
+	fs.IntVar(&o.per, "per", 4000, "streams: RPC streams opened on each connection")
+	fs.DurationVar(&o.window, "window", 15*time.Second, "streams: how long to watch the streams after opening them")
+	fs.DurationVar(&o.limit, "limit", 150*time.Second, "trickle: give up after this long")
+	fs.DurationVar(&o.interval, "interval", time.Second, "trickle: one body byte per interval")
+	fs.StringVar(&o.token, "token", "", "join: the join token (ID.secret.CA-hash)")
 	_ = fs.Parse(os.Args[2:])
 
 	var res result
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	timeout := 20 * time.Second
+	switch os.Args[1] {
+	case "gossip":
+		timeout = o.duration + 30*time.Second
+	case "streams":
+		timeout = 2*time.Minute + o.window
+	case "trickle":
+		timeout = o.limit + 30*time.Second
+	case "dist-open", "layout":
+		timeout = 2 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	// SIGTERM ends a long attack early; it still prints what it saw.
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stop()
 	switch os.Args[1] {
 	case "http":
-		res.Status, res.Body = request(ctx, httpClient(*cacert), *method, *url, *key, *body)
+		res.Status, res.Body = request(ctx, httpClient(o.cacert), o.method, o.url, o.key, o.body)
 	case "apply", "remove", "state":
-		call := dial(*tlsDir, *bind, *server)
+		call := dial(o.tlsDir, o.bind, o.server)
 		switch os.Args[1] {
 		case "apply":
-			res.Attempts = apply(ctx, call, *id, *secret, *key, *revoke)
+			res.Attempts = apply(ctx, call, o.id, o.secret, o.key, o.revoke)
 		case "remove":
-			for _, a := range variants(*key) {
-				err := call(ctx, coordinator.MethodRemoveNode, coordinator.RemoveRequest{ID: *id, Key: a.key, Forwarded: a.forwarded}, nil)
+			for _, a := range variants(o.key) {
+				err := call(ctx, coordinator.MethodRemoveNode, coordinator.RemoveRequest{ID: o.id, Key: a.key, Forwarded: a.forwarded}, nil)
 				res.Attempts = append(res.Attempts, outcome("remove "+a.name, err))
 			}
 		case "state":
@@ -89,6 +189,22 @@ func main() {
 				res.Tokens = append(res.Tokens, stateToken{ID: t.ID, Kind: t.Kind, HasHash: t.SecretHash != ""})
 			}
 		}
+	case "model-bomb":
+		res.Attempts = modelBomb(ctx, o)
+	case "unknown-type":
+		res.Attempts = unknownType(ctx, o)
+	case "gossip":
+		gossipAttack(ctx, o, &res)
+	case "layout":
+		layoutAttack(ctx, o, &res)
+	case "dist-open":
+		distOpen(ctx, o, &res)
+	case "streams":
+		streamFlood(ctx, o, &res)
+	case "trickle":
+		trickle(ctx, o, &res)
+	case "join":
+		res.Attempts = joinAs(ctx, o)
 	default:
 		fail("unknown command " + os.Args[1])
 	}
@@ -102,19 +218,27 @@ func fail(msg string) {
 
 type caller func(ctx context.Context, method string, in, out any) error
 
-// dial opens a QUIC endpoint with the client node's certificate.
+// dial opens a QUIC endpoint with the node's certificate in tlsDir and
+// returns a caller of server's RPCs.
 func dial(tlsDir, bind, server string) caller {
+	ep, _ := endpoint(tlsDir, bind, 0)
+	return func(ctx context.Context, method string, in, out any) error {
+		return transport.Call(ctx, ep, server, transport.KindRPC, method, in, out)
+	}
+}
+
+// endpoint opens a QUIC endpoint on bind:port with the certificate of the
+// node whose tls folder is tlsDir.
+func endpoint(tlsDir, bind string, port int) (*transport.Endpoint, *transport.Identity) {
 	ident, err := transport.LoadIdentity(tlsDir)
 	if err != nil {
 		fail(fmt.Sprintf("identity: %v", err))
 	}
-	ep, err := transport.Listen(transport.Config{Bind: net.JoinHostPort(bind, "0"), Identity: ident})
+	ep, err := transport.Listen(transport.Config{Bind: net.JoinHostPort(bind, strconv.Itoa(port)), Identity: ident})
 	if err != nil {
 		fail(fmt.Sprintf("endpoint: %v", err))
 	}
-	return func(ctx context.Context, method string, in, out any) error {
-		return transport.Call(ctx, ep, server, transport.KindRPC, method, in, out)
-	}
+	return ep, ident
 }
 
 type variant struct {
