@@ -210,6 +210,11 @@ func (c *Client) Apply(ctx context.Context, t MessageType, req any) error {
 	if err != nil {
 		return err
 	}
+	// Refused here, with the field and the bound, rather than by the
+	// server this goes to.
+	if err := ValidateCommand(t, b); err != nil {
+		return err
+	}
 	r := ApplyRequest{Type: t, Body: b, Key: c.keyOf(ctx)}
 	return c.holdForLeader(ctx, func() error { return c.applyRaw(ctx, r) })
 }
@@ -257,8 +262,12 @@ func LeaderMissing(err error) bool {
 		(strings.Contains(err.Error(), ErrNotLeader.Msg) || strings.Contains(err.Error(), ErrNoLeader.Msg))
 }
 
-// applyRaw applies on the leader, forwarding at most one hop.
+// applyRaw applies on the leader, forwarding at most one hop. A command
+// that fails ValidateCommand is refused before it goes anywhere.
 func (c *Client) applyRaw(ctx context.Context, req ApplyRequest) error {
+	if err := ValidateCommand(req.Type, req.Body); err != nil {
+		return err
+	}
 	if c.srv != nil && c.srv.IsLeader() {
 		return c.srv.Apply(req.Type, req.Body, WriteTimeout)
 	}
@@ -347,8 +356,8 @@ func (c *Client) Handle(ctx context.Context, peer Peer, method string, body json
 		if err := json.Unmarshal(body, &req); err != nil {
 			return nil, &Error{Code: http.StatusBadRequest, Msg: "malformed apply request"}
 		}
-		if client && !ownReport(peer, req, c.srv.FSM().State()) && !c.admin(req.Key) {
-			return nil, &Error{Code: http.StatusForbidden, Msg: "a client node may write only its own shard, link, model-file and file-copy reports: this change needs an admin key"}
+		if err := admitApply(peer, req, c.srv.FSM().State, c.admin); err != nil {
+			return nil, err
 		}
 		return nil, c.applyRaw(ctx, req)
 	case MethodRemoveNode:
@@ -368,6 +377,21 @@ func (c *Client) Handle(ctx context.Context, peer Peer, method string, body json
 		return c.issueHTTPS(peer, req)
 	}
 	return nil, &Error{Code: http.StatusNotFound, Msg: "unknown cluster method " + method}
+}
+
+// admitApply is Handle's check of a write from peer, before anything is
+// proposed: the FSM's own checks (ValidateCommand: an unknown type or a
+// command out of bounds never reaches the log), then, for a client node,
+// that it is the node's own report (ownReport, against the state) or
+// comes with an admin key.
+func admitApply(peer Peer, req ApplyRequest, state func() *State, admin func(key string) bool) error {
+	if err := ValidateCommand(req.Type, req.Body); err != nil {
+		return err
+	}
+	if peer.Role != RoleServer && !ownReport(peer, req, state()) && !admin(req.Key) {
+		return &Error{Code: http.StatusForbidden, Msg: "a client node may write only its own shard, link, model-file and file-copy reports: this change needs an admin key"}
+	}
+	return nil
 }
 
 // admin reports whether key is an admin API key.

@@ -138,8 +138,28 @@ func Encode(t MessageType, req any) ([]byte, error) {
 	return append([]byte{byte(t)}, b...), nil
 }
 
-// handler applies one decoded command to the state at index.
+// handler applies one command's body to the state at index: it decodes
+// and checks it (an invalid one changes nothing), then applies it.
 type handler func(s *State, index uint64, body []byte) any
+
+// command is one command type: check decodes a body and checks it
+// (Validate), apply applies a checked request to the state at index.
+type command struct {
+	check func(body []byte) (any, error)
+	apply func(s *State, index uint64, req any) any
+}
+
+// cmd builds the command of request type T (a *T is checked by its
+// Validate method) from the function that applies it.
+func cmd[T any, PT interface {
+	*T
+	request
+}](t MessageType, apply func(s *State, index uint64, r *T) any) command {
+	return command{
+		check: func(body []byte) (any, error) { return decodeChecked[T, PT](t, body) },
+		apply: func(s *State, index uint64, req any) any { return apply(s, index, req.(*T)) },
+	}
+}
 
 func decode[T any](body []byte) (*T, error) {
 	v := new(T)
@@ -171,13 +191,24 @@ func notFound(what, id string) error {
 	return errorf(http.StatusNotFound, "%s %q not found", what, id)
 }
 
-// commands is the command table.
-var commands = map[MessageType]handler{
-	HTTPSCASetType: func(s *State, _ uint64, body []byte) any {
-		r, err := decode[HTTPSCASetRequest](body)
-		if err != nil {
-			return err
+// commands is the command table as handlers.
+var commands = func() map[MessageType]handler {
+	out := make(map[MessageType]handler, len(commandTable))
+	for t, c := range commandTable {
+		out[t] = func(s *State, index uint64, body []byte) any {
+			req, err := c.check(body)
+			if err != nil {
+				return err
+			}
+			return c.apply(s, index, req)
 		}
+	}
+	return out
+}()
+
+// commandTable is the command table.
+var commandTable = map[MessageType]command{
+	HTTPSCASetType: cmd(HTTPSCASetType, func(s *State, _ uint64, r *HTTPSCASetRequest) any {
 		if r.CA.CertPEM == "" || r.CA.KeyPEM == "" {
 			return errorf(http.StatusBadRequest, "HTTPS CA without a certificate or key")
 		}
@@ -187,12 +218,8 @@ var commands = map[MessageType]handler{
 		ca := r.CA
 		s.HTTPSCA = &ca
 		return nil
-	},
-	RegisterNodeType: func(s *State, _ uint64, body []byte) any {
-		r, err := decode[RegisterNodeRequest](body)
-		if err != nil {
-			return err
-		}
+	}),
+	RegisterNodeType: cmd(RegisterNodeType, func(s *State, _ uint64, r *RegisterNodeRequest) any {
 		n := r.Node
 		if n.ID == "" {
 			return errorf(http.StatusBadRequest, "node without an id")
@@ -213,12 +240,8 @@ var commands = map[MessageType]handler{
 		}
 		s.Nodes[n.ID] = &n
 		return nil
-	},
-	DeregisterNodeType: func(s *State, _ uint64, body []byte) any {
-		r, err := decode[DeregisterNodeRequest](body)
-		if err != nil {
-			return err
-		}
+	}),
+	DeregisterNodeType: cmd(DeregisterNodeType, func(s *State, _ uint64, r *DeregisterNodeRequest) any {
 		if _, ok := s.Nodes[r.ID]; !ok {
 			return notFound("node", r.ID)
 		}
@@ -237,12 +260,8 @@ var commands = map[MessageType]handler{
 			}
 		}
 		return nil
-	},
-	NodeStatusType: func(s *State, _ uint64, body []byte) any {
-		r, err := decode[NodeStatusRequest](body)
-		if err != nil {
-			return err
-		}
+	}),
+	NodeStatusType: cmd(NodeStatusType, func(s *State, _ uint64, r *NodeStatusRequest) any {
 		n, ok := s.Nodes[r.ID]
 		if !ok {
 			return notFound("node", r.ID)
@@ -252,39 +271,30 @@ var commands = map[MessageType]handler{
 			n.StatusSince = r.Now
 		}
 		return nil
-	},
-	NodeDrainType: func(s *State, _ uint64, body []byte) any {
-		r, err := decode[NodeDrainRequest](body)
-		if err != nil {
-			return err
-		}
+	}),
+	NodeDrainType: cmd(NodeDrainType, func(s *State, _ uint64, r *NodeDrainRequest) any {
 		n, ok := s.Nodes[r.ID]
 		if !ok {
 			return notFound("node", r.ID)
 		}
 		n.Draining = r.Drain
 		return nil
-	},
-	TokenCreateType: func(s *State, _ uint64, body []byte) any {
-		r, err := decode[TokenCreateRequest](body)
-		if err != nil {
-			return err
-		}
+	}),
+	TokenCreateType: cmd(TokenCreateType, func(s *State, _ uint64, r *TokenCreateRequest) any {
 		if old, ok := s.Tokens[r.Token.ID]; ok {
 			if old.SecretHash != "" && old.SecretHash == r.Token.SecretHash {
 				return nil // the same create, sent again after its leader went away
 			}
 			return errorf(http.StatusConflict, "token %q exists", r.Token.ID)
 		}
+		if len(s.Tokens) >= MaxTokens {
+			return errorf(http.StatusConflict, "the cluster holds %d tokens, limit %d: revoke and remove some first", len(s.Tokens), MaxTokens)
+		}
 		t := r.Token
 		s.Tokens[t.ID] = &t
 		return nil
-	},
-	TokenRevokeType: func(s *State, _ uint64, body []byte) any {
-		r, err := decode[TokenRevokeRequest](body)
-		if err != nil {
-			return err
-		}
+	}),
+	TokenRevokeType: cmd(TokenRevokeType, func(s *State, _ uint64, r *TokenRevokeRequest) any {
 		t, ok := s.Tokens[r.ID]
 		if !ok {
 			return notFound("token", r.ID)
@@ -295,12 +305,8 @@ var commands = map[MessageType]handler{
 			t.RevokedAt = &now
 		}
 		return nil
-	},
-	NodeRevokeType: func(s *State, _ uint64, body []byte) any {
-		r, err := decode[NodeRevokeRequest](body)
-		if err != nil {
-			return err
-		}
+	}),
+	NodeRevokeType: cmd(NodeRevokeType, func(s *State, _ uint64, r *NodeRevokeRequest) any {
 		if r.ID == "" {
 			return errorf(http.StatusBadRequest, "no node id")
 		}
@@ -311,12 +317,8 @@ var commands = map[MessageType]handler{
 			s.RevokedNodes[r.ID] = r.Now
 		}
 		return nil
-	},
-	TokenRotateType: func(s *State, _ uint64, body []byte) any {
-		r, err := decode[TokenRotateRequest](body)
-		if err != nil {
-			return err
-		}
+	}),
+	TokenRotateType: cmd(TokenRotateType, func(s *State, _ uint64, r *TokenRotateRequest) any {
 		t, ok := s.Tokens[r.ID]
 		switch {
 		case !ok:
@@ -332,16 +334,15 @@ var commands = map[MessageType]handler{
 		now := r.Now
 		t.RotatedAt = &now
 		return nil
-	},
-	ModelUpsertType: func(s *State, _ uint64, body []byte) any {
-		r, err := decode[ModelUpsertRequest](body)
-		if err != nil {
-			return err
-		}
+	}),
+	ModelUpsertType: cmd(ModelUpsertType, func(s *State, _ uint64, r *ModelUpsertRequest) any {
 		if r.Model.Name == "" {
 			return errorf(http.StatusBadRequest, "model without a name")
 		}
 		m := r.Model
+		if _, known := s.Models[m.Name]; !known && len(s.Models) >= MaxModels {
+			return errorf(http.StatusConflict, "the cluster holds %d models, limit %d: unload one first", len(s.Models), MaxModels)
+		}
 		// The copies are written by ModelHolderType only; they stay while
 		// the file is the same.
 		m.Holders = nil
@@ -357,12 +358,8 @@ var commands = map[MessageType]handler{
 		}
 		s.Models[m.Name] = &m
 		return nil
-	},
-	ModelHolderType: func(s *State, _ uint64, body []byte) any {
-		r, err := decode[ModelHolderRequest](body)
-		if err != nil {
-			return err
-		}
+	}),
+	ModelHolderType: cmd(ModelHolderType, func(s *State, _ uint64, r *ModelHolderRequest) any {
 		m, ok := s.Models[r.Model]
 		if !ok {
 			return notFound("model", r.Model)
@@ -379,17 +376,16 @@ var commands = map[MessageType]handler{
 		case m.Digest == "" || h.Digest != m.Digest:
 			return errorf(http.StatusConflict, "model %s's file is %.12s now, not %.12s", r.Model, m.Digest, h.Digest)
 		}
+		if _, known := m.Holders[h.Node]; !known && len(m.Holders) >= MaxHolders {
+			return errorf(http.StatusConflict, "model %s has %d copies recorded, limit %d", r.Model, len(m.Holders), MaxHolders)
+		}
 		if m.Holders == nil {
 			m.Holders = map[string]*ModelHolder{}
 		}
 		m.Holders[h.Node] = &h
 		return nil
-	},
-	ModelDeleteType: func(s *State, _ uint64, body []byte) any {
-		r, err := decode[ModelDeleteRequest](body)
-		if err != nil {
-			return err
-		}
+	}),
+	ModelDeleteType: cmd(ModelDeleteType, func(s *State, _ uint64, r *ModelDeleteRequest) any {
 		if _, ok := s.Models[r.Name]; !ok {
 			return notFound("model", r.Name)
 		}
@@ -402,14 +398,14 @@ var commands = map[MessageType]handler{
 			}
 		}
 		return nil
-	},
-	PlanSetType: func(s *State, _ uint64, body []byte) any {
-		r, err := decode[PlanSetRequest](body)
-		if err != nil {
-			return err
-		}
-		if _, ok := s.Models[r.Plan.Model]; !ok {
+	}),
+	PlanSetType: cmd(PlanSetType, func(s *State, _ uint64, r *PlanSetRequest) any {
+		m, ok := s.Models[r.Plan.Model]
+		if !ok {
 			return notFound("model", r.Plan.Model)
+		}
+		if err := checkPlanOf(&r.Plan, m); err != nil {
+			return errorf(http.StatusBadRequest, "invalid %s: model %s: %v", CommandName(PlanSetType), m.Name, err)
 		}
 		if old, ok := s.Plans[r.Plan.Model]; ok && r.Plan.Version <= old.Version {
 			return errorf(http.StatusConflict, "plan version %d is not newer than %d", r.Plan.Version, old.Version)
@@ -421,24 +417,44 @@ var commands = map[MessageType]handler{
 		}
 		s.PlanInputs[p.Model] = r.Inputs
 		return nil
-	},
-	ShardStatusType: func(s *State, _ uint64, body []byte) any {
-		r, err := decode[ShardStatusRequest](body)
-		if err != nil {
-			return err
-		}
+	}),
+	ShardStatusType: cmd(ShardStatusType, func(s *State, _ uint64, r *ShardStatusRequest) any {
 		sh := r.Shard
+		// Reports of a model the state does not hold would stay forever
+		// (a model's delete removes its shards).
+		if _, ok := s.Models[sh.Model]; !ok {
+			return notFound("model", sh.Model)
+		}
 		s.Shards[ShardKey(sh.Node, sh.Model)] = &sh
 		return nil
-	},
-	LinkReportType: func(s *State, _ uint64, body []byte) any {
-		r, err := decode[LinkReportRequest](body)
-		if err != nil {
-			return err
-		}
+	}),
+	LinkReportType: cmd(LinkReportType, func(s *State, _ uint64, r *LinkReportRequest) any {
 		for _, l := range r.Links {
 			if l.From == "" || l.To == "" || l.From == l.To {
 				return errorf(http.StatusBadRequest, "link report needs two different nodes")
+			}
+		}
+		// Each node's links to nodes it did not report before count
+		// against MaxLinksPerNode: no node grows the state without end.
+		added, seen := map[string]int{}, map[string]bool{}
+		for _, l := range r.Links {
+			k := l.From + ">" + l.To
+			if _, ok := s.Links[k]; !ok && !seen[k] {
+				seen[k] = true
+				added[l.From]++
+			}
+		}
+		if len(added) > 0 {
+			have := map[string]int{}
+			for _, l := range s.Links {
+				if added[l.From] > 0 {
+					have[l.From]++
+				}
+			}
+			for from, n := range added {
+				if have[from]+n > MaxLinksPerNode {
+					return errorf(http.StatusConflict, "node %s would have %d links recorded, limit %d", from, have[from]+n, MaxLinksPerNode)
+				}
 			}
 		}
 		for _, l := range r.Links {
@@ -449,5 +465,5 @@ var commands = map[MessageType]handler{
 			s.Links[l.From+">"+l.To] = &l
 		}
 		return nil
-	},
+	}),
 }

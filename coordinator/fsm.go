@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -31,7 +32,22 @@ func NewFSM() *FSM {
 	return &FSM{state: NewState(), log: zap.L().Named("fsm"), changed: make(chan struct{})}
 }
 
-// Apply dispatches a log entry by its type byte.
+// Apply dispatches a log entry by its type byte. Every server applies the
+// same entries in the same order, so every decision below is the same on
+// each of them and their states stay equal:
+//
+//   - a command of a type this server does not know is skipped with an
+//     error (with or without IgnoreUnknownTypeFlag): Consul stops on one,
+//     but an entry no server can apply would then stop every server, on
+//     every restart, for good; an older server that skips a newer type
+//     is the lesser harm, and Server.Apply and Client.Handle refuse such
+//     a command before it is written;
+//   - a command that fails its checks (Validate: sizes, counts, names,
+//     the model profile's bounds) is skipped with a 400 error, the state
+//     unchanged, its index included;
+//   - a handler that panics despite them is recovered: the panic is
+//     logged with the index and answered as a 500 error (what the handler
+//     wrote before it panicked stays, the same on every server).
 func (f *FSM) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand || len(l.Data) == 0 {
 		return nil
@@ -39,22 +55,56 @@ func (f *FSM) Apply(l *raft.Log) any {
 	t := MessageType(l.Data[0])
 	ignoreUnknown := t&IgnoreUnknownTypeFlag != 0
 	t &^= IgnoreUnknownTypeFlag
-	h, ok := commands[t]
+	c, ok := commandTable[t]
 	if !ok {
 		if ignoreUnknown {
-			f.log.Warn("skipping unknown command type", zap.Uint8("type", uint8(t)), zap.Uint64("index", l.Index))
-			return nil
+			f.log.Warn("skipping a command of unknown type (flagged as safe to skip)", zap.Uint8("type", uint8(t)), zap.Uint64("index", l.Index))
+		} else {
+			f.log.Error("skipping a command of unknown type: a newer server wrote it? upgrade this one", zap.Uint8("type", uint8(t)), zap.Uint64("index", l.Index))
 		}
-		// Diverging silently would be worse: stop like Consul does.
-		panic(fmt.Errorf("unknown command type %d at index %d: upgrade this server", t, l.Index))
+		return errUnknownType(t)
+	}
+	req, err := f.check(c, t, l)
+	if err != nil {
+		f.log.Warn("skipping an invalid command", zap.String("command", CommandName(t)), zap.Uint64("index", l.Index), zap.Error(err))
+		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	res := h(f.state, l.Index, l.Data[1:])
-	f.state.Index = l.Index
-	close(f.changed)
-	f.changed = make(chan struct{})
-	return res
+	defer func() {
+		f.state.Index = l.Index
+		close(f.changed)
+		f.changed = make(chan struct{})
+	}()
+	return f.apply(c, t, l.Index, req)
+}
+
+// check decodes and checks a command, a panic (a bug in a check) turned
+// into an error like one in a handler.
+func (f *FSM) check(c command, t MessageType, l *raft.Log) (req any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = f.recovered(t, l.Index, p)
+		}
+	}()
+	return c.check(l.Data[1:])
+}
+
+// apply runs a checked command's handler, recovering a panic.
+func (f *FSM) apply(c command, t MessageType, index uint64, req any) (res any) {
+	defer func() {
+		if p := recover(); p != nil {
+			res = f.recovered(t, index, p)
+		}
+	}()
+	return c.apply(f.state, index, req)
+}
+
+// recovered logs a panic of command t at index and returns its error.
+func (f *FSM) recovered(t MessageType, index uint64, p any) error {
+	f.log.Error("a command panicked: skipped (a bug: please report it with this log)", zap.String("command", CommandName(t)),
+		zap.Uint64("index", index), zap.Any("panic", p), zap.Stack("stack"))
+	return &Error{Code: http.StatusInternalServerError, Msg: fmt.Sprintf("command %s at index %d panicked: %v", CommandName(t), index, p)}
 }
 
 // View calls fn with the current state under a read lock. fn must not
@@ -93,6 +143,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
+	// What no command could have written is dropped, with a log, rather
+	// than refused: a server must start on the snapshot it has.
+	s.sanitize(func(what, key string, err error) {
+		f.log.Error("restore: dropping an invalid entry of the snapshot", zap.String("what", what), zap.String("key", key), zap.Error(err))
+	})
 	f.mu.Lock()
 	f.state = s
 	close(f.changed)

@@ -3,7 +3,9 @@ package coordinator
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -95,7 +97,7 @@ func TestFSMCommands(t *testing.T) {
 	}{
 		{NodeDrainType, NodeDrainRequest{ID: "nope"}, 404, `node "nope" not found`},
 		{TokenRevokeType, TokenRevokeRequest{ID: "nope"}, 404, `token "nope" not found`},
-		{TokenCreateType, TokenCreateRequest{Token: Token{ID: "def456"}}, 409, `token "def456" exists`},
+		{TokenCreateType, TokenCreateRequest{Token: Token{ID: "def456", Kind: TokenAdmin, SecretHash: "h3"}}, 409, `token "def456" exists`},
 		{PlanSetType, PlanSetRequest{Plan: placement.Plan{Version: 1, Model: "llama"}}, 409, "not newer"},
 		{PlanSetType, PlanSetRequest{Plan: placement.Plan{Version: 1, Model: "missing"}}, 404, "not found"},
 	} {
@@ -202,27 +204,52 @@ func TestFSMModelHolders(t *testing.T) {
 	}
 }
 
-func TestFSMUnknownCommand(t *testing.T) {
+// TestUnknownCommandSkipped: a command of a type this server does not
+// know, with IgnoreUnknownTypeFlag or without, is skipped with an error
+// response and an error log, never a panic (issue #33: type 99 relayed
+// with an admin key stopped every server on every restart); the state is
+// unchanged and later commands apply.
+func TestUnknownCommandSkipped(t *testing.T) {
 	f := NewFSM()
 	a := &applier{t: t, f: f}
-	// With the ignore flag, an unknown type is skipped.
-	if r := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte{byte(IgnoreUnknownTypeFlag | 100), '{', '}'}}); r != nil {
-		t.Fatalf("ignored command returned %v", r)
-	}
-	// A known type with the flag still applies.
-	a.index = 1
-	a.ok(IgnoreUnknownTypeFlag|ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "m"}})
-	if _, ok := f.State().Models["m"]; !ok {
-		t.Fatal("flagged known command not applied")
-	}
-	// Without the flag, an unknown type stops the server.
-	defer func() {
-		r := recover()
-		if r == nil || !strings.Contains(r.(error).Error(), "unknown command type 100") {
-			t.Fatalf("recover: %v", r)
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "m"}})
+	before := f.State()
+	for _, typ := range []MessageType{99, IgnoreUnknownTypeFlag | 99, 100, IgnoreUnknownTypeFlag | 100, 127, 255} {
+		a.index++
+		r := f.Apply(&raft.Log{Index: a.index, Type: raft.LogCommand, Data: []byte{byte(typ), '{', '}'}})
+		e, ok := r.(*Error)
+		if !ok || e.Code != http.StatusBadRequest || !strings.Contains(e.Msg, fmt.Sprintf("unknown command type %d", typ&^IgnoreUnknownTypeFlag)) {
+			t.Fatalf("type %d: response %v", typ, r)
 		}
-	}()
-	f.Apply(&raft.Log{Index: 3, Type: raft.LogCommand, Data: []byte{100}})
+		if after := f.State(); !reflect.DeepEqual(before, after) {
+			t.Fatalf("type %d changed the state", typ)
+		}
+	}
+	// A known type with the flag still applies, and so do later commands.
+	a.ok(IgnoreUnknownTypeFlag|ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "flagged"}})
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "later"}})
+	if st := f.State(); st.Models["flagged"] == nil || st.Models["later"] == nil || st.Index != a.index {
+		t.Fatalf("later commands: %+v at index %d", st.Models, st.Index)
+	}
+	if err := ValidateCommand(99, []byte("{}")); StatusCode(err) != http.StatusBadRequest || !strings.Contains(err.Error(), "unknown command type 99") {
+		t.Fatalf("ValidateCommand: %v", err)
+	}
+}
+
+// TestApplyRecoversPanic: a handler that panics is recovered as the last
+// line of defense: an error response naming the index, the next command
+// applies.
+func TestApplyRecoversPanic(t *testing.T) {
+	old := commandTable[NodeDrainType]
+	commandTable[NodeDrainType] = command{check: old.check, apply: func(*State, uint64, any) any { panic("boom") }}
+	defer func() { commandTable[NodeDrainType] = old }()
+	f := NewFSM()
+	a := &applier{t: t, f: f}
+	r := a.apply(NodeDrainType, NodeDrainRequest{ID: "x"})
+	if e, ok := r.(*Error); !ok || e.Code != http.StatusInternalServerError || !strings.Contains(e.Msg, "at index 1 panicked: boom") {
+		t.Fatalf("response %v", r)
+	}
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "m"}})
 }
 
 type memSink struct {

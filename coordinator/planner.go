@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -48,6 +49,18 @@ func (s *Server) planModels() {
 			continue
 		}
 		sig := planSignature(st, m)
+		if err := m.Profile.Validate(); err != nil {
+			// The FSM keeps no such model (it refuses the upsert and drops
+			// it from a snapshot); should one be there all the same, it is
+			// not planned: nothing is allocated for its numbers.
+			s.mu.Lock()
+			if s.planSig[name] != sig {
+				s.planSig[name] = sig
+				s.log.Error("not planning a model whose profile is out of bounds", zap.String("model", name), zap.Error(err))
+			}
+			s.mu.Unlock()
+			continue
+		}
 		s.mu.Lock()
 		same := s.planSig[name] == sig
 		if !same && m.Status == ModelPlanned && nothingNew(st, m, st.PlanInputs[name]) {
@@ -246,16 +259,14 @@ func PlacementNodes(st *State, except string) []placement.Node {
 // decision: the new plan, or the model unservable (and its old plan
 // released), then the model's status.
 func (s *Server) planModel(st *State, m *Model, prev *placement.Plan) error {
-	opts := placement.Options{Context: m.Ctx, Batch: m.MaxSeqs, Overhead: m.Overhead, Strategy: placement.Strategy(m.Strategy), Pin: m.Pin, Disagg: m.Disagg}
-	profile := *m.Profile
-	profile.Name = m.Name
-	d := placement.Replan(profile, PlacementNodes(st, m.Name), LinkMatrix(st), opts, prev, m.SourceNode)
+	d := decidePlan(st, m, prev)
 	inputs := planInputs(st, m)
 	if d.Unservable != "" {
-		if m.Status != ModelUnservable || m.Reason != d.Unservable {
-			s.log.Warn("model is unservable", zap.String("model", m.Name), zap.String("reason", d.Unservable))
+		reason := clipText(d.Unservable, MaxTextLen)
+		if m.Status != ModelUnservable || m.Reason != reason {
+			s.log.Warn("model is unservable", zap.String("model", m.Name), zap.String("reason", reason))
 			mm := *m
-			mm.Status, mm.Reason = ModelUnservable, d.Unservable
+			mm.Status, mm.Reason = ModelUnservable, reason
 			if err := s.Apply(ModelUpsertType, ModelUpsertRequest{Model: mm}, applyTimeout); err != nil {
 				return err
 			}
@@ -285,6 +296,58 @@ func (s *Server) planModel(st *State, m *Model, prev *placement.Plan) error {
 		return s.Apply(ModelUpsertType, ModelUpsertRequest{Model: mm}, applyTimeout)
 	}
 	return nil
+}
+
+// decidePlan is placement.Replan of model m (its profile set) over the
+// state's nodes and links, from its previous plan prev (nil if none): what
+// the leader's planner commits. It reads st only.
+func decidePlan(st *State, m *Model, prev *placement.Plan) placement.Decision {
+	opts := placement.Options{Context: m.Ctx, Batch: m.MaxSeqs, Overhead: m.Overhead, Strategy: placement.Strategy(m.Strategy), Pin: m.Pin, Disagg: m.Disagg}
+	profile := *m.Profile
+	profile.Name = m.Name
+	d := placement.Replan(profile, PlacementNodes(st, m.Name), LinkMatrix(st), opts, prev, m.SourceNode)
+	// The plan's words within what a plan in the state may hold (a line
+	// per node of a large cluster could pass them).
+	d.Plan.Explain = clipLines(d.Plan.Explain)
+	d.Plan.Moved = clipLines(d.Plan.Moved)
+	return d
+}
+
+// clipLines keeps at most placement.MaxPlanLines lines of at most
+// placement.MaxPlanLine bytes each.
+func clipLines(lines []string) []string {
+	long := len(lines) > placement.MaxPlanLines
+	for _, l := range lines {
+		long = long || len(l) > placement.MaxPlanLine
+	}
+	if !long {
+		return lines
+	}
+	out := make([]string, 0, min(len(lines), placement.MaxPlanLines))
+	for _, l := range lines[:min(len(lines), placement.MaxPlanLines)] {
+		if len(l) > placement.MaxPlanLine {
+			l = clipText(l, placement.MaxPlanLine)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// clipText makes s free text the state takes (checkText): control
+// characters but tab and newline dropped, cut to at most bound bytes on a
+// character boundary.
+func clipText(s string, bound int) string {
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(s, "?") {
+		if r < 0x20 && r != '\t' && r != '\n' || r == 0x7f || r >= 0x80 && r < 0xa0 {
+			continue
+		}
+		if b.Len()+utf8.RuneLen(r) > bound {
+			break
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // LinkMatrix builds the planner's link matrix from the state. Pairs

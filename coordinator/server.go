@@ -269,13 +269,18 @@ func (s *Server) Servers() ([]ServerInfo, error) {
 }
 
 // Apply proposes a command on the leader and waits for it to be applied.
-// The FSM's response error, if any, is returned.
+// The FSM's response error, if any, is returned. A command the FSM would
+// skip (an unknown type, one that fails its checks: ValidateCommand) is
+// refused with a 400 error before it is written.
 func (s *Server) Apply(t MessageType, req any, timeout time.Duration) error {
 	if !s.IsLeader() {
 		return ErrNotLeader
 	}
 	b, err := Encode(t, req)
 	if err != nil {
+		return err
+	}
+	if err := ValidateCommand(t, b[1:]); err != nil {
 		return err
 	}
 	f := s.raft.Apply(b, timeout)
