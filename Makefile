@@ -150,6 +150,8 @@ bench-disagg: build
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./engine/gguf/
 	$(GO) test -run '^$$' -fuzz FuzzEncode -fuzztime 30s ./engine/tokenizer/
+	$(GO) test -run '^$$' -fuzz FuzzFSMCommands -fuzztime 60s ./coordinator/
+	$(GO) test -run '^$$' -fuzz FuzzPlanner -fuzztime 60s ./placement/
 
 cross:
 	CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./cmd/shoal

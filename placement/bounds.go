@@ -213,7 +213,11 @@ func (p *Plan) CheckBounds(prof *ModelProfile, nLayer int) error {
 		next := 0
 		for k, st := range pool.Stages {
 			if st.Lo != next || st.Hi <= st.Lo || st.Hi > MaxLayers || nLayer > 0 && st.Hi > nLayer {
-				return fmt.Errorf("plan pool %s stage %d has layers [%d,%d): stages must tile [0, %d) in order", pool.Role, k, st.Lo, st.Hi, max(nLayer, 1))
+				bound := fmt.Sprintf("the model's %d layers", nLayer)
+				if nLayer == 0 {
+					bound = fmt.Sprintf("at most %d layers", MaxLayers)
+				}
+				return fmt.Errorf("plan pool %s stage %d has layers [%d,%d), want [%d, hi): stages must tile %s in order", pool.Role, k, st.Lo, st.Hi, next, bound)
 			}
 			next = st.Hi
 			if !(st.Ms >= 0 && st.Ms <= math.MaxFloat64) {
