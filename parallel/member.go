@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +54,7 @@ type Member struct {
 
 	mu       sync.Mutex
 	sessions map[string]*memberSession
+	opening  map[string]int // places reserved by opens under way, by node
 	closed   bool
 	busy     atomic.Int32
 }
@@ -86,7 +89,7 @@ func (h *Host) AddMember(cfg MemberConfig) (*Member, error) {
 	case me == lay.Output && (w.Output == nil || w.OutputNorm == nil):
 		return nil, fmt.Errorf("dist: %v computes the logits but its weights hold no output", me)
 	}
-	m := &Member{h: h, cfg: cfg, lay: lay, me: me, key: memberKey(lay, me), sessions: map[string]*memberSession{}}
+	m := &Member{h: h, cfg: cfg, lay: lay, me: me, key: memberKey(lay, me), sessions: map[string]*memberSession{}, opening: map[string]int{}}
 	if err := h.add(m.key, m); err != nil {
 		return nil, err
 	}
@@ -131,6 +134,14 @@ type memberSession struct {
 	ctx    context.Context // ended by abort and close
 	cancel context.CancelFunc
 
+	// peer is the node that opened the session and from its address
+	// (its driver); used the last time a call named the session (unix
+	// nanoseconds) and active the calls using it now.
+	peer   string
+	from   netip.AddrPort
+	used   atomic.Int64
+	active atomic.Int32
+
 	stateMu sync.Mutex
 	err     error // sticky: why the session is unusable
 
@@ -154,7 +165,113 @@ type openResp struct {
 	NVocab int `json:"n_vocab"`
 }
 
-func (m *Member) open(req *openReq) (*openResp, error) {
+// reserve takes a place for a session of node peer before its runner is
+// built. At a limit it closes the least recently used session that has
+// been unused for Idle (of that node at PerPeer, of any at Total) to make
+// room, or refuses with 429.
+func (m *Member) reserve(peer string) error {
+	l := m.h.sessionLimits()
+	now := time.Now()
+	m.mu.Lock()
+	mine, total := m.opening[peer], 0
+	for _, n := range m.opening {
+		total += n
+	}
+	for _, s := range m.sessions {
+		total++
+		if s.peer == peer {
+			mine++
+		}
+	}
+	var evict *memberSession
+	switch {
+	case mine >= l.PerPeer:
+		if evict = m.lruLocked(now, l.Idle, peer); evict == nil {
+			m.mu.Unlock()
+			return transport.Errorf(http.StatusTooManyRequests, "dist: node %s holds %d sessions on %v, the most one node may: close the sessions it no longer uses", peer, mine, m.me)
+		}
+	case total >= l.Total:
+		if evict = m.lruLocked(now, l.Idle, ""); evict == nil {
+			m.mu.Unlock()
+			return transport.Errorf(http.StatusTooManyRequests, "dist: %v holds %d sessions, the most it keeps: try again once one closes", m.me, total)
+		}
+	}
+	if evict != nil {
+		delete(m.sessions, evict.id)
+	}
+	m.opening[peer]++
+	m.mu.Unlock()
+	if evict != nil {
+		evict.fail(fmt.Errorf("dist: session %s was unused for %v and closed to make room for another", evict.id, l.Idle))
+		evict.close()
+	}
+	return nil
+}
+
+func (m *Member) unreserveLocked(peer string) {
+	if m.opening[peer]--; m.opening[peer] <= 0 {
+		delete(m.opening, peer)
+	}
+}
+
+// lruLocked is the least recently used session (of node peer, unless
+// empty) unused for idle, or nil.
+func (m *Member) lruLocked(now time.Time, idle time.Duration, peer string) *memberSession {
+	var lru *memberSession
+	for _, s := range m.sessions {
+		if (peer == "" || s.peer == peer) && s.idle(now, idle) && (lru == nil || s.used.Load() < lru.used.Load()) {
+			lru = s
+		}
+	}
+	return lru
+}
+
+// idleSessions lists the sessions unused for idle.
+func (m *Member) idleSessions(now time.Time, idle time.Duration) []*memberSession {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*memberSession
+	for _, s := range m.sessions {
+		if s.idle(now, idle) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// reclaim closes session s, failing it with why.
+func (m *Member) reclaim(s *memberSession, why string) {
+	m.mu.Lock()
+	mine := m.sessions[s.id] == s
+	if mine {
+		delete(m.sessions, s.id)
+	}
+	m.mu.Unlock()
+	if mine {
+		s.fail(fmt.Errorf("dist: session %s closed: %s", s.id, why))
+		s.close()
+	}
+}
+
+// touch records a use of the session.
+func (s *memberSession) touch() { s.used.Store(time.Now().UnixNano()) }
+
+// idle tells whether no call has used the session for d.
+func (s *memberSession) idle(now time.Time, d time.Duration) bool {
+	return s.active.Load() == 0 && now.UnixNano()-s.used.Load() >= int64(d)
+}
+
+// addrPort is a peer's UDP address as the endpoint's PeerStats key it.
+func addrPort(a net.Addr) netip.AddrPort {
+	u, ok := a.(*net.UDPAddr)
+	if !ok {
+		return netip.AddrPort{}
+	}
+	ap := u.AddrPort()
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+func (m *Member) open(peer transport.Peer, req *openReq) (*openResp, error) {
 	if req.Stage != m.me.Stage || req.Rank != m.me.Rank || req.Version != m.lay.Version {
 		return nil, transport.Errorf(http.StatusConflict, "dist: %v of plan version %d was asked for stage %d rank %d of version %d",
 			m.me, m.lay.Version, req.Stage, req.Rank, req.Version)
@@ -162,8 +279,20 @@ func (m *Member) open(req *openReq) (*openResp, error) {
 	if !req.Activations.Valid() || !req.Collectives.Valid() || req.TimeoutMs <= 0 || req.Session == "" {
 		return nil, transport.Errorf(http.StatusBadRequest, "dist: invalid session options")
 	}
+	if err := m.reserve(peer.ID); err != nil {
+		return nil, err
+	}
+	reserved := true
+	defer func() {
+		if reserved {
+			m.mu.Lock()
+			m.unreserveLocked(peer.ID)
+			m.mu.Unlock()
+		}
+	}()
 	s := &memberSession{m: m, id: req.Session, samplers: map[sample.Params]*sample.Sampler{}, timeout: time.Duration(req.TimeoutMs) * time.Millisecond,
-		act: req.Activations, driver: req.Driver, next: 1}
+		act: req.Activations, driver: req.Driver, next: 1, peer: peer.ID, from: addrPort(peer.Addr)}
+	s.touch()
 	st := m.lay.Stages[m.me.Stage]
 	var coll model.Collective
 	if len(st.Members) > 1 {
@@ -200,6 +329,8 @@ func (m *Member) open(req *openReq) (*openResp, error) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.unreserveLocked(peer.ID)
+	reserved = false
 	if m.closed || m.sessions[req.Session] != nil {
 		s.close()
 		if m.closed {
@@ -215,6 +346,7 @@ func (m *Member) session(id string) (*memberSession, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if s := m.sessions[id]; s != nil {
+		s.touch()
 		return s, nil
 	}
 	return nil, transport.Errorf(http.StatusNotFound, "dist: no session %s on %v", id, m.me)
@@ -292,6 +424,9 @@ func (m *Member) step(ctx context.Context, req *stepReq) (*traffic, error) {
 	}
 	m.busy.Add(1)
 	defer m.busy.Add(-1)
+	s.active.Add(1)
+	defer s.active.Add(-1)
+	defer s.touch()
 	s.stepMu.Lock()
 	defer s.stepMu.Unlock()
 	if err := s.failed(); err != nil {
