@@ -674,6 +674,7 @@ type attackResult struct {
 	Sums        int            `json:"sums"`
 	Bytes       int            `json:"bytes"`
 	ClosedAfter float64        `json:"closed_after"`
+	Answered    float64        `json:"answered_after"`
 	Sent        int            `json:"sent"`
 }
 

@@ -278,6 +278,7 @@ func trickle(ctx context.Context, o opts, res *result) {
 		defer close(done)
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err == nil {
+			res.AnsweredAfter = time.Since(t0).Seconds()
 			res.Status = resp.StatusCode
 			b := make([]byte, 512)
 			n, _ := resp.Body.Read(b)

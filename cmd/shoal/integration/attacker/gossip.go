@@ -73,7 +73,7 @@ func (c *counter) add(k transport.Kind, method string) {
 // --cert-servers, it asks those servers for an HTTPS certificate from
 // that endpoint, o.certAfter after joining and at the end, and reports
 // the names they signed. The member stays o.duration (or until SIGTERM)
-// and then leaves.
+// and then leaves (or, with --no-leave, just stops).
 func gossipAttack(ctx context.Context, o opts, res *result) {
 	keyFile := o.gossipKey
 	if keyFile == "" {
@@ -164,7 +164,9 @@ func gossipAttack(ctx context.Context, o opts, res *result) {
 	}
 	sleep(ctx, time.Until(deadline))
 	askCert()
-	_ = ml.Leave(2 * time.Second)
+	if !o.noLeave {
+		_ = ml.Leave(2 * time.Second)
+	}
 
 	for d := range names {
 		res.DNSNames = append(res.DNSNames, d)

@@ -64,9 +64,11 @@ type result struct {
 	Bytes int `json:"bytes,omitempty"`
 
 	// trickle: seconds from the headers until the server closed the
-	// connection (-1: still open at the limit), body bytes sent.
-	ClosedAfter float64 `json:"closed_after,omitempty"`
-	Sent        int     `json:"sent,omitempty"`
+	// connection (-1: still open at the limit) and until it answered (0:
+	// no answer), body bytes sent.
+	ClosedAfter   float64 `json:"closed_after,omitempty"`
+	AnsweredAfter float64 `json:"answered_after,omitempty"`
+	Sent          int     `json:"sent,omitempty"`
 }
 
 type stateToken struct {
@@ -90,7 +92,7 @@ type opts struct {
 	// gossip
 	join, gossipKey, role, fakeID, certServers string
 	gossipPort, quicPort                       int
-	listen                                     bool
+	listen, noLeave                            bool
 	memGiB                                     uint64
 	cores                                      int
 	duration, certAfter                        time.Duration
@@ -135,6 +137,7 @@ func main() {
 	fs.StringVar(&o.certServers, "cert-servers", "", "gossip: servers (QUIC) to ask for an HTTPS certificate, comma-separated")
 	fs.IntVar(&o.gossipPort, "gossip-port", 7956, "gossip: the member's gossip port")
 	fs.IntVar(&o.quicPort, "quic-port", 0, "gossip: the QUIC port gossiped (with --listen, where the endpoint listens; 0 picks one)")
+	fs.BoolVar(&o.noLeave, "no-leave", false, "gossip: stop without leaving (a member that took a live node's ID would announce that node's leave)")
 	fs.BoolVar(&o.listen, "listen", false, "gossip: listen on the gossiped QUIC port with --tls's certificate and count what arrives")
 	fs.Uint64Var(&o.memGiB, "mem-gib", 16, "gossip: memory claimed in the meta, GiB")
 	fs.IntVar(&o.cores, "cores", 4, "gossip: cores claimed in the meta")

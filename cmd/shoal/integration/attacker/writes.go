@@ -105,7 +105,7 @@ func joinAs(ctx context.Context, o opts) []attempt {
 	}
 	req, _ := json.Marshal(joinRequest{Token: o.token, NodeID: newID(), Name: o.name, Role: coordinator.RoleClient, PublicKey: pub})
 	name := fmt.Sprintf("join as %q", o.name)
-	st, done, err := transport.DialPinned(ctx, o.server, parts[2], transport.KindJoin, 3*time.Second)
+	st, done, err := transport.DialPinned(ctx, o.server, "sha256:"+parts[2], transport.KindJoin, 3*time.Second)
 	if err != nil {
 		return []attempt{{Name: name, Code: -1, Err: err.Error()}}
 	}
