@@ -269,8 +269,7 @@ func (a *Agent) start() error {
 		return err
 	}
 	a.fwd = a.newForwarder()
-	a.http = &http.Server{Handler: a.httpHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: zapio.StdLogger(a.log.Named("http"))}
+	a.http = newHTTPServer(a.httpHandler(), a.cfg.Tuning.HTTPBody.or(httpBodyTimeout), a.log)
 	a.fwd.serve(a.http.Handler) // requests peers pass on take the same routes
 	if a.https != nil {
 		// GetCertificate: the server starts before the cluster has signed

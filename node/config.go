@@ -56,8 +56,11 @@ type Config struct {
 	// (eBPF where it loads, else QUIC's own counts), "ebpf" (or fail to
 	// start), "quic" ("" too: an in-process agent attaches nothing).
 	NetTelemetry string `json:"net_telemetry"`
-	Version      string `json:"-"`
-	Tuning       Tuning `json:"tuning"`
+	// MetricsPublic serves /metrics to anyone who reaches the API
+	// (--metrics-public); else it takes a read or admin key.
+	MetricsPublic bool   `json:"metrics_public"`
+	Version       string `json:"-"`
+	Tuning        Tuning `json:"tuning"`
 	// Hub is the client for models loaded by hub reference (nil: one
 	// from the environment, HF_ENDPOINT and HF_TOKEN).
 	Hub *hub.Client `json:"-"`
@@ -74,6 +77,7 @@ type Tuning struct {
 	JoinTimeout         Duration `json:"join_timeout"`         // give up joining after this
 	LinkProbe           Duration `json:"link_probe"`           // between link measurements to peers
 	DistStep            Duration `json:"dist_step"`            // bounds a step of a model served across nodes (10s)
+	HTTPBody            Duration `json:"http_body"`            // bounds reading an HTTP request's body (1m)
 }
 
 // Duration is a time.Duration written as "500ms" in config files.

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -170,7 +171,7 @@ func (a *Agent) httpHandler() http.Handler {
 	}
 	// Embedding models run whole on the agent given them (--model).
 	mux.Handle("/v1/embeddings", oai)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", a.metricsHandler())
 	dash := dashboard.Handler(dashboard.Options{Recent: recent, CheckKey: a.admin.ReadKey})
 	mux.Handle("GET /{$}", dash)
 	mux.Handle("/dashboard/", dash)
@@ -180,6 +181,47 @@ func (a *Agent) httpHandler() http.Handler {
 	mux.Handle("POST /v1/cluster/models/{name}/bench", toDriver)
 	mux.Handle("/", admin)
 	return a.lifecycleHandler(mux)
+}
+
+// metricsHandler serves the Prometheus metrics to a key with the read
+// scope (a read or admin key, as the dashboard's data), or to anyone when
+// the agent runs with --metrics-public: they name every model and the
+// address of every peer.
+func (a *Agent) metricsHandler() http.Handler {
+	h := promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{})
+	if a.cfg.MetricsPublic {
+		return h
+	}
+	refuse := func(w http.ResponseWriter, code int, msg string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if code == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="shoal"`)
+		}
+		w.WriteHeader(code)
+		enc := json.NewEncoder(w)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(api.Error{Error: msg})
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		const p = "bearer "
+		if len(auth) <= len(p) || !strings.EqualFold(auth[:len(p)], p) || strings.TrimSpace(auth[len(p):]) == "" {
+			refuse(w, http.StatusUnauthorized, "missing API key: /metrics needs a read or admin key (Authorization: Bearer <key>), or an agent started with --metrics-public")
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		if err := a.admin.ReadKey(ctx, strings.TrimSpace(auth[len(p):])); err != nil {
+			code := transport.StatusOf(err)
+			if code == http.StatusInternalServerError {
+				code = http.StatusForbidden
+			}
+			refuse(w, code, err.Error())
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // setupMetrics registers the agent's collectors: the OpenAI endpoint's

@@ -102,7 +102,9 @@ func complete(t testing.TB, base, prompt string, maxTokens int) int {
 
 func getText(t testing.TB, url string) string {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer "+nodetest.Secret) // /metrics takes a read key
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,9 @@ func startAgent(t *testing.T) string {
 
 func generatedTotal(t *testing.T, base string) float64 {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
+	req, _ := http.NewRequest(http.MethodGet, base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+nodetest.Secret) // a read key's scope
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

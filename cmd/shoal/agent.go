@@ -59,7 +59,8 @@ HTTPS CA for the node's name, its addresses, localhost and 127.0.0.1; every
 agent keeps the CA certificate in <data-dir>/tls/https-ca.pem: give that file
 to clients (SHOAL_CACERT for the shoal CLI, curl --cacert, a browser's trust
 store). --tls-cert/--tls-key serve a certificate of your own instead;
---insecure-http serves plain HTTP on any address.
+--insecure-http serves plain HTTP on any address. /metrics, like the
+dashboard's data, takes a read or admin key (--metrics-public: none).
 
 --join takes QUIC addresses (host or host:port, default port 7947).
 Every flag can also come from the environment (SHOAL_NAME, SHOAL_DATA_DIR,
@@ -183,6 +184,7 @@ launchd job, a container image, compose and Kubernetes files.`,
 	f.StringVar(&cfg.Serves, "role", "", "pin this node to a pool of disaggregated plans: prefill (computes prompts, streams their KV cache to decode nodes), decode, or both (default both; see 'shoal model load --disagg')")
 	f.DurationVar((*time.Duration)(&cfg.DrainTimeout), "drain-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, how long requests in flight may run before the agent leaves anyway (new ones are refused from the signal on); a second signal stops at once")
 	f.StringVar(&cfg.NetTelemetry, "net-telemetry", node.NetTelemetryAuto, "where per-peer traffic counts (metrics, the planner's live link view) come from: auto (eBPF classifiers on the interfaces the cluster uses, where they load: Linux as root or with CAP_BPF and CAP_NET_ADMIN; else QUIC's own counts), ebpf (or refuse to start), quic")
+	f.BoolVar(&cfg.MetricsPublic, "metrics-public", false, "serve /metrics without an API key (for a scraper that sends none): it names every model and peer address, so by default it takes a read or admin key (Authorization: Bearer; Prometheus: authorization.credentials)")
 	f.BoolVar(&insecureHTTP, "insecure-http", false, "serve the API over plain HTTP even on a network address (keys and prompts cross in clear)")
 	return cmd
 }
@@ -244,6 +246,14 @@ func mergeAgentFlags(fs *pflag.FlagSet, flags, out *node.Config) error {
 			out.DrainTimeout = node.Duration(v)
 			return nil
 		}, func() { out.DrainTimeout = flags.DrainTimeout }},
+		{"metrics-public", func(s string) error {
+			v, err := strconv.ParseBool(s)
+			if err != nil {
+				return fmt.Errorf("SHOAL_METRICS_PUBLIC %q: want true or false", s)
+			}
+			out.MetricsPublic = v
+			return nil
+		}, func() { out.MetricsPublic = flags.MetricsPublic }},
 		{"insecure-http", func(s string) error {
 			v, err := strconv.ParseBool(s)
 			if err != nil {
@@ -311,6 +321,8 @@ func isZeroField(c *node.Config, flag string) bool {
 		return c.DrainTimeout == 0
 	case "net-telemetry":
 		return c.NetTelemetry == ""
+	case "metrics-public":
+		return !c.MetricsPublic
 	}
 	return true
 }

@@ -254,6 +254,7 @@ func TestSoak(t *testing.T) {
 // label and a value).
 func (f *faultEnv) metrics(t *testing.T, p *proc, re string) map[string]int {
 	req, _ := http.NewRequest("GET", "https://"+p.ip+":7948/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+secret) // /metrics takes a read or admin key
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	out := map[string]int{}

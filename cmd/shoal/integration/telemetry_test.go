@@ -316,7 +316,7 @@ type promText map[string][]string
 func (e *env) metrics(t *testing.T, p *proc) promText {
 	t.Helper()
 	out, err := exec.Command("ip", "netns", "exec", p.ns, "curl", "-sS", "--max-time", "20",
-		"--cacert", filepath.Join(p.dir, "tls", "https-ca.pem"), "https://"+p.ip+":7948/metrics").Output()
+		"--cacert", filepath.Join(p.dir, "tls", "https-ca.pem"), "-H", "Authorization: Bearer "+secret, "https://"+p.ip+":7948/metrics").Output()
 	if err != nil {
 		t.Fatalf("metrics of %s: %v", p.name, err)
 	}

@@ -230,7 +230,7 @@ start_cluster() {
 # metric I NAME LABELRE: the sum of agent I's series NAME whose labels
 # match LABELRE (0 if none).
 metric() {
-	ip netns exec "$br" curl -fsS --max-time 10 "http://$(ipof "$1"):7948/metrics" |
+	ip netns exec "$br" curl -fsS --max-time 10 -H "Authorization: Bearer $secret" "http://$(ipof "$1"):7948/metrics" |
 		awk -v n="$2" -v re="$3" '{ split($1, a, "{") } a[1] == n && $1 ~ re { s += $NF } END { printf "%.0f\n", s }'
 }
 
