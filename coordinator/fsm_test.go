@@ -2,7 +2,9 @@ package coordinator
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"go.uber.org/zap"
 
 	"shoal/placement"
 )
@@ -234,6 +237,60 @@ func TestUnknownCommandSkipped(t *testing.T) {
 	if err := ValidateCommand(99, []byte("{}")); StatusCode(err) != http.StatusBadRequest || !strings.Contains(err.Error(), "unknown command type 99") {
 		t.Fatalf("ValidateCommand: %v", err)
 	}
+
+	// Refused before it is written: by Server.Apply, and by Handle for a
+	// client node relaying an admin key or a server forwarding it.
+	c := newTestCluster(t)
+	c.add(1)
+	l := c.leader(10 * time.Second)
+	cl := NewClient(l.srv, c.members, nil, zap.NewNop())
+	cl.CheckAdmin = func(key string) error {
+		if key != "admin-key" {
+			return errors.New("not an admin key")
+		}
+		return nil
+	}
+	for _, typ := range []MessageType{99, IgnoreUnknownTypeFlag | 99} {
+		if err := l.srv.Apply(typ, struct{}{}, time.Second); StatusCode(err) != http.StatusBadRequest || !strings.Contains(err.Error(), "unknown command type 99") {
+			t.Errorf("Server.Apply of type %d: %v", typ, err)
+		}
+		for _, peer := range []Peer{{ID: "w1", Role: RoleClient}, {ID: "node-1", Role: RoleServer}} {
+			body, _ := json.Marshal(ApplyRequest{Type: typ, Body: json.RawMessage(`{}`), Key: "admin-key"})
+			if _, err := cl.Handle(context.Background(), peer, MethodApply, body); StatusCode(err) != http.StatusBadRequest || !strings.Contains(err.Error(), "unknown command type 99") {
+				t.Errorf("Handle of type %d from a %s: %v", typ, peer.Role, err)
+			}
+		}
+	}
+	if n := logEntries(t, l.srv, func(d []byte) bool { return d[0]&^byte(IgnoreUnknownTypeFlag) == 99 }); n != 0 {
+		t.Errorf("%d entries of type 99 in the log", n)
+	}
+	if err := l.srv.Apply(ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "after"}}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// logEntries counts the commands of s's Raft log that match.
+func logEntries(t *testing.T, s *Server, match func(data []byte) bool) int {
+	t.Helper()
+	first, err := s.store.FirstIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := s.store.LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i := max(first, 1); i <= last; i++ {
+		var e raft.Log
+		if err := s.store.GetLog(i, &e); err != nil {
+			continue // compacted away
+		}
+		if e.Type == raft.LogCommand && len(e.Data) > 0 && match(e.Data) {
+			n++
+		}
+	}
+	return n
 }
 
 // TestApplyRecoversPanic: a handler that panics is recovered as the last

@@ -18,8 +18,15 @@ import (
 
 // Bounds of what a command may hold. Strings are in bytes.
 const (
-	// MaxCommandBytes bounds a command's JSON body.
-	MaxCommandBytes = 8 << 20
+	// MaxCommandBytes bounds a command's JSON body (the RPC's frames are
+	// 4 MiB: transport.DefaultMaxFrame), MaxCommandValues the objects,
+	// arrays and elements in it, so that decoding it allocates in
+	// proportion to neither more than a few tens of MiB (an empty object
+	// of 2 bytes can decode to a struct of a hundred). The largest real
+	// commands (a profile of 4096 layers, a plan of 4096 stages) hold
+	// under 100,000.
+	MaxCommandBytes  = 4 << 20
+	MaxCommandValues = 1 << 18
 	// MaxIDLen bounds node and token IDs.
 	MaxIDLen = 128
 	// MaxModelNameLen bounds a model's name.
@@ -122,6 +129,9 @@ func decodeChecked[T any, PT interface {
 	if len(body) > MaxCommandBytes {
 		return nil, invalid("invalid %s: the command is %d bytes, limit %d", CommandName(t), len(body), MaxCommandBytes)
 	}
+	if n := jsonValues(body); n > MaxCommandValues {
+		return nil, invalid("invalid %s: the command holds over %d JSON values, limit %d", CommandName(t), n, MaxCommandValues)
+	}
 	v, err := decode[T](body)
 	if err != nil {
 		return nil, invalid("invalid %s: %v", CommandName(t), err)
@@ -130,6 +140,33 @@ func decodeChecked[T any, PT interface {
 		return nil, invalid("invalid %s: %v", CommandName(t), err)
 	}
 	return v, nil
+}
+
+// jsonValues counts the objects, arrays and separated elements of JSON
+// text b (its '{', '[' and ',' outside strings), stopping past
+// MaxCommandValues: what decoding it may allocate structs for.
+func jsonValues(b []byte) int {
+	n, inString, escaped := 0, false, false
+	for _, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[' || c == ',':
+			if n++; n > MaxCommandValues {
+				return n
+			}
+		}
+	}
+	return n
 }
 
 // ---- field checks
@@ -279,7 +316,7 @@ func (r *RegisterNodeRequest) Validate() error {
 		checkWord("node.addr", n.Addr, MaxAddrLen),
 		checkWord("node.rpc_addr", n.RPCAddr, MaxAddrLen),
 		checkWord("node.http_addr", n.HTTPAddr, MaxAddrLen),
-		checkWord("node.version", n.Version, MaxShortLen),
+		checkText("node.version", n.Version, MaxShortLen),
 		checkOneOf("node.status", string(n.Status), string(StatusAlive), string(StatusSuspect), string(StatusFailed), string(StatusLeft)),
 		checkBytes("node.caps.mem_total", c.MemTotal),
 		checkBytes("node.caps.mem_free", c.MemFree),

@@ -109,7 +109,7 @@ func TestValidateCommands(t *testing.T) {
 			{"node.role", with(node, func(r *RegisterNodeRequest) { r.Node.Role = "root" })},
 			{"node.addr", with(node, func(r *RegisterNodeRequest) { r.Node.Addr = long(MaxAddrLen + 1) })},
 			{"node.rpc_addr", with(node, func(r *RegisterNodeRequest) { r.Node.RPCAddr = "a b" })},
-			{"node.version", with(node, func(r *RegisterNodeRequest) { r.Node.Version = "v1\n" })},
+			{"node.version", with(node, func(r *RegisterNodeRequest) { r.Node.Version = "v1\x1b[2J" })},
 			{"node.status", with(node, func(r *RegisterNodeRequest) { r.Node.Status = "zombie" })},
 			{"node.caps.mem_total", with(node, func(r *RegisterNodeRequest) { r.Node.Caps.MemTotal = 1 << 60 })},
 			{"node.caps.cores", with(node, func(r *RegisterNodeRequest) { r.Node.Caps.Cores = -1 })},
@@ -212,6 +212,9 @@ func TestValidateCommands(t *testing.T) {
 			{"ca.cert_pem", HTTPSCASetRequest{CA: HTTPSCA{CertPEM: long(MaxPEMLen + 1), KeyPEM: "k"}}},
 		}},
 	}
+	if n := jsonValues([]byte(`{"a":"{[,\"{","b":[1,{"c":[]}]}`)); n != 6 {
+		t.Errorf("jsonValues counted %d, want 6", n)
+	}
 	covered := map[MessageType]bool{}
 	// The state the commands apply to: nodes n1 and n2, model m of 8
 	// layers with its file hashed, token t1.
@@ -240,7 +243,8 @@ func TestValidateCommands(t *testing.T) {
 		if r := f.Apply(&raft.Log{Index: 100, Type: raft.LogCommand, Data: append([]byte{byte(tc.typ)}, body...)}); r != nil && tc.typ != TokenCreateType {
 			t.Errorf("%s: the valid request applied: %v", name, r)
 		}
-		extra := []bad{{"decode command", []byte(`{"x":`)}, {"limit", []byte(`"` + long(MaxCommandBytes) + `"`)}}
+		extra := []bad{{"decode command", []byte(`{"x":`)}, {"limit", []byte(`"` + long(MaxCommandBytes) + `"`)},
+			{"JSON values", []byte(`{"x":[` + strings.Repeat("{},", MaxCommandValues) + `{}]}`)}}
 		for _, b := range append(tc.bad, extra...) {
 			body, ok := b.req.([]byte)
 			if !ok {
@@ -330,6 +334,9 @@ func TestCrashProfileRefused(t *testing.T) {
 	}
 	resp, _ := fut.Response().(error)
 	refused("the entry in the log", resp)
+	if n := logEntries(t, l.srv, func(d []byte) bool { return bytes.Contains(d, []byte(`"name":"bomb"`)) }); n != 1 {
+		t.Fatalf("%d entries of the bomb in the log, want the one forced", n)
+	}
 	// The planner's own entry point refuses the profile too.
 	bm := bomb.Model
 	if d := decidePlan(l.srv.FSM().State(), &bm, nil); !strings.Contains(d.Unservable, "n_expert") {
