@@ -238,11 +238,11 @@ func (h *Host) remove(key string, m *Member) {
 	h.mu.Unlock()
 }
 
-// sweep closes, every half Idle (at most 15 s apart), the sessions unused
+// sweep closes, every half Idle (at most 10 s apart), the sessions unused
 // for Idle whose driver has no open connection to this node.
 func (h *Host) sweep() {
 	for {
-		every := min(max(h.sessionLimits().Idle/2, 10*time.Millisecond), 15*time.Second)
+		every := min(max(h.sessionLimits().Idle/2, 10*time.Millisecond), 10*time.Second)
 		t := time.NewTimer(every)
 		select {
 		case <-h.stop:
