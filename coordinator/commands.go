@@ -13,8 +13,9 @@ import (
 type MessageType uint8
 
 // IgnoreUnknownTypeFlag marks a command that a server which does not know
-// its type may skip instead of stopping. Set it on commands added later
-// that older servers can safely miss.
+// its type can safely miss. Set it on commands added later that older
+// servers may skip. A server skips a command of an unknown type either way
+// (FSM.Apply: no server stops on one); without the flag it logs an error.
 const IgnoreUnknownTypeFlag MessageType = 128
 
 // Command types. Values are stored in Raft logs: append, never renumber.

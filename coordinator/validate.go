@@ -130,7 +130,7 @@ func decodeChecked[T any, PT interface {
 		return nil, invalid("invalid %s: the command is %d bytes, limit %d", CommandName(t), len(body), MaxCommandBytes)
 	}
 	if n := jsonValues(body); n > MaxCommandValues {
-		return nil, invalid("invalid %s: the command holds over %d JSON values, limit %d", CommandName(t), n, MaxCommandValues)
+		return nil, invalid("invalid %s: the command holds more than %d JSON values (objects, arrays and their elements)", CommandName(t), MaxCommandValues)
 	}
 	v, err := decode[T](body)
 	if err != nil {
@@ -411,7 +411,7 @@ func validateModel(m *Model) error {
 			return fmt.Errorf("holders[%.40q] is not that node's copy", id)
 		}
 		if err := validateHolder(h); err != nil {
-			return fmt.Errorf("holders[%s]: %w", id, err)
+			return fmt.Errorf("holders[%.40q]: %w", id, err)
 		}
 	}
 	if m.Profile != nil {
