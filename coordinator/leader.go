@@ -150,7 +150,10 @@ func (s *Server) reconcile() {
 			}
 		}
 		if err := s.Apply(RegisterNodeType, RegisterNodeRequest{Node: n, Now: now}, applyTimeout); err != nil {
-			s.log.Warn("register node", zap.String("node", m.Name), zap.Error(err))
+			s.log.Warn("register node", zap.String("node", n.Name), zap.String("id", n.ID), zap.Error(err))
+			if e, ok := err.(*Error); ok && e.Code >= 400 && e.Code < 500 {
+				continue // this node's record is refused: the others still register
+			}
 			return
 		}
 	}

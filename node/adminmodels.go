@@ -135,8 +135,8 @@ func (b *admin) registerModel(ctx context.Context, req api.LoadModelRequest, pin
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(path), ".gguf")
 	}
-	if name == "" || strings.ContainsAny(name, "/ \t\n") {
-		return nil, badRequest("model name %q: want a name without spaces or slashes (--name)", name)
+	if err := coordinator.CheckModelName(name); err != nil {
+		return nil, badRequest("%v: give the model a name with --name", err)
 	}
 	cs, err := b.cluster.State(ctx)
 	if err != nil {

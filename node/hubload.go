@@ -286,8 +286,8 @@ func (b *admin) registerHubModel(ctx context.Context, req api.LoadModelRequest) 
 	if name == "" {
 		name = strings.TrimSuffix(strings.TrimSuffix(path.Base(fi.Path), ".gguf"), ".GGUF")
 	}
-	if name == "" || strings.ContainsAny(name, "/ \t\n") {
-		return nil, badRequest("model name %q: want a name without spaces or slashes (--name)", name)
+	if err := coordinator.CheckModelName(name); err != nil {
+		return nil, badRequest("%v: give the model a name with --name", err)
 	}
 	cs, err := b.cluster.State(ctx)
 	if err != nil {
