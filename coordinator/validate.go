@@ -211,21 +211,7 @@ func checkKey(field, s string, bound int) error {
 // starting with a letter or digit. A model's name is in API paths, the
 // OpenAI "model" field, shard keys and file names.
 func CheckModelName(name string) error {
-	if name == "" {
-		return fmt.Errorf("model name is empty")
-	}
-	if len(name) > MaxModelNameLen {
-		return fmt.Errorf("model name %.20q... is %d bytes, limit %d", name, len(name), MaxModelNameLen)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			i > 0 && (c == '.' || c == '_' || c == '-' || c == ':' || c == '+' || c == '@')
-		if !ok {
-			return fmt.Errorf("model name %.40q: use letters, digits, '.', '_', '-', ':', '+' and '@', starting with a letter or digit", name)
-		}
-	}
-	return nil
+	return checkName("model name", name, MaxModelNameLen, "._-:+@")
 }
 
 // checkText checks free text: at most bound bytes of UTF-8 without
