@@ -22,6 +22,7 @@ import (
 	"shoal/coordinator"
 	"shoal/disagg"
 	"shoal/internal/zapio"
+	"shoal/node/fingerprint"
 	"shoal/parallel"
 	"shoal/shard"
 	"shoal/transport"
@@ -113,8 +114,9 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	if err := a.setupIdentity(ctx); err != nil {
 		return nil, err
 	}
-	a.caps = ProbeCapabilities(cfg.DataDir, cfg.Version, cfg.Tuning.ProbeDuration.or(300*time.Millisecond))
-	a.caps.Serves = cfg.Serves
+	m := fingerprint.Probe(cfg.DataDir, cfg.Version, cfg.Tuning.ProbeDuration.or(300*time.Millisecond))
+	a.caps = coordinator.Capabilities{MemTotal: m.MemTotal, MemFree: m.MemFree, Cores: m.Cores, GFLOPS: m.GFLOPS, MemGBps: m.MemGBps,
+		Accel: m.Accel, Serves: cfg.Serves}
 	if l := cfg.MemoryLimit; l > 0 {
 		// Advertise no more than the operator allows models to use.
 		a.caps.MemTotal, a.caps.MemFree = min(a.caps.MemTotal, l), min(a.caps.MemFree, l)
