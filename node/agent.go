@@ -23,6 +23,7 @@ import (
 	"shoal/disagg"
 	"shoal/internal/zapio"
 	"shoal/node/fingerprint"
+	"shoal/node/links"
 	"shoal/parallel"
 	"shoal/shard"
 	"shoal/transport"
@@ -68,7 +69,7 @@ type Agent struct {
 	// kvLink carries disaggregated prefill's KV caches (kv streams).
 	kvLink *disagg.Link
 	// net counts the traffic to and from each peer (eBPF or QUIC's counts).
-	net *netTelemetry
+	net *links.Traffic
 
 	models *openai.StaticBackend // models this agent serves (the OpenAI endpoint's backend)
 	// encoders are the embedding models among the --model files, served
@@ -211,14 +212,14 @@ func (a *Agent) start() error {
 		mc.SuspicionMult = 2
 		mc.TCPTimeout = 4 * p
 	}
-	if a.net, err = startNetTelemetry(a.cfg.NetTelemetry, a.ep, a.log.Named("net")); err != nil {
+	if a.net, err = links.StartTraffic(a.cfg.NetTelemetry, a.ep, a.log.Named("net")); err != nil {
 		return fmt.Errorf("--net-telemetry %s: %w", a.cfg.NetTelemetry, err)
 	}
 	// Count a peer's traffic from its first packets (a shard fetch can
 	// follow its join within a second), not from the link loop's next tick.
 	a.gossip.joined = func(id string, ip net.IP) {
 		if addr, ok := netip.AddrFromSlice(ip); ok && id != a.id {
-			go a.net.watch([]netip.Addr{addr.Unmap()})
+			go a.net.Watch([]netip.Addr{addr.Unmap()})
 		}
 	}
 	a.ml, err = memberlist.Create(mc)
@@ -376,7 +377,7 @@ func (a *Agent) close(graceful bool) {
 			_ = a.ep.Close()
 		}
 		a.bg.Wait()
-		a.net.close()
+		a.net.Close()
 		for _, c := range a.encoderClosers {
 			_ = c()
 		}
