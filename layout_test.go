@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -56,6 +57,24 @@ var testFixtures = map[string][]string{
 	"api":         {"node", "serve", "engine"},
 	"engine":      {"placement", "shard"},
 	"coordinator": {"transport"},
+}
+
+// partsOf lists folders whose subpackages are parts of the package there:
+// only that package and its other parts may import them (node/links,
+// node/fingerprint: the agent wires them), except the few listed, which
+// others may (node/nodetest, a test cluster: see testFixtures).
+var partsOf = map[string][]string{
+	"shoal/node": {"shoal/node/nodetest"},
+}
+
+// partOf is the folder of partsOf that path is a part of ("" when none).
+func partOf(path string) string {
+	for parent, open := range partsOf {
+		if strings.HasPrefix(path, parent+"/") && !slices.Contains(open, path) {
+			return parent
+		}
+	}
+	return ""
 }
 
 type listedPackage struct {
@@ -167,6 +186,11 @@ func TestImportDirections(t *testing.T) {
 		for _, imp := range append(append([]string{}, p.TestImports...), p.XTestImports...) {
 			if to := folderOf(imp); to != "-" && !ok[to] {
 				bad = append(bad, imp+" (in a test)")
+			}
+		}
+		for _, imp := range append(append(append([]string{}, p.Imports...), p.TestImports...), p.XTestImports...) {
+			if parent := partOf(imp); parent != "" && p.ImportPath != parent && !strings.HasPrefix(p.ImportPath, parent+"/") {
+				t.Errorf("%s imports %s: that is a part of %s, which only %s and its parts may import (see partsOf)", p.ImportPath, imp, parent, parent)
 			}
 		}
 		sort.Strings(bad)
