@@ -23,6 +23,7 @@ import (
 	"shoal/disagg"
 	"shoal/internal/zapio"
 	"shoal/node/fingerprint"
+	"shoal/node/identity"
 	"shoal/node/links"
 	"shoal/parallel"
 	"shoal/shard"
@@ -52,11 +53,11 @@ type Agent struct {
 	// the agents that drive their model.
 	cluster *coordinator.Client
 	admin   *admin
-	join    *admission
+	join    *identity.Admission
 	fwd     *forwarder
 	http    *http.Server
 	httpLn  net.Listener
-	https   *httpsCert // nil when the API is plain HTTP
+	https   *identity.HTTPS // nil when the API is plain HTTP
 	advIP   string
 	seeds   []string
 
@@ -108,7 +109,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		a.role = coordinator.RoleServer
 	}
 	var err error
-	if a.id, err = loadNodeID(cfg.DataDir); err != nil {
+	if a.id, err = identity.LoadNodeID(cfg.DataDir); err != nil {
 		return nil, err
 	}
 	a.log = zap.L().Named("agent").With(zap.String("node", cfg.Name))
@@ -260,7 +261,7 @@ func (a *Agent) start() error {
 	}
 	a.join = a.newAdmission()
 	a.registerRPC()
-	a.ep.Handle(transport.KindJoin, a.join.serve)
+	a.ep.Handle(transport.KindJoin, a.join.Serve)
 	transport.ServeWeights(a.ep, weightSource{a}, transport.WeightsOptions{})
 	transport.ServeProbe(a.ep, 0)
 	a.models = openai.NewStaticBackend()
@@ -277,7 +278,7 @@ func (a *Agent) start() error {
 	if a.https != nil {
 		// GetCertificate: the server starts before the cluster has signed
 		// the node's certificate; handshakes fail until it has.
-		a.http.TLSConfig = &tls.Config{GetCertificate: a.https.get, MinVersion: tls.VersionTLS12}
+		a.http.TLSConfig = &tls.Config{GetCertificate: a.https.GetCertificate, MinVersion: tls.VersionTLS12}
 		go func() { _ = a.http.ServeTLS(a.httpLn, "", "") }()
 	} else {
 		go func() { _ = a.http.Serve(a.httpLn) }()
@@ -392,7 +393,7 @@ func (a *Agent) close(graceful bool) {
 // state with the bootstrap secret's hash, so every server can check it as
 // a join token and API key.
 func (a *Agent) onLeader() {
-	a.ensureHTTPSCA()
+	identity.EnsureHTTPSCA(a.srv, a.log)
 	if a.bootstrapSecret == "" {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"shoal/coordinator"
+	"shoal/node/identity"
 )
 
 const alnum = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -31,29 +32,10 @@ func hashSecret(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// A join token is "<id>.<secret>.<ca hash hex>" (kubeadm's token and
-// discovery hash in one string); an admin API key is "<id>.<secret>".
-func isJoinToken(s string) bool {
-	_, _, h, ok := parseToken(s)
-	return ok && h != ""
-}
+// isJoinToken and parseToken: identity.IsJoinToken, identity.ParseToken.
+func isJoinToken(s string) bool { return identity.IsJoinToken(s) }
 
-func parseToken(s string) (id, secret, caHash string, ok bool) {
-	parts := strings.Split(s, ".")
-	if len(parts) < 2 || len(parts) > 3 || len(parts[0]) != 6 || len(parts[1]) != 16 {
-		return "", "", "", false
-	}
-	if len(parts) == 3 {
-		if len(parts[2]) != 64 {
-			return "", "", "", false
-		}
-		if _, err := hex.DecodeString(parts[2]); err != nil {
-			return "", "", "", false
-		}
-		caHash = "sha256:" + parts[2]
-	}
-	return parts[0], parts[1], caHash, true
-}
+func parseToken(s string) (id, secret, caHash string, ok bool) { return identity.ParseToken(s) }
 
 func tokenErr(format string, args ...any) error {
 	return &coordinator.Error{Code: http.StatusForbidden, Msg: fmt.Sprintf(format, args...)}
