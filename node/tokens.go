@@ -1,7 +1,6 @@
 package node
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -14,18 +13,8 @@ import (
 	"shoal/node/identity"
 )
 
-const alnum = "abcdefghijklmnopqrstuvwxyz0123456789"
-
-func randomString(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
-	for i := range b {
-		b[i] = alnum[int(b[i])%len(alnum)]
-	}
-	return string(b)
-}
+// randomString is identity.RandomString.
+func randomString(n int) string { return identity.RandomString(n) }
 
 func hashSecret(s string) string {
 	sum := sha256.Sum256([]byte(s))

@@ -157,7 +157,7 @@ func (a *joiner) setupIdentity(ctx context.Context) error {
 	}
 	switch {
 	case token == "" && a.cfg.Server && a.cfg.BootstrapExpect == 1:
-		a.bootstrapSecret = randomString(32)
+		a.bootstrapSecret = RandomString(32)
 		p := filepath.Join(a.cfg.DataDir, "bootstrap-token")
 		if err := os.WriteFile(p, []byte(a.bootstrapSecret+"\n"), 0o600); err != nil {
 			return err

@@ -36,9 +36,9 @@ func ParseToken(s string) (id, secret, caHash string, ok bool) {
 
 const alnum = "abcdefghijklmnopqrstuvwxyz0123456789"
 
-// randomString is n random lower-case letters and digits (node's token
-// IDs and secrets use the same alphabet).
-func randomString(n int) string {
+// RandomString is n random lower-case letters and digits: token IDs and
+// secrets, and the bootstrap secret.
+func RandomString(n int) string {
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
 		panic(err)
