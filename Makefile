@@ -66,7 +66,7 @@ test-race:
 # Agents as separate processes in network namespaces joined by veth links.
 # Needs root for ip netns; the suite skips with a message otherwise.
 test-integration:
-	$(GO) test -tags integration -count=1 -v -timeout 10m ./cmd/shoal/integration/
+	$(GO) test -tags integration -count=1 -v -timeout 25m ./cmd/shoal/integration/
 	$(GO) test -tags integration -count=1 -v -timeout 15m ./deploy/
 
 SOAK ?= 10m
