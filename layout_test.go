@@ -21,7 +21,7 @@ import (
 var topLevel = map[string]bool{
 	"api": true, "cmd": true, "coordinator": true, "deploy": true, "disagg": true, "engine": true, "hub": true,
 	"internal": true, "node": true, "parallel": true, "placement": true, "serve": true, "shard": true,
-	"transport": true,
+	"transport": true, "docs": true,
 }
 
 // mayImport lists, for each top-level folder, the other top-level folders
@@ -34,6 +34,7 @@ var topLevel = map[string]bool{
 var mayImport = map[string][]string{
 	"internal":    {},
 	"deploy":      {},
+	"docs":        {},
 	"hub":         {"internal"},
 	"engine":      {"internal"},
 	"placement":   {"engine", "internal"},
@@ -52,11 +53,13 @@ var mayImport = map[string][]string{
 // agent cluster (node, node/nodetest) or a scheduler (serve) for the API.s
 // end-to-end tests, a synthetic model and its tokenizer (engine), test
 // plans and shard slicing for the engine's layer-range tests, the QUIC Raft
-// layer for the coordinator's cluster tests. Product code never does.
+// layer for the coordinator's cluster tests, a fake hub for the guide's
+// test (docs). Product code never does.
 var testFixtures = map[string][]string{
 	"api":         {"node", "serve", "engine"},
 	"engine":      {"placement", "shard"},
 	"coordinator": {"transport"},
+	"docs":        {"hub"},
 }
 
 // partsOf lists folders whose subpackages are parts of the package there:
