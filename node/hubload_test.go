@@ -85,14 +85,7 @@ func TestLoadModelFromHub(t *testing.T) {
 	if _, err := cl.LoadModel(ctx(t), api.LoadModelRequest{Hub: repo + ":Q8_0", Name: "hubby", Nodes: names, Strategy: "pipeline", Ctx: 256, Wire: "f32"}); err != nil {
 		t.Fatal(err)
 	}
-	var info *api.ModelInfo
-	tc.Eventually(t, 60*time.Second, "the hub model ready", func() bool {
-		info = modelInfo(t, c, 0, "hubby")
-		if info != nil && (info.Status == "failed" || info.Status == "degraded") {
-			t.Fatalf("hub model %s: %s", info.Status, info.Reason)
-		}
-		return info != nil && info.Status == "ready"
-	})
+	info := waitModelReady(t, c, "hubby")
 	if info.Digest != hubtest.SHA256(file) {
 		t.Errorf("digest %s, want the file's %s", info.Digest, hubtest.SHA256(file))
 	}
@@ -265,13 +258,7 @@ func TestLoadModelFromHub(t *testing.T) {
 		if _, err := cl.LoadModel(ctx(t), lr); err != nil {
 			t.Fatal(err)
 		}
-		tc.Eventually(t, 60*time.Second, lr.Name+" ready", func() bool {
-			i := modelInfo(t, c, 0, lr.Name)
-			if i != nil && (i.Status == "failed" || i.Status == "degraded") {
-				t.Fatalf("%s %s: %s", lr.Name, i.Status, i.Reason)
-			}
-			return i != nil && i.Status == "ready"
-		})
+		waitModelReady(t, c, lr.Name)
 	}
 	if p := c.Members[0].Agent.Server().FSM().State().Plans["tp"]; p == nil || len(p.Pools) != 1 || len(p.Pools[0].Stages) != 1 || len(p.Pools[0].Stages[0].Members) != 2 {
 		t.Fatalf("the hub model is not on one tensor-parallel group of 2: %+v", p)
@@ -461,4 +448,30 @@ func hubLoadOnTwo(t *testing.T, name string, seed uint64) (*tc.Cluster, *hubtest
 		t.Fatal(err)
 	}
 	return c, hs, file, repo, fname
+}
+
+// waitModelReady waits up to a minute for model name to be ready on the
+// first agent. A failed model fails the test at once; degraded (a shard
+// that could not start and retries: under load the leader may change, or
+// a holder be suspect, mid-check) is logged and waited out, and fails the
+// test only if it lasts the minute.
+func waitModelReady(t *testing.T, c *tc.Cluster, name string) *api.ModelInfo {
+	t.Helper()
+	var info *api.ModelInfo
+	last := ""
+	tc.Eventually(t, 60*time.Second, name+" ready", func() bool {
+		info = modelInfo(t, c, 0, name)
+		if info == nil {
+			return false
+		}
+		if info.Status == "failed" {
+			t.Fatalf("%s failed: %s", name, info.Reason)
+		}
+		if info.Status == "degraded" && info.Reason != last {
+			last = info.Reason
+			t.Logf("%s degraded for now (it retries): %s", name, info.Reason)
+		}
+		return info.Status == "ready"
+	})
+	return info
 }

@@ -27,11 +27,12 @@ import (
 )
 
 // countBuilds counts the layouts built (shard.NewLayout) until the test ends.
-func countBuilds(t *testing.T) *int {
-	n := new(int)
+// The agent builds them on its RPC goroutines: the count is atomic.
+func countBuilds(t *testing.T) *atomic.Int64 {
+	n := new(atomic.Int64)
 	orig := buildLayout
 	buildLayout = func(tb *shard.Table, spec shard.ShardSpec, piece int64) (*shard.Layout, error) {
-		*n++
+		n.Add(1)
 		return orig(tb, spec, piece)
 	}
 	t.Cleanup(func() { buildLayout = orig })
@@ -55,8 +56,8 @@ func TestLayoutPieceSizeBounded(t *testing.T) {
 		if !errors.As(err, &re) || re.Code != http.StatusBadRequest || !strings.Contains(err.Error(), "piece size") {
 			t.Fatalf("piece size %d: %v, want a 400 about the piece size", piece, err)
 		}
-		if *builds != 0 {
-			t.Fatalf("piece size %d: %d layouts built before the request was refused", piece, *builds)
+		if n := builds.Load(); n != 0 {
+			t.Fatalf("piece size %d: %d layouts built before the request was refused", piece, n)
 		}
 		t.Logf("piece size %d: %v", piece, err)
 	}
@@ -104,8 +105,8 @@ func TestLayoutReplyBoundedBeforeBuilt(t *testing.T) {
 	if _, err := f.source.layouts.serve(f.source.files, "source", body); err == nil {
 		t.Fatal("a 1-byte piece size was served")
 	}
-	if *builds != 0 {
-		t.Fatalf("%d layouts built for refused requests", *builds)
+	if n := builds.Load(); n != 0 {
+		t.Fatalf("%d layouts built for refused requests", n)
 	}
 }
 
