@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"shoal/coordinator"
-	"shoal/node/fingerprint"
 	"shoal/placement"
 	"shoal/shard"
 )
@@ -60,7 +59,7 @@ func newReplicator(id, dataDir string, reg *fileRegistry, net shard.Peers, diskL
 		running: map[string]context.CancelFunc{}, failedAt: map[string]time.Time{}, inflight: map[string]bool{},
 	}
 	r.free = func() (uint64, bool) {
-		free, ok := fingerprint.DiskFree(dataDir)
+		free, ok := diskFree(dataDir)
 		if diskLimit > 0 {
 			var used uint64
 			for _, lf := range reg.replicas() {

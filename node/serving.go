@@ -19,7 +19,6 @@ import (
 	"shoal/api/openai"
 	"shoal/engine/gguf"
 	"shoal/engine/model"
-	"shoal/node/links"
 	"shoal/parallel"
 	"shoal/serve"
 	"shoal/transport"
@@ -235,7 +234,7 @@ func (a *Agent) setupMetrics() error {
 		return err
 	}
 	a.observer = obs
-	a.registry.MustRegister(&agentCollector{a: a}, links.NewCollector(a.net, a.gossip.Members))
+	a.registry.MustRegister(&agentCollector{a: a}, netCollector{a: a})
 	installControlMetrics()
 	a.registry.MustRegister(controlCollector{})
 	return nil

@@ -1,12 +1,12 @@
 //go:build linux || darwin
 
-package fingerprint
+package node
 
 import "golang.org/x/sys/unix"
 
-// DiskFree returns the bytes free to an unprivileged user on the file
+// diskFree returns the bytes free to an unprivileged user on the file
 // system of dir.
-func DiskFree(dir string) (uint64, bool) {
+func diskFree(dir string) (uint64, bool) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
 		return 0, false
