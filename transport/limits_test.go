@@ -51,8 +51,7 @@ func openIdle(t *testing.T, ctx context.Context, conn *quic.Conn, k Kind, n int)
 func TestIdleRPCStreamsReclaimed(t *testing.T) {
 	ca, _ := DeriveCA(testSecret)
 	srv := newEndpoint(t, ca, "srv", RoleServer)
-	rpc := NewRPCServer(srv, KindRPC, time.Minute)
-	rpc.request = 3 * time.Second
+	rpc := newRPCServer(srv, KindRPC, time.Minute, 3*time.Second)
 	rpc.Register("ping", func(ctx context.Context, p Peer, body json.RawMessage) (any, error) { return "pong", nil })
 	flood := newEndpoint(t, ca, "flood", RoleClient)
 	other := newEndpoint(t, ca, "other", RoleClient)
@@ -146,8 +145,7 @@ func mustDial(t *testing.T, ctx context.Context, from, to *Endpoint) *Stream {
 func TestRPCRequestAllocatesAsItArrives(t *testing.T) {
 	ca, _ := DeriveCA(testSecret)
 	srv := newEndpoint(t, ca, "srv", RoleServer)
-	rpc := NewRPCServer(srv, KindRPC, time.Minute)
-	rpc.request = 200 * time.Millisecond
+	newRPCServer(srv, KindRPC, time.Minute, 200*time.Millisecond)
 	cli := newEndpoint(t, ca, "cli", RoleClient)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

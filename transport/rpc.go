@@ -79,7 +79,15 @@ const requestRate = 256 << 10
 
 // NewRPCServer serves kind on ep. timeout bounds one call.
 func NewRPCServer(ep *Endpoint, kind Kind, timeout time.Duration) *RPCServer {
-	s := &RPCServer{methods: map[string]RPCHandler{}, timeout: timeout, request: RequestTimeout}
+	return newRPCServer(ep, kind, timeout, RequestTimeout)
+}
+
+// newRPCServer is NewRPCServer with the request timeout given. It is set
+// before the server handles streams: the serving goroutines read it with
+// no lock (the ordering through the network is not one the race detector
+// sees, so it is not set after).
+func newRPCServer(ep *Endpoint, kind Kind, timeout, request time.Duration) *RPCServer {
+	s := &RPCServer{methods: map[string]RPCHandler{}, timeout: timeout, request: request}
 	ep.Handle(kind, s.serve)
 	return s
 }
