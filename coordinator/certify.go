@@ -40,8 +40,10 @@ type certEntry struct {
 	warned  string // the hint last warned about, so each mismatch logs once
 }
 
-// certifier holds the leader's certifications; reset when leadership is
-// gained.
+// certifier holds the certifications this server made as leader. They
+// outlive its term: a certificate proven for a hint stays proven, and a
+// server that leads again (leadership moves often on a loaded host) need
+// not wait for every node to answer anew before it writes their liveness.
 type certifier struct {
 	mu       sync.Mutex
 	entries  map[string]*certEntry // by gossiped node ID
@@ -49,9 +51,11 @@ type certifier struct {
 	done     chan struct{} // signalled when a certification ends
 }
 
-func (c *certifier) reset() {
+func (c *certifier) init() {
 	c.mu.Lock()
-	c.entries = map[string]*certEntry{}
+	if c.entries == nil {
+		c.entries = map[string]*certEntry{}
+	}
 	if c.done == nil {
 		c.done = make(chan struct{}, 1)
 	}
@@ -69,7 +73,9 @@ func hintOf(m Member) string {
 // the background when the hint is new or an earlier attempt failed a
 // while ago. A record certified for an earlier hint serves until the new
 // one is answered (a forged hint about a real node changes nothing).
-func (s *Server) certified(m Member) *Member {
+// refused reports that, with no record, this leader's last attempt
+// failed: the member has not proven its ID.
+func (s *Server) certified(m Member) (got *Member, refused bool) {
 	c := &s.certs
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -89,11 +95,11 @@ func (s *Server) certified(m Member) *Member {
 		go s.certify(m, h)
 	}
 	if e.got == nil {
-		return nil
+		return nil, e.err != nil
 	}
 	out := *e.got
 	out.Status = m.Status
-	return &out
+	return &out, false
 }
 
 // certify asks the node behind gossip member m who it is and records the

@@ -160,6 +160,10 @@ func (c *testCluster) start(s *testServer) {
 	c.members.set(Member{ID: s.id, Name: s.id, Role: RoleServer, RPCAddr: s.addr, Status: StatusAlive, Expect: s.expect})
 }
 
+// blockedCerts holds, by RPC address, the certifications that wait for
+// their channel to close and then fail.
+var blockedCerts sync.Map
+
 // certifyByPeer certifies a gossip member by the certificate at its RPC
 // address (the agent also asks the node for its capacities; these tests
 // take gossip's). A certificate without a name keeps gossip's name. A
@@ -169,6 +173,10 @@ func certifyByPeer(ep *transport.Endpoint) func(ctx context.Context, m Member) (
 	return func(ctx context.Context, m Member) (Member, error) {
 		if m.RPCAddr == "" {
 			return m, nil
+		}
+		if gate, ok := blockedCerts.Load(m.RPCAddr); ok {
+			<-gate.(chan struct{}) // a certification still under way, until the test ends it
+			return Member{}, fmt.Errorf("%s proved no identity", m.RPCAddr)
 		}
 		p, err := ep.PeerAt(ctx, m.RPCAddr)
 		if err != nil {

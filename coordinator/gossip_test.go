@@ -77,3 +77,56 @@ func TestGossipIsNoAuthority(t *testing.T) {
 		t.Errorf("the client's endpoint got %d raft streams", n)
 	}
 }
+
+// TestLivenessWhileCertifying: a leader that has not certified a node
+// registered before (a new leader; under load leadership moves faster than
+// certifications end) writes gossip's liveness for it meanwhile, so the
+// node is not left suspect and planned around; once this leader's
+// certification of it failed, gossip may still make it suspect, never
+// alive.
+func TestLivenessWhileCertifying(t *testing.T) {
+	c := newTestCluster(t)
+	c.add(1)
+	l := c.leader(10 * time.Second)
+	status := func() NodeStatus {
+		if n := l.srv.FSM().State().Nodes["w"]; n != nil {
+			return n.Status
+		}
+		return ""
+	}
+	w := Member{ID: "w", Name: "w", Role: RoleClient, Status: StatusAlive, Caps: Capabilities{MemTotal: 8 << 30, MemFree: 8 << 30, Cores: 4}}
+	c.members.set(w) // no RPC address: the test vouches for it
+	waitFor(t, 10*time.Second, "w registered alive", func() bool { return status() == StatusAlive })
+	c.members.setStatus("w", StatusSuspect)
+	waitFor(t, 10*time.Second, "w suspect", func() bool { return status() == StatusSuspect })
+
+	// The leader forgets its certification (as a new leader has none) and
+	// gossip's hint for w changes to one whose certification waits.
+	gate := make(chan struct{})
+	blockedCerts.Store("blocked:w", gate)
+	defer blockedCerts.Delete("blocked:w")
+	l.srv.certs.mu.Lock()
+	delete(l.srv.certs.entries, "w")
+	l.srv.certs.mu.Unlock()
+	w.RPCAddr = "blocked:w"
+	c.members.set(w)
+	waitFor(t, 10*time.Second, "w alive again while its certification is under way", func() bool { return status() == StatusAlive })
+	if n := l.srv.FSM().State().Nodes["w"]; n.RPCAddr != "" {
+		t.Errorf("w's address is %q: an unproven hint was written", n.RPCAddr)
+	}
+
+	close(gate) // the certification fails
+	waitFor(t, 10*time.Second, "w's certification refused", func() bool {
+		l.srv.certs.mu.Lock()
+		defer l.srv.certs.mu.Unlock()
+		e := l.srv.certs.entries["w"]
+		return e != nil && !e.running && e.err != nil
+	})
+	c.members.setStatus("w", StatusSuspect)
+	waitFor(t, 10*time.Second, "w suspect after its refusal", func() bool { return status() == StatusSuspect })
+	c.members.setStatus("w", StatusAlive)
+	time.Sleep(10 * l.srv.cfg.ReconcileInterval)
+	if st := status(); st != StatusSuspect {
+		t.Errorf("w is %s: a node that failed its certification turned alive on gossip's word", st)
+	}
+}

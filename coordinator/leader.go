@@ -68,7 +68,7 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 	s.failed = map[string]time.Time{}
 	s.planSig = map[string]string{}
 	s.mu.Unlock()
-	s.certs.reset()
+	s.certs.init()
 	certified := s.certifyDone()
 	t := time.NewTicker(s.cfg.ReconcileInterval)
 	defer t.Stop()
@@ -124,9 +124,22 @@ func (s *Server) reconcile() {
 		old, known := st.Nodes[m.ID]
 		var n Node
 		if live(m.Status) {
-			c := s.certified(m)
+			c, refused := s.certified(m)
 			if c == nil {
-				continue // not proven yet (or never): nothing gossip says is written
+				if known && old.Status != m.Status && (!refused || m.Status != StatusAlive) {
+					// Registered before, by an earlier leader: liveness is
+					// gossip's while this leader's certification is under
+					// way (under load leadership can move faster than a
+					// certification ends, and a node left at suspect is
+					// planned around for nothing). Nothing else changes;
+					// a node that failed this leader's certification may
+					// still turn suspect, never alive.
+					if err := s.Apply(NodeStatusType, NodeStatusRequest{ID: m.ID, Status: m.Status, Now: now}, applyTimeout); err != nil {
+						s.log.Warn("node status", zap.String("node", old.Name), zap.String("id", m.ID), zap.Error(err))
+						return
+					}
+				}
+				continue // not proven yet (or never): nothing else gossip says is written
 			}
 			certified = append(certified, *c)
 			n = Node{
