@@ -137,17 +137,27 @@ func (a *Agent) reportHolder(ctx context.Context, model string, h coordinator.Mo
 // modelHolders lists the live nodes other than self that may hold ranges of
 // m's file: the source, the nodes with a verified copy of the whole file
 // (by name), then the nodes that reported shards of the model (ready
-// first; a released shard's file is kept a while for peers).
+// first; a released shard's file is kept a while for peers). Suspect nodes
+// come after the alive ones, in the same order: on a loaded host gossip
+// suspects nodes that still answer, and a shard whose only holders are
+// suspect would otherwise find none.
 func modelHolders(st *coordinator.State, m *coordinator.Model, self string) []shard.Peer {
-	var out []shard.Peer
+	var out, suspect []shard.Peer
 	seen := map[string]bool{self: true}
 	add := func(id string) {
 		n := st.Nodes[id]
-		if n == nil || seen[id] || n.Status != coordinator.StatusAlive || n.RPCAddr == "" {
+		if n == nil || seen[id] || n.RPCAddr == "" {
+			return
+		}
+		switch n.Status {
+		case coordinator.StatusAlive:
+			out = append(out, shard.Peer{ID: n.ID, Name: n.Name, Addr: n.RPCAddr})
+		case coordinator.StatusSuspect:
+			suspect = append(suspect, shard.Peer{ID: n.ID, Name: n.Name, Addr: n.RPCAddr})
+		default:
 			return
 		}
 		seen[id] = true
-		out = append(out, shard.Peer{ID: n.ID, Name: n.Name, Addr: n.RPCAddr})
 	}
 	add(m.SourceNode)
 	for _, n := range wholeHolders(st, m) {
@@ -169,5 +179,5 @@ func modelHolders(st *coordinator.State, m *coordinator.Model, self string) []sh
 	for _, id := range append(ready, other...) {
 		add(id)
 	}
-	return out
+	return append(out, suspect...)
 }
