@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -20,7 +21,7 @@ import (
 var topLevel = map[string]bool{
 	"api": true, "cmd": true, "coordinator": true, "deploy": true, "disagg": true, "engine": true, "hub": true,
 	"internal": true, "node": true, "parallel": true, "placement": true, "serve": true, "shard": true,
-	"transport": true,
+	"transport": true, "docs": true,
 }
 
 // mayImport lists, for each top-level folder, the other top-level folders
@@ -33,6 +34,7 @@ var topLevel = map[string]bool{
 var mayImport = map[string][]string{
 	"internal":    {},
 	"deploy":      {},
+	"docs":        {},
 	"hub":         {"internal"},
 	"engine":      {"internal"},
 	"placement":   {"engine", "internal"},
@@ -51,11 +53,31 @@ var mayImport = map[string][]string{
 // agent cluster (node, node/nodetest) or a scheduler (serve) for the API.s
 // end-to-end tests, a synthetic model and its tokenizer (engine), test
 // plans and shard slicing for the engine's layer-range tests, the QUIC Raft
-// layer for the coordinator's cluster tests. Product code never does.
+// layer for the coordinator's cluster tests, a fake hub for the guide's
+// test (docs). Product code never does.
 var testFixtures = map[string][]string{
 	"api":         {"node", "serve", "engine"},
 	"engine":      {"placement", "shard"},
 	"coordinator": {"transport"},
+	"docs":        {"hub"},
+}
+
+// partsOf lists folders whose subpackages are parts of the package there:
+// only that package and its other parts may import them (node/links,
+// node/fingerprint: the agent wires them), except the few listed, which
+// others may (node/nodetest, a test cluster: see testFixtures).
+var partsOf = map[string][]string{
+	"shoal/node": {"shoal/node/nodetest"},
+}
+
+// partOf is the folder of partsOf that path is a part of ("" when none).
+func partOf(path string) string {
+	for parent, open := range partsOf {
+		if strings.HasPrefix(path, parent+"/") && !slices.Contains(open, path) {
+			return parent
+		}
+	}
+	return ""
 }
 
 type listedPackage struct {
@@ -167,6 +189,11 @@ func TestImportDirections(t *testing.T) {
 		for _, imp := range append(append([]string{}, p.TestImports...), p.XTestImports...) {
 			if to := folderOf(imp); to != "-" && !ok[to] {
 				bad = append(bad, imp+" (in a test)")
+			}
+		}
+		for _, imp := range append(append(append([]string{}, p.Imports...), p.TestImports...), p.XTestImports...) {
+			if parent := partOf(imp); parent != "" && p.ImportPath != parent && !strings.HasPrefix(p.ImportPath, parent+"/") {
+				t.Errorf("%s imports %s: that is a part of %s, which only %s and its parts may import (see partsOf)", p.ImportPath, imp, parent, parent)
 			}
 		}
 		sort.Strings(bad)

@@ -22,6 +22,9 @@ import (
 	"shoal/coordinator"
 	"shoal/disagg"
 	"shoal/internal/zapio"
+	"shoal/node/fingerprint"
+	"shoal/node/identity"
+	"shoal/node/links"
 	"shoal/parallel"
 	"shoal/shard"
 	"shoal/transport"
@@ -50,11 +53,11 @@ type Agent struct {
 	// the agents that drive their model.
 	cluster *coordinator.Client
 	admin   *admin
-	join    *admission
+	join    *identity.Admission
 	fwd     *forwarder
 	http    *http.Server
 	httpLn  net.Listener
-	https   *httpsCert // nil when the API is plain HTTP
+	https   *identity.HTTPS // nil when the API is plain HTTP
 	advIP   string
 	seeds   []string
 
@@ -67,7 +70,7 @@ type Agent struct {
 	// kvLink carries disaggregated prefill's KV caches (kv streams).
 	kvLink *disagg.Link
 	// net counts the traffic to and from each peer (eBPF or QUIC's counts).
-	net *netTelemetry
+	net *links.Traffic
 
 	models *openai.StaticBackend // models this agent serves (the OpenAI endpoint's backend)
 	// encoders are the embedding models among the --model files, served
@@ -106,15 +109,16 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		a.role = coordinator.RoleServer
 	}
 	var err error
-	if a.id, err = loadNodeID(cfg.DataDir); err != nil {
+	if a.id, err = identity.LoadNodeID(cfg.DataDir); err != nil {
 		return nil, err
 	}
 	a.log = zap.L().Named("agent").With(zap.String("node", cfg.Name))
 	if err := a.setupIdentity(ctx); err != nil {
 		return nil, err
 	}
-	a.caps = ProbeCapabilities(cfg.DataDir, cfg.Version, cfg.Tuning.ProbeDuration.or(300*time.Millisecond))
-	a.caps.Serves = cfg.Serves
+	m := fingerprint.Probe(cfg.DataDir, cfg.Version, cfg.Tuning.ProbeDuration.or(300*time.Millisecond))
+	a.caps = coordinator.Capabilities{MemTotal: m.MemTotal, MemFree: m.MemFree, Cores: m.Cores, GFLOPS: m.GFLOPS, MemGBps: m.MemGBps,
+		Accel: m.Accel, Serves: cfg.Serves}
 	if l := cfg.MemoryLimit; l > 0 {
 		// Advertise no more than the operator allows models to use.
 		a.caps.MemTotal, a.caps.MemFree = min(a.caps.MemTotal, l), min(a.caps.MemFree, l)
@@ -209,14 +213,14 @@ func (a *Agent) start() error {
 		mc.SuspicionMult = 2
 		mc.TCPTimeout = 4 * p
 	}
-	if a.net, err = startNetTelemetry(a.cfg.NetTelemetry, a.ep, a.log.Named("net")); err != nil {
+	if a.net, err = links.StartTraffic(a.cfg.NetTelemetry, a.ep, a.log.Named("net")); err != nil {
 		return fmt.Errorf("--net-telemetry %s: %w", a.cfg.NetTelemetry, err)
 	}
 	// Count a peer's traffic from its first packets (a shard fetch can
 	// follow its join within a second), not from the link loop's next tick.
 	a.gossip.joined = func(id string, ip net.IP) {
 		if addr, ok := netip.AddrFromSlice(ip); ok && id != a.id {
-			go a.net.watch([]netip.Addr{addr.Unmap()})
+			go a.net.Watch([]netip.Addr{addr.Unmap()})
 		}
 	}
 	a.ml, err = memberlist.Create(mc)
@@ -257,7 +261,7 @@ func (a *Agent) start() error {
 	}
 	a.join = a.newAdmission()
 	a.registerRPC()
-	a.ep.Handle(transport.KindJoin, a.join.serve)
+	a.ep.Handle(transport.KindJoin, a.join.Serve)
 	transport.ServeWeights(a.ep, weightSource{a}, transport.WeightsOptions{})
 	transport.ServeProbe(a.ep, 0)
 	a.models = openai.NewStaticBackend()
@@ -274,7 +278,7 @@ func (a *Agent) start() error {
 	if a.https != nil {
 		// GetCertificate: the server starts before the cluster has signed
 		// the node's certificate; handshakes fail until it has.
-		a.http.TLSConfig = &tls.Config{GetCertificate: a.https.get, MinVersion: tls.VersionTLS12}
+		a.http.TLSConfig = &tls.Config{GetCertificate: a.https.GetCertificate, MinVersion: tls.VersionTLS12}
 		go func() { _ = a.http.ServeTLS(a.httpLn, "", "") }()
 	} else {
 		go func() { _ = a.http.Serve(a.httpLn) }()
@@ -374,7 +378,7 @@ func (a *Agent) close(graceful bool) {
 			_ = a.ep.Close()
 		}
 		a.bg.Wait()
-		a.net.close()
+		a.net.Close()
 		for _, c := range a.encoderClosers {
 			_ = c()
 		}
@@ -389,7 +393,7 @@ func (a *Agent) close(graceful bool) {
 // state with the bootstrap secret's hash, so every server can check it as
 // a join token and API key.
 func (a *Agent) onLeader() {
-	a.ensureHTTPSCA()
+	identity.EnsureHTTPSCA(a.srv, a.log)
 	if a.bootstrapSecret == "" {
 		return
 	}

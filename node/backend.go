@@ -10,6 +10,7 @@ import (
 
 	"shoal/api"
 	"shoal/coordinator"
+	"shoal/node/identity"
 	"shoal/transport"
 )
 
@@ -17,7 +18,6 @@ import (
 const (
 	methodSeeds     = "Cluster.Seeds"
 	methodStatus    = "Cluster.Status"
-	methodJoin      = "Cluster.Join"
 	methodLoadModel = "Models.Load"
 	methodLayout    = "Weights.Layout"
 	methodHoldings  = "Weights.Holdings"
@@ -78,12 +78,8 @@ func (a *Agent) registerRPC() {
 	a.rpc.Register(methodStatus, server(func(ctx context.Context, p transport.Peer, _ json.RawMessage) (any, error) {
 		return a.admin.Status(ctx)
 	}))
-	a.rpc.Register(methodJoin, server(func(ctx context.Context, p transport.Peer, body json.RawMessage) (any, error) {
-		var req joinRequest
-		if err := json.Unmarshal(body, &req); err != nil {
-			return nil, err
-		}
-		return a.join.handle(ctx, &req, true), nil
+	a.rpc.Register(identity.MethodJoin, server(func(ctx context.Context, p transport.Peer, body json.RawMessage) (any, error) {
+		return a.join.Forwarded(ctx, body)
 	}))
 	a.rpc.Register(coordinator.MethodLeave, func(ctx context.Context, p transport.Peer, _ json.RawMessage) (any, error) {
 		if p.Role != transport.RoleServer {

@@ -2,267 +2,43 @@ package node
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io/fs"
-	"net/http"
-	"os"
-	"path/filepath"
 	"time"
 
-	"go.uber.org/zap"
-
 	"shoal/coordinator"
-	"shoal/transport"
+	"shoal/node/identity"
 )
 
-// Identity and secure join: a node's ID, its certificate (signed
-// with the cluster CA agreed at bootstrap, or issued by the leader for a
-// join token), and the join stream servers answer.
-
-func loadNodeID(dir string) (string, error) {
-	path := filepath.Join(dir, "node-id")
-	if b, err := os.ReadFile(path); err == nil {
-		id := string(b)
-		if len(id) != 36 {
-			return "", fmt.Errorf("%s is corrupt: want a 36-character node ID", path)
-		}
-		return id, nil
-	}
-	id, err := newNodeID()
-	if err != nil {
-		return "", err
-	}
-	return id, saveNodeID(dir, id)
-}
-
-func saveNodeID(dir, id string) error {
-	if err := os.WriteFile(filepath.Join(dir, "node-id"), []byte(id), 0o600); err != nil {
-		return fmt.Errorf("data dir: %w", err)
-	}
-	return nil
-}
-
-// newNodeID is a random UUID-shaped ID.
-func newNodeID() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32], nil
-}
+// Identity and secure join are node/identity's: this file wires them.
 
 // setupIdentity loads the node's certificate, or creates it: from the
-// bootstrap secret (servers derive the CA) or by joining with a token.
+// bootstrap secret (servers agree on a CA) or by joining with a token
+// (identity.Setup).
 func (a *Agent) setupIdentity(ctx context.Context) error {
-	tlsDir := filepath.Join(a.cfg.DataDir, "tls")
-	token := a.cfg.Token
-	if token != "" && !isJoinToken(token) {
-		a.bootstrapSecret = token
+	join := make([]string, 0, len(a.cfg.Join))
+	for _, j := range a.cfg.Join {
+		addr, _ := joinAddr(j)
+		join = append(join, addr)
 	}
-	ident, err := transport.LoadIdentity(tlsDir)
-	if err == nil {
-		if ident.ID != a.id {
-			return fmt.Errorf("certificate in %s belongs to node %s, not %s", tlsDir, ident.ID, a.id)
-		}
-		if a.bootstrapSecret != "" {
-			if err := checkBootstrapSecret(tlsDir, a.bootstrapSecret, ident.CA); err != nil {
-				return err
-			}
-		}
-		if ident.Role != a.role {
-			return fmt.Errorf("this data dir holds a %s; start with the same role (or a fresh --data-dir)", ident.Role)
-		}
-		if ident.Name != "" && ident.Name != a.cfg.Name {
-			return fmt.Errorf("this data dir's certificate names the node %q: start it with --name %s (or a fresh --data-dir and a new join token)", ident.Name, ident.Name)
-		}
-		a.ident = ident
-		a.gossipKey, err = os.ReadFile(filepath.Join(tlsDir, "gossip.key"))
-		if err != nil {
-			return fmt.Errorf("gossip key: %w", err)
-		}
-		return nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("identity in %s: %w", tlsDir, err)
-	}
-	// An API key taken for a secret would derive a CA of its own, and the
-	// node would retry forever against servers that never trust it.
-	if id, _, _, ok := parseToken(a.bootstrapSecret); ok {
-		return fmt.Errorf("--token %s.… has the form of an API key (ID.secret), not of a join token (ID.secret.CA-hash) "+
-			"or a bootstrap secret: a new node joins with a token from 'shoal token create'", id)
-	}
-	switch {
-	case token == "" && a.cfg.Server && a.cfg.BootstrapExpect == 1:
-		a.bootstrapSecret = randomString(32)
-		p := filepath.Join(a.cfg.DataDir, "bootstrap-token")
-		if err := os.WriteFile(p, []byte(a.bootstrapSecret+"\n"), 0o600); err != nil {
-			return err
-		}
-		a.log.Warn("created a cluster secret; it is also the admin API key until you create one", zap.String("file", p))
-		fallthrough
-	case a.bootstrapSecret != "":
-		if err := a.bootstrapIdentity(ctx); err != nil {
-			return err
-		}
-		if err := os.MkdirAll(tlsDir, 0o700); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(tlsDir, bootstrapSumFile), []byte(bootstrapSecretSum(a.bootstrapSecret)+"\n"), 0o600); err != nil {
-			return err
-		}
-	case token != "":
-		if err := a.joinWithToken(ctx, token); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("no cluster identity in %s: give --token (the servers' shared secret, or a join token from 'shoal token create')", a.cfg.DataDir)
-	}
-	if err := a.ident.Save(tlsDir); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(tlsDir, "gossip.key"), a.gossipKey, 0o600)
-}
-
-// joinRequest is what a node without a certificate sends on a join stream.
-type joinRequest struct {
-	Token     string `json:"token"`
-	NodeID    string `json:"node_id"`
-	Name      string `json:"name"`
-	Role      string `json:"role"`
-	PublicKey []byte `json:"public_key"`
-	// Bootstrap is a sealed bootstrapPoll (no token then).
-	Bootstrap []byte `json:"bootstrap,omitempty"`
-}
-
-type joinResponse struct {
-	NodeID    string   `json:"node_id,omitempty"` // the ID the cluster gives the node
-	Err       string   `json:"err,omitempty"`
-	Code      int      `json:"code,omitempty"`
-	CACert    []byte   `json:"ca_cert,omitempty"`
-	CAKey     []byte   `json:"ca_key,omitempty"` // servers only
-	Cert      []byte   `json:"cert,omitempty"`
-	GossipKey []byte   `json:"gossip_key,omitempty"`
-	Seeds     []string `json:"seeds,omitempty"`
-	Bootstrap []byte   `json:"bootstrap,omitempty"` // a sealed bootstrapAnswer
-}
-
-const maxJoinFrame = 64 << 10
-
-func (a *Agent) joinWithToken(ctx context.Context, token string) error {
-	_, _, caHash, _ := parseToken(token)
-	if len(a.cfg.Join) == 0 {
-		return errors.New("a join token needs --join with the address of a server")
-	}
-	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	n, err := identity.Setup(ctx, identity.Config{
+		DataDir: a.cfg.DataDir, ID: a.id, Name: a.cfg.Name, Role: a.role,
+		Server: a.cfg.Server, BootstrapExpect: a.cfg.BootstrapExpect,
+		Token: a.cfg.Token, Join: join, Bind: a.cfg.Bind, QUICPort: a.cfg.QUICPort,
+		JoinTimeout: a.cfg.Tuning.JoinTimeout.or(5 * time.Minute), Log: a.log,
+	})
 	if err != nil {
 		return err
 	}
-	req, _ := json.Marshal(joinRequest{Token: token, NodeID: a.id, Name: a.cfg.Name, Role: a.role, PublicKey: pub})
-	deadline := time.Now().Add(a.cfg.Tuning.JoinTimeout.or(5 * time.Minute))
-	var last error
-	for backoff := 200 * time.Millisecond; time.Now().Before(deadline); {
-		for _, j := range a.cfg.Join {
-			addr, _ := joinAddr(j)
-			resp, err := joinOnce(ctx, addr, caHash, req)
-			if errors.Is(err, transport.ErrCAMismatch) {
-				return fmt.Errorf("%w: that server belongs to another cluster, or the token is not this cluster's (make one there with 'shoal token create')", err)
-			}
-			if err != nil {
-				last = err
-				continue
-			}
-			if resp.Err != "" {
-				last = fmt.Errorf("join refused by %s: %s", addr, resp.Err)
-				if resp.Code == http.StatusForbidden || resp.Code == http.StatusBadRequest || resp.Code == http.StatusConflict {
-					return last
-				}
-				continue
-			}
-			return a.acceptJoin(resp, caHash, key)
-		}
-		a.log.Info("join failed; retrying", zap.Error(last))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		if backoff < 2*time.Second {
-			backoff *= 2
-		}
-	}
-	return fmt.Errorf("could not join: %v", last)
-}
-
-func joinOnce(ctx context.Context, addr, caHash string, req []byte) (*joinResponse, error) {
-	st, done, err := transport.DialPinned(ctx, addr, caHash, transport.KindJoin, 3*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	return exchangeJoin(st, "join", addr, req, 10*time.Second)
-}
-
-// exchangeJoin sends req on a join stream and reads the answer; what
-// names the exchange in errors.
-func exchangeJoin(st *transport.Stream, what, addr string, req []byte, timeout time.Duration) (*joinResponse, error) {
-	_ = st.SetDeadline(time.Now().Add(timeout))
-	if err := transport.WriteFrame(st, req); err != nil {
-		return nil, err
-	}
-	_ = st.CloseWrite()
-	b, err := transport.ReadFrame(st, maxJoinFrame)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", what, addr, err)
-	}
-	var resp joinResponse
-	if err := json.Unmarshal(b, &resp); err != nil {
-		return nil, fmt.Errorf("%s %s: malformed answer", what, addr)
-	}
-	return &resp, nil
-}
-
-func (a *Agent) acceptJoin(resp *joinResponse, caHash string, key ed25519.PrivateKey) error {
-	caCert, err := parseCert(resp.CACert)
-	if err != nil {
-		return fmt.Errorf("join: CA certificate: %w", err)
-	}
-	if transport.CAHash(caCert) != caHash {
-		return errors.New("join: the server sent a CA that does not match the token's CA hash")
-	}
-	ca := &transport.CA{Cert: caCert, DER: resp.CACert}
-	if len(resp.CAKey) > 0 {
-		k, err := parsePKCS8(resp.CAKey)
-		if err != nil {
-			return fmt.Errorf("join: CA key: %w", err)
-		}
-		ca.Key = k
-	}
-	a.ident, err = transport.NewIdentity(ca, resp.Cert, key)
-	if err != nil {
-		return fmt.Errorf("join: %w", err)
-	}
-	if a.ident.ID != resp.NodeID || resp.NodeID == "" {
-		return fmt.Errorf("join: the certificate is for node %q, the answer names %q", a.ident.ID, resp.NodeID)
-	}
-	if a.ident.ID != a.id { // the cluster names the node
-		if err := saveNodeID(a.cfg.DataDir, a.ident.ID); err != nil {
-			return err
-		}
-		a.id = a.ident.ID
-	}
-	if len(resp.GossipKey) != 32 {
-		return errors.New("join: the server sent no gossip key")
-	}
-	a.gossipKey = resp.GossipKey
-	a.seeds = resp.Seeds
-	a.log.Info("joined the cluster with a token; certificate issued")
+	a.id, a.ident, a.gossipKey, a.bootstrapSecret, a.seeds = n.ID, n.Cert, n.GossipKey, n.BootstrapSecret, n.Seeds
 	return nil
+}
+
+// newAdmission wires the join handler.
+func (a *Agent) newAdmission() *identity.Admission {
+	return identity.NewAdmission(identity.AdmissionConfig{
+		ID: a.id, Name: a.cfg.Name, Server: a.srv, CA: a.ident.CA, GossipKey: a.gossipKey,
+		BootstrapSecret: a.bootstrapSecret, Call: serverCaller(a.ep), Seeds: a.aliveGossipAddrs,
+		CheckToken: checkToken, Log: a.log,
+	})
 }
 
 func (a *Agent) aliveGossipAddrs() []string {

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"shoal/coordinator"
+	"shoal/node/fingerprint"
 	"shoal/placement"
 	"shoal/shard"
 )
@@ -59,7 +60,7 @@ func newReplicator(id, dataDir string, reg *fileRegistry, net shard.Peers, diskL
 		running: map[string]context.CancelFunc{}, failedAt: map[string]time.Time{}, inflight: map[string]bool{},
 	}
 	r.free = func() (uint64, bool) {
-		free, ok := diskFree(dataDir)
+		free, ok := fingerprint.DiskFree(dataDir)
 		if diskLimit > 0 {
 			var used uint64
 			for _, lf := range reg.replicas() {

@@ -19,6 +19,7 @@ import (
 	"shoal/api/openai"
 	"shoal/engine/gguf"
 	"shoal/engine/model"
+	"shoal/node/links"
 	"shoal/parallel"
 	"shoal/serve"
 	"shoal/transport"
@@ -234,7 +235,7 @@ func (a *Agent) setupMetrics() error {
 		return err
 	}
 	a.observer = obs
-	a.registry.MustRegister(&agentCollector{a: a}, netCollector{a: a})
+	a.registry.MustRegister(&agentCollector{a: a}, links.NewCollector(a.net, a.gossip.Members))
 	installControlMetrics()
 	a.registry.MustRegister(controlCollector{})
 	return nil

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -11,49 +10,21 @@ import (
 	"time"
 
 	"shoal/coordinator"
+	"shoal/node/identity"
 )
 
-const alnum = "abcdefghijklmnopqrstuvwxyz0123456789"
-
-func randomString(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
-	for i := range b {
-		b[i] = alnum[int(b[i])%len(alnum)]
-	}
-	return string(b)
-}
+// randomString is identity.RandomString.
+func randomString(n int) string { return identity.RandomString(n) }
 
 func hashSecret(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
 
-// A join token is "<id>.<secret>.<ca hash hex>" (kubeadm's token and
-// discovery hash in one string); an admin API key is "<id>.<secret>".
-func isJoinToken(s string) bool {
-	_, _, h, ok := parseToken(s)
-	return ok && h != ""
-}
+// isJoinToken and parseToken: identity.IsJoinToken, identity.ParseToken.
+func isJoinToken(s string) bool { return identity.IsJoinToken(s) }
 
-func parseToken(s string) (id, secret, caHash string, ok bool) {
-	parts := strings.Split(s, ".")
-	if len(parts) < 2 || len(parts) > 3 || len(parts[0]) != 6 || len(parts[1]) != 16 {
-		return "", "", "", false
-	}
-	if len(parts) == 3 {
-		if len(parts[2]) != 64 {
-			return "", "", "", false
-		}
-		if _, err := hex.DecodeString(parts[2]); err != nil {
-			return "", "", "", false
-		}
-		caHash = "sha256:" + parts[2]
-	}
-	return parts[0], parts[1], caHash, true
-}
+func parseToken(s string) (id, secret, caHash string, ok bool) { return identity.ParseToken(s) }
 
 func tokenErr(format string, args ...any) error {
 	return &coordinator.Error{Code: http.StatusForbidden, Msg: fmt.Sprintf(format, args...)}

@@ -97,10 +97,11 @@ launchd job, a container image, compose and Kubernetes files.`,
 			if len(modelPaths) > 0 {
 				final.Models = nil
 				for _, p := range modelPaths {
-					if p, err = localModel(cmd.Context(), p, cmd.ErrOrStderr()); err != nil {
+					var name string
+					if p, name, err = localModel(cmd.Context(), p, cmd.ErrOrStderr()); err != nil {
 						return err
 					}
-					final.Models = append(final.Models, node.ModelConfig{Path: p, Ctx: modelOpts.Ctx, Threads: modelOpts.Threads, MaxSeqs: modelOpts.MaxSeqs, Queue: modelOpts.Queue, NoPrefixCache: modelOpts.NoPrefixCache})
+					final.Models = append(final.Models, node.ModelConfig{Path: p, Name: name, Ctx: modelOpts.Ctx, Threads: modelOpts.Threads, MaxSeqs: modelOpts.MaxSeqs, Queue: modelOpts.Queue, NoPrefixCache: modelOpts.NoPrefixCache})
 				}
 			}
 			if modelOpts.Threads > 0 {

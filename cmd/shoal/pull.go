@@ -242,17 +242,19 @@ func (p *pullProgress) finish() {
 // localModel turns a --model argument into a GGUF file on this machine: a
 // file path as it is; else a model in the store (qwen2.5-0.5b-instruct:q4_k_m);
 // else a hub reference (Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M), pulled
-// into the store first with its progress on w.
-func localModel(ctx context.Context, arg string, w io.Writer) (string, error) {
+// into the store first with its progress on w. name is the store's name
+// of the model ("" for a file path), which the model is served under: the
+// store's file is named after its sha256.
+func localModel(ctx context.Context, arg string, w io.Writer) (path, name string, err error) {
 	if arg == "" {
-		return "", nil
+		return "", "", nil
 	}
 	if _, err := os.Stat(arg); err == nil {
-		return arg, nil
+		return arg, "", nil
 	}
 	st, err := hub.OpenStore("")
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	var m *hub.Manifest
 	if got, gerr := st.Get(arg); gerr == nil {
@@ -264,18 +266,18 @@ func localModel(ctx context.Context, arg string, w io.Writer) (string, error) {
 		m, err = st.Pull(ctx, arg, hub.PullOptions{Client: c, Progress: prog.update})
 		prog.finish()
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
 	} else {
-		return "", fmt.Errorf("model %q: no such file, no model of that name in the store (shoal pull --list), and not a hub reference (OWNER/REPO[:QUANT])", arg)
+		return "", "", fmt.Errorf("model %q: no such file, no model of that name in the store (shoal pull --list), and not a hub reference (OWNER/REPO[:QUANT])", arg)
 	}
 	if len(m.Parts) > 1 {
 		if m, err = joinSplit(st, m, w, false); err != nil {
-			return "", err
+			return "", "", err
 		}
 	}
-	path, _ := st.LoadPath(*m)
-	return path, nil
+	path, _ = st.LoadPath(*m)
+	return path, m.Name, nil
 }
 
 // joinSplit gives a split model (GGUF parts -0000N-of-0000M) its one-file

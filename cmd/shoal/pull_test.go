@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -150,6 +152,18 @@ func TestRunByHubReference(t *testing.T) {
 	}
 	if _, err := execute(t, "", "run", "--model", "no-such-model", "-p", "x"); err == nil || !strings.Contains(err.Error(), "not a hub reference") {
 		t.Fatalf("unknown model: %v", err)
+	}
+	// A model of the store is served under its store name, not its file's
+	// (sha256-...): by reference, by name; a file keeps its own name.
+	for _, arg := range []string{repo + ":Q8_0", "tiny:q8_0"} {
+		path, name, err := localModel(context.Background(), arg, io.Discard)
+		if err != nil || name != "tiny:q8_0" || filepath.Base(path) != "sha256-"+hubtest.SHA256(body) {
+			t.Errorf("localModel(%q) = %q, %q, %v; want the store's file named tiny:q8_0", arg, path, name, err)
+		}
+	}
+	file := genModel(t, t.TempDir(), "--type", "q8_0")
+	if path, name, err := localModel(context.Background(), file, io.Discard); err != nil || path != file || name != "" {
+		t.Errorf("localModel(a file) = %q, %q, %v", path, name, err)
 	}
 }
 

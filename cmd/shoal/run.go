@@ -36,7 +36,7 @@ to stdout. Timing goes to stderr.
   shoal run --model model.gguf -p "Hi" --seed 7 --top-p 0.9`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path, err := localModel(cmd.Context(), path, cmd.ErrOrStderr())
+			path, _, err := localModel(cmd.Context(), path, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

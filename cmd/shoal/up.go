@@ -50,7 +50,7 @@ model load --nodes' does), a pipeline stage of layers per agent by default
 			o.Log = cmd.ErrOrStderr()
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if o.Model, err = localModel(ctx, o.Model, cmd.ErrOrStderr()); err != nil {
+			if o.Model, o.ModelName, err = localModel(ctx, o.Model, cmd.ErrOrStderr()); err != nil {
 				return err
 			}
 			c, err := localcluster.Start(ctx, o)

@@ -29,12 +29,16 @@ import (
 
 // Options describe the cluster.
 type Options struct {
-	Nodes    int    // agents (servers), 1 or more
-	DataDir  string // holds the model, the secret and one folder per agent
-	Model    string // model file; empty = the built-in model in DataDir
-	BasePort int    // agent i listens on BasePort+10i (HTTP), +1 (QUIC), +2 (gossip)
-	Binary   string // the shoal executable
-	Log      io.Writer
+	Nodes   int    // agents (servers), 1 or more
+	DataDir string // holds the model, the secret and one folder per agent
+	Model   string // model file; empty = the built-in model in DataDir
+	// ModelName is the name the model is served under (default: the
+	// file's name without .gguf); an agent given the model whole gets it
+	// as a model of the store by this name.
+	ModelName string
+	BasePort  int    // agent i listens on BasePort+10i (HTTP), +1 (QUIC), +2 (gossip)
+	Binary    string // the shoal executable
+	Log       io.Writer
 	// Spread runs the model across every agent, a plan pinned to all of
 	// them and loaded through the cluster API (what 'shoal model load
 	// --nodes' does), instead of whole on node-1 (its --model). It applies
@@ -166,6 +170,9 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	c := &Cluster{opts: o, Token: tok, exited: make(chan int, o.Nodes)}
 	c.Model = strings.TrimSuffix(filepath.Base(modelPath), ".gguf")
+	if o.ModelName != "" {
+		c.Model = o.ModelName
+	}
 	c.Endpoint = fmt.Sprintf("http://127.0.0.1:%d/v1", o.port(0, 0))
 	// The model runs on these nodes: every agent when spread (loaded
 	// through the API once the cluster is up), else node-1 (its --model).
@@ -302,7 +309,9 @@ func (c *Cluster) startAgent(i int, modelPath string, whole bool) error {
 			args = append(args, "--join", net.JoinHostPort("127.0.0.1", strconv.Itoa(o.port(j, 1))))
 		}
 	}
-	if whole {
+	if whole && o.ModelName != "" {
+		args = append(args, "--model", o.ModelName) // the store's model: served under its name
+	} else if whole {
 		args = append(args, "--model", modelPath)
 	}
 	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)

@@ -1,12 +1,12 @@
 //go:build linux || darwin
 
-package node
+package fingerprint
 
 import "golang.org/x/sys/unix"
 
-// diskFree returns the bytes free to an unprivileged user on the file
+// DiskFree returns the bytes free to an unprivileged user on the file
 // system of dir.
-func diskFree(dir string) (uint64, bool) {
+func DiskFree(dir string) (uint64, bool) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
 		return 0, false

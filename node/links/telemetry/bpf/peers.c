@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR MIT)
 //
 // Per-peer byte and packet counters for one UDP port (the agent's QUIC
-// port), read by node/telemetry. Four tc classifiers share one map: ingress
+// port), read by node/links/telemetry. Four tc classifiers share one map: ingress
 // and egress, each for interfaces whose packets start with an Ethernet
 // header (ether, loopback, veth, bridges) and for interfaces without a
 // link-layer header (tun, wireguard, ipip). They only read the packet and

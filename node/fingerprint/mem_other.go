@@ -1,6 +1,6 @@
 //go:build !linux && !darwin
 
-package node
+package fingerprint
 
 // memInfo is unknown on this platform.
 func memInfo() (total, free uint64) { return 0, 0 }

@@ -1,4 +1,4 @@
-package node
+package fingerprint
 
 import (
 	"encoding/json"
@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"shoal/coordinator"
 	"shoal/engine/kernels"
 	"shoal/engine/quant"
 )
@@ -30,11 +29,23 @@ const probeFile = "capabilities.json"
 // measured again).
 const probeMethod = "kernels-q8_0-n8,decode-stream"
 
-// ProbeCapabilities measures the machine, reusing the numbers cached in dir
-// when the core count has not changed. d bounds each measurement.
-func ProbeCapabilities(dir, version string, d time.Duration) coordinator.Capabilities {
+// Machine is what this machine offers: memory in bytes (the agent's cgroup
+// limit when lower than the machine's), cores, the GFLOPS and memory GB/s
+// the engine's kernels measured, and what they compute on.
+type Machine struct {
+	MemTotal, MemFree uint64
+	Cores             int
+	GFLOPS            float64
+	MemGBps           float64
+	Accel             string
+}
+
+// Probe measures the machine, reusing the numbers cached in dir
+// (capabilities.json) when the core count and the method have not changed.
+// version is recorded with the numbers. d bounds each measurement.
+func Probe(dir, version string, d time.Duration) Machine {
 	total, free := memInfo()
-	c := coordinator.Capabilities{MemTotal: total, MemFree: free, Cores: runtime.NumCPU(), Accel: accelerator()}
+	c := Machine{MemTotal: total, MemFree: free, Cores: runtime.NumCPU(), Accel: accelerator()}
 	path := filepath.Join(dir, probeFile)
 	var pc probeCache
 	if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &pc) == nil && pc.Cores == c.Cores && pc.GFLOPS > 0 && pc.Method == probeMethod {

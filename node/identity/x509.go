@@ -1,4 +1,4 @@
-package node
+package identity
 
 import (
 	"crypto/ed25519"

@@ -1,4 +1,4 @@
-package node
+package identity
 
 import (
 	"context"
@@ -243,7 +243,7 @@ func (s *bootstrapSet) decide() (*candidate, error) {
 
 // bootstrapIdentity gives a node started with the bootstrap secret (and no
 // identity yet) the cluster's CA and gossip key.
-func (a *Agent) bootstrapIdentity(ctx context.Context) error {
+func (a *joiner) bootstrapIdentity(ctx context.Context) error {
 	if a.cfg.Server && a.cfg.BootstrapExpect == 1 {
 		c, err := newCandidate(a.id, a.cfg.Name)
 		if err != nil {
@@ -272,11 +272,10 @@ func (a *Agent) bootstrapIdentity(ctx context.Context) error {
 		}
 		defer stop()
 	}
-	deadline := time.Now().Add(a.cfg.Tuning.JoinTimeout.or(5 * time.Minute))
+	deadline := time.Now().Add(a.cfg.joinTimeout())
 	var last error
 	for backoff := 50 * time.Millisecond; ; {
-		for _, j := range a.cfg.Join {
-			addr, _ := joinAddr(j)
+		for _, addr := range a.cfg.Join {
 			cands, _ := set.snapshot()
 			ans, err := a.pollBootstrap(ctx, addr, seal, cands)
 			var refused *refusal
@@ -317,7 +316,7 @@ type refusal struct{ msg string }
 
 func (r *refusal) Error() string { return r.msg }
 
-func (a *Agent) pollBootstrap(ctx context.Context, addr string, seal *sealer, cands map[string]*candidate) (*bootstrapAnswer, error) {
+func (a *joiner) pollBootstrap(ctx context.Context, addr string, seal *sealer, cands map[string]*candidate) (*bootstrapAnswer, error) {
 	sealed, err := seal.seal(sealPoll, bootstrapPoll{Time: time.Now().Unix(), From: a.id, Role: a.role, Candidates: cands})
 	if err != nil {
 		return nil, err
@@ -375,7 +374,7 @@ func answerBootstrap(seal *sealer, set *bootstrapSet, final *candidate, sealed [
 // answerWhileBootstrapping listens on the node's QUIC port with a
 // throwaway certificate (the poll's seal is what authenticates) until
 // the agent starts its endpoint.
-func (a *Agent) answerWhileBootstrapping(seal *sealer, set *bootstrapSet) (func(), error) {
+func (a *joiner) answerWhileBootstrapping(seal *sealer, set *bootstrapSet) (func(), error) {
 	if a.cfg.QUICPort == 0 {
 		return func() {}, nil // nobody knows where to poll this node
 	}
@@ -388,7 +387,7 @@ func (a *Agent) answerWhileBootstrapping(seal *sealer, set *bootstrapSet) (func(
 		return nil, err
 	}
 	ep, err := transport.Listen(transport.Config{
-		Bind:     net.JoinHostPort(orDefault(a.cfg.Bind, "0.0.0.0"), strconv.Itoa(a.cfg.QUICPort)),
+		Bind:     net.JoinHostPort(bindOr(a.cfg.Bind), strconv.Itoa(a.cfg.QUICPort)),
 		Identity: ident,
 	})
 	if err != nil {
@@ -413,7 +412,7 @@ func (a *Agent) answerWhileBootstrapping(seal *sealer, set *bootstrapSet) (func(
 }
 
 // adoptCandidate makes the node's identity from the agreed CA.
-func (a *Agent) adoptCandidate(c *candidate) error {
+func (a *joiner) adoptCandidate(c *candidate) error {
 	cert, err := parseCert(c.CACert)
 	if err != nil {
 		return fmt.Errorf("bootstrap: CA certificate: %w", err)
@@ -441,37 +440,10 @@ func (a *Agent) adoptCandidate(c *candidate) error {
 	return nil
 }
 
-// finalCandidate is the answer a running server gives a bootstrap poll.
-func (a *Agent) finalCandidate() (*candidate, error) {
-	key, err := marshalPKCS8(a.ident.CA.Key)
-	if err != nil {
-		return nil, err
+// bindOr is the bind address, all interfaces when none is given.
+func bindOr(bind string) string {
+	if bind == "" {
+		return "0.0.0.0"
 	}
-	return &candidate{NodeID: a.id, Name: a.cfg.Name, CACert: a.ident.CA.DER, CAKey: key, GossipKey: a.gossipKey}, nil
-}
-
-// answerFinal answers a bootstrap poll on a running node: servers that
-// know the bootstrap secret give the cluster's CA while the bootstrap
-// token is valid.
-func (a *Agent) answerFinal(sealed []byte) *joinResponse {
-	if a.srv == nil {
-		return &joinResponse{Err: fmt.Sprintf("agent %s is a client: --join a server", a.cfg.Name), Code: http.StatusBadRequest}
-	}
-	if a.bootstrapSecret == "" {
-		return &joinResponse{Err: fmt.Sprintf("server %s was started without the bootstrap secret", a.cfg.Name), Code: http.StatusServiceUnavailable}
-	}
-	var tok *coordinator.Token
-	a.srv.FSM().View(func(st *coordinator.State) { tok = st.Tokens[coordinator.TokenBootstrap] })
-	if tok != nil && !tok.Valid(time.Now()) {
-		return &joinResponse{Err: "the bootstrap secret was revoked: join with a token from 'shoal token create'", Code: http.StatusForbidden}
-	}
-	seal, err := newSealer(a.bootstrapSecret)
-	if err != nil {
-		return &joinResponse{Err: err.Error(), Code: http.StatusInternalServerError}
-	}
-	final, err := a.finalCandidate()
-	if err != nil {
-		return &joinResponse{Err: err.Error(), Code: http.StatusServiceUnavailable}
-	}
-	return answerBootstrap(seal, nil, final, sealed)
+	return bind
 }

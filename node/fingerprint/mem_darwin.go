@@ -1,4 +1,4 @@
-package node
+package fingerprint
 
 import "golang.org/x/sys/unix"
 

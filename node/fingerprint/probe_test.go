@@ -1,0 +1,48 @@
+package fingerprint
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// TestProbeCache: numbers cached by the same method on the same core count
+// are reused; another method's are measured again, and the new numbers
+// are cached.
+func TestProbeCache(t *testing.T) {
+	dir := t.TempDir()
+	write := func(pc probeCache) {
+		b, err := json.Marshal(pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, probeFile), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(probeCache{Method: probeMethod, Cores: runtime.NumCPU(), GFLOPS: 1234, MemGBps: 56})
+	m := Probe(dir, "v1", time.Millisecond)
+	if m.GFLOPS != 1234 || m.MemGBps != 56 || m.Cores != runtime.NumCPU() || m.Accel == "" {
+		t.Fatalf("cached numbers not reused: %+v", m)
+	}
+
+	write(probeCache{Method: "another", Cores: runtime.NumCPU(), GFLOPS: 1234, MemGBps: 56})
+	m = Probe(dir, "v1", time.Millisecond)
+	if m.GFLOPS == 1234 || m.GFLOPS <= 0 || m.MemGBps <= 0 {
+		t.Fatalf("another method's numbers reused or nothing measured: %+v", m)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, probeFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pc probeCache
+	if err := json.Unmarshal(b, &pc); err != nil {
+		t.Fatal(err)
+	}
+	if pc.Method != probeMethod || pc.Version != "v1" || pc.GFLOPS != m.GFLOPS || pc.MemGBps != m.MemGBps {
+		t.Fatalf("cache %+v does not hold the measured %+v", pc, m)
+	}
+}
