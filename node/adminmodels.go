@@ -328,12 +328,12 @@ func (b *admin) modelInfo(st *coordinator.State, m *coordinator.Model) api.Model
 	}
 	p := st.Plans[m.Name]
 	if p == nil || len(p.Pools) == 0 {
-		info.Status = "planning"
+		info.Status = coordinator.ModelPlanning
 		return info
 	}
 	info.PlanVersion, info.PredictedMsPerToken = p.Version, p.Cost.MsPerToken
 	var total, done uint64
-	ready, verifying, failed := 0, 0, 0
+	var tally coordinator.ShardTally
 	for _, id := range p.Nodes() {
 		si := api.ShardInfo{Node: id, NodeName: id, State: "pending"}
 		if n := st.Nodes[id]; n != nil {
@@ -371,11 +371,11 @@ func (b *admin) modelInfo(st *coordinator.State, m *coordinator.Model) api.Model
 		}
 		switch si.State {
 		case coordinator.ShardReady:
-			ready++
+			tally.Ready++
 		case coordinator.ShardVerifying:
-			verifying++
+			tally.Verifying++
 		case coordinator.ShardFailed:
-			failed++
+			tally.Failed++
 		}
 		total += si.Bytes
 		done += si.Done
@@ -384,28 +384,26 @@ func (b *admin) modelInfo(st *coordinator.State, m *coordinator.Model) api.Model
 	if total > 0 {
 		info.Progress = float64(done) / float64(total)
 	}
-	switch {
-	case failed > 0:
-		info.Status = "degraded"
+	tally.Shards = len(info.Shards)
+	info.Status = coordinator.ModelStatus(m, tally)
+	switch info.Status {
+	case coordinator.ModelDegraded:
 		for _, s := range info.Shards {
 			if s.State == coordinator.ShardFailed {
 				info.Reason = fmt.Sprintf("shard on %s: %s", s.NodeName, s.Error)
 				break
 			}
 		}
-	case m.Unverified && ready+verifying == len(info.Shards):
-		info.Status = "verifying"
+	case coordinator.ModelVerifying:
 		info.Reason = fmt.Sprintf("every node holds its ranges; %s reads the file back from them to check its sha256 against the hub's", info.SourceName)
-	case ready == len(info.Shards) && !m.Unverified:
-		info.Status, info.Progress = "ready", 1
-	default:
-		info.Status = "loading"
+	case coordinator.ModelReady:
+		info.Progress = 1
 	}
-	if info.Status != "ready" && info.Status != "verifying" && info.Copies == 0 {
+	if info.Status != coordinator.ModelReady && info.Status != coordinator.ModelVerifying && info.Copies == 0 {
 		// Without a live node with the file, the shards come only from
 		// the ranges the live nodes' shards hold.
-		if lo, hi, ok := layersHeldByNone(st, m); ok {
-			info.Status = "degraded"
+		if lo, hi, ok := coordinator.LayersHeldByNone(st, m); ok {
+			info.Status = coordinator.ModelDegraded
 			info.Reason = fmt.Sprintf("no live node has the model file (%s) and layers [%d,%d) are in no live node's shard: bring %s back, or load the model again from a node with the file",
 				holdersSummary(info.Holders), lo, hi, info.SourceName)
 		}
@@ -475,32 +473,6 @@ func holdersSummary(hs []api.FileHolder) string {
 		parts = append(parts, "no copy")
 	}
 	return strings.Join(parts, "; ")
-}
-
-// layersHeldByNone returns the first run of m's layers that no live node
-// holds in a ready shard, if any.
-func layersHeldByNone(st *coordinator.State, m *coordinator.Model) (lo, hi int, ok bool) {
-	if m.Layers <= 0 {
-		return 0, 0, false
-	}
-	held := make([]bool, m.Layers)
-	for _, s := range st.Shards {
-		n := st.Nodes[s.Node]
-		if s.Model != m.Name || s.State != coordinator.ShardReady || n == nil || n.Status != coordinator.StatusAlive {
-			continue
-		}
-		for l := max(s.Lo, 0); l < min(s.Hi, m.Layers); l++ {
-			held[l] = true
-		}
-	}
-	for lo = 0; lo < m.Layers && held[lo]; lo++ {
-	}
-	if lo == m.Layers {
-		return 0, 0, false
-	}
-	for hi = lo; hi < m.Layers && !held[hi]; hi++ {
-	}
-	return lo, hi, true
 }
 
 // UnloadModel removes a model, its plan and its shards.

@@ -170,13 +170,13 @@ func (r *replicator) reconcileModel(st *coordinator.State, m *coordinator.Model)
 		r.send(m.Name, coordinator.ModelHolder{Node: r.id, Digest: m.Digest})
 		return
 	}
-	if state == coordinator.HolderNoRoom || !r.chosen(st, m) {
+	if state == coordinator.HolderNoRoom || !coordinator.CopyChosen(st, m, r.id) {
 		return
 	}
 	if t, ok := r.failedAt[m.Digest]; ok && time.Since(t) < r.retry {
 		return
 	}
-	from := wholeHolders(st, m)
+	from := coordinator.WholeHolders(st, m)
 	if len(from) == 0 {
 		return
 	}
@@ -202,63 +202,6 @@ func (r *replicator) reconcileModel(st *coordinator.State, m *coordinator.Model)
 		}
 		r.mu.Unlock()
 	}()
-}
-
-// chosen reports whether this node is among the first nodes that should
-// copy m's file now: the file has fewer live whole holders than m wants,
-// and this node comes early enough among the nodes that may copy it
-// (alive, not draining, without the file, with room as far as is known;
-// by name, those whose copy failed last).
-func (r *replicator) chosen(st *coordinator.State, m *coordinator.Model) bool {
-	need := m.WantReplicas() - len(wholeHolders(st, m))
-	if need <= 0 {
-		return false
-	}
-	var cands []*coordinator.Node
-	for _, n := range st.SortedNodes() {
-		if n.ID == m.SourceNode || !n.Schedulable() || n.RPCAddr == "" {
-			continue
-		}
-		if h := m.Holders[n.ID]; h != nil && (h.State == coordinator.HolderReady || h.State == coordinator.HolderNoRoom) {
-			continue
-		}
-		cands = append(cands, n)
-	}
-	failed := func(n *coordinator.Node) bool {
-		h := m.Holders[n.ID]
-		return h != nil && h.State == coordinator.HolderFailed
-	}
-	sort.SliceStable(cands, func(i, j int) bool { return !failed(cands[i]) && failed(cands[j]) })
-	for i, n := range cands {
-		if i >= need {
-			break
-		}
-		if n.ID == r.id {
-			return true
-		}
-	}
-	return false
-}
-
-// wholeHolders lists the live nodes with m's whole file: the source, then
-// the nodes whose copy is ready, by name.
-func wholeHolders(st *coordinator.State, m *coordinator.Model) []*coordinator.Node {
-	var out []*coordinator.Node
-	alive := func(id string) *coordinator.Node {
-		if n := st.Nodes[id]; n != nil && n.Status == coordinator.StatusAlive && n.RPCAddr != "" {
-			return n
-		}
-		return nil
-	}
-	if n := alive(m.SourceNode); n != nil {
-		out = append(out, n)
-	}
-	for _, n := range st.SortedNodes() {
-		if h := m.Holders[n.ID]; h != nil && h.State == coordinator.HolderReady && n.ID != m.SourceNode && alive(n.ID) != nil {
-			out = append(out, n)
-		}
-	}
-	return out
 }
 
 // send reports this node's copy of model's file in the background, one

@@ -160,7 +160,7 @@ func modelHolders(st *coordinator.State, m *coordinator.Model, self string) []sh
 		seen[id] = true
 	}
 	add(m.SourceNode)
-	for _, n := range wholeHolders(st, m) {
+	for _, n := range coordinator.WholeHolders(st, m) {
 		add(n.ID)
 	}
 	var ready, other []string
