@@ -19,7 +19,7 @@ import (
 // topLevel is every folder the repository may have at its top: one concern
 // each (disagg and deploy arrive with the issues that fill them).
 var topLevel = map[string]bool{
-	"api": true, "cmd": true, "coordinator": true, "deploy": true, "disagg": true, "engine": true, "hub": true,
+	"api": true, "catalog": true, "cmd": true, "coordinator": true, "deploy": true, "disagg": true, "engine": true, "hub": true,
 	"internal": true, "node": true, "parallel": true, "placement": true, "serve": true, "shard": true,
 	"transport": true, "docs": true,
 }
@@ -27,10 +27,12 @@ var topLevel = map[string]bool{
 // mayImport lists, for each top-level folder, the other top-level folders
 // its packages may import; a package may always import from its own
 // folder. Dependencies point one way:
-// cmd → node → {api, coordinator, disagg, parallel, serve, shard, transport} → {engine, placement} → internal;
+// cmd → node → {api, catalog, coordinator, disagg, parallel, serve, shard, transport} → {engine, placement} → internal;
 // hub (models from Hugging Face: resolve, download, verify, the model store)
-// is a leaf beside them that node and cmd use (#25): shard must not speak
-// HTTP, so the hub's byte ranges reach it through node.
+// is a leaf beside them that node, catalog and cmd use (#25): shard must not
+// speak HTTP, so the hub's byte ranges reach it through catalog. catalog
+// (models and their files, #34) acts on the state the coordinator's pure
+// functions read and serves its files over transport.
 var mayImport = map[string][]string{
 	"internal":    {},
 	"deploy":      {},
@@ -45,8 +47,9 @@ var mayImport = map[string][]string{
 	"api":         {"internal"},
 	"parallel":    {"engine", "placement", "shard", "transport", "serve", "internal"},
 	"disagg":      {"engine", "placement", "shard", "transport", "serve", "parallel", "internal"},
-	"node":        {"api", "coordinator", "disagg", "hub", "parallel", "serve", "shard", "transport", "engine", "placement", "internal"},
-	"cmd":         {"node", "api", "coordinator", "disagg", "hub", "parallel", "serve", "shard", "transport", "engine", "placement", "internal"},
+	"catalog":     {"api", "coordinator", "hub", "shard", "transport", "engine", "placement", "internal"},
+	"node":        {"api", "catalog", "coordinator", "disagg", "hub", "parallel", "serve", "shard", "transport", "engine", "placement", "internal"},
+	"cmd":         {"node", "api", "catalog", "coordinator", "disagg", "hub", "parallel", "serve", "shard", "transport", "engine", "placement", "internal"},
 }
 
 // testFixtures lists what tests may import beyond mayImport: a running

@@ -5,17 +5,13 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"net/http"
-	"shoal/hub"
 	"strings"
-	"sync"
 	"time"
 
-	"go.uber.org/zap"
-
 	"shoal/api"
+	"shoal/catalog"
 	"shoal/coordinator"
 	"shoal/internal/nodeaddr"
-	"shoal/shard"
 	"shoal/transport"
 )
 
@@ -23,51 +19,31 @@ import (
 // through the coordinator client and answers in the API's wire types.
 type admin struct {
 	id, name, role string
-	log            *zap.Logger
 	cluster        *coordinator.Client
 	srv            *coordinator.Server         // nil on client agents
 	call           coordinator.Caller          // to servers
-	callNode       coordinator.Caller          // to any node, by a tagged address
 	members        func() []coordinator.Member // this agent's gossip view
 	self           func() api.Member           // this agent as a gossip member
 	caHash         string                      // the cluster CA's hash, carried by join tokens
 	// bootstrapSecret is the servers' shared secret, an API key until
 	// operators create admin keys.
 	bootstrapSecret string
-	files           *fileRegistry
 	runner          api.ClusterRunner
-	// hub makes a hub client (models loaded by hub reference);
-	// shardManifest and keepManifest read and keep the manifests of the
-	// hub files this agent verified (in the shard manager).
-	hub           func() *hub.Client
-	shardManifest func(fileSHA string) ([]byte, bool)
-	keepManifest  func(fileSHA string, raw []byte)
-	// peers reaches the nodes' shard ranges (a hub file read back);
-	// hubChecks the hub models whose check runs here (name → the
-	// unverified manifest's ID).
-	peers     shard.Peers
-	hubMu     sync.Mutex
-	hubChecks map[string]string
-
-	bg   *sync.WaitGroup // the agent's background work (hashing model files)
-	done <-chan struct{} // closed when the agent stops
+	// cat answers for the models: load, list, unload.
+	cat *catalog.Catalog
 }
 
 // newAdmin wires the admin API's backend.
 func (a *Agent) newAdmin() *admin {
 	return &admin{
-		id: a.id, name: a.cfg.Name, role: a.role, log: a.log.Named("admin"),
-		cluster: a.cluster, srv: a.srv, call: serverCaller(a.ep), callNode: nodeCaller(a.ep), members: a.gossip.Members,
+		id: a.id, name: a.cfg.Name, role: a.role,
+		cluster: a.cluster, srv: a.srv, call: serverCaller(a.ep), members: a.gossip.Members,
 		self: func() api.Member {
 			return api.Member{ID: a.id, Name: a.cfg.Name, Addr: a.GossipAddr(), RPCAddr: a.RPCAddr(), Role: a.role,
 				Status: api.StatusAlive, Version: a.cfg.Version, Caps: apiCaps(a.caps)}
 		},
 		caHash: strings.TrimPrefix(transport.CAHash(a.ident.CA.Cert), "sha256:"), bootstrapSecret: a.bootstrapSecret,
-		files: a.files, bg: &a.bg, done: a.done,
-		hub:           a.hubClient,
-		shardManifest: func(sha string) ([]byte, bool) { return a.shards.Manifest(sha) },
-		keepManifest:  func(sha string, raw []byte) { a.shards.KeepManifest(sha, raw) },
-		peers:         peers{a.ep},
+		cat: a.catalog,
 	}
 }
 

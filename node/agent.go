@@ -19,6 +19,7 @@ import (
 
 	"shoal/api"
 	"shoal/api/openai"
+	"shoal/catalog"
 	"shoal/coordinator"
 	"shoal/disagg"
 	"shoal/internal/zapio"
@@ -61,10 +62,10 @@ type Agent struct {
 	advIP   string
 	seeds   []string
 
-	files   *fileRegistry // model files this node has and serves to peers
-	layouts signedLayouts
+	// catalog holds the model files this node has and serves to peers,
+	// the copies it keeps for the cluster and the models it registers.
+	catalog *catalog.Catalog
 	shards  *shard.Manager // the shards the plans give this node
-	copies  *replicator    // the copies of model files this node keeps for the cluster
 
 	par *parallel.Reconciler // members and drivers of the plans this node is in
 	// kvLink carries disaggregated prefill's KV caches (kv streams).
@@ -123,7 +124,6 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		// Advertise no more than the operator allows models to use.
 		a.caps.MemTotal, a.caps.MemFree = min(a.caps.MemTotal, l), min(a.caps.MemFree, l)
 	}
-	a.files = openFileRegistry(cfg.DataDir, a.log)
 	local, err := a.localRequests()
 	if err != nil {
 		return nil, err
@@ -254,6 +254,7 @@ func (a *Agent) start() error {
 	a.cluster = coordinator.NewClient(a.srv, a.gossip, serverCaller(a.ep), a.log)
 	a.cluster.CallNode = nodeCaller(a.ep)
 	a.cluster.Certified = a.certifiedServer
+	a.catalog = a.newCatalog()
 	a.admin = a.newAdmin()
 	a.cluster.KeyOf = api.KeyFrom
 	if a.srv != nil {
@@ -262,7 +263,7 @@ func (a *Agent) start() error {
 	a.join = a.newAdmission()
 	a.registerRPC()
 	a.ep.Handle(transport.KindJoin, a.join.Serve)
-	transport.ServeWeights(a.ep, weightSource{a}, transport.WeightsOptions{})
+	transport.ServeWeights(a.ep, a.catalog.WeightSource(), transport.WeightsOptions{})
 	transport.ServeProbe(a.ep, 0)
 	a.models = openai.NewStaticBackend()
 	if err := a.serveEncoders(); err != nil {
@@ -382,8 +383,8 @@ func (a *Agent) close(graceful bool) {
 		for _, c := range a.encoderClosers {
 			_ = c()
 		}
-		if a.files != nil {
-			a.files.close()
+		if a.catalog != nil {
+			a.catalog.Close()
 		}
 		a.log.Info("agent stopped", zap.Bool("graceful", graceful))
 	})

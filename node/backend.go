@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"shoal/api"
+	"shoal/catalog"
 	"shoal/coordinator"
 	"shoal/node/identity"
 	"shoal/transport"
@@ -16,12 +17,9 @@ import (
 
 // RPC methods of the agent besides the coordinator client's.
 const (
-	methodSeeds     = "Cluster.Seeds"
-	methodStatus    = "Cluster.Status"
-	methodLoadModel = "Models.Load"
-	methodLayout    = "Weights.Layout"
-	methodHoldings  = "Weights.Holdings"
-	methodCheckKey  = "Cluster.CheckKey"
+	methodSeeds    = "Cluster.Seeds"
+	methodStatus   = "Cluster.Status"
+	methodCheckKey = "Cluster.CheckKey"
 )
 
 // checkKeyRequest asks a server whether an API key has a scope: client
@@ -29,14 +27,6 @@ const (
 type checkKeyRequest struct {
 	Key   string    `json:"key"`
 	Scope api.Scope `json:"scope"`
-}
-
-// loadModelRequest is Models.Load's body: a server asking the node that
-// holds a file to register it, or a client agent relaying an operator's
-// request, with the operator's admin key, to a server.
-type loadModelRequest struct {
-	api.LoadModelRequest
-	Key string `json:"key,omitempty"`
 }
 
 // keyGrant is what a server says of a key that has the scope.
@@ -89,8 +79,8 @@ func (a *Agent) registerRPC() {
 		go a.close(true)
 		return nil, nil
 	})
-	a.rpc.Register(methodLoadModel, func(ctx context.Context, p transport.Peer, body json.RawMessage) (any, error) {
-		var req loadModelRequest
+	a.rpc.Register(catalog.MethodLoadModel, func(ctx context.Context, p transport.Peer, body json.RawMessage) (any, error) {
+		var req catalog.LoadRequest
 		if err := json.Unmarshal(body, &req); err != nil {
 			return nil, badRequest("malformed load request")
 		}
@@ -108,8 +98,7 @@ func (a *Agent) registerRPC() {
 		req.Node = "" // a server asks this node to register a file it holds
 		return a.admin.LoadModel(ctx, req.LoadModelRequest)
 	})
-	a.rpc.Register(methodLayout, a.serveLayout)
-	a.rpc.Register(methodHoldings, a.serveHoldings)
+	a.catalog.RegisterRPC(a.rpc)
 }
 
 // clusterPeer is the caller of a cluster method as its certificate and

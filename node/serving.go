@@ -17,6 +17,7 @@ import (
 	"shoal/api"
 	"shoal/api/dashboard"
 	"shoal/api/openai"
+	"shoal/catalog"
 	"shoal/engine/gguf"
 	"shoal/engine/model"
 	"shoal/node/links"
@@ -80,7 +81,7 @@ func (a *Agent) localRequests() ([]api.LoadModelRequest, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := checkModelFile(path); err != nil {
+		if err := catalog.CheckModelFile(path); err != nil {
 			return nil, fmt.Errorf("--model %s: %v: give the path of a GGUF file", path, err)
 		}
 		f, err := gguf.Open(path)
@@ -120,7 +121,7 @@ func (a *Agent) registerLocal(reqs []api.LoadModelRequest) {
 	for _, req := range reqs {
 		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, err := a.admin.registerModel(ctx, req, []string{a.id})
+			_, err := a.catalog.RegisterFile(ctx, req, []string{a.id})
 			cancel()
 			if err == nil {
 				break

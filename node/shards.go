@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"shoal/catalog"
 	"shoal/coordinator"
 	"shoal/disagg"
 	"shoal/parallel"
@@ -24,13 +25,11 @@ const ShardsDir = "shards"
 func (a *Agent) startServing() {
 	a.pub = &publisher{models: a.models, owner: a.cfg.Name, options: a.serveOptions, scheds: map[string]*serve.Scheduler{}}
 	a.shards = shard.NewManager(shard.ManagerConfig{
-		Dir: filepath.Join(a.cfg.DataDir, ShardsDir), Files: a.files, Peers: peers{a.ep},
+		Dir: filepath.Join(a.cfg.DataDir, ShardsDir), Files: a.catalog.Files(), Peers: a.catalog.Peers(),
 		Report: a.reportShards, Log: a.log,
 		BeforeRelease: func(key string) { a.par.DropMember(key) },
-		Origin:        func(origin string) shard.RangeFetcher { return newHubFetcher(a.hubClient(), origin) },
+		Origin:        a.catalog.HubRanges,
 	})
-	a.copies = newReplicator(a.id, a.cfg.DataDir, a.files, peers{a.ep}, a.cfg.DiskLimit, a.log.Named("copies"))
-	a.copies.report = a.reportHolder
 	host := parallel.NewHost(a.ep, a.rpc, transport.NewMailbox(a.ep, transport.MailboxOptions{}))
 	// Disaggregated plans stream prompts' KV caches between the pools'
 	// members on the endpoint's kv streams.
@@ -61,13 +60,12 @@ func (a *Agent) servingLoop() {
 			a.noteRevoked(st)
 			a.noteState(st)
 			a.shards.Reconcile(wantedShards(st, a.id))
-			a.par.Reconcile(planView(st, a.admin.modelInfo, a.localModel))
-			a.copies.reconcile(st)
-			a.admin.resumeHubChecks(st)
+			a.par.Reconcile(planView(st, a.catalog.ModelInfo, a.localModel))
+			a.catalog.Reconcile(st)
 		}
 		select {
 		case <-a.done:
-			a.copies.close()
+			a.catalog.StopCopies()
 			a.par.Close() // before the shards unmap
 			a.shards.Close()
 			return
@@ -104,7 +102,7 @@ func wantedShards(st *coordinator.State, node string) []shard.Want {
 		var src shard.Peer
 		origin := ""
 		if m.Hub != nil {
-			origin = hubOrigin(m.Hub) // the source node has no file
+			origin = catalog.HubOrigin(m.Hub) // the source node has no file
 		} else if n := st.Nodes[m.SourceNode]; n != nil {
 			src = shard.Peer{ID: n.ID, Name: n.Name, Addr: n.RPCAddr}
 			if n.Status != coordinator.StatusAlive {
@@ -127,11 +125,6 @@ func (a *Agent) reportShards(s shard.Status) error {
 		Node: a.id, Model: s.Model, Lo: s.Lo, Hi: s.Hi, PlanVersion: s.PlanVersion, State: s.State, Error: s.Error,
 		Bytes: s.Bytes, Done: s.Done, Fetched: s.Fetched, Refetched: s.Refetched, Source: s.Source, UpdatedAt: time.Now().UTC(),
 	}})
-}
-
-// reportHolder records this node's copy of a model's file in the state.
-func (a *Agent) reportHolder(ctx context.Context, model string, h coordinator.ModelHolder) error {
-	return a.cluster.Apply(ctx, coordinator.ModelHolderType|coordinator.IgnoreUnknownTypeFlag, coordinator.ModelHolderRequest{Model: model, Holder: h})
 }
 
 // modelHolders lists the live nodes other than self that may hold ranges of

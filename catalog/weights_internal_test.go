@@ -1,4 +1,4 @@
-package node
+package catalog
 
 import (
 	"bytes"
@@ -84,7 +84,7 @@ func (r *udpRelay) addr() string { return r.front.LocalAddr().String() }
 type weightsFixture struct {
 	path   string
 	sha    string
-	source *Agent // serves the file: weights stream and Weights.Layout
+	source *Catalog // serves the file: weights stream and Weights.Layout
 	srcEP  *transport.Endpoint
 	client *transport.Endpoint
 	relay  *udpRelay
@@ -118,22 +118,22 @@ func newWeightsFixture(t *testing.T, corrupt *corruptingSource) *weightsFixture 
 		return ep
 	}
 	f := &weightsFixture{path: path, sha: sha, srcEP: listen("source", transport.RoleServer), client: listen("fetcher", transport.RoleClient)}
-	a := &Agent{cfg: Config{Name: "source", DataDir: dir}, ep: f.srcEP, log: zap.NewNop()}
-	a.files = openFileRegistry(dir, a.log)
-	t.Cleanup(a.files.close)
+	c := &Catalog{name: "source", log: zap.NewNop()}
+	c.files = openFileRegistry(dir, c.log)
+	t.Cleanup(c.files.close)
 	st, _ := os.Stat(path)
-	if err := a.files.add(sha, path, st); err != nil {
+	if err := c.files.add(sha, path, st); err != nil {
 		t.Fatal(err)
 	}
-	a.rpc = transport.NewRPCServer(f.srcEP, transport.KindRPC, 10*time.Second)
-	a.rpc.Register(methodLayout, a.serveLayout)
-	var src transport.WeightSource = a.files
+	rpc := transport.NewRPCServer(f.srcEP, transport.KindRPC, 10*time.Second)
+	rpc.Register(MethodLayout, c.serveLayout)
+	var src transport.WeightSource = c.files
 	if corrupt != nil {
-		corrupt.inner = a.files
+		corrupt.inner = c.files
 		src = corrupt
 	}
 	transport.ServeWeights(f.srcEP, src, transport.WeightsOptions{})
-	f.source = a
+	f.source = c
 	f.relay = newRelay(t, f.srcEP.Addr())
 	return f
 }

@@ -1,4 +1,4 @@
-package node
+package catalog
 
 import (
 	"bytes"
@@ -69,7 +69,7 @@ func TestReplicaVerifiedBeforeReported(t *testing.T) {
 
 	dir := t.TempDir()
 	reg := openFileRegistry(dir, zap.NewNop())
-	r := newReplicator("me", dir, reg, peers, 0, zap.NewNop())
+	r := newReplicator("me", dir, reg, peers, 0, nil, zap.NewNop())
 	r.retry = 0
 	var mu sync.Mutex
 	var reports []coordinator.ModelHolder
@@ -163,7 +163,7 @@ func TestReplicaVerifiedBeforeReported(t *testing.T) {
 	reg.close()
 	reg = openFileRegistry(dir, zap.NewNop())
 	defer func() { reg.close() }()
-	r = newReplicator("me", dir, reg, peers, 0, zap.NewNop())
+	r = newReplicator("me", dir, reg, peers, 0, nil, zap.NewNop())
 	r.report = func(context.Context, string, coordinator.ModelHolder) error { t.Error("reported again"); return nil }
 	if lp, ok := reg.LocalPath(sha); !ok || filepath.Dir(lp) != filepath.Join(dir, ReplicasDir) {
 		t.Fatalf("after a restart: %q %v", lp, ok)
@@ -193,7 +193,7 @@ func TestReplicaVerifiedBeforeReported(t *testing.T) {
 	r.close()
 
 	// Without the disk: no-room, once.
-	r = newReplicator("me", dir, reg, peers, uint64(len(good)), zap.NewNop())
+	r = newReplicator("me", dir, reg, peers, uint64(len(good)), nil, zap.NewNop())
 	var noRoom []coordinator.ModelHolder
 	r.report = func(_ context.Context, _ string, h coordinator.ModelHolder) error {
 		mu.Lock()
