@@ -21,13 +21,14 @@ import (
 var topLevel = map[string]bool{
 	"api": true, "catalog": true, "cmd": true, "coordinator": true, "deploy": true, "disagg": true, "engine": true, "hub": true,
 	"internal": true, "node": true, "parallel": true, "placement": true, "serve": true, "shard": true,
-	"transport": true, "docs": true,
+	"transport": true, "docs": true, "gateway": true,
 }
 
 // mayImport lists, for each top-level folder, the other top-level folders
 // its packages may import; a package may always import from its own
 // folder. Dependencies point one way:
-// cmd → node → {api, catalog, coordinator, disagg, parallel, serve, shard, transport} → {engine, placement} → internal;
+// cmd → node → {api, catalog, coordinator, disagg, gateway, parallel, serve, shard, transport} → {engine, placement} → internal
+// (gateway, the request path to a model's driver, sits on api/openai and transport);
 // hub (models from Hugging Face: resolve, download, verify, the model store)
 // is a leaf beside them that node, catalog and cmd use (#25): shard must not
 // speak HTTP, so the hub's byte ranges reach it through catalog. catalog
@@ -48,8 +49,9 @@ var mayImport = map[string][]string{
 	"parallel":    {"engine", "placement", "shard", "transport", "serve", "internal"},
 	"disagg":      {"engine", "placement", "shard", "transport", "serve", "parallel", "internal"},
 	"catalog":     {"api", "coordinator", "hub", "shard", "transport", "engine", "placement", "internal"},
-	"node":        {"api", "catalog", "coordinator", "disagg", "hub", "parallel", "serve", "shard", "transport", "engine", "placement", "internal"},
-	"cmd":         {"node", "api", "catalog", "coordinator", "disagg", "hub", "parallel", "serve", "shard", "transport", "engine", "placement", "internal"},
+	"gateway":     {"api", "transport", "engine", "internal"},
+	"node":        {"api", "catalog", "coordinator", "disagg", "gateway", "hub", "parallel", "serve", "shard", "transport", "engine", "placement", "internal"},
+	"cmd":         {"node", "api", "catalog", "coordinator", "disagg", "gateway", "hub", "parallel", "serve", "shard", "transport", "engine", "placement", "internal"},
 }
 
 // testFixtures lists what tests may import beyond mayImport: a running
@@ -63,6 +65,7 @@ var testFixtures = map[string][]string{
 	"engine":      {"placement", "shard"},
 	"coordinator": {"transport"},
 	"docs":        {"hub"},
+	"gateway":     {"node", "serve"},
 }
 
 // partsOf lists folders whose subpackages are parts of the package there:

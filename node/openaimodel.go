@@ -19,6 +19,13 @@ func NewOpenAIModel(name, owner string, sched *serve.Scheduler, tok *tokenizer.T
 		Constrainer: newConstrainer(tok), Created: time.Now(), OwnedBy: owner}
 }
 
+// OpenAIVocab is tok's vocabulary and chatTemplate as the endpoint sees
+// them: the tokenizer, and the constrainer that compiles grammars for it.
+// The gateway builds a model another agent drives from them.
+func OpenAIVocab(tok *tokenizer.Tokenizer, chatTemplate string) (openai.Tokenizer, openai.Constrainer) {
+	return openAITokenizer{tok, chatTemplate}, newConstrainer(tok)
+}
+
 // schedulerOf returns the scheduler m runs on (nil if none).
 func schedulerOf(m *openai.Model) *serve.Scheduler {
 	if s, ok := m.Submitter.(schedSubmitter); ok {

@@ -1,6 +1,11 @@
 package transport
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/quic-go/quic-go"
+)
 
 // Kind is the first byte of every stream and selects its handler.
 type Kind byte
@@ -15,7 +20,8 @@ const (
 	KindKV          Kind = 6
 	KindWeights     Kind = 7
 	KindProbe       Kind = 8
-	KindForward     Kind = 9 // an HTTP request passed to the agent serving its model
+	KindForward     Kind = 9  // an HTTP request passed to the agent serving its model
+	KindGateway     Kind = 10 // a tokenized generation passed to a model's driver (gateway/)
 )
 
 func (k Kind) String() string {
@@ -38,6 +44,15 @@ func (k Kind) String() string {
 		return "probe"
 	case KindForward:
 		return "forward"
+	case KindGateway:
+		return "gateway"
 	}
 	return fmt.Sprintf("kind(%d)", byte(k))
+}
+
+// IsUnknownKind reports whether err is a peer's refusal of a stream of a
+// kind it has no handler for (an agent of an older version).
+func IsUnknownKind(err error) bool {
+	var se *quic.StreamError
+	return errors.As(err, &se) && se.Remote && se.ErrorCode == codeUnknownKind
 }

@@ -90,9 +90,7 @@ func (r *genRequest) compileGrammar() *apiError {
 	gbnf, param, trigger, tok := r.grammar, r.grammarParam, r.trigger, r.model.Tokenizer
 	r.constrain = func() (Constraint, *apiError) {
 		if trigger != "" {
-			return &lazyConstraint{tok: tok, trigger: []byte(trigger), start: func(prefix []byte) (Constraint, error) {
-				return cons.Grammar(gbnf, prefix)
-			}}, nil
+			return newLazyConstraint(cons, tok, gbnf, trigger), nil
 		}
 		if first != nil {
 			c := first
@@ -113,6 +111,7 @@ func (r *genRequest) compileGrammar() *apiError {
 // holds it to the grammar from the trigger on.
 type lazyConstraint struct {
 	tok     Tokenizer
+	gbnf    string // the grammar from the trigger on (for Spec)
 	trigger []byte
 	start   func(prefix []byte) (Constraint, error)
 	text    []byte // the answer so far (its tail, before the trigger)

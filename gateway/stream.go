@@ -1,0 +1,188 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"shoal/api/openai"
+	"shoal/transport"
+)
+
+// remoteSubmitter passes a model's generations to its driver.
+type remoteSubmitter struct{ rm *remoteModel }
+
+func (s remoteSubmitter) Capacity() int { return int(s.rm.capacity.Load()) }
+
+// Submit sends req to the model's driver. The generation's state stays
+// here (Request plus the tokens that came back), so a generation whose
+// driver is lost before it ends is sent again from where it was.
+func (s remoteSubmitter) Submit(ctx context.Context, req openai.Request) (openai.Stream, error) {
+	con, ok := wireConstraint(req.Constraint)
+	if !ok {
+		return nil, fmt.Errorf("%w: the request's constraint cannot be passed to the driver", openai.ErrBadInput)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	rs := &remoteStream{ctx: ctx, cancel: cancel, rm: s.rm, req: Request{Op: OpGenerate, Model: s.rm.name, Vocab: s.rm.digest,
+		Prompt: req.Prompt, MaxTokens: max(req.MaxTokens, 0), Sampling: req.Sampling, Logprobs: req.Logprobs,
+		TopLogprobs: req.TopLogprobs, Constraint: con}}
+	if err := rs.connect(false); err != nil {
+		cancel()
+		return nil, err
+	}
+	return rs, nil
+}
+
+// remoteStream reads a generation's events from its driver, and sends
+// the generation again when the driver is lost.
+type remoteStream struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	rm     *remoteModel
+	req    Request // Generated grows with each token
+	st     *transport.Stream
+	stop   func() bool // ends the reset of st when ctx ends
+	to     Target
+	tries  int // resubmissions made
+}
+
+// Cancel ends the context, which resets the driver's stream.
+func (s *remoteStream) Cancel() { s.cancel() }
+
+// retryable reports whether a generation that failed with err may be
+// sent again, possibly to another driver: its driver was lost, or no
+// longer drives the model. A refusal of the request itself (the queue is
+// full, the prompt too long, another vocabulary) is not.
+func retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Class == classClosed || e.Class == classNotServing || e.Class == classNoModel
+	}
+	return !errors.Is(err, ErrUnsupported)
+}
+
+// connect sends the generation's state to the model's driver as the
+// route names it, trying again while the failure is retryable and
+// resubmissions are left (again: the driver was lost mid-stream, so
+// every try waits first).
+func (s *remoteStream) connect(again bool) error {
+	cfg := s.rm.c.cfg
+	var last error
+	for {
+		if again {
+			if s.tries >= cfg.Resubmits {
+				return fmt.Errorf("the driver of model %s was lost after %d generated tokens and %d resubmissions failed: %w",
+					s.req.Model, len(s.req.Generated), s.tries, last)
+			}
+			wait := min(cfg.Backoff<<s.tries, 2*time.Second)
+			s.tries++
+			select {
+			case <-s.ctx.Done():
+				return s.ctx.Err()
+			case <-time.After(wait):
+			}
+		}
+		again = true
+		to, ok := cfg.Route(s.req.Model)
+		if !ok {
+			last = &Error{Class: classNotServing, Msg: fmt.Sprintf("model %s has no driver now", s.req.Model)}
+			continue
+		}
+		st, h, err := s.rm.c.call(s.ctx, to, s.req)
+		if err == nil {
+			s.st, s.to = st, to
+			s.stop = context.AfterFunc(s.ctx, func() { reset(st) })
+			if h.Capacity > 0 {
+				s.rm.capacity.Store(int64(h.Capacity))
+			}
+			if s.tries > 0 {
+				zap.L().Named("gateway").Info("generation resubmitted", zap.String("model", s.req.Model), zap.String("driver", to.Node),
+					zap.Int("generated", len(s.req.Generated)), zap.Int("try", s.tries))
+			}
+			return nil
+		}
+		if s.ctx.Err() != nil {
+			return s.ctx.Err()
+		}
+		var e *Error
+		if errors.As(err, &e) && e.Class == classVocab {
+			s.rm.c.forget(s.rm) // the next request fetches the new one
+		}
+		if !retryable(err) {
+			return err
+		}
+		last = err
+	}
+}
+
+// Next returns the next event. A stream cut before its final event (the
+// driver or its connection went away, or it stopped driving the model)
+// is resubmitted with the tokens it has, and reading goes on from the
+// new driver's first token.
+func (s *remoteStream) Next() (openai.Event, error) {
+	for {
+		if s.st == nil {
+			if s.req.MaxTokens > 0 && len(s.req.Generated) >= s.req.MaxTokens {
+				return openai.Event{Done: true, Reason: "length", Generated: len(s.req.Generated)}, nil
+			}
+			if err := s.connect(true); err != nil {
+				return openai.Event{}, err
+			}
+		}
+		ev, err := s.read()
+		if err == nil {
+			if !ev.Done {
+				s.req.Generated = append(s.req.Generated, ev.Token)
+				return ev, nil
+			}
+			if ev.Reason != "error" || !retryable(ev.Err) {
+				s.end()
+				return ev, nil
+			}
+			err = ev.Err
+		}
+		if s.ctx.Err() != nil {
+			s.end()
+			return openai.Event{}, s.ctx.Err()
+		}
+		zap.L().Named("gateway").Warn("generation cut", zap.String("model", s.req.Model), zap.String("driver", s.to.Node),
+			zap.Int("generated", len(s.req.Generated)), zap.Error(err))
+		s.stop()
+		reset(s.st)
+		s.st = nil
+	}
+}
+
+// end releases the stream of a generation that ended.
+func (s *remoteStream) end() {
+	if s.st != nil {
+		s.stop()
+		s.st.Close()
+		s.st = nil
+	}
+}
+
+// read reads one event frame.
+func (s *remoteStream) read() (openai.Event, error) {
+	b, err := transport.ReadFrame(s.st, maxEvent)
+	if err != nil {
+		return openai.Event{}, err
+	}
+	var we wireEvent
+	if err := json.Unmarshal(b, &we); err != nil {
+		return openai.Event{}, fmt.Errorf("malformed event from the driver: %w", err)
+	}
+	ev := openai.Event{Token: we.Token, Logprob: we.Logprob, Done: we.Done, Reason: we.Reason, Err: we.Err.err(),
+		Generated: we.Generated, Cached: we.Cached}
+	for _, c := range we.Top {
+		ev.Top = append(ev.Top, openai.Candidate{Token: c.Token, Logprob: c.Logprob})
+	}
+	return ev, nil
+}
