@@ -19,6 +19,7 @@ import (
 type Target struct {
 	Addr string // its QUIC address
 	Node string // its node ID, which its certificate must name ("": any)
+	Name string // its node name, for messages
 }
 
 // Config of a Client.
@@ -106,14 +107,19 @@ func (c *Client) Model(ctx context.Context, name string) (*openai.Model, error) 
 	return rm.model, nil
 }
 
-// Cached is the model called name if its vocabulary is here.
+// Cached is the model called name if its vocabulary is here and the
+// route names a driver for it now.
 func (c *Client) Cached(name string) (*openai.Model, bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if rm := c.models[name]; rm != nil {
-		return rm.model, true
+	rm := c.models[name]
+	c.mu.Unlock()
+	if rm == nil {
+		return nil, false
 	}
-	return nil, false
+	if _, ok := c.cfg.Route(name); !ok {
+		return nil, false
+	}
+	return rm.model, true
 }
 
 // forget drops rm (its driver has another vocabulary now).

@@ -109,7 +109,7 @@ type route struct {
 
 func (r *route) set(ep *transport.Endpoint) {
 	r.mu.Lock()
-	r.to = gateway.Target{Addr: ep.Addr().String(), Node: ep.Identity().ID}
+	r.to = gateway.Target{Addr: ep.Addr().String(), Node: ep.Identity().ID, Name: ep.Identity().ID}
 	r.mu.Unlock()
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"time"
 
 	"go.uber.org/zap"
@@ -78,8 +80,7 @@ func (s *remoteStream) connect(again bool) error {
 	for {
 		if again {
 			if s.tries >= cfg.Resubmits {
-				return fmt.Errorf("the driver of model %s was lost after %d generated tokens and %d resubmissions failed: %w",
-					s.req.Model, len(s.req.Generated), s.tries, last)
+				return s.lost(last)
 			}
 			wait := min(cfg.Backoff<<s.tries, 2*time.Second)
 			s.tries++
@@ -92,9 +93,12 @@ func (s *remoteStream) connect(again bool) error {
 		again = true
 		to, ok := cfg.Route(s.req.Model)
 		if !ok {
-			last = &Error{Class: classNotServing, Msg: fmt.Sprintf("model %s has no driver now", s.req.Model)}
+			if last == nil { // else the lost driver's failure says more
+				last = &Error{Class: classNotServing, Msg: fmt.Sprintf("model %s has no driver now", s.req.Model)}
+			}
 			continue
 		}
+		s.to = to
 		st, h, err := s.rm.c.call(s.ctx, to, s.req)
 		if err == nil {
 			s.st, s.to = st, to
@@ -120,6 +124,27 @@ func (s *remoteStream) connect(again bool) error {
 		}
 		last = err
 	}
+}
+
+// lost is the error of a generation given up after its tries: the last
+// driver's refusal, or a 502 (504 when it timed out) that says how far it
+// got.
+func (s *remoteStream) lost(last error) error {
+	var e *Error
+	if errors.As(last, &e) && len(s.req.Generated) == 0 {
+		return last
+	}
+	status := http.StatusBadGateway
+	var ne net.Error
+	if errors.Is(last, context.DeadlineExceeded) || errors.As(last, &ne) && ne.Timeout() {
+		status = http.StatusGatewayTimeout
+	}
+	msg := fmt.Sprintf("the agent driving model %s (%s) did not answer: %v", s.req.Model, s.to.Name, last)
+	if len(s.req.Generated) > 0 {
+		msg = fmt.Sprintf("the driver of model %s was lost after %d generated tokens and %d resubmissions failed (last: %s): %v",
+			s.req.Model, len(s.req.Generated), s.tries, s.to.Name, last)
+	}
+	return &Error{Status: status, Msg: msg}
 }
 
 // Next returns the next event. A stream cut before its final event (the

@@ -274,6 +274,7 @@ func (a *Agent) start() error {
 		return err
 	}
 	a.fwd = a.newForwarder()
+	a.startGateway()
 	a.http = newHTTPServer(a.httpHandler(), a.cfg.Tuning.HTTPBody.or(httpBodyTimeout), a.log)
 	a.fwd.serve(a.http.Handler) // requests peers pass on take the same routes
 	if a.https != nil {

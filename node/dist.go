@@ -10,6 +10,7 @@ import (
 	"shoal/api/openai"
 	"shoal/coordinator"
 	"shoal/engine/tokenizer"
+	"shoal/gateway"
 	"shoal/parallel"
 	"shoal/serve"
 	"shoal/transport"
@@ -44,6 +45,7 @@ type publisher struct {
 	mu      sync.Mutex
 	scheds  map[string]*serve.Scheduler // by model
 	engines map[string]*parallel.Engine // of the models run across nodes, by model
+	served  map[string]gateway.Served   // as the gateway serves them to other agents, by model
 }
 
 // Publish implements parallel.Publisher.
@@ -62,6 +64,8 @@ func (p *publisher) Publish(name string, s parallel.Servable) error {
 		return err
 	}
 	tpl, _ := s.Meta.String("tokenizer.chat_template")
+	m := NewOpenAIModel(name, p.owner, sc, tok, tpl)
+	sv, svErr := gateway.NewServed(m, s.Meta)
 	p.mu.Lock()
 	p.scheds[name] = sc
 	if p.engines == nil {
@@ -71,9 +75,29 @@ func (p *publisher) Publish(name string, s parallel.Servable) error {
 	if s.Runner == nil && s.Engine != nil {
 		p.engines[name] = s.Engine
 	}
+	if svErr == nil {
+		if p.served == nil {
+			p.served = map[string]gateway.Served{}
+		}
+		p.served[name] = sv
+	} else {
+		delete(p.served, name) // other agents pass its requests over HTTP
+	}
 	p.mu.Unlock()
-	p.models.Set(NewOpenAIModel(name, p.owner, sc, tok, tpl))
+	p.models.Set(m)
 	return nil
+}
+
+// gatewayModel is model name as the gateway serves it to other agents:
+// the model this node publishes now, with its vocabulary.
+func (p *publisher) gatewayModel(name string) (gateway.Served, bool) {
+	p.mu.Lock()
+	sv, ok := p.served[name]
+	p.mu.Unlock()
+	if m, live := p.models.Model(name); !ok || !live || m != sv.Model {
+		return gateway.Served{}, false
+	}
+	return sv, true
 }
 
 // Withdraw implements parallel.Publisher.
@@ -82,6 +106,7 @@ func (p *publisher) Withdraw(name string) {
 	sc := p.scheds[name]
 	delete(p.scheds, name)
 	delete(p.engines, name)
+	delete(p.served, name)
 	p.mu.Unlock()
 	if sc == nil {
 		return

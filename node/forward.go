@@ -16,6 +16,7 @@ import (
 
 	"shoal/api"
 	"shoal/coordinator"
+	"shoal/gateway"
 	"shoal/parallel"
 	"shoal/transport"
 )
@@ -44,6 +45,9 @@ type forwarder struct {
 	// keepAlive is the idle interval of forwarded streams (0: the
 	// OpenAI endpoint's default).
 	keepAlive time.Duration
+	// gw passes completions to drivers as tokens (gateway.go); nil: as
+	// HTTP only.
+	gw *gateway.Client
 }
 
 // routeSource says where the driver of each planned model runs.
@@ -206,6 +210,9 @@ func (f *forwarder) toDistDriver(w http.ResponseWriter, r *http.Request, rt para
 			return
 		}
 		addr = f.rpcAddr(rt.Node)
+		if addr != "" && f.viaGateway(w, r, local, rt.Model) {
+			return
+		}
 	}
 	if addr == "" {
 		// A plan being (re)loaded is ready in seconds: clients that

@@ -45,10 +45,11 @@ func post(t *testing.T, url, body string) (int, string) {
 	return request(t, tc.Secret, "POST", url, body)
 }
 
-// TestForwardToServingAgent: a server that holds no model accepts OpenAI
-// requests for a model another agent serves, lists it in /v1/models, and
-// passes completions (plain and streamed) through to that agent.
-func TestForwardToServingAgent(t *testing.T) {
+// servingElsewhere starts a cluster of one server that holds no model
+// and an agent gpu-box that serves model tiny; it returns them and the
+// server's HTTP address, once the server lists tiny.
+func servingElsewhere(t *testing.T) (*tc.Cluster, *node.Agent, string) {
+	t.Helper()
 	c := tc.New(t, 1)
 	cfg := node.Config{Name: "gpu-box", DataDir: filepath.Join(t.TempDir(), "gpu"), Bind: "127.0.0.1",
 		GossipPort: tc.FreeGossipPort(t), QUICPort: tc.FreeUDPPort(t), Token: tc.Secret, Version: "test", Tuning: tc.Tuning,
@@ -62,7 +63,7 @@ func TestForwardToServingAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Shutdown(false)
+	t.Cleanup(func() { a.Shutdown(false) })
 	front := "http://" + c.Members[0].Agent.HTTPAddr()
 
 	deadline := time.Now().Add(20 * time.Second)
@@ -87,6 +88,14 @@ func TestForwardToServingAgent(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	return c, a, front
+}
+
+// TestForwardToServingAgent: a server that holds no model accepts OpenAI
+// requests for a model another agent serves, lists it in /v1/models, and
+// passes completions (plain and streamed) through to that agent.
+func TestForwardToServingAgent(t *testing.T) {
+	c, a, front := servingElsewhere(t)
 	code, body := post(t, front+"/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`)
 	if code != 200 || !strings.Contains(body, `"completion_tokens":5`) {
 		t.Fatalf("forwarded chat: %d %s", code, body)

@@ -20,6 +20,7 @@ import (
 	"shoal/catalog"
 	"shoal/engine/gguf"
 	"shoal/engine/model"
+	"shoal/gateway"
 	"shoal/node/links"
 	"shoal/parallel"
 	"shoal/serve"
@@ -162,7 +163,7 @@ func (a *Agent) serveOptions(name string, s parallel.Servable) serve.Options {
 func (a *Agent) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	recent := dashboard.NewRecent(dashboard.DefaultRecent)
-	oai := openai.NewHandler(a.models, openai.Options{
+	oai := openai.NewHandler(frontBackend{local: a.models, gw: func() *gateway.Client { return a.fwd.gw }}, openai.Options{
 		CheckKey: a.admin.InferenceKey,
 		Observer: dashboard.MultiObserver{a.observer, recent},
 		Log:      a.log.Named("openai"),
