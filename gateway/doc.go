@@ -9,6 +9,16 @@
 // resubmitted, from the tokens it has, to the model's driver as the route
 // then names it (request migration): the client sees one stream.
 //
+// What a resubmission keeps: a greedy generation (temperature 0) goes on
+// with exactly the tokens the lost driver would have produced, the
+// constraint replayed to the same state (tested). A sampled one keeps its
+// settings and seed, but not the random generator's position: the new
+// driver draws the rest from the seed's start, so the continuation is a
+// valid sample of the same distribution, not the one the lost driver
+// would have drawn. Repetition penalties look at prompt and generated
+// tokens alike (serve's window), so they see the same tokens after a
+// resubmission. Prefix-cache hits (Event.Cached) are the last driver's.
+//
 // It owns the wire format of those calls (wire.go), the driver's side
 // (Server) and the front's (Client). It must not parse HTTP or write SSE
 // (api/openai does, once, on the front agent), run models (the driver's

@@ -144,7 +144,21 @@ func remote(t *testing.T, ca *transport.CA, a *transport.Endpoint) (*route, *ope
 // > 0) it calls cut. It returns the tokens and the final event.
 func generate(t *testing.T, m *openai.Model, n, cutAt int, cut func()) ([]int32, openai.Event) {
 	t.Helper()
-	st, err := m.Submitter.Submit(context.Background(), openai.Request{Prompt: prompt, MaxTokens: n, Sampling: openai.Sampling{Temperature: 0, Seed: 7}})
+	return generateWith(t, m, nil, n, cutAt, cut)
+}
+
+// generateWith is generate held to the GBNF grammar gbnf ("": free).
+func generateWith(t *testing.T, m *openai.Model, gbnf *string, n, cutAt int, cut func()) ([]int32, openai.Event) {
+	t.Helper()
+	req := openai.Request{Prompt: prompt, MaxTokens: n, Sampling: openai.Sampling{Temperature: 0, Seed: 7}}
+	if gbnf != nil {
+		c, err := m.Constrainer.Grammar(*gbnf, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Constraint = c
+	}
+	st, err := m.Submitter.Submit(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,12 +200,32 @@ func TestResubmitAfterCut(t *testing.T) {
 	a, _ := driver(t, ca, "driver-a", path)
 	b, atB := driver(t, ca, "driver-b", path)
 	rt, m := remote(t, ca, a)
+	for _, c := range []struct {
+		name string
+		gbnf *string
+	}{{"free", nil}, {"constrained", &lowercase}} {
+		if a == nil { // the last run lost a: b drives, a fresh driver stands by
+			fresh, atFresh := driver(t, ca, "driver-"+c.name, path)
+			a, b, atB = b, fresh, atFresh
+			rt.set(a)
+		}
+		t.Run(c.name, func(t *testing.T) { resubmitAfterCut(t, rt, m, a, b, atB, c.gbnf) })
+		a = nil
+	}
+}
+
+// lowercase is a grammar that allows only lowercase words.
+var lowercase = `root ::= [a-z]+ (" " [a-z]+)*`
+
+// resubmitAfterCut runs a greedy generation on a, then the same cut after
+// a few tokens, with b taking over; the texts must be the same.
+func resubmitAfterCut(t *testing.T, rt *route, m *openai.Model, a, b *transport.Endpoint, atB chan int, gbnf *string) {
 	const n, cutAt = 24, 6
-	whole, end := generate(t, m, n, 0, nil)
+	whole, end := generateWith(t, m, gbnf, n, 0, nil)
 	if len(whole) != n || end.Reason != "length" || end.Generated != n {
 		t.Fatalf("uncut run: %d tokens, end %+v", len(whole), end)
 	}
-	cutRun, end := generate(t, m, n, cutAt, func() {
+	cutRun, end := generateWith(t, m, gbnf, n, cutAt, func() {
 		rt.set(b)
 		a.Close() // driver a goes away mid-stream
 	})
