@@ -5,7 +5,8 @@
 // Messages on a stream are length-prefixed frames with a hard maximum size.
 // A forwarded request (KindForward, forward.go) carries an HTTP request an
 // agent passes to the agent serving its model, and streams the answer back
-// frame by frame.
+// frame by frame; a gateway stream (KindGateway) carries a generation as
+// tokens instead, its format owned by the gateway package.
 //
 // The package also holds the cluster PKI (CA, node certificates, CA pinning
 // for join tokens) and a raft.StreamLayer over streams of kind KindRaft.
