@@ -8,8 +8,6 @@ import (
 	"hash/crc32"
 	"slices"
 	"sync"
-
-	"shoal/engine/kernels"
 )
 
 // DefaultBlockSize is the number of token positions per block.
@@ -33,11 +31,15 @@ type Config struct {
 // Cache holds K and V as F16 for Layers layers in a pool of blocks shared by
 // all sequences. Block b of layer l holds positions [i*BlockSize, (i+1)*BlockSize)
 // of whichever sequence has b at index i of its block table.
+//
+// The cache is the host side (block tables, the prefix cache, export and
+// import); the rows themselves live in its Store, which the device running
+// the layers owns.
 // Methods are safe for concurrent use only for distinct sequences, except the
 // allocation methods, which lock.
 type Cache struct {
-	cfg  Config
-	k, v [][]uint16 // [layer][block*BlockSize*KVDim + slot*KVDim + d]
+	cfg   Config
+	store Store
 
 	mu   sync.Mutex
 	free []int32
@@ -66,11 +68,15 @@ type seqState struct {
 	n      int // positions filled
 }
 
-// New allocates the cache.
+// New allocates the cache with its rows in host memory (a HostStore).
 func New(cfg Config) (*Cache, error) {
-	if cfg.BlockSize == 0 {
-		cfg.BlockSize = DefaultBlockSize
-	}
+	return NewWithStore(cfg, nil)
+}
+
+// NewWithStore makes the host side of a cache whose rows live in st, made
+// for cfg (BlockSize filled in); nil allocates a HostStore.
+func NewWithStore(cfg Config, st Store) (*Cache, error) {
+	cfg = cfg.normalize()
 	// KVDim 0 is a tensor-parallel member holding no heads: it tracks
 	// positions and blocks but stores nothing.
 	if cfg.Layers <= 0 || cfg.KVDim < 0 || cfg.NumBlocks <= 0 || cfg.BlockSize <= 0 {
@@ -78,13 +84,10 @@ func New(cfg Config) (*Cache, error) {
 	}
 	c := &Cache{cfg: cfg, seqs: map[SeqID]*seqState{}, ref: make([]int32, cfg.NumBlocks), reg: make([]*prefixEntry, cfg.NumBlocks),
 		index: map[uint64]int32{}, idle: list.New(), elem: map[int32]*list.Element{}}
-	per := cfg.NumBlocks * cfg.BlockSize * cfg.KVDim
-	c.k = make([][]uint16, cfg.Layers)
-	c.v = make([][]uint16, cfg.Layers)
-	for l := range c.k {
-		c.k[l] = make([]uint16, per)
-		c.v[l] = make([]uint16, per)
+	if st == nil {
+		st = NewHostStore(cfg)
 	}
+	c.store = st
 	c.free = make([]int32, cfg.NumBlocks)
 	for i := range c.free {
 		c.free[i] = int32(cfg.NumBlocks - 1 - i)
@@ -92,8 +95,28 @@ func New(cfg Config) (*Cache, error) {
 	return c, nil
 }
 
+// normalize fills in the default block size.
+func (cfg Config) normalize() Config {
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = DefaultBlockSize
+	}
+	return cfg
+}
+
 // Config returns the cache's configuration.
 func (c *Cache) Config() Config { return c.cfg }
+
+// Store is where the cache's rows live.
+func (c *Cache) Store() Store { return c.store }
+
+// host is the cache's store in host memory; it panics for a device store.
+func (c *Cache) host() *HostStore {
+	h, ok := c.store.(*HostStore)
+	if !ok {
+		panic(fmt.Sprintf("kv: the cache's rows are in a %T, not in host memory", c.store))
+	}
+	return h
+}
 
 // FreeBlocks is the number of blocks a reservation can take: the unused
 // ones and the prefix-cache blocks no sequence holds.
@@ -326,49 +349,18 @@ func (c *Cache) Blocks(seq SeqID) []int32 {
 	return nil
 }
 
-// offset is the element offset of position pos in a sequence with the given
-// block table.
-func (c *Cache) offset(blocks []int32, pos int) int {
-	bs := c.cfg.BlockSize
-	return (int(blocks[pos/bs])*bs + pos%bs) * c.cfg.KVDim
-}
-
 // Put stores the K and V rows (KVDim each) of position pos of a sequence for
-// the local layer index layer, rounding to F16.
+// the local layer index layer, rounding to F16. The rows must be in host
+// memory (New); a device writes its own store.
 func (c *Cache) Put(layer int, blocks []int32, pos int, k, v []float32) {
-	o := c.offset(blocks, pos)
-	kd, vd := c.k[layer][o:o+c.cfg.KVDim], c.v[layer][o:o+c.cfg.KVDim]
-	kernels.F32ToF16(kd, k[:len(kd)])
-	kernels.F32ToF16(vd, v[:len(vd)])
+	c.host().Put(layer, blocks, pos, k, v)
 }
 
-// K returns the F16 key row of pos (a view).
-func (c *Cache) K(layer int, blocks []int32, pos int) []uint16 {
-	o := c.offset(blocks, pos)
-	return c.k[layer][o : o+c.cfg.KVDim]
-}
+// K returns the F16 key row of pos (a view of a cache in host memory).
+func (c *Cache) K(layer int, blocks []int32, pos int) []uint16 { return c.host().K(layer, blocks, pos) }
 
-// V returns the F16 value row of pos (a view).
-func (c *Cache) V(layer int, blocks []int32, pos int) []uint16 {
-	o := c.offset(blocks, pos)
-	return c.v[layer][o : o+c.cfg.KVDim]
-}
-
-// KRun returns the F16 key rows from pos to the end of its block, KVDim
-// elements apart: row pos+t starts at element t*KVDim (a view).
-func (c *Cache) KRun(layer int, blocks []int32, pos int) []uint16 {
-	return c.k[layer][c.offset(blocks, pos):c.blockEnd(blocks, pos)]
-}
-
-// VRun is KRun for the value rows.
-func (c *Cache) VRun(layer int, blocks []int32, pos int) []uint16 {
-	return c.v[layer][c.offset(blocks, pos):c.blockEnd(blocks, pos)]
-}
-
-func (c *Cache) blockEnd(blocks []int32, pos int) int {
-	bs := c.cfg.BlockSize
-	return (int(blocks[pos/bs]) + 1) * bs * c.cfg.KVDim
-}
+// V returns the F16 value row of pos (a view of a cache in host memory).
+func (c *Cache) V(layer int, blocks []int32, pos int) []uint16 { return c.host().V(layer, blocks, pos) }
 
 // Block wire format (little-endian):
 //
@@ -394,10 +386,11 @@ func (c *Cache) ExportBlock(seq SeqID, i int) ([]byte, error) {
 	for _, x := range []int{c.cfg.FirstLayer, c.cfg.Layers, d, bs, filled} {
 		out = binary.LittleEndian.AppendUint32(out, uint32(x))
 	}
-	b := int(s.blocks[i])
+	k, v := make([]uint16, bs*d), make([]uint16, bs*d)
 	for l := 0; l < c.cfg.Layers; l++ {
-		for _, src := range [][]uint16{c.k[l], c.v[l]} {
-			for _, h := range src[b*bs*d : (b+1)*bs*d] {
+		c.store.ReadRows(l, s.blocks[i], 0, bs, 0, d, k, v)
+		for _, src := range [][]uint16{k, v} {
+			for _, h := range src {
 				out = binary.LittleEndian.AppendUint16(out, h)
 			}
 		}
@@ -436,16 +429,17 @@ func (c *Cache) ImportBlock(seq SeqID, data []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	b := int(c.Blocks(seq)[start/bs])
+	b := c.Blocks(seq)[start/bs]
+	k, v := make([]uint16, bs*d), make([]uint16, bs*d)
 	p := blockHeader
 	for l := 0; l < c.cfg.Layers; l++ {
-		for _, dst := range [][]uint16{c.k[l], c.v[l]} {
-			blk := dst[b*bs*d : (b+1)*bs*d]
-			for j := range blk {
-				blk[j] = binary.LittleEndian.Uint16(data[p:])
+		for _, dst := range [][]uint16{k, v} {
+			for j := range dst {
+				dst[j] = binary.LittleEndian.Uint16(data[p:])
 				p += 2
 			}
 		}
+		c.store.WriteRows(l, b, 0, bs, 0, d, k, v)
 	}
 	return filled, nil
 }

@@ -23,13 +23,7 @@ func (c *Cache) ExportRange(seq SeqID, layer, pos, n, headLo, headHi, headDim in
 	if err != nil {
 		return err
 	}
-	w := (headHi - headLo) * headDim
-	ks, vs := c.k[r.local], c.v[r.local]
-	for t := 0; t < n; t++ {
-		o := c.offset(r.blocks, pos+t) + headLo*headDim
-		copy(k[t*w:(t+1)*w], ks[o:o+w])
-		copy(v[t*w:(t+1)*w], vs[o:o+w])
-	}
+	c.eachRun(r, pos, n, headLo, headHi, headDim, k, v, c.store.ReadRows)
 	return nil
 }
 
@@ -46,14 +40,20 @@ func (c *Cache) ImportRange(seq SeqID, layer, pos, n, headLo, headHi, headDim in
 	if err != nil {
 		return err
 	}
-	w := (headHi - headLo) * headDim
-	kd, vd := c.k[r.local], c.v[r.local]
-	for t := 0; t < n; t++ {
-		o := c.offset(r.blocks, pos+t) + headLo*headDim
-		copy(kd[o:o+w], k[t*w:(t+1)*w])
-		copy(vd[o:o+w], v[t*w:(t+1)*w])
-	}
+	c.eachRun(r, pos, n, headLo, headHi, headDim, k, v, c.store.WriteRows)
 	return nil
+}
+
+// eachRun applies a Store row copy to the positions [pos, pos+n) of r, one
+// call per block they touch.
+func (c *Cache) eachRun(r checkedRange, pos, n, headLo, headHi, headDim int, k, v []uint16, rows func(layer int, block int32, slot, n, lo, hi int, k, v []uint16)) {
+	bs, w := c.cfg.BlockSize, (headHi-headLo)*headDim
+	for t := 0; t < n; {
+		p := pos + t
+		run := min(n-t, bs-p%bs)
+		rows(r.local, r.blocks[p/bs], p%bs, run, headLo*headDim, headHi*headDim, k[t*w:(t+run)*w], v[t*w:(t+run)*w])
+		t += run
+	}
 }
 
 // RangeLen is the number of elements each of k and v holds for n positions

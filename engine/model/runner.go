@@ -460,7 +460,7 @@ func (r *Runner) prepRange(a, z int) {
 		cos, sin := s.cos[i*half:(i+1)*half], s.sin[i*half:(i+1)*half]
 		rope(q, r.nh, D, m.RopeDim, m.Arch.Rope, cos, sin)
 		rope(k, r.nkv, D, m.RopeDim, m.Arch.Rope, cos, sin)
-		r.cache.Put(r.cur-r.lo, s.blocks[s.tokSeq[i]], int(s.tokPos[i]), k, v)
+		r.cache.Store().(*kv.HostStore).Put(r.cur-r.lo, s.blocks[s.tokSeq[i]], int(s.tokPos[i]), k, v)
 	}
 }
 
@@ -546,7 +546,7 @@ func (r *Runner) attnRange(w, a, z int) {
 		// call per block of positions and query head.
 		for t := 0; t < ctx; t += bs {
 			e := min(t+bs, ctx)
-			k := r.cache.KRun(layer, blocks, t)[kvh*D:]
+			k := r.cache.Store().(*kv.HostStore).KRun(layer, blocks, t)[kvh*D:]
 			for j := 0; j < g; j++ {
 				kernels.ScoresF16(scores(j)[t:e], qh(j), k, KV)
 			}
@@ -561,7 +561,7 @@ func (r *Runner) attnRange(w, a, z int) {
 		}
 		for t := 0; t < ctx; t += bs {
 			e := min(t+bs, ctx)
-			v := r.cache.VRun(layer, blocks, t)[kvh*D:]
+			v := r.cache.Store().(*kv.HostStore).VRun(layer, blocks, t)[kvh*D:]
 			for j := 0; j < g; j++ {
 				kernels.AccumF16(acc(j), scores(j)[t:e], v, KV)
 			}

@@ -1,0 +1,105 @@
+package kv
+
+import "shoal/engine/kernels"
+
+// Store holds the K and V rows of a cache's blocks wherever the device that
+// runs the layers keeps them: in host memory (HostStore, the CPU device), or
+// in a GPU's memory. The Cache around it keeps the host side: block tables,
+// the prefix cache, export and import. A row is KVDim F16 values of one
+// position; rows are addressed by the cache's local layer index, a block and
+// a slot within the block.
+//
+// Both methods move rows [slot, slot+n) of one block (all within it),
+// elements [lo, hi) of each, packed in k and v as [n][hi-lo]. A Store is
+// safe for concurrent use on distinct blocks.
+type Store interface {
+	ReadRows(layer int, block int32, slot, n, lo, hi int, k, v []uint16)
+	WriteRows(layer int, block int32, slot, n, lo, hi int, k, v []uint16)
+}
+
+// HostStore is a Store in host memory: per layer, one slice of K and one of
+// V holding every block, block b's slot s at element (b·BlockSize+s)·KVDim.
+// The CPU device reads it in place (KRun, VRun).
+type HostStore struct {
+	kvDim, bs int
+	k, v      [][]uint16 // [layer][block*BlockSize*KVDim + slot*KVDim + d]
+}
+
+// NewHostStore allocates the rows of every block of cfg (BlockSize must be
+// set).
+func NewHostStore(cfg Config) *HostStore {
+	s := &HostStore{kvDim: cfg.KVDim, bs: cfg.BlockSize, k: make([][]uint16, cfg.Layers), v: make([][]uint16, cfg.Layers)}
+	per := cfg.NumBlocks * cfg.BlockSize * cfg.KVDim
+	for l := range s.k {
+		s.k[l] = make([]uint16, per)
+		s.v[l] = make([]uint16, per)
+	}
+	return s
+}
+
+// ReadRows implements Store.
+func (s *HostStore) ReadRows(layer int, block int32, slot, n, lo, hi int, k, v []uint16) {
+	s.rows(layer, block, slot, n, lo, hi, k, v, false)
+}
+
+// WriteRows implements Store.
+func (s *HostStore) WriteRows(layer int, block int32, slot, n, lo, hi int, k, v []uint16) {
+	s.rows(layer, block, slot, n, lo, hi, k, v, true)
+}
+
+func (s *HostStore) rows(layer int, block int32, slot, n, lo, hi int, k, v []uint16, write bool) {
+	w := hi - lo
+	ks, vs := s.k[layer], s.v[layer]
+	for t := 0; t < n; t++ {
+		o := (int(block)*s.bs+slot+t)*s.kvDim + lo
+		if write {
+			copy(ks[o:o+w], k[t*w:(t+1)*w])
+			copy(vs[o:o+w], v[t*w:(t+1)*w])
+		} else {
+			copy(k[t*w:(t+1)*w], ks[o:o+w])
+			copy(v[t*w:(t+1)*w], vs[o:o+w])
+		}
+	}
+}
+
+// offset is the element offset of position pos in a sequence with the given
+// block table.
+func (s *HostStore) offset(blocks []int32, pos int) int {
+	return (int(blocks[pos/s.bs])*s.bs + pos%s.bs) * s.kvDim
+}
+
+// Put stores the K and V rows (KVDim each) of position pos of a sequence with
+// block table blocks, for the local layer index layer, rounding to F16.
+func (s *HostStore) Put(layer int, blocks []int32, pos int, k, v []float32) {
+	o := s.offset(blocks, pos)
+	kd, vd := s.k[layer][o:o+s.kvDim], s.v[layer][o:o+s.kvDim]
+	kernels.F32ToF16(kd, k[:len(kd)])
+	kernels.F32ToF16(vd, v[:len(vd)])
+}
+
+// K returns the F16 key row of pos (a view).
+func (s *HostStore) K(layer int, blocks []int32, pos int) []uint16 {
+	o := s.offset(blocks, pos)
+	return s.k[layer][o : o+s.kvDim]
+}
+
+// V returns the F16 value row of pos (a view).
+func (s *HostStore) V(layer int, blocks []int32, pos int) []uint16 {
+	o := s.offset(blocks, pos)
+	return s.v[layer][o : o+s.kvDim]
+}
+
+// KRun returns the F16 key rows from pos to the end of its block, KVDim
+// elements apart: row pos+t starts at element t*KVDim (a view).
+func (s *HostStore) KRun(layer int, blocks []int32, pos int) []uint16 {
+	return s.k[layer][s.offset(blocks, pos):s.blockEnd(blocks, pos)]
+}
+
+// VRun is KRun for the value rows.
+func (s *HostStore) VRun(layer int, blocks []int32, pos int) []uint16 {
+	return s.v[layer][s.offset(blocks, pos):s.blockEnd(blocks, pos)]
+}
+
+func (s *HostStore) blockEnd(blocks []int32, pos int) int {
+	return (int(blocks[pos/s.bs]) + 1) * s.bs * s.kvDim
+}
