@@ -5,17 +5,18 @@ import (
 	"sort"
 	"strings"
 
+	"shoal/engine/device"
 	"shoal/engine/gguf"
 )
 
 // RopeMode is how RoPE pairs dimensions.
-type RopeMode int
+type RopeMode = device.RopeMode
 
 const (
 	// RopeNormal rotates adjacent pairs (2i, 2i+1) (llama).
-	RopeNormal RopeMode = iota
+	RopeNormal = device.RopeNormal
 	// RopeNeoX rotates pairs (i, i+d/2) (qwen2, qwen3, gpt-neox).
-	RopeNeoX
+	RopeNeoX = device.RopeNeoX
 )
 
 // Arch describes what distinguishes an architecture.
@@ -94,6 +95,15 @@ func (c *Config) KVDim() int { return c.NHeadKV * c.HeadDim }
 
 // IsMoE reports whether layers use routed experts.
 func (c *Config) IsMoE() bool { return c.NExpert > 0 }
+
+// spec is what a device needs of the hyperparameters (freqs: the llama3
+// RoPE frequency divisors, or nil).
+func (c *Config) spec(freqs []float32) device.Spec {
+	return device.Spec{NEmbd: c.NEmbd, NVocab: c.NVocab, NHead: c.NHead, NHeadKV: c.NHeadKV, HeadDim: c.HeadDim,
+		NFF: c.NFF, NFFExpert: c.NFFExpert, NFFShared: c.NFFShared, NExpert: c.NExpert, NExpertUsed: c.NExpertUsed,
+		RopeDim: c.RopeDim, RopeTheta: c.RopeTheta, RopeScale: c.RopeScale, RMSEps: c.RMSEps, Rope: c.Arch.Rope,
+		RopeFreqs: freqs, NormExperts: c.Arch.NormExperts, SharedFFN: c.Arch.SharedFFN}
+}
 
 // intReader reads a model's integer hyperparameters (prefix.key), keeping
 // the first error: a key of another type, a required key missing, a value

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 
+	"shoal/engine/device/cpu"
 	"shoal/engine/gguf"
 	"shoal/engine/kernels"
 	"shoal/engine/quant"
@@ -329,7 +330,7 @@ func (e *Encoder) matmul(s *encScratch, w *kernels.Matrix, b []float32, x []floa
 	kernels.QuantizeActs(e.pool, t, x, n, w.Cols, s.acts)
 	kernels.MatMul(e.pool, w, s.acts, n, out, w.Rows)
 	for i := 0; i < n; i++ {
-		addBias(out[i*w.Rows:(i+1)*w.Rows], b)
+		cpu.AddBias(out[i*w.Rows:(i+1)*w.Rows], b)
 	}
 }
 
@@ -346,10 +347,10 @@ func (e *Encoder) hidden(tokens []int32) []float32 {
 		xi := s.x[i*E : (i+1)*E]
 		quant.DequantizeRow(e.TokEmbd.Type, e.TokEmbd.Row(int(t)), xi)
 		if e.TypeEmbd0 != nil {
-			addBias(xi, e.TypeEmbd0)
+			cpu.AddBias(xi, e.TypeEmbd0)
 		}
 		quant.DequantizeRow(e.PosEmbd.Type, e.PosEmbd.Row(i), pos)
-		addBias(xi, pos)
+		cpu.AddBias(xi, pos)
 		layerNorm(xi, xi, e.EmbNorm, e.EmbB, e.Eps)
 	}
 	for l := range e.Layers {
@@ -398,7 +399,7 @@ func (e *Encoder) attention(s *encScratch, n int) {
 				}
 				scores[j] = dot * scale
 			}
-			softmaxInPlace(scores)
+			cpu.Softmax(scores)
 			out := s.att[i*E+h*D : i*E+(h+1)*D]
 			clear(out)
 			for j, p := range scores {

@@ -12,8 +12,8 @@ import (
 // slice is owned by the runner and valid until the next Step; Step does not
 // allocate once its buffers have grown to the batch size.
 func (r *Runner) Step(b *Batch, rows []int) ([]float32, error) {
-	r.pool.Hold() // embedding, layers and logits: one burst of short jobs
-	defer r.pool.Release()
+	r.dev.Hold() // embedding, layers and logits: one burst of short jobs
+	defer r.dev.Release()
 	if r.lo != 0 || r.hi != r.m.NLayer {
 		return nil, fmt.Errorf("runner holds layers [%d,%d), Step needs the whole model", r.lo, r.hi)
 	}

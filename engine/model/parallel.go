@@ -4,26 +4,14 @@ import (
 	"fmt"
 	"slices"
 
+	"shoal/engine/device"
 	"shoal/engine/quant"
 )
 
-// Collective is the group communication a tensor-parallel member needs. The
-// transport implements it over QUIC; tests use an in-memory one.
-//
-// Every member of a group makes the same sequence of calls (the same
-// operations with the same total lengths), so an implementation can match
-// calls by their order.
-type Collective interface {
-	Rank() int
-	Size() int
-	// AllReduceSum replaces x on every member with the elementwise sum of
-	// all members' x (same length everywhere).
-	AllReduceSum(x []float32) error
-	// AllGather concatenates every member's part in rank order into out;
-	// parts may differ in length (uneven splits); len(out) = sum of part
-	// lengths.
-	AllGather(part []float32, out []float32) error
-}
+// Collective is the group communication a tensor-parallel member needs
+// (see device.Collective). The transport implements it over QUIC; tests
+// use an in-memory one.
+type Collective = device.Collective
 
 // Slice is the part of each layer a tensor-parallel member holds and runs.
 //
@@ -189,9 +177,6 @@ type tpState struct {
 	// attn_output or ffn_down.
 	attnCols, ffnCols, outRows []int
 	agreed                     bool
-	gbuf                       []float32 // all-gather landing buffer
-	full                       []float32 // gathered input, token-major
-	part                       []float32 // this member's output rows, token-major
 }
 
 // handshake runs once, on the first Forward of a tensor-parallel runner: the
@@ -267,39 +252,7 @@ func (r *Runner) handshake() error {
 		lo, hi := OutputRows(p, n, m.NEmbd)
 		t.outRows[p] = hi - lo
 	}
+	r.dev.SetGroup(device.Group{AttnCols: t.attnCols, FFNCols: t.ffnCols, OutRows: t.outRows})
 	t.agreed = true
-	return nil
-}
-
-// allReduce sums x over the group (nothing on a single member).
-func (r *Runner) allReduce(x []float32) error {
-	if r.tp == nil {
-		return nil
-	}
-	return r.tp.coll.AllReduceSum(x)
-}
-
-// gatherRows all-gathers n token rows of which each member holds a column
-// block (cols[p] values per token for member p, this member's in part) into
-// full ([n][sum cols], the members' blocks side by side in rank order).
-func (r *Runner) gatherRows(part []float32, n int, cols []int, full []float32) error {
-	t := r.tp
-	total := 0
-	for _, c := range cols {
-		total += c
-	}
-	me := cols[t.coll.Rank()]
-	t.gbuf = grow(t.gbuf, n*total)
-	if err := t.coll.AllGather(part[:n*me], t.gbuf); err != nil {
-		return err
-	}
-	at, off := 0, 0
-	for _, c := range cols {
-		for i := 0; i < n; i++ {
-			copy(full[i*total+off:i*total+off+c], t.gbuf[at+i*c:at+(i+1)*c])
-		}
-		at += n * c
-		off += c
-	}
 	return nil
 }

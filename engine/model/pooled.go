@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 
+	"shoal/engine/device/cpu"
 	"shoal/engine/gguf"
 	"shoal/engine/kv"
 )
@@ -44,8 +45,8 @@ func (r *Runner) EmbedPooled(seq kv.SeqID, tokens []int32, p Pooling) ([]float32
 	if l := r.cache.Len(seq); l != 0 {
 		return nil, fmt.Errorf("sequence %d is not empty (%d tokens)", seq, l)
 	}
-	r.pool.Hold()
-	defer r.pool.Release()
+	r.dev.Hold()
+	defer r.dev.Release()
 	E := r.m.NEmbd
 	x := make([]float32, n*E)
 	if err := r.Embed(tokens, x); err != nil {
@@ -60,7 +61,7 @@ func (r *Runner) EmbedPooled(seq kv.SeqID, tokens []int32, p Pooling) ([]float32
 		return nil, err
 	}
 	for i := 0; i < n; i++ {
-		rmsNorm(x[i*E:(i+1)*E], x[i*E:(i+1)*E], r.m.W.OutputNorm, r.m.RMSEps)
+		cpu.RMSNorm(x[i*E:(i+1)*E], x[i*E:(i+1)*E], r.m.W.OutputNorm, r.m.RMSEps)
 	}
 	out := make([]float32, E)
 	poolNormalize(x, n, p, out)

@@ -3,45 +3,18 @@ package model
 import (
 	"fmt"
 
+	"shoal/engine/device"
 	"shoal/engine/gguf"
 	"shoal/engine/kernels"
 	"shoal/engine/quant"
 )
 
-// Layer holds one transformer block's weights (views into the mapped file).
-type Layer struct {
-	AttnNorm   []float32
-	Wq, Wk, Wv *kernels.Matrix
-	Wo         *kernels.Matrix
-	Bq, Bk, Bv []float32 // nil when the architecture has no biases
-	Bo         []float32 // attn_output bias, or nil
-	QNorm      []float32 // per-head RMSNorm weights (qwen3), else nil
-	KNorm      []float32
-	FFNNorm    []float32
-
-	// Dense FFN.
-	Gate, Up, Down *kernels.Matrix
-
-	// Routed experts: Router is [NExpert x NEmbd]; expert e's matrices are
-	// rows [e*F, (e+1)*F) of GateExps/UpExps and [e*NEmbd, (e+1)*NEmbd) of DownExps.
-	Router                     *kernels.Matrix
-	GateExps, UpExps, DownExps *kernels.Matrix
-	ShGate, ShUp, ShDown       *kernels.Matrix // shared expert (qwen2moe)
-	ShGateInp                  *kernels.Matrix // 1 x NEmbd, sigmoid gate of the shared expert
-
-	// Experts are views of GateExps/UpExps/DownExps per expert, or resident
-	// copies of them in a model opened from a file (nil matrices for experts
-	// not held).
-	Experts []Expert
-
-	// Set when a tensor-parallel member's column range of attn_output,
-	// ffn_down or ffn_down_shexp is not block aligned: the matrix then holds
-	// whole output rows (see Slice).
-	WoGather, DownGather, ShDownGather bool
-}
+// Layer holds one transformer block's weights (views into the mapped file);
+// the device package defines it, for the devices that load it.
+type Layer = device.Layer
 
 // Expert is one routed expert's FFN.
-type Expert struct{ Gate, Up, Down *kernels.Matrix }
+type Expert = device.Expert
 
 // Weights holds a model's tensors.
 type Weights struct {

@@ -1,14 +1,15 @@
-package model
+package cpu
 
 import (
 	"math"
 
+	"shoal/engine/device"
 	"shoal/engine/kernels"
 )
 
-// rmsNorm writes x / sqrt(mean(x²) + eps) * w to dst (ggml: the sum of
+// RMSNorm writes x / sqrt(mean(x²) + eps) * w to dst (ggml: the sum of
 // squares in float64, the scale in float32, then the weight multiply).
-func rmsNorm(dst, x, w []float32, eps float32) {
+func RMSNorm(dst, x, w []float32, eps float32) {
 	var sum float64
 	for _, v := range x {
 		sum += float64(v * v)
@@ -20,9 +21,9 @@ func rmsNorm(dst, x, w []float32, eps float32) {
 	}
 }
 
-// softmaxInPlace normalizes x (max-subtracted, float32 exp, the sum in
+// Softmax normalizes x in place (max-subtracted, float32 exp, the sum in
 // float64 as ggml does).
-func softmaxInPlace(x []float32) {
+func Softmax(x []float32) {
 	mx := kernels.ScaleMax(x, 1) // x·1 is x
 	inv := float32(1 / kernels.ExpSub(x, mx))
 	for i := range x {
@@ -30,10 +31,18 @@ func softmaxInPlace(x []float32) {
 	}
 }
 
+// AddBias adds b to the first len(b) values of x.
+func AddBias(x, b []float32) {
+	for i := range b {
+		x[i] += b[i]
+	}
+}
+
 // ropeTable fills cos/sin for one position: half = RopeDim/2 entries
 // (ggml's rope cache: theta starts at pos·scale and is multiplied by
 // base^(-2/n_dims) in float32 for each pair).
-func ropeTable(cos, sin []float32, pos int, c *Config, freqs []float32) {
+func ropeTable(cos, sin []float32, pos int, c *device.Spec) {
+	freqs := c.RopeFreqs
 	thetaScale := float32(math.Pow(float64(c.RopeTheta), -2.0/float64(c.RopeDim)))
 	theta := float32(pos)
 	for i := range cos {
@@ -50,11 +59,11 @@ func ropeTable(cos, sin []float32, pos int, c *Config, freqs []float32) {
 
 // rope rotates the first ropeDim dimensions of each head in x (nHead heads
 // of headDim) by the angles in cos/sin.
-func rope(x []float32, nHead, headDim, ropeDim int, mode RopeMode, cos, sin []float32) {
+func rope(x []float32, nHead, headDim, ropeDim int, mode device.RopeMode, cos, sin []float32) {
 	half := ropeDim / 2
 	for h := 0; h < nHead; h++ {
 		v := x[h*headDim : (h+1)*headDim]
-		if mode == RopeNeoX {
+		if mode == device.RopeNeoX {
 			for i := 0; i < half; i++ {
 				a, b := v[i], v[i+half]
 				v[i] = a*cos[i] - b*sin[i]

@@ -1,0 +1,95 @@
+package cpu
+
+import (
+	"math"
+
+	"shoal/engine/kernels"
+)
+
+// attnScratch is one worker's space for the query heads of a KV head:
+// head j's scores at j·ctx, its query and sums at j·HeadDim.
+type attnScratch struct {
+	ctx    int
+	scores []float32
+	qh     []float32
+	acc    []float32
+}
+
+// attention runs the attention of the batch's n tokens. A job is a token
+// and a KV head, with all the query heads that share it (or a part of
+// them, when there would otherwise be fewer jobs than twice the threads):
+// each block of keys and values is read from memory once and then from L1
+// for the other heads, instead of once per query head.
+func (r *Range) attention(n int) {
+	group := r.sp.NHead / r.sp.NHeadKV
+	r.attnParts = 1
+	if jobs := n * r.nkv; jobs < 2*r.pool.Threads() {
+		r.attnParts = min(group, (2*r.pool.Threads()+jobs-1)/jobs)
+	}
+	r.pool.RunWorker(n*r.nkv*r.attnParts, 1, r.attnFn)
+}
+
+// attnRange runs attention jobs [a,z) (see attention) on worker w: per
+// query head, softmax(q·K/√D)·V over the token's context, in float32 with
+// the query and probabilities rounded to half precision as ggml does with an
+// F16 cache.
+func (r *Range) attnRange(w, a, z int) {
+	m, s, p := r.sp, &r.s, &r.ld.Part
+	D, Q, KV := m.HeadDim, r.qd, r.kvd
+	layer := r.cur - r.ld.Lo
+	group := m.NHead / m.NHeadKV
+	bs := r.ld.KV.BlockSize
+	scale := float32(1 / math.Sqrt(float64(D)))
+	ws := &r.attnWork[w]
+	parts := r.attnParts
+	per := (group + parts - 1) / parts
+	for job := a; job < z; job++ {
+		i, kvh, part := job/(r.nkv*parts), job/parts%r.nkv, job%parts
+		// the member's query heads [h0,h0+g) share its KV head kvh: those
+		// of the model's group KVLo+kvh that the part holds, counted from
+		// its first
+		first := max((p.KVLo+kvh)*group, p.HeadLo) - p.HeadLo
+		last := min((p.KVLo+kvh+1)*group, p.HeadHi) - p.HeadLo
+		h0 := first + part*per
+		g := min(per, last-h0)
+		if g <= 0 {
+			continue
+		}
+		blocks := s.blocks[s.tokSeq[i]]
+		ctx := int(s.tokPos[i]) + 1
+		qh := func(j int) []float32 { return ws.qh[j*D : (j+1)*D] }
+		acc := func(j int) []float32 { return ws.acc[j*D : (j+1)*D] }
+		scores := func(j int) []float32 { return ws.scores[j*ws.ctx : j*ws.ctx+ctx] }
+		for j := 0; j < g; j++ {
+			copy(qh(j), s.q[i*Q+(h0+j)*D:i*Q+(h0+j+1)*D])
+			kernels.RoundF16(qh(j))
+		}
+		// K and V rows of one head are KV apart within a block: one kernel
+		// call per block of positions and query head.
+		for t := 0; t < ctx; t += bs {
+			e := min(t+bs, ctx)
+			k := r.store.KRun(layer, blocks, t)[kvh*D:]
+			for j := 0; j < g; j++ {
+				kernels.ScoresF16(scores(j)[t:e], qh(j), k, KV)
+			}
+		}
+		for j := 0; j < g; j++ {
+			sc := scores(j)
+			mx := kernels.ScaleMax(sc, scale)
+			// Softmax's arithmetic, the probabilities then rounded to half
+			// precision in the same pass
+			kernels.ScaleRoundF16(sc, float32(1/kernels.ExpSub(sc, mx)))
+			clear(acc(j))
+		}
+		for t := 0; t < ctx; t += bs {
+			e := min(t+bs, ctx)
+			v := r.store.VRun(layer, blocks, t)[kvh*D:]
+			for j := 0; j < g; j++ {
+				kernels.AccumF16(acc(j), scores(j)[t:e], v, KV)
+			}
+		}
+		for j := 0; j < g; j++ {
+			copy(s.att[i*Q+(h0+j)*D:i*Q+(h0+j+1)*D], acc(j))
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package cpu
+
+import (
+	"math"
+
+	"shoal/engine/device"
+)
+
+// moe runs the routed-expert FFN (plus the shared expert where the
+// architecture has one) on s.xn, writing to out. Every member routes every
+// token; a member runs the chosen experts it holds and the group sums.
+// partial is as for device.Range.FFN.
+func (r *Range) moe(ly *device.Layer, out []float32) (partial bool, err error) {
+	m, s := r.sp, &r.s
+	n, E, X, K := s.n, m.NEmbd, m.NExpert, m.NExpertUsed
+	r.matmul(ly.Router, s.xn, n, s.route)
+	idx := s.expIdx
+	for i := 0; i < n; i++ {
+		p := s.route[i*X : (i+1)*X]
+		Softmax(p)
+		topK(p, idx, K)
+		var sum float32
+		for j := 0; j < K; j++ {
+			s.expID[i*K+j] = int32(idx[j])
+			s.expW[i*K+j] = p[idx[j]]
+			sum += p[idx[j]]
+		}
+		if m.NormExperts {
+			for j := 0; j < K; j++ {
+				s.expW[i*K+j] /= sum
+			}
+		}
+	}
+	clear(out[:n*E])
+	// Per expert: gather the tokens routed to it, run its FFN, scatter back
+	// weighted. Experts are visited in each token's selection order so that
+	// sums happen in the order ggml adds them.
+	for j := 0; j < K; j++ {
+		for e := 0; e < X; e++ {
+			ex := &ly.Experts[e]
+			if ex.Gate == nil {
+				continue // held by another member
+			}
+			rows := s.expRows[:0]
+			for i := 0; i < n; i++ {
+				if int(s.expID[i*K+j]) == e {
+					rows = append(rows, int32(i))
+				}
+			}
+			if len(rows) == 0 {
+				continue
+			}
+			for gi, i := range rows {
+				copy(s.ex[gi*E:(gi+1)*E], s.xn[int(i)*E:(int(i)+1)*E])
+			}
+			r.ffn(ex.Gate, ex.Up, ex.Down, s.ex, len(rows), s.eg, s.eu, s.eo)
+			for gi, i := range rows {
+				w := s.expW[int(i)*K+j]
+				o, src := out[int(i)*E:(int(i)+1)*E], s.eo[gi*E:(gi+1)*E]
+				for c := range o {
+					o[c] += src[c] * w
+				}
+			}
+		}
+	}
+	if !m.SharedFFN {
+		return true, nil
+	}
+	if ly.ShGateInp != nil {
+		r.matmul(ly.ShGateInp, s.xn, n, s.shgate)
+	}
+	// The shared expert's partial product joins the routed sum before the
+	// one all-reduce (the caller's); gathered, it is complete and joins
+	// after it, so the routed sum is reduced here.
+	if ly.ShDownGather {
+		if err := r.allReduce(out[:n*E]); err != nil {
+			return false, err
+		}
+		r.swiglu(ly.ShGate, ly.ShUp, s.xn, n, s.g, s.u)
+		if _, err := r.project(ly.ShDown, true, s.g, n, r.tpCols(true), s.eo); err != nil {
+			return false, err
+		}
+	} else if ly.ShGate == nil || ly.ShDown == nil {
+		clear(s.eo[:n*E])
+	} else {
+		r.ffn(ly.ShGate, ly.ShUp, ly.ShDown, s.xn, n, s.g, s.u, s.eo)
+	}
+	for i := 0; i < n; i++ {
+		gate := float32(1)
+		if ly.ShGateInp != nil {
+			gate = 1 / (1 + float32(math.Exp(float64(-s.shgate[i]))))
+		}
+		o, src := out[i*E:(i+1)*E], s.eo[i*E:(i+1)*E]
+		for c := range o {
+			o[c] += src[c] * gate
+		}
+	}
+	return !ly.ShDownGather, nil
+}
+
+// topK orders the first k entries of idx as the indexes of the k largest
+// values of p, largest first, ties to the lower index (a stable selection).
+func topK(p []float32, idx []int, k int) {
+	for e := range idx {
+		idx[e] = e
+	}
+	for j := 0; j < k; j++ {
+		best := j
+		for e := j + 1; e < len(idx); e++ {
+			if p[idx[e]] > p[idx[best]] || (p[idx[e]] == p[idx[best]] && idx[e] < idx[best]) {
+				best = e
+			}
+		}
+		idx[j], idx[best] = idx[best], idx[j]
+	}
+}

@@ -1,0 +1,97 @@
+package device
+
+import "shoal/engine/kernels"
+
+// Collective is the group communication of a tensor-parallel member. The
+// transport implements it over QUIC; tests use an in-memory one.
+//
+// Every member of a group makes the same sequence of calls (the same
+// operations with the same total lengths), so an implementation can match
+// calls by their order.
+type Collective interface {
+	Rank() int
+	Size() int
+	// AllReduceSum replaces x on every member with the elementwise sum of
+	// all members' x (same length everywhere).
+	AllReduceSum(x []float32) error
+	// AllGather concatenates every member's part in rank order into out;
+	// parts may differ in length (uneven splits); len(out) = sum of part
+	// lengths.
+	AllGather(part []float32, out []float32) error
+}
+
+// Group is a tensor-parallel group's widths, per rank: the query columns
+// (heads × head size) and FFN columns each member holds, and the output
+// rows each computes of a gathered attn_output or ffn_down.
+type Group struct {
+	AttnCols, FFNCols, OutRows []int
+}
+
+// RopeMode selects how RoPE pairs dimensions.
+type RopeMode int
+
+// RoPE pairings: adjacent dimensions (llama) or halves (NeoX, qwen).
+const (
+	RopeNormal RopeMode = iota
+	RopeNeoX
+)
+
+// Spec is what a device needs of a model's hyperparameters.
+type Spec struct {
+	NEmbd, NVocab                int
+	NHead, NHeadKV, HeadDim      int
+	NFF, NFFExpert, NFFShared    int
+	NExpert, NExpertUsed         int
+	RopeDim                      int
+	RopeTheta, RopeScale, RMSEps float32
+	Rope                         RopeMode
+	RopeFreqs                    []float32 // per-dimension divisors, or nil
+	NormExperts, SharedFFN       bool
+}
+
+// IsMoE reports routed experts.
+func (s *Spec) IsMoE() bool { return s.NExpert > 0 }
+
+// Part is the part of each layer a tensor-parallel member holds: query
+// heads [HeadLo,HeadHi) and the KV heads [KVLo,KVHi) they use (all of
+// them on a single member).
+type Part struct {
+	HeadLo, HeadHi int
+	KVLo, KVHi     int
+}
+
+// Layer holds one transformer block's weights in host memory (views into
+// the mapped file, or resident copies), as the loader binds them.
+type Layer struct {
+	AttnNorm   []float32
+	Wq, Wk, Wv *kernels.Matrix
+	Wo         *kernels.Matrix
+	Bq, Bk, Bv []float32 // nil when the architecture has no biases
+	Bo         []float32 // attn_output bias, or nil
+	QNorm      []float32 // per-head RMSNorm weights (qwen3), else nil
+	KNorm      []float32
+	FFNNorm    []float32
+
+	// Dense FFN.
+	Gate, Up, Down *kernels.Matrix
+
+	// Routed experts: Router is [NExpert x NEmbd]; expert e's matrices are
+	// rows [e*F, (e+1)*F) of GateExps/UpExps and [e*NEmbd, (e+1)*NEmbd) of DownExps.
+	Router                     *kernels.Matrix
+	GateExps, UpExps, DownExps *kernels.Matrix
+	ShGate, ShUp, ShDown       *kernels.Matrix // shared expert (qwen2moe)
+	ShGateInp                  *kernels.Matrix // 1 x NEmbd, sigmoid gate of the shared expert
+
+	// Experts are views of GateExps/UpExps/DownExps per expert, or resident
+	// copies of them in a model opened from a file (nil matrices for experts
+	// not held).
+	Experts []Expert
+
+	// Set when a tensor-parallel member's column range of attn_output,
+	// ffn_down or ffn_down_shexp is not block aligned: the matrix then holds
+	// whole output rows, and the half gathers (see model.Slice).
+	WoGather, DownGather, ShDownGather bool
+}
+
+// Expert is one routed expert's FFN.
+type Expert struct{ Gate, Up, Down *kernels.Matrix }
