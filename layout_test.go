@@ -210,3 +210,34 @@ func TestImportDirections(t *testing.T) {
 		}
 	}
 }
+
+// seamBelow lists the engine packages the device seam (engine/device, its
+// contracts, and the devices under it) stands on. A device imports only
+// them (and the seam); they import neither the seam nor engine/model above
+// it, so a GPU backend plugs in without a cycle.
+var seamBelow = []string{"shoal/engine/kernels", "shoal/engine/kv", "shoal/engine/quant", "shoal/engine/gguf"}
+
+func TestImportDirectionsDeviceSeam(t *testing.T) {
+	under := func(path, pkg string) bool { return path == pkg || strings.HasPrefix(path, pkg+"/") }
+	below := func(path string) bool {
+		for _, b := range seamBelow {
+			if under(path, b) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, p := range packages(t) {
+		for _, imp := range p.Imports {
+			if folderOf(imp) == "-" {
+				continue
+			}
+			switch {
+			case under(p.ImportPath, "shoal/engine/device") && !below(imp) && !under(imp, "shoal/engine/device"):
+				t.Errorf("%s imports %s: the device seam may import only %v", p.ImportPath, imp, seamBelow)
+			case below(p.ImportPath) && (under(imp, "shoal/engine/device") || under(imp, "shoal/engine/model")):
+				t.Errorf("%s imports %s: what the device seam stands on may not import it or engine/model", p.ImportPath, imp)
+			}
+		}
+	}
+}
