@@ -22,10 +22,10 @@ import (
 	"shoal/catalog"
 	"shoal/coordinator"
 	"shoal/disagg"
-	"shoal/internal/zapio"
 	"shoal/node/fingerprint"
 	"shoal/node/identity"
 	"shoal/node/links"
+	"shoal/node/membership"
 	"shoal/parallel"
 	"shoal/shard"
 	"shoal/transport"
@@ -42,11 +42,11 @@ type Agent struct {
 	gossipKey       []byte
 	bootstrapSecret string
 	caps            coordinator.Capabilities
-	meta            meta // what this agent gossips, and answers Node.Hello with
+	meta            membership.Meta // what this agent gossips, and answers Node.Hello with
 
 	ep     *transport.Endpoint
 	rpc    *transport.RPCServer
-	gossip *gossip
+	gossip *membership.Gossip
 	ml     *memberlist.Memberlist
 	srv    *coordinator.Server
 	// cluster reads and writes the state through the leader; admin is the
@@ -178,56 +178,29 @@ func (a *Agent) start() error {
 	if err != nil {
 		return fmt.Errorf("http listen: %w", err)
 	}
-	m := meta{
+	a.meta = membership.Meta{
 		Name: a.cfg.Name, Role: a.role, Version: a.cfg.Version,
 		QUIC: a.ep.Addr().Port, HTTP: a.httpLn.Addr().(*net.TCPAddr).Port, Expect: a.cfg.BootstrapExpect,
 		Mem: a.caps.MemTotal, Free: a.caps.MemFree, Cores: a.caps.Cores, GFLOPS: a.caps.GFLOPS, GBps: a.caps.MemGBps, Accel: a.caps.Accel, Serves: a.caps.Serves,
 	}
-	mb, err := m.encode()
-	if err != nil {
-		return err
-	}
-	a.meta = m
-	a.gossip = newGossip(mb)
-	a.gossip.revoked = a.isRevoked
-	mc := memberlist.DefaultLANConfig()
-	mc.Name = a.id
-	mc.BindAddr = orDefault(a.cfg.Bind, "0.0.0.0")
-	mc.BindPort = a.cfg.GossipPort
-	mc.AdvertisePort = a.cfg.GossipPort
-	mc.AdvertiseAddr = a.cfg.Advertise
-	mc.SecretKey = a.gossipKey
-	mc.Delegate = a.gossip
-	mc.Events = a.gossip
-	mc.Alive = a.gossip
-	mc.Merge = a.gossip
-	mc.Logger = zapio.StdLogger(zap.L().Named("gossip"))
-	// A node that crashed and came back on a new address (a pod
-	// rescheduled) takes its name back after 10 s instead of memberlist's
-	// default of never: its identity is its certificate, checked on QUIC.
-	mc.DeadNodeReclaimTime = 10 * time.Second
-	if p := a.cfg.Tuning.GossipProbe.or(0); p > 0 {
-		mc.ProbeInterval = p
-		mc.ProbeTimeout = p / 2
-		mc.GossipInterval = p / 4
-		mc.SuspicionMult = 2
-		mc.TCPTimeout = 4 * p
-	}
 	if a.net, err = links.StartTraffic(a.cfg.NetTelemetry, a.ep, a.log.Named("net")); err != nil {
 		return fmt.Errorf("--net-telemetry %s: %w", a.cfg.NetTelemetry, err)
 	}
-	// Count a peer's traffic from its first packets (a shard fetch can
-	// follow its join within a second), not from the link loop's next tick.
-	a.gossip.joined = func(id string, ip net.IP) {
-		if addr, ok := netip.AddrFromSlice(ip); ok && id != a.id {
-			go a.net.Watch([]netip.Addr{addr.Unmap()})
-		}
-	}
-	a.ml, err = memberlist.Create(mc)
+	a.gossip, err = membership.Start(a.meta, membership.Options{
+		ID: a.id, Bind: orDefault(a.cfg.Bind, "0.0.0.0"), Port: a.cfg.GossipPort, Advertise: a.cfg.Advertise,
+		Key: a.gossipKey, Probe: a.cfg.Tuning.GossipProbe.or(0), Revoked: a.isRevoked,
+		// Count a peer's traffic from its first packets (a shard fetch can
+		// follow its join within a second), not from the link loop's next tick.
+		Joined: func(id string, ip net.IP) {
+			if addr, ok := netip.AddrFromSlice(ip); ok && id != a.id {
+				go a.net.Watch([]netip.Addr{addr.Unmap()})
+			}
+		},
+	})
 	if err != nil {
-		return fmt.Errorf("gossip: %w", err)
+		return err
 	}
-	a.gossip.ml = a.ml
+	a.ml = a.gossip.Memberlist()
 	a.advIP = a.ml.LocalNode().Addr.String()
 
 	if a.cfg.Server {

@@ -5,11 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"strconv"
 
 	"shoal/coordinator"
+	"shoal/node/membership"
 	"shoal/transport"
 )
 
@@ -32,7 +31,7 @@ func (a *Agent) registerHello() {
 // reached it, the version and capacities from the node's answer.
 func (a *Agent) certify(ctx context.Context, m coordinator.Member) (coordinator.Member, error) {
 	if m.ID == a.id {
-		return a.memberFromMeta(m, a.ident.ID, a.ident.Name, a.ident.Role, a.meta), nil
+		return membership.Certified(m, a.ident.ID, a.ident.Name, a.ident.Role, a.meta), nil
 	}
 	if m.RPCAddr == "" {
 		return coordinator.Member{}, errors.New("gossip gives no QUIC address")
@@ -42,38 +41,16 @@ func (a *Agent) certify(ctx context.Context, m coordinator.Member) (coordinator.
 		return coordinator.Member{}, err
 	}
 	peer := st.Peer
-	var got meta
+	var got membership.Meta
 	if err := transport.CallStream(ctx, st, methodHello, nil, &got); err != nil {
 		if transport.StatusOf(err) != http.StatusNotFound {
 			return coordinator.Member{}, fmt.Errorf("asking %s who it is: %w", m.RPCAddr, err)
 		}
 		// An agent of a version before Node.Hello: its certificate still
 		// proves who it is; its capacities are gossip's.
-		got = meta{Name: m.Name, Version: m.Version, Expect: m.Expect, Mem: m.Caps.MemTotal, Free: m.Caps.MemFree, Cores: m.Caps.Cores,
-			GFLOPS: m.Caps.GFLOPS, GBps: m.Caps.MemGBps, Accel: m.Caps.Accel, Serves: m.Caps.Serves}
-		if _, p, err := net.SplitHostPort(m.HTTPAddr); err == nil {
-			got.HTTP, _ = strconv.Atoi(p)
-		}
+		got = membership.MetaOf(m)
 	}
-	return a.memberFromMeta(m, peer.ID, peer.Name, peer.Role, got), nil
-}
-
-// memberFromMeta is gossip member m as certified: identity from the
-// certificate (a certificate from before names were bound keeps gossip's
-// name), the rest from the node's own metadata.
-func (a *Agent) memberFromMeta(m coordinator.Member, id, name, role string, md meta) coordinator.Member {
-	if name == "" {
-		name = m.Name
-	}
-	out := coordinator.Member{
-		ID: id, Name: name, Role: role, Addr: m.Addr, RPCAddr: m.RPCAddr, Version: md.Version, Status: m.Status, Expect: md.Expect,
-		Caps: coordinator.Capabilities{MemTotal: md.Mem, MemFree: md.Free, Cores: md.Cores, GFLOPS: md.GFLOPS, MemGBps: md.GBps,
-			Accel: md.Accel, Serves: md.Serves},
-	}
-	if host, _, err := net.SplitHostPort(m.RPCAddr); err == nil && md.HTTP > 0 {
-		out.HTTPAddr = net.JoinHostPort(host, strconv.Itoa(md.HTTP))
-	}
-	return out
+	return membership.Certified(m, peer.ID, peer.Name, peer.Role, got), nil
 }
 
 // certifiedAt tells whether the cluster registered node id, from its

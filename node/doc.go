@@ -1,5 +1,5 @@
 // Package node is the agent: one long-running process per machine that
-// wires the QUIC endpoint (transport), gossip membership (memberlist), the
+// wires the QUIC endpoint (transport), gossip membership (node/membership), the
 // Raft coordinator (servers only), the model catalog (catalog: model
 // files, copies, loading by path or hub reference), the shard manager
 // (shard), the parallel runtime (parallel), the schedulers (serve) and the
