@@ -1,4 +1,4 @@
-package node
+package metrics
 
 import (
 	"strings"
@@ -49,8 +49,8 @@ func (s controlSink) IncrCounterWithLabels(key []string, val float32, _ []gometr
 func (controlSink) AddSample([]string, float32)                              {}
 func (controlSink) AddSampleWithLabels([]string, float32, []gometrics.Label) {}
 
-// installControlMetrics routes go-metrics to the control sink (once).
-func installControlMetrics() {
+// installControlSink routes go-metrics to the control sink (once).
+func installControlSink() {
 	installSink.Do(func() {
 		cfg := gometrics.DefaultConfig("")
 		cfg.EnableHostname, cfg.EnableRuntimeMetrics, cfg.EnableServiceLabel = false, false, false
@@ -62,6 +62,13 @@ func installControlMetrics() {
 var descControl = prometheus.NewDesc("shoal_control_events_total",
 	"Raft and gossip events of this process: elections started (raft.state.candidate), leaderships won, heartbeat and lease timeouts, suspicions, deaths and degraded probes of memberlist.",
 	[]string{"event"}, nil)
+
+// Control exports the counters of the process's control plane, routing
+// go-metrics to them the first time it is called.
+func Control() prometheus.Collector {
+	installControlSink()
+	return controlCollector{}
+}
 
 // controlCollector exports the counters.
 type controlCollector struct{}
