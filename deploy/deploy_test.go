@@ -39,7 +39,7 @@ import (
 const (
 	agentSourceFile = "../cmd/shoal/agent.go"
 	rootSourceFile  = "../cmd/shoal/main.go"
-	configSourceGo  = "../node/config.go"
+	configSourceGo  = "../node/config/config.go"
 )
 
 // ---------------------------------------------------------------------------

@@ -117,7 +117,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	if err := a.setupIdentity(ctx); err != nil {
 		return nil, err
 	}
-	m := fingerprint.Probe(cfg.DataDir, cfg.Version, cfg.Tuning.ProbeDuration.or(300*time.Millisecond))
+	m := fingerprint.Probe(cfg.DataDir, cfg.Version, cfg.Tuning.ProbeDuration.Or(300*time.Millisecond))
 	a.caps = coordinator.Capabilities{MemTotal: m.MemTotal, MemFree: m.MemFree, Cores: m.Cores, GFLOPS: m.GFLOPS, MemGBps: m.MemGBps,
 		Accel: m.Accel, Serves: cfg.Serves}
 	if l := cfg.MemoryLimit; l > 0 {
@@ -188,7 +188,7 @@ func (a *Agent) start() error {
 	}
 	a.gossip, err = membership.Start(a.meta, membership.Options{
 		ID: a.id, Bind: orDefault(a.cfg.Bind, "0.0.0.0"), Port: a.cfg.GossipPort, Advertise: a.cfg.Advertise,
-		Key: a.gossipKey, Probe: a.cfg.Tuning.GossipProbe.or(0), Revoked: a.isRevoked,
+		Key: a.gossipKey, Probe: a.cfg.Tuning.GossipProbe.Or(0), Revoked: a.isRevoked,
 		// Count a peer's traffic from its first packets (a shard fetch can
 		// follow its join within a second), not from the link loop's next tick.
 		Joined: func(id string, ip net.IP) {
@@ -205,7 +205,7 @@ func (a *Agent) start() error {
 
 	if a.cfg.Server {
 		adv := &net.UDPAddr{IP: net.ParseIP(a.advIP), Port: a.ep.Addr().Port}
-		rt := a.cfg.Tuning.RaftTimeout.or(500 * time.Millisecond)
+		rt := a.cfg.Tuning.RaftTimeout.Or(500 * time.Millisecond)
 		a.srv, err = coordinator.NewServer(coordinator.Config{
 			NodeID: a.id, DataDir: a.cfg.DataDir, Layer: transport.NewRaftLayer(a.ep, adv), Members: a.gossip,
 			Bootstrap:           a.cfg.BootstrapExpect,
@@ -215,9 +215,9 @@ func (a *Agent) start() error {
 			HeartbeatTimeout:    rt,
 			ElectionTimeout:     rt,
 			LeaderLeaseTimeout:  rt / 2,
-			ReconcileInterval:   a.cfg.Tuning.ReconcileInterval.or(2 * time.Second),
-			DeadServerGrace:     a.cfg.Tuning.DeadServerGrace.or(30 * time.Second),
-			ServerStabilization: a.cfg.Tuning.ServerStabilization.or(2 * time.Second),
+			ReconcileInterval:   a.cfg.Tuning.ReconcileInterval.Or(2 * time.Second),
+			DeadServerGrace:     a.cfg.Tuning.DeadServerGrace.Or(30 * time.Second),
+			ServerStabilization: a.cfg.Tuning.ServerStabilization.Or(2 * time.Second),
 		})
 		if err != nil {
 			return err
@@ -248,7 +248,7 @@ func (a *Agent) start() error {
 	}
 	a.fwd = a.newForwarder()
 	a.startGateway()
-	a.http = newHTTPServer(a.httpHandler(), a.cfg.Tuning.HTTPBody.or(httpBodyTimeout), a.log)
+	a.http = newHTTPServer(a.httpHandler(), a.cfg.Tuning.HTTPBody.Or(httpBodyTimeout), a.log)
 	a.fwd.serve(a.http.Handler) // requests peers pass on take the same routes
 	if a.https != nil {
 		// GetCertificate: the server starts before the cluster has signed

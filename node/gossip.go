@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"shoal/coordinator"
+	"shoal/node/config"
 	"shoal/transport"
 )
 
@@ -31,7 +32,7 @@ func (a *Agent) joinLoop() {
 	for attempt := 0; !joined; attempt++ {
 		seeds := append(append([]string{}, a.seeds...), saved...)
 		for _, j := range a.cfg.Join {
-			addr, _ := joinAddr(j)
+			addr, _ := config.JoinAddr(j)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			var got []string
 			if err := transport.Call(ctx, a.ep, addr, transport.KindRPC, methodSeeds, nil, &got); err == nil {

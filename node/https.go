@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"net"
 	"time"
 
 	"shoal/node/identity"
@@ -11,30 +10,9 @@ import (
 // HTTPS of the agent's HTTP API: the certificate, its renewal and the
 // cluster's HTTPS CA are node/identity's; this file wires them.
 
-// HTTPS modes of Config.HTTPS.
-const (
-	HTTPSAuto = "auto" // HTTPS unless bound to a loopback address (the default)
-	HTTPSOn   = "on"   // HTTPS even on loopback
-	HTTPSOff  = "off"  // plain HTTP even on a network address (--insecure-http)
-)
-
 // HTTPSCAPath is where an agent whose data dir is dataDir keeps the
 // cluster's HTTPS CA certificate: what clients of its API trust.
 func HTTPSCAPath(dataDir string) string { return identity.HTTPSCAPath(dataDir) }
-
-// HTTPSEnabled reports whether the HTTP API serves HTTPS.
-func (c *Config) HTTPSEnabled() bool {
-	switch {
-	case c.TLSCert != "":
-		return true
-	case c.HTTPS == HTTPSOn:
-		return true
-	case c.HTTPS == HTTPSOff:
-		return false
-	}
-	ip := net.ParseIP(c.Bind)
-	return ip == nil || !ip.IsLoopback() // no --bind, or 0.0.0.0, is the network
-}
 
 // setupHTTPS prepares the certificate of the HTTP API before it listens
 // (identity.SetupHTTPS); a.https stays nil for plain HTTP.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"shoal/coordinator"
+	"shoal/node/config"
 	"shoal/node/identity"
 )
 
@@ -16,14 +17,14 @@ import (
 func (a *Agent) setupIdentity(ctx context.Context) error {
 	join := make([]string, 0, len(a.cfg.Join))
 	for _, j := range a.cfg.Join {
-		addr, _ := joinAddr(j)
+		addr, _ := config.JoinAddr(j)
 		join = append(join, addr)
 	}
 	n, err := identity.Setup(ctx, identity.Config{
 		DataDir: a.cfg.DataDir, ID: a.id, Name: a.cfg.Name, Role: a.role,
 		Server: a.cfg.Server, BootstrapExpect: a.cfg.BootstrapExpect,
 		Token: a.cfg.Token, Join: join, Bind: a.cfg.Bind, QUICPort: a.cfg.QUICPort,
-		JoinTimeout: a.cfg.Tuning.JoinTimeout.or(5 * time.Minute), Log: a.log,
+		JoinTimeout: a.cfg.Tuning.JoinTimeout.Or(5 * time.Minute), Log: a.log,
 	})
 	if err != nil {
 		return err

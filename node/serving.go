@@ -30,42 +30,10 @@ import (
 	"shoal/transport"
 )
 
-// ModelConfig is a model given with --model: a file on this machine that
-// the agent registers in the cluster state pinned to this node, so the
-// leader plans it on this node alone and it is listed, metered and served
-// like any model loaded with `shoal model load`.
-type ModelConfig struct {
-	Path    string `json:"path"`
-	Name    string `json:"name"`     // default: the file name without .gguf
-	Ctx     int    `json:"ctx"`      // KV cache capacity in tokens over all sequences (default: min(model's, 8192))
-	Threads int    `json:"threads"`  // worker threads (default: all cores)
-	MaxSeqs int    `json:"max_seqs"` // sequences decoded together (default 16)
-	Queue   int    `json:"queue"`    // requests waiting beyond the batch before 429 (default 64)
-	// NoPrefixCache turns off reusing the KV blocks of shared prompt prefixes.
-	NoPrefixCache bool `json:"no_prefix_cache,omitempty"`
-}
-
-func (c *ModelConfig) validate() error {
-	if c.Path == "" {
-		return fmt.Errorf("--model: a model file path is required")
-	}
-	if c.Ctx < 0 || c.Threads < 0 || c.MaxSeqs < 0 || c.Queue < 0 {
-		return fmt.Errorf("model %s: ctx, threads, max-seqs and queue must not be negative", c.Path)
-	}
-	return nil
-}
-
-func (c *ModelConfig) name() string {
-	if c.Name != "" {
-		return c.Name
-	}
-	return strings.TrimSuffix(filepath.Base(c.Path), ".gguf")
-}
-
 // localModel is the --model configuration of name, if any.
 func (a *Agent) localModel(name string) (ModelConfig, bool) {
 	for _, mc := range a.cfg.Models {
-		if mc.name() == name {
+		if mc.ServedName() == name {
 			return mc, true
 		}
 	}
@@ -78,7 +46,7 @@ func (a *Agent) localModel(name string) (ModelConfig, bool) {
 func (a *Agent) localRequests() ([]api.LoadModelRequest, error) {
 	var out []api.LoadModelRequest
 	for _, mc := range a.cfg.Models {
-		if err := mc.validate(); err != nil {
+		if err := mc.Validate(); err != nil {
 			return nil, err
 		}
 		path, err := filepath.Abs(mc.Path)
@@ -94,14 +62,14 @@ func (a *Agent) localRequests() ([]api.LoadModelRequest, error) {
 		}
 		if model.IsEncoder(f) {
 			f.Close()
-			a.encoders = append(a.encoders, localEncoder{name: mc.name(), path: path, threads: mc.Threads})
+			a.encoders = append(a.encoders, localEncoder{name: mc.ServedName(), path: path, threads: mc.Threads})
 			continue
 		}
 		if pool, ok := model.DecoderPooling(f); ok {
 			// A decoder that pools (Qwen3-Embedding style) embeds; it
 			// does not generate.
 			f.Close()
-			a.encoders = append(a.encoders, localEncoder{name: mc.name(), path: path, threads: mc.Threads, decoder: true, pooling: pool, ctx: mc.Ctx})
+			a.encoders = append(a.encoders, localEncoder{name: mc.ServedName(), path: path, threads: mc.Threads, decoder: true, pooling: pool, ctx: mc.Ctx})
 			continue
 		}
 		cfg, err := model.ConfigFromGGUF(f)
@@ -113,7 +81,7 @@ func (a *Agent) localRequests() ([]api.LoadModelRequest, error) {
 		if ctx == 0 {
 			ctx = min(cfg.NCtx, 8192)
 		}
-		out = append(out, api.LoadModelRequest{Path: path, Name: mc.name(), Ctx: ctx})
+		out = append(out, api.LoadModelRequest{Path: path, Name: mc.ServedName(), Ctx: ctx})
 	}
 	return out, nil
 }
@@ -284,11 +252,11 @@ func (a *Agent) awaitLocal(ctx context.Context, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for _, mc := range a.cfg.Models {
 		for {
-			if _, ok := a.models.Model(mc.name()); ok {
+			if _, ok := a.models.Model(mc.ServedName()); ok {
 				break
 			}
 			if time.Now().After(deadline) {
-				a.log.Warn("--model is not served yet; see 'shoal model ls'", zap.String("model", mc.name()))
+				a.log.Warn("--model is not served yet; see 'shoal model ls'", zap.String("model", mc.ServedName()))
 				return
 			}
 			select {

@@ -37,7 +37,7 @@ func (a *Agent) startServing() {
 	host.SetKVLink(a.kvLink)
 	a.par = parallel.NewReconciler(parallel.ReconcilerConfig{
 		Host: host, Node: a.id, Shards: a.shards, Publisher: a.pub,
-		Threads: a.cfg.Threads, StepTimeout: a.cfg.Tuning.DistStep.or(parallel.DefaultStepTimeout), Log: a.log,
+		Threads: a.cfg.Threads, StepTimeout: a.cfg.Tuning.DistStep.Or(parallel.DefaultStepTimeout), Log: a.log,
 	})
 	a.admin.runner = clusterRuns{par: a.par, driver: a.cfg.Name}
 }
@@ -47,7 +47,7 @@ func (a *Agent) startServing() {
 // or every reconcile interval.
 func (a *Agent) servingLoop() {
 	defer a.bg.Done()
-	interval := a.cfg.Tuning.ReconcileInterval.or(2 * time.Second)
+	interval := a.cfg.Tuning.ReconcileInterval.Or(2 * time.Second)
 	for {
 		var changed <-chan struct{}
 		if a.srv != nil {

@@ -21,9 +21,7 @@ func hashSecret(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// isJoinToken and parseToken: identity.IsJoinToken, identity.ParseToken.
-func isJoinToken(s string) bool { return identity.IsJoinToken(s) }
-
+// parseToken is identity.ParseToken.
 func parseToken(s string) (id, secret, caHash string, ok bool) { return identity.ParseToken(s) }
 
 func tokenErr(format string, args ...any) error {
