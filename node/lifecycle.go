@@ -167,3 +167,58 @@ func inferencePath(r *http.Request) bool {
 	}
 	return false
 }
+
+// Done is closed when the agent has stopped (e.g. after `shoal node rm`).
+func (a *Agent) Done() <-chan struct{} { return a.done }
+
+// Shutdown stops the agent. graceful hands off leadership and announces
+// the leave to gossip; otherwise the node looks failed to its peers.
+func (a *Agent) Shutdown(graceful bool) error {
+	a.close(graceful)
+	return nil
+}
+
+func (a *Agent) close(graceful bool) {
+	a.stopOnce.Do(func() {
+		close(a.done)
+		if graceful && a.srv != nil {
+			a.srv.Leave()
+		}
+		if a.ml != nil {
+			if graceful {
+				_ = a.ml.Leave(2 * time.Second)
+			}
+			_ = a.ml.Shutdown()
+		}
+		if a.http != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = a.http.Shutdown(ctx)
+			cancel()
+		} else if a.httpLn != nil {
+			_ = a.httpLn.Close()
+		}
+		if a.par != nil {
+			a.par.Close() // the drivers end their requests before the endpoint closes
+			if a.kvLink != nil {
+				a.kvLink.Close()
+			}
+		}
+		if a.srv != nil {
+			if err := a.srv.Shutdown(); err != nil {
+				a.log.Warn("raft shutdown", zap.Error(err))
+			}
+		}
+		if a.ep != nil {
+			_ = a.ep.Close()
+		}
+		a.bg.Wait()
+		a.net.Close()
+		for _, c := range a.encoderClosers {
+			_ = c()
+		}
+		if a.catalog != nil {
+			a.catalog.Close()
+		}
+		a.log.Info("agent stopped", zap.Bool("graceful", graceful))
+	})
+}
