@@ -28,7 +28,8 @@ var topLevel = map[string]bool{
 // its packages may import; a package may always import from its own
 // folder. Dependencies point one way:
 // cmd → node → {api, catalog, coordinator, disagg, gateway, parallel, serve, shard, transport} → {engine, placement} → internal
-// (gateway, the request path to a model's driver, sits on api/openai and transport);
+// (gateway, the request path to a model's driver, sits on api/openai, transport and
+// the driver's scheduler, serve);
 // hub (models from Hugging Face: resolve, download, verify, the model store)
 // is a leaf beside them that node, catalog and cmd use (#25): shard must not
 // speak HTTP, so the hub's byte ranges reach it through catalog. catalog
@@ -49,23 +50,22 @@ var mayImport = map[string][]string{
 	"parallel":    {"engine", "placement", "shard", "transport", "serve", "internal"},
 	"disagg":      {"engine", "placement", "shard", "transport", "serve", "parallel", "internal"},
 	"catalog":     {"api", "coordinator", "hub", "shard", "transport", "engine", "placement", "internal"},
-	"gateway":     {"api", "transport", "engine", "internal"},
+	"gateway":     {"api", "serve", "transport", "engine", "internal"},
 	"node":        {"api", "catalog", "coordinator", "disagg", "gateway", "hub", "parallel", "serve", "shard", "transport", "engine", "placement", "internal"},
 	"cmd":         {"node", "api", "catalog", "coordinator", "disagg", "gateway", "hub", "parallel", "serve", "shard", "transport", "engine", "placement", "internal"},
 }
 
 // testFixtures lists what tests may import beyond mayImport: a running
-// agent cluster (node, node/nodetest) or a scheduler (serve) for the API.s
-// end-to-end tests, a synthetic model and its tokenizer (engine), test
+// agent cluster (node, node/nodetest), a scheduler (serve) or a model on
+// it (gateway) for the API's end-to-end tests, a synthetic model and its tokenizer (engine), test
 // plans and shard slicing for the engine's layer-range tests, the QUIC Raft
 // layer for the coordinator's cluster tests, a fake hub for the guide's
 // test (docs). Product code never does.
 var testFixtures = map[string][]string{
-	"api":         {"node", "serve", "engine"},
+	"api":         {"node", "gateway", "serve", "engine"},
 	"engine":      {"placement", "shard"},
 	"coordinator": {"transport"},
 	"docs":        {"hub"},
-	"gateway":     {"node", "serve"},
 }
 
 // partsOf lists folders whose subpackages are parts of the package there:

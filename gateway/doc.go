@@ -20,7 +20,11 @@
 // resubmission. Prefix-cache hits (Event.Cached) are the last driver's.
 //
 // It owns the wire format of those calls (wire.go), the driver's side
-// (Server) and the front's (Client). It must not parse HTTP or write SSE
-// (api/openai does, once, on the front agent), run models (the driver's
-// Submitter does), or decide where a model is driven (the node's route).
+// (Server) and the front's (Client), and the last hop: a model this agent
+// runs itself as the endpoint sees it (NewOpenAIModel: the tokenizer, the
+// Submitter on the model's serve.Scheduler, the grammar constrainer; the
+// embedding models of OpenEmbedding). It must not parse HTTP or write SSE
+// (api/openai does, once, on the front agent), batch or run the layers
+// (serve and the engine do), or decide where a model is driven (the
+// node's route).
 package gateway

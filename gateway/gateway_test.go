@@ -15,7 +15,6 @@ import (
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
 	"shoal/gateway"
-	"shoal/node"
 	"shoal/serve"
 	"shoal/transport"
 )
@@ -88,7 +87,7 @@ func driver(t *testing.T, ca *transport.CA, id, path string) (*transport.Endpoin
 	if err != nil {
 		t.Fatal(err)
 	}
-	om := node.NewOpenAIModel("x", id, s, tok, "")
+	om := gateway.NewOpenAIModel("x", id, s, tok, "")
 	prompts := make(chan int, 16)
 	om.Submitter = paced{om.Submitter, prompts}
 	served, err := gateway.NewServed(om, m.File)
@@ -122,7 +121,7 @@ func (r *route) get(string) (gateway.Target, bool) {
 // front is the client of an agent that drives nothing; a lost driver is
 // tried again twice.
 func front(t *testing.T, ca *transport.CA, rt *route) *gateway.Client {
-	return gateway.NewClient(gateway.Config{Endpoint: endpoint(t, ca, "front"), Route: rt.get, Local: node.OpenAIVocab,
+	return gateway.NewClient(gateway.Config{Endpoint: endpoint(t, ca, "front"), Route: rt.get, Local: gateway.OpenAIVocab,
 		Resubmits: 2, Backoff: 50 * time.Millisecond, DialTimeout: 2 * time.Second})
 }
 

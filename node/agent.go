@@ -22,6 +22,7 @@ import (
 	"shoal/catalog"
 	"shoal/coordinator"
 	"shoal/disagg"
+	"shoal/gateway"
 	"shoal/node/fingerprint"
 	"shoal/node/identity"
 	"shoal/node/links"
@@ -76,7 +77,7 @@ type Agent struct {
 	models *openai.StaticBackend // models this agent serves (the OpenAI endpoint's backend)
 	// encoders are the embedding models among the --model files, served
 	// whole here; encoderClosers release them.
-	encoders       []localEncoder
+	encoders       []gateway.Embedding
 	encoderClosers []func() error
 	pub            *publisher // puts the models this node drives into models
 	registry       *prometheus.Registry

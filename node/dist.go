@@ -64,7 +64,7 @@ func (p *publisher) Publish(name string, s parallel.Servable) error {
 		return err
 	}
 	tpl, _ := s.Meta.String("tokenizer.chat_template")
-	m := NewOpenAIModel(name, p.owner, sc, tok, tpl)
+	m := gateway.NewOpenAIModel(name, p.owner, sc, tok, tpl)
 	sv, svErr := gateway.NewServed(m, s.Meta)
 	p.mu.Lock()
 	p.scheds[name] = sc
@@ -111,7 +111,7 @@ func (p *publisher) Withdraw(name string) {
 	if sc == nil {
 		return
 	}
-	if m, ok := p.models.Model(name); ok && schedulerOf(m) == sc {
+	if m, ok := p.models.Model(name); ok && gateway.SchedulerOf(m) == sc {
 		p.models.Remove(name)
 	}
 	sc.Close()

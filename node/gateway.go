@@ -21,7 +21,7 @@ import (
 // gateways and makes this agent's client of theirs.
 func (a *Agent) startGateway() {
 	gateway.Serve(a.ep, a.pub.gatewayModel)
-	a.fwd.gw = gateway.NewClient(gateway.Config{Endpoint: a.ep, Route: a.fwd.gatewayRoute, Local: OpenAIVocab})
+	a.fwd.gw = gateway.NewClient(gateway.Config{Endpoint: a.ep, Route: a.fwd.gatewayRoute, Local: gateway.OpenAIVocab})
 }
 
 // gatewayRoute is where the driver of model runs now, if it is ready.
@@ -69,4 +69,18 @@ func (b frontBackend) Model(name string) (*openai.Model, bool) {
 		return gw.Cached(name)
 	}
 	return nil, false
+}
+
+// serveEncoders loads the embedding models among the --model files and
+// puts them on the endpoint.
+func (a *Agent) serveEncoders() error {
+	for _, e := range a.encoders {
+		m, closeFn, err := gateway.OpenEmbedding(e, a.cfg.Name, a.log)
+		if err != nil {
+			return err
+		}
+		a.encoderClosers = append(a.encoderClosers, closeFn)
+		a.models.Set(m)
+	}
+	return nil
 }

@@ -62,14 +62,14 @@ func (a *Agent) localRequests() ([]api.LoadModelRequest, error) {
 		}
 		if model.IsEncoder(f) {
 			f.Close()
-			a.encoders = append(a.encoders, localEncoder{name: mc.ServedName(), path: path, threads: mc.Threads})
+			a.encoders = append(a.encoders, gateway.Embedding{Name: mc.ServedName(), Path: path, Threads: mc.Threads})
 			continue
 		}
 		if pool, ok := model.DecoderPooling(f); ok {
 			// A decoder that pools (Qwen3-Embedding style) embeds; it
 			// does not generate.
 			f.Close()
-			a.encoders = append(a.encoders, localEncoder{name: mc.ServedName(), path: path, threads: mc.Threads, decoder: true, pooling: pool, ctx: mc.Ctx})
+			a.encoders = append(a.encoders, gateway.Embedding{Name: mc.ServedName(), Path: path, Threads: mc.Threads, Decoder: true, Pooling: pool, Ctx: mc.Ctx})
 			continue
 		}
 		cfg, err := model.ConfigFromGGUF(f)

@@ -9,6 +9,6 @@
 //
 // It owns the endpoint and its wire types. It must not import the engine or
 // serve: a Model is a Tokenizer and a Submitter the node provides (see
-// node.NewOpenAIModel), the node supplies models through Backend and API-key
+// gateway.NewOpenAIModel), the node supplies models through Backend and API-key
 // checks, metrics and logging through Options.
 package openai

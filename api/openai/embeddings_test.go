@@ -19,7 +19,7 @@ import (
 	"shoal/engine/model"
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
-	"shoal/node"
+	"shoal/gateway"
 )
 
 // wpmTokenizer is the endpoint's view of a tokenizer (as the node's adapter
@@ -57,7 +57,7 @@ func newEmbEnv(t *testing.T) *embEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	emb := &openai.Model{Name: "emb", Tokenizer: wpmTokenizer{tok}, Embedder: node.EncoderEmbedder(enc)}
+	emb := &openai.Model{Name: "emb", Tokenizer: wpmTokenizer{tok}, Embedder: gateway.EncoderEmbedder(enc)}
 	chat := &openai.Model{Name: "chat", Tokenizer: wpmTokenizer{tok}}
 	srv := httptest.NewServer(openai.NewHandler(openai.NewStaticBackend(emb, chat), openai.Options{Log: zap.NewNop()}))
 	t.Cleanup(func() {

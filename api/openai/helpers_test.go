@@ -23,7 +23,7 @@ import (
 	"shoal/engine/model"
 	"shoal/engine/synth"
 	"shoal/engine/tokenizer"
-	"shoal/node"
+	"shoal/gateway"
 	"shoal/serve"
 )
 
@@ -147,7 +147,7 @@ func newEnv(t testing.TB, o envOptions) *testEnv {
 		t.Fatal(err)
 	}
 	ct, _ := m.File.String("tokenizer.chat_template")
-	mod := node.NewOpenAIModel(o.name, "test", s, tok, ct)
+	mod := gateway.NewOpenAIModel(o.name, "test", s, tok, ct)
 	mod.Created = time.Unix(1700000000, 0)
 	if o.handler.Log == nil {
 		o.handler.Log = zap.NewNop()

@@ -1,4 +1,4 @@
-package node
+package gateway
 
 import (
 	"context"
@@ -79,7 +79,7 @@ func TestOpenAITokenizer(t *testing.T) {
 	if o.ChatTemplate() != "{{ bos_token }}" || o.NVocab() != tok.NVocab() || m.Name != "m" || m.OwnedBy != "me" {
 		t.Fatalf("model %+v", m)
 	}
-	if schedulerOf(m) != nil || schedulerOf(&openai.Model{}) != nil {
-		t.Fatal("schedulerOf found a scheduler")
+	if SchedulerOf(m) != nil || SchedulerOf(&openai.Model{}) != nil {
+		t.Fatal("SchedulerOf found a scheduler")
 	}
 }

@@ -1,4 +1,4 @@
-package node
+package gateway
 
 import (
 	"context"
@@ -26,8 +26,8 @@ func OpenAIVocab(tok *tokenizer.Tokenizer, chatTemplate string) (openai.Tokenize
 	return openAITokenizer{tok, chatTemplate}, newConstrainer(tok)
 }
 
-// schedulerOf returns the scheduler m runs on (nil if none).
-func schedulerOf(m *openai.Model) *serve.Scheduler {
+// SchedulerOf returns the scheduler m runs on (nil if none).
+func SchedulerOf(m *openai.Model) *serve.Scheduler {
 	if s, ok := m.Submitter.(schedSubmitter); ok {
 		return s.s
 	}

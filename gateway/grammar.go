@@ -1,4 +1,4 @@
-package node
+package gateway
 
 import (
 	"container/list"
