@@ -19,12 +19,25 @@
 // tokens alike (serve's window), so they see the same tokens after a
 // resubmission. Prefix-cache hits (Event.Cached) are the last driver's.
 //
-// It owns the wire format of those calls (wire.go), the driver's side
+// The Forwarder routes each request: a completion for a model another
+// agent drives goes to the token path above when the driver takes it,
+// else (and for the tokenizer routes and the admin API's runs of a
+// distributed model) as HTTP over a transport.KindForward stream, checked
+// against the user's key here, since the key does not travel
+// (ForwardGrant stands in for it); /v1/models lists the whole cluster's
+// models. What it needs from the agent (peers' addresses, the routes, the
+// key checks) comes in through ForwarderConfig.
+//
+// It owns the wire format of the token path (wire.go), the driver's side
 // (Server) and the front's (Client), and the last hop: a model this agent
 // runs itself as the endpoint sees it (NewOpenAIModel: the tokenizer, the
 // Submitter on the model's serve.Scheduler, the grammar constrainer; the
-// embedding models of OpenEmbedding). It must not parse HTTP or write SSE
-// (api/openai does, once, on the front agent), batch or run the layers
+// embedding models of OpenEmbedding). It must not serve the OpenAI API
+// itself (api/openai decodes the request and writes the answer's events,
+// once, on the agent the client asked; the forwarder reads only the model
+// name and the stream flag, and relays another agent's HTTP answer, with
+// keepalive comments and an error event when it is cut), batch or run the
+// layers
 // (serve and the engine do), or decide where a model is driven (the
 // node's route).
 package gateway

@@ -10,6 +10,7 @@ import (
 
 	"shoal/api"
 	"shoal/coordinator"
+	"shoal/gateway"
 )
 
 // The admin API's keys and tokens: checking a key's scope (on a server
@@ -53,14 +54,14 @@ func (b *admin) ReadKey(ctx context.Context, key string) error {
 // grant finds key's token and checks it has scope; the token is nil for
 // the local bootstrap secret before the cluster stored it.
 func (b *admin) grant(ctx context.Context, key string, scope api.Scope) (*coordinator.Token, error) {
-	if fr, ok := ctx.Value(forwardedKey{}).(forwardedReq); ok {
+	if model, ok := gateway.ForwardedModel(ctx); ok {
 		// The agent that passed the request on checked the user's key
 		// and kept it; the peer's certificate is the credential here,
 		// for the one model and the routes peers may forward.
-		if key != forwardGrant || scope == api.ScopeRead {
+		if key != gateway.ForwardGrant || scope == api.ScopeRead {
 			return nil, forbidden("a forwarded request carries no API key")
 		}
-		return &coordinator.Token{Kind: coordinator.TokenInference, Models: []string{fr.model}}, nil
+		return &coordinator.Token{Kind: coordinator.TokenInference, Models: []string{model}}, nil
 	}
 	if b.srv == nil {
 		return b.grantRemote(ctx, key, scope)

@@ -56,7 +56,7 @@ type Agent struct {
 	cluster *coordinator.Client
 	admin   *admin
 	join    *identity.Admission
-	fwd     *forwarder
+	fwd     *gateway.Forwarder
 	http    *http.Server
 	httpLn  net.Listener
 	https   *identity.HTTPS // nil when the API is plain HTTP
@@ -250,7 +250,7 @@ func (a *Agent) start() error {
 	a.fwd = a.newForwarder()
 	a.startGateway()
 	a.http = newHTTPServer(a.httpHandler(), a.cfg.Tuning.HTTPBody.Or(httpBodyTimeout), a.log)
-	a.fwd.serve(a.http.Handler) // requests peers pass on take the same routes
+	a.fwd.ServeForwarded(a.http.Handler) // requests peers pass on take the same routes
 	if a.https != nil {
 		// GetCertificate: the server starts before the cluster has signed
 		// the node's certificate; handshakes fail until it has.

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"shoal/coordinator"
+	"shoal/gateway"
 )
 
 // The agent's lifecycle as a service manager sees it: ready once it has
@@ -132,9 +133,9 @@ func (a *Agent) lifecycleHandler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if _, forwarded := forwardedOf(r); !forwarded && a.life.draining.Load() {
+		if _, forwarded := gateway.ForwardedModel(r.Context()); !forwarded && a.life.draining.Load() {
 			w.Header().Set("Retry-After", "1")
-			openAIError(w, http.StatusServiceUnavailable, "server_error", "draining",
+			gateway.OpenAIError(w, http.StatusServiceUnavailable, "server_error", "draining",
 				"this node is shutting down and takes no new requests; send it to another node of the cluster")
 			return
 		}

@@ -134,12 +134,12 @@ func (a *Agent) serveOptions(name string, s parallel.Servable) serve.Options {
 func (a *Agent) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	recent := dashboard.NewRecent(dashboard.DefaultRecent)
-	oai := openai.NewHandler(frontBackend{local: a.models, gw: func() *gateway.Client { return a.fwd.gw }}, openai.Options{
+	oai := openai.NewHandler(a.fwd.Backend(a.models), openai.Options{
 		CheckKey: a.admin.InferenceKey,
 		Observer: dashboard.MultiObserver{a.observer, recent},
 		Log:      a.log.Named("openai"),
 	})
-	fwd := a.fwd.openAI(oai)
+	fwd := a.fwd.OpenAI(oai)
 	for _, p := range []string{"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/", "/tokenize", "/detokenize"} {
 		mux.Handle(p, fwd)
 	}
@@ -150,7 +150,7 @@ func (a *Agent) httpHandler() http.Handler {
 	mux.Handle("GET /{$}", dash)
 	mux.Handle("/dashboard/", dash)
 	admin := api.Handler(a.admin)
-	toDriver := a.fwd.admin(admin)
+	toDriver := a.fwd.Admin(admin)
 	mux.Handle("POST /v1/cluster/models/{name}/logits", toDriver)
 	mux.Handle("POST /v1/cluster/models/{name}/bench", toDriver)
 	mux.Handle("/", admin)

@@ -1,4 +1,4 @@
-package node
+package gateway
 
 import (
 	"bufio"
@@ -16,25 +16,27 @@ import (
 	"shoal/transport"
 )
 
-func forwardPair(t *testing.T) (front, driver *transport.Endpoint) {
+// endpointPair is a front agent's endpoint and a driver's; a front with a
+// short frontIdle (0: the default) notices a silent driver quickly.
+func endpointPair(t *testing.T, frontIdle time.Duration) (front, driver *transport.Endpoint) {
 	t.Helper()
 	ca, err := transport.DeriveCA("forward-test-secret-0123456789")
 	if err != nil {
 		t.Fatal(err)
 	}
-	listen := func(id string) *transport.Endpoint {
+	listen := func(id string, idle time.Duration) *transport.Endpoint {
 		ident, err := transport.SelfIssue(ca, id, transport.RoleServer)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ep, err := transport.Listen(transport.Config{Bind: "127.0.0.1:0", Identity: ident, HandshakeTimeout: 500 * time.Millisecond})
+		ep, err := transport.Listen(transport.Config{Bind: "127.0.0.1:0", Identity: ident, HandshakeTimeout: 500 * time.Millisecond, IdleTimeout: idle})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { ep.Close() })
 		return ep
 	}
-	return listen("front"), listen("driver")
+	return listen("front", frontIdle), listen("driver", 0)
 }
 
 // TestForwardStreamsEvents: a request passed over the transport reaches
@@ -45,13 +47,13 @@ func forwardPair(t *testing.T) (front, driver *transport.Endpoint) {
 // driver that cannot be reached gives an OpenAI error; and a peer may
 // forward nothing but completions and cluster runs.
 func TestForwardStreamsEvents(t *testing.T) {
-	frontEP, driverEP := forwardPair(t)
+	frontEP, driverEP := endpointPair(t, 0)
 	step := make(chan struct{})
 	const reqBody = `{"model":"m","stream":true}`
 	const userKey = "sk-user-key-0123456789" // stays at the front agent
-	(&forwarder{ep: driverEP, log: zap.NewNop()}).serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	NewForwarder(ForwarderConfig{Endpoint: driverEP, Log: zap.NewNop()}).ServeForwarded(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		if fr, ok := forwardedOf(r); !ok || fr.model != "m" || fr.from != "front" || r.Header.Get("Authorization") != "Bearer "+forwardGrant || strings.Contains(fmt.Sprint(r.Header), userKey) || string(b) != reqBody {
+		if fr, ok := forwardedOf(r); !ok || fr.model != "m" || fr.from != "front" || r.Header.Get("Authorization") != "Bearer "+ForwardGrant || strings.Contains(fmt.Sprint(r.Header), userKey) || string(b) != reqBody {
 			http.Error(w, fmt.Sprintf("forwarded %+v %v %q %q", fr, ok, r.Header, b), http.StatusBadRequest)
 			return
 		}
@@ -67,11 +69,11 @@ func TestForwardStreamsEvents(t *testing.T) {
 		}
 		fmt.Fprint(w, "data: [DONE]\n\n")
 	}))
-	f := &forwarder{self: "front", ep: frontEP, log: zap.NewNop()}
+	f := NewForwarder(ForwarderConfig{Self: "front", Endpoint: frontEP, Log: zap.NewNop()})
 	addr := driverEP.Addr().String()
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		f.send(w, r, target{model: "m", name: "driver", addr: r.Header.Get("X-To")}, b, openAIFail)
+		f.send(w, r, forwardTarget{model: "m", name: "driver", addr: r.Header.Get("X-To")}, b, openAIFail)
 	}))
 	defer front.Close()
 	do := func(path, to string) *http.Response {
@@ -118,7 +120,7 @@ func TestForwardStreamsEvents(t *testing.T) {
 		t.Fatalf("cut answer ends with %q, want an error event", rest)
 	}
 
-	gone, _ := forwardPair(t)
+	gone, _ := endpointPair(t, 0)
 	goneAddr := gone.Addr().String()
 	gone.Close()
 	resp = do("/v1/chat/completions", goneAddr)

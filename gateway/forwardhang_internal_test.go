@@ -1,4 +1,4 @@
-package node
+package gateway
 
 import (
 	"bufio"
@@ -14,39 +14,14 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
-	"shoal/transport"
 )
 
-// hangPair is a front agent's endpoint and a driver's, the front one with
-// a short idle timeout so that a silent driver is noticed quickly.
-func hangPair(t *testing.T) (front, driver *transport.Endpoint) {
-	t.Helper()
-	ca, err := transport.DeriveCA("forward-test-secret-0123456789")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := func(id string, idle time.Duration) *transport.Endpoint {
-		ident, err := transport.SelfIssue(ca, id, transport.RoleServer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ep, err := transport.Listen(transport.Config{Bind: "127.0.0.1:0", Identity: ident, HandshakeTimeout: 500 * time.Millisecond, IdleTimeout: idle})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ep.Close() })
-		return ep
-	}
-	return listen("front", time.Second), listen("driver", 0)
-}
-
-// frontServer serves the forwarder f at an HTTP address; each request goes
+// frontServer serves the Forwarder f at an HTTP address; each request goes
 // to the driver at addr.
-func frontServer(t *testing.T, f *forwarder, addr func() string) *httptest.Server {
+func frontServer(t *testing.T, f *Forwarder, addr func() string) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		f.send(w, r, target{model: "m", name: "driver", addr: addr()}, b, openAIFail)
+		f.send(w, r, forwardTarget{model: "m", name: "driver", addr: addr()}, b, openAIFail)
 	}))
 	t.Cleanup(srv.Close)
 	return srv
@@ -100,12 +75,12 @@ const streamBody = `{"model":"m","stream":true}`
 // gets an error event. A driver that refuses after that (a 503 JSON error) ends the
 // stream with its error as an event.
 func TestForwardKeepAliveBeforeAnswer(t *testing.T) {
-	frontEP, driverEP := hangPair(t)
+	frontEP, driverEP := endpointPair(t, time.Second)
 	const interval = 100 * time.Millisecond
-	(&forwarder{ep: driverEP, log: zap.NewNop()}).serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	NewForwarder(ForwarderConfig{Endpoint: driverEP, Log: zap.NewNop()}).ServeForwarded(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(3 * interval)
 		if r.URL.Path == "/v1/completions" {
-			openAIError(w, http.StatusServiceUnavailable, "server_error", "model_not_ready", "the driver is not up")
+			OpenAIError(w, http.StatusServiceUnavailable, "server_error", "model_not_ready", "the driver is not up")
 			return
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -114,7 +89,7 @@ func TestForwardKeepAliveBeforeAnswer(t *testing.T) {
 			fmt.Fprint(w, "data: [DONE]\n\n")
 		}
 	}))
-	f := &forwarder{self: "front", ep: frontEP, log: zap.NewNop(), keepAlive: interval}
+	f := NewForwarder(ForwarderConfig{Self: "front", Endpoint: frontEP, Log: zap.NewNop(), KeepAlive: interval})
 	front := frontServer(t, f, func() string { return driverEP.Addr().String() })
 
 	status, ct, lines := sseLines(t, front.URL+"/v1/chat/completions", streamBody)
@@ -210,10 +185,10 @@ func (p *udpProxy) addr() string { return p.conn.LocalAddr().String() }
 func TestForwardedStreamCutByDriver(t *testing.T) {
 	for _, fault := range []string{"endpoint closed", "paused", "not streamed"} {
 		t.Run(fault, func(t *testing.T) {
-			frontEP, driverEP := hangPair(t)
+			frontEP, driverEP := endpointPair(t, time.Second)
 			proxy := newUDPProxy(t, driverEP.Addr())
 			wrote := make(chan struct{})
-			(&forwarder{ep: driverEP, log: zap.NewNop()}).serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			NewForwarder(ForwarderConfig{Endpoint: driverEP, Log: zap.NewNop()}).ServeForwarded(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if fault == "not streamed" {
 					w.Header().Set("Content-Type", "application/json")
 					w.WriteHeader(200)
@@ -226,7 +201,7 @@ func TestForwardedStreamCutByDriver(t *testing.T) {
 				<-r.Context().Done() // the rest never comes
 			}))
 			const interval = 100 * time.Millisecond
-			f := &forwarder{self: "front", ep: frontEP, log: zap.NewNop(), keepAlive: interval}
+			f := NewForwarder(ForwarderConfig{Self: "front", Endpoint: frontEP, Log: zap.NewNop(), KeepAlive: interval})
 			front := frontServer(t, f, proxy.addr)
 			go func() {
 				<-wrote
