@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// OpenAIError answers an OpenAI error.
+// OpenAIError answers with an error in the OpenAI API's form.
 func OpenAIError(w http.ResponseWriter, status int, typ, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -31,8 +31,6 @@ func adminFail(w http.ResponseWriter, status int, _, msg string) {
 	json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }
 
-// listClusterModels answers /v1/models with the local models followed by
-// those other agents serve.
 // allowedModels are the models the request's key is limited to (none: any).
 func (f *Forwarder) allowedModels(r *http.Request) []string {
 	if key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && f.cfg.KeyModels != nil {
@@ -65,6 +63,8 @@ func (f *Forwarder) getClusterModel(w http.ResponseWriter, r *http.Request, loca
 	w.Write(rec.Body.Bytes())
 }
 
+// listClusterModels answers /v1/models with the local models followed by
+// those other agents serve.
 func (f *Forwarder) listClusterModels(w http.ResponseWriter, r *http.Request, local http.Handler) {
 	rec := httptest.NewRecorder()
 	local.ServeHTTP(rec, r)
