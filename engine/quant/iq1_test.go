@@ -1,9 +1,7 @@
 package quant
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -26,27 +24,11 @@ func TestIQ1Grid(t *testing.T) {
 			raw = append(raw, byte(v))
 		}
 	}
-	sum := sha256.Sum256(raw)
-	if got, want := hex.EncodeToString(sum[:]), "07540ffc1aeaf6ad4d97e96b0fcc765aae39671d4ae4a27bbd0e796fde167c6a"; got != want {
-		t.Errorf("IQ1Grid SHA-256 %s, want %s", got, want)
-	}
-	for i, want := range map[int]uint64{0: 0xffffffffffffffff, 1: 0xffffffffffffff01, 2: 0xffffffffffff0000,
-		100: 0xffff000000000000, 777: 0x00ff000100000000, 1024: 0x0000000000ff0100, 2046: 0x01010101010101ff,
-		2047: 0x0101010101010101} {
-		if got := binary.LittleEndian.Uint64(raw[8*i:]); got != want {
-			t.Errorf("IQ1Grid[%d] = %#016x, want %#016x", i, got, want)
-		}
-	}
-	for i, k := range iq1Keys {
-		if i > 0 && k <= iq1Keys[i-1] {
-			t.Errorf("key %d (%d) not above key %d", i, k, i-1)
-		}
-		for j := 0; j < 8; j++ {
-			if k>>(2*j)&3 == 3 {
-				t.Errorf("key %d (%#x) has digit 3", i, k)
-			}
-		}
-	}
+	checkTable(t, "IQ1Grid", raw, 8, "07540ffc1aeaf6ad4d97e96b0fcc765aae39671d4ae4a27bbd0e796fde167c6a",
+		map[int]uint64{0: 0xffffffffffffffff, 1: 0xffffffffffffff01, 2: 0xffffffffffff0000,
+			100: 0xffff000000000000, 777: 0x00ff000100000000, 1024: 0x0000000000ff0100, 2046: 0x01010101010101ff,
+			2047: 0x0101010101010101})
+	checkKeys(t, "IQ1", iq1Keys[:], noLevel3)
 }
 
 // refIQ1Value is value j of codebook point index, read from the key list
@@ -102,10 +84,7 @@ func refDequantIQ1M(blk []byte) []float32 {
 	return y
 }
 
-var iq1Refs = []struct {
-	typ Type
-	ref func([]byte) []float32
-}{{IQ1_S, refDequantIQ1S}, {IQ1_M, refDequantIQ1M}}
+var iq1Refs = []iqRef{{IQ1_S, refDequantIQ1S}, {IQ1_M, refDequantIQ1M}}
 
 // randomIQ1Block fills blk with random bytes and a finite random d (either
 // sign, normal or subnormal); every fifth block has all bits set but d's
@@ -220,59 +199,11 @@ func FuzzIQ1(f *testing.F) {
 		blk[i] = 0xff
 	}
 	f.Add(blk) // IQ1_M d = NaN
-	f.Fuzz(func(t *testing.T, data []byte) {
-		x := make([]float32, QKK)
-		for i := range x {
-			var w [4]byte
-			copy(w[:], data[min(len(data), 4*i%max(1, len(data))):])
-			x[i] = math.Float32frombits(binary.LittleEndian.Uint32(w[:]))
-		}
-		for _, c := range iq1Refs {
-			blk := make([]byte, c.typ.BlockSize())
-			copy(blk, data)
-			got := make([]float32, QKK)
-			DequantizeRow(c.typ, blk, got)
-			want := c.ref(blk)
-			for i := range want {
-				if !sameBits(got[i], want[i]) {
-					t.Fatalf("%v element %d = %g, want %g", c.typ, i, got[i], want[i])
-				}
-			}
-			QuantizeRow(c.typ, x, blk)
-			DequantizeRow(c.typ, blk, got)
-			for i, v := range got {
-				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-					t.Fatalf("%v quantized input % x: element %d decodes as %g", c.typ, data, i, v)
-				}
-			}
-		}
-	})
+	f.Fuzz(func(t *testing.T, data []byte) { fuzzIQ(t, iq1Refs, data) })
 }
 
 // The special float inputs the fuzz corpus may not reach, every run.
-func TestIQ1QuantSpecial(t *testing.T) {
-	nan, inf := float32(math.NaN()), float32(math.Inf(1))
-	for name, x := range map[string][]float32{
-		"nan":    filled(QKK, 1, map[int]float32{3: nan}),
-		"allnan": filled(QKK, nan, nil),
-		"inf":    filled(QKK, 1, map[int]float32{200: -inf}),
-		"huge":   filled(QKK, 3e38, map[int]float32{1: -3e38}),
-		"tiny":   filled(QKK, 1e-30, nil),
-		"mixed":  filled(QKK, 0, map[int]float32{0: 1e30, 100: 1e-30}),
-	} {
-		for _, c := range iq1Refs {
-			blk := make([]byte, c.typ.BlockSize())
-			QuantizeRow(c.typ, x, blk)
-			y := make([]float32, QKK)
-			DequantizeRow(c.typ, blk, y)
-			for i, v := range y {
-				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-					t.Fatalf("%v %s: element %d decodes as %g", c.typ, name, i, v)
-				}
-			}
-		}
-	}
-}
+func TestIQ1QuantSpecial(t *testing.T) { checkQuantSpecial(t, iq1Refs) }
 
 // The quantizers keep the sign of every Gaussian weight of magnitude
 // above the rms: such a weight is never the point's 0 with the wrong delta

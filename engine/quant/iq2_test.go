@@ -1,9 +1,7 @@
 package quant
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -41,26 +39,8 @@ func TestIQ2Grids(t *testing.T) {
 		for _, pt := range c.grid {
 			raw = append(raw, pt[:]...)
 		}
-		sum := sha256.Sum256(raw)
-		if got := hex.EncodeToString(sum[:]); got != c.sha {
-			t.Errorf("%s SHA-256 %s, want %s", c.name, got, c.sha)
-		}
-		for i, want := range c.spots {
-			if got := binary.LittleEndian.Uint64(c.grid[i][:]); got != want {
-				t.Errorf("%s[%d] = %#016x, want %#016x", c.name, i, got, want)
-			}
-		}
-		// The keys are increasing and use the levels 0, 1 and 2 only.
-		for i, k := range c.keys {
-			if i > 0 && k <= c.keys[i-1] {
-				t.Errorf("%s key %d (%d) not above key %d", c.name, i, k, i-1)
-			}
-			for j := 0; j < 8; j++ {
-				if k>>(2*j)&3 == 3 {
-					t.Errorf("%s key %d (%#x) has level 3", c.name, i, k)
-				}
-			}
-		}
+		checkTable(t, c.name, raw, 8, c.sha, c.spots)
+		checkKeys(t, c.name, c.keys, noLevel3)
 	}
 	// ksigns_iq2xs: the 7 bits, and the parity above them.
 	for i, want := range map[int]uint8{0: 0, 1: 129, 2: 130, 3: 3, 7: 135, 64: 192, 100: 228, 126: 126, 127: 255} {
@@ -148,10 +128,7 @@ func refDequantIQ2S(blk []byte) []float32 {
 
 // iqRefs are the IQ2 and IQ3 types with their plain readings (the IQ3
 // ones in iq3_test.go); the tests below check them all.
-var iqRefs = []struct {
-	typ Type
-	ref func([]byte) []float32
-}{{IQ2_XXS, refDequantIQ2XXS}, {IQ2_XS, refDequantIQ2XS}, {IQ2_S, refDequantIQ2S},
+var iqRefs = []iqRef{{IQ2_XXS, refDequantIQ2XXS}, {IQ2_XS, refDequantIQ2XS}, {IQ2_S, refDequantIQ2S},
 	{IQ3_XXS, refDequantIQ3XXS}, {IQ3_S, refDequantIQ3S}}
 
 func sameBits(a, b float32) bool {
@@ -281,59 +258,11 @@ func FuzzIQCodebook(f *testing.F) {
 	f.Add([]byte{0x00, 0x7c, 1, 2, 3})       // d = +Inf
 	f.Add([]byte{0x01, 0x7e, 0xff, 0xff, 9}) // d = NaN
 	f.Add([]byte{0xff, 0x7b, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x7f, 0x80, 0xff})
-	f.Fuzz(func(t *testing.T, data []byte) {
-		x := make([]float32, QKK)
-		for i := range x {
-			var w [4]byte
-			copy(w[:], data[min(len(data), 4*i%max(1, len(data))):])
-			x[i] = math.Float32frombits(binary.LittleEndian.Uint32(w[:]))
-		}
-		for _, c := range iqRefs {
-			blk := make([]byte, c.typ.BlockSize())
-			copy(blk, data)
-			got := make([]float32, QKK)
-			DequantizeRow(c.typ, blk, got)
-			want := c.ref(blk)
-			for i := range want {
-				if !sameBits(got[i], want[i]) {
-					t.Fatalf("%v element %d = %g, want %g", c.typ, i, got[i], want[i])
-				}
-			}
-			QuantizeRow(c.typ, x, blk)
-			DequantizeRow(c.typ, blk, got)
-			for i, v := range got {
-				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-					t.Fatalf("%v quantized input % x: element %d decodes as %g", c.typ, data, i, v)
-				}
-			}
-		}
-	})
+	f.Fuzz(func(t *testing.T, data []byte) { fuzzIQ(t, iqRefs, data) })
 }
 
 // The special float inputs the fuzz corpus may not reach, every run.
-func TestIQCodebookQuantSpecial(t *testing.T) {
-	nan, inf := float32(math.NaN()), float32(math.Inf(1))
-	for name, x := range map[string][]float32{
-		"nan":    filled(QKK, 1, map[int]float32{3: nan}),
-		"allnan": filled(QKK, nan, nil),
-		"inf":    filled(QKK, 1, map[int]float32{200: -inf}),
-		"huge":   filled(QKK, 3e38, map[int]float32{1: -3e38}),
-		"tiny":   filled(QKK, 1e-30, nil),
-		"mixed":  filled(QKK, 0, map[int]float32{0: 1e30, 100: 1e-30}),
-	} {
-		for _, c := range iqRefs {
-			blk := make([]byte, c.typ.BlockSize())
-			QuantizeRow(c.typ, x, blk)
-			y := make([]float32, QKK)
-			DequantizeRow(c.typ, blk, y)
-			for i, v := range y {
-				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-					t.Fatalf("%v %s: element %d decodes as %g", c.typ, name, i, v)
-				}
-			}
-		}
-	}
-}
+func TestIQCodebookQuantSpecial(t *testing.T) { checkQuantSpecial(t, iqRefs) }
 
 // The quantizers keep the signs of every group of Gaussian weights, but
 // for the one flip that an odd number of negatives forces in IQ2_XXS,

@@ -1,9 +1,7 @@
 package quant
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"testing"
 )
 
@@ -16,31 +14,19 @@ func TestIQ3Grids(t *testing.T) {
 		grid  [][4]uint8
 		keys  []uint16
 		sha   string
-		spots map[int]uint32
+		spots map[int]uint64
 	}{
 		{"IQ3XXSGrid", IQ3XXSGrid[:], iq3xxsKeys[:], "46e35f5a997efdee6c99ce57854c8a0d4f0ff8ca57e5e8a60c0793ea580acf5d",
-			map[int]uint32{0: 0x04040404, 1: 0x04040414, 77: 0x0c140c14, 255: 0x3e341c04}},
+			map[int]uint64{0: 0x04040404, 1: 0x04040414, 77: 0x0c140c14, 255: 0x3e341c04}},
 		{"IQ3SGrid", IQ3SGrid[:], iq3sKeys[:], "bd1af4945a1717c65610b0284e4628b9a1ba3b306fae3a06f6e5f597356e349f",
-			map[int]uint32{0: 0x01010101, 1: 0x01010103, 77: 0x01090509, 255: 0x05090501, 511: 0x0f0f0101}},
+			map[int]uint64{0: 0x01010101, 1: 0x01010103, 77: 0x01090509, 255: 0x05090501, 511: 0x0f0f0101}},
 	} {
 		var raw []byte
 		for _, pt := range c.grid {
 			raw = append(raw, pt[:]...)
 		}
-		sum := sha256.Sum256(raw)
-		if got := hex.EncodeToString(sum[:]); got != c.sha {
-			t.Errorf("%s SHA-256 %s, want %s", c.name, got, c.sha)
-		}
-		for i, want := range c.spots {
-			if got := binary.LittleEndian.Uint32(c.grid[i][:]); got != want {
-				t.Errorf("%s[%d] = %#08x, want %#08x", c.name, i, got, want)
-			}
-		}
-		for i, k := range c.keys {
-			if i > 0 && k <= c.keys[i-1] || k >= 1<<12 {
-				t.Errorf("%s key %d (%d) out of order or range", c.name, i, k)
-			}
-		}
+		checkTable(t, c.name, raw, 4, c.sha, c.spots)
+		checkKeys(t, c.name, c.keys, func(k uint16) bool { return k < 1<<12 })
 	}
 }
 
