@@ -560,45 +560,12 @@ func (r *HTTPSCASetRequest) Validate() error {
 // bounds), logging each through drop, so that a server starts on a state
 // every reader can trust instead of failing to start.
 func (s *State) sanitize(drop func(what, key string, err error)) {
-	for id, n := range s.Nodes {
-		var err error
-		switch {
-		case n == nil || n.ID != id:
-			err = fmt.Errorf("the entry is not node %q", id)
-		default:
-			err = (&RegisterNodeRequest{Node: *n}).Validate()
-		}
-		if err != nil {
-			drop("node", id, err)
-			delete(s.Nodes, id)
-		}
-	}
-	for id, t := range s.Tokens {
-		var err error
-		switch {
-		case t == nil || t.ID != id:
-			err = fmt.Errorf("the entry is not token %q", id)
-		default:
-			err = (&TokenCreateRequest{Token: *t}).Validate()
-		}
-		if err != nil {
-			drop("token", id, err)
-			delete(s.Tokens, id)
-		}
-	}
-	for name, m := range s.Models {
-		var err error
-		switch {
-		case m == nil || m.Name != name:
-			err = fmt.Errorf("the entry is not model %q", name)
-		default:
-			err = (&ModelUpsertRequest{Model: *m}).Validate()
-		}
-		if err != nil {
-			drop("model", name, err)
-			delete(s.Models, name)
-		}
-	}
+	sanitizeEntries(s.Nodes, "node", drop, func(n *Node) string { return n.ID },
+		func(n *Node) error { return (&RegisterNodeRequest{Node: *n}).Validate() })
+	sanitizeEntries(s.Tokens, "token", drop, func(t *Token) string { return t.ID },
+		func(t *Token) error { return (&TokenCreateRequest{Token: *t}).Validate() })
+	sanitizeEntries(s.Models, "model", drop, func(m *Model) string { return m.Name },
+		func(m *Model) error { return (&ModelUpsertRequest{Model: *m}).Validate() })
 	for name, p := range s.Plans {
 		var err error
 		switch {
@@ -615,36 +582,33 @@ func (s *State) sanitize(drop func(what, key string, err error)) {
 			delete(s.PlanInputs, name)
 		}
 	}
-	for k, sh := range s.Shards {
-		var err error
-		switch {
-		case sh == nil || ShardKey(sh.Node, sh.Model) != k:
-			err = fmt.Errorf("the entry is not shard %q", k)
-		default:
-			err = (&ShardStatusRequest{Shard: *sh}).Validate()
-		}
-		if err != nil {
-			drop("shard", k, err)
-			delete(s.Shards, k)
-		}
-	}
-	for k, l := range s.Links {
-		var err error
-		switch {
-		case l == nil || l.From+">"+l.To != k:
-			err = fmt.Errorf("the entry is not link %q", k)
-		default:
-			err = validateLink(l)
-		}
-		if err != nil {
-			drop("link", k, err)
-			delete(s.Links, k)
-		}
-	}
+	sanitizeEntries(s.Shards, "shard", drop, func(sh *ShardStatus) string { return ShardKey(sh.Node, sh.Model) },
+		func(sh *ShardStatus) error { return (&ShardStatusRequest{Shard: *sh}).Validate() })
+	sanitizeEntries(s.Links, "link", drop, func(l *LinkStat) string { return l.From + ">" + l.To }, validateLink)
 	if s.HTTPSCA != nil {
 		if err := (&HTTPSCASetRequest{CA: *s.HTTPSCA}).Validate(); err != nil {
 			drop("https ca", "", err)
 			s.HTTPSCA = nil
+		}
+	}
+}
+
+// sanitizeEntries drops from m, logging each through drop as a what,
+// every entry that is nil, stands under another key than its own (key
+// gives it) or fails check.
+func sanitizeEntries[V any](m map[string]*V, what string, drop func(what, key string, err error),
+	key func(*V) string, check func(*V) error) {
+	for k, v := range m {
+		var err error
+		switch {
+		case v == nil || key(v) != k:
+			err = fmt.Errorf("the entry is not %s %q", what, k)
+		default:
+			err = check(v)
+		}
+		if err != nil {
+			drop(what, k, err)
+			delete(m, k)
 		}
 	}
 }
