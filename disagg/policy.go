@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 )
@@ -19,25 +20,21 @@ const (
 	ModeOff              // every request prefills where it decodes
 )
 
+// modeNames are the modes' names, by mode.
+var modeNames = [...]string{ModeAuto: "auto", ModeOn: "on", ModeOff: "off"}
+
 // String is the mode's name, as ParseMode takes it.
 func (m Mode) String() string {
-	switch m {
-	case ModeAuto:
-		return "auto"
-	case ModeOn:
-		return "on"
-	case ModeOff:
-		return "off"
+	if m >= 0 && int(m) < len(modeNames) {
+		return modeNames[m]
 	}
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
 // ParseMode parses "auto", "on" or "off" (as String gives them).
 func ParseMode(s string) (Mode, error) {
-	for _, m := range []Mode{ModeAuto, ModeOn, ModeOff} {
-		if s == m.String() {
-			return m, nil
-		}
+	if m := slices.Index(modeNames[:], s); m >= 0 {
+		return Mode(m), nil
 	}
 	return 0, fmt.Errorf("disagg: mode %q: want auto, on or off", s)
 }
