@@ -14,28 +14,16 @@ import (
 
 	"shoal/parallel"
 	"shoal/transport"
+	"shoal/transport/transporttest"
 )
 
-var linkCA = sync.OnceValue(func() *transport.CA {
-	ca, err := transport.DeriveCA("disagg-link-test-secret-0123")
-	if err != nil {
-		panic(err)
-	}
-	return ca
-})
+var linkCA = sync.OnceValue(func() *transport.CA { return transporttest.CA("disagg-link-test-secret-0123") })
 
 // listen opens an endpoint on loopback with a certificate for node, closed
 // when the test ends.
 func listen(t *testing.T, node string) *transport.Endpoint {
 	t.Helper()
-	id, err := transport.SelfIssue(linkCA(), node, transport.RoleServer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep, err := transport.Listen(transport.Config{Bind: "127.0.0.1:0", Identity: id, HandshakeTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ep := transporttest.Listen(t, linkCA(), node)
 	t.Cleanup(func() { ep.Close() })
 	return ep
 }

@@ -20,6 +20,7 @@ import (
 	"shoal/placement/placementtest"
 	"shoal/shard"
 	"shoal/transport"
+	"shoal/transport/transporttest"
 )
 
 // denseQ8 is the model of the tests of one plan: 4 layers of Q8_0, 4 KV
@@ -104,26 +105,12 @@ func (cl *cluster) extraHost(t *testing.T) *Host {
 	return h
 }
 
-var testCA = sync.OnceValue(func() *transport.CA {
-	ca, err := transport.DeriveCA("dist-test-secret-0123456789")
-	if err != nil {
-		panic(err)
-	}
-	return ca
-})
+var testCA = sync.OnceValue(func() *transport.CA { return transporttest.CA("dist-test-secret-0123456789") })
 
 // listen opens an endpoint on loopback with a certificate for node.
 func listen(t *testing.T, node string) *transport.Endpoint {
 	t.Helper()
-	id, err := transport.SelfIssue(testCA(), node, transport.RoleServer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep, err := transport.Listen(transport.Config{Bind: "127.0.0.1:0", Identity: id, HandshakeTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ep
+	return transporttest.Listen(t, testCA(), node)
 }
 
 func (cl *cluster) close() {
