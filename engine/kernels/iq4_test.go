@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"math"
 	"math/rand/v2"
 	"runtime"
 	"testing"
@@ -49,24 +48,7 @@ func TestIQ4RandomBlocks(t *testing.T) {
 						a[b*abs+off] = 0x80
 					}
 				}
-				want := vecDotGeneric(typ, n, w, a)
-				var ref float64
-				wf, af := make([]float32, n), make([]float32, n)
-				quant.DequantizeRow(typ, w, wf)
-				quant.DequantizeRow(quant.VecDotType(typ), a, af)
-				for i := range wf {
-					ref += float64(wf[i]) * float64(af[i])
-				}
-				mag := magnitude(typ, n, w, a)
-				if d := math.Abs(float64(want) - ref); d > 1e-5*mag+1e-30 {
-					t.Fatalf("%v n=%d: generic %g, dequantized dot %g", typ, n, want, ref)
-				}
-				eachLevel(t, func(level string) {
-					got := VecDot(typ, n, w, a)
-					if d := math.Abs(float64(got) - float64(want)); d > 1e-5*mag+1e-30 || math.IsNaN(float64(got)) {
-						t.Errorf("%s %v n=%d: %g, generic %g", level, typ, n, got, want)
-					}
-				})
+				checkIQDot(t, typ, n, w, a)
 			}
 		}
 	}

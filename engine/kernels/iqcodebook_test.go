@@ -50,24 +50,7 @@ func TestIQCodebookRandomBlocks(t *testing.T) {
 						q[0], q[17], q[255] = 0x80, 0x80, 0x80
 					}
 				}
-				want := vecDotGeneric(typ, n, w, a)
-				var ref float64
-				wf, af := make([]float32, n), make([]float32, n)
-				quant.DequantizeRow(typ, w, wf)
-				quant.DequantizeRow(quant.Q8_K, a, af)
-				for i := range wf {
-					ref += float64(wf[i]) * float64(af[i])
-				}
-				mag := magnitude(typ, n, w, a)
-				if d := math.Abs(float64(want) - ref); d > 1e-5*mag+1e-30 {
-					t.Fatalf("%v n=%d: generic %g, dequantized dot %g", typ, n, want, ref)
-				}
-				eachLevel(t, func(level string) {
-					got := VecDot(typ, n, w, a)
-					if d := math.Abs(float64(got) - float64(want)); d > 1e-5*mag+1e-30 || math.IsNaN(float64(got)) {
-						t.Errorf("%s %v n=%d: %g, generic %g", level, typ, n, got, want)
-					}
-				})
+				checkIQDot(t, typ, n, w, a)
 			}
 		}
 	}
@@ -167,24 +150,7 @@ func TestIQ1RandomBlocks(t *testing.T) {
 						}
 					}
 				}
-				want := vecDotGeneric(typ, n, w, a)
-				var ref float64
-				wf, af := make([]float32, n), make([]float32, n)
-				quant.DequantizeRow(typ, w, wf)
-				quant.DequantizeRow(quant.Q8_K, a, af)
-				for i := range wf {
-					ref += float64(wf[i]) * float64(af[i])
-				}
-				mag := magnitude(typ, n, w, a)
-				if d := math.Abs(float64(want) - ref); d > 1e-5*mag+1e-30 {
-					t.Fatalf("%v n=%d: generic %g, dequantized dot %g", typ, n, want, ref)
-				}
-				eachLevel(t, func(level string) {
-					got := VecDot(typ, n, w, a)
-					if d := math.Abs(float64(got) - float64(want)); d > 1e-5*mag+1e-30 || math.IsNaN(float64(got)) {
-						t.Errorf("%s %v n=%d: %g, generic %g", level, typ, n, got, want)
-					}
-				})
+				checkIQDot(t, typ, n, w, a)
 			}
 		}
 	}
@@ -215,6 +181,31 @@ func TestIQ1Hand(t *testing.T) {
 	eachLevel(t, func(level string) {
 		if got := VecDot(quant.IQ1_S, quant.QKK, w, a); math.Abs(float64(got)-want) > 1e-3 {
 			t.Errorf("%s: %g, want %g", level, got, want)
+		}
+	})
+}
+
+// checkIQDot fails t unless the generic dot of the weight row w and the
+// activation row a (of typ's vec-dot type) agrees with the float64 dot of the dequantized rows, and
+// every kernel set with the generic dot.
+func checkIQDot(t *testing.T, typ quant.Type, n int, w, a []byte) {
+	t.Helper()
+	want := vecDotGeneric(typ, n, w, a)
+	var ref float64
+	wf, af := make([]float32, n), make([]float32, n)
+	quant.DequantizeRow(typ, w, wf)
+	quant.DequantizeRow(quant.VecDotType(typ), a, af)
+	for i := range wf {
+		ref += float64(wf[i]) * float64(af[i])
+	}
+	mag := magnitude(typ, n, w, a)
+	if d := math.Abs(float64(want) - ref); d > 1e-5*mag+1e-30 {
+		t.Fatalf("%v n=%d: generic %g, dequantized dot %g", typ, n, want, ref)
+	}
+	eachLevel(t, func(level string) {
+		got := VecDot(typ, n, w, a)
+		if d := math.Abs(float64(got) - float64(want)); d > 1e-5*mag+1e-30 || math.IsNaN(float64(got)) {
+			t.Errorf("%s %v n=%d: %g, generic %g", level, typ, n, got, want)
 		}
 	})
 }
