@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,11 +25,7 @@ import (
 // bit-identical), and `shoal bench --cluster` reports bytes on the wire.
 func TestDistributedServing(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "spread.gguf")
-	if _, err := execute(t, "", "gen-model", "--arch", "llama", "--n-embd", "256", "--n-layer", "6", "--n-head", "4", "--n-head-kv", "2",
-		"--n-ff", "512", "--type", "q8_0", "--seed", "3", "-q", "--out", path); err != nil {
-		t.Fatal(err)
-	}
+	path := genLlama(t, filepath.Join(dir, "spread.gguf"), 6, 2)
 	const limit = 4 << 20 // the model is 5 MB
 	c := threeAgents(t, limit)
 	flags := func(i int) []string { return []string{"--addr", c.Members[i].Agent.HTTPAddr(), "--token", tc.Secret} }
@@ -141,4 +138,15 @@ func threeAgents(t *testing.T, memoryLimit uint64) *tc.Cluster {
 	// session on it) would see as a member gone. Plan on measured links.
 	time.Sleep(5 * time.Second)
 	return c
+}
+
+// genLlama writes, with gen-model, a q8_0 llama of width 256 (4 heads,
+// FFN 512, seed 3) with nLayer layers and nHeadKV KV heads to path.
+func genLlama(t *testing.T, path string, nLayer, nHeadKV int) string {
+	t.Helper()
+	if _, err := execute(t, "", "gen-model", "--arch", "llama", "--n-embd", "256", "--n-layer", strconv.Itoa(nLayer), "--n-head", "4",
+		"--n-head-kv", strconv.Itoa(nHeadKV), "--n-ff", "512", "--type", "q8_0", "--seed", "3", "-q", "--out", path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -21,11 +21,7 @@ import (
 // the oracle tolerances.
 func TestTensorPlanOfOneKVHead(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "mqa.gguf")
-	if _, err := execute(t, "", "gen-model", "--arch", "llama", "--n-embd", "256", "--n-layer", "12", "--n-head", "4", "--n-head-kv", "1",
-		"--n-ff", "512", "--type", "q8_0", "--seed", "3", "-q", "--out", path); err != nil {
-		t.Fatal(err)
-	}
+	path := genLlama(t, filepath.Join(dir, "mqa.gguf"), 12, 1)
 	const limit = 4400 << 10 // the model is 8.4 MB: two agents cannot hold it
 	c := threeAgents(t, limit)
 	flags := []string{"--addr", c.Members[0].Agent.HTTPAddr(), "--token", tc.Secret}

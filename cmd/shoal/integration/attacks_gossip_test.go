@@ -232,7 +232,7 @@ func (a *attackEnv) gossipIsNoAuthority(t *testing.T, s *attackSuite) {
 		time.Sleep(5 * time.Second)
 		a.checkServing(t)
 		r := bg.wait(t, 4*time.Minute)
-		t.Logf("trickled body: connection closed after %.1f s, answered %d %.100q after %.1f s, %d body bytes sent", r.ClosedAfter, r.Status, r.Body, r.Answered, r.Sent)
+		t.Logf("trickled body: connection closed after %.1f s, answered %d %.100q after %.1f s, %d body bytes sent", r.ClosedAfter, r.Status, r.Body, r.AnsweredAfter, r.Sent)
 		if r.ClosedAfter <= 0 || r.ClosedAfter > 120 {
 			t.Errorf("the server kept a request whose body comes a byte a second for %.1f s (-1: past the 150 s limit); want it closed within 120 s", r.ClosedAfter)
 		}

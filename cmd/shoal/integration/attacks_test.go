@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"shoal/cmd/shoal/integration/attacker/report"
 	"shoal/transport"
 )
 
@@ -645,38 +646,7 @@ func (a *attackEnv) agent(t *testing.T, args ...string) ran {
 }
 
 // attackResult is what the attacker program prints.
-type attackResult struct {
-	Attempts []struct {
-		Name string `json:"name"`
-		Code int    `json:"code"`
-		Err  string `json:"err"`
-	} `json:"attempts"`
-	Tokens []struct {
-		ID      string `json:"id"`
-		Kind    string `json:"kind"`
-		HasHash bool   `json:"has_hash"`
-	} `json:"tokens"`
-	Nodes  int    `json:"nodes"`
-	Status int    `json:"status"`
-	Body   string `json:"body"`
-
-	Member      string         `json:"member"`
-	Joined      int            `json:"joined"`
-	Streams     map[string]int `json:"streams"`
-	Methods     []string       `json:"methods"`
-	DNSNames    []string       `json:"dns_names"`
-	Opened      int            `json:"opened"`
-	Blocked     int            `json:"blocked"`
-	Closed      int            `json:"closed"`
-	Held        int            `json:"held"`
-	Codes       map[string]int `json:"codes"`
-	Seconds     float64        `json:"seconds"`
-	Sums        int            `json:"sums"`
-	Bytes       int            `json:"bytes"`
-	ClosedAfter float64        `json:"closed_after"`
-	Answered    float64        `json:"answered_after"`
-	Sent        int            `json:"sent"`
-}
+type attackResult = report.Result
 
 // attack runs the attacker program in p's namespace.
 func (a *attackEnv) attack(t *testing.T, p *proc, args ...string) attackResult {
