@@ -152,7 +152,7 @@ func planView(st *coordinator.State, info func(*coordinator.State, *coordinator.
 			}
 		}
 		mi := info(st, m)
-		pm.Ready, pm.Status = mi.Status == "ready", mi.Status
+		pm.Ready, pm.Status = mi.Status == coordinator.ModelReady, mi.Status
 		if mi.Reason != "" {
 			pm.Status += ": " + mi.Reason
 		}
