@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -76,18 +77,36 @@ func (a *Agent) joinLoop() {
 	}
 	a.life.joined.Store(true)
 	a.checkReady()
-	t := time.NewTicker(5 * time.Second)
+	// Then: keep the alive peers on disk, and join failed members again
+	// (rejoin.go).
+	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var rj rejoiner
+	var joining atomic.Bool
+	var written string
 	for {
+		members := a.gossip.Members()
 		var addrs []string
-		for _, m := range a.gossip.Members() {
+		for _, m := range members {
 			if m.Status == coordinator.StatusAlive && m.ID != a.id {
 				addrs = append(addrs, m.Addr)
 			}
 		}
-		if len(addrs) > 0 {
-			b, _ := json.Marshal(addrs)
+		if b, _ := json.Marshal(addrs); len(addrs) > 0 && string(b) != written {
 			_ = os.WriteFile(peersFile, b, 0o600)
+			written = string(b)
+		}
+		if again := rj.due(time.Now(), a.id, members, a.isRevoked); len(again) > 0 && joining.CompareAndSwap(false, true) {
+			// Off the loop: a join waits for each address that does not
+			// answer (memberlist's TCP timeout).
+			go func() {
+				defer joining.Store(false)
+				if n, err := a.ml.Join(again); n > 0 {
+					a.log.Info("joined failed members again", zap.Strings("addrs", again), zap.Int("contacted", n))
+				} else {
+					a.log.Debug("failed members not reachable yet", zap.Strings("addrs", again), zap.Error(err))
+				}
+			}()
 		}
 		select {
 		case <-a.done:
