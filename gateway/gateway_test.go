@@ -17,21 +17,16 @@ import (
 	"shoal/gateway"
 	"shoal/serve"
 	"shoal/transport"
+	"shoal/transport/transporttest"
 )
 
 const secret = "gateway-test-secret-0123456789"
 
-// endpoint is a node's transport endpoint on loopback.
+// endpoint is a node's transport endpoint on loopback, closed when the
+// test ends.
 func endpoint(t *testing.T, ca *transport.CA, id string) *transport.Endpoint {
 	t.Helper()
-	ident, err := transport.SelfIssue(ca, id, transport.RoleServer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep, err := transport.Listen(transport.Config{Bind: "127.0.0.1:0", Identity: ident, HandshakeTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ep := transporttest.Listen(t, ca, id)
 	t.Cleanup(func() { ep.Close() })
 	return ep
 }
