@@ -72,7 +72,7 @@ func (s *Server) serve(st *transport.Stream) {
 		return
 	}
 	_ = st.SetReadDeadline(time.Now().Add(s.readTimeout))
-	b, err := transport.ReadFrame(st, MaxRequestFrame)
+	b, err := transport.ReadFrameAsSent(st, MaxRequestFrame)
 	if err != nil {
 		s.log.Debug("bad request frame", zap.String("peer", st.Peer.ID), zap.Error(err))
 		s.refuse(st, classBadInput, "gateway request: %v", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"runtime"
 	"testing"
 )
 
@@ -79,4 +80,40 @@ func FuzzReadFrame(f *testing.F) {
 			t.Fatalf("frame of %d bytes above limit", len(p))
 		}
 	})
+}
+
+// TestFrameAsSentAllocatesWhatArrives: a frame that announces 4 MiB and
+// sends 10 bytes costs ReadFrameAsSent about what arrived, where ReadFrame
+// allocates the announced size; whole frames read the same with both, and
+// an oversized one is refused.
+func TestFrameAsSentAllocatesWhatArrives(t *testing.T) {
+	var buf bytes.Buffer
+	for _, m := range [][]byte{{}, []byte("a"), bytes.Repeat([]byte("xyz"), 100_000)} {
+		buf.Reset()
+		_ = WriteFrame(&buf, m)
+		got, err := ReadFrameAsSent(&buf, 1<<20)
+		if err != nil || !bytes.Equal(got, m) {
+			t.Fatalf("%d-byte frame: %d bytes, %v", len(m), len(got), err)
+		}
+	}
+	hdr := binary.BigEndian.AppendUint32(nil, 4<<20)
+	short := append(hdr, "0123456789"...)
+	var ms runtime.MemStats
+	allocated := func(read func(io.Reader, int) ([]byte, error)) uint64 {
+		runtime.ReadMemStats(&ms)
+		before := ms.TotalAlloc
+		if _, err := read(bytes.NewReader(short), 4<<20); err == nil {
+			t.Fatal("a short frame was accepted")
+		}
+		runtime.ReadMemStats(&ms)
+		return ms.TotalAlloc - before
+	}
+	full, asSent := allocated(ReadFrame), allocated(ReadFrameAsSent)
+	t.Logf("a frame announcing 4 MiB with 10 bytes sent: ReadFrame allocated %d bytes, ReadFrameAsSent %d", full, asSent)
+	if asSent > 64<<10 || full < 4<<20 {
+		t.Errorf("ReadFrameAsSent allocated %d bytes (ReadFrame %d) for 10 bytes sent", asSent, full)
+	}
+	if _, err := ReadFrameAsSent(bytes.NewReader(binary.BigEndian.AppendUint32(nil, 1<<20+1)), 1<<20); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("oversized frame: %v", err)
+	}
 }
