@@ -15,6 +15,7 @@ import (
 	"shoal/placement"
 	"shoal/placement/placementtest"
 	"shoal/serve"
+	"shoal/serve/servetest"
 	"shoal/shard"
 	"shoal/transport"
 )
@@ -384,22 +385,7 @@ func TestHandoffFailure(t *testing.T) {
 // drain reads a scheduler's events to the end.
 func drain(t *testing.T, ch <-chan serve.Event) ([]int32, serve.Event) {
 	t.Helper()
-	var toks []int32
-	timeout := time.After(60 * time.Second)
-	for {
-		select {
-		case ev, ok := <-ch:
-			if !ok {
-				t.Fatal("events ended without a final event")
-			}
-			if ev.Done {
-				return toks, ev
-			}
-			toks = append(toks, ev.Token)
-		case <-timeout:
-			t.Fatal("no final event within 60 s")
-		}
-	}
+	return servetest.Until(t, ch, func(ev serve.Event) bool { return ev.Done }, func(ev serve.Event) int32 { return ev.Token })
 }
 
 // TestRemotePrefillScheduler: a scheduler over an engine on a decode pool

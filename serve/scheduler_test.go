@@ -13,6 +13,7 @@ import (
 	"shoal/engine/enginetest"
 	"shoal/engine/model"
 	"shoal/engine/sample"
+	"shoal/serve/servetest"
 )
 
 func testModel(t *testing.T) *model.Model {
@@ -44,22 +45,7 @@ func prompt(i, n int) []int32 {
 
 func collect(t *testing.T, ch <-chan Event) ([]int32, Event) {
 	t.Helper()
-	var toks []int32
-	timeout := time.After(60 * time.Second)
-	for {
-		select {
-		case ev, ok := <-ch:
-			if !ok {
-				t.Fatal("channel closed without a Done event")
-			}
-			if ev.Done {
-				return toks, ev
-			}
-			toks = append(toks, ev.Token)
-		case <-timeout:
-			t.Fatal("no Done event within 60 s")
-		}
-	}
+	return servetest.Until(t, ch, func(ev Event) bool { return ev.Done }, func(ev Event) int32 { return ev.Token })
 }
 
 func greedy() sample.Params { return sample.Params{} }
