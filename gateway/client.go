@@ -32,11 +32,20 @@ type Config struct {
 	// vocabulary fetched from a driver (the node's, as for the models
 	// it runs itself).
 	Local func(tok *tokenizer.Tokenizer, chatTemplate string) (openai.Tokenizer, openai.Constrainer)
-	// Resubmits bounds how often a generation whose driver was lost is
-	// sent again (default 4); Backoff is the first wait before one,
-	// doubled each time up to 2 s (default 250 ms).
-	Resubmits int
-	Backoff   time.Duration
+	// Resubmits bounds how often one generation is sent again after
+	// its driver was lost (default 8). After each loss it is tried again
+	// until a driver takes it or MigrateWithin passes (default 90 s: the
+	// cluster must notice the loss, re-plan the model and load the new
+	// driver's shards); Backoff is the first wait between tries, doubled
+	// each time up to 2 s (default 250 ms).
+	Resubmits     int
+	MigrateWithin time.Duration
+	Backoff       time.Duration
+	// RouteCheck is how often a running generation asks the route
+	// (default 1 s): when it names another driver, the generation moves
+	// there from the tokens it has, so a driver that stalls (paused, cut
+	// off) or that the plan moved does not hold it.
+	RouteCheck time.Duration
 	// DialTimeout bounds reaching a driver (default 10 s), HeadTimeout
 	// its first answer (default 30 s).
 	DialTimeout, HeadTimeout time.Duration
@@ -57,7 +66,13 @@ var ErrUnsupported = errors.New("the driver does not take token-level requests")
 // NewClient returns a client.
 func NewClient(cfg Config) *Client {
 	if cfg.Resubmits == 0 {
-		cfg.Resubmits = 4
+		cfg.Resubmits = 8
+	}
+	if cfg.MigrateWithin <= 0 {
+		cfg.MigrateWithin = 90 * time.Second
+	}
+	if cfg.RouteCheck <= 0 {
+		cfg.RouteCheck = time.Second
 	}
 	if cfg.Backoff <= 0 {
 		cfg.Backoff = 250 * time.Millisecond

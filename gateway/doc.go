@@ -7,7 +7,13 @@
 // tokens generated so far) over a transport.KindGateway stream. Because the
 // front holds the whole state, a generation whose driver is lost is
 // resubmitted, from the tokens it has, to the model's driver as the route
-// then names it (request migration): the client sees one stream.
+// then names it (request migration): the client sees one stream. A
+// running generation also asks the route every second: when it names
+// another driver (a re-plan moved the model, or the cluster lost a driver
+// that stalls, paused or cut off, and sends nothing) the generation moves
+// there. After a loss the front keeps trying for up to 90 s, while the
+// cluster re-plans the model and loads its new driver; the endpoint's SSE
+// keepalives hold the client's connection meanwhile.
 //
 // What a resubmission keeps: a greedy generation (temperature 0) goes on
 // with exactly the tokens the lost driver would have produced, the

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,6 +43,15 @@ func writeModel(t *testing.T) string {
 type paced struct {
 	openai.Submitter
 	prompts chan int
+	stall   *stall
+}
+
+// stall pauses a driver: while on, its generations send nothing more (as
+// a driver stopped with SIGSTOP or cut off by a partition) until the
+// test ends.
+type stall struct {
+	on      atomic.Bool
+	release chan struct{}
 }
 
 func (p paced) Submit(ctx context.Context, req openai.Request) (openai.Stream, error) {
@@ -50,13 +60,19 @@ func (p paced) Submit(ctx context.Context, req openai.Request) (openai.Stream, e
 	default:
 	}
 	st, err := p.Submitter.Submit(ctx, req)
-	return pacedStream{st}, err
+	return pacedStream{st, p.stall}, err
 }
 
-type pacedStream struct{ openai.Stream }
+type pacedStream struct {
+	openai.Stream
+	stall *stall
+}
 
 func (p pacedStream) Next() (openai.Event, error) {
 	time.Sleep(5 * time.Millisecond)
+	if p.stall.on.Load() {
+		<-p.stall.release
+	}
 	return p.Stream.Next()
 }
 
@@ -65,6 +81,13 @@ func (p pacedStream) Next() (openai.Event, error) {
 // runs. It never stops at an end-of-generation token, so that every run
 // generates max_tokens.
 func driver(t *testing.T, ca *transport.CA, id, path string) (*transport.Endpoint, chan int) {
+	t.Helper()
+	ep, prompts, _ := stallingDriver(t, ca, id, path)
+	return ep, prompts
+}
+
+// stallingDriver is driver with its stall switch.
+func stallingDriver(t *testing.T, ca *transport.CA, id, path string) (*transport.Endpoint, chan int, *stall) {
 	t.Helper()
 	m, err := model.Open(path)
 	if err != nil {
@@ -84,7 +107,9 @@ func driver(t *testing.T, ca *transport.CA, id, path string) (*transport.Endpoin
 	}
 	om := gateway.NewOpenAIModel("x", id, s, tok, "")
 	prompts := make(chan int, 16)
-	om.Submitter = paced{om.Submitter, prompts}
+	st := &stall{release: make(chan struct{})}
+	t.Cleanup(func() { close(st.release) })
+	om.Submitter = paced{om.Submitter, prompts, st}
 	served, err := gateway.NewServed(om, m.File)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +117,7 @@ func driver(t *testing.T, ca *transport.CA, id, path string) (*transport.Endpoin
 	ep := endpoint(t, ca, id)
 	t.Cleanup(func() { ep.Close(); s.Close(); r.Close() })
 	gateway.Serve(ep, func(name string) (gateway.Served, bool) { return served, name == "x" })
-	return ep, prompts
+	return ep, prompts, st
 }
 
 // route is a switchable route to one driver.
@@ -113,11 +138,12 @@ func (r *route) get(string) (gateway.Target, bool) {
 	return r.to, r.to.Addr != ""
 }
 
-// front is the client of an agent that drives nothing; a lost driver is
-// tried again twice.
+// front is the client of an agent that drives nothing; a generation is
+// sent again after at most two losses, each time for at most 3 s.
 func front(t *testing.T, ca *transport.CA, rt *route) *gateway.Client {
 	return gateway.NewClient(gateway.Config{Endpoint: endpoint(t, ca, "front"), Route: rt.get, Local: gateway.OpenAIVocab,
-		Resubmits: 2, Backoff: 50 * time.Millisecond, DialTimeout: 2 * time.Second})
+		Resubmits: 2, MigrateWithin: 3 * time.Second, Backoff: 50 * time.Millisecond, RouteCheck: 100 * time.Millisecond,
+		DialTimeout: 2 * time.Second})
 }
 
 var prompt = []int32{1, 72, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100}
@@ -240,6 +266,39 @@ func resubmitAfterCut(t *testing.T, rt *route, m *openai.Model, a, b *transport.
 	t.Logf("driver a lost after the front read %d of %d tokens; driver b continued after %d; uncut %q; resubmitted %q", cutAt, n, carried, want, got)
 	if got != want || len(cutRun) != len(whole) {
 		t.Fatalf("the resubmitted run differs:\n got %q (%d tokens)\nwant %q (%d tokens)", got, len(cutRun), want, len(whole))
+	}
+}
+
+// TestStalledDriverMoves: a driver that stops sending mid-generation
+// (paused, or cut off) holds its generation only until the route names
+// another driver; the generation moves there from the tokens it has and
+// its text is the text of an undisturbed run.
+func TestStalledDriverMoves(t *testing.T) {
+	ca, err := transport.DeriveCA(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := writeModel(t)
+	a, _, stalled := stallingDriver(t, ca, "driver-a", path)
+	b, atB := driver(t, ca, "driver-b", path)
+	rt, m := remote(t, ca, a)
+	const n, cutAt = 24, 6
+	whole, _ := generate(t, m, n, 0, nil)
+	var moved time.Time
+	got, end := generate(t, m, n, cutAt, func() {
+		stalled.on.Store(true)
+		time.Sleep(300 * time.Millisecond) // the front waits on a silent driver
+		moved = time.Now()
+		rt.set(b)
+	})
+	t.Logf("driver a stalled after %d tokens; the route named b; the generation ended %v later", cutAt, time.Since(moved).Round(time.Millisecond))
+	select {
+	case <-atB:
+	default:
+		t.Fatal("driver b was never asked: the generation stayed on the stalled driver")
+	}
+	if end.Reason != "length" || text(m, got) != text(m, whole) {
+		t.Fatalf("moved run: end %+v\n got %q\nwant %q", end, text(m, got), text(m, whole))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -39,6 +40,10 @@ func (s remoteSubmitter) Submit(ctx context.Context, req openai.Request) (openai
 	return rs, nil
 }
 
+// firstSubmitWithin bounds the tries of a new generation to reach its
+// driver.
+const firstSubmitWithin = 4 * time.Second
+
 // remoteStream reads a generation's events from its driver, and sends
 // the generation again when the driver is lost.
 type remoteStream struct {
@@ -47,9 +52,10 @@ type remoteStream struct {
 	rm     *remoteModel
 	req    Request // Generated grows with each token
 	st     *transport.Stream
-	stop   func() bool // ends the reset of st when ctx ends
+	stop   func() // ends the watches of st (ctx's end, the route)
 	to     Target
-	tries  int // resubmissions made
+	cuts   int // times the generation lost its driver
+	tries  int // tries to reach a driver since the last loss
 }
 
 // Cancel ends the context, which resets the driver's stream.
@@ -77,12 +83,21 @@ func retryable(err error) bool {
 func (s *remoteStream) connect(again bool) error {
 	cfg := s.rm.c.cfg
 	var last error
+	s.tries = 0
+	// A new generation that finds no driver is refused soon (the
+	// endpoint answers 503 and the client comes back); one that lost its
+	// driver waits for the cluster to move the model.
+	deadline := time.Now().Add(firstSubmitWithin)
+	if again {
+		s.cuts++
+		deadline = time.Now().Add(cfg.MigrateWithin)
+	}
 	for {
 		if again {
-			if s.tries >= cfg.Resubmits {
+			if s.cuts > cfg.Resubmits || time.Now().After(deadline) {
 				return s.lost(last)
 			}
-			wait := min(cfg.Backoff<<s.tries, 2*time.Second)
+			wait := min(cfg.Backoff<<min(s.tries, 8), 2*time.Second)
 			s.tries++
 			select {
 			case <-s.ctx.Done():
@@ -102,13 +117,13 @@ func (s *remoteStream) connect(again bool) error {
 		st, h, err := s.rm.c.call(s.ctx, to, s.req)
 		if err == nil {
 			s.st, s.to = st, to
-			s.stop = context.AfterFunc(s.ctx, func() { reset(st) })
+			s.stop = s.watch(st, to)
 			if h.Capacity > 0 {
 				s.rm.capacity.Store(int64(h.Capacity))
 			}
-			if s.tries > 0 {
+			if s.cuts > 0 {
 				zap.L().Named("gateway").Info("generation resubmitted", zap.String("model", s.req.Model), zap.String("driver", to.Node),
-					zap.Int("generated", len(s.req.Generated)), zap.Int("try", s.tries))
+					zap.Int("generated", len(s.req.Generated)), zap.Int("loss", s.cuts), zap.Int("try", s.tries))
 			}
 			return nil
 		}
@@ -123,6 +138,40 @@ func (s *remoteStream) connect(again bool) error {
 			return err
 		}
 		last = err
+	}
+}
+
+// watch resets st when the generation's context ends, or when the route
+// names a driver other than to (the plan moved the model, or the cluster
+// lost to while it stalls: a paused or cut-off driver sends nothing, and
+// its stream would end only when the connection times out). It returns
+// the function that ends both watches.
+func (s *remoteStream) watch(st *transport.Stream, to Target) func() {
+	stopCtx := context.AfterFunc(s.ctx, func() { reset(st) })
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(s.rm.c.cfg.RouteCheck)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				if now, ok := s.rm.c.cfg.Route(s.req.Model); ok && now.Node != to.Node {
+					zap.L().Named("gateway").Info("the model's driver moved; moving the generation", zap.String("model", s.req.Model),
+						zap.String("from", to.Node), zap.String("to", now.Node))
+					reset(st)
+					return
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			stopCtx()
+			close(done)
+		})
 	}
 }
 
@@ -141,8 +190,8 @@ func (s *remoteStream) lost(last error) error {
 	}
 	msg := fmt.Sprintf("the agent driving model %s (%s) did not answer: %v", s.req.Model, s.to.Name, last)
 	if len(s.req.Generated) > 0 {
-		msg = fmt.Sprintf("the driver of model %s was lost after %d generated tokens and %d resubmissions failed (last: %s): %v",
-			s.req.Model, len(s.req.Generated), s.tries, s.to.Name, last)
+		msg = fmt.Sprintf("the driver of model %s was lost after %d generated tokens and %d resubmissions failed (loss %d; last driver: %s): %v",
+			s.req.Model, len(s.req.Generated), s.tries, s.cuts, s.to.Name, last)
 	}
 	return &Error{Status: status, Msg: msg}
 }
