@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
 	"shoal/api"
+	"shoal/api/openai"
 	"shoal/transport"
 )
 
@@ -55,12 +57,15 @@ type ForwarderConfig struct {
 	KeepAlive time.Duration
 }
 
-// Forwarder passes OpenAI requests for a model this agent does not serve,
+// Forwarder passes the requests for a model this agent does not serve,
 // and the admin API's runs of a model spread over the cluster, to the agent
-// that serves or drives it: at the token level when it can (tokenpath.go),
-// else as HTTP over the node transport (forwardsend.go). The body is
-// decoded once, here, to read the model name, which travels beside the raw
-// body; the receiving agent does not decode it again to route it.
+// that serves or drives it. A completion is not its to read: the OpenAI
+// endpoint decodes it and asks its Backend (Forwarder.Backend) for the
+// model, which is served here at the token level when the driver takes it
+// (tokenpath.go) or passed on as HTTP over the node transport
+// (forwardsend.go) with the body the endpoint read. The tokenizer routes
+// are scanned here for the model name, which travels beside the raw body;
+// the receiving agent does not read it again to route them.
 type Forwarder struct {
 	cfg ForwarderConfig
 	// gw passes completions to drivers as tokens (tokenpath.go); nil: as
@@ -87,13 +92,14 @@ func (f *Forwarder) rpcAddr(id string) string {
 	return f.cfg.PeerAddr(id)
 }
 
-// OpenAI wraps the OpenAI handler: a completion for a model this agent
-// does not serve goes to the agent that drives it, streaming passed
-// through as it comes; /v1/models lists the models of the whole cluster.
+// OpenAI wraps the OpenAI handler: a tokenizer request for a model this
+// agent does not serve goes to the agent that drives it; /v1/models lists
+// the models of the whole cluster. Completions go to the handler as they
+// came: its Backend routes them (Resolve).
 func (f *Forwarder) OpenAI(local http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
-		case r.Method == http.MethodPost && forwardable(r.Method, r.URL.Path) && !strings.HasPrefix(r.URL.Path, "/v1/cluster/"):
+		case r.Method == http.MethodPost && (r.URL.Path == "/tokenize" || r.URL.Path == "/detokenize"):
 			fr, forwarded := forwardedOf(r)
 			if forwarded {
 				f.route(w, r, local, fr.model, nil, true)
@@ -147,60 +153,80 @@ func modelOf(body []byte) (string, bool) {
 	return "", true
 }
 
-// route serves a completion for model here or passes it on. A forwarded
-// request is never passed on again.
+// route serves a tokenizer request for model here or passes it on as
+// HTTP. A forwarded request is never passed on again.
 func (f *Forwarder) route(w http.ResponseWriter, r *http.Request, local http.Handler, model string, body []byte, forwarded bool) {
-	if model == "" || f.cfg.Local(model) {
+	rt, p := f.where(r.Context(), model, forwarded)
+	switch p {
+	case servedHere:
 		local.ServeHTTP(w, r)
 		return
+	case drivenElsewhere:
+		if !f.keyAllows(r, api.ScopeInference, rt.Model) {
+			local.ServeHTTP(w, r)
+			return
+		}
+		if addr := f.rpcAddr(rt.Node); addr != "" {
+			f.send(w, r, forwardTarget{model: rt.Model, name: rt.NodeName, addr: addr}, body, false, openAIFail)
+			return
+		}
 	}
-	if rt, ok := f.cfg.Routes.Route(model); ok && (!forwarded || rt.Node == f.cfg.Self) {
-		f.toDistDriver(w, r, rt, body, local, forwarded)
-		return
-	}
-	local.ServeHTTP(w, r)
+	e := notReadyRefusal(rt)
+	w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	OpenAIError(w, e.Status, e.Type, e.Code, e.Message)
 }
+
+// placement is where a request for a model is answered.
+type placement int
+
+const (
+	// servedHere: by this agent, which serves the model (its driver is
+	// up), or knows no route for it (its endpoint says what is wrong).
+	servedHere placement = iota
+	// drivenElsewhere: by the route's node, whose plan is ready.
+	drivenElsewhere
+	// notReady: nowhere yet (the plan is not ready, or this agent's
+	// driver did not start in time).
+	notReady
+)
 
 // driverStartWait bounds how long a completion for a model this agent is
 // planned to drive waits for its driver to start: the plan turns ready
 // (every shard loaded) a moment before the driver has opened its session.
 const driverStartWait = 15 * time.Second
 
-// toDistDriver forwards a completion for a model spread over the cluster
-// to the agent that drives it, serves it here once this agent's driver is
-// up (waiting also when another agent, whose view is ahead, forwarded it),
-// or says why it cannot run yet.
-func (f *Forwarder) toDistDriver(w http.ResponseWriter, r *http.Request, rt Route, body []byte, local http.Handler, forwarded bool) {
-	if rt.Node == f.cfg.Self && (rt.Ready || forwarded) && f.awaitDriver(r, rt.Model) {
-		local.ServeHTTP(w, r)
-		return
+// where says where a request for model, whose context is ctx, is
+// answered, and the model's route. When this agent is to drive the model
+// it waits for its driver to start (also when the route is not ready yet
+// but another agent, whose view is ahead, forwarded the request). A
+// forwarded request is never passed on again.
+func (f *Forwarder) where(ctx context.Context, model string, forwarded bool) (Route, placement) {
+	if model == "" || f.cfg.Local(model) {
+		return Route{Model: model}, servedHere
 	}
-	addr := ""
-	if rt.Node != f.cfg.Self && rt.Ready {
-		if !f.keyAllows(r, api.ScopeInference, rt.Model) {
-			local.ServeHTTP(w, r)
-			return
-		}
-		addr = f.rpcAddr(rt.Node)
-		if addr != "" && f.viaGateway(w, r, local, rt.Model) {
-			return
-		}
+	rt, ok := f.cfg.Routes.Route(model)
+	switch {
+	case !ok || forwarded && rt.Node != f.cfg.Self:
+		return rt, servedHere
+	case rt.Node == f.cfg.Self && (rt.Ready || forwarded) && f.awaitDriver(ctx, rt.Model):
+		return rt, servedHere
+	case rt.Node != f.cfg.Self && rt.Ready:
+		return rt, drivenElsewhere
 	}
-	if addr == "" {
-		// A plan being (re)loaded is ready in seconds: clients that
-		// honour Retry-After (the OpenAI SDKs retry 503) come back.
-		w.Header().Set("Retry-After", "2")
-		OpenAIError(w, http.StatusServiceUnavailable, "server_error", "model_not_ready",
-			fmt.Sprintf("model %s is spread over the cluster and not served yet (%s; driver %s)", rt.Model, rt.Status, rt.NodeName))
-		return
-	}
-	f.send(w, r, forwardTarget{model: rt.Model, name: rt.NodeName, addr: addr}, body, openAIFail)
+	return rt, notReady
+}
+
+// notReadyRefusal says why a request for rt's model cannot run yet. A plan
+// being (re)loaded is ready in seconds: clients that honour Retry-After
+// (the OpenAI SDKs retry 503) come back.
+func notReadyRefusal(rt Route) *openai.Refusal {
+	return &openai.Refusal{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "model_not_ready", RetryAfter: 2,
+		Message: fmt.Sprintf("model %s is spread over the cluster and not served yet (%s; driver %s)", rt.Model, rt.Status, rt.NodeName)}
 }
 
 // awaitDriver waits until this agent serves model (its driver started),
-// the request ends, the model is planned elsewhere, or driverStartWait
-// passes.
-func (f *Forwarder) awaitDriver(r *http.Request, model string) bool {
+// ctx ends, the model is planned elsewhere, or driverStartWait passes.
+func (f *Forwarder) awaitDriver(ctx context.Context, model string) bool {
 	deadline := time.Now().Add(driverStartWait)
 	for {
 		if f.cfg.Local(model) {
@@ -210,7 +236,7 @@ func (f *Forwarder) awaitDriver(r *http.Request, model string) bool {
 			return false
 		}
 		select {
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			return false
 		case <-time.After(20 * time.Millisecond):
 		}
@@ -238,7 +264,7 @@ func (f *Forwarder) Admin(local http.Handler) http.Handler {
 		case len(body) > maxForwardBody:
 			adminFail(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("request body over %d bytes", maxForwardBody))
 		default:
-			f.send(w, r, forwardTarget{model: rt.Model, name: rt.NodeName, addr: addr}, body, adminFail)
+			f.send(w, r, forwardTarget{model: rt.Model, name: rt.NodeName, addr: addr}, body, false, adminFail)
 		}
 	})
 }

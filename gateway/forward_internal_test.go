@@ -39,6 +39,10 @@ func endpointPair(t *testing.T, frontIdle time.Duration) (front, driver *transpo
 	return listen("front", frontIdle), listen("driver", 0)
 }
 
+// streamed is whether a test's request body asks for a stream (the
+// endpoint's decoding says it in the agent).
+func streamed(body []byte) bool { return strings.Contains(string(body), `"stream":true`) }
+
 // TestForwardStreamsEvents: a request passed over the transport reaches
 // the driver's routes marked as forwarded with its model, headers and raw
 // body, but not the user's API key or cookies, which stay at the front
@@ -73,7 +77,7 @@ func TestForwardStreamsEvents(t *testing.T) {
 	addr := driverEP.Addr().String()
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		f.send(w, r, forwardTarget{model: "m", name: "driver", addr: r.Header.Get("X-To")}, b, openAIFail)
+		f.send(w, r, forwardTarget{model: "m", name: "driver", addr: r.Header.Get("X-To")}, b, streamed(b), openAIFail)
 	}))
 	defer front.Close()
 	do := func(path, to string) *http.Response {

@@ -21,7 +21,7 @@ import (
 func frontServer(t *testing.T, f *Forwarder, addr func() string) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		f.send(w, r, forwardTarget{model: "m", name: "driver", addr: addr()}, b, openAIFail)
+		f.send(w, r, forwardTarget{model: "m", name: "driver", addr: addr()}, b, streamed(b), openAIFail)
 	}))
 	t.Cleanup(srv.Close)
 	return srv

@@ -39,12 +39,13 @@ type forwardResult struct {
 
 // send passes r, whose body is body, to the agent at to.addr and streams
 // its answer to w; fail answers when that agent cannot be reached. A
-// streamed completion never goes silent: while the driver's answer has not
+// streamed completion (stream: the request asked for events) never goes
+// silent: while the driver's answer has not
 // begun, or between its events, an SSE keepalive comment goes out after
 // every idle interval (the stream's head is sent here then, and an error
 // the driver answers later becomes an error event). An answer that is cut
 // ends with an error event, or, not streamed, with a 502 or 504.
-func (f *Forwarder) send(w http.ResponseWriter, r *http.Request, to forwardTarget, body []byte, fail func(w http.ResponseWriter, status int, code, msg string)) {
+func (f *Forwarder) send(w http.ResponseWriter, r *http.Request, to forwardTarget, body []byte, stream bool, fail func(w http.ResponseWriter, status int, code, msg string)) {
 	h := passHeader(r.Header)
 	h.Del("Authorization")
 	h.Del("Cookie")
@@ -56,7 +57,7 @@ func (f *Forwarder) send(w http.ResponseWriter, r *http.Request, to forwardTarge
 		done <- forwardResult{reply, rb, err}
 	}()
 	var ka *keepalive
-	if interval := f.keepAliveInterval(); interval > 0 && streamRequested(r, body) {
+	if interval := f.keepAliveInterval(); interval > 0 && stream {
 		ka = &keepalive{w: w, rc: http.NewResponseController(w), interval: interval}
 	}
 	var res forwardResult

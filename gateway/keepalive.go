@@ -90,18 +90,6 @@ func (f *Forwarder) keepAliveInterval() time.Duration {
 	return openai.DefaultStreamKeepAlive
 }
 
-// streamRequested reports whether r is a completion that asks for a
-// stream of events.
-func streamRequested(r *http.Request, body []byte) bool {
-	if r.URL.Path != "/v1/chat/completions" && r.URL.Path != "/v1/completions" {
-		return false
-	}
-	var req struct {
-		Stream bool `json:"stream"`
-	}
-	return json.Unmarshal(body, &req) == nil && req.Stream
-}
-
 // readAnswer reads what is left of a short answer.
 func readAnswer(rb *transport.ForwardBody) []byte {
 	var b bytes.Buffer

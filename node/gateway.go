@@ -11,10 +11,12 @@ import (
 	"shoal/parallel"
 )
 
-// The request path lives in gateway/: the forwarder routes each request
-// to the agent that drives its model (at the token level, else as HTTP
-// over the transport), and a model this agent runs is the last hop. This
-// file gives it what it needs from the agent.
+// The request path lives in gateway/: the forwarder's Backend gives the
+// OpenAI endpoint the model of each completion (this agent's, or one
+// another agent drives, at the token level, else passed on as HTTP over
+// the transport), the forwarder routes the tokenizer and admin runs, and a
+// model this agent runs is the last hop. This file gives it what it needs
+// from the agent.
 
 // newForwarder wires the forwarder.
 func (a *Agent) newForwarder() *gateway.Forwarder {

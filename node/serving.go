@@ -139,12 +139,17 @@ func (a *Agent) httpHandler() http.Handler {
 		Observer: dashboard.MultiObserver{a.observer, recent},
 		Log:      a.log.Named("openai"),
 	})
+	// Completions go to the endpoint as they come: it decodes them, and
+	// its Backend (the forwarder's) finds the model here or at its
+	// driver. Embedding models run whole on the agent given them
+	// (--model).
+	for _, p := range []string{"/v1/chat/completions", "/v1/completions", "/v1/embeddings"} {
+		mux.Handle(p, oai)
+	}
 	fwd := a.fwd.OpenAI(oai)
-	for _, p := range []string{"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/", "/tokenize", "/detokenize"} {
+	for _, p := range []string{"/v1/models", "/v1/models/", "/tokenize", "/detokenize"} {
 		mux.Handle(p, fwd)
 	}
-	// Embedding models run whole on the agent given them (--model).
-	mux.Handle("/v1/embeddings", oai)
 	mux.Handle("GET /metrics", a.metricsHandler())
 	dash := dashboard.Handler(dashboard.Options{Recent: recent, CheckKey: a.admin.ReadKey})
 	mux.Handle("GET /{$}", dash)

@@ -26,16 +26,19 @@ import (
 // testKey may use every model; limitedKey only a model "other".
 const testKey, limitedKey = "sk-test", "sk-limited"
 
-func authEnv(t *testing.T, o envOptions) *testEnv {
-	o.handler.CheckKey = func(_ context.Context, k string, _ bool) ([]string, error) {
-		switch k {
-		case testKey:
-			return nil, nil
-		case limitedKey:
-			return []string{"other"}, nil
-		}
-		return nil, errors.New("unknown key")
+// checkTestKey is the CheckKey of the tests' endpoints with keys.
+func checkTestKey(_ context.Context, k string, _ bool) ([]string, error) {
+	switch k {
+	case testKey:
+		return nil, nil
+	case limitedKey:
+		return []string{"other"}, nil
 	}
+	return nil, errors.New("unknown key")
+}
+
+func authEnv(t *testing.T, o envOptions) *testEnv {
+	o.handler.CheckKey = checkTestKey
 	o.neverEOG = true
 	return newEnv(t, o)
 }

@@ -157,6 +157,10 @@ type exchange struct {
 	status int
 	rec    Record
 	models []string // the key's models; none: every model
+	body   []byte   // the request's body, as decode read it
+	// passed: the backend passed the request on (PassOn), which
+	// answered it.
+	passed bool
 }
 
 // allowed reports whether the request's key may use model.
@@ -165,7 +169,7 @@ func (x *exchange) allowed(model string) bool {
 }
 
 func (x *exchange) fail(e *apiError) {
-	if x.status != 0 {
+	if x.status != 0 || x.passed {
 		return
 	}
 	x.status = e.status
@@ -183,7 +187,7 @@ func (h *handler) route(endpoint, method string, fn func(*exchange) *apiError) h
 	return func(w http.ResponseWriter, r *http.Request) {
 		x := &exchange{w: w, r: r, start: time.Now(), rec: Record{Endpoint: endpoint}}
 		defer func() {
-			if h.o.Observer != nil {
+			if h.o.Observer != nil && !x.passed {
 				x.rec.Status = x.status
 				x.rec.Duration = time.Since(x.start)
 				h.o.Observer.RequestDone(x.rec)
@@ -247,6 +251,7 @@ func (h *handler) decode(x *exchange, v any) *apiError {
 		}
 		return badRequest("", "could not read the request body: %v", err)
 	}
+	x.body = body
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return badRequest("", "the request body is empty; send a JSON object")
 	}
@@ -264,10 +269,49 @@ func (h *handler) lookup(x *exchange, name string) (*Model, *apiError) {
 	}
 	m, ok := h.b.Model(name)
 	if !ok || !x.allowed(name) {
-		return nil, &apiError{status: http.StatusNotFound, typ: "invalid_request_error", param: "model", code: "model_not_found",
-			msg: fmt.Sprintf("The model `%s` does not exist.", name)}
+		return nil, modelNotFound(name)
 	}
 	return m, nil
+}
+
+func modelNotFound(name string) *apiError {
+	return &apiError{status: http.StatusNotFound, typ: "invalid_request_error", param: "model", code: "model_not_found",
+		msg: fmt.Sprintf("The model `%s` does not exist.", name)}
+}
+
+// passedOn is resolve's answer for a request the backend passed on and
+// answered: there is nothing left to do.
+var passedOn = &apiError{status: http.StatusOK, msg: "passed on"}
+
+// resolve finds the model a completion names, once the key may use it:
+// the backend's model, its refusal, or the request passed on (passedOn)
+// with the body decode read.
+func (h *handler) resolve(x *exchange, name string) (*Model, *apiError) {
+	if name == "" {
+		return nil, badRequest("model", "you must provide a model parameter")
+	}
+	if !x.allowed(name) {
+		return nil, modelNotFound(name)
+	}
+	m, err := h.b.Resolve(x.r.Context(), name)
+	var pass *PassOn
+	var ref *Refusal
+	switch {
+	case err == nil:
+		return m, nil
+	case errors.Is(err, ErrNoModel):
+		return nil, modelNotFound(name)
+	case errors.As(err, &pass):
+		x.passed = true
+		pass.Serve(x.w, x.r, x.body, x.rec.Stream)
+		return nil, passedOn
+	case errors.As(err, &ref):
+		if ref.RetryAfter > 0 {
+			x.w.Header().Set("Retry-After", strconv.Itoa(ref.RetryAfter))
+		}
+		return nil, &apiError{status: ref.Status, typ: ref.Type, code: ref.Code, msg: ref.Message}
+	}
+	return nil, submitError(err, "model")
 }
 
 // submitError maps a Submit error to an answer.

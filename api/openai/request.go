@@ -65,7 +65,7 @@ func (h *handler) parse(x *exchange, req endpointRequest) (*genRequest, *apiErro
 	}
 	p := req.params()
 	x.rec.Model, x.rec.Stream = p.Model, p.Stream
-	m, e := h.lookup(x, p.Model)
+	m, e := h.resolve(x, p.Model)
 	if e != nil {
 		return nil, e
 	}
