@@ -236,6 +236,10 @@ type faultEnv struct {
 	// drained are the nodes a fault drained, to undrain.
 	drained []string
 
+	// greedy makes the streams' requests greedy (temperature 0), so a
+	// disturbed run's texts can be compared with an undisturbed one's.
+	greedy bool
+
 	clientOnce sync.Once
 	client     *http.Client
 }
@@ -356,6 +360,13 @@ func (pl placement) member(avoid ...string) string {
 // more and answers a chat completion.
 func (f *faultEnv) waitServed(t *testing.T, p *proc, timeout time.Duration) placement {
 	t.Helper()
+	return f.waitPlan(t, p, timeout, 2, f.entry)
+}
+
+// waitPlan waits until the model is ready on a plan of at least stages
+// stages and answers a chat completion at the agent entry names.
+func (f *faultEnv) waitPlan(t *testing.T, p *proc, timeout time.Duration, stages int, entry func(placement) string) placement {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		var pi struct {
@@ -368,7 +379,7 @@ func (f *faultEnv) waitServed(t *testing.T, p *proc, timeout time.Duration) plac
 			} `json:"stages"`
 		}
 		err := f.cli(p, &pi, "placement", "show", "spread")
-		if err == nil && pi.Status == "ready" && len(pi.Stages) >= 2 {
+		if err == nil && pi.Status == "ready" && len(pi.Stages) >= max(stages, 1) && len(pi.Stages[0].Members) > 0 {
 			pl := placement{version: pi.Version, driver: pi.Stages[0].Members[0].Node}
 			for _, st := range pi.Stages {
 				for _, m := range st.Members {
@@ -377,12 +388,12 @@ func (f *faultEnv) waitServed(t *testing.T, p *proc, timeout time.Duration) plac
 					}
 				}
 			}
-			if code, _ := f.chat(f.entry(pl), 4); code == 200 {
+			if code, _ := f.chat(entry(pl), 4); code == 200 {
 				return pl
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the model is not served on a spread plan after %v: %+v %v", timeout, pi, err)
+			t.Fatalf("the model is not served on a plan of %d stages or more after %v: %+v %v", stages, timeout, pi, err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -511,6 +522,8 @@ type streamResult struct {
 	gap, silence    time.Duration // longest between tokens, and between any bytes
 	again           time.Duration // from the fault to a new request served
 	bad             []string
+	texts           []string // each stream's text
+	errored         int      // streams that had an error event
 }
 
 // streams runs n streaming chats of maxTokens each through the driver,
@@ -518,7 +531,7 @@ type streamResult struct {
 // end (at most 3 minutes), measures, and restores.
 func (f *faultEnv) streams(t *testing.T, host string, n, maxTokens int, inject func() func()) streamResult {
 	var mu sync.Mutex
-	res := streamResult{total: n}
+	res := streamResult{total: n, texts: make([]string, n)}
 	started := make(chan struct{}, n)
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
@@ -526,6 +539,10 @@ func (f *faultEnv) streams(t *testing.T, host string, n, maxTokens int, inject f
 		go func() {
 			defer wg.Done()
 			body := fmt.Sprintf(`{"model":"spread","stream":true,"messages":[{"role":"user","content":"stream %d"}],"max_tokens":%d,"temperature":0.7,"seed":%d}`, i, maxTokens, i)
+			if f.greedy {
+				body = fmt.Sprintf(`{"model":"spread","stream":true,"messages":[{"role":"user","content":"stream %d"}],"max_tokens":%d,"temperature":0}`, i, maxTokens)
+			}
+			var text strings.Builder
 			resp, cancel, err := f.postRetrying(t, host, body, 3*time.Minute)
 			defer cancel()
 			if err != nil {
@@ -563,6 +580,7 @@ func (f *faultEnv) streams(t *testing.T, host string, n, maxTokens int, inject f
 						} `json:"choices"`
 					}
 					if json.Unmarshal([]byte(line[6:]), &ev) == nil && len(ev.Choices) > 0 {
+						text.WriteString(ev.Choices[0].Delta.Content)
 						tokens++
 						if !lastTok.IsZero() && now.Sub(lastTok) > gap {
 							gap = now.Sub(lastTok)
@@ -580,7 +598,11 @@ func (f *faultEnv) streams(t *testing.T, host string, n, maxTokens int, inject f
 			}
 			mu.Lock()
 			defer mu.Unlock()
+			res.texts[i] = text.String()
 			res.gap, res.silence = max(res.gap, gap), max(res.silence, silence)
+			if errEvent != "" {
+				res.errored++
+			}
 			switch {
 			case done:
 				res.complete++
