@@ -46,10 +46,11 @@
 // prefill does not yet sum in the order of the decode steps that made
 // them (the cluster test TestDriverLoss counts the texts that differ). A
 // sampled one keeps its
-// settings and seed, but not the random generator's position: the new
-// driver draws the rest from the seed's start, so the continuation is a
-// valid sample of the same distribution, not the one the lost driver
-// would have drawn. Repetition penalties look at prompt and generated
+// settings, its seed and the random generator's position (each event
+// carries the sampler's draw count, and the new driver's sampler starts
+// past those draws, sample.Params.Skip), so it draws what the lost driver
+// would have drawn (tested), near ties aside as above. Repetition
+// penalties look at prompt and generated
 // tokens alike (serve's window), so they see the same tokens after a
 // resubmission. Prefix-cache hits (Event.Cached) are the last driver's.
 //

@@ -164,13 +164,14 @@ func remote(t *testing.T, ca *transport.CA, a *transport.Endpoint) (*route, *ope
 // > 0) it calls cut. It returns the tokens and the final event.
 func generate(t *testing.T, m *openai.Model, n, cutAt int, cut func()) ([]int32, openai.Event) {
 	t.Helper()
-	return generateWith(t, m, nil, n, cutAt, cut)
+	return generateWith(t, m, nil, 0, n, cutAt, cut)
 }
 
-// generateWith is generate held to the GBNF grammar gbnf ("": free).
-func generateWith(t *testing.T, m *openai.Model, gbnf *string, n, cutAt int, cut func()) ([]int32, openai.Event) {
+// generateWith is generate held to the GBNF grammar gbnf (nil: free),
+// sampled at temperature temp (0: greedy) with seed 7.
+func generateWith(t *testing.T, m *openai.Model, gbnf *string, temp float32, n, cutAt int, cut func()) ([]int32, openai.Event) {
 	t.Helper()
-	req := openai.Request{Prompt: prompt, MaxTokens: n, Sampling: openai.Sampling{Temperature: 0, Seed: 7}}
+	req := openai.Request{Prompt: prompt, MaxTokens: n, Sampling: openai.Sampling{Temperature: temp, Seed: 7}}
 	if gbnf != nil {
 		c, err := m.Constrainer.Grammar(*gbnf, nil)
 		if err != nil {
@@ -208,9 +209,10 @@ func text(m *openai.Model, toks []int32) string {
 	return b.String() + d.Flush()
 }
 
-// TestResubmitAfterCut: a greedy generation whose driver is lost after a
-// few tokens is sent again, with the tokens it has, to another driver of
-// the same model; the text is the text of an uncut run.
+// TestResubmitAfterCut: a generation (greedy, constrained, or sampled
+// with a seed) whose driver is lost after a few tokens is sent again, with
+// the tokens it has and the sampler's draw count, to another driver of the
+// same model; the text is the text of an uncut run.
 func TestResubmitAfterCut(t *testing.T) {
 	ca, err := transport.DeriveCA(secret)
 	if err != nil {
@@ -223,13 +225,14 @@ func TestResubmitAfterCut(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		gbnf *string
-	}{{"free", nil}, {"constrained", &lowercase}} {
+		temp float32
+	}{{"free", nil, 0}, {"constrained", &lowercase, 0}, {"sampled", nil, 1}} {
 		if a == nil { // the last run lost a: b drives, a fresh driver stands by
 			fresh, atFresh := driver(t, ca, "driver-"+c.name, path)
 			a, b, atB = b, fresh, atFresh
 			rt.set(a)
 		}
-		t.Run(c.name, func(t *testing.T) { resubmitAfterCut(t, rt, m, a, b, atB, c.gbnf) })
+		t.Run(c.name, func(t *testing.T) { resubmitAfterCut(t, rt, m, a, b, atB, c.gbnf, c.temp) })
 		a = nil
 	}
 }
@@ -239,13 +242,13 @@ var lowercase = `root ::= [a-z]+ (" " [a-z]+)*`
 
 // resubmitAfterCut runs a greedy generation on a, then the same cut after
 // a few tokens, with b taking over; the texts must be the same.
-func resubmitAfterCut(t *testing.T, rt *route, m *openai.Model, a, b *transport.Endpoint, atB chan int, gbnf *string) {
+func resubmitAfterCut(t *testing.T, rt *route, m *openai.Model, a, b *transport.Endpoint, atB chan int, gbnf *string, temp float32) {
 	const n, cutAt = 24, 6
-	whole, end := generateWith(t, m, gbnf, n, 0, nil)
+	whole, end := generateWith(t, m, gbnf, temp, n, 0, nil)
 	if len(whole) != n || end.Reason != "length" || end.Generated != n {
 		t.Fatalf("uncut run: %d tokens, end %+v", len(whole), end)
 	}
-	cutRun, end := generateWith(t, m, gbnf, n, cutAt, func() {
+	cutRun, end := generateWith(t, m, gbnf, temp, n, cutAt, func() {
 		rt.set(b)
 		a.Close() // driver a goes away mid-stream
 	})

@@ -102,7 +102,8 @@ func (s *schedStream) Next() (openai.Event, error) {
 	if !ok {
 		return openai.Event{}, errNoFinalEvent
 	}
-	out := openai.Event{Token: ev.Token, Logprob: ev.Logprob, Done: ev.Done, Reason: ev.Reason, Generated: ev.Generated, Cached: ev.Cached}
+	out := openai.Event{Token: ev.Token, Logprob: ev.Logprob, Done: ev.Done, Reason: ev.Reason, Generated: ev.Generated, Cached: ev.Cached,
+		Draws: ev.Draws}
 	if ev.Err != nil {
 		out.Err = classifyServeError(ev.Err)
 	}

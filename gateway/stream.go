@@ -214,6 +214,8 @@ func (s *remoteStream) Next() (openai.Event, error) {
 		if err == nil {
 			if !ev.Done {
 				s.req.Generated = append(s.req.Generated, ev.Token)
+				// A resubmission's sampler starts past the draws made.
+				s.req.Sampling.Skip = ev.Draws
 				return ev, nil
 			}
 			if ev.Reason != "error" || !retryable(ev.Err) {
@@ -254,7 +256,7 @@ func (s *remoteStream) read() (openai.Event, error) {
 		return openai.Event{}, fmt.Errorf("malformed event from the driver: %w", err)
 	}
 	ev := openai.Event{Token: we.Token, Logprob: we.Logprob, Done: we.Done, Reason: we.Reason, Err: we.Err.err(),
-		Generated: we.Generated, Cached: we.Cached}
+		Generated: we.Generated, Cached: we.Cached, Draws: we.Draws}
 	for _, c := range we.Top {
 		ev.Top = append(ev.Top, openai.Candidate{Token: c.Token, Logprob: c.Logprob})
 	}

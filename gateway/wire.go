@@ -144,6 +144,7 @@ type wireEvent struct {
 	Err       *wireError `json:"err,omitempty"`
 	Generated int        `json:"gen,omitempty"` // counting the request's Generated
 	Cached    int        `json:"cached,omitempty"`
+	Draws     uint64     `json:"draws,omitempty"` // the sampler's random draws after the token
 }
 
 type wireCand struct {

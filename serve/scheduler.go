@@ -87,6 +87,7 @@ type Event struct {
 	TTFT       time.Duration
 	TotalTime  time.Duration
 	KVCapacity int
+	Draws      uint64 // the sampler's random draws after this token
 }
 
 type seq struct {
@@ -791,7 +792,7 @@ func (s *Scheduler) emit(sq *seq, l []float32) bool {
 		}
 	}
 	tok := sq.sampler.SampleAllowed(l, sq.tokens, allow)
-	ev := Event{Token: tok}
+	ev := Event{Token: tok, Draws: sq.sampler.Draws()}
 	if sq.req.Logprobs || sq.req.TopLogprobs > 0 {
 		ev.Logprob, ev.Top = sample.Logprobs(l, tok, sq.req.TopLogprobs)
 	}
@@ -806,7 +807,7 @@ func (s *Scheduler) emitSampled(sq *seq, r *sample.Result) bool {
 		s.finish(sq, "error", err)
 		return true
 	}
-	ev := Event{Token: r.Token}
+	ev := Event{Token: r.Token, Draws: sq.sampler.Draws()}
 	if sq.req.Logprobs || sq.req.TopLogprobs > 0 {
 		ev.Logprob, ev.Top = r.Logprob, r.Top
 	}

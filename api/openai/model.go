@@ -145,6 +145,7 @@ type Sampling struct {
 	PresencePenalty  float32
 	FrequencyPenalty float32
 	Seed             uint64
+	Skip             uint64 // random draws an earlier driver of the generation made
 }
 
 // Event is one generated token, or the end of the generation (Done).
@@ -160,6 +161,10 @@ type Event struct {
 	Err       error
 	Generated int // tokens generated
 	Cached    int // prompt tokens read from a prefix cache instead of computed
+	// Draws is how many random draws the sampler has made after this
+	// token (sample.Sampler.Draws): where a resubmission's sampler
+	// starts (Sampling.Skip).
+	Draws uint64
 }
 
 // Candidate is a token with its log-probability.

@@ -1,6 +1,7 @@
 package sample
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -88,6 +89,7 @@ type TokenLogprob struct {
 // history, for Sampler.Remote to make elsewhere. It does not advance s.
 func (s *Sampler) Request(history []int32, logprobs bool, top int) Request {
 	r := Request{Params: s.p, Logprobs: logprobs, Top: top}
+	r.Params.Skip = 0 // the generator's state travels instead
 	if !s.greedy {
 		r.RNG, _ = s.rng.MarshalBinary()
 	}
@@ -120,12 +122,20 @@ func (s *Sampler) Remote(r *Request, logits []float32) (Result, error) {
 	return res, nil
 }
 
-// Adopt takes the generator's state a Remote draw for s left.
+// Adopt takes the generator's state a Remote draw for s left (a draw
+// when the state moved: a Remote sample makes one at most).
 func (s *Sampler) Adopt(r *Result) error {
 	if r.RNG == nil {
 		return nil
 	}
-	return s.rng.UnmarshalBinary(r.RNG)
+	before, _ := s.rng.MarshalBinary()
+	if err := s.rng.UnmarshalBinary(r.RNG); err != nil {
+		return err
+	}
+	if !bytes.Equal(before, r.RNG) {
+		s.draws++
+	}
+	return nil
 }
 
 // Params are the sampler's parameters.

@@ -20,7 +20,14 @@ type Params struct {
 	PresencePenalty  float32 // logit -= presence for every token seen in the window
 	FrequencyPenalty float32 // logit -= count*frequency for every token seen in the window
 	Seed             uint64  // seeds the random draw
+	// Skip is how many draws from Seed's generator an earlier sampler
+	// of the same sequence made (a generation moved to another driver):
+	// this one starts past them, so it draws what that one would have.
+	Skip uint64
 }
+
+// MaxSkip bounds Params.Skip: more draws than a context has tokens.
+const MaxSkip = 1 << 22
 
 // DefaultParams returns llama.cpp's usual defaults: temperature 0.8, top-k
 // 40, top-p 0.95, min-p 0.05, repeat penalty 1.0 (off), last-n 64, seed 0.
@@ -67,6 +74,9 @@ func (p Params) Validate() error {
 	case p.RepeatPenalty < 0:
 		bad("repeat penalty must be >= 0 (0 or 1 disables), got %v", p.RepeatPenalty)
 	}
+	if p.Skip > MaxSkip {
+		bad("skip must be at most %d draws, got %d", MaxSkip, p.Skip)
+	}
 	if p.RepeatLastN < -1 {
 		bad("repeat last-n must be >= -1 (-1 means all history, 0 none), got %d", p.RepeatLastN)
 	}
@@ -102,7 +112,8 @@ type Sampler struct {
 	penalties bool
 	repeat    float32 // 1 = off
 
-	rng rand.PCG
+	rng   rand.PCG
+	draws uint64 // made by rng since its seed
 
 	// Reused buffers.
 	work   []float32 // penalized copy of the logits
@@ -149,6 +160,10 @@ func New(p Params, nVocab int) *Sampler {
 	s.penalties = p.RepeatLastN != 0 &&
 		(s.repeat != 1 || s.p.PresencePenalty != 0 || s.p.FrequencyPenalty != 0)
 	s.Reset(p.Seed)
+	for range min(p.Skip, MaxSkip) {
+		s.rng.Uint64()
+	}
+	s.draws = min(p.Skip, MaxSkip)
 	s.grow(nVocab)
 	return s
 }
@@ -158,7 +173,13 @@ func New(p Params, nVocab int) *Sampler {
 func (s *Sampler) Reset(seed uint64) {
 	s.p.Seed = seed
 	s.rng.Seed(seed, seed^0x9e3779b97f4a7c15)
+	s.draws = 0
 }
+
+// Draws is how many random draws the generator has made since its seed
+// (Params.Skip included): what a sampler that continues the sequence
+// elsewhere skips.
+func (s *Sampler) Draws() uint64 { return s.draws }
 
 // grow makes sure the buffers fit a vocabulary of n tokens. It allocates
 // only when n exceeds every size seen before.
@@ -390,6 +411,7 @@ func (s *Sampler) drawDense(src []float32) int32 {
 // pick draws an index with probability w[i]/sum.
 func (s *Sampler) pick(w []float64, sum float64) int {
 	u := float64(s.rng.Uint64()>>11) * 0x1p-53 * sum
+	s.draws++
 	var cum float64
 	for i, e := range w {
 		cum += e

@@ -294,6 +294,47 @@ func TestSeedReproducible(t *testing.T) {
 	}
 }
 
+// TestSkipContinues: a sampler made with Skip set to another's Draws
+// after some tokens draws exactly what that one draws next, through the
+// draws a filter leaves out (one candidate: no draw) and greedy steps.
+func TestSkipContinues(t *testing.T) {
+	const n = 300
+	x := randLogits(n, 1, 7)
+	one := make([]uint64, (n+63)/64)
+	one[0] = 1 << 5 // a mask that allows token 5 alone: no draw
+	p := DefaultParams()
+	p.Seed = 77
+	a := New(p, n)
+	var hist []int32
+	for i := range 40 {
+		var allow []uint64
+		if i%7 == 3 {
+			allow = one
+		}
+		hist = append(hist, a.SampleAllowed(x, hist, allow))
+	}
+	if d := a.Draws(); d == 0 || d >= 40 {
+		t.Fatalf("draws after 40 tokens, 6 of them forced: %d", d)
+	}
+	q := p
+	q.Skip = a.Draws()
+	b := New(q, n)
+	for i := range 100 {
+		ta, tb := a.Sample(x, hist), b.Sample(x, hist)
+		if ta != tb {
+			t.Fatalf("token %d after the skip: %d, want %d", i, tb, ta)
+		}
+		hist = append(hist, ta)
+	}
+	if a.Draws() != b.Draws() {
+		t.Fatalf("draws %d and %d", a.Draws(), b.Draws())
+	}
+	q.Skip = MaxSkip + 1
+	if q.Validate() == nil {
+		t.Fatal("a skip over MaxSkip validates")
+	}
+}
+
 // chiSquareCritical approximates the chi-square quantile at 1-1e-3 for df
 // degrees of freedom (Wilson–Hilferty).
 func chiSquareCritical(df int) float64 {
