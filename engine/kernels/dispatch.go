@@ -64,6 +64,12 @@ type kset struct {
 	// tileK8: the tile takes Q8_K activations with their sub-blocks paired
 	// (pairK8).
 	tileK8 bool
+	// tileExact: the tile kernels (tile, tile4, rest) give each pair of a
+	// weight row and an activation row bitwise the value the decode kernels
+	// give it (same sums in the same order), so batch-invariant products
+	// keep them (see SetBatchInvariant). Set only where TestBatchInvariant
+	// shows it.
+	tileExact bool
 
 	// panel, when set, runs batches of panel.minN or more activations (see
 	// panel.go) instead of tile.
@@ -105,6 +111,9 @@ var (
 
 	levels []*level // available on this CPU, best first; "generic" last
 	cur    *level
+
+	// batchInvariant: see SetBatchInvariant.
+	batchInvariant bool
 )
 
 func init() {
@@ -115,7 +124,31 @@ func init() {
 			fmt.Fprintf(os.Stderr, "shoal: SHOAL_KERNELS: %v; using %s\n", err, cur.name)
 		}
 	}
+	if s := os.Getenv("SHOAL_BATCH_INVARIANT"); s != "" && s != "0" {
+		batchInvariant = true
+	}
 }
+
+// SetBatchInvariant makes MatMul and MatMuls batch-invariant (on) or not:
+// when on, the value of each pair of a weight row and an activation row
+// is bitwise the same whatever the other activation rows of the call
+// (their number included) and however the rows are split between
+// threads, the value a decode step of that one activation gives. The
+// batch then runs on the decode kernels, one activation after another
+// against each group of rows while it is in L1, except for the weight
+// types whose tile kernels sum in the decode kernels' order (the K-quants
+// under avx2); the panel kernels (one lane per row, summed over the whole
+// row) are never used. A prefill costs more; decode costs the same. The
+// rest of a layer (quantized activations, norms, RoPE, attention) is
+// computed row by row already, so a model's logits for a sequence do not
+// depend on what shares its batch. The environment variable
+// SHOAL_BATCH_INVARIANT=1 sets it at start-up. It must not be called while
+// kernels run.
+func SetBatchInvariant(on bool) { batchInvariant = on }
+
+// BatchInvariant reports whether products are batch-invariant (see
+// SetBatchInvariant).
+func BatchInvariant() bool { return batchInvariant }
 
 // Path reports the active kernel set: "generic", "avx2", "avx512", "neon" or
 // "neon-dot".

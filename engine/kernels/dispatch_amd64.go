@@ -43,6 +43,8 @@ func archLevels() []*level {
 		one: oneQ5_K, rows: pick(dotQ5_KR4C1, dotQ5_KR4C1T0), rowsR: 4, tile: dotQ5_KR1C4, tileR: 1, tileC: 4}
 	l.k[quant.Q6_K] = &kset{blockLen: quant.QKK,
 		one: oneQ6_K, rows: pick(dotQ6_KR4C1, dotQ6_KR4C1T0), rowsR: 4, tile: dotQ6_KR1C4, tileR: 1, tileC: 4}
+	// Their 1x4 tiles sum each row's blocks as the 4-row decode kernels do.
+	l.k[quant.Q4_K].tileExact, l.k[quant.Q5_K].tileExact, l.k[quant.Q6_K].tileExact = true, true, true
 	// IQ4_NL and IQ4_XS: decode kernels only (a batch runs them once per
 	// activation).
 	l.k[quant.IQ4_NL] = &kset{blockLen: quant.QK,
@@ -127,6 +129,8 @@ func archLevels() []*level {
 			rowsU8: pick(dotQ8_0PV4C1, dotQ8_0PV4C1T0),
 			tile:   dotQ8_0PV4C8, tile4: dotQ8_0PV4C4, tileR: 4, tileC: 8, tileU8: true}
 		q4k, q5k, q6k := *l.k[quant.Q4_K], *l.k[quant.Q5_K], *l.k[quant.Q6_K]
+		// (the AVX-512 tiles are not shown to sum as the decode kernels do)
+		q4k.tileExact, q5k.tileExact, q6k.tileExact = false, false, false
 		q4k.rows, q5k.rows, q6k.rows = pick(dotQ4_KV4C1, dotQ4_KV4C1T0), pick(dotQ5_KV4C1, dotQ5_KV4C1T0), pick(dotQ6_KV4C1, dotQ6_KV4C1T0)
 		q4k.tile, q4k.tile4, q4k.tileR, q4k.tileC, q4k.tileK8 = dotQ4_KV1C8, dotQ4_KV1C4, 1, 8, true
 		q5k.tile, q5k.tile4, q5k.tileR, q5k.tileC, q5k.tileK8 = dotQ5_KV1C8, dotQ5_KV1C4, 1, 8, true

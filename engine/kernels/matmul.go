@@ -306,7 +306,7 @@ func newMMJob(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int, shar
 		}
 	}
 	j.group, j.tile, j.panel = 16, false, false
-	if ks := j.ks; ks != nil && ks.panel != nil && !m.Packed && n >= ks.panel.minN && m.Cols >= ks.panel.blockLen {
+	if ks := j.ks; ks != nil && ks.panel != nil && !batchInvariant && !m.Packed && n >= ks.panel.minN && m.Cols >= ks.panel.blockLen {
 		j.panel = true
 		j.prepPanel(p)
 	}
@@ -320,7 +320,7 @@ func newMMJob(p *Pool, m *Matrix, xq []byte, n int, out []float32, ldo int, shar
 		if ks.tile4 != nil && n >= 4 && (n < ks.tileC || n%4 == 0 && n%ks.tileC%4 != 0 && n < 64) {
 			j.tileFn, j.tileC = ks.tile4, 4
 		}
-		if ks.tile != nil && n >= j.tileC && m.Cols >= ks.blockLen {
+		if ks.tile != nil && n >= j.tileC && m.Cols >= ks.blockLen && (!batchInvariant || ks.tileExact) {
 			j.tile = true
 			j.nt = n / j.tileC * j.tileC
 			if ks.tile4 != nil && n-j.nt >= 4 {
