@@ -41,10 +41,10 @@
 //
 // What a resubmission keeps: a greedy generation (temperature 0) goes on
 // with the tokens the lost driver would have produced, the constraint
-// replayed to the same state (tested), unless a near tie tips the other
-// way: the new driver prefills the generated tokens, and the engine's
-// prefill does not yet sum in the order of the decode steps that made
-// them (the cluster test TestDriverLoss counts the texts that differ). A
+// replayed to the same state (tested), when the drivers' products are
+// batch-invariant (agent --batch-invariant: the new driver's prefill of
+// the generated tokens then computes what the decode steps that made them
+// did; the cluster test TestDriverLoss); otherwise a near tie may tip. A
 // sampled one keeps its
 // settings, its seed and the random generator's position (each event
 // carries the sampler's draw count, and the new driver's sampler starts

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"shoal/engine/kernels"
 	"shoal/node"
 )
 
@@ -24,6 +25,7 @@ func agentCmd() *cobra.Command {
 	var modelOpts node.ModelConfig
 	var memLimit, diskLimit string
 	var cpuProfile string
+	var batchInvariant bool
 	var insecureHTTP bool
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -121,6 +123,9 @@ launchd job, a container image, compose and Kubernetes files.`,
 					return fmt.Errorf("--disk-limit: %w", err)
 				}
 			}
+			if batchInvariant {
+				kernels.SetBatchInvariant(true)
+			}
 			final.Version = version
 			if final.Name == "" {
 				final.Name = node.DefaultName()
@@ -164,6 +169,7 @@ launchd job, a container image, compose and Kubernetes files.`,
 	f.IntVar(&modelOpts.Ctx, "ctx", 0, "KV cache capacity per served model in tokens, shared by its sequences (default: the model's context, at most 8192)")
 	f.IntVar(&modelOpts.Threads, "threads", 0, "engine worker threads per served model and per shard this node runs of a model spread over the cluster (default: all cores)")
 	f.IntVar(&modelOpts.MaxSeqs, "max-seqs", 0, "sequences decoded together per model (default 16)")
+	f.BoolVar(&batchInvariant, "batch-invariant", os.Getenv("SHOAL_BATCH_INVARIANT") == "1", "compute every matrix product as a decode step does, so a sequence's logits do not depend on what shares its batch and a generation moved to another driver goes on with the tokens it would have had (prefill of most weight types is 2-4x slower) (SHOAL_BATCH_INVARIANT=1)")
 	f.BoolVar(&modelOpts.NoPrefixCache, "no-prefix-cache", false, "compute every prompt in full instead of reusing the KV blocks of a prefix an earlier request computed")
 	f.IntVar(&modelOpts.Queue, "queue", 0, "requests waiting beyond the running batch before 429 (default 64)")
 	f.StringVar(&configFile, "config", "", "JSON config file")
