@@ -57,8 +57,8 @@ func TestBatchInvariant(t *testing.T) {
 		SetBatchInvariant(was)
 	}(BatchInvariant())
 	rowCounts := []int{100, 64, 13}
-	if raceEnabled {
-		rowCounts = []int{100} // the race run is for the pools' sharing
+	if raceEnabled || testing.Short() {
+		rowCounts = []int{100} // the race run is for the pools' sharing; -short runs under qemu
 	}
 	eachLevel(t, func(level string) {
 		r := rand.New(rand.NewPCG(7, 8))
