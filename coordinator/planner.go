@@ -69,6 +69,14 @@ func (s *Server) planModels() {
 			// driver for nothing.
 			s.planSig[name], same = sig, true
 		}
+		if !same && m.Status == ModelPlanned && loadingKeeps(st, m, st.PlanInputs[name]) {
+			// A better plan may exist, but nothing forces a move and the
+			// nodes are still loading this one: it is weighed again once
+			// they hold it (the signature then changes).
+			s.planSig[name], same = sig, true
+			s.log.Info("keeping a plan its nodes are still loading; it is weighed again once loaded", zap.String("model", name),
+				zap.Uint64("version", st.Plans[name].Version))
+		}
 		s.mu.Unlock()
 		if same {
 			continue
@@ -98,8 +106,53 @@ func planSignature(st *State, m *Model) string {
 	sig := planInputs(st, m) + "|" + status
 	if p := st.Plans[m.Name]; p != nil {
 		sig += fmt.Sprintf("|v%d", p.Version)
+		if len(p.Pools) > 0 && !planLoaded(st, m, p) {
+			sig += "|loading"
+		}
 	}
 	return sig
+}
+
+// planLoaded says whether every node of plan p of model m holds its shards
+// ready (reported for p's version) and m's file is checked (a hub file's
+// check has ended): the model serves as planned.
+func planLoaded(st *State, m *Model, p *placement.Plan) bool {
+	if m.Unverified {
+		return false
+	}
+	for _, id := range p.Nodes() {
+		if s := st.Shards[ShardKey(id, m.Name)]; s == nil || s.PlanVersion != p.Version || s.State != ShardReady {
+			return false
+		}
+	}
+	return true
+}
+
+// loadingKeeps says whether model m's plan stands for now although
+// something changed that could make a better one (a link measured, a node
+// joined or offering more): the model's settings are those it was planned
+// with (inputs) and every node of the plan is schedulable, so nothing
+// forces a move, and the nodes are still loading it (fetching their
+// shards or, for a hub file, holding them until its check ends). Moving
+// it now would throw away what they fetched (a hub file's ranges are read
+// from the hub again) for a plan whose speed matters only once the model
+// serves; once loaded it is weighed again, and the layers that move are
+// read from the nodes that hold them.
+func loadingKeeps(st *State, m *Model, inputs string) bool {
+	p := st.Plans[m.Name]
+	if inputs == "" || p == nil || len(p.Pools) == 0 || planLoaded(st, m, p) {
+		return false
+	}
+	then, now := strings.SplitN(inputs, "\n", 2)[0], strings.SplitN(planInputs(st, m), "\n", 2)[0]
+	if then != now {
+		return false
+	}
+	for _, id := range p.Nodes() {
+		if n := st.Nodes[id]; n == nil || !n.Schedulable() {
+			return false
+		}
+	}
+	return true
 }
 
 // planInputs is what a plan of model m is decided on (State.PlanInputs
@@ -305,7 +358,14 @@ func decidePlan(st *State, m *Model, prev *placement.Plan) placement.Decision {
 	opts := placement.Options{Context: m.Ctx, Batch: m.MaxSeqs, Overhead: m.Overhead, Strategy: placement.Strategy(m.Strategy), Pin: m.Pin, Disagg: m.Disagg}
 	profile := *m.Profile
 	profile.Name = m.Name
-	d := placement.Replan(profile, PlacementNodes(st, m.Name), LinkMatrix(st), opts, prev, m.SourceNode)
+	// The source node reads its shard from its own copy of the file; a
+	// hub file's source (the agent that loaded it, or the leader that took
+	// its check over) has none: every node reads its ranges.
+	local := m.SourceNode
+	if m.Hub != nil {
+		local = ""
+	}
+	d := placement.Replan(profile, PlacementNodes(st, m.Name), LinkMatrix(st), opts, prev, local)
 	// The plan's words within what a plan in the state may hold (a line
 	// per node of a large cluster could pass them).
 	d.Plan.Explain = clipLines(d.Plan.Explain)

@@ -1,7 +1,9 @@
 package coordinator
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,6 +43,7 @@ func TestNewLeaderKeepsPlan(t *testing.T) {
 	if len(nodes) != 2 {
 		t.Fatalf("the plan is on %v, want two workers", nodes)
 	}
+	reportLoaded(t, c, v1)
 	// The link between the plan's nodes is measured slow (the first
 	// measurement since it was planned): the leader weighs the plan on it
 	// and moves it to a pair of nodes whose link nobody measured slow.
@@ -120,6 +123,7 @@ func TestSlowerLinkReplans(t *testing.T) {
 		t.Fatalf("the plan is on %v, want two workers", nodes)
 	}
 	a, b := nodes[0], nodes[1]
+	reportLoaded(t, c, v1)
 	// Noise: 12 Gbit/s instead of 10 is the same step.
 	report(map[[2]string]float64{{a, b}: 12, {b, a}: 12})
 	time.Sleep(time.Second)
@@ -142,6 +146,91 @@ func TestSlowerLinkReplans(t *testing.T) {
 	}
 }
 
+// TestLoadingPlanKept: while the nodes of a plan are still loading it, a
+// link measured between them does not move it (what they fetched would be
+// thrown away, a hub file's ranges read from the hub again); once they
+// report it loaded, the plan is weighed on that link and moves off it. A
+// node of the plan lost while loading is re-planned at once.
+func TestLoadingPlanKept(t *testing.T) {
+	c := newTestCluster(t)
+	for range 3 {
+		c.add(3)
+	}
+	ids := []string{"w1", "w2", "w3"}
+	for _, id := range ids {
+		c.members.set(Member{ID: id, Name: id, Role: RoleClient, Status: StatusAlive,
+			Caps: Capabilities{MemTotal: 16 << 20, MemFree: 16 << 20, Cores: 2, GFLOPS: 100, MemGBps: 10}})
+	}
+	l := c.leader(10 * time.Second)
+	upsertTwoNodeModel(t, l)
+	var v1 *placement.Plan
+	waitFor(t, 10*time.Second, "the first plan", func() bool {
+		st := c.leader(5 * time.Second).srv.fsm.State()
+		v1 = st.Plans["m"]
+		return v1 != nil && len(v1.Pools) > 0 && st.Models["m"].Status == ModelPlanned
+	})
+	nodes := v1.Nodes()
+	if len(nodes) != 2 {
+		t.Fatalf("the plan is on %v, want two workers", nodes)
+	}
+	// One node has its shard, the other is fetching when the link between
+	// them is measured 100x slower than the default the plan assumed.
+	report := func(id, state string, version uint64) {
+		t.Helper()
+		reportShard(t, c, ShardStatus{Node: id, Model: "m", State: state, PlanVersion: version, UpdatedAt: time.Now()})
+	}
+	report(nodes[0], ShardReady, v1.Version)
+	report(nodes[1], ShardFetching, v1.Version)
+	slow := []LinkStat{{From: nodes[0], To: nodes[1], Gbit: 0.01, LatencyMs: 200, MeasuredAt: time.Now()},
+		{From: nodes[1], To: nodes[0], Gbit: 0.01, LatencyMs: 200, MeasuredAt: time.Now()}}
+	if err := c.leader(5*time.Second).srv.Apply(LinkReportType, LinkReportRequest{Links: slow}, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // five planning passes
+	if p := c.leader(5 * time.Second).srv.fsm.State().Plans["m"]; p.Version != v1.Version {
+		t.Fatalf("re-planned while its nodes were loading it: v%d on %v", p.Version, p.Nodes())
+	}
+	// Loaded: weighed on the slow link, it moves.
+	report(nodes[1], ShardReady, v1.Version)
+	var v2 *placement.Plan
+	waitFor(t, 10*time.Second, "a re-plan once loaded", func() bool {
+		v2 = c.leader(5 * time.Second).srv.fsm.State().Plans["m"]
+		return v2 != nil && v2.Version > v1.Version
+	})
+	// v2 loads; a node of it fails meanwhile: re-planned without waiting.
+	now := v2.Nodes()
+	report(now[0], ShardFetching, v2.Version)
+	c.members.set(Member{ID: now[0], Name: now[0], Role: RoleClient, Status: StatusFailed,
+		Caps: Capabilities{MemTotal: 16 << 20, MemFree: 16 << 20, Cores: 2, GFLOPS: 100, MemGBps: 10}})
+	waitFor(t, 10*time.Second, "a re-plan after a node of the loading plan failed", func() bool {
+		p := c.leader(5 * time.Second).srv.fsm.State().Plans["m"]
+		return p != nil && p.Version > v2.Version
+	})
+}
+
+// reportLoaded reports every node's shard of plan p ready: the model is
+// loaded, and a re-plan may move it (loadingKeeps).
+func reportLoaded(t *testing.T, c *testCluster, p *placement.Plan) {
+	t.Helper()
+	for _, id := range p.Nodes() {
+		reportShard(t, c, ShardStatus{Node: id, Model: p.Model, State: ShardReady, PlanVersion: p.Version, UpdatedAt: time.Now()})
+	}
+}
+
+// reportShard records sh through the leader (again on the next one when
+// leadership moves, as under -race on a loaded host).
+func reportShard(t *testing.T, c *testCluster, sh ShardStatus) {
+	t.Helper()
+	var err error
+	waitFor(t, 10*time.Second, "the shard report of "+sh.Node, func() bool {
+		err = c.leader(5*time.Second).srv.Apply(ShardStatusType, ShardStatusRequest{Shard: sh}, 2*time.Second)
+		return !errors.Is(err, ErrNotLeader)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // upsertTwoNodeModel loads model "m", 16 MiB planned as a pipeline: it
 // needs two of the 16 MiB workers.
 func upsertTwoNodeModel(t *testing.T, l *testServer) {
@@ -154,5 +243,30 @@ func upsertTwoNodeModel(t *testing.T, l *testServer) {
 	model := Model{Name: "m", Digest: "d", Profile: &prof, Ctx: 64, MaxSeqs: 1, Overhead: 1 << 20, Strategy: string(placement.Pipeline)}
 	if err := l.srv.Apply(ModelUpsertType, ModelUpsertRequest{Model: model}, 2*time.Second); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHubSourceHasNoFile: the node a model's file sits on reads its shard
+// from it and fetches nothing, as the plan's moves say; the source of a
+// hub file (the agent that loaded it, or the leader that took its check
+// over) has only the header, and fetches its shard like any node.
+func TestHubSourceHasNoFile(t *testing.T) {
+	st := fuzzBase(t)
+	file := *st.Models["m"]
+	file.Pin = []string{"w1"} // the source
+	hubm := file
+	hubm.Hub = &HubFile{Repo: "org/m-GGUF", File: "m.gguf", SHA256: "d", Size: 1 << 20}
+	for _, c := range []struct {
+		m     *Model
+		moved bool
+		how   string
+	}{{&file, false, "reads its own copy of the file"}, {&hubm, true, "fetches"}} {
+		d := decidePlan(st, c.m, nil)
+		if d.Unservable != "" {
+			t.Fatal(d.Unservable)
+		}
+		if (d.Plan.MovedBytes > 0) != c.moved || len(d.Plan.Moved) != 1 || !strings.Contains(d.Plan.Moved[0], c.how) {
+			t.Errorf("hub %v: moves %d bytes: %v", c.m.Hub != nil, d.Plan.MovedBytes, d.Plan.Moved)
+		}
 	}
 }
