@@ -297,15 +297,26 @@ func (c *Client) RemoveNode(ctx context.Context, id string) error {
 
 func (c *Client) removeNode(ctx context.Context, req RemoveRequest) error {
 	if c.srv != nil && c.srv.IsLeader() {
+		// The steps are ordered so that a try cut short (the leader lost
+		// its term, the answer lost) is finished by the next: the node
+		// stays in the state until its certificate is revoked, so a
+		// second try finds it and revokes it; once it is gone and
+		// revoked, a try answers that it is done.
+		if err := c.srv.ForgetNode(req.ID); err != nil {
+			revoked := false
+			c.srv.FSM().View(func(st *State) { _, revoked = st.RevokedNodes[req.ID] })
+			var e *Error
+			if errors.As(err, &e) && e.Code == http.StatusNotFound && revoked {
+				return nil
+			}
+			return err
+		}
 		var target string
 		c.srv.FSM().View(func(st *State) {
 			if n := st.Nodes[req.ID]; n != nil {
 				target = n.RPCAddr
 			}
 		})
-		if err := c.srv.RemoveNode(req.ID); err != nil {
-			return err
-		}
 		if target != "" {
 			call := c.CallNode
 			if call == nil {
@@ -320,7 +331,16 @@ func (c *Client) removeNode(ctx context.Context, req RemoveRequest) error {
 		// Revoked after the leave request, which travels on a connection
 		// the revocation closes.
 		if err := c.srv.Apply(NodeRevokeType, NodeRevokeRequest{ID: req.ID, Now: time.Now().UTC()}, 5*time.Second); err != nil {
+			if LeaderMissing(err) {
+				return err // the next leader's try revokes it
+			}
 			return fmt.Errorf("node %s left, but revoking its certificate failed (run 'shoal node rm' again): %w", req.ID, err)
+		}
+		if err := c.srv.DeregisterNode(req.ID); err != nil {
+			if LeaderMissing(err) {
+				return err
+			}
+			return fmt.Errorf("node %s left and its certificate is revoked, but deleting it from the state failed (run 'shoal node rm' again): %w", req.ID, err)
 		}
 		c.log.Info("removed node; its certificate is revoked", zap.String("id", req.ID))
 		return nil

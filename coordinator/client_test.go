@@ -119,6 +119,37 @@ func TestClientThroughLeader(t *testing.T) {
 	if len(left) != 1 || left[0] != victim.addr {
 		t.Fatalf("leave requests %v, want one to %s", left, victim.addr)
 	}
+
+	// A removal is finished by a second try whatever cut the first short
+	// (under load the leader may lose its term between the steps, and the
+	// client tries again on the next): removed and revoked, it is done; a
+	// node still in the state though revoked is deleted; a node the
+	// cluster never had is not found.
+	if err := follower.RemoveNode(ctx, victim.id); err != nil {
+		t.Fatalf("removing %s again: %v", victim.id, err)
+	}
+	l := c.leader(5 * time.Second).srv
+	if err := l.Apply(RegisterNodeType, RegisterNodeRequest{Now: time.Now(), Node: Node{ID: "w", Name: "w", Role: RoleClient, Status: StatusAlive}}, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Apply(NodeRevokeType, NodeRevokeRequest{ID: "w", Now: time.Now()}, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := follower.RemoveNode(ctx, "w"); err != nil {
+		t.Fatalf("finishing the removal of a revoked node: %v", err)
+	}
+	var gone, revoked bool
+	c.leader(5 * time.Second).srv.FSM().View(func(st *State) {
+		_, in := st.Nodes["w"]
+		_, revoked = st.RevokedNodes["w"]
+		gone = !in
+	})
+	if !gone || !revoked {
+		t.Fatalf("after the second try: deleted %v, revoked %v", gone, revoked)
+	}
+	if err := follower.RemoveNode(ctx, "nobody"); StatusCode(err) != http.StatusNotFound {
+		t.Fatalf("removing a node the cluster never had: %v", err)
+	}
 }
 
 // TestClientNodeWrites: a server answers a client node's state read

@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"sort"
 	"sync"
@@ -396,11 +398,29 @@ func (s *Server) promote(id string, byID map[string]Member) {
 // RemoveNode removes a node from Raft (if a server) and from the state. The
 // caller tells the node to leave gossip. Runs on the leader.
 func (s *Server) RemoveNode(id string) error {
+	if err := s.ForgetNode(id); err != nil {
+		return err
+	}
+	return s.DeregisterNode(id)
+}
+
+// ForgetNode is the first step of removing node id, on the leader: it
+// applies every entry committed before, finds the node in the state or
+// the Raft configuration (a 404 error when in neither), removes it from
+// the configuration if there, and keeps the reconcile loop from adding it
+// back for a while. The node stays in the state (DeregisterNode).
+func (s *Server) ForgetNode(id string) error {
 	if !s.IsLeader() {
 		return ErrNotLeader
 	}
 	if id == s.cfg.NodeID {
 		return errorf(http.StatusConflict, "node %s is the leader; stop it or transfer leadership first", id)
+	}
+	// A leader just elected may not have applied every entry committed
+	// before its term yet: the node the caller found in its own state
+	// would be "not found" here. The barrier applies them first.
+	if err := s.wait(s.raft.Barrier(applyTimeout)); err != nil {
+		return raftError("raft barrier", err)
 	}
 	found := false
 	s.fsm.View(func(st *State) { _, found = st.Nodes[id] })
@@ -409,7 +429,7 @@ func (s *Server) RemoveNode(id string) error {
 			if string(srv.ID) == id {
 				found = true
 				if err := s.wait(s.raft.RemoveServer(srv.ID, 0, applyTimeout)); err != nil {
-					return err
+					return raftError("removing the server from raft", err)
 				}
 			}
 		}
@@ -420,9 +440,24 @@ func (s *Server) RemoveNode(id string) error {
 	s.mu.Lock()
 	s.removed[id] = time.Now()
 	s.mu.Unlock()
+	return nil
+}
+
+// DeregisterNode deletes node id from the state (nothing when it is not
+// there: it was only in Raft, or an earlier try deleted it).
+func (s *Server) DeregisterNode(id string) error {
 	err := s.Apply(DeregisterNodeType, DeregisterNodeRequest{ID: id}, applyTimeout)
 	if e, ok := err.(*Error); ok && e.Code == http.StatusNotFound {
-		return nil // was only in Raft
+		return nil
 	}
 	return err
+}
+
+// raftError is err of a Raft operation on the leader: ErrNotLeader when
+// leadership was lost (a caller may try again on the next leader).
+func raftError(what string, err error) error {
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		return ErrNotLeader
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
