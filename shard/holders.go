@@ -386,21 +386,73 @@ func (h *HolderFetcher) orderFor(failed map[*holderState]bool) []*holderState {
 }
 
 // fetchParts appends the bytes of parts to buf, or names the holder whose
-// part failed.
+// part failed (buf is then as it was). A holder's parts go in one request
+// where its fetcher batches: the halves of a tensor-parallel row alternate
+// between two holders, and a request per half row was hundreds of round
+// trips per unit (the check of a 2-way tensor-parallel hub model read back
+// a 2.8 MB file in 8 to 52 s under -race on a loaded host).
 func fetchParts(ctx context.Context, sha string, parts []part, buf []byte) ([]byte, *holderState, error) {
-	for _, p := range parts {
-		rc, err := p.h.F.Fetch(ctx, sha, p.r.Off, p.r.N)
-		if err == nil {
-			k := len(buf)
-			buf = append(buf, make([]byte, p.r.N)...)
-			_, err = io.ReadFull(rc, buf[k:])
-			rc.Close()
+	k := len(buf)
+	at := make([]int64, len(parts)) // each part's offset in the bytes appended
+	var total int64
+	for i, p := range parts {
+		at[i], total = total, total+p.r.N
+	}
+	buf = append(buf, make([]byte, total)...)
+	out := buf[k:]
+	done := make([]bool, len(parts))
+	for i := range parts {
+		if done[i] {
+			continue
 		}
-		if err != nil {
-			return buf, p.h, fmt.Errorf("bytes [%d,+%d) from %s: %w", p.r.Off, p.r.N, p.h.Name, err)
+		h := parts[i].h
+		var mine []int // h's parts, in order
+		for j := i; j < len(parts); j++ {
+			if parts[j].h == h {
+				mine, done[j] = append(mine, j), true
+			}
+		}
+		if err := fetchHolderParts(ctx, sha, h, parts, mine, at, out); err != nil {
+			return buf[:k], h, err
 		}
 	}
 	return buf, nil, nil
+}
+
+// fetchHolderParts reads parts[j] for j in mine, all from holder h, into
+// out at at[j]: in one request when h batches, else one request each.
+func fetchHolderParts(ctx context.Context, sha string, h *holderState, parts []part, mine []int, at []int64, out []byte) error {
+	if bf, ok := h.F.(BatchFetcher); ok && len(mine) > 1 {
+		rs := make([]Range, len(mine))
+		for x, j := range mine {
+			rs[x] = parts[j].r
+		}
+		rc, err := bf.FetchRanges(ctx, sha, rs)
+		if err == nil {
+			for _, j := range mine {
+				if _, err = io.ReadFull(rc, out[at[j]:at[j]+parts[j].r.N]); err != nil {
+					break
+				}
+			}
+			rc.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("%d ranges of bytes [%d,%d) from %s: %w", len(mine), rs[0].Off, rs[len(rs)-1].End(), h.Name, err)
+		}
+		return nil
+	}
+	for _, j := range mine {
+		p := parts[j]
+		rc, err := h.F.Fetch(ctx, sha, p.r.Off, p.r.N)
+		if err == nil {
+			_, err = io.ReadFull(rc, out[at[j]:at[j]+p.r.N])
+			rc.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("bytes [%d,+%d) from %s: %w", p.r.Off, p.r.N, h.Name, err)
+		}
+	}
+	return nil
 }
 
 // credit counts the bytes of parts as served by their holders.

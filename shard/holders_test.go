@@ -366,3 +366,115 @@ func TestFileVerifier(t *testing.T) {
 		t.Errorf("an extended file: write %v, check %v", err, v.Check())
 	}
 }
+
+// stripes is a holder of stripes of a file, as a tensor-parallel member
+// holds half of each row: it counts its requests and fails every one when
+// broken; batchStripes batches.
+type stripes struct {
+	data     []byte
+	broken   bool
+	mu       sync.Mutex
+	requests int
+}
+
+func (s *stripes) Fetch(ctx context.Context, sha string, off, n int64) (io.ReadCloser, error) {
+	return s.fetch([]Range{{off, n}})
+}
+
+func (s *stripes) fetch(rs []Range) (io.ReadCloser, error) {
+	s.mu.Lock()
+	s.requests++
+	s.mu.Unlock()
+	if s.broken {
+		return nil, fmt.Errorf("broken")
+	}
+	var b []byte
+	for _, r := range rs {
+		b = append(b, s.data[r.Off:r.End()]...)
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+type batchStripes struct{ *stripes }
+
+func (s batchStripes) FetchRanges(ctx context.Context, sha string, rs []Range) (io.ReadCloser, error) {
+	return s.fetch(rs)
+}
+
+// TestFileReaderBatchesHolders: the file read back from two holders that
+// each hold every other 300-byte stripe (the halves of tensor-parallel
+// rows) takes one request per unit from each holder that batches, not one
+// per stripe; one that does not batch gets one per stripe. A holder whose
+// batch fails is passed over for the next holding those bytes.
+func TestFileReaderBatchesHolders(t *testing.T) {
+	m := writeModel(t, denseSpec)
+	sha, raw, err := BuildManifest(m.path, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verified, err := ParseManifest(raw, ManifestID(raw), sha)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, err := UnverifiedManifest(sha, verified.Table, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unverified, err := ParseManifest(pending, ManifestID(pending), sha)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stripe = 300
+	size := int64(len(m.raw))
+	var even, odd []Range
+	for off := int64(0); off < size; off += stripe {
+		r := Range{off, min(stripe, size-off)}
+		if off/stripe%2 == 0 {
+			even = append(even, r)
+		} else {
+			odd = append(odd, r)
+		}
+	}
+	units := len(Units(verified.Table, verified.UnitSize))
+	for _, c := range []struct {
+		name      string
+		man       *Manifest
+		batchOdd  bool
+		brokenOdd bool
+	}{
+		{"verified", verified, true, false},
+		{"unverified", unverified, true, false},
+		{"odd holder does not batch", verified, false, false},
+		{"odd holder fails", unverified, true, true},
+	} {
+		a := &stripes{data: m.raw}
+		b := &stripes{data: m.raw, broken: c.brokenOdd}
+		var fb RangeFetcher = b
+		if c.batchOdd {
+			fb = batchStripes{b}
+		}
+		whole := &stripes{data: m.raw}
+		holders := []Holder{{ID: "a", Name: "a", Held: even, F: batchStripes{a}}, {ID: "b", Name: "b", Held: odd, F: fb},
+			{ID: "w", Name: "whole", Held: []Range{{0, size}}, F: batchStripes{whole}, Last: true}}
+		r, _ := FileReader(context.Background(), c.man, holders)
+		got, err := io.ReadAll(r)
+		if err != nil || !bytes.Equal(got, m.raw) {
+			t.Fatalf("%s: read back %d bytes (%v), want the file's %d", c.name, len(got), err, size)
+		}
+		switch {
+		case c.brokenOdd:
+			if whole.requests == 0 {
+				t.Errorf("%s: the bytes of the failing holder were not read from the next", c.name)
+			}
+		case c.batchOdd:
+			if a.requests > units || b.requests > units || whole.requests != 0 {
+				t.Errorf("%s: %d and %d requests to the holders, %d to the last, for %d units", c.name, a.requests, b.requests, whole.requests, units)
+			}
+		default:
+			if a.requests > units || b.requests < len(odd) {
+				t.Errorf("%s: %d requests to the batching holder, %d to the other for its %d stripes (%d units)", c.name, a.requests, b.requests, len(odd), units)
+			}
+		}
+		t.Logf("%s: %d units, %d stripes: requests %d, %d, %d", c.name, units, len(even)+len(odd), a.requests, b.requests, whole.requests)
+	}
+}
