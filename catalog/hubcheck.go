@@ -33,11 +33,19 @@ func (c *Catalog) releaseHubCheck(model string) {
 	c.hubMu.Unlock()
 }
 
+// hubTakeOverAfter is how long the agent checking a hub model must have
+// been failed or gone before the leader takes the check over: an agent
+// restarted at once resumes its own check (from the manifest it kept)
+// instead of the leader reading the header from the hub again and a second
+// check running beside the resumed one.
+const hubTakeOverAfter = 10 * time.Second
+
 // resumeHubChecks starts the check of every hub model this agent loaded
 // that is still unverified with no check running here (the agent stopped
 // during one) and, on the leader, of those whose loading agent failed or
-// left (the leader becomes their source). The unverified manifest is the one it kept, or is built
-// again from the header read anew; a file whose header changed fails.
+// left hubTakeOverAfter ago (the leader becomes their source). The
+// unverified manifest is the one it kept, or is built again from the
+// header read anew; a file whose header changed fails.
 func (c *Catalog) resumeHubChecks(st *coordinator.State) {
 	if c.hub == nil {
 		return
@@ -50,7 +58,7 @@ func (c *Catalog) resumeHubChecks(st *coordinator.State) {
 		if m.SourceNode != c.id {
 			// The loading agent is gone: the leader takes its check over.
 			src := st.Nodes[m.SourceNode]
-			gone := src == nil || src.Status == coordinator.StatusFailed || src.Status == coordinator.StatusLeft
+			gone := src == nil || (src.Status == coordinator.StatusFailed || src.Status == coordinator.StatusLeft) && time.Since(src.StatusSince) >= hubTakeOverAfter
 			if !gone || !c.leader() {
 				continue
 			}
@@ -59,10 +67,27 @@ func (c *Catalog) resumeHubChecks(st *coordinator.State) {
 		if !c.claimHubCheck(m.Name, m.Manifest) {
 			continue
 		}
-		c.log.Info("resuming the check of a model from the hub", zap.String("model", m.Name), zap.String("hub", m.Source),
-			zap.Bool("taken_over", takeOver), zap.String("loaded_by", m.SourceNode))
 		c.bg.Add(1)
 		go func(m coordinator.Model) {
+			// st may predate the record of a check that just ended here (a
+			// check's claim is released once it is recorded): started
+			// again, it read the header from the hub and kept the
+			// unverified manifest over the checked one, which the nodes
+			// then asked this agent for in vain.
+			if raw, ok := c.checkedHere(m); ok {
+				defer c.bg.Done()
+				defer c.releaseHubCheck(m.Name)
+				id := shard.ManifestID(raw)
+				c.updateModel(m.Name, m.Manifest, func(cur *coordinator.Model) { cur.Manifest, cur.Unverified, cur.SourceNode = id, false, c.id })
+				return
+			}
+			if !c.stillUnverified(m) {
+				c.releaseHubCheck(m.Name)
+				c.bg.Done()
+				return
+			}
+			c.log.Info("resuming the check of a model from the hub", zap.String("model", m.Name), zap.String("hub", m.Source),
+				zap.Bool("taken_over", takeOver), zap.String("loaded_by", m.SourceNode))
 			if takeOver {
 				c.updateModel(m.Name, m.Manifest, func(cur *coordinator.Model) { cur.SourceNode = c.id })
 				m.SourceNode = c.id
@@ -104,6 +129,36 @@ func (c *Catalog) resumeHubChecks(st *coordinator.State) {
 			c.checkHubFile(m, pending, nil)
 		}(*m)
 	}
+}
+
+// checkedHere returns the checked manifest of m's file this agent keeps,
+// if it has one: the file was checked here (by a check whose record the
+// state did not show yet).
+func (c *Catalog) checkedHere(m coordinator.Model) ([]byte, bool) {
+	ss := c.shardStore()
+	if ss == nil {
+		return nil, false
+	}
+	raw, ok := ss.Manifest(m.Digest)
+	if !ok {
+		return nil, false
+	}
+	man, err := shard.ParseManifest(raw, shard.ManifestID(raw), m.Digest)
+	return raw, err == nil && !man.Unverified
+}
+
+// stillUnverified reads the state again: whether model m is still
+// unverified under the same manifest (true when the state cannot be read:
+// the check then finds out).
+func (c *Catalog) stillUnverified(m coordinator.Model) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.cluster.State(ctx)
+	if err != nil {
+		return true
+	}
+	cur := st.Models[m.Name]
+	return cur != nil && cur.Unverified && cur.Manifest == m.Manifest
 }
 
 // hubCheckWait bounds how long checkHubFile waits for the plan's nodes to
@@ -179,7 +234,12 @@ func (c *Catalog) checkHubFile(m coordinator.Model, pending, prefix []byte) {
 		ss.KeepManifest(sha, raw)
 	}
 	id := shard.ManifestID(raw)
-	c.updateModel(m.Name, pendingID, func(cur *coordinator.Model) { cur.Manifest, cur.Unverified = id, false })
+	// This agent keeps the checked manifest, so it becomes the model's
+	// source, the node the others ask for it first: the leader may have
+	// taken the check over while this agent, restarted, resumed it from a
+	// state that did not show that yet, and only the check that ends
+	// first records its manifest.
+	c.updateModel(m.Name, pendingID, func(cur *coordinator.Model) { cur.Manifest, cur.Unverified, cur.SourceNode = id, false, c.id })
 	c.log.Info("model from the hub verified", zap.String("model", m.Name), zap.String("sha256", sha), zap.String("how", how),
 		zap.Any("bytes_by_holder", served), zap.Duration("took", time.Since(t0)))
 }

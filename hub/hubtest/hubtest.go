@@ -26,6 +26,7 @@ type Server struct {
 	crossHost bool
 	ignoreRng bool
 	delay     time.Duration // before each download answers
+	holds     []hold        // downloads that wait for a release
 	pageSize  int
 	served    map[string]int64 // "repo/path" → bytes
 	requests  []Request
@@ -149,6 +150,24 @@ func (s *Server) PageSize(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pageSize = n
+}
+
+// hold makes the downloads when matches wait until released is closed.
+type hold struct {
+	when     func(*http.Request) bool
+	released chan struct{}
+}
+
+// Hold makes every download for which when is true wait, before it
+// answers, until release is called (or its client gives up): what nodes
+// fetch stays in flight while a test changes the cluster around them.
+func (s *Server) Hold(when func(*http.Request) bool) (release func()) {
+	h := hold{when: when, released: make(chan struct{})}
+	s.mu.Lock()
+	s.holds = append(s.holds, h)
+	s.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(h.released) }) }
 }
 
 // Delay makes every download wait d before it answers (a slow hub).
@@ -366,6 +385,12 @@ func (s *Server) blob(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ignore, delay := s.ignoreRng, s.delay
+	var wait []chan struct{}
+	for _, h := range s.holds {
+		if h.when(r) {
+			wait = append(wait, h.released)
+		}
+	}
 	if ok && len(repo.flip[p]) > 0 {
 		b = append([]byte(nil), b...)
 		for _, f := range repo.flip[p] {
@@ -376,6 +401,12 @@ func (s *Server) blob(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	time.Sleep(delay)
+	for _, c := range wait {
+		select {
+		case <-c:
+		case <-r.Context().Done():
+		}
+	}
 	req := Request{Repo: name, Path: p, Range: r.Header.Get("Range"), Auth: r.Header.Get("Authorization") != "", Host: r.Host, UserAgent: r.Header.Get("User-Agent")}
 	defer func() {
 		s.mu.Lock()

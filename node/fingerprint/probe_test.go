@@ -46,3 +46,14 @@ func TestProbeCache(t *testing.T) {
 		t.Fatalf("cache %+v does not hold the measured %+v", pc, m)
 	}
 }
+
+// TestRecord: numbers recorded in a dir are what Probe finds there.
+func TestRecord(t *testing.T) {
+	dir := t.TempDir()
+	if err := Record(dir, "v1", 12.5, 3.25); err != nil {
+		t.Fatal(err)
+	}
+	if m := Probe(dir, "v1", time.Millisecond); m.GFLOPS != 12.5 || m.MemGBps != 3.25 {
+		t.Fatalf("recorded 12.5 GFLOPS and 3.25 GB/s, Probe found %+v", m)
+	}
+}
