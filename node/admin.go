@@ -29,6 +29,8 @@ type admin struct {
 	runner          api.ClusterRunner
 	// cat answers for the models: load, list, unload.
 	cat *catalog.Catalog
+	// keys keeps servers' answers about API keys on a client agent.
+	keys keyCache
 }
 
 // newAdmin wires the admin API's backend.

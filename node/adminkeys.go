@@ -79,18 +79,34 @@ func (b *admin) grant(ctx context.Context, key string, scope api.Scope) (*coordi
 // hashes. Before it knows a server, it accepts only its own bootstrap
 // secret.
 func (b *admin) grantRemote(ctx context.Context, key string, scope api.Scope) (*coordinator.Token, error) {
+	id := keyCacheID(key, scope)
+	if g, ok := b.keys.get(id, keyFresh); ok {
+		return g.token(), nil
+	}
 	var g keyGrant
 	asked, err := b.askServer(ctx, methodCheckKey, checkKeyRequest{Key: key, Scope: scope}, &g)
 	if !asked && b.bootstrapSecret != "" && subtle.ConstantTimeCompare([]byte(key), []byte(b.bootstrapSecret)) == 1 {
 		return nil, nil
 	}
 	if err != nil {
+		if refused(err) {
+			b.keys.drop(id)
+		} else if g, ok := b.keys.get(id, keyStale); ok {
+			return g.token(), nil // no server answered: what one said lately stands
+		}
 		return nil, err
 	}
+	b.keys.put(id, g)
+	return g.token(), nil
+}
+
+// token is the token a grant stands for: nil for a server's bootstrap
+// secret before it was stored.
+func (g keyGrant) token() *coordinator.Token {
 	if g.Kind == "" {
-		return nil, nil // the server's own bootstrap secret before it was stored
+		return nil
 	}
-	return &coordinator.Token{Kind: g.Kind, Models: g.Models}, nil
+	return &coordinator.Token{Kind: g.Kind, Models: g.Models}
 }
 
 func (b *admin) authorize(ctx context.Context, key string, kinds []string, viaLeader bool) (*coordinator.Token, error) {
