@@ -52,6 +52,10 @@ type ForwarderConfig struct {
 	// model) here, before the request leaves without it.
 	Authorize func(ctx context.Context, key string, scope api.Scope, model string) error
 	Routes    RouteSource
+	// Unserved gives, for a model the cluster knows but has no plan for
+	// (hashing, planning, unservable, failed), its status with the
+	// reason; nil or false: the model is not the cluster's.
+	Unserved func(model string) (string, bool)
 	// KeepAlive is the idle interval of forwarded streams (0: the
 	// OpenAI endpoint's default).
 	KeepAlive time.Duration
@@ -206,6 +210,11 @@ func (f *Forwarder) where(ctx context.Context, model string, forwarded bool) (Ro
 	}
 	rt, ok := f.cfg.Routes.Route(model)
 	switch {
+	case !ok && !forwarded && f.cfg.Unserved != nil:
+		if status, known := f.cfg.Unserved(model); known {
+			return Route{Model: model, Status: status}, notReady
+		}
+		return rt, servedHere
 	case !ok || forwarded && rt.Node != f.cfg.Self:
 		return rt, servedHere
 	case rt.Node == f.cfg.Self && (rt.Ready || forwarded) && f.awaitDriver(ctx, rt.Model):
@@ -218,10 +227,21 @@ func (f *Forwarder) where(ctx context.Context, model string, forwarded bool) (Ro
 
 // notReadyRefusal says why a request for rt's model cannot run yet. A plan
 // being (re)loaded is ready in seconds: clients that honour Retry-After
-// (the OpenAI SDKs retry 503) come back.
+// (the OpenAI SDKs retry 503) come back. A model without a plan (no
+// driver in rt) is told by its status and reason; one the cluster cannot
+// serve as it is (unservable, failed) may be served once nodes join or an
+// operator acts, so clients are asked to come back later.
 func notReadyRefusal(rt Route) *openai.Refusal {
-	return &openai.Refusal{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "model_not_ready", RetryAfter: 2,
+	e := &openai.Refusal{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "model_not_ready", RetryAfter: 2,
 		Message: fmt.Sprintf("model %s is spread over the cluster and not served yet (%s; driver %s)", rt.Model, rt.Status, rt.NodeName)}
+	stuck := strings.HasPrefix(rt.Status, "unservable") || strings.HasPrefix(rt.Status, "failed")
+	if stuck {
+		e.RetryAfter = 30
+	}
+	if rt.Node == "" || stuck {
+		e.Message = fmt.Sprintf("model %s is not served: %s", rt.Model, rt.Status)
+	}
+	return e
 }
 
 // awaitDriver waits until this agent serves model (its driver started),

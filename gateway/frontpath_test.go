@@ -89,6 +89,15 @@ func newFrontAgent(t *testing.T, ca *transport.CA, rs routes, peers map[string]*
 			return ""
 		},
 		Local: func(model string) bool { _, ok := fa.local.Model(model); return ok },
+		Unserved: func(model string) (string, bool) {
+			switch model {
+			case "big":
+				return "unservable: needs 40 GiB, the cluster offers 24 GiB", true
+			case "new":
+				return "planning", true
+			}
+			return "", false
+		},
 	})
 	f.StartTokenPath()
 	oai := openai.NewHandler(f.Backend(fa.local), openai.Options{Log: zap.NewNop(), CheckKey: keyModels})
@@ -211,6 +220,23 @@ func TestFrontReadsCompletionOnce(t *testing.T) {
 		}
 	})
 
+	t.Run("not servable", func(t *testing.T) {
+		// A model the cluster knows without a plan is refused with its
+		// status and reason, not called unknown; a model the cluster does
+		// not know is.
+		code, retry, body := fa.post("all", "/v1/chat/completions", `{"model":"big","messages":[{"role":"user","content":"hi"}]}`)
+		if code != 503 || retry != "30" || !strings.Contains(body, `"code":"model_not_ready"`) || !strings.Contains(body, "model big is not served: unservable: needs 40 GiB") {
+			t.Errorf("an unservable model: %d Retry-After %q %s", code, retry, body)
+		}
+		code, retry, body = fa.post("all", "/v1/completions", `{"model":"new","prompt":"hi"}`)
+		if code != 503 || retry != "2" || !strings.Contains(body, "model new is not served: planning") {
+			t.Errorf("a model being planned: %d Retry-After %q %s", code, retry, body)
+		}
+		if code, _, body := fa.post("all", "/v1/completions", `{"model":"nobody","prompt":"hi"}`); code != 404 || !strings.Contains(body, "model_not_found") {
+			t.Errorf("a model nobody has: %d %s", code, body)
+		}
+	})
+
 	t.Run("own driver starting", func(t *testing.T) {
 		// This agent is to drive "mine": its driver comes up after the
 		// request arrived (a model that runs as x on driver-a stands in).
@@ -230,7 +256,7 @@ func TestFrontReadsCompletionOnce(t *testing.T) {
 		}
 	})
 
-	if n := fa.bodies.Load(); n != 8 {
-		t.Errorf("the endpoint got %d completions, want 8", n)
+	if n := fa.bodies.Load(); n != 11 {
+		t.Errorf("the endpoint got %d completions, want 11", n)
 	}
 }

@@ -23,6 +23,7 @@ func (a *Agent) newForwarder() *gateway.Forwarder {
 	return gateway.NewForwarder(gateway.ForwarderConfig{
 		Self: a.id, Endpoint: a.ep, Log: a.log.Named("forward"), PeerAddr: a.peerAddr, Routes: gatewayRoutes{a.par},
 		Local:     func(model string) bool { _, ok := a.models.Model(model); return ok },
+		Unserved:  a.unserved,
 		KeyModels: a.admin.InferenceKey,
 		Authorize: func(ctx context.Context, key string, scope api.Scope, model string) error {
 			if scope != api.ScopeInference {
@@ -45,6 +46,33 @@ func (a *Agent) peerAddr(id string) string {
 		}
 	}
 	return ""
+}
+
+// unserved is the status, with its reason, of a model the cluster knows
+// but has no plan with nodes for (hashing, planning, unservable, failed), from the
+// state this agent read last.
+func (a *Agent) unserved(model string) (string, bool) {
+	var st *coordinator.State
+	if a.srv != nil {
+		st = a.srv.FSM().State()
+	} else {
+		st = a.lastState.Load()
+	}
+	if st == nil {
+		return "", false
+	}
+	if p := st.Plans[model]; p != nil && len(p.Pools) > 0 {
+		return "", false // planned: its route says more
+	}
+	m := st.Models[model]
+	if m == nil {
+		return "", false
+	}
+	mi := a.catalog.ModelInfo(st, m)
+	if mi.Reason != "" {
+		return mi.Status + ": " + mi.Reason, true
+	}
+	return mi.Status, true
 }
 
 // gatewayRoutes gives the forwarder the drivers of the plans.

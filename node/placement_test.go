@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -145,6 +146,15 @@ func TestModelLoadSpreadsAndReplans(t *testing.T) {
 				if got.Reason == "" {
 					t.Error("unservable without a reason")
 				}
+				// A request for it is told why, not that it does not exist.
+				// (The agent's routes follow the state within a reconcile.)
+				url := "http://" + c.Members[watch].Agent.HTTPAddr() + "/v1/chat/completions"
+				var code int
+				var retry, body string
+				tc.Eventually(t, 10*time.Second, "a 503 with the reason", func() bool {
+					code, retry, body = post429(t, url, `{"model":"spread","messages":[{"role":"user","content":"hi"}]}`)
+					return code == 503 && retry == "30" && strings.Contains(body, "model spread is not served: unservable: model spread needs ")
+				})
 				return
 			}
 			var p2 *api.PlacementInfo
