@@ -106,17 +106,18 @@ func planSignature(st *State, m *Model) string {
 	sig := planInputs(st, m) + "|" + status
 	if p := st.Plans[m.Name]; p != nil {
 		sig += fmt.Sprintf("|v%d", p.Version)
-		if len(p.Pools) > 0 && !planLoaded(st, m, p) {
+		if len(p.Pools) > 0 && !PlanLoaded(st, m, p) {
 			sig += "|loading"
 		}
 	}
 	return sig
 }
 
-// planLoaded says whether every node of plan p of model m holds its shards
+// PlanLoaded says whether every node of plan p of model m holds its shards
 // ready (reported for p's version) and m's file is checked (a hub file's
-// check has ended): the model serves as planned.
-func planLoaded(st *State, m *Model, p *placement.Plan) bool {
+// check has ended): the model serves as planned, and no node reads its
+// ranges from another.
+func PlanLoaded(st *State, m *Model, p *placement.Plan) bool {
 	if m.Unverified {
 		return false
 	}
@@ -140,7 +141,7 @@ func planLoaded(st *State, m *Model, p *placement.Plan) bool {
 // read from the nodes that hold them.
 func loadingKeeps(st *State, m *Model, inputs string) bool {
 	p := st.Plans[m.Name]
-	if inputs == "" || p == nil || len(p.Pools) == 0 || planLoaded(st, m, p) {
+	if inputs == "" || p == nil || len(p.Pools) == 0 || PlanLoaded(st, m, p) {
 		return false
 	}
 	then, now := strings.SplitN(inputs, "\n", 2)[0], strings.SplitN(planInputs(st, m), "\n", 2)[0]

@@ -51,28 +51,19 @@ func (a *Agent) peerAddr(id string) string {
 // unserved is the status, with its reason, of a model the cluster knows
 // but has no plan with nodes for (hashing, planning, unservable, failed), from the
 // state this agent read last.
-func (a *Agent) unserved(model string) (string, bool) {
-	var st *coordinator.State
-	if a.srv != nil {
-		st = a.srv.FSM().State()
-	} else {
-		st = a.lastState.Load()
-	}
-	if st == nil {
-		return "", false
-	}
-	if p := st.Plans[model]; p != nil && len(p.Pools) > 0 {
-		return "", false // planned: its route says more
-	}
-	m := st.Models[model]
-	if m == nil {
-		return "", false
-	}
-	mi := a.catalog.ModelInfo(st, m)
-	if mi.Reason != "" {
-		return mi.Status + ": " + mi.Reason, true
-	}
-	return mi.Status, true
+func (a *Agent) unserved(model string) (status string, known bool) {
+	a.viewState(func(st *coordinator.State) {
+		m, p := st.Models[model], st.Plans[model]
+		if m == nil || p != nil && len(p.Pools) > 0 {
+			return // unknown, or planned: its route says more
+		}
+		mi := a.catalog.ModelInfo(st, m)
+		status, known = mi.Status, true
+		if mi.Reason != "" {
+			status += ": " + mi.Reason
+		}
+	})
+	return status, known
 }
 
 // gatewayRoutes gives the forwarder the drivers of the plans.

@@ -29,6 +29,7 @@ func (a *Agent) startServing() {
 		Report: a.reportShards, Log: a.log,
 		BeforeRelease: func(key string) { a.par.DropMember(key) },
 		Origin:        a.catalog.HubRanges,
+		Fetching:      a.modelFetching,
 	})
 	host := parallel.NewHost(a.ep, a.rpc, transport.NewMailbox(a.ep, transport.MailboxOptions{}))
 	// Disaggregated plans stream prompts' KV caches between the pools'
@@ -89,6 +90,19 @@ func (a *Agent) servingState() *coordinator.State {
 		return nil
 	}
 	return st
+}
+
+// modelFetching says whether a node may still read model's ranges from
+// the shard files this node holds: a plan of it is not loaded everywhere
+// (true too when this agent has read no state yet).
+func (a *Agent) modelFetching(model string) bool {
+	fetching, seen := false, false
+	a.viewState(func(st *coordinator.State) {
+		seen = true
+		m, p := st.Models[model], st.Plans[model]
+		fetching = m != nil && p != nil && len(p.Pools) > 0 && !coordinator.PlanLoaded(st, m, p)
+	})
+	return fetching || !seen
 }
 
 // wantedShards lists the shards the committed plans give node.

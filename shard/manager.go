@@ -108,7 +108,16 @@ type ManagerConfig struct {
 	// serve its ranges to peers (re-planned nodes fetch from it) before
 	// it is removed (10 minutes if 0).
 	HoldFor time.Duration
-	Log     *zap.Logger
+	// Fetching reports whether a node may still read model's ranges from
+	// the holders: a plan of it is not loaded on every node yet. A held
+	// file of a model nobody fetches is removed after HoldGrace, not
+	// HoldFor (nil: held files last HoldFor).
+	Fetching  func(model string) bool
+	HoldGrace time.Duration // 20 s if 0
+	// OrphanAge is how old an assembled file no job or holding claims
+	// must be to be removed (30 s if 0); Dir is swept every OrphanAge/2.
+	OrphanAge time.Duration
+	Log       *zap.Logger
 	// Origin reads the file of a Want with an Origin (nil: none).
 	Origin func(origin string) RangeFetcher
 }
@@ -125,11 +134,14 @@ type Manager struct {
 
 	hmu      sync.Mutex
 	holdings map[string]*holding // files of released shards, by key
+	swept    time.Time           // when Dir was last swept of orphaned files
 }
 
 // holding is the file of a shard no longer wanted, kept to serve its
 // ranges until it expires.
 type holding struct {
+	model string
+	since time.Time
 	path  string
 	held  *heldFile
 	until time.Time
@@ -145,6 +157,12 @@ func NewManager(cfg ManagerConfig) *Manager {
 	}
 	if cfg.HoldFor <= 0 {
 		cfg.HoldFor = 10 * time.Minute
+	}
+	if cfg.HoldGrace <= 0 {
+		cfg.HoldGrace = 20 * time.Second
+	}
+	if cfg.OrphanAge <= 0 {
+		cfg.OrphanAge = 30 * time.Second
 	}
 	return &Manager{cfg: cfg, log: cfg.Log, jobs: map[string]*job{}, holdings: map[string]*holding{}}
 }
@@ -170,6 +188,7 @@ func (m *Manager) Reconcile(want []Want) {
 		return // closed
 	}
 	m.expireHoldings(now, desired)
+	defer m.sweepOrphans(now)
 	touched := map[string]bool{}
 	for key, j := range m.jobs {
 		if _, ok := desired[key]; !ok {
@@ -255,7 +274,8 @@ func (m *Manager) holdAs(j *job, key string) bool {
 			_ = os.Remove(old.path)
 		}
 	}
-	m.holdings[key] = &holding{path: path, held: hf, until: time.Now().Add(m.cfg.HoldFor)}
+	now := time.Now()
+	m.holdings[key] = &holding{model: j.model, since: now, path: path, held: hf, until: now.Add(m.cfg.HoldFor)}
 	return true
 }
 
@@ -293,7 +313,8 @@ func (m *Manager) expireHoldings(now time.Time, desired map[string]Want) {
 	defer m.hmu.Unlock()
 	for key, h := range m.holdings {
 		_, again := desired[key]
-		if !again && now.Before(h.until) {
+		wanted := now.Before(h.until) && (m.cfg.Fetching == nil || now.Before(h.since.Add(m.cfg.HoldGrace)) || m.cfg.Fetching(h.model))
+		if !again && wanted {
 			continue
 		}
 		delete(m.holdings, key)

@@ -134,11 +134,7 @@ func TestManager(t *testing.T) {
 	if _, err := os.Stat(files[0]); err != nil {
 		t.Fatalf("the released file was not kept: %v", err)
 	}
-	waitFor(t, "the held file to expire", func() bool {
-		mgr.Reconcile(nil)
-		_, err := os.Stat(files[0])
-		return errors.Is(err, os.ErrNotExist)
-	})
+	waitGone(t, mgr, files[0], "the held file to expire")
 	if _, ok := mgr.Holdings(m.sha); ok {
 		t.Error("an expired file is still held")
 	}
@@ -150,4 +146,70 @@ func TestManager(t *testing.T) {
 	if _, err := mgr.Meta("dense"); err == nil {
 		t.Error("meta of a released model")
 	}
+}
+
+// TestReclaim: a released shard's file is held for the nodes still loading
+// a plan of its model and removed once none is (HoldGrace past), long
+// before HoldFor; assembled files nothing claims (a stopped process's)
+// are removed once OrphanAge old, while manifests and fresh files stay.
+func TestReclaim(t *testing.T) {
+	m := writeModel(t, denseSpec)
+	dir := t.TempDir()
+	var fetching sync.Map // model → true while a plan of it loads
+	mgr := NewManager(ManagerConfig{Dir: dir, Files: testFiles{}, Peers: &testPeers{m: m}, Report: (&reports{last: map[string]Status{}}).report,
+		HoldFor: time.Hour, HoldGrace: 100 * time.Millisecond, OrphanAge: 200 * time.Millisecond,
+		Fetching: func(model string) bool { _, ok := fetching.Load(model); return ok }})
+	defer mgr.Close()
+	old := time.Now().Add(-time.Hour)
+	stray := func(name string, at time.Time) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, at, at); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	orphan := stray("gone-0123456789abcdef.shard", old)
+	manifest := stray("0123.manifest", old)
+
+	spec := tpSpec(m.sha)
+	mgr.Reconcile([]Want{{Model: "dense", Spec: spec, Version: 1, Source: Peer{ID: "src", Name: "src", Addr: "x"}}})
+	waitFor(t, "the shard", func() bool { return len(mgr.Ready()) == 1 })
+	files, _ := filepath.Glob(filepath.Join(dir, "dense-*.shard"))
+	if len(files) != 1 {
+		t.Fatalf("shard files %v", files)
+	}
+	fetching.Store("dense", true) // re-planned: its new nodes load it
+	mgr.Reconcile(nil)
+	waitFor(t, "the release", func() bool { _, ok := mgr.Holdings(m.sha); return ok })
+	time.Sleep(300 * time.Millisecond) // past HoldGrace and OrphanAge
+	mgr.Reconcile(nil)
+	if _, err := os.Stat(files[0]); err != nil {
+		t.Fatalf("the released file went while nodes still load the model: %v", err)
+	}
+	waitGone(t, mgr, orphan, "the orphan removed")
+	// written just now, as far as OrphanAge goes
+	fresh := stray("new-0123456789abcdef.shard", time.Now().Add(time.Hour))
+	fetching.Delete("dense") // the new plan is loaded
+	waitGone(t, mgr, files[0], "the held file removed")
+	if _, ok := mgr.Holdings(m.sha); ok {
+		t.Error("a removed file is still held")
+	}
+	for _, p := range []string{manifest, fresh} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v", filepath.Base(p), err)
+		}
+	}
+}
+
+// waitGone reconciles mgr (with nothing wanted) until path is gone.
+func waitGone(t *testing.T, mgr *Manager, path, what string) {
+	t.Helper()
+	waitFor(t, what, func() bool {
+		mgr.Reconcile(nil)
+		_, err := os.Stat(path)
+		return errors.Is(err, os.ErrNotExist)
+	})
 }
