@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"go.uber.org/zap"
@@ -149,7 +150,7 @@ func loadingKeeps(st *State, m *Model, inputs string) bool {
 		return false
 	}
 	for _, id := range p.Nodes() {
-		if n := st.Nodes[id]; n == nil || !n.Schedulable() {
+		if n := st.Nodes[id]; n == nil || !n.Schedulable() || noRoom(st, id, m.Name) {
 			return false
 		}
 	}
@@ -295,6 +296,9 @@ func PlacementNodes(st *State, except string) []placement.Node {
 	}
 	var out []placement.Node
 	for _, n := range st.SortedNodes() {
+		if except != "" && noRoom(st, n.ID, except) {
+			continue
+		}
 		free := n.Caps.MemFree
 		if used[n.ID] >= free {
 			free = 0
@@ -309,6 +313,18 @@ func PlacementNodes(st *State, except string) []placement.Node {
 	return out
 }
 
+// noRoomFor is how long a node whose disk could not take its shard of a
+// model is left out of that model's plans: the plan moves off it at once,
+// and the node is tried again later (its disk may have been freed).
+const noRoomFor = 10 * time.Minute
+
+// noRoom says whether node id reported, within noRoomFor, that its disk
+// cannot take its shard of model.
+func noRoom(st *State, id, model string) bool {
+	s := st.Shards[ShardKey(id, model)]
+	return s != nil && s.NoRoom && time.Since(s.UpdatedAt) < noRoomFor
+}
+
 // planModel asks placement.Replan for model m's plan and commits the
 // decision: the new plan, or the model unservable (and its old plan
 // released), then the model's status.
@@ -316,6 +332,15 @@ func (s *Server) planModel(st *State, m *Model, prev *placement.Plan) error {
 	d := decidePlan(st, m, prev)
 	inputs := planInputs(st, m)
 	if d.Unservable != "" {
+		var full []string
+		for _, n := range st.SortedNodes() {
+			if noRoom(st, n.ID, m.Name) {
+				full = append(full, n.Name)
+			}
+		}
+		if len(full) > 0 {
+			d.Unservable += fmt.Sprintf("; left out: %s, whose disk had no room for a shard of it (free disk there, or add a node)", strings.Join(full, ", "))
+		}
 		reason := clipText(d.Unservable, MaxTextLen)
 		if m.Status != ModelUnservable || m.Reason != reason {
 			s.log.Warn("model is unservable", zap.String("model", m.Name), zap.String("reason", reason))

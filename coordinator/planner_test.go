@@ -3,6 +3,7 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -206,6 +207,38 @@ func TestLoadingPlanKept(t *testing.T) {
 		p := c.leader(5 * time.Second).srv.fsm.State().Plans["m"]
 		return p != nil && p.Version > v2.Version
 	})
+}
+
+// TestNoRoomMoves: a node of a plan still loading reports that its disk
+// has no room for its shard: the plan moves to a node with room at once
+// (the loading plan is not kept), and leaves the full node out.
+func TestNoRoomMoves(t *testing.T) {
+	c := newTestCluster(t)
+	for range 3 {
+		c.add(3)
+	}
+	for _, id := range []string{"w1", "w2", "w3"} {
+		c.members.set(Member{ID: id, Name: id, Role: RoleClient, Status: StatusAlive,
+			Caps: Capabilities{MemTotal: 16 << 20, MemFree: 16 << 20, Cores: 2, GFLOPS: 100, MemGBps: 10}})
+	}
+	upsertTwoNodeModel(t, c.leader(10*time.Second))
+	var v1 *placement.Plan
+	waitFor(t, 10*time.Second, "the first plan", func() bool {
+		v1 = c.leader(5 * time.Second).srv.fsm.State().Plans["m"]
+		return v1 != nil && len(v1.Pools) > 0
+	})
+	nodes := v1.Nodes()
+	reportShard(t, c, ShardStatus{Node: nodes[0], Model: "m", State: ShardFetching, PlanVersion: v1.Version, UpdatedAt: time.Now()})
+	reportShard(t, c, ShardStatus{Node: nodes[1], Model: "m", State: ShardFailed, NoRoom: true, Error: "no room on disk for the shard",
+		PlanVersion: v1.Version, UpdatedAt: time.Now()})
+	var v2 *placement.Plan
+	waitFor(t, 10*time.Second, "a plan without the full node", func() bool {
+		v2 = c.leader(5 * time.Second).srv.fsm.State().Plans["m"]
+		return v2 != nil && v2.Version > v1.Version && len(v2.Pools) > 0
+	})
+	if slices.Contains(v2.Nodes(), nodes[1]) || len(v2.Nodes()) != 2 {
+		t.Fatalf("re-planned on %v; %s has no room", v2.Nodes(), nodes[1])
+	}
 }
 
 // reportLoaded reports every node's shard of plan p ready: the model is

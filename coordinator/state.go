@@ -238,6 +238,9 @@ type ShardStatus struct {
 	Source      string `json:"source,omitempty"`
 	Fetched     uint64 `json:"fetched,omitempty"`
 	Refetched   int    `json:"refetched,omitempty"`
+	// NoRoom: the shard failed for want of disk on the node; the planner
+	// leaves the node out of the model's plans for a while (noRoomFor).
+	NoRoom bool `json:"no_room,omitempty"`
 }
 
 // LinkStat is a measured one-way link between two nodes (a probe from

@@ -6,7 +6,6 @@ import (
 	"shoal/api"
 	"shoal/catalog"
 	"shoal/hub"
-	"shoal/node/fingerprint"
 )
 
 // ReplicasDir is where the copies of model files this node keeps for the
@@ -17,7 +16,7 @@ const ReplicasDir = catalog.ReplicasDir
 // copies it keeps, the models it registers and the hub checks it runs.
 func (a *Agent) newCatalog() *catalog.Catalog {
 	d := catalog.Deps{
-		ID: a.id, Name: a.cfg.Name, DataDir: a.cfg.DataDir, DiskLimit: a.cfg.DiskLimit, DiskFree: fingerprint.DiskFree,
+		ID: a.id, Name: a.cfg.Name, DataDir: a.cfg.DataDir, DiskLimit: a.cfg.DiskLimit, DiskFree: a.diskFree,
 		Log: a.log, Cluster: a.cluster, Server: a.srv != nil, Call: serverCaller(a.ep), CallNode: nodeCaller(a.ep),
 		ResolveNode: func(ctx context.Context, ref string) (*api.Node, error) { return a.admin.resolveNode(ctx, ref) },
 		Endpoint:    a.ep,

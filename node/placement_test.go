@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"shoal/api"
+	"shoal/coordinator"
 	"shoal/engine/enginetest"
 	"shoal/engine/synth"
 	"shoal/node"
@@ -180,5 +181,63 @@ func TestModelLoadSpreadsAndReplans(t *testing.T) {
 				return false
 			})
 		})
+	}
+}
+
+// TestDiskFullMoves (#35 must-show 5): a node whose disk cannot take its
+// shard reports it (not a bare failure), the plan moves off it onto a node
+// with room as soon as there is one, and the model serves.
+func TestDiskFullMoves(t *testing.T) {
+	path := writeSpreadModel(t)
+	const limit = 24 << 20 // two nodes hold the model, one does not
+	c := tc.NewWith(t, 2, func(i int, cfg *node.Config) {
+		cfg.MemoryLimit = limit
+		if i == 1 {
+			cfg.DiskFree = func(string) (uint64, bool) { return 8 << 20, true }
+		}
+	})
+	tc.Eventually(t, 20*time.Second, "a leader", func() bool {
+		s, err := c.Client(0, "").Status(ctx(t))
+		return err == nil && s.Leader != "" && s.NodesAlive == 2
+	})
+	full := c.Members[1].Agent.ID()
+	if _, err := c.Client(0, "").LoadModel(ctx(t), api.LoadModelRequest{Path: path, Ctx: 256, Overhead: 4 << 20, Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// The only plan that fits uses the node with the full disk: its shard
+	// fails for want of room, and the plan is released.
+	var mi *api.ModelInfo
+	tc.Eventually(t, 30*time.Second, "the model unservable without the full node", func() bool {
+		mi = modelInfo(t, c, 0, "spread")
+		return mi != nil && mi.Status == "unservable"
+	})
+	t.Logf("without room: %s", mi.Reason)
+	if !strings.Contains(mi.Reason, "left out: server-1, whose disk had no room") {
+		t.Errorf("the reason does not name the node without room: %s", mi.Reason)
+	}
+	sh := c.Members[0].Agent.Server().FSM().State().Shards[coordinator.ShardKey(full, "spread")]
+	if sh == nil || !sh.NoRoom || !strings.Contains(sh.Error, "no room on disk for the shard") {
+		t.Errorf("the full node's shard report: %+v", sh)
+	}
+	tok, err := c.Client(0, "").CreateToken(ctx(t), api.TokenRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	added := time.Now()
+	m, err := c.AddWith("roomy", false, tok.Secret, func(cfg *node.Config) { cfg.MemoryLimit = limit })
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Eventually(t, 30*time.Second, "the model ready on the node with room", func() bool {
+		mi = modelInfo(t, c, 0, "spread")
+		return mi != nil && mi.Status == "ready"
+	})
+	t.Logf("node with room joined -> ready: %v", time.Since(added).Round(time.Millisecond))
+	p, err := c.Client(0, "").Placement(ctx(t), "spread")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nodes := planNodes(p); nodes[full] || !nodes[m.Agent.ID()] {
+		t.Fatalf("the plan is on %v: want it on the node with room, not on %s", nodes, full)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"shoal/catalog"
 	"shoal/coordinator"
 	"shoal/disagg"
+	"shoal/node/fingerprint"
 	"shoal/parallel"
 	"shoal/serve"
 	"shoal/shard"
@@ -30,6 +31,7 @@ func (a *Agent) startServing() {
 		BeforeRelease: func(key string) { a.par.DropMember(key) },
 		Origin:        a.catalog.HubRanges,
 		Fetching:      a.modelFetching,
+		DiskFree:      a.diskFree,
 	})
 	host := parallel.NewHost(a.ep, a.rpc, transport.NewMailbox(a.ep, transport.MailboxOptions{}))
 	// Disaggregated plans stream prompts' KV caches between the pools'
@@ -92,6 +94,15 @@ func (a *Agent) servingState() *coordinator.State {
 	return st
 }
 
+// diskFree reads a folder's free disk (Config.DiskFree, else the file
+// system's count).
+func (a *Agent) diskFree(dir string) (uint64, bool) {
+	if a.cfg.DiskFree != nil {
+		return a.cfg.DiskFree(dir)
+	}
+	return fingerprint.DiskFree(dir)
+}
+
 // modelFetching says whether a node may still read model's ranges from
 // the shard files this node holds: a plan of it is not loaded everywhere
 // (true too when this agent has read no state yet).
@@ -137,7 +148,7 @@ func (a *Agent) reportShards(s shard.Status) error {
 	defer cancel()
 	return a.cluster.Apply(ctx, coordinator.ShardStatusType, coordinator.ShardStatusRequest{Shard: coordinator.ShardStatus{
 		Node: a.id, Model: s.Model, Lo: s.Lo, Hi: s.Hi, PlanVersion: s.PlanVersion, State: s.State, Error: s.Error,
-		Bytes: s.Bytes, Done: s.Done, Fetched: s.Fetched, Refetched: s.Refetched, Source: s.Source, UpdatedAt: time.Now().UTC(),
+		Bytes: s.Bytes, Done: s.Done, Fetched: s.Fetched, Refetched: s.Refetched, Source: s.Source, NoRoom: s.NoRoom, UpdatedAt: time.Now().UTC(),
 	}})
 }
 

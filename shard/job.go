@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -44,6 +45,7 @@ type job struct {
 	// manifest (its bytes are held for the file's check, never run).
 	manifest   string
 	unverified bool
+	noRoom     bool // the last attempt failed for want of disk (NoRoomError)
 }
 
 // reassemble reports whether j, assembled (or being assembled) under an
@@ -62,7 +64,7 @@ func (m *Manager) start(j *job, w Want) {
 	ctx, cancel := context.WithCancel(context.Background())
 	j.mu.Lock()
 	j.cancel, j.done = cancel, make(chan struct{})
-	j.state, j.err, j.attempts = StateFetching, "", j.attempts+1
+	j.state, j.err, j.noRoom, j.attempts = StateFetching, "", false, j.attempts+1
 	j.manifest = w.Manifest
 	done := j.done
 	j.mu.Unlock()
@@ -75,7 +77,7 @@ func (m *Manager) start(j *job, w Want) {
 				j.mu.Unlock()
 				return // released
 			}
-			j.state, j.err = StateFailed, err.Error()
+			j.state, j.err, j.noRoom = StateFailed, err.Error(), errors.As(err, new(*NoRoomError))
 			j.retryAt = time.Now().Add(min(10*time.Second, time.Duration(j.attempts)*time.Second))
 		} else {
 			j.state = StateReady
@@ -256,6 +258,9 @@ func (m *Manager) assemble(ctx context.Context, j *job, l *Layout, f RangeFetche
 	}
 	j.mu.Unlock()
 	path := filepath.Join(m.cfg.Dir, fmt.Sprintf("%s-%s%s", safeName(j.model), l.ID()[:16], suffix))
+	if err := m.roomFor(path, l.Bytes()); err != nil {
+		return err
+	}
 	j.mu.Lock()
 	j.path, j.source, j.bytes = path, srcID, l.Bytes()
 	j.mu.Unlock()
@@ -276,6 +281,10 @@ func (m *Manager) assemble(ctx context.Context, j *job, l *Layout, f RangeFetche
 		}
 	}})
 	j.progress(pr)
+	if errors.Is(err, syscall.ENOSPC) {
+		free, _ := m.diskFree()
+		return &NoRoomError{Need: uint64(l.Bytes()), Free: free, Dir: m.cfg.Dir}
+	}
 	if err != nil {
 		return err
 	}

@@ -82,6 +82,8 @@ type Status struct {
 	Bytes, Done, Fetched uint64
 	Refetched            int
 	Source               string // "local" or the ID of the node fetched from
+	// NoRoom: a shard failed for want of disk on this node.
+	NoRoom bool
 }
 
 // Ready is a shard open and verified, ready to run.
@@ -117,7 +119,10 @@ type ManagerConfig struct {
 	// OrphanAge is how old an assembled file no job or holding claims
 	// must be to be removed (30 s if 0); Dir is swept every OrphanAge/2.
 	OrphanAge time.Duration
-	Log       *zap.Logger
+	// DiskFree reports a folder's free disk (nil, or false: unknown; a
+	// shard is then written until the disk says no).
+	DiskFree func(dir string) (uint64, bool)
+	Log      *zap.Logger
 	// Origin reads the file of a Want with an Origin (nil: none).
 	Origin func(origin string) RangeFetcher
 }
@@ -443,7 +448,7 @@ func (m *Manager) reportModel(model string, force bool) {
 		}
 		switch {
 		case j.state == StateFailed:
-			s.State, s.Error = StateFailed, j.err
+			s.State, s.Error, s.NoRoom = StateFailed, j.err, s.NoRoom || j.noRoom
 		case j.state != StateReady && s.State != StateFailed:
 			s.State = StateFetching
 		case j.unverified && s.State == StateReady:

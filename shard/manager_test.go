@@ -6,7 +6,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -212,4 +214,32 @@ func waitGone(t *testing.T, mgr *Manager, path, what string) {
 		_, err := os.Stat(path)
 		return errors.Is(err, os.ErrNotExist)
 	})
+}
+
+// TestNoRoom: a shard the disk cannot take fails before a byte is written,
+// reported as no room (the planner moves the plan off the node), and the
+// disk is asked again at the retry.
+func TestNoRoom(t *testing.T) {
+	m := writeModel(t, denseSpec)
+	dir := t.TempDir()
+	var free atomic.Uint64
+	rep := &reports{last: map[string]Status{}}
+	mgr := NewManager(ManagerConfig{Dir: dir, Files: testFiles{}, Peers: &testPeers{m: m}, Report: rep.report,
+		DiskFree: func(string) (uint64, bool) { return free.Load(), true }})
+	defer mgr.Close()
+	free.Store(1 << 20)
+	want := []Want{{Model: "dense", Spec: tpSpec(m.sha), Version: 1, Source: Peer{ID: "src", Name: "src", Addr: "x"}}}
+	mgr.Reconcile(want)
+	waitFor(t, "the failure", func() bool { return rep.get("dense").State == StateFailed })
+	if s := rep.get("dense"); !s.NoRoom || !strings.Contains(s.Error, "no room on disk for the shard") || !strings.Contains(s.Error, "1.0 MiB is free") {
+		t.Fatalf("report %+v", s)
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "*.shard")); len(files) != 0 {
+		t.Fatalf("wrote %v without room", files)
+	}
+	free.Store(1 << 30)
+	waitFor(t, "the shard once there is room", func() bool { mgr.Reconcile(want); return rep.get("dense").State == StateReady })
+	if s := rep.get("dense"); s.NoRoom {
+		t.Fatalf("ready, still reported without room: %+v", s)
+	}
 }

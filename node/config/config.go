@@ -61,6 +61,9 @@ type Config struct {
 	// Hub is the client for models loaded by hub reference (nil: one
 	// from the environment, HF_ENDPOINT and HF_TOKEN).
 	Hub *hub.Client `json:"-"`
+	// DiskFree reads a folder's free disk (nil: the file system's own
+	// count; tests give a node a smaller disk).
+	DiskFree func(dir string) (uint64, bool) `json:"-"`
 }
 
 // HTTPS modes of Config.HTTPS.
