@@ -34,7 +34,12 @@ import (
 // again. It fails when a stream ends without [DONE] or an error event, is
 // silent for more than 10 s, or does not complete although the fault left
 // the model servable and its driver alive (a client of a driver that dies
-// may see its stream end with an error event).
+// may see its stream end with an error event). The agents run with
+// --batch-invariant, so every stream that completes must give the text of
+// an undisturbed run, sampled (temperature 0.7, a seed each) as it is:
+// a replay on the plan that follows computes what the lost steps did, and
+// draws what they drew (#35 must-show 4). A former member rejoining while
+// the streams run must not silence them for 2 s (must-show 3).
 func TestFaults(t *testing.T) {
 	e := setup(t, 6)
 	servers, client, joiner, box := e.nodes[:3], e.nodes[3], e.nodes[4], e.nodes[5]
@@ -50,13 +55,13 @@ func TestFaults(t *testing.T) {
 	// the plan spreads it over two nodes, and the others can take over.
 	const memLimit = "12MiB"
 	for _, p := range servers {
-		p.args = append(p.args, "--memory-limit", memLimit, "--threads", "1")
+		p.args = append(p.args, "--memory-limit", memLimit, "--threads", "1", "--batch-invariant")
 		e.start(p)
 	}
 	e.waitHealthy(servers[0], 3, 60*time.Second)
 	join := f.token(t, servers[0], "--description", "faults client")
 	client.args = []string{"agent", "--name", client.name, "--data-dir", client.dir, "--bind", client.ip, "--join", servers[0].ip,
-		"--token", join, "--memory-limit", memLimit, "--threads", "1", "--log-level", "info"}
+		"--token", join, "--memory-limit", memLimit, "--threads", "1", "--batch-invariant", "--log-level", "info"}
 	e.start(client)
 	e.waitHealthy(servers[0], 4, 60*time.Second)
 	f.key = f.token(t, servers[0], "--kind", "inference", "--description", "faults streams")
@@ -70,6 +75,13 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("model loaded and planned in %v", time.Since(t0).Round(time.Millisecond))
+
+	// An undisturbed run: what every disturbed one must give.
+	pl0 := f.waitSettled(t, servers[0], 180*time.Second)
+	base := f.streams(t, f.entry(pl0), 4, 600, func() func() { return func() {} })
+	if base.complete != base.total || base.errored > 0 || len(base.bad) > 0 {
+		t.Fatalf("undisturbed run: %d/%d complete, %d error events, %v", base.complete, base.total, base.errored, base.bad)
+	}
 
 	type fault struct {
 		name     string
@@ -89,6 +101,7 @@ func TestFaults(t *testing.T) {
 		t.Fatalf("no agent has node ID %q (known: %v)", id, f.ids)
 		return nil
 	}
+	var rejoiner *proc
 	restart := func(p *proc) func() {
 		return func() { e.start(p) }
 	}
@@ -156,10 +169,24 @@ func TestFaults(t *testing.T) {
 				t.Logf("resumed %s", p.name)
 			}
 		}},
+		{"a former member rejoins", true, func(t *testing.T, pl placement) (placement, bool) {
+			// A member (not the file's node, nor the leader) stops; the
+			// plan moves off it and settles; it comes back while the
+			// streams run, and the plan may move layers back to it.
+			p := byID(t, pl.member(f.ids[servers[0].name], f.leader(t)))
+			t.Logf("stopping %s, which rejoins during the streams", p.name)
+			e.kill(p, syscall.SIGKILL)
+			rejoiner = p
+			f.waitNewPlan(t, f.alive(t), pl.version, 120*time.Second)
+			return f.waitSettled(t, f.alive(t), 180*time.Second), false
+		}, func(t *testing.T, pl placement) func() {
+			e.start(rejoiner)
+			return func() {}
+		}},
 		{"a node joins", true, nil, func(t *testing.T, pl placement) func() {
 			via := f.alive(t)
 			joiner.args = []string{"agent", "--name", joiner.name, "--data-dir", joiner.dir, "--bind", joiner.ip, "--join", via.ip,
-				"--token", f.token(t, via, "--description", "joiner"), "--memory-limit", memLimit, "--threads", "1", "--log-level", "info"}
+				"--token", f.token(t, via, "--description", "joiner"), "--memory-limit", memLimit, "--threads", "1", "--batch-invariant", "--log-level", "info"}
 			e.start(joiner)
 			return func() {}
 		}},
@@ -212,8 +239,24 @@ func TestFaults(t *testing.T) {
 			if driverDies {
 				note = " (the driver dies)"
 			}
-			line := fmt.Sprintf("%-42s streams %d/%d complete, longest token gap %v, longest silence %v, serving again %v%s",
-				ft.name, res.complete, res.total, res.gap.Round(time.Millisecond), res.silence.Round(time.Millisecond), res.again.Round(time.Millisecond), note)
+			same, compared := 0, 0
+			for i, s := range res.texts {
+				if !res.done[i] {
+					continue // cut with an error event (its driver died): nothing to compare
+				}
+				compared++
+				if s == base.texts[i] {
+					same++
+				} else {
+					t.Errorf("stream %d: the text differs from the undisturbed run's (%d bytes, want %d) from byte %d",
+						i, len(s), len(base.texts[i]), firstDiff(s, base.texts[i]))
+				}
+			}
+			if ft.name == "a former member rejoins" && res.silence >= 2*time.Second {
+				t.Errorf("the streams fell silent for %v while a former member rejoined (want under 2 s)", res.silence.Round(time.Millisecond))
+			}
+			line := fmt.Sprintf("%-42s streams %d/%d complete, %d/%d texts identical, longest token gap %v, longest silence %v, serving again %v%s",
+				ft.name, res.complete, res.total, same, compared, res.gap.Round(time.Millisecond), res.silence.Round(time.Millisecond), res.again.Round(time.Millisecond), note)
 			t.Log("MEASURED " + line)
 			report = append(report, line)
 			for _, s := range res.bad {
@@ -523,6 +566,7 @@ type streamResult struct {
 	again           time.Duration // from the fault to a new request served
 	bad             []string
 	texts           []string // each stream's text
+	done            []bool   // each stream ended with [DONE] and no error event
 	errored         int      // streams that had an error event
 }
 
@@ -531,7 +575,7 @@ type streamResult struct {
 // end (at most 3 minutes), measures, and restores.
 func (f *faultEnv) streams(t *testing.T, host string, n, maxTokens int, inject func() func()) streamResult {
 	var mu sync.Mutex
-	res := streamResult{total: n, texts: make([]string, n)}
+	res := streamResult{total: n, texts: make([]string, n), done: make([]bool, n)}
 	started := make(chan struct{}, n)
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
@@ -598,7 +642,7 @@ func (f *faultEnv) streams(t *testing.T, host string, n, maxTokens int, inject f
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			res.texts[i] = text.String()
+			res.texts[i], res.done[i] = text.String(), done && errEvent == ""
 			res.gap, res.silence = max(res.gap, gap), max(res.silence, silence)
 			if errEvent != "" {
 				res.errored++
