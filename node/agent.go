@@ -87,6 +87,8 @@ type Agent struct {
 	fsm     atomic.Pointer[coordinator.FSM] // a server's state, once its Raft runs (read by the endpoint and gossip from their goroutines)
 	// lastState is the state a client agent's serving loop read last.
 	lastState atomic.Pointer[coordinator.State]
+	// lingers tracks the replaced plans that run on (serving loop only).
+	lingers parallel.Lingers
 
 	life lifecycle
 

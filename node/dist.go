@@ -12,6 +12,7 @@ import (
 	"shoal/engine/tokenizer"
 	"shoal/gateway"
 	"shoal/parallel"
+	"shoal/placement"
 	"shoal/serve"
 	"shoal/transport"
 )
@@ -129,9 +130,10 @@ func (p *publisher) each(f func(name string, sc *serve.Scheduler, eng *parallel.
 
 // planView is the reconciler's view of the state: every planned model,
 // the addresses and names of its nodes, whether its shards are ready (info
-// is the model's status as the admin API reports it) and, for a --model
-// of this node (local), its worker threads.
-func planView(st *coordinator.State, info func(*coordinator.State, *coordinator.Model) api.ModelInfo, local func(string) (ModelConfig, bool)) parallel.View {
+// is the model's status as the admin API reports it), for a --model of
+// this node (local), its worker threads, and the replaced plan that runs
+// on while it loads (old, by model).
+func planView(st *coordinator.State, info func(*coordinator.State, *coordinator.Model) api.ModelInfo, local func(string) (ModelConfig, bool), old map[string]*placement.Plan) parallel.View {
 	var v parallel.View
 	for name, m := range st.Models {
 		p := st.Plans[name]
@@ -160,6 +162,12 @@ func planView(st *coordinator.State, info func(*coordinator.State, *coordinator.
 			pm.Threads = mc.Threads
 		}
 		pm.Queue = m.Queue
+		if o := old[name]; o != nil {
+			pm.Prev = o.Version
+			if n := st.Nodes[parallel.DriverOf(o)]; n != nil && allAlive(st, o.Nodes()) {
+				pm.PrevDriver, pm.PrevHTTP, pm.Names[n.ID] = n.ID, n.HTTPAddr, n.Name
+			}
+		}
 		pm.Prefill, pm.PrefillChunk = prefillRule(st, m, p)
 		pm.PrefillFail = m.DisaggFailure == "fail"
 		pm.Wire = wireFor(m)
@@ -169,6 +177,16 @@ func planView(st *coordinator.State, info func(*coordinator.State, *coordinator.
 		v.Models = append(v.Models, pm)
 	}
 	return v
+}
+
+// allAlive says whether every node of ids is alive.
+func allAlive(st *coordinator.State, ids []string) bool {
+	for _, id := range ids {
+		if n := st.Nodes[id]; n == nil || n.Status != coordinator.StatusAlive {
+			return false
+		}
+	}
+	return true
 }
 
 // clusterRuns runs the admin API's cluster logits and benchmarks on the

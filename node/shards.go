@@ -11,6 +11,7 @@ import (
 	"shoal/disagg"
 	"shoal/node/fingerprint"
 	"shoal/parallel"
+	"shoal/placement"
 	"shoal/serve"
 	"shoal/shard"
 	"shoal/transport"
@@ -62,8 +63,13 @@ func (a *Agent) servingLoop() {
 			}
 			a.noteRevoked(st)
 			a.noteState(st)
-			a.shards.Reconcile(wantedShards(st, a.id))
-			a.par.Reconcile(planView(st, a.catalog.ModelInfo, a.localModel))
+			// Plans just replaced run on while their successors load.
+			old := a.lingers.Update(time.Now(), st.Plans, func(name string) bool {
+				m, p := st.Models[name], st.Plans[name]
+				return m != nil && coordinator.PlanLoaded(st, m, p)
+			})
+			a.shards.Reconcile(wantedShards(st, a.id, old))
+			a.par.Reconcile(planView(st, a.catalog.ModelInfo, a.localModel, old))
 			a.catalog.Reconcile(st)
 		}
 		select {
@@ -116,13 +122,20 @@ func (a *Agent) modelFetching(model string) bool {
 	return fetching || !seen
 }
 
-// wantedShards lists the shards the committed plans give node.
-func wantedShards(st *coordinator.State, node string) []shard.Want {
+// wantedShards lists the shards the committed plans give node, and those
+// of the plans they replaced that run on meanwhile (old, by model).
+func wantedShards(st *coordinator.State, node string, old map[string]*placement.Plan) []shard.Want {
 	var out []shard.Want
 	for name, m := range st.Models {
 		p := st.Plans[name]
 		if p == nil || m.Digest == "" {
 			continue
+		}
+		if o := old[name]; o != nil {
+			// The replaced plan's shards stay while p loads; none loads.
+			for _, spec := range shard.SpecsFor(*o, node, m.Digest) {
+				out = append(out, shard.Want{Model: name, Spec: spec, Version: o.Version, Linger: true})
+			}
 		}
 		var src shard.Peer
 		origin := ""

@@ -3,6 +3,7 @@ package parallel
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -83,6 +84,16 @@ type PlannedModel struct {
 	// Wire encodes the plan's activations and all-reduces (DefaultWire
 	// if 0; see Options).
 	Wire transport.DType
+	// Prev is the version of a plan this one replaces whose members keep
+	// running here while this one loads (0: none). Make-before-break: the
+	// driver's session over the old plan serves until it moves to the new
+	// one, at a step.
+	Prev uint64
+	// PrevDriver, when set, drives the Prev plan, every node of which is
+	// alive: it serves the model until this plan is Ready (routes name
+	// it meanwhile), so that requests and streams move once, to a driver
+	// that serves. PrevHTTP is its HTTP address.
+	PrevDriver, PrevHTTP string
 }
 
 // ShardSource is what the node holds: shards ready to run and the model's
@@ -173,6 +184,11 @@ type runMember struct {
 	m       *Member
 }
 
+// lingerMark ends the key of a member of a plan a newer one replaces
+// (PlannedModel.Prev), which runs on beside the newer plan's member of the
+// same shard.
+const lingerMark = "~prev"
+
 // NewReconciler makes a reconciler; it runs nothing until Reconcile.
 func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 	if cfg.StepTimeout <= 0 {
@@ -242,7 +258,10 @@ func (r *Reconciler) Reconcile(v View) {
 			continue
 		}
 		rt := Route{Model: name, Node: drv, NodeName: drv, HTTPAddr: pm.DriverHTTP, Ready: pm.Ready, Status: pm.Status}
-		if n := pm.Names[drv]; n != "" {
+		if !pm.Ready && pm.PrevDriver != "" && r.servesPrev(pm) {
+			rt.Node, rt.NodeName, rt.HTTPAddr, rt.Ready = pm.PrevDriver, pm.PrevDriver, pm.PrevHTTP, true
+		}
+		if n := pm.Names[rt.Node]; n != "" {
 			rt.NodeName = n
 		}
 		routes[name] = rt
@@ -317,10 +336,39 @@ func (r *Reconciler) reconcileDriver(pm *PlannedModel) {
 	r.drivers[name] = d
 }
 
+// servesPrev says whether pm's replaced plan is served by its driver: by
+// this node's driver of it, when this node drives it; elsewhere, as far as
+// this node can tell (its driver's node is alive: PrevDriver).
+func (r *Reconciler) servesPrev(pm *PlannedModel) bool {
+	if pm.PrevDriver != r.cfg.Node {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.drivers[pm.Name]
+	return d != nil && d.version == pm.Prev && d.err() == nil
+}
+
 // reconcileMembers runs a Member for every ready shard of a current plan
 // and closes the others.
 func (r *Reconciler) reconcileMembers(planned map[string]*PlannedModel) {
 	keep := map[string]bool{}
+	// The members of a replaced plan run on under a key of their own, so
+	// that the new plan's members of the same shards start beside them.
+	r.mu.Lock()
+	for key, rm := range r.members {
+		pm := planned[rm.m.cfg.Plan.Model]
+		if pm == nil || pm.Prev == 0 || rm.version != pm.Prev {
+			continue
+		}
+		if !strings.HasSuffix(key, lingerMark) {
+			delete(r.members, key)
+			key += lingerMark
+			r.members[key] = rm
+		}
+		keep[key] = true
+	}
+	r.mu.Unlock()
 	for _, s := range r.cfg.Shards.Ready() {
 		pm := planned[s.Model]
 		if pm == nil || pm.Plan.Version != s.Version {
@@ -341,7 +389,7 @@ func (r *Reconciler) reconcileMembers(planned map[string]*PlannedModel) {
 				continue
 			}
 			if old != nil {
-				r.DropMember(key)
+				r.dropMembers(func(k string) bool { return k == key })
 			}
 			mdl, err := r.shardModelFor(s)
 			if err != nil {
@@ -369,9 +417,7 @@ func (r *Reconciler) reconcileMembers(planned map[string]*PlannedModel) {
 		}
 	}
 	r.mu.Unlock()
-	for _, key := range drop {
-		r.DropMember(key)
-	}
+	r.dropMembers(func(k string) bool { return slices.Contains(drop, k) })
 }
 
 // poolsOf lists the roles of the plan's pools in which node runs the part
@@ -421,12 +467,26 @@ func (r *Reconciler) shardModelFor(s shard.Ready) (*model.Model, error) {
 
 // DropMember closes the member running shard key (waiting for its steps);
 // call it before the shard's mapping goes away.
+// Every member of the shard goes: in each pool ("@pool") and of a replaced
+// plan (lingerMark).
 func (r *Reconciler) DropMember(key string) {
+	r.dropMembers(func(k string) bool {
+		return k == key || strings.HasPrefix(k, key+"@") || strings.HasPrefix(k, key+lingerMark)
+	})
+}
+
+// dropMembers closes the members whose keys match.
+func (r *Reconciler) dropMembers(match func(key string) bool) {
 	r.mu.Lock()
-	m := r.members[key]
-	delete(r.members, key)
+	var ms []*runMember
+	for k, m := range r.members {
+		if match(k) {
+			ms = append(ms, m)
+			delete(r.members, k)
+		}
+	}
 	r.mu.Unlock()
-	if m != nil {
+	for _, m := range ms {
 		m.m.Close()
 	}
 }

@@ -222,17 +222,7 @@ func TestReconcilerServesAPlan(t *testing.T) {
 // tokens a single node gives. The model is never withdrawn.
 func TestReconcilerReplays(t *testing.T) {
 	ref, path := openRef(t)
-	v3 := shapeOf(&ref.Config).Plans("m").Get("pp2") // n0, n1
-	v3.Version, v3.Context = 3, 64
-	v4 := v3
-	v4.Version = 4
-	v4.Pools = []placement.Pool{v3.Pools[0]}
-	v4.Pools[0].Stages = slices.Clone(v3.Pools[0].Stages)
-	st := &v4.Pools[0].Stages[1]
-	st.Members = slices.Clone(st.Members)
-	for i := range st.Members {
-		st.Members[i].Node = "n2"
-	}
+	v3, v4 := stageOneMoves(ref)
 	eps, recs, pub, viewOf := replayRig(t, path, 3, 20*time.Second, v3, v4)
 	reconcile := func(v View, rs ...*Reconciler) {
 		for range 2 {
@@ -249,37 +239,14 @@ func TestReconcilerReplays(t *testing.T) {
 
 	prompt := []int32{1, 450, 496, 173}
 	const n = 12
-	r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	generate := func(e serve.Engine, after3 func()) ([]int32, error) {
-		sc, err := serve.NewEngine(e, func(int32) bool { return false }, serve.Options{MaxSeqs: 2, MaxTokens: 8})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sc.Close()
-		ch, err := sc.Submit(context.Background(), serve.Request{Prompt: prompt, MaxTokens: n, Sampling: sample.Params{}})
-		if err != nil {
-			return nil, err
-		}
-		var out []int32
-		var last error
-		for ev := range ch {
-			if ev.Err != nil {
-				last = ev.Err
+		return generateGreedy(t, e, prompt, n, func(k int) {
+			if k == 3 && after3 != nil {
+				after3()
 			}
-			if !ev.Done {
-				out = append(out, ev.Token)
-				if len(out) == 3 && after3 != nil {
-					after3()
-				}
-			}
-		}
-		return out, last
+		})
 	}
-	want, _ := generate(serve.RunnerEngine{R: r}, nil)
+	want := singleNode(t, ref, prompt, n)
 	got, err := generate(served.Engine, func() {
 		eps[1].Close() // n1 dies; the leader re-plans stage 1 onto n2
 		go func() {
@@ -427,4 +394,151 @@ func replayRig(t *testing.T, path string, n int, replayWait time.Duration, plans
 		}
 	})
 	return eps, recs, pub, viewOf
+}
+
+// TestReconcilerMakesBeforeBreak: a plan replaced while the model serves
+// (stage 1 moves from n1 to n2, n1 alive) keeps serving on the old plan's
+// session while the new one loads: tokens keep coming, then the driver
+// moves at a step once the new plan is ready, and the text is a single
+// node's. Without the old plan's members lingering (Prev), n1 would drop
+// its member at once and the stream would stall until the new plan
+// loaded.
+func TestReconcilerMakesBeforeBreak(t *testing.T) {
+	ref, path := openRef(t)
+	v3, v4 := stageOneMoves(ref)
+	_, recs, pub, viewOf := replayRig(t, path, 3, 20*time.Second, v3, v4)
+	reconcile := func(v View) {
+		for range 2 {
+			for _, r := range recs {
+				r.Reconcile(v)
+			}
+		}
+	}
+	reconcile(viewOf(v3))
+	served, ok := pub.get("m")
+	if !ok || served.Engine == nil {
+		t.Fatalf("n0 published %v", pub.log)
+	}
+	loading, ready := viewOf(v4), viewOf(v4)
+	loading.Models[0].Ready, loading.Models[0].Prev, loading.Models[0].PrevDriver = false, 3, "n0"
+	ready.Models[0].Prev, ready.Models[0].PrevDriver = 3, "n0"
+
+	prompt := []int32{1, 450, 496, 173}
+	const n = 12
+	want := singleNode(t, ref, prompt, n)
+	// The views change between steps: after the third token's step, v4
+	// is committed and loads; after the sixth, it is loaded.
+	got, err := generateGreedy(t, &steppedEngine{Engine: served.Engine, before: func(k int) {
+		switch k {
+		case 3:
+			reconcile(loading)
+			if rt, _ := recs[2].Route("m"); rt.Node != "n0" || !rt.Ready {
+				t.Errorf("while v4 loads, n2 routes the model to %+v, want n0 ready (it serves v3)", rt)
+			}
+		case 6:
+			reconcile(ready) // three steps ran on v3 meanwhile
+		}
+	}}, prompt, n, nil)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("generated %v (%v), a single node %v", got, err, want)
+	}
+	if n, _ := served.Engine.Replays(); n != 1 {
+		t.Errorf("%d replays, want 1 (the move to v4)", n)
+	}
+	recs[0].mu.Lock()
+	d := recs[0].drivers["m"]
+	recs[0].mu.Unlock()
+	if v := d.view(); v.version != 4 || d.err() != nil {
+		t.Errorf("driver on plan v%d, err %v", v.version, d.err())
+	}
+	// Once the replaced plan stops lingering, its members go.
+	reconcile(viewOf(v4))
+	recs[1].mu.Lock()
+	left := len(recs[1].members)
+	recs[1].mu.Unlock()
+	if left != 0 {
+		t.Errorf("n1 runs %d members after v3 stopped lingering", left)
+	}
+}
+
+// steppedEngine calls before(k) ahead of each step, k the steps run before.
+type steppedEngine struct {
+	*Engine
+	before func(k int)
+	k      int
+}
+
+func (e *steppedEngine) Step(b *model.Batch, rows []int) ([]float32, error) {
+	e.before(e.k)
+	e.k++
+	return e.Engine.Step(b, rows)
+}
+
+func (e *steppedEngine) StepSampled(b *model.Batch, rows []int, reqs []sample.Request) ([]sample.Result, error) {
+	e.before(e.k)
+	e.k++
+	return e.Engine.StepSampled(b, rows, reqs)
+}
+
+// stageOneMoves is the pp2 plan of ref's model on n0 and n1 (v3), and the
+// same with stage 1 on n2 (v4).
+func stageOneMoves(ref *model.Model) (v3, v4 placement.Plan) {
+	v3 = shapeOf(&ref.Config).Plans("m").Get("pp2")
+	v3.Version, v3.Context = 3, 64
+	v4 = v3
+	v4.Version = 4
+	v4.Pools = []placement.Pool{v3.Pools[0]}
+	v4.Pools[0].Stages = slices.Clone(v3.Pools[0].Stages)
+	st := &v4.Pools[0].Stages[1]
+	st.Members = slices.Clone(st.Members)
+	for i := range st.Members {
+		st.Members[i].Node = "n2"
+	}
+	return v3, v4
+}
+
+// generateGreedy runs one greedy request of n tokens for prompt on e
+// (within 15 s), calling at with the count of tokens received after each.
+func generateGreedy(t *testing.T, e serve.Engine, prompt []int32, n int, at func(k int)) ([]int32, error) {
+	t.Helper()
+	sc, err := serve.NewEngine(e, func(int32) bool { return false }, serve.Options{MaxSeqs: 2, MaxTokens: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	ch, err := sc.Submit(ctx, serve.Request{Prompt: prompt, MaxTokens: n, Sampling: sample.Params{}})
+	if err != nil {
+		return nil, err
+	}
+	var out []int32
+	var last error
+	for ev := range ch {
+		if ev.Err != nil {
+			last = ev.Err
+		}
+		if !ev.Done {
+			out = append(out, ev.Token)
+			if at != nil {
+				at(len(out))
+			}
+		}
+	}
+	return out, last
+}
+
+// singleNode is the greedy text of n tokens for prompt on ref alone.
+func singleNode(t *testing.T, ref *model.Model, prompt []int32, n int) []int32 {
+	t.Helper()
+	r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	want, err := generateGreedy(t, serve.RunnerEngine{R: r}, prompt, n, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want
 }

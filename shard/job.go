@@ -46,6 +46,7 @@ type job struct {
 	manifest   string
 	unverified bool
 	noRoom     bool // the last attempt failed for want of disk (NoRoomError)
+	linger     bool // kept for a plan a newer one replaces (Want.Linger)
 }
 
 // reassemble reports whether j, assembled (or being assembled) under an

@@ -48,6 +48,11 @@ type Want struct {
 	// turns it into a RangeFetcher holding the whole file, ranked after
 	// the holders and verified against the manifest like them.
 	Origin string
+	// Linger keeps the shard of a plan a newer one replaces while the
+	// newer one loads (make-before-break: the driver's session over the
+	// old plan serves until it moves): a job that exists is kept as it
+	// is, none is started, and it is left out of the model's reports.
+	Linger bool
 }
 
 // Peer is a node that has a model file. Down, when set, says why it cannot
@@ -184,7 +189,15 @@ func Key(s ShardSpec) string {
 func (m *Manager) Reconcile(want []Want) {
 	desired := map[string]Want{}
 	for _, w := range want {
-		desired[Key(w.Spec)] = w
+		if !w.Linger {
+			desired[Key(w.Spec)] = w
+		}
+	}
+	linger := map[string]bool{}
+	for _, w := range want {
+		if _, cur := desired[Key(w.Spec)]; w.Linger && !cur {
+			linger[Key(w.Spec)] = true
+		}
 	}
 	now := time.Now()
 	m.mu.Lock()
@@ -196,6 +209,12 @@ func (m *Manager) Reconcile(want []Want) {
 	defer m.sweepOrphans(now)
 	touched := map[string]bool{}
 	for key, j := range m.jobs {
+		if linger[key] {
+			j.mu.Lock()
+			j.linger = true
+			j.mu.Unlock()
+			continue
+		}
 		if _, ok := desired[key]; !ok {
 			delete(m.jobs, key)
 			touched[j.model] = true
@@ -228,7 +247,7 @@ func (m *Manager) Reconcile(want []Want) {
 			m.jobs[key] = j
 		}
 		j.mu.Lock()
-		j.version = w.Version
+		j.version, j.linger = w.Version, false
 		start := j.done == nil || (j.state == StateFailed && now.After(j.retryAt) && isClosed(j.done))
 		j.mu.Unlock()
 		if start {
@@ -430,7 +449,14 @@ func (m *Manager) Meta(model string) (*gguf.File, error) {
 func (m *Manager) reportModel(model string, force bool) {
 	m.report.Lock()
 	defer m.report.Unlock()
-	jobs := m.modelJobs(model)
+	var jobs []*job
+	for _, j := range m.modelJobs(model) {
+		j.mu.Lock()
+		if !j.linger {
+			jobs = append(jobs, j)
+		}
+		j.mu.Unlock()
+	}
 	if len(jobs) == 0 || m.cfg.Report == nil {
 		return
 	}

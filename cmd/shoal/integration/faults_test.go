@@ -255,6 +255,12 @@ func TestFaults(t *testing.T) {
 			if ft.name == "a former member rejoins" && res.silence >= 2*time.Second {
 				t.Errorf("the streams fell silent for %v while a former member rejoined (want under 2 s)", res.silence.Round(time.Millisecond))
 			}
+			var after struct {
+				Version uint64 `json:"version"`
+			}
+			if f.cli(f.alive(t), &after, "placement", "show", "spread") == nil {
+				note += fmt.Sprintf(" (plan v%d -> v%d)", pl.version, after.Version)
+			}
 			line := fmt.Sprintf("%-42s streams %d/%d complete, %d/%d texts identical, longest token gap %v, longest silence %v, serving again %v%s",
 				ft.name, res.complete, res.total, same, compared, res.gap.Round(time.Millisecond), res.silence.Round(time.Millisecond), res.again.Round(time.Millisecond), note)
 			t.Log("MEASURED " + line)
