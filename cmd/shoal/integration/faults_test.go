@@ -196,7 +196,25 @@ func TestFaults(t *testing.T) {
 			if err := e.cli(f.alive(t), nil, "node", "drain", p.name); err != nil {
 				t.Fatal(err)
 			}
-			return func() { _ = e.cli(f.alive(t), nil, "node", "undrain", p.name) }
+			drained := time.Now()
+			return func() {
+				// The plan moved off it: its shard files go within a minute
+				// (held while the new plan loads, 15 s more for the move).
+				t0 := time.Now()
+				for {
+					left, _ := filepath.Glob(filepath.Join(p.dir, "shards", "*.shard"))
+					if len(left) == 0 {
+						t.Logf("the drained node's shard files were gone %v after the drain", time.Since(drained).Round(time.Second))
+						break
+					}
+					if time.Since(t0) > time.Minute && time.Since(drained) > time.Minute {
+						t.Errorf("a minute after the streams the drained node still keeps %v", left)
+						break
+					}
+					time.Sleep(time.Second)
+				}
+				_ = e.cli(f.alive(t), nil, "node", "undrain", p.name)
+			}
 		}},
 	}
 	var report []string
