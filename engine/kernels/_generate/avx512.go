@@ -604,7 +604,7 @@ func actAddrs(C int) (func(c int) Mem, []GPVirtual) {
 // bytes that dword multiplies), which aux holds per block with the
 // activation's scale (auxQ4_0S: int32 x4, float32, padding; 32 bytes).
 func q40s(name string) {
-	TEXT(name, NOSPLIT, "func(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)")
+	TEXT(name, NOSPLIT, sigX)
 	Pragma("noescape")
 	Doc(name + ": 4 Q4_0 weight rows x 1 Q8_0 activation row, AVX-512 VNNI.")
 	const R = 4
@@ -659,7 +659,7 @@ func q40s(name string) {
 // two accumulators, so that the block sums do not wait on each other. The
 // nb%4 blocks left are done one at a time as q40s does.
 func q40p(name string) {
-	TEXT(name, NOSPLIT, "func(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)")
+	TEXT(name, NOSPLIT, sigX)
 	Pragma("noescape")
 	Doc(name + ": a packed group of 4 Q4_0 weight rows x 1 Q8_0 activation row, AVX-512 VNNI.")
 	ws := ld("ws")

@@ -28,6 +28,10 @@ var prefetchT0 bool
 
 const sig = "func(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)"
 
+// sigX is the signature of the decode kernels that take activation data
+// from auxPrep (see q40x).
+const sigX = "func(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)"
+
 func main() {
 	ConstraintExpr("amd64,!noasm,gc")
 	consts()
@@ -1218,7 +1222,7 @@ const (
 func (q legacy) size() int { return [...]int{18, 34, 22}[q] }
 
 func q40x(name string, q legacy, R int) {
-	TEXT(name, NOSPLIT, "func(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)")
+	TEXT(name, NOSPLIT, sigX)
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s: %d weight rows x 1 Q8_0 activation row, two blocks per iteration.", name, R))
 	// rm addresses row r at displacement d. Four rows have a pointer each;
