@@ -3,6 +3,7 @@
 //go:build amd64 && !noasm && gc
 
 #include "textflag.h"
+#include "funcdata.h"
 
 DATA c0F<>+0(SB)/1, $0x0f
 DATA c0F<>+1(SB)/1, $0x0f
@@ -2430,9 +2431,11 @@ TEXT ·cpuidVendorEBX(SB), NOSPLIT, $0-4
 	MOVL BX, ret+0(FP)
 	RET
 
+// dotQ4_0X4: 4 weight rows x 1 Q8_0 activation row, two blocks per iteration.
 // func dotQ4_0X4(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotQ4_0X4(SB), NOSPLIT, $0-48
+TEXT dotQ4_0X4<>(SB), NOSPLIT, $0-56
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callRowsX·args_stackmap(SB)
 	MOVQ    w+0(FP), AX
 	MOVQ    ws+8(FP), CX
 	LEAQ    (AX)(CX*1), DX
@@ -2630,9 +2633,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ8_0X4: 4 weight rows x 1 Q8_0 activation row, two blocks per iteration.
 // func dotQ8_0X4(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotQ8_0X4(SB), NOSPLIT, $0-48
+TEXT dotQ8_0X4<>(SB), NOSPLIT, $0-56
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callRowsX·args_stackmap(SB)
 	MOVQ    w+0(FP), AX
 	MOVQ    ws+8(FP), CX
 	LEAQ    (AX)(CX*1), DX
@@ -2860,9 +2865,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ5_0X4: 4 weight rows x 1 Q8_0 activation row, two blocks per iteration.
 // func dotQ5_0X4(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotQ5_0X4(SB), NOSPLIT, $0-48
+TEXT dotQ5_0X4<>(SB), NOSPLIT, $0-56
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callRowsX·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -3170,9 +3177,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ8_0X8: 8 weight rows x 1 Q8_0 activation row, two blocks per iteration.
 // func dotQ8_0X8(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotQ8_0X8(SB), NOSPLIT, $0-48
+TEXT dotQ8_0X8<>(SB), NOSPLIT, $0-56
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callRowsX·args_stackmap(SB)
 	MOVQ    w+0(FP), AX
 	MOVQ    ws+8(FP), DX
 	LEAQ    (DX)(DX*2), BX
@@ -3587,9 +3596,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_0R2C1: 2 weight row(s) x 1 activation row(s); Q4_0 weights, Q8_0 activations
 // func dotQ4_0R2C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotQ4_0R2C1(SB), NOSPLIT, $0-56
+TEXT dotQ4_0R2C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ    w+0(FP), AX
 	MOVQ    ws+8(FP), CX
 	LEAQ    (AX)(CX*1), DX
@@ -3644,9 +3655,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_0R2C4: 2 weight row(s) x 4 activation row(s); Q4_0 weights, Q8_0 activations
 // func dotQ4_0R2C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotQ4_0R2C4(SB), NOSPLIT, $0-56
+TEXT dotQ4_0R2C4<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ    w+0(FP), AX
 	MOVQ    ws+8(FP), CX
 	LEAQ    (AX)(CX*1), CX
@@ -3770,9 +3783,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ8_0R1C1: 1 weight row(s) x 1 activation row(s); Q8_0 weights, Q8_0 activations
 // func dotQ8_0R1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotQ8_0R1C1(SB), NOSPLIT, $0-56
+TEXT dotQ8_0R1C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -3810,9 +3825,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ8_0R2C2: 2 weight row(s) x 2 activation row(s); Q8_0 weights, Q8_0 activations
 // func dotQ8_0R2C2(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotQ8_0R2C2(SB), NOSPLIT, $0-56
+TEXT dotQ8_0R2C2<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), CX
@@ -3897,9 +3914,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ5_0R1C1: 1 weight row(s) x 1 activation row(s); Q5_0 weights, Q8_0 activations
 // func dotQ5_0R1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotQ5_0R1C1(SB), NOSPLIT, $0-56
+TEXT dotQ5_0R1C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -3946,9 +3965,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ5_0R2C2: 2 weight row(s) x 2 activation row(s); Q5_0 weights, Q8_0 activations
 // func dotQ5_0R2C2(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotQ5_0R2C2(SB), NOSPLIT, $0-56
+TEXT dotQ5_0R2C2<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), CX
@@ -4051,9 +4072,11 @@ done:
 	VZEROUPPER
 	RET
 
+// panelQ4_0C1: a panel of 8 Q4_0 weight rows (s8 activations) x 1 activation row(s)
 // func panelQ4_0C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·panelQ4_0C1(SB), NOSPLIT, $0-56
+TEXT panelQ4_0C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -4123,9 +4146,11 @@ done:
 	VZEROUPPER
 	RET
 
+// panelQ8_0C1: a panel of 8 Q8_0 weight rows (i16 activations) x 1 activation row(s)
 // func panelQ8_0C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·panelQ8_0C1(SB), NOSPLIT, $0-56
+TEXT panelQ8_0C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -4216,9 +4241,11 @@ done:
 	VZEROUPPER
 	RET
 
+// panelQ4_0C2: a panel of 8 Q4_0 weight rows (s8 activations) x 2 activation row(s)
 // func panelQ4_0C2(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·panelQ4_0C2(SB), NOSPLIT, $0-56
+TEXT panelQ4_0C2<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   as+24(FP), DX
@@ -4324,9 +4351,11 @@ done:
 	VZEROUPPER
 	RET
 
+// panelQ8_0C2: a panel of 8 Q8_0 weight rows (i16 activations) x 2 activation row(s)
 // func panelQ8_0C2(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·panelQ8_0C2(SB), NOSPLIT, $0-56
+TEXT panelQ8_0C2<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   as+24(FP), DX
@@ -4474,9 +4503,11 @@ done:
 	VZEROUPPER
 	RET
 
+// panelQ4_0C3: a panel of 8 Q4_0 weight rows (s8 activations) x 3 activation row(s)
 // func panelQ4_0C3(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·panelQ4_0C3(SB), NOSPLIT, $0-56
+TEXT panelQ4_0C3<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   as+24(FP), DX
@@ -4617,9 +4648,11 @@ done:
 	VZEROUPPER
 	RET
 
+// panelQ8_0C3: a panel of 8 Q8_0 weight rows (i16 activations) x 3 activation row(s)
 // func panelQ8_0C3(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·panelQ8_0C3(SB), NOSPLIT, $0-56
+TEXT panelQ8_0C3<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   as+24(FP), DX
@@ -4823,9 +4856,11 @@ done:
 	VZEROUPPER
 	RET
 
+// panelQ4_0C4: a panel of 8 Q4_0 weight rows (s8 activations) x 4 activation row(s)
 // func panelQ4_0C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·panelQ4_0C4(SB), NOSPLIT, $0-56
+TEXT panelQ4_0C4<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   as+24(FP), DX
@@ -5001,9 +5036,11 @@ done:
 	VZEROUPPER
 	RET
 
+// panelQ8_0C4: a panel of 8 Q8_0 weight rows (i16 activations) x 4 activation row(s)
 // func panelQ8_0C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·panelQ8_0C4(SB), NOSPLIT, $0-56
+TEXT panelQ8_0C4<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   as+24(FP), DX
@@ -5263,9 +5300,11 @@ done:
 	VZEROUPPER
 	RET
 
+// panelF32C1: a panel of 16 float weight rows (float32 activations, 16 columns per block) x 1 activation row(s)
 // func panelF32C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, FMA3
-TEXT ·panelF32C1(SB), NOSPLIT, $0-56
+TEXT panelF32C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -5369,9 +5408,11 @@ done:
 	VZEROUPPER
 	RET
 
+// panelF32C2: a panel of 16 float weight rows (float32 activations, 16 columns per block) x 2 activation row(s)
 // func panelF32C2(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, FMA3
-TEXT ·panelF32C2(SB), NOSPLIT, $0-56
+TEXT panelF32C2<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   as+24(FP), DX
@@ -5531,9 +5572,11 @@ done:
 	VZEROUPPER
 	RET
 
+// panelF32C3: a panel of 16 float weight rows (float32 activations, 16 columns per block) x 3 activation row(s)
 // func panelF32C3(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, FMA3
-TEXT ·panelF32C3(SB), NOSPLIT, $0-56
+TEXT panelF32C3<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   as+24(FP), DX
@@ -5748,9 +5791,11 @@ done:
 	VZEROUPPER
 	RET
 
+// panelF32C4: a panel of 16 float weight rows (float32 activations, 16 columns per block) x 4 activation row(s)
 // func panelF32C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, FMA3
-TEXT ·panelF32C4(SB), NOSPLIT, $0-56
+TEXT panelF32C4<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   as+24(FP), DX
@@ -6020,9 +6065,11 @@ done:
 	VZEROUPPER
 	RET
 
+// panelF32C5: a panel of 16 float weight rows (float32 activations, 16 columns per block) x 5 activation row(s)
 // func panelF32C5(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, FMA3
-TEXT ·panelF32C5(SB), NOSPLIT, $0-56
+TEXT panelF32C5<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   as+24(FP), DX
@@ -6347,9 +6394,11 @@ done:
 	VZEROUPPER
 	RET
 
+// panelF32C6: a panel of 16 float weight rows (float32 activations, 16 columns per block) x 6 activation row(s)
 // func panelF32C6(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, FMA3
-TEXT ·panelF32C6(SB), NOSPLIT, $0-56
+TEXT panelF32C6<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   as+24(FP), DX
@@ -7186,9 +7235,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotF16R4C1: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
 // func dotF16R4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, F16C, FMA3, MMX+
-TEXT ·dotF16R4C1(SB), NOSPLIT, $0-56
+TEXT dotF16R4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -7259,9 +7310,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotF16R1C1: 1 weight row(s) x 1 activation row(s); float rows, 16 elements per block
 // func dotF16R1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, F16C, FMA3
-TEXT ·dotF16R1C1(SB), NOSPLIT, $0-56
+TEXT dotF16R1C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -7293,9 +7346,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotBF16R4C1: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
 // func dotBF16R4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, FMA3, MMX+
-TEXT ·dotBF16R4C1(SB), NOSPLIT, $0-56
+TEXT dotBF16R4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -7376,9 +7431,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotBF16R1C1: 1 weight row(s) x 1 activation row(s); float rows, 16 elements per block
 // func dotBF16R1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, FMA3
-TEXT ·dotBF16R1C1(SB), NOSPLIT, $0-56
+TEXT dotBF16R1C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -7414,9 +7471,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotF32R4C1: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
 // func dotF32R4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, FMA3, MMX+
-TEXT ·dotF32R4C1(SB), NOSPLIT, $0-56
+TEXT dotF32R4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -7489,9 +7548,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotF32R1C1: 1 weight row(s) x 1 activation row(s); float rows, 16 elements per block
 // func dotF32R1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, FMA3
-TEXT ·dotF32R1C1(SB), NOSPLIT, $0-56
+TEXT dotF32R1C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -7523,9 +7584,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotF16R4C1NP: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
 // func dotF16R4C1NP(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, F16C, FMA3
-TEXT ·dotF16R4C1NP(SB), NOSPLIT, $0-56
+TEXT dotF16R4C1NP<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -7592,9 +7655,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotBF16R4C1NP: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
 // func dotBF16R4C1NP(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, FMA3
-TEXT ·dotBF16R4C1NP(SB), NOSPLIT, $0-56
+TEXT dotBF16R4C1NP<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -7671,9 +7736,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotF32R4C1NP: 4 weight row(s) x 1 activation row(s); float rows, 16 elements per block
 // func dotF32R4C1NP(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, FMA3
-TEXT ·dotF32R4C1NP(SB), NOSPLIT, $0-56
+TEXT dotF32R4C1NP<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -7740,9 +7807,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotF16F32R4C3: 4 weight row(s) x 3 activation row(s); float rows, 16 elements per block
 // func dotF16F32R4C3(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, F16C, FMA3
-TEXT ·dotF16F32R4C3(SB), NOSPLIT, $0-56
+TEXT dotF16F32R4C3<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -7856,9 +7925,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotBF16F32R4C3: 4 weight row(s) x 3 activation row(s); float rows, 16 elements per block
 // func dotBF16F32R4C3(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, FMA3
-TEXT ·dotBF16F32R4C3(SB), NOSPLIT, $0-56
+TEXT dotBF16F32R4C3<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -7980,9 +8051,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotF32F32R4C3: 4 weight row(s) x 3 activation row(s); float rows, 16 elements per block
 // func dotF32F32R4C3(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, FMA3
-TEXT ·dotF32F32R4C3(SB), NOSPLIT, $0-56
+TEXT dotF32F32R4C3<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -8096,9 +8169,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_KR4C1: 4 weight row(s) x 1 activation row(s); Q4_K weights, Q8_K activations
 // func dotQ4_KR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotQ4_KR4C1(SB), NOSPLIT, $32-56
+TEXT dotQ4_KR4C1<>(SB), NOSPLIT, $32-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -8433,9 +8508,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_KR1C1: 1 weight row(s) x 1 activation row(s); Q4_K weights, Q8_K activations
 // func dotQ4_KR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotQ4_KR1C1(SB), NOSPLIT, $32-56
+TEXT dotQ4_KR1C1<>(SB), NOSPLIT, $32-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -8532,9 +8609,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_KR1C4: 1 weight row(s) x 4 activation row(s); Q4_K weights, Q8_K activations
 // func dotQ4_KR1C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotQ4_KR1C4(SB), NOSPLIT, $32-56
+TEXT dotQ4_KR1C4<>(SB), NOSPLIT, $32-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   as+24(FP), DX
@@ -8768,9 +8847,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ5_KR4C1: 4 weight row(s) x 1 activation row(s); Q5_K weights, Q8_K activations
 // func dotQ5_KR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotQ5_KR4C1(SB), NOSPLIT, $32-56
+TEXT dotQ5_KR4C1<>(SB), NOSPLIT, $32-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -9203,9 +9284,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ5_KR1C1: 1 weight row(s) x 1 activation row(s); Q5_K weights, Q8_K activations
 // func dotQ5_KR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotQ5_KR1C1(SB), NOSPLIT, $32-56
+TEXT dotQ5_KR1C1<>(SB), NOSPLIT, $32-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -9326,9 +9409,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ5_KR1C4: 1 weight row(s) x 4 activation row(s); Q5_K weights, Q8_K activations
 // func dotQ5_KR1C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotQ5_KR1C4(SB), NOSPLIT, $32-56
+TEXT dotQ5_KR1C4<>(SB), NOSPLIT, $32-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   as+24(FP), DX
@@ -9586,9 +9671,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ6_KR4C1: 4 weight row(s) x 1 activation row(s); Q6_K weights, Q8_K activations
 // func dotQ6_KR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotQ6_KR4C1(SB), NOSPLIT, $0-56
+TEXT dotQ6_KR4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -10026,9 +10113,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ6_KR1C1: 1 weight row(s) x 1 activation row(s); Q6_K weights, Q8_K activations
 // func dotQ6_KR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotQ6_KR1C1(SB), NOSPLIT, $0-56
+TEXT dotQ6_KR1C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -10148,9 +10237,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ6_KR1C4: 1 weight row(s) x 4 activation row(s); Q6_K weights, Q8_K activations
 // func dotQ6_KR1C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotQ6_KR1C4(SB), NOSPLIT, $0-56
+TEXT dotQ6_KR1C4<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   as+24(FP), DX
@@ -10396,9 +10487,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ4_NLR1C1: 1 weight row(s) x 1 activation row(s); IQ4_NL weights, Q8_0 activations
 // func dotIQ4_NLR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotIQ4_NLR1C1(SB), NOSPLIT, $0-56
+TEXT dotIQ4_NLR1C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ    w+0(FP), AX
 	MOVQ    a+16(FP), CX
 	MOVQ    nb+32(FP), DX
@@ -10440,9 +10533,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ4_XSR1C1: 1 weight row(s) x 1 activation row(s); IQ4_XS weights, Q8_K activations
 // func dotIQ4_XSR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotIQ4_XSR1C1(SB), NOSPLIT, $32-56
+TEXT dotIQ4_XSR1C1<>(SB), NOSPLIT, $32-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ    w+0(FP), AX
 	MOVQ    a+16(FP), CX
 	MOVQ    nb+32(FP), DX
@@ -10578,9 +10673,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ4_NLR4C1: 4 weight row(s) x 1 activation row(s); IQ4_NL weights, Q8_0 activations
 // func dotIQ4_NLR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ4_NLR4C1(SB), NOSPLIT, $0-56
+TEXT dotIQ4_NLR4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ    w+0(FP), AX
 	MOVQ    ws+8(FP), CX
 	LEAQ    (AX)(CX*1), DX
@@ -10666,9 +10763,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ4_XSR4C1: 4 weight row(s) x 1 activation row(s); IQ4_XS weights, Q8_K activations
 // func dotIQ4_XSR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ4_XSR4C1(SB), NOSPLIT, $128-56
+TEXT dotIQ4_XSR4C1<>(SB), NOSPLIT, $128-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ    w+0(FP), AX
 	MOVQ    ws+8(FP), CX
 	LEAQ    (AX)(CX*1), DX
@@ -11114,9 +11213,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ2_XXSR1C1: 1 weight row(s) x 1 activation row(s); IQ2_XXS weights, Q8_K activations
 // func dotIQ2_XXSR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotIQ2_XXSR1C1(SB), NOSPLIT, $0-56
+TEXT dotIQ2_XXSR1C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -11444,9 +11545,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ2_XXSR4C1: 4 weight row(s) x 1 activation row(s); IQ2_XXS weights, Q8_K activations
 // func dotIQ2_XXSR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ2_XXSR4C1(SB), NOSPLIT, $0-56
+TEXT dotIQ2_XXSR4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -12698,9 +12801,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ2_XSR1C1: 1 weight row(s) x 1 activation row(s); IQ2_XS weights, Q8_K activations
 // func dotIQ2_XSR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotIQ2_XSR1C1(SB), NOSPLIT, $0-56
+TEXT dotIQ2_XSR1C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -13010,9 +13115,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ2_XSR4C1: 4 weight row(s) x 1 activation row(s); IQ2_XS weights, Q8_K activations
 // func dotIQ2_XSR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ2_XSR4C1(SB), NOSPLIT, $0-56
+TEXT dotIQ2_XSR4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -14192,9 +14299,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ2_SR1C1: 1 weight row(s) x 1 activation row(s); IQ2_S weights, Q8_K activations
 // func dotIQ2_SR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotIQ2_SR1C1(SB), NOSPLIT, $0-56
+TEXT dotIQ2_SR1C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -14535,9 +14644,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ2_SR4C1: 4 weight row(s) x 1 activation row(s); IQ2_S weights, Q8_K activations
 // func dotIQ2_SR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ2_SR4C1(SB), NOSPLIT, $0-56
+TEXT dotIQ2_SR4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -15845,9 +15956,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ3_XXSR1C1: 1 weight row(s) x 1 activation row(s); IQ3_XXS weights, Q8_K activations
 // func dotIQ3_XXSR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotIQ3_XXSR1C1(SB), NOSPLIT, $0-56
+TEXT dotIQ3_XXSR1C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -16239,9 +16352,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ3_XXSR4C1: 4 weight row(s) x 1 activation row(s); IQ3_XXS weights, Q8_K activations
 // func dotIQ3_XXSR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ3_XXSR4C1(SB), NOSPLIT, $0-56
+TEXT dotIQ3_XXSR4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -17751,9 +17866,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ3_SR1C1: 1 weight row(s) x 1 activation row(s); IQ3_S weights, Q8_K activations
 // func dotIQ3_SR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotIQ3_SR1C1(SB), NOSPLIT, $0-56
+TEXT dotIQ3_SR1C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -18315,9 +18432,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ3_SR4C1: 4 weight row(s) x 1 activation row(s); IQ3_S weights, Q8_K activations
 // func dotIQ3_SR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ3_SR4C1(SB), NOSPLIT, $0-56
+TEXT dotIQ3_SR4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -20513,9 +20632,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ1_SR1C1: 1 weight row(s) x 1 activation row(s); IQ1_S weights, Q8_K activations
 // func dotIQ1_SR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotIQ1_SR1C1(SB), NOSPLIT, $0-56
+TEXT dotIQ1_SR1C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -20874,9 +20995,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ1_SR4C1: 4 weight row(s) x 1 activation row(s); IQ1_S weights, Q8_K activations
 // func dotIQ1_SR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ1_SR4C1(SB), NOSPLIT, $0-56
+TEXT dotIQ1_SR4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -22206,9 +22329,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ1_MR1C1: 1 weight row(s) x 1 activation row(s); IQ1_M weights, Q8_K activations
 // func dotIQ1_MR1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
-TEXT ·dotIQ1_MR1C1(SB), NOSPLIT, $0-56
+TEXT dotIQ1_MR1C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   a+16(FP), CX
 	MOVQ   nb+32(FP), DX
@@ -22626,9 +22751,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ1_MR4C1: 4 weight row(s) x 1 activation row(s); IQ1_M weights, Q8_K activations
 // func dotIQ1_MR4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ1_MR4C1(SB), NOSPLIT, $0-56
+TEXT dotIQ1_MR4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -24194,9 +24321,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_0V4C8: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 // func dotQ4_0V4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·dotQ4_0V4C8(SB), NOSPLIT, $0-56
+TEXT dotQ4_0V4C8<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -24387,9 +24516,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ8_0V4C8: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 // func dotQ8_0V4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·dotQ8_0V4C8(SB), NOSPLIT, $0-56
+TEXT dotQ8_0V4C8<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -24580,9 +24711,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_KV4C1: 4 Q4_K weight rows x 1 Q8_K activation, AVX-512 VNNI.
 // func dotQ4_KV4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
-TEXT ·dotQ4_KV4C1(SB), NOSPLIT, $0-56
+TEXT dotQ4_KV4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -24910,9 +25043,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ5_KV4C1: 4 Q5_K weight rows x 1 Q8_K activation, AVX-512 VNNI.
 // func dotQ5_KV4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
-TEXT ·dotQ5_KV4C1(SB), NOSPLIT, $0-56
+TEXT dotQ5_KV4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -25311,9 +25446,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ6_KV4C1: 4 Q6_K weight rows x 1 Q8_K activation, AVX-512 VNNI.
 // func dotQ6_KV4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·dotQ6_KV4C1(SB), NOSPLIT, $0-56
+TEXT dotQ6_KV4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -25606,9 +25743,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_KV1C8: 1 weight row(s) x 8 activation row(s); Q4_K weights, paired Q8_K activations (pairK8), AVX-512 VNNI
 // func dotQ4_KV1C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·dotQ4_KV1C8(SB), NOSPLIT, $8-56
+TEXT dotQ4_KV1C8<>(SB), NOSPLIT, $8-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         a+16(FP), CX
 	MOVQ         as+24(FP), DX
@@ -25890,9 +26029,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_KV1C4: 1 weight row(s) x 4 activation row(s); Q4_K weights, paired Q8_K activations (pairK8), AVX-512 VNNI
 // func dotQ4_KV1C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·dotQ4_KV1C4(SB), NOSPLIT, $0-56
+TEXT dotQ4_KV1C4<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         a+16(FP), CX
 	MOVQ         as+24(FP), DX
@@ -26066,9 +26207,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ5_KV1C8: 1 weight row(s) x 8 activation row(s); Q5_K weights, paired Q8_K activations (pairK8), AVX-512 VNNI
 // func dotQ5_KV1C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·dotQ5_KV1C8(SB), NOSPLIT, $8-56
+TEXT dotQ5_KV1C8<>(SB), NOSPLIT, $8-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         a+16(FP), CX
 	MOVQ         as+24(FP), DX
@@ -26368,9 +26511,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ5_KV1C4: 1 weight row(s) x 4 activation row(s); Q5_K weights, paired Q8_K activations (pairK8), AVX-512 VNNI
 // func dotQ5_KV1C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·dotQ5_KV1C4(SB), NOSPLIT, $0-56
+TEXT dotQ5_KV1C4<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         a+16(FP), CX
 	MOVQ         as+24(FP), DX
@@ -26562,9 +26707,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ6_KV1C8: 1 weight row(s) x 8 activation row(s); Q6_K weights, Q8_K activations, AVX-512 VNNI
 // func dotQ6_KV1C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·dotQ6_KV1C8(SB), NOSPLIT, $0-56
+TEXT dotQ6_KV1C8<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         a+16(FP), CX
 	MOVQ         as+24(FP), DX
@@ -26840,9 +26987,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ6_KV1C4: 1 weight row(s) x 4 activation row(s); Q6_K weights, Q8_K activations, AVX-512 VNNI
 // func dotQ6_KV1C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C
-TEXT ·dotQ6_KV1C4(SB), NOSPLIT, $0-56
+TEXT dotQ6_KV1C4<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         a+16(FP), CX
 	MOVQ         as+24(FP), DX
@@ -27010,9 +27159,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_0V4C4: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 // func dotQ4_0V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·dotQ4_0V4C4(SB), NOSPLIT, $0-56
+TEXT dotQ4_0V4C4<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -27136,9 +27287,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_0SV4C1: 4 Q4_0 weight rows x 1 Q8_0 activation row, AVX-512 VNNI.
 // func dotQ4_0SV4C1(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·dotQ4_0SV4C1(SB), NOSPLIT, $0-48
+TEXT dotQ4_0SV4C1<>(SB), NOSPLIT, $0-56
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callRowsX·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -27201,9 +27354,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ8_0V4C1: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 // func dotQ8_0V4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·dotQ8_0V4C1(SB), NOSPLIT, $0-56
+TEXT dotQ8_0V4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -27276,9 +27431,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ5_0V4C1: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 // func dotQ5_0V4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·dotQ5_0V4C1(SB), NOSPLIT, $0-56
+TEXT dotQ5_0V4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -27380,9 +27537,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ8_0V4C4: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 // func dotQ8_0V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·dotQ8_0V4C4(SB), NOSPLIT, $0-56
+TEXT dotQ8_0V4C4<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -27506,9 +27665,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ5_0V4C8: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 // func dotQ5_0V4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·dotQ5_0V4C8(SB), NOSPLIT, $0-56
+TEXT dotQ5_0V4C8<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -27728,9 +27889,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ5_0V4C4: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 // func dotQ5_0V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·dotQ5_0V4C4(SB), NOSPLIT, $0-56
+TEXT dotQ5_0V4C4<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -27883,9 +28046,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_0PV4C8: a packed group of 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 // func dotQ4_0PV4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, MMX+
-TEXT ·dotQ4_0PV4C8(SB), NOSPLIT, $0-56
+TEXT dotQ4_0PV4C8<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         ws+8(FP), AX
 	MOVQ         as+24(FP), CX
 	MOVQ         a+16(FP), DX
@@ -28067,9 +28232,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_0PV4C4: a packed group of 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 // func dotQ4_0PV4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, MMX+
-TEXT ·dotQ4_0PV4C4(SB), NOSPLIT, $0-56
+TEXT dotQ4_0PV4C4<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         ws+8(FP), AX
 	MOVQ         as+24(FP), CX
 	MOVQ         a+16(FP), DX
@@ -28184,9 +28351,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ8_0PV4C8: a packed group of 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 // func dotQ8_0PV4C8(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, MMX+
-TEXT ·dotQ8_0PV4C8(SB), NOSPLIT, $0-56
+TEXT dotQ8_0PV4C8<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         ws+8(FP), AX
 	MOVQ         as+24(FP), CX
 	MOVQ         a+16(FP), DX
@@ -28365,9 +28534,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ8_0PV4C4: a packed group of 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 // func dotQ8_0PV4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, MMX+
-TEXT ·dotQ8_0PV4C4(SB), NOSPLIT, $0-56
+TEXT dotQ8_0PV4C4<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         ws+8(FP), AX
 	MOVQ         as+24(FP), CX
 	MOVQ         a+16(FP), DX
@@ -28479,9 +28650,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_0PSV4C1: a packed group of 4 Q4_0 weight rows x 1 Q8_0 activation row, AVX-512 VNNI.
 // func dotQ4_0PSV4C1(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, MMX+
-TEXT ·dotQ4_0PSV4C1(SB), NOSPLIT, $0-48
+TEXT dotQ4_0PSV4C1<>(SB), NOSPLIT, $0-56
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callRowsX·args_stackmap(SB)
 	MOVQ         ws+8(FP), AX
 	MOVQ         a+16(FP), CX
 	MOVQ         aux+24(FP), DX
@@ -28606,9 +28779,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ8_0PV4C1: a packed group of 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 // func dotQ8_0PV4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, MMX+
-TEXT ·dotQ8_0PV4C1(SB), NOSPLIT, $0-56
+TEXT dotQ8_0PV4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         ws+8(FP), AX
 	MOVQ         as+24(FP), CX
 	MOVQ         a+16(FP), CX
@@ -28669,9 +28844,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotF16F32V4C6: 4 float weight rows x C float32 activation rows, AVX-512, 16 elements per block.
 // func dotF16F32V4C6(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
-TEXT ·dotF16F32V4C6(SB), NOSPLIT, $0-56
+TEXT dotF16F32V4C6<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -28985,9 +29162,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotBF16F32V4C6: 4 float weight rows x C float32 activation rows, AVX-512, 16 elements per block.
 // func dotBF16F32V4C6(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
-TEXT ·dotBF16F32V4C6(SB), NOSPLIT, $0-56
+TEXT dotBF16F32V4C6<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -29305,9 +29484,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotF32F32V4C6: 4 float weight rows x C float32 activation rows, AVX-512, 16 elements per block.
 // func dotF32F32V4C6(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
-TEXT ·dotF32F32V4C6(SB), NOSPLIT, $0-56
+TEXT dotF32F32V4C6<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -29623,9 +29804,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotF16F32V4C4: 4 float weight rows x C float32 activation rows, AVX-512, 16 elements per block.
 // func dotF16F32V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
-TEXT ·dotF16F32V4C4(SB), NOSPLIT, $0-56
+TEXT dotF16F32V4C4<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -29847,9 +30030,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotBF16F32V4C4: 4 float weight rows x C float32 activation rows, AVX-512, 16 elements per block.
 // func dotBF16F32V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
-TEXT ·dotBF16F32V4C4(SB), NOSPLIT, $0-56
+TEXT dotBF16F32V4C4<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -30075,9 +30260,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotF32F32V4C4: 4 float weight rows x C float32 activation rows, AVX-512, 16 elements per block.
 // func dotF32F32V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512F, AVX512VL, MMX+
-TEXT ·dotF32F32V4C4(SB), NOSPLIT, $0-56
+TEXT dotF32F32V4C4<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -30301,9 +30488,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotBF16V4C6: 4 BF16 weight rows x C BF16 activation rows, AVX-512 BF16 (VDPBF16PS), 16 elements per block.
 // func dotBF16V4C6(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BF16, AVX512F, AVX512VL, MMX+
-TEXT ·dotBF16V4C6(SB), NOSPLIT, $0-56
+TEXT dotBF16V4C6<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -30533,9 +30722,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotBF16V4C4: 4 BF16 weight rows x C BF16 activation rows, AVX-512 BF16 (VDPBF16PS), 16 elements per block.
 // func dotBF16V4C4(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BF16, AVX512F, AVX512VL, MMX+
-TEXT ·dotBF16V4C4(SB), NOSPLIT, $0-56
+TEXT dotBF16V4C4<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -30705,9 +30896,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotBF16V4C3: 4 BF16 weight rows x C BF16 activation rows, AVX-512 BF16 (VDPBF16PS), 16 elements per block.
 // func dotBF16V4C3(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BF16, AVX512F, AVX512VL, MMX+
-TEXT ·dotBF16V4C3(SB), NOSPLIT, $0-56
+TEXT dotBF16V4C3<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -30844,9 +31037,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotBF16V4C2: 4 BF16 weight rows x C BF16 activation rows, AVX-512 BF16 (VDPBF16PS), 16 elements per block.
 // func dotBF16V4C2(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BF16, AVX512F, AVX512VL, MMX+
-TEXT ·dotBF16V4C2(SB), NOSPLIT, $0-56
+TEXT dotBF16V4C2<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -30953,9 +31148,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotBF16V4C1: 4 BF16 weight rows x C BF16 activation rows, AVX-512 BF16 (VDPBF16PS), 16 elements per block.
 // func dotBF16V4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BF16, AVX512F, AVX512VL, MMX+
-TEXT ·dotBF16V4C1(SB), NOSPLIT, $0-56
+TEXT dotBF16V4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -31032,9 +31229,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_0X4T0: 4 weight rows x 1 Q8_0 activation row, two blocks per iteration.
 // func dotQ4_0X4T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotQ4_0X4T0(SB), NOSPLIT, $0-48
+TEXT dotQ4_0X4T0<>(SB), NOSPLIT, $0-56
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callRowsX·args_stackmap(SB)
 	MOVQ    w+0(FP), AX
 	MOVQ    ws+8(FP), CX
 	LEAQ    (AX)(CX*1), DX
@@ -31232,9 +31431,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ8_0X4T0: 4 weight rows x 1 Q8_0 activation row, two blocks per iteration.
 // func dotQ8_0X4T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotQ8_0X4T0(SB), NOSPLIT, $0-48
+TEXT dotQ8_0X4T0<>(SB), NOSPLIT, $0-56
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callRowsX·args_stackmap(SB)
 	MOVQ    w+0(FP), AX
 	MOVQ    ws+8(FP), CX
 	LEAQ    (AX)(CX*1), DX
@@ -31462,9 +31663,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ5_0X4T0: 4 weight rows x 1 Q8_0 activation row, two blocks per iteration.
 // func dotQ5_0X4T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotQ5_0X4T0(SB), NOSPLIT, $0-48
+TEXT dotQ5_0X4T0<>(SB), NOSPLIT, $0-56
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callRowsX·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -31772,9 +31975,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_KR4C1T0: 4 weight row(s) x 1 activation row(s); Q4_K weights, Q8_K activations
 // func dotQ4_KR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotQ4_KR4C1T0(SB), NOSPLIT, $32-56
+TEXT dotQ4_KR4C1T0<>(SB), NOSPLIT, $32-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -32109,9 +32314,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ5_KR4C1T0: 4 weight row(s) x 1 activation row(s); Q5_K weights, Q8_K activations
 // func dotQ5_KR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotQ5_KR4C1T0(SB), NOSPLIT, $32-56
+TEXT dotQ5_KR4C1T0<>(SB), NOSPLIT, $32-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -32544,9 +32751,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ6_KR4C1T0: 4 weight row(s) x 1 activation row(s); Q6_K weights, Q8_K activations
 // func dotQ6_KR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotQ6_KR4C1T0(SB), NOSPLIT, $0-56
+TEXT dotQ6_KR4C1T0<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -32984,9 +33193,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_KV4C1T0: 4 Q4_K weight rows x 1 Q8_K activation, AVX-512 VNNI.
 // func dotQ4_KV4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
-TEXT ·dotQ4_KV4C1T0(SB), NOSPLIT, $0-56
+TEXT dotQ4_KV4C1T0<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -33314,9 +33525,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ5_KV4C1T0: 4 Q5_K weight rows x 1 Q8_K activation, AVX-512 VNNI.
 // func dotQ5_KV4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, FMA3, MMX+
-TEXT ·dotQ5_KV4C1T0(SB), NOSPLIT, $0-56
+TEXT dotQ5_KV4C1T0<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -33715,9 +33928,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ6_KV4C1T0: 4 Q6_K weight rows x 1 Q8_K activation, AVX-512 VNNI.
 // func dotQ6_KV4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·dotQ6_KV4C1T0(SB), NOSPLIT, $0-56
+TEXT dotQ6_KV4C1T0<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -34010,9 +34225,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_0SV4C1T0: 4 Q4_0 weight rows x 1 Q8_0 activation row, AVX-512 VNNI.
 // func dotQ4_0SV4C1T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·dotQ4_0SV4C1T0(SB), NOSPLIT, $0-48
+TEXT dotQ4_0SV4C1T0<>(SB), NOSPLIT, $0-56
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callRowsX·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -34075,9 +34292,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ8_0V4C1T0: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 // func dotQ8_0V4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·dotQ8_0V4C1T0(SB), NOSPLIT, $0-56
+TEXT dotQ8_0V4C1T0<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -34150,9 +34369,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ5_0V4C1T0: 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 // func dotQ5_0V4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX512BW, AVX512F, AVX512VL, AVX512VNNI, F16C, MMX+
-TEXT ·dotQ5_0V4C1T0(SB), NOSPLIT, $0-56
+TEXT dotQ5_0V4C1T0<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         w+0(FP), AX
 	MOVQ         ws+8(FP), CX
 	LEAQ         (AX)(CX*1), DX
@@ -34254,9 +34475,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ4_0PSV4C1T0: a packed group of 4 Q4_0 weight rows x 1 Q8_0 activation row, AVX-512 VNNI.
 // func dotQ4_0PSV4C1T0(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, MMX+
-TEXT ·dotQ4_0PSV4C1T0(SB), NOSPLIT, $0-48
+TEXT dotQ4_0PSV4C1T0<>(SB), NOSPLIT, $0-56
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callRowsX·args_stackmap(SB)
 	MOVQ         ws+8(FP), AX
 	MOVQ         a+16(FP), CX
 	MOVQ         aux+24(FP), DX
@@ -34381,9 +34604,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotQ8_0PV4C1T0: a packed group of 4 weight rows x C prepared (u8) activation rows, AVX-512 VNNI.
 // func dotQ8_0PV4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VNNI, MMX+
-TEXT ·dotQ8_0PV4C1T0(SB), NOSPLIT, $0-56
+TEXT dotQ8_0PV4C1T0<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ         ws+8(FP), AX
 	MOVQ         as+24(FP), CX
 	MOVQ         a+16(FP), CX
@@ -34444,9 +34669,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ4_NLR4C1T0: 4 weight row(s) x 1 activation row(s); IQ4_NL weights, Q8_0 activations
 // func dotIQ4_NLR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ4_NLR4C1T0(SB), NOSPLIT, $0-56
+TEXT dotIQ4_NLR4C1T0<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ    w+0(FP), AX
 	MOVQ    ws+8(FP), CX
 	LEAQ    (AX)(CX*1), DX
@@ -34532,9 +34759,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ4_XSR4C1T0: 4 weight row(s) x 1 activation row(s); IQ4_XS weights, Q8_K activations
 // func dotIQ4_XSR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ4_XSR4C1T0(SB), NOSPLIT, $128-56
+TEXT dotIQ4_XSR4C1T0<>(SB), NOSPLIT, $128-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ    w+0(FP), AX
 	MOVQ    ws+8(FP), CX
 	LEAQ    (AX)(CX*1), DX
@@ -34980,9 +35209,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ2_XXSR4C1T0: 4 weight row(s) x 1 activation row(s); IQ2_XXS weights, Q8_K activations
 // func dotIQ2_XXSR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ2_XXSR4C1T0(SB), NOSPLIT, $0-56
+TEXT dotIQ2_XXSR4C1T0<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -36234,9 +36465,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ2_XSR4C1T0: 4 weight row(s) x 1 activation row(s); IQ2_XS weights, Q8_K activations
 // func dotIQ2_XSR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ2_XSR4C1T0(SB), NOSPLIT, $0-56
+TEXT dotIQ2_XSR4C1T0<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -37416,9 +37649,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ2_SR4C1T0: 4 weight row(s) x 1 activation row(s); IQ2_S weights, Q8_K activations
 // func dotIQ2_SR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ2_SR4C1T0(SB), NOSPLIT, $0-56
+TEXT dotIQ2_SR4C1T0<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -38726,9 +38961,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ3_XXSR4C1T0: 4 weight row(s) x 1 activation row(s); IQ3_XXS weights, Q8_K activations
 // func dotIQ3_XXSR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ3_XXSR4C1T0(SB), NOSPLIT, $0-56
+TEXT dotIQ3_XXSR4C1T0<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -40238,9 +40475,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ3_SR4C1T0: 4 weight row(s) x 1 activation row(s); IQ3_S weights, Q8_K activations
 // func dotIQ3_SR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ3_SR4C1T0(SB), NOSPLIT, $0-56
+TEXT dotIQ3_SR4C1T0<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -42436,9 +42675,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ1_SR4C1T0: 4 weight row(s) x 1 activation row(s); IQ1_S weights, Q8_K activations
 // func dotIQ1_SR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ1_SR4C1T0(SB), NOSPLIT, $0-56
+TEXT dotIQ1_SR4C1T0<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -43768,9 +44009,11 @@ done:
 	VZEROUPPER
 	RET
 
+// dotIQ1_MR4C1T0: 4 weight row(s) x 1 activation row(s); IQ1_M weights, Q8_K activations
 // func dotIQ1_MR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
-TEXT ·dotIQ1_MR4C1T0(SB), NOSPLIT, $0-56
+TEXT dotIQ1_MR4C1T0<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
 	MOVQ   w+0(FP), AX
 	MOVQ   ws+8(FP), CX
 	LEAQ   (AX)(CX*1), DX
@@ -46214,3 +46457,152 @@ next:
 done:
 	VZEROUPPER
 	RET
+
+// tileKernels<>: the addresses of the tile kernels (dotFn), in the order of tileKernelNames.
+DATA tileKernels<>+0(SB)/8, $dotQ4_0R2C1<>(SB)
+DATA tileKernels<>+8(SB)/8, $dotQ4_0R2C4<>(SB)
+DATA tileKernels<>+16(SB)/8, $dotQ8_0R1C1<>(SB)
+DATA tileKernels<>+24(SB)/8, $dotQ8_0R2C2<>(SB)
+DATA tileKernels<>+32(SB)/8, $dotQ5_0R1C1<>(SB)
+DATA tileKernels<>+40(SB)/8, $dotQ5_0R2C2<>(SB)
+DATA tileKernels<>+48(SB)/8, $panelQ4_0C1<>(SB)
+DATA tileKernels<>+56(SB)/8, $panelQ8_0C1<>(SB)
+DATA tileKernels<>+64(SB)/8, $panelQ4_0C2<>(SB)
+DATA tileKernels<>+72(SB)/8, $panelQ8_0C2<>(SB)
+DATA tileKernels<>+80(SB)/8, $panelQ4_0C3<>(SB)
+DATA tileKernels<>+88(SB)/8, $panelQ8_0C3<>(SB)
+DATA tileKernels<>+96(SB)/8, $panelQ4_0C4<>(SB)
+DATA tileKernels<>+104(SB)/8, $panelQ8_0C4<>(SB)
+DATA tileKernels<>+112(SB)/8, $panelF32C1<>(SB)
+DATA tileKernels<>+120(SB)/8, $panelF32C2<>(SB)
+DATA tileKernels<>+128(SB)/8, $panelF32C3<>(SB)
+DATA tileKernels<>+136(SB)/8, $panelF32C4<>(SB)
+DATA tileKernels<>+144(SB)/8, $panelF32C5<>(SB)
+DATA tileKernels<>+152(SB)/8, $panelF32C6<>(SB)
+DATA tileKernels<>+160(SB)/8, $dotF16R4C1<>(SB)
+DATA tileKernels<>+168(SB)/8, $dotF16R1C1<>(SB)
+DATA tileKernels<>+176(SB)/8, $dotBF16R4C1<>(SB)
+DATA tileKernels<>+184(SB)/8, $dotBF16R1C1<>(SB)
+DATA tileKernels<>+192(SB)/8, $dotF32R4C1<>(SB)
+DATA tileKernels<>+200(SB)/8, $dotF32R1C1<>(SB)
+DATA tileKernels<>+208(SB)/8, $dotF16R4C1NP<>(SB)
+DATA tileKernels<>+216(SB)/8, $dotBF16R4C1NP<>(SB)
+DATA tileKernels<>+224(SB)/8, $dotF32R4C1NP<>(SB)
+DATA tileKernels<>+232(SB)/8, $dotF16F32R4C3<>(SB)
+DATA tileKernels<>+240(SB)/8, $dotBF16F32R4C3<>(SB)
+DATA tileKernels<>+248(SB)/8, $dotF32F32R4C3<>(SB)
+DATA tileKernels<>+256(SB)/8, $dotQ4_KR4C1<>(SB)
+DATA tileKernels<>+264(SB)/8, $dotQ4_KR1C1<>(SB)
+DATA tileKernels<>+272(SB)/8, $dotQ4_KR1C4<>(SB)
+DATA tileKernels<>+280(SB)/8, $dotQ5_KR4C1<>(SB)
+DATA tileKernels<>+288(SB)/8, $dotQ5_KR1C1<>(SB)
+DATA tileKernels<>+296(SB)/8, $dotQ5_KR1C4<>(SB)
+DATA tileKernels<>+304(SB)/8, $dotQ6_KR4C1<>(SB)
+DATA tileKernels<>+312(SB)/8, $dotQ6_KR1C1<>(SB)
+DATA tileKernels<>+320(SB)/8, $dotQ6_KR1C4<>(SB)
+DATA tileKernels<>+328(SB)/8, $dotIQ4_NLR1C1<>(SB)
+DATA tileKernels<>+336(SB)/8, $dotIQ4_XSR1C1<>(SB)
+DATA tileKernels<>+344(SB)/8, $dotIQ4_NLR4C1<>(SB)
+DATA tileKernels<>+352(SB)/8, $dotIQ4_XSR4C1<>(SB)
+DATA tileKernels<>+360(SB)/8, $dotIQ2_XXSR1C1<>(SB)
+DATA tileKernels<>+368(SB)/8, $dotIQ2_XXSR4C1<>(SB)
+DATA tileKernels<>+376(SB)/8, $dotIQ2_XSR1C1<>(SB)
+DATA tileKernels<>+384(SB)/8, $dotIQ2_XSR4C1<>(SB)
+DATA tileKernels<>+392(SB)/8, $dotIQ2_SR1C1<>(SB)
+DATA tileKernels<>+400(SB)/8, $dotIQ2_SR4C1<>(SB)
+DATA tileKernels<>+408(SB)/8, $dotIQ3_XXSR1C1<>(SB)
+DATA tileKernels<>+416(SB)/8, $dotIQ3_XXSR4C1<>(SB)
+DATA tileKernels<>+424(SB)/8, $dotIQ3_SR1C1<>(SB)
+DATA tileKernels<>+432(SB)/8, $dotIQ3_SR4C1<>(SB)
+DATA tileKernels<>+440(SB)/8, $dotIQ1_SR1C1<>(SB)
+DATA tileKernels<>+448(SB)/8, $dotIQ1_SR4C1<>(SB)
+DATA tileKernels<>+456(SB)/8, $dotIQ1_MR1C1<>(SB)
+DATA tileKernels<>+464(SB)/8, $dotIQ1_MR4C1<>(SB)
+DATA tileKernels<>+472(SB)/8, $dotQ4_0V4C8<>(SB)
+DATA tileKernels<>+480(SB)/8, $dotQ8_0V4C8<>(SB)
+DATA tileKernels<>+488(SB)/8, $dotQ4_KV4C1<>(SB)
+DATA tileKernels<>+496(SB)/8, $dotQ5_KV4C1<>(SB)
+DATA tileKernels<>+504(SB)/8, $dotQ6_KV4C1<>(SB)
+DATA tileKernels<>+512(SB)/8, $dotQ4_KV1C8<>(SB)
+DATA tileKernels<>+520(SB)/8, $dotQ4_KV1C4<>(SB)
+DATA tileKernels<>+528(SB)/8, $dotQ5_KV1C8<>(SB)
+DATA tileKernels<>+536(SB)/8, $dotQ5_KV1C4<>(SB)
+DATA tileKernels<>+544(SB)/8, $dotQ6_KV1C8<>(SB)
+DATA tileKernels<>+552(SB)/8, $dotQ6_KV1C4<>(SB)
+DATA tileKernels<>+560(SB)/8, $dotQ4_0V4C4<>(SB)
+DATA tileKernels<>+568(SB)/8, $dotQ8_0V4C1<>(SB)
+DATA tileKernels<>+576(SB)/8, $dotQ5_0V4C1<>(SB)
+DATA tileKernels<>+584(SB)/8, $dotQ8_0V4C4<>(SB)
+DATA tileKernels<>+592(SB)/8, $dotQ5_0V4C8<>(SB)
+DATA tileKernels<>+600(SB)/8, $dotQ5_0V4C4<>(SB)
+DATA tileKernels<>+608(SB)/8, $dotQ4_0PV4C8<>(SB)
+DATA tileKernels<>+616(SB)/8, $dotQ4_0PV4C4<>(SB)
+DATA tileKernels<>+624(SB)/8, $dotQ8_0PV4C8<>(SB)
+DATA tileKernels<>+632(SB)/8, $dotQ8_0PV4C4<>(SB)
+DATA tileKernels<>+640(SB)/8, $dotQ8_0PV4C1<>(SB)
+DATA tileKernels<>+648(SB)/8, $dotF16F32V4C6<>(SB)
+DATA tileKernels<>+656(SB)/8, $dotBF16F32V4C6<>(SB)
+DATA tileKernels<>+664(SB)/8, $dotF32F32V4C6<>(SB)
+DATA tileKernels<>+672(SB)/8, $dotF16F32V4C4<>(SB)
+DATA tileKernels<>+680(SB)/8, $dotBF16F32V4C4<>(SB)
+DATA tileKernels<>+688(SB)/8, $dotF32F32V4C4<>(SB)
+DATA tileKernels<>+696(SB)/8, $dotBF16V4C6<>(SB)
+DATA tileKernels<>+704(SB)/8, $dotBF16V4C4<>(SB)
+DATA tileKernels<>+712(SB)/8, $dotBF16V4C3<>(SB)
+DATA tileKernels<>+720(SB)/8, $dotBF16V4C2<>(SB)
+DATA tileKernels<>+728(SB)/8, $dotBF16V4C1<>(SB)
+DATA tileKernels<>+736(SB)/8, $dotQ4_KR4C1T0<>(SB)
+DATA tileKernels<>+744(SB)/8, $dotQ5_KR4C1T0<>(SB)
+DATA tileKernels<>+752(SB)/8, $dotQ6_KR4C1T0<>(SB)
+DATA tileKernels<>+760(SB)/8, $dotQ4_KV4C1T0<>(SB)
+DATA tileKernels<>+768(SB)/8, $dotQ5_KV4C1T0<>(SB)
+DATA tileKernels<>+776(SB)/8, $dotQ6_KV4C1T0<>(SB)
+DATA tileKernels<>+784(SB)/8, $dotQ8_0V4C1T0<>(SB)
+DATA tileKernels<>+792(SB)/8, $dotQ5_0V4C1T0<>(SB)
+DATA tileKernels<>+800(SB)/8, $dotQ8_0PV4C1T0<>(SB)
+DATA tileKernels<>+808(SB)/8, $dotIQ4_NLR4C1T0<>(SB)
+DATA tileKernels<>+816(SB)/8, $dotIQ4_XSR4C1T0<>(SB)
+DATA tileKernels<>+824(SB)/8, $dotIQ2_XXSR4C1T0<>(SB)
+DATA tileKernels<>+832(SB)/8, $dotIQ2_XSR4C1T0<>(SB)
+DATA tileKernels<>+840(SB)/8, $dotIQ2_SR4C1T0<>(SB)
+DATA tileKernels<>+848(SB)/8, $dotIQ3_XXSR4C1T0<>(SB)
+DATA tileKernels<>+856(SB)/8, $dotIQ3_SR4C1T0<>(SB)
+DATA tileKernels<>+864(SB)/8, $dotIQ1_SR4C1T0<>(SB)
+DATA tileKernels<>+872(SB)/8, $dotIQ1_MR4C1T0<>(SB)
+GLOBL tileKernels<>(SB), RODATA|NOPTR, $880
+
+// func tileKernelTable() *[110]uintptr
+TEXT ·tileKernelTable(SB), NOSPLIT, $0-8
+	LEAQ tileKernels<>(SB), AX
+	MOVQ AX, ret+0(FP)
+	RET
+
+// func callTile(w *byte, ws int, a *byte, as int, nb int, out *float32, os int, pc uintptr)
+TEXT ·callTile(SB), NOSPLIT, $0-64
+	MOVQ pc+56(FP), AX
+	JMP  AX
+
+// rowsXKernels<>: the addresses of the decode kernels with auxPrep data (rowsXFn), in the order of rowsXKernelNames.
+DATA rowsXKernels<>+0(SB)/8, $dotQ4_0X4<>(SB)
+DATA rowsXKernels<>+8(SB)/8, $dotQ8_0X4<>(SB)
+DATA rowsXKernels<>+16(SB)/8, $dotQ5_0X4<>(SB)
+DATA rowsXKernels<>+24(SB)/8, $dotQ8_0X8<>(SB)
+DATA rowsXKernels<>+32(SB)/8, $dotQ4_0SV4C1<>(SB)
+DATA rowsXKernels<>+40(SB)/8, $dotQ4_0PSV4C1<>(SB)
+DATA rowsXKernels<>+48(SB)/8, $dotQ4_0X4T0<>(SB)
+DATA rowsXKernels<>+56(SB)/8, $dotQ8_0X4T0<>(SB)
+DATA rowsXKernels<>+64(SB)/8, $dotQ5_0X4T0<>(SB)
+DATA rowsXKernels<>+72(SB)/8, $dotQ4_0SV4C1T0<>(SB)
+DATA rowsXKernels<>+80(SB)/8, $dotQ4_0PSV4C1T0<>(SB)
+GLOBL rowsXKernels<>(SB), RODATA|NOPTR, $88
+
+// func rowsXKernelTable() *[11]uintptr
+TEXT ·rowsXKernelTable(SB), NOSPLIT, $0-8
+	LEAQ rowsXKernels<>(SB), AX
+	MOVQ AX, ret+0(FP)
+	RET
+
+// func callRowsX(w *byte, ws int, a *byte, aux *byte, nb int, out *float32, pc uintptr)
+TEXT ·callRowsX(SB), NOSPLIT, $0-56
+	MOVQ pc+48(FP), AX
+	JMP  AX

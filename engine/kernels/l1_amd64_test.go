@@ -13,11 +13,12 @@ import (
 
 // BenchmarkL1 runs the raw decode kernels on 4 rows x 2048 that stay in L1.
 func BenchmarkL1(b *testing.B) {
+	k, x := tileKernel, rowsXKernel
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, c := range []struct {
 		t quant.Type
 		f dotFn
-	}{{quant.Q4_K, dotQ4_KR4C1}, {quant.Q6_K, dotQ6_KR4C1}, {quant.F16, dotF16R4C1}, {quant.Q5_K, dotQ5_KR4C1}} {
+	}{{quant.Q4_K, k("dotQ4_KR4C1")}, {quant.Q6_K, k("dotQ6_KR4C1")}, {quant.F16, k("dotF16R4C1")}, {quant.Q5_K, k("dotQ5_KR4C1")}} {
 		const cols = 2048
 		m := randMatrix(r, c.t, 4, cols)
 		_, xq := randActs(r, c.t, 1, cols)
@@ -34,7 +35,7 @@ func BenchmarkL1(b *testing.B) {
 		t    quant.Type
 		f    func(w *byte, ws int, a *byte, aux *byte, nb int, out *float32)
 		prep func(a []byte, nb int, aux []byte)
-	}{{quant.Q4_0, dotQ4_0X4, auxPairs(8)}, {quant.Q8_0, dotQ8_0X4, auxQ8_0}, {quant.Q5_0, dotQ5_0X4, auxPairs(16)}} {
+	}{{quant.Q4_0, x("dotQ4_0X4"), auxPairs(8)}, {quant.Q8_0, x("dotQ8_0X4"), auxQ8_0}, {quant.Q5_0, x("dotQ5_0X4"), auxPairs(16)}} {
 		const cols = 2048
 		m := randMatrix(r, c.t, 4, cols)
 		_, xq := randActs(r, c.t, 1, cols)
@@ -56,6 +57,7 @@ func TestDecodePrefetchVariants(t *testing.T) {
 		t.Skip("no F16C")
 	}
 	avx512 := cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VNNI
+	k, x := tileKernel, rowsXKernel
 	r := rand.New(rand.NewPCG(7, 8))
 	same := func(name string, cols int, a, b [8]float32) {
 		t.Helper()
@@ -71,15 +73,15 @@ func TestDecodePrefetchVariants(t *testing.T) {
 		fn   []dotFn
 		name string
 	}{
-		{quant.F16, false, 16, []dotFn{dotF16R4C1, dotF16R4C1NP}, "F16"},
-		{quant.BF16, false, 16, []dotFn{dotBF16R4C1, dotBF16R4C1NP}, "BF16"},
-		{quant.F32, false, 16, []dotFn{dotF32R4C1, dotF32R4C1NP}, "F32"},
-		{quant.Q4_K, false, 256, []dotFn{dotQ4_KR4C1, dotQ4_KR4C1T0}, "Q4_K"},
-		{quant.Q5_K, false, 256, []dotFn{dotQ5_KR4C1, dotQ5_KR4C1T0}, "Q5_K"},
-		{quant.Q6_K, false, 256, []dotFn{dotQ6_KR4C1, dotQ6_KR4C1T0}, "Q6_K"},
-		{quant.Q4_K, true, 256, []dotFn{dotQ4_KV4C1, dotQ4_KV4C1T0}, "Q4_K V4"},
-		{quant.Q5_K, true, 256, []dotFn{dotQ5_KV4C1, dotQ5_KV4C1T0}, "Q5_K V4"},
-		{quant.Q6_K, true, 256, []dotFn{dotQ6_KV4C1, dotQ6_KV4C1T0}, "Q6_K V4"},
+		{quant.F16, false, 16, []dotFn{k("dotF16R4C1"), k("dotF16R4C1NP")}, "F16"},
+		{quant.BF16, false, 16, []dotFn{k("dotBF16R4C1"), k("dotBF16R4C1NP")}, "BF16"},
+		{quant.F32, false, 16, []dotFn{k("dotF32R4C1"), k("dotF32R4C1NP")}, "F32"},
+		{quant.Q4_K, false, 256, []dotFn{k("dotQ4_KR4C1"), k("dotQ4_KR4C1T0")}, "Q4_K"},
+		{quant.Q5_K, false, 256, []dotFn{k("dotQ5_KR4C1"), k("dotQ5_KR4C1T0")}, "Q5_K"},
+		{quant.Q6_K, false, 256, []dotFn{k("dotQ6_KR4C1"), k("dotQ6_KR4C1T0")}, "Q6_K"},
+		{quant.Q4_K, true, 256, []dotFn{k("dotQ4_KV4C1"), k("dotQ4_KV4C1T0")}, "Q4_K V4"},
+		{quant.Q5_K, true, 256, []dotFn{k("dotQ5_KV4C1"), k("dotQ5_KV4C1T0")}, "Q5_K V4"},
+		{quant.Q6_K, true, 256, []dotFn{k("dotQ6_KV4C1"), k("dotQ6_KV4C1T0")}, "Q6_K V4"},
 	} {
 		if c.v512 && !avx512 {
 			continue
@@ -104,10 +106,10 @@ func TestDecodePrefetchVariants(t *testing.T) {
 		t1, t0 rowsXFn
 		name   string
 	}{
-		{quant.Q4_0, false, auxPairs(8), dotQ4_0X4, dotQ4_0X4T0, "Q4_0 X4"},
-		{quant.Q8_0, false, auxQ8_0, dotQ8_0X4, dotQ8_0X4T0, "Q8_0 X4"},
-		{quant.Q5_0, false, auxPairs(16), dotQ5_0X4, dotQ5_0X4T0, "Q5_0 X4"},
-		{quant.Q4_0, true, auxQ4_0S, dotQ4_0SV4C1, dotQ4_0SV4C1T0, "Q4_0 SV4"},
+		{quant.Q4_0, false, auxPairs(8), x("dotQ4_0X4"), x("dotQ4_0X4T0"), "Q4_0 X4"},
+		{quant.Q8_0, false, auxQ8_0, x("dotQ8_0X4"), x("dotQ8_0X4T0"), "Q8_0 X4"},
+		{quant.Q5_0, false, auxPairs(16), x("dotQ5_0X4"), x("dotQ5_0X4T0"), "Q5_0 X4"},
+		{quant.Q4_0, true, auxQ4_0S, x("dotQ4_0SV4C1"), x("dotQ4_0SV4C1T0"), "Q4_0 SV4"},
 	} {
 		if c.v512 && !avx512 {
 			continue
@@ -125,6 +127,7 @@ func TestDecodePrefetchVariants(t *testing.T) {
 		}
 	}
 	// the 8-row Q8_0 kernel (Intel only) against the 4-row one twice
+	x8, x4 := x("dotQ8_0X8"), x("dotQ8_0X4")
 	for _, cols := range []int{64, 2048} {
 		m := randMatrix(r, quant.Q8_0, 8, cols)
 		_, xq := randActs(r, quant.Q8_0, 1, cols)
@@ -132,9 +135,9 @@ func TestDecodePrefetchVariants(t *testing.T) {
 		aux := make([]byte, max(auxSize(nb), 32*nb))
 		auxQ8_0(xq, nb, aux)
 		var a, b [8]float32
-		dotQ8_0X8(&m.Data[0], m.RowSize, &xq[0], &aux[0], nb, &a[0])
-		dotQ8_0X4(&m.Data[0], m.RowSize, &xq[0], &aux[0], nb, &b[0])
-		dotQ8_0X4(&m.Data[4*m.RowSize], m.RowSize, &xq[0], &aux[0], nb, &b[4])
+		x8(&m.Data[0], m.RowSize, &xq[0], &aux[0], nb, &a[0])
+		x4(&m.Data[0], m.RowSize, &xq[0], &aux[0], nb, &b[0])
+		x4(&m.Data[4*m.RowSize], m.RowSize, &xq[0], &aux[0], nb, &b[4])
 		same("Q8_0 X8", cols, a, b)
 	}
 	// the u8 decode kernels, on activations laid out by prepU8
@@ -142,7 +145,7 @@ func TestDecodePrefetchVariants(t *testing.T) {
 		for _, c := range []struct {
 			t      quant.Type
 			t1, t0 dotFn
-		}{{quant.Q8_0, dotQ8_0V4C1, dotQ8_0V4C1T0}, {quant.Q5_0, dotQ5_0V4C1, dotQ5_0V4C1T0}} {
+		}{{quant.Q8_0, k("dotQ8_0V4C1"), k("dotQ8_0V4C1T0")}, {quant.Q5_0, k("dotQ5_0V4C1"), k("dotQ5_0V4C1T0")}} {
 			const cols = 2048
 			m := randMatrix(r, c.t, 4, cols)
 			_, xq := randActs(r, c.t, 1, cols)

@@ -12,6 +12,11 @@
 // of nb blocks each, out[c*os + r] = dot(row r, act c). R and C are fixed per
 // kernel and in its name (…R4C1 is the 4-row decode kernel). For the float
 // formats a "block" is 16 elements.
+//
+// Those kernels, and the decode kernels of signature sigX, are not declared
+// in Go: after avo has written both files, static.go makes them file-local
+// symbols that Go reaches by name through address tables and two
+// trampolines.
 package main
 
 import (
@@ -164,6 +169,7 @@ func main() {
 	quantQ8_K()
 
 	Generate()
+	staticKernels() // rewrites what Generate wrote: see static.go
 }
 
 // ---- constants
