@@ -9,6 +9,7 @@ import (
 	"shoal/api"
 	"shoal/catalog"
 	"shoal/coordinator"
+	"shoal/internal/grantcache"
 	"shoal/internal/nodeaddr"
 	"shoal/transport"
 )
@@ -30,7 +31,7 @@ type admin struct {
 	// cat answers for the models: load, list, unload.
 	cat *catalog.Catalog
 	// keys keeps servers' answers about API keys on a client agent.
-	keys keyCache
+	keys grantcache.Cache[keyGrant]
 }
 
 // newAdmin wires the admin API's backend.

@@ -11,6 +11,7 @@ import (
 	"shoal/api"
 	"shoal/coordinator"
 	"shoal/gateway"
+	"shoal/internal/grantcache"
 )
 
 // The admin API's keys and tokens: checking a key's scope (on a server
@@ -79,8 +80,8 @@ func (b *admin) grant(ctx context.Context, key string, scope api.Scope) (*coordi
 // hashes. Before it knows a server, it accepts only its own bootstrap
 // secret.
 func (b *admin) grantRemote(ctx context.Context, key string, scope api.Scope) (*coordinator.Token, error) {
-	id := keyCacheID(key, scope)
-	if g, ok := b.keys.get(id, keyFresh); ok {
+	id := grantcache.IDOf(key, string(scope))
+	if g, ok := b.keys.Get(id, keyFresh); ok {
 		return g.token(), nil
 	}
 	var g keyGrant
@@ -90,13 +91,13 @@ func (b *admin) grantRemote(ctx context.Context, key string, scope api.Scope) (*
 	}
 	if err != nil {
 		if refused(err) {
-			b.keys.drop(id)
-		} else if g, ok := b.keys.get(id, keyStale); ok {
+			b.keys.Drop(id)
+		} else if g, ok := b.keys.Get(id, keyStale); ok {
 			return g.token(), nil // no server answered: what one said lately stands
 		}
 		return nil, err
 	}
-	b.keys.put(id, g)
+	b.keys.Put(id, g, keyStale)
 	return g.token(), nil
 }
 

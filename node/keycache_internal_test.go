@@ -48,7 +48,7 @@ func TestClientAgentKeyCache(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	srv := &keyServer{grant: keyGrant{Kind: coordinator.TokenInference, Models: []string{"m"}}}
 	b := &admin{cluster: coordinator.NewClient(nil, oneServer{}, srv, zap.NewNop()), call: srv}
-	b.keys.now = func() time.Time { return now }
+	b.keys.Now = func() time.Time { return now }
 	ctx := context.Background()
 	check := func(want error, wantAsked int) {
 		t.Helper()
