@@ -125,9 +125,14 @@ func TestDriverLoss(t *testing.T) {
 				f.drained = append(f.drained, d.name)
 				waitVersion(t, cli, pl.version)
 			case leaderDrives:
+				// Killed, not stopped: a stopping leader hands leadership
+				// to the follower Raft picks (the most up to date, the
+				// same one each time when they are level), so the driver
+				// never won in 10 tries; a lost leader is succeeded by
+				// whoever's election timer fires first.
 				l := byID(leader)
 				t.Logf("restarting the leader %s so that %s, which drives, may win the election", l.name, d.name)
-				e.kill(l, syscall.SIGTERM)
+				e.kill(l, syscall.SIGKILL)
 				e.start(l)
 				e.waitHealthy(d, 4, 60*time.Second)
 			default:
