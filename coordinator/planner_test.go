@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -21,29 +20,17 @@ func TestNewLeaderKeepsPlan(t *testing.T) {
 		c.add(3)
 	}
 	// Three workers, each too small for the 16 MiB model alone.
-	for i := 1; i <= 3; i++ {
-		id := fmt.Sprintf("w%d", i)
-		c.members.set(Member{ID: id, Name: id, Role: RoleClient, Status: StatusAlive,
-			Caps: Capabilities{MemTotal: 16 << 20, MemFree: 16 << 20, Cores: 2, GFLOPS: 100, MemGBps: 10}})
-	}
+	worker(c, StatusAlive, "w1", "w2", "w3")
 	l := c.leader(10 * time.Second)
 	upsertTwoNodeModel(t, l)
-	var v1 *placement.Plan
 	defer func() {
 		if t.Failed() {
 			st := c.leader(5 * time.Second).srv.fsm.State()
 			t.Logf("model %+v; %d nodes", st.Models["m"], len(st.Nodes))
 		}
 	}()
-	waitFor(t, 10*time.Second, "the first plan", func() bool {
-		st := c.leader(5 * time.Second).srv.fsm.State()
-		v1 = st.Plans["m"]
-		return v1 != nil && len(v1.Pools) > 0 && st.Models["m"].Status == ModelPlanned
-	})
+	v1 := firstPlan(t, c)
 	nodes := v1.Nodes()
-	if len(nodes) != 2 {
-		t.Fatalf("the plan is on %v, want two workers", nodes)
-	}
 	reportLoaded(t, c, v1)
 	// The link between the plan's nodes is measured slow (the first
 	// measurement since it was planned): the leader weighs the plan on it
@@ -53,10 +40,7 @@ func TestNewLeaderKeepsPlan(t *testing.T) {
 	if err := l.srv.Apply(LinkReportType, LinkReportRequest{Links: slow}, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "a re-plan off the slow link", func() bool {
-		p := c.leader(5 * time.Second).srv.fsm.State().Plans["m"]
-		return p != nil && p.Version > v1.Version
-	})
+	newerPlan(t, c, v1.Version, "a re-plan off the slow link")
 	time.Sleep(500 * time.Millisecond) // let it settle
 	l = c.leader(5 * time.Second)
 	v1 = l.srv.fsm.State().Plans["m"]
@@ -70,12 +54,8 @@ func TestNewLeaderKeepsPlan(t *testing.T) {
 		t.Fatalf("the new leader re-planned an unchanged cluster: v%d on %v (was v%d on %v)", p.Version, p.Nodes(), v1.Version, nodes)
 	}
 	// A node of the plan fails: the new leader plans again.
-	c.members.set(Member{ID: nodes[0], Name: nodes[0], Role: RoleClient, Status: StatusFailed,
-		Caps: Capabilities{MemTotal: 16 << 20, MemFree: 16 << 20, Cores: 2, GFLOPS: 100, MemGBps: 10}})
-	waitFor(t, 10*time.Second, "a re-plan after a node of the plan failed", func() bool {
-		p := c.leader(5 * time.Second).srv.fsm.State().Plans["m"]
-		return p != nil && p.Version > v1.Version
-	})
+	worker(c, StatusFailed, nodes[0])
+	newerPlan(t, c, v1.Version, "a re-plan after a node of the plan failed")
 }
 
 // TestSlowerLinkReplans: links measured when a model was planned are part
@@ -88,10 +68,7 @@ func TestSlowerLinkReplans(t *testing.T) {
 		c.add(3)
 	}
 	ids := []string{"w1", "w2", "w3"}
-	for _, id := range ids {
-		c.members.set(Member{ID: id, Name: id, Role: RoleClient, Status: StatusAlive,
-			Caps: Capabilities{MemTotal: 16 << 20, MemFree: 16 << 20, Cores: 2, GFLOPS: 100, MemGBps: 10}})
-	}
+	worker(c, StatusAlive, ids...)
 	l := c.leader(10 * time.Second)
 	report := func(gbit map[[2]string]float64) {
 		t.Helper()
@@ -113,16 +90,8 @@ func TestSlowerLinkReplans(t *testing.T) {
 	}
 	report(nil)
 	upsertTwoNodeModel(t, l)
-	var v1 *placement.Plan
-	waitFor(t, 10*time.Second, "the first plan", func() bool {
-		st := c.leader(5 * time.Second).srv.fsm.State()
-		v1 = st.Plans["m"]
-		return v1 != nil && len(v1.Pools) > 0 && st.Models["m"].Status == ModelPlanned
-	})
+	v1 := firstPlan(t, c)
 	nodes := v1.Nodes()
-	if len(nodes) != 2 {
-		t.Fatalf("the plan is on %v, want two workers", nodes)
-	}
 	a, b := nodes[0], nodes[1]
 	reportLoaded(t, c, v1)
 	// Noise: 12 Gbit/s instead of 10 is the same step.
@@ -133,11 +102,7 @@ func TestSlowerLinkReplans(t *testing.T) {
 	}
 	// The link between the plan's nodes drops to 10 Mbit/s.
 	report(map[[2]string]float64{{a, b}: 0.01, {b, a}: 0.01})
-	var v2 *placement.Plan
-	waitFor(t, 10*time.Second, "a re-plan after the link slowed", func() bool {
-		v2 = c.leader(5 * time.Second).srv.fsm.State().Plans["m"]
-		return v2 != nil && v2.Version > v1.Version
-	})
+	v2 := newerPlan(t, c, v1.Version, "a re-plan after the link slowed")
 	now := v2.Nodes()
 	if len(now) == 2 && ((now[0] == a && now[1] == b) || (now[0] == b && now[1] == a)) {
 		t.Fatalf("the new plan v%d is still on the slow link %v", v2.Version, now)
@@ -158,22 +123,11 @@ func TestLoadingPlanKept(t *testing.T) {
 		c.add(3)
 	}
 	ids := []string{"w1", "w2", "w3"}
-	for _, id := range ids {
-		c.members.set(Member{ID: id, Name: id, Role: RoleClient, Status: StatusAlive,
-			Caps: Capabilities{MemTotal: 16 << 20, MemFree: 16 << 20, Cores: 2, GFLOPS: 100, MemGBps: 10}})
-	}
+	worker(c, StatusAlive, ids...)
 	l := c.leader(10 * time.Second)
 	upsertTwoNodeModel(t, l)
-	var v1 *placement.Plan
-	waitFor(t, 10*time.Second, "the first plan", func() bool {
-		st := c.leader(5 * time.Second).srv.fsm.State()
-		v1 = st.Plans["m"]
-		return v1 != nil && len(v1.Pools) > 0 && st.Models["m"].Status == ModelPlanned
-	})
+	v1 := firstPlan(t, c)
 	nodes := v1.Nodes()
-	if len(nodes) != 2 {
-		t.Fatalf("the plan is on %v, want two workers", nodes)
-	}
 	// One node has its shard, the other is fetching when the link between
 	// them is measured 100x slower than the default the plan assumed.
 	report := func(id, state string, version uint64) {
@@ -193,20 +147,12 @@ func TestLoadingPlanKept(t *testing.T) {
 	}
 	// Loaded: weighed on the slow link, it moves.
 	report(nodes[1], ShardReady, v1.Version)
-	var v2 *placement.Plan
-	waitFor(t, 10*time.Second, "a re-plan once loaded", func() bool {
-		v2 = c.leader(5 * time.Second).srv.fsm.State().Plans["m"]
-		return v2 != nil && v2.Version > v1.Version
-	})
+	v2 := newerPlan(t, c, v1.Version, "a re-plan once loaded")
 	// v2 loads; a node of it fails meanwhile: re-planned without waiting.
 	now := v2.Nodes()
 	report(now[0], ShardFetching, v2.Version)
-	c.members.set(Member{ID: now[0], Name: now[0], Role: RoleClient, Status: StatusFailed,
-		Caps: Capabilities{MemTotal: 16 << 20, MemFree: 16 << 20, Cores: 2, GFLOPS: 100, MemGBps: 10}})
-	waitFor(t, 10*time.Second, "a re-plan after a node of the loading plan failed", func() bool {
-		p := c.leader(5 * time.Second).srv.fsm.State().Plans["m"]
-		return p != nil && p.Version > v2.Version
-	})
+	worker(c, StatusFailed, now[0])
+	newerPlan(t, c, v2.Version, "a re-plan after a node of the loading plan failed")
 }
 
 // TestNoRoomMoves: a node of a plan still loading reports that its disk
@@ -217,16 +163,9 @@ func TestNoRoomMoves(t *testing.T) {
 	for range 3 {
 		c.add(3)
 	}
-	for _, id := range []string{"w1", "w2", "w3"} {
-		c.members.set(Member{ID: id, Name: id, Role: RoleClient, Status: StatusAlive,
-			Caps: Capabilities{MemTotal: 16 << 20, MemFree: 16 << 20, Cores: 2, GFLOPS: 100, MemGBps: 10}})
-	}
+	worker(c, StatusAlive, "w1", "w2", "w3")
 	upsertTwoNodeModel(t, c.leader(10*time.Second))
-	var v1 *placement.Plan
-	waitFor(t, 10*time.Second, "the first plan", func() bool {
-		v1 = c.leader(5 * time.Second).srv.fsm.State().Plans["m"]
-		return v1 != nil && len(v1.Pools) > 0
-	})
+	v1 := firstPlan(t, c)
 	nodes := v1.Nodes()
 	reportShard(t, c, ShardStatus{Node: nodes[0], Model: "m", State: ShardFetching, PlanVersion: v1.Version, UpdatedAt: time.Now()})
 	reportShard(t, c, ShardStatus{Node: nodes[1], Model: "m", State: ShardFailed, NoRoom: true, Error: "no room on disk for the shard",
@@ -239,6 +178,42 @@ func TestNoRoomMoves(t *testing.T) {
 	if slices.Contains(v2.Nodes(), nodes[1]) || len(v2.Nodes()) != 2 {
 		t.Fatalf("re-planned on %v; %s has no room", v2.Nodes(), nodes[1])
 	}
+}
+
+// worker sets the gossip view of each of ids: a client node of 16 MiB, too
+// small for upsertTwoNodeModel's model alone, with status.
+func worker(c *testCluster, status NodeStatus, ids ...string) {
+	for _, id := range ids {
+		c.members.set(Member{ID: id, Name: id, Role: RoleClient, Status: status,
+			Caps: Capabilities{MemTotal: 16 << 20, MemFree: 16 << 20, Cores: 2, GFLOPS: 100, MemGBps: 10}})
+	}
+}
+
+// firstPlan waits for model "m"'s first plan, which must be on two
+// workers.
+func firstPlan(t *testing.T, c *testCluster) *placement.Plan {
+	t.Helper()
+	var v1 *placement.Plan
+	waitFor(t, 10*time.Second, "the first plan", func() bool {
+		st := c.leader(5 * time.Second).srv.fsm.State()
+		v1 = st.Plans["m"]
+		return v1 != nil && len(v1.Pools) > 0 && st.Models["m"].Status == ModelPlanned
+	})
+	if nodes := v1.Nodes(); len(nodes) != 2 {
+		t.Fatalf("the plan is on %v, want two workers", nodes)
+	}
+	return v1
+}
+
+// newerPlan waits for a plan of model "m" newer than version v.
+func newerPlan(t *testing.T, c *testCluster, v uint64, what string) *placement.Plan {
+	t.Helper()
+	var p *placement.Plan
+	waitFor(t, 10*time.Second, what, func() bool {
+		p = c.leader(5 * time.Second).srv.fsm.State().Plans["m"]
+		return p != nil && p.Version > v
+	})
+	return p
 }
 
 // reportLoaded reports every node's shard of plan p ready: the model is
