@@ -445,20 +445,14 @@ func TestHubCheckTakenOverWhenLoaderDies(t *testing.T) {
 // hub serves the file about once.
 func TestHubPlanKeptWhileLoading(t *testing.T) {
 	const name = "kept"
-	path := enginetest.Write(t, "", synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 4, NHead: 4, NHeadKV: 2, NFF: 512, Type: "q8_0", Seed: 13, Name: name})
-	file, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, fname := "org/"+name+"-GGUF", name+"-q8_0.gguf"
-	hs := hubtest.New(t)
-	hs.AddRepo(repo, map[string][]byte{fname: file})
+	hs, file, repo, fname := hubRepo(t, name, 13)
 	var ids, dirs [3]string
 	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) {
 		cfg.Hub = &hub.Client{Endpoint: hs.URL, Backoff: 20 * time.Millisecond}
 		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 			t.Fatal(err)
 		}
+		var err error
 		if ids[i], err = identity.LoadNodeID(cfg.DataDir); err != nil {
 			t.Fatal(err)
 		}
@@ -549,14 +543,7 @@ func TestHubPlanKeptWhileLoading(t *testing.T) {
 // agents 1 and 2 (pipeline): agent 0 loads it, the others hold it.
 func hubLoadOnTwo(t *testing.T, name string, seed uint64) (*tc.Cluster, *hubtest.Server, []byte, string, string) {
 	t.Helper()
-	path := enginetest.Write(t, "", synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 4, NHead: 4, NHeadKV: 2, NFF: 512, Type: "q8_0", Seed: seed, Name: name})
-	file, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, fname := "org/"+name+"-GGUF", name+"-q8_0.gguf"
-	hs := hubtest.New(t)
-	hs.AddRepo(repo, map[string][]byte{fname: file})
+	hs, file, repo, fname := hubRepo(t, name, seed)
 	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) {
 		cfg.Hub = &hub.Client{Endpoint: hs.URL, Backoff: 20 * time.Millisecond}
 	})
@@ -592,4 +579,19 @@ func waitModelReady(t *testing.T, c *tc.Cluster, name string) *api.ModelInfo {
 		return info.Status == "ready"
 	})
 	return info
+}
+
+// hubRepo serves a small random Q8_0 model named name on a fake hub, as
+// repo org/NAME-GGUF, file NAME-q8_0.gguf.
+func hubRepo(t *testing.T, name string, seed uint64) (hs *hubtest.Server, file []byte, repo, fname string) {
+	t.Helper()
+	path := enginetest.Write(t, "", synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 4, NHead: 4, NHeadKV: 2, NFF: 512, Type: "q8_0", Seed: seed, Name: name})
+	file, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, fname = "org/"+name+"-GGUF", name+"-q8_0.gguf"
+	hs = hubtest.New(t)
+	hs.AddRepo(repo, map[string][]byte{fname: file})
+	return hs, file, repo, fname
 }
