@@ -26,7 +26,7 @@ help:
 	@echo "make lint    gofmt, go vet (generators too), go.mod/go.sum tidy, the layout check (layout_test.go)"
 	@echo "make fuzz    short fuzz runs of the parsers"
 	@echo "make cross   cross-compile for darwin/arm64 and linux/arm64"
-	@echo "make generate  regenerate every generated file: assembly (avo, _generate/arm64) and the eBPF object (bpf2go; clang, llvm-strip)"
+	@echo "make generate  regenerate every generated file: assembly (avo, _generate/arm64), the eBPF object (bpf2go; clang, llvm-strip), the Vulkan SPIR-V (glslc)"
 
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/shoal

@@ -52,6 +52,23 @@ func (m *Matrix) Row(r int) []byte {
 	return m.Data[r*m.RowSize : (r+1)*m.RowSize]
 }
 
+// CopyRows writes rows [r0,r1) of m to dst one after another, in the
+// file's layout (unpacking a packed matrix).
+func (m *Matrix) CopyRows(r0, r1 int, dst []byte) {
+	if !m.Packed {
+		copy(dst, m.Data[r0*m.RowSize:r1*m.RowSize])
+		return
+	}
+	g0, g1 := r0/PackRows*PackRows, (r1+PackRows-1)/PackRows*PackRows
+	if g0 == r0 && g1 == r1 {
+		unpackMatrixRows(m, r0, r1, dst)
+		return
+	}
+	tmp := make([]byte, (g1-g0)*m.RowSize)
+	unpackMatrixRows(m, g0, g1, tmp)
+	copy(dst, tmp[(r0-g0)*m.RowSize:(r1-g0)*m.RowSize])
+}
+
 // ActType is the format activations take in a product with m.
 func (m *Matrix) ActType() quant.Type { return quant.VecDotType(m.Type) }
 

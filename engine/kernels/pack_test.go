@@ -32,6 +32,13 @@ func TestPackRoundTrip(t *testing.T) {
 			if !bytes.Equal(u, m.Data) {
 				t.Errorf("%v %d: unpacking PackMatrix(m) does not give m", typ, cols)
 			}
+			for _, rr := range [][2]int{{0, 12}, {4, 8}, {1, 11}, {5, 6}} {
+				got := make([]byte, (rr[1]-rr[0])*m.RowSize)
+				p.CopyRows(rr[0], rr[1], got)
+				if !bytes.Equal(got, m.Data[rr[0]*m.RowSize:rr[1]*m.RowSize]) {
+					t.Errorf("%v %d: CopyRows(%d, %d) of the packed matrix differs from its rows", typ, cols, rr[0], rr[1])
+				}
+			}
 			// the layout itself: row 2's block 1, vector 0 and its scale
 			nb, qb := cols/quant.QK, packQuant(typ)
 			if nb > 1 {

@@ -1,0 +1,101 @@
+package vulkan
+
+import (
+	"fmt"
+
+	"shoal/engine/device/vulkan/vk"
+	"shoal/engine/kernels"
+	"shoal/engine/quant"
+)
+
+// Matrix is a weight matrix in device memory, in its GGUF block format:
+// rows one after another, in as many buffers as the device's largest
+// storage binding needs.
+type Matrix struct {
+	Type          quant.Type
+	Rows, Cols    int
+	RowSize       int
+	parts         []matPart
+	kernel        *vk.Kernel
+	bytesUploaded uint64
+}
+
+type matPart struct {
+	buf    *vk.Buf
+	r0, r1 int
+}
+
+// Upload copies m to the device.
+func (g *GPU) Upload(m *kernels.Matrix) (*Matrix, error) {
+	if !Supports(m.Type) {
+		return nil, fmt.Errorf("%s: no %v kernel on the GPU", g.ctx.GPU.Name, m.Type)
+	}
+	k, err := g.kernel(matvecKernel(m.Type), 3, 36, wg)
+	if err != nil {
+		return nil, err
+	}
+	d := &Matrix{Type: m.Type, Rows: m.Rows, Cols: m.Cols, RowSize: m.RowSize, kernel: k}
+	// rows per buffer: what one binding reaches, less a word of slack for
+	// the kernels' unaligned reads past a block
+	per := int((g.maxBinding - 4) / uint64(m.RowSize))
+	if per < 1 {
+		return nil, fmt.Errorf("a row of %d bytes exceeds the device's storage binding of %d", m.RowSize, g.maxBinding)
+	}
+	var tmp []byte
+	for r0 := 0; r0 < m.Rows; r0 += per {
+		r1 := min(r0+per, m.Rows)
+		size := uint64((r1-r0)*m.RowSize+7) &^ 3
+		b, err := g.ctx.NewBuffer(size, false)
+		if err != nil {
+			d.Free()
+			return nil, fmt.Errorf("uploading a %v matrix of %d×%d: %w", m.Type, m.Rows, m.Cols, err)
+		}
+		d.parts = append(d.parts, matPart{buf: b, r0: r0, r1: r1})
+		n := (r1 - r0) * m.RowSize
+		if dst := b.Mapped(); dst != nil {
+			m.CopyRows(r0, r1, dst[:n])
+		} else {
+			tmp = append(tmp[:0], make([]byte, n)...)
+			m.CopyRows(r0, r1, tmp)
+			if err := b.Write(0, tmp); err != nil {
+				d.Free()
+				return nil, err
+			}
+		}
+		d.bytesUploaded += size
+	}
+	return d, nil
+}
+
+// Bytes is the device memory the matrix takes.
+func (m *Matrix) Bytes() uint64 { return m.bytesUploaded }
+
+// Free releases the matrix's device memory.
+func (m *Matrix) Free() {
+	for _, p := range m.parts {
+		p.buf.Free()
+	}
+	m.parts = nil
+}
+
+// Vec is n vectors of float32 in a device buffer: vector j at float
+// Off + j·Stride.
+type Vec struct {
+	B           *vk.Buf
+	Off, Stride int
+}
+
+// MatVec records y[j] = W·x[j] for n vectors (any n: eight per dispatch).
+func (m *Matrix) MatVec(cmd *vk.Cmd, x Vec, n int, y Vec) {
+	for j0 := 0; j0 < n; j0 += 8 {
+		nj := min(8, n-j0)
+		for _, p := range m.parts {
+			rows := p.r1 - p.r0
+			gx := min(rows, 65535)
+			gy := (rows + gx - 1) / gx
+			push := []uint32{uint32(rows), uint32(m.Cols), uint32(nj), uint32(m.RowSize), 0,
+				uint32(x.Off + j0*x.Stride), uint32(x.Stride), uint32(y.Off + j0*y.Stride + p.r0), uint32(y.Stride)}
+			cmd.Dispatch(m.kernel, uint32(gx), uint32(gy), 1, push, vk.Whole(p.buf), vk.Whole(x.B), vk.Whole(y.B))
+		}
+	}
+}
