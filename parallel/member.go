@@ -582,7 +582,9 @@ func (s *memberSession) run(ctx context.Context, req *stepReq, tr *traffic) erro
 		V := m.cfg.Model.NVocab
 		s.logits = grow(s.logits, len(req.Rows)*V)
 		t0 := time.Now()
-		r.Logits(x, req.Rows, s.logits)
+		if err := r.Logits(x, req.Rows, s.logits); err != nil {
+			return err
+		}
 		tr.ComputeUs += time.Since(t0).Microseconds()
 		if req.Sample != nil {
 			// Sampled here: the tokens go back in the reply.

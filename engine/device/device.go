@@ -68,7 +68,7 @@ type Range interface {
 	Forward(lo, hi int, x []float32) error
 	// Logits applies the output norm and head to the rows of x listed in
 	// rows, writing len(rows)×vocabulary values to out.
-	Logits(x []float32, rows []int, out []float32)
+	Logits(x []float32, rows []int, out []float32) error
 	// Hold keeps the device ready for a burst of short ops (the CPU's
 	// workers spinning) until Release.
 	Hold()

@@ -40,7 +40,9 @@ func (r *Runner) Step(b *Batch, rows []int) ([]float32, error) {
 		return nil, err
 	}
 	r.logits = grow(r.logits, len(rows)*r.m.NVocab)
-	r.Logits(r.x, rows, r.logits)
+	if err := r.Logits(r.x, rows, r.logits); err != nil {
+		return nil, err
+	}
 	return r.logits, nil
 }
 

@@ -276,7 +276,9 @@ func (g *group) step(seq kv.SeqID, toks []int32, nEmbd, nVocab int) ([]float32, 
 	}
 	out := make([]float32, n*nVocab)
 	last := g.stages[len(g.stages)-1].members[0].r
-	last.Logits(x, rows, out)
+	if err := last.Logits(x, rows, out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

@@ -273,8 +273,8 @@ func (r *Runner) reduce(partial bool, err error) error {
 
 // Logits applies the output norm and head to the hidden rows listed in rows
 // (indexes into x, [*][NEmbd]), writing len(rows) x NVocab values to out.
-func (r *Runner) Logits(x []float32, rows []int, out []float32) {
-	r.dev.Logits(x, rows, out)
+func (r *Runner) Logits(x []float32, rows []int, out []float32) error {
+	return r.dev.Logits(x, rows, out)
 }
 
 func grow[T any](s []T, n int) []T { return cpu.Grow(s, n) }

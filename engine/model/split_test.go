@@ -87,7 +87,9 @@ func runSteps(t *testing.T, m *model.Model, prompt, decode []int32, fwd func(*mo
 		}
 		fwd(b, x)
 		l := make([]float32, m.NVocab)
-		head.Logits(x, []int{len(toks) - 1}, l)
+		if err := head.Logits(x, []int{len(toks) - 1}, l); err != nil {
+			t.Fatal(err)
+		}
 		out = append(out, l)
 	}
 	step(prompt)

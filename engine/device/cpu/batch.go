@@ -69,7 +69,7 @@ func (r *Range) Begin(b *device.Batch) error {
 		for j := 0; j < c.N; j++ {
 			s.tokSeq[i] = int32(ci)
 			s.tokPos[i] = int32(c.Pos + j)
-			ropeTable(s.cos[i*half:(i+1)*half], s.sin[i*half:(i+1)*half], c.Pos+j, m)
+			RopeTable(s.cos[i*half:(i+1)*half], s.sin[i*half:(i+1)*half], c.Pos+j, m)
 			i++
 		}
 	}

@@ -111,8 +111,12 @@ func TestForwardEqualsHalves(t *testing.T) {
 				sameBits(t, "hidden states", x1, x2)
 				rows := []int{0, b1.Len() - 1}
 				l1, l2 := make([]float32, 2*m.NVocab), make([]float32, 2*m.NVocab)
-				whole.Device().Logits(x1, rows, l1)
-				halves.Device().Logits(x2, rows, l2)
+				if err := whole.Device().Logits(x1, rows, l1); err != nil {
+					t.Fatal(err)
+				}
+				if err := halves.Device().Logits(x2, rows, l2); err != nil {
+					t.Fatal(err)
+				}
 				sameBits(t, "logits", l1, l2)
 			}
 		})

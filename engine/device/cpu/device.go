@@ -124,7 +124,7 @@ func (r *Range) Residual(l int, h device.Half, x, out []float32) {
 }
 
 // Logits implements device.Range.
-func (r *Range) Logits(x []float32, rows []int, out []float32) {
+func (r *Range) Logits(x []float32, rows []int, out []float32) error {
 	s := &r.s
 	E := r.sp.NEmbd
 	n := len(rows)
@@ -133,7 +133,11 @@ func (r *Range) Logits(x []float32, rows []int, out []float32) {
 	for j, i := range rows {
 		RMSNorm(s.xn[j*E:(j+1)*E], x[i*E:(i+1)*E], r.ld.OutputNorm, r.sp.RMSEps)
 	}
+	if r.ld.Output == nil {
+		return fmt.Errorf("this range holds no output head")
+	}
 	r.matmul(r.ld.Output, s.xn, n, out)
+	return nil
 }
 
 // matmul computes out[i] = W · x[i] for n rows of x (cols = W.Cols),

@@ -18,7 +18,7 @@ func (r *Range) moe(ly *device.Layer, out []float32) (partial bool, err error) {
 	for i := 0; i < n; i++ {
 		p := s.route[i*X : (i+1)*X]
 		Softmax(p)
-		topK(p, idx, K)
+		TopK(p, idx, K)
 		var sum float32
 		for j := 0; j < K; j++ {
 			s.expID[i*K+j] = int32(idx[j])
@@ -98,9 +98,9 @@ func (r *Range) moe(ly *device.Layer, out []float32) (partial bool, err error) {
 	return !ly.ShDownGather, nil
 }
 
-// topK orders the first k entries of idx as the indexes of the k largest
+// TopK orders the first k entries of idx as the indexes of the k largest
 // values of p, largest first, ties to the lower index (a stable selection).
-func topK(p []float32, idx []int, k int) {
+func TopK(p []float32, idx []int, k int) {
 	for e := range idx {
 		idx[e] = e
 	}

@@ -38,10 +38,10 @@ func AddBias(x, b []float32) {
 	}
 }
 
-// ropeTable fills cos/sin for one position: half = RopeDim/2 entries
+// RopeTable fills cos/sin for one position: half = RopeDim/2 entries
 // (ggml's rope cache: theta starts at pos·scale and is multiplied by
 // base^(-2/n_dims) in float32 for each pair).
-func ropeTable(cos, sin []float32, pos int, c *device.Spec) {
+func RopeTable(cos, sin []float32, pos int, c *device.Spec) {
 	freqs := c.RopeFreqs
 	thetaScale := float32(math.Pow(float64(c.RopeTheta), -2.0/float64(c.RopeDim)))
 	theta := float32(pos)

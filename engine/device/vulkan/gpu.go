@@ -74,7 +74,7 @@ func (g *GPU) kernel(name string, nbind, push int, spec ...uint32) (*vk.Kernel, 
 }
 
 // matvecFormats are the weight formats with a mat-vec kernel.
-var matvecFormats = []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q4_0, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_XS}
+var matvecFormats = []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_XS}
 
 // Supports reports whether weights of type t run on the device.
 func Supports(t quant.Type) bool {

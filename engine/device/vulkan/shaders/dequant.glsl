@@ -46,6 +46,40 @@ void deq32(uint row, uint c, uint cols, inout float v[32]) {
         }
     }
 }
+#elif defined(FMT_Q4_1) || defined(FMT_Q5_0) || defined(FMT_Q5_1)
+#define QK 32u
+#if defined(FMT_Q4_1)
+#define BB 20u
+#elif defined(FMT_Q5_0)
+#define BB 22u
+#else
+#define BB 24u
+#endif
+// Q4_1: d, m, 16 bytes of nibbles; Q5_0: d, 4 bytes of fifth bits, the
+// nibbles (minus 16); Q5_1: d, m, the fifth bits, the nibbles.
+void deq32(uint row, uint c, uint cols, inout float v[32]) {
+    uint b = row + c * BB;
+    float d = f16_at(b);
+#if defined(FMT_Q5_0)
+    float m = -16.0 * d;
+    uint qh = u32_at(b + 2u), qs = b + 6u;
+#elif defined(FMT_Q5_1)
+    float m = f16_at(b + 2u);
+    uint qh = u32_at(b + 4u), qs = b + 8u;
+#else
+    float m = f16_at(b + 2u);
+    uint qh = 0u, qs = b + 4u;
+#endif
+    for (uint j = 0u; j < 16u; j += 4u) {
+        uint q = u32_at(qs + j);
+        for (uint t = 0u; t < 4u; t++) {
+            uint x = (q >> (8u * t)) & 0xFFu;
+            uint k = j + t;
+            v[k] = d * float((x & 15u) | (((qh >> k) & 1u) << 4)) + m;
+            v[k + 16u] = d * float((x >> 4) | (((qh >> (k + 16u)) & 1u) << 4)) + m;
+        }
+    }
+}
 #elif defined(FMT_Q8_0)
 #define QK 32u
 #define BB 34u

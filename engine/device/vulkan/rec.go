@@ -1,0 +1,126 @@
+package vulkan
+
+import (
+	"math"
+
+	"shoal/engine/device"
+	"shoal/engine/device/vulkan/vk"
+)
+
+// groups2 spreads n workgroups over two dimensions of at most 65535.
+func groups2(n int) (uint32, uint32) {
+	x := min(n, 65535)
+	return uint32(max(x, 1)), uint32((n + x - 1) / max(x, 1))
+}
+
+// norm records dst[r] = RMSNorm(src[r]) · w for rows rows of width values.
+func (r *Range) norm(cmd *vk.Cmd, src *vk.Buf, rows, width int, w vec, dst *vk.Buf) {
+	gx, gy := groups2(rows)
+	cmd.Dispatch(r.kernels.norm, gx, gy, 1,
+		[]uint32{uint32(rows), uint32(width), 0, uint32(width), 0, uint32(width), uint32(w.off), math.Float32bits(r.sp.RMSEps)},
+		vk.Whole(src), vk.Whole(r.vecs), vk.Whole(dst))
+}
+
+// add records y += a (the batch's rows of NEmbd) and the bias b when set.
+func (r *Range) add(cmd *vk.Cmd, y, a *vk.Buf, b vec) {
+	E := r.sp.NEmbd
+	flags := uint32(1)
+	if b.n > 0 {
+		flags |= 2
+	}
+	r.addRows(cmd, y, r.n, E, E, a, b, flags, 1)
+}
+
+// addRows records y[i][j] += scale·a[i][j] (flags 1) + b[j] (flags 2) for
+// rows of width values, stride apart in y and a.
+func (r *Range) addRows(cmd *vk.Cmd, y *vk.Buf, rows, width, stride int, a *vk.Buf, b vec, flags uint32, scale float32) {
+	r.addAt(cmd, y, 0, rows, width, stride, a, 0, b, flags, scale)
+}
+
+// addAt is addRows with the first row of y at float yoff and of a at aoff.
+func (r *Range) addAt(cmd *vk.Cmd, y *vk.Buf, yoff, rows, width, stride int, a *vk.Buf, aoff int, b vec, flags uint32, scale float32) {
+	if a == nil {
+		a = y
+	}
+	cmd.Dispatch(r.kernels.add, uint32((width+63)/64), uint32(rows), 1,
+		[]uint32{uint32(rows), uint32(width), uint32(yoff), uint32(stride), uint32(aoff), uint32(stride), uint32(b.off), flags, math.Float32bits(scale)},
+		vk.Whole(y), vk.Whole(a), vk.Whole(r.vecs))
+}
+
+// rope records the rotation of the batch's heads in x (rows of width
+// heads·HeadDim).
+func (r *Range) rope(cmd *vk.Cmd, x *vk.Buf, heads int) {
+	m := r.sp
+	if heads == 0 || m.RopeDim == 0 {
+		return
+	}
+	neox := uint32(0)
+	if m.Rope == device.RopeNeoX {
+		neox = 1
+	}
+	cmd.Dispatch(r.kernels.rope, uint32((m.RopeDim/2+63)/64), uint32(heads), uint32(r.n),
+		[]uint32{uint32(r.n), uint32(heads), uint32(m.HeadDim), uint32(m.RopeDim), neox, 0, uint32(heads * m.HeadDim)},
+		vk.Whole(x), vk.Whole(r.cs))
+}
+
+// recAttention records the attention half of layer l on x into out.
+func (r *Range) recAttention(cmd *vk.Cmd, l int, w *layerW, x, out *vk.Buf) {
+	m, n, E := r.sp, r.n, r.sp.NEmbd
+	r.norm(cmd, x, n, E, w.attnNorm, r.xn)
+	if r.nh > 0 {
+		D := m.HeadDim
+		w.wq.MatVec(cmd, Vec{B: r.xn, Stride: E}, n, Vec{B: r.q, Stride: r.qd})
+		w.wk.MatVec(cmd, Vec{B: r.xn, Stride: E}, n, Vec{B: r.k, Stride: r.kvd})
+		w.wv.MatVec(cmd, Vec{B: r.xn, Stride: E}, n, Vec{B: r.v, Stride: r.kvd})
+		for _, bb := range []struct {
+			buf   *vk.Buf
+			b     vec
+			width int
+		}{{r.q, w.bq, r.qd}, {r.k, w.bk, r.kvd}, {r.v, w.bv, r.kvd}} {
+			if bb.b.n > 0 {
+				r.addRows(cmd, bb.buf, n, bb.width, bb.width, nil, bb.b, 2, 1)
+			}
+		}
+		if w.qnorm.n > 0 {
+			r.norm(cmd, r.q, n*r.nh, D, w.qnorm, r.q)
+			r.norm(cmd, r.k, n*r.nkv, D, w.knorm, r.k)
+		}
+		r.rope(cmd, r.q, r.nh)
+		r.rope(cmd, r.k, r.nkv)
+		kc, vc := r.store.k[l-r.ld.Lo], r.store.v[l-r.ld.Lo]
+		cmd.Dispatch(r.kernels.kvstore, uint32((r.kvd/2+63)/64), uint32(n), 1,
+			[]uint32{uint32(n), uint32(r.kvd), 0},
+			vk.Whole(r.k), vk.Whole(r.v), vk.Whole(kc), vk.Whole(vc), vk.Whole(r.tok))
+		p := &r.ld.Part
+		cmd.Dispatch(r.kernels.attn, uint32(r.nh), uint32(n), 1,
+			[]uint32{uint32(m.NHead / m.NHeadKV), uint32(p.HeadLo), uint32(p.KVLo), uint32(D), uint32(r.kvd),
+				uint32(r.ld.KV.BlockSize), uint32(r.qd), uint32(n), math.Float32bits(float32(1 / math.Sqrt(float64(D))))},
+			vk.Whole(r.q), vk.Whole(kc), vk.Whole(vc), vk.Whole(r.tok), vk.Whole(r.tab), vk.Whole(r.att))
+	}
+	if w.wo == nil {
+		cmd.Fill(out, 0, uint64(4*n*E), 0)
+		return
+	}
+	w.wo.MatVec(cmd, Vec{B: r.att, Stride: r.qd}, n, Vec{B: out, Stride: E})
+}
+
+// recFFN records the dense FFN half on x into out.
+func (r *Range) recFFN(cmd *vk.Cmd, w *layerW, x, out *vk.Buf) {
+	n, E := r.n, r.sp.NEmbd
+	r.norm(cmd, x, n, E, w.ffnNorm, r.xn)
+	if w.gate == nil {
+		cmd.Fill(out, 0, uint64(4*n*E), 0)
+		return
+	}
+	r.swiglu(cmd, w.gate, w.up, w.down, Vec{B: r.xn, Stride: E}, n, Vec{B: out, Stride: E})
+}
+
+// swiglu records out = down(silu(gate·x) · up·x) for n vectors.
+func (r *Range) swiglu(cmd *vk.Cmd, gate, up, down *Matrix, x Vec, n int, out Vec) {
+	F := gate.Rows
+	gate.MatVec(cmd, x, n, Vec{B: r.gb, Stride: F})
+	up.MatVec(cmd, x, n, Vec{B: r.ub, Stride: F})
+	gx, gy := groups2((n*F + 63) / 64)
+	cmd.Dispatch(r.kernels.silu, gx, gy, 1, []uint32{uint32(n * F)}, vk.Whole(r.gb), vk.Whole(r.ub))
+	down.MatVec(cmd, Vec{B: r.gb, Stride: F}, n, out)
+}
