@@ -3,34 +3,52 @@ package model_test
 import (
 	"testing"
 
+	"shoal/engine/device"
+	"shoal/engine/device/cpu"
+	"shoal/engine/device/split"
 	"shoal/engine/device/vulkan"
 	"shoal/engine/enginetest"
 	"shoal/engine/model"
 )
 
 // TestOracleVulkan runs every case of ../shared/oracle with the whole model
-// on the Vulkan device (lavapipe in CI) and compares the logits with
+// on the Vulkan device (lavapipe in CI), and with its first half of the
+// layers there and the rest on the CPU, and compares the logits with
 // llama.cpp's by the same tolerances as the CPU.
 func TestOracleVulkan(t *testing.T) {
 	g := enginetest.VulkanOrSkip(t)
 	for _, c := range enginetest.OracleCases(t) {
-		t.Run(c.Name, func(t *testing.T) {
-			m := enginetest.OpenPath(t, c.Model)
-			r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 128, Device: vulkan.Device{GPU: g}})
-			if err != nil {
-				t.Fatal(err)
+		for _, half := range []bool{false, true} {
+			name := c.Name + "/whole"
+			if half {
+				name = c.Name + "/half"
 			}
-			defer r.Close()
-			got, err := r.Prompt(0, c.Tokens, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			mt := enginetest.Compare(c.Logits, got, c.NVocab)
-			float := enginetest.IsFloat(m.File)
-			t.Logf("ORACLE vulkan %-14s float=%-5v %s", c.Name, float, mt)
-			if err := mt.Check(float); err != nil {
-				t.Error(err)
-			}
-		})
+			t.Run(name, func(t *testing.T) {
+				oracleOn(t, c, vulkan.Device{GPU: g}, half)
+			})
+		}
+	}
+}
+
+func oracleOn(t *testing.T, c enginetest.OracleCase, gpu device.Device, half bool) {
+	m := enginetest.OpenPath(t, c.Model)
+	var dev device.Device = gpu
+	if half {
+		dev = split.Device{First: gpu, Layers: m.NLayer / 2, Rest: cpu.Device{}}
+	}
+	r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 128, Device: dev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got, err := r.Prompt(0, c.Tokens, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mt := enginetest.Compare(c.Logits, got, c.NVocab)
+	float := enginetest.IsFloat(m.File)
+	t.Logf("ORACLE %-22s %-14s float=%-5v %s", dev.Name(), c.Name, float, mt)
+	if err := mt.Check(float); err != nil {
+		t.Error(err)
 	}
 }
