@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"shoal/engine/device"
 	"shoal/engine/enginetest"
 	"shoal/engine/kv"
 	"shoal/engine/model"
@@ -153,7 +154,9 @@ func build(t *testing.T, path string, plan placement.Plan, all bool) *group {
 }
 
 // tryBuild is build returning the error of a member that does not open.
-func tryBuild(t *testing.T, path string, plan placement.Plan, all bool) (*group, error) {
+// dev, when given, picks the device of each stage's member by rank (the
+// CPU where it returns nil).
+func tryBuild(t *testing.T, path string, plan placement.Plan, all bool, dev ...func(stage, rank int) device.Device) (*group, error) {
 	g := &group{}
 	t.Cleanup(func() {
 		for _, st := range g.stages {
@@ -174,7 +177,11 @@ func tryBuild(t *testing.T, path string, plan placement.Plan, all bool) (*group,
 			if len(ps.Members) > 1 {
 				coll = colls[r]
 			}
-			mb, err := openMember(path, spec, model.Options{Threads: 1, Lo: ps.Lo, Hi: ps.Hi, CacheTokens: 128, Collective: coll})
+			o := model.Options{Threads: 1, Lo: ps.Lo, Hi: ps.Hi, CacheTokens: 128, Collective: coll}
+			if len(dev) > 0 {
+				o.Device = dev[0](si, r)
+			}
+			mb, err := openMember(path, spec, o)
 			if err != nil {
 				return g, fmt.Errorf("stage %d member %d: %w", si, r, err)
 			}

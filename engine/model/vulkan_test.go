@@ -52,3 +52,42 @@ func oracleOn(t *testing.T, c enginetest.OracleCase, gpu device.Device, half boo
 		t.Error(err)
 	}
 }
+
+// TestOracleVulkanGroups runs every oracle case through a 2-member
+// tensor-parallel group of a Vulkan member and a CPU member, and a 2-stage
+// pipeline of a Vulkan stage and a CPU stage, each member on its shard as
+// a node holds it.
+func TestOracleVulkanGroups(t *testing.T) {
+	g := enginetest.VulkanOrSkip(t)
+	gpu := vulkan.Device{GPU: g}
+	first := func(stage, rank int) device.Device {
+		if stage == 0 && rank == 0 {
+			return gpu
+		}
+		return nil
+	}
+	for _, c := range enginetest.OracleCases(t) {
+		ref := enginetest.OpenPath(t, c.Model)
+		for _, p := range shapeOf(&ref.Config).Plans(c.Name) {
+			if p.Name != "tp2" && p.Name != "pp2" {
+				continue
+			}
+			t.Run(c.Name+"/"+p.Name, func(t *testing.T) {
+				grp, err := tryBuild(t, c.Model, p.Plan, false, first)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := grp.step(5, c.Tokens, ref.NEmbd, ref.NVocab)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mt := enginetest.Compare(c.Logits, got, c.NVocab)
+				float := enginetest.IsFloat(ref.File)
+				t.Logf("ORACLE %s vulkan+cpu %-14s float=%-5v %s%s", p.Name, c.Name, float, mt, describe(p.Plan))
+				if err := mt.Check(float); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+}

@@ -36,20 +36,26 @@ func (r *Range) allReduce(x []float32) error {
 // block (cols[p] values per token for member p, this member's in part) into
 // full ([n][sum cols], the members' blocks side by side in rank order).
 func (r *Range) gatherRows(part []float32, n int, cols []int, full []float32) error {
-	t := r.tp
+	return GatherRows(r.tp.coll, part, n, cols, full, &r.tp.gbuf)
+}
+
+// GatherRows is gatherRows for any device: buf is the all-gather's landing
+// space, grown as needed.
+func GatherRows(coll device.Collective, part []float32, n int, cols []int, full []float32, buf *[]float32) error {
 	total := 0
 	for _, c := range cols {
 		total += c
 	}
-	me := cols[t.coll.Rank()]
-	t.gbuf = Grow(t.gbuf, n*total)
-	if err := t.coll.AllGather(part[:n*me], t.gbuf); err != nil {
+	me := cols[coll.Rank()]
+	*buf = Grow(*buf, n*total)
+	gbuf := *buf
+	if err := coll.AllGather(part[:n*me], gbuf); err != nil {
 		return err
 	}
 	at, off := 0, 0
 	for _, c := range cols {
 		for i := 0; i < n; i++ {
-			copy(full[i*total+off:i*total+off+c], t.gbuf[at+i*c:at+(i+1)*c])
+			copy(full[i*total+off:i*total+off+c], gbuf[at+i*c:at+(i+1)*c])
 		}
 		at += n * c
 		off += c

@@ -50,11 +50,15 @@ type Range struct {
 	n, cap                                 int
 	x, xn, q, k, v, att, gb, ub, o, logits *vk.Buf
 	route, eo                              *vk.Buf
+	gx, gy                                 *vk.Buf
 	moeHost                                moeHost
-	tok, tab, cs                           *vk.Buf
-	tokHost, tabHost                       []uint32
-	csHost                                 []float32
-	kernels                                struct{ norm, add, rope, kvstore, attn, silu *vk.Kernel }
+	// gathered halves: the host side of a tensor-parallel member whose
+	// attn_output or ffn_down holds whole rows (see device.Layer)
+	gin, gpart, gfull, gbuf []float32
+	tok, tab, cs            *vk.Buf
+	tokHost, tabHost        []uint32
+	csHost                  []float32
+	kernels                 struct{ norm, add, rope, kvstore, attn, silu *vk.Kernel }
 }
 
 // Load places ld on the GPU.
@@ -110,8 +114,8 @@ func (g *GPU) Load(ld device.Load) (*Range, error) {
 	}
 	for i := range ld.Layers {
 		ly := &ld.Layers[i]
-		if ly.WoGather || ly.DownGather || ly.ShDownGather {
-			return nil, fmt.Errorf("vulkan: layer %d's tensor-parallel split is not block aligned (gathered halves do not run on the GPU yet)", ld.Lo+i)
+		if ly.ShDownGather {
+			return nil, fmt.Errorf("vulkan: layer %d's shared expert split is not block aligned (a gathered shared expert does not run on the GPU yet)", ld.Lo+i)
 		}
 		w := layerW{attnNorm: add(ly.AttnNorm), ffnNorm: add(ly.FFNNorm), bq: add(ly.Bq), bk: add(ly.Bk), bv: add(ly.Bv), bo: add(ly.Bo), qnorm: add(ly.QNorm), knorm: add(ly.KNorm)}
 		for _, mm := range []struct {
@@ -206,7 +210,7 @@ func (r *Range) Close() {
 		r.store.free()
 		r.store = nil
 	}
-	for _, b := range []**vk.Buf{&r.vecs, &r.x, &r.xn, &r.q, &r.k, &r.v, &r.att, &r.gb, &r.ub, &r.o, &r.logits, &r.tok, &r.tab, &r.cs, &r.route, &r.eo} {
+	for _, b := range []**vk.Buf{&r.vecs, &r.x, &r.xn, &r.q, &r.k, &r.v, &r.att, &r.gb, &r.ub, &r.o, &r.logits, &r.tok, &r.tab, &r.cs, &r.route, &r.eo, &r.gx, &r.gy} {
 		(*b).Free()
 		*b = nil
 	}
@@ -349,6 +353,13 @@ func (r *Range) Attention(l int, x, out []float32) (bool, error) {
 		return false, err
 	}
 	E := r.sp.NEmbd
+	if ly := &r.ld.Layers[l-r.ld.Lo]; ly.WoGather {
+		r.gin = grow(r.gin, r.n*r.qd)
+		if err := r.run(x[:r.n*E], r.x, func(cmd *vk.Cmd) error { r.recAttnCore(cmd, l, w, r.x); return nil }, r.att, r.gin); err != nil {
+			return false, err
+		}
+		return false, r.gathered(w.wo, r.gin, r.group.AttnCols, out[:r.n*E])
+	}
 	return true, r.run(x[:r.n*E], r.x, func(cmd *vk.Cmd) error { r.recAttention(cmd, l, w, r.x, r.o); return nil }, r.o, out[:r.n*E])
 }
 
@@ -361,6 +372,24 @@ func (r *Range) FFN(l int, x, out []float32) (bool, error) {
 	E := r.sp.NEmbd
 	if w.moe != nil {
 		return true, r.moe(w, x[:r.n*E], out[:r.n*E])
+	}
+	if ly := &r.ld.Layers[l-r.ld.Lo]; ly.DownGather {
+		F := 0
+		if w.gate != nil {
+			F = w.gate.Rows
+		}
+		r.gin = grow(r.gin, r.n*F)
+		if F > 0 {
+			err := r.run(x[:r.n*E], r.x, func(cmd *vk.Cmd) error {
+				r.norm(cmd, r.x, r.n, E, w.ffnNorm, r.xn)
+				r.swigluIn(cmd, w.gate, w.up, Vec{B: r.xn, Stride: E}, r.n)
+				return nil
+			}, r.gb, r.gin)
+			if err != nil {
+				return false, err
+			}
+		}
+		return false, r.gathered(w.down, r.gin, r.group.FFNCols, out[:r.n*E])
 	}
 	return true, r.run(x[:r.n*E], r.x, func(cmd *vk.Cmd) error { r.recFFN(cmd, w, r.x, r.o); return nil }, r.o, out[:r.n*E])
 }

@@ -1,9 +1,11 @@
 package vulkan
 
 import (
+	"fmt"
 	"math"
 
 	"shoal/engine/device"
+	"shoal/engine/device/cpu"
 	"shoal/engine/device/vulkan/vk"
 )
 
@@ -65,6 +67,18 @@ func (r *Range) rope(cmd *vk.Cmd, x *vk.Buf, heads int) {
 
 // recAttention records the attention half of layer l on x into out.
 func (r *Range) recAttention(cmd *vk.Cmd, l int, w *layerW, x, out *vk.Buf) {
+	n, E := r.n, r.sp.NEmbd
+	r.recAttnCore(cmd, l, w, x)
+	if w.wo == nil {
+		cmd.Fill(out, 0, uint64(4*n*E), 0)
+		return
+	}
+	w.wo.MatVec(cmd, Vec{B: r.att, Stride: r.qd}, n, Vec{B: out, Stride: E})
+}
+
+// recAttnCore records the attention half up to its output projection: the
+// member's heads' attention in r.att.
+func (r *Range) recAttnCore(cmd *vk.Cmd, l int, w *layerW, x *vk.Buf) {
 	m, n, E := r.sp, r.n, r.sp.NEmbd
 	r.norm(cmd, x, n, E, w.attnNorm, r.xn)
 	if r.nh > 0 {
@@ -97,11 +111,6 @@ func (r *Range) recAttention(cmd *vk.Cmd, l int, w *layerW, x, out *vk.Buf) {
 				uint32(r.ld.KV.BlockSize), uint32(r.qd), uint32(n), math.Float32bits(float32(1 / math.Sqrt(float64(D))))},
 			vk.Whole(r.q), vk.Whole(kc), vk.Whole(vc), vk.Whole(r.tok), vk.Whole(r.tab), vk.Whole(r.att))
 	}
-	if w.wo == nil {
-		cmd.Fill(out, 0, uint64(4*n*E), 0)
-		return
-	}
-	w.wo.MatVec(cmd, Vec{B: r.att, Stride: r.qd}, n, Vec{B: out, Stride: E})
 }
 
 // recFFN records the dense FFN half on x into out.
@@ -117,10 +126,57 @@ func (r *Range) recFFN(cmd *vk.Cmd, w *layerW, x, out *vk.Buf) {
 
 // swiglu records out = down(silu(gate·x) · up·x) for n vectors.
 func (r *Range) swiglu(cmd *vk.Cmd, gate, up, down *Matrix, x Vec, n int, out Vec) {
+	r.swigluIn(cmd, gate, up, x, n)
+	down.MatVec(cmd, Vec{B: r.gb, Stride: gate.Rows}, n, out)
+}
+
+// swigluIn records r.gb = silu(gate·x) · up·x for n vectors ([n][gate.Rows]).
+func (r *Range) swigluIn(cmd *vk.Cmd, gate, up *Matrix, x Vec, n int) {
 	F := gate.Rows
 	gate.MatVec(cmd, x, n, Vec{B: r.gb, Stride: F})
 	up.MatVec(cmd, x, n, Vec{B: r.ub, Stride: F})
 	gx, gy := groups2((n*F + 63) / 64)
 	cmd.Dispatch(r.kernels.silu, gx, gy, 1, []uint32{uint32(n * F)}, vk.Whole(r.gb), vk.Whole(r.ub))
-	down.MatVec(cmd, Vec{B: r.gb, Stride: F}, n, out)
+}
+
+// gathered finishes a half whose projection holds whole output rows: the
+// members' inputs (in: this member's columns, [n][cols[rank]]) are
+// all-gathered, this member's rows of w computed on the device, and the
+// members' rows all-gathered into out, complete.
+func (r *Range) gathered(w *Matrix, in []float32, cols []int, out []float32) error {
+	coll, n := r.ld.Coll, r.n
+	if coll == nil || len(cols) != coll.Size() || len(r.group.OutRows) != coll.Size() {
+		return fmt.Errorf("vulkan: a gathered half without its group's widths")
+	}
+	total := 0
+	for _, c := range cols {
+		total += c
+	}
+	r.gfull = grow(r.gfull, n*total)
+	if err := cpu.GatherRows(coll, in, n, cols, r.gfull, &r.gbuf); err != nil {
+		return err
+	}
+	rows := r.group.OutRows[coll.Rank()]
+	r.gpart = grow(r.gpart, n*rows)
+	if w == nil {
+		clear(r.gpart)
+	} else {
+		if w.Rows != rows || w.Cols != total {
+			return fmt.Errorf("vulkan: a gathered projection of %d×%d for %d rows of %d columns", w.Rows, w.Cols, rows, total)
+		}
+		if err := r.ensure(&r.gx, 4*n*total); err != nil {
+			return err
+		}
+		if err := r.ensure(&r.gy, 4*n*max(rows, 1)); err != nil {
+			return err
+		}
+		err := r.run(r.gfull, r.gx, func(cmd *vk.Cmd) error {
+			w.MatVec(cmd, Vec{B: r.gx, Stride: total}, n, Vec{B: r.gy, Stride: rows})
+			return nil
+		}, r.gy, r.gpart)
+		if err != nil {
+			return err
+		}
+	}
+	return cpu.GatherRows(coll, r.gpart, n, r.group.OutRows, out, &r.gbuf)
 }
