@@ -8,6 +8,7 @@ import (
 	"shoal/engine/device/split"
 	"shoal/engine/device/vulkan"
 	"shoal/engine/enginetest"
+	"shoal/engine/kernels"
 	"shoal/engine/model"
 )
 
@@ -90,4 +91,50 @@ func TestOracleVulkanGroups(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestVulkanFit gives the GPU room for only some of a model's layers: the
+// runner puts those on the device and the rest on the CPU, and the logits
+// still match llama.cpp's; with room for none, all run on the CPU.
+func TestVulkanFit(t *testing.T) {
+	g := enginetest.VulkanOrSkip(t)
+	for _, c := range enginetest.OracleCases(t) {
+		if c.Name != "llama-q8_0" {
+			continue
+		}
+		m := enginetest.OpenPath(t, c.Model)
+		base := g.Allocated()
+		for _, room := range []uint64{64<<20 + 2*layerBytes(m), 1} {
+			fit := vulkan.Fit{GPU: g, Rest: cpu.Device{}, Budget: base + room}
+			r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 128, Device: fit})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, isSplit := r.Device().(*split.Range)
+			_, onCPU := r.Device().(*cpu.Range)
+			if room > 1 && !isSplit || room == 1 && !onCPU {
+				t.Errorf("room for %d MiB: the range is a %T", room>>20, r.Device())
+			}
+			got, err := r.Prompt(0, c.Tokens, nil)
+			r.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			mt := enginetest.Compare(c.Logits, got, c.NVocab)
+			t.Logf("ORACLE fit in %d MiB (%T) %s", room>>20, r.Device(), mt)
+			if err := mt.Check(false); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+}
+
+// layerBytes is the weights and KV rows (128 tokens) of one layer of m.
+func layerBytes(m *model.Model) uint64 {
+	ly := &m.W.Layers[0]
+	var b uint64
+	for _, x := range []*kernels.Matrix{ly.Wq, ly.Wk, ly.Wv, ly.Wo, ly.Gate, ly.Up, ly.Down} {
+		b += uint64(x.Rows * x.RowSize)
+	}
+	return b + 4*128*uint64(m.NHeadKV*m.HeadDim)
 }

@@ -39,6 +39,9 @@ func Open(index int) (*GPU, error) {
 	return &GPU{ctx: c, maxBinding: min(c.GPU.MaxStorageBuffer, 1<<30), kernels: map[string]*vk.Kernel{}}, nil
 }
 
+// Allocated is the device memory the GPU's buffers hold, in bytes.
+func (g *GPU) Allocated() uint64 { return g.ctx.Allocated() }
+
 // Info is what the driver reports of the device.
 func (g *GPU) Info() vk.GPU { return g.ctx.GPU }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -23,7 +24,12 @@ type Context struct {
 	dpools []DescriptorPool
 	dnext  int
 	cmd    CommandBuffer
+	// allocated is the bytes of device memory the context's buffers hold.
+	allocated atomic.Int64
 }
+
+// Allocated is the device memory the context's buffers hold, in bytes.
+func (c *Context) Allocated() uint64 { return uint64(c.allocated.Load()) }
 
 // Open creates a context on device index of GPUs().
 func Open(index int) (*Context, error) {
@@ -143,6 +149,7 @@ type Buf struct {
 	buf    Buffer
 	mem    DeviceMemory
 	Size   uint64
+	alloc  uint64
 	mapped unsafe.Pointer
 }
 
@@ -178,6 +185,8 @@ func (c *Context) NewBuffer(size uint64, host bool) (*Buf, error) {
 		}
 		return nil, check(r, "vkAllocateMemory")
 	}
+	b.alloc = req.size
+	c.allocated.Add(int64(b.alloc))
 	if err := check(f.bindBufferMemory(c.dev, b.buf, b.mem, 0), "vkBindBufferMemory"); err != nil {
 		b.Free()
 		return nil, err
@@ -203,7 +212,8 @@ func (b *Buf) Free() {
 	}
 	f.destroyBuffer(d, b.buf, nil)
 	f.freeMemory(d, b.mem, nil)
-	b.buf = 0
+	b.c.allocated.Add(-int64(b.alloc))
+	b.buf, b.alloc = 0, 0
 }
 
 // Mapped is the buffer's memory as bytes, or nil when it is not mapped.
