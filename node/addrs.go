@@ -50,3 +50,7 @@ func (a *Agent) localAddr(port int) string {
 	}
 	return net.JoinHostPort(host, strconv.Itoa(port))
 }
+
+// Device says what runs this node's layers (--device) and, on the CPU
+// under auto, why no GPU does.
+func (a *Agent) Device() string { return a.devLine }

@@ -22,6 +22,8 @@ import (
 	"shoal/catalog"
 	"shoal/coordinator"
 	"shoal/disagg"
+	"shoal/engine/device"
+	"shoal/engine/device/vulkan"
 	"shoal/gateway"
 	"shoal/node/fingerprint"
 	"shoal/node/identity"
@@ -43,6 +45,8 @@ type Agent struct {
 	gossipKey       []byte
 	bootstrapSecret string
 	caps            coordinator.Capabilities
+	dev             device.Device   // runs this node's layers (--device)
+	devLine         string          // what --device chose, and why
 	meta            membership.Meta // what this agent gossips, and answers Node.Hello with
 
 	ep     *transport.Endpoint
@@ -120,6 +124,10 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	if err := a.setupIdentity(ctx); err != nil {
 		return nil, err
 	}
+	if a.dev, a.devLine, err = vulkan.Choose(cfg.Device); err != nil {
+		return nil, fmt.Errorf("--device: %w", err)
+	}
+	a.log.Info("device", zap.String("device", a.devLine))
 	m := fingerprint.Probe(cfg.DataDir, cfg.Version, cfg.Tuning.ProbeDuration.Or(300*time.Millisecond))
 	a.caps = coordinator.Capabilities{MemTotal: m.MemTotal, MemFree: m.MemFree, Cores: m.Cores, GFLOPS: m.GFLOPS, MemGBps: m.MemGBps,
 		Accel: m.Accel, Serves: cfg.Serves}

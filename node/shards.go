@@ -41,7 +41,7 @@ func (a *Agent) startServing() {
 	host.SetKVLink(a.kvLink)
 	a.par = parallel.NewReconciler(parallel.ReconcilerConfig{
 		Host: host, Node: a.id, Shards: a.shards, Publisher: a.pub,
-		Threads: a.cfg.Threads, StepTimeout: a.cfg.Tuning.DistStep.Or(parallel.DefaultStepTimeout), Log: a.log,
+		Threads: a.cfg.Threads, StepTimeout: a.cfg.Tuning.DistStep.Or(parallel.DefaultStepTimeout), Log: a.log, Device: a.dev,
 	})
 	a.admin.runner = clusterRuns{par: a.par, driver: a.cfg.Name}
 }

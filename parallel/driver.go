@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"shoal/engine/device"
 	"shoal/engine/gguf"
 	"shoal/engine/model"
 	"shoal/placement"
@@ -97,7 +98,7 @@ func (r *Reconciler) startDriver(pm *PlannedModel) (*driver, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := d.startLocal(mdl, r.threads(pm)); err != nil {
+		if err := d.startLocal(mdl, r.threads(pm), r.cfg.Device); err != nil {
 			return nil, err
 		}
 	} else if err := r.startSession(d); err != nil {
@@ -280,12 +281,12 @@ func (r *Reconciler) shardModel(s shard.Ready) (*model.Model, error) {
 }
 
 // startLocal runs d's model on a local runner over the node's shard.
-func (d *driver) startLocal(mdl *model.Model, threads int) error {
+func (d *driver) startLocal(mdl *model.Model, threads int, dev device.Device) error {
 	if st := d.plan.Pools[0].Stages[0]; st.Hi != mdl.NLayer {
 		return fmt.Errorf("parallel: a one-node plan of layers [%d,%d) of a %d-layer model", st.Lo, st.Hi, mdl.NLayer)
 	}
 	var err error
-	d.runner, err = model.NewRunner(mdl, model.Options{Threads: threads, CacheTokens: d.ctx})
+	d.runner, err = model.NewRunner(mdl, model.Options{Threads: threads, CacheTokens: d.ctx, Device: dev})
 	return err
 }
 

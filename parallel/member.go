@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"shoal/engine/device"
 	"shoal/engine/kv"
 	"shoal/engine/model"
 	"shoal/engine/sample"
@@ -39,6 +40,8 @@ type MemberConfig struct {
 	Threads     int
 	CacheTokens int
 	BlockSize   int
+	// Device runs the member's layers (the CPU if nil).
+	Device device.Device
 }
 
 // Member is the runtime of one member of a plan: for every session a
@@ -318,7 +321,7 @@ func (m *Member) open(peer transport.Peer, req *openReq) (*openResp, error) {
 	}
 	cfg := &m.cfg
 	r, err := model.NewRunner(cfg.Model, model.Options{Threads: cfg.Threads, Lo: st.Lo, Hi: st.Hi,
-		CacheTokens: cfg.CacheTokens, BlockSize: cfg.BlockSize, Slice: cfg.Spec.Slice(&cfg.Model.Config), Collective: coll})
+		CacheTokens: cfg.CacheTokens, BlockSize: cfg.BlockSize, Slice: cfg.Spec.Slice(&cfg.Model.Config), Collective: coll, Device: cfg.Device})
 	if err != nil {
 		if s.coll != nil {
 			s.coll.close()

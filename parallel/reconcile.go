@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"shoal/engine/device"
 	"shoal/engine/gguf"
 	"shoal/engine/kv"
 	"shoal/engine/model"
@@ -153,6 +154,8 @@ type ReconcilerConfig struct {
 	// 0).
 	Threads     int
 	StepTimeout time.Duration
+	// Device runs this node's members and drivers (the CPU if nil).
+	Device device.Device
 	// ReplayWait bounds how long a failed step of a model driven here
 	// waits for a new session (its members answering again, or a new
 	// plan) to replay its running sequences on (DefaultReplayWait if 0,
@@ -397,7 +400,7 @@ func (r *Reconciler) reconcileMembers(planned map[string]*PlannedModel) {
 				continue
 			}
 			m, err := r.cfg.Host.AddMember(MemberConfig{Plan: pm.Plan, Pool: pool, Node: r.cfg.Node, Addrs: pm.Addrs, Spec: s.Spec,
-				Model: mdl, Threads: r.threads(pm), CacheTokens: poolCacheTokens(&pm.Plan, pool)})
+				Model: mdl, Threads: r.threads(pm), CacheTokens: poolCacheTokens(&pm.Plan, pool), Device: r.cfg.Device})
 			if err != nil {
 				r.log.Warn("shard cannot join its plan", zap.String("model", s.Model), zap.Uint64("version", s.Version), zap.String("pool", pool), zap.Error(err))
 				continue

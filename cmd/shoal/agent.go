@@ -146,8 +146,8 @@ launchd job, a container image, compose and Kubernetes files.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "shoal agent %s (%s) running: id %s, quic %s, gossip %s, api %s\n",
-				final.Name, roleName(final.Server), a.ID(), a.RPCAddr(), a.GossipAddr(), a.HTTPURL())
+			fmt.Fprintf(cmd.ErrOrStderr(), "shoal agent %s (%s) running: id %s, quic %s, gossip %s, api %s\ndevice: %s\n",
+				final.Name, roleName(final.Server), a.ID(), a.RPCAddr(), a.GossipAddr(), a.HTTPURL(), a.Device())
 			if a.HTTPS() && final.TLSCert == "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "HTTPS with the cluster's CA: clients trust %s (e.g. SHOAL_CACERT=%s, curl --cacert)\n",
 					node.HTTPSCAPath(final.DataDir), node.HTTPSCAPath(final.DataDir))
@@ -191,6 +191,7 @@ launchd job, a container image, compose and Kubernetes files.`,
 	f.StringVar(&cfg.Serves, "role", "", "pin this node to a pool of disaggregated plans: prefill (computes prompts, streams their KV cache to decode nodes), decode, or both (default both; see 'shoal model load --disagg')")
 	f.DurationVar((*time.Duration)(&cfg.DrainTimeout), "drain-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, how long requests in flight may run before the agent leaves anyway (new ones are refused from the signal on); a second signal stops at once")
 	f.StringVar(&cfg.NetTelemetry, "net-telemetry", node.NetTelemetryAuto, "where per-peer traffic counts (metrics, the planner's live link view) come from: auto (eBPF classifiers on the interfaces the cluster uses, where they load: Linux as root or with CAP_BPF and CAP_NET_ADMIN; else QUIC's own counts), ebpf (or refuse to start), quic")
+	f.StringVar(&cfg.Device, "device", "auto", deviceHelp)
 	f.BoolVar(&cfg.MetricsPublic, "metrics-public", false, "serve /metrics without an API key (for a scraper that sends none): it names every model and peer address, so by default it takes a read or admin key (Authorization: Bearer; Prometheus: authorization.credentials)")
 	f.BoolVar(&insecureHTTP, "insecure-http", false, "serve the API over plain HTTP even on a network address (keys and prompts cross in clear)")
 	return cmd
@@ -245,6 +246,7 @@ func mergeAgentFlags(fs *pflag.FlagSet, flags, out *node.Config) error {
 		{"role", str(&out.Serves), func() { out.Serves = flags.Serves }},
 		{"tls-key", str(&out.TLSKey), func() { out.TLSKey = flags.TLSKey }},
 		{"net-telemetry", str(&out.NetTelemetry), func() { out.NetTelemetry = flags.NetTelemetry }},
+		{"device", str(&out.Device), func() { out.Device = flags.Device }},
 		{"drain-timeout", func(s string) error {
 			v, err := time.ParseDuration(s)
 			if err != nil || v < 0 {
@@ -370,3 +372,6 @@ func flagsFromEnv(cmd *cobra.Command) error {
 	cmd.InheritedFlags().VisitAll(visit)
 	return err
 }
+
+// deviceHelp is the --device flag's text (agent, run, logits, bench).
+const deviceHelp = `what runs this machine's layers: auto (the first Vulkan GPU; the CPU when there is none, saying why), cpu, vulkan or vulkan:N (that Vulkan device, lavapipe included; an error if it cannot run). Layers that do not fit in the GPU's memory run on the CPU`

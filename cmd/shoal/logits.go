@@ -20,6 +20,7 @@ func logitsCmd() *cobra.Command {
 		path, tokens, out string
 		threads           int
 		cluster, key      string
+		devSpec           string
 	)
 	cmd := &cobra.Command{
 		Use:   "logits --model FILE --tokens 1,2,3 --out FILE",
@@ -70,7 +71,11 @@ that drives it (ADDR may be any agent's admin API); the output is the same.
 					return err
 				}
 				defer m.Close()
-				r, err := model.NewRunner(m, model.Options{Threads: threads, CacheTokens: len(ids)})
+				dev, err := chooseDevice(cmd, devSpec)
+				if err != nil {
+					return err
+				}
+				r, err := model.NewRunner(m, model.Options{Threads: threads, CacheTokens: len(ids), Device: dev})
 				if err != nil {
 					return err
 				}
@@ -108,5 +113,6 @@ that drives it (ADDR may be any agent's admin API); the output is the same.
 	f.StringVar(&tokens, "tokens", "", "comma-separated token ids (required)")
 	f.StringVarP(&out, "out", "o", "", "output file (required)")
 	f.IntVarP(&threads, "threads", "t", 0, "worker threads (0 = all cores)")
+	f.StringVar(&devSpec, "device", "auto", deviceHelp)
 	return cmd
 }

@@ -23,6 +23,7 @@ func runCmd() *cobra.Command {
 		ctxLen  int
 		special bool
 		stats   bool
+		devSpec string
 	)
 	sp := sample.DefaultParams()
 	cmd := &cobra.Command{
@@ -48,7 +49,11 @@ to stdout. Timing goes to stderr.
 			if ctxLen <= 0 {
 				ctxLen = min(m.NCtx, 4096)
 			}
-			r, err := model.NewRunner(m, model.Options{Threads: threads, CacheTokens: ctxLen})
+			dev, err := chooseDevice(cmd, devSpec)
+			if err != nil {
+				return err
+			}
+			r, err := model.NewRunner(m, model.Options{Threads: threads, CacheTokens: ctxLen, Device: dev})
 			if err != nil {
 				return err
 			}
@@ -80,6 +85,7 @@ to stdout. Timing goes to stderr.
 	f.StringVarP(&prompt, "prompt", "p", "", "prompt text")
 	f.IntVarP(&n, "n", "n", 128, "tokens to generate (0 = until end of text or context)")
 	f.IntVarP(&threads, "threads", "t", 0, "worker threads (0 = all cores)")
+	f.StringVar(&devSpec, "device", "auto", deviceHelp)
 	f.IntVarP(&ctxLen, "ctx", "c", 0, "context length in tokens (0 = the model's, at most 4096)")
 	f.BoolVar(&special, "special", false, "parse special-token text in the prompt (e.g. <|im_start|>)")
 	f.BoolVar(&stats, "stats", true, "print timing to stderr")

@@ -46,6 +46,10 @@ type Config struct {
 	// Threads is the worker threads of each shard this node runs for a
 	// model spread over the cluster (0: all cores).
 	Threads int `json:"threads"`
+	// Device runs this node's layers: "auto" ("" too: the first Vulkan
+	// GPU, else the CPU), "cpu", "vulkan" or "vulkan:N" (shoal agent
+	// --device).
+	Device string `json:"device"`
 	// DrainTimeout bounds how long shoal agent lets requests in flight
 	// finish after SIGTERM before it leaves (--drain-timeout).
 	DrainTimeout Duration `json:"drain_timeout"`
