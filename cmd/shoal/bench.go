@@ -17,6 +17,7 @@ import (
 
 	"shoal/api"
 	"shoal/engine/bench"
+	"shoal/engine/device/vulkan"
 	"shoal/engine/kernels"
 	"shoal/engine/model"
 )
@@ -30,6 +31,7 @@ func benchCmd() *cobra.Command {
 		asJSON          bool
 		cpuProfile      string
 		cluster, key    string
+		devSpec         string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench --model FILE [-t 1,2] [-p 64,512] [-n 64] [-r 3]",
@@ -97,9 +99,28 @@ measured ms/token beside the planner's predicted ms/token.
 			size, bpt := bench.ModelBytes(m), bench.BytesPerToken(m)
 			w := cmd.OutOrStdout()
 			name := filepath.Base(path)
+			dev, devLine, err := vulkan.Choose(devSpec)
+			if err != nil {
+				return err
+			}
+			o.Device = dev
+			var gpu map[string]any
+			if f, ok := dev.(vulkan.Fit); ok {
+				gbps, err := f.GPU.MeasureGBps(time.Second)
+				if err != nil {
+					return err
+				}
+				sub, err := f.GPU.SubmitOverhead(50)
+				if err != nil {
+					return err
+				}
+				o.Bandwidth = func() float64 { return gbps * 1e9 }
+				devLine = fmt.Sprintf("%s: %.1f GB/s measured (decode mat-vec), %.0f µs per submit and fence", devLine, gbps, float64(sub.Microseconds()))
+				gpu = map[string]any{"name": f.GPU.Info().Name, "type": f.GPU.Info().TypeName(), "memory": f.GPU.Info().Memory, "gb_s": gbps, "submit_us": sub.Microseconds()}
+			}
 			if !asJSON {
-				fmt.Fprintf(w, "model: %s (%s, %d layers, %.2f MiB, %d bytes read per token)\ncpu: %s (%d logical cores), kernels: %s\n\n",
-					name, m.Arch.Name, m.NLayer, float64(size)/(1<<20), bpt, bench.CPUName(), runtime.NumCPU(), kernels.Path())
+				fmt.Fprintf(w, "model: %s (%s, %d layers, %.2f MiB, %d bytes read per token)\ncpu: %s (%d logical cores), kernels: %s\ndevice: %s\n\n",
+					name, m.Arch.Name, m.NLayer, float64(size)/(1<<20), bpt, bench.CPUName(), runtime.NumCPU(), kernels.Path(), devLine)
 				fmt.Fprintln(w, "| threads | test          |            t/s | bandwidth GB/s | roofline |")
 				fmt.Fprintln(w, "| ------: | ------------- | -------------: | -------------: | -------: |")
 			}
@@ -122,6 +143,7 @@ measured ms/token beside the planner's predicted ms/token.
 				return enc.Encode(map[string]any{
 					"model": name, "arch": m.Arch.Name, "model_bytes": size, "bytes_per_token": bpt,
 					"kernels": kernels.Path(), "cpu": bench.CPUName(), "cores": runtime.NumCPU(), "results": results,
+					"device": devLine, "gpu": gpu,
 				})
 			}
 			return nil
@@ -132,6 +154,7 @@ measured ms/token beside the planner's predicted ms/token.
 	f.StringVar(&cluster, "cluster", "", "benchmark a model loaded on the cluster: an agent's admin API address")
 	f.StringVar(&key, "token", "", "API key for --cluster (default $SHOAL_TOKEN)")
 	f.StringVarP(&threads, "threads", "t", "2", "comma-separated thread counts")
+	f.StringVar(&devSpec, "device", "cpu", deviceHelp+" (bench's default is cpu; with a GPU the roofline is its measured bandwidth)")
 	f.StringVarP(&pp, "n-prompt", "p", "512", "comma-separated prompt sizes (0 = none)")
 	f.StringVarP(&tg, "n-gen", "n", "128", "comma-separated generation lengths (0 = none)")
 	f.IntVarP(&reps, "reps", "r", 3, "measured runs per row")

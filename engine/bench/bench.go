@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"shoal/engine/device"
 	"shoal/engine/kv"
 	"shoal/engine/model"
 )
@@ -23,6 +24,11 @@ type Options struct {
 	Depth int
 	// BandwidthMB is the triad array size (MB per array); 0 = 256.
 	BandwidthMB int
+	// Device runs the layers (the CPU if nil); Bandwidth, when set, is the
+	// roofline's bandwidth in bytes per second in place of the CPU triad
+	// (a GPU's measured rate).
+	Device    device.Device
+	Bandwidth func() float64
 }
 
 // Result is one row: a test at a thread count.
@@ -117,7 +123,7 @@ func Run(m *model.Model, o Options, report func(Result)) ([]Result, error) {
 	bpt := float64(BytesPerToken(m))
 	var out []Result
 	for _, th := range o.Threads {
-		r, err := model.NewRunner(m, model.Options{Threads: th, CacheTokens: maxCtx})
+		r, err := model.NewRunner(m, model.Options{Threads: th, CacheTokens: maxCtx, Device: o.Device})
 		if err != nil {
 			return nil, err
 		}
@@ -155,7 +161,12 @@ func Run(m *model.Model, o Options, report func(Result)) ([]Result, error) {
 			}
 		}
 		for _, g := range o.Gen {
-			bw := MemBandwidth(th, o.BandwidthMB, 5)
+			var bw float64
+			if o.Bandwidth != nil {
+				bw = o.Bandwidth()
+			} else {
+				bw = MemBandwidth(th, o.BandwidthMB, 5)
+			}
 			run := func() (float64, error) {
 				if err := start(); err != nil {
 					return 0, err

@@ -29,7 +29,7 @@ type GPU struct {
 }
 
 // TypeName names a device type.
-func (g *GPU) TypeName() string {
+func (g GPU) TypeName() string {
 	switch g.Type {
 	case DeviceDiscrete:
 		return "discrete"
