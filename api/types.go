@@ -52,7 +52,13 @@ type Capabilities struct {
 	GFLOPS   float64 `json:"gflops"`   // float32 matmul, all cores
 	MemGBps  float64 `json:"mem_gbps"` // memory copy bandwidth
 	Accel    string  `json:"accel,omitempty"`
-	Serves   string  `json:"serves,omitempty"` // pinned pool: prefill, decode, or empty for either
+	// The GPU --device chose: its name, the memory layers may take on it,
+	// its measured decode rate, and whether that memory is the host's.
+	GPU       string  `json:"gpu,omitempty"`
+	GPUMem    uint64  `json:"gpu_mem,omitempty"`
+	GPUGBps   float64 `json:"gpu_gbps,omitempty"`
+	GPUShared bool    `json:"gpu_shared,omitempty"`
+	Serves    string  `json:"serves,omitempty"` // pinned pool: prefill, decode, or empty for either
 }
 
 // Schedulable reports whether new placements may use the node.
@@ -322,11 +328,12 @@ type PlacementMember struct {
 	FFNLo     int     `json:"ffn_lo"`
 	FFNHi     int     `json:"ffn_hi"`
 	Experts   []int   `json:"experts,omitempty"`
-	Embedding bool    `json:"embedding,omitempty"` // holds the token embedding
-	Output    bool    `json:"output,omitempty"`    // holds the output head, computes logits
-	MemBytes  uint64  `json:"mem_bytes"`           // predicted: weights + KV + overhead
-	KVBytes   uint64  `json:"kv_bytes"`            // of MemBytes, the KV cache reserved
-	Ms        float64 `json:"ms"`                  // predicted time of one decode step
+	Embedding bool    `json:"embedding,omitempty"`  // holds the token embedding
+	Output    bool    `json:"output,omitempty"`     // holds the output head, computes logits
+	MemBytes  uint64  `json:"mem_bytes"`            // predicted: weights + KV + overhead
+	KVBytes   uint64  `json:"kv_bytes"`             // of MemBytes, the KV cache reserved
+	Ms        float64 `json:"ms"`                   // predicted time of one decode step
+	GPULayers int     `json:"gpu_layers,omitempty"` // of the member's layers, how many, from its first, run on its node's GPU
 	NodeName  string  `json:"node_name"`
 }
 

@@ -308,6 +308,7 @@ func PlacementNodes(st *State, except string) []placement.Node {
 		out = append(out, placement.Node{
 			ID: n.ID, Name: n.Name, Status: placement.Status(n.Status), Draining: n.Draining,
 			MemFree: free, GFLOPS: n.Caps.GFLOPS, MemGBps: n.Caps.MemGBps, Serves: n.Caps.Serves,
+			GPUMem: n.Caps.GPUMem, GPUGBps: n.Caps.GPUGBps, GPUShared: n.Caps.GPUShared,
 		})
 	}
 	return out

@@ -33,6 +33,14 @@ type Capabilities struct {
 	GFLOPS   float64 `json:"gflops"`   // float32 matmul, all cores
 	MemGBps  float64 `json:"mem_gbps"` // memory copy bandwidth
 	Accel    string  `json:"accel,omitempty"`
+	// GPU is the GPU --device chose (its name; "" on the CPU), the memory
+	// layers may take on it, its decode mat-vec rate measured at start,
+	// and whether that memory is the host's (an integrated GPU, or a
+	// Vulkan driver on the CPU such as lavapipe).
+	GPU       string  `json:"gpu,omitempty"`
+	GPUMem    uint64  `json:"gpu_mem,omitempty"`
+	GPUGBps   float64 `json:"gpu_gbps,omitempty"`
+	GPUShared bool    `json:"gpu_shared,omitempty"`
 	// Serves is the pool the operator pinned the node to (shoal agent
 	// --role): placement.ServesPrefill, ServesDecode, or "" for either.
 	Serves string `json:"serves,omitempty"`

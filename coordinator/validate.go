@@ -310,6 +310,9 @@ func (r *RegisterNodeRequest) Validate() error {
 		checkFloat("node.caps.gflops", c.GFLOPS, MaxGFLOPS),
 		checkFloat("node.caps.mem_gbps", c.MemGBps, MaxGBps),
 		checkText("node.caps.accel", c.Accel, MaxShortLen),
+		checkText("node.caps.gpu", c.GPU, MaxShortLen),
+		checkBytes("node.caps.gpu_mem", c.GPUMem),
+		checkFloat("node.caps.gpu_gbps", c.GPUGBps, MaxGBps),
 		checkOneOf("node.caps.serves", c.Serves, "", placement.ServesPrefill, placement.ServesDecode),
 	)
 }

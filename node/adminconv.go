@@ -10,7 +10,8 @@ import (
 // state into them.
 
 func apiCaps(c coordinator.Capabilities) api.Capabilities {
-	return api.Capabilities{MemTotal: c.MemTotal, MemFree: c.MemFree, Cores: c.Cores, GFLOPS: c.GFLOPS, MemGBps: c.MemGBps, Accel: c.Accel, Serves: c.Serves}
+	return api.Capabilities{MemTotal: c.MemTotal, MemFree: c.MemFree, Cores: c.Cores, GFLOPS: c.GFLOPS, MemGBps: c.MemGBps, Accel: c.Accel, Serves: c.Serves,
+		GPU: c.GPU, GPUMem: c.GPUMem, GPUGBps: c.GPUGBps, GPUShared: c.GPUShared}
 }
 
 func apiNode(n *coordinator.Node) *api.Node {
@@ -52,5 +53,6 @@ func apiPlacementMember(m placement.Member, name string) api.PlacementMember {
 	return api.PlacementMember{
 		Node: m.Node, TPRank: m.TPRank, TPSize: m.TPSize, HeadLo: m.HeadLo, HeadHi: m.HeadHi, FFNLo: m.FFNLo, FFNHi: m.FFNHi,
 		Experts: m.Experts, Embedding: m.Embedding, Output: m.Output, MemBytes: m.MemBytes, KVBytes: m.KVBytes, Ms: m.Ms, NodeName: name,
+		GPULayers: m.GPULayers,
 	}
 }

@@ -131,6 +131,9 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	m := fingerprint.Probe(cfg.DataDir, cfg.Version, cfg.Tuning.ProbeDuration.Or(300*time.Millisecond))
 	a.caps = coordinator.Capabilities{MemTotal: m.MemTotal, MemFree: m.MemFree, Cores: m.Cores, GFLOPS: m.GFLOPS, MemGBps: m.MemGBps,
 		Accel: m.Accel, Serves: cfg.Serves}
+	if err := a.gpuCaps(cfg.Tuning.ProbeDuration.Or(300 * time.Millisecond)); err != nil {
+		return nil, err
+	}
 	if l := cfg.MemoryLimit; l > 0 {
 		// Advertise no more than the operator allows models to use.
 		a.caps.MemTotal, a.caps.MemFree = min(a.caps.MemTotal, l), min(a.caps.MemFree, l)
@@ -193,6 +196,7 @@ func (a *Agent) start() error {
 		Name: a.cfg.Name, Role: a.role, Version: a.cfg.Version,
 		QUIC: a.ep.Addr().Port, HTTP: a.httpLn.Addr().(*net.TCPAddr).Port, Expect: a.cfg.BootstrapExpect,
 		Mem: a.caps.MemTotal, Free: a.caps.MemFree, Cores: a.caps.Cores, GFLOPS: a.caps.GFLOPS, GBps: a.caps.MemGBps, Accel: a.caps.Accel, Serves: a.caps.Serves,
+		GPU: a.caps.GPU, GPUMem: a.caps.GPUMem, GPUGBps: a.caps.GPUGBps, GPUShared: a.caps.GPUShared,
 	}
 	if a.net, err = links.StartTraffic(a.cfg.NetTelemetry, a.ep, a.log.Named("net")); err != nil {
 		return fmt.Errorf("--net-telemetry %s: %w", a.cfg.NetTelemetry, err)

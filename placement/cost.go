@@ -39,6 +39,9 @@ func newEnv(p *ModelProfile, nodes []Node, links LinkMatrix, o Options) *env {
 	e.usable = make([]float64, len(nodes))
 	for i, n := range nodes {
 		e.usable[i] = float64(n.MemFree)*(1-o.SafetyMargin) - float64(o.Overhead)
+		if n.GPUMem > 0 && !n.GPUShared {
+			e.usable[i] += float64(n.GPUMem) * (1 - o.SafetyMargin)
+		}
 	}
 	L := p.NLayer
 	for _, s := range []*[]float64{&e.attnB, &e.ffnB, &e.expB, &e.fixB, &e.attnF, &e.ffnF, &e.expF, &e.fixF} {
@@ -120,10 +123,30 @@ func (e *env) extras(embed, out bool) work {
 	return w
 }
 
-// times is the compute and memory time of w on node i, in ms.
+// times is the compute and memory time of w on node i, in ms. On a node
+// with a GPU the share of w's bytes its memory holds is read at the GPU's
+// measured rate (which, measured through the decode kernel, covers its
+// arithmetic too) and the rest on the CPU as elsewhere.
 func (e *env) times(i int, w work) (compute, memory float64) {
 	n := &e.nodes[i]
-	return w.flops / (n.GFLOPS * 1e6), w.read / (n.MemGBps * 1e6)
+	f := e.gpuShare(i, w.mem)
+	compute, memory = (1-f)*w.flops/(n.GFLOPS*1e6), (1-f)*w.read/(n.MemGBps*1e6)
+	if f > 0 {
+		memory += f * w.read / (n.GPUGBps * 1e6)
+	}
+	return compute, memory
+}
+
+// gpuShare is the fraction of mem bytes node i's GPU holds.
+func (e *env) gpuShare(i int, mem float64) float64 {
+	n := &e.nodes[i]
+	if n.GPUMem == 0 || n.GPUGBps <= 0 {
+		return 0
+	}
+	if mem <= float64(n.GPUMem) {
+		return 1
+	}
+	return float64(n.GPUMem) / mem
 }
 
 func (e *env) time(i int, w work) float64 {

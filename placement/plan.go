@@ -718,6 +718,9 @@ func (e *env) allocate(group []int, lo, hi int, first, last bool) (Stage, bool) 
 		mb.MemBytes = uint64(w.mem) + e.o.Overhead
 		mb.KVBytes = uint64(e.kvBytes(lo, hi) * kvShare)
 		mb.Ms = e.time(m, w)
+		if g := e.gpuShare(m, w.mem); g > 0 {
+			mb.GPULayers = min(hi-lo, int(g*float64(hi-lo)+1e-9))
+		}
 		st.Members[r] = mb
 	}
 	return st, true

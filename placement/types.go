@@ -25,6 +25,13 @@ type Node struct {
 	MemFree  uint64  `json:"mem_free"` // bytes the node can give to models
 	GFLOPS   float64 `json:"gflops"`   // measured matmul throughput, all cores
 	MemGBps  float64 `json:"mem_gbps"` // measured memory bandwidth
+	// GPUMem is the memory the node's GPU offers layers (0: no GPU): a
+	// member's layers go there first, the rest stay on the CPU. GPUGBps is
+	// the GPU's measured decode rate; GPUShared says the GPU's memory is
+	// the host's (counted once, in MemFree).
+	GPUMem    uint64  `json:"gpu_mem,omitempty"`
+	GPUGBps   float64 `json:"gpu_gbps,omitempty"`
+	GPUShared bool    `json:"gpu_shared,omitempty"`
 	// Serves is the pool the operator pinned the node to (shoal agent
 	// --role): ServesPrefill, ServesDecode, or "" for either.
 	Serves string `json:"serves,omitempty"`
@@ -235,6 +242,9 @@ type Member struct {
 	MemBytes  uint64  `json:"mem_bytes"`           // predicted: weights + KV + overhead
 	KVBytes   uint64  `json:"kv_bytes,omitempty"`  // of MemBytes, the KV cache for Context x Batch tokens of its layers and heads
 	Ms        float64 `json:"ms"`                  // predicted compute/memory time of one decode step
+	// GPULayers is how many of the member's layers, from its first, its
+	// node's GPU holds (the rest run on the node's CPU).
+	GPULayers int `json:"gpu_layers,omitempty"`
 }
 
 // Cost is a predicted decode step: every sequence of the batch advances

@@ -424,7 +424,7 @@ func printPlacement(w io.Writer, p *api.PlacementInfo) {
 	fmt.Fprintf(w, "predicted %.2f ms/token: compute %.2f, memory %.2f, network %.2f (slowest stage %.2f ms)\n\n",
 		p.Cost.MsPerToken, p.Cost.ComputeMs, p.Cost.MemoryMs, p.Cost.NetworkMs, p.Cost.BottleneckMs)
 	tw := table(w)
-	fmt.Fprintln(tw, "STAGE\tLAYERS\tNODE\tTP\tHEADS\tFFN\tEXPERTS\tHOLDS\tMEMORY\tMS")
+	fmt.Fprintln(tw, "STAGE\tLAYERS\tNODE\tTP\tHEADS\tFFN\tEXPERTS\tHOLDS\tMEMORY\tGPU\tMS")
 	for _, st := range p.Stages {
 		for i, m := range st.Members {
 			stage, layers := "", ""
@@ -449,8 +449,12 @@ func printPlacement(w io.Writer, p *api.PlacementInfo) {
 			if m.FFNHi > m.FFNLo {
 				ffn = fmt.Sprintf("[%d,%d)", m.FFNLo, m.FFNHi)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t[%d,%d)\t%s\t%s\t%s\t%s\t%.2f\n", stage, layers, m.NodeName, m.TPRank, m.TPSize,
-				m.HeadLo, m.HeadHi, ffn, placement.ExpertList(m.Experts), h, mib(m.MemBytes), m.Ms)
+			gpu := "-"
+			if m.GPULayers > 0 {
+				gpu = fmt.Sprintf("%d layers", m.GPULayers)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t[%d,%d)\t%s\t%s\t%s\t%s\t%s\t%.2f\n", stage, layers, m.NodeName, m.TPRank, m.TPSize,
+				m.HeadLo, m.HeadHi, ffn, placement.ExpertList(m.Experts), h, mib(m.MemBytes), gpu, m.Ms)
 		}
 	}
 	tw.Flush()

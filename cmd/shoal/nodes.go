@@ -39,7 +39,7 @@ start (memory, float32 matmul GFLOPS, memory bandwidth).
 		Args: cobra.NoArgs,
 		RunE: show(&f, (*api.Client).Nodes, func(w io.Writer, nodes []*api.Node) error {
 			tw := table(w)
-			fmt.Fprintln(tw, "ID\tNAME\tADDRESS\tROLE\tSTATUS\tMEMORY\tFREE\tCORES\tGFLOPS\tGB/s\tACCEL")
+			fmt.Fprintln(tw, "ID\tNAME\tADDRESS\tROLE\tSTATUS\tMEMORY\tFREE\tCORES\tGFLOPS\tGB/s\tACCEL\tGPU")
 			for _, n := range nodes {
 				st := string(n.Status)
 				if n.Draining {
@@ -49,8 +49,12 @@ start (memory, float32 matmul GFLOPS, memory bandwidth).
 				if accel == "" {
 					accel = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%s\n", short(n.ID), n.Name, n.RPCAddr, n.Role, st,
-					gib(n.Caps.MemTotal), gib(n.Caps.MemFree), n.Caps.Cores, n.Caps.GFLOPS, n.Caps.MemGBps, accel)
+				gpu := "-"
+				if n.Caps.GPU != "" {
+					gpu = fmt.Sprintf("%s (%s, %.1f GB/s)", n.Caps.GPU, gib(n.Caps.GPUMem), n.Caps.GPUGBps)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%s\t%s\n", short(n.ID), n.Name, n.RPCAddr, n.Role, st,
+					gib(n.Caps.MemTotal), gib(n.Caps.MemFree), n.Caps.Cores, n.Caps.GFLOPS, n.Caps.MemGBps, accel, gpu)
 			}
 			return tw.Flush()
 		}),

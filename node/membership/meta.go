@@ -14,19 +14,23 @@ import (
 // Meta is what a node gossips about itself, and answers Node.Hello with;
 // short keys keep it far below memberlist's 512-byte limit.
 type Meta struct {
-	Name    string  `json:"n"`
-	Role    string  `json:"r"`
-	Version string  `json:"v"`
-	QUIC    int     `json:"q"`
-	HTTP    int     `json:"h"`
-	Expect  int     `json:"e,omitempty"`
-	Mem     uint64  `json:"mt"`
-	Free    uint64  `json:"mf"`
-	Cores   int     `json:"c"`
-	GFLOPS  float64 `json:"g"`
-	GBps    float64 `json:"b"`
-	Accel   string  `json:"a,omitempty"`
-	Serves  string  `json:"sv,omitempty"` // the pool the operator pinned the node to
+	Name      string  `json:"n"`
+	Role      string  `json:"r"`
+	Version   string  `json:"v"`
+	QUIC      int     `json:"q"`
+	HTTP      int     `json:"h"`
+	Expect    int     `json:"e,omitempty"`
+	Mem       uint64  `json:"mt"`
+	Free      uint64  `json:"mf"`
+	Cores     int     `json:"c"`
+	GFLOPS    float64 `json:"g"`
+	GBps      float64 `json:"b"`
+	Accel     string  `json:"a,omitempty"`
+	GPU       string  `json:"gn,omitempty"`
+	GPUMem    uint64  `json:"gm,omitempty"`
+	GPUGBps   float64 `json:"gb,omitempty"`
+	GPUShared bool    `json:"gs,omitempty"`
+	Serves    string  `json:"sv,omitempty"` // the pool the operator pinned the node to
 }
 
 // Encode is m as gossiped, refused when over memberlist's limit.
@@ -43,14 +47,16 @@ func (m *Meta) Encode() ([]byte, error) {
 
 // Caps are the capacities m advertises.
 func (m *Meta) Caps() coordinator.Capabilities {
-	return coordinator.Capabilities{MemTotal: m.Mem, MemFree: m.Free, Cores: m.Cores, GFLOPS: m.GFLOPS, MemGBps: m.GBps, Accel: m.Accel, Serves: m.Serves}
+	return coordinator.Capabilities{MemTotal: m.Mem, MemFree: m.Free, Cores: m.Cores, GFLOPS: m.GFLOPS, MemGBps: m.GBps, Accel: m.Accel, Serves: m.Serves,
+		GPU: m.GPU, GPUMem: m.GPUMem, GPUGBps: m.GPUGBps, GPUShared: m.GPUShared}
 }
 
 // MetaOf is the metadata gossip gave for member m: what an agent of a
 // version before Node.Hello is taken to have said.
 func MetaOf(m coordinator.Member) Meta {
 	got := Meta{Name: m.Name, Version: m.Version, Expect: m.Expect, Mem: m.Caps.MemTotal, Free: m.Caps.MemFree, Cores: m.Caps.Cores,
-		GFLOPS: m.Caps.GFLOPS, GBps: m.Caps.MemGBps, Accel: m.Caps.Accel, Serves: m.Caps.Serves}
+		GFLOPS: m.Caps.GFLOPS, GBps: m.Caps.MemGBps, Accel: m.Caps.Accel, Serves: m.Caps.Serves,
+		GPU: m.Caps.GPU, GPUMem: m.Caps.GPUMem, GPUGBps: m.Caps.GPUGBps, GPUShared: m.Caps.GPUShared}
 	if _, p, err := net.SplitHostPort(m.HTTPAddr); err == nil {
 		got.HTTP, _ = strconv.Atoi(p)
 	}

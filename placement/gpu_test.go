@@ -1,0 +1,70 @@
+package placement
+
+import (
+	"testing"
+
+	"shoal/engine/quant"
+)
+
+// TestGPUNode: of three nodes with the same CPU, the one whose GPU reads
+// memory 10x faster gets the model's layers, the members there say how many
+// layers its GPU holds, and the predicted step is what the GPU's rate
+// gives; a GPU too small for the node's share splits it, the rest read at
+// the CPU's rate; a discrete GPU's memory adds to what the node can hold.
+func TestGPUNode(t *testing.T) {
+	prof, err := shape{name: "m", layers: 16, embd: 2048, heads: 16, kv: 4, ff: 5632, vocab: 32000, typ: quant.Q4_K, out: quant.Q6_K}.profile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpuNode := func(id string) Node {
+		return Node{ID: id, Status: StatusAlive, MemFree: 4 << 30, GFLOPS: 100, MemGBps: 20}
+	}
+	opts := Options{Context: 512, Batch: 1, Overhead: 64 << 20}
+	gpu := cpuNode("g")
+	gpu.GPUMem, gpu.GPUGBps, gpu.GPUShared = 8<<30, 200, true
+	p, err := Place(prof, []Node{cpuNode("a"), gpu, cpuNode("b")}, LinkMatrix{}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := p.Pools[0].Stages
+	if len(st) != 1 || st[0].Members[0].Node != "g" || st[0].Members[0].GPULayers != prof.NLayer {
+		t.Fatalf("plan %+v: want every layer on g's GPU", st)
+	}
+	onCPU, err := Place(prof, []Node{cpuNode("a")}, LinkMatrix{}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpuMs, gpuMs := onCPU.Cost.MemoryMs, p.Cost.MemoryMs
+	if r := cpuMs / gpuMs; r < 9.5 || r > 10.5 {
+		t.Errorf("memory time %.3f ms on the GPU, %.3f ms on a CPU: ratio %.2f, want 10", gpuMs, cpuMs, r)
+	}
+	if onCPU.Pools[0].Stages[0].Members[0].GPULayers != 0 {
+		t.Error("a CPU node's member claims GPU layers")
+	}
+
+	// A GPU that holds a quarter of the node's share.
+	small := gpu
+	small.GPUMem = st[0].Members[0].MemBytes / 4
+	p, err = Place(prof, []Node{small}, LinkMatrix{}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := p.Pools[0].Stages[0].Members[0]
+	if m.GPULayers < prof.NLayer/4-1 || m.GPULayers > prof.NLayer/4+1 {
+		t.Errorf("a GPU holding a quarter of %d MiB runs %d of %d layers", m.MemBytes>>20, m.GPULayers, prof.NLayer)
+	}
+	if p.Cost.MemoryMs <= gpuMs || p.Cost.MemoryMs >= cpuMs {
+		t.Errorf("memory time %.3f ms with a quarter on the GPU, want between %.3f and %.3f", p.Cost.MemoryMs, gpuMs, cpuMs)
+	}
+
+	// Too little host memory for the model, but a discrete GPU with room.
+	tight := cpuNode("d")
+	tight.MemFree = 256 << 20
+	if _, err := Place(prof, []Node{tight}, LinkMatrix{}, opts); err == nil {
+		t.Fatal("a node with 256 MiB free took the model")
+	}
+	tight.GPUMem, tight.GPUGBps = 8<<30, 200
+	if _, err := Place(prof, []Node{tight}, LinkMatrix{}, opts); err != nil {
+		t.Errorf("a discrete GPU's memory does not count: %v", err)
+	}
+}
