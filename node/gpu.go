@@ -19,9 +19,12 @@ func (a *Agent) gpuCaps(d time.Duration) error {
 		return nil
 	}
 	info := f.GPU.Info()
-	gbps, err := f.GPU.MeasureGBps(d)
-	if err != nil {
-		return fmt.Errorf("measuring %s: %w", info.Name, err)
+	gbps := a.cfg.Tuning.GPUGBps
+	if gbps <= 0 {
+		var err error
+		if gbps, err = f.GPU.MeasureGBps(d); err != nil {
+			return fmt.Errorf("measuring %s: %w", info.Name, err)
+		}
 	}
 	name := info.Name
 	if len(name) > 48 {

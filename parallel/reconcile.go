@@ -409,7 +409,7 @@ func (r *Reconciler) reconcileMembers(planned map[string]*PlannedModel) {
 			r.members[key] = &runMember{version: s.Version, m: m}
 			r.mu.Unlock()
 			r.log.Info("shard serving its plan", zap.String("model", s.Model), zap.Uint64("version", s.Version), zap.String("pool", pool),
-				zap.Int("lo", s.Spec.Lo), zap.Int("hi", s.Spec.Hi), zap.Int("tp_rank", s.Spec.TPRank), zap.Int("tp_size", s.Spec.TPSize))
+				zap.Int("lo", s.Spec.Lo), zap.Int("hi", s.Spec.Hi), zap.Int("tp_rank", s.Spec.TPRank), zap.Int("tp_size", s.Spec.TPSize), zap.String("device", r.deviceName()))
 		}
 	}
 	r.mu.Lock()
@@ -541,3 +541,11 @@ func (r *Reconciler) Routes() []Route {
 // failedStep reports whether err from a step failed the session (a full
 // cache is the scheduler's business, not a failure).
 func failedStep(err error) bool { return err != nil && !errors.Is(err, kv.ErrFull) }
+
+// deviceName names the device the node's members and drivers run on.
+func (r *Reconciler) deviceName() string {
+	if r.cfg.Device == nil {
+		return "cpu"
+	}
+	return r.cfg.Device.Name()
+}

@@ -110,6 +110,10 @@ type Tuning struct {
 	LinkProbe           Duration `json:"link_probe"`           // between link measurements to peers
 	DistStep            Duration `json:"dist_step"`            // bounds a step of a model served across nodes (10s)
 	HTTPBody            Duration `json:"http_body"`            // bounds reading an HTTP request's body (1m)
+	// GPUGBps, when set, is the GPU decode rate the node advertises in
+	// place of measuring it: for test clusters whose nodes differ in speed
+	// by design, not by the host's.
+	GPUGBps float64 `json:"gpu_gbps"`
 }
 
 // Validate reports the first problem in one line.

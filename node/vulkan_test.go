@@ -1,0 +1,97 @@
+package node_test
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"shoal/api"
+	"shoal/engine/enginetest"
+	"shoal/node"
+	"shoal/node/fingerprint"
+	tc "shoal/node/nodetest"
+)
+
+// TestVulkanMembers runs the oracle's models through agents: one with
+// --device vulkan (lavapipe in CI) and two on the CPU. A 2-member
+// tensor-parallel group and a 2-stage pipeline, each of the Vulkan agent
+// and a CPU agent, give logits within the oracle's tolerances; the Vulkan
+// agent gossips its GPU, and its members say how many layers the GPU runs.
+func TestVulkanMembers(t *testing.T) {
+	enginetest.VulkanOrSkip(t)
+	cases := enginetest.OracleCases(t)
+	// The nodes' speeds are set, not measured: the GPU as fast as the CPUs
+	// (lavapipe's own rate would leave it nothing), so that the planner
+	// gives it a real share.
+	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) {
+		cfg.Device = "cpu"
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := fingerprint.Record(cfg.DataDir, "test", 10, 1); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			cfg.Device, cfg.Tuning.GPUGBps = "vulkan", 1
+		}
+	})
+	cl := c.Client(0, "")
+	gpuNode := c.Members[0].Cfg.Name
+	tc.Eventually(t, 30*time.Second, "the GPU gossiped", func() bool {
+		nodes, err := cl.Nodes(ctx(t))
+		if err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if n.Name == gpuNode {
+				return n.Caps.GPU != "" && n.Caps.GPUGBps > 0 && n.Caps.GPUMem > 0
+			}
+		}
+		return false
+	})
+	names := []string{gpuNode, c.Members[1].Cfg.Name}
+	for _, oc := range cases {
+		if oc.Name != "llama-q8_0" && oc.Name != "qwen2-f16" && oc.Name != "moe-q4_0" {
+			continue
+		}
+		for _, strategy := range []string{"tensor", "pipeline"} {
+			t.Run(oc.Name+"/"+strategy, func(t *testing.T) {
+				name := strings.ReplaceAll(oc.Name, "_", "-") + "-" + strategy[:2]
+				if _, err := cl.LoadModel(ctx(t), api.LoadModelRequest{Path: oc.Model, Name: name, Nodes: names, Strategy: strategy, Ctx: 128, Wire: "f32"}); err != nil {
+					t.Fatal(err)
+				}
+				waitModelReady(t, c, name)
+				pl, err := cl.Placement(ctx(t), name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gpuLayers := -1
+				for _, st := range pl.Stages {
+					for _, m := range st.Members {
+						if m.NodeName == gpuNode {
+							gpuLayers = m.GPULayers
+						}
+					}
+				}
+				if gpuLayers <= 0 {
+					t.Errorf("the Vulkan agent's member runs %d layers on its GPU: %+v", gpuLayers, pl.Stages)
+				}
+				var l *api.Logits
+				tc.Eventually(t, 30*time.Second, name+" serving", func() bool {
+					l, err = cl.ClusterLogits(ctx(t), name, oc.Tokens)
+					return err == nil
+				})
+				mt := enginetest.Compare(oc.Logits, l.Data, oc.NVocab)
+				t.Logf("ORACLE agents %s vulkan+cpu %-14s %s (%d layers on the GPU)", strategy, oc.Name, mt, gpuLayers)
+				if err := mt.Check(strings.HasSuffix(oc.Name, "f16") || strings.HasSuffix(oc.Name, "f32")); err != nil {
+					t.Error(err)
+				}
+				if err := cl.UnloadModel(ctx(t), name); err != nil {
+					t.Fatal(fmt.Errorf("unload %s: %w", name, err))
+				}
+			})
+		}
+	}
+}
