@@ -17,6 +17,7 @@ type Matrix struct {
 	RowSize       int
 	parts         []matPart
 	kernel        *vk.Kernel
+	rowsPerGroup  int
 	bytesUploaded uint64
 }
 
@@ -30,11 +31,19 @@ func (g *GPU) Upload(m *kernels.Matrix) (*Matrix, error) {
 	if !Supports(m.Type) {
 		return nil, fmt.Errorf("%s: no %v kernel on the GPU", g.ctx.GPU.Name, m.Type)
 	}
-	k, err := g.kernel(matvecKernel(m.Type), 3, 36, wg)
+	// threads per row: a power of two, each taking at least 8 of the row's
+	// 32-value chunks, up to the workgroup; the workgroup's other threads
+	// take more rows (a workgroup per row of a short row costs more than
+	// its arithmetic: 10x on lavapipe's output head)
+	tpr := 1
+	for tpr < wg && 8*tpr <= (m.Cols+31)/32 {
+		tpr *= 2
+	}
+	k, err := g.kernel(matvecKernel(m.Type), 3, 40, wg)
 	if err != nil {
 		return nil, err
 	}
-	d := &Matrix{Type: m.Type, Rows: m.Rows, Cols: m.Cols, RowSize: m.RowSize, kernel: k}
+	d := &Matrix{Type: m.Type, Rows: m.Rows, Cols: m.Cols, RowSize: m.RowSize, kernel: k, rowsPerGroup: wg / tpr}
 	// rows per buffer: what one binding reaches, less a word of slack for
 	// the kernels' unaligned reads past a block
 	per := int((g.maxBinding - 4) / uint64(m.RowSize))
@@ -91,10 +100,9 @@ func (m *Matrix) MatVec(cmd *vk.Cmd, x Vec, n int, y Vec) {
 		nj := min(8, n-j0)
 		for _, p := range m.parts {
 			rows := p.r1 - p.r0
-			gx := min(rows, 65535)
-			gy := (rows + gx - 1) / gx
+			gx, gy := groups2((rows + m.rowsPerGroup - 1) / m.rowsPerGroup)
 			push := []uint32{uint32(rows), uint32(m.Cols), uint32(nj), uint32(m.RowSize), 0,
-				uint32(x.Off + j0*x.Stride), uint32(x.Stride), uint32(y.Off + j0*y.Stride + p.r0), uint32(y.Stride)}
+				uint32(x.Off + j0*x.Stride), uint32(x.Stride), uint32(y.Off + j0*y.Stride + p.r0), uint32(y.Stride), uint32(wg / m.rowsPerGroup)}
 			cmd.Dispatch(m.kernel, uint32(gx), uint32(gy), 1, push, vk.Whole(p.buf), vk.Whole(x.B), vk.Whole(y.B))
 		}
 	}

@@ -1,9 +1,10 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // y[j][r] = W[r] · x[j] for the rows r of a weight matrix in one GGUF
-// format and up to 8 activation vectors j: one workgroup per row, its
-// threads taking 32-value chunks of the row in turn, the partial sums
-// reduced in shared memory (any subgroup size).
+// format and up to 8 activation vectors j. A workgroup of WG threads
+// computes WG/tpr rows, tpr threads to a row taking its 32-value chunks in
+// turn; the partial sums meet in shared memory after one barrier (any
+// subgroup size), and the row's first thread adds them in order.
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;
@@ -24,48 +25,46 @@ layout(push_constant) uniform Push {
     uint xstride;  // floats between activation vectors
     uint yoff;     // index of row 0's output
     uint ystride;  // floats between output vectors
+    uint tpr;      // threads per row, a power of two dividing WG
 } p;
 
 shared float part[8][WG];
 
 void main() {
-    uint r = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
     uint tid = gl_LocalInvocationID.x;
-    if (r >= p.rows) {
-        return;
-    }
+    uint TPR = p.tpr;
+    uint lane = tid % TPR;
+    uint r = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * (WG / TPR) + tid / TPR;
     float acc[8] = float[8](0., 0., 0., 0., 0., 0., 0., 0.);
-    uint row = p.woff + r * p.rowBytes;
-    uint chunks = (p.cols + 31u) / 32u;
-    float v[32];
-    for (uint c = tid; c < chunks; c += WG) {
-        deq32(row, c, p.cols, v);
-        uint base = 32u * c;
-        uint m = min(32u, p.cols - base);
-        for (uint j = 0u; j < p.n; j++) {
-            uint xb = p.xoff + j * p.xstride + base;
-            float s = 0.0;
-            for (uint i = 0u; i < m; i++) {
-                s += v[i] * x[xb + i];
+    if (r < p.rows) {
+        uint row = p.woff + r * p.rowBytes;
+        uint chunks = (p.cols + 31u) / 32u;
+        float v[32];
+        for (uint c = lane; c < chunks; c += TPR) {
+            deq32(row, c, p.cols, v);
+            uint base = 32u * c;
+            uint m = min(32u, p.cols - base);
+            for (uint j = 0u; j < p.n; j++) {
+                uint xb = p.xoff + j * p.xstride + base;
+                float s = 0.0;
+                for (uint i = 0u; i < m; i++) {
+                    s += v[i] * x[xb + i];
+                }
+                acc[j] += s;
             }
-            acc[j] += s;
         }
     }
     for (uint j = 0u; j < p.n; j++) {
         part[j][tid] = acc[j];
     }
     barrier();
-    for (uint s = WG / 2u; s > 0u; s >>= 1) {
-        if (tid < s) {
-            for (uint j = 0u; j < p.n; j++) {
-                part[j][tid] += part[j][tid + s];
-            }
-        }
-        barrier();
-    }
-    if (tid == 0u) {
+    if (r < p.rows && lane == 0u) {
         for (uint j = 0u; j < p.n; j++) {
-            y[p.yoff + j * p.ystride + r] = part[j][0];
+            float s = 0.0;
+            for (uint k = 0u; k < TPR; k++) {
+                s += part[j][tid + k];
+            }
+            y[p.yoff + j * p.ystride + r] = s;
         }
     }
 }
