@@ -116,8 +116,8 @@ func (r *Range) prepRange(a, z int) {
 			}
 		}
 		cos, sin := s.cos[i*half:(i+1)*half], s.sin[i*half:(i+1)*half]
-		rope(q, r.nh, D, m.RopeDim, m.Rope, cos, sin)
-		rope(k, r.nkv, D, m.RopeDim, m.Rope, cos, sin)
+		Rope(q, r.nh, D, m.RopeDim, m.Rope, cos, sin)
+		Rope(k, r.nkv, D, m.RopeDim, m.Rope, cos, sin)
 		r.store.Put(r.cur-r.ld.Lo, s.blocks[s.tokSeq[i]], int(s.tokPos[i]), k, v)
 	}
 }

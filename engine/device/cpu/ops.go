@@ -57,9 +57,9 @@ func RopeTable(cos, sin []float32, pos int, c *device.Spec) {
 	}
 }
 
-// rope rotates the first ropeDim dimensions of each head in x (nHead heads
+// Rope rotates the first ropeDim dimensions of each head in x (nHead heads
 // of headDim) by the angles in cos/sin.
-func rope(x []float32, nHead, headDim, ropeDim int, mode device.RopeMode, cos, sin []float32) {
+func Rope(x []float32, nHead, headDim, ropeDim int, mode device.RopeMode, cos, sin []float32) {
 	half := ropeDim / 2
 	for h := 0; h < nHead; h++ {
 		v := x[h*headDim : (h+1)*headDim]

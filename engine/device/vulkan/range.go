@@ -78,25 +78,10 @@ func (g *GPU) Load(ld device.Load) (*Range, error) {
 			r.Close()
 		}
 	}()
-	var err error
-	k := &r.kernels
-	for _, kk := range []struct {
-		p          **vk.Kernel
-		name       string
-		nbind, psz int
-		spec       []uint32
-	}{
-		{&k.norm, "rmsnorm", 3, 32, []uint32{wg}},
-		{&k.add, "add", 3, 36, nil},
-		{&k.rope, "rope", 2, 28, nil},
-		{&k.kvstore, "kvstore", 5, 12, nil},
-		{&k.attn, "attn", 6, 36, []uint32{wg}},
-		{&k.silu, "silumul", 2, 4, nil},
-	} {
-		if *kk.p, err = g.kernel(kk.name, kk.nbind, kk.psz, kk.spec...); err != nil {
-			return nil, err
-		}
+	if err := r.loadKernels(); err != nil {
+		return nil, err
 	}
+	var err error
 	var host []float32
 	add := func(x []float32) vec {
 		if x == nil {
@@ -468,4 +453,28 @@ func (r *Range) Logits(x []float32, rows []int, out []float32) error {
 		r.output.MatVec(cmd, Vec{B: r.xn, Stride: E}, n, Vec{B: r.logits, Stride: V})
 		return nil
 	}, r.logits, out[:n*V])
+}
+
+// loadKernels builds (or takes from the GPU's cache) the range's op kernels.
+func (r *Range) loadKernels() error {
+	k := &r.kernels
+	for _, kk := range []struct {
+		p          **vk.Kernel
+		name       string
+		nbind, psz int
+		spec       []uint32
+	}{
+		{&k.norm, "rmsnorm", 3, 32, []uint32{wg}},
+		{&k.add, "add", 3, 36, nil},
+		{&k.rope, "rope", 2, 28, nil},
+		{&k.kvstore, "kvstore", 5, 12, nil},
+		{&k.attn, "attn", 6, 36, []uint32{wg}},
+		{&k.silu, "silumul", 2, 4, nil},
+	} {
+		var err error
+		if *kk.p, err = r.g.kernel(kk.name, kk.nbind, kk.psz, kk.spec...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
