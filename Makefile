@@ -7,7 +7,7 @@ PKGS      := ./...
 SHELL     := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 
-.PHONY: help build test test-race test-short test-integration test-faults soak test-kernels test-arm64 run bench bench-endpoint bench-json bench-cluster bench-disagg lint fuzz cross clean oracle
+.PHONY: help build test test-race test-short test-integration test-faults soak test-kernels test-arm64 run bench bench-endpoint bench-json bench-cluster bench-disagg bench-gpu lint fuzz cross clean oracle
 
 help:
 	@echo "make build   build $(BIN) (CGO_ENABLED=0)"
@@ -22,6 +22,7 @@ help:
 	@echo "make bench-endpoint  one agent on loopback serving a small random model under 1, 4 and 16 streams"
 	@echo "make bench-json  16 streams free vs held to a JSON schema (constrained decoding's cost) on the bench-endpoint model"
 	@echo "make bench-cluster  a model over 1, 2 and 4 emulated devices (netns, tc tbf links, cgroup CPU quotas; root)"
+	@echo "make bench-gpu  shoal bench --device vulkan beside llama.cpp's Vulkan (llama-bench -ngl 99) on the same file and device, interleaved (lavapipe here: a smoke test)"
 	@echo "make bench-disagg  8 decode streams with 1,024-token prompts arriving: one device, colocated, disaggregated, auto (2 emulated devices; root)"
 	@echo "make lint    gofmt, go vet (generators too), go.mod/go.sum tidy, the layout check (layout_test.go)"
 	@echo "make fuzz    short fuzz runs of the parsers"
@@ -146,6 +147,11 @@ bench-cluster: build
 # (BENCH_DISAGG_ENV="QUICK=1": a small model, a few minutes).
 bench-disagg: build
 	env BIN=$(BIN) SHARED=$(SHARED) $(BENCH_DISAGG_ENV) cmd/shoal/scripts/bench-disagg.sh
+
+# shoal's Vulkan backend beside llama.cpp's (llama-bench -ngl 99, from
+# $(SHARED)/tools/llama-oracle) on the same file and device, interleaved.
+bench-gpu: build
+	env BIN=$(BIN) SHARED=$(SHARED) cmd/shoal/scripts/bench-gpu.sh
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./engine/gguf/

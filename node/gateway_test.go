@@ -73,10 +73,20 @@ func TestCompletionViaGateway(t *testing.T) {
 	if text.String() != direct.Choices[0].Text {
 		t.Fatalf("streamed at the front %q, at the driver %q", text.String(), direct.Choices[0].Text)
 	}
-	code, metrics := request(t, tc.Secret, "GET", front+"/metrics", "")
-	m := regexp.MustCompile(`(?m)^shoal_generated_tokens_total (\d+)`).FindStringSubmatch(metrics)
-	if code != 200 || m == nil {
-		t.Fatalf("front metrics: %d, no shoal_generated_tokens_total", code)
+	// The counter moves when the stream's accounting ends, which may be a
+	// moment after [DONE] reached the client (a loaded host: CI).
+	var m []string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		code, metrics := request(t, tc.Secret, "GET", front+"/metrics", "")
+		m = regexp.MustCompile(`(?m)^shoal_generated_tokens_total (\d+)`).FindStringSubmatch(metrics)
+		if code != 200 || m == nil {
+			t.Fatalf("front metrics: %d, no shoal_generated_tokens_total", code)
+		}
+		if n, _ := strconv.Atoi(m[1]); n == direct.Usage.CompletionTokens || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if n, _ := strconv.Atoi(m[1]); n != direct.Usage.CompletionTokens || n == 0 {
 		t.Fatalf("the front's endpoint generated %s tokens, the driver's answer %d: the request did not take the token path", m[1], direct.Usage.CompletionTokens)

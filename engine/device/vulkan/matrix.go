@@ -2,6 +2,7 @@ package vulkan
 
 import (
 	"fmt"
+	"strings"
 
 	"shoal/engine/device/vulkan/vk"
 	"shoal/engine/kernels"
@@ -17,6 +18,7 @@ type Matrix struct {
 	RowSize       int
 	parts         []matPart
 	kernel        *vk.Kernel
+	tiled         *vk.Kernel // the 32×32-tile product, for more than 8 vectors
 	rowsPerGroup  int
 	bytesUploaded uint64
 }
@@ -43,7 +45,11 @@ func (g *GPU) Upload(m *kernels.Matrix) (*Matrix, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Matrix{Type: m.Type, Rows: m.Rows, Cols: m.Cols, RowSize: m.RowSize, kernel: k, rowsPerGroup: wg / tpr}
+	mm, err := g.kernel("matmul_"+strings.ToLower(m.Type.String()), 3, 36)
+	if err != nil {
+		return nil, err
+	}
+	d := &Matrix{Type: m.Type, Rows: m.Rows, Cols: m.Cols, RowSize: m.RowSize, kernel: k, tiled: mm, rowsPerGroup: wg / tpr}
 	// rows per buffer: what one binding reaches, less a word of slack for
 	// the kernels' unaligned reads past a block
 	per := int((g.maxBinding - 4) / uint64(m.RowSize))
@@ -94,8 +100,21 @@ type Vec struct {
 	Off, Stride int
 }
 
-// MatVec records y[j] = W·x[j] for n vectors (any n: eight per dispatch).
+// tiledFrom is the number of vectors from which a product takes the tiled
+// kernel (below it, the mat-vec kernel, eight vectors per dispatch).
+const tiledFrom = 16
+
+// MatVec records y[j] = W·x[j] for n vectors.
 func (m *Matrix) MatVec(cmd *vk.Cmd, x Vec, n int, y Vec) {
+	if n >= tiledFrom {
+		for _, p := range m.parts {
+			rows := p.r1 - p.r0
+			push := []uint32{uint32(rows), uint32(m.Cols), uint32(n), uint32(m.RowSize), 0,
+				uint32(x.Off), uint32(x.Stride), uint32(y.Off + p.r0), uint32(y.Stride)}
+			cmd.Dispatch(m.tiled, uint32((rows+31)/32), uint32((n+31)/32), 1, push, vk.Whole(p.buf), vk.Whole(x.B), vk.Whole(y.B))
+		}
+		return
+	}
 	for j0 := 0; j0 < n; j0 += 8 {
 		nj := min(8, n-j0)
 		for _, p := range m.parts {

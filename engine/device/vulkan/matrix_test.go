@@ -132,7 +132,7 @@ func TestMatVec(t *testing.T) {
 		}
 		for _, c := range cols {
 			for _, rows := range []int{1, 37} {
-				for _, n := range []int{1, 3, 8, 11} {
+				for _, n := range []int{1, 3, 8, 11, 16, 45} {
 					t.Run(fmt.Sprintf("%v/%dx%d/n%d", typ, rows, c, n), func(t *testing.T) {
 						checkMatVec(t, g, randMatrix(r, typ, rows, c), n, r)
 					})
@@ -154,6 +154,7 @@ func TestMatVec(t *testing.T) {
 				d.Free()
 			}
 			checkMatVec(t, g, m, 2, r)
+			checkMatVec(t, g, m, 33, r)
 		}
 	})
 }
