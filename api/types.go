@@ -264,7 +264,8 @@ type ModelInfo struct {
 type ShardInfo struct {
 	Node      string  `json:"node"`
 	NodeName  string  `json:"node_name"`
-	Pool      string  `json:"pool,omitempty"` // prefill or decode in a disaggregated plan
+	Pool      string  `json:"pool,omitempty"`       // prefill or decode in a disaggregated plan
+	GPULayers int     `json:"gpu_layers,omitempty"` // of its layers, how many run on the node's GPU
 	Lo        int     `json:"lo"`
 	Hi        int     `json:"hi"`
 	State     string  `json:"state"` // pending (no report for this plan yet), fetching, ready, failed

@@ -65,13 +65,14 @@ func (c *Catalog) ModelInfo(st *coordinator.State, m *coordinator.Model) api.Mod
 		if n := st.Nodes[id]; n != nil {
 			si.NodeName = n.Name
 		}
-		if p.Disaggregated() {
-			for _, pool := range p.Pools {
-				for _, stg := range pool.Stages {
-					for _, mb := range stg.Members {
-						if mb.Node == id {
+		for _, pool := range p.Pools {
+			for _, stg := range pool.Stages {
+				for _, mb := range stg.Members {
+					if mb.Node == id {
+						if p.Disaggregated() {
 							si.Pool = pool.Role
 						}
+						si.GPULayers += mb.GPULayers
 					}
 				}
 			}

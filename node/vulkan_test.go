@@ -78,6 +78,12 @@ func TestVulkanMembers(t *testing.T) {
 				if gpuLayers <= 0 {
 					t.Errorf("the Vulkan agent's member runs %d layers on its GPU: %+v", gpuLayers, pl.Stages)
 				}
+				// the model list (the dashboard's plan line) says it too
+				for _, sh := range modelInfo(t, c, 0, name).Shards {
+					if (sh.NodeName == gpuNode) != (sh.GPULayers > 0) {
+						t.Errorf("model list: %s runs %d layers on a GPU", sh.NodeName, sh.GPULayers)
+					}
+				}
 				var l *api.Logits
 				tc.Eventually(t, 30*time.Second, name+" serving", func() bool {
 					l, err = cl.ClusterLogits(ctx(t), name, oc.Tokens)

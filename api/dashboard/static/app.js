@@ -131,7 +131,7 @@ function renderNodes(nodes, st) {
       td(n.name), td(n.id.slice(0, 8), 'mono'), td(n.role), el('td', null, status), td(raft),
       td(n.rpc_addr || n.addr, 'mono'), td(n.http_addr || '—', 'mono'), td(n.version || '—'),
       num(c.cores || '—'), num(mem), num(c.gflops ? fmtNum(c.gflops, 1) : '—'), num(c.mem_gbps ? fmtNum(c.mem_gbps, 1) : '—'),
-      td(c.accel || 'cpu'), td(fmtAgo(n.status_since)));
+      td(c.gpu ? `${c.gpu} (${fmtBytes(c.gpu_mem)}, ${fmtNum(c.gpu_gbps, 1)} GB/s) + ${c.accel || 'cpu'}` : (c.accel || 'cpu')), td(fmtAgo(n.status_since)));
   });
   fill('nodes', rows, 14, 'no nodes registered yet');
 }
@@ -141,7 +141,8 @@ function renderNodes(nodes, st) {
 // ms/token predicted)". A --model and a loaded model both have one.
 function planOf(info) {
   if (!info || !info.plan_version || !(info.shards || []).length) return null;
-  const chain = (shards) => shards.map((s) => `[${s.lo},${s.hi})@${s.node_name || s.node}`).join(' → ');
+  const chain = (shards) => shards.map((s) => `[${s.lo},${s.hi})@${s.node_name || s.node}` +
+    (s.gpu_layers ? ` (${s.gpu_layers} on GPU)` : '')).join(' → ');
   // A disaggregated plan: "decode: [0,22)@mac; prefill: [0,22)@gpu".
   const pools = [...new Set(info.shards.map((s) => s.pool || ''))];
   const stages = pools.length > 1 || pools[0]
