@@ -163,8 +163,8 @@ func TestMatVec(t *testing.T) {
 // device's storage-buffer limit (128 MiB on lavapipe).
 func TestMatVecPastBindingLimit(t *testing.T) {
 	g := gpuOrSkip(t)
-	if testing.Short() {
-		t.Skip("-short: the matrix is over 128 MiB")
+	if testing.Short() || raceEnabled {
+		t.Skip("-short or -race: the matrix is over 128 MiB")
 	}
 	lim := g.Info().MaxStorageBuffer
 	if lim > 1<<30 {
