@@ -1,6 +1,7 @@
 package model_test
 
 import (
+	"slices"
 	"testing"
 
 	"shoal/engine/device"
@@ -137,4 +138,66 @@ func layerBytes(m *model.Model) uint64 {
 		b += uint64(x.Rows * x.RowSize)
 	}
 	return b + 4*128*uint64(m.NHeadKV*m.HeadDim)
+}
+
+// TestVulkanKVHandoff: a sequence's KV cache exported block by block from a
+// runner on the Vulkan device and imported into another Vulkan runner
+// decodes on bit for bit as the source does, and imported into a CPU
+// runner (as a disaggregated pool of CPUs would take it) decodes on to
+// the source's logits within float rounding.
+func TestVulkanKVHandoff(t *testing.T) {
+	g := enginetest.VulkanOrSkip(t)
+	for _, c := range enginetest.OracleCases(t) {
+		if c.Name != "llama-f32" {
+			continue
+		}
+		m := enginetest.OpenPath(t, c.Model)
+		open := func(d device.Device) *model.Runner {
+			r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 128, Device: d})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(r.Close)
+			return r
+		}
+		src, toGPU, toCPU := open(vulkan.Device{GPU: g}), open(vulkan.Device{GPU: g}), open(cpu.Device{})
+		if _, err := src.Prompt(7, c.Tokens[:21], []int{0}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range src.Cache().Blocks(7) {
+			blk, err := src.Cache().ExportBlock(7, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, dst := range []*model.Runner{toGPU, toCPU} {
+				if _, err := dst.Cache().ImportBlock(4, blk); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for step := range 3 {
+			tok := c.Tokens[21+step]
+			want, err := src.Decode(7, tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = slices.Clone(want)
+			got, err := toGPU.Decode(4, tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(want, got) {
+				t.Fatalf("step %d: the Vulkan runner that imported the KV decodes other logits than the source", step)
+			}
+			got, err = toCPU.Decode(4, tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mt := enginetest.Compare(want, got, m.NVocab)
+			t.Logf("step %d: Vulkan -> CPU handoff: %s", step, mt)
+			if err := mt.Check(true); err != nil {
+				t.Error(err)
+			}
+		}
+	}
 }
