@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"shoal/engine/device"
 	"shoal/engine/enginetest"
 	"shoal/engine/model"
 	"shoal/engine/sample"
@@ -23,7 +24,13 @@ func testModel(t *testing.T) *model.Model {
 
 func newSched(t *testing.T, m *model.Model, cacheTokens int, o Options) *Scheduler {
 	t.Helper()
-	r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: cacheTokens})
+	return newSchedOn(t, m, cacheTokens, nil, o)
+}
+
+// newSchedOn is a scheduler on a runner of m on dev (the CPU if nil).
+func newSchedOn(t *testing.T, m *model.Model, cacheTokens int, dev device.Device, o Options) *Scheduler {
+	t.Helper()
+	r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: cacheTokens, Device: dev})
 	if err != nil {
 		t.Fatal(err)
 	}

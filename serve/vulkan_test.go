@@ -8,26 +8,9 @@ import (
 	"sync"
 	"testing"
 
-	"shoal/engine/device"
 	"shoal/engine/device/vulkan"
 	"shoal/engine/enginetest"
-	"shoal/engine/model"
 )
-
-// onDevice is a scheduler on a runner of m on dev.
-func onDevice(t *testing.T, m *model.Model, dev device.Device, o Options) *Scheduler {
-	t.Helper()
-	r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 4096, Device: dev})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(r, func(int32) bool { return false }, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(); r.Close() })
-	return s
-}
 
 // TestVulkanGreedyText: the real trained models of ../shared/oracle give
 // the same 64 greedy tokens on the Vulkan device as on the CPU, and 16
@@ -46,7 +29,7 @@ func TestVulkanGreedyText(t *testing.T) {
 			m := enginetest.OpenPath(t, c.Model)
 			o := Options{MaxSeqs: 16, MaxTokens: 256}
 			cpuS := newSched(t, m, 4096, o)
-			gpuS := onDevice(t, m, vulkan.Device{GPU: g}, o)
+			gpuS := newSchedOn(t, m, 4096, vulkan.Device{GPU: g}, o)
 			one := func(s *Scheduler, p []int32, n int) []int32 {
 				ch, err := s.Submit(context.Background(), Request{Prompt: p, MaxTokens: n, Sampling: greedy()})
 				if err != nil {

@@ -26,32 +26,15 @@ func TestOracleVulkan(t *testing.T) {
 				name = c.Name + "/half"
 			}
 			t.Run(name, func(t *testing.T) {
-				oracleOn(t, c, vulkan.Device{GPU: g}, half)
+				oracleOn(t, c, func(m *model.Model) device.Device {
+					gpu := vulkan.Device{GPU: g}
+					if half {
+						return split.Device{First: gpu, Layers: m.NLayer / 2, Rest: cpu.Device{}}
+					}
+					return gpu
+				})
 			})
 		}
-	}
-}
-
-func oracleOn(t *testing.T, c enginetest.OracleCase, gpu device.Device, half bool) {
-	m := enginetest.OpenPath(t, c.Model)
-	var dev device.Device = gpu
-	if half {
-		dev = split.Device{First: gpu, Layers: m.NLayer / 2, Rest: cpu.Device{}}
-	}
-	r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 128, Device: dev})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	got, err := r.Prompt(0, c.Tokens, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mt := enginetest.Compare(c.Logits, got, c.NVocab)
-	float := enginetest.IsFloat(m.File)
-	t.Logf("ORACLE %-22s %-14s float=%-5v %s", dev.Name(), c.Name, float, mt)
-	if err := mt.Check(float); err != nil {
-		t.Error(err)
 	}
 }
 
@@ -106,11 +89,7 @@ func TestVulkanFit(t *testing.T) {
 		m := enginetest.OpenPath(t, c.Model)
 		base := g.Allocated()
 		for _, room := range []uint64{64<<20 + 2*layerBytes(m), 1} {
-			fit := vulkan.Fit{GPU: g, Rest: cpu.Device{}, Budget: base + room}
-			r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 128, Device: fit})
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := runnerOn(t, m, vulkan.Fit{GPU: g, Rest: cpu.Device{}, Budget: base + room})
 			_, isSplit := r.Device().(*split.Range)
 			_, onCPU := r.Device().(*cpu.Range)
 			if room > 1 && !isSplit || room == 1 && !onCPU {
@@ -153,10 +132,7 @@ func TestVulkanKVHandoff(t *testing.T) {
 		}
 		m := enginetest.OpenPath(t, c.Model)
 		open := func(d device.Device) *model.Runner {
-			r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 128, Device: d})
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := runnerOn(t, m, d)
 			t.Cleanup(r.Close)
 			return r
 		}
@@ -200,4 +176,14 @@ func TestVulkanKVHandoff(t *testing.T) {
 			}
 		}
 	}
+}
+
+// runnerOn is a runner of m on d with room for 128 tokens.
+func runnerOn(t *testing.T, m *model.Model, d device.Device) *model.Runner {
+	t.Helper()
+	r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 128, Device: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
