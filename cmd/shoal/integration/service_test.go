@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -104,8 +105,13 @@ func TestServiceLifecycle(t *testing.T) {
 			"--bind", "127.0.0.1", "--gossip-port", strconv.Itoa(base + 10*i), "--quic-port", strconv.Itoa(base + 10*i + 1),
 			"--http-port", strconv.Itoa(base + 10*i + 2), "--token", secret, "--join", quic(1 - i), "--drain-timeout", "60s"}
 		a.cmd = exec.Command(bin, append(args, extra...)...)
-		// WatchdogSec=2: the agent pings every second once ready.
+		// WatchdogSec=2: the agent pings every second once ready. The
+		// serving agent finds no Vulkan loader (--device auto): it says
+		// why in one line and serves from the CPU.
 		a.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+a.notify.path, "WATCHDOG_USEC=2000000")
+		if i == 0 {
+			a.cmd.Env = append(a.cmd.Env, "SHOAL_VULKAN_LIB=/nonexistent/libvulkan.so.1")
+		}
 		a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 		if err := a.cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -227,5 +233,8 @@ func TestServiceLifecycle(t *testing.T) {
 	}
 	if !strings.Contains(n0.log.String(), "left the cluster") {
 		t.Fatalf("no leave in the drained agent's output:\n%s", tail(n0.log.String(), 2000))
+	}
+	if !regexp.MustCompile(`(?m)^device: cpu \(no Vulkan: no Vulkan loader \(libvulkan\) found: [^\n]*\)$`).MatchString(n0.log.String()) {
+		t.Fatalf("the agent without a Vulkan loader did not say in one line that it runs on the CPU and why:\n%s", tail(n0.log.String(), 2000))
 	}
 }

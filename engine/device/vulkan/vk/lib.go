@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -87,16 +88,17 @@ func loaderNames() []string {
 
 func openLoader() (*fns, error) {
 	var h uintptr
-	var errs []error
+	var errs []string
 	for _, n := range loaderNames() {
 		var err error
 		if h, err = purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_LOCAL); err == nil {
 			break
 		}
-		errs = append(errs, err)
+		errs = append(errs, strings.ReplaceAll(err.Error(), "\n", " "))
 	}
 	if h == 0 {
-		return nil, fmt.Errorf("%w: %v", ErrNoLoader, errors.Join(errs...))
+		// one line: the agent prints it as the reason it runs on the CPU
+		return nil, fmt.Errorf("%w: %s", ErrNoLoader, strings.Join(errs, "; "))
 	}
 	f := &fns{}
 	for _, s := range []struct {
