@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"unsafe"
@@ -72,10 +73,10 @@ type fns struct {
 var ErrNoLoader = errors.New("no Vulkan loader (libvulkan) found")
 
 // loaderNames are the libraries tried, in order. SHOAL_VULKAN_LIB, when
-// set, is tried alone.
+// set, is tried alone (a list, separated as PATH is, tries each).
 func loaderNames() []string {
 	if p := os.Getenv("SHOAL_VULKAN_LIB"); p != "" {
-		return []string{p}
+		return filepath.SplitList(p)
 	}
 	switch runtime.GOOS {
 	case "darwin":
