@@ -2,6 +2,7 @@ package model_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"shoal/engine/device"
@@ -109,6 +110,26 @@ func TestVulkanFit(t *testing.T) {
 	}
 }
 
+// TestVulkanFitUnsupportedFormat: a model in a format the GPU has no kernel
+// for (Q2_K) loads on the CPU through Fit, and gives the CPU's logits.
+func TestVulkanFitUnsupportedFormat(t *testing.T) {
+	g := enginetest.VulkanOrSkip(t)
+	spec := denseQ4K
+	spec.Type = "q2_k"
+	m := enginetest.Open(t, spec)
+	r := runnerOn(t, m, vulkan.Fit{GPU: g, Rest: cpu.Device{}})
+	defer r.Close()
+	if _, ok := r.Device().(*cpu.Range); !ok {
+		t.Fatalf("a Q2_K model through Fit runs on a %T", r.Device())
+	}
+	if _, err := r.Prompt(0, []int32{1, 2, 3}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runnerOnErr(m, vulkan.Device{GPU: g}); err == nil || !strings.Contains(err.Error(), "Q2_K") {
+		t.Errorf("a Q2_K model straight on the GPU: %v, want an error naming the format", err)
+	}
+}
+
 // layerBytes is the weights and KV rows (128 tokens) of one layer of m.
 func layerBytes(m *model.Model) uint64 {
 	ly := &m.W.Layers[0]
@@ -181,9 +202,13 @@ func TestVulkanKVHandoff(t *testing.T) {
 // runnerOn is a runner of m on d with room for 128 tokens.
 func runnerOn(t *testing.T, m *model.Model, d device.Device) *model.Runner {
 	t.Helper()
-	r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 128, Device: d})
+	r, err := runnerOnErr(m, d)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
+}
+
+func runnerOnErr(m *model.Model, d device.Device) (*model.Runner, error) {
+	return model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 128, Device: d})
 }

@@ -10,6 +10,7 @@ import (
 	"shoal/engine/device/split"
 	"shoal/engine/device/vulkan/vk"
 	"shoal/engine/kernels"
+	"shoal/engine/quant"
 )
 
 // Fit is a GPU as an engine device that holds what its memory allows: a
@@ -39,6 +40,9 @@ func (d Fit) Load(ld device.Load) (device.Range, error) {
 		free = budget - used
 	}
 	k := fitLayers(ld, free)
+	if _, ok := unsupported(ld); ok && d.Rest != nil {
+		k = 0 // a format without GPU kernels: the range stays on the CPU
+	}
 	gpu := Device{GPU: d.GPU}
 	switch {
 	case k == ld.Hi-ld.Lo:
@@ -49,6 +53,25 @@ func (d Fit) Load(ld device.Load) (device.Range, error) {
 		return d.Rest.Load(ld)
 	}
 	return split.Device{First: gpu, Layers: k, Rest: d.Rest}.Load(ld)
+}
+
+// unsupported returns the first weight format of ld the GPU has no kernel
+// for.
+func unsupported(ld device.Load) (quant.Type, bool) {
+	ms := []*kernels.Matrix{ld.Output}
+	for i := range ld.Layers {
+		ly := &ld.Layers[i]
+		ms = append(ms, ly.Wq, ly.Wk, ly.Wv, ly.Wo, ly.Gate, ly.Up, ly.Down, ly.Router, ly.ShGate, ly.ShUp, ly.ShDown, ly.ShGateInp)
+		for _, e := range ly.Experts {
+			ms = append(ms, e.Gate, e.Up, e.Down)
+		}
+	}
+	for _, m := range ms {
+		if m != nil && !Supports(m.Type) {
+			return m.Type, true
+		}
+	}
+	return 0, false
 }
 
 // LayerBytes is the device memory layer i of ld takes: its matrices and
