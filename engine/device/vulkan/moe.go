@@ -85,9 +85,9 @@ func (r *Range) moe(w *layerW, x, out []float32) error {
 	h.route = grow(h.route, n*(X+1))
 	err := r.run(x, r.x, func(cmd *vk.Cmd) error {
 		r.norm(cmd, r.x, n, E, w.ffnNorm, r.xn)
-		mw.router.MatVec(cmd, Vec{B: r.xn, Stride: E}, n, Vec{B: r.route, Stride: X})
+		r.mv(cmd, mw.router, Vec{B: r.xn, Stride: E}, n, Vec{B: r.route, Stride: X})
 		if mw.shGateInp != nil {
-			mw.shGateInp.MatVec(cmd, Vec{B: r.xn, Stride: E}, n, Vec{B: r.route, Off: n * X, Stride: 1})
+			r.mv(cmd, mw.shGateInp, Vec{B: r.xn, Stride: E}, n, Vec{B: r.route, Off: n * X, Stride: 1})
 		}
 		return nil
 	}, r.route, h.route)

@@ -286,3 +286,41 @@ func TestHalves(t *testing.T) {
 		})
 	}
 }
+
+// TestQuantAct: the activations the device feeds a product are the values
+// the CPU's quantized activations stand for (quant.QuantizeRow of the
+// weight format's vec_dot type, then DequantizeRow), for every mode.
+func TestQuantAct(t *testing.T) {
+	g := gpuOrSkip(t)
+	r := rand.New(rand.NewPCG(8, 36))
+	for _, wt := range []quant.Type{quant.F16, quant.BF16, quant.Q4_0, quant.Q4_1, quant.Q4_K} {
+		at := quant.VecDotType(wt)
+		t.Run(wt.String(), func(t *testing.T) {
+			const n, cols = 3, 512
+			rg := opsRange(t, g, &device.Spec{}, n, []float32{0})
+			x := randFloats(r, n*cols, 2)
+			x[5] = 0 // a zero, and a block of zeros
+			for i := 2 * 256; i < 3*256; i++ {
+				x[i] = 0
+			}
+			xb := floats(t, g, x)
+			defer xb.Free()
+			var err error
+			if rg.xq, err = g.ctx.NewBuffer(4*n*cols, false); err != nil {
+				t.Fatal(err)
+			}
+			defer rg.xq.Free()
+			w := &Matrix{Type: wt, Cols: cols}
+			// a product's input rounding alone: a matrix with no rows
+			submit(t, g, func(cmd *vk.Cmd) { rg.mv(cmd, w, Vec{B: xb, Stride: cols}, n, Vec{B: xb, Stride: cols}) })
+			got := readFloats(t, rg.xq, n*cols)
+			want := make([]float32, n*cols)
+			row := make([]byte, at.RowSize(cols))
+			for j := range n {
+				quant.QuantizeRow(at, x[j*cols:(j+1)*cols], row)
+				quant.DequantizeRow(at, row, want[j*cols:(j+1)*cols])
+			}
+			closeTo(t, at.String(), got, want, 1e-6)
+		})
+	}
+}

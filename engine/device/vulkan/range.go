@@ -50,6 +50,7 @@ type Range struct {
 	n, cap                                 int
 	x, xn, q, k, v, att, gb, ub, o, logits *vk.Buf
 	route, eo                              *vk.Buf
+	xq                                     *vk.Buf // activations rounded as the CPU rounds them (see mv)
 	gx, gy                                 *vk.Buf
 	moeHost                                moeHost
 	// gathered halves: the host side of a tensor-parallel member whose
@@ -58,7 +59,7 @@ type Range struct {
 	tok, tab, cs            *vk.Buf
 	tokHost, tabHost        []uint32
 	csHost                  []float32
-	kernels                 struct{ norm, add, rope, kvstore, attn, silu *vk.Kernel }
+	kernels                 struct{ norm, add, rope, kvstore, attn, silu, quant *vk.Kernel }
 }
 
 // Load places ld on the GPU.
@@ -195,7 +196,7 @@ func (r *Range) Close() {
 		r.store.free()
 		r.store = nil
 	}
-	for _, b := range []**vk.Buf{&r.vecs, &r.x, &r.xn, &r.q, &r.k, &r.v, &r.att, &r.gb, &r.ub, &r.o, &r.logits, &r.tok, &r.tab, &r.cs, &r.route, &r.eo, &r.gx, &r.gy} {
+	for _, b := range []**vk.Buf{&r.vecs, &r.x, &r.xn, &r.q, &r.k, &r.v, &r.att, &r.gb, &r.ub, &r.o, &r.logits, &r.tok, &r.tab, &r.cs, &r.route, &r.eo, &r.gx, &r.gy, &r.xq} {
 		(*b).Free()
 		*b = nil
 	}
@@ -297,6 +298,7 @@ func (r *Range) grow(n int) error {
 		{&r.gb, n * F}, {&r.ub, n * F},
 		{&r.tok, 3 * n}, {&r.cs, n * max(m.RopeDim, 1)},
 		{&r.route, n * (m.NExpert + 1)}, {&r.eo, n * E},
+		{&r.xq, n * max(E, m.NHead*m.HeadDim, F)},
 	} {
 		if err := r.ensure(s.b, 4*s.size); err != nil {
 			return fmt.Errorf("vulkan: activations for %d tokens: %w", n, err)
@@ -444,13 +446,16 @@ func (r *Range) Logits(x []float32, rows []int, out []float32) error {
 	if err := r.ensure(&r.logits, 4*n*V); err != nil {
 		return err
 	}
+	if err := r.ensure(&r.xq, 4*n*E); err != nil {
+		return err
+	}
 	sel := make([]float32, n*E)
 	for j, i := range rows {
 		copy(sel[j*E:(j+1)*E], x[i*E:(i+1)*E])
 	}
 	return r.run(sel, r.x, func(cmd *vk.Cmd) error {
 		r.norm(cmd, r.x, n, E, r.outNorm, r.xn)
-		r.output.MatVec(cmd, Vec{B: r.xn, Stride: E}, n, Vec{B: r.logits, Stride: V})
+		r.mv(cmd, r.output, Vec{B: r.xn, Stride: E}, n, Vec{B: r.logits, Stride: V})
 		return nil
 	}, r.logits, out[:n*V])
 }
@@ -470,6 +475,7 @@ func (r *Range) loadKernels() error {
 		{&k.kvstore, "kvstore", 5, 12, nil},
 		{&k.attn, "attn", 6, 36, []uint32{wg}},
 		{&k.silu, "silumul", 2, 4, nil},
+		{&k.quant, "quantact", 2, 24, nil},
 	} {
 		var err error
 		if *kk.p, err = r.g.kernel(kk.name, kk.nbind, kk.psz, kk.spec...); err != nil {

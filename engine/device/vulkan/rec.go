@@ -7,6 +7,7 @@ import (
 	"shoal/engine/device"
 	"shoal/engine/device/cpu"
 	"shoal/engine/device/vulkan/vk"
+	"shoal/engine/quant"
 )
 
 // groups2 spreads n workgroups over two dimensions of at most 65535.
@@ -73,7 +74,7 @@ func (r *Range) recAttention(cmd *vk.Cmd, l int, w *layerW, x, out *vk.Buf) {
 		cmd.Fill(out, 0, uint64(4*n*E), 0)
 		return
 	}
-	w.wo.MatVec(cmd, Vec{B: r.att, Stride: r.qd}, n, Vec{B: out, Stride: E})
+	r.mv(cmd, w.wo, Vec{B: r.att, Stride: r.qd}, n, Vec{B: out, Stride: E})
 }
 
 // recAttnCore records the attention half up to its output projection: the
@@ -83,9 +84,7 @@ func (r *Range) recAttnCore(cmd *vk.Cmd, l int, w *layerW, x *vk.Buf) {
 	r.norm(cmd, x, n, E, w.attnNorm, r.xn)
 	if r.nh > 0 {
 		D := m.HeadDim
-		w.wq.MatVec(cmd, Vec{B: r.xn, Stride: E}, n, Vec{B: r.q, Stride: r.qd})
-		w.wk.MatVec(cmd, Vec{B: r.xn, Stride: E}, n, Vec{B: r.k, Stride: r.kvd})
-		w.wv.MatVec(cmd, Vec{B: r.xn, Stride: E}, n, Vec{B: r.v, Stride: r.kvd})
+		r.mvs(cmd, []*Matrix{w.wq, w.wk, w.wv}, Vec{B: r.xn, Stride: E}, n, []Vec{{B: r.q, Stride: r.qd}, {B: r.k, Stride: r.kvd}, {B: r.v, Stride: r.kvd}})
 		for _, bb := range []struct {
 			buf   *vk.Buf
 			b     vec
@@ -127,14 +126,13 @@ func (r *Range) recFFN(cmd *vk.Cmd, w *layerW, x, out *vk.Buf) {
 // swiglu records out = down(silu(gate·x) · up·x) for n vectors.
 func (r *Range) swiglu(cmd *vk.Cmd, gate, up, down *Matrix, x Vec, n int, out Vec) {
 	r.swigluIn(cmd, gate, up, x, n)
-	down.MatVec(cmd, Vec{B: r.gb, Stride: gate.Rows}, n, out)
+	r.mv(cmd, down, Vec{B: r.gb, Stride: gate.Rows}, n, out)
 }
 
 // swigluIn records r.gb = silu(gate·x) · up·x for n vectors ([n][gate.Rows]).
 func (r *Range) swigluIn(cmd *vk.Cmd, gate, up *Matrix, x Vec, n int) {
 	F := gate.Rows
-	gate.MatVec(cmd, x, n, Vec{B: r.gb, Stride: F})
-	up.MatVec(cmd, x, n, Vec{B: r.ub, Stride: F})
+	r.mvs(cmd, []*Matrix{gate, up}, x, n, []Vec{{B: r.gb, Stride: F}, {B: r.ub, Stride: F}})
 	gx, gy := groups2((n*F + 63) / 64)
 	cmd.Dispatch(r.kernels.silu, gx, gy, 1, []uint32{uint32(n * F)}, vk.Whole(r.gb), vk.Whole(r.ub))
 }
@@ -167,11 +165,14 @@ func (r *Range) gathered(w *Matrix, in []float32, cols []int, out []float32) err
 		if err := r.ensure(&r.gx, 4*n*total); err != nil {
 			return err
 		}
+		if err := r.ensure(&r.xq, 4*n*total); err != nil {
+			return err
+		}
 		if err := r.ensure(&r.gy, 4*n*max(rows, 1)); err != nil {
 			return err
 		}
 		err := r.run(r.gfull, r.gx, func(cmd *vk.Cmd) error {
-			w.MatVec(cmd, Vec{B: r.gx, Stride: total}, n, Vec{B: r.gy, Stride: rows})
+			r.mv(cmd, w, Vec{B: r.gx, Stride: total}, n, Vec{B: r.gy, Stride: rows})
 			return nil
 		}, r.gy, r.gpart)
 		if err != nil {
@@ -179,4 +180,48 @@ func (r *Range) gathered(w *Matrix, in []float32, cols []int, out []float32) err
 		}
 	}
 	return cpu.GatherRows(coll, r.gpart, n, r.group.OutRows, out, &r.gbuf)
+}
+
+// actMode is the quantact kernel's mode for the activations of a product
+// with weights of type t: what the CPU rounds them to (quant.VecDotType).
+func actMode(t quant.Type) uint32 {
+	switch quant.VecDotType(t) {
+	case quant.F16:
+		return 1
+	case quant.BF16:
+		return 2
+	case quant.Q8_0, quant.Q8_1:
+		return 3
+	case quant.Q8_K:
+		return 4
+	}
+	return 0
+}
+
+// mv records y = W·x for n vectors, with x rounded first as the CPU
+// rounds a product's activations (into r.xq), so that the device's
+// products are the CPU's but for the order of the sums.
+func (r *Range) mv(cmd *vk.Cmd, w *Matrix, x Vec, n int, y Vec) {
+	r.mvs(cmd, []*Matrix{w}, x, n, []Vec{y})
+}
+
+// mvs is mv for matrices that take the same input, each rounding of x
+// made once for the matrices after it that take it.
+func (r *Range) mvs(cmd *vk.Cmd, ws []*Matrix, x Vec, n int, ys []Vec) {
+	last := ^uint32(0)
+	for i, w := range ws {
+		mode := actMode(w.Type)
+		if mode == 0 {
+			w.MatVec(cmd, x, n, ys[i])
+			continue
+		}
+		if mode != last {
+			qk := map[uint32]int{1: 1, 2: 1, 3: 32, 4: 256}[mode]
+			gx, gy := groups2((n*((w.Cols+qk-1)/qk) + 63) / 64)
+			cmd.Dispatch(r.kernels.quant, gx, gy, 1, []uint32{uint32(n), uint32(w.Cols), uint32(x.Off), uint32(x.Stride), uint32(w.Cols), mode},
+				vk.Whole(x.B), vk.Whole(r.xq))
+			last = mode
+		}
+		w.MatVec(cmd, Vec{B: r.xq, Stride: w.Cols}, n, ys[i])
+	}
 }
