@@ -173,6 +173,6 @@ IMAGE ?= shoal:latest
 image:
 	rm -rf deploy/.image && mkdir -p deploy/.image/rootfs/data deploy/.image/rootfs/models
 	mkdir -m 1777 deploy/.image/rootfs/tmp
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o deploy/.image/shoal ./cmd/shoal
+	CGO_ENABLED=0 $(GO) build -tags novulkan -trimpath -ldflags='-s -w' -o deploy/.image/shoal ./cmd/shoal
 	docker build -f deploy/Dockerfile -t $(IMAGE) deploy/.image
 	@docker image inspect $(IMAGE) --format 'image {{index .RepoTags 0}}: {{.Size}} bytes'
