@@ -67,14 +67,16 @@ func TestVulkanMembers(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				gpuLayers := -1
+				gpuLayers, work := -1, ""
 				for _, st := range pl.Stages {
 					for _, m := range st.Members {
 						if m.NodeName == gpuNode {
 							gpuLayers = m.GPULayers
+							work = fmt.Sprintf("layers [%d,%d) heads [%d,%d) ffn [%d,%d) experts %v", st.Lo, st.Hi, m.HeadLo, m.HeadHi, m.FFNLo, m.FFNHi, m.Experts)
 						}
 					}
 				}
+				t.Logf("the Vulkan agent's member: %s", work)
 				if gpuLayers <= 0 {
 					t.Errorf("the Vulkan agent's member runs %d layers on its GPU: %+v", gpuLayers, pl.Stages)
 				}
