@@ -216,7 +216,13 @@ func (r *Range) mvs(cmd *vk.Cmd, ws []*Matrix, x Vec, n int, ys []Vec) {
 			continue
 		}
 		if mode != last {
-			qk := map[uint32]int{1: 1, 2: 1, 3: 32, 4: 256}[mode]
+			qk := 1 // values per rounding block: F16, BF16
+			switch mode {
+			case 3:
+				qk = 32
+			case 4:
+				qk = 256
+			}
 			gx, gy := groups2((n*((w.Cols+qk-1)/qk) + 63) / 64)
 			cmd.Dispatch(r.kernels.quant, gx, gy, 1, []uint32{uint32(n), uint32(w.Cols), uint32(x.Off), uint32(x.Stride), uint32(w.Cols), mode},
 				vk.Whole(x.B), vk.Whole(r.xq))
