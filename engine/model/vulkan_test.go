@@ -83,10 +83,8 @@ func TestOracleVulkanGroups(t *testing.T) {
 // still match llama.cpp's; with room for none, all run on the CPU.
 func TestVulkanFit(t *testing.T) {
 	g := enginetest.VulkanOrSkip(t)
-	for _, c := range enginetest.OracleCases(t) {
-		if c.Name != "llama-q8_0" {
-			continue
-		}
+	c := oracleCase(t, "llama-q8_0")
+	{
 		m := enginetest.OpenPath(t, c.Model)
 		base := g.Allocated()
 		for _, room := range []uint64{64<<20 + 2*layerBytes(m), 1} {
@@ -147,10 +145,8 @@ func layerBytes(m *model.Model) uint64 {
 // the source's logits within float rounding.
 func TestVulkanKVHandoff(t *testing.T) {
 	g := enginetest.VulkanOrSkip(t)
-	for _, c := range enginetest.OracleCases(t) {
-		if c.Name != "llama-f32" {
-			continue
-		}
+	c := oracleCase(t, "llama-f32")
+	{
 		m := enginetest.OpenPath(t, c.Model)
 		open := func(d device.Device) *model.Runner {
 			r := runnerOn(t, m, d)
@@ -211,4 +207,16 @@ func runnerOn(t *testing.T, m *model.Model, d device.Device) *model.Runner {
 
 func runnerOnErr(m *model.Model, d device.Device) (*model.Runner, error) {
 	return model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 128, Device: d})
+}
+
+// oracleCase is the ../shared/oracle case called name (skipping without it).
+func oracleCase(t *testing.T, name string) enginetest.OracleCase {
+	t.Helper()
+	for _, c := range enginetest.OracleCases(t) {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Skipf("no oracle case %s", name)
+	return enginetest.OracleCase{}
 }
