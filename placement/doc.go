@@ -83,7 +83,11 @@
 // are used. Candidates: every node alone; for a node set, the pure pipeline,
 // one TP group, groups of nodes whose mutual links are at least as fast as
 // each measured bandwidth (so TP groups stay on fast links), and fixed-size
-// groups; the set starts as all eligible nodes and drops, one at a time,
+// groups. A group's members are ranked by usable memory (rank 0 holds the
+// embedding or output); each arrangement is also tried with the first and
+// last stages led by the member that runs those fastest (a GPU node with a
+// little less free memory than a CPU node), which wins only when cheaper.
+// The set starts as all eligible nodes and drops, one at a time,
 // the node whose removal lowers the cost most. For each arrangement, layers
 // are split across stages to minimize the slowest stage within memory (a
 // bisection on stage time with a greedy fill: uneven counts proportional to

@@ -68,3 +68,43 @@ func TestGPUNode(t *testing.T) {
 		t.Errorf("a discrete GPU's memory does not count: %v", err)
 	}
 }
+
+// TestTensorGroupGPUFirst: in a tensor group of a GPU node and a CPU node
+// with more free memory, the GPU member is rank 0 and holds the output
+// (which outweighs this small model's layers), and both members hold
+// heads. Ranked by memory alone the CPU kept the output and the GPU took
+// every head: a tensor group in name only, and a slower step.
+func TestTensorGroupGPUFirst(t *testing.T) {
+	prof, err := shape{name: "m", layers: 4, embd: 256, heads: 8, kv: 4, ff: 704, vocab: 32000, typ: quant.Q8_0, out: quant.Q8_0}.profile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu := Node{ID: "a", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: 10, MemGBps: 1}
+	gpu := Node{ID: "g", Status: StatusAlive, MemFree: 7 << 30, GFLOPS: 10, MemGBps: 1, GPUMem: 4 << 30, GPUGBps: 16, GPUShared: true}
+	opts := Options{Context: 128, Batch: 1, Overhead: 64 << 20, Strategy: Tensor}
+	for _, nodes := range [][]Node{{cpu, gpu}, {gpu, cpu}} {
+		p, err := Place(prof, nodes, LinkMatrix{}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := p.Pools[0].Stages
+		if len(st) != 1 || len(st[0].Members) != 2 {
+			t.Fatalf("plan %+v: want one stage of two members", st)
+		}
+		ms := st[0].Members
+		if ms[0].Node != "g" || !ms[0].Output {
+			t.Errorf("rank 0 is %s (output %v), want the GPU node g holding the output", ms[0].Node, ms[0].Output)
+		}
+		for _, m := range ms {
+			if m.HeadHi <= m.HeadLo {
+				t.Errorf("%s holds heads [%d,%d): want some on each member", m.Node, m.HeadLo, m.HeadHi)
+			}
+		}
+		// The memory order (the CPU first) costs more.
+		e := newEnv(&prof, []Node{cpu, gpu}, LinkMatrix{}, opts.normalized())
+		memFirst := e.evaluate([][]int{{0, 1}})
+		if !memFirst.ok || memFirst.cost.MsPerToken <= p.Cost.MsPerToken {
+			t.Errorf("the CPU at rank 0 predicts %.3f ms/token, the GPU %.3f: want the GPU's faster", memFirst.cost.MsPerToken, p.Cost.MsPerToken)
+		}
+	}
+}

@@ -18,6 +18,9 @@ type candidate struct {
 	stages []Stage
 	cost   Cost
 	ok     bool
+	// fastFirst: a group's fastest member was moved to rank 0, ahead of
+	// the one with the most memory; on a tie the memory order wins.
+	fastFirst bool
 }
 
 func (c *candidate) nodeCount() int {
@@ -75,6 +78,9 @@ func (e *env) better(a, b *candidate) bool {
 	}
 	if a.nodeCount() != b.nodeCount() {
 		return a.nodeCount() < b.nodeCount()
+	}
+	if a.fastFirst != b.fastFirst {
+		return !a.fastFirst
 	}
 	return e.key(a.groups) < e.key(b.groups)
 }
@@ -243,7 +249,10 @@ type search struct {
 	feasible  int
 }
 
-func (s *search) consider(groups [][]int) *candidate {
+func (s *search) consider(groups [][]int) *candidate { return s.considerAs(groups, false) }
+
+// considerAs is consider, saying whether fastFirst made groups.
+func (s *search) considerAs(groups [][]int, fast bool) *candidate {
 	e := s.e
 	k := e.key(groups)
 	if c, ok := s.cache[k]; ok {
@@ -255,6 +264,7 @@ func (s *search) consider(groups [][]int) *candidate {
 	}
 	s.evaluated++
 	c := e.evaluate(groups)
+	c.fastFirst = fast
 	s.cache[k] = c
 	if !c.ok {
 		return c
@@ -341,13 +351,53 @@ func (s *search) bestFor(set []int) *candidate {
 		if c := s.consider(groups); c != nil && s.e.better(c, best) {
 			best = c
 		}
+		if fast := s.e.fastFirst(groups); fast != nil {
+			if c := s.considerAs(fast, true); c != nil && s.e.better(c, best) {
+				best = c
+			}
+		}
 	}
 	return best
 }
 
+// fastFirst is groups with each group's member that runs the embedding and
+// output fastest moved to rank 0, or nil when every group already starts
+// with it. Rank 0 holds those (the output matrix outweighs a small model's
+// layers): ranked by memory alone, a GPU node with a little less free
+// memory than a CPU node would leave the output on the CPU and, balancing
+// the rest, take the whole split part, a tensor group in name only.
+func (e *env) fastFirst(groups [][]int) [][]int {
+	var out [][]int
+	for gi, g := range groups {
+		first, last := gi == 0, gi == len(groups)-1
+		if !first && !last {
+			continue // a middle stage's rank 0 holds nothing more
+		}
+		extras := e.extras(first, last)
+		best := 0
+		for r := 1; r < len(g); r++ {
+			if e.time(g[r], extras) < e.time(g[best], extras)*(1-1e-9) {
+				best = r
+			}
+		}
+		if best == 0 {
+			continue
+		}
+		if out == nil {
+			out = make([][]int, len(groups))
+			for i := range groups {
+				out[i] = slices.Clone(groups[i])
+			}
+		}
+		out[gi] = append([]int{g[best]}, slices.Delete(slices.Clone(g), best, best+1)...)
+	}
+	return out
+}
+
 // partitions lists the arrangements tried for a node set (IDs ascending).
 // Members of a group are ranked by usable memory (rank 0 holds the
-// embedding or output), stages are ordered by their first node's ID.
+// embedding or output; bestFor also tries fastFirst's order), stages are
+// ordered by their first node's ID.
 func (e *env) partitions(set []int) [][][]int {
 	var out [][][]int
 	seen := map[string]bool{}
