@@ -47,10 +47,40 @@ type Spec struct {
 	Rope                         RopeMode
 	RopeFreqs                    []float32 // per-dimension divisors, or nil
 	NormExperts, SharedFFN       bool
+
+	// GELU: the FFN's gate goes through GELU (tanh form, as ggml's table
+	// of half-precision values), not SiLU (gemma).
+	GELU bool
+	// AttnScale, when not 0, multiplies the queries before they are
+	// rounded for the dot products with the keys, in place of the scores'
+	// 1/√HeadDim (gemma's query_pre_attn_scalar).
+	AttnScale float32
+	// Window, when positive, limits the attention of the sliding-window
+	// layers (see SWA) to the Window latest positions, the token's own
+	// included.
+	Window int
+	// SWAPattern: with a Window, layer l slides when l % SWAPattern <
+	// SWAPattern-1 (every layer when 0): gemma 3 has five sliding layers,
+	// then a global one.
+	SWAPattern int
+	// RopeThetaSWA, when not 0, is the RoPE base of the sliding layers,
+	// which then also take no position scaling.
+	RopeThetaSWA float32
 }
 
 // IsMoE reports routed experts.
 func (s *Spec) IsMoE() bool { return s.NExpert > 0 }
+
+// SWA reports whether layer l attends only within the sliding window.
+func (s *Spec) SWA(l int) bool {
+	return s.Window > 0 && (s.SWAPattern <= 0 || l%s.SWAPattern < s.SWAPattern-1)
+}
+
+// Plain reports that the spec needs none of GELU, AttnScale, Window and
+// RopeThetaSWA (what a device without them can run).
+func (s *Spec) Plain() bool {
+	return !s.GELU && s.AttnScale == 0 && s.Window == 0 && s.RopeThetaSWA == 0
+}
 
 // Part is the part of each layer a tensor-parallel member holds: query
 // heads [HeadLo,HeadHi) and the KV heads [KVLo,KVHi) they use (all of
@@ -71,6 +101,9 @@ type Layer struct {
 	QNorm      []float32 // per-head RMSNorm weights (qwen3), else nil
 	KNorm      []float32
 	FFNNorm    []float32
+	// AttnPostNorm and FFNPostNorm RMS-normalize a half's complete output
+	// before the residual add (gemma), or are nil.
+	AttnPostNorm, FFNPostNorm []float32
 
 	// Dense FFN.
 	Gate, Up, Down *kernels.Matrix

@@ -24,13 +24,27 @@ type OracleCase struct {
 // OracleDir is ../shared/oracle beside the module's root, found from the
 // test's working folder; "" when it is absent.
 func OracleDir() string {
+	dir := moduleRoot()
+	if dir == "" {
+		return ""
+	}
+	o := filepath.Join(dir, "..", "shared", "oracle")
+	if _, err := os.Stat(o); err != nil {
+		return ""
+	}
+	return o
+}
+
+// moduleRoot is the folder of go.mod above the working folder ("" when
+// there is none).
+func moduleRoot() string {
 	dir, err := os.Getwd()
 	if err != nil {
 		return ""
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
+			return dir
 		}
 		up := filepath.Dir(dir)
 		if up == dir {
@@ -38,11 +52,6 @@ func OracleDir() string {
 		}
 		dir = up
 	}
-	o := filepath.Join(dir, "..", "shared", "oracle")
-	if _, err := os.Stat(o); err != nil {
-		return ""
-	}
-	return o
 }
 
 var materialize sync.Once
@@ -79,7 +88,7 @@ func oracleCases(t testing.TB) []OracleCase {
 	})
 	cases := []OracleCase{}
 	for _, tj := range tjs {
-		c, err := readCase(filepath.Dir(tj))
+		c, err := ReadCase(filepath.Dir(tj))
 		if os.IsNotExist(err) {
 			t.Logf("%s: no model.gguf (run ../shared/oracle/materialize)", filepath.Base(filepath.Dir(tj)))
 			continue
@@ -92,10 +101,18 @@ func oracleCases(t testing.TB) []OracleCase {
 	return cases
 }
 
-func readCase(dir string) (OracleCase, error) {
-	c := OracleCase{Name: filepath.Base(dir), Model: filepath.Join(dir, "model.gguf")}
-	if _, err := os.Stat(c.Model); err != nil {
-		return c, err
+// ReadCase reads the oracle case in dir (model.gguf, tokens.json, logits.f32).
+func ReadCase(dir string) (OracleCase, error) {
+	return readCaseAt(dir, filepath.Join(dir, "model.gguf"))
+}
+
+// readCaseAt reads case dir with its model at model ("": not yet written).
+func readCaseAt(dir, model string) (OracleCase, error) {
+	c := OracleCase{Name: filepath.Base(dir), Model: model}
+	if model != "" {
+		if _, err := os.Stat(c.Model); err != nil {
+			return c, err
+		}
 	}
 	raw, err := os.ReadFile(filepath.Join(dir, "tokens.json"))
 	if err != nil {

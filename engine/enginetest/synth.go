@@ -20,12 +20,20 @@ var Tiny = synth.Spec{Arch: "llama", NEmbd: 128, NLayer: 2, NHead: 4, NHeadKV: 2
 // BPE vocabulary of 300 pieces padded to 512 tokens.
 func Vocab(t testing.TB) []gguf.KV {
 	t.Helper()
-	v, err := tokenizer.ByteLevelVocab(300)
+	kvs, err := vocabKVs()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return kvs
+}
+
+func vocabKVs() ([]gguf.KV, error) {
+	v, err := tokenizer.ByteLevelVocab(300)
+	if err != nil {
+		return nil, err
+	}
 	v.Pad(512)
-	return v.KVs()
+	return v.KVs(), nil
 }
 
 // Image returns the GGUF file of s, with Vocab when s has no tokenizer.

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -26,6 +27,16 @@ type Arch struct {
 	QKNorm      bool // per-head RMSNorm of q and k before RoPE (qwen3)
 	NormExperts bool // renormalize the top-k router weights to sum 1
 	SharedFFN   bool // a sigmoid-gated shared expert beside the routed ones (qwen2moe)
+	// Gemma-style blocks: the embedding scaled by √n_embd, RMSNorms after
+	// each half as well as before, a GELU-gated FFN, and the queries
+	// scaled before the dot products (1/√head_dim; 1/√(n_embd/n_head) for
+	// the 62-layer 27B, as llama.cpp does).
+	Gemma bool
+	// SWAPattern: with %s.attention.sliding_window set, layer l slides when
+	// l % SWAPattern < SWAPattern-1; the sliding layers use RoPE base
+	// SWARopeBase without position scaling.
+	SWAPattern  int
+	SWARopeBase float32
 	// Encoder: a bidirectional embedding encoder (bert) that produces one
 	// pooled vector per input, not logits; it loads with LoadEncoder (see
 	// encoder.go), and ConfigFromGGUF refuses it with ErrEncoder.
@@ -55,6 +66,7 @@ func init() {
 	Register(Arch{Name: "qwen2moe", Rope: RopeNeoX, SharedFFN: true})
 	Register(Arch{Name: "qwen3", Rope: RopeNeoX, QKNorm: true})
 	Register(Arch{Name: "qwen3moe", Rope: RopeNeoX, QKNorm: true, NormExperts: true})
+	Register(Arch{Name: "gemma3", Rope: RopeNeoX, QKNorm: true, Gemma: true, SWAPattern: 6, SWARopeBase: 10000})
 	Register(Arch{Name: "bert", Encoder: true})
 }
 
@@ -87,6 +99,8 @@ type Config struct {
 	RopeDim     int     // dimensions rotated per head
 	RopeScale   float32 // position scale (1/linear factor)
 	RMSEps      float32
+	Window      int     // sliding-window size of the sliding layers (0: none)
+	AttnScale   float32 // queries' scale before the dot products (0: 1/√HeadDim on the scores)
 }
 
 // QDim is n_head*head_dim; KVDim is n_head_kv*head_dim.
@@ -102,7 +116,17 @@ func (c *Config) spec(freqs []float32) device.Spec {
 	return device.Spec{NEmbd: c.NEmbd, NVocab: c.NVocab, NHead: c.NHead, NHeadKV: c.NHeadKV, HeadDim: c.HeadDim,
 		NFF: c.NFF, NFFExpert: c.NFFExpert, NFFShared: c.NFFShared, NExpert: c.NExpert, NExpertUsed: c.NExpertUsed,
 		RopeDim: c.RopeDim, RopeTheta: c.RopeTheta, RopeScale: c.RopeScale, RMSEps: c.RMSEps, Rope: c.Arch.Rope,
-		RopeFreqs: freqs, NormExperts: c.Arch.NormExperts, SharedFFN: c.Arch.SharedFFN}
+		RopeFreqs: freqs, NormExperts: c.Arch.NormExperts, SharedFFN: c.Arch.SharedFFN,
+		GELU: c.Arch.Gemma, AttnScale: c.AttnScale, Window: c.Window, SWAPattern: c.Arch.SWAPattern, RopeThetaSWA: c.swaBase()}
+}
+
+// swaBase is the sliding layers' RoPE base, or 0 when they have none of
+// their own.
+func (c *Config) swaBase() float32 {
+	if c.Window == 0 {
+		return 0
+	}
+	return c.Arch.SWARopeBase
 }
 
 // intReader reads a model's integer hyperparameters (prefix.key), keeping
@@ -221,6 +245,18 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 		return Config{}, fmt.Errorf("rope scaling %q is not supported (linear and none are)", st)
 	}
 	c.NVocab = vocabSize(f, p)
+	if arch.SWAPattern > 0 {
+		geti("attention.sliding_window", &c.Window, false, 0)
+		if *err != nil {
+			return Config{}, *err
+		}
+	}
+	if arch.Gemma {
+		c.AttnScale = float32(1 / math.Sqrt(float64(c.HeadDim)))
+		if c.NLayer == 62 { // the 27B: llama.cpp's rule
+			c.AttnScale = float32(1 / math.Sqrt(float64(c.NEmbd/c.NHead)))
+		}
+	}
 	switch {
 	case c.NHeadKV == 0 || c.NHead%c.NHeadKV != 0:
 		return Config{}, fmt.Errorf("head_count %d is not a multiple of head_count_kv %d", c.NHead, c.NHeadKV)

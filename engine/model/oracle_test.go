@@ -16,6 +16,14 @@ func TestOracle(t *testing.T) {
 	}
 }
 
+// TestOracleArchs runs the cases of the newer architectures
+// (enginetest.ArchCases: llama.cpp 0.7.0's logits) on the CPU.
+func TestOracleArchs(t *testing.T) {
+	for _, c := range enginetest.ArchCases(t) {
+		t.Run(c.Name, func(t *testing.T) { oracleOn(t, c, nil) })
+	}
+}
+
 // oracleOn runs case c's prompt in one batch on a runner of its model, on
 // the device dev gives for it (the CPU when dev is nil), and compares the
 // logits of every position with llama.cpp's.

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 
 	"shoal/engine/device"
 	"shoal/engine/device/cpu"
@@ -197,7 +198,14 @@ func (r *Runner) Embed(tokens []int32, x []float32) error {
 		if t < 0 || int(t) >= emb.Rows {
 			return fmt.Errorf("token id %d is outside the vocabulary [0,%d)", t, emb.Rows)
 		}
-		quant.DequantizeRow(emb.Type, emb.Row(int(t)), x[i*E:(i+1)*E])
+		xi := x[i*E : (i+1)*E]
+		quant.DequantizeRow(emb.Type, emb.Row(int(t)), xi)
+		if r.m.Arch.Gemma {
+			s := float32(math.Sqrt(float64(E)))
+			for j := range xi {
+				xi[j] *= s
+			}
+		}
 	}
 	return nil
 }

@@ -229,6 +229,12 @@ func loadWeights(l *loader, c *Config, lo, hi int, sl *Slice) (*Weights, error) 
 		must(e)
 		ly.FFNNorm, e = l.vector(p+"ffn_norm.weight", true, E)
 		must(e)
+		if c.Arch.Gemma {
+			ly.AttnPostNorm, e = l.vector(p+"post_attention_norm.weight", true, E)
+			must(e)
+			ly.FFNPostNorm, e = l.vector(p+"post_ffw_norm.weight", true, E)
+			must(e)
+		}
 		F := sl.FFNHi - sl.FFNLo
 		if c.IsMoE() {
 			FE, X := c.NFFExpert, c.NExpert

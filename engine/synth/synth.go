@@ -14,7 +14,7 @@ import (
 
 // Spec describes the model to write.
 type Spec struct {
-	Arch        string // llama, qwen2, qwen3, llama-moe (Mixtral-style), qwen2moe, qwen3moe, bert
+	Arch        string // llama, qwen2, qwen3, llama-moe (Mixtral-style), qwen2moe, qwen3moe, gemma3, bert
 	NEmbd       int
 	NLayer      int
 	NHead       int
@@ -25,14 +25,17 @@ type Spec struct {
 	NExpertUsed int
 	NFFShared   int // qwen2moe shared expert size (NFF if 0)
 	Ctx         int
-	RopeTheta   float32 // 0 = 10000 (llama) or 1e6 (qwen)
-	RMSEps      float32 // 0 = 1e-5 (llama) or 1e-6 (qwen); bert: the LayerNorm epsilon (0 = 1e-12)
-	Tied        bool    // no output.weight
-	Type        string  // weight type or mix: f32, f16, bf16, q4_0, q8_0, q4_k, q4_k_m, ...
-	OutputType  string  // "" = as llama-quantize would choose for Type
-	Seed        uint64
-	Std         float32 // weight std (0.02 if 0)
-	Name        string
+	// Window is gemma3's sliding window (0 = 512; one global layer after
+	// every five sliding ones).
+	Window     int
+	RopeTheta  float32 // 0 = 10000 (llama) or 1e6 (qwen)
+	RMSEps     float32 // 0 = 1e-5 (llama) or 1e-6 (qwen); bert: the LayerNorm epsilon (0 = 1e-12)
+	Tied       bool    // no output.weight
+	Type       string  // weight type or mix: f32, f16, bf16, q4_0, q8_0, q4_k, q4_k_m, ...
+	OutputType string  // "" = as llama-quantize would choose for Type
+	Seed       uint64
+	Std        float32 // weight std (0.02 if 0)
+	Name       string
 	// Pooling is bert's pooling_type (llama.cpp's: 1 mean, 2 cls, 3 last;
 	// 0 = mean). A decoder with Pooling > 0 is an embedding model
 	// (Qwen3-Embedding style): its %s.pooling_type is written.
@@ -64,10 +67,12 @@ func (s *Spec) arch() (ggufArch string, moe, qwen bool, err error) {
 		return "qwen2moe", true, true, nil
 	case "qwen3moe":
 		return "qwen3moe", true, true, nil
+	case "gemma3":
+		return "gemma3", false, false, nil
 	case "bert":
 		return "bert", false, false, nil
 	}
-	return "", false, false, fmt.Errorf("unknown arch %q (want llama, qwen2, qwen3, moe, qwen2moe, qwen3moe or bert)", s.Arch)
+	return "", false, false, fmt.Errorf("unknown arch %q (want llama, qwen2, qwen3, moe, qwen2moe, qwen3moe, gemma3 or bert)", s.Arch)
 }
 
 func nVocab(kvs []gguf.KV) int {
@@ -240,9 +245,19 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 			s.RopeTheta = 1e6
 		}
 	}
+	gemma := name == "gemma3"
+	if gemma {
+		s.Tied = true // as Google's files: the embedding is the output
+		if s.Window <= 0 {
+			s.Window = 512
+		}
+		if s.RopeTheta == 0 {
+			s.RopeTheta = 1e6
+		}
+	}
 	if s.RMSEps == 0 {
 		s.RMSEps = 1e-5
-		if qwen {
+		if qwen || gemma {
 			s.RMSEps = 1e-6
 		}
 	}
@@ -291,11 +306,14 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 			add(p+"attn_k.bias", "bias", l, s.Std, KV)
 			add(p+"attn_v.bias", "bias", l, s.Std, KV)
 		}
-		if name == "qwen3" || name == "qwen3moe" {
+		if name == "qwen3" || name == "qwen3moe" || gemma {
 			add(p+"attn_q_norm.weight", "norm", l, 0, hd)
 			add(p+"attn_k_norm.weight", "norm", l, 0, hd)
 		}
 		add(p+"attn_output.weight", "attn_output", l, s.Std, Q, E)
+		if gemma {
+			add(p+"post_attention_norm.weight", "norm", l, 0, E)
+		}
 		add(p+"ffn_norm.weight", "norm", l, 0, E)
 		if moe {
 			X := s.NExpert
@@ -317,6 +335,9 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 			add(p+"ffn_gate.weight", "ffn_gate", l, s.Std, E, F)
 			add(p+"ffn_up.weight", "ffn_up", l, s.Std, E, F)
 			add(p+"ffn_down.weight", "ffn_down", l, s.Std, F, E)
+		}
+		if gemma {
+			add(p+"post_ffw_norm.weight", "norm", l, 0, E)
 		}
 	}
 	add("output_norm.weight", "norm", 0, 0, E)
@@ -351,6 +372,9 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 	}
 	if hd != E/s.NHead {
 		kvs = append(kvs, gguf.KV{Key: p + "attention.key_length", Value: uint32(hd)}, gguf.KV{Key: p + "attention.value_length", Value: uint32(hd)})
+	}
+	if gemma {
+		kvs = append(kvs, gguf.KV{Key: p + "attention.sliding_window", Value: uint32(s.Window)})
 	}
 	if moe {
 		kvs = append(kvs, gguf.KV{Key: p + "expert_count", Value: uint32(s.NExpert)}, gguf.KV{Key: p + "expert_used_count", Value: uint32(s.NExpertUsed)})

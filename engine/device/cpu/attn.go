@@ -39,7 +39,11 @@ func (r *Range) attnRange(w, a, z int) {
 	layer := r.cur - r.ld.Lo
 	group := m.NHead / m.NHeadKV
 	bs := r.ld.KV.BlockSize
-	scale := float32(1 / math.Sqrt(float64(D)))
+	scale, qscale := float32(1/math.Sqrt(float64(D))), float32(1)
+	if m.AttnScale != 0 {
+		scale, qscale = 1, m.AttnScale
+	}
+	swa := m.SWA(r.cur)
 	ws := &r.attnWork[w]
 	parts := r.attnParts
 	per := (group + parts - 1) / parts
@@ -57,16 +61,28 @@ func (r *Range) attnRange(w, a, z int) {
 		}
 		blocks := s.blocks[s.tokSeq[i]]
 		ctx := int(s.tokPos[i]) + 1
+		// positions [from,ctx) are attended; the blocks from start on are
+		// read (a sliding window's first block in part)
+		from := 0
+		if swa {
+			from = max(0, ctx-m.Window)
+		}
+		start := from / bs * bs
 		qh := func(j int) []float32 { return ws.qh[j*D : (j+1)*D] }
 		acc := func(j int) []float32 { return ws.acc[j*D : (j+1)*D] }
 		scores := func(j int) []float32 { return ws.scores[j*ws.ctx : j*ws.ctx+ctx] }
 		for j := 0; j < g; j++ {
 			copy(qh(j), s.q[i*Q+(h0+j)*D:i*Q+(h0+j+1)*D])
+			if qscale != 1 {
+				for d, v := range qh(j) {
+					qh(j)[d] = v * qscale
+				}
+			}
 			kernels.RoundF16(qh(j))
 		}
 		// K and V rows of one head are KV apart within a block: one kernel
 		// call per block of positions and query head.
-		for t := 0; t < ctx; t += bs {
+		for t := start; t < ctx; t += bs {
 			e := min(t+bs, ctx)
 			k := r.store.KRun(layer, blocks, t)[kvh*D:]
 			for j := 0; j < g; j++ {
@@ -74,14 +90,15 @@ func (r *Range) attnRange(w, a, z int) {
 			}
 		}
 		for j := 0; j < g; j++ {
-			sc := scores(j)
+			sc := scores(j)[from:]
 			mx := kernels.ScaleMax(sc, scale)
 			// Softmax's arithmetic, the probabilities then rounded to half
 			// precision in the same pass
 			kernels.ScaleRoundF16(sc, float32(1/kernels.ExpSub(sc, mx)))
+			clear(scores(j)[start:from]) // outside the window: no weight
 			clear(acc(j))
 		}
-		for t := 0; t < ctx; t += bs {
+		for t := start; t < ctx; t += bs {
 			e := min(t+bs, ctx)
 			v := r.store.VRun(layer, blocks, t)[kvh*D:]
 			for j := 0; j < g; j++ {

@@ -13,6 +13,7 @@ type scratch struct {
 	g, u, o          []float32
 	acts             []byte
 	cos, sin         []float32 // per token, RopeDim/2 each
+	cosL, sinL       []float32 // the same for the sliding layers' own base
 	tokSeq, tokPos   []int32
 	blocks           [][]int32 // per chunk
 	route            []float32 // per token, NExpert router logits
@@ -56,6 +57,10 @@ func (r *Range) Begin(b *device.Batch) error {
 	half := m.RopeDim / 2
 	s.cos = Grow(s.cos, n*half)
 	s.sin = Grow(s.sin, n*half)
+	if r.swaRope != nil {
+		s.cosL = Grow(s.cosL, n*half)
+		s.sinL = Grow(s.sinL, n*half)
+	}
 	s.tokSeq = Grow(s.tokSeq, n)
 	s.tokPos = Grow(s.tokPos, n)
 	s.blocks = s.blocks[:0]
@@ -70,6 +75,9 @@ func (r *Range) Begin(b *device.Batch) error {
 			s.tokSeq[i] = int32(ci)
 			s.tokPos[i] = int32(c.Pos + j)
 			RopeTable(s.cos[i*half:(i+1)*half], s.sin[i*half:(i+1)*half], c.Pos+j, m)
+			if r.swaRope != nil {
+				RopeTable(s.cosL[i*half:(i+1)*half], s.sinL[i*half:(i+1)*half], c.Pos+j, r.swaRope)
+			}
 			i++
 		}
 	}

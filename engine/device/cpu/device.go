@@ -27,6 +27,9 @@ type Range struct {
 	nh, nkv int // query and KV heads held
 	qd, kvd int // their widths: nh·HeadDim, nkv·HeadDim
 	tp      *tpState
+	// swaRope is the spec with the sliding layers' RoPE base (nil when
+	// they use the model's).
+	swaRope *device.Spec
 
 	s scratch
 
@@ -49,6 +52,11 @@ func Load(ld device.Load) (*Range, error) {
 	r := &Range{sp: sp, ld: ld, pool: kernels.NewPool(ld.Threads), store: kv.NewHostStore(ld.KV),
 		nh: p.HeadHi - p.HeadLo, nkv: p.KVHi - p.KVLo}
 	r.qd, r.kvd = r.nh*sp.HeadDim, r.nkv*sp.HeadDim
+	if sp.RopeThetaSWA != 0 {
+		l := *sp
+		l.RopeTheta, l.RopeScale, l.RopeFreqs = sp.RopeThetaSWA, 1, nil
+		r.swaRope = &l
+	}
 	if ld.Coll != nil && ld.Coll.Size() > 1 {
 		r.tp = &tpState{coll: ld.Coll}
 	}
@@ -113,9 +121,19 @@ func (r *Range) Forward(lo, hi int, x []float32) error {
 // Residual implements device.Range.
 func (r *Range) Residual(l int, h device.Half, x, out []float32) {
 	n, E := r.s.n, r.sp.NEmbd
-	if ly := r.layer(l); h == device.AttnHalf && ly.Bo != nil { // once, on the reduced product every member holds
+	ly := r.layer(l)
+	if h == device.AttnHalf && ly.Bo != nil { // once, on the reduced product every member holds
 		for i := 0; i < n; i++ {
 			AddBias(out[i*E:(i+1)*E], ly.Bo)
+		}
+	}
+	post := ly.AttnPostNorm
+	if h == device.FFNHalf {
+		post = ly.FFNPostNorm
+	}
+	if post != nil {
+		for i := 0; i < n; i++ {
+			RMSNorm(out[i*E:(i+1)*E], out[i*E:(i+1)*E], post, r.sp.RMSEps)
 		}
 	}
 	for i := range out[:n*E] {

@@ -116,14 +116,17 @@ func (r *Range) prepRange(a, z int) {
 			}
 		}
 		cos, sin := s.cos[i*half:(i+1)*half], s.sin[i*half:(i+1)*half]
+		if r.swaRope != nil && m.SWA(r.cur) {
+			cos, sin = s.cosL[i*half:(i+1)*half], s.sinL[i*half:(i+1)*half]
+		}
 		Rope(q, r.nh, D, m.RopeDim, m.Rope, cos, sin)
 		Rope(k, r.nkv, D, m.RopeDim, m.Rope, cos, sin)
 		r.store.Put(r.cur-r.ld.Lo, s.blocks[s.tokSeq[i]], int(s.tokPos[i]), k, v)
 	}
 }
 
-// swiglu computes g = silu(gate·x) * up·x for n rows of x (nothing when
-// the member holds no FFN columns).
+// swiglu computes g = silu(gate·x) * up·x (gelu with Spec.GELU) for n rows
+// of x (nothing when the member holds no FFN columns).
 func (r *Range) swiglu(gate, up *kernels.Matrix, x []float32, n int, g, u []float32) {
 	if gate == nil {
 		return
@@ -136,7 +139,11 @@ func (r *Range) swiglu(gate, up *kernels.Matrix, x []float32, n int, g, u []floa
 		r.matmul(gate, x, n, g)
 		r.matmul(up, x, n, u)
 	}
-	kernels.SiLUMul(g[:n*F], u[:n*F])
+	if r.sp.GELU {
+		kernels.GELUMul(g[:n*F], u[:n*F])
+	} else {
+		kernels.SiLUMul(g[:n*F], u[:n*F])
+	}
 }
 
 // ffn computes out = down(silu(gate·x) * up·x) for n rows of x.

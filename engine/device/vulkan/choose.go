@@ -40,8 +40,8 @@ func (d Fit) Load(ld device.Load) (device.Range, error) {
 		free = budget - used
 	}
 	k := fitLayers(ld, free)
-	if _, ok := unsupported(ld); ok && d.Rest != nil {
-		k = 0 // a format without GPU kernels: the range stays on the CPU
+	if _, ok := unsupported(ld); (ok || lacks(ld) != "") && d.Rest != nil {
+		k = 0 // a format or an operation without GPU kernels: the range stays on the CPU
 	}
 	gpu := Device{GPU: d.GPU}
 	switch {
@@ -53,6 +53,21 @@ func (d Fit) Load(ld device.Load) (device.Range, error) {
 		return d.Rest.Load(ld)
 	}
 	return split.Device{First: gpu, Layers: k, Rest: d.Rest}.Load(ld)
+}
+
+// lacks names the first operation ld needs that the GPU kernels do not
+// have ("" when none): gemma's GELU, query scale, sliding window, second
+// RoPE base and post-norms.
+func lacks(ld device.Load) string {
+	if !ld.Spec.Plain() {
+		return "GELU, sliding-window attention and query scaling (gemma)"
+	}
+	for i := range ld.Layers {
+		if ld.Layers[i].AttnPostNorm != nil || ld.Layers[i].FFNPostNorm != nil {
+			return "post-norms (gemma)"
+		}
+	}
+	return ""
 }
 
 // unsupported returns the first weight format of ld the GPU has no kernel

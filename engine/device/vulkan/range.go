@@ -71,6 +71,9 @@ func (g *GPU) Load(ld device.Load) (*Range, error) {
 	if sp.HeadDim > 256 || sp.HeadDim%2 != 0 {
 		return nil, fmt.Errorf("vulkan: head size %d (the attention kernel takes even sizes up to 256)", sp.HeadDim)
 	}
+	if op := lacks(ld); op != "" {
+		return nil, fmt.Errorf("vulkan: no kernels yet for %s", op)
+	}
 	r := &Range{g: g, sp: sp, ld: ld, nh: p.HeadHi - p.HeadLo, nkv: p.KVHi - p.KVLo}
 	r.qd, r.kvd = r.nh*sp.HeadDim, r.nkv*sp.HeadDim
 	ok := false
