@@ -277,14 +277,18 @@ func TestLoadModelFromHub(t *testing.T) {
 	if float64(tpServed) >= 1.45*float64(len(tpFile)) || tpReqs > 100 {
 		t.Errorf("the tensor-parallel load read %d bytes from the hub for a %d-byte file in %d requests", tpServed, len(tpFile), tpReqs)
 	}
-	lt, err := cl.ClusterLogits(ctx(t), "tp", toks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ll, err := cl.ClusterLogits(ctx(t), "tplocal", toks)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// ready in the model list can come a moment before the driver's
+	// node has started it ("not served yet"): the first request retries
+	var lt, ll *api.Logits
+	tc.Eventually(t, 30*time.Second, "tp and tplocal serving", func() bool {
+		if lt == nil {
+			lt, _ = cl.ClusterLogits(ctx(t), "tp", toks)
+		}
+		if ll == nil {
+			ll, _ = cl.ClusterLogits(ctx(t), "tplocal", toks)
+		}
+		return lt != nil && ll != nil
+	})
 	worst := 0.0
 	for i := range ll.Data {
 		worst = max(worst, math.Abs(float64(lt.Data[i]-ll.Data[i])))
