@@ -1,0 +1,84 @@
+package node_test
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"shoal/api"
+	"shoal/engine/enginetest"
+	"shoal/node"
+	"shoal/node/fingerprint"
+	tc "shoal/node/nodetest"
+)
+
+// TestArchPlans runs the newer architectures' oracle cases
+// (enginetest.ArchCases: llama.cpp 0.7.0's logits) through three agents: a
+// tensor-parallel group of the three, where each member holds part of each
+// layer (a sliding-window layer's heads split like any other), and a
+// pipeline of three stages. The cluster's logits are within the oracle's
+// tolerances.
+func TestArchPlans(t *testing.T) {
+	cases := enginetest.ArchCases(t)
+	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := fingerprint.Record(cfg.DataDir, "test", 10, 1); err != nil {
+			t.Fatal(err)
+		}
+	})
+	cl := c.Client(0, "")
+	var names []string
+	for _, m := range c.Members {
+		names = append(names, m.Cfg.Name)
+	}
+	tc.Eventually(t, 30*time.Second, "three nodes listed", func() bool {
+		nodes, err := cl.Nodes(ctx(t))
+		return err == nil && len(nodes) == 3
+	})
+	for _, oc := range cases {
+		for _, strategy := range []string{"tensor", "pipeline"} {
+			t.Run(oc.Name+"/"+strategy, func(t *testing.T) {
+				name := strings.ReplaceAll(oc.Name, "_", "-") + "-" + strategy[:2]
+				if _, err := cl.LoadModel(ctx(t), api.LoadModelRequest{Path: oc.Model, Name: name, Nodes: names, Strategy: strategy, Ctx: 128, Wire: "f32"}); err != nil {
+					t.Fatal(err)
+				}
+				waitModelReady(t, c, name)
+				pl, err := cl.Placement(ctx(t), name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, st := range pl.Stages {
+					for _, m := range st.Members {
+						t.Logf("%s: layers [%d,%d) heads [%d,%d) ffn [%d,%d)", m.NodeName, st.Lo, st.Hi, m.HeadLo, m.HeadHi, m.FFNLo, m.FFNHi)
+						if strategy == "tensor" && m.HeadHi <= m.HeadLo && m.FFNHi <= m.FFNLo {
+							t.Errorf("%s holds nothing of each layer", m.NodeName)
+						}
+					}
+				}
+				if strategy == "tensor" && (len(pl.Stages) != 1 || len(pl.Stages[0].Members) != 3) {
+					t.Errorf("want one tensor-parallel stage of 3 members: %+v", pl.Stages)
+				}
+				if strategy == "pipeline" && len(pl.Stages) != 3 {
+					t.Errorf("%d pipeline stages, want 3", len(pl.Stages))
+				}
+				var l *api.Logits
+				tc.Eventually(t, 30*time.Second, name+" serving", func() bool {
+					l, err = cl.ClusterLogits(ctx(t), name, oc.Tokens)
+					return err == nil
+				})
+				mt := enginetest.Compare(oc.Logits, l.Data, oc.NVocab)
+				t.Logf("ORACLE agents %s %-14s %s", strategy, oc.Name, mt)
+				if err := mt.Check(strings.HasSuffix(oc.Name, "f16")); err != nil {
+					t.Error(err)
+				}
+				if err := cl.UnloadModel(ctx(t), name); err != nil {
+					t.Fatal(fmt.Errorf("unload %s: %w", name, err))
+				}
+			})
+		}
+	}
+}
