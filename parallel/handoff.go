@@ -164,13 +164,17 @@ func (im *kvImport) run(ctx context.Context, r *model.Runner, in KVInbox) error 
 	cfg := c.Config()
 	hlo, hhi := kvHeads(r)
 	heads := hhi - hlo
-	D := r.Model().HeadDim
+	hd := r.Model().HeadDim
 	if heads == 0 {
 		return nil // a tensor-parallel member without attention heads
 	}
-	if heads < 0 || D <= 0 || cfg.KVDim != heads*D {
-		return fmt.Errorf("the cache holds %d values per position, not %d heads of %d", cfg.KVDim, heads, D)
+	if heads < 0 || hd <= 0 || cfg.KVDim != heads*hd {
+		return fmt.Errorf("the cache holds %d values per position, not %d heads of %d", cfg.KVDim, heads, hd)
 	}
+	// pieces count a head's words in the cache (its size with F16, its
+	// blocks' words with a quantized cache): both sides use the model's
+	// cache type
+	D := r.KVHeadWords()
 	// filled[layer][position*heads + head]
 	filled := make([][]bool, cfg.Layers)
 	for i := range filled {
@@ -286,7 +290,7 @@ func (s *memberSession) exportKV(dec *layout, ho *handoffReq, b *model.Batch, l 
 	// head.
 	sl := r.Slice()
 	olo, ohi := sl.OwnedKVHeads(&r.Model().Config)
-	D := r.Model().HeadDim
+	D := r.KVHeadWords()
 	c := b.Chunks[0]
 	for i, dm := range dec.members() {
 		st := dec.Stages[dm.Stage]

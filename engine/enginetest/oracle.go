@@ -15,6 +15,7 @@ import (
 // llama.cpp's logits for every position of it.
 type OracleCase struct {
 	Name   string
+	Dir    string // the case's folder
 	Model  string // path of model.gguf
 	Tokens []int32
 	NVocab int
@@ -108,7 +109,7 @@ func ReadCase(dir string) (OracleCase, error) {
 
 // readCaseAt reads case dir with its model at model ("": not yet written).
 func readCaseAt(dir, model string) (OracleCase, error) {
-	c := OracleCase{Name: filepath.Base(dir), Model: model}
+	c := OracleCase{Name: filepath.Base(dir), Dir: dir, Model: model}
 	if model != "" {
 		if _, err := os.Stat(c.Model); err != nil {
 			return c, err
@@ -130,12 +131,34 @@ func readCaseAt(dir, model string) (OracleCase, error) {
 	if err != nil {
 		return c, err
 	}
-	c.Logits = make([]float32, len(lb)/4)
-	for i := range c.Logits {
-		c.Logits[i] = math.Float32frombits(binary.LittleEndian.Uint32(lb[4*i:]))
-	}
+	c.Logits = floats(lb)
 	if len(c.Logits) != len(c.Tokens)*c.NVocab {
 		return c, &os.PathError{Op: "read", Path: filepath.Join(dir, "logits.f32"), Err: errLogitCount}
 	}
 	return c, nil
+}
+
+// More reads another logits file of the case, name in its folder: ok is
+// false when there is none.
+func (c OracleCase) More(name string) (logits []float32, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(c.Dir, name))
+	if os.IsNotExist(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if len(b) != 4*len(c.Tokens)*c.NVocab {
+		return nil, false, &os.PathError{Op: "read", Path: filepath.Join(c.Dir, name), Err: errLogitCount}
+	}
+	return floats(b), true, nil
+}
+
+// floats reads little-endian float32s.
+func floats(b []byte) []float32 {
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
 }

@@ -1,6 +1,10 @@
 package kernels
 
-import "shoal/engine/quant"
+import (
+	"unsafe"
+
+	"shoal/engine/quant"
+)
 
 // ScoresF16 sets out[t] = q · k[t*stride : t*stride+len(q)] for t <
 // len(out): one query against a run of half-float key rows stride elements
@@ -45,4 +49,39 @@ func AccumF16(acc, p []float32, v []uint16, stride int) {
 			acc[i] += w * quant.FP16ToFP32(x)
 		}
 	}
+}
+
+// ScoresQ sets out[t] to the dot product of a query head, qq (d values in
+// t's activation format, quant.VecDotType), with the key rows of a
+// quantized cache, d values of type kt each, stride words apart in k (the
+// rows of one KV head in a cache block).
+func ScoresQ(out []float32, kt quant.Type, d int, qq []byte, k []uint16, stride int) {
+	n := kt.RowSize(d)
+	b := WordBytes(k)
+	for t := range out {
+		out[t] = VecDot(kt, d, b[2*t*stride:2*t*stride+n], qq)
+	}
+}
+
+// AccumQ adds p[t] times value row t (len(acc) values of type vt, stride
+// words apart in v, dequantized into tmp) to acc.
+func AccumQ(acc, p []float32, vt quant.Type, v []uint16, stride int, tmp []float32) {
+	d := len(acc)
+	n := vt.RowSize(d)
+	b := WordBytes(v)
+	tmp = tmp[:d]
+	for t, w := range p {
+		quant.DequantizeRow(vt, b[2*t*stride:2*t*stride+n], tmp)
+		for i, x := range tmp {
+			acc[i] += w * x
+		}
+	}
+}
+
+// wordBytes is the memory of w as bytes (little-endian words).
+func WordBytes(w []uint16) []byte {
+	if len(w) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), 2*len(w))
 }

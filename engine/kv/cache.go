@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"slices"
+	"strings"
 	"sync"
+
+	"shoal/engine/quant"
 )
 
 // DefaultBlockSize is the number of token positions per block.
@@ -26,7 +29,52 @@ type Config struct {
 	KVDim      int // n_head_kv * head_dim
 	BlockSize  int // tokens per block (DefaultBlockSize if 0)
 	NumBlocks  int // blocks in the pool
+	// Type is how K and V are stored: F16 (the default, also for the zero
+	// value F32), or Q8_0 or Q4_0, quantized in blocks of 32 along each
+	// head (llama.cpp's --cache-type-k/-v; the head size must divide by
+	// 32). A row is RowWords 16-bit words either way.
+	Type quant.Type
 }
+
+// CheckType reports whether t can store K and V rows of heads of size
+// headDim.
+func CheckType(t quant.Type, headDim int) error {
+	switch t {
+	case quant.F16:
+		return nil
+	case quant.Q8_0, quant.Q4_0:
+		if headDim%t.BlockLen() != 0 {
+			return fmt.Errorf("kv: a %s cache needs a head size divisible by %d, this model's is %d", t, t.BlockLen(), headDim)
+		}
+		return nil
+	}
+	return fmt.Errorf("kv: cache type %s is not supported (f16, q8_0 and q4_0 are)", t)
+}
+
+// ParseType reads a KV cache type by name: "" and "f16" are F16.
+func ParseType(s string) (quant.Type, error) {
+	switch strings.ToLower(s) {
+	case "", "f16":
+		return quant.F16, nil
+	case "q8_0":
+		return quant.Q8_0, nil
+	case "q4_0":
+		return quant.Q4_0, nil
+	}
+	return 0, fmt.Errorf("kv: cache type %q is not supported (f16, q8_0 and q4_0 are)", s)
+}
+
+// Words is how many 16-bit words n values of cache type t take (n a
+// multiple of its block length).
+func Words(t quant.Type, n int) int {
+	if t == quant.F32 {
+		t = quant.F16
+	}
+	return t.RowSize(n) / 2
+}
+
+// RowWords is the words of one position's K (or V) row.
+func (cfg Config) RowWords() int { return Words(cfg.Type, cfg.KVDim) }
 
 // Cache holds K and V as F16 for Layers layers in a pool of blocks shared by
 // all sequences. Block b of layer l holds positions [i*BlockSize, (i+1)*BlockSize)
@@ -82,6 +130,12 @@ func NewWithStore(cfg Config, st Store) (*Cache, error) {
 	if cfg.Layers <= 0 || cfg.KVDim < 0 || cfg.NumBlocks <= 0 || cfg.BlockSize <= 0 {
 		return nil, fmt.Errorf("kv: invalid config %+v", cfg)
 	}
+	if err := CheckType(cfg.Type, cfg.Type.BlockLen()); err != nil {
+		return nil, err
+	}
+	if cfg.KVDim%cfg.Type.BlockLen() != 0 {
+		return nil, fmt.Errorf("kv: a %s cache cannot hold rows of %d values", cfg.Type, cfg.KVDim)
+	}
 	c := &Cache{cfg: cfg, seqs: map[SeqID]*seqState{}, ref: make([]int32, cfg.NumBlocks), reg: make([]*prefixEntry, cfg.NumBlocks),
 		index: map[uint64]int32{}, idle: list.New(), elem: map[int32]*list.Element{}}
 	if st == nil {
@@ -99,6 +153,9 @@ func NewWithStore(cfg Config, st Store) (*Cache, error) {
 func (cfg Config) normalize() Config {
 	if cfg.BlockSize == 0 {
 		cfg.BlockSize = DefaultBlockSize
+	}
+	if cfg.Type == quant.F32 {
+		cfg.Type = quant.F16
 	}
 	return cfg
 }
@@ -350,22 +407,27 @@ func (c *Cache) Blocks(seq SeqID) []int32 {
 }
 
 // Put stores the K and V rows (KVDim each) of position pos of a sequence for
-// the local layer index layer, rounding to F16. The rows must be in host
-// memory (New); a device writes its own store.
+// the local layer index layer, rounding to F16 (or quantizing to the
+// cache's type). The rows must be in host memory (New); a device writes its
+// own store.
 func (c *Cache) Put(layer int, blocks []int32, pos int, k, v []float32) {
 	c.host().Put(layer, blocks, pos, k, v)
 }
 
-// K returns the F16 key row of pos (a view of a cache in host memory).
+// K returns the key row of pos, RowWords words (a view of a cache in host
+// memory).
 func (c *Cache) K(layer int, blocks []int32, pos int) []uint16 { return c.host().K(layer, blocks, pos) }
 
-// V returns the F16 value row of pos (a view of a cache in host memory).
+// V returns the value row of pos, as K.
 func (c *Cache) V(layer int, blocks []int32, pos int) []uint16 { return c.host().V(layer, blocks, pos) }
 
 // Block wire format (little-endian):
 //
-//	magic "SKV1" | u32 firstLayer | u32 layers | u32 kvDim | u32 blockSize | u32 filled
-//	| layers × (K block, V block) as F16 | u32 crc32 (IEEE) of everything before
+//	magic "SKV1" | u32 firstLayer | u32 layers | u32 row | u32 blockSize | u32 filled
+//	| layers × (K block, V block) as 16-bit words | u32 crc32 (IEEE) of everything before
+//
+// row is the words of a row (the KV dim for F16), with a quantized cache's
+// ggml type number in its top 8 bits.
 const blockMagic = "SKV1"
 
 const blockHeader = 4 + 5*4
@@ -379,11 +441,11 @@ func (c *Cache) ExportBlock(seq SeqID, i int) ([]byte, error) {
 	if s == nil || i < 0 || i >= len(s.blocks) {
 		return nil, fmt.Errorf("kv: sequence %d has no block %d", seq, i)
 	}
-	bs, d := c.cfg.BlockSize, c.cfg.KVDim
+	bs, d := c.cfg.BlockSize, c.cfg.RowWords()
 	filled := min(bs, s.n-i*bs)
 	out := make([]byte, 0, blockHeader+c.cfg.Layers*2*bs*d*2+4)
 	out = append(out, blockMagic...)
-	for _, x := range []int{c.cfg.FirstLayer, c.cfg.Layers, d, bs, filled} {
+	for _, x := range []int{c.cfg.FirstLayer, c.cfg.Layers, c.rowField(), bs, filled} {
 		out = binary.LittleEndian.AppendUint32(out, uint32(x))
 	}
 	k, v := make([]uint16, bs*d), make([]uint16, bs*d)
@@ -401,7 +463,7 @@ func (c *Cache) ExportBlock(seq SeqID, i int) ([]byte, error) {
 // ImportBlock appends a block exported by a cache of the same shape to seq,
 // which must currently end on a block boundary. It returns the positions added.
 func (c *Cache) ImportBlock(seq SeqID, data []byte) (int, error) {
-	bs, d := c.cfg.BlockSize, c.cfg.KVDim
+	bs, d := c.cfg.BlockSize, c.cfg.RowWords()
 	want := blockHeader + c.cfg.Layers*2*bs*d*2 + 4
 	if len(data) != want {
 		return 0, fmt.Errorf("kv: block of %d bytes, this cache's blocks take %d", len(data), want)
@@ -414,9 +476,9 @@ func (c *Cache) ImportBlock(seq SeqID, data []byte) (int, error) {
 		return 0, fmt.Errorf("kv: block checksum %08x, want %08x", got, sum)
 	}
 	hdr := func(i int) int { return int(binary.LittleEndian.Uint32(data[4+4*i:])) }
-	if hdr(0) != c.cfg.FirstLayer || hdr(1) != c.cfg.Layers || hdr(2) != d || hdr(3) != bs {
-		return 0, fmt.Errorf("kv: block for layers [%d,+%d) kvDim %d blockSize %d does not fit this cache (%d,+%d, %d, %d)",
-			hdr(0), hdr(1), hdr(2), hdr(3), c.cfg.FirstLayer, c.cfg.Layers, d, bs)
+	if hdr(0) != c.cfg.FirstLayer || hdr(1) != c.cfg.Layers || hdr(2) != c.rowField() || hdr(3) != bs {
+		return 0, fmt.Errorf("kv: block for layers [%d,+%d) row %#x blockSize %d does not fit this cache (%d,+%d, %#x, %d)",
+			hdr(0), hdr(1), hdr(2), hdr(3), c.cfg.FirstLayer, c.cfg.Layers, c.rowField(), bs)
 	}
 	filled := hdr(4)
 	if filled <= 0 || filled > bs {
@@ -442,4 +504,14 @@ func (c *Cache) ImportBlock(seq SeqID, data []byte) (int, error) {
 		c.store.WriteRows(l, b, 0, bs, 0, d, k, v)
 	}
 	return filled, nil
+}
+
+// rowField is the block header's row field: the row's words, and a
+// quantized cache's type in the top 8 bits.
+func (c *Cache) rowField() int {
+	f := c.cfg.RowWords()
+	if c.cfg.Type != quant.F16 {
+		f |= int(c.cfg.Type) << 24
+	}
+	return f
 }

@@ -8,10 +8,12 @@ import "fmt"
 // (pipeline stages) and KV heads (tensor-parallel members) differently, so a
 // transfer is cut into (layer, positions, heads) pieces rather than blocks.
 //
-// The layout of k and v is [position][head][dim]: element
-// (t*(headHi-headLo) + h)*headDim + d is dimension d of head headLo+h at
-// position pos+t, as F16 bits. Heads are numbered within this cache's KVDim
-// (head 0 is the first head this cache holds, whatever its global number).
+// The layout of k and v is [position][head][word]: word
+// (t*(headHi-headLo) + h)*headDim + d is word d of head headLo+h at
+// position pos+t. headDim counts words: a head's size for an F16 cache (a
+// word is a value's F16 bits), Words(type, size) for a quantized one (its
+// blocks' bytes). Heads are numbered within this cache's rows (head 0 is
+// the first head this cache holds, whatever its global number).
 
 // ExportRange copies K and V of positions [pos, pos+n) of sequence seq, for
 // the global layer index layer and the heads [headLo, headHi) of width
@@ -81,10 +83,11 @@ func (c *Cache) rangeOf(op string, seq SeqID, layer, pos, n, headLo, headHi, hea
 	if layer < cfg.FirstLayer || layer >= cfg.FirstLayer+cfg.Layers {
 		return checkedRange{}, fmt.Errorf("kv: %s layer %d: this cache holds layers [%d,%d)", op, layer, cfg.FirstLayer, cfg.FirstLayer+cfg.Layers)
 	}
-	if headDim <= 0 || cfg.KVDim%headDim != 0 {
-		return checkedRange{}, fmt.Errorf("kv: %s with head dim %d: it must be positive and divide this cache's kv dim %d", op, headDim, cfg.KVDim)
+	row := cfg.RowWords()
+	if headDim <= 0 || row%headDim != 0 {
+		return checkedRange{}, fmt.Errorf("kv: %s with head width %d: it must be positive and divide this cache's row of %d words", op, headDim, row)
 	}
-	if heads := cfg.KVDim / headDim; headLo < 0 || headLo > headHi || headHi > heads {
+	if heads := row / headDim; headLo < 0 || headLo > headHi || headHi > heads {
 		return checkedRange{}, fmt.Errorf("kv: %s heads [%d,%d): this cache holds heads [0,%d) of dim %d", op, headLo, headHi, heads, headDim)
 	}
 	if n < 0 {

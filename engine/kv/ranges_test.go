@@ -170,8 +170,8 @@ func TestRangeErrors(t *testing.T) {
 	}{
 		{"layer below", 1, 1, 0, 1, 0, 2, 4, 8, 8, "layer 1: this cache holds layers [2,4)"},
 		{"layer above", 1, 4, 0, 1, 0, 2, 4, 8, 8, "layer 4: this cache holds layers [2,4)"},
-		{"head dim zero", 1, 2, 0, 1, 0, 2, 0, 0, 0, "head dim 0"},
-		{"head dim not dividing", 1, 2, 0, 1, 0, 1, 3, 3, 3, "head dim 3: it must be positive and divide this cache's kv dim 8"},
+		{"head dim zero", 1, 2, 0, 1, 0, 2, 0, 0, 0, "head width 0"},
+		{"head dim not dividing", 1, 2, 0, 1, 0, 1, 3, 3, 3, "head width 3: it must be positive and divide this cache's row of 8 words"},
 		{"heads above", 1, 2, 0, 1, 1, 3, 4, 8, 8, "heads [1,3): this cache holds heads [0,2) of dim 4"},
 		{"heads negative", 1, 2, 0, 1, -1, 1, 4, 8, 8, "heads [-1,1)"},
 		{"heads inverted", 1, 2, 0, 1, 2, 1, 4, 0, 0, "heads [2,1)"},

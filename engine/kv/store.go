@@ -1,35 +1,41 @@
 package kv
 
-import "shoal/engine/kernels"
+import (
+	"shoal/engine/kernels"
+	"shoal/engine/quant"
+)
 
 // Store holds the K and V rows of a cache's blocks wherever the device that
 // runs the layers keeps them: in host memory (HostStore, the CPU device), or
 // in a GPU's memory. The Cache around it keeps the host side: block tables,
-// the prefix cache, export and import. A row is KVDim F16 values of one
-// position; rows are addressed by the cache's local layer index, a block and
+// the prefix cache, export and import. A row is one position's K (or V);
+// rows are addressed by the cache's local layer index, a block and
 // a slot within the block.
 //
 // Both methods move rows [slot, slot+n) of one block (all within it),
-// elements [lo, hi) of each, packed in k and v as [n][hi-lo]. A Store is
-// safe for concurrent use on distinct blocks.
+// words [lo, hi) of each, packed in k and v as [n][hi-lo]. A row is the
+// cache's RowWords words: KVDim F16 values, or their quantized blocks. A
+// Store is safe for concurrent use on distinct blocks.
 type Store interface {
 	ReadRows(layer int, block int32, slot, n, lo, hi int, k, v []uint16)
 	WriteRows(layer int, block int32, slot, n, lo, hi int, k, v []uint16)
 }
 
 // HostStore is a Store in host memory: per layer, one slice of K and one of
-// V holding every block, block b's slot s at element (b·BlockSize+s)·KVDim.
+// V holding every block, block b's slot s at word (b·BlockSize+s)·RowWords.
 // The CPU device reads it in place (KRun, VRun).
 type HostStore struct {
-	kvDim, bs int
-	k, v      [][]uint16 // [layer][block*BlockSize*KVDim + slot*KVDim + d]
+	kvDim, bs int // kvDim: the words of a row
+	typ       quant.Type
+	k, v      [][]uint16 // [layer][block*BlockSize*row + slot*row + word]
 }
 
 // NewHostStore allocates the rows of every block of cfg (BlockSize must be
 // set).
 func NewHostStore(cfg Config) *HostStore {
-	s := &HostStore{kvDim: cfg.KVDim, bs: cfg.BlockSize, k: make([][]uint16, cfg.Layers), v: make([][]uint16, cfg.Layers)}
-	per := cfg.NumBlocks * cfg.BlockSize * cfg.KVDim
+	cfg = cfg.normalize()
+	s := &HostStore{kvDim: cfg.RowWords(), bs: cfg.BlockSize, typ: cfg.Type, k: make([][]uint16, cfg.Layers), v: make([][]uint16, cfg.Layers)}
+	per := cfg.NumBlocks * cfg.BlockSize * s.kvDim
 	for l := range s.k {
 		s.k[l] = make([]uint16, per)
 		s.v[l] = make([]uint16, per)
@@ -68,29 +74,39 @@ func (s *HostStore) offset(blocks []int32, pos int) int {
 	return (int(blocks[pos/s.bs])*s.bs + pos%s.bs) * s.kvDim
 }
 
-// Put stores the K and V rows (KVDim each) of position pos of a sequence with
-// block table blocks, for the local layer index layer, rounding to F16.
+// Put stores the K and V rows (KVDim values each) of position pos of a
+// sequence with block table blocks, for the local layer index layer,
+// rounding to F16 or quantizing as ggml's reference quantizer does.
 func (s *HostStore) Put(layer int, blocks []int32, pos int, k, v []float32) {
 	o := s.offset(blocks, pos)
 	kd, vd := s.k[layer][o:o+s.kvDim], s.v[layer][o:o+s.kvDim]
-	kernels.F32ToF16(kd, k[:len(kd)])
-	kernels.F32ToF16(vd, v[:len(vd)])
+	if s.typ == quant.F16 {
+		kernels.F32ToF16(kd, k[:len(kd)])
+		kernels.F32ToF16(vd, v[:len(vd)])
+		return
+	}
+	n := len(kd) * 2 / s.typ.BlockSize() * s.typ.BlockLen()
+	quant.QuantizeRow(s.typ, k[:n], kernels.WordBytes(kd))
+	quant.QuantizeRow(s.typ, v[:n], kernels.WordBytes(vd))
 }
 
-// K returns the F16 key row of pos (a view).
+// Type is how the store keeps its rows.
+func (s *HostStore) Type() quant.Type { return s.typ }
+
+// K returns the key row of pos, RowWords words (a view).
 func (s *HostStore) K(layer int, blocks []int32, pos int) []uint16 {
 	o := s.offset(blocks, pos)
 	return s.k[layer][o : o+s.kvDim]
 }
 
-// V returns the F16 value row of pos (a view).
+// V returns the value row of pos (a view).
 func (s *HostStore) V(layer int, blocks []int32, pos int) []uint16 {
 	o := s.offset(blocks, pos)
 	return s.v[layer][o : o+s.kvDim]
 }
 
-// KRun returns the F16 key rows from pos to the end of its block, KVDim
-// elements apart: row pos+t starts at element t*KVDim (a view).
+// KRun returns the key rows from pos to the end of its block, RowWords
+// words apart: row pos+t starts at word t*RowWords (a view).
 func (s *HostStore) KRun(layer int, blocks []int32, pos int) []uint16 {
 	return s.k[layer][s.offset(blocks, pos):s.blockEnd(blocks, pos)]
 }

@@ -20,6 +20,9 @@ type Options struct {
 	// (the model's context length if 0).
 	CacheTokens int
 	BlockSize   int // KV block size (kv.DefaultBlockSize if 0)
+	// KVType is how the cache stores K and V: F16 (also for the zero
+	// value), Q8_0 or Q4_0 (see kv.Config.Type).
+	KVType quant.Type
 
 	// Slice is the part of each layer this runner executes as a member of
 	// a tensor-parallel group; nil means the slice the model's weights hold
@@ -130,7 +133,14 @@ func NewRunner(m *Model, o Options) (*Runner, error) {
 	if bs <= 0 {
 		bs = kv.DefaultBlockSize
 	}
-	kc := kv.Config{FirstLayer: lo, Layers: hi - lo, KVDim: (kvHi - kvLo) * m.HeadDim, BlockSize: bs, NumBlocks: (ct + bs - 1) / bs}
+	kt := o.KVType
+	if kt == quant.F32 {
+		kt = quant.F16
+	}
+	if err := kv.CheckType(kt, m.HeadDim); err != nil {
+		return nil, err
+	}
+	kc := kv.Config{FirstLayer: lo, Layers: hi - lo, KVDim: (kvHi - kvLo) * m.HeadDim, BlockSize: bs, NumBlocks: (ct + bs - 1) / bs, Type: kt}
 	ld := device.Load{Spec: m.Config.spec(m.W.RopeFreqs), Layers: m.W.Layers[lo:hi], Lo: lo, Hi: hi,
 		OutputNorm: m.W.OutputNorm, Output: m.W.Output,
 		Part: device.Part{HeadLo: sl.HeadLo, HeadHi: sl.HeadHi, KVLo: kvLo, KVHi: kvHi}, KV: kc, Threads: o.Threads}
@@ -170,6 +180,11 @@ func (r *Runner) Range() (lo, hi int) { return r.lo, r.hi }
 
 // Slice is the part of each layer the runner executes.
 func (r *Runner) Slice() Slice { return r.sl }
+
+// KVHeadWords is the width of one KV head in the cache's rows, in the
+// 16-bit words kv.Cache's ExportRange and ImportRange count: the head size
+// with an F16 cache, its quantized blocks' words otherwise.
+func (r *Runner) KVHeadWords() int { return kv.Words(r.cache.Config().Type, r.m.HeadDim) }
 
 // Reserve allocates KV positions for every chunk of b, setting each Pos to
 // the sequence's current length. On error nothing is reserved.

@@ -4,6 +4,8 @@ import (
 	"math"
 
 	"shoal/engine/kernels"
+	"shoal/engine/kv"
+	"shoal/engine/quant"
 )
 
 // attnScratch is one worker's space for the query heads of a KV head:
@@ -13,6 +15,8 @@ type attnScratch struct {
 	scores []float32
 	qh     []float32
 	acc    []float32
+	qq     []byte    // the query heads in Q8_0, for a quantized cache
+	vrow   []float32 // one value row, dequantized
 }
 
 // attention runs the attention of the batch's n tokens. A job is a token
@@ -35,7 +39,7 @@ func (r *Range) attention(n int) {
 // F16 cache.
 func (r *Range) attnRange(w, a, z int) {
 	m, s, p := r.sp, &r.s, &r.ld.Part
-	D, Q, KV := m.HeadDim, r.qd, r.kvd
+	D, Q := m.HeadDim, r.qd
 	layer := r.cur - r.ld.Lo
 	group := m.NHead / m.NHeadKV
 	bs := r.ld.KV.BlockSize
@@ -44,6 +48,12 @@ func (r *Range) attnRange(w, a, z int) {
 		scale, qscale = 1, m.AttnScale
 	}
 	swa := m.SWA(r.cur)
+	// hw and row: a head's and a position's words in the cache
+	kt := r.store.Type()
+	quantized := kt != quant.F16
+	hw := kv.Words(kt, D)
+	row := r.nkv * hw
+	qBytes := quant.VecDotType(kt).RowSize(D)
 	ws := &r.attnWork[w]
 	parts := r.attnParts
 	per := (group + parts - 1) / parts
@@ -78,31 +88,53 @@ func (r *Range) attnRange(w, a, z int) {
 					qh(j)[d] = v * qscale
 				}
 			}
-			kernels.RoundF16(qh(j))
+			if quantized {
+				// as ggml's flash attention: the query in the K type's
+				// activation format (Q8_0), integer dot products
+				quant.QuantizeRow(quant.VecDotType(kt), qh(j), ws.qq[j*qBytes:(j+1)*qBytes])
+			} else {
+				kernels.RoundF16(qh(j))
+			}
 		}
-		// K and V rows of one head are KV apart within a block: one kernel
-		// call per block of positions and query head.
+		// K and V rows of one head are a row apart within a block: one
+		// kernel call per block of positions and query head.
 		for t := start; t < ctx; t += bs {
 			e := min(t+bs, ctx)
-			k := r.store.KRun(layer, blocks, t)[kvh*D:]
+			k := r.store.KRun(layer, blocks, t)[kvh*hw:]
 			for j := 0; j < g; j++ {
-				kernels.ScoresF16(scores(j)[t:e], qh(j), k, KV)
+				if quantized {
+					kernels.ScoresQ(scores(j)[t:e], kt, D, ws.qq[j*qBytes:(j+1)*qBytes], k, row)
+				} else {
+					kernels.ScoresF16(scores(j)[t:e], qh(j), k, row)
+				}
 			}
 		}
 		for j := 0; j < g; j++ {
 			sc := scores(j)[from:]
 			mx := kernels.ScaleMax(sc, scale)
-			// Softmax's arithmetic, the probabilities then rounded to half
-			// precision in the same pass
-			kernels.ScaleRoundF16(sc, float32(1/kernels.ExpSub(sc, mx)))
+			inv := float32(1 / kernels.ExpSub(sc, mx))
+			if quantized {
+				// the probabilities stay float32 (ggml's flash attention)
+				for t := range sc {
+					sc[t] *= inv
+				}
+			} else {
+				// Softmax's arithmetic, the probabilities then rounded to
+				// half precision in the same pass
+				kernels.ScaleRoundF16(sc, inv)
+			}
 			clear(scores(j)[start:from]) // outside the window: no weight
 			clear(acc(j))
 		}
 		for t := start; t < ctx; t += bs {
 			e := min(t+bs, ctx)
-			v := r.store.VRun(layer, blocks, t)[kvh*D:]
+			v := r.store.VRun(layer, blocks, t)[kvh*hw:]
 			for j := 0; j < g; j++ {
-				kernels.AccumF16(acc(j), scores(j)[t:e], v, KV)
+				if quantized {
+					kernels.AccumQ(acc(j), scores(j)[t:e], kt, v, row, ws.vrow)
+				} else {
+					kernels.AccumF16(acc(j), scores(j)[t:e], v, row)
+				}
 			}
 		}
 		for j := 0; j < g; j++ {

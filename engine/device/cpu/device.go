@@ -49,6 +49,9 @@ func Load(ld device.Load) (*Range, error) {
 		return nil, fmt.Errorf("cpu: %d layers for the range [%d,%d) with a KV store of %d (block size %d)", len(ld.Layers), ld.Lo, ld.Hi, ld.KV.Layers, ld.KV.BlockSize)
 	}
 	sp, p := &ld.Spec, ld.Part
+	if err := kv.CheckType(ld.KV.Type, sp.HeadDim); ld.KV.Type != quant.F32 && err != nil {
+		return nil, err
+	}
 	r := &Range{sp: sp, ld: ld, pool: kernels.NewPool(ld.Threads), store: kv.NewHostStore(ld.KV),
 		nh: p.HeadHi - p.HeadLo, nkv: p.KVHi - p.KVLo}
 	r.qd, r.kvd = r.nh*sp.HeadDim, r.nkv*sp.HeadDim
@@ -67,6 +70,10 @@ func Load(ld device.Load) (*Range, error) {
 	group := sp.NHead / sp.NHeadKV
 	for i := range r.attnWork {
 		r.attnWork[i] = attnScratch{ctx: ctx, scores: make([]float32, group*ctx), qh: make([]float32, group*sp.HeadDim), acc: make([]float32, group*sp.HeadDim)}
+		if t := r.store.Type(); t != quant.F16 {
+			r.attnWork[i].qq = make([]byte, group*quant.VecDotType(t).RowSize(sp.HeadDim))
+			r.attnWork[i].vrow = make([]float32, sp.HeadDim)
+		}
 	}
 	return r, nil
 }

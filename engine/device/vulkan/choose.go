@@ -56,9 +56,12 @@ func (d Fit) Load(ld device.Load) (device.Range, error) {
 }
 
 // lacks names the first operation ld needs that the GPU kernels do not
-// have ("" when none): gemma's GELU, query scale, sliding window, second
-// RoPE base and post-norms.
+// have ("" when none): a quantized KV cache, and gemma's GELU, query
+// scale, sliding window, second RoPE base and post-norms.
 func lacks(ld device.Load) string {
+	if t := ld.KV.Type; t != quant.F16 && t != quant.F32 {
+		return "a " + t.String() + " KV cache"
+	}
 	if !ld.Spec.Plain() {
 		return "GELU, sliding-window attention and query scaling (gemma)"
 	}
