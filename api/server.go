@@ -148,6 +148,11 @@ func Handler(b Backend) http.Handler {
 		default:
 			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("wire %q: want f16, f32 or q8_0", req.Wire)}
 		}
+		switch req.KVType {
+		case "", "f16", "q8_0", "q4_0":
+		default:
+			return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("kv_type %q: want f16, q8_0 or q4_0", req.KVType)}
+		}
 		return b.LoadModel(r.Context(), req)
 	}))
 	mux.HandleFunc("DELETE /v1/cluster/models/{name}", h.auth(func(r *http.Request) (any, error) {

@@ -208,6 +208,12 @@ type LoadModelRequest struct {
 	// logits within the oracle tolerances), "f32" (exact: a single node's
 	// logits bit for bit) or "q8_0" (about a quarter of f32's bytes).
 	Wire string `json:"wire,omitempty"`
+	// KVType is how every node's KV cache stores K and V: "f16" (the
+	// default), "q8_0" (about half the memory: 1.88x the context in the
+	// same room) or "q4_0" (about a quarter), as llama.cpp's
+	// --cache-type-k/-v. Quantized caches need heads of a multiple of 32
+	// values, and run on the CPU of a node with a GPU for now.
+	KVType string `json:"kv_type,omitempty"`
 	// Replicas is how many live nodes should have the whole file: the
 	// node that loads it and Replicas-1 nodes that copy it in the
 	// background once it is hashed, when they have the disk (2 when 0;
@@ -280,24 +286,28 @@ type ShardInfo struct {
 
 // PlacementInfo is the answer of GET /v1/cluster/models/{name}/placement.
 type PlacementInfo struct {
-	Model      string           `json:"model"`
-	Status     string           `json:"status"`
-	Reason     string           `json:"reason,omitempty"`
-	Version    uint64           `json:"version"`
-	Strategy   string           `json:"strategy"`
-	Context    int              `json:"context"`
-	Batch      int              `json:"batch"`    // sequences of Context tokens the plan reserves KV for (max-seqs)
-	Queue      int              `json:"queue"`    // requests that wait beyond Batch before 429
-	KVBytes    uint64           `json:"kv_bytes"` // KV reserved over every node
-	Cost       Cost             `json:"cost"`
-	Stages     []PlacementStage `json:"stages"`
-	Nodes      []NodeMemory     `json:"nodes"`
-	Links      []Link           `json:"links,omitempty"` // measured links among the plan's nodes and from them to the other live nodes
-	Replicas   int              `json:"replicas"`        // live nodes that should have the whole file
-	Holders    []FileHolder     `json:"holders"`         // the nodes with the whole file, the source first
-	Explain    []string         `json:"explain"`
-	Moved      []string         `json:"moved,omitempty"`
-	MovedBytes uint64           `json:"moved_bytes,omitempty"`
+	Model    string `json:"model"`
+	Status   string `json:"status"`
+	Reason   string `json:"reason,omitempty"`
+	Version  uint64 `json:"version"`
+	Strategy string `json:"strategy"`
+	Context  int    `json:"context"`
+	Batch    int    `json:"batch"`    // sequences of Context tokens the plan reserves KV for (max-seqs)
+	Queue    int    `json:"queue"`    // requests that wait beyond Batch before 429
+	KVBytes  uint64 `json:"kv_bytes"` // KV reserved over every node
+	// KVType is how the cache stores K and V (f16, q8_0, q4_0), and
+	// KVBytesPerToken what one token's K and V take over every layer.
+	KVType          string           `json:"kv_type"`
+	KVBytesPerToken uint64           `json:"kv_bytes_per_token"`
+	Cost            Cost             `json:"cost"`
+	Stages          []PlacementStage `json:"stages"`
+	Nodes           []NodeMemory     `json:"nodes"`
+	Links           []Link           `json:"links,omitempty"` // measured links among the plan's nodes and from them to the other live nodes
+	Replicas        int              `json:"replicas"`        // live nodes that should have the whole file
+	Holders         []FileHolder     `json:"holders"`         // the nodes with the whole file, the source first
+	Explain         []string         `json:"explain"`
+	Moved           []string         `json:"moved,omitempty"`
+	MovedBytes      uint64           `json:"moved_bytes,omitempty"`
 }
 
 // PlacementStage is one pipeline stage of a plan.

@@ -100,6 +100,9 @@ func (c *Catalog) registerHubModel(ctx context.Context, req api.LoadModelRequest
 	if err != nil {
 		return nil, badRequest("%s: %v", where, err)
 	}
+	if err := checkKVType(req.KVType, prof.HeadDim); err != nil {
+		return nil, badRequest("%s: %v", where, err)
+	}
 	table, err := shard.TableOf(gf)
 	if err != nil {
 		return nil, badRequest("%s: %v", where, err)
@@ -129,7 +132,7 @@ func (c *Catalog) registerHubModel(ctx context.Context, req api.LoadModelRequest
 	m := coordinator.Model{
 		Name: name, Source: HubOrigin(hf), Layers: prof.NLayer, Bytes: uint64(fi.Size), CreatedAt: time.Now().UTC(),
 		SourceNode: c.id, Replicas: 1, Ctx: req.Ctx, MaxSeqs: req.MaxSeqs, Queue: req.Queue, Overhead: req.Overhead, Strategy: req.Strategy,
-		Disagg: req.Disagg, DisaggFailure: req.DisaggFailure, Wire: req.Wire, Profile: &prof, Pin: pin, Hub: hf, Digest: fi.SHA256,
+		Disagg: req.Disagg, DisaggFailure: req.DisaggFailure, Wire: req.Wire, KVType: req.KVType, Profile: &prof, Pin: pin, Hub: hf, Digest: fi.SHA256,
 	}
 	verified := false
 	if ss := c.shardStore(); ss != nil {

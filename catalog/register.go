@@ -17,6 +17,7 @@ import (
 
 	"shoal/api"
 	"shoal/coordinator"
+	"shoal/engine/kv"
 	"shoal/internal/nodeaddr"
 	"shoal/placement"
 	"shoal/shard"
@@ -119,6 +120,9 @@ func (c *Catalog) RegisterFile(ctx context.Context, req api.LoadModelRequest, pi
 	if err != nil {
 		return nil, badRequest("%s: %v", path, err)
 	}
+	if err := checkKVType(req.KVType, prof.HeadDim); err != nil {
+		return nil, badRequest("%s: %v", path, err)
+	}
 	name := req.Name
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(path), ".gguf")
@@ -144,7 +148,7 @@ func (c *Catalog) RegisterFile(ctx context.Context, req api.LoadModelRequest, pi
 	}
 	m := coordinator.Model{
 		Name: name, Source: path, Layers: prof.NLayer, Bytes: uint64(st.Size()), CreatedAt: time.Now().UTC(),
-		SourceNode: c.id, Replicas: req.Replicas, Ctx: req.Ctx, MaxSeqs: req.MaxSeqs, Queue: req.Queue, Overhead: req.Overhead, Strategy: req.Strategy, Disagg: req.Disagg, DisaggFailure: req.DisaggFailure, Wire: req.Wire, Profile: &prof, Status: coordinator.ModelHashing,
+		SourceNode: c.id, Replicas: req.Replicas, Ctx: req.Ctx, MaxSeqs: req.MaxSeqs, Queue: req.Queue, Overhead: req.Overhead, Strategy: req.Strategy, Disagg: req.Disagg, DisaggFailure: req.DisaggFailure, Wire: req.Wire, KVType: req.KVType, Profile: &prof, Status: coordinator.ModelHashing,
 		Pin: pin,
 	}
 	if sha, ok := c.files.lookupPath(path, st); ok {
@@ -219,4 +223,17 @@ func (c *Catalog) retryWrite(write func(ctx context.Context) error) bool {
 		time.Sleep(250 * time.Millisecond)
 	}
 	return false
+}
+
+// checkKVType reports why a model with heads of headDim values cannot keep
+// its KV cache as kvType ("" and "f16" always can).
+func checkKVType(kvType string, headDim int) error {
+	t, err := kv.ParseType(kvType)
+	if err != nil {
+		return err
+	}
+	if err := kv.CheckType(t, headDim); err != nil {
+		return fmt.Errorf("%v: load it with --kv-type f16", err)
+	}
+	return nil
 }

@@ -382,7 +382,7 @@ func (s *Server) planModel(st *State, m *Model, prev *placement.Plan) error {
 // state's nodes and links, from its previous plan prev (nil if none): what
 // the leader's planner commits. It reads st only.
 func decidePlan(st *State, m *Model, prev *placement.Plan) placement.Decision {
-	opts := placement.Options{Context: m.Ctx, Batch: m.MaxSeqs, Overhead: m.Overhead, Strategy: placement.Strategy(m.Strategy), Pin: m.Pin, Disagg: m.Disagg}
+	opts := placement.Options{Context: m.Ctx, Batch: m.MaxSeqs, Overhead: m.Overhead, Strategy: placement.Strategy(m.Strategy), Pin: m.Pin, Disagg: m.Disagg, KVType: m.KVType}
 	profile := *m.Profile
 	profile.Name = m.Name
 	// The source node reads its shard from its own copy of the file; a

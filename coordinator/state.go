@@ -132,6 +132,8 @@ type Model struct {
 	DisaggFailure string `json:"disagg_failure,omitempty"`
 	// Wire is api.LoadModelRequest.Wire.
 	Wire string `json:"wire,omitempty"`
+	// KVType is api.LoadModelRequest.KVType ("" is f16).
+	KVType string `json:"kv_type,omitempty"`
 	// Pin, when set, is the exact set of nodes the plan uses: a model
 	// given to an agent with --model is pinned to that agent's node.
 	Pin []string `json:"pin,omitempty"`

@@ -440,6 +440,7 @@ func validateModel(m *Model) error {
 		checkOneOf("disagg", m.Disagg, "", placement.DisaggAuto, placement.DisaggOn, placement.DisaggOff),
 		checkWord("disagg_failure", m.DisaggFailure, MaxShortLen),
 		checkWord("wire", m.Wire, MaxShortLen),
+		checkOneOf("kv_type", m.KVType, "", "f16", "q8_0", "q4_0"),
 		checkInt("replicas", m.Replicas, 0, MaxReplicas),
 		checkOneOf("status", m.Status, "", ModelHashing, ModelPlanned, ModelUnservable, ModelFailed),
 		checkText("reason", m.Reason, MaxTextLen),

@@ -10,6 +10,7 @@ import (
 
 	"shoal/api"
 	"shoal/coordinator"
+	"shoal/placement"
 )
 
 func badRequest(format string, args ...any) error {
@@ -51,6 +52,13 @@ func (b *admin) Placement(ctx context.Context, name string) (*api.PlacementInfo,
 	}
 	out.Version, out.Strategy, out.Context, out.Batch = pp.Version, pp.Strategy, pp.Context, pp.Batch
 	out.Queue = queueBound(m.Queue, pp.Batch)
+	out.KVType = pp.KVType
+	if out.KVType == "" {
+		out.KVType = "f16"
+	}
+	if m.Profile != nil {
+		out.KVBytesPerToken = placement.KVBytes(m.Profile.KVBytesPerToken, pp.KVType) * uint64(m.Profile.NLayer)
+	}
 	out.Cost, out.Explain, out.Moved, out.MovedBytes = apiCost(pp.Cost), pp.Explain, pp.Moved, pp.MovedBytes
 	mem, kvb := map[string]uint64{}, map[string]uint64{}
 	var order []string

@@ -86,4 +86,43 @@ func TestArchPlans(t *testing.T) {
 			})
 		}
 	}
+	// A quantized KV cache through a tensor-parallel group of three: the
+	// plan and placement say so and count its bytes, and the logits are
+	// llama.cpp's with a Q8_0 cache within the quantized tolerances. A
+	// model whose heads are not a multiple of 32 values is refused with
+	// the reason.
+	t.Run("kv-q8_0", func(t *testing.T) {
+		oc := enginetest.ArchCase(t, "llama-q8_0")
+		theirs, ok, err := oc.More("kv-q8_0-fa.f32")
+		if err != nil || !ok {
+			t.Fatalf("no Q8_0-cache logits: %v", err)
+		}
+		if _, err := cl.LoadModel(ctx(t), api.LoadModelRequest{Path: oc.Model, Name: "kvq8", Nodes: names, Strategy: "tensor", Ctx: 128, Wire: "f32", KVType: "q8_0"}); err != nil {
+			t.Fatal(err)
+		}
+		waitModelReady(t, c, "kvq8")
+		pl, err := cl.Placement(ctx(t), "kvq8")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 4 layers x K and V x 4 KV heads of 32 values in Q8_0 blocks
+		if want := uint64(4 * 2 * 4 * 34); pl.KVType != "q8_0" || pl.KVBytesPerToken != want {
+			t.Errorf("placement: %s cache of %d bytes per token, want q8_0 of %d", pl.KVType, pl.KVBytesPerToken, want)
+		}
+		var l *api.Logits
+		tc.Eventually(t, 30*time.Second, "kvq8 serving", func() bool {
+			l, err = cl.ClusterLogits(ctx(t), "kvq8", oc.Tokens)
+			return err == nil
+		})
+		mt := enginetest.Compare(theirs, l.Data, oc.NVocab)
+		t.Logf("ORACLE agents tensor q8_0 cache vs llama.cpp's: %s", mt)
+		if err := mt.Check(false); err != nil {
+			t.Error(err)
+		}
+		gemma := enginetest.ArchCase(t, "gemma3-f16") // heads of 48
+		_, err = cl.LoadModel(ctx(t), api.LoadModelRequest{Path: gemma.Model, Name: "kvbad", Nodes: names[:1], KVType: "q4_0"})
+		if err == nil || !strings.Contains(err.Error(), "divisible by 32") {
+			t.Errorf("a Q4_0 cache for heads of 48: %v", err)
+		}
+	})
 }

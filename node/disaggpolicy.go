@@ -29,7 +29,7 @@ func prefillRule(st *coordinator.State, m *coordinator.Model, p *placement.Plan)
 	if err != nil {
 		mode = disagg.ModeAuto
 	}
-	cm := costModel(st, m.Profile, pre, dec)
+	cm := costModel(st, m.Profile, m.KVType, pre, dec)
 	chunk = 512
 	if r := cm.RemotePrefillTokPerSec; r > 0 {
 		chunk = min(512, max(32, int(2*r)))
@@ -45,7 +45,7 @@ func prefillRule(st *coordinator.State, m *coordinator.Model, p *placement.Plan)
 }
 
 // costModel builds the routing cost model of a plan's pools.
-func costModel(st *coordinator.State, prof *placement.ModelProfile, pre, dec *placement.Pool) disagg.CostModel {
+func costModel(st *coordinator.State, prof *placement.ModelProfile, kvType string, pre, dec *placement.Pool) disagg.CostModel {
 	var flops float64 // per token, every layer and the output
 	for _, l := range prof.Layers {
 		flops += l.AttnFLOPs + l.FFNFLOPs + float64(prof.NExpertUsed)*l.ExpertFLOPs + l.FixedFLOPs
@@ -78,7 +78,7 @@ func costModel(st *coordinator.State, prof *placement.ModelProfile, pre, dec *pl
 	from, to := pre.Stages[0].Members[0].Node, dec.Stages[0].Members[0].Node
 	link := lm.Get(from, to)
 	return disagg.CostModel{
-		KVBytesPerToken:        int(prof.KVBytesPerToken) * prof.NLayer,
+		KVBytesPerToken:        int(placement.KVBytes(prof.KVBytesPerToken, kvType)) * prof.NLayer,
 		Layers:                 prof.NLayer,
 		LocalPrefillTokPerSec:  rate(dec),
 		RemotePrefillTokPerSec: rate(pre),

@@ -285,8 +285,11 @@ func (d *driver) startLocal(mdl *model.Model, threads int, dev device.Device) er
 	if st := d.plan.Pools[0].Stages[0]; st.Hi != mdl.NLayer {
 		return fmt.Errorf("parallel: a one-node plan of layers [%d,%d) of a %d-layer model", st.Lo, st.Hi, mdl.NLayer)
 	}
-	var err error
-	d.runner, err = model.NewRunner(mdl, model.Options{Threads: threads, CacheTokens: d.ctx, Device: dev})
+	kt, err := KVType(&d.plan)
+	if err != nil {
+		return err
+	}
+	d.runner, err = model.NewRunner(mdl, model.Options{Threads: threads, CacheTokens: d.ctx, Device: dev, KVType: kt})
 	return err
 }
 

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"shoal/engine/enginetest"
 	"shoal/engine/model"
+	"shoal/engine/quant"
 	"shoal/engine/sample"
 	"shoal/serve"
 )
@@ -88,11 +90,29 @@ func TestEngineServes(t *testing.T) {
 // they do when a new session is offered without a failure (a plan
 // change). With no new session within ReplayWait, the step fails with an
 // error that says so.
+//
+// With the plan's KV cache in Q8_0 the members replay into quantized
+// caches, and the tokens are those of a single node with that cache.
 func TestEngineReplays(t *testing.T) {
+	for _, kt := range []quant.Type{quant.F16, quant.Q8_0} {
+		t.Run(strings.ToLower(kt.String()), func(t *testing.T) { engineReplays(t, kt) })
+	}
+}
+
+func engineReplays(t *testing.T, kt quant.Type) {
 	ref, path := openRef(t)
 	plan := shapeOf(&ref.Config).Plans(denseQ8.Name).Get("pp2")
+	if kt != quant.F16 {
+		// heads of 32 values, as a quantized cache needs
+		spec := denseQ8
+		spec.NHead, spec.NHeadKV = 4, 2
+		path = enginetest.Write(t, "", spec)
+		ref = enginetest.OpenPath(t, path)
+		plan = shapeOf(&ref.Config).Plans(denseQ8.Name).Get("pp2")
+		plan.KVType = strings.ToLower(kt.String())
+	}
 	cl := startCluster(t, path, plan, Options{Timeout: 10 * time.Second})
-	r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
+	r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64, KVType: kt})
 	if err != nil {
 		t.Fatal(err)
 	}

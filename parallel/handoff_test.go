@@ -12,6 +12,7 @@ import (
 	"shoal/engine/enginetest"
 	"shoal/engine/kv"
 	"shoal/engine/model"
+	"shoal/engine/quant"
 	"shoal/placement"
 	"shoal/placement/placementtest"
 	"shoal/serve"
@@ -226,19 +227,7 @@ func TestHandoff(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					// Each decode member gets the KV heads it holds: all of
-					// them once, plus a copy per member replicating a head
-					// (a model of fewer KV heads than members).
-					var kvBytes int64
-					for _, st := range plan.Pool(placement.RoleDecode).Stages {
-						for _, dm := range st.Members {
-							lo, hi := 0, ref.NHeadKV
-							if dm.TPSize > 1 {
-								lo, hi = (&model.Slice{HeadLo: dm.HeadLo, HeadHi: dm.HeadHi}).KVHeads(&ref.Config)
-							}
-							kvBytes += int64(len(c.Prompt)) * int64(st.Hi-st.Lo) * int64((hi-lo)*ref.HeadDim) * 2 * 2
-						}
-					}
+					kvBytes := decodeKV(plan, &ref.Config, len(c.Prompt), quant.F16)
 					t.Logf("HANDOFF %-16s %-15s %s; KV moved %d bytes for %d prompt tokens (%.0f B/token, the model's KV is %d B/token)",
 						c.Name, combo[0]+"->"+combo[1], m, moved, len(c.Prompt), float64(moved)/float64(len(c.Prompt)), ref.NLayer*ref.KVDim()*4)
 					if moved != kvBytes {
@@ -259,6 +248,63 @@ func TestHandoff(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHandoffQuantizedKV: with the plan's KV cache in Q8_0 or Q4_0, a
+// prompt prefilled on the prefill pool hands its quantized rows to a decode
+// pool that splits layers and heads differently, unchanged: the logits
+// are a single node's with that cache (within the quantized tolerances), and
+// the pieces carry the quantized bytes (34 or 18 bytes per 32 values, not
+// F16's 64).
+func TestHandoffQuantizedKV(t *testing.T) {
+	for _, c := range enginetest.Cases(t) {
+		ref := enginetest.OpenPath(t, c.Path)
+		if ref.HeadDim%32 != 0 {
+			continue // a quantized cache needs heads of a multiple of 32
+		}
+		ps := shapeOf(&ref.Config).Plans(c.Name)
+		for _, kt := range []quant.Type{quant.Q8_0, quant.Q4_0} {
+			t.Run(c.Name+"/"+strings.ToLower(kt.String()), func(t *testing.T) {
+				want := enginetest.ReferenceKV(t, ref, &c, kt)
+				plan := placementtest.Disagg(ps.Get("pp2"), ps.Get("tp3"))
+				plan.KVType = strings.ToLower(kt.String())
+				m, moved, err := runHandoff(t, c.Path, plan, &c, want, ref.NVocab)
+				if err != nil {
+					t.Fatal(err)
+				}
+				kvBytes := decodeKV(plan, &ref.Config, len(c.Prompt), kt)
+				t.Logf("HANDOFF %-16s %s cache: %s; KV moved %d bytes", c.Name, kt, m, moved)
+				if moved != kvBytes {
+					t.Errorf("the handoff moved %d bytes of KV, the decode members hold %d of the prompt's in %s", moved, kvBytes, kt)
+				}
+				// A quantized cache rounds K and V to 8 or 4 bits: the
+				// members' partial sums' order moves a value across a
+				// rounding step now and then, so the quantized
+				// tolerances apply whatever the weights.
+				if err := m.Check(false); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+}
+
+// decodeKV is the bytes of K and V for n positions that plan's decode
+// members hold, in cache type kt: each gets the KV heads it holds (all of
+// them once, plus a copy per member replicating a head, for a model of
+// fewer KV heads than members).
+func decodeKV(plan placement.Plan, c *model.Config, n int, kt quant.Type) int64 {
+	var b int64
+	for _, st := range plan.Pool(placement.RoleDecode).Stages {
+		for _, dm := range st.Members {
+			lo, hi := 0, c.NHeadKV
+			if dm.TPSize > 1 {
+				lo, hi = (&model.Slice{HeadLo: dm.HeadLo, HeadHi: dm.HeadHi}).KVHeads(c)
+			}
+			b += int64(n) * int64(st.Hi-st.Lo) * int64(kt.RowSize((hi-lo)*c.HeadDim)) * 2
+		}
+	}
+	return b
 }
 
 // runHandoff prefills c's prompt on plan's prefill pool in two chunks,

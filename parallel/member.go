@@ -320,8 +320,15 @@ func (m *Member) open(peer transport.Peer, req *openReq) (*openResp, error) {
 		coll = s.coll
 	}
 	cfg := &m.cfg
+	kt, err := KVType(&cfg.Plan)
+	if err != nil {
+		if s.coll != nil {
+			s.coll.close()
+		}
+		return nil, err
+	}
 	r, err := model.NewRunner(cfg.Model, model.Options{Threads: cfg.Threads, Lo: st.Lo, Hi: st.Hi,
-		CacheTokens: cfg.CacheTokens, BlockSize: cfg.BlockSize, Slice: cfg.Spec.Slice(&cfg.Model.Config), Collective: coll, Device: cfg.Device})
+		CacheTokens: cfg.CacheTokens, BlockSize: cfg.BlockSize, Slice: cfg.Spec.Slice(&cfg.Model.Config), Collective: coll, Device: cfg.Device, KVType: kt})
 	if err != nil {
 		if s.coll != nil {
 			s.coll.close()

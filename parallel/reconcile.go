@@ -15,6 +15,7 @@ import (
 	"shoal/engine/gguf"
 	"shoal/engine/kv"
 	"shoal/engine/model"
+	"shoal/engine/quant"
 	"shoal/placement"
 	"shoal/shard"
 	"shoal/transport"
@@ -228,6 +229,9 @@ func DriverOf(p *placement.Plan) string {
 	}
 	return p.Pools[0].Stages[0].Members[0].Node
 }
+
+// KVType is the KV cache type of plan p's runners.
+func KVType(p *placement.Plan) (quant.Type, error) { return kv.ParseType(p.KVType) }
 
 // CacheTokens is the KV capacity every member of a plan gets: the context
 // the planner reserved memory for, times its batch.

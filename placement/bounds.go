@@ -146,6 +146,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("placement: safety margin %g is not below 1", o.SafetyMargin)
 	case math.IsNaN(o.MessageMs) || math.IsInf(o.MessageMs, 0):
 		return fmt.Errorf("placement: message cost %g ms is not a finite number", o.MessageMs)
+	case o.KVType != "" && o.KVType != "f16" && o.KVType != "q8_0" && o.KVType != "q4_0":
+		return fmt.Errorf("placement: KV cache type %.16q is not f16, q8_0 or q4_0", o.KVType)
 	}
 	return nil
 }

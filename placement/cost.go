@@ -29,6 +29,11 @@ type env struct {
 }
 
 func newEnv(p *ModelProfile, nodes []Node, links LinkMatrix, o Options) *env {
+	if o.KVType != "" {
+		q := *p // the KV bytes of the cache's type
+		q.KVBytesPerToken = KVBytes(p.KVBytesPerToken, o.KVType)
+		p = &q
+	}
 	e := &env{p: p, o: o, nodes: nodes, links: links}
 	e.batch = float64(o.Batch)
 	e.ctxAvg = float64(o.Context) / 2

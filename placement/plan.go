@@ -126,8 +126,12 @@ func Place(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options) (
 	for _, u := range e.usable {
 		usable += math.Max(0, u)
 	}
-	explain = append(explain, fmt.Sprintf("model: %s weights + %s KV (%d tokens x %d seq); usable %s (free x %.2f - %s overhead per node)",
-		GiB(profile.WeightBytes()), GiB(uint64(need)-profile.WeightBytes()), o.Context, o.Batch, GiB(uint64(usable)), 1-o.SafetyMargin, GiB(o.Overhead)))
+	kvType := o.KVType
+	if kvType == "" {
+		kvType = "f16"
+	}
+	explain = append(explain, fmt.Sprintf("model: %s weights + %s KV (%s, %d bytes per token, %d tokens x %d seq); usable %s (free x %.2f - %s overhead per node)",
+		GiB(profile.WeightBytes()), GiB(uint64(need)-profile.WeightBytes()), kvType, uint64(profile.NLayer)*e.p.KVBytesPerToken, o.Context, o.Batch, GiB(uint64(usable)), 1-o.SafetyMargin, GiB(o.Overhead)))
 	if len(eligible) == 0 {
 		return Plan{}, &FitError{Model: profile.Name, Need: uint64(need), Msg: fmt.Sprintf("placement: no node can take model %s: %s", profile.Name, strings.Join(skipped, ", "))}
 	}
@@ -146,6 +150,7 @@ func Place(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options) (
 		Cost:     best.cost,
 		Context:  o.Context,
 		Batch:    o.Batch,
+		KVType:   o.KVType,
 	}
 	p.Explain = append(explain, e.why(s)...)
 	return p, nil

@@ -74,7 +74,7 @@ func repair(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 	return Plan{
 		Version: o.Version, Model: profile.Name, Strategy: best.strategy(),
 		Pools: []Pool{{Role: prev.Pools[0].Role, Stages: best.stages, Cost: best.cost}},
-		Cost:  best.cost, Context: o.Context, Batch: o.Batch,
+		Cost:  best.cost, Context: o.Context, Batch: o.Batch, KVType: o.KVType,
 		Explain: []string{"repaired the previous plan: lost members replaced, the others keep their layers"},
 	}, true
 }

@@ -122,6 +122,9 @@ type Options struct {
 	// Batch is the number of sequences decoded together (1 if 0).
 	Context int
 	Batch   int
+	// KVType is how the KV cache stores K and V: "" or "f16", "q8_0" or
+	// "q4_0" (see KVBytes).
+	KVType string
 	// SafetyMargin is the fraction of a node's free memory left unused
 	// (0.10 if 0; negative for none).
 	SafetyMargin float64
@@ -170,6 +173,9 @@ func (o Options) normalized() Options {
 	if o.Version == 0 {
 		o.Version = 1
 	}
+	if o.KVType == "f16" {
+		o.KVType = ""
+	}
 	switch {
 	case o.MessageMs == 0:
 		o.MessageMs = DefaultMessageMs
@@ -197,6 +203,7 @@ type Plan struct {
 	Explain  []string `json:"explain"` // why this plan, in a few lines
 	Context  int      `json:"context"` // the options the plan was made for
 	Batch    int      `json:"batch"`
+	KVType   string   `json:"kv_type,omitempty"` // "" is f16
 	// Moved says what Replan changed against the previous plan, one line
 	// per node, and MovedBytes how many weight bytes nodes must fetch.
 	Moved      []string `json:"moved,omitempty"`
@@ -277,4 +284,17 @@ func GiB(b uint64) string {
 		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
 	}
 	return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+}
+
+// KVBytes is the KV cache bytes of a token in a layer with cache type
+// kvType, from the F16 figure (ModelProfile.KVBytesPerToken): Q8_0 keeps
+// 34 bytes and Q4_0 18 bytes per 32 values, F16 64.
+func KVBytes(f16 uint64, kvType string) uint64 {
+	switch kvType {
+	case "q8_0":
+		return f16 * 34 / 64
+	case "q4_0":
+		return f16 * 18 / 64
+	}
+	return f16
 }

@@ -375,3 +375,5 @@ func flagsFromEnv(cmd *cobra.Command) error {
 
 // deviceHelp is the --device flag's text (agent, run, logits, bench).
 const deviceHelp = `what runs this machine's layers: auto (the first Vulkan GPU; the CPU when there is none, saying why), cpu, vulkan or vulkan:N (that Vulkan device, lavapipe included; an error if it cannot run). Layers that do not fit in the GPU's memory run on the CPU`
+
+const kvTypeHelp = `how the KV cache stores K and V: f16, q8_0 (about half the memory) or q4_0 (about a quarter, quality drops more), as llama.cpp's --cache-type-k/-v; the model's heads must be a multiple of 32 values`

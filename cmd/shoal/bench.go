@@ -19,6 +19,7 @@ import (
 	"shoal/engine/bench"
 	"shoal/engine/device/vulkan"
 	"shoal/engine/kernels"
+	"shoal/engine/kv"
 	"shoal/engine/model"
 )
 
@@ -30,6 +31,7 @@ func benchCmd() *cobra.Command {
 		depth           int
 		asJSON          bool
 		cpuProfile      string
+		kvType          string
 		cluster, key    string
 		devSpec         string
 	)
@@ -104,6 +106,9 @@ measured ms/token beside the planner's predicted ms/token.
 				return err
 			}
 			o.Device = dev
+			if o.KVType, err = kv.ParseType(kvType); err != nil {
+				return err
+			}
 			var gpu map[string]any
 			if f, ok := dev.(vulkan.Fit); ok {
 				gbps, err := f.GPU.MeasureGBps(time.Second)
@@ -119,8 +124,8 @@ measured ms/token beside the planner's predicted ms/token.
 				gpu = map[string]any{"name": f.GPU.Info().Name, "type": f.GPU.Info().TypeName(), "memory": f.GPU.Info().Memory, "gb_s": gbps, "submit_us": sub.Microseconds()}
 			}
 			if !asJSON {
-				fmt.Fprintf(w, "model: %s (%s, %d layers, %.2f MiB, %d bytes read per token)\ncpu: %s (%d logical cores), kernels: %s\ndevice: %s\n\n",
-					name, m.Arch.Name, m.NLayer, float64(size)/(1<<20), bpt, bench.CPUName(), runtime.NumCPU(), kernels.Path(), devLine)
+				fmt.Fprintf(w, "model: %s (%s, %d layers, %.2f MiB, %d bytes read per token, %s KV cache)\ncpu: %s (%d logical cores), kernels: %s\ndevice: %s\n\n",
+					name, m.Arch.Name, m.NLayer, float64(size)/(1<<20), bpt, o.KVType, bench.CPUName(), runtime.NumCPU(), kernels.Path(), devLine)
 				fmt.Fprintln(w, "| threads | test          |            t/s | bandwidth GB/s | roofline |")
 				fmt.Fprintln(w, "| ------: | ------------- | -------------: | -------------: | -------: |")
 			}
@@ -160,6 +165,7 @@ measured ms/token beside the planner's predicted ms/token.
 	f.IntVarP(&reps, "reps", "r", 3, "measured runs per row")
 	f.IntVarP(&depth, "depth", "d", 0, "context length each run starts from (tokens prompted untimed first), as llama-bench -d")
 	f.IntVar(&bwMB, "bw-mb", 256, "MB per array of the bandwidth probe")
+	f.StringVar(&kvType, "kv-type", "f16", kvTypeHelp)
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
 	return cmd

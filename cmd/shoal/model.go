@@ -167,6 +167,7 @@ GGUF, use shoal pull and load the file.
 	cmd.Flags().StringVar(&req.Strategy, "strategy", "", "force the plan's strategy: pipeline or tensor (default: the planner chooses)")
 	cmd.Flags().StringSliceVar(&req.Nodes, "nodes", nil, "run the model on exactly these nodes (names or IDs, comma-separated): every one is used, no other; the file is not copied elsewhere (default: the planner chooses)")
 	cmd.Flags().StringVar(&req.Wire, "wire", "", "how hidden states and all-reduces travel between the plan's nodes: f16 (half of f32's bytes, logits within the oracle tolerances), f32 (exact: a single node's logits bit for bit) or q8_0 (a quarter of the bytes) (default f16)")
+	cmd.Flags().StringVar(&req.KVType, "kv-type", "", "how every node's KV cache stores K and V: f16, q8_0 (about half the memory: 1.88x the context in the same room) or q4_0 (a quarter; quality drops more), as llama.cpp's --cache-type-k/-v; heads must be a multiple of 32 values (default f16)")
 	cmd.Flags().StringVar(&req.DisaggFailure, "disagg-failure", "", "when a prompt's prefill on the prefill pool fails: recompute (the decode pool prefills it) or fail (the request ends with an error) (default recompute)")
 	cmd.Flags().StringVar(&req.Disagg, "disagg", "", "prefill prompts on a separate pool of nodes that streams the KV cache to the decode pool: auto (when nodes are pinned with 'shoal agent --role prefill'), on, off (default auto)")
 	cmd.Flags().StringVar(&overhead, "overhead", "", "memory per node beyond weights and KV cache, e.g. 256MiB (default 512MiB)")
@@ -419,8 +420,8 @@ func printPlacement(w io.Writer, p *api.PlacementInfo) {
 		}
 		return
 	}
-	fmt.Fprintf(w, "plan v%d, strategy %s, context %d x %d sequence(s) (max-seqs), queue %d, KV reserved %s\n",
-		p.Version, p.Strategy, p.Context, p.Batch, p.Queue, mib(p.KVBytes))
+	fmt.Fprintf(w, "plan v%d, strategy %s, context %d x %d sequence(s) (max-seqs), queue %d, KV reserved %s (%s cache, %d bytes per token)\n",
+		p.Version, p.Strategy, p.Context, p.Batch, p.Queue, mib(p.KVBytes), p.KVType, p.KVBytesPerToken)
 	fmt.Fprintf(w, "predicted %.2f ms/token: compute %.2f, memory %.2f, network %.2f (slowest stage %.2f ms)\n\n",
 		p.Cost.MsPerToken, p.Cost.ComputeMs, p.Cost.MemoryMs, p.Cost.NetworkMs, p.Cost.BottleneckMs)
 	tw := table(w)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"shoal/engine/generate"
+	"shoal/engine/kv"
 	"shoal/engine/model"
 	"shoal/engine/sample"
 )
@@ -24,6 +25,7 @@ func runCmd() *cobra.Command {
 		special bool
 		stats   bool
 		devSpec string
+		kvType  string
 	)
 	sp := sample.DefaultParams()
 	cmd := &cobra.Command{
@@ -53,7 +55,11 @@ to stdout. Timing goes to stderr.
 			if err != nil {
 				return err
 			}
-			r, err := model.NewRunner(m, model.Options{Threads: threads, CacheTokens: ctxLen, Device: dev})
+			kt, err := kv.ParseType(kvType)
+			if err != nil {
+				return err
+			}
+			r, err := model.NewRunner(m, model.Options{Threads: threads, CacheTokens: ctxLen, Device: dev, KVType: kt})
 			if err != nil {
 				return err
 			}
@@ -87,6 +93,7 @@ to stdout. Timing goes to stderr.
 	f.IntVarP(&threads, "threads", "t", 0, "worker threads (0 = all cores)")
 	f.StringVar(&devSpec, "device", "auto", deviceHelp)
 	f.IntVarP(&ctxLen, "ctx", "c", 0, "context length in tokens (0 = the model's, at most 4096)")
+	f.StringVar(&kvType, "kv-type", "f16", kvTypeHelp)
 	f.BoolVar(&special, "special", false, "parse special-token text in the prompt (e.g. <|im_start|>)")
 	f.BoolVar(&stats, "stats", true, "print timing to stderr")
 	f.Float32Var(&sp.Temperature, "temp", sp.Temperature, "temperature (0 = greedy)")

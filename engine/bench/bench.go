@@ -10,6 +10,7 @@ import (
 	"shoal/engine/device"
 	"shoal/engine/kv"
 	"shoal/engine/model"
+	"shoal/engine/quant"
 )
 
 // Options select the tests, as llama-bench's -t, -p, -n, -r and -d.
@@ -29,6 +30,8 @@ type Options struct {
 	// (a GPU's measured rate).
 	Device    device.Device
 	Bandwidth func() float64
+	// KVType is the cache's type (F16 if 0).
+	KVType quant.Type
 }
 
 // Result is one row: a test at a thread count.
@@ -123,7 +126,7 @@ func Run(m *model.Model, o Options, report func(Result)) ([]Result, error) {
 	bpt := float64(BytesPerToken(m))
 	var out []Result
 	for _, th := range o.Threads {
-		r, err := model.NewRunner(m, model.Options{Threads: th, CacheTokens: maxCtx, Device: o.Device})
+		r, err := model.NewRunner(m, model.Options{Threads: th, CacheTokens: maxCtx, Device: o.Device, KVType: o.KVType})
 		if err != nil {
 			return nil, err
 		}

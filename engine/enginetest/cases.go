@@ -9,6 +9,7 @@ import (
 
 	"shoal/engine/gguf"
 	"shoal/engine/model"
+	"shoal/engine/quant"
 	"shoal/engine/synth"
 )
 
@@ -118,7 +119,13 @@ func Perturb(t testing.TB, path, tensor string) string {
 // holding the whole of m (sequence 1).
 func Reference(t testing.TB, m *model.Model, c *Case) []float32 {
 	t.Helper()
-	r, err := model.NewRunner(m, model.Options{Threads: 1, CacheTokens: 128})
+	return ReferenceKV(t, m, c, quant.F16)
+}
+
+// ReferenceKV is Reference with the KV cache in type kt.
+func ReferenceKV(t testing.TB, m *model.Model, c *Case, kt quant.Type) []float32 {
+	t.Helper()
+	r, err := model.NewRunner(m, model.Options{Threads: 1, CacheTokens: 128, KVType: kt})
 	if err != nil {
 		t.Fatal(err)
 	}
