@@ -126,7 +126,15 @@ func (p *Pool) await(w *worker, seen uint64) (uint64, bool) {
 		}
 	}
 	for {
-		w.sleeping.Store(true)
+		// A swap, not a store: the flag must be visible before the
+		// generation is read (Run bumps the generation, then reads the
+		// flag). Go's atomics promise that order, but qemu-user running
+		// arm64 on an x86 host does not keep a release store (STLR)
+		// before a later acquire load (LDAR): this worker then slept on
+		// a job Run never woke it for, and a kernel test under
+		// QEMU_CPU=cortex-a53 hung for 10 minutes in CI. An atomic
+		// read-modify-write is a full barrier there too.
+		w.sleeping.Swap(true)
 		if g := p.gen.Load(); g != seen {
 			// A job came while we decided to sleep: cancel the sleep,
 			// unless Run already claimed us and sent a wake-up, which we

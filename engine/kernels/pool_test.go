@@ -146,3 +146,24 @@ func TestPoolStaleWake(t *testing.T) {
 		t.Fatalf("covered %d items, want %d", sum.Load(), 20*64)
 	}
 }
+
+// TestPoolWakeups runs many tiny jobs with pauses that let the workers go
+// to sleep between them, so that nearly every job wakes them: a lost
+// wake-up would hang the test (qemu-user did lose them while a worker's
+// sleep flag was a plain store; see await).
+func TestPoolWakeups(t *testing.T) {
+	p := NewPool(3)
+	defer p.Close()
+	var done [3]int
+	fn := func(w, lo, hi int) { done[w] += hi - lo }
+	const runs = 20000
+	for i := range runs {
+		p.RunWorker(3, 1, fn)
+		if i%64 == 0 {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	if got := done[0] + done[1] + done[2]; got != 3*runs {
+		t.Fatalf("%d items done, want %d", got, 3*runs)
+	}
+}
