@@ -93,6 +93,9 @@ type level struct {
 	// (see ScoresF16 and AccumF16); stride in bytes, d a multiple of 8.
 	scoresF16 func(q *float32, k *uint16, stride, d, T int, out *float32)
 	accumF16  func(acc, p *float32, v *uint16, stride, d, T int)
+	// accumQ8_0 and accumQ4_0 are AccumQ over Q8_0 and Q4_0 rows; stride
+	// in bytes, d a multiple of 32.
+	accumQ8_0, accumQ4_0 func(acc, p *float32, v *byte, stride, d, T int)
 	// expSub and siluMul are ExpSub and SiLUMul on n (a multiple of 8) floats.
 	expSub  func(x *float32, n int, m float32) float32
 	siluMul func(g, u *float32, n int)

@@ -45,6 +45,16 @@ func scoresF16AVX2(q *float32, k *uint16, stride int, d int, T int, out *float32
 //go:noescape
 func accumF16AVX2(acc *float32, p *float32, v *uint16, stride int, d int, T int)
 
+// accumQ8_0AVX2: acc[0:d] += Σ_t p[t]·row t for T Q8_0 rows at v + t*stride bytes; d a multiple of 32.
+//
+//go:noescape
+func accumQ8_0AVX2(acc *float32, p *float32, v *byte, stride int, d int, T int)
+
+// accumQ4_0AVX2: acc[0:d] += Σ_t p[t]·row t for T Q4_0 rows at v + t*stride bytes; d a multiple of 32.
+//
+//go:noescape
+func accumQ4_0AVX2(acc *float32, p *float32, v *byte, stride int, d int, T int)
+
 // expSubAVX2: x[i] = exp(x[i]-m) for n (a multiple of 8) floats; returns their sum.
 //
 //go:noescape

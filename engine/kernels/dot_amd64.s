@@ -45728,6 +45728,128 @@ done:
 	VZEROUPPER
 	RET
 
+// func accumQ8_0AVX2(acc *float32, p *float32, v *byte, stride int, d int, T int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·accumQ8_0AVX2(SB), NOSPLIT, $0-48
+	MOVQ  acc+0(FP), AX
+	MOVQ  p+8(FP), CX
+	MOVQ  v+16(FP), DX
+	MOVQ  stride+24(FP), BX
+	MOVQ  d+32(FP), SI
+	MOVQ  T+40(FP), DI
+	TESTQ DI, DI
+	JZ    done
+
+block:
+	CMPQ    SI, $0x20
+	JB      done
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	MOVQ    DX, R8
+	XORQ    R9, R9
+
+row:
+	MOVWLZX      (R8), R10
+	VMOVD        R10, X4
+	VCVTPH2PS    X4, X4
+	VMULSS       (CX)(R9*4), X4, X4
+	VBROADCASTSS X4, Y4
+	VPMOVSXBD    2(R8), Y5
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y4, Y0
+	VPMOVSXBD    10(R8), Y5
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y4, Y1
+	VPMOVSXBD    18(R8), Y5
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y4, Y2
+	VPMOVSXBD    26(R8), Y5
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y4, Y3
+	ADDQ         BX, R8
+	INCQ         R9
+	CMPQ         R9, DI
+	JB           row
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      Y3, 96(AX)
+	ADDQ         $0x80, AX
+	ADDQ         $0x22, DX
+	SUBQ         $0x20, SI
+	JMP          block
+
+done:
+	VZEROUPPER
+	RET
+
+// func accumQ4_0AVX2(acc *float32, p *float32, v *byte, stride int, d int, T int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·accumQ4_0AVX2(SB), NOSPLIT, $0-48
+	MOVQ  acc+0(FP), AX
+	MOVQ  p+8(FP), CX
+	MOVQ  v+16(FP), DX
+	MOVQ  stride+24(FP), BX
+	MOVQ  d+32(FP), SI
+	MOVQ  T+40(FP), DI
+	TESTQ DI, DI
+	JZ    done
+
+block:
+	CMPQ    SI, $0x20
+	JB      done
+	VMOVUPS (AX), Y0
+	VMOVUPS 32(AX), Y1
+	VMOVUPS 64(AX), Y2
+	VMOVUPS 96(AX), Y3
+	MOVQ    DX, R8
+	XORQ    R9, R9
+
+row:
+	MOVWLZX      (R8), R10
+	VMOVD        R10, X4
+	VCVTPH2PS    X4, X4
+	VMULSS       (CX)(R9*4), X4, X4
+	VBROADCASTSS X4, Y4
+	VMOVDQU      2(R8), X5
+	VPAND        c0F<>+0(SB), X5, X6
+	VPSRLW       $0x04, X5, X5
+	VPAND        c0F<>+0(SB), X5, X5
+	VPSUBB       c08<>+0(SB), X6, X6
+	VPSUBB       c08<>+0(SB), X5, X5
+	VPMOVSXBD    X6, Y7
+	VCVTDQ2PS    Y7, Y7
+	VFMADD231PS  Y7, Y4, Y0
+	VPSRLDQ      $0x08, X6, X6
+	VPMOVSXBD    X6, Y6
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y4, Y1
+	VPMOVSXBD    X5, Y6
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  Y6, Y4, Y2
+	VPSRLDQ      $0x08, X5, X5
+	VPMOVSXBD    X5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VFMADD231PS  Y5, Y4, Y3
+	ADDQ         BX, R8
+	INCQ         R9
+	CMPQ         R9, DI
+	JB           row
+	VMOVUPS      Y0, (AX)
+	VMOVUPS      Y1, 32(AX)
+	VMOVUPS      Y2, 64(AX)
+	VMOVUPS      Y3, 96(AX)
+	ADDQ         $0x80, AX
+	ADDQ         $0x12, DX
+	SUBQ         $0x20, SI
+	JMP          block
+
+done:
+	VZEROUPPER
+	RET
+
 // func expSubAVX2(x *float32, n int, m float32) float32
 // Requires: AVX, AVX2, FMA3, SSE
 TEXT ·expSubAVX2(SB), NOSPLIT, $0-28

@@ -137,3 +137,80 @@ func accumF16() {
 	VZEROUPPER()
 	RET()
 }
+
+// accumQ: acc[0:d] += sum over t < T of p[t] * row t, row t at v + t*stride
+// bytes, a Q8_0 row (q4 false) or a Q4_0 row (q4 true) of d/32 blocks: a
+// quantized KV cache's value rows. The 32 floats of a block stay in
+// registers while all T rows pass; d a multiple of 32.
+func accumQ(name string, q4 bool) {
+	TEXT(name, NOSPLIT, "func(acc *float32, p *float32, v *byte, stride int, d int, T int)")
+	Pragma("noescape")
+	kind, bs := "Q8_0", 34
+	if q4 {
+		kind, bs = "Q4_0", 18
+	}
+	Doc(name+": acc[0:d] += Σ_t p[t]·row t for T "+kind+" rows at v + t*stride bytes; d a multiple of 32.")
+	acc, p, v, stride, d, T := ld("acc"), ld("p"), ld("v"), ld("stride"), ld("d"), ld("T")
+	TESTQ(T, T)
+	JZ(LabelRef("done"))
+	row, t, h := GP64(), GP64(), GP32()
+	Label("block")
+	CMPQ(d, U8(32))
+	JB(LabelRef("done"))
+	a := make([]VecVirtual, 4)
+	for i := range a {
+		a[i] = YMM()
+		VMOVUPS(Mem{Base: acc, Disp: 32 * i}, a[i])
+	}
+	MOVQ(v, row)
+	XORQ(t, t)
+	Label("row")
+	// the row's coefficient: p[t] times the block's half-float scale
+	MOVWLZX(Mem{Base: row}, h)
+	s := XMM()
+	VMOVD(h, s)
+	VCVTPH2PS(s, s)
+	VMULSS(Mem{Base: p, Index: t, Scale: 4}, s, s)
+	b := YMM()
+	VBROADCASTSS(s, b)
+	fma := func(i int, src Op) {
+		x := YMM()
+		VPMOVSXBD(src, x)
+		VCVTDQ2PS(x, x)
+		VFMADD231PS(x, b, a[i])
+	}
+	if q4 {
+		// elements 0-15 are the low nibbles, 16-31 the high ones, less 8
+		raw, lo, hi := XMM(), XMM(), XMM()
+		VMOVDQU(Mem{Base: row, Disp: 2}, raw)
+		VPAND(c0F, raw, lo)
+		VPSRLW(U8(4), raw, hi)
+		VPAND(c0F, hi, hi)
+		VPSUBB(c08, lo, lo)
+		VPSUBB(c08, hi, hi)
+		for i, src := range []VecVirtual{lo, hi} {
+			fma(2*i, src)
+			up := XMM()
+			VPSRLDQ(U8(8), src, up)
+			fma(2*i+1, up)
+		}
+	} else {
+		for i := range a {
+			fma(i, Mem{Base: row, Disp: 2 + 8*i})
+		}
+	}
+	ADDQ(stride, row)
+	INCQ(t)
+	CMPQ(t, T)
+	JB(LabelRef("row"))
+	for i := range a {
+		VMOVUPS(a[i], Mem{Base: acc, Disp: 32 * i})
+	}
+	ADDQ(U8(128), acc)
+	ADDQ(U8(bs), v)
+	SUBQ(U8(32), d)
+	JMP(LabelRef("block"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}

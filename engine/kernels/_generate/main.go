@@ -157,6 +157,8 @@ func main() {
 
 	scoresF16()
 	accumF16()
+	accumQ("accumQ8_0AVX2", false)
+	accumQ("accumQ4_0AVX2", true)
 	expSub()
 	siluMul()
 	f32ToF16()
