@@ -149,7 +149,7 @@ func accumQ(name string, q4 bool) {
 	if q4 {
 		kind, bs = "Q4_0", 18
 	}
-	Doc(name+": acc[0:d] += Σ_t p[t]·row t for T "+kind+" rows at v + t*stride bytes; d a multiple of 32.")
+	Doc(name + ": acc[0:d] += Σ_t p[t]·row t for T " + kind + " rows at v + t*stride bytes; d a multiple of 32.")
 	acc, p, v, stride, d, T := ld("acc"), ld("p"), ld("v"), ld("stride"), ld("d"), ld("T")
 	TESTQ(T, T)
 	JZ(LabelRef("done"))
