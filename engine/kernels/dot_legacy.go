@@ -136,6 +136,25 @@ func dotIQ4_NLQ8_0Generic(nb int, w, a []byte) float32 {
 	return sumf
 }
 
+// dotMXFP4Q8_0Generic follows ggml_vec_dot_mxfp4_q8_0_generic: per block
+// the integer dot of the doubled E2M1 levels with the quants, times d_y and
+// the halved E8M0 scale.
+func dotMXFP4Q8_0Generic(nb int, w, a []byte) float32 {
+	const bx, by = quant.BlockMXFP4, quant.BlockQ8_0
+	w, a = row(w, nb*bx), row(a, nb*by)
+	var sumf float32
+	for i := 0; i < nb; i++ {
+		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
+		var s0, s1 int32
+		for j, q := range x[1:bx] {
+			s0 += int32(quant.MXFP4Values[q&0xf]) * int32(int8(y[2+j]))
+			s1 += int32(quant.MXFP4Values[q>>4]) * int32(int8(y[2+j+16]))
+		}
+		sumf += f16(y) * quant.E8M0Half(x[0]) * float32(s0+s1)
+	}
+	return sumf
+}
+
 // iq4Sums is the integer dot of 32 IQ4 levels (nibbles qs: low ones the
 // first 16 elements, high ones the next 16) with 32 int8 quants, as two
 // halves.

@@ -129,6 +129,8 @@ func vecDotGeneric(t quant.Type, n int, w, a []byte) float32 {
 		return dotQ8_KQ8_KGeneric(blocks(t, n, quant.QKK), w, a)
 	case quant.IQ4_NL:
 		return dotIQ4_NLQ8_0Generic(blocks(t, n, quant.QK), w, a)
+	case quant.MXFP4:
+		return dotMXFP4Q8_0Generic(blocks(t, n, quant.QK), w, a)
 	case quant.IQ4_XS:
 		return dotIQ4_XSQ8_KGeneric(blocks(t, n, quant.QKK), w, a)
 	case quant.IQ2_XXS:

@@ -13,7 +13,7 @@ var weightTypes = []quant.Type{
 	quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q8_0, quant.Q8_1,
 	quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q8_K,
 	quant.IQ4_NL, quant.IQ4_XS, quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S,
-	quant.IQ3_XXS, quant.IQ3_S, quant.IQ1_S, quant.IQ1_M,
+	quant.IQ3_XXS, quant.IQ3_S, quant.IQ1_S, quant.IQ1_M, quant.MXFP4,
 }
 
 func randRow(r *rand.Rand, n int, scale float64) []float32 {

@@ -43,7 +43,7 @@ func VecDotType(t Type) Type {
 	switch t {
 	case F32, F16, BF16:
 		return t
-	case Q4_0, Q5_0, Q8_0, IQ4_NL:
+	case Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4:
 		return Q8_0
 	case Q4_1, Q5_1, Q8_1:
 		return Q8_1
@@ -163,6 +163,7 @@ var blockCodecs = map[Type]blockCodec{
 	IQ3_S:   {dequantIQ3_S, quantIQ3_S},
 	IQ1_S:   {dequantIQ1_S, quantIQ1_S},
 	IQ1_M:   {dequantIQ1_M, quantIQ1_M},
+	MXFP4:   {dequantMXFP4, quantMXFP4},
 }
 
 // f16 reads the half float at b[off:off+2].

@@ -88,9 +88,10 @@ var typeTable = map[Type]typeInfo{
 	IQ3_S:   {"IQ3_S", QKK, 2 + QKK/4 + QKK/32 + QKK/8 + QKK/64},
 	IQ1_S:   {"IQ1_S", QKK, 2 + QKK/8 + QKK/16},
 	IQ1_M:   {"IQ1_M", QKK, QKK/8 + QKK/16 + QKK/32},
+	MXFP4:   {"MXFP4", QK, BlockMXFP4},
 }
 
-var types = func() (a [BF16 + 1]typeInfo) {
+var types = func() (a [MXFP4 + 1]typeInfo) {
 	for t, ti := range typeTable {
 		a[t] = ti
 	}
