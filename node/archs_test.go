@@ -43,10 +43,12 @@ func TestArchPlans(t *testing.T) {
 		for _, strategy := range []string{"tensor", "pipeline"} {
 			t.Run(oc.Name+"/"+strategy, func(t *testing.T) {
 				name := strings.ReplaceAll(oc.Name, "_", "-") + "-" + strategy[:2]
-				nodes := names
+				prof := profileOf(t, oc.Model)
+				// as many members as the heads can be cut for, as many
+				// stages as there are layers
+				nodes := names[:min(len(names), prof.NLayer)]
 				if strategy == "tensor" {
-					// as many members as the heads can be cut for
-					nodes = names[:min(len(names), headUnits(t, oc.Model))]
+					nodes = names[:min(len(names), prof.HeadUnits())]
 				}
 				if _, err := cl.LoadModel(ctx(t), api.LoadModelRequest{Path: oc.Model, Name: name, Nodes: nodes, Strategy: strategy, Ctx: 128, Wire: "f32"}); err != nil {
 					t.Fatal(err)
@@ -67,8 +69,8 @@ func TestArchPlans(t *testing.T) {
 				if strategy == "tensor" && (len(pl.Stages) != 1 || len(pl.Stages[0].Members) != len(nodes) || len(nodes) < 2) {
 					t.Errorf("want one tensor-parallel stage of %d members: %+v", len(nodes), pl.Stages)
 				}
-				if strategy == "pipeline" && len(pl.Stages) != 3 {
-					t.Errorf("%d pipeline stages, want 3", len(pl.Stages))
+				if strategy == "pipeline" && len(pl.Stages) != len(nodes) {
+					t.Errorf("%d pipeline stages, want %d", len(pl.Stages), len(nodes))
 				}
 				var l *api.Logits
 				tc.Eventually(t, 30*time.Second, name+" serving", func() bool {

@@ -121,6 +121,12 @@ func TestVulkanMembers(t *testing.T) {
 // headUnits is how many slices the planner can cut the heads of the model
 // at path into.
 func headUnits(t *testing.T, path string) int {
+	prof := profileOf(t, path)
+	return prof.HeadUnits()
+}
+
+// profileOf is the planner's profile of the model at path.
+func profileOf(t *testing.T, path string) placement.ModelProfile {
 	f, err := gguf.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -130,5 +136,5 @@ func headUnits(t *testing.T, path string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return prof.HeadUnits()
+	return prof
 }

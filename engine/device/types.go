@@ -47,6 +47,8 @@ type Spec struct {
 	Rope                         RopeMode
 	RopeFreqs                    []float32 // per-dimension divisors, or nil
 	NormExperts, SharedFFN       bool
+	// Yarn, when set, is YaRN RoPE scaling (RopeScale the 1/factor).
+	Yarn *Yarn
 
 	// GELU: the FFN's gate goes through GELU (tanh form, as ggml's table
 	// of half-precision values), not SiLU (gemma).
@@ -66,6 +68,16 @@ type Spec struct {
 	// RopeThetaSWA, when not 0, is the RoPE base of the sliding layers,
 	// which then also take no position scaling.
 	RopeThetaSWA float32
+}
+
+// Yarn is YaRN RoPE scaling as ggml computes it: dimensions rotating
+// faster than BetaFast turns over OrigCtx keep their frequency
+// (extrapolated), those slower than BetaSlow are interpolated by the
+// factor, a ramp between; cos and sin are scaled by AttnFactor·(1 + 0.1
+// ln factor).
+type Yarn struct {
+	OrigCtx                        int
+	BetaFast, BetaSlow, AttnFactor float32
 }
 
 // IsMoE reports routed experts.

@@ -99,8 +99,9 @@ type Config struct {
 	RopeDim     int     // dimensions rotated per head
 	RopeScale   float32 // position scale (1/linear factor)
 	RMSEps      float32
-	Window      int     // sliding-window size of the sliding layers (0: none)
-	AttnScale   float32 // queries' scale before the dot products (0: 1/√HeadDim on the scores)
+	Window      int          // sliding-window size of the sliding layers (0: none)
+	AttnScale   float32      // queries' scale before the dot products (0: 1/√HeadDim on the scores)
+	Yarn        *device.Yarn // YaRN RoPE scaling, or nil
 }
 
 // QDim is n_head*head_dim; KVDim is n_head_kv*head_dim.
@@ -117,7 +118,7 @@ func (c *Config) spec(freqs []float32) device.Spec {
 		NFF: c.NFF, NFFExpert: c.NFFExpert, NFFShared: c.NFFShared, NExpert: c.NExpert, NExpertUsed: c.NExpertUsed,
 		RopeDim: c.RopeDim, RopeTheta: c.RopeTheta, RopeScale: c.RopeScale, RMSEps: c.RMSEps, Rope: c.Arch.Rope,
 		RopeFreqs: freqs, NormExperts: c.Arch.NormExperts, SharedFFN: c.Arch.SharedFFN,
-		GELU: c.Arch.Gemma, AttnScale: c.AttnScale, Window: c.Window, SWAPattern: c.Arch.SWAPattern, RopeThetaSWA: c.swaBase()}
+		GELU: c.Arch.Gemma, AttnScale: c.AttnScale, Yarn: c.Yarn, Window: c.Window, SWAPattern: c.Arch.SWAPattern, RopeThetaSWA: c.swaBase()}
 }
 
 // swaBase is the sliding layers' RoPE base, or 0 when they have none of
@@ -240,9 +241,28 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 		if factor > 0 {
 			c.RopeScale = 1 / factor
 		}
+	case "yarn":
+		if factor <= 0 {
+			return Config{}, fmt.Errorf("yarn rope scaling without rope.scaling.factor")
+		}
+		c.RopeScale = 1 / factor
+		y := device.Yarn{}
+		geti("rope.scaling.original_context_length", &y.OrigCtx, false, c.NCtx)
+		getf("rope.scaling.yarn_beta_fast", &y.BetaFast, 32)
+		getf("rope.scaling.yarn_beta_slow", &y.BetaSlow, 1)
+		getf("rope.scaling.yarn_attn_factor", &y.AttnFactor, 1)
+		var ext float32
+		getf("rope.scaling.yarn_ext_factor", &ext, 1)
+		if *err != nil {
+			return Config{}, *err
+		}
+		if _, ok := f.Lookup(p + "rope.scaling.yarn_log_multiplier"); ok || ext != 1 {
+			return Config{}, fmt.Errorf("yarn rope scaling with a log multiplier or an extrapolation factor other than 1 is not supported yet")
+		}
+		c.Yarn = &y
 	case "none":
 	default:
-		return Config{}, fmt.Errorf("rope scaling %q is not supported (linear and none are)", st)
+		return Config{}, fmt.Errorf("rope scaling %q is not supported (linear, yarn and none are)", st)
 	}
 	c.NVocab = vocabSize(f, p)
 	if arch.SWAPattern > 0 {

@@ -25,6 +25,11 @@ type Spec struct {
 	NExpertUsed int
 	NFFShared   int // qwen2moe shared expert size (NFF if 0)
 	Ctx         int
+	// RopeScaling ("linear" or "yarn"), RopeFactor and RopeOrigCtx write
+	// the rope.scaling keys (none when RopeScaling is "").
+	RopeScaling string
+	RopeFactor  float32
+	RopeOrigCtx int
 	// Window is gemma3's sliding window (0 = 512; one global layer after
 	// every five sliding ones).
 	Window     int
@@ -375,6 +380,12 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 	}
 	if gemma {
 		kvs = append(kvs, gguf.KV{Key: p + "attention.sliding_window", Value: uint32(s.Window)})
+	}
+	if s.RopeScaling != "" {
+		kvs = append(kvs, gguf.KV{Key: p + "rope.scaling.type", Value: s.RopeScaling}, gguf.KV{Key: p + "rope.scaling.factor", Value: s.RopeFactor})
+		if s.RopeOrigCtx > 0 {
+			kvs = append(kvs, gguf.KV{Key: p + "rope.scaling.original_context_length", Value: uint32(s.RopeOrigCtx)})
+		}
 	}
 	if moe {
 		kvs = append(kvs, gguf.KV{Key: p + "expert_count", Value: uint32(s.NExpert)}, gguf.KV{Key: p + "expert_used_count", Value: uint32(s.NExpertUsed)})

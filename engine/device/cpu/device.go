@@ -57,7 +57,7 @@ func Load(ld device.Load) (*Range, error) {
 	r.qd, r.kvd = r.nh*sp.HeadDim, r.nkv*sp.HeadDim
 	if sp.RopeThetaSWA != 0 {
 		l := *sp
-		l.RopeTheta, l.RopeScale, l.RopeFreqs = sp.RopeThetaSWA, 1, nil
+		l.RopeTheta, l.RopeScale, l.RopeFreqs, l.Yarn = sp.RopeThetaSWA, 1, nil, nil
 		r.swaRope = &l
 	}
 	if ld.Coll != nil && ld.Coll.Size() > 1 {

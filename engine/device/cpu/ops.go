@@ -45,6 +45,23 @@ func RopeTable(cos, sin []float32, pos int, c *device.Spec) {
 	freqs := c.RopeFreqs
 	thetaScale := float32(math.Pow(float64(c.RopeTheta), -2.0/float64(c.RopeDim)))
 	theta := float32(pos)
+	if y := c.Yarn; y != nil {
+		lo, hi := yarnCorrDims(c.RopeDim, y.OrigCtx, c.RopeTheta, y.BetaFast, y.BetaSlow)
+		mscale := y.AttnFactor * (1 + 0.1*float32(math.Log(float64(1/c.RopeScale))))
+		for i := range cos {
+			extrap := theta
+			if freqs != nil {
+				extrap /= freqs[i]
+			}
+			interp := c.RopeScale * extrap
+			ramp := 1 - min(1, max(0, (float32(i)-lo)/max(0.001, hi-lo)))
+			t := interp*(1-ramp) + extrap*ramp
+			cos[i] = float32(math.Cos(float64(t))) * mscale
+			sin[i] = float32(math.Sin(float64(t))) * mscale
+			theta *= thetaScale
+		}
+		return
+	}
 	for i := range cos {
 		t := theta
 		if freqs != nil {
@@ -55,6 +72,18 @@ func RopeTable(cos, sin []float32, pos int, c *device.Spec) {
 		sin[i] = float32(math.Sin(float64(t)))
 		theta *= thetaScale
 	}
+}
+
+// yarnCorrDims are the first and last pair indexes YaRN's ramp runs
+// between (ggml_rope_yarn_corr_dims): the pairs that turn beta times over
+// origCtx positions, for beta the fast and the slow bound.
+func yarnCorrDims(nDims, origCtx int, base, betaFast, betaSlow float32) (lo, hi float32) {
+	dim := func(beta float32) float64 {
+		return float64(nDims) * math.Log(float64(origCtx)/(float64(beta)*2*math.Pi)) / (2 * math.Log(float64(base)))
+	}
+	lo = max(0, float32(math.Floor(dim(betaFast))))
+	hi = min(float32(nDims-1), float32(math.Ceil(dim(betaSlow))))
+	return lo, hi
 }
 
 // Rope rotates the first ropeDim dimensions of each head in x (nHead heads
