@@ -108,8 +108,8 @@ another GGUF (--vocab-from) or is a byte-level BPE vocabulary shoal builds.
 	}
 	f := cmd.Flags()
 	f.BoolVar(&builtin, "builtin", false, "write the built-in model 'shoal up' serves (its shape flags are ignored)")
-	f.StringVar(&s.Arch, "arch", "llama", "architecture: llama, qwen2, qwen3, moe (Mixtral-style llama), qwen2moe, qwen3moe, gemma3 (sliding-window layers, GELU, post-norms; always tied), or bert (an embedding model with a WordPiece vocabulary: serve it for /v1/embeddings)")
-	f.IntVar(&s.Window, "window", 0, "gemma3: sliding window of five layers in six (0 = 512)")
+	f.StringVar(&s.Arch, "arch", "llama", "architecture: llama, qwen2, qwen3, moe (Mixtral-style llama), qwen2moe, qwen3moe, gemma3 (sliding-window layers, GELU, post-norms; always tied), gpt-oss (attention sinks, biased experts; --type mxfp4_moe for MXFP4 experts), or bert (an embedding model with a WordPiece vocabulary: serve it for /v1/embeddings)")
+	f.IntVar(&s.Window, "window", 0, "sliding window: gemma3's five layers in six (0 = 512), gpt-oss's even layers (0 = 128)")
 	f.IntVar(&pooling, "pooling", 0, "bert: how token vectors become one embedding: 1 mean (the default), 2 the [CLS] token")
 	f.IntVar(&s.NEmbd, "n-embd", 256, "embedding size")
 	f.IntVar(&s.NLayer, "n-layer", 4, "layers")

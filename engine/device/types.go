@@ -49,6 +49,10 @@ type Spec struct {
 	NormExperts, SharedFFN       bool
 	// Yarn, when set, is YaRN RoPE scaling (RopeScale the 1/factor).
 	Yarn *Yarn
+	// OAI is gpt-oss's routed FFN: the top experts by the router's logits
+	// (with its bias) weighted by a softmax over those alone, each expert
+	// with biases and the clamped SwiGLU x·σ(1.702x)·(y+1), x ≤ 7, |y| ≤ 7.
+	OAI bool
 
 	// GELU: the FFN's gate goes through GELU (tanh form, as ggml's table
 	// of half-precision values), not SiLU (gemma).
@@ -88,10 +92,10 @@ func (s *Spec) SWA(l int) bool {
 	return s.Window > 0 && (s.SWAPattern <= 0 || l%s.SWAPattern < s.SWAPattern-1)
 }
 
-// Plain reports that the spec needs none of GELU, AttnScale, Window and
-// RopeThetaSWA (what a device without them can run).
+// Plain reports that the spec needs none of GELU, AttnScale, Window,
+// RopeThetaSWA and OAI (what a device without them can run).
 func (s *Spec) Plain() bool {
-	return !s.GELU && s.AttnScale == 0 && s.Window == 0 && s.RopeThetaSWA == 0
+	return !s.GELU && s.AttnScale == 0 && s.Window == 0 && s.RopeThetaSWA == 0 && !s.OAI
 }
 
 // Part is the part of each layer a tensor-parallel member holds: query
@@ -116,6 +120,14 @@ type Layer struct {
 	// AttnPostNorm and FFNPostNorm RMS-normalize a half's complete output
 	// before the residual add (gemma), or are nil.
 	AttnPostNorm, FFNPostNorm []float32
+	// Sinks are gpt-oss's attention sinks: per query head (all NHead of
+	// them, indexed globally) a logit that joins the softmax's sum and
+	// takes no value. nil: none.
+	Sinks []float32
+	// RouterB is the router's bias (gpt-oss); ExpGateB, ExpUpB and
+	// ExpDownB the routed experts' biases, expert e's at [e*F, (e+1)*F)
+	// (NEmbd for down), all experts' whatever a member holds.
+	RouterB, ExpGateB, ExpUpB, ExpDownB []float32
 
 	// Dense FFN.
 	Gate, Up, Down *kernels.Matrix

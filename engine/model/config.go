@@ -37,6 +37,10 @@ type Arch struct {
 	// SWARopeBase without position scaling.
 	SWAPattern  int
 	SWARopeBase float32
+	// OAI: gpt-oss's blocks: attention sinks, the FFN's norm named
+	// post_attention_norm, routed experts with biases, softmax over the
+	// top logits and the clamped SwiGLU (device.Spec.OAI).
+	OAI bool
 	// Encoder: a bidirectional embedding encoder (bert) that produces one
 	// pooled vector per input, not logits; it loads with LoadEncoder (see
 	// encoder.go), and ConfigFromGGUF refuses it with ErrEncoder.
@@ -67,6 +71,7 @@ func init() {
 	Register(Arch{Name: "qwen3", Rope: RopeNeoX, QKNorm: true})
 	Register(Arch{Name: "qwen3moe", Rope: RopeNeoX, QKNorm: true, NormExperts: true})
 	Register(Arch{Name: "gemma3", Rope: RopeNeoX, QKNorm: true, Gemma: true, SWAPattern: 6, SWARopeBase: 10000})
+	Register(Arch{Name: "gpt-oss", Rope: RopeNeoX, SWAPattern: 2, OAI: true})
 	Register(Arch{Name: "bert", Encoder: true})
 }
 
@@ -118,7 +123,7 @@ func (c *Config) spec(freqs []float32) device.Spec {
 		NFF: c.NFF, NFFExpert: c.NFFExpert, NFFShared: c.NFFShared, NExpert: c.NExpert, NExpertUsed: c.NExpertUsed,
 		RopeDim: c.RopeDim, RopeTheta: c.RopeTheta, RopeScale: c.RopeScale, RMSEps: c.RMSEps, Rope: c.Arch.Rope,
 		RopeFreqs: freqs, NormExperts: c.Arch.NormExperts, SharedFFN: c.Arch.SharedFFN,
-		GELU: c.Arch.Gemma, AttnScale: c.AttnScale, Yarn: c.Yarn, Window: c.Window, SWAPattern: c.Arch.SWAPattern, RopeThetaSWA: c.swaBase()}
+		GELU: c.Arch.Gemma, AttnScale: c.AttnScale, Yarn: c.Yarn, OAI: c.Arch.OAI, Window: c.Window, SWAPattern: c.Arch.SWAPattern, RopeThetaSWA: c.swaBase()}
 }
 
 // swaBase is the sliding layers' RoPE base, or 0 when they have none of

@@ -156,6 +156,23 @@ func (l *loader) vector(name string, required bool, n int) ([]float32, error) {
 	return out, nil
 }
 
+// vectors binds a 2-D tensor of rows vectors of n values (per-expert
+// biases, every expert's) as float32, rows after rows.
+func (l *loader) vectors(name string, n, rows int) ([]float32, error) {
+	t, _, err := l.tensor(name, true, n, rows)
+	if err != nil {
+		return nil, err
+	}
+	if len(t.Data) != t.Type.RowSize(n)*rows || t.Type.CheckRow(n) != nil {
+		return nil, fmt.Errorf("tensor %s: %d bytes for %d x %d values of %s", name, len(t.Data), rows, n, t.Type)
+	}
+	out := make([]float32, n*rows)
+	for r := 0; r < rows; r++ {
+		quant.DequantizeRow(t.Type, t.Data[r*t.Type.RowSize(n):(r+1)*t.Type.RowSize(n)], out[r*n:(r+1)*n])
+	}
+	return out, nil
+}
+
 // splitMatrix binds a matrix of rows x cols split by input columns [lo,hi)
 // in a tensor-parallel slice: the column slice when it is block aligned,
 // else output rows OutputRows(sl.Rank, sl.Size, rows) of every column
@@ -227,8 +244,23 @@ func loadWeights(l *loader, c *Config, lo, hi int, sl *Slice) (*Weights, error) 
 		must(e)
 		ly.KNorm, e = l.vector(p+"attn_k_norm.weight", c.Arch.QKNorm, c.HeadDim)
 		must(e)
-		ly.FFNNorm, e = l.vector(p+"ffn_norm.weight", true, E)
-		must(e)
+		if c.Arch.OAI {
+			ly.FFNNorm, e = l.vector(p+"post_attention_norm.weight", true, E)
+			must(e)
+			ly.Sinks, e = l.vector(p+"attn_sinks.weight", true, c.NHead)
+			must(e)
+			ly.RouterB, e = l.vector(p+"ffn_gate_inp.bias", true, c.NExpert)
+			must(e)
+			ly.ExpGateB, e = l.vectors(p+"ffn_gate_exps.bias", c.NFFExpert, c.NExpert)
+			must(e)
+			ly.ExpUpB, e = l.vectors(p+"ffn_up_exps.bias", c.NFFExpert, c.NExpert)
+			must(e)
+			ly.ExpDownB, e = l.vectors(p+"ffn_down_exps.bias", E, c.NExpert)
+			must(e)
+		} else {
+			ly.FFNNorm, e = l.vector(p+"ffn_norm.weight", true, E)
+			must(e)
+		}
 		if c.Arch.Gemma {
 			ly.AttnPostNorm, e = l.vector(p+"post_attention_norm.weight", true, E)
 			must(e)

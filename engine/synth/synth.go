@@ -14,7 +14,7 @@ import (
 
 // Spec describes the model to write.
 type Spec struct {
-	Arch        string // llama, qwen2, qwen3, llama-moe (Mixtral-style), qwen2moe, qwen3moe, gemma3, bert
+	Arch        string // llama, qwen2, qwen3, llama-moe (Mixtral-style), qwen2moe, qwen3moe, gemma3, gpt-oss, bert
 	NEmbd       int
 	NLayer      int
 	NHead       int
@@ -74,10 +74,12 @@ func (s *Spec) arch() (ggufArch string, moe, qwen bool, err error) {
 		return "qwen3moe", true, true, nil
 	case "gemma3":
 		return "gemma3", false, false, nil
+	case "gpt-oss":
+		return "gpt-oss", true, false, nil
 	case "bert":
 		return "bert", false, false, nil
 	}
-	return "", false, false, fmt.Errorf("unknown arch %q (want llama, qwen2, qwen3, moe, qwen2moe, qwen3moe, gemma3 or bert)", s.Arch)
+	return "", false, false, fmt.Errorf("unknown arch %q (want llama, qwen2, qwen3, moe, qwen2moe, qwen3moe, gemma3, gpt-oss or bert)", s.Arch)
 }
 
 func nVocab(kvs []gguf.KV) int {
@@ -102,6 +104,13 @@ func useMoreBits(i, n int) bool { return i < n/8 || i >= 7*n/8 || (i-n/8)%3 == 2
 
 func (c *typeChooser) choose(role string, layer int, cols int) quant.Type {
 	t := c.base
+	if c.mix == "mxfp4_moe" { // llama-quantize's MXFP4_MOE: experts MXFP4, the rest Q8_0
+		t = quant.Q8_0
+		if role == "expert" {
+			t = quant.MXFP4
+		}
+		return fallback(t, cols)
+	}
 	switch role {
 	case "output":
 		t = c.output
@@ -148,6 +157,8 @@ func parseTypes(typ, out string) (*typeChooser, error) {
 		c.base, c.mix = quant.Q5_K, typ
 	case "q3_k_m", "q3_k_s":
 		c.base, c.mix = quant.Q3_K, typ
+	case "mxfp4_moe", "mxfp4":
+		c.base, c.mix = quant.Q8_0, "mxfp4_moe"
 	default:
 		t, err := quant.ParseType(typ)
 		if err != nil {
@@ -250,7 +261,10 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 			s.RopeTheta = 1e6
 		}
 	}
-	gemma := name == "gemma3"
+	gemma, oai := name == "gemma3", name == "gpt-oss"
+	if oai && s.Window <= 0 {
+		s.Window = 128
+	}
 	if gemma {
 		s.Tied = true // as Google's files: the embedding is the output
 		if s.Window <= 0 {
@@ -306,6 +320,13 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 		add(p+"attn_q.weight", "attn_q", l, s.Std, E, Q)
 		add(p+"attn_k.weight", "attn_k", l, s.Std, E, KV)
 		add(p+"attn_v.weight", "attn_v", l, s.Std, E, KV)
+		if oai {
+			add(p+"attn_q.bias", "bias", l, s.Std, Q)
+			add(p+"attn_k.bias", "bias", l, s.Std, KV)
+			add(p+"attn_v.bias", "bias", l, s.Std, KV)
+			add(p+"attn_output.bias", "bias", l, s.Std, E)
+			plan = append(plan, tensorPlan{name: p + "attn_sinks.weight", typ: quant.F32, dims: []uint64{u(s.NHead)}, std: 1})
+		}
 		if qwen && (name == "qwen2" || name == "qwen2moe") {
 			add(p+"attn_q.bias", "bias", l, s.Std, Q)
 			add(p+"attn_k.bias", "bias", l, s.Std, KV)
@@ -319,8 +340,25 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 		if gemma {
 			add(p+"post_attention_norm.weight", "norm", l, 0, E)
 		}
-		add(p+"ffn_norm.weight", "norm", l, 0, E)
-		if moe {
+		if oai {
+			add(p+"post_attention_norm.weight", "norm", l, 0, E)
+		} else {
+			add(p+"ffn_norm.weight", "norm", l, 0, E)
+		}
+		if oai {
+			X := s.NExpert
+			plan = append(plan, tensorPlan{name: p + "ffn_gate_inp.weight", typ: quant.F32, dims: []uint64{u(E), u(X)}, std: s.Std * 5},
+				tensorPlan{name: p + "ffn_gate_inp.bias", typ: quant.F32, dims: []uint64{u(X)}, std: s.Std * 5})
+			add(p+"ffn_gate_exps.weight", "expert", l, s.Std, E, F, X)
+			add(p+"ffn_up_exps.weight", "expert", l, s.Std, E, F, X)
+			add(p+"ffn_down_exps.weight", "expert", l, s.Std, F, E, X)
+			for _, b := range []struct {
+				name string
+				n    int
+			}{{"ffn_gate_exps.bias", F}, {"ffn_up_exps.bias", F}, {"ffn_down_exps.bias", E}} {
+				plan = append(plan, tensorPlan{name: p + b.name, typ: quant.F32, dims: []uint64{u(b.n), u(X)}, std: s.Std})
+			}
+		} else if moe {
 			X := s.NExpert
 			plan = append(plan, tensorPlan{name: p + "ffn_gate_inp.weight", typ: quant.F32, dims: []uint64{u(E), u(X)}, std: s.Std * 5})
 			add(p+"ffn_gate_exps.weight", "ffn_gate", l, s.Std, E, F, X)
@@ -378,7 +416,7 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 	if hd != E/s.NHead {
 		kvs = append(kvs, gguf.KV{Key: p + "attention.key_length", Value: uint32(hd)}, gguf.KV{Key: p + "attention.value_length", Value: uint32(hd)})
 	}
-	if gemma {
+	if gemma || oai {
 		kvs = append(kvs, gguf.KV{Key: p + "attention.sliding_window", Value: uint32(s.Window)})
 	}
 	if s.RopeScaling != "" {

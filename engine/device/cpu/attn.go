@@ -48,6 +48,7 @@ func (r *Range) attnRange(w, a, z int) {
 		scale, qscale = 1, m.AttnScale
 	}
 	swa := m.SWA(r.cur)
+	ly := r.layer(r.cur)
 	// hw and row: a head's and a position's words in the cache
 	kt := r.store.Type()
 	quantized := kt != quant.F16
@@ -112,7 +113,14 @@ func (r *Range) attnRange(w, a, z int) {
 		for j := 0; j < g; j++ {
 			sc := scores(j)[from:]
 			mx := kernels.ScaleMax(sc, scale)
-			inv := float32(1 / kernels.ExpSub(sc, mx))
+			var sink float64
+			if ly.Sinks != nil {
+				// the head's sink logit joins the max and the sum
+				sl := ly.Sinks[p.HeadLo+h0+j]
+				mx = max(mx, sl)
+				sink = float64(float32(math.Exp(float64(sl - mx))))
+			}
+			inv := float32(1 / (kernels.ExpSub(sc, mx) + sink))
 			if quantized {
 				// the probabilities stay float32 (ggml's flash attention)
 				for t := range sc {

@@ -17,6 +17,18 @@ func (r *Range) moe(ly *device.Layer, out []float32) (partial bool, err error) {
 	idx := s.expIdx
 	for i := 0; i < n; i++ {
 		p := s.route[i*X : (i+1)*X]
+		if m.OAI {
+			// the top logits (with the router's bias), then a softmax
+			// over those alone
+			AddBias(p, ly.RouterB)
+			TopK(p, idx, K)
+			w := s.expW[i*K : (i+1)*K]
+			for j := 0; j < K; j++ {
+				s.expID[i*K+j], w[j] = int32(idx[j]), p[idx[j]]
+			}
+			Softmax(w)
+			continue
+		}
 		Softmax(p)
 		TopK(p, idx, K)
 		var sum float32
@@ -53,7 +65,11 @@ func (r *Range) moe(ly *device.Layer, out []float32) (partial bool, err error) {
 			for gi, i := range rows {
 				copy(s.ex[gi*E:(gi+1)*E], s.xn[int(i)*E:(int(i)+1)*E])
 			}
-			r.ffn(ex.Gate, ex.Up, ex.Down, s.ex, len(rows), s.eg, s.eu, s.eo)
+			if m.OAI {
+				r.ffnOAI(ly, e, ex, s.ex, len(rows))
+			} else {
+				r.ffn(ex.Gate, ex.Up, ex.Down, s.ex, len(rows), s.eg, s.eu, s.eo)
+			}
 			for gi, i := range rows {
 				w := s.expW[int(i)*K+j]
 				o, src := out[int(i)*E:(int(i)+1)*E], s.eo[gi*E:(gi+1)*E]
@@ -114,3 +130,30 @@ func TopK(p []float32, idx []int, k int) {
 		idx[j], idx[best] = idx[best], idx[j]
 	}
 }
+
+// ffnOAI is gpt-oss's expert e (of layer ly) on n rows of x into s.eo:
+// gate and up with their biases, the clamped SwiGLU, down with its bias.
+func (r *Range) ffnOAI(ly *device.Layer, e int, ex *device.Expert, x []float32, n int) {
+	s, E := &r.s, r.sp.NEmbd
+	F := ex.Gate.Rows
+	g, u := s.eg[:n*F], s.eu[:n*F]
+	r.matmul(ex.Gate, x, n, g)
+	r.matmul(ex.Up, x, n, u)
+	gb, ub := ly.ExpGateB[e*F:(e+1)*F], ly.ExpUpB[e*F:(e+1)*F]
+	for i := 0; i < n; i++ {
+		gi, ui := g[i*F:(i+1)*F], u[i*F:(i+1)*F]
+		for c := range gi {
+			a := min(gi[c]+gb[c], oaiLimit)
+			y := min(max(ui[c]+ub[c], -oaiLimit), oaiLimit)
+			gi[c] = a / (1 + float32(math.Exp(float64(-oaiAlpha*a)))) * (y + 1)
+		}
+	}
+	r.matmul(ex.Down, g, n, s.eo)
+	db := ly.ExpDownB[e*E : (e+1)*E]
+	for i := 0; i < n; i++ {
+		AddBias(s.eo[i*E:(i+1)*E], db)
+	}
+}
+
+// gpt-oss's SwiGLU: x·σ(αx)·(y+1) with x at most the limit and y within it.
+const oaiAlpha, oaiLimit = 1.702, 7.0
