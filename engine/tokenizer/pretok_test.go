@@ -109,6 +109,8 @@ func TestPreTokenizerSplits(t *testing.T) {
 		{"deepseek-llm", "Hello 世界 42!", []string{"Hello", " ", "世界", " ", "42", "!"}},
 		{"deepseek-v3", "Hello 世界 12345!", []string{"Hello", " ", "世界", " ", "123", "45", "!"}},
 		{"tekken", "HelloWorld foo", []string{"Hello", "World", " foo"}},
+		// o200k (gpt-oss): case runs split words, contractions stay on them
+		{"gpt-4o", "CamelCaseWord they're HELLOWorld 12345", []string{"Camel", "Case", "Word", " they're", " HELLOWorld", " ", "123", "45"}},
 		// later regexes split earlier matches again, as in llama.cpp
 		{"chameleon", "a  b<sentinel:12>", []string{"a", "  ", "b", "<", "sentinel", ":", "1", "2", ">"}},
 	} {
