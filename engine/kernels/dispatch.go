@@ -83,7 +83,7 @@ type kset struct {
 // level is one set of kernels, selectable by name.
 type level struct {
 	name string
-	k    [32]*kset // by quant.Type; nil: generic Go
+	k    [quant.MXFP4 + 1]*kset // by quant.Type; nil: generic Go
 	q8_0 func(x *float32, dst *byte, nb int)
 	q8_K func(x *float32, dst *byte, nb int)
 	// prepU8 lays out nb Q8_0 blocks as the rowsU8 and tileU8 kernels take

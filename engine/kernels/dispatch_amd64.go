@@ -54,6 +54,9 @@ func archLevels() []*level {
 		one: one("dotIQ4_NLR1C1"), rows: pick("dotIQ4_NLR4C1"), rowsR: 4}
 	l.k[quant.IQ4_XS] = &kset{blockLen: quant.QKK,
 		one: one("dotIQ4_XSR1C1"), rows: pick("dotIQ4_XSR4C1"), rowsR: 4}
+	// MXFP4 (gpt-oss's experts): decode kernels only, as IQ4_NL's.
+	l.k[quant.MXFP4] = &kset{blockLen: quant.QK,
+		one: one("dotMXFP4R1C1"), rows: pick("dotMXFP4R4C1"), rowsR: 4}
 	// The IQ2, IQ3 and IQ1 types: decode kernels only, likewise.
 	l.k[quant.IQ2_XXS] = &kset{blockLen: quant.QKK,
 		one: one("dotIQ2_XXSR1C1"), rows: pick("dotIQ2_XXSR4C1"), rowsR: 4}

@@ -106,8 +106,8 @@ func q8SumsAVX2(a *byte, nb int, dst *int32)
 //go:noescape
 func quantQ8_KAVX2(x *float32, dst *byte, nb int)
 
-// tileKernelTable returns the addresses of the 110 tile kernels (dotFn), in the order of tileKernelNames.
-func tileKernelTable() *[110]uintptr
+// tileKernelTable returns the addresses of the 113 tile kernels (dotFn), in the order of tileKernelNames.
+func tileKernelTable() *[113]uintptr
 
 // callTile calls the kernel at pc, an entry of tileKernelTable, with the other arguments.
 // It jumps there: see static.go in _generate.
@@ -116,7 +116,7 @@ func tileKernelTable() *[110]uintptr
 func callTile(w *byte, ws int, a *byte, as int, nb int, out *float32, os int, pc uintptr)
 
 // tileKernelNames are the names of the tile kernels (dotFn) in dot_amd64.s, in the order of tileKernelTable.
-const tileKernelNames = "dotQ4_0R2C1 dotQ4_0R2C4 dotQ8_0R1C1 dotQ8_0R2C2 dotQ5_0R1C1 dotQ5_0R2C2 panelQ4_0C1 panelQ8_0C1 panelQ4_0C2 panelQ8_0C2 panelQ4_0C3 panelQ8_0C3 panelQ4_0C4 panelQ8_0C4 panelF32C1 panelF32C2 panelF32C3 panelF32C4 panelF32C5 panelF32C6 dotF16R4C1 dotF16R1C1 dotBF16R4C1 dotBF16R1C1 dotF32R4C1 dotF32R1C1 dotF16R4C1NP dotBF16R4C1NP dotF32R4C1NP dotF16F32R4C3 dotBF16F32R4C3 dotF32F32R4C3 dotQ4_KR4C1 dotQ4_KR1C1 dotQ4_KR1C4 dotQ5_KR4C1 dotQ5_KR1C1 dotQ5_KR1C4 dotQ6_KR4C1 dotQ6_KR1C1 dotQ6_KR1C4 dotIQ4_NLR1C1 dotIQ4_XSR1C1 dotIQ4_NLR4C1 dotIQ4_XSR4C1 dotIQ2_XXSR1C1 dotIQ2_XXSR4C1 dotIQ2_XSR1C1 dotIQ2_XSR4C1 dotIQ2_SR1C1 dotIQ2_SR4C1 dotIQ3_XXSR1C1 dotIQ3_XXSR4C1 dotIQ3_SR1C1 dotIQ3_SR4C1 dotIQ1_SR1C1 dotIQ1_SR4C1 dotIQ1_MR1C1 dotIQ1_MR4C1 dotQ4_0V4C8 dotQ8_0V4C8 dotQ4_KV4C1 dotQ5_KV4C1 dotQ6_KV4C1 dotQ4_KV1C8 dotQ4_KV1C4 dotQ5_KV1C8 dotQ5_KV1C4 dotQ6_KV1C8 dotQ6_KV1C4 dotQ4_0V4C4 dotQ8_0V4C1 dotQ5_0V4C1 dotQ8_0V4C4 dotQ5_0V4C8 dotQ5_0V4C4 dotQ4_0PV4C8 dotQ4_0PV4C4 dotQ8_0PV4C8 dotQ8_0PV4C4 dotQ8_0PV4C1 dotF16F32V4C6 dotBF16F32V4C6 dotF32F32V4C6 dotF16F32V4C4 dotBF16F32V4C4 dotF32F32V4C4 dotBF16V4C6 dotBF16V4C4 dotBF16V4C3 dotBF16V4C2 dotBF16V4C1 dotQ4_KR4C1T0 dotQ5_KR4C1T0 dotQ6_KR4C1T0 dotQ4_KV4C1T0 dotQ5_KV4C1T0 dotQ6_KV4C1T0 dotQ8_0V4C1T0 dotQ5_0V4C1T0 dotQ8_0PV4C1T0 dotIQ4_NLR4C1T0 dotIQ4_XSR4C1T0 dotIQ2_XXSR4C1T0 dotIQ2_XSR4C1T0 dotIQ2_SR4C1T0 dotIQ3_XXSR4C1T0 dotIQ3_SR4C1T0 dotIQ1_SR4C1T0 dotIQ1_MR4C1T0"
+const tileKernelNames = "dotQ4_0R2C1 dotQ4_0R2C4 dotQ8_0R1C1 dotQ8_0R2C2 dotQ5_0R1C1 dotQ5_0R2C2 panelQ4_0C1 panelQ8_0C1 panelQ4_0C2 panelQ8_0C2 panelQ4_0C3 panelQ8_0C3 panelQ4_0C4 panelQ8_0C4 panelF32C1 panelF32C2 panelF32C3 panelF32C4 panelF32C5 panelF32C6 dotF16R4C1 dotF16R1C1 dotBF16R4C1 dotBF16R1C1 dotF32R4C1 dotF32R1C1 dotF16R4C1NP dotBF16R4C1NP dotF32R4C1NP dotF16F32R4C3 dotBF16F32R4C3 dotF32F32R4C3 dotQ4_KR4C1 dotQ4_KR1C1 dotQ4_KR1C4 dotQ5_KR4C1 dotQ5_KR1C1 dotQ5_KR1C4 dotQ6_KR4C1 dotQ6_KR1C1 dotQ6_KR1C4 dotIQ4_NLR1C1 dotIQ4_XSR1C1 dotIQ4_NLR4C1 dotIQ4_XSR4C1 dotMXFP4R1C1 dotMXFP4R4C1 dotIQ2_XXSR1C1 dotIQ2_XXSR4C1 dotIQ2_XSR1C1 dotIQ2_XSR4C1 dotIQ2_SR1C1 dotIQ2_SR4C1 dotIQ3_XXSR1C1 dotIQ3_XXSR4C1 dotIQ3_SR1C1 dotIQ3_SR4C1 dotIQ1_SR1C1 dotIQ1_SR4C1 dotIQ1_MR1C1 dotIQ1_MR4C1 dotQ4_0V4C8 dotQ8_0V4C8 dotQ4_KV4C1 dotQ5_KV4C1 dotQ6_KV4C1 dotQ4_KV1C8 dotQ4_KV1C4 dotQ5_KV1C8 dotQ5_KV1C4 dotQ6_KV1C8 dotQ6_KV1C4 dotQ4_0V4C4 dotQ8_0V4C1 dotQ5_0V4C1 dotQ8_0V4C4 dotQ5_0V4C8 dotQ5_0V4C4 dotQ4_0PV4C8 dotQ4_0PV4C4 dotQ8_0PV4C8 dotQ8_0PV4C4 dotQ8_0PV4C1 dotF16F32V4C6 dotBF16F32V4C6 dotF32F32V4C6 dotF16F32V4C4 dotBF16F32V4C4 dotF32F32V4C4 dotBF16V4C6 dotBF16V4C4 dotBF16V4C3 dotBF16V4C2 dotBF16V4C1 dotQ4_KR4C1T0 dotQ5_KR4C1T0 dotQ6_KR4C1T0 dotQ4_KV4C1T0 dotQ5_KV4C1T0 dotQ6_KV4C1T0 dotQ8_0V4C1T0 dotQ5_0V4C1T0 dotQ8_0PV4C1T0 dotIQ4_NLR4C1T0 dotIQ4_XSR4C1T0 dotMXFP4R4C1T0 dotIQ2_XXSR4C1T0 dotIQ2_XSR4C1T0 dotIQ2_SR4C1T0 dotIQ3_XXSR4C1T0 dotIQ3_SR4C1T0 dotIQ1_SR4C1T0 dotIQ1_MR4C1T0"
 
 // rowsXKernelTable returns the addresses of the 11 decode kernels with auxPrep data (rowsXFn), in the order of rowsXKernelNames.
 func rowsXKernelTable() *[11]uintptr

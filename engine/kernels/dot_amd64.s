@@ -1951,6 +1951,298 @@ DATA iq4ThirtyTwo<>+24(SB)/4, $0x00000020
 DATA iq4ThirtyTwo<>+28(SB)/4, $0x00000020
 GLOBL iq4ThirtyTwo<>(SB), RODATA|NOPTR, $32
 
+DATA mxfp4Table<>+0(SB)/1, $0x00
+DATA mxfp4Table<>+1(SB)/1, $0x01
+DATA mxfp4Table<>+2(SB)/1, $0x02
+DATA mxfp4Table<>+3(SB)/1, $0x03
+DATA mxfp4Table<>+4(SB)/1, $0x04
+DATA mxfp4Table<>+5(SB)/1, $0x06
+DATA mxfp4Table<>+6(SB)/1, $0x08
+DATA mxfp4Table<>+7(SB)/1, $0x0c
+DATA mxfp4Table<>+8(SB)/1, $0x00
+DATA mxfp4Table<>+9(SB)/1, $0xff
+DATA mxfp4Table<>+10(SB)/1, $0xfe
+DATA mxfp4Table<>+11(SB)/1, $0xfd
+DATA mxfp4Table<>+12(SB)/1, $0xfc
+DATA mxfp4Table<>+13(SB)/1, $0xfa
+DATA mxfp4Table<>+14(SB)/1, $0xf8
+DATA mxfp4Table<>+15(SB)/1, $0xf4
+DATA mxfp4Table<>+16(SB)/1, $0x00
+DATA mxfp4Table<>+17(SB)/1, $0x01
+DATA mxfp4Table<>+18(SB)/1, $0x02
+DATA mxfp4Table<>+19(SB)/1, $0x03
+DATA mxfp4Table<>+20(SB)/1, $0x04
+DATA mxfp4Table<>+21(SB)/1, $0x06
+DATA mxfp4Table<>+22(SB)/1, $0x08
+DATA mxfp4Table<>+23(SB)/1, $0x0c
+DATA mxfp4Table<>+24(SB)/1, $0x00
+DATA mxfp4Table<>+25(SB)/1, $0xff
+DATA mxfp4Table<>+26(SB)/1, $0xfe
+DATA mxfp4Table<>+27(SB)/1, $0xfd
+DATA mxfp4Table<>+28(SB)/1, $0xfc
+DATA mxfp4Table<>+29(SB)/1, $0xfa
+DATA mxfp4Table<>+30(SB)/1, $0xf8
+DATA mxfp4Table<>+31(SB)/1, $0xf4
+GLOBL mxfp4Table<>(SB), RODATA|NOPTR, $32
+
+DATA mxfp4Scales<>+0(SB)/4, $0x00200000
+DATA mxfp4Scales<>+4(SB)/4, $0x00400000
+DATA mxfp4Scales<>+8(SB)/4, $0x00800000
+DATA mxfp4Scales<>+12(SB)/4, $0x01000000
+DATA mxfp4Scales<>+16(SB)/4, $0x01800000
+DATA mxfp4Scales<>+20(SB)/4, $0x02000000
+DATA mxfp4Scales<>+24(SB)/4, $0x02800000
+DATA mxfp4Scales<>+28(SB)/4, $0x03000000
+DATA mxfp4Scales<>+32(SB)/4, $0x03800000
+DATA mxfp4Scales<>+36(SB)/4, $0x04000000
+DATA mxfp4Scales<>+40(SB)/4, $0x04800000
+DATA mxfp4Scales<>+44(SB)/4, $0x05000000
+DATA mxfp4Scales<>+48(SB)/4, $0x05800000
+DATA mxfp4Scales<>+52(SB)/4, $0x06000000
+DATA mxfp4Scales<>+56(SB)/4, $0x06800000
+DATA mxfp4Scales<>+60(SB)/4, $0x07000000
+DATA mxfp4Scales<>+64(SB)/4, $0x07800000
+DATA mxfp4Scales<>+68(SB)/4, $0x08000000
+DATA mxfp4Scales<>+72(SB)/4, $0x08800000
+DATA mxfp4Scales<>+76(SB)/4, $0x09000000
+DATA mxfp4Scales<>+80(SB)/4, $0x09800000
+DATA mxfp4Scales<>+84(SB)/4, $0x0a000000
+DATA mxfp4Scales<>+88(SB)/4, $0x0a800000
+DATA mxfp4Scales<>+92(SB)/4, $0x0b000000
+DATA mxfp4Scales<>+96(SB)/4, $0x0b800000
+DATA mxfp4Scales<>+100(SB)/4, $0x0c000000
+DATA mxfp4Scales<>+104(SB)/4, $0x0c800000
+DATA mxfp4Scales<>+108(SB)/4, $0x0d000000
+DATA mxfp4Scales<>+112(SB)/4, $0x0d800000
+DATA mxfp4Scales<>+116(SB)/4, $0x0e000000
+DATA mxfp4Scales<>+120(SB)/4, $0x0e800000
+DATA mxfp4Scales<>+124(SB)/4, $0x0f000000
+DATA mxfp4Scales<>+128(SB)/4, $0x0f800000
+DATA mxfp4Scales<>+132(SB)/4, $0x10000000
+DATA mxfp4Scales<>+136(SB)/4, $0x10800000
+DATA mxfp4Scales<>+140(SB)/4, $0x11000000
+DATA mxfp4Scales<>+144(SB)/4, $0x11800000
+DATA mxfp4Scales<>+148(SB)/4, $0x12000000
+DATA mxfp4Scales<>+152(SB)/4, $0x12800000
+DATA mxfp4Scales<>+156(SB)/4, $0x13000000
+DATA mxfp4Scales<>+160(SB)/4, $0x13800000
+DATA mxfp4Scales<>+164(SB)/4, $0x14000000
+DATA mxfp4Scales<>+168(SB)/4, $0x14800000
+DATA mxfp4Scales<>+172(SB)/4, $0x15000000
+DATA mxfp4Scales<>+176(SB)/4, $0x15800000
+DATA mxfp4Scales<>+180(SB)/4, $0x16000000
+DATA mxfp4Scales<>+184(SB)/4, $0x16800000
+DATA mxfp4Scales<>+188(SB)/4, $0x17000000
+DATA mxfp4Scales<>+192(SB)/4, $0x17800000
+DATA mxfp4Scales<>+196(SB)/4, $0x18000000
+DATA mxfp4Scales<>+200(SB)/4, $0x18800000
+DATA mxfp4Scales<>+204(SB)/4, $0x19000000
+DATA mxfp4Scales<>+208(SB)/4, $0x19800000
+DATA mxfp4Scales<>+212(SB)/4, $0x1a000000
+DATA mxfp4Scales<>+216(SB)/4, $0x1a800000
+DATA mxfp4Scales<>+220(SB)/4, $0x1b000000
+DATA mxfp4Scales<>+224(SB)/4, $0x1b800000
+DATA mxfp4Scales<>+228(SB)/4, $0x1c000000
+DATA mxfp4Scales<>+232(SB)/4, $0x1c800000
+DATA mxfp4Scales<>+236(SB)/4, $0x1d000000
+DATA mxfp4Scales<>+240(SB)/4, $0x1d800000
+DATA mxfp4Scales<>+244(SB)/4, $0x1e000000
+DATA mxfp4Scales<>+248(SB)/4, $0x1e800000
+DATA mxfp4Scales<>+252(SB)/4, $0x1f000000
+DATA mxfp4Scales<>+256(SB)/4, $0x1f800000
+DATA mxfp4Scales<>+260(SB)/4, $0x20000000
+DATA mxfp4Scales<>+264(SB)/4, $0x20800000
+DATA mxfp4Scales<>+268(SB)/4, $0x21000000
+DATA mxfp4Scales<>+272(SB)/4, $0x21800000
+DATA mxfp4Scales<>+276(SB)/4, $0x22000000
+DATA mxfp4Scales<>+280(SB)/4, $0x22800000
+DATA mxfp4Scales<>+284(SB)/4, $0x23000000
+DATA mxfp4Scales<>+288(SB)/4, $0x23800000
+DATA mxfp4Scales<>+292(SB)/4, $0x24000000
+DATA mxfp4Scales<>+296(SB)/4, $0x24800000
+DATA mxfp4Scales<>+300(SB)/4, $0x25000000
+DATA mxfp4Scales<>+304(SB)/4, $0x25800000
+DATA mxfp4Scales<>+308(SB)/4, $0x26000000
+DATA mxfp4Scales<>+312(SB)/4, $0x26800000
+DATA mxfp4Scales<>+316(SB)/4, $0x27000000
+DATA mxfp4Scales<>+320(SB)/4, $0x27800000
+DATA mxfp4Scales<>+324(SB)/4, $0x28000000
+DATA mxfp4Scales<>+328(SB)/4, $0x28800000
+DATA mxfp4Scales<>+332(SB)/4, $0x29000000
+DATA mxfp4Scales<>+336(SB)/4, $0x29800000
+DATA mxfp4Scales<>+340(SB)/4, $0x2a000000
+DATA mxfp4Scales<>+344(SB)/4, $0x2a800000
+DATA mxfp4Scales<>+348(SB)/4, $0x2b000000
+DATA mxfp4Scales<>+352(SB)/4, $0x2b800000
+DATA mxfp4Scales<>+356(SB)/4, $0x2c000000
+DATA mxfp4Scales<>+360(SB)/4, $0x2c800000
+DATA mxfp4Scales<>+364(SB)/4, $0x2d000000
+DATA mxfp4Scales<>+368(SB)/4, $0x2d800000
+DATA mxfp4Scales<>+372(SB)/4, $0x2e000000
+DATA mxfp4Scales<>+376(SB)/4, $0x2e800000
+DATA mxfp4Scales<>+380(SB)/4, $0x2f000000
+DATA mxfp4Scales<>+384(SB)/4, $0x2f800000
+DATA mxfp4Scales<>+388(SB)/4, $0x30000000
+DATA mxfp4Scales<>+392(SB)/4, $0x30800000
+DATA mxfp4Scales<>+396(SB)/4, $0x31000000
+DATA mxfp4Scales<>+400(SB)/4, $0x31800000
+DATA mxfp4Scales<>+404(SB)/4, $0x32000000
+DATA mxfp4Scales<>+408(SB)/4, $0x32800000
+DATA mxfp4Scales<>+412(SB)/4, $0x33000000
+DATA mxfp4Scales<>+416(SB)/4, $0x33800000
+DATA mxfp4Scales<>+420(SB)/4, $0x34000000
+DATA mxfp4Scales<>+424(SB)/4, $0x34800000
+DATA mxfp4Scales<>+428(SB)/4, $0x35000000
+DATA mxfp4Scales<>+432(SB)/4, $0x35800000
+DATA mxfp4Scales<>+436(SB)/4, $0x36000000
+DATA mxfp4Scales<>+440(SB)/4, $0x36800000
+DATA mxfp4Scales<>+444(SB)/4, $0x37000000
+DATA mxfp4Scales<>+448(SB)/4, $0x37800000
+DATA mxfp4Scales<>+452(SB)/4, $0x38000000
+DATA mxfp4Scales<>+456(SB)/4, $0x38800000
+DATA mxfp4Scales<>+460(SB)/4, $0x39000000
+DATA mxfp4Scales<>+464(SB)/4, $0x39800000
+DATA mxfp4Scales<>+468(SB)/4, $0x3a000000
+DATA mxfp4Scales<>+472(SB)/4, $0x3a800000
+DATA mxfp4Scales<>+476(SB)/4, $0x3b000000
+DATA mxfp4Scales<>+480(SB)/4, $0x3b800000
+DATA mxfp4Scales<>+484(SB)/4, $0x3c000000
+DATA mxfp4Scales<>+488(SB)/4, $0x3c800000
+DATA mxfp4Scales<>+492(SB)/4, $0x3d000000
+DATA mxfp4Scales<>+496(SB)/4, $0x3d800000
+DATA mxfp4Scales<>+500(SB)/4, $0x3e000000
+DATA mxfp4Scales<>+504(SB)/4, $0x3e800000
+DATA mxfp4Scales<>+508(SB)/4, $0x3f000000
+DATA mxfp4Scales<>+512(SB)/4, $0x3f800000
+DATA mxfp4Scales<>+516(SB)/4, $0x40000000
+DATA mxfp4Scales<>+520(SB)/4, $0x40800000
+DATA mxfp4Scales<>+524(SB)/4, $0x41000000
+DATA mxfp4Scales<>+528(SB)/4, $0x41800000
+DATA mxfp4Scales<>+532(SB)/4, $0x42000000
+DATA mxfp4Scales<>+536(SB)/4, $0x42800000
+DATA mxfp4Scales<>+540(SB)/4, $0x43000000
+DATA mxfp4Scales<>+544(SB)/4, $0x43800000
+DATA mxfp4Scales<>+548(SB)/4, $0x44000000
+DATA mxfp4Scales<>+552(SB)/4, $0x44800000
+DATA mxfp4Scales<>+556(SB)/4, $0x45000000
+DATA mxfp4Scales<>+560(SB)/4, $0x45800000
+DATA mxfp4Scales<>+564(SB)/4, $0x46000000
+DATA mxfp4Scales<>+568(SB)/4, $0x46800000
+DATA mxfp4Scales<>+572(SB)/4, $0x47000000
+DATA mxfp4Scales<>+576(SB)/4, $0x47800000
+DATA mxfp4Scales<>+580(SB)/4, $0x48000000
+DATA mxfp4Scales<>+584(SB)/4, $0x48800000
+DATA mxfp4Scales<>+588(SB)/4, $0x49000000
+DATA mxfp4Scales<>+592(SB)/4, $0x49800000
+DATA mxfp4Scales<>+596(SB)/4, $0x4a000000
+DATA mxfp4Scales<>+600(SB)/4, $0x4a800000
+DATA mxfp4Scales<>+604(SB)/4, $0x4b000000
+DATA mxfp4Scales<>+608(SB)/4, $0x4b800000
+DATA mxfp4Scales<>+612(SB)/4, $0x4c000000
+DATA mxfp4Scales<>+616(SB)/4, $0x4c800000
+DATA mxfp4Scales<>+620(SB)/4, $0x4d000000
+DATA mxfp4Scales<>+624(SB)/4, $0x4d800000
+DATA mxfp4Scales<>+628(SB)/4, $0x4e000000
+DATA mxfp4Scales<>+632(SB)/4, $0x4e800000
+DATA mxfp4Scales<>+636(SB)/4, $0x4f000000
+DATA mxfp4Scales<>+640(SB)/4, $0x4f800000
+DATA mxfp4Scales<>+644(SB)/4, $0x50000000
+DATA mxfp4Scales<>+648(SB)/4, $0x50800000
+DATA mxfp4Scales<>+652(SB)/4, $0x51000000
+DATA mxfp4Scales<>+656(SB)/4, $0x51800000
+DATA mxfp4Scales<>+660(SB)/4, $0x52000000
+DATA mxfp4Scales<>+664(SB)/4, $0x52800000
+DATA mxfp4Scales<>+668(SB)/4, $0x53000000
+DATA mxfp4Scales<>+672(SB)/4, $0x53800000
+DATA mxfp4Scales<>+676(SB)/4, $0x54000000
+DATA mxfp4Scales<>+680(SB)/4, $0x54800000
+DATA mxfp4Scales<>+684(SB)/4, $0x55000000
+DATA mxfp4Scales<>+688(SB)/4, $0x55800000
+DATA mxfp4Scales<>+692(SB)/4, $0x56000000
+DATA mxfp4Scales<>+696(SB)/4, $0x56800000
+DATA mxfp4Scales<>+700(SB)/4, $0x57000000
+DATA mxfp4Scales<>+704(SB)/4, $0x57800000
+DATA mxfp4Scales<>+708(SB)/4, $0x58000000
+DATA mxfp4Scales<>+712(SB)/4, $0x58800000
+DATA mxfp4Scales<>+716(SB)/4, $0x59000000
+DATA mxfp4Scales<>+720(SB)/4, $0x59800000
+DATA mxfp4Scales<>+724(SB)/4, $0x5a000000
+DATA mxfp4Scales<>+728(SB)/4, $0x5a800000
+DATA mxfp4Scales<>+732(SB)/4, $0x5b000000
+DATA mxfp4Scales<>+736(SB)/4, $0x5b800000
+DATA mxfp4Scales<>+740(SB)/4, $0x5c000000
+DATA mxfp4Scales<>+744(SB)/4, $0x5c800000
+DATA mxfp4Scales<>+748(SB)/4, $0x5d000000
+DATA mxfp4Scales<>+752(SB)/4, $0x5d800000
+DATA mxfp4Scales<>+756(SB)/4, $0x5e000000
+DATA mxfp4Scales<>+760(SB)/4, $0x5e800000
+DATA mxfp4Scales<>+764(SB)/4, $0x5f000000
+DATA mxfp4Scales<>+768(SB)/4, $0x5f800000
+DATA mxfp4Scales<>+772(SB)/4, $0x60000000
+DATA mxfp4Scales<>+776(SB)/4, $0x60800000
+DATA mxfp4Scales<>+780(SB)/4, $0x61000000
+DATA mxfp4Scales<>+784(SB)/4, $0x61800000
+DATA mxfp4Scales<>+788(SB)/4, $0x62000000
+DATA mxfp4Scales<>+792(SB)/4, $0x62800000
+DATA mxfp4Scales<>+796(SB)/4, $0x63000000
+DATA mxfp4Scales<>+800(SB)/4, $0x63800000
+DATA mxfp4Scales<>+804(SB)/4, $0x64000000
+DATA mxfp4Scales<>+808(SB)/4, $0x64800000
+DATA mxfp4Scales<>+812(SB)/4, $0x65000000
+DATA mxfp4Scales<>+816(SB)/4, $0x65800000
+DATA mxfp4Scales<>+820(SB)/4, $0x66000000
+DATA mxfp4Scales<>+824(SB)/4, $0x66800000
+DATA mxfp4Scales<>+828(SB)/4, $0x67000000
+DATA mxfp4Scales<>+832(SB)/4, $0x67800000
+DATA mxfp4Scales<>+836(SB)/4, $0x68000000
+DATA mxfp4Scales<>+840(SB)/4, $0x68800000
+DATA mxfp4Scales<>+844(SB)/4, $0x69000000
+DATA mxfp4Scales<>+848(SB)/4, $0x69800000
+DATA mxfp4Scales<>+852(SB)/4, $0x6a000000
+DATA mxfp4Scales<>+856(SB)/4, $0x6a800000
+DATA mxfp4Scales<>+860(SB)/4, $0x6b000000
+DATA mxfp4Scales<>+864(SB)/4, $0x6b800000
+DATA mxfp4Scales<>+868(SB)/4, $0x6c000000
+DATA mxfp4Scales<>+872(SB)/4, $0x6c800000
+DATA mxfp4Scales<>+876(SB)/4, $0x6d000000
+DATA mxfp4Scales<>+880(SB)/4, $0x6d800000
+DATA mxfp4Scales<>+884(SB)/4, $0x6e000000
+DATA mxfp4Scales<>+888(SB)/4, $0x6e800000
+DATA mxfp4Scales<>+892(SB)/4, $0x6f000000
+DATA mxfp4Scales<>+896(SB)/4, $0x6f800000
+DATA mxfp4Scales<>+900(SB)/4, $0x70000000
+DATA mxfp4Scales<>+904(SB)/4, $0x70800000
+DATA mxfp4Scales<>+908(SB)/4, $0x71000000
+DATA mxfp4Scales<>+912(SB)/4, $0x71800000
+DATA mxfp4Scales<>+916(SB)/4, $0x72000000
+DATA mxfp4Scales<>+920(SB)/4, $0x72800000
+DATA mxfp4Scales<>+924(SB)/4, $0x73000000
+DATA mxfp4Scales<>+928(SB)/4, $0x73800000
+DATA mxfp4Scales<>+932(SB)/4, $0x74000000
+DATA mxfp4Scales<>+936(SB)/4, $0x74800000
+DATA mxfp4Scales<>+940(SB)/4, $0x75000000
+DATA mxfp4Scales<>+944(SB)/4, $0x75800000
+DATA mxfp4Scales<>+948(SB)/4, $0x76000000
+DATA mxfp4Scales<>+952(SB)/4, $0x76800000
+DATA mxfp4Scales<>+956(SB)/4, $0x77000000
+DATA mxfp4Scales<>+960(SB)/4, $0x77800000
+DATA mxfp4Scales<>+964(SB)/4, $0x78000000
+DATA mxfp4Scales<>+968(SB)/4, $0x78800000
+DATA mxfp4Scales<>+972(SB)/4, $0x79000000
+DATA mxfp4Scales<>+976(SB)/4, $0x79800000
+DATA mxfp4Scales<>+980(SB)/4, $0x7a000000
+DATA mxfp4Scales<>+984(SB)/4, $0x7a800000
+DATA mxfp4Scales<>+988(SB)/4, $0x7b000000
+DATA mxfp4Scales<>+992(SB)/4, $0x7b800000
+DATA mxfp4Scales<>+996(SB)/4, $0x7c000000
+DATA mxfp4Scales<>+1000(SB)/4, $0x7c800000
+DATA mxfp4Scales<>+1004(SB)/4, $0x7d000000
+DATA mxfp4Scales<>+1008(SB)/4, $0x7d800000
+DATA mxfp4Scales<>+1012(SB)/4, $0x7e000000
+DATA mxfp4Scales<>+1016(SB)/4, $0x7e800000
+DATA mxfp4Scales<>+1020(SB)/4, $0x7f000000
+GLOBL mxfp4Scales<>(SB), RODATA|NOPTR, $1024
+
 DATA iq2ScaleSel0<>+0(SB)/1, $0x00
 DATA iq2ScaleSel0<>+1(SB)/1, $0x80
 DATA iq2ScaleSel0<>+2(SB)/1, $0x00
@@ -11193,6 +11485,160 @@ loop:
 	ADDQ           $0x00000088, BX
 	ADDQ           $0x00000088, SI
 	ADDQ           $0x00000124, DI
+	DECQ           R8
+	JNZ            loop
+
+done:
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	VEXTRACTF128 $0x01, Y4, X3
+	VADDPS       X4, X3, X3
+	MOVQ         out+40(FP), AX
+	VHADDPS      X1, X0, X0
+	VHADDPS      X3, X2, X2
+	VHADDPS      X2, X0, X0
+	VMOVUPS      X0, (AX)
+	VZEROUPPER
+	RET
+
+// dotMXFP4R1C1: 1 weight row(s) x 1 activation row(s); MXFP4 weights, Q8_0 activations
+// func dotMXFP4R1C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT dotMXFP4R1C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
+	MOVQ    w+0(FP), AX
+	MOVQ    a+16(FP), CX
+	MOVQ    nb+32(FP), DX
+	VMOVDQU mxfp4Table<>+0(SB), Y0
+	LEAQ    mxfp4Scales<>+0(SB), BX
+	VXORPS  Y1, Y1, Y1
+	TESTQ   DX, DX
+	JZ      done
+
+loop:
+	VMOVDQU        2(CX), Y2
+	VPSIGNB        Y2, Y2, Y3
+	VPBROADCASTW   (CX), X4
+	VCVTPH2PS      X4, Y4
+	VBROADCASTI128 1(AX), Y5
+	VPSRLW         $0x04, Y5, Y6
+	VPBLENDD       $0xf0, Y6, Y5, Y5
+	VPAND          c0F<>+0(SB), Y5, Y5
+	VPSHUFB        Y5, Y0, Y5
+	VPSIGNB        Y2, Y5, Y5
+	VPMADDUBSW     Y5, Y3, Y5
+	VPMADDWD       ones16<>+0(SB), Y5, Y5
+	VCVTDQ2PS      Y5, Y5
+	MOVBQZX        (AX), SI
+	VBROADCASTSS   (BX)(SI*4), Y2
+	VMULPS         Y4, Y2, Y2
+	VFMADD231PS    Y5, Y2, Y1
+	ADDQ           $0x00000011, AX
+	ADDQ           $0x00000022, CX
+	DECQ           DX
+	JNZ            loop
+
+done:
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	MOVQ         out+40(FP), AX
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VMOVSS       X0, (AX)
+	VZEROUPPER
+	RET
+
+// dotMXFP4R4C1: 4 weight row(s) x 1 activation row(s); MXFP4 weights, Q8_0 activations
+// func dotMXFP4R4C1(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT dotMXFP4R4C1<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
+	MOVQ    w+0(FP), AX
+	MOVQ    ws+8(FP), CX
+	LEAQ    (AX)(CX*1), DX
+	LEAQ    (DX)(CX*1), BX
+	LEAQ    (BX)(CX*1), SI
+	MOVQ    a+16(FP), DI
+	MOVQ    nb+32(FP), R8
+	VMOVDQU mxfp4Table<>+0(SB), Y0
+	LEAQ    mxfp4Scales<>+0(SB), R9
+	VXORPS  Y1, Y1, Y1
+	VXORPS  Y2, Y2, Y2
+	VXORPS  Y3, Y3, Y3
+	VXORPS  Y4, Y4, Y4
+	LEAQ    (SI)(CX*1), CX
+	TESTQ   R8, R8
+	JZ      done
+
+loop:
+	PREFETCHT1     (CX)
+	PREFETCHT1     64(CX)
+	ADDQ           $0x00000044, CX
+	VMOVDQU        2(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VPBROADCASTW   (DI), X7
+	VCVTPH2PS      X7, Y7
+	VBROADCASTI128 1(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VPBLENDD       $0xf0, Y9, Y8, Y8
+	VPAND          c0F<>+0(SB), Y8, Y8
+	VPSHUFB        Y8, Y0, Y8
+	VPSIGNB        Y5, Y8, Y8
+	VPMADDUBSW     Y8, Y6, Y8
+	VPMADDWD       ones16<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	MOVBQZX        (AX), R10
+	VBROADCASTSS   (R9)(R10*4), Y9
+	VMULPS         Y7, Y9, Y9
+	VFMADD231PS    Y8, Y9, Y1
+	VBROADCASTI128 1(DX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VPBLENDD       $0xf0, Y9, Y8, Y8
+	VPAND          c0F<>+0(SB), Y8, Y8
+	VPSHUFB        Y8, Y0, Y8
+	VPSIGNB        Y5, Y8, Y8
+	VPMADDUBSW     Y8, Y6, Y8
+	VPMADDWD       ones16<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	MOVBQZX        (DX), R10
+	VBROADCASTSS   (R9)(R10*4), Y9
+	VMULPS         Y7, Y9, Y9
+	VFMADD231PS    Y8, Y9, Y2
+	VBROADCASTI128 1(BX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VPBLENDD       $0xf0, Y9, Y8, Y8
+	VPAND          c0F<>+0(SB), Y8, Y8
+	VPSHUFB        Y8, Y0, Y8
+	VPSIGNB        Y5, Y8, Y8
+	VPMADDUBSW     Y8, Y6, Y8
+	VPMADDWD       ones16<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	MOVBQZX        (BX), R10
+	VBROADCASTSS   (R9)(R10*4), Y9
+	VMULPS         Y7, Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VBROADCASTI128 1(SI), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VPBLENDD       $0xf0, Y9, Y8, Y8
+	VPAND          c0F<>+0(SB), Y8, Y8
+	VPSHUFB        Y8, Y0, Y8
+	VPSIGNB        Y5, Y8, Y8
+	VPMADDUBSW     Y8, Y6, Y8
+	VPMADDWD       ones16<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	MOVBQZX        (SI), R10
+	VBROADCASTSS   (R9)(R10*4), Y5
+	VMULPS         Y7, Y5, Y5
+	VFMADD231PS    Y8, Y5, Y4
+	ADDQ           $0x00000011, AX
+	ADDQ           $0x00000011, DX
+	ADDQ           $0x00000011, BX
+	ADDQ           $0x00000011, SI
+	ADDQ           $0x00000022, DI
 	DECQ           R8
 	JNZ            loop
 
@@ -35209,6 +35655,113 @@ done:
 	VZEROUPPER
 	RET
 
+// dotMXFP4R4C1T0: 4 weight row(s) x 1 activation row(s); MXFP4 weights, Q8_0 activations
+// func dotMXFP4R4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3, MMX+
+TEXT dotMXFP4R4C1T0<>(SB), NOSPLIT, $0-64
+	FUNCDATA $FUNCDATA_ArgsPointerMaps, ·callTile·args_stackmap(SB)
+	MOVQ    w+0(FP), AX
+	MOVQ    ws+8(FP), CX
+	LEAQ    (AX)(CX*1), DX
+	LEAQ    (DX)(CX*1), BX
+	LEAQ    (BX)(CX*1), SI
+	MOVQ    a+16(FP), DI
+	MOVQ    nb+32(FP), R8
+	VMOVDQU mxfp4Table<>+0(SB), Y0
+	LEAQ    mxfp4Scales<>+0(SB), R9
+	VXORPS  Y1, Y1, Y1
+	VXORPS  Y2, Y2, Y2
+	VXORPS  Y3, Y3, Y3
+	VXORPS  Y4, Y4, Y4
+	LEAQ    (SI)(CX*1), CX
+	TESTQ   R8, R8
+	JZ      done
+
+loop:
+	PREFETCHT0     (CX)
+	PREFETCHT0     64(CX)
+	ADDQ           $0x00000044, CX
+	VMOVDQU        2(DI), Y5
+	VPSIGNB        Y5, Y5, Y6
+	VPBROADCASTW   (DI), X7
+	VCVTPH2PS      X7, Y7
+	VBROADCASTI128 1(AX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VPBLENDD       $0xf0, Y9, Y8, Y8
+	VPAND          c0F<>+0(SB), Y8, Y8
+	VPSHUFB        Y8, Y0, Y8
+	VPSIGNB        Y5, Y8, Y8
+	VPMADDUBSW     Y8, Y6, Y8
+	VPMADDWD       ones16<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	MOVBQZX        (AX), R10
+	VBROADCASTSS   (R9)(R10*4), Y9
+	VMULPS         Y7, Y9, Y9
+	VFMADD231PS    Y8, Y9, Y1
+	VBROADCASTI128 1(DX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VPBLENDD       $0xf0, Y9, Y8, Y8
+	VPAND          c0F<>+0(SB), Y8, Y8
+	VPSHUFB        Y8, Y0, Y8
+	VPSIGNB        Y5, Y8, Y8
+	VPMADDUBSW     Y8, Y6, Y8
+	VPMADDWD       ones16<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	MOVBQZX        (DX), R10
+	VBROADCASTSS   (R9)(R10*4), Y9
+	VMULPS         Y7, Y9, Y9
+	VFMADD231PS    Y8, Y9, Y2
+	VBROADCASTI128 1(BX), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VPBLENDD       $0xf0, Y9, Y8, Y8
+	VPAND          c0F<>+0(SB), Y8, Y8
+	VPSHUFB        Y8, Y0, Y8
+	VPSIGNB        Y5, Y8, Y8
+	VPMADDUBSW     Y8, Y6, Y8
+	VPMADDWD       ones16<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	MOVBQZX        (BX), R10
+	VBROADCASTSS   (R9)(R10*4), Y9
+	VMULPS         Y7, Y9, Y9
+	VFMADD231PS    Y8, Y9, Y3
+	VBROADCASTI128 1(SI), Y8
+	VPSRLW         $0x04, Y8, Y9
+	VPBLENDD       $0xf0, Y9, Y8, Y8
+	VPAND          c0F<>+0(SB), Y8, Y8
+	VPSHUFB        Y8, Y0, Y8
+	VPSIGNB        Y5, Y8, Y8
+	VPMADDUBSW     Y8, Y6, Y8
+	VPMADDWD       ones16<>+0(SB), Y8, Y8
+	VCVTDQ2PS      Y8, Y8
+	MOVBQZX        (SI), R10
+	VBROADCASTSS   (R9)(R10*4), Y5
+	VMULPS         Y7, Y5, Y5
+	VFMADD231PS    Y8, Y5, Y4
+	ADDQ           $0x00000011, AX
+	ADDQ           $0x00000011, DX
+	ADDQ           $0x00000011, BX
+	ADDQ           $0x00000011, SI
+	ADDQ           $0x00000022, DI
+	DECQ           R8
+	JNZ            loop
+
+done:
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X1, X0, X0
+	VEXTRACTF128 $0x01, Y2, X1
+	VADDPS       X2, X1, X1
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X3, X2, X2
+	VEXTRACTF128 $0x01, Y4, X3
+	VADDPS       X4, X3, X3
+	MOVQ         out+40(FP), AX
+	VHADDPS      X1, X0, X0
+	VHADDPS      X3, X2, X2
+	VHADDPS      X2, X0, X0
+	VMOVUPS      X0, (AX)
+	VZEROUPPER
+	RET
+
 // dotIQ2_XXSR4C1T0: 4 weight row(s) x 1 activation row(s); IQ2_XXS weights, Q8_K activations
 // func dotIQ2_XXSR4C1T0(w *byte, ws int, a *byte, as int, nb int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3, MMX+
@@ -46626,74 +47179,77 @@ DATA tileKernels<>+328(SB)/8, $dotIQ4_NLR1C1<>(SB)
 DATA tileKernels<>+336(SB)/8, $dotIQ4_XSR1C1<>(SB)
 DATA tileKernels<>+344(SB)/8, $dotIQ4_NLR4C1<>(SB)
 DATA tileKernels<>+352(SB)/8, $dotIQ4_XSR4C1<>(SB)
-DATA tileKernels<>+360(SB)/8, $dotIQ2_XXSR1C1<>(SB)
-DATA tileKernels<>+368(SB)/8, $dotIQ2_XXSR4C1<>(SB)
-DATA tileKernels<>+376(SB)/8, $dotIQ2_XSR1C1<>(SB)
-DATA tileKernels<>+384(SB)/8, $dotIQ2_XSR4C1<>(SB)
-DATA tileKernels<>+392(SB)/8, $dotIQ2_SR1C1<>(SB)
-DATA tileKernels<>+400(SB)/8, $dotIQ2_SR4C1<>(SB)
-DATA tileKernels<>+408(SB)/8, $dotIQ3_XXSR1C1<>(SB)
-DATA tileKernels<>+416(SB)/8, $dotIQ3_XXSR4C1<>(SB)
-DATA tileKernels<>+424(SB)/8, $dotIQ3_SR1C1<>(SB)
-DATA tileKernels<>+432(SB)/8, $dotIQ3_SR4C1<>(SB)
-DATA tileKernels<>+440(SB)/8, $dotIQ1_SR1C1<>(SB)
-DATA tileKernels<>+448(SB)/8, $dotIQ1_SR4C1<>(SB)
-DATA tileKernels<>+456(SB)/8, $dotIQ1_MR1C1<>(SB)
-DATA tileKernels<>+464(SB)/8, $dotIQ1_MR4C1<>(SB)
-DATA tileKernels<>+472(SB)/8, $dotQ4_0V4C8<>(SB)
-DATA tileKernels<>+480(SB)/8, $dotQ8_0V4C8<>(SB)
-DATA tileKernels<>+488(SB)/8, $dotQ4_KV4C1<>(SB)
-DATA tileKernels<>+496(SB)/8, $dotQ5_KV4C1<>(SB)
-DATA tileKernels<>+504(SB)/8, $dotQ6_KV4C1<>(SB)
-DATA tileKernels<>+512(SB)/8, $dotQ4_KV1C8<>(SB)
-DATA tileKernels<>+520(SB)/8, $dotQ4_KV1C4<>(SB)
-DATA tileKernels<>+528(SB)/8, $dotQ5_KV1C8<>(SB)
-DATA tileKernels<>+536(SB)/8, $dotQ5_KV1C4<>(SB)
-DATA tileKernels<>+544(SB)/8, $dotQ6_KV1C8<>(SB)
-DATA tileKernels<>+552(SB)/8, $dotQ6_KV1C4<>(SB)
-DATA tileKernels<>+560(SB)/8, $dotQ4_0V4C4<>(SB)
-DATA tileKernels<>+568(SB)/8, $dotQ8_0V4C1<>(SB)
-DATA tileKernels<>+576(SB)/8, $dotQ5_0V4C1<>(SB)
-DATA tileKernels<>+584(SB)/8, $dotQ8_0V4C4<>(SB)
-DATA tileKernels<>+592(SB)/8, $dotQ5_0V4C8<>(SB)
-DATA tileKernels<>+600(SB)/8, $dotQ5_0V4C4<>(SB)
-DATA tileKernels<>+608(SB)/8, $dotQ4_0PV4C8<>(SB)
-DATA tileKernels<>+616(SB)/8, $dotQ4_0PV4C4<>(SB)
-DATA tileKernels<>+624(SB)/8, $dotQ8_0PV4C8<>(SB)
-DATA tileKernels<>+632(SB)/8, $dotQ8_0PV4C4<>(SB)
-DATA tileKernels<>+640(SB)/8, $dotQ8_0PV4C1<>(SB)
-DATA tileKernels<>+648(SB)/8, $dotF16F32V4C6<>(SB)
-DATA tileKernels<>+656(SB)/8, $dotBF16F32V4C6<>(SB)
-DATA tileKernels<>+664(SB)/8, $dotF32F32V4C6<>(SB)
-DATA tileKernels<>+672(SB)/8, $dotF16F32V4C4<>(SB)
-DATA tileKernels<>+680(SB)/8, $dotBF16F32V4C4<>(SB)
-DATA tileKernels<>+688(SB)/8, $dotF32F32V4C4<>(SB)
-DATA tileKernels<>+696(SB)/8, $dotBF16V4C6<>(SB)
-DATA tileKernels<>+704(SB)/8, $dotBF16V4C4<>(SB)
-DATA tileKernels<>+712(SB)/8, $dotBF16V4C3<>(SB)
-DATA tileKernels<>+720(SB)/8, $dotBF16V4C2<>(SB)
-DATA tileKernels<>+728(SB)/8, $dotBF16V4C1<>(SB)
-DATA tileKernels<>+736(SB)/8, $dotQ4_KR4C1T0<>(SB)
-DATA tileKernels<>+744(SB)/8, $dotQ5_KR4C1T0<>(SB)
-DATA tileKernels<>+752(SB)/8, $dotQ6_KR4C1T0<>(SB)
-DATA tileKernels<>+760(SB)/8, $dotQ4_KV4C1T0<>(SB)
-DATA tileKernels<>+768(SB)/8, $dotQ5_KV4C1T0<>(SB)
-DATA tileKernels<>+776(SB)/8, $dotQ6_KV4C1T0<>(SB)
-DATA tileKernels<>+784(SB)/8, $dotQ8_0V4C1T0<>(SB)
-DATA tileKernels<>+792(SB)/8, $dotQ5_0V4C1T0<>(SB)
-DATA tileKernels<>+800(SB)/8, $dotQ8_0PV4C1T0<>(SB)
-DATA tileKernels<>+808(SB)/8, $dotIQ4_NLR4C1T0<>(SB)
-DATA tileKernels<>+816(SB)/8, $dotIQ4_XSR4C1T0<>(SB)
-DATA tileKernels<>+824(SB)/8, $dotIQ2_XXSR4C1T0<>(SB)
-DATA tileKernels<>+832(SB)/8, $dotIQ2_XSR4C1T0<>(SB)
-DATA tileKernels<>+840(SB)/8, $dotIQ2_SR4C1T0<>(SB)
-DATA tileKernels<>+848(SB)/8, $dotIQ3_XXSR4C1T0<>(SB)
-DATA tileKernels<>+856(SB)/8, $dotIQ3_SR4C1T0<>(SB)
-DATA tileKernels<>+864(SB)/8, $dotIQ1_SR4C1T0<>(SB)
-DATA tileKernels<>+872(SB)/8, $dotIQ1_MR4C1T0<>(SB)
-GLOBL tileKernels<>(SB), RODATA|NOPTR, $880
+DATA tileKernels<>+360(SB)/8, $dotMXFP4R1C1<>(SB)
+DATA tileKernels<>+368(SB)/8, $dotMXFP4R4C1<>(SB)
+DATA tileKernels<>+376(SB)/8, $dotIQ2_XXSR1C1<>(SB)
+DATA tileKernels<>+384(SB)/8, $dotIQ2_XXSR4C1<>(SB)
+DATA tileKernels<>+392(SB)/8, $dotIQ2_XSR1C1<>(SB)
+DATA tileKernels<>+400(SB)/8, $dotIQ2_XSR4C1<>(SB)
+DATA tileKernels<>+408(SB)/8, $dotIQ2_SR1C1<>(SB)
+DATA tileKernels<>+416(SB)/8, $dotIQ2_SR4C1<>(SB)
+DATA tileKernels<>+424(SB)/8, $dotIQ3_XXSR1C1<>(SB)
+DATA tileKernels<>+432(SB)/8, $dotIQ3_XXSR4C1<>(SB)
+DATA tileKernels<>+440(SB)/8, $dotIQ3_SR1C1<>(SB)
+DATA tileKernels<>+448(SB)/8, $dotIQ3_SR4C1<>(SB)
+DATA tileKernels<>+456(SB)/8, $dotIQ1_SR1C1<>(SB)
+DATA tileKernels<>+464(SB)/8, $dotIQ1_SR4C1<>(SB)
+DATA tileKernels<>+472(SB)/8, $dotIQ1_MR1C1<>(SB)
+DATA tileKernels<>+480(SB)/8, $dotIQ1_MR4C1<>(SB)
+DATA tileKernels<>+488(SB)/8, $dotQ4_0V4C8<>(SB)
+DATA tileKernels<>+496(SB)/8, $dotQ8_0V4C8<>(SB)
+DATA tileKernels<>+504(SB)/8, $dotQ4_KV4C1<>(SB)
+DATA tileKernels<>+512(SB)/8, $dotQ5_KV4C1<>(SB)
+DATA tileKernels<>+520(SB)/8, $dotQ6_KV4C1<>(SB)
+DATA tileKernels<>+528(SB)/8, $dotQ4_KV1C8<>(SB)
+DATA tileKernels<>+536(SB)/8, $dotQ4_KV1C4<>(SB)
+DATA tileKernels<>+544(SB)/8, $dotQ5_KV1C8<>(SB)
+DATA tileKernels<>+552(SB)/8, $dotQ5_KV1C4<>(SB)
+DATA tileKernels<>+560(SB)/8, $dotQ6_KV1C8<>(SB)
+DATA tileKernels<>+568(SB)/8, $dotQ6_KV1C4<>(SB)
+DATA tileKernels<>+576(SB)/8, $dotQ4_0V4C4<>(SB)
+DATA tileKernels<>+584(SB)/8, $dotQ8_0V4C1<>(SB)
+DATA tileKernels<>+592(SB)/8, $dotQ5_0V4C1<>(SB)
+DATA tileKernels<>+600(SB)/8, $dotQ8_0V4C4<>(SB)
+DATA tileKernels<>+608(SB)/8, $dotQ5_0V4C8<>(SB)
+DATA tileKernels<>+616(SB)/8, $dotQ5_0V4C4<>(SB)
+DATA tileKernels<>+624(SB)/8, $dotQ4_0PV4C8<>(SB)
+DATA tileKernels<>+632(SB)/8, $dotQ4_0PV4C4<>(SB)
+DATA tileKernels<>+640(SB)/8, $dotQ8_0PV4C8<>(SB)
+DATA tileKernels<>+648(SB)/8, $dotQ8_0PV4C4<>(SB)
+DATA tileKernels<>+656(SB)/8, $dotQ8_0PV4C1<>(SB)
+DATA tileKernels<>+664(SB)/8, $dotF16F32V4C6<>(SB)
+DATA tileKernels<>+672(SB)/8, $dotBF16F32V4C6<>(SB)
+DATA tileKernels<>+680(SB)/8, $dotF32F32V4C6<>(SB)
+DATA tileKernels<>+688(SB)/8, $dotF16F32V4C4<>(SB)
+DATA tileKernels<>+696(SB)/8, $dotBF16F32V4C4<>(SB)
+DATA tileKernels<>+704(SB)/8, $dotF32F32V4C4<>(SB)
+DATA tileKernels<>+712(SB)/8, $dotBF16V4C6<>(SB)
+DATA tileKernels<>+720(SB)/8, $dotBF16V4C4<>(SB)
+DATA tileKernels<>+728(SB)/8, $dotBF16V4C3<>(SB)
+DATA tileKernels<>+736(SB)/8, $dotBF16V4C2<>(SB)
+DATA tileKernels<>+744(SB)/8, $dotBF16V4C1<>(SB)
+DATA tileKernels<>+752(SB)/8, $dotQ4_KR4C1T0<>(SB)
+DATA tileKernels<>+760(SB)/8, $dotQ5_KR4C1T0<>(SB)
+DATA tileKernels<>+768(SB)/8, $dotQ6_KR4C1T0<>(SB)
+DATA tileKernels<>+776(SB)/8, $dotQ4_KV4C1T0<>(SB)
+DATA tileKernels<>+784(SB)/8, $dotQ5_KV4C1T0<>(SB)
+DATA tileKernels<>+792(SB)/8, $dotQ6_KV4C1T0<>(SB)
+DATA tileKernels<>+800(SB)/8, $dotQ8_0V4C1T0<>(SB)
+DATA tileKernels<>+808(SB)/8, $dotQ5_0V4C1T0<>(SB)
+DATA tileKernels<>+816(SB)/8, $dotQ8_0PV4C1T0<>(SB)
+DATA tileKernels<>+824(SB)/8, $dotIQ4_NLR4C1T0<>(SB)
+DATA tileKernels<>+832(SB)/8, $dotIQ4_XSR4C1T0<>(SB)
+DATA tileKernels<>+840(SB)/8, $dotMXFP4R4C1T0<>(SB)
+DATA tileKernels<>+848(SB)/8, $dotIQ2_XXSR4C1T0<>(SB)
+DATA tileKernels<>+856(SB)/8, $dotIQ2_XSR4C1T0<>(SB)
+DATA tileKernels<>+864(SB)/8, $dotIQ2_SR4C1T0<>(SB)
+DATA tileKernels<>+872(SB)/8, $dotIQ3_XXSR4C1T0<>(SB)
+DATA tileKernels<>+880(SB)/8, $dotIQ3_SR4C1T0<>(SB)
+DATA tileKernels<>+888(SB)/8, $dotIQ1_SR4C1T0<>(SB)
+DATA tileKernels<>+896(SB)/8, $dotIQ1_MR4C1T0<>(SB)
+GLOBL tileKernels<>(SB), RODATA|NOPTR, $904
 
-// func tileKernelTable() *[110]uintptr
+// func tileKernelTable() *[113]uintptr
 TEXT ·tileKernelTable(SB), NOSPLIT, $0-8
 	LEAQ tileKernels<>(SB), AX
 	MOVQ AX, ret+0(FP)

@@ -74,20 +74,30 @@ func iq4Pairs(w, y, ay VecVirtual) VecVirtual {
 }
 
 func iq4nl(name string, R int) {
-	k := begin(name, R, 1, "IQ4_NL weights, Q8_0 activations")
+	lut4(name, "IQ4_NL weights, Q8_0 activations", R, iq4Table, 18, 2, func() func(Mem) VecVirtual { return halfScale })
+}
+
+// lut4 is the decode kernel of R rows of a format of 32 4-bit indexes into
+// a table of levels (table: 32 bytes, the 16 levels twice) against Q8_0
+// activations: blocks of bx bytes, the nibbles from byte off; scales,
+// called once the table is loaded, gives the function that broadcasts a
+// block's scale from the block's address.
+func lut4(name, what string, R int, table Mem, bx, off int, scales func() func(Mem) VecVirtual) {
+	k := begin(name, R, 1, what)
 	tbl := YMM()
-	VMOVDQU(iq4Table, tbl)
+	VMOVDQU(table, tbl)
+	scale := scales()
 	acc := grid(R, 1)
-	k.loop(18, 34, func() {
+	k.loop(bx, 34, func() {
 		y := YMM()
 		VMOVDQU(Mem{Base: k.a[0], Disp: 2}, y)
 		ay := iq4Abs(y)
 		da := halfScale(Mem{Base: k.a[0]})
 		for r := 0; r < R; r++ {
-			p := iq4Pairs(iq4Levels(Mem{Base: k.w[r], Disp: 2}, tbl), y, ay)
+			p := iq4Pairs(iq4Levels(Mem{Base: k.w[r], Disp: off}, tbl), y, ay)
 			VPMADDWD(ones16, p, p)
 			VCVTDQ2PS(p, p)
-			d := halfScale(Mem{Base: k.w[r]})
+			d := scale(Mem{Base: k.w[r]})
 			VMULPS(da, d, d)
 			VFMADD231PS(p, d, acc[r][0])
 		}

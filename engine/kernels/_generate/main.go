@@ -45,6 +45,7 @@ func main() {
 	constsQ6K512()
 	constsExp()
 	constsIQ4()
+	constsMXFP4()
 	constsIQ2()
 	constsIQ1()
 	cpuid()
@@ -95,6 +96,7 @@ func main() {
 	q6k("dotQ6_KR1C1", 1, 1)
 	q6k("dotQ6_KR1C4", 1, 4)
 	iq4Kernels(false)
+	mxfp4Kernels(false)
 	iq2Kernels(false)
 	iq1Kernels(false)
 
@@ -151,6 +153,7 @@ func main() {
 	q40p("dotQ4_0PSV4C1T0")
 	legacyV4("dotQ8_0PV4C1T0", quant80, 1, true)
 	iq4Kernels(true)
+	mxfp4Kernels(true)
 	iq2Kernels(true)
 	iq1Kernels(true)
 	prefetchT0 = false
