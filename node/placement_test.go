@@ -215,8 +215,10 @@ func TestDiskFullMoves(t *testing.T) {
 	if !strings.Contains(mi.Reason, "left out: server-1, whose disk had no room") {
 		t.Errorf("the reason does not name the node without room: %s", mi.Reason)
 	}
+	// Failed for want of room, or retrying after that (a slow run can
+	// read the report of the retry): no room either way.
 	sh := c.Members[0].Agent.Server().FSM().State().Shards[coordinator.ShardKey(full, "spread")]
-	if sh == nil || !sh.NoRoom || !strings.Contains(sh.Error, "no room on disk for the shard") {
+	if sh == nil || !sh.NoRoom || (sh.State == "failed" && !strings.Contains(sh.Error, "no room on disk for the shard")) {
 		t.Errorf("the full node's shard report: %+v", sh)
 	}
 	tok, err := c.Client(0, "").CreateToken(ctx(t), api.TokenRequest{})

@@ -65,7 +65,9 @@ func (m *Manager) start(j *job, w Want) {
 	ctx, cancel := context.WithCancel(context.Background())
 	j.mu.Lock()
 	j.cancel, j.done = cancel, make(chan struct{})
-	j.state, j.err, j.noRoom, j.attempts = StateFetching, "", false, j.attempts+1
+	// noRoom stays set while a retry runs: the planner keeps leaving the
+	// node out instead of planning on it again until a try has room
+	j.state, j.err, j.attempts = StateFetching, "", j.attempts+1
 	j.manifest = w.Manifest
 	done := j.done
 	j.mu.Unlock()
@@ -81,7 +83,7 @@ func (m *Manager) start(j *job, w Want) {
 			j.state, j.err, j.noRoom = StateFailed, err.Error(), errors.As(err, new(*NoRoomError))
 			j.retryAt = time.Now().Add(min(10*time.Second, time.Duration(j.attempts)*time.Second))
 		} else {
-			j.state = StateReady
+			j.state, j.noRoom = StateReady, false
 		}
 		checked := err == nil && !j.unverified
 		path := j.path
