@@ -145,11 +145,7 @@ func dotMXFP4Q8_0Generic(nb int, w, a []byte) float32 {
 	var sumf float32
 	for i := 0; i < nb; i++ {
 		x, y := w[i*bx:(i+1)*bx], a[i*by:(i+1)*by]
-		var s0, s1 int32
-		for j, q := range x[1:bx] {
-			s0 += int32(quant.MXFP4Values[q&0xf]) * int32(int8(y[2+j]))
-			s1 += int32(quant.MXFP4Values[q>>4]) * int32(int8(y[2+j+16]))
-		}
+		s0, s1 := lutSums(&quant.MXFP4Values, (*[16]byte)(x[1:bx]), (*[32]byte)(y[2:34]))
 		sumf += f16(y) * quant.E8M0Half(x[0]) * float32(s0+s1)
 	}
 	return sumf
@@ -158,10 +154,15 @@ func dotMXFP4Q8_0Generic(nb int, w, a []byte) float32 {
 // iq4Sums is the integer dot of 32 IQ4 levels (nibbles qs: low ones the
 // first 16 elements, high ones the next 16) with 32 int8 quants, as two
 // halves.
-func iq4Sums(qs *[16]byte, q8 *[32]byte) (s0, s1 int32) {
+func iq4Sums(qs *[16]byte, q8 *[32]byte) (s0, s1 int32) { return lutSums(&quant.IQ4NLValues, qs, q8) }
+
+// lutSums is the integer dot of the 32 levels tbl gives the nibbles qs
+// (low ones the first 16 elements, high ones the next 16) with 32 int8
+// quants, as two halves: IQ4_NL's and MXFP4's blocks.
+func lutSums(tbl *[16]int8, qs *[16]byte, q8 *[32]byte) (s0, s1 int32) {
 	for j, q := range qs {
-		s0 += int32(quant.IQ4NLValues[q&0xf]) * int32(int8(q8[j]))
-		s1 += int32(quant.IQ4NLValues[q>>4]) * int32(int8(q8[j+16]))
+		s0 += int32(tbl[q&0xf]) * int32(int8(q8[j]))
+		s1 += int32(tbl[q>>4]) * int32(int8(q8[j+16]))
 	}
 	return s0, s1
 }
