@@ -76,10 +76,7 @@ func TestLinkTelemetry(t *testing.T) {
 	// Must-show 3: eBPF counts against quic-go's, per peer and direction.
 	time.Sleep(500 * time.Millisecond) // let the last acks land
 	compared := 0
-	scrapes := map[*proc]promText{}
-	for _, p := range e.nodes {
-		scrapes[p] = e.metrics(t, p)
-	}
+	scrapes := e.quietScrape(t)
 	for _, p := range e.nodes {
 		m := scrapes[p]
 		if src := m.label("shoal_net_telemetry_info", "source"); src != "ebpf-tcx" {
@@ -308,6 +305,51 @@ func (e *env) chatIn(p *proc, model string, maxTokens int) error {
 		return fmt.Errorf("HTTP %s: %s", code, answer)
 	}
 	return nil
+}
+
+// quietScrape scrapes every node's /metrics, one after another, at a
+// moment no link probe (1 MiB each way every few seconds) ran between the
+// first scrape and the last: it scrapes all nodes twice and keeps the
+// second round when no node's QUIC byte counts moved by more than acks and
+// keep-alives do in between. Comparing one node's count with its peer's
+// from rounds a probe fell between read the probe's bytes on one side only
+// (up to 10% of a direction's total here).
+func (e *env) quietScrape(t *testing.T) map[*proc]promText {
+	t.Helper()
+	round := func() map[*proc]promText {
+		out := map[*proc]promText{}
+		for _, p := range e.nodes {
+			out[p] = e.metrics(t, p)
+		}
+		return out
+	}
+	total := func(m promText) float64 {
+		sum := 0.0
+		for _, l := range m["shoal_peer_bytes_total"] {
+			if strings.Contains(l, `source="quic"`) {
+				f := strings.Fields(l)
+				v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+				sum += v
+			}
+		}
+		return sum
+	}
+	prev := round()
+	for try := 0; ; try++ {
+		now := round()
+		moved := 0.0
+		for _, p := range e.nodes {
+			moved = max(moved, total(now[p])-total(prev[p]))
+		}
+		if moved < 64<<10 || try == 20 {
+			if try == 20 {
+				t.Logf("no quiet moment in 20 scrapes (last: a node's counts moved %.0f bytes); comparing the last", moved)
+			}
+			return now
+		}
+		prev = now
+		time.Sleep(150 * time.Millisecond)
+	}
 }
 
 // promText is a scrape of /metrics: metric lines by name.
