@@ -40,17 +40,25 @@ func TestArchPlans(t *testing.T) {
 		return err == nil && len(nodes) == 3
 	})
 	for _, oc := range cases {
-		for _, strategy := range []string{"tensor", "pipeline"} {
+		for _, strategy := range []string{"tensor", "pipeline", "experts"} {
 			t.Run(oc.Name+"/"+strategy, func(t *testing.T) {
 				name := strings.ReplaceAll(oc.Name, "_", "-") + "-" + strategy[:2]
 				prof := profileOf(t, oc.Model)
 				// as many members as the heads can be cut for, as many
-				// stages as there are layers
+				// stages as there are layers; a MoE model's experts over
+				// a tensor-parallel group of all three
 				nodes := names[:min(len(names), prof.NLayer)]
-				if strategy == "tensor" {
+				load := strategy
+				switch strategy {
+				case "tensor":
 					nodes = names[:min(len(names), prof.HeadUnits())]
+				case "experts":
+					if prof.NExpert < 2*len(names) {
+						t.Skipf("%d routed experts (fewer than two per member)", prof.NExpert)
+					}
+					nodes, load = names, "tensor"
 				}
-				if _, err := cl.LoadModel(ctx(t), api.LoadModelRequest{Path: oc.Model, Name: name, Nodes: nodes, Strategy: strategy, Ctx: 128, Wire: "f32"}); err != nil {
+				if _, err := cl.LoadModel(ctx(t), api.LoadModelRequest{Path: oc.Model, Name: name, Nodes: nodes, Strategy: load, Ctx: 128, Wire: "f32"}); err != nil {
 					t.Fatal(err)
 				}
 				waitModelReady(t, c, name)
@@ -60,13 +68,16 @@ func TestArchPlans(t *testing.T) {
 				}
 				for _, st := range pl.Stages {
 					for _, m := range st.Members {
-						t.Logf("%s: layers [%d,%d) heads [%d,%d) ffn [%d,%d)", m.NodeName, st.Lo, st.Hi, m.HeadLo, m.HeadHi, m.FFNLo, m.FFNHi)
+						t.Logf("%s: layers [%d,%d) heads [%d,%d) ffn [%d,%d) experts %v", m.NodeName, st.Lo, st.Hi, m.HeadLo, m.HeadHi, m.FFNLo, m.FFNHi, m.Experts)
 						if strategy == "tensor" && m.HeadHi <= m.HeadLo && m.FFNHi <= m.FFNLo {
 							t.Errorf("%s holds nothing of each layer", m.NodeName)
 						}
+						if strategy == "experts" && (len(m.Experts) == 0 || len(m.Experts) == prof.NExpert) {
+							t.Errorf("%s holds experts %v of %d: want a part of them", m.NodeName, m.Experts, prof.NExpert)
+						}
 					}
 				}
-				if strategy == "tensor" && (len(pl.Stages) != 1 || len(pl.Stages[0].Members) != len(nodes) || len(nodes) < 2) {
+				if strategy != "pipeline" && (len(pl.Stages) != 1 || len(pl.Stages[0].Members) != len(nodes) || len(nodes) < 2) {
 					t.Errorf("want one tensor-parallel stage of %d members: %+v", len(nodes), pl.Stages)
 				}
 				if strategy == "pipeline" && len(pl.Stages) != len(nodes) {
@@ -79,7 +90,7 @@ func TestArchPlans(t *testing.T) {
 				})
 				mt := enginetest.Compare(oc.Logits, l.Data, oc.NVocab)
 				t.Logf("ORACLE agents %s %-14s %s", strategy, oc.Name, mt)
-				if err := mt.Check(strings.HasSuffix(oc.Name, "f16")); err != nil {
+				if err := oc.Check(mt, strings.HasSuffix(oc.Name, "f16")); err != nil {
 					t.Error(err)
 				}
 				if err := cl.UnloadModel(ctx(t), name); err != nil {

@@ -482,8 +482,8 @@ func (e *env) evaluate(groups [][]int) *candidate {
 		return c
 	}
 	for _, g := range groups {
-		if len(g) > 1 && len(g) > e.p.HeadUnits() {
-			return c // more members than head slices
+		if len(g) > 1 && len(g) > e.p.HeadUnits() && len(g) > e.p.NExpert {
+			return c // more members than head slices and experts
 		}
 	}
 	bounds := e.splitLayers(groups)

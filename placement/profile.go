@@ -138,6 +138,9 @@ func ProfileFromTensors(name string, c model.Config, tensors []gguf.TensorInfo) 
 			}
 			continue
 		}
+		if layer >= c.NLayer && layer < c.NLayer+c.NextN {
+			continue // a multi-token-prediction block: nothing runs it
+		}
 		if layer >= c.NLayer {
 			return ModelProfile{}, fmt.Errorf("placement: tensor %s is past the model's %d layers", t.Name, c.NLayer)
 		}

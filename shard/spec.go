@@ -176,15 +176,17 @@ func (s ShardSpec) Slices(t *Table) ([]TensorSlice, error) {
 				whole()
 			}
 		} else if layer >= s.Lo && layer < s.Hi {
-			fdim := c.NFF
-			if c.IsMoE() {
-				fdim = c.NFFShared
-			}
+			fdim := c.FFNDim()
 			lo, hi := fLo, fHi
 			if lo < 0 {
 				lo, hi = 0, fdim
 			} else if hi > fdim {
 				return nil, fmt.Errorf("shard: FFN range [%d,%d) is past the FFN size %d", lo, hi, fdim)
+			}
+			if c.IsMoE() && !c.MoELayer(layer) {
+				// a leading dense layer: its own FFN width (see model.Config.LayerFFN)
+				size := max(s.TPSize, 1)
+				_, lo, hi = c.LayerFFN(layer, &model.Slice{Rank: s.TPRank, Size: size, FFNLo: lo, FFNHi: hi})
 			}
 			switch role {
 			case "attn_q.weight":

@@ -25,6 +25,10 @@ type Collective interface {
 // rows each computes of a gathered attn_output or ffn_down.
 type Group struct {
 	AttnCols, FFNCols, OutRows []int
+	// DenseCols are the FFN columns of a MoE model's leading dense layers
+	// (whose FFN is split apart from the shared expert's: see
+	// model.Config.LayerFFN).
+	DenseCols []int
 }
 
 // RopeMode selects how RoPE pairs dimensions.
@@ -53,6 +57,12 @@ type Spec struct {
 	// (with its bias) weighted by a softmax over those alone, each expert
 	// with biases and the clamped SwiGLU x·σ(1.702x)·(y+1), x ≤ 7, |y| ≤ 7.
 	OAI bool
+	// SigmoidGate: the router's scores are sigmoids of its logits, not a
+	// softmax; the experts are chosen by score plus the layer's ExpProbsB
+	// (when it has one) and weighted by the scores alone. ExpertScale, when
+	// not 0, multiplies the weights (after NormExperts).
+	SigmoidGate bool
+	ExpertScale float32
 
 	// GELU: the FFN's gate goes through GELU (tanh form, as ggml's table
 	// of half-precision values), not SiLU (gemma).
@@ -93,9 +103,10 @@ func (s *Spec) SWA(l int) bool {
 }
 
 // Plain reports that the spec needs none of GELU, AttnScale, Window,
-// RopeThetaSWA and OAI (what a device without them can run).
+// RopeThetaSWA, OAI, SigmoidGate and ExpertScale (what a device without
+// them can run).
 func (s *Spec) Plain() bool {
-	return !s.GELU && s.AttnScale == 0 && s.Window == 0 && s.RopeThetaSWA == 0 && !s.OAI
+	return !s.GELU && s.AttnScale == 0 && s.Window == 0 && s.RopeThetaSWA == 0 && !s.OAI && !s.SigmoidGate && s.ExpertScale == 0
 }
 
 // Part is the part of each layer a tensor-parallel member holds: query
@@ -128,6 +139,9 @@ type Layer struct {
 	// ExpDownB the routed experts' biases, expert e's at [e*F, (e+1)*F)
 	// (NEmbd for down), all experts' whatever a member holds.
 	RouterB, ExpGateB, ExpUpB, ExpDownB []float32
+	// ExpProbsB biases the routed experts' selection, not their weights
+	// (DeepSeek-V3, GLM-4.5), or is nil.
+	ExpProbsB []float32
 
 	// Dense FFN.
 	Gate, Up, Down *kernels.Matrix

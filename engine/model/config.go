@@ -41,6 +41,18 @@ type Arch struct {
 	// post_attention_norm, routed experts with biases, softmax over the
 	// top logits and the clamped SwiGLU (device.Spec.OAI).
 	OAI bool
+	// DeepSeekMoE: MoE blocks as DeepSeek-V3 and GLM-4.5 build them: the
+	// first %s.leading_dense_block_count layers dense, the rest with routed
+	// experts scored by %s.expert_gating_func (sigmoid unless it says
+	// softmax), chosen by score plus the exp_probs_b bias, weighted by the
+	// scores alone, normalized when %s.expert_weights_norm and scaled by
+	// %s.expert_weights_scale, and %s.expert_shared_count ungated shared
+	// experts beside them. The FFN's norm is post_attention_norm, and the
+	// last %s.nextn_predict_layers blocks (multi-token prediction) are not
+	// run.
+	DeepSeekMoE bool
+	// FFNNorm names the FFN's norm in a layer ("" = ffn_norm.weight).
+	FFNNorm string
 	// Encoder: a bidirectional embedding encoder (bert) that produces one
 	// pooled vector per input, not logits; it loads with LoadEncoder (see
 	// encoder.go), and ConfigFromGGUF refuses it with ErrEncoder.
@@ -72,7 +84,16 @@ func init() {
 	Register(Arch{Name: "qwen3moe", Rope: RopeNeoX, QKNorm: true, NormExperts: true})
 	Register(Arch{Name: "gemma3", Rope: RopeNeoX, QKNorm: true, Gemma: true, SWAPattern: 6, SWARopeBase: 10000})
 	Register(Arch{Name: "gpt-oss", Rope: RopeNeoX, SWAPattern: 2, OAI: true})
+	Register(Arch{Name: "glm4moe", Rope: RopeNeoX, SharedFFN: true, DeepSeekMoE: true, FFNNorm: "post_attention_norm.weight"})
 	Register(Arch{Name: "bert", Encoder: true})
+}
+
+// ffnNorm is the name of a layer's FFN norm tensor within the layer.
+func (a *Arch) ffnNorm() string {
+	if a.FFNNorm != "" {
+		return a.FFNNorm
+	}
+	return "ffn_norm.weight"
 }
 
 // Archs lists the registered architecture names.
@@ -107,6 +128,14 @@ type Config struct {
 	Window      int          // sliding-window size of the sliding layers (0: none)
 	AttnScale   float32      // queries' scale before the dot products (0: 1/√HeadDim on the scores)
 	Yarn        *device.Yarn // YaRN RoPE scaling, or nil
+	// DeepSeekMoE models (Arch.DeepSeekMoE): the leading dense layers, the
+	// multi-token-prediction blocks after the NLayer that run, the routed
+	// experts' gating, normalization and scale (0: none).
+	DenseLead   int
+	NextN       int
+	SigmoidGate bool
+	NormExperts bool
+	ExpertScale float32
 }
 
 // QDim is n_head*head_dim; KVDim is n_head_kv*head_dim.
@@ -116,13 +145,17 @@ func (c *Config) KVDim() int { return c.NHeadKV * c.HeadDim }
 // IsMoE reports whether layers use routed experts.
 func (c *Config) IsMoE() bool { return c.NExpert > 0 }
 
+// MoELayer reports whether layer l uses routed experts (a MoE model's
+// leading dense layers do not).
+func (c *Config) MoELayer(l int) bool { return c.IsMoE() && l >= c.DenseLead }
+
 // spec is what a device needs of the hyperparameters (freqs: the llama3
 // RoPE frequency divisors, or nil).
 func (c *Config) spec(freqs []float32) device.Spec {
 	return device.Spec{NEmbd: c.NEmbd, NVocab: c.NVocab, NHead: c.NHead, NHeadKV: c.NHeadKV, HeadDim: c.HeadDim,
 		NFF: c.NFF, NFFExpert: c.NFFExpert, NFFShared: c.NFFShared, NExpert: c.NExpert, NExpertUsed: c.NExpertUsed,
 		RopeDim: c.RopeDim, RopeTheta: c.RopeTheta, RopeScale: c.RopeScale, RMSEps: c.RMSEps, Rope: c.Arch.Rope,
-		RopeFreqs: freqs, NormExperts: c.Arch.NormExperts, SharedFFN: c.Arch.SharedFFN,
+		RopeFreqs: freqs, NormExperts: c.NormExperts, SharedFFN: c.Arch.SharedFFN, SigmoidGate: c.SigmoidGate, ExpertScale: c.ExpertScale,
 		GELU: c.Arch.Gemma, AttnScale: c.AttnScale, Yarn: c.Yarn, OAI: c.Arch.OAI, Window: c.Window, SWAPattern: c.Arch.SWAPattern, RopeThetaSWA: c.swaBase()}
 }
 
@@ -194,7 +227,7 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	if arch.Encoder {
 		return Config{}, fmt.Errorf("architecture %q: %w", name, ErrEncoder)
 	}
-	c := Config{Arch: arch, RopeScale: 1}
+	c := Config{Arch: arch, RopeScale: 1, NormExperts: arch.NormExperts}
 	p := name + "."
 	r := intReader{f: f, prefix: p}
 	geti, err := r.get, &r.err
@@ -215,6 +248,30 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	geti("expert_used_count", &c.NExpertUsed, false, 0)
 	geti("expert_feed_forward_length", &c.NFFExpert, false, c.NFF)
 	geti("expert_shared_feed_forward_length", &c.NFFShared, false, c.NFFExpert)
+	if arch.DeepSeekMoE {
+		var shared int
+		geti("expert_shared_count", &shared, false, 0)
+		c.NFFShared = c.NFFExpert * shared
+		geti("leading_dense_block_count", &c.DenseLead, false, 0)
+		geti("nextn_predict_layers", &c.NextN, false, 0)
+		var gating int
+		geti("expert_gating_func", &gating, false, 2)
+		switch gating {
+		case 1: // softmax
+		case 0, 2:
+			c.SigmoidGate = true
+		default:
+			return Config{}, fmt.Errorf("%sexpert_gating_func %d is not supported (1 softmax, 2 sigmoid)", p, gating)
+		}
+		if v, ok := f.Bool(p + "expert_weights_norm"); ok {
+			c.NormExperts = v
+		}
+		getf("expert_weights_scale", &c.ExpertScale, 0)
+		if *err == nil && c.NextN > 0 && c.NextN >= c.NLayer {
+			return Config{}, fmt.Errorf("%snextn_predict_layers %d leaves none of the %d blocks to run", p, c.NextN, c.NLayer)
+		}
+		c.NLayer -= c.NextN
+	}
 	if *err != nil {
 		return Config{}, *err
 	}

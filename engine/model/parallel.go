@@ -92,6 +92,33 @@ func (c *Config) FFNDim() int {
 	return 0
 }
 
+// LayerFFN is the FFN width of layer l and the columns [lo,hi) of it that
+// the member of a tensor-parallel group with slice s holds. That is s's FFN
+// range, except in a MoE model's leading dense layers, whose FFN is NFF
+// wide while the range is of the shared expert: there the range is scaled
+// to NFF with its ends on multiples of 32 (whole blocks of the 32-wide
+// formats), so the group's ranges still partition the layer; without a
+// shared expert, rank 0 holds those layers' whole FFN.
+func (c *Config) LayerFFN(l int, s *Slice) (dim, lo, hi int) {
+	if !c.IsMoE() || c.MoELayer(l) {
+		return c.FFNDim(), s.FFNLo, s.FFNHi
+	}
+	d := c.FFNDim()
+	if d == 0 {
+		if s.Rank == 0 {
+			return c.NFF, 0, c.NFF
+		}
+		return c.NFF, 0, 0
+	}
+	scale := func(x int) int {
+		if x >= d {
+			return c.NFF
+		}
+		return x * c.NFF / d / 32 * 32
+	}
+	return c.NFF, scale(s.FFNLo), scale(s.FFNHi)
+}
+
 // whole is the slice of a single member holding everything.
 func (c *Config) whole() Slice {
 	return Slice{Size: 1, HeadHi: c.NHead, FFNHi: c.FFNDim()}
@@ -176,6 +203,7 @@ type tpState struct {
 	// and FFN columns held, and the output rows computed of a gathered
 	// attn_output or ffn_down.
 	attnCols, ffnCols, outRows []int
+	denseCols                  []int // FFN columns of a MoE model's leading dense layers
 	agreed                     bool
 }
 
@@ -192,7 +220,7 @@ func (r *Runner) handshake() error {
 		return fmt.Errorf("tensor-parallel handshake: %w", err)
 	}
 	peer := func(p, i int) int { return int(all[p*hdrLen+i]) }
-	t.attnCols, t.ffnCols = make([]int, n), make([]int, n)
+	t.attnCols, t.ffnCols, t.denseCols = make([]int, n), make([]int, n), make([]int, n)
 	headAt, ffnAt := 0, 0
 	for p := range n {
 		if peer(p, 4) != r.lo || peer(p, 5) != r.hi {
@@ -207,6 +235,10 @@ func (r *Runner) handshake() error {
 		headAt, ffnAt = peer(p, 1), peer(p, 3)
 		t.attnCols[p] = (peer(p, 1) - peer(p, 0)) * m.HeadDim
 		t.ffnCols[p] = peer(p, 3) - peer(p, 2)
+		if m.DenseLead > 0 && m.IsMoE() {
+			_, lo, hi := m.LayerFFN(0, &Slice{Rank: p, FFNLo: peer(p, 2), FFNHi: peer(p, 3)})
+			t.denseCols[p] = hi - lo
+		}
 	}
 	if headAt != m.NHead || ffnAt != m.FFNDim() {
 		return fmt.Errorf("tensor-parallel group holds heads [0,%d) of %d and FFN columns [0,%d) of %d", headAt, m.NHead, ffnAt, m.FFNDim())
@@ -252,7 +284,7 @@ func (r *Runner) handshake() error {
 		lo, hi := OutputRows(p, n, m.NEmbd)
 		t.outRows[p] = hi - lo
 	}
-	r.dev.SetGroup(device.Group{AttnCols: t.attnCols, FFNCols: t.ffnCols, OutRows: t.outRows})
+	r.dev.SetGroup(device.Group{AttnCols: t.attnCols, FFNCols: t.ffnCols, DenseCols: t.denseCols, OutRows: t.outRows})
 	t.agreed = true
 	return nil
 }

@@ -258,7 +258,7 @@ func loadWeights(l *loader, c *Config, lo, hi int, sl *Slice) (*Weights, error) 
 			ly.ExpDownB, e = l.vectors(p+"ffn_down_exps.bias", E, c.NExpert)
 			must(e)
 		} else {
-			ly.FFNNorm, e = l.vector(p+"ffn_norm.weight", true, E)
+			ly.FFNNorm, e = l.vector(p+c.Arch.ffnNorm(), true, E)
 			must(e)
 		}
 		if c.Arch.Gemma {
@@ -267,14 +267,17 @@ func loadWeights(l *loader, c *Config, lo, hi int, sl *Slice) (*Weights, error) 
 			ly.FFNPostNorm, e = l.vector(p+"post_ffw_norm.weight", true, E)
 			must(e)
 		}
-		F := sl.FFNHi - sl.FFNLo
-		if c.IsMoE() {
+		fdim, flo, fhi := c.LayerFFN(i, sl)
+		F := fhi - flo
+		if c.MoELayer(i) {
 			FE, X := c.NFFExpert, c.NExpert
 			held := X
 			if sl.Experts != nil {
 				held = len(sl.Experts)
 			}
 			ly.Router, e = l.matrix(p+"ffn_gate_inp.weight", true, E, X)
+			must(e)
+			ly.ExpProbsB, e = l.vector(p+"exp_probs_b.bias", false, X)
 			must(e)
 			ly.GateExps, e = l.matrix(p+"ffn_gate_exps.weight", true, E, FE, held)
 			must(e)
@@ -302,7 +305,7 @@ func loadWeights(l *loader, c *Config, lo, hi int, sl *Slice) (*Weights, error) 
 				must(e)
 				ly.ShUp, e = l.matrix(p+"ffn_up_shexp.weight", true, E, F)
 				must(e)
-				ly.ShDown, ly.ShDownGather, e = l.splitMatrix(p+"ffn_down_shexp.weight", sl, c.NFFShared, E, sl.FFNLo, sl.FFNHi)
+				ly.ShDown, ly.ShDownGather, e = l.splitMatrix(p+"ffn_down_shexp.weight", sl, fdim, E, flo, fhi)
 				must(e)
 				ly.ShGateInp, e = l.matrix(p+"ffn_gate_inp_shexp.weight", false, E)
 				must(e)
@@ -315,7 +318,7 @@ func loadWeights(l *loader, c *Config, lo, hi int, sl *Slice) (*Weights, error) 
 			must(e)
 			ly.Up, e = l.matrix(p+"ffn_up.weight", true, E, F)
 			must(e)
-			ly.Down, ly.DownGather, e = l.splitMatrix(p+"ffn_down.weight", sl, c.NFF, E, sl.FFNLo, sl.FFNHi)
+			ly.Down, ly.DownGather, e = l.splitMatrix(p+"ffn_down.weight", sl, fdim, E, flo, fhi)
 			must(e)
 		}
 		if err != nil {

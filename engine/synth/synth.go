@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -14,7 +15,7 @@ import (
 
 // Spec describes the model to write.
 type Spec struct {
-	Arch        string // llama, qwen2, qwen3, llama-moe (Mixtral-style), qwen2moe, qwen3moe, gemma3, gpt-oss, bert
+	Arch        string // llama, qwen2, qwen3, llama-moe (Mixtral-style), qwen2moe, qwen3moe, gemma3, gpt-oss, glm4moe, bert
 	NEmbd       int
 	NLayer      int
 	NHead       int
@@ -24,7 +25,16 @@ type Spec struct {
 	NExpert     int
 	NExpertUsed int
 	NFFShared   int // qwen2moe shared expert size (NFF if 0)
-	Ctx         int
+	// glm4moe: DenseLead leading dense layers (0 = 1) of NFFDense columns
+	// (0 = 4·NFF), NShared shared experts (0 = 1), RopeDim rotated
+	// dimensions per head (0 = half the head), NextN multi-token-prediction
+	// blocks after the NLayer that run (-1 = none; 0 = 1, as GLM-4.5's files
+	// have), ExpertScale the routed weights' scale (0 = 2.5), SoftmaxGate
+	// softmax scores in place of sigmoids.
+	DenseLead, NFFDense, NShared, RopeDim, NextN int
+	ExpertScale                                  float32
+	SoftmaxGate                                  bool
+	Ctx                                          int
 	// RopeScaling ("linear" or "yarn"), RopeFactor and RopeOrigCtx write
 	// the rope.scaling keys (none when RopeScaling is "").
 	RopeScaling string
@@ -76,10 +86,12 @@ func (s *Spec) arch() (ggufArch string, moe, qwen bool, err error) {
 		return "gemma3", false, false, nil
 	case "gpt-oss":
 		return "gpt-oss", true, false, nil
+	case "glm4moe":
+		return "glm4moe", true, false, nil
 	case "bert":
 		return "bert", false, false, nil
 	}
-	return "", false, false, fmt.Errorf("unknown arch %q (want llama, qwen2, qwen3, moe, qwen2moe, qwen3moe, gemma3, gpt-oss or bert)", s.Arch)
+	return "", false, false, fmt.Errorf("unknown arch %q (want llama, qwen2, qwen3, moe, qwen2moe, qwen3moe, gemma3, gpt-oss, glm4moe or bert)", s.Arch)
 }
 
 func nVocab(kvs []gguf.KV) int {
@@ -261,7 +273,37 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 			s.RopeTheta = 1e6
 		}
 	}
-	gemma, oai := name == "gemma3", name == "gpt-oss"
+	gemma, oai, glm := name == "gemma3", name == "gpt-oss", name == "glm4moe"
+	ropeDim := hd
+	if glm {
+		if s.DenseLead == 0 {
+			s.DenseLead = 1
+		}
+		if s.NFFDense == 0 {
+			s.NFFDense = 4 * s.NFF
+		}
+		if s.NShared == 0 {
+			s.NShared = 1
+		}
+		switch s.NextN {
+		case -1:
+			s.NextN = 0
+		case 0:
+			s.NextN = 1
+		}
+		if s.ExpertScale == 0 {
+			s.ExpertScale = 2.5
+		}
+		ropeDim = hd / 2
+		if s.RopeDim > 0 {
+			ropeDim = s.RopeDim
+		}
+		if ropeDim%2 != 0 || ropeDim > hd {
+			return fmt.Errorf("rope dimensions %d must be even and at most the head size %d", ropeDim, hd)
+		}
+	} else {
+		s.DenseLead, s.NextN = 0, 0
+	}
 	if oai && s.Window <= 0 {
 		s.Window = 128
 	}
@@ -314,7 +356,7 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 		embRole = "output"
 	}
 	add("token_embd.weight", embRole, 0, s.Std, E, V)
-	for l := 0; l < s.NLayer; l++ {
+	for l := 0; l < s.NLayer+s.NextN; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
 		add(p+"attn_norm.weight", "norm", l, 0, E)
 		add(p+"attn_q.weight", "attn_q", l, s.Std, E, Q)
@@ -327,7 +369,7 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 			add(p+"attn_output.bias", "bias", l, s.Std, E)
 			plan = append(plan, tensorPlan{name: p + "attn_sinks.weight", typ: quant.F32, dims: []uint64{u(s.NHead)}, std: 1})
 		}
-		if qwen && (name == "qwen2" || name == "qwen2moe") {
+		if glm || qwen && (name == "qwen2" || name == "qwen2moe") {
 			add(p+"attn_q.bias", "bias", l, s.Std, Q)
 			add(p+"attn_k.bias", "bias", l, s.Std, KV)
 			add(p+"attn_v.bias", "bias", l, s.Std, KV)
@@ -340,7 +382,7 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 		if gemma {
 			add(p+"post_attention_norm.weight", "norm", l, 0, E)
 		}
-		if oai {
+		if oai || glm {
 			add(p+"post_attention_norm.weight", "norm", l, 0, E)
 		} else {
 			add(p+"ffn_norm.weight", "norm", l, 0, E)
@@ -357,6 +399,29 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 				n    int
 			}{{"ffn_gate_exps.bias", F}, {"ffn_up_exps.bias", F}, {"ffn_down_exps.bias", E}} {
 				plan = append(plan, tensorPlan{name: p + b.name, typ: quant.F32, dims: []uint64{u(b.n), u(X)}, std: s.Std})
+			}
+		} else if glm && l < s.DenseLead {
+			add(p+"ffn_gate.weight", "ffn_gate", l, s.Std, E, s.NFFDense)
+			add(p+"ffn_up.weight", "ffn_up", l, s.Std, E, s.NFFDense)
+			add(p+"ffn_down.weight", "ffn_down", l, s.Std, s.NFFDense, E)
+		} else if glm {
+			// Router logits of about unit spread: sigmoid scores apart from
+			// one another (saturated ones nearly tie), a smaller bias.
+			X, S := s.NExpert, F*s.NShared
+			rstd := float32(1.5 / math.Sqrt(float64(E)))
+			plan = append(plan, tensorPlan{name: p + "ffn_gate_inp.weight", typ: quant.F32, dims: []uint64{u(E), u(X)}, std: rstd},
+				tensorPlan{name: p + "exp_probs_b.bias", typ: quant.F32, dims: []uint64{u(X)}, std: 0.05})
+			add(p+"ffn_gate_exps.weight", "ffn_gate", l, s.Std, E, F, X)
+			add(p+"ffn_up_exps.weight", "ffn_up", l, s.Std, E, F, X)
+			add(p+"ffn_down_exps.weight", "ffn_down", l, s.Std, F, E, X)
+			add(p+"ffn_gate_shexp.weight", "ffn_gate", l, s.Std, E, S)
+			add(p+"ffn_up_shexp.weight", "ffn_up", l, s.Std, E, S)
+			add(p+"ffn_down_shexp.weight", "ffn_down", l, s.Std, S, E)
+			if l >= s.NLayer { // the multi-token-prediction block's own tensors
+				add(p+"nextn.eh_proj.weight", "matrix", l, s.Std, 2*E, E)
+				add(p+"nextn.enorm.weight", "norm", l, 0, E)
+				add(p+"nextn.hnorm.weight", "norm", l, 0, E)
+				add(p+"nextn.shared_head_norm.weight", "norm", l, 0, E)
 			}
 		} else if moe {
 			X := s.NExpert
@@ -395,6 +460,10 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 		modelName = fmt.Sprintf("shoal-random-%s-%dx%d-%s", s.Arch, s.NLayer, E, s.Type)
 	}
 	p := name + "."
+	ffLen := F
+	if glm {
+		ffLen = s.NFFDense // the dense layers'; the experts' is expert_feed_forward_length
+	}
 	kvs := []gguf.KV{
 		{Key: "general.architecture", Value: name},
 		{Key: "general.type", Value: "model"},
@@ -405,12 +474,12 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 		{Key: p + "vocab_size", Value: uint32(V)},
 		{Key: p + "context_length", Value: uint32(s.Ctx)},
 		{Key: p + "embedding_length", Value: uint32(E)},
-		{Key: p + "block_count", Value: uint32(s.NLayer)},
-		{Key: p + "feed_forward_length", Value: uint32(F)},
+		{Key: p + "block_count", Value: uint32(s.NLayer + s.NextN)},
+		{Key: p + "feed_forward_length", Value: uint32(ffLen)},
 		{Key: p + "attention.head_count", Value: uint32(s.NHead)},
 		{Key: p + "attention.head_count_kv", Value: uint32(s.NHeadKV)},
 		{Key: p + "rope.freq_base", Value: s.RopeTheta},
-		{Key: p + "rope.dimension_count", Value: uint32(hd)},
+		{Key: p + "rope.dimension_count", Value: uint32(ropeDim)},
 		{Key: p + "attention.layer_norm_rms_epsilon", Value: s.RMSEps},
 	}
 	if hd != E/s.NHead {
@@ -436,6 +505,18 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 				S = F
 			}
 			kvs = append(kvs, gguf.KV{Key: p + "expert_shared_feed_forward_length", Value: uint32(S)})
+		}
+		if glm {
+			gating := uint32(2) // sigmoid
+			if s.SoftmaxGate {
+				gating = 1
+			}
+			kvs = append(kvs, gguf.KV{Key: p + "expert_shared_count", Value: uint32(s.NShared)},
+				gguf.KV{Key: p + "leading_dense_block_count", Value: uint32(s.DenseLead)},
+				gguf.KV{Key: p + "expert_weights_scale", Value: s.ExpertScale},
+				gguf.KV{Key: p + "expert_weights_norm", Value: true},
+				gguf.KV{Key: p + "expert_gating_func", Value: gating},
+				gguf.KV{Key: p + "nextn_predict_layers", Value: uint32(s.NextN)})
 		}
 	}
 	if s.Pooling > 0 {

@@ -17,6 +17,7 @@ type scratch struct {
 	tokSeq, tokPos   []int32
 	blocks           [][]int32 // per chunk
 	route            []float32 // per token, NExpert router logits
+	expSel           []float32 // NExpert selection scores (with a bias)
 	expW             []float32 // per token, NExpertUsed weights
 	expID            []int32
 	expRows          []int32
@@ -92,6 +93,7 @@ func (r *Range) Begin(b *device.Batch) error {
 		s.ex = Grow(s.ex, n*m.NEmbd)
 		s.shgate = Grow(s.shgate, n)
 		s.expIdx = Grow(s.expIdx, m.NExpert)
+		s.expSel = Grow(s.expSel, m.NExpert)
 	}
 	return nil
 }

@@ -29,11 +29,15 @@ func (r *Range) FFN(l int, x, out []float32) (bool, error) {
 	s, ly := &r.s, r.layer(l)
 	n := s.n
 	r.norm(x, ly.FFNNorm)
-	if r.sp.IsMoE() {
+	if ly.Router != nil {
 		return r.moe(ly, out)
 	}
+	cols := r.tpCols(true)
+	if r.tp != nil && r.sp.IsMoE() {
+		cols = r.tp.DenseCols // a leading dense layer of a MoE model
+	}
 	r.swiglu(ly.Gate, ly.Up, s.xn, n, s.g, s.u)
-	return r.project(ly.Down, ly.DownGather, s.g, n, r.tpCols(true), out)
+	return r.project(ly.Down, ly.DownGather, s.g, n, cols, out)
 }
 
 // norm writes the batch's rows of x RMS-normalized with weights w to s.xn.

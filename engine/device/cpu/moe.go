@@ -29,8 +29,23 @@ func (r *Range) moe(ly *device.Layer, out []float32) (partial bool, err error) {
 			Softmax(w)
 			continue
 		}
-		Softmax(p)
-		TopK(p, idx, K)
+		if m.SigmoidGate {
+			for e := range p {
+				p[e] = Sigmoid(p[e])
+			}
+		} else {
+			Softmax(p)
+		}
+		if b := ly.ExpProbsB; b != nil {
+			// chosen by score plus bias, weighted by the score alone
+			sel := s.expSel[:X]
+			for e := range sel {
+				sel[e] = p[e] + b[e]
+			}
+			TopK(sel, idx, K)
+		} else {
+			TopK(p, idx, K)
+		}
 		var sum float32
 		for j := 0; j < K; j++ {
 			s.expID[i*K+j] = int32(idx[j])
@@ -38,8 +53,14 @@ func (r *Range) moe(ly *device.Layer, out []float32) (partial bool, err error) {
 			sum += p[idx[j]]
 		}
 		if m.NormExperts {
+			sum = max(sum, 6.103515625e-5) // ggml's clamp of the sum (the least normal half)
 			for j := 0; j < K; j++ {
 				s.expW[i*K+j] /= sum
+			}
+		}
+		if m.ExpertScale != 0 {
+			for j := 0; j < K; j++ {
+				s.expW[i*K+j] *= m.ExpertScale
 			}
 		}
 	}
@@ -104,7 +125,7 @@ func (r *Range) moe(ly *device.Layer, out []float32) (partial bool, err error) {
 	for i := 0; i < n; i++ {
 		gate := float32(1)
 		if ly.ShGateInp != nil {
-			gate = 1 / (1 + float32(math.Exp(float64(-s.shgate[i]))))
+			gate = Sigmoid(s.shgate[i])
 		}
 		o, src := out[i*E:(i+1)*E], s.eo[i*E:(i+1)*E]
 		for c := range o {
@@ -113,6 +134,9 @@ func (r *Range) moe(ly *device.Layer, out []float32) (partial bool, err error) {
 	}
 	return !ly.ShDownGather, nil
 }
+
+// Sigmoid is 1/(1+e^-x).
+func Sigmoid(x float32) float32 { return 1 / (1 + float32(math.Exp(float64(-x)))) }
 
 // TopK orders the first k entries of idx as the indexes of the k largest
 // values of p, largest first, ties to the lower index (a stable selection).

@@ -62,12 +62,21 @@ func lacks(ld device.Load) string {
 	if t := ld.KV.Type; t != quant.F16 && t != quant.F32 {
 		return "a " + t.String() + " KV cache"
 	}
-	if !ld.Spec.Plain() {
+	switch sp := &ld.Spec; {
+	case sp.SigmoidGate || sp.ExpertScale != 0:
+		return "sigmoid expert gating (DeepSeek-V3, GLM-4.5)"
+	case !sp.Plain():
 		return "GELU, sliding-window attention and query scaling (gemma)"
 	}
 	for i := range ld.Layers {
-		if ld.Layers[i].AttnPostNorm != nil || ld.Layers[i].FFNPostNorm != nil {
+		ly := &ld.Layers[i]
+		switch {
+		case ly.AttnPostNorm != nil || ly.FFNPostNorm != nil:
 			return "post-norms (gemma)"
+		case ld.Spec.IsMoE() && ly.Router == nil:
+			return "dense layers in a MoE model (DeepSeek-V3, GLM-4.5)"
+		case ly.ExpProbsB != nil:
+			return "biased expert selection (DeepSeek-V3, GLM-4.5)"
 		}
 	}
 	return ""

@@ -1,10 +1,13 @@
 # Writes model.gguf: a small random gemma3 with Debian's gguf-py (llama.cpp 0.7.0's own tensor
 # names and writer), independently of shoal's synth package. Run inside llama-oracle's chroot:
-#   ../shared/tools/llama-oracle/run python3 make.py VOCAB.gguf OUT.gguf
+#   ../shared/tools/llama-oracle/run python3 make.py VOCAB.gguf OUT.gguf ../ggufpy_vocab.py
 # VOCAB.gguf gives the tokenizer.* fields (any GGUF with a byte-level BPE vocabulary of 512).
+import os
 import sys
 import numpy as np
 import gguf
+sys.path.insert(0, os.path.dirname(sys.argv[3]))  # ../ggufpy_vocab.py, given so that run mounts it
+import ggufpy_vocab  # noqa: E402
 from gguf import MODEL_ARCH, MODEL_TENSOR, TENSOR_NAMES, GGMLQuantizationType as Q
 
 vocab_path, out = sys.argv[1], sys.argv[2]
@@ -14,13 +17,8 @@ rng = np.random.default_rng(7)
 def name(t, bid=None):
     return TENSOR_NAMES[t].format(bid=bid) + ".weight"
 
-r = gguf.GGUFReader(vocab_path)
-tokens = [bytes(r.fields["tokenizer.ggml.tokens"].parts[i]).decode("utf-8") for i in r.fields["tokenizer.ggml.tokens"].data]
-types = [int(r.fields["tokenizer.ggml.token_type"].parts[i][0]) for i in r.fields["tokenizer.ggml.token_type"].data]
-merges = [bytes(r.fields["tokenizer.ggml.merges"].parts[i]).decode("utf-8") for i in r.fields["tokenizer.ggml.merges"].data]
-pre = bytes(r.fields["tokenizer.ggml.pre"].parts[-1]).decode("utf-8")
-bos = int(r.fields["tokenizer.ggml.bos_token_id"].parts[-1][0])
-n_vocab = len(tokens)
+v = ggufpy_vocab.read(vocab_path)
+n_vocab = len(v.tokens)
 
 w = gguf.GGUFWriter(out, gguf.MODEL_ARCH_NAMES[MODEL_ARCH.GEMMA3])
 w.add_name("gemma3 written by gguf-py")
@@ -36,13 +34,7 @@ w.add_layer_norm_rms_eps(1e-6)
 w.add_rope_freq_base(1e6)
 w.add_sliding_window(window)
 w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-w.add_tokenizer_model("gpt2")
-w.add_tokenizer_pre(pre)
-w.add_token_list(tokens)
-w.add_token_types(types)
-w.add_token_merges(merges)
-w.add_bos_token_id(bos)
-w.add_add_bos_token(True)
+ggufpy_vocab.add(w, v)
 
 def matrix(t, rows, cols, bid=None, std=0.05):
     # numpy shape (rows, cols): ggml's ne = [cols, rows]
