@@ -220,3 +220,38 @@ func oracleCase(t *testing.T, name string) enginetest.OracleCase {
 	t.Skipf("no oracle case %s", name)
 	return enginetest.OracleCase{}
 }
+
+// TestVulkanFitArchs: each newer architecture's case needs operations the
+// GPU kernels do not have yet (gemma's GELU and post-norms, gpt-oss's
+// sinks, glm4moe's dense layers and sigmoid gating, ...): through Fit it
+// runs on the CPU with llama.cpp's logits, and straight on the GPU it is
+// an error that names what is missing.
+func TestVulkanFitArchs(t *testing.T) {
+	g := enginetest.VulkanOrSkip(t)
+	for _, c := range enginetest.ArchCases(t) {
+		t.Run(c.Name, func(t *testing.T) {
+			m := enginetest.OpenPath(t, c.Model)
+			if m.Config.Arch.Name == "llama" {
+				t.Skip("plain llama: the GPU runs it")
+			}
+			r := runnerOn(t, m, vulkan.Fit{GPU: g, Rest: cpu.Device{}})
+			defer r.Close()
+			if _, ok := r.Device().(*cpu.Range); !ok {
+				t.Fatalf("%s through Fit runs on a %T", c.Name, r.Device())
+			}
+			got, err := r.Prompt(0, c.Tokens, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mt := enginetest.Compare(c.Logits, got, c.NVocab)
+			if err := c.Check(mt, enginetest.IsFloat(m.File)); err != nil {
+				t.Error(err)
+			}
+			_, err = runnerOnErr(m, vulkan.Device{GPU: g})
+			t.Logf("%s on the GPU: %v", c.Name, err)
+			if err == nil || !strings.Contains(err.Error(), "(") {
+				t.Errorf("%s straight on the GPU: %v, want an error naming the missing operation", c.Name, err)
+			}
+		})
+	}
+}

@@ -56,17 +56,26 @@ func (d Fit) Load(ld device.Load) (device.Range, error) {
 }
 
 // lacks names the first operation ld needs that the GPU kernels do not
-// have ("" when none): a quantized KV cache, and gemma's GELU, query
-// scale, sliding window, second RoPE base and post-norms.
+// have ("" when none): a quantized KV cache, gemma's GELU, query scale,
+// sliding window, second RoPE base and post-norms, gpt-oss's sinks and
+// experts, DeepSeek-V3's and GLM-4.5's gating and dense layers.
 func lacks(ld device.Load) string {
 	if t := ld.KV.Type; t != quant.F16 && t != quant.F32 {
 		return "a " + t.String() + " KV cache"
 	}
 	switch sp := &ld.Spec; {
 	case sp.SigmoidGate || sp.ExpertScale != 0:
-		return "sigmoid expert gating (DeepSeek-V3, GLM-4.5)"
+		return "sigmoid expert gating and scaled expert weights (DeepSeek-V3, GLM-4.5)"
+	case sp.OAI:
+		return "attention sinks and biased, clamped experts (gpt-oss)"
+	case sp.GELU:
+		return "a GELU-gated FFN (gemma)"
+	case sp.AttnScale != 0:
+		return "query scaling (gemma)"
+	case sp.Window != 0 || sp.RopeThetaSWA != 0:
+		return "sliding-window attention (gemma, gpt-oss)"
 	case !sp.Plain():
-		return "GELU, sliding-window attention and query scaling (gemma)"
+		return "an operation of this architecture"
 	}
 	for i := range ld.Layers {
 		ly := &ld.Layers[i]
