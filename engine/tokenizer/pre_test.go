@@ -24,7 +24,7 @@ var writePre = flag.String("write-pre", "", "write testdata/pre/strings.txt and,
 // preChecked are the pre-tokenizers of the models #37 brings (gpt-oss's
 // o200k is gpt-4o's; DeepSeek-V3's and Kimi K2's deepseek-v3), beside
 // llama3's and qwen2's for comparison.
-var preChecked = []string{"gpt-4o", "deepseek-v3", "llama3", "qwen2"}
+var preChecked = []string{"gpt-4o", "deepseek-v3", "llama3", "qwen2", "glm4"}
 
 // preFragments are what the test strings are made of: code, CJK, emoji,
 // numbers, whitespace runs, contractions, other scripts.
