@@ -108,3 +108,48 @@ func TestTensorGroupGPUFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestExpertGroupBeyondHeads: a MoE model whose heads cut into fewer slices
+// than the group has members still gets a tensor-parallel group of all of
+// them, a member holding experts (or the output) without heads; a dense
+// model with the same heads does not.
+func TestExpertGroupBeyondHeads(t *testing.T) {
+	nodes := []Node{
+		{ID: "a", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: 10, MemGBps: 1},
+		{ID: "b", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: 10, MemGBps: 1},
+		{ID: "c", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: 10, MemGBps: 1},
+	}
+	opts := Options{Context: 128, Batch: 1, Overhead: 64 << 20, Strategy: Tensor, Pin: []string{"a", "b", "c"}}
+	moe, err := shape{name: "moe", layers: 4, embd: 256, heads: 8, kv: 2, ff: 256, vocab: 4096, experts: 8, used: 2, typ: quant.Q8_0, out: quant.Q8_0}.profile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if moe.HeadUnits() >= len(nodes) {
+		t.Fatalf("%d head slices: the test wants fewer than %d", moe.HeadUnits(), len(nodes))
+	}
+	p, err := Place(moe, nodes, LinkMatrix{}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := p.Pools[0].Stages
+	if len(st) != 1 || len(st[0].Members) != len(nodes) {
+		t.Fatalf("plan %+v: want one stage of %d members", st, len(nodes))
+	}
+	held := 0
+	for _, m := range st[0].Members {
+		held += len(m.Experts)
+		if m.HeadHi <= m.HeadLo && len(m.Experts) == 0 && !m.Output {
+			t.Errorf("%s holds no heads, experts or output", m.Node)
+		}
+	}
+	if held != moe.NExpert {
+		t.Errorf("the members hold %d experts, want each of the %d once", held, moe.NExpert)
+	}
+	dense, err := shape{name: "dense", layers: 4, embd: 256, heads: 8, kv: 2, ff: 704, vocab: 4096, typ: quant.Q8_0, out: quant.Q8_0}.profile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := Place(dense, nodes, LinkMatrix{}, opts); err == nil {
+		t.Errorf("a dense model with %d head slices got a tensor group of %d: %+v", dense.HeadUnits(), len(p.Pools[0].Stages[0].Members), p.Pools[0].Stages)
+	}
+}
