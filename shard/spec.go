@@ -183,11 +183,8 @@ func (s ShardSpec) Slices(t *Table) ([]TensorSlice, error) {
 			} else if hi > fdim {
 				return nil, fmt.Errorf("shard: FFN range [%d,%d) is past the FFN size %d", lo, hi, fdim)
 			}
-			if c.IsMoE() && !c.MoELayer(layer) {
-				// a leading dense layer: its own FFN width (see model.Config.LayerFFN)
-				size := max(s.TPSize, 1)
-				_, lo, hi = c.LayerFFN(layer, &model.Slice{Rank: s.TPRank, Size: size, FFNLo: lo, FFNHi: hi})
-			}
+			// the layer's own columns (a MoE model's leading dense layers are wider)
+			_, lo, hi = c.LayerFFN(layer, &model.Slice{Rank: s.TPRank, Size: max(s.TPSize, 1), FFNLo: lo, FFNHi: hi})
 			switch role {
 			case "attn_q.weight":
 				sl, err = rowSlice(ti, [][2]int{{hLo * hd, hHi * hd}})

@@ -47,9 +47,8 @@ type Arch struct {
 	// softmax), chosen by score plus the exp_probs_b bias, weighted by the
 	// scores alone, normalized when %s.expert_weights_norm and scaled by
 	// %s.expert_weights_scale, and %s.expert_shared_count ungated shared
-	// experts beside them. The FFN's norm is post_attention_norm, and the
-	// last %s.nextn_predict_layers blocks (multi-token prediction) are not
-	// run.
+	// experts beside them; the last %s.nextn_predict_layers blocks
+	// (multi-token prediction) are not run.
 	DeepSeekMoE bool
 	// FFNNorm names the FFN's norm in a layer ("" = ffn_norm.weight).
 	FFNNorm string
