@@ -83,7 +83,7 @@ func (r *Reconciler) openRun(ctx context.Context, d *driver, act transport.DType
 // Logits runs the tokens as one prompt, one step through the plan of
 // model (driven here), and returns every row's logits.
 func (r *Reconciler) Logits(ctx context.Context, name string, tokens []int32) (*Logits, error) {
-	d, err := r.localDriver(name)
+	d, err := r.localDriver(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +119,7 @@ func (r *Reconciler) Logits(ctx context.Context, name string, tokens []int32) (*
 // of model (driven here): one warm-up and Reps measured runs each, with the
 // payload bytes the plan's nodes sent per token.
 func (r *Reconciler) Bench(ctx context.Context, name string, req BenchRequest) (*BenchResult, error) {
-	d, err := r.localDriver(name)
+	d, err := r.localDriver(ctx, name)
 	if err != nil {
 		return nil, err
 	}

@@ -336,20 +336,37 @@ func (r *Reconciler) stopDriver(d *driver) {
 	}
 }
 
+// driverStartWait bounds how long a logits or bench request for a model
+// whose plan is ready and driven here waits for its driver to start: the
+// plan's status turns ready before the driver's session is open, and a
+// caller that saw "ready" should be answered, not refused.
+const driverStartWait = 15 * time.Second
+
 // localDriver returns the driver of model on this node, or an error that
-// says where the model is or why it is not served.
-func (r *Reconciler) localDriver(model string) (*driver, error) {
-	r.mu.Lock()
-	d := r.drivers[model]
-	rt, planned := r.routes[model]
-	r.mu.Unlock()
-	switch {
-	case d != nil && d.err() == nil:
-		return d, nil
-	case !planned:
-		return nil, transport.Errorf(http.StatusNotFound, "model %q is not loaded on the cluster (see 'shoal model ls')", model)
-	case rt.Node != r.cfg.Node:
-		return nil, transport.Errorf(http.StatusMisdirectedRequest, "model %q is driven by node %s", model, rt.NodeName)
+// says where the model is or why it is not served. When the plan is ready
+// and driven here but its driver has not started (or is moving to a new
+// session), it waits for it: at most driverStartWait, or until ctx ends.
+func (r *Reconciler) localDriver(ctx context.Context, model string) (*driver, error) {
+	deadline := time.Now().Add(driverStartWait)
+	for {
+		r.mu.Lock()
+		d := r.drivers[model]
+		rt, planned := r.routes[model]
+		r.mu.Unlock()
+		switch {
+		case d != nil && d.err() == nil:
+			return d, nil
+		case !planned:
+			return nil, transport.Errorf(http.StatusNotFound, "model %q is not loaded on the cluster (see 'shoal model ls')", model)
+		case rt.Node != r.cfg.Node:
+			return nil, transport.Errorf(http.StatusMisdirectedRequest, "model %q is driven by node %s", model, rt.NodeName)
+		case rt.Ready && time.Now().Before(deadline): // starting, or moving to a new session
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+				continue
+			}
+		}
+		return nil, transport.Errorf(http.StatusServiceUnavailable, "model %q is not served yet (%s)", model, rt.Status)
 	}
-	return nil, transport.Errorf(http.StatusServiceUnavailable, "model %q is not served yet (%s)", model, rt.Status)
 }
