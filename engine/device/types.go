@@ -63,6 +63,11 @@ type Spec struct {
 	// not 0, multiplies the weights (after NormExperts).
 	SigmoidGate bool
 	ExpertScale float32
+	// ExpertGroups, when more than 1, splits the routed experts into that
+	// many runs of consecutive ids; a token's experts are chosen within
+	// the ExpertGroupsUsed groups whose two best selection scores sum
+	// highest (DeepSeek-V3's group-limited routing).
+	ExpertGroups, ExpertGroupsUsed int
 
 	// GELU: the FFN's gate goes through GELU (tanh form, as ggml's table
 	// of half-precision values), not SiLU (gemma).
@@ -82,7 +87,26 @@ type Spec struct {
 	// RopeThetaSWA, when not 0, is the RoPE base of the sliding layers,
 	// which then also take no position scaling.
 	RopeThetaSWA float32
+	// MLA, when set, is DeepSeek's multi-head latent attention in its
+	// absorbed form: one KV "head" of HeadDim = KVLora + RopeDim values per
+	// token (the normed latent, then the rotated shared key), NHeadKV 1,
+	// and V the latent itself (the first KVLora values of the K row).
+	MLA *MLA
 }
+
+// MLA is multi-head latent attention as llama.cpp runs it absorbed: per
+// query head, q = [q_nope (Nope) | q_pe (RopeDim)] from attn_q (or
+// attn_q_a, its norm, attn_q_b); q_nope·attn_k_b (KVLora values) joins the
+// rotated q_pe as the head's query against the cached rows; the
+// attention's output (KVLora values per head) goes through attn_v_b to
+// VDim values per head, then attn_output. KQScale scales the scores.
+type MLA struct {
+	QLora, KVLora, Nope, VDim int
+	KQScale                   float32
+}
+
+// QHeadDim is a query head's width as attn_q (or attn_q_b) gives it.
+func (m *MLA) QHeadDim(ropeDim int) int { return m.Nope + ropeDim }
 
 // Yarn is YaRN RoPE scaling as ggml computes it: dimensions rotating
 // faster than BetaFast turns over OrigCtx keep their frequency
@@ -103,10 +127,19 @@ func (s *Spec) SWA(l int) bool {
 }
 
 // Plain reports that the spec needs none of GELU, AttnScale, Window,
-// RopeThetaSWA, OAI, SigmoidGate and ExpertScale (what a device without
-// them can run).
+// RopeThetaSWA, OAI, SigmoidGate, ExpertScale, MLA and ExpertGroups (what a device
+// without them can run).
 func (s *Spec) Plain() bool {
-	return !s.GELU && s.AttnScale == 0 && s.Window == 0 && s.RopeThetaSWA == 0 && !s.OAI && !s.SigmoidGate && s.ExpertScale == 0
+	return !s.GELU && s.AttnScale == 0 && s.Window == 0 && s.RopeThetaSWA == 0 && !s.OAI && !s.SigmoidGate && s.ExpertScale == 0 && s.MLA == nil && s.ExpertGroups <= 1
+}
+
+// AttnOutDim is a query head's share of attn_output's input: HeadDim, or
+// MLA's VDim.
+func (s *Spec) AttnOutDim() int {
+	if s.MLA != nil {
+		return s.MLA.VDim
+	}
+	return s.HeadDim
 }
 
 // Part is the part of each layer a tensor-parallel member holds: query
@@ -142,6 +175,14 @@ type Layer struct {
 	// ExpProbsB biases the routed experts' selection, not their weights
 	// (DeepSeek-V3, GLM-4.5), or is nil.
 	ExpProbsB []float32
+
+	// MLA (Spec.MLA): Wq is attn_q of the lite variant, else nil with WqA
+	// (attn_q_a), QANorm and WqB (attn_q_b, the held heads' rows); WkvA
+	// is attn_kv_a_mqa (KVLora + RopeDim rows), KVANorm the latent's norm;
+	// WkB holds per held head KVLora rows of Nope columns, WvB per head
+	// VDim rows of KVLora columns. Wk and Wv are nil.
+	WqA, WqB, WkvA, WkB, WvB *kernels.Matrix
+	QANorm, KVANorm          []float32
 
 	// Dense FFN.
 	Gate, Up, Down *kernels.Matrix

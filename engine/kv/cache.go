@@ -34,6 +34,19 @@ type Config struct {
 	// head (llama.cpp's --cache-type-k/-v; the head size must divide by
 	// 32). A row is RowWords 16-bit words either way.
 	Type quant.Type
+	// VInK: the V rows are the first values of the K rows (multi-head
+	// latent attention caches one latent per token, read as key and
+	// value): nothing of V is stored, exported or imported.
+	VInK bool
+}
+
+// Halves is the number of row kinds a position stores per layer: 1 when
+// V is a view of K (VInK), else 2.
+func (cfg Config) Halves() int {
+	if cfg.VInK {
+		return 1
+	}
+	return 2
 }
 
 // CheckType reports whether t can store K and V rows of heads of size
@@ -426,6 +439,8 @@ func (c *Cache) V(layer int, blocks []int32, pos int) []uint16 { return c.host()
 //	magic "SKV1" | u32 firstLayer | u32 layers | u32 row | u32 blockSize | u32 filled
 //	| layers × (K block, V block) as 16-bit words | u32 crc32 (IEEE) of everything before
 //
+// (a cache whose V is a view of K, Config.VInK, sends the K blocks alone)
+//
 // row is the words of a row (the KV dim for F16), with a quantized cache's
 // ggml type number in its top 8 bits.
 const blockMagic = "SKV1"
@@ -443,7 +458,7 @@ func (c *Cache) ExportBlock(seq SeqID, i int) ([]byte, error) {
 	}
 	bs, d := c.cfg.BlockSize, c.cfg.RowWords()
 	filled := min(bs, s.n-i*bs)
-	out := make([]byte, 0, blockHeader+c.cfg.Layers*2*bs*d*2+4)
+	out := make([]byte, 0, blockHeader+c.cfg.Layers*c.cfg.Halves()*bs*d*2+4)
 	out = append(out, blockMagic...)
 	for _, x := range []int{c.cfg.FirstLayer, c.cfg.Layers, c.rowField(), bs, filled} {
 		out = binary.LittleEndian.AppendUint32(out, uint32(x))
@@ -451,7 +466,7 @@ func (c *Cache) ExportBlock(seq SeqID, i int) ([]byte, error) {
 	k, v := make([]uint16, bs*d), make([]uint16, bs*d)
 	for l := 0; l < c.cfg.Layers; l++ {
 		c.store.ReadRows(l, s.blocks[i], 0, bs, 0, d, k, v)
-		for _, src := range [][]uint16{k, v} {
+		for _, src := range [][]uint16{k, v}[:c.cfg.Halves()] {
 			for _, h := range src {
 				out = binary.LittleEndian.AppendUint16(out, h)
 			}
@@ -464,7 +479,7 @@ func (c *Cache) ExportBlock(seq SeqID, i int) ([]byte, error) {
 // which must currently end on a block boundary. It returns the positions added.
 func (c *Cache) ImportBlock(seq SeqID, data []byte) (int, error) {
 	bs, d := c.cfg.BlockSize, c.cfg.RowWords()
-	want := blockHeader + c.cfg.Layers*2*bs*d*2 + 4
+	want := blockHeader + c.cfg.Layers*c.cfg.Halves()*bs*d*2 + 4
 	if len(data) != want {
 		return 0, fmt.Errorf("kv: block of %d bytes, this cache's blocks take %d", len(data), want)
 	}
@@ -495,7 +510,7 @@ func (c *Cache) ImportBlock(seq SeqID, data []byte) (int, error) {
 	k, v := make([]uint16, bs*d), make([]uint16, bs*d)
 	p := blockHeader
 	for l := 0; l < c.cfg.Layers; l++ {
-		for _, dst := range [][]uint16{k, v} {
+		for _, dst := range [][]uint16{k, v}[:c.cfg.Halves()] {
 			for j := range dst {
 				dst[j] = binary.LittleEndian.Uint16(data[p:])
 				p += 2
@@ -506,10 +521,14 @@ func (c *Cache) ImportBlock(seq SeqID, data []byte) (int, error) {
 	return filled, nil
 }
 
-// rowField is the block header's row field: the row's words, and a
-// quantized cache's type in the top 8 bits.
+// rowField is the block header's row field: the row's words, bit 23 set
+// when V is a view of K (no V rows follow the K rows), and a quantized
+// cache's type in the top 8 bits.
 func (c *Cache) rowField() int {
 	f := c.cfg.RowWords()
+	if c.cfg.VInK {
+		f |= 1 << 23
+	}
 	if c.cfg.Type != quant.F16 {
 		f |= int(c.cfg.Type) << 24
 	}

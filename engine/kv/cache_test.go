@@ -2,6 +2,7 @@ package kv
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -108,5 +109,52 @@ func TestExportImport(t *testing.T) {
 	other, _ := New(Config{FirstLayer: 0, Layers: 2, KVDim: 8, BlockSize: 4, NumBlocks: 4})
 	if _, err := other.ImportBlock(1, good); err == nil || !strings.Contains(err.Error(), "does not fit") {
 		t.Fatalf("mismatched cache: %v", err)
+	}
+}
+
+// A cache whose V is a view of K (multi-head latent attention) stores,
+// exports and imports the K rows alone: a block takes half the bytes of a
+// K-and-V cache's, V reads the K row, and a K-and-V cache of the same
+// shape refuses its blocks.
+func TestVInK(t *testing.T) {
+	cfg := Config{Layers: 2, KVDim: 8, BlockSize: 4, NumBlocks: 4, VInK: true}
+	src, _ := New(cfg)
+	dst, _ := New(cfg)
+	src.Reserve(1, 4)
+	for l := 0; l < 2; l++ {
+		for pos := 0; pos < 4; pos++ {
+			k := make([]float32, 8)
+			for i := range k {
+				k[i] = float32(l*100 + pos*10 + i)
+			}
+			src.Put(l, src.Blocks(1), pos, k, nil)
+		}
+	}
+	b, err := src.ExportBlock(1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, _ := New(Config{Layers: 2, KVDim: 8, BlockSize: 4, NumBlocks: 4})
+	full.Reserve(1, 4)
+	fb, _ := full.ExportBlock(1, 0)
+	if got, want := len(b)-blockHeader-4, (len(fb)-blockHeader-4)/2; got != want {
+		t.Fatalf("a V-in-K block holds %d row bytes, want %d (half a K-and-V block's)", got, want)
+	}
+	if _, err := dst.ImportBlock(2, b); err != nil {
+		t.Fatal(err)
+	}
+	for l := 0; l < 2; l++ {
+		for pos := 0; pos < 4; pos++ {
+			k, v := dst.K(l, dst.Blocks(2), pos), dst.V(l, dst.Blocks(2), pos)
+			if !slices.Equal(k, src.K(l, src.Blocks(1), pos)) || !slices.Equal(k, v) {
+				t.Fatalf("layer %d pos %d: K %v V %v after import", l, pos, k, v)
+			}
+		}
+	}
+	if _, err := full.ImportBlock(3, b); err == nil {
+		t.Fatal("a K-and-V cache took a V-in-K block")
+	}
+	if _, err := dst.ImportBlock(3, fb); err == nil {
+		t.Fatal("a V-in-K cache took a K-and-V block")
 	}
 }

@@ -28,17 +28,21 @@ type HostStore struct {
 	kvDim, bs int // kvDim: the words of a row
 	typ       quant.Type
 	k, v      [][]uint16 // [layer][block*BlockSize*row + slot*row + word]
+	vInK      bool       // v is k (Config.VInK)
 }
 
 // NewHostStore allocates the rows of every block of cfg (BlockSize must be
 // set).
 func NewHostStore(cfg Config) *HostStore {
 	cfg = cfg.normalize()
-	s := &HostStore{kvDim: cfg.RowWords(), bs: cfg.BlockSize, typ: cfg.Type, k: make([][]uint16, cfg.Layers), v: make([][]uint16, cfg.Layers)}
+	s := &HostStore{kvDim: cfg.RowWords(), bs: cfg.BlockSize, typ: cfg.Type, k: make([][]uint16, cfg.Layers), v: make([][]uint16, cfg.Layers), vInK: cfg.VInK}
 	per := cfg.NumBlocks * cfg.BlockSize * s.kvDim
 	for l := range s.k {
 		s.k[l] = make([]uint16, per)
-		s.v[l] = make([]uint16, per)
+		s.v[l] = s.k[l]
+		if !cfg.VInK {
+			s.v[l] = make([]uint16, per)
+		}
 	}
 	return s
 }
@@ -58,10 +62,15 @@ func (s *HostStore) rows(layer int, block int32, slot, n, lo, hi int, k, v []uin
 	ks, vs := s.k[layer], s.v[layer]
 	for t := 0; t < n; t++ {
 		o := (int(block)*s.bs+slot+t)*s.kvDim + lo
-		if write {
+		switch {
+		case write:
 			copy(ks[o:o+w], k[t*w:(t+1)*w])
-			copy(vs[o:o+w], v[t*w:(t+1)*w])
-		} else {
+			if !s.vInK {
+				copy(vs[o:o+w], v[t*w:(t+1)*w])
+			}
+		case s.vInK:
+			copy(k[t*w:(t+1)*w], ks[o:o+w])
+		default:
 			copy(k[t*w:(t+1)*w], ks[o:o+w])
 			copy(v[t*w:(t+1)*w], vs[o:o+w])
 		}
@@ -76,18 +85,23 @@ func (s *HostStore) offset(blocks []int32, pos int) int {
 
 // Put stores the K and V rows (KVDim values each) of position pos of a
 // sequence with block table blocks, for the local layer index layer,
-// rounding to F16 or quantizing as ggml's reference quantizer does.
+// rounding to F16 or quantizing as ggml's reference quantizer does. With V
+// a view of K (Config.VInK), v is not read (it may be nil).
 func (s *HostStore) Put(layer int, blocks []int32, pos int, k, v []float32) {
 	o := s.offset(blocks, pos)
 	kd, vd := s.k[layer][o:o+s.kvDim], s.v[layer][o:o+s.kvDim]
 	if s.typ == quant.F16 {
 		kernels.F32ToF16(kd, k[:len(kd)])
-		kernels.F32ToF16(vd, v[:len(vd)])
+		if !s.vInK {
+			kernels.F32ToF16(vd, v[:len(vd)])
+		}
 		return
 	}
 	n := len(kd) * 2 / s.typ.BlockSize() * s.typ.BlockLen()
 	quant.QuantizeRow(s.typ, k[:n], kernels.WordBytes(kd))
-	quant.QuantizeRow(s.typ, v[:n], kernels.WordBytes(vd))
+	if !s.vInK {
+		quant.QuantizeRow(s.typ, v[:n], kernels.WordBytes(vd))
+	}
 }
 
 // Type is how the store keeps its rows.

@@ -50,6 +50,13 @@ type Arch struct {
 	// experts beside them; the last %s.nextn_predict_layers blocks
 	// (multi-token prediction) are not run.
 	DeepSeekMoE bool
+	// SoftmaxGate: a DeepSeekMoE model without %s.expert_gating_func
+	// scores its experts by a softmax (DeepSeek-V2's files), not a sigmoid.
+	SoftmaxGate bool
+	// MLA: multi-head latent attention (DeepSeek-V2/V3), as GGUF files
+	// converted for llama.cpp's absorbed form hold it (attn_k_b and
+	// attn_v_b; see device.MLA).
+	MLA bool
 	// FFNNorm names the FFN's norm in a layer ("" = ffn_norm.weight).
 	FFNNorm string
 	// Encoder: a bidirectional embedding encoder (bert) that produces one
@@ -83,6 +90,7 @@ func init() {
 	Register(Arch{Name: "qwen3moe", Rope: RopeNeoX, QKNorm: true, NormExperts: true})
 	Register(Arch{Name: "gemma3", Rope: RopeNeoX, QKNorm: true, Gemma: true, SWAPattern: 6, SWARopeBase: 10000})
 	Register(Arch{Name: "gpt-oss", Rope: RopeNeoX, SWAPattern: 2, OAI: true})
+	Register(Arch{Name: "deepseek2", Rope: RopeNormal, SharedFFN: true, DeepSeekMoE: true, SoftmaxGate: true, MLA: true})
 	Register(Arch{Name: "glm4moe", Rope: RopeNeoX, SharedFFN: true, DeepSeekMoE: true, FFNNorm: "post_attention_norm.weight"})
 	Register(Arch{Name: "bert", Encoder: true})
 }
@@ -135,11 +143,44 @@ type Config struct {
 	SigmoidGate bool
 	NormExperts bool
 	ExpertScale float32
+	// ExpertGroups and ExpertGroupsUsed: group-limited routing (see
+	// device.Spec; 0: none).
+	ExpertGroups, ExpertGroupsUsed int
+	// MLA is the latent attention's shape (Arch.MLA), else nil. HeadDim is
+	// then the cached row (KVLora + RopeDim) and NHeadKV 1.
+	MLA *device.MLA
 }
 
 // QDim is n_head*head_dim; KVDim is n_head_kv*head_dim.
 func (c *Config) QDim() int  { return c.NHead * c.HeadDim }
 func (c *Config) KVDim() int { return c.NHeadKV * c.HeadDim }
+
+// QHeadDim is a query head's width in attn_q (or attn_q_b): HeadDim, or
+// with MLA its non-rotated and rotated parts.
+func (c *Config) QHeadDim() int {
+	if c.MLA != nil {
+		return c.MLA.QHeadDim(c.RopeDim)
+	}
+	return c.HeadDim
+}
+
+// OutHeadDim is a query head's share of attn_output's input: HeadDim, or
+// with MLA the value head size.
+func (c *Config) OutHeadDim() int {
+	if c.MLA != nil {
+		return c.MLA.VDim
+	}
+	return c.HeadDim
+}
+
+// KVHalves is how many rows a token caches per layer and KV head: K and
+// V, or with MLA the one latent row read as both.
+func (c *Config) KVHalves() int {
+	if c.MLA != nil {
+		return 1
+	}
+	return 2
+}
 
 // IsMoE reports whether layers use routed experts.
 func (c *Config) IsMoE() bool { return c.NExpert > 0 }
@@ -155,6 +196,7 @@ func (c *Config) spec(freqs []float32) device.Spec {
 		NFF: c.NFF, NFFExpert: c.NFFExpert, NFFShared: c.NFFShared, NExpert: c.NExpert, NExpertUsed: c.NExpertUsed,
 		RopeDim: c.RopeDim, RopeTheta: c.RopeTheta, RopeScale: c.RopeScale, RMSEps: c.RMSEps, Rope: c.Arch.Rope,
 		RopeFreqs: freqs, NormExperts: c.NormExperts, SharedFFN: c.Arch.SharedFFN, SigmoidGate: c.SigmoidGate, ExpertScale: c.ExpertScale,
+		ExpertGroups: c.ExpertGroups, ExpertGroupsUsed: c.ExpertGroupsUsed, MLA: c.MLA,
 		GELU: c.Arch.Gemma, AttnScale: c.AttnScale, Yarn: c.Yarn, OAI: c.Arch.OAI, Window: c.Window, SWAPattern: c.Arch.SWAPattern, RopeThetaSWA: c.swaBase()}
 }
 
@@ -253,8 +295,11 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 		c.NFFShared = c.NFFExpert * shared
 		geti("leading_dense_block_count", &c.DenseLead, false, 0)
 		geti("nextn_predict_layers", &c.NextN, false, 0)
-		var gating int
-		geti("expert_gating_func", &gating, false, 2)
+		gating := 2
+		if arch.SoftmaxGate {
+			gating = 1
+		}
+		geti("expert_gating_func", &gating, false, gating)
 		switch gating {
 		case 1: // softmax
 		case 0, 2:
@@ -266,6 +311,11 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 			c.NormExperts = v
 		}
 		getf("expert_weights_scale", &c.ExpertScale, 0)
+		geti("expert_group_count", &c.ExpertGroups, false, 0)
+		geti("expert_group_used_count", &c.ExpertGroupsUsed, false, 0)
+		if g, u := c.ExpertGroups, c.ExpertGroupsUsed; *err == nil && g > 1 && (c.NExpert%g != 0 || u < 1 || u > g || c.NExpertUsed > u*(c.NExpert/g)) {
+			return Config{}, fmt.Errorf("%sexpert_group_count %d and expert_group_used_count %d do not fit %d experts of which %d are used", p, g, u, c.NExpert, c.NExpertUsed)
+		}
 		if *err == nil && c.NextN > 0 && c.NextN >= c.NLayer {
 			return Config{}, fmt.Errorf("%snextn_predict_layers %d leaves none of the %d blocks to run", p, c.NextN, c.NLayer)
 		}
@@ -284,7 +334,11 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	if *err != nil {
 		return Config{}, *err
 	}
-	if vdim != c.HeadDim {
+	if arch.MLA {
+		if err := c.readMLA(&r, vdim); err != nil {
+			return Config{}, err
+		}
+	} else if vdim != c.HeadDim {
 		return Config{}, fmt.Errorf("value head size %d differs from key head size %d: not supported", vdim, c.HeadDim)
 	}
 	getf("rope.freq_base", &c.RopeTheta, 10000)
@@ -303,6 +357,9 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 			c.RopeScale = 1 / factor
 		}
 	case "yarn":
+		if c.MLA != nil {
+			return Config{}, fmt.Errorf("yarn rope scaling with multi-head latent attention is not supported yet")
+		}
 		if factor <= 0 {
 			return Config{}, fmt.Errorf("yarn rope scaling without rope.scaling.factor")
 		}
@@ -351,4 +408,33 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 		return Config{}, fmt.Errorf("layer_norm_rms_epsilon %g must be positive", c.RMSEps)
 	}
 	return c, nil
+}
+
+// readMLA reads the latent attention's shape: the GGUF's key and value
+// lengths are the cached row and the latent (kv_lora_rank + rope and
+// kv_lora_rank, one KV head), key_length_mla and value_length_mla a query
+// head's and a value head's sizes.
+func (c *Config) readMLA(r *intReader, vdim int) error {
+	m := &device.MLA{}
+	var kmla int
+	r.get("attention.q_lora_rank", &m.QLora, false, 0)
+	r.get("attention.kv_lora_rank", &m.KVLora, true, 0)
+	r.get("attention.key_length_mla", &kmla, false, 0)
+	r.get("attention.value_length_mla", &m.VDim, false, 0)
+	if r.err != nil {
+		return r.err
+	}
+	p := r.prefix
+	switch {
+	case kmla == 0 || m.VDim == 0:
+		return fmt.Errorf("%sattention.key_length_mla and value_length_mla are missing: this file holds DeepSeek's attention unabsorbed (attn_kv_b), as converters before mid-2025 wrote it; convert the model again with a current llama.cpp convert_hf_to_gguf.py", p)
+	case c.HeadDim != m.KVLora+c.RopeDim || vdim != m.KVLora || c.NHeadKV != 1:
+		return fmt.Errorf("%sattention.key_length %d, value_length %d and head_count_kv %d are not the latent attention's %d + %d, %d and 1", p, c.HeadDim, vdim, c.NHeadKV, m.KVLora, c.RopeDim, m.KVLora)
+	case kmla <= c.RopeDim:
+		return fmt.Errorf("%sattention.key_length_mla %d must exceed rope.dimension_count %d", p, kmla, c.RopeDim)
+	}
+	m.Nope = kmla - c.RopeDim
+	m.KQScale = float32(1 / math.Sqrt(float64(kmla)))
+	c.MLA = m
+	return nil
 }

@@ -233,7 +233,7 @@ func (r *Runner) handshake() error {
 			return fmt.Errorf("tensor-parallel member %d holds FFN columns from %d, want %d (ranges must partition them in rank order)", p, peer(p, 2), ffnAt)
 		}
 		headAt, ffnAt = peer(p, 1), peer(p, 3)
-		t.attnCols[p] = (peer(p, 1) - peer(p, 0)) * m.HeadDim
+		t.attnCols[p] = (peer(p, 1) - peer(p, 0)) * m.OutHeadDim()
 		t.ffnCols[p] = peer(p, 3) - peer(p, 2)
 		if m.DenseLead > 0 && m.IsMoE() {
 			_, lo, hi := m.LayerFFN(0, &Slice{Rank: p, FFNLo: peer(p, 2), FFNHi: peer(p, 3)})

@@ -224,26 +224,30 @@ func loadWeights(l *loader, c *Config, lo, hi int, sl *Slice) (*Weights, error) 
 		p := fmt.Sprintf("blk.%d.", i)
 		ly.AttnNorm, e = l.vector(p+"attn_norm.weight", true, E)
 		must(e)
-		ly.Wq, e = l.matrix(p+"attn_q.weight", true, E, Q)
-		must(e)
-		ly.Wk, e = l.matrix(p+"attn_k.weight", true, E, KV)
-		must(e)
-		ly.Wv, e = l.matrix(p+"attn_v.weight", true, E, KV)
-		must(e)
-		ly.Wo, ly.WoGather, e = l.splitMatrix(p+"attn_output.weight", sl, c.QDim(), E, qlo, qlo+Q)
-		must(e)
-		ly.Bq, e = l.vector(p+"attn_q.bias", false, Q)
-		must(e)
-		ly.Bk, e = l.vector(p+"attn_k.bias", false, KV)
-		must(e)
-		ly.Bv, e = l.vector(p+"attn_v.bias", false, KV)
-		must(e)
-		ly.Bo, e = l.vector(p+"attn_output.bias", false, E)
-		must(e)
-		ly.QNorm, e = l.vector(p+"attn_q_norm.weight", c.Arch.QKNorm, c.HeadDim)
-		must(e)
-		ly.KNorm, e = l.vector(p+"attn_k_norm.weight", c.Arch.QKNorm, c.HeadDim)
-		must(e)
+		if c.MLA != nil {
+			must(loadMLA(l, c, sl, p, ly))
+		} else {
+			ly.Wq, e = l.matrix(p+"attn_q.weight", true, E, Q)
+			must(e)
+			ly.Wk, e = l.matrix(p+"attn_k.weight", true, E, KV)
+			must(e)
+			ly.Wv, e = l.matrix(p+"attn_v.weight", true, E, KV)
+			must(e)
+			ly.Wo, ly.WoGather, e = l.splitMatrix(p+"attn_output.weight", sl, c.QDim(), E, qlo, qlo+Q)
+			must(e)
+			ly.Bq, e = l.vector(p+"attn_q.bias", false, Q)
+			must(e)
+			ly.Bk, e = l.vector(p+"attn_k.bias", false, KV)
+			must(e)
+			ly.Bv, e = l.vector(p+"attn_v.bias", false, KV)
+			must(e)
+			ly.Bo, e = l.vector(p+"attn_output.bias", false, E)
+			must(e)
+			ly.QNorm, e = l.vector(p+"attn_q_norm.weight", c.Arch.QKNorm, c.HeadDim)
+			must(e)
+			ly.KNorm, e = l.vector(p+"attn_k_norm.weight", c.Arch.QKNorm, c.HeadDim)
+			must(e)
+		}
 		if c.Arch.OAI {
 			ly.FFNNorm, e = l.vector(p+"post_attention_norm.weight", true, E)
 			must(e)
@@ -334,6 +338,45 @@ func loadWeights(l *loader, c *Config, lo, hi int, sl *Slice) (*Weights, error) 
 	return w, nil
 }
 
+// loadMLA binds a layer's latent attention (see device.Layer): the
+// queries of the slice's heads, the latent's projection and norm (every
+// member computes them), attn_k_b and attn_v_b of the slice's heads, and
+// their columns of attn_output.
+func loadMLA(l *loader, c *Config, sl *Slice, p string, ly *Layer) error {
+	m, E := c.MLA, c.NEmbd
+	nh := sl.HeadHi - sl.HeadLo
+	var err error
+	must := func(e error) {
+		if err == nil && e != nil {
+			err = e
+		}
+	}
+	var e error
+	if m.QLora > 0 {
+		ly.WqA, e = l.matrix(p+"attn_q_a.weight", true, E, m.QLora)
+		must(e)
+		ly.QANorm, e = l.vector(p+"attn_q_a_norm.weight", true, m.QLora)
+		must(e)
+		ly.WqB, e = l.matrix(p+"attn_q_b.weight", true, m.QLora, nh*c.QHeadDim())
+		must(e)
+	} else {
+		ly.Wq, e = l.matrix(p+"attn_q.weight", true, E, nh*c.QHeadDim())
+		must(e)
+	}
+	ly.WkvA, e = l.matrix(p+"attn_kv_a_mqa.weight", true, E, m.KVLora+c.RopeDim)
+	must(e)
+	ly.KVANorm, e = l.vector(p+"attn_kv_a_norm.weight", true, m.KVLora)
+	must(e)
+	ly.WkB, e = l.matrix(p+"attn_k_b.weight", true, m.Nope, m.KVLora, nh)
+	must(e)
+	ly.WvB, e = l.matrix(p+"attn_v_b.weight", true, m.KVLora, m.VDim, nh)
+	must(e)
+	V := m.VDim
+	ly.Wo, ly.WoGather, e = l.splitMatrix(p+"attn_output.weight", sl, c.NHead*V, E, sl.HeadLo*V, sl.HeadHi*V)
+	must(e)
+	return err
+}
+
 // packWeights replaces the layers' matrices (and an output matrix that is
 // not the embedding) with resident copies (kernels.Resident): in the packed
 // layout of the active kernels where they have one, so that decoding reads
@@ -354,7 +397,7 @@ func packWeights(w *Weights, release func([]byte) bool) {
 	}
 	for i := w.Lo; i < w.Hi; i++ {
 		ly := &w.Layers[i]
-		for _, m := range []**kernels.Matrix{&ly.Wq, &ly.Wk, &ly.Wv, &ly.Wo, &ly.Gate, &ly.Up, &ly.Down, &ly.ShGate, &ly.ShUp, &ly.ShDown} {
+		for _, m := range []**kernels.Matrix{&ly.Wq, &ly.Wk, &ly.Wv, &ly.Wo, &ly.Gate, &ly.Up, &ly.Down, &ly.ShGate, &ly.ShUp, &ly.ShDown, &ly.WqA, &ly.WqB, &ly.WkvA} {
 			pack(m)
 		}
 		packExperts(ly, release)

@@ -15,7 +15,7 @@ import (
 
 // Spec describes the model to write.
 type Spec struct {
-	Arch        string // llama, qwen2, qwen3, llama-moe (Mixtral-style), qwen2moe, qwen3moe, gemma3, gpt-oss, glm4moe, bert
+	Arch        string // llama, qwen2, qwen3, llama-moe (Mixtral-style), qwen2moe, qwen3moe, gemma3, gpt-oss, glm4moe, deepseek2, bert
 	NEmbd       int
 	NLayer      int
 	NHead       int
@@ -34,6 +34,15 @@ type Spec struct {
 	DenseLead, NFFDense, NShared, RopeDim, NextN int
 	ExpertScale                                  float32
 	SoftmaxGate                                  bool
+	// deepseek2 (as glm4moe, and without NextN blocks): multi-head latent
+	// attention of KVLora latent values (0 = 4·VDim) and VDim values per
+	// head (0 = HeadDim - RopeDim), HeadDim being a query head's size
+	// (key_length_mla; RopeDim 0 = a third of it); queries through a QLora
+	// rank (0 = 3·KVLora; -1 = none, the lite variant's attn_q);
+	// ExpertGroups groups of experts of which ExpertGroupsUsed are chosen
+	// from (0 = no groups).
+	QLora, KVLora, VDim            int
+	ExpertGroups, ExpertGroupsUsed int
 	Ctx                                          int
 	// RopeScaling ("linear" or "yarn"), RopeFactor and RopeOrigCtx write
 	// the rope.scaling keys (none when RopeScaling is "").
@@ -88,10 +97,12 @@ func (s *Spec) arch() (ggufArch string, moe, qwen bool, err error) {
 		return "gpt-oss", true, false, nil
 	case "glm4moe":
 		return "glm4moe", true, false, nil
+	case "deepseek2":
+		return "deepseek2", true, false, nil
 	case "bert":
 		return "bert", false, false, nil
 	}
-	return "", false, false, fmt.Errorf("unknown arch %q (want llama, qwen2, qwen3, moe, qwen2moe, qwen3moe, gemma3, gpt-oss, glm4moe or bert)", s.Arch)
+	return "", false, false, fmt.Errorf("unknown arch %q (want llama, qwen2, qwen3, moe, qwen2moe, qwen3moe, gemma3, gpt-oss, glm4moe, deepseek2 or bert)", s.Arch)
 }
 
 func nVocab(kvs []gguf.KV) int {
@@ -273,8 +284,36 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 			s.RopeTheta = 1e6
 		}
 	}
-	gemma, oai, glm := name == "gemma3", name == "gpt-oss", name == "glm4moe"
+	gemma, oai, ds := name == "gemma3", name == "gpt-oss", name == "deepseek2"
+	glm := name == "glm4moe" || ds // DeepSeek's MoE blocks
 	ropeDim := hd
+	if ds {
+		s.NHeadKV = 1 // the latent, one row per token
+		if s.RopeDim == 0 {
+			s.RopeDim = hd / 3 / 2 * 2
+		}
+		if s.NextN == 0 {
+			s.NextN = -1
+		}
+		if s.VDim == 0 {
+			s.VDim = hd - s.RopeDim
+		}
+		if s.KVLora == 0 {
+			s.KVLora = 4 * s.VDim
+		}
+		switch s.QLora {
+		case 0:
+			s.QLora = 3 * s.KVLora
+		case -1:
+			s.QLora = 0
+		}
+		if s.RopeDim <= 0 || s.RopeDim >= hd {
+			return fmt.Errorf("rope dimensions %d must be positive and below the query head size %d", s.RopeDim, hd)
+		}
+		if g, u := s.ExpertGroups, s.ExpertGroupsUsed; g > 1 && (s.NExpert%g != 0 || u < 1 || u > g) {
+			return fmt.Errorf("%d expert groups (%d used) do not divide %d experts", g, u, s.NExpert)
+		}
+	}
 	if glm {
 		if s.DenseLead == 0 {
 			s.DenseLead = 1
@@ -359,9 +398,24 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 	for l := 0; l < s.NLayer+s.NextN; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
 		add(p+"attn_norm.weight", "norm", l, 0, E)
-		add(p+"attn_q.weight", "attn_q", l, s.Std, E, Q)
-		add(p+"attn_k.weight", "attn_k", l, s.Std, E, KV)
-		add(p+"attn_v.weight", "attn_v", l, s.Std, E, KV)
+		if ds {
+			if s.QLora > 0 {
+				add(p+"attn_q_a.weight", "attn_q", l, s.Std, E, s.QLora)
+				add(p+"attn_q_a_norm.weight", "norm", l, 0, s.QLora)
+				add(p+"attn_q_b.weight", "attn_q", l, s.Std, s.QLora, Q)
+			} else {
+				add(p+"attn_q.weight", "attn_q", l, s.Std, E, Q)
+			}
+			add(p+"attn_kv_a_mqa.weight", "attn_k", l, s.Std, E, s.KVLora+ropeDim)
+			add(p+"attn_kv_a_norm.weight", "norm", l, 0, s.KVLora)
+			add(p+"attn_k_b.weight", "attn_k", l, s.Std*4, hd-ropeDim, s.KVLora, s.NHead)
+			add(p+"attn_v_b.weight", "attn_v", l, s.Std*4, s.KVLora, s.VDim, s.NHead)
+			add(p+"attn_output.weight", "attn_output", l, s.Std, s.NHead*s.VDim, E)
+		} else {
+			add(p+"attn_q.weight", "attn_q", l, s.Std, E, Q)
+			add(p+"attn_k.weight", "attn_k", l, s.Std, E, KV)
+			add(p+"attn_v.weight", "attn_v", l, s.Std, E, KV)
+		}
 		if oai {
 			add(p+"attn_q.bias", "bias", l, s.Std, Q)
 			add(p+"attn_k.bias", "bias", l, s.Std, KV)
@@ -369,7 +423,7 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 			add(p+"attn_output.bias", "bias", l, s.Std, E)
 			plan = append(plan, tensorPlan{name: p + "attn_sinks.weight", typ: quant.F32, dims: []uint64{u(s.NHead)}, std: 1})
 		}
-		if glm || qwen && (name == "qwen2" || name == "qwen2moe") {
+		if glm && !ds || qwen && (name == "qwen2" || name == "qwen2moe") {
 			add(p+"attn_q.bias", "bias", l, s.Std, Q)
 			add(p+"attn_k.bias", "bias", l, s.Std, KV)
 			add(p+"attn_v.bias", "bias", l, s.Std, KV)
@@ -378,11 +432,13 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 			add(p+"attn_q_norm.weight", "norm", l, 0, hd)
 			add(p+"attn_k_norm.weight", "norm", l, 0, hd)
 		}
-		add(p+"attn_output.weight", "attn_output", l, s.Std, Q, E)
+		if !ds {
+			add(p+"attn_output.weight", "attn_output", l, s.Std, Q, E)
+		}
 		if gemma {
 			add(p+"post_attention_norm.weight", "norm", l, 0, E)
 		}
-		if oai || glm {
+		if oai || glm && !ds {
 			add(p+"post_attention_norm.weight", "norm", l, 0, E)
 		} else {
 			add(p+"ffn_norm.weight", "norm", l, 0, E)
@@ -409,8 +465,10 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 			// one another (saturated ones nearly tie), a smaller bias.
 			X, S := s.NExpert, F*s.NShared
 			rstd := float32(1.5 / math.Sqrt(float64(E)))
-			plan = append(plan, tensorPlan{name: p + "ffn_gate_inp.weight", typ: quant.F32, dims: []uint64{u(E), u(X)}, std: rstd},
-				tensorPlan{name: p + "exp_probs_b.bias", typ: quant.F32, dims: []uint64{u(X)}, std: 0.05})
+			plan = append(plan, tensorPlan{name: p + "ffn_gate_inp.weight", typ: quant.F32, dims: []uint64{u(E), u(X)}, std: rstd})
+			if !s.SoftmaxGate {
+				plan = append(plan, tensorPlan{name: p + "exp_probs_b.bias", typ: quant.F32, dims: []uint64{u(X)}, std: 0.05})
+			}
 			add(p+"ffn_gate_exps.weight", "ffn_gate", l, s.Std, E, F, X)
 			add(p+"ffn_up_exps.weight", "ffn_up", l, s.Std, E, F, X)
 			add(p+"ffn_down_exps.weight", "ffn_down", l, s.Std, F, E, X)
@@ -482,7 +540,21 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 		{Key: p + "rope.dimension_count", Value: uint32(ropeDim)},
 		{Key: p + "attention.layer_norm_rms_epsilon", Value: s.RMSEps},
 	}
-	if hd != E/s.NHead {
+	switch {
+	case ds:
+		kvs = append(kvs, gguf.KV{Key: p + "attention.key_length", Value: uint32(s.KVLora + ropeDim)},
+			gguf.KV{Key: p + "attention.value_length", Value: uint32(s.KVLora)},
+			gguf.KV{Key: p + "attention.key_length_mla", Value: uint32(hd)},
+			gguf.KV{Key: p + "attention.value_length_mla", Value: uint32(s.VDim)},
+			gguf.KV{Key: p + "attention.kv_lora_rank", Value: uint32(s.KVLora)})
+		if s.QLora > 0 {
+			kvs = append(kvs, gguf.KV{Key: p + "attention.q_lora_rank", Value: uint32(s.QLora)})
+		}
+		if s.ExpertGroups > 1 {
+			kvs = append(kvs, gguf.KV{Key: p + "expert_group_count", Value: uint32(s.ExpertGroups)},
+				gguf.KV{Key: p + "expert_group_used_count", Value: uint32(s.ExpertGroupsUsed)})
+		}
+	case hd != E/s.NHead:
 		kvs = append(kvs, gguf.KV{Key: p + "attention.key_length", Value: uint32(hd)}, gguf.KV{Key: p + "attention.value_length", Value: uint32(hd)})
 	}
 	if gemma || oai {
@@ -515,8 +587,10 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 				gguf.KV{Key: p + "leading_dense_block_count", Value: uint32(s.DenseLead)},
 				gguf.KV{Key: p + "expert_weights_scale", Value: s.ExpertScale},
 				gguf.KV{Key: p + "expert_weights_norm", Value: true},
-				gguf.KV{Key: p + "expert_gating_func", Value: gating},
-				gguf.KV{Key: p + "nextn_predict_layers", Value: uint32(s.NextN)})
+				gguf.KV{Key: p + "expert_gating_func", Value: gating})
+			if !ds {
+				kvs = append(kvs, gguf.KV{Key: p + "nextn_predict_layers", Value: uint32(s.NextN)})
+			}
 		}
 	}
 	if s.Pooling > 0 {

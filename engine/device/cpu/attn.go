@@ -47,6 +47,9 @@ func (r *Range) attnRange(w, a, z int) {
 	if m.AttnScale != 0 {
 		scale, qscale = 1, m.AttnScale
 	}
+	if m.MLA != nil {
+		scale = m.MLA.KQScale
+	}
 	swa := m.SWA(r.cur)
 	ly := r.layer(r.cur)
 	// hw and row: a head's and a position's words in the cache

@@ -24,6 +24,8 @@ type scratch struct {
 	expIdx           []int
 	eg, eu, eo, ex   []float32
 	shgate           []float32
+	groupScore       []float32 // per expert group, its selection score
+	groupIdx         []int
 }
 
 // Grow returns s resized to n, reallocated only when its capacity is short
@@ -61,6 +63,9 @@ func (r *Range) Begin(b *device.Batch) error {
 	if r.swaRope != nil {
 		s.cosL = Grow(s.cosL, n*half)
 		s.sinL = Grow(s.sinL, n*half)
+	}
+	if r.mla != nil {
+		r.beginMLA(n)
 	}
 	s.tokSeq = Grow(s.tokSeq, n)
 	s.tokPos = Grow(s.tokPos, n)

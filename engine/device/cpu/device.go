@@ -41,6 +41,9 @@ type Range struct {
 	// attnParts: attention jobs split each KV head's query heads in this
 	// many parts (see attention).
 	attnParts int
+	// mla is the multi-head latent attention state (Spec.MLA), or nil.
+	mla       *mlaState
+	mlaPrepFn func(lo, hi int)
 }
 
 // Load places ld on the CPU.
@@ -51,6 +54,9 @@ func Load(ld device.Load) (*Range, error) {
 	sp, p := &ld.Spec, ld.Part
 	if err := kv.CheckType(ld.KV.Type, sp.HeadDim); ld.KV.Type != quant.F32 && err != nil {
 		return nil, err
+	}
+	if sp.MLA != nil && (!ld.KV.VInK || ld.KV.Type != quant.F16 && ld.KV.Type != quant.F32) {
+		return nil, fmt.Errorf("cpu: multi-head latent attention caches its latent once (V a view of K) in an F16 cache; got %s with VInK %v", ld.KV.Type, ld.KV.VInK)
 	}
 	r := &Range{sp: sp, ld: ld, pool: kernels.NewPool(ld.Threads), store: kv.NewHostStore(ld.KV),
 		nh: p.HeadHi - p.HeadLo, nkv: p.KVHi - p.KVLo}
@@ -65,6 +71,9 @@ func Load(ld device.Load) (*Range, error) {
 	}
 	r.prepFn = r.prepRange
 	r.attnFn = r.attnRange
+	if sp.MLA != nil {
+		r.initMLA()
+	}
 	r.attnWork = make([]attnScratch, r.pool.Threads())
 	ctx := ld.KV.NumBlocks * ld.KV.BlockSize
 	group := sp.NHead / sp.NHeadKV

@@ -10,6 +10,9 @@ func (r *Range) Attention(l int, x, out []float32) (bool, error) {
 	s, ly := &r.s, r.layer(l)
 	n := s.n
 	r.norm(x, ly.AttnNorm)
+	if r.mla != nil {
+		return r.mlaAttention(l, ly, out)
+	}
 	if r.nh > 0 {
 		if t := ly.Wq.ActType(); ly.Wk.ActType() == t && ly.Wv.ActType() == t {
 			kernels.QuantizeActs(r.pool, t, s.xn, n, ly.Wq.Cols, s.acts)

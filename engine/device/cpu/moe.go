@@ -36,11 +36,18 @@ func (r *Range) moe(ly *device.Layer, out []float32) (partial bool, err error) {
 		} else {
 			Softmax(p)
 		}
-		if b := ly.ExpProbsB; b != nil {
-			// chosen by score plus bias, weighted by the score alone
+		if b := ly.ExpProbsB; b != nil || m.ExpertGroups > 1 {
+			// chosen by score plus bias (within the best groups), weighted
+			// by the score alone
 			sel := s.expSel[:X]
-			for e := range sel {
-				sel[e] = p[e] + b[e]
+			copy(sel, p)
+			if b != nil {
+				for e := range sel {
+					sel[e] += b[e]
+				}
+			}
+			if m.ExpertGroups > 1 {
+				r.maskGroups(sel)
 			}
 			TopK(sel, idx, K)
 		} else {
@@ -181,3 +188,39 @@ func (r *Range) ffnOAI(ly *device.Layer, e int, ex *device.Expert, x []float32, 
 
 // gpt-oss's SwiGLU: x·σ(αx)·(y+1) with x at most the limit and y within it.
 const oaiAlpha, oaiLimit = 1.702, 7.0
+
+// maskGroups limits the experts' selection scores sel to the
+// Spec.ExpertGroupsUsed groups (of Spec.ExpertGroups runs of consecutive
+// experts) whose two best scores sum highest, as DeepSeek-V3 routes and
+// llama.cpp computes it: the others' scores become -∞.
+func (r *Range) maskGroups(sel []float32) {
+	m, s := r.sp, &r.s
+	G := m.ExpertGroups
+	per := len(sel) / G
+	s.groupScore = Grow(s.groupScore, G)
+	s.groupIdx = Grow(s.groupIdx, G)
+	for g := 0; g < G; g++ {
+		a, b := float32(math.Inf(-1)), float32(math.Inf(-1)) // the two best
+		for _, v := range sel[g*per : (g+1)*per] {
+			if v > a {
+				a, b = v, a
+			} else if v > b {
+				b = v
+			}
+		}
+		s.groupScore[g] = a + b
+	}
+	TopK(s.groupScore, s.groupIdx, m.ExpertGroupsUsed)
+	keep := s.groupScore // reused: 1 for a kept group
+	clear(keep)
+	for _, g := range s.groupIdx[:m.ExpertGroupsUsed] {
+		keep[g] = 1
+	}
+	for g := 0; g < G; g++ {
+		if keep[g] == 0 {
+			for e := g * per; e < (g+1)*per; e++ {
+				sel[e] = float32(math.Inf(-1))
+			}
+		}
+	}
+}

@@ -58,12 +58,15 @@ func (d Fit) Load(ld device.Load) (device.Range, error) {
 // lacks names the first operation ld needs that the GPU kernels do not
 // have ("" when none): a quantized KV cache, gemma's GELU, query scale,
 // sliding window, second RoPE base and post-norms, gpt-oss's sinks and
-// experts, DeepSeek-V3's and GLM-4.5's gating and dense layers.
+// experts, DeepSeek-V3's latent attention, its and GLM-4.5's gating and
+// dense layers.
 func lacks(ld device.Load) string {
 	if t := ld.KV.Type; t != quant.F16 && t != quant.F32 {
 		return "a " + t.String() + " KV cache"
 	}
 	switch sp := &ld.Spec; {
+	case sp.MLA != nil:
+		return "multi-head latent attention (DeepSeek-V3)"
 	case sp.SigmoidGate || sp.ExpertScale != 0:
 		return "sigmoid expert gating and scaled expert weights (DeepSeek-V3, GLM-4.5)"
 	case sp.OAI:
