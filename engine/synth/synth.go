@@ -43,7 +43,7 @@ type Spec struct {
 	// from (0 = no groups).
 	QLora, KVLora, VDim            int
 	ExpertGroups, ExpertGroupsUsed int
-	Ctx                                          int
+	Ctx                            int
 	// RopeScaling ("linear" or "yarn"), RopeFactor and RopeOrigCtx write
 	// the rope.scaling keys (none when RopeScaling is "").
 	RopeScaling string
