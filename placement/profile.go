@@ -111,7 +111,7 @@ func ProfileFromTensors(name string, c model.Config, tensors []gguf.TensorInfo) 
 	p := ModelProfile{
 		Name: name, Arch: c.Arch.Name, NLayer: c.NLayer, NEmbd: c.NEmbd, NHead: c.NHead, NHeadKV: c.NHeadKV,
 		HeadDim: c.HeadDim, NVocab: c.NVocab, NExpert: c.NExpert, NExpertUsed: c.NExpertUsed,
-		KVBytesPerToken: uint64(2 * c.NHeadKV * c.HeadDim * 2),
+		KVBytesPerToken: uint64(c.KVHalves() * c.NHeadKV * c.HeadDim * 2), // F16 K and V, or MLA's one latent row
 		Layers:          make([]LayerProfile, c.NLayer),
 		Tied:            true,
 	}
@@ -147,7 +147,8 @@ func ProfileFromTensors(name string, c model.Config, tensors []gguf.TensorInfo) 
 		l := &p.Layers[layer]
 		switch role {
 		case "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
-			"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias":
+			"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias",
+			"attn_q_b.weight", "attn_k_b.weight", "attn_v_b.weight": // (latent attention's per-head parts; its shared projections are fixed)
 			l.AttnBytes += t.Size
 			l.AttnFLOPs += flops
 			if role == "attn_output.weight" {
@@ -187,7 +188,7 @@ func ProfileFromTensors(name string, c model.Config, tensors []gguf.TensorInfo) 
 	if c.NExpert > 0 && (c.NExpertUsed <= 0 || c.NExpertUsed > c.NExpert) {
 		return ModelProfile{}, fmt.Errorf("placement: %d experts used of %d", c.NExpertUsed, c.NExpert)
 	}
-	p.HeadUnit = headUnit(c.NHead, c.NHeadKV, c.HeadDim, attnBlock)
+	p.HeadUnit = headUnit(c.NHead, c.NHeadKV, c.OutHeadDim(), attnBlock)
 	p.FFNUnit = ffnUnit(p.FFNDim, ffnBlock)
 	return p, nil
 }

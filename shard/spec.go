@@ -186,8 +186,15 @@ func (s ShardSpec) Slices(t *Table) ([]TensorSlice, error) {
 			// the layer's own columns (a MoE model's leading dense layers are wider)
 			_, lo, hi = c.LayerFFN(layer, &model.Slice{Rank: s.TPRank, Size: max(s.TPSize, 1), FFNLo: lo, FFNHi: hi})
 			switch role {
-			case "attn_q.weight":
-				sl, err = rowSlice(ti, [][2]int{{hLo * hd, hHi * hd}})
+			case "attn_q.weight", "attn_q_b.weight":
+				qhd := c.QHeadDim()
+				sl, err = rowSlice(ti, [][2]int{{hLo * qhd, hHi * qhd}})
+			case "attn_k_b.weight", "attn_v_b.weight": // latent attention: rows per head
+				per := c.MLA.KVLora
+				if role == "attn_v_b.weight" {
+					per = c.MLA.VDim
+				}
+				sl, err = rowSlice(ti, [][2]int{{hLo * per, hHi * per}})
 			case "attn_k.weight", "attn_v.weight":
 				sl, err = rowSlice(ti, [][2]int{{kvLo * hd, kvHi * hd}})
 			case "attn_q.bias":
@@ -195,7 +202,8 @@ func (s ShardSpec) Slices(t *Table) ([]TensorSlice, error) {
 			case "attn_k.bias", "attn_v.bias":
 				sl, err = colSlice(ti, kvLo*hd, kvHi*hd)
 			case "attn_output.weight":
-				sl, err = s.splitSlice(ti, hLo*hd, hHi*hd)
+				ohd := c.OutHeadDim()
+				sl, err = s.splitSlice(ti, hLo*ohd, hHi*ohd)
 			case "ffn_gate.weight", "ffn_up.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight":
 				sl, err = rowSlice(ti, [][2]int{{lo, hi}})
 			case "ffn_down.weight", "ffn_down_shexp.weight":

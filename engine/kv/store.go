@@ -104,6 +104,19 @@ func (s *HostStore) Put(layer int, blocks []int32, pos int, k, v []float32) {
 	}
 }
 
+// Bytes is the memory the store's rows take (V counted once more only
+// when it is not a view of K).
+func (s *HostStore) Bytes() int64 {
+	var n int64
+	for l := range s.k {
+		n += 2 * int64(len(s.k[l]))
+		if !s.vInK {
+			n += 2 * int64(len(s.v[l]))
+		}
+	}
+	return n
+}
+
 // Type is how the store keeps its rows.
 func (s *HostStore) Type() quant.Type { return s.typ }
 
