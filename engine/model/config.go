@@ -357,9 +357,6 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 			c.RopeScale = 1 / factor
 		}
 	case "yarn":
-		if c.MLA != nil {
-			return Config{}, fmt.Errorf("yarn rope scaling with multi-head latent attention is not supported yet")
-		}
 		if factor <= 0 {
 			return Config{}, fmt.Errorf("yarn rope scaling without rope.scaling.factor")
 		}
@@ -374,8 +371,23 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 		if *err != nil {
 			return Config{}, *err
 		}
-		if _, ok := f.Lookup(p + "rope.scaling.yarn_log_multiplier"); ok || ext != 1 {
-			return Config{}, fmt.Errorf("yarn rope scaling with a log multiplier or an extrapolation factor other than 1 is not supported yet")
+		_, hasLogMul := f.Lookup(p + "rope.scaling.yarn_log_multiplier")
+		if hasLogMul && c.MLA == nil || ext != 1 {
+			return Config{}, fmt.Errorf("yarn rope scaling with an extrapolation factor other than 1, or a log multiplier outside DeepSeek's latent attention, is not supported yet")
+		}
+		if c.MLA != nil {
+			// as llama.cpp scales DeepSeek's YaRN: RoPE's cos and sin by
+			// the attention factor alone (its own ln-factor term
+			// cancelled), the scores by mscale² with mscale = factor ·
+			// (1 + log_mul·ln(scale)) (the file's log_mul is 0.1 ×
+			// DeepSeek's mscale_all_dim)
+			var logMul float32
+			getf("rope.scaling.yarn_log_multiplier", &logMul, 0)
+			ln := float32(math.Log(float64(factor)))
+			org := y.AttnFactor
+			y.AttnFactor = org / (1 + 0.1*ln)
+			ms := org * (1 + logMul*ln)
+			c.MLA.KQScale *= ms * ms
 		}
 		c.Yarn = &y
 	case "none":

@@ -49,6 +49,9 @@ type Spec struct {
 	RopeScaling string
 	RopeFactor  float32
 	RopeOrigCtx int
+	// YarnLogMul, when not 0, writes rope.scaling.yarn_log_multiplier
+	// (deepseek2: the scores' YaRN scale).
+	YarnLogMul float32
 	// Window is gemma3's sliding window (0 = 512; one global layer after
 	// every five sliding ones).
 	Window     int
@@ -564,6 +567,9 @@ func Write(w io.Writer, s Spec, progress func(done, total int64)) error {
 		kvs = append(kvs, gguf.KV{Key: p + "rope.scaling.type", Value: s.RopeScaling}, gguf.KV{Key: p + "rope.scaling.factor", Value: s.RopeFactor})
 		if s.RopeOrigCtx > 0 {
 			kvs = append(kvs, gguf.KV{Key: p + "rope.scaling.original_context_length", Value: uint32(s.RopeOrigCtx)})
+		}
+		if s.YarnLogMul != 0 {
+			kvs = append(kvs, gguf.KV{Key: p + "rope.scaling.yarn_log_multiplier", Value: s.YarnLogMul})
 		}
 	}
 	if moe {
