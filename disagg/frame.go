@@ -24,19 +24,22 @@ import (
 //	26   2    end KV head, exclusive
 //	28   2    head dim
 //	30   1    dtype (2 = f16, numbered as transport's tensor dtypes)
-//	31   1    reserved, zero
+//	31   1    flags: bit 0 set = K only (V is a view of K: multi-head
+//	          latent attention's cache); the other bits zero
 //	32   4    payload length in bytes
 //	36   n    payload
 //	36+n 4    CRC-32C (Castagnoli) of bytes [0, 36+n): header and payload
 //
 // A data frame's payload is K then V of positions [pos, pos+count) and heads
-// [lo, hi), each laid out [position][head][dim]: 4·count·(hi-lo)·dim bytes.
+// [lo, hi), each laid out [position][head][dim]: 4·count·(hi-lo)·dim bytes;
+// with the K-only flag, K alone: 2·count·(hi-lo)·dim bytes.
 // An end frame's payload is 24 bytes (big-endian): data frames sent (u64),
 // their payload bytes (u64), layers sent (u32), positions per layer (u32).
 // An abort frame's payload is the reason, at most MaxReason bytes of text.
 // An ack frame has none. End, abort and ack frames have every header field
 // after the transfer ID zero.
 const (
+	flagKOnly                = 1
 	frameMagic0, frameMagic1 = 'K', 'V'
 	// Version is the KV frame version this node speaks.
 	Version    = 1
@@ -142,7 +145,18 @@ type Frame struct {
 	HeadHi   int    // end of the KV heads carried, exclusive
 	HeadDim  int    // elements per head
 	DType    DType
-	Payload  []byte
+	// KOnly: the payload is K alone; the receiver's V is a view of K
+	// (multi-head latent attention caches one latent row per token).
+	KOnly   bool
+	Payload []byte
+}
+
+// halves is how many of K and V a data frame's payload carries.
+func (f *Frame) halves() int {
+	if f.KOnly {
+		return 1
+	}
+	return 2
 }
 
 // Totals is what an end frame reports, for the receiver to compare with
@@ -207,6 +221,11 @@ func (f *Frame) Heads() int { return f.HeadHi - f.HeadLo }
 // heads heads of dim headDim: K and V, F16 each.
 func DataLen(count, heads, headDim int) int { return 4 * count * heads * headDim }
 
+// dataLen is DataLen for f's kind of payload (half of it for K only).
+func (f *Frame) dataLen(count, heads int) int {
+	return DataLen(count, heads, f.HeadDim) / 2 * f.halves()
+}
+
 // MaxPositions is the most positions of heads heads of dim headDim one data
 // frame may carry within limit payload bytes (MaxFrame if limit <= 0); a
 // sender cuts a layer's positions into frames of at most this many.
@@ -240,23 +259,28 @@ func (f *Frame) String() string {
 
 // SetKV fills a data frame's payload (reusing its capacity) from k and v,
 // F16 bits laid out [position][head][dim] for the frame's positions and
-// heads, as kv.Cache.ExportRange gives them.
+// heads, as kv.Cache.ExportRange gives them. A K-only frame takes no v
+// (nil).
 func (f *Frame) SetKV(k, v []uint16) error {
 	if err := f.checkShape(); err != nil {
 		return err
 	}
 	n := f.Count * f.Heads() * f.HeadDim
-	if len(k) != n || len(v) != n {
+	if len(k) != n || len(v) != n && !(f.KOnly && len(v) == 0) {
 		return fmt.Errorf("kv frame: %d positions × heads [%d,%d) × dim %d take %d values each for k and v, got %d and %d",
 			f.Count, f.HeadLo, f.HeadHi, f.HeadDim, n, len(k), len(v))
 	}
-	if cap(f.Payload) >= 4*n {
-		f.Payload = f.Payload[:4*n]
+	size := 2 * n * f.halves()
+	if cap(f.Payload) >= size {
+		f.Payload = f.Payload[:size]
 	} else {
-		f.Payload = make([]byte, 4*n)
+		f.Payload = make([]byte, size)
 	}
 	for i, x := range k {
 		binary.LittleEndian.PutUint16(f.Payload[2*i:], x)
+	}
+	if f.KOnly {
+		return nil
 	}
 	vp := f.Payload[2*n:]
 	for i, x := range v {
@@ -276,12 +300,13 @@ func (f *Frame) Overlap(a, b int) (lo, hi int, ok bool) {
 // lie within the frame's heads, into k and v laid out [position][head][dim]
 // (each of Count*(hi-lo)*HeadDim values), ready for kv.Cache.ImportRange.
 // A decode member holding heads [a, b) takes Overlap(a, b) of each frame.
+// A K-only frame fills k alone (v may be nil).
 func (f *Frame) DecodeHeads(lo, hi int, k, v []uint16) error {
 	if err := f.checkSub(lo, hi); err != nil {
 		return err
 	}
 	n := f.Count * (hi - lo) * f.HeadDim
-	if len(k) != n || len(v) != n {
+	if len(k) != n || len(v) != n && !(f.KOnly && len(v) == 0) {
 		return fmt.Errorf("kv frame: heads [%d,%d) of %d positions × dim %d take %d values each for k and v, got %d and %d",
 			lo, hi, f.Count, f.HeadDim, n, len(k), len(v))
 	}
@@ -291,7 +316,9 @@ func (f *Frame) DecodeHeads(lo, hi int, k, v []uint16) error {
 		src := 2 * (t*stride + skip)
 		for i := 0; i < w; i++ {
 			k[t*w+i] = binary.LittleEndian.Uint16(f.Payload[src+2*i:])
-			v[t*w+i] = binary.LittleEndian.Uint16(f.Payload[half+src+2*i:])
+			if !f.KOnly {
+				v[t*w+i] = binary.LittleEndian.Uint16(f.Payload[half+src+2*i:])
+			}
 		}
 	}
 	return nil
@@ -306,12 +333,14 @@ func (f *Frame) SliceHeads(lo, hi int) (*Frame, error) {
 	}
 	g := *f
 	g.HeadLo, g.HeadHi = lo, hi
-	g.Payload = make([]byte, DataLen(f.Count, hi-lo, f.HeadDim))
+	g.Payload = make([]byte, f.dataLen(f.Count, hi-lo))
 	w, stride, skip := 2*(hi-lo)*f.HeadDim, 2*f.Heads()*f.HeadDim, 2*(lo-f.HeadLo)*f.HeadDim
 	half, ghalf := len(f.Payload)/2, len(g.Payload)/2
 	for t := 0; t < f.Count; t++ {
 		copy(g.Payload[t*w:(t+1)*w], f.Payload[t*stride+skip:])
-		copy(g.Payload[ghalf+t*w:ghalf+(t+1)*w], f.Payload[half+t*stride+skip:])
+		if !f.KOnly {
+			copy(g.Payload[ghalf+t*w:ghalf+(t+1)*w], f.Payload[half+t*stride+skip:])
+		}
 	}
 	return &g, nil
 }
@@ -322,7 +351,7 @@ func (f *Frame) checkSub(lo, hi int) error {
 	if err := f.checkShape(); err != nil {
 		return err
 	}
-	if want := DataLen(f.Count, f.Heads(), f.HeadDim); len(f.Payload) != want {
+	if want := f.dataLen(f.Count, f.Heads()); len(f.Payload) != want {
 		return fmt.Errorf("kv frame: payload of %d bytes, %d positions × heads [%d,%d) × dim %d take %d",
 			len(f.Payload), f.Count, f.HeadLo, f.HeadHi, f.HeadDim, want)
 	}
@@ -360,9 +389,13 @@ func (f *Frame) check(plen int64) error {
 		}
 		if plen >= 0 {
 			// Below 2^32 · 2^16 · 2^16 · 4: no overflow in a uint64.
-			if want := 4 * uint64(f.Count) * uint64(f.Heads()) * uint64(f.HeadDim); uint64(plen) != want {
-				return errorf(ErrBadFrame, "transfer %d layer %d: payload of %d bytes, %d positions × %d heads × dim %d of f16 k and v take %d",
-					f.Transfer, f.Layer, plen, f.Count, f.Heads(), f.HeadDim, want)
+			if want := 2 * uint64(f.halves()) * uint64(f.Count) * uint64(f.Heads()) * uint64(f.HeadDim); uint64(plen) != want {
+				what := "k and v"
+				if f.KOnly {
+					what = "k"
+				}
+				return errorf(ErrBadFrame, "transfer %d layer %d: payload of %d bytes, %d positions × %d heads × dim %d of f16 %s take %d",
+					f.Transfer, f.Layer, plen, f.Count, f.Heads(), f.HeadDim, what, want)
 			}
 		}
 		return nil
@@ -403,6 +436,9 @@ func WriteFrame(w io.Writer, f *Frame) error {
 	binary.BigEndian.PutUint16(hdr[26:], uint16(f.HeadHi))
 	binary.BigEndian.PutUint16(hdr[28:], uint16(f.HeadDim))
 	hdr[30], hdr[31] = byte(f.DType), 0
+	if f.KOnly {
+		hdr[31] = flagKOnly
+	}
 	binary.BigEndian.PutUint32(hdr[32:], uint32(len(f.Payload)))
 	sum := crc32.Update(crc32.Checksum(hdr[:], castagnoli), castagnoli, f.Payload)
 	var tr [trailerLen]byte
@@ -490,8 +526,9 @@ func readFrame(r io.Reader, max int, buf []byte) (*Frame, []byte, error) {
 		HeadDim:  int(binary.BigEndian.Uint16(hdr[28:])),
 		DType:    DType(hdr[30]),
 	}
-	if hdr[31] != 0 {
-		return nil, nil, errorf(ErrBadFrame, "reserved byte %#02x set in transfer %d", hdr[31], f.Transfer)
+	f.KOnly = hdr[31]&flagKOnly != 0 && f.Kind == KindData
+	if hdr[31] != 0 && !f.KOnly || hdr[31]&^flagKOnly != 0 {
+		return nil, nil, errorf(ErrBadFrame, "flags %#02x in a %v frame of transfer %d (only bit 0, K only, on a data frame)", hdr[31], f.Kind, f.Transfer)
 	}
 	if err := f.check(int64(plen)); err != nil {
 		return nil, nil, err

@@ -64,7 +64,7 @@ func TestFrameGolden(t *testing.T) {
 		0, 0, 0, 1, // count
 		0, 2, 0, 3, // heads [2,3)
 		0, 2, // head dim
-		2, 0, // dtype f16, reserved
+		2, 0, // dtype f16, flags
 		0, 0, 0, 8, // payload length
 		0x00, 0x3c, 0x00, 0x40, // K, little-endian f16
 		0x00, 0xbc, 0x01, 0x00, // V
@@ -164,7 +164,8 @@ func TestReadFrameRejects(t *testing.T) {
 		{"dtype unknown", patch(data, true, func(h []byte) { h[30] = 77 }), 0, ErrBadFrame, "dtype 77 (dtype(77))", headerLen},
 		{"unknown kind", patch(data, true, func(h []byte) { h[3] = 9 }), 0, ErrBadFrame, "unknown frame kind 9 in transfer 9", headerLen},
 		{"kind zero", patch(data, true, func(h []byte) { h[3] = 0 }), 0, ErrBadFrame, "unknown frame kind 0", headerLen},
-		{"reserved", patch(data, true, func(h []byte) { h[31] = 1 }), 0, ErrBadFrame, "reserved byte 0x01 set", headerLen},
+		{"unknown flag", patch(data, true, func(h []byte) { h[31] = 2 }), 0, ErrBadFrame, "flags 0x02 in a data frame", headerLen},
+		{"K-only, K and V long", patch(data, true, func(h []byte) { h[31] = 1 }), 0, ErrBadFrame, "of f16 k take", headerLen},
 		{"payload not the shape", patch(data, true, put32(20, 3)), 0, ErrBadFrame, "payload of 256 bytes, 3 positions × 2 heads × dim 8 of f16 k and v take 192", headerLen},
 		{"no positions", patch(data, true, put32(20, 0)), 0, ErrBadFrame, "positions [0,0)", headerLen},
 		{"positions past 2^32", patch(data, true, put32(16, 0xFFFFFFFE)), 0, ErrBadFrame, "must fit 32 bits", headerLen},
@@ -443,5 +444,61 @@ func checkStream(t *testing.T, data []byte) {
 				t.Fatalf("end frame without totals: %v", err)
 			}
 		}
+	}
+}
+
+// A K-only data frame (multi-head latent attention: V is a view of K)
+// carries K alone, half a K-and-V frame's payload; it round-trips, slices
+// by heads and decodes into k with no v; the flag on any other kind, or an
+// unknown flag bit, is refused.
+func TestKOnlyFrame(t *testing.T) {
+	full := dataFrame(t, 7, 3, 10, 5, 0, 2, 8)
+	f := &Frame{Kind: KindData, Transfer: 7, Layer: 3, Pos: 10, Count: 5, HeadLo: 0, HeadHi: 2, HeadDim: 8, DType: F16, KOnly: true}
+	n := 5 * 2 * 8
+	k := make([]uint16, n)
+	for i := range k {
+		k[i] = uint16(1000 + i)
+	}
+	if err := f.SetKV(k, nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Payload) != len(full.Payload)/2 {
+		t.Fatalf("K-only payload %d bytes, want %d", len(f.Payload), len(full.Payload)/2)
+	}
+	b := encode(t, f)
+	if b[31] != flagKOnly {
+		t.Fatalf("flags byte %#x", b[31])
+	}
+	got, err := NewFrameReader(bytes.NewReader(b), 0).Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.KOnly || !bytes.Equal(got.Payload, f.Payload) {
+		t.Fatalf("read back %+v", got)
+	}
+	g, err := got.SliceHeads(1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1 := make([]uint16, 5*8)
+	if err := g.DecodeHeads(1, 2, k1, nil); err != nil {
+		t.Fatal(err)
+	}
+	for p := 0; p < 5; p++ {
+		for d := 0; d < 8; d++ {
+			if want := k[p*16+8+d]; k1[p*8+d] != want {
+				t.Fatalf("position %d dim %d: %d, want %d", p, d, k1[p*8+d], want)
+			}
+		}
+	}
+	bad := append([]byte(nil), b...)
+	bad[31] = 2
+	if _, err := NewFrameReader(bytes.NewReader(bad), 0).Read(); err == nil {
+		t.Fatal("an unknown flag bit accepted")
+	}
+	end := encode(t, AckFrame(7))
+	end[31] = flagKOnly
+	if _, err := NewFrameReader(bytes.NewReader(end), 0).Read(); err == nil {
+		t.Fatal("the K-only flag on an ack frame accepted")
 	}
 }

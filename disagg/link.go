@@ -639,13 +639,16 @@ func (l *Link) receive(rs *recvStream) (*inbox, error) {
 		switch f.Kind {
 		case KindData:
 			n := f.Count * f.Heads() * f.HeadDim
-			kv := make([]uint16, 2*n)
-			p := &parallel.KVPiece{Layer: f.Layer, Pos: f.Pos, N: f.Count, HeadLo: f.HeadLo, HeadHi: f.HeadHi, HeadDim: f.HeadDim, K: kv[:n:n], V: kv[n:]}
+			kv := make([]uint16, f.halves()*n)
+			p := &parallel.KVPiece{Layer: f.Layer, Pos: f.Pos, N: f.Count, HeadLo: f.HeadLo, HeadHi: f.HeadHi, HeadDim: f.HeadDim, K: kv[:n:n]}
+			if !f.KOnly {
+				p.V = kv[n:]
+			}
 			if err := f.DecodeHeads(f.HeadLo, f.HeadHi, p.K, p.V); err != nil {
 				return in, fmt.Errorf("kv transfer %d: frame from %s: %w", in.id, rs.peer, err)
 			}
 			got.add(f)
-			if err := in.deliver(rs, p, 4*n); err != nil {
+			if err := in.deliver(rs, p, 2*f.halves()*n); err != nil {
 				return in, err
 			}
 		case KindEnd:
@@ -825,7 +828,7 @@ func checkPiece(id uint64, p *parallel.KVPiece) error {
 		return fmt.Errorf("kv transfer %d: piece of layer %d positions [%d,%d) heads [%d,%d) dim %d: not a valid range",
 			id, p.Layer, p.Pos, p.Pos+p.N, p.HeadLo, p.HeadHi, p.HeadDim)
 	}
-	if n := p.N * heads * p.HeadDim; len(p.K) != n || len(p.V) != n {
+	if n := p.N * heads * p.HeadDim; len(p.K) != n || len(p.V) != n && p.V != nil { // (nil V: K only)
 		return fmt.Errorf("kv transfer %d: piece of layer %d, %d positions × heads [%d,%d) × dim %d takes %d values each of k and v, got %d and %d",
 			id, p.Layer, p.N, p.HeadLo, p.HeadHi, p.HeadDim, n, len(p.K), len(p.V))
 	}
@@ -903,7 +906,11 @@ func (o *outStream) send(ctx context.Context, p *parallel.KVPiece) error {
 		}
 	}
 	heads := p.HeadHi - p.HeadLo
+	kOnly := p.V == nil // the receiver's V is a view of K
 	per := MaxPositions(heads, p.HeadDim, o.l.maxFrame)
+	if kOnly && per > 0 {
+		per *= 2
+	}
 	if per == 0 {
 		return fmt.Errorf("kv transfer %d to %s: one position of %d heads × dim %d takes %d bytes, over the %d-byte frame limit",
 			o.id, o.addr, heads, p.HeadDim, DataLen(1, heads, p.HeadDim), o.l.maxFrame)
@@ -913,8 +920,12 @@ func (o *outStream) send(ctx context.Context, p *parallel.KVPiece) error {
 		n := min(per, p.N-a)
 		f := &o.frame
 		*f = Frame{Kind: KindData, Transfer: o.id, Layer: p.Layer, Pos: p.Pos + a, Count: n,
-			HeadLo: p.HeadLo, HeadHi: p.HeadHi, HeadDim: p.HeadDim, DType: F16, Payload: f.Payload}
-		if err := f.SetKV(p.K[a*stride:(a+n)*stride], p.V[a*stride:(a+n)*stride]); err != nil {
+			HeadLo: p.HeadLo, HeadHi: p.HeadHi, HeadDim: p.HeadDim, DType: F16, KOnly: kOnly, Payload: f.Payload}
+		var v []uint16
+		if !kOnly {
+			v = p.V[a*stride : (a+n)*stride]
+		}
+		if err := f.SetKV(p.K[a*stride:(a+n)*stride], v); err != nil {
 			return fmt.Errorf("kv transfer %d to %s: %w", o.id, o.addr, err)
 		}
 		if err := o.write(ctx, f); err != nil {

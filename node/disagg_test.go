@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"shoal/api"
+	"shoal/engine/enginetest"
 	"shoal/node"
 	tc "shoal/node/nodetest"
 )
@@ -181,5 +182,96 @@ func TestDisaggregatedServing(t *testing.T) {
 	}
 	if drivers != 1 {
 		t.Errorf("%d agents report the model's KV gauge, want its one driver", drivers)
+	}
+}
+
+// TestDisaggregatedMLA (issue 37): a latent-attention model (deepseek2)
+// served with a prefill pool: what crosses the kv link is one latent row
+// per token and layer ((kv_lora_rank + rope_dim) F16 values, no V), and
+// the greedy completions equal those of the same file without
+// disaggregation.
+func TestDisaggregatedMLA(t *testing.T) {
+	oc := enginetest.ArchCase(t, "deepseek2-f16")
+	mc := configOf(t, oc.Model)
+	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) {
+		if i == 2 {
+			cfg.Serves = "prefill"
+		}
+	})
+	waitHealthy(t, c, 0, 3, 3, 20*time.Second)
+	for _, req := range []api.LoadModelRequest{
+		{Path: oc.Model, Name: "mla-split", Ctx: 256, Disagg: "on"},
+		{Path: oc.Model, Name: "mla-plain", Ctx: 256, Disagg: "off"},
+	} {
+		if _, err := c.Client(0, "").LoadModel(ctx(t), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc.Eventually(t, 60*time.Second, "both models ready", func() bool {
+		a, b := modelInfo(t, c, 0, "mla-split"), modelInfo(t, c, 0, "mla-plain")
+		return a != nil && b != nil && a.Status == "ready" && b.Status == "ready"
+	})
+	p, err := c.Client(0, "").Placement(ctx(t), "mla-split")
+	if err != nil {
+		t.Fatal(err)
+	}
+	driver := -1
+	for i, m := range c.Members {
+		if m.Cfg.Name == p.Stages[0].Members[0].NodeName {
+			driver = i
+		}
+	}
+	base := func(i int) string { return "http://" + c.Members[i].Agent.HTTPAddr() }
+	metricOf := func(i int, series string) float64 {
+		v, _ := metric(get(t, base(i)+"/metrics"), series)
+		return v
+	}
+	// a prompt long enough that the cost model sends it to the prefill pool
+	prompt := strings.Repeat("the quick brown fox jumps over the lazy dog. ", 4)
+	tc.Eventually(t, 30*time.Second, "a first remote prefill", func() bool {
+		post(t, base(driver)+"/v1/completions", fmt.Sprintf(`{"model":"mla-split","prompt":%q,"max_tokens":1}`, "warm "+prompt))
+		ok := metricOf(driver, `shoal_remote_prefills_total{model="mla-split",outcome="ok"}`) >= 1
+		if !ok {
+			for _, l := range strings.Split(get(t, base(driver)+"/metrics"), "\n") {
+				if strings.Contains(l, "prefill") && !strings.HasPrefix(l, "#") {
+					t.Log(l)
+				}
+			}
+		}
+		return ok
+	})
+	sent0 := metricOf(2, `shoal_kv_link_bytes_total{direction="sent",kind="payload"}`)
+	prompted := 0
+	answer := func(model string) string {
+		body := fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":8,"temperature":0}`, model, prompt)
+		var code int
+		var out string
+		tc.Eventually(t, 30*time.Second, "a completion of "+model, func() bool {
+			code, out = post(t, base(0)+"/v1/completions", body)
+			return code == 200
+		})
+		var r struct {
+			Choices []struct{ Text string } `json:"choices"`
+			Usage   struct {
+				Prompt int `json:"prompt_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.Choices) != 1 {
+			t.Fatalf("%s: %v %s", model, err, out)
+		}
+		if model == "mla-split" {
+			prompted += r.Usage.Prompt
+		}
+		return r.Choices[0].Text
+	}
+	want := answer("mla-plain")
+	if got := answer("mla-split"); got != want {
+		t.Errorf("the disaggregated model answers %q, the plain one %q", got, want)
+	}
+	sent := metricOf(2, `shoal_kv_link_bytes_total{direction="sent",kind="payload"}`) - sent0
+	perToken := (mc.MLA.KVLora + mc.RopeDim) * mc.NLayer * 2
+	t.Logf("the prefill agent sent %v bytes of KV for %d prompt tokens: %d per token ((%d + %d) x %d layers x 2)", sent, prompted, int(sent)/max(prompted, 1), mc.MLA.KVLora, mc.RopeDim, mc.NLayer)
+	if prompted == 0 || int(sent) != prompted*perToken {
+		t.Errorf("the prefill agent sent %v bytes of KV for %d prompt tokens, want %d per token", sent, prompted, perToken)
 	}
 }

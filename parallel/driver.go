@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -187,7 +188,19 @@ func (r *Reconciler) openPrefill(d *driver) {
 		r.log.Info("prefill pool not reachable; the decode pool prefills every prompt meanwhile", zap.String("model", d.name), zap.Error(err))
 	} else {
 		d.prefill = s
-		d.eng.SetRemotePrefill(&RemotePrefill{Session: s, Remote: d.rule, Fail: d.failPrefill, Chunk: d.chunk})
+		var lastErr atomic.Pointer[string]
+		observe := func(tokens int, _ time.Duration, err error) {
+			// a failed remote prefill falls back to the decode pool: say
+			// why once per distinct reason, not once per prompt
+			if err == nil {
+				return
+			}
+			msg := err.Error()
+			if old := lastErr.Swap(&msg); old == nil || *old != msg {
+				r.log.Warn("remote prefill failed; the decode pool prefilled the prompt", zap.String("model", d.name), zap.Int("tokens", tokens), zap.Error(err))
+			}
+		}
+		d.eng.SetRemotePrefill(&RemotePrefill{Session: s, Remote: d.rule, Fail: d.failPrefill, Chunk: d.chunk, Observe: observe})
 		r.log.Info("prefill pool ready: long prompts are prefilled there", zap.String("model", d.name), zap.Uint64("version", v.version))
 	}
 	if old != nil {

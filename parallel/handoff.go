@@ -200,15 +200,22 @@ func (im *kvImport) run(ctx context.Context, r *model.Runner, in KVInbox) error 
 			return fmt.Errorf("a piece of positions [%d,%d), the transfer is [%d,%d)", p.Pos, p.Pos+p.N, im.pos, im.pos+im.n)
 		case a >= z || p.HeadDim != D:
 			return fmt.Errorf("a piece of heads [%d,%d) of dim %d, this member holds [%d,%d) of dim %d", p.HeadLo, p.HeadHi, p.HeadDim, hlo, hhi, D)
-		case len(p.K) != p.N*ph*D || len(p.V) != len(p.K):
+		case len(p.K) != p.N*ph*D || len(p.V) != len(p.K) && !(cfg.VInK && p.V == nil):
 			return fmt.Errorf("a piece of %d/%d values for %d positions of %d heads", len(p.K), len(p.V), p.N, ph)
+		case cfg.VInK != (p.V == nil):
+			return fmt.Errorf("a piece with V %v for a cache whose V is a view of K: %v", p.V != nil, cfg.VInK)
 		}
 		w := (z - a) * D
-		k, v = grow(k, p.N*w), grow(v, p.N*w)
+		k = grow(k, p.N*w)
+		if !cfg.VInK {
+			v = grow(v, p.N*w)
+		}
 		for i := 0; i < p.N; i++ {
 			src := i*ph*D + (a-p.HeadLo)*D
 			copy(k[i*w:(i+1)*w], p.K[src:src+w])
-			copy(v[i*w:(i+1)*w], p.V[src:src+w])
+			if !cfg.VInK {
+				copy(v[i*w:(i+1)*w], p.V[src:src+w])
+			}
 			for h := a; h < z; h++ {
 				f := &filled[l][(p.Pos-im.pos+i)*heads+h-hlo]
 				if !*f {
@@ -220,7 +227,7 @@ func (im *kvImport) run(ctx context.Context, r *model.Runner, in KVInbox) error 
 		if err := c.ImportRange(im.seq, p.Layer, p.Pos, p.N, a-hlo, z-hlo, D, k, v); err != nil {
 			return err
 		}
-		im.bytes += int64(4 * p.N * w)
+		im.bytes += int64(2 * cfg.Halves() * p.N * w)
 	}
 	return nil
 }
@@ -303,7 +310,10 @@ func (s *memberSession) exportKV(dec *layout, ho *handoffReq, b *model.Batch, l 
 			continue
 		}
 		k := make([]uint16, c.N*(z-a)*D)
-		v := make([]uint16, len(k))
+		var v []uint16 // none when V is a view of K
+		if !r.Cache().Config().VInK {
+			v = make([]uint16, len(k))
+		}
 		if err := r.Cache().ExportRange(c.Seq, l, c.Pos, c.N, a-hlo, z-hlo, D, k, v); err != nil {
 			return err
 		}

@@ -10,7 +10,10 @@ type KVPiece struct {
 	Pos, N         int
 	HeadLo, HeadHi int
 	HeadDim        int
-	K, V           []uint16
+	// K and V as kv.Cache.ExportRange gives them; V is nil when the
+	// caches' V is a view of K (multi-head latent attention: the latent
+	// crosses the wire once).
+	K, V []uint16
 }
 
 // KVLink moves the pieces of a prompt's KV cache from the prefill pool's

@@ -18,7 +18,8 @@ import "fmt"
 // ExportRange copies K and V of positions [pos, pos+n) of sequence seq, for
 // the global layer index layer and the heads [headLo, headHi) of width
 // headDim, into k and v, which must each hold exactly
-// n*(headHi-headLo)*headDim elements (RangeLen). The positions must be
+// n*(headHi-headLo)*headDim elements (RangeLen); v may be empty when V is a
+// view of K (Config.VInK). The positions must be
 // reserved (below Len(seq)). Nothing is written to k or v on error.
 func (c *Cache) ExportRange(seq SeqID, layer, pos, n, headLo, headHi, headDim int, k, v []uint16) error {
 	r, err := c.rangeOf("export", seq, layer, pos, n, headLo, headHi, headDim, len(k), len(v), false)
@@ -50,6 +51,9 @@ func (c *Cache) ImportRange(seq SeqID, layer, pos, n, headLo, headHi, headDim in
 // call per block they touch.
 func (c *Cache) eachRun(r checkedRange, pos, n, headLo, headHi, headDim int, k, v []uint16, rows func(layer int, block int32, slot, n, lo, hi int, k, v []uint16)) {
 	bs, w := c.cfg.BlockSize, (headHi-headLo)*headDim
+	if len(v) == 0 {
+		v = k // V is a view of K (Config.VInK): the store does not read or write it
+	}
 	for t := 0; t < n; {
 		p := pos + t
 		run := min(n-t, bs-p%bs)
@@ -94,7 +98,7 @@ func (c *Cache) rangeOf(op string, seq SeqID, layer, pos, n, headLo, headHi, hea
 		return checkedRange{}, fmt.Errorf("kv: %s of %d positions", op, n)
 	}
 	want := n * (headHi - headLo) * headDim
-	if lenK != want || lenV != want {
+	if lenK != want || lenV != want && !(cfg.VInK && lenV == 0) {
 		return checkedRange{}, fmt.Errorf("kv: %s of %d positions × heads [%d,%d) × dim %d takes %d values each for k and v, got %d and %d",
 			op, n, headLo, headHi, headDim, want, lenK, lenV)
 	}
