@@ -47,8 +47,9 @@ func (r *Range) attnRange(w, a, z int) {
 	if m.AttnScale != 0 {
 		scale, qscale = 1, m.AttnScale
 	}
+	vd := D // a value row's values: the head, or MLA's latent (the row's first KVLora)
 	if m.MLA != nil {
-		scale = m.MLA.KQScale
+		scale, vd = m.MLA.KQScale, m.MLA.KVLora
 	}
 	swa := m.SWA(r.cur)
 	ly := r.layer(r.cur)
@@ -144,7 +145,7 @@ func (r *Range) attnRange(w, a, z int) {
 				if quantized {
 					kernels.AccumQ(acc(j), scores(j)[t:e], kt, v, row, ws.vrow)
 				} else {
-					kernels.AccumF16(acc(j), scores(j)[t:e], v, row)
+					kernels.AccumF16(acc(j)[:vd], scores(j)[t:e], v, row)
 				}
 			}
 		}
