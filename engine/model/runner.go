@@ -140,9 +140,6 @@ func NewRunner(m *Model, o Options) (*Runner, error) {
 	if err := kv.CheckType(kt, m.HeadDim); err != nil {
 		return nil, err
 	}
-	if m.MLA != nil && kt != quant.F16 {
-		return nil, fmt.Errorf("a %s KV cache with multi-head latent attention is not supported yet (f16 is)", kt)
-	}
 	kc := kv.Config{FirstLayer: lo, Layers: hi - lo, KVDim: (kvHi - kvLo) * m.HeadDim, BlockSize: bs, NumBlocks: (ct + bs - 1) / bs, Type: kt, VInK: m.MLA != nil}
 	ld := device.Load{Spec: m.Config.spec(m.W.RopeFreqs), Layers: m.W.Layers[lo:hi], Lo: lo, Hi: hi,
 		OutputNorm: m.W.OutputNorm, Output: m.W.Output,

@@ -143,7 +143,7 @@ func (r *Range) attnRange(w, a, z int) {
 			v := r.store.VRun(layer, blocks, t)[kvh*hw:]
 			for j := 0; j < g; j++ {
 				if quantized {
-					kernels.AccumQ(acc(j), scores(j)[t:e], kt, v, row, ws.vrow)
+					kernels.AccumQ(acc(j)[:vd], scores(j)[t:e], kt, v, row, ws.vrow)
 				} else {
 					kernels.AccumF16(acc(j)[:vd], scores(j)[t:e], v, row)
 				}

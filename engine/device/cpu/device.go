@@ -55,8 +55,8 @@ func Load(ld device.Load) (*Range, error) {
 	if err := kv.CheckType(ld.KV.Type, sp.HeadDim); ld.KV.Type != quant.F32 && err != nil {
 		return nil, err
 	}
-	if sp.MLA != nil && (!ld.KV.VInK || ld.KV.Type != quant.F16 && ld.KV.Type != quant.F32) {
-		return nil, fmt.Errorf("cpu: multi-head latent attention caches its latent once (V a view of K) in an F16 cache; got %s with VInK %v", ld.KV.Type, ld.KV.VInK)
+	if sp.MLA != nil && !ld.KV.VInK {
+		return nil, fmt.Errorf("cpu: multi-head latent attention caches its latent once: its KV store must have V as a view of K")
 	}
 	r := &Range{sp: sp, ld: ld, pool: kernels.NewPool(ld.Threads), store: kv.NewHostStore(ld.KV),
 		nh: p.HeadHi - p.HeadLo, nkv: p.KVHi - p.KVLo}
