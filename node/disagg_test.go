@@ -27,23 +27,7 @@ func TestDisaggregatedServing(t *testing.T) {
 		}
 	})
 	waitHealthy(t, c, 0, 3, 3, 20*time.Second)
-	path := writeModel(t)
-	for _, req := range []api.LoadModelRequest{
-		{Path: path, Name: "split", Ctx: 256, Disagg: "on"},
-		{Path: path, Name: "plain", Ctx: 256, Disagg: "off"},
-	} {
-		if _, err := c.Client(0, "").LoadModel(ctx(t), req); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tc.Eventually(t, 60*time.Second, "both models ready", func() bool {
-		a, b := modelInfo(t, c, 0, "split"), modelInfo(t, c, 0, "plain")
-		return a != nil && b != nil && a.Status == "ready" && b.Status == "ready"
-	})
-	p, err := c.Client(0, "").Placement(ctx(t), "split")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := loadSplitAndPlain(t, c, writeModel(t), "split", "plain")
 	pools := map[string][]string{}
 	for _, st := range p.Stages {
 		for _, m := range st.Members {
@@ -199,22 +183,7 @@ func TestDisaggregatedMLA(t *testing.T) {
 		}
 	})
 	waitHealthy(t, c, 0, 3, 3, 20*time.Second)
-	for _, req := range []api.LoadModelRequest{
-		{Path: oc.Model, Name: "mla-split", Ctx: 256, Disagg: "on"},
-		{Path: oc.Model, Name: "mla-plain", Ctx: 256, Disagg: "off"},
-	} {
-		if _, err := c.Client(0, "").LoadModel(ctx(t), req); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tc.Eventually(t, 60*time.Second, "both models ready", func() bool {
-		a, b := modelInfo(t, c, 0, "mla-split"), modelInfo(t, c, 0, "mla-plain")
-		return a != nil && b != nil && a.Status == "ready" && b.Status == "ready"
-	})
-	p, err := c.Client(0, "").Placement(ctx(t), "mla-split")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := loadSplitAndPlain(t, c, oc.Model, "mla-split", "mla-plain")
 	driver := -1
 	for i, m := range c.Members {
 		if m.Cfg.Name == p.Stages[0].Members[0].NodeName {
@@ -274,4 +243,28 @@ func TestDisaggregatedMLA(t *testing.T) {
 	if prompted == 0 || int(sent) != prompted*perToken {
 		t.Errorf("the prefill agent sent %v bytes of KV for %d prompt tokens, want %d per token", sent, prompted, perToken)
 	}
+}
+
+// loadSplitAndPlain loads the file at path twice, as split (disaggregated)
+// and plain (not), waits for both to be ready and returns split's
+// placement.
+func loadSplitAndPlain(t *testing.T, c *tc.Cluster, path, split, plain string) *api.PlacementInfo {
+	t.Helper()
+	for _, req := range []api.LoadModelRequest{
+		{Path: path, Name: split, Ctx: 256, Disagg: "on"},
+		{Path: path, Name: plain, Ctx: 256, Disagg: "off"},
+	} {
+		if _, err := c.Client(0, "").LoadModel(ctx(t), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc.Eventually(t, 60*time.Second, "both models ready", func() bool {
+		a, b := modelInfo(t, c, 0, split), modelInfo(t, c, 0, plain)
+		return a != nil && b != nil && a.Status == "ready" && b.Status == "ready"
+	})
+	p, err := c.Client(0, "").Placement(ctx(t), split)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
