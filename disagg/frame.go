@@ -230,13 +230,19 @@ func (f *Frame) dataLen(count, heads int) int {
 // frame may carry within limit payload bytes (MaxFrame if limit <= 0); a
 // sender cuts a layer's positions into frames of at most this many.
 func MaxPositions(heads, headDim, limit int) int {
+	return (&Frame{HeadLo: 0, HeadHi: heads, HeadDim: headDim}).maxPositions(limit)
+}
+
+// maxPositions is MaxPositions for frames of f's heads and kind of payload
+// (twice as many positions for K only).
+func (f *Frame) maxPositions(limit int) int {
 	if limit <= 0 {
 		limit = MaxFrame
 	}
-	if heads <= 0 || headDim <= 0 {
+	if f.Heads() <= 0 || f.HeadDim <= 0 {
 		return 0
 	}
-	return limit / DataLen(1, heads, headDim)
+	return limit / f.dataLen(1, f.Heads())
 }
 
 // String describes the frame in one line, for logs.

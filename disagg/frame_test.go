@@ -491,6 +491,9 @@ func TestKOnlyFrame(t *testing.T) {
 			}
 		}
 	}
+	if k, kv := f.maxPositions(1<<20), MaxPositions(2, 8, 1<<20); k != 2*kv {
+		t.Errorf("a K-only frame of 1 MiB holds %d positions, a K-and-V one %d: want twice as many", k, kv)
+	}
 	bad := append([]byte(nil), b...)
 	bad[31] = 2
 	if _, err := NewFrameReader(bytes.NewReader(bad), 0).Read(); err == nil {

@@ -907,13 +907,11 @@ func (o *outStream) send(ctx context.Context, p *parallel.KVPiece) error {
 	}
 	heads := p.HeadHi - p.HeadLo
 	kOnly := p.V == nil // the receiver's V is a view of K
-	per := MaxPositions(heads, p.HeadDim, o.l.maxFrame)
-	if kOnly && per > 0 {
-		per *= 2
-	}
+	proto := Frame{HeadLo: p.HeadLo, HeadHi: p.HeadHi, HeadDim: p.HeadDim, KOnly: kOnly}
+	per := proto.maxPositions(o.l.maxFrame)
 	if per == 0 {
 		return fmt.Errorf("kv transfer %d to %s: one position of %d heads × dim %d takes %d bytes, over the %d-byte frame limit",
-			o.id, o.addr, heads, p.HeadDim, DataLen(1, heads, p.HeadDim), o.l.maxFrame)
+			o.id, o.addr, heads, p.HeadDim, proto.dataLen(1, heads), o.l.maxFrame)
 	}
 	stride := heads * p.HeadDim
 	for a := 0; a < p.N; a += per {

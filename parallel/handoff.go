@@ -200,10 +200,10 @@ func (im *kvImport) run(ctx context.Context, r *model.Runner, in KVInbox) error 
 			return fmt.Errorf("a piece of positions [%d,%d), the transfer is [%d,%d)", p.Pos, p.Pos+p.N, im.pos, im.pos+im.n)
 		case a >= z || p.HeadDim != D:
 			return fmt.Errorf("a piece of heads [%d,%d) of dim %d, this member holds [%d,%d) of dim %d", p.HeadLo, p.HeadHi, p.HeadDim, hlo, hhi, D)
-		case len(p.K) != p.N*ph*D || len(p.V) != len(p.K) && !(cfg.VInK && p.V == nil):
-			return fmt.Errorf("a piece of %d/%d values for %d positions of %d heads", len(p.K), len(p.V), p.N, ph)
 		case cfg.VInK != (p.V == nil):
 			return fmt.Errorf("a piece with V %v for a cache whose V is a view of K: %v", p.V != nil, cfg.VInK)
+		case len(p.K) != p.N*ph*D || p.V != nil && len(p.V) != len(p.K):
+			return fmt.Errorf("a piece of %d/%d values for %d positions of %d heads", len(p.K), len(p.V), p.N, ph)
 		}
 		w := (z - a) * D
 		k = grow(k, p.N*w)
