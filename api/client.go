@@ -240,6 +240,11 @@ func (c *Client) RemoveNode(ctx context.Context, id string) error {
 	return c.do(ctx, "DELETE", "/v1/nodes/"+url.PathEscape(id), nil, nil)
 }
 
+// TransferLeader makes a server node the coordinator's Raft leader.
+func (c *Client) TransferLeader(ctx context.Context, id string) error {
+	return c.do(ctx, "POST", "/v1/nodes/"+url.PathEscape(id)+"/lead", nil, nil)
+}
+
 // Members is the raw gossip view.
 func (c *Client) Members(ctx context.Context) ([]Member, error) {
 	var m []Member

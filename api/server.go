@@ -54,6 +54,9 @@ func Handler(b Backend) http.Handler {
 	mux.HandleFunc("POST /v1/nodes/{id}/undrain", h.auth(func(r *http.Request) (any, error) {
 		return nil, b.Drain(r.Context(), r.PathValue("id"), false)
 	}))
+	mux.HandleFunc("POST /v1/nodes/{id}/lead", h.auth(func(r *http.Request) (any, error) {
+		return nil, b.TransferLeader(r.Context(), r.PathValue("id"))
+	}))
 	mux.HandleFunc("DELETE /v1/nodes/{id}", h.auth(func(r *http.Request) (any, error) {
 		return nil, b.RemoveNode(r.Context(), r.PathValue("id"))
 	}))

@@ -156,6 +156,8 @@ type Backend interface {
 	Nodes(ctx context.Context) ([]*Node, error)
 	Drain(ctx context.Context, id string, drain bool) error
 	RemoveNode(ctx context.Context, id string) error
+	// TransferLeader makes a server node the coordinator's Raft leader.
+	TransferLeader(ctx context.Context, id string) error
 	Members(ctx context.Context) ([]Member, error)
 	CreateToken(ctx context.Context, req TokenRequest, ttl time.Duration) (*NewToken, error)
 	Tokens(ctx context.Context) ([]*Token, error)

@@ -28,12 +28,14 @@ const (
 	MethodState      = "Cluster.State"
 	MethodApply      = "Cluster.Apply"
 	MethodRemoveNode = "Cluster.RemoveNode"
-	MethodLeave      = "Agent.Leave"
-	MethodHTTPSCert  = "Cluster.HTTPSCert"
+	// MethodTransferLeader hands the Raft leadership to a voter.
+	MethodTransferLeader = "Cluster.TransferLeader"
+	MethodLeave          = "Agent.Leave"
+	MethodHTTPSCert      = "Cluster.HTTPSCert"
 )
 
 // ServerMethods are the methods Client.Handle answers.
-var ServerMethods = []string{MethodHasState, MethodState, MethodApply, MethodRemoveNode, MethodHTTPSCert}
+var ServerMethods = []string{MethodHasState, MethodState, MethodApply, MethodRemoveNode, MethodTransferLeader, MethodHTTPSCert}
 
 // ApplyRequest is a command sent to the leader. Forwarded marks a request
 // a server passed on, so it travels at most one hop.
@@ -44,8 +46,9 @@ type ApplyRequest struct {
 	Key       string          `json:"key,omitempty"` // the operator's API key, for a write a client node relays
 }
 
-// RemoveRequest asks the leader to remove a node.
-type RemoveRequest struct {
+// NodeRequest names a node for the leader to act on: remove it
+// (MethodRemoveNode) or hand it the leadership (MethodTransferLeader).
+type NodeRequest struct {
 	ID        string `json:"id"`
 	Forwarded bool   `json:"forwarded"`
 	Key       string `json:"key,omitempty"` // the operator's API key, when a client node relays it
@@ -291,11 +294,11 @@ func (c *Client) forwardTo(forwarded bool) (string, error) {
 // RemoveNode removes a node from Raft and the state on the leader, which
 // then asks the node to leave.
 func (c *Client) RemoveNode(ctx context.Context, id string) error {
-	r := RemoveRequest{ID: id, Key: c.keyOf(ctx)}
+	r := NodeRequest{ID: id, Key: c.keyOf(ctx)}
 	return c.holdForLeader(ctx, func() error { return c.removeNode(ctx, r) })
 }
 
-func (c *Client) removeNode(ctx context.Context, req RemoveRequest) error {
+func (c *Client) removeNode(ctx context.Context, req NodeRequest) error {
 	if c.srv != nil && c.srv.IsLeader() {
 		// The steps are ordered so that a try cut short (the leader lost
 		// its term, the answer lost) is finished by the next: the node
@@ -353,6 +356,26 @@ func (c *Client) removeNode(ctx context.Context, req RemoveRequest) error {
 	return c.call.Call(ctx, addr, MethodRemoveNode, req, nil)
 }
 
+// TransferLeader makes server id the Raft leader: the leader hands its
+// leadership to it (an operator's way to move the coordinator before
+// stopping or removing the leader's machine, instead of an election).
+func (c *Client) TransferLeader(ctx context.Context, id string) error {
+	r := NodeRequest{ID: id, Key: c.keyOf(ctx)}
+	return c.holdForLeader(ctx, func() error { return c.transferLeader(ctx, r) })
+}
+
+func (c *Client) transferLeader(ctx context.Context, req NodeRequest) error {
+	if c.srv != nil && c.srv.IsLeader() {
+		return c.srv.TransferLeadership(req.ID)
+	}
+	addr, err := c.forwardTo(req.Forwarded)
+	if err != nil {
+		return err
+	}
+	req.Forwarded = c.srv != nil
+	return c.call.Call(ctx, addr, MethodTransferLeader, req, nil)
+}
+
 // Handle answers a server's side of ServerMethods for a peer's Client. A
 // client node (peer role client) reads the state without token hashes or
 // the HTTPS CA key and writes only its own reports unless it relays an
@@ -381,7 +404,7 @@ func (c *Client) Handle(ctx context.Context, peer Peer, method string, body json
 		}
 		return nil, c.applyRaw(ctx, req)
 	case MethodRemoveNode:
-		var req RemoveRequest
+		var req NodeRequest
 		if err := json.Unmarshal(body, &req); err != nil {
 			return nil, &Error{Code: http.StatusBadRequest, Msg: "malformed remove request"}
 		}
@@ -389,6 +412,15 @@ func (c *Client) Handle(ctx context.Context, peer Peer, method string, body json
 			return nil, &Error{Code: http.StatusForbidden, Msg: "removing a node needs an admin key"}
 		}
 		return nil, c.removeNode(ctx, req)
+	case MethodTransferLeader:
+		var req NodeRequest
+		if err := json.Unmarshal(body, &req); err != nil {
+			return nil, &Error{Code: http.StatusBadRequest, Msg: "malformed leadership transfer request"}
+		}
+		if client && !c.admin(req.Key) {
+			return nil, &Error{Code: http.StatusForbidden, Msg: "moving the leadership needs an admin key"}
+		}
+		return nil, c.transferLeader(ctx, req)
 	case MethodHTTPSCert:
 		req, err := decodeHTTPSCertRequest(body)
 		if err != nil {

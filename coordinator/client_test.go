@@ -228,8 +228,11 @@ func TestClientNodeWrites(t *testing.T) {
 	if h := leader.srv.FSM().State().Models["theirs"].Holders; len(h) != 1 || h["client-node"] == nil {
 		t.Errorf("holders of theirs: %+v", h)
 	}
-	body, _ := json.Marshal(RemoveRequest{ID: leader.id})
+	body, _ := json.Marshal(NodeRequest{ID: leader.id})
 	if _, err := cl.Handle(ctx, node, MethodRemoveNode, body); StatusCode(err) != http.StatusForbidden {
 		t.Errorf("node removal without a key: %v", err)
+	}
+	if _, err := cl.Handle(ctx, node, MethodTransferLeader, body); StatusCode(err) != http.StatusForbidden {
+		t.Errorf("leadership transfer without a key: %v", err)
 	}
 }

@@ -2,7 +2,9 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -341,15 +343,7 @@ func TestApplyWhileKillingServers(t *testing.T) {
 // TestVoterManagement: late servers join as non-voters, are promoted in
 // pairs to keep an odd voter count, removal and dead voters keep it odd.
 func TestVoterManagement(t *testing.T) {
-	c := newTestCluster(t)
-	for i := 0; i < 3; i++ {
-		c.add(3)
-	}
-	l := c.leader(10 * time.Second)
-	waitFor(t, 5*time.Second, "3 voters", func() bool { v, _ := voters(l.srv); return v == 3 })
-
-	c.add(0)
-	waitFor(t, 5*time.Second, "4th server as non-voter", func() bool { v, nv := voters(l.srv); return v == 3 && nv == 1 })
+	c, l := threeVotersAndOne(t)
 	time.Sleep(500 * time.Millisecond) // past stabilization: still 3 voters, 4 would be even
 	if v, nv := voters(l.srv); v != 3 || nv != 1 {
 		t.Fatalf("after stabilization: %d voters %d non-voters, want 3+1", v, nv)
@@ -410,6 +404,21 @@ func TestVoterManagement(t *testing.T) {
 	}
 }
 
+// threeVotersAndOne starts three servers that bootstrap together and a
+// fourth that joins late, as a non-voter; it returns the cluster and its
+// leader.
+func threeVotersAndOne(t *testing.T) (*testCluster, *testServer) {
+	c := newTestCluster(t)
+	for i := 0; i < 3; i++ {
+		c.add(3)
+	}
+	l := c.leader(10 * time.Second)
+	waitFor(t, 5*time.Second, "3 voters", func() bool { v, _ := voters(l.srv); return v == 3 })
+	c.add(0)
+	waitFor(t, 5*time.Second, "4th server as non-voter", func() bool { v, nv := voters(l.srv); return v == 3 && nv == 1 })
+	return c, l
+}
+
 func StatusCode(err error) int { return transport.StatusOf(err) }
 
 func TestLateServerDoesNotBootstrapAlone(t *testing.T) {
@@ -428,5 +437,59 @@ func TestLateServerDoesNotBootstrapAlone(t *testing.T) {
 	}
 	if id, _ := late.srv.Leader(); id != l.id {
 		t.Fatalf("late server follows %q, want %q", id, l.id)
+	}
+}
+
+// TestTransferLeadership: the leader hands its leadership to the voter an
+// operator names, again and again (no election decides who wins); a
+// non-voter, a client node, an unknown node and a follower asked to
+// transfer are refused with the reason.
+func TestTransferLeadership(t *testing.T) {
+	c, l := threeVotersAndOne(t)
+	c.members.set(Member{ID: "client-1", Name: "client-1", Role: RoleClient, Status: StatusAlive})
+	waitFor(t, 5*time.Second, "the client node in the state", func() bool {
+		_, ok := l.srv.FSM().State().Nodes["client-1"]
+		return ok
+	})
+
+	for round := range 4 {
+		l = c.leader(5 * time.Second)
+		var to *testServer
+		for _, s := range c.servers[:3] {
+			if s != l {
+				to = s
+				if round%2 == 1 {
+					break // the first follower on odd rounds, the last on even ones
+				}
+			}
+		}
+		var follower *testServer
+		for _, s := range c.servers[:3] {
+			if s != l && s != to {
+				follower = s
+			}
+		}
+		if err := follower.srv.TransferLeadership(to.id); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("round %d: a follower asked to transfer: %v, want ErrNotLeader", round, err)
+		}
+		if err := l.srv.TransferLeadership(to.id); err != nil {
+			t.Fatalf("round %d: transfer %s -> %s: %v", round, l.id, to.id, err)
+		}
+		waitFor(t, 5*time.Second, to.id+" leads", func() bool { return to.srv.IsLeader() })
+		if err := to.srv.TransferLeadership(to.id); err != nil {
+			t.Fatalf("round %d: to itself: %v", round, err)
+		}
+	}
+	l = c.leader(5 * time.Second)
+	for _, x := range []struct {
+		id   string
+		code int
+	}{{c.servers[3].id, http.StatusConflict}, {"client-1", http.StatusConflict}, {"nobody", http.StatusNotFound}} {
+		if err := l.srv.TransferLeadership(x.id); StatusCode(err) != x.code {
+			t.Errorf("transfer to %s: %v, want status %d", x.id, err, x.code)
+		}
+	}
+	if !l.srv.IsLeader() {
+		t.Error("a refused transfer moved the leadership")
 	}
 }

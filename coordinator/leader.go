@@ -414,7 +414,7 @@ func (s *Server) ForgetNode(id string) error {
 		return ErrNotLeader
 	}
 	if id == s.cfg.NodeID {
-		return errorf(http.StatusConflict, "node %s is the leader; stop it or transfer leadership first", id)
+		return errorf(http.StatusConflict, "node %s is the leader; hand the leadership to another server first (shoal node lead ID) or stop it", id)
 	}
 	// A leader just elected may not have applied every entry committed
 	// before its term yet: the node the caller found in its own state
@@ -441,6 +441,42 @@ func (s *Server) ForgetNode(id string) error {
 	s.removed[id] = time.Now()
 	s.mu.Unlock()
 	return nil
+}
+
+// TransferLeadership hands this leader's leadership to voter id and
+// returns once id leads (nothing to do when id is this server). A node
+// that is no voter (a client node, a server not promoted yet) is refused
+// with 409, one the cluster does not know with 404.
+func (s *Server) TransferLeadership(id string) error {
+	if !s.IsLeader() {
+		return ErrNotLeader
+	}
+	if id == s.cfg.NodeID {
+		return nil
+	}
+	f := s.raft.GetConfiguration()
+	if err := s.wait(f); err != nil {
+		return raftError("reading the raft configuration", err)
+	}
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) != id {
+			continue
+		}
+		if srv.Suffrage != raft.Voter {
+			return errorf(http.StatusConflict, "node %s is a Raft non-voter (not promoted yet): only voters can lead", id)
+		}
+		s.log.Info("transferring leadership", zap.String("to", id))
+		if err := s.wait(s.raft.LeadershipTransferToServer(srv.ID, srv.Address)); err != nil {
+			return raftError("leadership transfer", err)
+		}
+		return nil
+	}
+	known := false
+	s.fsm.View(func(st *State) { _, known = st.Nodes[id] })
+	if known {
+		return errorf(http.StatusConflict, "node %s holds no Raft vote (a client node): only servers can lead", id)
+	}
+	return errorf(http.StatusNotFound, "node %q not found", id)
 }
 
 // DeregisterNode deletes node id from the state (nothing when it is not

@@ -182,6 +182,15 @@ func (b *admin) RemoveNode(ctx context.Context, ref string) error {
 	return b.cluster.RemoveNode(ctx, id)
 }
 
+// TransferLeader hands the Raft leadership to a server node.
+func (b *admin) TransferLeader(ctx context.Context, ref string) error {
+	n, err := b.resolveNode(ctx, ref)
+	if err != nil {
+		return err
+	}
+	return b.cluster.TransferLeader(ctx, n.ID)
+}
+
 // Members is this agent's own gossip view.
 func (b *admin) Members(ctx context.Context) ([]api.Member, error) {
 	var out []api.Member

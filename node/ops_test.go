@@ -325,7 +325,7 @@ func TestRefusals(t *testing.T) {
 		if transport.StatusOf(err) != http.StatusForbidden {
 			t.Errorf("a client node wrote an admin token: %v", err)
 		}
-		if err := call(coordinator.MethodRemoveNode, coordinator.RemoveRequest{ID: c.Members[2].Agent.ID()}, nil); transport.StatusOf(err) != http.StatusForbidden {
+		if err := call(coordinator.MethodRemoveNode, coordinator.NodeRequest{ID: c.Members[2].Agent.ID()}, nil); transport.StatusOf(err) != http.StatusForbidden {
 			t.Errorf("a client node removed a server: %v", err)
 		}
 		// Asking an agent to register a file it holds is for servers (or

@@ -13,16 +13,17 @@ import (
 func nodeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "node",
-		Short: "List, drain and remove the cluster's nodes",
-		Long: `List, drain and remove nodes. A node is named by its ID, a unique ID prefix or
-its name.
+		Short: "List, drain, lead and remove the cluster's nodes",
+		Long: `List, drain and remove nodes, and move the coordinator's leadership. A node is
+named by its ID, a unique ID prefix or its name.
 
   shoal node ls
   shoal node drain mac2       # keep new placements off mac2
   shoal node undrain mac2
+  shoal node lead mac1        # make server mac1 the Raft leader
   shoal node rm 3f2a9c1e      # remove from Raft, gossip and the state`,
 	}
-	cmd.AddCommand(nodeLsCmd(), nodeDrainCmd(true), nodeDrainCmd(false), nodeRmCmd())
+	cmd.AddCommand(nodeLsCmd(), nodeDrainCmd(true), nodeDrainCmd(false), nodeLeadCmd(), nodeRmCmd())
 	return cmd
 }
 
@@ -93,6 +94,41 @@ func nodeDrainCmd(drain bool) *cobra.Command {
 				verb = "no longer draining"
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "node %s is %s\n", args[0], verb)
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func nodeLeadCmd() *cobra.Command {
+	var f clusterFlags
+	cmd := &cobra.Command{
+		Use:   "lead ID",
+		Short: "Make a server node the coordinator's Raft leader",
+		Long: `Hand the Raft leadership to a server node: the leader brings it up to date
+and steps down in its favour, with no election timeout and no lost write.
+Do it before stopping or removing the leader's machine ('shoal node rm'
+refuses the leader), or to keep the leadership off a busy node. The node
+must be a voter ('shoal status' lists the servers and their votes); a
+client node cannot lead.
+
+  shoal node lead mac1
+  shoal node lead mac1 -o json`,
+		Args: exactArgs(1, "a node ID or name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, cancel, err := f.client()
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			if err := c.TransferLeader(ctx, args[0]); err != nil {
+				return err
+			}
+			if f.json() {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"node": args[0], "leader": true})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "node %s leads the coordinator\n", args[0])
 			return nil
 		},
 	}

@@ -162,6 +162,22 @@ func TestAttacks(t *testing.T) {
 		after(t)
 	})
 
+	t.Run("client node moves the leadership with Cluster.TransferLeader", func(t *testing.T) {
+		for _, rpc := range servers {
+			r := a.attack(t, mallory, "lead", "--tls", malloryTLS, "--server", rpc, "--bind", mallory.ip,
+				"--id", server2ID, "--key", join.Secret)
+			if len(r.Attempts) != 3 {
+				t.Fatalf("attempts: %+v", r.Attempts)
+			}
+			for _, at := range r.Attempts {
+				if at.Code != 403 || !strings.Contains(at.Err, "moving the leadership needs an admin key") {
+					t.Errorf("%s via %s: got %d %q", at.Name, rpc, at.Code, at.Err)
+				}
+			}
+		}
+		after(t)
+	})
+
 	t.Run("client node reads token hashes with Cluster.State", func(t *testing.T) {
 		for _, rpc := range servers {
 			r := a.attack(t, mallory, "state", "--tls", malloryTLS, "--server", rpc, "--bind", mallory.ip)

@@ -5,9 +5,9 @@
 // that node would, printing what it got as JSON for the test to judge.
 // Its subcommands:
 //
-//   - apply, remove, state: the servers' cluster RPCs (Cluster.Apply,
-//     Cluster.RemoveNode, Cluster.State) over the node transport (QUIC,
-//     mutual TLS);
+//   - apply, remove, lead, state: the servers' cluster RPCs
+//     (Cluster.Apply, Cluster.RemoveNode, Cluster.TransferLeader,
+//     Cluster.State) over the node transport (QUIC, mutual TLS);
 //   - model-bomb: a model-file report whose profile claims 2^40 experts,
 //     bare and relaying an admin key; unknown-type: Cluster.Apply of a
 //     command type no server knows (99, and 99|128);

@@ -64,7 +64,7 @@ type opts struct {
 
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: attacker apply|remove|state|http|model-bomb|unknown-type|gossip|layout|dist-open|streams|trickle|join [flags]")
+		fail("usage: attacker apply|remove|lead|state|http|model-bomb|unknown-type|gossip|layout|dist-open|streams|trickle|join [flags]")
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	var o opts
@@ -126,15 +126,20 @@ func main() {
 	switch os.Args[1] {
 	case "http":
 		res.Status, res.Body = request(ctx, httpClient(o.cacert), o.method, o.url, o.key, o.body)
-	case "apply", "remove", "state":
+	case "apply", "remove", "lead", "state":
 		call := dial(o.tlsDir, o.bind, o.server)
 		switch os.Args[1] {
 		case "apply":
 			res.Attempts = apply(ctx, call, o.id, o.secret, o.key, o.revoke)
 		case "remove":
 			for _, a := range variants(o.key) {
-				err := call(ctx, coordinator.MethodRemoveNode, coordinator.RemoveRequest{ID: o.id, Key: a.key, Forwarded: a.forwarded}, nil)
+				err := call(ctx, coordinator.MethodRemoveNode, coordinator.NodeRequest{ID: o.id, Key: a.key, Forwarded: a.forwarded}, nil)
 				res.Attempts = append(res.Attempts, outcome("remove "+a.name, err))
+			}
+		case "lead":
+			for _, a := range variants(o.key) {
+				err := call(ctx, coordinator.MethodTransferLeader, coordinator.NodeRequest{ID: o.id, Key: a.key, Forwarded: a.forwarded}, nil)
+				res.Attempts = append(res.Attempts, outcome("lead "+a.name, err))
 			}
 		case "state":
 			var st coordinator.State
