@@ -126,7 +126,7 @@ launchd job, a container image, compose and Kubernetes files.`,
 			if batchInvariant {
 				kernels.SetBatchInvariant(true)
 			}
-			final.Version = version
+			final.Version = shoalVersion()
 			if final.Name == "" {
 				final.Name = node.DefaultName()
 			}

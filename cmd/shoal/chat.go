@@ -31,8 +31,9 @@ func chatCmd() *cobra.Command {
 		Short: "Chat with the cluster's model in the terminal",
 		Long: `Chat with a model served by a shoal agent's OpenAI-compatible endpoint. Each
 line read from stdin is a user message; the answer streams as it arrives and
-the conversation is kept. "/reset" starts over, "/exit" (or end of input)
-quits, Ctrl-C stops the answer being written.
+the conversation is kept. Lines that start with "/" are commands, never sent:
+"/reset" starts over, "/exit" or "/bye" (or end of input) quits, "/help"
+lists them; "//text" sends "/text". Ctrl-C stops the answer being written.
 
   shoal chat
   shoal chat --addr mac2:7948 --model qwen2-7b --system "Answer briefly."
@@ -79,6 +80,14 @@ quits, Ctrl-C stops the answer being written.
 	return cmd
 }
 
+const chatHelp = `commands (never sent to the model):
+  /reset, /clear      start the conversation over (the system message stays)
+  /exit, /quit, /bye  quit (as does end of input)
+  /help, /?           this list
+  //text              send "/text"
+Ctrl-C stops the answer being written.
+`
+
 // chatLoop reads user lines from in and streams the answers to out.
 func chatLoop(ctx context.Context, c *openai.Client, p openai.ChatParams, system string, asJSON bool, in io.Reader, out, errw io.Writer) error {
 	var history []openai.Message
@@ -97,7 +106,7 @@ func chatLoop(ctx context.Context, c *openai.Client, p openai.ChatParams, system
 		}
 	}
 	if interactive {
-		fmt.Fprintf(errw, "chatting with %s — /reset to start over, /exit to quit\n", p.Model)
+		fmt.Fprintf(errw, "chatting with %s — /help for commands, /exit to quit\n", p.Model)
 	}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
@@ -120,13 +129,23 @@ func chatLoop(ctx context.Context, c *openai.Client, p openai.ChatParams, system
 			return nil
 		}
 		line := strings.TrimSpace(sc.Text())
-		switch line {
-		case "":
+		if line == "" {
 			continue
-		case "/exit", "/quit":
-			return nil
-		case "/reset":
-			reset()
+		}
+		if strings.HasPrefix(line, "//") {
+			line = line[1:]
+		} else if strings.HasPrefix(line, "/") {
+			switch cmd, _, _ := strings.Cut(line, " "); cmd {
+			case "/exit", "/quit", "/bye":
+				return nil
+			case "/reset", "/clear":
+				reset()
+				fmt.Fprintln(errw, "(conversation cleared)")
+			case "/help", "/?":
+				fmt.Fprint(errw, chatHelp)
+			default:
+				fmt.Fprintf(errw, "unknown command %s: /help lists the commands; //text sends a message that starts with /\n", cmd)
+			}
 			continue
 		}
 		history = append(history, openai.Message{Role: "user", Content: line})

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -222,5 +223,40 @@ func TestCLIFindsLocalUp(t *testing.T) {
 	}
 	if cliToken("mine", "") != "mine" {
 		t.Fatal("--token lost")
+	}
+}
+
+// TestVersion: `shoal --version` is a flag as users try it first, and both
+// it and `shoal version` name the build: the commit the go command stamped
+// when no version was set at link time, not a bare "dev".
+func TestVersion(t *testing.T) {
+	flag, err := execute(t, "", "--version")
+	if err != nil {
+		t.Fatalf("--version: %v", err)
+	}
+	sub, err := execute(t, "", "version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if flag != sub || !strings.HasPrefix(flag, "shoal ") {
+		t.Errorf("--version printed %q, version %q", flag, sub)
+	}
+	stamped := &debug.BuildInfo{Main: debug.Module{Path: "shoal", Version: "(devel)"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "3f2a9c1e0b7d5a6e8f9012345678901234567890"},
+		{Key: "vcs.time", Value: "2026-12-06T17:45:20Z"},
+		{Key: "vcs.modified", Value: "true"},
+	}}
+	for _, x := range []struct {
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{stamped, "dev-3f2a9c1e0b7d-dirty (2026-12-06)"},
+		{&debug.BuildInfo{Main: debug.Module{Path: "shoal", Version: "v0.4.0"}}, "v0.4.0"},
+		{&debug.BuildInfo{Main: debug.Module{Path: "shoal", Version: "(devel)"}}, "dev"},
+		{nil, "dev"},
+	} {
+		if got := buildVersion(x.bi, x.bi != nil); got != x.want {
+			t.Errorf("buildVersion(%+v) = %q, want %q", x.bi, got, x.want)
+		}
 	}
 }

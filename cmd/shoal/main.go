@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -11,8 +12,53 @@ import (
 	"shoal/internal/logging"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version is set at build time with -ldflags "-X main.version=...";
+// shoalVersion falls back to what the go command stamped into the binary.
+var version string
+
+// shoalVersion is the version the binary reports and gossips.
+func shoalVersion() string {
+	if version != "" {
+		return version
+	}
+	return buildVersion(debug.ReadBuildInfo())
+}
+
+// buildVersion names the build from what the go command records: a
+// tagged module version as it is, else "dev" with the commit (12 hex
+// digits, "-dirty" when the tree had changes) and its date, e.g.
+// "dev-3f2a9c1e0b7d (2026-12-06)". Without build information: "dev".
+func buildVersion(bi *debug.BuildInfo, ok bool) string {
+	if !ok || bi == nil {
+		return "dev"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, when string
+	dirty := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			when = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	v := "dev-" + rev[:min(12, len(rev))]
+	if dirty {
+		v += "-dirty"
+	}
+	if len(when) >= 10 {
+		v += " (" + when[:10] + ")"
+	}
+	return v
+}
 
 var logOpts logging.Options
 
@@ -48,6 +94,7 @@ the same binary; the engine commands below also work on a single machine.
 Quick start:
   shoal gen-model --arch llama --type q4_k --out model.gguf   # a small random-weight model
   shoal run --model model.gguf -p "Hello"                     # generate text`,
+		Version:       shoalVersion(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
@@ -62,6 +109,7 @@ Quick start:
 	}
 	root.PersistentFlags().StringVar(&logOpts.Level, "log-level", "warn", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&logOpts.Format, "log-format", "console", "log format: console or json")
+	root.SetVersionTemplate("shoal {{.Version}}\n")
 	root.AddCommand(commands()...)
 	strictGroups(root)
 	return root
@@ -129,7 +177,7 @@ func versionCmd() *cobra.Command {
 		Short: "Print the version",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, args []string) {
-			fmt.Fprintln(cmd.OutOrStdout(), "shoal", version)
+			fmt.Fprintln(cmd.OutOrStdout(), "shoal", shoalVersion())
 		},
 	}
 }
