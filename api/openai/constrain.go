@@ -87,6 +87,11 @@ func (r *genRequest) compileGrammar() *apiError {
 	if err != nil {
 		return badRequest(r.grammarParam, "%v", err)
 	}
+	if r.trigger == "" && first != nil && !first.Done() && noTokenAllowed(first.Mask()) {
+		// The answer could not take its first step: a vocabulary too small
+		// for the grammar (one without "{" for a JSON object).
+		return badRequest(r.grammarParam, "model %q's vocabulary has no token that can begin what the %s allows (for JSON, a token that starts with \"{\" or whitespace)", r.model.Name, r.grammarParam)
+	}
 	gbnf, param, trigger, tok := r.grammar, r.grammarParam, r.trigger, r.model.Tokenizer
 	r.constrain = func() (Constraint, *apiError) {
 		if trigger != "" {
@@ -146,3 +151,17 @@ func (l *lazyConstraint) Accept(tok int32) error {
 }
 
 func (l *lazyConstraint) Done() bool { return l.inner != nil && l.inner.Done() }
+
+// noTokenAllowed reports whether a constraint's mask allows no token at
+// all (nil allows every token).
+func noTokenAllowed(mask []uint64) bool {
+	if mask == nil {
+		return false
+	}
+	for _, w := range mask {
+		if w != 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -68,16 +69,25 @@ func testVocab(t testing.TB) tokenizer.Vocab {
 }
 
 // modelFile writes (once per template) a small random llama model whose
-// tokenizer carries chatTemplate ("" = none).
-func modelFile(t testing.TB, chatTemplate string) string {
+// tokenizer carries chatTemplate ("" = none); noBrace takes "{" out of its
+// vocabulary (a control token in its place), as small real vocabularies
+// lack it.
+func modelFile(t testing.TB, chatTemplate string, noBrace bool) string {
 	modelMu.Lock()
 	defer modelMu.Unlock()
-	sum := sha256.Sum256([]byte(chatTemplate))
+	sum := sha256.Sum256([]byte(fmt.Sprint(chatTemplate, noBrace)))
 	key := hex.EncodeToString(sum[:8])
 	if p, ok := modelFiles[key]; ok {
 		return p
 	}
 	v := testVocab(t)
+	if noBrace {
+		i := slices.Index(v.Tokens, "{")
+		if i < 0 {
+			t.Fatal("the test vocabulary has no {")
+		}
+		v.Tokens[i], v.Types[i] = "<|no_brace|>", tokenizer.TypeControl
+	}
 	kvs := v.KVs()
 	if chatTemplate != "" {
 		kvs = append(kvs, gguf.KV{Key: "tokenizer.chat_template", Value: chatTemplate})
@@ -96,6 +106,7 @@ type envOptions struct {
 	sched       serve.Options
 	handler     openai.Options
 	neverEOG    bool // generate until max_tokens or the context
+	noBrace     bool // a vocabulary without "{" (modelFile)
 }
 
 type testEnv struct {
@@ -126,7 +137,7 @@ func newEnv(t testing.TB, o envOptions) *testEnv {
 	if o.name == "" {
 		o.name = "tiny"
 	}
-	m, err := model.Open(modelFile(t, tpl))
+	m, err := model.Open(modelFile(t, tpl, o.noBrace))
 	if err != nil {
 		t.Fatal(err)
 	}

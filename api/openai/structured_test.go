@@ -206,3 +206,23 @@ func rawBody(err error) string {
 	}
 	return ""
 }
+
+// TestGrammarVocabularyCannotStart: a valid json_object request to a model
+// whose vocabulary has no token that can begin an object ("{") is a 400
+// that says so, not a 500 from the first step of generation.
+func TestGrammarVocabularyCannotStart(t *testing.T) {
+	e := newEnv(t, envOptions{noBrace: true})
+	for _, body := range []map[string]any{
+		chatBody("x", map[string]any{"response_format": map[string]any{"type": "json_object"}}),
+		chatBody("x", map[string]any{"grammar": `root ::= "{" [a-z]* "}"`}),
+	} {
+		resp := e.post(t, "/v1/chat/completions", body)
+		checkError(t, resp, 400, "", "", "vocabulary")
+	}
+	// A grammar the vocabulary can follow still works.
+	resp := e.post(t, "/v1/chat/completions", chatBody("x", map[string]any{"grammar": `root ::= "yes" | "no"`, "max_tokens": 8}))
+	if resp.StatusCode != 200 {
+		t.Fatalf("a grammar the vocabulary can follow: %s", resp.Status)
+	}
+	resp.Body.Close()
+}
