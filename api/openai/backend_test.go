@@ -15,7 +15,8 @@ import (
 )
 
 // farBackend serves no model itself: "far" is answered by another server
-// from the request as it came, "loading" is not ready, the rest do not
+// from the request as it came, "driven-elsewhere" is served here with
+// another driver's vocabulary, "loading" is not ready, the rest do not
 // exist.
 type farBackend struct {
 	mu       sync.Mutex
@@ -40,6 +41,8 @@ func (b *farBackend) Resolve(_ context.Context, name string) (*openai.Model, err
 			w.WriteHeader(http.StatusAccepted)
 			io.WriteString(w, "answered elsewhere")
 		}}
+	case "driven-elsewhere":
+		return &openai.Model{Name: name}, nil // a generative model another agent drives
 	case "loading":
 		return nil, &openai.Refusal{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "model_not_ready", Message: "model loading is not ready", RetryAfter: 2}
 	}
@@ -109,5 +112,31 @@ func TestBackendPassesOn(t *testing.T) {
 	}
 	if len(statuses) != 3 || statuses[0] != 404 || statuses[1] != 503 || statuses[2] != 404 {
 		t.Errorf("the observer saw %v, want the three requests answered here (404 503 404)", statuses)
+	}
+}
+
+// TestEmbeddingsOfClusterModels: /v1/embeddings naming a generative model
+// another agent drives says it produces no embeddings (it said the model
+// did not exist, on every agent but the driver); one answered elsewhere is
+// passed on; an unknown one is still a 404.
+func TestEmbeddingsOfClusterModels(t *testing.T) {
+	b := &farBackend{}
+	h := openai.NewHandler(b, openai.Options{Log: zap.NewNop(), CheckKey: checkTestKey})
+	for _, c := range []struct {
+		model string
+		code  int
+		body  string
+	}{
+		{"driven-elsewhere", http.StatusBadRequest, "is a generative model and does not produce embeddings"},
+		{"far", http.StatusAccepted, "answered elsewhere"},
+		{"nosuch", http.StatusNotFound, "model_not_found"},
+	} {
+		req := httptest.NewRequest("POST", "/v1/embeddings", strings.NewReader(`{"model":"`+c.model+`","input":"hi"}`))
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != c.code || !strings.Contains(w.Body.String(), c.body) {
+			t.Errorf("%s: %d %s, want %d with %q", c.model, w.Code, w.Body, c.code, c.body)
+		}
 	}
 }

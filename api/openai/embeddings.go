@@ -70,12 +70,18 @@ func (h *handler) embeddings(x *exchange) *apiError {
 	}
 	x.rec.Model = req.Model
 	m, e := h.lookup(x, req.Model)
+	if e != nil && e.status == http.StatusNotFound {
+		// Not here: a model the cluster serves from another agent is
+		// resolved as a completion's is, to say what it is (or its
+		// driver answers), not that it does not exist.
+		m, e = h.resolve(x, req.Model)
+	}
 	if e != nil {
 		return e
 	}
 	if m.Embedder == nil {
 		return &apiError{status: http.StatusBadRequest, typ: "invalid_request_error", param: "model", code: "model_not_supported",
-			msg: fmt.Sprintf("The model `%s` does not produce embeddings.", req.Model)}
+			msg: fmt.Sprintf("The model `%s` is a generative model and does not produce embeddings: serve an embedding GGUF (BERT-style, or a decoder with a pooling_type) on an agent with --model and name it here.", req.Model)}
 	}
 	emb := m.Embedder
 	base64Out := false

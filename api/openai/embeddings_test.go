@@ -179,7 +179,7 @@ func TestEmbeddingsErrors(t *testing.T) {
 		msg    string
 	}{
 		{"not an embedding model", oa.EmbeddingNewParams{Model: "chat", Input: oa.EmbeddingNewParamsInputUnion{OfString: oa.String("hi")}},
-			400, "model", "model_not_supported", "The model `chat` does not produce embeddings."},
+			400, "model", "model_not_supported", "The model `chat` is a generative model and does not produce embeddings"},
 		{"unknown model", oa.EmbeddingNewParams{Model: "nope", Input: oa.EmbeddingNewParamsInputUnion{OfString: oa.String("hi")}},
 			404, "model", "model_not_found", "does not exist"},
 		{"empty string", oa.EmbeddingNewParams{Model: "emb", Input: oa.EmbeddingNewParamsInputUnion{OfString: oa.String("")}},

@@ -260,3 +260,16 @@ func TestVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestRunEmbeddingModel: `shoal run` of an embedding model says what the
+// file is and where it serves, not which Go function would open it.
+func TestRunEmbeddingModel(t *testing.T) {
+	path := genModel(t, t.TempDir(), "--arch", "bert", "--type", "f16", "--n-head-kv", "4")
+	_, err := execute(t, "", "run", "-m", path, "-p", "hi", "-n", "4")
+	if err == nil {
+		t.Fatal("run generated text with an embedding model")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "/v1/embeddings") || strings.Contains(msg, "model.Open") {
+		t.Errorf("run of an embedding model: %v", err)
+	}
+}

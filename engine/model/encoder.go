@@ -15,7 +15,7 @@ import (
 // ErrEncoder is returned (wrapped) by ConfigFromGGUF, Load and Open for an
 // embedding encoder architecture (bert): it has no logits and is not
 // served by the layer-range Runner; LoadEncoder / OpenEncoder load it.
-var ErrEncoder = errors.New("an embedding encoder, not a generative model (load it with model.OpenEncoder)")
+var ErrEncoder = errors.New("an embedding model (a BERT-style encoder), not a generative one: it answers POST /v1/embeddings on an agent started with --model FILE, and cannot generate text")
 
 // Pooling is how an encoder turns its per-token hidden states into one
 // vector (llama.cpp's llama_pooling_type, the GGUF key %s.pooling_type).
