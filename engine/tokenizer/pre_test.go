@@ -43,10 +43,9 @@ var preFragments = []string{
 func TestPreTokenizersAgainstLlama(t *testing.T) {
 	strs := preStrings()
 	if *writePre != "" {
-		if err := os.WriteFile("testdata/pre/strings.txt", []byte(strings.Join(strs, preSeparator)+preSeparator), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeStrings(t, filepath.Join("testdata", "pre", "strings.txt"), strs)
 	}
+	checkStrings(t, filepath.Join("testdata", "pre", "strings.txt"), strs)
 	for _, pre := range preChecked {
 		t.Run(pre, func(t *testing.T) {
 			v, err := tokenizer.ByteLevelVocab(2048)
@@ -55,42 +54,77 @@ func TestPreTokenizersAgainstLlama(t *testing.T) {
 			}
 			v.Pre = pre
 			if *writePre != "" {
-				var buf bytes.Buffer
-				s := synth.Spec{Arch: "llama", NEmbd: 32, NLayer: 1, NHead: 1, NFF: 32, Type: "f16", Tokenizer: v.KVs()}
-				if err := synth.Write(&buf, s, nil); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(filepath.Join(*writePre, pre+".gguf"), buf.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
+				writeVocabModel(t, v, filepath.Join(*writePre, pre+".gguf"))
 				t.Skip("wrote the model: run tokids, then this test again")
 			}
 			tok, err := tokenizer.New(v)
 			if err != nil {
 				t.Fatal(err)
 			}
-			raw, err := os.ReadFile(filepath.Join("testdata", "pre", pre+".out"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			lines := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")
-			if len(lines) != len(strs) {
-				t.Fatalf("%d lines of ids for %d strings", len(lines), len(strs))
-			}
-			bad := 0
-			for i, s := range strs {
-				want := lines[i]
-				got := idLine(tok.Encode(s, false, false))
-				if got != want {
-					if bad++; bad <= 5 {
-						t.Errorf("%q:\n got%s\nwant%s", s, got, want)
-					}
-				}
-			}
-			if bad > 0 {
-				t.Errorf("%d of %d strings tokenize differently", bad, len(strs))
-			}
+			compareIDs(t, tok, strs, filepath.Join("testdata", "pre", pre+".out"), false)
 		})
+	}
+}
+
+// writeStrings writes strs in tokids' format: each followed by preSeparator.
+func writeStrings(t *testing.T, path string, strs []string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(strings.Join(strs, preSeparator)+preSeparator), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkStrings fails unless the file at path holds strs (so that the ids
+// measured over it belong to the strings this test makes).
+func checkStrings(t *testing.T, path string, strs []string) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(raw) != strings.Join(strs, preSeparator)+preSeparator {
+		t.Fatalf("%s does not hold the test's strings: write it again (see testdata's README)", path)
+	}
+}
+
+// writeVocabModel writes v as a small random-weight model for tokids.
+func writeVocabModel(t *testing.T, v tokenizer.Vocab, path string) {
+	t.Helper()
+	var buf bytes.Buffer
+	s := synth.Spec{Arch: "llama", NEmbd: 32, NLayer: 1, NHead: 1, NFF: 32, Type: "f16", Tokenizer: v.KVs()}
+	if err := synth.Write(&buf, s, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// compareIDs checks tok's ids for strs against llama.cpp's in the tokids
+// output at path (special: BOS added and special text parsed), reporting
+// how many strings differ and the first few differences.
+func compareIDs(t *testing.T, tok *tokenizer.Tokenizer, strs []string, path string, special bool) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")
+	if len(lines) != len(strs) {
+		t.Fatalf("%s: %d lines of ids for %d strings", path, len(lines), len(strs))
+	}
+	bad := 0
+	for i, s := range strs {
+		want := lines[i]
+		got := idLine(tok.Encode(s, special, special))
+		if got != want {
+			if bad++; bad <= 5 {
+				t.Errorf("%q:\n got%s\nwant%s", s, got, want)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d strings tokenize differently", bad, len(strs))
 	}
 }
 

@@ -290,16 +290,26 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 	return New(v)
 }
 
-// Texts llama.cpp uses to recognise special tokens that the converter did
-// not tag.
+// Texts llama.cpp (0.7.0) uses to recognise special tokens that the
+// converter did not tag (TestSpecialTextsAgainstLlama checks them). Where a
+// vocabulary holds several texts of one list, llama.cpp takes one in the
+// order of a hash map; these lists take the first.
 var (
-	eotTexts = []string{"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>", "_<EOT>", "<｜end▁of▁sentence｜>"}
+	eotTexts = []string{"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>"}
 	eomTexts = []string{"<|eom_id|>"}
-	eogTexts = []string{"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>"}
+	eogTexts = []string{"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>",
+		"<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~[", "<|ifm|im_end|>"}
 
-	fimPadTexts = []string{"<|fim_pad|>", "<fim-pad>", "<PAD>"}
-	fimRepTexts = []string{"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"}
-	fimSepTexts = []string{"<|file_sep|>"}
+	// gpt-oss's header tokens, which llama.cpp always renders: user-defined
+	// whatever their type, so split out of text even without parseSpecial.
+	userDefinedTexts = []string{"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}
+
+	fimPreTexts = []string{"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>", "<|plamo:fim_prefix|>"}
+	fimSufTexts = []string{"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>", "<|plamo:fim_suffix|>"}
+	fimMidTexts = []string{"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>", "<|plamo:fim_middle|>"}
+	fimPadTexts = []string{"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}
+	fimRepTexts = []string{"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}
+	fimSepTexts = []string{"<|file_sep|>", "<|plamo:file_separator|>"}
 )
 
 // New builds a tokenizer from plain data.
@@ -417,6 +427,11 @@ func New(v Vocab) (*Tokenizer, error) {
 			makeControl(id)
 		}
 	}
+	for _, texts := range [][]string{fimPreTexts, fimSufTexts, fimMidTexts} {
+		if id := findText(texts); id != NoToken {
+			makeControl(id)
+		}
+	}
 	t.eog = map[int32]bool{}
 	for _, texts := range [][]string{fimPadTexts, fimRepTexts, fimSepTexts} {
 		if id := findText(texts); id != NoToken {
@@ -430,11 +445,17 @@ func New(v Vocab) (*Tokenizer, error) {
 			makeControl(id)
 		}
 	}
+	for _, s := range userDefinedTexts {
+		if id, ok := t.toID[s]; ok {
+			t.attrs[id] = attrUserDefined
+		}
+	}
 	for _, id := range append([]int32{t.eos, t.eot, t.eom}, v.ExtraEOG...) {
 		if id >= 0 && id < int32(n) {
 			t.eog[id] = true
 		}
 	}
+	t.eogWorkarounds()
 
 	for id := range t.attrs {
 		if t.attrs[id]&(attrControl|attrUserDefined|attrUnknown) != 0 {
@@ -474,6 +495,33 @@ func New(v Vocab) (*Tokenizer, error) {
 	}
 	t.cache = make(map[string][]int32)
 	return t, nil
+}
+
+// eogWorkarounds are llama.cpp's exceptions to the end-of-generation texts:
+// o200k_harmony's <|end|> (and solar-open's) ends a message, not the
+// generation, once <|return|> and <|call|> (or <|calls|> and <|flush|>) do,
+// and becomes user-defined; </s> next to Gemma 4's <|tool_response> or
+// PLaMo's <|plamo:eos|> is an HTML tag, a normal token.
+func (t *Tokenizer) eogWorkarounds() {
+	eog := func(s string) (int32, bool) {
+		id, ok := t.toID[s]
+		return id, ok && t.eog[id]
+	}
+	_, ret := eog("<|return|>")
+	_, call := eog("<|call|>")
+	_, calls := eog("<|calls|>")
+	_, flush := eog("<|flush|>")
+	call = call || calls
+	if end, ok := eog("<|end|>"); ok && call && (ret || flush) {
+		delete(t.eog, end)
+		t.attrs[end] = attrUserDefined
+	}
+	_, tool := eog("<|tool_response>")
+	_, plamo := eog("<|plamo:eos|>")
+	if s, ok := eog("</s>"); ok && (tool || plamo) {
+		delete(t.eog, s)
+		t.attrs[s] = attrNormal
+	}
 }
 
 // NVocab is the number of tokens.
