@@ -245,21 +245,24 @@ type ModelInfo struct {
 	// Status: hashing, planning, loading, verifying (a hub file held by
 	// its nodes, being checked), ready, degraded (a shard failed),
 	// unservable or failed; Reason explains verifying and the last three.
-	Status              string      `json:"status"`
-	Reason              string      `json:"reason,omitempty"`
-	Path                string      `json:"path"`
-	SourceNode          string      `json:"source_node"`
-	SourceName          string      `json:"source_name"`
-	Digest              string      `json:"digest,omitempty"`
-	Bytes               uint64      `json:"bytes"`
-	Layers              int         `json:"layers"`
-	Ctx                 int         `json:"ctx,omitempty"`
-	MaxSeqs             int         `json:"max_seqs,omitempty"`
-	Queue               int         `json:"queue,omitempty"`
-	PlanVersion         uint64      `json:"plan_version,omitempty"`
-	PredictedMsPerToken float64     `json:"predicted_ms_per_token,omitempty"`
-	Progress            float64     `json:"progress"` // bytes present over bytes needed, 0..1
-	Shards              []ShardInfo `json:"shards"`
+	Status              string  `json:"status"`
+	Reason              string  `json:"reason,omitempty"`
+	Path                string  `json:"path"`
+	SourceNode          string  `json:"source_node"`
+	SourceName          string  `json:"source_name"`
+	Digest              string  `json:"digest,omitempty"`
+	Bytes               uint64  `json:"bytes"`
+	Layers              int     `json:"layers"`
+	Ctx                 int     `json:"ctx,omitempty"`
+	MaxSeqs             int     `json:"max_seqs,omitempty"`
+	Queue               int     `json:"queue,omitempty"`
+	PlanVersion         uint64  `json:"plan_version,omitempty"`
+	PredictedMsPerToken float64 `json:"predicted_ms_per_token,omitempty"`
+	// Fallback: the plan relaxed the load's strategy or exact nodes, and
+	// why (PlacementInfo.Fallback).
+	Fallback string      `json:"fallback,omitempty"`
+	Progress float64     `json:"progress"` // bytes present over bytes needed, 0..1
+	Shards   []ShardInfo `json:"shards"`
 	// Replicas is how many live nodes should have the whole file; Holders
 	// the nodes that have it or are copying it (the source first), and
 	// Copies how many of them are alive with the file ready.
@@ -310,6 +313,10 @@ type PlacementInfo struct {
 	Explain         []string         `json:"explain"`
 	Moved           []string         `json:"moved,omitempty"`
 	MovedBytes      uint64           `json:"moved_bytes,omitempty"`
+	// Fallback, when set, says that the load's options (its strategy or
+	// its exact nodes) fit no plan, which constraint failed, and what the
+	// plan does instead.
+	Fallback string `json:"fallback,omitempty"`
 }
 
 // PlacementStage is one pipeline stage of a plan.

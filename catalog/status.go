@@ -58,6 +58,9 @@ func (c *Catalog) ModelInfo(st *coordinator.State, m *coordinator.Model) api.Mod
 		return info
 	}
 	info.PlanVersion, info.PredictedMsPerToken = p.Version, p.Cost.MsPerToken
+	if p.Fallback != nil {
+		info.Fallback = p.Fallback.Msg
+	}
 	var total, done uint64
 	var tally coordinator.ShardTally
 	for _, id := range p.Nodes() {

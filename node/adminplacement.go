@@ -60,6 +60,9 @@ func (b *admin) Placement(ctx context.Context, name string) (*api.PlacementInfo,
 		out.KVBytesPerToken = placement.KVBytes(m.Profile.KVBytesPerToken, pp.KVType) * uint64(m.Profile.NLayer)
 	}
 	out.Cost, out.Explain, out.Moved, out.MovedBytes = apiCost(pp.Cost), pp.Explain, pp.Moved, pp.MovedBytes
+	if pp.Fallback != nil {
+		out.Fallback = pp.Fallback.Msg
+	}
 	mem, kvb := map[string]uint64{}, map[string]uint64{}
 	var order []string
 	for _, pool := range pp.Pools {

@@ -113,12 +113,12 @@ func placeDisagg(profile ModelProfile, prefill, decode []Node, links LinkMatrix,
 		copy(out, ns)
 		return out
 	}
-	dec, err := Place(profile, only(decode), links, do)
+	dec, err := placeExact(profile, only(decode), links, do)
 	if err != nil {
 		return Plan{}, fmt.Errorf("placement: the decode pool: %w", err)
 	}
 	po.Batch = 1
-	pre, err := Place(profile, only(prefill), links, po)
+	pre, err := placeExact(profile, only(prefill), links, po)
 	if err != nil {
 		return Plan{}, fmt.Errorf("placement: the prefill pool: %w", err)
 	}

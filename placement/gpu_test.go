@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"strings"
 	"testing"
 
 	"shoal/engine/quant"
@@ -112,7 +113,7 @@ func TestTensorGroupGPUFirst(t *testing.T) {
 // TestExpertGroupBeyondHeads: a MoE model whose heads cut into fewer slices
 // than the group has members still gets a tensor-parallel group of all of
 // them, a member holding experts (or the output) without heads; a dense
-// model with the same heads does not.
+// model with the same heads gets a smaller group, and the plan says why.
 func TestExpertGroupBeyondHeads(t *testing.T) {
 	nodes := []Node{
 		{ID: "a", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: 10, MemGBps: 1},
@@ -149,7 +150,13 @@ func TestExpertGroupBeyondHeads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, err := Place(dense, nodes, LinkMatrix{}, opts); err == nil {
-		t.Errorf("a dense model with %d head slices got a tensor group of %d: %+v", dense.HeadUnits(), len(p.Pools[0].Stages[0].Members), p.Pools[0].Stages)
+	// Its 2 head slices cannot make a group of 3: the planner falls back
+	// to a smaller group and says why.
+	p, err = Place(dense, nodes, LinkMatrix{}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := len(p.Pools[0].Stages[0].Members); m > dense.HeadUnits() || p.Fallback == nil || !strings.Contains(p.Fallback.Msg, "heads") {
+		t.Errorf("a dense model with %d head slices got a tensor group of %d (fallback %+v): %+v", dense.HeadUnits(), m, p.Fallback, p.Pools[0].Stages)
 	}
 }

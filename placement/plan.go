@@ -1,6 +1,8 @@
 package placement
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -87,8 +89,96 @@ func (e *env) better(a, b *candidate) bool {
 
 // Place plans where profile runs on nodes. It is a pure function: the same
 // inputs give the same plan. See the package documentation for the cost
-// model and the search.
+// model and the search. When the operator's options fit no plan (a
+// forced strategy or pinned nodes the model's shape cannot take, such as
+// a pipeline of 3 stages for a model of 2 layers), Place relaxes them in
+// turn (the same strategy on any of the nodes, the planner's choice of
+// strategy on the pinned nodes, then on any) and says in Plan.Fallback
+// which constraint failed and what it did instead; the error is returned
+// only when no relaxed plan fits either.
 func Place(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options) (Plan, error) {
+	p, err := placeExact(profile, nodes, links, opts)
+	var fe *FitError
+	if err == nil || !errors.As(err, &fe) || (opts.Strategy == Auto || opts.Strategy == "") && len(opts.Pin) == 0 {
+		return p, err
+	}
+	reason := shapeReason(&profile, nodes, opts)
+	if reason == "" && fe.Need > fe.Usable && len(opts.Pin) == 0 {
+		return p, err // short of memory: no arrangement of these nodes helps
+	}
+	if reason == "" {
+		reason = strings.TrimPrefix(fe.Msg, "placement: ")
+	}
+	type relax struct {
+		strategy Strategy
+		unpin    bool
+	}
+	tried := map[relax]bool{{opts.normalized().Strategy, false}: true}
+	for _, r := range []relax{{opts.normalized().Strategy, true}, {Auto, false}, {Auto, true}} {
+		if len(opts.Pin) == 0 {
+			r.unpin = false
+		}
+		if tried[r] {
+			continue
+		}
+		tried[r] = true
+		o := opts
+		o.Strategy = r.strategy
+		if r.unpin {
+			o.Pin = nil
+		}
+		rp, rerr := placeExact(profile, nodes, links, o)
+		if rerr != nil {
+			continue
+		}
+		var instead []string
+		if r.strategy != opts.normalized().Strategy {
+			instead = append(instead, fmt.Sprintf("as %s (the planner's choice, as with --strategy auto)", rp.Strategy))
+		}
+		if r.unpin {
+			names := map[string]string{}
+			for _, n := range nodes {
+				names[n.ID] = cmp.Or(n.Name, n.ID)
+			}
+			var used []string
+			for _, id := range rp.Nodes() {
+				used = append(used, cmp.Or(names[id], id))
+			}
+			instead = append(instead, fmt.Sprintf("on %s, the %d node(s) the planner chose, rather than exactly the %d asked for", strings.Join(used, ", "), len(used), len(opts.Pin)))
+		}
+		rp.Fallback = &Fallback{Reason: reason, Strategy: r.strategy, Unpinned: r.unpin,
+			Msg: fmt.Sprintf("%s: planned instead %s", reason, strings.Join(instead, " and "))}
+		rp.Explain = append([]string{"fallback: " + rp.Fallback.Msg}, rp.Explain...)
+		return rp, nil
+	}
+	fe2 := *fe
+	fe2.Msg = fe.Msg + " (and no other strategy or set of nodes fits it either)"
+	return p, &fe2
+}
+
+// shapeReason says why a forced strategy or pinned node set cannot take
+// the model's shape, or "" when the shape is not why.
+func shapeReason(profile *ModelProfile, nodes []Node, opts Options) string {
+	o := opts.normalized()
+	n := len(o.Pin)
+	if n == 0 {
+		for _, nd := range nodes {
+			if nd.Schedulable() && !contains(o.Exclude, nd.ID) {
+				n++
+			}
+		}
+	}
+	switch {
+	case o.Strategy == Pipeline && n > profile.NLayer:
+		return fmt.Sprintf("strategy pipeline puts a stage of at least one whole layer on each node, and model %s has %d layers for %d nodes", profile.Name, profile.NLayer, n)
+	case o.Strategy == Tensor && profile.NExpert == 0 && n > profile.HeadUnits():
+		return fmt.Sprintf("strategy tensor gives each node a slice of the heads, and model %s's %d heads cut into at most %d slices (groups of %d) for %d nodes", profile.Name, profile.NHead, profile.HeadUnits(), profile.HeadUnit, n)
+	}
+	return ""
+}
+
+// placeExact is Place keeping to opts: a *FitError when they fit no plan.
+func placeExact(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options) (Plan, error) {
 	o := opts.normalized()
 	switch o.Strategy {
 	case Auto, Pipeline, Tensor:

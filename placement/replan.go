@@ -115,7 +115,7 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 		// (a model pinned to its nodes keeps its pin instead).
 		o := opts
 		o.Pin = survivors
-		if p, err := Place(profile, nodes, links, o); err == nil && obeys(&p, nodes, opts) {
+		if p, err := placeExact(profile, nodes, links, o); err == nil && obeys(&p, nodes, opts) {
 			cands = append(cands, cand{what: "on the survivors", plan: p, moved: MovedBytes(&profile, prev, &p, local)})
 		}
 	}
@@ -204,6 +204,13 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 // it is the one node the plan may use. A previous plan that does not (the
 // model was loaded again with other --nodes or --strategy) is not kept.
 func obeys(p *Plan, nodes []Node, opts Options) bool {
+	if f := p.Fallback; f != nil {
+		// A plan Place made by relaxing opts obeys what it relaxed them to.
+		opts.Strategy = f.Strategy
+		if f.Unpinned {
+			opts.Pin = nil
+		}
+	}
 	used := p.Nodes()
 	if len(opts.Pin) > 0 {
 		if len(used) != len(opts.Pin) {

@@ -208,6 +208,17 @@ type Plan struct {
 	// per node, and MovedBytes how many weight bytes nodes must fetch.
 	Moved      []string `json:"moved,omitempty"`
 	MovedBytes uint64   `json:"moved_bytes,omitempty"`
+	// Fallback is set when the operator's options fit no plan and this
+	// one relaxes them (Place).
+	Fallback *Fallback `json:"fallback,omitempty"`
+}
+
+// Fallback says which of the operator's options a plan relaxed, and why.
+type Fallback struct {
+	Reason   string   `json:"reason"`             // why the options as given fit no plan
+	Strategy Strategy `json:"strategy"`           // the strategy the plan was made with
+	Unpinned bool     `json:"unpinned,omitempty"` // the pinned node set was not kept
+	Msg      string   `json:"message"`            // the reason and what was done instead, for people
 }
 
 // Pool is a pipeline of stages serving one role.

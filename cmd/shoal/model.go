@@ -151,6 +151,9 @@ GGUF, use shoal pull and load the file.
 			switch final.Status {
 			case "ready":
 				fmt.Fprintf(w, "model %s is ready on %d node(s): predicted %.2f ms/token (see 'shoal placement show %s')\n", final.Name, len(final.Shards), final.PredictedMsPerToken, final.Name)
+				if final.Fallback != "" {
+					fmt.Fprintf(w, "note: %s\n", final.Fallback)
+				}
 				return nil
 			default:
 				return fmt.Errorf("model %s is %s: %s", final.Name, final.Status, final.Reason)
@@ -206,8 +209,8 @@ func waitModel(c *api.Client, name string, on []string, wait time.Duration, repo
 		}
 		switch m.Status {
 		case "ready":
-			if runsOn(m, on) {
-				return m, nil
+			if runsOn(m, on) || m.Fallback != "" {
+				return m, nil // on those nodes, or the planner's choice when no plan on them fits
 			}
 		case "unservable", "failed", "degraded":
 			return m, nil
@@ -406,6 +409,9 @@ func printPlacement(w io.Writer, p *api.PlacementInfo) {
 		fmt.Fprintf(w, " (%s)", p.Reason)
 	}
 	fmt.Fprintln(w)
+	if p.Fallback != "" {
+		fmt.Fprintf(w, "note: %s\n", p.Fallback)
+	}
 	if len(p.Stages) == 0 {
 		if p.Version == 0 {
 			fmt.Fprintln(w, "no plan yet")

@@ -61,6 +61,9 @@ model load --nodes' does), a pipeline stage of layers per agent by default
 			fmt.Fprintf(w, "\nshoal is up: %d agent(s), model %q\n\n", o.Nodes, c.Model)
 			if c.Layout != "" {
 				fmt.Fprintf(w, "  model      %s: %s\n", c.Model, c.Layout)
+				if c.Fallback != "" {
+					fmt.Fprintf(w, "  note       %s\n", c.Fallback)
+				}
 			}
 			fmt.Fprintf(w, "  endpoint   %s\n", c.Endpoint)
 			fmt.Fprintf(w, "  api key    %s   (inference: the OpenAI endpoint only)\n", c.InferenceKey)

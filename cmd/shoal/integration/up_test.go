@@ -20,18 +20,54 @@ import (
 // the curl line it prints, and checks that a completion comes back and that
 // Ctrl-C stops every agent.
 func TestUpCurl(t *testing.T) {
+	dir, bin := buildForUp(t)
+	upAndCurl(t, dir, bin)
+}
+
+// TestUpFewLayers: `shoal up` of a model with fewer layers than agents
+// (its default strategy, pipeline, wants a stage per agent) serves it on a
+// plan that fits and says so in the banner, instead of exiting with
+// "unservable".
+func TestUpFewLayers(t *testing.T) {
+	dir, bin := buildForUp(t)
+	model := filepath.Join(dir, "two.gguf")
+	if out, err := exec.Command(bin, "gen-model", "--arch", "llama", "--n-layer", "2", "--n-embd", "128", "--n-head", "4",
+		"--n-head-kv", "2", "--n-ff", "256", "--type", "q8_0", "-q", "--out", model).CombinedOutput(); err != nil {
+		t.Fatalf("gen-model: %v\n%s", err, out)
+	}
+	banner := upAndCurl(t, dir, bin, "--model", model)
+	note := ""
+	for _, l := range banner {
+		if s := strings.TrimSpace(l); strings.HasPrefix(s, "note ") {
+			note = s
+		}
+	}
+	if !strings.Contains(note, "2 layers for 3 nodes") || !strings.Contains(note, "planned instead") {
+		t.Errorf("the banner does not say why the plan differs from what was asked: %q", banner)
+	}
+}
+
+// buildForUp builds the binary into a temporary folder.
+func buildForUp(t *testing.T) (dir, bin string) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl is not installed")
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "shoal")
+	dir = t.TempDir()
+	bin = filepath.Join(dir, "shoal")
 	build := exec.Command("go", "build", "-o", bin, "shoal/cmd/shoal")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	return dir, bin
+}
+
+// upAndCurl runs `shoal up` with 3 agents (and args), runs the curl line it
+// prints, checks the completion, stops it with Ctrl-C and checks that no
+// agent is left; it returns the lines printed up to the banner's end.
+func upAndCurl(t *testing.T, dir, bin string, args ...string) []string {
 	base := freeBase(t)
-	cmd := exec.Command(bin, "up", "--nodes", "3", "--data-dir", filepath.Join(dir, "up"), "--port", base)
+	cmd := exec.Command(bin, append([]string{"up", "--nodes", "3", "--data-dir", filepath.Join(dir, "up"), "--port", base}, args...)...)
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
 	t0 := time.Now()
@@ -48,7 +84,7 @@ func TestUpCurl(t *testing.T) {
 		}
 		close(lines)
 	}()
-	var curl []string
+	var curl, banner []string
 	inCurl := false
 	timeout := time.After(120 * time.Second)
 wait:
@@ -58,6 +94,7 @@ wait:
 			if !ok {
 				t.Fatal("shoal up exited before it was ready")
 			}
+			banner = append(banner, l)
 			s := strings.TrimSpace(l)
 			if strings.HasPrefix(s, "curl ") {
 				inCurl = true
@@ -115,6 +152,7 @@ wait:
 	if out, _ := exec.Command("pgrep", "-f", filepath.Join(dir, "up")).Output(); len(out) > 0 {
 		t.Fatalf("agents still running after shoal up stopped: %s", out)
 	}
+	return banner
 }
 
 // freeBase finds a base port whose 3 agents' ports are all free.

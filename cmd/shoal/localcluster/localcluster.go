@@ -63,6 +63,9 @@ type Cluster struct {
 	// Layout says where the model's layers run, read back from its
 	// committed plan: "pipeline, node-1 layers 0-1, node-2 layer 2, ...".
 	Layout string
+	// Fallback says why the plan does not run the model as asked (the
+	// strategy or every agent), when it does not.
+	Fallback string
 	// HTTPSCA is the file of the cluster's HTTPS CA certificate (the
 	// agents here bind loopback and serve plain HTTP; agents on a network
 	// address serve HTTPS with certificates it signs).
@@ -416,12 +419,17 @@ func (c *Cluster) settle(ctx context.Context, cl *api.Client, on []string) error
 		for _, s := range m.Shards {
 			nodes = append(nodes, s.NodeName)
 		}
-		if !sameSet(nodes, on) {
-			return false, nil // an earlier plan, not yet weighed again
-		}
 		p, err := cl.Placement(ctx, c.Model)
 		if err != nil || p.Version != m.PlanVersion {
 			return false, nil
+		}
+		if p.Fallback != "" {
+			// No plan on exactly those nodes fits (a model of fewer
+			// layers than agents): the planner's own choice stands.
+			on = nodes
+		}
+		if !sameSet(nodes, on) {
+			return false, nil // an earlier plan, not yet weighed again
 		}
 		if readyAt.IsZero() {
 			readyAt = time.Now()
@@ -436,7 +444,7 @@ func (c *Cluster) settle(ctx context.Context, cl *api.Client, on []string) error
 		if time.Since(since) < time.Second {
 			return false, nil
 		}
-		c.Layout = Layout(p)
+		c.Layout, c.Fallback = Layout(p), p.Fallback
 		return true, nil
 	})
 }
