@@ -41,7 +41,7 @@ func (a *Agent) newAdmin() *admin {
 		cluster: a.cluster, srv: a.srv, call: serverCaller(a.ep), members: a.gossip.Members,
 		self: func() api.Member {
 			return api.Member{ID: a.id, Name: a.cfg.Name, Addr: a.GossipAddr(), RPCAddr: a.RPCAddr(), Role: a.role,
-				Status: api.StatusAlive, Version: a.cfg.Version, Caps: apiCaps(a.caps)}
+				Status: api.StatusAlive, Version: a.cfg.Version, Caps: apiCaps(a.selfCaps())}
 		},
 		caHash: strings.TrimPrefix(transport.CAHash(a.ident.CA.Cert), "sha256:"), bootstrapSecret: a.bootstrapSecret,
 		cat: a.catalog,

@@ -47,7 +47,8 @@ type Agent struct {
 	caps            coordinator.Capabilities
 	dev             device.Device   // runs this node's layers (--device)
 	devLine         string          // what --device chose, and why
-	meta            membership.Meta // what this agent gossips, and answers Node.Hello with
+	meta            membership.Meta // what this agent gossips, and answers Node.Hello with (under metaMu once started)
+	metaMu          sync.Mutex
 
 	ep     *transport.Endpoint
 	rpc    *transport.RPCServer
@@ -151,7 +152,8 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a.log.Info("agent started", zap.String("id", a.id), zap.String("role", a.role),
 		zap.String("quic", a.RPCAddr()), zap.String("gossip", a.GossipAddr()), zap.String("api", a.HTTPURL()))
-	a.bg.Add(5)
+	a.bg.Add(6)
+	go a.remeasureLoop()
 	go a.readyLoop()
 	go a.registerLocal(local)
 	go a.joinLoop()

@@ -20,7 +20,7 @@ const methodHello = "Node.Hello"
 // registerHello answers methodHello with this agent's gossip metadata.
 func (a *Agent) registerHello() {
 	a.rpc.Register(methodHello, func(context.Context, transport.Peer, json.RawMessage) (any, error) {
-		return a.meta, nil
+		return a.selfMeta(), nil
 	})
 }
 
@@ -31,7 +31,7 @@ func (a *Agent) registerHello() {
 // reached it, the version and capacities from the node's answer.
 func (a *Agent) certify(ctx context.Context, m coordinator.Member) (coordinator.Member, error) {
 	if m.ID == a.id {
-		return membership.Certified(m, a.ident.ID, a.ident.Name, a.ident.Role, a.meta), nil
+		return membership.Certified(m, a.ident.ID, a.ident.Name, a.ident.Role, a.selfMeta()), nil
 	}
 	if m.RPCAddr == "" {
 		return coordinator.Member{}, errors.New("gossip gives no QUIC address")

@@ -106,6 +106,7 @@ type Tuning struct {
 	DeadServerGrace     Duration `json:"dead_server_grace"`    // before a failed voter is replaced
 	ServerStabilization Duration `json:"server_stabilization"` // before a non-voter is promoted
 	ProbeDuration       Duration `json:"probe_duration"`       // each capability measurement
+	Remeasure           Duration `json:"remeasure"`            // between background capability measurements (10m; < 0: never)
 	JoinTimeout         Duration `json:"join_timeout"`         // give up joining after this
 	LinkProbe           Duration `json:"link_probe"`           // between link measurements to peers
 	DistStep            Duration `json:"dist_step"`            // bounds a step of a model served across nodes (10s)

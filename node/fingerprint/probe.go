@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"time"
 
@@ -13,7 +14,9 @@ import (
 	"shoal/engine/quant"
 )
 
-// probeCache is what the data dir keeps of the measured numbers.
+// probeCache is what the data dir keeps of the measured numbers: the
+// figures in use (the medians of Samples), the samples they come from,
+// and Pinned for figures Record set, which Remeasure leaves alone.
 type probeCache struct {
 	Version  string    `json:"version"`
 	Method   string    `json:"method"` // how GFLOPS was measured; another method re-probes
@@ -21,7 +24,19 @@ type probeCache struct {
 	GFLOPS   float64   `json:"gflops"`
 	MemGBps  float64   `json:"mem_gbps"`
 	ProbedAt time.Time `json:"probed_at"`
+	Samples  []Sample  `json:"samples,omitempty"`
+	Pinned   bool      `json:"pinned,omitempty"`
 }
+
+// Sample is one measurement of the machine's compute and memory rate.
+type Sample struct {
+	GFLOPS  float64   `json:"gflops"`
+	MemGBps float64   `json:"mem_gbps"`
+	At      time.Time `json:"at"`
+}
+
+// keepSamples is how many measurements the figures are the medians of.
+const keepSamples = 7
 
 const probeFile = "capabilities.json"
 
@@ -52,22 +67,82 @@ func Probe(dir, version string, d time.Duration) Machine {
 		c.GFLOPS, c.MemGBps = pc.GFLOPS, pc.MemGBps
 		return c
 	}
-	c.GFLOPS = measureGFLOPS(d)
-	c.MemGBps = measureMemGBps(d)
+	sm := measure(d)
+	c.GFLOPS, c.MemGBps = sm.GFLOPS, sm.MemGBps
+	_ = write(dir, probeCache{Version: version, Method: probeMethod, Cores: c.Cores, GFLOPS: c.GFLOPS, MemGBps: c.MemGBps, ProbedAt: sm.At, Samples: []Sample{sm}})
+	return c
+}
+
+// measure takes one sample, each rate measured for about d.
+func measure(d time.Duration) Sample {
+	s := Sample{GFLOPS: measureGFLOPS(d), MemGBps: measureMemGBps(d), At: time.Now().UTC()}
 	// The bandwidth probe's 107 MB of matrices are garbage now; hand them
 	// back to the OS at once rather than keep them resident beside the
 	// model (a fresh agent serving TinyLlama Q4_0 at ctx 2048 held 716 MiB
 	// after three requests, 620 MiB with this).
 	debug.FreeOSMemory()
-	_ = Record(dir, version, c.GFLOPS, c.MemGBps)
-	return c
+	return s
+}
+
+// Remeasure takes one more sample in dir (the agent does, in the
+// background) and returns the figures to use: the medians of the last
+// keepSamples samples, so that one busy moment, at start or later, does
+// not decide what the planner believes; n is how many samples they come
+// from. Figures Record pinned are returned as they are, with n 0.
+func Remeasure(dir, version string, d time.Duration) (gflops, memGBps float64, n int) {
+	path := filepath.Join(dir, probeFile)
+	var pc probeCache
+	if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &pc) == nil && pc.Pinned && pc.Method == probeMethod {
+		return pc.GFLOPS, pc.MemGBps, 0
+	}
+	if pc.Method != probeMethod || pc.Cores != runtime.NumCPU() {
+		pc = probeCache{}
+	}
+	if len(pc.Samples) == 0 && pc.GFLOPS > 0 {
+		pc.Samples = []Sample{{GFLOPS: pc.GFLOPS, MemGBps: pc.MemGBps, At: pc.ProbedAt}} // a cache of one figure
+	}
+	sm := measure(d)
+	pc.Samples = append(pc.Samples, sm)
+	if k := len(pc.Samples) - keepSamples; k > 0 {
+		pc.Samples = pc.Samples[k:]
+	}
+	pc.Version, pc.Method, pc.Cores, pc.ProbedAt = version, probeMethod, runtime.NumCPU(), sm.At
+	pc.GFLOPS, pc.MemGBps = medians(pc.Samples)
+	_ = write(dir, pc)
+	return pc.GFLOPS, pc.MemGBps, len(pc.Samples)
+}
+
+// medians of the samples' two rates.
+func medians(ss []Sample) (gflops, memGBps float64) {
+	g := make([]float64, len(ss))
+	m := make([]float64, len(ss))
+	for i, s := range ss {
+		g[i], m[i] = s.GFLOPS, s.MemGBps
+	}
+	return median(g), median(m)
+}
+
+func median(x []float64) float64 {
+	if len(x) == 0 {
+		return 0
+	}
+	slices.Sort(x)
+	if n := len(x); n%2 == 0 {
+		return round3((x[n/2-1] + x[n/2]) / 2)
+	}
+	return x[len(x)/2]
 }
 
 // Record keeps gflops and memGBps in dir as if Probe had measured them
-// there, so the next Probe in dir uses them (a test cluster whose nodes
-// differ in speed by design, not by the noise of a loaded host).
+// there, pinned: the next Probe in dir uses them and Remeasure leaves
+// them (a test cluster whose nodes differ in speed by design, not by the
+// noise of a loaded host).
 func Record(dir, version string, gflops, memGBps float64) error {
-	b, err := json.MarshalIndent(probeCache{Version: version, Method: probeMethod, Cores: runtime.NumCPU(), GFLOPS: gflops, MemGBps: memGBps, ProbedAt: time.Now().UTC()}, "", "  ")
+	return write(dir, probeCache{Version: version, Method: probeMethod, Cores: runtime.NumCPU(), GFLOPS: gflops, MemGBps: memGBps, ProbedAt: time.Now().UTC(), Pinned: true})
+}
+
+func write(dir string, pc probeCache) error {
+	b, err := json.MarshalIndent(pc, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -57,3 +57,41 @@ func TestRecord(t *testing.T) {
 		t.Fatalf("recorded 12.5 GFLOPS and 3.25 GB/s, Probe found %+v", m)
 	}
 }
+
+// TestRemeasure: the figures are the medians of the last samples, so one
+// busy moment (a tenth of the usual rate) does not move them; the sample
+// list stays bounded; figures Record pinned are never measured over.
+func TestRemeasure(t *testing.T) {
+	dir := t.TempDir()
+	samples := []Sample{{GFLOPS: 1.5, MemGBps: 0.2}} // measured while the host was busy
+	for range 5 {
+		samples = append(samples, Sample{GFLOPS: 1e6, MemGBps: 1e4}) // far above anything measured here
+	}
+	b, err := json.Marshal(probeCache{Method: probeMethod, Cores: runtime.NumCPU(), GFLOPS: 1.5, MemGBps: 0.2, Samples: samples})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, probeFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g, m, n := Remeasure(dir, "v1", time.Millisecond)
+	if n != 7 || g != 1e6 || m != 1e4 {
+		t.Fatalf("after one more sample: %v GFLOPS, %v GB/s from %d samples; want the medians 1e6 and 1e4 of 7", g, m, n)
+	}
+	if p := Probe(dir, "v1", time.Millisecond); p.GFLOPS != g || p.MemGBps != m {
+		t.Fatalf("the next start uses %v and %v, want the medians", p.GFLOPS, p.MemGBps)
+	}
+	for range 3 {
+		_, _, n = Remeasure(dir, "v1", time.Millisecond)
+	}
+	if n != keepSamples {
+		t.Fatalf("%d samples kept, want %d", n, keepSamples)
+	}
+
+	if err := Record(dir, "v1", 12.5, 3.25); err != nil {
+		t.Fatal(err)
+	}
+	if g, m, n := Remeasure(dir, "v1", time.Millisecond); g != 12.5 || m != 3.25 || n != 0 {
+		t.Fatalf("pinned 12.5 and 3.25, Remeasure gave %v %v (n %d)", g, m, n)
+	}
+}

@@ -119,7 +119,24 @@ func (g *Gossip) NotifyMerge(peers []*memberlist.Node) error {
 }
 
 // NodeMeta implements memberlist.Delegate.
-func (g *Gossip) NodeMeta(limit int) []byte { return g.meta }
+func (g *Gossip) NodeMeta(limit int) []byte {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.meta
+}
+
+// SetMeta replaces what g gossips about this node (capacities measured
+// again) and spreads it: the leader certifies the node anew on the change.
+func (g *Gossip) SetMeta(md Meta) error {
+	b, err := md.Encode()
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.meta = b
+	g.mu.Unlock()
+	return g.ml.UpdateNode(5 * time.Second)
+}
 
 // NotifyMsg implements memberlist.Delegate.
 func (g *Gossip) NotifyMsg([]byte) {}
