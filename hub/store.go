@@ -333,6 +333,27 @@ func (s *Store) findLocal(r Ref, rev, name string) (*Manifest, error) {
 	return m, nil
 }
 
+// ModelAt returns the stored model whose file (the one engines load) is
+// path, when path is a blob of a model store (STORE/blobs/sha256-HEX):
+// the store is the folder above blobs, found from the path alone.
+func ModelAt(path string) (*Manifest, bool) {
+	abs, err := filepath.Abs(path)
+	if err != nil || !strings.HasPrefix(filepath.Base(abs), "sha256-") || filepath.Base(filepath.Dir(abs)) != "blobs" {
+		return nil, false
+	}
+	s := &Store{Dir: filepath.Dir(filepath.Dir(abs))}
+	all, err := s.List()
+	if err != nil {
+		return nil, false
+	}
+	for _, m := range all {
+		if p, ok := s.LoadPath(m); ok && p == abs {
+			return &m, true
+		}
+	}
+	return nil, false
+}
+
 // matchesRef reports whether the stored model m is what r names.
 func matchesRef(m Manifest, r Ref) bool {
 	if !strings.EqualFold(m.Repo, r.Repo) || len(m.Parts) == 0 {

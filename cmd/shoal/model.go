@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"shoal/api"
+	"shoal/hub"
 	"shoal/node"
 	"shoal/placement"
 )
@@ -102,12 +103,8 @@ GGUF, use shoal pull and load the file.
 				args = []string{""}
 			}
 			req.Path = args[0]
-			if req.Path != "" && !filepath.IsAbs(req.Path) {
-				// Relative to here when the file is here; else as given (the
-				// agent asks for an absolute path on its machine).
-				if _, err := os.Stat(req.Path); err == nil {
-					req.Path, _ = filepath.Abs(req.Path)
-				}
+			if err := storePath(&req); err != nil {
+				return err
 			}
 			if overhead != "" {
 				if req.Overhead, err = node.ParseSize(overhead); err != nil {
@@ -161,7 +158,7 @@ GGUF, use shoal pull and load the file.
 		},
 	}
 	f.register(cmd)
-	cmd.Flags().StringVar(&req.Name, "name", "", "model name (default: the file name without .gguf)")
+	cmd.Flags().StringVar(&req.Name, "name", "", "model name (default: the store's name of a file of the model store, else the file name without .gguf)")
 	cmd.Flags().IntVar(&req.Ctx, "ctx", 0, "context length per sequence the plan reserves KV cache for (default 4096)")
 	cmd.Flags().IntVar(&req.MaxSeqs, "max-seqs", 0, "sequences the plan reserves --ctx tokens of KV cache for, run at once (default 1)")
 	cmd.Flags().IntVar(&req.Queue, "queue", 0, "requests that wait for a running place before more get 429 (default 4 x --max-seqs)")
@@ -178,6 +175,25 @@ GGUF, use shoal pull and load the file.
 	cmd.Flags().StringVar(&req.Hub, "hub", "", "load a hub reference (REPO:QUANT or REPO/FILE.gguf) read in place: each node reads only its shards' ranges from the hub")
 	cmd.Flags().StringVar(&req.Revision, "revision", "", "the hub revision for --hub (default main)")
 	return cmd
+}
+
+// storePath makes load's FILE absolute when the file is here, and names a
+// file of this machine's model store as the store names it unless --name is
+// given. A path that is not here is left as it is, for the agent to find
+// on its machine (it asks for an absolute path).
+func storePath(req *api.LoadModelRequest) error {
+	if _, err := os.Stat(req.Path); req.Path == "" || err != nil {
+		return nil
+	}
+	abs, err := filepath.Abs(req.Path)
+	if err != nil {
+		return err
+	}
+	req.Path = abs
+	if m, ok := hub.ModelAt(abs); ok && req.Name == "" {
+		req.Name = m.Name
+	}
+	return nil
 }
 
 // waitModel polls until the model is ready, unservable, failed or degraded,

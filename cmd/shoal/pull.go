@@ -243,13 +243,17 @@ func (p *pullProgress) finish() {
 // file path as it is; else a model in the store (qwen2.5-0.5b-instruct:q4_k_m);
 // else a hub reference (Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M), pulled
 // into the store first with its progress on w. name is the store's name
-// of the model ("" for a file path), which the model is served under: the
-// store's file is named after its sha256.
+// of the model, which the model is served under (the store's file is named
+// after its sha256): also for the path of a store's file; "" for any other
+// file.
 func localModel(ctx context.Context, arg string, w io.Writer) (path, name string, err error) {
 	if arg == "" {
 		return "", "", nil
 	}
 	if _, err := os.Stat(arg); err == nil {
+		if m, ok := hub.ModelAt(arg); ok {
+			return arg, m.Name, nil
+		}
 		return arg, "", nil
 	}
 	st, err := hub.OpenStore("")
