@@ -8,10 +8,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"shoal/api"
+	"shoal/cmd/shoal/localcluster"
 	"shoal/hub/hubtest"
 )
 
@@ -90,5 +93,61 @@ func TestStoreFileKeepsStoreName(t *testing.T) {
 	file := genModel(t, t.TempDir(), "--type", "q8_0")
 	if _, err := execute(t, "", "model", "load", file, "--wait", "0", "--addr", addr, "--token", "k"); err != nil || loads()[2].Name != "" || loads()[2].Path != file {
 		t.Fatalf("model load of another file: %v %+v", err, loads())
+	}
+}
+
+// TestUpBannerNamesItsModel: on a data dir where an earlier run loaded
+// other models, the banner lists them, and every command it prints names
+// the model this run serves; chat run from the directory of that 'shoal
+// up' talks to it by default, not to the first model the cluster lists.
+func TestUpBannerNamesItsModel(t *testing.T) {
+	ms := []api.ModelInfo{{Name: "builtin-llama-q4_k"}, {Name: "tinystories-656k:f16"}, {Name: "other"}}
+	c := &localcluster.Cluster{Model: "tinystories-656k:f16", Endpoint: "http://127.0.0.1:8080/v1", Token: "adm", InferenceKey: "inf",
+		Earlier: localcluster.Others(ms, "tinystories-656k:f16")}
+	var b strings.Builder
+	upBanner(&b, c, localcluster.Options{Nodes: 2, DataDir: upDataDir, Model: "/store/blobs/sha256-x"}, "shoal", true)
+	out := b.String()
+	if !strings.Contains(out, "builtin-llama-q4_k, other") || !strings.Contains(out, "earlier run") || !strings.Contains(out, "shoal model unload") {
+		t.Errorf("the banner does not list the earlier run's models:\n%s", out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) > 1 && f[0] == "shoal" && (f[1] == "chat" || f[1] == "placement") && !strings.Contains(l, " tinystories-656k:f16") {
+			t.Errorf("banner line %q does not name the model", l)
+		}
+	}
+	if !strings.Contains(out, "shoal chat --model tinystories-656k:f16") {
+		t.Errorf("no chat line with the model:\n%s", out)
+	}
+
+	// chat: the cluster lists the earlier model first.
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			io.WriteString(w, `{"object":"list","data":[{"id":"builtin-llama-q4_k","object":"model"},{"id":"tinystories-656k:f16","object":"model"}]}`)
+			return
+		}
+		var req struct{ Model string }
+		json.NewDecoder(r.Body).Decode(&req)
+		got.Store(req.Model)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, `data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}`+"\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	t.Chdir(t.TempDir())
+	t.Setenv("SHOAL_ADDR", "")
+	t.Setenv("SHOAL_TOKEN", "")
+	t.Setenv("SHOAL_CACERT", "")
+	if err := os.MkdirAll(upDataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeUpFile(upDataDir, upFile{Addr: srv.URL, AdminKey: "adm", InferenceKey: "inf", Model: "tinystories-656k:f16"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execute(t, "hi\n", "chat"); err != nil || got.Load() != "tinystories-656k:f16" {
+		t.Errorf("chat from the directory of shoal up talked to %v (%v), want tinystories-656k:f16", got.Load(), err)
+	}
+	if _, err := execute(t, "hi\n", "chat", "--addr", srv.URL); err != nil || got.Load() != "builtin-llama-q4_k" {
+		t.Errorf("chat --addr talked to %v (%v), want the first listed", got.Load(), err)
 	}
 }
