@@ -242,11 +242,16 @@ func (p *pullProgress) finish() {
 // localModel turns a --model argument into a GGUF file on this machine: a
 // file path as it is; else a model in the store (qwen2.5-0.5b-instruct:q4_k_m);
 // else a hub reference (Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M), pulled
-// into the store first with its progress on w. name is the store's name
-// of the model, which the model is served under (the store's file is named
-// after its sha256): also for the path of a store's file; "" for any other
-// file.
+// into the store first with its progress on w. name is the store's name of the model, which the model is
+// served under (the store's file is named after its sha256): also for the
+// path of a store's file; "" for any other file.
 func localModel(ctx context.Context, arg string, w io.Writer) (path, name string, err error) {
+	return resolveModel(ctx, arg, w, true)
+}
+
+// resolveModel is localModel; with pull false a hub reference the store
+// does not hold is an error instead of a download.
+func resolveModel(ctx context.Context, arg string, w io.Writer, pull bool) (path, name string, err error) {
 	if arg == "" {
 		return "", "", nil
 	}
@@ -261,9 +266,11 @@ func localModel(ctx context.Context, arg string, w io.Writer) (path, name string
 		return "", "", err
 	}
 	var m *hub.Manifest
+	_, rerr := hub.ParseRef(arg)
+	isRef := rerr == nil && strings.Contains(arg, "/")
 	if got, gerr := st.Get(arg); gerr == nil {
 		m = got
-	} else if _, rerr := hub.ParseRef(arg); rerr == nil && strings.Contains(arg, "/") {
+	} else if isRef && pull {
 		c := hub.NewClient()
 		c.UserAgent = "shoal/" + version
 		prog := &pullProgress{w: w, what: arg, tty: isTerminal(w)}
@@ -272,8 +279,12 @@ func localModel(ctx context.Context, arg string, w io.Writer) (path, name string
 		if err != nil {
 			return "", "", err
 		}
+	} else if isRef {
+		if m, err = st.Pull(ctx, arg, hub.PullOptions{Offline: true}); err != nil {
+			return "", "", fmt.Errorf("model %q: %w: shoal pull %s first, or read it from the hub in place with --hub %s", arg, err, arg, arg)
+		}
 	} else {
-		return "", "", fmt.Errorf("model %q: no such file, no model of that name in the store (shoal pull --list), and not a hub reference (OWNER/REPO[:QUANT])", arg)
+		return "", "", fmt.Errorf("model %q: no such file, no model of that name in the store %s (shoal pull --list), and not a hub reference (OWNER/REPO[:QUANT])", arg, st.Dir)
 	}
 	if len(m.Parts) > 1 {
 		if m, err = joinSplit(st, m, w, false); err != nil {

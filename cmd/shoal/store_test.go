@@ -96,6 +96,52 @@ func TestStoreFileKeepsStoreName(t *testing.T) {
 	}
 }
 
+// TestLoadAndTokenizeByStoreName: model load and tokenize take a model of
+// the store by its name (and by the hub reference it was pulled with), as
+// run does; load never downloads: a reference the store lacks is an error
+// that says how to get it, and the hub is not asked.
+func TestLoadAndTokenizeByStoreName(t *testing.T) {
+	_, blob := tinyStore(t)
+	asked := downHub(t)
+	addr, loads := fakeLoads(t)
+	for i, arg := range []string{"tiny:q8_0", tinyRepo + ":Q8_0"} {
+		out, err := execute(t, "", "model", "load", arg, "--wait", "0", "--addr", addr, "--token", "k")
+		if err != nil || len(loads()) != i+1 || loads()[i].Path != blob || loads()[i].Name != "tiny:q8_0" {
+			t.Fatalf("model load %s: %v %q, requests %+v", arg, err, out, loads())
+		}
+	}
+	_, err := execute(t, "", "model", "load", tinyRepo+":F16", "--wait", "0", "--addr", addr, "--token", "k")
+	if err == nil || !strings.Contains(err.Error(), "shoal pull "+tinyRepo+":F16") || !strings.Contains(err.Error(), "--hub") || len(loads()) != 2 {
+		t.Fatalf("model load of a reference not stored: %v (%d loads)", err, len(loads()))
+	}
+	if _, err := execute(t, "", "model", "load", "no-such:q8_0", "--wait", "0", "--addr", addr, "--token", "k"); err == nil || !strings.Contains(err.Error(), "shoal pull --list") {
+		t.Fatalf("model load of an unknown name: %v", err)
+	}
+	want, err := execute(t, "Hello world", "tokenize", "--model", blob)
+	if err != nil || strings.TrimSpace(want) == "" {
+		t.Fatalf("tokenize the file: %q %v", want, err)
+	}
+	if got, err := execute(t, "Hello world", "tokenize", "--model", "tiny:q8_0"); err != nil || got != want {
+		t.Fatalf("tokenize --model tiny:q8_0: %q %v, want %q", got, err, want)
+	}
+	if n := asked.Load(); n != 0 {
+		t.Errorf("the hub was asked %d times for models in the store", n)
+	}
+}
+
+// downHub points HF_ENDPOINT at a hub that answers every request 503 and
+// counts them.
+func downHub(t *testing.T) *atomic.Int64 {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv("HF_ENDPOINT", srv.URL)
+	return &n
+}
+
 // TestUpBannerNamesItsModel: on a data dir where an earlier run loaded
 // other models, the banner lists them, and every command it prints names
 // the model this run serves; chat run from the directory of that 'shoal
