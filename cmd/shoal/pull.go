@@ -50,8 +50,9 @@ Environment:
                 model's license on its page first); also HUGGING_FACE_HUB_TOKEN
   HF_ENDPOINT   the hub's URL (default https://huggingface.co; a mirror works)`,
 		Example: `  shoal pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M
-  shoal run --model "$(shoal pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M --path)" -p "Hello"
-  shoal up --model "$(shoal pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M --path)"
+  shoal run --model qwen2.5-0.5b-instruct:q4_k_m -p "Hello"
+  shoal up --model qwen2.5-0.5b-instruct:q4_k_m
+  llama-cli -m "$(shoal pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M --path)"   # the file, for other tools
   HF_TOKEN=hf_... shoal pull meta-llama/SOME-GATED-REPO-GGUF:Q8_0
   HF_ENDPOINT=https://hf-mirror.example shoal pull Qwen/Qwen2.5-0.5B-Instruct-GGUF
   shoal pull --offline Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M   # the store only
@@ -122,12 +123,12 @@ Environment:
 				fmt.Fprintln(out, strings.Join(paths, "\n"))
 				return nil
 			}
-			fmt.Fprintf(out, "pulled %s (%s, %s) to %s\n", m.Name, m.Ref, human(m.Size()), strings.Join(paths, " "))
 			load, _ := st.LoadPath(*m)
+			fmt.Fprintf(out, "pulled %s (%s, %s)\n  file %s\n", m.Name, m.Ref, human(m.Size()), load)
 			if len(paths) > 1 {
-				fmt.Fprintf(out, "its %d parts joined into one GGUF: %s\n", len(paths), load)
+				fmt.Fprintf(out, "  its %d parts joined into one GGUF, the file above: %s\n", len(paths), strings.Join(paths, " "))
 			}
-			fmt.Fprintf(out, "use it: shoal run --model %s   or   shoal up --model %s\n", load, load)
+			fmt.Fprintf(out, "use it: shoal run --model %s   or   shoal up --model %s\n", m.Name, m.Name)
 			return nil
 		},
 	}
@@ -149,10 +150,14 @@ type storedModelJSON struct {
 	hub.Manifest
 	Size  int64    `json:"size"`
 	Files []string `json:"files"`
+	// Path is the file engines load: the one part, or a split model's
+	// joined file ("" until joined).
+	Path string `json:"path"`
 }
 
 func storedModel(st *hub.Store, m hub.Manifest) storedModelJSON {
-	return storedModelJSON{Manifest: m, Size: m.Size(), Files: st.Paths(m)}
+	load, _ := st.LoadPath(m)
+	return storedModelJSON{Manifest: m, Size: m.Size(), Files: st.Paths(m), Path: load}
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -31,7 +31,7 @@ func TestPullCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, "pulled qwen2.5-0.5b-instruct:q4_k_m") || !strings.Contains(out, blob) || !strings.Contains(out, "shoal run --model "+blob) {
+	if !strings.Contains(out, "pulled qwen2.5-0.5b-instruct:q4_k_m") || !strings.Contains(out, blob) || !strings.Contains(out, "shoal run --model qwen2.5-0.5b-instruct:q4_k_m") {
 		t.Fatalf("pull printed:\n%s", out)
 	}
 	if b, err := os.ReadFile(blob); err != nil || string(b) != string(body) {

@@ -142,6 +142,27 @@ func downHub(t *testing.T) *atomic.Int64 {
 	return &n
 }
 
+// TestPullPrintsStoreName: pull names the model by its store name, and
+// tells how to use it by that name; the file is a field of its own, and
+// -o json has it as path.
+func TestPullPrintsStoreName(t *testing.T) {
+	_, blob := tinyStore(t)
+	out, err := execute(t, "", "pull", tinyRepo+":Q8_0", "-q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "pulled tiny:q8_0 ") || strings.Contains(lines[0], "sha256") ||
+		strings.Fields(lines[1])[1] != blob || lines[2] != "use it: shoal run --model tiny:q8_0   or   shoal up --model tiny:q8_0" {
+		t.Fatalf("pull printed:\n%s", out)
+	}
+	out, err = execute(t, "", "pull", tinyRepo+":Q8_0", "-o", "json")
+	var m struct{ Name, Path string }
+	if err != nil || json.Unmarshal([]byte(out), &m) != nil || m.Name != "tiny:q8_0" || m.Path != blob {
+		t.Fatalf("pull -o json: %v\n%s", err, out)
+	}
+}
+
 // TestUpBannerNamesItsModel: on a data dir where an earlier run loaded
 // other models, the banner lists them, and every command it prints names
 // the model this run serves; chat run from the directory of that 'shoal
