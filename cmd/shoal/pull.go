@@ -95,6 +95,9 @@ Environment:
 			c := hub.NewClient()
 			c.UserAgent = "shoal/" + version
 			opts.Client = c
+			// --path is for $(...): a model already stored is answered
+			// from the store, without asking the hub.
+			opts.Stored = onlyP
 			var prog *pullProgress
 			if !quiet && !onlyP {
 				prog = &pullProgress{w: cmd.ErrOrStderr(), what: args[0], tty: isTerminal(cmd.ErrOrStderr())}
@@ -139,7 +142,7 @@ Environment:
 	f.BoolVar(&opts.Offline, "offline", false, "use only the store; fail if the model is not there")
 	f.BoolVar(&list, "list", false, "list the models in the store")
 	f.BoolVar(&remove, "rm", false, "remove the model named REF from the store (blobs other models use are kept)")
-	f.BoolVar(&onlyP, "path", false, "print only the local file path(s), one a line (for $(...) in scripts)")
+	f.BoolVar(&onlyP, "path", false, "print only the local file path(s), one a line (for $(...) in scripts); a model already stored is answered from the store without asking the hub")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress output")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
 	return cmd
@@ -246,8 +249,9 @@ func (p *pullProgress) finish() {
 
 // localModel turns a --model argument into a GGUF file on this machine: a
 // file path as it is; else a model in the store (qwen2.5-0.5b-instruct:q4_k_m);
-// else a hub reference (Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M), pulled
-// into the store first with its progress on w. name is the store's name of the model, which the model is
+// else a hub reference (Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M), answered
+// from the store when it holds it, else pulled into the store first with its
+// progress on w. name is the store's name of the model, which the model is
 // served under (the store's file is named after its sha256): also for the
 // path of a store's file; "" for any other file.
 func localModel(ctx context.Context, arg string, w io.Writer) (path, name string, err error) {
@@ -279,7 +283,7 @@ func resolveModel(ctx context.Context, arg string, w io.Writer, pull bool) (path
 		c := hub.NewClient()
 		c.UserAgent = "shoal/" + version
 		prog := &pullProgress{w: w, what: arg, tty: isTerminal(w)}
-		m, err = st.Pull(ctx, arg, hub.PullOptions{Client: c, Progress: prog.update})
+		m, err = st.Pull(ctx, arg, hub.PullOptions{Client: c, Progress: prog.update, Stored: true})
 		prog.finish()
 		if err != nil {
 			return "", "", err

@@ -163,6 +163,34 @@ func TestPullPrintsStoreName(t *testing.T) {
 	}
 }
 
+// TestPullPathFromStore: pull --path, and run or up by hub reference,
+// answer a model already stored from the store: a hub that is down is
+// never asked. A reference the store lacks still goes to the hub.
+func TestPullPathFromStore(t *testing.T) {
+	_, blob := tinyStore(t)
+	asked := downHub(t)
+	for _, ref := range []string{tinyRepo + ":Q8_0", tinyRepo + ":q8_0", tinyRepo + "/tiny-q8_0.gguf"} {
+		if out, err := execute(t, "", "pull", ref, "--path"); err != nil || strings.TrimSpace(out) != blob {
+			t.Errorf("pull %s --path: %q %v", ref, out, err)
+		}
+	}
+	if path, name, err := localModel(context.Background(), tinyRepo+":Q8_0", io.Discard); err != nil || path != blob || name != "tiny:q8_0" {
+		t.Errorf("localModel(the reference): %q %q %v", path, name, err)
+	}
+	if n := asked.Load(); n != 0 {
+		t.Fatalf("the hub was asked %d times for a stored model", n)
+	}
+	// A bare REPO names the hub's choice: its Q4_K_M file, else its only
+	// one; the store cannot tell the second without the hub.
+	if _, err := execute(t, "", "pull", tinyRepo, "--path"); err == nil || asked.Load() == 0 {
+		t.Errorf("pull of a bare repository without the hub: %v after %d requests", err, asked.Load())
+	}
+	before := asked.Load()
+	if _, err := execute(t, "", "pull", tinyRepo+":F16", "--path"); err == nil || asked.Load() == before {
+		t.Errorf("pull of a model not stored: %v after %d requests", err, asked.Load()-before)
+	}
+}
+
 // TestUpBannerNamesItsModel: on a data dir where an earlier run loaded
 // other models, the banner lists them, and every command it prints names
 // the model this run serves; chat run from the directory of that 'shoal
