@@ -37,15 +37,19 @@ import (
 // the unit checks then mend from the hub) from a hub file that does not
 // match its sha256 (the model fails and its plan is released).
 
-// hubError maps a hub failure to an API error.
-func hubError(ref string, err error) error {
+// hubError maps a hub failure to an API error. The hub and its token are
+// the agent's (HF_ENDPOINT, HF_TOKEN of the agent process), not those of
+// the shell that asked: a hub the agent cannot reach, or a token it lacks,
+// is said so, with the hub it asked.
+func (c *Catalog) hubError(client *hub.Client, ref string, err error) error {
+	env := fmt.Sprintf("agent %s asked the hub at %s: HF_ENDPOINT and HF_TOKEN come from the agent process's own environment, not the shell that runs shoal model load; set them where the agent runs and restart it", c.name, client.BaseURL())
 	switch {
 	case errors.Is(err, hub.ErrNotFound):
-		return notFoundErr("%v", err)
+		return notFoundErr("%v (%s)", err, env)
 	case errors.Is(err, hub.ErrGated):
-		return &coordinator.Error{Code: http.StatusForbidden, Msg: err.Error()}
+		return &coordinator.Error{Code: http.StatusForbidden, Msg: fmt.Sprintf("%v (%s)", err, env)}
 	}
-	return &coordinator.Error{Code: http.StatusBadGateway, Msg: fmt.Sprintf("hub reference %s: %v", ref, err)}
+	return &coordinator.Error{Code: http.StatusBadGateway, Msg: fmt.Sprintf("hub reference %s: %v (%s)", ref, err, env)}
 }
 
 // registerHubModel registers the hub file req.Hub names, read in place:
@@ -76,12 +80,12 @@ func (c *Catalog) registerHubModel(ctx context.Context, req api.LoadModelRequest
 			return nil, err
 		}
 		if errors.Is(err, hub.ErrNotFound) || errors.Is(err, hub.ErrGated) {
-			return nil, hubError(req.Hub, err)
+			return nil, c.hubError(client, req.Hub, err)
 		}
 		if strings.Contains(err.Error(), "split model") || strings.Contains(err.Error(), "ambiguous") || strings.Contains(err.Error(), "several") {
 			return nil, badRequest("%v", err)
 		}
-		return nil, hubError(req.Hub, err)
+		return nil, c.hubError(client, req.Hub, err)
 	}
 	hf := &coordinator.HubFile{Endpoint: client.Endpoint, Repo: ref.Repo, Revision: req.Revision, File: fi.Path, SHA256: fi.SHA256, Size: fi.Size}
 	where := fmt.Sprintf("%s/%s", ref.Repo, fi.Path)
@@ -92,7 +96,7 @@ func (c *Catalog) registerHubModel(ctx context.Context, req api.LoadModelRequest
 	if err != nil {
 		var ce *coordinator.Error
 		if errors.As(err, &ce) || errors.Is(err, hub.ErrNotFound) || errors.Is(err, hub.ErrGated) {
-			return nil, hubError(req.Hub, err)
+			return nil, c.hubError(client, req.Hub, err)
 		}
 		return nil, badRequest("%s is not a GGUF model file shoal can read: %v", where, err)
 	}

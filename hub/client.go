@@ -55,6 +55,9 @@ func NewClient() *Client {
 	return c
 }
 
+// BaseURL is the hub the client asks: Endpoint, else DefaultEndpoint.
+func (c *Client) BaseURL() string { return c.base() }
+
 func (c *Client) base() string {
 	if c.Endpoint == "" {
 		return DefaultEndpoint

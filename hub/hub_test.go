@@ -506,3 +506,43 @@ func TestConcurrentPullsOfOneFile(t *testing.T) {
 		t.Fatalf("three concurrent pulls fetched %d bytes of a %d-byte file", n, len(files[f]))
 	}
 }
+
+// TestStoredAnswersWithoutTheHub: PullOptions.Stored answers a model the
+// store holds without the network: by quantization or file; a bare
+// repository by its Q4_K_M file or by the model that same reference
+// pulled, never by another stored file of it (the hub may choose another).
+func TestStoredAnswersWithoutTheHub(t *testing.T) {
+	srv, st, c, _ := setup(t)
+	srv.AddRepo("solo/One-GGUF", map[string][]byte{"one-f16.gguf": data(50_000, 4)})
+	ctx := context.Background()
+	for _, ref := range []string{repo + ":Q8_0", "solo/One-GGUF"} {
+		if _, err := st.Pull(ctx, ref, hub.PullOptions{Client: c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	down := &hub.Client{Endpoint: "http://127.0.0.1:1", Backoff: time.Millisecond, MaxAttempts: 1}
+	stored := func(ref string) (string, error) {
+		m, err := st.Pull(ctx, ref, hub.PullOptions{Client: down, Stored: true})
+		if err != nil {
+			return "", err
+		}
+		return m.Name, nil
+	}
+	for ref, want := range map[string]string{repo + ":q8_0": "qwen2.5-0.5b-instruct:q8_0", repo + "/qwen2.5-0.5b-instruct-q8_0.gguf": "qwen2.5-0.5b-instruct:q8_0", "solo/One-GGUF": "one:f16"} {
+		if got, err := stored(ref); err != nil || got != want {
+			t.Errorf("%s from the store: %q %v, want %s", ref, got, err, want)
+		}
+	}
+	if got, err := stored(repo); err == nil {
+		t.Errorf("bare %s answered by %s, a file the hub would not choose", repo, got)
+	}
+	if _, err := st.Pull(ctx, repo, hub.PullOptions{Client: c}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := stored(repo); err != nil || got != "qwen2.5-0.5b-instruct:q4_k_m" {
+		t.Errorf("bare %s once its Q4_K_M is stored: %q %v", repo, got, err)
+	}
+	if _, err := stored(repo + ":Q4_K"); err == nil {
+		t.Error("a quantization never pulled answered from the store")
+	}
+}

@@ -106,10 +106,14 @@ func (s *Store) manifestPath(name string) string {
 
 // PullOptions tune Pull.
 type PullOptions struct {
-	Name     string  // store name ("" = derived: qwen2.5-0.5b-instruct:q4_k_m)
-	Revision string  // "" = main
-	Offline  bool    // use only the store; never the network
-	Client   *Client // nil = NewClient() (HF_ENDPOINT, HF_TOKEN)
+	Name     string // store name ("" = derived: qwen2.5-0.5b-instruct:q4_k_m)
+	Revision string // "" = main
+	Offline  bool   // use only the store; never the network
+	// Stored answers from the store, without the network, when it holds
+	// what the reference names (a bare REPO: the model that reference
+	// pulled, or its Q4_K_M file); else Pull asks the hub.
+	Stored bool
+	Client *Client // nil = NewClient() (HF_ENDPOINT, HF_TOKEN)
 	// Progress, if set, gets the bytes of the model on disk so far and its
 	// total, across all parts (blobs already in the store count as done).
 	Progress func(done, total int64)
@@ -130,6 +134,11 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Manife
 	if opts.Name != "" {
 		if err := checkName(opts.Name); err != nil {
 			return nil, err
+		}
+	}
+	if opts.Stored && !opts.Offline {
+		if m, ok := s.stored(r, rev, opts.Name); ok {
+			return m, nil
 		}
 	}
 	if opts.Offline {
@@ -331,6 +340,60 @@ func (s *Store) findLocal(r Ref, rev, name string) (*Manifest, error) {
 		}
 	}
 	return m, nil
+}
+
+// stored finds without the network the model a reference names when the
+// store can tell: REPO:QUANT or REPO/FILE.gguf as findLocal matches it; a
+// bare REPO only by the model pulled with that same reference or by its
+// stored Q4_K_M file, which is what the hub would choose first (another
+// stored file of the repository may not be).
+func (s *Store) stored(r Ref, rev, name string) (*Manifest, bool) {
+	if r.Quant != "" || r.File != "" || name != "" {
+		m, err := s.findLocal(r, rev, name)
+		return m, err == nil
+	}
+	if m, err := s.findLocal(Ref{Repo: r.Repo, Quant: "Q4_K_M"}, rev, ""); err == nil {
+		return m, true
+	}
+	all, err := s.List()
+	if err != nil {
+		return nil, false
+	}
+	var hit string
+	for _, m := range all {
+		if strings.EqualFold(m.Ref, r.String()) && m.Revision == rev {
+			if hit != "" {
+				return nil, false
+			}
+			hit = m.Name
+		}
+	}
+	if hit == "" {
+		return nil, false
+	}
+	m, err := s.findLocal(Ref{}, rev, hit)
+	return m, err == nil
+}
+
+// ModelAt returns the stored model whose file (the one engines load) is
+// path, when path is a blob of a model store (STORE/blobs/sha256-HEX):
+// the store is the folder above blobs, found from the path alone.
+func ModelAt(path string) (*Manifest, bool) {
+	abs, err := filepath.Abs(path)
+	if err != nil || !strings.HasPrefix(filepath.Base(abs), "sha256-") || filepath.Base(filepath.Dir(abs)) != "blobs" {
+		return nil, false
+	}
+	s := &Store{Dir: filepath.Dir(filepath.Dir(abs))}
+	all, err := s.List()
+	if err != nil {
+		return nil, false
+	}
+	for _, m := range all {
+		if p, ok := s.LoadPath(m); ok && p == abs {
+			return &m, true
+		}
+	}
+	return nil, false
 }
 
 // matchesRef reports whether the stored model m is what r names.

@@ -2,9 +2,11 @@ package node_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -606,4 +608,27 @@ func hubRepo(t *testing.T, name string, seed uint64) (hs *hubtest.Server, file [
 	hs = hubtest.New(t)
 	hs.AddRepo(repo, map[string][]byte{fname: file})
 	return hs, file, repo, fname
+}
+
+// TestHubLoadUnreachableSaysAgentEnv: model load --hub on an agent that
+// cannot reach its hub answers an error that names that hub and says the
+// agent reads HF_ENDPOINT and HF_TOKEN from its own environment (a user
+// who set them in the shell that runs the CLI sees why they did nothing).
+func TestHubLoadUnreachableSaysAgentEnv(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close() // nothing listens there now
+	c := tc.NewWith(t, 1, func(i int, cfg *node.Config) {
+		cfg.Hub = &hub.Client{Endpoint: dead.URL, Backoff: time.Millisecond, MaxAttempts: 1}
+	})
+	waitHealthy(t, c, 0, 1, 1, 20*time.Second)
+	_, err := c.Client(0, tc.Secret).LoadModel(ctx(t), api.LoadModelRequest{Hub: "org/tiny-GGUF:Q8_0"})
+	var ae *api.APIError
+	if !errors.As(err, &ae) || ae.Code != http.StatusBadGateway {
+		t.Fatalf("load from an unreachable hub: %v, want a 502", err)
+	}
+	for _, want := range []string{dead.URL, "HF_ENDPOINT", "HF_TOKEN", "agent process's own environment", c.Members[0].Cfg.Name} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, err)
+		}
+	}
 }

@@ -41,6 +41,7 @@ lists them; "//text" sends "/text". Ctrl-C stops the answer being written.
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			token = cliToken(token, addr)
+			addr0 := addr
 			addr, ca, err := agentAddr(addr, cacert)
 			if err != nil {
 				return err
@@ -51,6 +52,9 @@ lists them; "//text" sends "/text". Ctrl-C stops the answer being written.
 			}
 			c := &openai.Client{BaseURL: addr, APIKey: token, HTTP: hc}
 			ctx := context.Background()
+			if modelName == "" {
+				modelName = upModel(addr0)
+			}
 			if modelName == "" {
 				models, err := c.Models(ctx)
 				if err != nil {
@@ -72,7 +76,7 @@ lists them; "//text" sends "/text". Ctrl-C stops the answer being written.
 	f.StringVar(&addr, "addr", "", "agent address: https://host:port, http://host:port, or host:port, which means https with --cacert or $SHOAL_CACERT, else http (default $SHOAL_ADDR or 127.0.0.1:7948)")
 	f.StringVar(&cacert, "cacert", "", "the cluster's HTTPS CA certificate to trust (default $SHOAL_CACERT, else $SHOAL_DATA_DIR/tls/https-ca.pem if it exists)")
 	f.StringVar(&token, "token", "", "API key (default $SHOAL_TOKEN)")
-	f.StringVarP(&modelName, "model", "m", "", "model name (default: the first the agent serves)")
+	f.StringVarP(&modelName, "model", "m", "", "model name (default: the model of a 'shoal up' running from this directory, else the first the agent serves)")
 	f.StringVar(&system, "system", "", "system message that starts the conversation")
 	f.IntVarP(&maxTokens, "max-tokens", "n", 0, "tokens per answer (0 = the server's default)")
 	f.Float64Var(&temp, "temperature", 0.8, "sampling temperature (default: the server's)")

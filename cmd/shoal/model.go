@@ -43,7 +43,7 @@ func modelLoadCmd() *cobra.Command {
 	var overhead string
 	var wait time.Duration
 	cmd := &cobra.Command{
-		Use:   "load FILE | load --hub REPO[:QUANT]",
+		Use:   "load FILE|NAME | load --hub REPO[:QUANT]",
 		Short: "Register a GGUF file with the cluster; the leader plans it and nodes fetch their shards",
 		Long: `Register a GGUF model file with the cluster. The file stays where it is: on
 the agent this command talks to (--addr), or on the node --node names. That
@@ -51,6 +51,11 @@ agent profiles the file, hashes it and registers it; the leader then plans
 it across the nodes, and nodes without the file fetch only their byte
 ranges from that agent over QUIC. The command waits until every shard is
 ready (or the model is unservable) unless --wait 0.
+
+FILE may also be a model of this machine's store ('shoal pull --list'), by
+its name or the hub reference it was pulled with, as for 'shoal run'; a
+model of the store is named as the store names it. load never downloads:
+'shoal pull' a model first, or read it in place with --hub.
 
 The plan reserves KV cache for --max-seqs sequences of --ctx tokens on
 every node it uses, and the node that drives the model runs that many
@@ -69,6 +74,7 @@ as no-room and skipped); 'model unload' removes the copies.
   shoal model load /data/m.gguf --node linux1 --name m --ctx 8192
   shoal model load m.gguf --wait 0 -o json      # print the record and return
   shoal model load /data/m.gguf --replicas 3     # two copies besides this one
+  shoal model load qwen2.5-0.5b-instruct:q4_k_m  # a model of the store
 
 With --hub REPO:QUANT (or REPO/FILE.gguf; a single-file GGUF), no machine
 downloads the whole file and the hub serves each byte about once: the
@@ -102,12 +108,8 @@ GGUF, use shoal pull and load the file.
 				args = []string{""}
 			}
 			req.Path = args[0]
-			if req.Path != "" && !filepath.IsAbs(req.Path) {
-				// Relative to here when the file is here; else as given (the
-				// agent asks for an absolute path on its machine).
-				if _, err := os.Stat(req.Path); err == nil {
-					req.Path, _ = filepath.Abs(req.Path)
-				}
+			if err := storePath(cmd.Context(), &req); err != nil {
+				return err
 			}
 			if overhead != "" {
 				if req.Overhead, err = node.ParseSize(overhead); err != nil {
@@ -161,7 +163,7 @@ GGUF, use shoal pull and load the file.
 		},
 	}
 	f.register(cmd)
-	cmd.Flags().StringVar(&req.Name, "name", "", "model name (default: the file name without .gguf)")
+	cmd.Flags().StringVar(&req.Name, "name", "", "model name (default: the store's name of a model of the store, else the file name without .gguf)")
 	cmd.Flags().IntVar(&req.Ctx, "ctx", 0, "context length per sequence the plan reserves KV cache for (default 4096)")
 	cmd.Flags().IntVar(&req.MaxSeqs, "max-seqs", 0, "sequences the plan reserves --ctx tokens of KV cache for, run at once (default 1)")
 	cmd.Flags().IntVar(&req.Queue, "queue", 0, "requests that wait for a running place before more get 429 (default 4 x --max-seqs)")
@@ -178,6 +180,31 @@ GGUF, use shoal pull and load the file.
 	cmd.Flags().StringVar(&req.Hub, "hub", "", "load a hub reference (REPO:QUANT or REPO/FILE.gguf) read in place: each node reads only its shards' ranges from the hub")
 	cmd.Flags().StringVar(&req.Revision, "revision", "", "the hub revision for --hub (default main)")
 	return cmd
+}
+
+// storePath resolves load's FILE as run resolves --model, without a
+// download: a file here is made absolute, and a model of this machine's
+// store, by name or hub reference, becomes its file; either is named as the
+// store names it unless --name is given. An absolute path that is not here
+// is left as it is, for the agent to find on its machine.
+func storePath(ctx context.Context, req *api.LoadModelRequest) error {
+	if req.Path == "" {
+		return nil
+	}
+	if _, err := os.Stat(req.Path); err != nil && filepath.IsAbs(req.Path) {
+		return nil
+	}
+	path, name, err := resolveModel(ctx, req.Path, io.Discard, false)
+	if err != nil {
+		return err
+	}
+	if req.Path, err = filepath.Abs(path); err != nil {
+		return err
+	}
+	if req.Name == "" {
+		req.Name = name
+	}
+	return nil
 }
 
 // waitModel polls until the model is ready, unservable, failed or degraded,

@@ -50,8 +50,9 @@ Environment:
                 model's license on its page first); also HUGGING_FACE_HUB_TOKEN
   HF_ENDPOINT   the hub's URL (default https://huggingface.co; a mirror works)`,
 		Example: `  shoal pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M
-  shoal run --model "$(shoal pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M --path)" -p "Hello"
-  shoal up --model "$(shoal pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M --path)"
+  shoal run --model qwen2.5-0.5b-instruct:q4_k_m -p "Hello"
+  shoal up --model qwen2.5-0.5b-instruct:q4_k_m
+  llama-cli -m "$(shoal pull Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M --path)"   # the file, for other tools
   HF_TOKEN=hf_... shoal pull meta-llama/SOME-GATED-REPO-GGUF:Q8_0
   HF_ENDPOINT=https://hf-mirror.example shoal pull Qwen/Qwen2.5-0.5B-Instruct-GGUF
   shoal pull --offline Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M   # the store only
@@ -94,6 +95,9 @@ Environment:
 			c := hub.NewClient()
 			c.UserAgent = "shoal/" + version
 			opts.Client = c
+			// --path is for $(...): a model already stored is answered
+			// from the store, without asking the hub.
+			opts.Stored = onlyP
 			var prog *pullProgress
 			if !quiet && !onlyP {
 				prog = &pullProgress{w: cmd.ErrOrStderr(), what: args[0], tty: isTerminal(cmd.ErrOrStderr())}
@@ -122,12 +126,12 @@ Environment:
 				fmt.Fprintln(out, strings.Join(paths, "\n"))
 				return nil
 			}
-			fmt.Fprintf(out, "pulled %s (%s, %s) to %s\n", m.Name, m.Ref, human(m.Size()), strings.Join(paths, " "))
 			load, _ := st.LoadPath(*m)
+			fmt.Fprintf(out, "pulled %s (%s, %s)\n  file %s\n", m.Name, m.Ref, human(m.Size()), load)
 			if len(paths) > 1 {
-				fmt.Fprintf(out, "its %d parts joined into one GGUF: %s\n", len(paths), load)
+				fmt.Fprintf(out, "  its %d parts joined into one GGUF, the file above: %s\n", len(paths), strings.Join(paths, " "))
 			}
-			fmt.Fprintf(out, "use it: shoal run --model %s   or   shoal up --model %s\n", load, load)
+			fmt.Fprintf(out, "use it: shoal run --model %s   or   shoal up --model %s\n", m.Name, m.Name)
 			return nil
 		},
 	}
@@ -138,7 +142,7 @@ Environment:
 	f.BoolVar(&opts.Offline, "offline", false, "use only the store; fail if the model is not there")
 	f.BoolVar(&list, "list", false, "list the models in the store")
 	f.BoolVar(&remove, "rm", false, "remove the model named REF from the store (blobs other models use are kept)")
-	f.BoolVar(&onlyP, "path", false, "print only the local file path(s), one a line (for $(...) in scripts)")
+	f.BoolVar(&onlyP, "path", false, "print only the local file path(s), one a line (for $(...) in scripts); a model already stored is answered from the store without asking the hub")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress output")
 	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
 	return cmd
@@ -149,10 +153,14 @@ type storedModelJSON struct {
 	hub.Manifest
 	Size  int64    `json:"size"`
 	Files []string `json:"files"`
+	// Path is the file engines load: the one part, or a split model's
+	// joined file ("" until joined).
+	Path string `json:"path"`
 }
 
 func storedModel(st *hub.Store, m hub.Manifest) storedModelJSON {
-	return storedModelJSON{Manifest: m, Size: m.Size(), Files: st.Paths(m)}
+	load, _ := st.LoadPath(m)
+	return storedModelJSON{Manifest: m, Size: m.Size(), Files: st.Paths(m), Path: load}
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -241,15 +249,25 @@ func (p *pullProgress) finish() {
 
 // localModel turns a --model argument into a GGUF file on this machine: a
 // file path as it is; else a model in the store (qwen2.5-0.5b-instruct:q4_k_m);
-// else a hub reference (Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M), pulled
-// into the store first with its progress on w. name is the store's name
-// of the model ("" for a file path), which the model is served under: the
-// store's file is named after its sha256.
+// else a hub reference (Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M), answered
+// from the store when it holds it, else pulled into the store first with its
+// progress on w. name is the store's name of the model, which the model is
+// served under (the store's file is named after its sha256): also for the
+// path of a store's file; "" for any other file.
 func localModel(ctx context.Context, arg string, w io.Writer) (path, name string, err error) {
+	return resolveModel(ctx, arg, w, true)
+}
+
+// resolveModel is localModel; with pull false a hub reference the store
+// does not hold is an error instead of a download.
+func resolveModel(ctx context.Context, arg string, w io.Writer, pull bool) (path, name string, err error) {
 	if arg == "" {
 		return "", "", nil
 	}
 	if _, err := os.Stat(arg); err == nil {
+		if m, ok := hub.ModelAt(arg); ok {
+			return arg, m.Name, nil
+		}
 		return arg, "", nil
 	}
 	st, err := hub.OpenStore("")
@@ -257,19 +275,25 @@ func localModel(ctx context.Context, arg string, w io.Writer) (path, name string
 		return "", "", err
 	}
 	var m *hub.Manifest
+	_, rerr := hub.ParseRef(arg)
+	isRef := rerr == nil && strings.Contains(arg, "/")
 	if got, gerr := st.Get(arg); gerr == nil {
 		m = got
-	} else if _, rerr := hub.ParseRef(arg); rerr == nil && strings.Contains(arg, "/") {
+	} else if isRef && pull {
 		c := hub.NewClient()
 		c.UserAgent = "shoal/" + version
 		prog := &pullProgress{w: w, what: arg, tty: isTerminal(w)}
-		m, err = st.Pull(ctx, arg, hub.PullOptions{Client: c, Progress: prog.update})
+		m, err = st.Pull(ctx, arg, hub.PullOptions{Client: c, Progress: prog.update, Stored: true})
 		prog.finish()
 		if err != nil {
 			return "", "", err
 		}
+	} else if isRef {
+		if m, err = st.Pull(ctx, arg, hub.PullOptions{Offline: true}); err != nil {
+			return "", "", fmt.Errorf("model %q: %w: shoal pull %s first, or read it from the hub in place with --hub %s", arg, err, arg, arg)
+		}
 	} else {
-		return "", "", fmt.Errorf("model %q: no such file, no model of that name in the store (shoal pull --list), and not a hub reference (OWNER/REPO[:QUANT])", arg)
+		return "", "", fmt.Errorf("model %q: no such file, no model of that name in the store %s (shoal pull --list), and not a hub reference (OWNER/REPO[:QUANT])", arg, st.Dir)
 	}
 	if len(m.Parts) > 1 {
 		if m, err = joinSplit(st, m, w, false); err != nil {

@@ -31,7 +31,7 @@ func TestPullCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, "pulled qwen2.5-0.5b-instruct:q4_k_m") || !strings.Contains(out, blob) || !strings.Contains(out, "shoal run --model "+blob) {
+	if !strings.Contains(out, "pulled qwen2.5-0.5b-instruct:q4_k_m") || !strings.Contains(out, blob) || !strings.Contains(out, "shoal run --model qwen2.5-0.5b-instruct:q4_k_m") {
 		t.Fatalf("pull printed:\n%s", out)
 	}
 	if b, err := os.ReadFile(blob); err != nil || string(b) != string(body) {
@@ -127,17 +127,8 @@ func TestPullProgressPlainLines(t *testing.T) {
 // into the store first) and then the store's name for it, and refuses a
 // name that is neither a file, a stored model nor a reference.
 func TestRunByHubReference(t *testing.T) {
-	const repo = "shoal-test/Tiny-GGUF"
-	body, err := os.ReadFile(genModel(t, t.TempDir(), "--type", "q8_0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := hubtest.New(t)
-	srv.AddRepo(repo, map[string][]byte{"tiny-q8_0.gguf": body})
-	t.Setenv("HF_ENDPOINT", srv.URL)
-	t.Setenv("HF_TOKEN", "")
-	t.Setenv("HUGGING_FACE_HUB_TOKEN", "")
-	t.Setenv("SHOAL_MODELS", t.TempDir())
+	const repo = tinyRepo
+	srv, body, _ := tinyHub(t)
 	out, err := execute(t, "", "run", "--model", repo+":Q8_0", "-p", "Hello", "-n", "4", "--seed", "1")
 	if err != nil {
 		t.Fatalf("run by reference: %v\n%s", err, out)

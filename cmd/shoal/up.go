@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -21,7 +23,9 @@ func upCmd() *cobra.Command {
 separate process, wait until they have elected a leader and serve the model,
 then print the OpenAI-compatible endpoint, an API key and a curl line.
 Ctrl-C stops every agent cleanly. State stays in --data-dir, so the next
-'shoal up' brings the same cluster back.
+'shoal up' brings the same cluster back, with the models an earlier run
+loaded: the banner lists them, and the commands it prints name the model
+this run serves.
 
 Without --model the agents serve a small built-in model with random weights
 (written to the data dir on first run; no download), so its text is
@@ -58,42 +62,15 @@ model load --nodes' does), a pipeline stage of layers per agent by default
 				return err
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "\nshoal is up: %d agent(s), model %q\n\n", o.Nodes, c.Model)
-			if c.Layout != "" {
-				fmt.Fprintf(w, "  model      %s: %s\n", c.Model, c.Layout)
-				if c.Fallback != "" {
-					fmt.Fprintf(w, "  note       %s\n", c.Fallback)
-				}
-			}
-			fmt.Fprintf(w, "  endpoint   %s\n", c.Endpoint)
-			fmt.Fprintf(w, "  api key    %s   (inference: the OpenAI endpoint only)\n", c.InferenceKey)
-			fmt.Fprintf(w, "  admin key  %s   (the CLI and the cluster API)\n", c.Token)
-			fmt.Fprintf(w, "  dashboard  %s/#key=%s   (a login link: the key stays in the fragment, never sent to the server)\n", c.Endpoint[:len(c.Endpoint)-len("/v1")], c.Token)
-			fmt.Fprintf(w, "  chat       %s/dashboard/chat#key=%s\n", c.Endpoint[:len(c.Endpoint)-len("/v1")], c.Token)
-			fmt.Fprintf(w, "\n  curl %s/chat/completions -H 'Authorization: Bearer %s' \\\n    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":32}'\n",
-				c.Endpoint, c.InferenceKey, c.Model)
-			base := c.Endpoint[:len(c.Endpoint)-len("/v1")]
 			self := os.Args[0] // as it was run: bin/shoal from the repository root (make run)
-			if o.DataDir == upDataDir {
-				if err := writeUpFile(o.DataDir, upFile{Addr: base, AdminKey: c.Token, InferenceKey: c.InferenceKey}); err != nil {
+			local := o.DataDir == upDataDir
+			if local {
+				if err := writeUpFile(o.DataDir, upFile{Addr: c.Endpoint[:len(c.Endpoint)-len("/v1")], AdminKey: c.Token, InferenceKey: c.InferenceKey, Model: c.Model}); err != nil {
 					return err
 				}
 				defer os.Remove(upFilePath(o.DataDir))
-				fmt.Fprintf(w, "\n  %s status        # the CLI finds this cluster from this directory (%s)\n", self, upFilePath(o.DataDir))
-				if o.Model == "" {
-					// Random weights never end an answer: cap it.
-					fmt.Fprintf(w, "  %s chat -n 64    # talk to the model (random weights: 64 tokens of gibberish an answer)\n", self)
-				} else {
-					fmt.Fprintf(w, "  %s chat          # talk to the model\n", self)
-				}
-				fmt.Fprintf(w, "  %s model ls      # the model's shards on the nodes\n", self)
-				fmt.Fprintf(w, "  %s placement show %s   # its plan: stages, memory, predicted ms/token\n", self, c.Model)
-			} else {
-				fmt.Fprintf(w, "\n  SHOAL_ADDR=%s SHOAL_TOKEN=%s %s status\n", base, c.Token, self)
 			}
-			if c.HTTPSCA != "" {
-				fmt.Fprintf(w, "\n  The agents bind loopback, so they serve plain HTTP. The cluster's HTTPS CA\n  (what clients trust when agents on a network address serve HTTPS) is\n  %s\n", c.HTTPSCA)
-			}
+			upBanner(w, c, o, self, local)
 			fmt.Fprintf(w, "\nCtrl-C stops the cluster.\n")
 			select {
 			case <-ctx.Done():
@@ -113,4 +90,46 @@ model load --nodes' does), a pipeline stage of layers per agent by default
 	f.BoolVar(&o.Spread, "spread", true, "run the model across every agent (loaded like 'shoal model load --nodes' with all of them); false: whole on node-1")
 	f.StringVar(&o.Strategy, "strategy", "pipeline", "how the model is split over the agents: pipeline (a stage of layers per agent), tensor (every layer's heads split over them) or auto (the planner chooses)")
 	return cmd
+}
+
+// upBanner prints what `shoal up` started and how to use it. Every command
+// it prints names the model this run serves: the cluster may serve others
+// loaded by an earlier run on the same data dir, which it lists. local:
+// the CLI finds the cluster from this directory (cluster.json).
+func upBanner(w io.Writer, c *localcluster.Cluster, o localcluster.Options, self string, local bool) {
+	base := c.Endpoint[:len(c.Endpoint)-len("/v1")]
+	fmt.Fprintf(w, "\nshoal is up: %d agent(s), model %q\n\n", o.Nodes, c.Model)
+	if c.Layout != "" {
+		fmt.Fprintf(w, "  model      %s: %s\n", c.Model, c.Layout)
+		if c.Fallback != "" {
+			fmt.Fprintf(w, "  note       %s\n", c.Fallback)
+		}
+	}
+	if len(c.Earlier) > 0 {
+		fmt.Fprintf(w, "  also       %s   (loaded by an earlier run on %s; 'shoal model unload NAME' removes one)\n", strings.Join(c.Earlier, ", "), o.DataDir)
+	}
+	fmt.Fprintf(w, "  endpoint   %s\n", c.Endpoint)
+	fmt.Fprintf(w, "  api key    %s   (inference: the OpenAI endpoint only)\n", c.InferenceKey)
+	fmt.Fprintf(w, "  admin key  %s   (the CLI and the cluster API)\n", c.Token)
+	fmt.Fprintf(w, "  dashboard  %s/#key=%s   (a login link: the key stays in the fragment, never sent to the server)\n", base, c.Token)
+	fmt.Fprintf(w, "  chat       %s/dashboard/chat#key=%s\n", base, c.Token)
+	fmt.Fprintf(w, "\n  curl %s/chat/completions -H 'Authorization: Bearer %s' \\\n    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":32}'\n",
+		c.Endpoint, c.InferenceKey, c.Model)
+	if !local {
+		fmt.Fprintf(w, "\n  SHOAL_ADDR=%s SHOAL_TOKEN=%s %s status\n", base, c.Token, self)
+		fmt.Fprintf(w, "  SHOAL_ADDR=%s SHOAL_TOKEN=%s %s chat --model %s\n", base, c.Token, self, c.Model)
+	} else {
+		fmt.Fprintf(w, "\n  %s status        # the CLI finds this cluster from this directory (%s)\n", self, upFilePath(o.DataDir))
+		if o.Model == "" {
+			// Random weights never end an answer: cap it.
+			fmt.Fprintf(w, "  %s chat --model %s -n 64    # talk to the model (random weights: 64 tokens of gibberish an answer)\n", self, c.Model)
+		} else {
+			fmt.Fprintf(w, "  %s chat --model %s    # talk to the model\n", self, c.Model)
+		}
+		fmt.Fprintf(w, "  %s model ls      # the models' shards on the nodes\n", self)
+		fmt.Fprintf(w, "  %s placement show %s   # its plan: stages, memory, predicted ms/token\n", self, c.Model)
+	}
+	if c.HTTPSCA != "" {
+		fmt.Fprintf(w, "\n  The agents bind loopback, so they serve plain HTTP. The cluster's HTTPS CA\n  (what clients trust when agents on a network address serve HTTPS) is\n  %s\n", c.HTTPSCA)
+	}
 }

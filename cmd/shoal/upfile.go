@@ -17,6 +17,7 @@ type upFile struct {
 	Addr         string `json:"addr"`          // the first agent's API, http://127.0.0.1:PORT
 	AdminKey     string `json:"admin_key"`     // the cluster secret
 	InferenceKey string `json:"inference_key"` // the OpenAI endpoint's key
+	Model        string `json:"model"`         // the model this run serves
 }
 
 func upFilePath(dataDir string) string { return filepath.Join(dataDir, "cluster.json") }
@@ -37,6 +38,19 @@ func localUp() (upFile, bool) {
 		return upFile{}, false
 	}
 	return f, true
+}
+
+// upModel is the model `shoal chat` talks to by default when it talks to
+// the `shoal up` running from this directory (no address given): the one
+// that run serves, not the first the cluster lists, which may be one an
+// earlier run loaded.
+func upModel(addrFlag string) string {
+	if addrFlag == "" && os.Getenv("SHOAL_ADDR") == "" {
+		if up, ok := localUp(); ok {
+			return up.Model
+		}
+	}
+	return ""
 }
 
 // cliToken is the API key the CLI sends: --token, else $SHOAL_TOKEN, else,

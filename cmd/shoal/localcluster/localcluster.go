@@ -60,6 +60,9 @@ type Cluster struct {
 	InferenceKey string
 	Endpoint     string // OpenAI-compatible base URL of the serving agent
 	Model        string // the served model's name
+	// Earlier are the other models the cluster serves: loaded by an
+	// earlier run on the same data dir (the cluster state keeps them).
+	Earlier []string
 	// Layout says where the model's layers run, read back from its
 	// committed plan: "pipeline, node-1 layers 0-1, node-2 layer 2, ...".
 	Layout string
@@ -203,6 +206,9 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err := c.ensureInferenceKey(ctx); err != nil {
 		c.Stop()
 		return nil, fmt.Errorf("inference key: %w", err)
+	}
+	if ms, err := api.NewClient(c.Endpoint[:len(c.Endpoint)-len("/v1")], c.Token).Models(ctx); err == nil {
+		c.Earlier = Others(ms, c.Model)
 	}
 	if p := node.HTTPSCAPath(c.agentDir(0)); waitFile(p, 5*time.Second) {
 		c.HTTPSCA = p
@@ -447,6 +453,18 @@ func (c *Cluster) settle(ctx context.Context, cl *api.Client, on []string) error
 		c.Layout, c.Fallback = Layout(p), p.Fallback
 		return true, nil
 	})
+}
+
+// Others are the names of the models ms lists besides name, sorted.
+func Others(ms []api.ModelInfo, name string) []string {
+	var out []string
+	for _, m := range ms {
+		if m.Name != name && !slices.Contains(out, m.Name) {
+			out = append(out, m.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // listed says whether the OpenAI endpoint lists the model.
