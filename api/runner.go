@@ -34,6 +34,17 @@ func (h *handler) clusterRunner(mux *http.ServeMux, cr ClusterRunner) {
 			}
 		}
 	}
+	mux.HandleFunc("GET /v1/cluster/models/{name}/measured", func(w http.ResponseWriter, r *http.Request) {
+		if !h.authorized(w, r, ScopeRead) {
+			return
+		}
+		out, err := cr.ClusterMeasured(r.Context(), r.PathValue("name"))
+		if err != nil {
+			writeJSON(w, statusOf(err), Error{Error: err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
 	mux.HandleFunc("POST /v1/cluster/models/{name}/logits", long(func(w http.ResponseWriter, r *http.Request) error {
 		var req LogitsRequest
 		dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 4<<20))
@@ -110,6 +121,13 @@ func (c *Client) ClusterLogits(ctx context.Context, model string, tokens []int32
 func (c *Client) ClusterBench(ctx context.Context, model string, req BenchRequest) (*BenchResult, error) {
 	var out BenchResult
 	return &out, c.long().do(ctx, "POST", "/v1/cluster/models/"+url.PathEscape(model)+"/bench", req, &out)
+}
+
+// ClusterMeasured is the decode time model's driver measures, beside its
+// plan's prediction.
+func (c *Client) ClusterMeasured(ctx context.Context, model string) (*Measured, error) {
+	var out Measured
+	return &out, c.do(ctx, "GET", "/v1/cluster/models/"+url.PathEscape(model)+"/measured", nil, &out)
 }
 
 // long is c without the HTTP client's short timeout: the caller's context

@@ -317,6 +317,9 @@ type PlacementInfo struct {
 	// its exact nodes) fit no plan, which constraint failed, and what the
 	// plan does instead.
 	Fallback string `json:"fallback,omitempty"`
+	// Measured is what the driver measures beside the prediction
+	// (placement show asks the driver; absent when it could not answer).
+	Measured *Measured `json:"measured,omitempty"`
 }
 
 // PlacementStage is one pipeline stage of a plan.
@@ -456,4 +459,36 @@ type BenchResult struct {
 type ClusterRunner interface {
 	ClusterLogits(ctx context.Context, model string, tokens []int32) (*Logits, error)
 	ClusterBench(ctx context.Context, model string, req BenchRequest) (*BenchResult, error)
+	// ClusterMeasured is what the model's driver measures of its decode
+	// steps, beside its plan's prediction.
+	ClusterMeasured(ctx context.Context, model string) (*Measured, error)
+}
+
+// Measured is the decode time a model's driver measures, beside the
+// prediction of the plan it serves: the check of the planner's figures
+// (a prediction off by more than OffBy is logged by the driver and shown
+// by placement show).
+type Measured struct {
+	Model               string  `json:"model"`
+	Driver              string  `json:"driver"` // the driving node's name
+	PlanVersion         uint64  `json:"plan_version"`
+	PredictedMsPerToken float64 `json:"predicted_ms_per_token"`
+	// MeasuredMsPerToken is a decode step of one sequence, averaged
+	// exponentially over DecodeSteps steps (0: none yet).
+	MeasuredMsPerToken float64 `json:"measured_ms_per_token"`
+	DecodeSteps        uint64  `json:"decode_steps"`
+}
+
+// OffBy is the factor between measured and predicted decode time past
+// which the prediction is called off.
+const OffBy = 2.0
+
+// Off says whether the measurement (of at least 16 steps) is more than
+// OffBy from the prediction, either way.
+func (m *Measured) Off() bool {
+	if m == nil || m.DecodeSteps < 16 || m.MeasuredMsPerToken <= 0 || m.PredictedMsPerToken <= 0 {
+		return false
+	}
+	r := m.MeasuredMsPerToken / m.PredictedMsPerToken
+	return r > OffBy || r < 1/OffBy
 }

@@ -59,6 +59,11 @@ func passHeader(h http.Header) http.Header {
 // forwardable lists what peers may pass to this agent: completions and
 // the admin API's runs of a distributed model, nothing else.
 func forwardable(method, path string) bool {
+	rest, ok := strings.CutPrefix(path, "/v1/cluster/models/")
+	name, op, _ := strings.Cut(rest, "/")
+	if method == http.MethodGet {
+		return ok && name != "" && op == "measured"
+	}
 	if method != http.MethodPost {
 		return false
 	}
@@ -66,8 +71,6 @@ func forwardable(method, path string) bool {
 	case "/v1/chat/completions", "/v1/completions", "/tokenize", "/detokenize":
 		return true
 	}
-	rest, ok := strings.CutPrefix(path, "/v1/cluster/models/")
-	name, op, _ := strings.Cut(rest, "/")
 	return ok && name != "" && (op == "logits" || op == "bench")
 }
 

@@ -211,6 +211,11 @@ func (b *admin) ClusterLogits(ctx context.Context, model string, tokens []int32)
 	return b.runner.ClusterLogits(ctx, model, tokens)
 }
 
+// ClusterMeasured is answered by the model's driver (api.ClusterRunner).
+func (b *admin) ClusterMeasured(ctx context.Context, model string) (*api.Measured, error) {
+	return b.runner.ClusterMeasured(ctx, model)
+}
+
 // ClusterBench runs on the model's driver (api.ClusterRunner).
 func (b *admin) ClusterBench(ctx context.Context, model string, req api.BenchRequest) (*api.BenchResult, error) {
 	return b.runner.ClusterBench(ctx, model, req)

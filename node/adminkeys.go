@@ -58,8 +58,9 @@ func (b *admin) grant(ctx context.Context, key string, scope api.Scope) (*coordi
 	if model, ok := gateway.ForwardedModel(ctx); ok {
 		// The agent that passed the request on checked the user's key
 		// and kept it; the peer's certificate is the credential here,
-		// for the one model and the routes peers may forward.
-		if key != gateway.ForwardGrant || scope == api.ScopeRead {
+		// for the one model and the routes peers may forward (the one
+		// read among them: what the driver measures).
+		if key != gateway.ForwardGrant {
 			return nil, forbidden("a forwarded request carries no API key")
 		}
 		return &coordinator.Token{Kind: coordinator.TokenInference, Models: []string{model}}, nil

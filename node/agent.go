@@ -152,8 +152,9 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a.log.Info("agent started", zap.String("id", a.id), zap.String("role", a.role),
 		zap.String("quic", a.RPCAddr()), zap.String("gossip", a.GossipAddr()), zap.String("api", a.HTTPURL()))
-	a.bg.Add(6)
+	a.bg.Add(7)
 	go a.remeasureLoop()
+	go a.predictionLoop()
 	go a.readyLoop()
 	go a.registerLocal(local)
 	go a.joinLoop()

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -190,10 +191,31 @@ func allAlive(st *coordinator.State, ids []string) bool {
 }
 
 // clusterRuns runs the admin API's cluster logits and benchmarks on the
-// models this node drives (api.ClusterRunner over parallel.Reconciler).
+// models this node drives (api.ClusterRunner over parallel.Reconciler),
+// and reads what their schedulers measure.
 type clusterRuns struct {
 	par    *parallel.Reconciler
 	driver string // this node's name
+	pub    *publisher
+	// plan gives the version and predicted ms/token of model's plan.
+	plan func(model string) (version uint64, predicted float64, ok bool)
+}
+
+// ClusterMeasured implements api.ClusterRunner.
+func (c clusterRuns) ClusterMeasured(ctx context.Context, name string) (*api.Measured, error) {
+	c.pub.mu.Lock()
+	sc := c.pub.scheds[name]
+	c.pub.mu.Unlock()
+	version, predicted, ok := c.plan(name)
+	if sc == nil || !ok {
+		if rt, routed := c.par.Route(name); routed && rt.NodeName != c.driver {
+			return nil, transport.Errorf(http.StatusMisdirectedRequest, "model %q is driven by node %s", name, rt.NodeName)
+		}
+		return nil, transport.Errorf(http.StatusNotFound, "model %q is not driven here (see 'shoal model ls')", name)
+	}
+	st := sc.Stats()
+	return &api.Measured{Model: name, Driver: c.driver, PlanVersion: version, PredictedMsPerToken: predicted,
+		MeasuredMsPerToken: st.DecodeMs, DecodeSteps: st.DecodeSteps}, nil
 }
 
 // ClusterLogits implements api.ClusterRunner.

@@ -158,6 +158,7 @@ func (a *Agent) httpHandler() http.Handler {
 	toDriver := a.fwd.Admin(admin)
 	mux.Handle("POST /v1/cluster/models/{name}/logits", toDriver)
 	mux.Handle("POST /v1/cluster/models/{name}/bench", toDriver)
+	mux.Handle("GET /v1/cluster/models/{name}/measured", toDriver)
 	mux.Handle("/", admin)
 	return a.lifecycleHandler(mux)
 }

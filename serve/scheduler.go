@@ -130,7 +130,16 @@ type Stats struct {
 	GeneratedTokens              uint64
 	Preemptions                  uint64
 	Completed, Cancelled         uint64
+	// DecodeMs is the time of a decode step of one sequence, averaged
+	// (exponentially, the latest steps weighing most) over the DecodeSteps
+	// such steps: the measured counterpart of a plan's predicted
+	// ms/token.
+	DecodeMs    float64
+	DecodeSteps uint64
 }
+
+// decodeWeight is the weight of the latest step in Stats.DecodeMs.
+const decodeWeight = 0.1
 
 // Scheduler runs sequences on one runner holding the whole model.
 type Scheduler struct {
@@ -543,6 +552,7 @@ func (s *Scheduler) step() bool {
 		var logits []float32
 		var sampled []sample.Result
 		var err error
+		t0 := time.Now()
 		if rs, ok := s.r.(RowSampler); ok && rs.SamplesRemotely() && len(s.rows) > 0 {
 			s.reqs = s.reqs[:0]
 			for _, sq := range s.rowSeq {
@@ -556,6 +566,7 @@ func (s *Scheduler) step() bool {
 		} else {
 			logits, err = s.r.Step(&s.batch, s.rows)
 		}
+		took := time.Since(t0)
 		if errors.Is(err, kv.ErrFull) {
 			if s.preemptNewest() {
 				continue
@@ -578,9 +589,25 @@ func (s *Scheduler) step() bool {
 			s.running = s.remoteOnly()
 			return true
 		}
+		if len(s.batch.Chunks) == 1 && len(s.batch.Tokens) == 1 {
+			s.noteDecode(took)
+		}
 		s.afterStep(logits, sampled)
 		return true
 	}
+}
+
+// noteDecode adds a decode step of one sequence to Stats.DecodeMs.
+func (s *Scheduler) noteDecode(d time.Duration) {
+	ms := float64(d) / float64(time.Millisecond)
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	if s.stats.DecodeSteps == 0 {
+		s.stats.DecodeMs = ms
+	} else {
+		s.stats.DecodeMs += decodeWeight * (ms - s.stats.DecodeMs)
+	}
+	s.stats.DecodeSteps++
 }
 
 // remoteSeqs lists the running sequences that wait for a remote prefill.

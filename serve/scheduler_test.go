@@ -435,3 +435,20 @@ func TestSampledWhereTheLogitsAre(t *testing.T) {
 		t.Fatal("the scheduler never asked its RowSampler for tokens")
 	}
 }
+
+// TestDecodeMs: a sequence's decode steps, alone in their batches, are
+// timed into Stats.DecodeMs; prompt steps and batches of several are not.
+func TestDecodeMs(t *testing.T) {
+	s := newSched(t, testModel(t), 512, Options{})
+	ch, err := s.Submit(context.Background(), Request{Prompt: prompt(0, 20), MaxTokens: 16, Sampling: greedy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks, _ := collect(t, ch)
+	st := s.Stats()
+	// The first token comes from the prompt's step; each later one from a
+	// decode step of this sequence alone.
+	if want := uint64(len(toks) - 1); st.DecodeSteps != want || st.DecodeMs <= 0 {
+		t.Fatalf("%d tokens: %d decode steps timed at %.3f ms, want %d and a positive time", len(toks), st.DecodeSteps, st.DecodeMs, want)
+	}
+}

@@ -418,6 +418,13 @@ parts, then the planner's reasoning and what the last re-plan moved.
 			if err != nil {
 				return err
 			}
+			if p.Version > 0 {
+				// The driver's measurement beside the prediction, when it
+				// answers (it is not there while the model loads).
+				if m, err := c.ClusterMeasured(ctx, args[0]); err == nil && m.PlanVersion == p.Version {
+					p.Measured = m
+				}
+			}
 			w := cmd.OutOrStdout()
 			if f.json() {
 				return printJSON(w, p)
@@ -455,8 +462,20 @@ func printPlacement(w io.Writer, p *api.PlacementInfo) {
 	}
 	fmt.Fprintf(w, "plan v%d, strategy %s, context %d x %d sequence(s) (max-seqs), queue %d, KV reserved %s (%s cache, %d bytes per token)\n",
 		p.Version, p.Strategy, p.Context, p.Batch, p.Queue, mib(p.KVBytes), p.KVType, p.KVBytesPerToken)
-	fmt.Fprintf(w, "predicted %.2f ms/token: compute %.2f, memory %.2f, network %.2f (slowest stage %.2f ms)\n\n",
+	fmt.Fprintf(w, "predicted %.2f ms/token: compute %.2f, memory %.2f, network %.2f (slowest stage %.2f ms)\n",
 		p.Cost.MsPerToken, p.Cost.ComputeMs, p.Cost.MemoryMs, p.Cost.NetworkMs, p.Cost.BottleneckMs)
+	switch m := p.Measured; {
+	case m == nil:
+	case m.DecodeSteps == 0:
+		fmt.Fprintf(w, "measured: no decode step on the driver (%s) yet\n", m.Driver)
+	default:
+		fmt.Fprintf(w, "measured %.2f ms/token by the driver (%s) over %d decode steps of one sequence: %.2fx the prediction\n",
+			m.MeasuredMsPerToken, m.Driver, m.DecodeSteps, m.MeasuredMsPerToken/m.PredictedMsPerToken)
+		if m.Off() {
+			fmt.Fprintf(w, "note: the prediction is off by more than %gx: the planner weighed capacities or links that do not hold now (agents measure them again every 10 minutes)\n", api.OffBy)
+		}
+	}
+	fmt.Fprintln(w)
 	tw := table(w)
 	fmt.Fprintln(tw, "STAGE\tLAYERS\tNODE\tTP\tHEADS\tFFN\tEXPERTS\tHOLDS\tMEMORY\tGPU\tMS")
 	for _, st := range p.Stages {
