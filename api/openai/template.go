@@ -128,7 +128,7 @@ func ParseChatTemplate(src string) (_ *ChatTemplate, err error) {
 	cfg.LeftStripBlocks = true
 	// Only the template itself can be loaded: {% include %} of anything
 	// else fails instead of reading the file system.
-	loader, err := loaders.NewMemoryLoader(map[string]string{templateID: src})
+	loader, err := loaders.NewMemoryLoader(map[string]string{templateID: rewriteConditionals(src, cfg)})
 	if err != nil {
 		return nil, err
 	}

@@ -195,3 +195,35 @@ func TestChatPromptTokens(t *testing.T) {
 		t.Fatalf("ids %v\nwant %v", ids, want)
 	}
 }
+
+// TestChatTemplateJinja checks Jinja features the chat templates of newer
+// models use, each with a short template and what Python's Jinja2 renders
+// for it (with trim_blocks and lstrip_blocks, as apply_chat_template).
+func TestChatTemplateJinja(t *testing.T) {
+	date := time.Date(2026, time.December, 6, 12, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name, tpl string
+		msgs      []openai.TemplateMessage
+		want      string
+	}{
+		{"conditional expressions anywhere", `{%- set x = messages[0].content %}{% set y = messages | length > 5 %}
+{%- macro f(a, k='d') %}[{{ a }},{{ k }}]{% endmacro %}
+{{- 'a' + (x if x else 'none') + '|' }}{{ f(1 if y else 2, k=('p' if y)) }}{{ [1 if y else 2, 3] | join(',') }}{{ '|' ~ (y if not y else 'q' if x else 'r') }}{% set z = (1 if y else 2) + 1 %}{{ z }}{{ 'x' if y else 'w' if x else 'v' }}{{ {'k': 'a' if y else 'b'}['k'] }}{% if ('t' if x else '') %}T{% endif %}{{ (x if y else none) is none }}`,
+			msgs("user", "X"), "aX|[2,]2,3|False3wbTTrue"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tpl, err := openai.ParseChatTemplate(c.tpl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := tpl.Render(openai.TemplateInput{Messages: c.msgs, BOS: "<s>", EOS: "</s>", AddGenerationPrompt: true, Now: date})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != c.want {
+				t.Fatalf("rendered\n%q\nwant\n%q", got, c.want)
+			}
+		})
+	}
+}
