@@ -88,6 +88,10 @@ func (h *handler) templateState(m *Model) string {
 type ChatTemplate struct {
 	src string
 	tpl *exec.Template
+	// objectArgs: the template reads tool calls' arguments as an object
+	// (tojson, items(), a member); otherwise it gets them as the request's
+	// JSON text, as llama.cpp decides from the same kind of probe.
+	objectArgs bool
 }
 
 // TemplateError is a template's raise_exception call: the request is at
@@ -136,7 +140,33 @@ func ParseChatTemplate(src string) (_ *ChatTemplate, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("chat template: %w", err)
 	}
-	return &ChatTemplate{src: src, tpl: tpl}, nil
+	t := &ChatTemplate{src: src, tpl: tpl}
+	t.objectArgs = t.readsObjectArguments()
+	return t, nil
+}
+
+// argsProbeKey and argsProbeValue are the arguments of the probe's call.
+const argsProbeKey, argsProbeValue = "shoal_probe_arg", "shoal-probe-value"
+
+// readsObjectArguments renders a conversation with a tool call whose
+// arguments are an object and reports whether the template printed the
+// argument's value from it (not the dictionary's Python text, which is
+// what concatenating the object with a string gives: such a template
+// wants the arguments as JSON text).
+func (t *ChatTemplate) readsObjectArguments() bool {
+	call := ToolCall{ID: "call00001", Type: "function", Function: FunctionCall{Name: "tool1", Arguments: `{"` + argsProbeKey + `": "` + argsProbeValue + `"}`}}
+	out, err := t.render(TemplateInput{
+		Messages: []TemplateMessage{
+			{Role: "user", Content: "User message"},
+			{Role: "assistant", ToolCalls: []ToolCall{call}},
+			{Role: "tool", Content: "Tool response", ToolCallID: call.ID},
+			{Role: "assistant", Content: "The tool response was 'tool response'"},
+			{Role: "user", Content: "User message"},
+		},
+		AddGenerationPrompt: true,
+		Tools:               []json.RawMessage{json.RawMessage(`{"type": "function", "function": {"name": "tool1", "description": "Tool description", "parameters": {"type": "object", "properties": {"` + argsProbeKey + `": {"type": "string", "description": "Arg description"}}, "required": ["` + argsProbeKey + `"]}}}`)},
+	}, true)
+	return err == nil && strings.Contains(out, argsProbeValue) && !strings.Contains(out, "{'"+argsProbeKey+"'")
 }
 
 // Source returns the template text.
@@ -147,8 +177,9 @@ type TemplateMessage struct {
 	Role    string
 	Content string
 	Name    string
-	// ToolCalls are an assistant message's calls (rendered with their
-	// arguments as an object, as templates expect, when they parse);
+	// ToolCalls are an assistant message's calls (their arguments an
+	// object when they are one and the template reads them as one, their
+	// JSON text otherwise);
 	// ToolCallID is the call a tool message answers.
 	ToolCalls  []ToolCall
 	ToolCallID string
@@ -168,7 +199,13 @@ type TemplateInput struct {
 
 // Render renders the template. A raise_exception call in the template
 // returns a *TemplateError with its message.
-func (t *ChatTemplate) Render(in TemplateInput) (out string, err error) {
+func (t *ChatTemplate) Render(in TemplateInput) (string, error) {
+	return t.render(in, t.objectArgs)
+}
+
+// render renders the template, with tool calls' arguments that are a JSON
+// object given as an object (objectArgs) or as their text.
+func (t *ChatTemplate) render(in TemplateInput, objectArgs bool) (out string, err error) {
 	var raised *TemplateError
 	defer func() {
 		if r := recover(); r != nil {
@@ -192,12 +229,17 @@ func (t *ChatTemplate) Render(in TemplateInput) (out string, err error) {
 			calls := make([]any, len(m.ToolCalls))
 			for j, c := range m.ToolCalls {
 				var args any = c.Function.Arguments
-				if v, err := templateValue([]byte(c.Function.Arguments)); err == nil {
+				if v, err := templateValue([]byte(c.Function.Arguments)); err == nil && objectArgs {
 					if _, isDict := v.(*exec.Dict); isDict {
 						args = v
 					}
 				}
-				calls[j] = dict("id", c.ID, "type", "function", "function", dict("name", c.Function.Name, "arguments", args))
+				// llama.cpp's order of the keys (tojson prints it).
+				call := dict("type", "function", "function", dict("name", c.Function.Name, "arguments", args))
+				if c.ID != "" {
+					call.Pairs = append(call.Pairs, &exec.Pair{Key: exec.AsValue("id"), Value: exec.AsValue(c.ID)})
+				}
+				calls[j] = call
 			}
 			d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue("tool_calls"), Value: exec.AsValue(calls)})
 		}

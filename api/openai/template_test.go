@@ -1,6 +1,7 @@
 package openai_test
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
@@ -205,11 +206,19 @@ func TestChatTemplateJinja(t *testing.T) {
 		name, tpl string
 		msgs      []openai.TemplateMessage
 		want      string
+		tools     []json.RawMessage
 	}{
 		{"conditional expressions anywhere", `{%- set x = messages[0].content %}{% set y = messages | length > 5 %}
 {%- macro f(a, k='d') %}[{{ a }},{{ k }}]{% endmacro %}
 {{- 'a' + (x if x else 'none') + '|' }}{{ f(1 if y else 2, k=('p' if y)) }}{{ [1 if y else 2, 3] | join(',') }}{{ '|' ~ (y if not y else 'q' if x else 'r') }}{% set z = (1 if y else 2) + 1 %}{{ z }}{{ 'x' if y else 'w' if x else 'v' }}{{ {'k': 'a' if y else 'b'}['k'] }}{% if ('t' if x else '') %}T{% endif %}{{ (x if y else none) is none }}`,
-			msgs("user", "X"), "aX|[2,]2,3|False3wbTTrue"},
+			msgs("user", "X"), "aX|[2,]2,3|False3wbTTrue", nil},
+		// A template that concatenates a call's arguments with text gets
+		// them as the request's JSON text; one that reads them as an
+		// object gets the object (what llama.cpp decides from a probe).
+		{"tool call arguments as text", `{% for m in messages %}{% for tc in m.tool_calls or [] %}<{{ tc.function.name + ' ' + tc.function.arguments }}>{% endfor %}{% endfor %}`,
+			toolCallMsgs(`{"city":"Paris", "days": 2}`), `<get_weather {"city":"Paris", "days": 2}>`, nil},
+		{"tool call arguments as an object", `{% for m in messages %}{% for tc in m.tool_calls or [] %}<{{ tc.function.name }} {{ tc.function.arguments | tojson }}|{% for k, v in tc.function.arguments.items() %}{{ k }}={{ v }};{% endfor %}|{{ tc | tojson }}>{% endfor %}{% endfor %}`,
+			toolCallMsgs(`{"city":"Paris", "days": 2}`), `<get_weather {"city": "Paris", "days": 2}|city=Paris;days=2;|{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}, "id": "call_1"}>`, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -217,7 +226,7 @@ func TestChatTemplateJinja(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := tpl.Render(openai.TemplateInput{Messages: c.msgs, BOS: "<s>", EOS: "</s>", AddGenerationPrompt: true, Now: date})
+			got, err := tpl.Render(openai.TemplateInput{Messages: c.msgs, BOS: "<s>", EOS: "</s>", AddGenerationPrompt: true, Now: date, Tools: c.tools})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -225,5 +234,15 @@ func TestChatTemplateJinja(t *testing.T) {
 				t.Fatalf("rendered\n%q\nwant\n%q", got, c.want)
 			}
 		})
+	}
+}
+
+// toolCallMsgs is a conversation with one call of get_weather with the
+// arguments and its result.
+func toolCallMsgs(args string) []openai.TemplateMessage {
+	return []openai.TemplateMessage{
+		{Role: "user", Content: "Weather in Paris?"},
+		{Role: "assistant", ToolCalls: []openai.ToolCall{{ID: "call_1", Type: "function", Function: openai.FunctionCall{Name: "get_weather", Arguments: args}}}},
+		{Role: "tool", Content: "sunny", ToolCallID: "call_1"},
 	}
 }
