@@ -103,18 +103,23 @@ func (e *TemplateError) Error() string { return e.Message }
 // env is the gonja environment chat templates run in: gonja's Python
 // built-ins with tojson replaced by one that prints like Python's
 // json.dumps (", " and ": " separators, keys in insertion order, non-ASCII
-// kept), as transformers' tojson does.
+// kept), as transformers' tojson does, and dictionaries that keep their
+// order (template_builtins.go).
 var env = func() *exec.Environment {
 	filters := exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(builtins.Filters)
-	if err := filters.Replace("tojson", filterToJSON); err != nil {
-		panic(err)
+	for name, f := range map[string]exec.FilterFunction{"tojson": filterToJSON, "items": filterItems, "dictsort": filterDictSort} {
+		if err := filters.Replace(name, f); err != nil {
+			panic(err)
+		}
 	}
+	methods := builtins.Methods
+	methods.Dict = dictMethods()
 	return &exec.Environment{
 		Context:           exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables),
 		Filters:           filters,
 		Tests:             builtins.Tests,
 		ControlStructures: builtins.ControlStructures,
-		Methods:           builtins.Methods,
+		Methods:           methods,
 	}
 }()
 

@@ -212,6 +212,10 @@ func TestChatTemplateJinja(t *testing.T) {
 {%- macro f(a, k='d') %}[{{ a }},{{ k }}]{% endmacro %}
 {{- 'a' + (x if x else 'none') + '|' }}{{ f(1 if y else 2, k=('p' if y)) }}{{ [1 if y else 2, 3] | join(',') }}{{ '|' ~ (y if not y else 'q' if x else 'r') }}{% set z = (1 if y else 2) + 1 %}{{ z }}{{ 'x' if y else 'w' if x else 'v' }}{{ {'k': 'a' if y else 'b'}['k'] }}{% if ('t' if x else '') %}T{% endif %}{{ (x if y else none) is none }}`,
 			msgs("user", "X"), "aX|[2,]2,3|False3wbTTrue", nil},
+		{"dictionaries keep their order", `{%- set p = tools[0].function.parameters.properties -%}
+{% for k in p %}{{ k }},{% endfor %}|{% for k, v in p.items() %}{{ k }}={{ v.type }}{{ v | tojson }};{% endfor %}|{{ p.keys() | list | join(',') }}|{% for v in p.values() %}{{ v.type }},{% endfor %}|{{ p | list | join(',') }}|{{ p | tojson }}|{% for k, v in p | dictsort %}{{ k }},{% endfor %}|{{ p | length }}`,
+			msgs("user", "X"), `zeta,alpha,mid,|zeta=string{"type": "string", "x": {"b": 1, "a": 2}};alpha=integer{"type": "integer"};mid=boolean{"type": "boolean"};|zeta,alpha,mid|string,integer,boolean,|zeta,alpha,mid|{"zeta": {"type": "string", "x": {"b": 1, "a": 2}}, "alpha": {"type": "integer"}, "mid": {"type": "boolean"}}|alpha,mid,zeta,|3`,
+			[]json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"zeta":{"type":"string","x":{"b":1,"a":2}},"alpha":{"type":"integer"},"mid":{"type":"boolean"}}}}}`)}},
 		// A template that concatenates a call's arguments with text gets
 		// them as the request's JSON text; one that reads them as an
 		// object gets the object (what llama.cpp decides from a probe).
