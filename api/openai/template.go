@@ -137,7 +137,7 @@ func ParseChatTemplate(src string) (_ *ChatTemplate, err error) {
 	cfg.LeftStripBlocks = true
 	// Only the template itself can be loaded: {% include %} of anything
 	// else fails instead of reading the file system.
-	loader, err := loaders.NewMemoryLoader(map[string]string{templateID: rewriteConditionals(src, cfg)})
+	loader, err := loaders.NewMemoryLoader(map[string]string{templateID: adaptSource(src, cfg)})
 	if err != nil {
 		return nil, err
 	}

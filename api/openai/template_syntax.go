@@ -7,19 +7,23 @@ import (
 	"github.com/nikolalohinski/gonja/v2/tokens"
 )
 
-// gonja parses a conditional expression (A if B else C) only as the whole
-// of a {{ }} or of a {% set %} value, and only one level deep. Jinja allows
-// it wherever an expression goes: in parentheses, call arguments, list and
-// dict items, chained (A if B else C if D else E). Chat templates use those
-// forms (Gemma 3's first user prefix, gpt-oss's content type), so before
-// compiling, the conditionals gonja would reject are rewritten into an
-// equivalent expression it accepts:
+// Before a chat template is compiled, the places where gonja's parser or
+// lexer differ from Jinja are rewritten into text gonja reads as Jinja
+// reads the original:
 //
-//	A if B else C   →   ((B) and [A] or [C])[0]
-//
-// which is exact in Jinja's semantics: "and"/"or" return an operand and
-// evaluate lazily, and the one-element list is true even when A is false.
-// Without "else" the value is undefined, as in Jinja.
+//   - A conditional expression (A if B else C) gonja parses only as the
+//     whole of a {{ }} or of a {% set %} value, one level deep; Jinja
+//     allows it wherever an expression goes: in parentheses, call
+//     arguments, list and dict items, chained. Such a conditional becomes
+//     ((B) and [A] or [C])[0], exact in Jinja's semantics: "and" and "or"
+//     return an operand and evaluate lazily, and a one-element list is
+//     true even when A is false. Without "else" the value is undefined.
+//   - A method called right after parentheses, (x | trim).split(), is not
+//     a method call to gonja; [(x | trim)][0].split() is.
+//   - With lstrip_blocks gonja strips the spaces before a block or
+//     comment tag that follows another tag on the same line; Jinja strips
+//     them only from the start of a line. Such a tag gets Jinja's "+",
+//     which keeps them.
 
 // undefinedName is a variable no template defines: a conditional without
 // "else" whose condition is false is undefined.
@@ -31,13 +35,10 @@ type lexed struct {
 	text string // the token and the whitespace after it
 }
 
-// rewriteConditionals returns src with the conditional expressions gonja
-// cannot parse rewritten (src itself when there are none). Newlines are
-// normalized as gonja's lexer does, keeping the final one for it to strip.
-func rewriteConditionals(src string, cfg *config.Config) string {
-	if !strings.Contains(src, "if") {
-		return src
-	}
+// adaptSource returns src rewritten where gonja would read it otherwise
+// than Jinja (src itself when nothing is). Newlines are normalized as
+// gonja's lexer does, keeping the final one for it to strip.
+func adaptSource(src string, cfg *config.Config) string {
 	lexCfg := cfg.Inherit()
 	lexCfg.KeepTrailingNewline = true
 	l := tokens.NewLexer(src, lexCfg)
@@ -50,9 +51,22 @@ func rewriteConditionals(src string, cfg *config.Config) string {
 	var out strings.Builder
 	changed := false
 	last := 0 // the input up to here is in out
+	edit := func(from, to int, text string) {
+		out.WriteString(in[last:from])
+		out.WriteString(text)
+		last = to
+		changed = true
+	}
 	for i := 0; i < len(all); i++ {
 		begin := all[i]
-		if begin.Type != tokens.VariableBegin && begin.Type != tokens.BlockBegin {
+		if begin.Type != tokens.VariableBegin && begin.Type != tokens.BlockBegin && begin.Type != tokens.CommentBegin {
+			continue
+		}
+		if begin.Type != tokens.VariableBegin && cfg.LeftStripBlocks && strippedMidLine(all, i, in) {
+			at := begin.Pos + 2 // after "{%" or "{#"
+			edit(at, at, "+")
+		}
+		if begin.Type == tokens.CommentBegin {
 			continue
 		}
 		j := i + 1
@@ -72,12 +86,8 @@ func rewriteConditionals(src string, cfg *config.Config) string {
 			}
 			body = append(body, lexed{tok: all[k], text: in[all[k].Pos:all[k+1].Pos]})
 		}
-		start := all[i+1].Pos
-		if i+1 < len(all) && all[i+1].Type == tokens.Whitespace && i+2 <= j {
-			start = all[i+2].Pos // leading whitespace stays as it is
-		}
 		i = j
-		if !hasName(body, "if") {
+		if len(body) == 0 {
 			continue
 		}
 		var text string
@@ -86,13 +96,9 @@ func rewriteConditionals(src string, cfg *config.Config) string {
 		} else {
 			text = rewriteStatement(body)
 		}
-		if text == joinText(body) {
-			continue
+		if text != joinText(body) {
+			edit(body[0].tok.Pos, all[j].Pos, text)
 		}
-		out.WriteString(in[last:start])
-		out.WriteString(text)
-		last = all[j].Pos
-		changed = true
 	}
 	if !changed {
 		return src
@@ -101,11 +107,31 @@ func rewriteConditionals(src string, cfg *config.Config) string {
 	return out.String()
 }
 
+// strippedMidLine reports whether gonja would strip, and Jinja keep, the
+// spaces before the tag at all[i] that has no whitespace control of its
+// own: spaces and tabs right after the end of another tag (gonja drops
+// them, emitting no text in between).
+func strippedMidLine(all []*tokens.Token, i int, in string) bool {
+	begin := all[i]
+	if c := in[begin.Pos+2:]; c != "" && (c[0] == '-' || c[0] == '+') {
+		return false
+	}
+	if i == 0 {
+		return false
+	}
+	switch prev := all[i-1]; prev.Type {
+	case tokens.VariableEnd, tokens.BlockEnd, tokens.CommentEnd:
+		gap := in[prev.Pos+len(prev.Val) : begin.Pos]
+		return gap != "" && strings.Trim(gap, " \t") == ""
+	}
+	return false
+}
+
 // rewriteStatement rewrites the expressions of a {% %} tag: the condition
 // of if and elif, the value of set; elsewhere (for's filter, macro
 // signatures) only what is inside brackets.
 func rewriteStatement(body []lexed) string {
-	if len(body) == 0 || body[0].tok.Type != tokens.Name {
+	if body[0].tok.Type != tokens.Name {
 		return joinText(body)
 	}
 	switch body[0].tok.Val {
@@ -124,6 +150,9 @@ func rewriteStatement(body []lexed) string {
 // rewriteExpr rewrites one expression. native: gonja itself parses one
 // unchained conditional at this level.
 func rewriteExpr(e []lexed, native bool) string {
+	if len(e) == 0 {
+		return ""
+	}
 	ifAt, elseAt := -1, -1
 	ifs := 0
 	depth := 0
@@ -153,10 +182,8 @@ func rewriteExpr(e []lexed, native bool) string {
 		alt = rewriteExpr(e[elseAt+1:], false)
 	}
 	// The text after the expression's last token (whitespace) is kept.
-	trail := ""
-	if last := e[len(e)-1].text; len(last) > 0 {
-		trail = last[len(strings.TrimRight(last, " \t\r\n")):]
-	}
+	last := e[len(e)-1].text
+	trail := last[len(strings.TrimRight(last, " \t\r\n")):]
 	return "((" + strings.TrimSpace(rewriteFlat(b)) + ") and [" + strings.TrimSpace(rewriteFlat(a)) + "] or [" + strings.TrimSpace(alt) + "])[0]" + trail
 }
 
@@ -167,22 +194,37 @@ func rewriteFlat(e []lexed) string {
 	var b strings.Builder
 	for k := 0; k < len(e); k++ {
 		t := e[k]
-		switch t.tok.Type {
-		case tokens.LeftParenthesis, tokens.LeftBracket, tokens.LeftBrace:
-			end := closing(e, k)
-			if end < 0 {
-				b.WriteString(joinText(e[k:]))
-				return b.String()
-			}
+		if nesting(t) <= 0 {
 			b.WriteString(t.text)
-			b.WriteString(rewriteItems(e[k+1 : end]))
-			b.WriteString(e[end].text)
-			k = end
-		default:
-			b.WriteString(t.text)
+			continue
 		}
+		end := closing(e, k)
+		if end < 0 {
+			b.WriteString(joinText(e[k:]))
+			break
+		}
+		group := t.text + rewriteItems(e[k+1:end]) + e[end].text
+		// Parentheses that group (rather than call) followed by a method
+		// call: gonja calls the method only on a getter chain.
+		grouping := t.tok.Type == tokens.LeftParenthesis && (k == 0 || !callable(e[k-1]))
+		if grouping && end+3 < len(e) && e[end+1].tok.Type == tokens.Dot && e[end+2].tok.Type == tokens.Name && e[end+3].tok.Type == tokens.LeftParenthesis {
+			trimmed := strings.TrimRight(group, " \t\r\n")
+			group = "[" + trimmed + "][0]" + group[len(trimmed):]
+		}
+		b.WriteString(group)
+		k = end
 	}
 	return b.String()
+}
+
+// callable reports whether a "(" after t calls it: after a name or what a
+// call or subscript gave.
+func callable(t lexed) bool {
+	switch t.tok.Type {
+	case tokens.Name, tokens.RightParenthesis, tokens.RightBracket:
+		return true
+	}
+	return false
 }
 
 // rewriteItems rewrites the items between brackets, separated by commas
@@ -196,9 +238,7 @@ func rewriteItems(e []lexed) string {
 			b.WriteString(it[0].text + it[1].text)
 			it = it[2:]
 		}
-		if len(it) > 0 {
-			b.WriteString(rewriteExpr(it, false))
-		}
+		b.WriteString(rewriteExpr(it, false))
 	}
 	for k, t := range e {
 		depth += nesting(t)
@@ -232,15 +272,6 @@ func nesting(t lexed) int {
 		return -1
 	}
 	return 0
-}
-
-func hasName(e []lexed, name string) bool {
-	for _, t := range e {
-		if t.tok.Type == tokens.Name && t.tok.Val == name {
-			return true
-		}
-	}
-	return false
 }
 
 func joinText(e []lexed) string {

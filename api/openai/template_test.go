@@ -216,6 +216,12 @@ func TestChatTemplateJinja(t *testing.T) {
 {% for k in p %}{{ k }},{% endfor %}|{% for k, v in p.items() %}{{ k }}={{ v.type }}{{ v | tojson }};{% endfor %}|{{ p.keys() | list | join(',') }}|{% for v in p.values() %}{{ v.type }},{% endfor %}|{{ p | list | join(',') }}|{{ p | tojson }}|{% for k, v in p | dictsort %}{{ k }},{% endfor %}|{{ p | length }}`,
 			msgs("user", "X"), `zeta,alpha,mid,|zeta=string{"type": "string", "x": {"b": 1, "a": 2}};alpha=integer{"type": "integer"};mid=boolean{"type": "boolean"};|zeta,alpha,mid|string,integer,boolean,|zeta,alpha,mid|{"zeta": {"type": "string", "x": {"b": 1, "a": 2}}, "alpha": {"type": "integer"}, "mid": {"type": "boolean"}}|alpha,mid,zeta,|3`,
 			[]json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"zeta":{"type":"string","x":{"b":1,"a":2}},"alpha":{"type":"integer"},"mid":{"type":"boolean"}}}}}`)}},
+		// lstrip_blocks strips the whitespace before a block or comment tag
+		// only from the start of its line.
+		{"lstrip_blocks only at the start of a line", "{% for m in messages %}{{ m.role }} {% endfor %}|{% for m in messages %}{{ m.role }}\t{# c #}{% endfor %}|{% if true %}  {% endif %}|\n  {% if true %}x{% endif %}\n{% if true %}  y  {%- endif %}|{{ 1 }} {%+ if true %}z{% endif %}|{{ 1 }}  {%- if true %}w{% endif %}",
+			msgs("system", "You are terse.\nBe kind.", "user", "Hi there"), "system user |system\tuser\t|  |\nx  y|1 z|1w", nil},
+		{"methods of parenthesized expressions", `{{ (messages[0].content | trim).strip("Y").split("\n")[0] }}|{{ ("a" + "b").upper() }}|{{ ("x" if true else "y").upper() }}|{{ (messages | last).content.upper() }}`,
+			msgs("system", "You are terse.\nBe kind.", "user", "Hi there"), "ou are terse.|AB|X|HI THERE", nil},
 		// A template that concatenates a call's arguments with text gets
 		// them as the request's JSON text; one that reads them as an
 		// object gets the object (what llama.cpp decides from a probe).
