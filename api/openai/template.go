@@ -114,6 +114,7 @@ var env = func() *exec.Environment {
 	}
 	methods := builtins.Methods
 	methods.Dict = dictMethods()
+	methods.Str = strMethods()
 	return &exec.Environment{
 		Context:           exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables),
 		Filters:           filters,

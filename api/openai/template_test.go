@@ -222,6 +222,16 @@ func TestChatTemplateJinja(t *testing.T) {
 			msgs("system", "You are terse.\nBe kind.", "user", "Hi there"), "system user |system\tuser\t|  |\nx  y|1 z|1w", nil},
 		{"methods of parenthesized expressions", `{{ (messages[0].content | trim).strip("Y").split("\n")[0] }}|{{ ("a" + "b").upper() }}|{{ ("x" if true else "y").upper() }}|{{ (messages | last).content.upper() }}`,
 			msgs("system", "You are terse.\nBe kind.", "user", "Hi there"), "ou are terse.|AB|X|HI THERE", nil},
+		{"string methods: split and rsplit", `{{ "a b  c".split() }}|{{ "a,b,,c".split(",") }}|{{ "a,b,c".split(",", 1) }}|{{ "a,b,c".rsplit(",", 1) }}|{{ " a b ".rsplit() }}|{{ "a b c".split(none, 1) }}|{{ " a  b c ".rsplit(none, 1) }}|{{ "a\tb\nc".split() }}|{{ "".split() }}|{{ "".split(",") }}`,
+			msgs("user", "X"), `['a', 'b', 'c']|['a', 'b', '', 'c']|['a', 'b,c']|['a,b', 'c']|['a', 'b']|['a', 'b c']|[' a  b', 'c']|['a', 'b', 'c']|[]|['']`, nil},
+		{"string methods: strip, lstrip and rstrip", `{{ "  xx  ".strip() }}|{{ "xxhixx".strip("x") }}|{{ "\n\nhi\n".lstrip("\n") }}|{{ "hi\n\n".rstrip() }}|{{ " hi ".lstrip() }}|{{ "abcba".strip("ab") }}|{{ " x ".strip(none) }}`,
+			msgs("user", "X"), "xx|hi|hi\n|hi|hi |c|x", nil},
+		{"string methods: startswith and endswith", `{{ "hello".startswith("he") }}|{{ "hello".endswith(("lo", "x")) }}|{{ "hello".startswith(("x", "h")) }}|{{ "hello".startswith("l", 2) }}|{{ "hello".endswith("l", 0, 4) }}|{{ "héllo".startswith("é", 1) }}`,
+			msgs("user", "X"), `True|True|True|True|True|True`, nil},
+		{"string methods: replace and join", `{{ "hello".replace("l", "L") }}|{{ "hello".replace("l", "L", 1) }}|{{ "hello".replace("", "-") }}|{{ ", ".join(["a", "b"]) }}|{{ "-".join("abc") }}`,
+			msgs("user", "X"), `heLLo|heLlo|-h-e-l-l-o-|a, b|a-b-c`, nil},
+		{"string methods: count and padding", `{{ "hello".count("l") }}|{{ "aaaa".count("aa") }}|{{ "hello".count("l", 3) }}|{{ "ab".center(6) }}|{{ "ab".center(5, "*") }}|{{ "ab".ljust(4) }}|{{ "ab".rjust(4, "0") }}|{{ "abc".ljust(2) }}`,
+			msgs("user", "X"), `2|2|1|  ab  |**ab*|ab  |00ab|abc`, nil},
 		// A template that concatenates a call's arguments with text gets
 		// them as the request's JSON text; one that reads them as an
 		// object gets the object (what llama.cpp decides from a probe).
