@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/nikolalohinski/gonja/v2/builtins"
@@ -407,38 +408,55 @@ func strftime(t time.Time, f string) string {
 	return b.String()
 }
 
-// filterToJSON prints a value like Python's json.dumps(x, ensure_ascii=False)
-// with optional indent, which is what transformers' tojson does.
+// filterToJSON prints a value like Python's json.dumps(x,
+// ensure_ascii=False) with its indent, separators, sort_keys and
+// ensure_ascii arguments, which is what transformers' tojson does.
 func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
 	if in.IsError() {
 		return in
 	}
-	indent := -1
+	o := pyJSON{indent: -1}
 	if v, ok := params.KwArgs["indent"]; ok && v.IsInteger() {
-		indent = v.Integer()
+		o.indent = v.Integer()
 	} else if len(params.Args) > 0 && params.Args[0].IsInteger() {
-		indent = params.Args[0].Integer()
+		o.indent = params.Args[0].Integer()
+	}
+	o.itemSep, o.keySep = ", ", ": "
+	if o.indent >= 0 {
+		o.itemSep = ","
+	}
+	if v, ok := params.KwArgs["separators"]; ok && v.IsList() && v.Len() == 2 {
+		o.itemSep, o.keySep = v.Index(0).String(), v.Index(1).String()
+	}
+	if v, ok := params.KwArgs["sort_keys"]; ok {
+		o.sortKeys = v.IsTrue()
+	}
+	if v, ok := params.KwArgs["ensure_ascii"]; ok {
+		o.ascii = v.IsTrue()
 	}
 	var b strings.Builder
-	if err := writePyJSON(&b, in, indent, 0); err != nil {
+	if err := o.write(&b, in, 0); err != nil {
 		return exec.AsValue(err)
 	}
 	return exec.AsSafeValue(b.String())
 }
 
-func writePyJSON(b *strings.Builder, v *exec.Value, indent, depth int) error {
+// pyJSON is how json.dumps was asked to print.
+type pyJSON struct {
+	indent          int // < 0: on one line
+	itemSep, keySep string
+	sortKeys, ascii bool
+}
+
+func (o *pyJSON) write(b *strings.Builder, v *exec.Value, depth int) error {
 	if depth > 64 {
 		return errors.New("tojson: value nested too deeply")
 	}
 	newline := func(d int) {
-		if indent >= 0 {
+		if o.indent >= 0 {
 			b.WriteByte('\n')
-			b.WriteString(strings.Repeat(" ", indent*d))
+			b.WriteString(strings.Repeat(" ", o.indent*d))
 		}
-	}
-	itemSep := ", "
-	if indent >= 0 {
-		itemSep = ","
 	}
 	switch {
 	case v == nil || v.IsNil():
@@ -468,22 +486,26 @@ func writePyJSON(b *strings.Builder, v *exec.Value, indent, depth int) error {
 			b.WriteString(s)
 		}
 	case v.IsString():
-		writePyString(b, v.String())
+		writePyString(b, v.String(), o.ascii)
 	case v.IsDict():
 		pairs := dictPairs(v)
 		if len(pairs) == 0 {
 			b.WriteString("{}")
 			return nil
 		}
+		if o.sortKeys {
+			pairs = append([]*exec.Pair(nil), pairs...)
+			sort.SliceStable(pairs, func(i, j int) bool { return pairs[i].Key.String() < pairs[j].Key.String() })
+		}
 		b.WriteByte('{')
 		for i, p := range pairs {
 			if i > 0 {
-				b.WriteString(itemSep)
+				b.WriteString(o.itemSep)
 			}
 			newline(depth + 1)
-			writePyString(b, p.Key.String())
-			b.WriteString(": ")
-			if err := writePyJSON(b, p.Value, indent, depth+1); err != nil {
+			writePyString(b, p.Key.String(), o.ascii)
+			b.WriteString(o.keySep)
+			if err := o.write(b, p.Value, depth+1); err != nil {
 				return err
 			}
 		}
@@ -498,17 +520,17 @@ func writePyJSON(b *strings.Builder, v *exec.Value, indent, depth int) error {
 		b.WriteByte('[')
 		for i := 0; i < n; i++ {
 			if i > 0 {
-				b.WriteString(itemSep)
+				b.WriteString(o.itemSep)
 			}
 			newline(depth + 1)
-			if err := writePyJSON(b, v.Index(i), indent, depth+1); err != nil {
+			if err := o.write(b, v.Index(i), depth+1); err != nil {
 				return err
 			}
 		}
 		newline(depth)
 		b.WriteByte(']')
 	default:
-		writePyString(b, v.String())
+		writePyString(b, v.String(), o.ascii)
 	}
 	return nil
 }
@@ -527,7 +549,9 @@ func dictPairs(v *exec.Value) []*exec.Pair {
 	return pairs
 }
 
-func writePyString(b *strings.Builder, s string) {
+// writePyString prints a JSON string as Python does: control characters
+// escaped, and with ascii everything past ASCII as \u escapes (UTF-16).
+func writePyString(b *strings.Builder, s string, ascii bool) {
 	b.WriteByte('"')
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
@@ -548,9 +572,13 @@ func writePyString(b *strings.Builder, s string) {
 		case '\f':
 			b.WriteString(`\f`)
 		default:
-			if r < 0x20 {
+			switch {
+			case r < 0x20 || (ascii && r > 0x7e && r < 0x10000):
 				fmt.Fprintf(b, `\u%04x`, r)
-			} else {
+			case ascii && r >= 0x10000:
+				hi, lo := utf16.EncodeRune(r)
+				fmt.Fprintf(b, `\u%04x\u%04x`, hi, lo)
+			default:
 				b.WriteRune(r)
 			}
 		}

@@ -232,6 +232,8 @@ func TestChatTemplateJinja(t *testing.T) {
 			msgs("user", "X"), `heLLo|heLlo|-h-e-l-l-o-|a, b|a-b-c`, nil},
 		{"string methods: count and padding", `{{ "hello".count("l") }}|{{ "aaaa".count("aa") }}|{{ "hello".count("l", 3) }}|{{ "ab".center(6) }}|{{ "ab".center(5, "*") }}|{{ "ab".ljust(4) }}|{{ "ab".rjust(4, "0") }}|{{ "abc".ljust(2) }}`,
 			msgs("user", "X"), `2|2|1|  ab  |**ab*|ab  |00ab|abc`, nil},
+		{"tojson arguments", `{{ {"b": 1, "a": {"d": 1, "c": 2}} | tojson(sort_keys=true) }}|{{ {"a": [1, {"b": 2}]} | tojson(separators=(",", ":")) }}|{{ {"a": [1]} | tojson(indent=1, separators=(",", ": ")) }}|{{ "é😀\x7f" | tojson(ensure_ascii=true) }}|{{ "é" | tojson(ensure_ascii=false) }}`,
+			msgs("user", "X"), "{\"a\": {\"c\": 2, \"d\": 1}, \"b\": 1}|{\"a\":[1,{\"b\":2}]}|{\n \"a\": [\n  1\n ]\n}|\"\\u00e9\\ud83d\\ude00\\u007f\"|\"é\"", nil},
 		// A template that concatenates a call's arguments with text gets
 		// them as the request's JSON text; one that reads them as an
 		// object gets the object (what llama.cpp decides from a probe).
