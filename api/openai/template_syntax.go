@@ -20,6 +20,8 @@ import (
 //     true even when A is false. Without "else" the value is undefined.
 //   - A method called right after parentheses, (x | trim).split(), is not
 //     a method call to gonja; [(x | trim)][0].split() is.
+//   - gonja finds no item at x[-n] when n is the length of x (x[-1] of a
+//     list of one); [x[-n:]|first][0] is the item.
 //   - With lstrip_blocks gonja strips the spaces before a block or
 //     comment tag that follows another tag on the same line; Jinja strips
 //     them only from the start of a line. Such a tag gets Jinja's "+",
@@ -191,40 +193,68 @@ func rewriteExpr(e []lexed, native bool) string {
 // rewriting what is inside its brackets: each item of a call's arguments,
 // a list, a dict or a subscript is an expression of its own.
 func rewriteFlat(e []lexed) string {
-	var b strings.Builder
+	var out []byte
+	chain := -1 // where in out the current operand (name, literal, group and what follows it) starts
 	for k := 0; k < len(e); k++ {
 		t := e[k]
+		follows := k > 0 && postfixable(e[k-1])
+		switch {
+		case t.tok.Type == tokens.Dot, t.tok.Type == tokens.Name && k > 0 && e[k-1].tok.Type == tokens.Dot:
+		case nesting(t) > 0 && follows && chain >= 0:
+		case nesting(t) > 0, t.tok.Type == tokens.Name, t.tok.Type == tokens.String, t.tok.Type == tokens.Integer, t.tok.Type == tokens.Float:
+			chain = len(out)
+		default:
+			chain = -1
+		}
 		if nesting(t) <= 0 {
-			b.WriteString(t.text)
+			out = append(out, t.text...)
 			continue
 		}
 		end := closing(e, k)
 		if end < 0 {
-			b.WriteString(joinText(e[k:]))
+			out = append(out, joinText(e[k:])...)
 			break
 		}
-		group := t.text + rewriteItems(e[k+1:end]) + e[end].text
-		// Parentheses that group (rather than call) followed by a method
-		// call: gonja calls the method only on a getter chain.
-		grouping := t.tok.Type == tokens.LeftParenthesis && (k == 0 || !callable(e[k-1]))
-		if grouping && end+3 < len(e) && e[end+1].tok.Type == tokens.Dot && e[end+2].tok.Type == tokens.Name && e[end+3].tok.Type == tokens.LeftParenthesis {
-			trimmed := strings.TrimRight(group, " \t\r\n")
-			group = "[" + trimmed + "][0]" + group[len(trimmed):]
+		inner := e[k+1 : end]
+		closeText := e[end].text
+		trail := closeText[len(strings.TrimRight(closeText, " \t\r\n")):]
+		switch {
+		case t.tok.Type == tokens.LeftBracket && follows && chain >= 0 && negativeIndex(inner):
+			// gonja finds no item at x[-n] when n is x's length (x[-1]
+			// of one item); the slice from there, first, is that item.
+			operand := string(out[chain:])
+			out = append(out[:chain], "["+operand+"["+strings.TrimSpace(joinText(inner))+":]|first][0]"+trail...)
+		case t.tok.Type == tokens.LeftParenthesis && !follows && end+3 < len(e) && e[end+1].tok.Type == tokens.Dot && e[end+2].tok.Type == tokens.Name && e[end+3].tok.Type == tokens.LeftParenthesis:
+			// Parentheses that group followed by a method call: gonja
+			// calls a method only on a getter chain.
+			out = append(out, "["+t.text+rewriteItems(inner)+strings.TrimRight(closeText, " \t\r\n")+"][0]"+trail...)
+		default:
+			out = append(out, t.text+rewriteItems(inner)+closeText...)
 		}
-		b.WriteString(group)
 		k = end
 	}
-	return b.String()
+	return string(out)
 }
 
-// callable reports whether a "(" after t calls it: after a name or what a
-// call or subscript gave.
-func callable(t lexed) bool {
+// postfixable reports whether a "(" or "[" after t calls or subscripts
+// what t ends: a name (not a keyword), a string, a call or subscript.
+func postfixable(t lexed) bool {
 	switch t.tok.Type {
-	case tokens.Name, tokens.RightParenthesis, tokens.RightBracket:
+	case tokens.Name:
+		switch t.tok.Val {
+		case "if", "else", "elif", "for", "set", "recursive":
+			return false
+		}
+		return true
+	case tokens.String, tokens.RightParenthesis, tokens.RightBracket:
 		return true
 	}
 	return false
+}
+
+// negativeIndex reports whether a subscript is a negative integer.
+func negativeIndex(e []lexed) bool {
+	return len(e) == 2 && e[0].tok.Type == tokens.Subtraction && e[1].tok.Type == tokens.Integer
 }
 
 // rewriteItems rewrites the items between brackets, separated by commas
