@@ -83,9 +83,10 @@ func (h *handler) templateState(m *Model) string {
 
 // ChatTemplate is a compiled Jinja chat template in the Hugging Face
 // convention: it is rendered with messages (role, content), bos_token,
-// eos_token and add_generation_prompt, with raise_exception, strftime_now
-// and a Python-compatible tojson available, trim_blocks and lstrip_blocks
-// on, as transformers' apply_chat_template does.
+// eos_token, add_generation_prompt and date_string (as llama.cpp), tools
+// when there are some, with raise_exception, strftime_now and a
+// Python-compatible tojson available, trim_blocks and lstrip_blocks on, as
+// transformers' apply_chat_template does.
 type ChatTemplate struct {
 	src string
 	tpl *exec.Template
@@ -272,6 +273,8 @@ func (t *ChatTemplate) render(in TemplateInput, objectArgs bool) (out string, er
 		"bos_token":             in.BOS,
 		"eos_token":             in.EOS,
 		"add_generation_prompt": in.AddGenerationPrompt,
+		// As llama.cpp defines it (Llama 3.1's template reads it).
+		"date_string": strftime(now, "%d %b %Y"),
 		"raise_exception": func(_ *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 			msg := "the chat template raised an exception"
 			if len(p.Args) > 0 {

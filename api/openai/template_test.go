@@ -236,6 +236,9 @@ func TestChatTemplateJinja(t *testing.T) {
 			msgs("user", "X"), "{\"a\": {\"c\": 2, \"d\": 1}, \"b\": 1}|{\"a\":[1,{\"b\":2}]}|{\n \"a\": [\n  1\n ]\n}|\"\\u00e9\\ud83d\\ude00\\u007f\"|\"é\"", nil},
 		{"negative indices", `{% set p = "ab".split("x") %}[{{ p[-1] }}][{{ ["a"][-1] }}][{{ [1, 2][-2] }}][{{ messages[-1].content.split("</think>")[-1].strip() }}][{{ messages[-1].content.split("<think>")[-1].upper() }}][{{ "héé"[-1] }}][{{ (messages | map(attribute="role") | list)[-1] }}][{{ messages[-1]["role"] }}][{{ messages[-1].role }}][{{ "x" ~ p[-1] ~ "y" }}][{{ not p[-1] }}]`,
 			msgs("user", "X </think> Y"), "[ab][a][1][Y][X </THINK> Y][é][user][user][user][xaby][False]", nil},
+		// llama.cpp defines date_string as Llama 3.1's template wants it.
+		{"date_string", `{% if not date_string is defined %}{% set date_string = "26 Jul 2024" %}{% endif %}{{ date_string }}`,
+			msgs("user", "X"), "06 Dec 2026", nil},
 		// A template that concatenates a call's arguments with text gets
 		// them as the request's JSON text; one that reads them as an
 		// object gets the object (what llama.cpp decides from a probe).
