@@ -94,6 +94,10 @@ type ChatTemplate struct {
 	// (tojson, items(), a member); otherwise it gets them as the request's
 	// JSON text, as llama.cpp decides from the same kind of probe.
 	objectArgs bool
+	// systemRole: the template shows a system message; otherwise a first
+	// system message goes to the start of the next one, as llama.cpp
+	// does.
+	systemRole bool
 }
 
 // TemplateError is a template's raise_exception call: the request is at
@@ -148,9 +152,18 @@ func ParseChatTemplate(src string) (_ *ChatTemplate, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("chat template: %w", err)
 	}
-	t := &ChatTemplate{src: src, tpl: tpl}
+	t := &ChatTemplate{src: src, tpl: tpl, systemRole: true}
 	t.objectArgs = t.readsObjectArguments()
+	t.systemRole = t.showsSystem()
 	return t, nil
+}
+
+// showsSystem renders a system and a user message and reports whether
+// the system message's text came out (Gemma 2's template refuses it).
+func (t *ChatTemplate) showsSystem() bool {
+	const probe = "shoal-probe-system"
+	out, err := t.render(TemplateInput{Messages: []TemplateMessage{{Role: "system", Content: probe}, {Role: "user", Content: "User message"}}, AddGenerationPrompt: true}, t.objectArgs)
+	return err == nil && strings.Contains(out, probe)
 }
 
 // argsProbeKey and argsProbeValue are the arguments of the probe's call.
@@ -224,8 +237,14 @@ func (t *ChatTemplate) render(in TemplateInput, objectArgs bool) (out string, er
 	if now.IsZero() {
 		now = time.Now()
 	}
-	msgs := make([]any, len(in.Messages))
-	for i, m := range in.Messages {
+	messages := in.Messages
+	if !t.systemRole && len(messages) > 1 && messages[0].Role == "system" {
+		next := messages[1]
+		next.Content = messages[0].Content + "\n" + next.Content
+		messages = append([]TemplateMessage{next}, messages[2:]...)
+	}
+	msgs := make([]any, len(messages))
+	for i, m := range messages {
 		d := exec.NewDict()
 		d.Pairs = append(d.Pairs,
 			&exec.Pair{Key: exec.AsValue("role"), Value: exec.AsValue(m.Role)},

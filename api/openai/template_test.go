@@ -219,7 +219,7 @@ func TestChatTemplateJinja(t *testing.T) {
 		// lstrip_blocks strips the whitespace before a block or comment tag
 		// only from the start of its line.
 		{"lstrip_blocks only at the start of a line", "{% for m in messages %}{{ m.role }} {% endfor %}|{% for m in messages %}{{ m.role }}\t{# c #}{% endfor %}|{% if true %}  {% endif %}|\n  {% if true %}x{% endif %}\n{% if true %}  y  {%- endif %}|{{ 1 }} {%+ if true %}z{% endif %}|{{ 1 }}  {%- if true %}w{% endif %}",
-			msgs("system", "You are terse.\nBe kind.", "user", "Hi there"), "system user |system\tuser\t|  |\nx  y|1 z|1w", nil},
+			msgs("user", "You are terse.\nBe kind.", "assistant", "Hi there"), "user assistant |user\tassistant\t|  |\nx  y|1 z|1w", nil},
 		{"methods of parenthesized expressions", `{{ (messages[0].content | trim).strip("Y").split("\n")[0] }}|{{ ("a" + "b").upper() }}|{{ ("x" if true else "y").upper() }}|{{ (messages | last).content.upper() }}`,
 			msgs("system", "You are terse.\nBe kind.", "user", "Hi there"), "ou are terse.|AB|X|HI THERE", nil},
 		{"string methods: split and rsplit", `{{ "a b  c".split() }}|{{ "a,b,,c".split(",") }}|{{ "a,b,c".split(",", 1) }}|{{ "a,b,c".rsplit(",", 1) }}|{{ " a b ".rsplit() }}|{{ "a b c".split(none, 1) }}|{{ " a  b c ".rsplit(none, 1) }}|{{ "a\tb\nc".split() }}|{{ "".split() }}|{{ "".split(",") }}`,
@@ -239,6 +239,13 @@ func TestChatTemplateJinja(t *testing.T) {
 		// llama.cpp defines date_string as Llama 3.1's template wants it.
 		{"date_string", `{% if not date_string is defined %}{% set date_string = "26 Jul 2024" %}{% endif %}{{ date_string }}`,
 			msgs("user", "X"), "06 Dec 2026", nil},
+		// A template that does not show a system message gets it at the
+		// start of the next message, as llama.cpp gives it (Gemma 2's
+		// refuses a system role); one in the middle stays.
+		{"system message in a template without a system role", `{% for m in messages %}{% if m.role == 'system' %}(system){% else %}<{{ m.role }}:{{ m.content }}>{% endif %}{% endfor %}`,
+			msgs("system", "Be terse.", "user", "Hi", "assistant", "Hello", "system", "Mid", "user", "Bye"), "<user:Be terse.\nHi><assistant:Hello>(system)<user:Bye>", nil},
+		{"system message before an assistant one", `{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for m in messages %}<{{ m.role }}:{{ m.content }}>{% endfor %}`,
+			msgs("system", "S", "assistant", "A", "user", "U"), "<assistant:S\nA><user:U>", nil},
 		// A template that concatenates a call's arguments with text gets
 		// them as the request's JSON text; one that reads them as an
 		// object gets the object (what llama.cpp decides from a probe).
