@@ -13,7 +13,7 @@ port=${PORT:-18437}
 cd "$here"
 mkdir -p llama
 for file in $(python3 -c 'import json; print(" ".join(t["file"] for t in json.load(open("sources.json"))["templates"]))'); do
-  "$run" llama-server -m "$model" --jinja --chat-template-file "$tdir/$file" --host 127.0.0.1 --port "$port" -c 256 -t 1 -np 1 >"/tmp/measure-$port.log" 2>&1 &
+  "$run" llama-server -m "$model" --jinja --chat-template-file "$tdir/$file" --host 127.0.0.1 --port "$port" -c 256 -t 1 -np 1 >"${TMPDIR:-/tmp}/measure-$port.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do curl -sf "127.0.0.1:$port/health" >/dev/null && break; sleep 0.2; done
   for conv in conversations/*.json; do
