@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/nikolalohinski/gonja/v2/builtins"
@@ -82,12 +83,21 @@ func (h *handler) templateState(m *Model) string {
 
 // ChatTemplate is a compiled Jinja chat template in the Hugging Face
 // convention: it is rendered with messages (role, content), bos_token,
-// eos_token and add_generation_prompt, with raise_exception, strftime_now
-// and a Python-compatible tojson available, trim_blocks and lstrip_blocks
-// on, as transformers' apply_chat_template does.
+// eos_token, add_generation_prompt and date_string (as llama.cpp), tools
+// when there are some, with raise_exception, strftime_now and a
+// Python-compatible tojson available, trim_blocks and lstrip_blocks on, as
+// transformers' apply_chat_template does.
 type ChatTemplate struct {
 	src string
 	tpl *exec.Template
+	// objectArgs: the template reads tool calls' arguments as an object
+	// (tojson, items(), a member); otherwise it gets them as the request's
+	// JSON text, as llama.cpp decides from the same kind of probe.
+	objectArgs bool
+	// systemRole: the template shows a system message; otherwise a first
+	// system message goes to the start of the next one, as llama.cpp
+	// does.
+	systemRole bool
 }
 
 // TemplateError is a template's raise_exception call: the request is at
@@ -99,18 +109,24 @@ func (e *TemplateError) Error() string { return e.Message }
 // env is the gonja environment chat templates run in: gonja's Python
 // built-ins with tojson replaced by one that prints like Python's
 // json.dumps (", " and ": " separators, keys in insertion order, non-ASCII
-// kept), as transformers' tojson does.
+// kept), as transformers' tojson does, and dictionaries that keep their
+// order (template_builtins.go).
 var env = func() *exec.Environment {
 	filters := exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(builtins.Filters)
-	if err := filters.Replace("tojson", filterToJSON); err != nil {
-		panic(err)
+	for name, f := range map[string]exec.FilterFunction{"tojson": filterToJSON, "items": filterItems, "dictsort": filterDictSort} {
+		if err := filters.Replace(name, f); err != nil {
+			panic(err)
+		}
 	}
+	methods := builtins.Methods
+	methods.Dict = dictMethods()
+	methods.Str = strMethods()
 	return &exec.Environment{
 		Context:           exec.EmptyContext().Update(builtins.GlobalFunctions).Update(builtins.GlobalVariables),
 		Filters:           filters,
 		Tests:             builtins.Tests,
 		ControlStructures: builtins.ControlStructures,
-		Methods:           builtins.Methods,
+		Methods:           methods,
 	}
 }()
 
@@ -128,7 +144,7 @@ func ParseChatTemplate(src string) (_ *ChatTemplate, err error) {
 	cfg.LeftStripBlocks = true
 	// Only the template itself can be loaded: {% include %} of anything
 	// else fails instead of reading the file system.
-	loader, err := loaders.NewMemoryLoader(map[string]string{templateID: src})
+	loader, err := loaders.NewMemoryLoader(map[string]string{templateID: adaptSource(src, cfg)})
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +152,42 @@ func ParseChatTemplate(src string) (_ *ChatTemplate, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("chat template: %w", err)
 	}
-	return &ChatTemplate{src: src, tpl: tpl}, nil
+	t := &ChatTemplate{src: src, tpl: tpl, systemRole: true}
+	t.objectArgs = t.readsObjectArguments()
+	t.systemRole = t.showsSystem()
+	return t, nil
+}
+
+// showsSystem renders a system and a user message and reports whether
+// the system message's text came out (Gemma 2's template refuses it).
+func (t *ChatTemplate) showsSystem() bool {
+	const probe = "shoal-probe-system"
+	out, err := t.render(TemplateInput{Messages: []TemplateMessage{{Role: "system", Content: probe}, {Role: "user", Content: "User message"}}, AddGenerationPrompt: true}, t.objectArgs)
+	return err == nil && strings.Contains(out, probe)
+}
+
+// argsProbeKey and argsProbeValue are the arguments of the probe's call.
+const argsProbeKey, argsProbeValue = "shoal_probe_arg", "shoal-probe-value"
+
+// readsObjectArguments renders a conversation with a tool call whose
+// arguments are an object and reports whether the template printed the
+// argument's value from it (not the dictionary's Python text, which is
+// what concatenating the object with a string gives: such a template
+// wants the arguments as JSON text).
+func (t *ChatTemplate) readsObjectArguments() bool {
+	call := ToolCall{ID: "call00001", Type: "function", Function: FunctionCall{Name: "tool1", Arguments: `{"` + argsProbeKey + `": "` + argsProbeValue + `"}`}}
+	out, err := t.render(TemplateInput{
+		Messages: []TemplateMessage{
+			{Role: "user", Content: "User message"},
+			{Role: "assistant", ToolCalls: []ToolCall{call}},
+			{Role: "tool", Content: "Tool response", ToolCallID: call.ID},
+			{Role: "assistant", Content: "The tool response was 'tool response'"},
+			{Role: "user", Content: "User message"},
+		},
+		AddGenerationPrompt: true,
+		Tools:               []json.RawMessage{json.RawMessage(`{"type": "function", "function": {"name": "tool1", "description": "Tool description", "parameters": {"type": "object", "properties": {"` + argsProbeKey + `": {"type": "string", "description": "Arg description"}}, "required": ["` + argsProbeKey + `"]}}}`)},
+	}, true)
+	return err == nil && strings.Contains(out, argsProbeValue) && !strings.Contains(out, "{'"+argsProbeKey+"'")
 }
 
 // Source returns the template text.
@@ -147,8 +198,9 @@ type TemplateMessage struct {
 	Role    string
 	Content string
 	Name    string
-	// ToolCalls are an assistant message's calls (rendered with their
-	// arguments as an object, as templates expect, when they parse);
+	// ToolCalls are an assistant message's calls (their arguments an
+	// object when they are one and the template reads them as one, their
+	// JSON text otherwise);
 	// ToolCallID is the call a tool message answers.
 	ToolCalls  []ToolCall
 	ToolCallID string
@@ -168,7 +220,13 @@ type TemplateInput struct {
 
 // Render renders the template. A raise_exception call in the template
 // returns a *TemplateError with its message.
-func (t *ChatTemplate) Render(in TemplateInput) (out string, err error) {
+func (t *ChatTemplate) Render(in TemplateInput) (string, error) {
+	return t.render(in, t.objectArgs)
+}
+
+// render renders the template, with tool calls' arguments that are a JSON
+// object given as an object (objectArgs) or as their text.
+func (t *ChatTemplate) render(in TemplateInput, objectArgs bool) (out string, err error) {
 	var raised *TemplateError
 	defer func() {
 		if r := recover(); r != nil {
@@ -179,8 +237,14 @@ func (t *ChatTemplate) Render(in TemplateInput) (out string, err error) {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	msgs := make([]any, len(in.Messages))
-	for i, m := range in.Messages {
+	messages := in.Messages
+	if !t.systemRole && len(messages) > 1 && messages[0].Role == "system" {
+		next := messages[1]
+		next.Content = messages[0].Content + "\n" + next.Content
+		messages = append([]TemplateMessage{next}, messages[2:]...)
+	}
+	msgs := make([]any, len(messages))
+	for i, m := range messages {
 		d := exec.NewDict()
 		d.Pairs = append(d.Pairs,
 			&exec.Pair{Key: exec.AsValue("role"), Value: exec.AsValue(m.Role)},
@@ -192,12 +256,17 @@ func (t *ChatTemplate) Render(in TemplateInput) (out string, err error) {
 			calls := make([]any, len(m.ToolCalls))
 			for j, c := range m.ToolCalls {
 				var args any = c.Function.Arguments
-				if v, err := templateValue([]byte(c.Function.Arguments)); err == nil {
+				if v, err := templateValue([]byte(c.Function.Arguments)); err == nil && objectArgs {
 					if _, isDict := v.(*exec.Dict); isDict {
 						args = v
 					}
 				}
-				calls[j] = dict("id", c.ID, "type", "function", "function", dict("name", c.Function.Name, "arguments", args))
+				// llama.cpp's order of the keys (tojson prints it).
+				call := dict("type", "function", "function", dict("name", c.Function.Name, "arguments", args))
+				if c.ID != "" {
+					call.Pairs = append(call.Pairs, &exec.Pair{Key: exec.AsValue("id"), Value: exec.AsValue(c.ID)})
+				}
+				calls[j] = call
 			}
 			d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue("tool_calls"), Value: exec.AsValue(calls)})
 		}
@@ -223,6 +292,8 @@ func (t *ChatTemplate) Render(in TemplateInput) (out string, err error) {
 		"bos_token":             in.BOS,
 		"eos_token":             in.EOS,
 		"add_generation_prompt": in.AddGenerationPrompt,
+		// As llama.cpp defines it (Llama 3.1's template reads it).
+		"date_string": strftime(now, "%d %b %Y"),
 		"raise_exception": func(_ *exec.Evaluator, p *exec.VarArgs) (*exec.Value, error) {
 			msg := "the chat template raised an exception"
 			if len(p.Args) > 0 {
@@ -359,38 +430,55 @@ func strftime(t time.Time, f string) string {
 	return b.String()
 }
 
-// filterToJSON prints a value like Python's json.dumps(x, ensure_ascii=False)
-// with optional indent, which is what transformers' tojson does.
+// filterToJSON prints a value like Python's json.dumps(x,
+// ensure_ascii=False) with its indent, separators, sort_keys and
+// ensure_ascii arguments, which is what transformers' tojson does.
 func filterToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
 	if in.IsError() {
 		return in
 	}
-	indent := -1
+	o := pyJSON{indent: -1}
 	if v, ok := params.KwArgs["indent"]; ok && v.IsInteger() {
-		indent = v.Integer()
+		o.indent = v.Integer()
 	} else if len(params.Args) > 0 && params.Args[0].IsInteger() {
-		indent = params.Args[0].Integer()
+		o.indent = params.Args[0].Integer()
+	}
+	o.itemSep, o.keySep = ", ", ": "
+	if o.indent >= 0 {
+		o.itemSep = ","
+	}
+	if v, ok := params.KwArgs["separators"]; ok && v.IsList() && v.Len() == 2 {
+		o.itemSep, o.keySep = v.Index(0).String(), v.Index(1).String()
+	}
+	if v, ok := params.KwArgs["sort_keys"]; ok {
+		o.sortKeys = v.IsTrue()
+	}
+	if v, ok := params.KwArgs["ensure_ascii"]; ok {
+		o.ascii = v.IsTrue()
 	}
 	var b strings.Builder
-	if err := writePyJSON(&b, in, indent, 0); err != nil {
+	if err := o.write(&b, in, 0); err != nil {
 		return exec.AsValue(err)
 	}
 	return exec.AsSafeValue(b.String())
 }
 
-func writePyJSON(b *strings.Builder, v *exec.Value, indent, depth int) error {
+// pyJSON is how json.dumps was asked to print.
+type pyJSON struct {
+	indent          int // < 0: on one line
+	itemSep, keySep string
+	sortKeys, ascii bool
+}
+
+func (o *pyJSON) write(b *strings.Builder, v *exec.Value, depth int) error {
 	if depth > 64 {
 		return errors.New("tojson: value nested too deeply")
 	}
 	newline := func(d int) {
-		if indent >= 0 {
+		if o.indent >= 0 {
 			b.WriteByte('\n')
-			b.WriteString(strings.Repeat(" ", indent*d))
+			b.WriteString(strings.Repeat(" ", o.indent*d))
 		}
-	}
-	itemSep := ", "
-	if indent >= 0 {
-		itemSep = ","
 	}
 	switch {
 	case v == nil || v.IsNil():
@@ -420,22 +508,26 @@ func writePyJSON(b *strings.Builder, v *exec.Value, indent, depth int) error {
 			b.WriteString(s)
 		}
 	case v.IsString():
-		writePyString(b, v.String())
+		writePyString(b, v.String(), o.ascii)
 	case v.IsDict():
 		pairs := dictPairs(v)
 		if len(pairs) == 0 {
 			b.WriteString("{}")
 			return nil
 		}
+		if o.sortKeys {
+			pairs = append([]*exec.Pair(nil), pairs...)
+			sort.SliceStable(pairs, func(i, j int) bool { return pairs[i].Key.String() < pairs[j].Key.String() })
+		}
 		b.WriteByte('{')
 		for i, p := range pairs {
 			if i > 0 {
-				b.WriteString(itemSep)
+				b.WriteString(o.itemSep)
 			}
 			newline(depth + 1)
-			writePyString(b, p.Key.String())
-			b.WriteString(": ")
-			if err := writePyJSON(b, p.Value, indent, depth+1); err != nil {
+			writePyString(b, p.Key.String(), o.ascii)
+			b.WriteString(o.keySep)
+			if err := o.write(b, p.Value, depth+1); err != nil {
 				return err
 			}
 		}
@@ -450,17 +542,17 @@ func writePyJSON(b *strings.Builder, v *exec.Value, indent, depth int) error {
 		b.WriteByte('[')
 		for i := 0; i < n; i++ {
 			if i > 0 {
-				b.WriteString(itemSep)
+				b.WriteString(o.itemSep)
 			}
 			newline(depth + 1)
-			if err := writePyJSON(b, v.Index(i), indent, depth+1); err != nil {
+			if err := o.write(b, v.Index(i), depth+1); err != nil {
 				return err
 			}
 		}
 		newline(depth)
 		b.WriteByte(']')
 	default:
-		writePyString(b, v.String())
+		writePyString(b, v.String(), o.ascii)
 	}
 	return nil
 }
@@ -479,7 +571,9 @@ func dictPairs(v *exec.Value) []*exec.Pair {
 	return pairs
 }
 
-func writePyString(b *strings.Builder, s string) {
+// writePyString prints a JSON string as Python does: control characters
+// escaped, and with ascii everything past ASCII as \u escapes (UTF-16).
+func writePyString(b *strings.Builder, s string, ascii bool) {
 	b.WriteByte('"')
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
@@ -500,9 +594,13 @@ func writePyString(b *strings.Builder, s string) {
 		case '\f':
 			b.WriteString(`\f`)
 		default:
-			if r < 0x20 {
+			switch {
+			case r < 0x20 || (ascii && r > 0x7e && r < 0x10000):
 				fmt.Fprintf(b, `\u%04x`, r)
-			} else {
+			case ascii && r >= 0x10000:
+				hi, lo := utf16.EncodeRune(r)
+				fmt.Fprintf(b, `\u%04x\u%04x`, hi, lo)
+			default:
 				b.WriteRune(r)
 			}
 		}

@@ -1,6 +1,7 @@
 package openai_test
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
@@ -193,5 +194,89 @@ func TestChatPromptTokens(t *testing.T) {
 	}
 	if want := e3.tok.Encode("<|bos|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", false, true); !slices.Equal(ids, want) {
 		t.Fatalf("ids %v\nwant %v", ids, want)
+	}
+}
+
+// TestChatTemplateJinja checks Jinja features the chat templates of newer
+// models use, each with a short template and what Python's Jinja2 renders
+// for it (with trim_blocks and lstrip_blocks, as apply_chat_template).
+func TestChatTemplateJinja(t *testing.T) {
+	date := time.Date(2026, time.December, 6, 12, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name, tpl string
+		msgs      []openai.TemplateMessage
+		want      string
+		tools     []json.RawMessage
+	}{
+		{"conditional expressions anywhere", `{%- set x = messages[0].content %}{% set y = messages | length > 5 %}
+{%- macro f(a, k='d') %}[{{ a }},{{ k }}]{% endmacro %}
+{{- 'a' + (x if x else 'none') + '|' }}{{ f(1 if y else 2, k=('p' if y)) }}{{ [1 if y else 2, 3] | join(',') }}{{ '|' ~ (y if not y else 'q' if x else 'r') }}{% set z = (1 if y else 2) + 1 %}{{ z }}{{ 'x' if y else 'w' if x else 'v' }}{{ {'k': 'a' if y else 'b'}['k'] }}{% if ('t' if x else '') %}T{% endif %}{{ (x if y else none) is none }}`,
+			msgs("user", "X"), "aX|[2,]2,3|False3wbTTrue", nil},
+		{"dictionaries keep their order", `{%- set p = tools[0].function.parameters.properties -%}
+{% for k in p %}{{ k }},{% endfor %}|{% for k, v in p.items() %}{{ k }}={{ v.type }}{{ v | tojson }};{% endfor %}|{{ p.keys() | list | join(',') }}|{% for v in p.values() %}{{ v.type }},{% endfor %}|{{ p | list | join(',') }}|{{ p | tojson }}|{% for k, v in p | dictsort %}{{ k }},{% endfor %}|{{ p | length }}`,
+			msgs("user", "X"), `zeta,alpha,mid,|zeta=string{"type": "string", "x": {"b": 1, "a": 2}};alpha=integer{"type": "integer"};mid=boolean{"type": "boolean"};|zeta,alpha,mid|string,integer,boolean,|zeta,alpha,mid|{"zeta": {"type": "string", "x": {"b": 1, "a": 2}}, "alpha": {"type": "integer"}, "mid": {"type": "boolean"}}|alpha,mid,zeta,|3`,
+			[]json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"zeta":{"type":"string","x":{"b":1,"a":2}},"alpha":{"type":"integer"},"mid":{"type":"boolean"}}}}}`)}},
+		// lstrip_blocks strips the whitespace before a block or comment tag
+		// only from the start of its line.
+		{"lstrip_blocks only at the start of a line", "{% for m in messages %}{{ m.role }} {% endfor %}|{% for m in messages %}{{ m.role }}\t{# c #}{% endfor %}|{% if true %}  {% endif %}|\n  {% if true %}x{% endif %}\n{% if true %}  y  {%- endif %}|{{ 1 }} {%+ if true %}z{% endif %}|{{ 1 }}  {%- if true %}w{% endif %}",
+			msgs("user", "You are terse.\nBe kind.", "assistant", "Hi there"), "user assistant |user\tassistant\t|  |\nx  y|1 z|1w", nil},
+		{"methods of parenthesized expressions", `{{ (messages[0].content | trim).strip("Y").split("\n")[0] }}|{{ ("a" + "b").upper() }}|{{ ("x" if true else "y").upper() }}|{{ (messages | last).content.upper() }}`,
+			msgs("system", "You are terse.\nBe kind.", "user", "Hi there"), "ou are terse.|AB|X|HI THERE", nil},
+		{"string methods: split and rsplit", `{{ "a b  c".split() }}|{{ "a,b,,c".split(",") }}|{{ "a,b,c".split(",", 1) }}|{{ "a,b,c".rsplit(",", 1) }}|{{ " a b ".rsplit() }}|{{ "a b c".split(none, 1) }}|{{ " a  b c ".rsplit(none, 1) }}|{{ "a\tb\nc".split() }}|{{ "".split() }}|{{ "".split(",") }}`,
+			msgs("user", "X"), `['a', 'b', 'c']|['a', 'b', '', 'c']|['a', 'b,c']|['a,b', 'c']|['a', 'b']|['a', 'b c']|[' a  b', 'c']|['a', 'b', 'c']|[]|['']`, nil},
+		{"string methods: strip, lstrip and rstrip", `{{ "  xx  ".strip() }}|{{ "xxhixx".strip("x") }}|{{ "\n\nhi\n".lstrip("\n") }}|{{ "hi\n\n".rstrip() }}|{{ " hi ".lstrip() }}|{{ "abcba".strip("ab") }}|{{ " x ".strip(none) }}`,
+			msgs("user", "X"), "xx|hi|hi\n|hi|hi |c|x", nil},
+		{"string methods: startswith and endswith", `{{ "hello".startswith("he") }}|{{ "hello".endswith(("lo", "x")) }}|{{ "hello".startswith(("x", "h")) }}|{{ "hello".startswith("l", 2) }}|{{ "hello".endswith("l", 0, 4) }}|{{ "héllo".startswith("é", 1) }}`,
+			msgs("user", "X"), `True|True|True|True|True|True`, nil},
+		{"string methods: replace and join", `{{ "hello".replace("l", "L") }}|{{ "hello".replace("l", "L", 1) }}|{{ "hello".replace("", "-") }}|{{ ", ".join(["a", "b"]) }}|{{ "-".join("abc") }}`,
+			msgs("user", "X"), `heLLo|heLlo|-h-e-l-l-o-|a, b|a-b-c`, nil},
+		{"string methods: count and padding", `{{ "hello".count("l") }}|{{ "aaaa".count("aa") }}|{{ "hello".count("l", 3) }}|{{ "ab".center(6) }}|{{ "ab".center(5, "*") }}|{{ "ab".ljust(4) }}|{{ "ab".rjust(4, "0") }}|{{ "abc".ljust(2) }}`,
+			msgs("user", "X"), `2|2|1|  ab  |**ab*|ab  |00ab|abc`, nil},
+		{"tojson arguments", `{{ {"b": 1, "a": {"d": 1, "c": 2}} | tojson(sort_keys=true) }}|{{ {"a": [1, {"b": 2}]} | tojson(separators=(",", ":")) }}|{{ {"a": [1]} | tojson(indent=1, separators=(",", ": ")) }}|{{ "é😀\x7f" | tojson(ensure_ascii=true) }}|{{ "é" | tojson(ensure_ascii=false) }}`,
+			msgs("user", "X"), "{\"a\": {\"c\": 2, \"d\": 1}, \"b\": 1}|{\"a\":[1,{\"b\":2}]}|{\n \"a\": [\n  1\n ]\n}|\"\\u00e9\\ud83d\\ude00\\u007f\"|\"é\"", nil},
+		{"negative indices", `{% set p = "ab".split("x") %}[{{ p[-1] }}][{{ ["a"][-1] }}][{{ [1, 2][-2] }}][{{ messages[-1].content.split("</think>")[-1].strip() }}][{{ messages[-1].content.split("<think>")[-1].upper() }}][{{ "héé"[-1] }}][{{ (messages | map(attribute="role") | list)[-1] }}][{{ messages[-1]["role"] }}][{{ messages[-1].role }}][{{ "x" ~ p[-1] ~ "y" }}][{{ not p[-1] }}]`,
+			msgs("user", "X </think> Y"), "[ab][a][1][Y][X </THINK> Y][é][user][user][user][xaby][False]", nil},
+		// llama.cpp defines date_string as Llama 3.1's template wants it.
+		{"date_string", `{% if not date_string is defined %}{% set date_string = "26 Jul 2024" %}{% endif %}{{ date_string }}`,
+			msgs("user", "X"), "06 Dec 2026", nil},
+		// A template that does not show a system message gets it at the
+		// start of the next message, as llama.cpp gives it (Gemma 2's
+		// refuses a system role); one in the middle stays.
+		{"system message in a template without a system role", `{% for m in messages %}{% if m.role == 'system' %}(system){% else %}<{{ m.role }}:{{ m.content }}>{% endif %}{% endfor %}`,
+			msgs("system", "Be terse.", "user", "Hi", "assistant", "Hello", "system", "Mid", "user", "Bye"), "<user:Be terse.\nHi><assistant:Hello>(system)<user:Bye>", nil},
+		{"system message before an assistant one", `{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for m in messages %}<{{ m.role }}:{{ m.content }}>{% endfor %}`,
+			msgs("system", "S", "assistant", "A", "user", "U"), "<assistant:S\nA><user:U>", nil},
+		// A template that concatenates a call's arguments with text gets
+		// them as the request's JSON text; one that reads them as an
+		// object gets the object (what llama.cpp decides from a probe).
+		{"tool call arguments as text", `{% for m in messages %}{% for tc in m.tool_calls or [] %}<{{ tc.function.name + ' ' + tc.function.arguments }}>{% endfor %}{% endfor %}`,
+			toolCallMsgs(`{"city":"Paris", "days": 2}`), `<get_weather {"city":"Paris", "days": 2}>`, nil},
+		{"tool call arguments as an object", `{% for m in messages %}{% for tc in m.tool_calls or [] %}<{{ tc.function.name }} {{ tc.function.arguments | tojson }}|{% for k, v in tc.function.arguments.items() %}{{ k }}={{ v }};{% endfor %}|{{ tc | tojson }}>{% endfor %}{% endfor %}`,
+			toolCallMsgs(`{"city":"Paris", "days": 2}`), `<get_weather {"city": "Paris", "days": 2}|city=Paris;days=2;|{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}, "id": "call_1"}>`, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tpl, err := openai.ParseChatTemplate(c.tpl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := tpl.Render(openai.TemplateInput{Messages: c.msgs, BOS: "<s>", EOS: "</s>", AddGenerationPrompt: true, Now: date, Tools: c.tools})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != c.want {
+				t.Fatalf("rendered\n%q\nwant\n%q", got, c.want)
+			}
+		})
+	}
+}
+
+// toolCallMsgs is a conversation with one call of get_weather with the
+// arguments and its result.
+func toolCallMsgs(args string) []openai.TemplateMessage {
+	return []openai.TemplateMessage{
+		{Role: "user", Content: "Weather in Paris?"},
+		{Role: "assistant", ToolCalls: []openai.ToolCall{{ID: "call_1", Type: "function", Function: openai.FunctionCall{Name: "get_weather", Arguments: args}}}},
+		{Role: "tool", Content: "sunny", ToolCallID: "call_1"},
 	}
 }

@@ -135,13 +135,13 @@ func readTools(req *ChatRequest) (*toolPlan, *apiError) {
 		seen[t.Function.Name] = true
 		params := bytes.TrimSpace(t.Function.Parameters)
 		if len(params) == 0 || bytes.Equal(params, []byte("null")) {
+			params = []byte("{}")
 			t.Function.Parameters = json.RawMessage(`{"type": "object", "properties": {}}`)
 		} else if params[0] != '{' || !json.Valid(params) {
 			return nil, badRequest(param+".function.parameters", "%s.function.parameters must be a JSON Schema object", param)
 		}
 		p.tools = append(p.tools, t)
-		raw, _ := json.Marshal(t)
-		p.raw = append(p.raw, raw)
+		p.raw = append(p.raw, templateTool(t.Function.Name, t.Function.Description, params))
 	}
 	if named != "" && !seen[named] {
 		return nil, badRequest("tool_choice", "tool_choice names function %q, which is not among the tools", named)
@@ -150,6 +150,22 @@ func readTools(req *ChatRequest) (*toolPlan, *apiError) {
 		return nil, nil
 	}
 	return p, nil
+}
+
+// templateTool is a tool as llama.cpp gives it to chat templates: type,
+// then the function's name, description ("" when none) and parameters
+// ({} when none), nothing else, whatever the request's order.
+func templateTool(name, description string, params json.RawMessage) json.RawMessage {
+	type function struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+	}
+	raw, _ := json.Marshal(struct {
+		Type     string   `json:"type"`
+		Function function `json:"function"`
+	}{"function", function{name, description, params}})
+	return raw
 }
 
 // prepare fits the messages to the format: the generic one describes the
