@@ -56,13 +56,14 @@ func passHeader(h http.Header) http.Header {
 	return out
 }
 
-// forwardable lists what peers may pass to this agent: completions and
-// the admin API's runs of a distributed model, nothing else.
+// forwardable lists what peers may pass to this agent: completions, the
+// admin API's runs of a distributed model and what its driver measures,
+// and this agent's traffic for a peer's dashboard; nothing else.
 func forwardable(method, path string) bool {
 	rest, ok := strings.CutPrefix(path, "/v1/cluster/models/")
 	name, op, _ := strings.Cut(rest, "/")
 	if method == http.MethodGet {
-		return ok && name != "" && op == "measured"
+		return path == "/dashboard/api/traffic" || ok && name != "" && op == "measured"
 	}
 	if method != http.MethodPost {
 		return false

@@ -151,7 +151,7 @@ func (a *Agent) httpHandler() http.Handler {
 		mux.Handle(p, fwd)
 	}
 	mux.Handle("GET /metrics", a.metricsHandler())
-	dash := dashboard.Handler(dashboard.Options{Recent: recent, CheckKey: a.admin.ReadKey})
+	dash := dashboard.Handler(dashboard.Options{Recent: recent, CheckKey: a.admin.ReadKey, Node: a.cfg.Name, Peers: a.peerTraffic})
 	mux.Handle("GET /{$}", dash)
 	mux.Handle("/dashboard/", dash)
 	admin := api.Handler(a.admin)

@@ -69,15 +69,16 @@ func TestDashboardInBrowser(t *testing.T) {
 	filled := `(() => {
 		const q = (s) => document.querySelector(s);
 		return !!q('#nodes tr[data-node="` + nodeName + `"]') && !!q('#models tr[data-model="` + modelName + `"]') &&
-			!!q('#requests tr[data-seq]') && Number(q('#gen-total').textContent.replace(/,/g, '')) > 0;
+			!!q('#requests tr[data-seq]') && Number(q('#gen-total').textContent.replace(/,/g, '')) > 0 &&
+			!!q('#traffic tr[data-model="` + modelName + `"]');
 	})()`
-	type pageText struct{ Nodes, Models, Requests, Gen, Health, Rate string }
+	type pageText struct{ Nodes, Models, Requests, Gen, Health, Rate, Traffic string }
 	read := func() pageText {
 		t.Helper()
 		v, err := chromedp.Run(bctx, chromedp.Evaluate[pageText](`(() => {
 			const q = (s) => document.querySelector(s).textContent;
 			return {Nodes: q('#nodes tbody'), Models: q('#models tbody'), Requests: q('#requests tbody'),
-				Gen: q('#gen-total'), Health: q('#health'), Rate: q('#tok-s')};
+				Gen: q('#gen-total'), Health: q('#health'), Rate: q('#tok-s'), Traffic: q('#traffic tbody')};
 		})()`))
 		if err != nil {
 			t.Fatal(err)
@@ -103,6 +104,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	if n, _ := strconv.Atoi(strings.ReplaceAll(pg.Gen, ",", "")); n != gen {
 		t.Errorf("generated tokens shows %q, want %d (the completions' usage)", pg.Gen, gen)
+	}
+	if !strings.Contains(pg.Traffic, modelName) || !strings.Contains(pg.Traffic, strconv.Itoa(gen)) {
+		t.Errorf("cluster traffic %q lacks the model or its %d generated tokens", pg.Traffic, gen)
 	}
 	if !strings.Contains(pg.Requests, "completions") || !strings.Contains(pg.Requests, modelName) || !strings.Contains(pg.Requests, "200") {
 		t.Errorf("recent requests %q lack the completions", pg.Requests)

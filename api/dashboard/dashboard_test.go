@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -200,5 +201,31 @@ func TestRequestsEndpointChecksTheKey(t *testing.T) {
 	// Without a ring the list is empty, not null.
 	if b := body(t, get(t, Handler(Options{}), "/dashboard/api/requests", "")); !strings.Contains(b, `"requests":[]`) {
 		t.Errorf("no ring: %s", b)
+	}
+}
+
+// TestTrafficSum: each request counts once into its model's traffic, and
+// Sum adds the agents' traffic by model.
+func TestTrafficSum(t *testing.T) {
+	a, b := NewRecent(2), NewRecent(2)
+	for i := range 5 { // more than the ring holds: the totals keep every one
+		a.RequestDone(openai.Record{Endpoint: "chat.completions", Model: "m", Status: 200, PromptTokens: 3, GeneratedTokens: 4,
+			TTFT: 10 * time.Millisecond, InterToken: []time.Duration{2 * time.Millisecond, 4 * time.Millisecond, 6 * time.Millisecond}})
+		if i == 0 {
+			b.RequestDone(openai.Record{Endpoint: "chat.completions", Model: "m", Status: 503})
+			b.RequestDone(openai.Record{Endpoint: "completions", Model: "n", Status: 200, GeneratedTokens: 1, TTFT: 30 * time.Millisecond})
+		}
+	}
+	ct := Sum([]NodeTraffic{{Node: "b", Models: b.Traffic()}, {Node: "a", Models: a.Traffic()}})
+	if len(ct.Models) != 2 || strings.Join(ct.Answered, ",") != "a,b" {
+		t.Fatalf("sum: %+v", ct)
+	}
+	m, n := ct.Models[0], ct.Models[1]
+	if m.Model != "m" || m.Requests != 6 || m.Errors != 1 || m.PromptTokens != 15 || m.GeneratedTokens != 20 ||
+		m.TTFTCount != 5 || m.TTFTMsSum != 50 || m.InterTokenCount != 15 || math.Abs(m.InterTokenMsSum-60) > 1e-9 {
+		t.Errorf("model m: %+v", m)
+	}
+	if n.Model != "n" || n.Requests != 1 || n.GeneratedTokens != 1 || n.TTFTMsSum != 30 {
+		t.Errorf("model n: %+v", n)
 	}
 }

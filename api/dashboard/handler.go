@@ -23,6 +23,11 @@ type Options struct {
 	// with its HTTPStatus() if it has one. The page and its assets need no
 	// key (they hold no data).
 	CheckKey func(ctx context.Context, key string) error
+	// Node is this agent's name, in its traffic.
+	Node string
+	// Peers gives the other agents' traffic for GET
+	// /dashboard/api/cluster-traffic (nil: this agent's alone).
+	Peers Peers
 }
 
 // Handler serves the dashboard page at GET / and GET /dashboard/, the chat
@@ -75,6 +80,33 @@ func Handler(o Options) http.Handler {
 			Capacity int             `json:"capacity"`
 			Requests []RequestRecord `json:"requests"`
 		}{capacity, recs})
+	})
+	local := func() NodeTraffic {
+		nt := NodeTraffic{Node: o.Node, Models: []ModelTraffic{}}
+		if o.Recent != nil {
+			nt.Models = o.Recent.Traffic()
+		}
+		return nt
+	}
+	mux.HandleFunc("GET /dashboard/api/traffic", func(w http.ResponseWriter, r *http.Request) {
+		if !authorized(w, r, o.CheckKey) {
+			return
+		}
+		writeJSON(w, http.StatusOK, local())
+	})
+	mux.HandleFunc("GET /dashboard/api/cluster-traffic", func(w http.ResponseWriter, r *http.Request) {
+		if !authorized(w, r, o.CheckKey) {
+			return
+		}
+		nodes := []NodeTraffic{local()}
+		var missing []string
+		if o.Peers != nil {
+			got, miss := o.Peers(r.Context())
+			nodes, missing = append(nodes, got...), miss
+		}
+		out := Sum(nodes)
+		out.Missing = missing
+		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("/dashboard/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, apiError{"no such endpoint: " + r.Method + " " + r.URL.Path})

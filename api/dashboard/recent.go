@@ -1,6 +1,8 @@
 package dashboard
 
 import (
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,12 +37,25 @@ type RequestRecord struct {
 // buffer. It is an openai.Observer; calls to /v1/models are not kept (the
 // dashboard itself polls them).
 type Recent struct {
-	mu   sync.Mutex
-	buf  []RequestRecord
-	next int // where the next record goes
-	n    int // records held
-	seq  uint64
-	now  func() time.Time
+	mu      sync.Mutex
+	buf     []RequestRecord
+	next    int // where the next record goes
+	n       int // records held
+	seq     uint64
+	now     func() time.Time
+	traffic map[string]*ModelTraffic // every request since start, by model
+}
+
+// Traffic is every request observed since start, by model (in name order).
+func (r *Recent) Traffic() []ModelTraffic {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := []ModelTraffic{}
+	for _, t := range r.traffic {
+		out = append(out, *t)
+	}
+	slices.SortFunc(out, func(a, b ModelTraffic) int { return strings.Compare(a.Model, b.Model) })
+	return out
 }
 
 // NewRecent keeps the last n requests (DefaultRecent when n <= 0).
@@ -73,6 +88,15 @@ func (r *Recent) RequestDone(rec openai.Record) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.traffic == nil {
+		r.traffic = map[string]*ModelTraffic{}
+	}
+	t := r.traffic[rec.Model]
+	if t == nil {
+		t = &ModelTraffic{Model: rec.Model}
+		r.traffic[rec.Model] = t
+	}
+	t.add(out, len(rec.InterToken))
 	r.seq++
 	out.Seq = r.seq
 	out.Time = r.now().UTC()

@@ -236,6 +236,21 @@ function renderMetrics(ms) {
   $('latency').textContent = `${fmtMs(mean('shoal_ttft_seconds'))} / ${fmtMs(mean('shoal_inter_token_seconds'))}`;
 }
 
+// renderTraffic shows every agent's requests summed by model (GET
+// /dashboard/api/cluster-traffic): what the cluster answered, wherever the
+// clients sent their requests.
+function renderTraffic(t) {
+  const answered = (t.answered || []).length;
+  $('traffic-note').textContent = t.missing && t.missing.length
+    ? `(${answered} agent${answered === 1 ? '' : 's'}; not answering: ${t.missing.join(', ')})`
+    : `(every agent: ${answered})`;
+  const rows = (t.models || []).map((m) => el('tr', { 'data-model': m.model },
+    td(m.model), num(fmtInt(m.requests)), num(fmtInt(m.errors)), num(fmtInt(m.prompt_tokens)), num(fmtInt(m.generated_tokens)),
+    num(m.ttft_count ? fmtNum(m.ttft_ms_sum / m.ttft_count, 1) : '—'),
+    num(m.inter_token_count ? fmtNum(m.inter_token_ms_sum / m.inter_token_count, 2) : '—')));
+  fill('traffic', rows, 7, 'no requests yet');
+}
+
 function drawSpark() {
   const max = Math.max(1, ...rates);
   const step = 120 / (SPARK_POINTS - 1);
@@ -311,11 +326,11 @@ function askKey(msg) {
 }
 
 async function refresh() {
-  const [st, nodes, models, metrics, reqs, plans] = await Promise.allSettled([
+  const [st, nodes, models, metrics, reqs, plans, traffic] = await Promise.allSettled([
     get('/v1/status'), get('/v1/nodes'), get('/v1/models'), get('/metrics', true), get('/dashboard/api/requests'),
-    get('/v1/cluster/models'),
+    get('/v1/cluster/models'), get('/dashboard/api/cluster-traffic'),
   ]);
-  const all = [st, nodes, models, metrics, reqs, plans];
+  const all = [st, nodes, models, metrics, reqs, plans, traffic];
   const auth = all.find((r) => r.status === 'rejected' && r.reason instanceof AuthError);
   // A key the model list accepts but the cluster API refuses is an
   // inference key: it can chat but not read the cluster's status.
@@ -332,12 +347,14 @@ async function refresh() {
   if (models.status === 'fulfilled') renderModels(models.value, ms, val(st), val(plans));
   if (metrics.status === 'fulfilled') { renderMetrics(ms); renderLinks(ms); }
   if (reqs.status === 'fulfilled') renderRequests(reqs.value);
+  if (traffic.status === 'fulfilled') renderTraffic(traffic.value);
   if (limited) {
     const refused = (r) => r.status === 'rejected' && r.reason instanceof AuthError;
     const no = 'this key cannot read cluster status';
     if (refused(st)) { $('health').textContent = 'key cannot read status'; $('health').className = 'badge'; $('cluster-summary').textContent = ''; }
     if (refused(nodes)) fill('nodes', [], 14, no);
     if (refused(reqs)) { fill('requests', [], 10, no); $('requests-note').textContent = ''; }
+    if (refused(traffic)) { fill('traffic', [], 7, no); $('traffic-note').textContent = ''; }
   }
   const errs = all.filter((r) => r.status === 'rejected' && !(r.reason instanceof AuthError)).map((r) => r.reason.message);
   showError(errs.join(' · '));
