@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"shoal/hub/hubtest"
 )
 
 // TestUpCurl runs `shoal up` as a user would (what `make run` does), runs
@@ -24,10 +26,12 @@ func TestUpCurl(t *testing.T) {
 	upAndCurl(t, dir, bin)
 }
 
-// TestUpFewLayers: `shoal up` of a model with fewer layers than agents
-// (its default strategy, pipeline, wants a stage per agent) serves it on a
-// plan that fits and says so in the banner, instead of exiting with
-// "unservable".
+// TestUpFewLayers: `shoal up --model OWNER/REPO:QUANT` of a hub model
+// with fewer layers than agents (its default strategy, pipeline, wants a
+// stage per agent) pulls it, serves it on a plan that fits and says so in
+// the banner, instead of exiting with "unservable", and names it by its
+// store name (not its file's hash) in the banner, the curl line and
+// /v1/models.
 func TestUpFewLayers(t *testing.T) {
 	dir, bin := buildForUp(t)
 	model := filepath.Join(dir, "two.gguf")
@@ -35,15 +39,30 @@ func TestUpFewLayers(t *testing.T) {
 		"--n-head-kv", "2", "--n-ff", "256", "--type", "q8_0", "-q", "--out", model).CombinedOutput(); err != nil {
 		t.Fatalf("gen-model: %v\n%s", err, out)
 	}
-	banner := upAndCurl(t, dir, bin, "--model", model)
-	note := ""
+	body, err := os.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := hubtest.New(t)
+	hub.AddRepo("tester/TwoLayer-GGUF", map[string][]byte{"twolayer-q8_0.gguf": body})
+	t.Setenv("HF_ENDPOINT", hub.URL)
+	t.Setenv("HF_TOKEN", "")
+	t.Setenv("HUGGING_FACE_HUB_TOKEN", "")
+	t.Setenv("SHOAL_MODELS", filepath.Join(dir, "store"))
+	banner := upAndCurl(t, dir, bin, "--model", "tester/TwoLayer-GGUF:Q8_0")
+	note, named := "", false
 	for _, l := range banner {
-		if s := strings.TrimSpace(l); strings.HasPrefix(s, "note ") {
+		s := strings.TrimSpace(l)
+		if strings.HasPrefix(s, "note ") {
 			note = s
 		}
+		named = named || strings.HasPrefix(s, "model ") && strings.Contains(s, "twolayer:q8_0")
+		if strings.Contains(s, "sha256-") {
+			t.Errorf("the banner names the model by its file: %q", s)
+		}
 	}
-	if !strings.Contains(note, "2 layers for 3 nodes") || !strings.Contains(note, "planned instead") {
-		t.Errorf("the banner does not say why the plan differs from what was asked: %q", banner)
+	if !named || !strings.Contains(note, "2 layers for 3 nodes") || !strings.Contains(note, "planned instead") {
+		t.Errorf("the banner does not name the model by its store name or say why the plan differs from what was asked: %q", banner)
 	}
 }
 
