@@ -156,15 +156,21 @@ func (c *Catalog) registerHubModel(ctx context.Context, req api.LoadModelRequest
 		}
 		m.Manifest, m.Unverified = shard.ManifestID(pending), true
 	}
-	if !verified && !c.claimHubCheck(m.Name, m.Manifest) {
-		if old := cs.Models[name]; old != nil && old.Manifest == m.Manifest {
-			return old, nil // loaded already, being checked: the same load again
+	var check *hubCheck
+	if !verified {
+		if check = c.claimHubCheck(m.Name, m.Manifest); check == nil {
+			if old := cs.Models[name]; old != nil && old.Manifest == m.Manifest {
+				return old, nil // loaded already, being checked: the same load again
+			}
+			// The check running here is of a model unloaded since (by
+			// another agent, or before its check saw the unload): it
+			// checks nothing any more, and this load's check replaces it.
+			check = c.takeOverHubCheck(m.Name, m.Manifest)
 		}
-		return nil, &coordinator.Error{Code: http.StatusConflict, Msg: fmt.Sprintf("model %q from %s is being checked already: wait for it (shoal model ls)", name, where)}
 	}
 	if err := c.cluster.Apply(ctx, coordinator.ModelUpsertType, coordinator.ModelUpsertRequest{Model: m}); err != nil {
-		if !verified {
-			c.releaseHubCheck(m.Name)
+		if check != nil {
+			c.releaseHubCheck(m.Name, check)
 		}
 		return nil, err
 	}
@@ -172,7 +178,7 @@ func (c *Catalog) registerHubModel(ctx context.Context, req api.LoadModelRequest
 		zap.String("lfs_sha256", fi.SHA256), zap.Int("layers", prof.NLayer), zap.Int("header_bytes", len(prefix)), zap.Bool("verified", verified))
 	if !verified {
 		c.bg.Add(1)
-		go c.checkHubFile(m, pending, prefix)
+		go c.checkHubFile(check, m, pending, prefix)
 	}
 	return &m, nil
 }

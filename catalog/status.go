@@ -211,5 +211,8 @@ func (c *Catalog) UnloadModel(ctx context.Context, name string) error {
 	if transport.StatusOf(err) == http.StatusNotFound {
 		return notFoundErr("model %q is not loaded (see 'shoal model ls')", name)
 	}
+	if err == nil {
+		c.stopHubCheck(name) // it checks nothing any more
+	}
 	return err
 }

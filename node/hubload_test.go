@@ -632,3 +632,37 @@ func TestHubLoadUnreachableSaysAgentEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestHubReloadAfterUnload (issue #38): a hub model unloaded while its
+// check still waits for the nodes' ranges, then loaded again at once: the
+// unload stops that check, and the second load is accepted (not refused
+// as "being checked already") and becomes ready.
+func TestHubReloadAfterUnload(t *testing.T) {
+	const name = "again"
+	hs, _, repo, _ := hubRepo(t, name, 14)
+	c := tc.NewWith(t, 1, func(i int, cfg *node.Config) {
+		cfg.Hub = &hub.Client{Endpoint: hs.URL, Backoff: 20 * time.Millisecond}
+	})
+	waitHealthy(t, c, 0, 1, 1, 20*time.Second)
+	// The node's range reads wait (the header is read at load): the check
+	// cannot end before the unload.
+	release := hs.Hold(func(r *http.Request) bool { return !strings.HasSuffix(r.Header.Get("User-Agent"), " header") })
+	defer release()
+	cl := c.Client(0, tc.Secret)
+	req := api.LoadModelRequest{Hub: repo + ":Q8_0", Name: name, Ctx: 256}
+	if _, err := cl.LoadModel(ctx(t), req); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.UnloadModel(ctx(t), name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.LoadModel(ctx(t), req); err != nil {
+		t.Fatalf("loaded again right after its unload: %v", err)
+	}
+	release()
+	waitModelReady(t, c, name)
+	tc.Eventually(t, 30*time.Second, "a completion", func() bool {
+		code, _ := completion(t, "http://"+c.Members[0].Agent.HTTPAddr(), name)
+		return code == 200
+	})
+}
