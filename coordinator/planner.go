@@ -347,7 +347,7 @@ func (s *Server) planModel(st *State, m *Model, prev *placement.Plan) error {
 			s.log.Warn("model is unservable", zap.String("model", m.Name), zap.String("reason", reason))
 			mm := *m
 			mm.Status, mm.Reason = ModelUnservable, reason
-			if err := s.Apply(ModelUpsertType, ModelUpsertRequest{Model: mm}, applyTimeout); err != nil {
+			if err := s.Apply(ModelUpsertType, ModelUpsertRequest{Model: mm, StatusOnly: true, FromStatus: m.Status}, applyTimeout); err != nil {
 				return err
 			}
 		}
@@ -373,7 +373,7 @@ func (s *Server) planModel(st *State, m *Model, prev *placement.Plan) error {
 	if m.Status != ModelPlanned || m.Reason != "" {
 		mm := *m
 		mm.Status, mm.Reason = ModelPlanned, ""
-		return s.Apply(ModelUpsertType, ModelUpsertRequest{Model: mm}, applyTimeout)
+		return s.Apply(ModelUpsertType, ModelUpsertRequest{Model: mm, StatusOnly: true, FromStatus: m.Status}, applyTimeout)
 	}
 	return nil
 }
