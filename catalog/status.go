@@ -41,6 +41,7 @@ func (c *Catalog) ModelInfo(st *coordinator.State, m *coordinator.Model) api.Mod
 	info := api.ModelInfo{
 		Name: m.Name, Path: m.Source, SourceNode: m.SourceNode, SourceName: m.SourceNode, Digest: m.Digest,
 		Bytes: m.Bytes, Layers: m.Layers, Ctx: m.Ctx, MaxSeqs: m.MaxSeqs, Queue: m.Queue, Status: m.Status, Reason: m.Reason,
+		CreatedAt: m.CreatedAt,
 	}
 	if n := st.Nodes[m.SourceNode]; n != nil {
 		info.SourceName = n.Name
