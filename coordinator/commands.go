@@ -96,8 +96,9 @@ type TokenRevokeRequest struct {
 }
 
 // ModelUpsertRequest adds or replaces a model. With StatusOnly it changes
-// only the Status and Reason of the model of that name, and only while its
-// status is still FromStatus: the planner records what it decided on a
+// only the Status and Reason of the model of that name, and only while it
+// is the same registration (CreatedAt) and its status is still
+// FromStatus: the planner records what it decided on a
 // state read a moment before without putting back the rest of the model as
 // it read it (an agent may have registered the model again meanwhile,
 // with another pin or file, or a check failed it).
@@ -349,7 +350,7 @@ var commandTable = map[MessageType]command{
 		}
 		m := r.Model
 		if r.StatusOnly {
-			if old := s.Models[m.Name]; old != nil && old.Status == r.FromStatus {
+			if old := s.Models[m.Name]; old != nil && old.Status == r.FromStatus && old.CreatedAt.Equal(m.CreatedAt) {
 				old.Status, old.Reason = m.Status, m.Reason
 			}
 			return nil // unloaded, or its status changed since: nothing to record

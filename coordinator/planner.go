@@ -97,14 +97,16 @@ func (s *Server) planModels() {
 }
 
 // planSignature is what planning model m reads of the state: its inputs,
-// the model's status (as the state has it now), and its plan's version;
-// planning runs again when it changes.
+// the model's status (as the state has it now), m's registration and its
+// plan's version; planning runs again when it changes.
 func planSignature(st *State, m *Model) string {
 	status := ""
 	if cur := st.Models[m.Name]; cur != nil {
 		status = cur.Status
 	}
-	sig := planInputs(st, m) + "|" + status
+	// The registration planned: a model unloaded and loaded again while
+	// it was planned is planned again, though its inputs are the same.
+	sig := planInputs(st, m) + "|" + status + "|" + m.CreatedAt.String()
 	if p := st.Plans[m.Name]; p != nil {
 		sig += fmt.Sprintf("|v%d", p.Version)
 		if len(p.Pools) > 0 && !PlanLoaded(st, m, p) {
