@@ -269,6 +269,8 @@ type ModelInfo struct {
 	Replicas int          `json:"replicas"`
 	Copies   int          `json:"copies"`
 	Holders  []FileHolder `json:"holders"`
+	// CreatedAt is when the model was registered (loaded) last.
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // ShardInfo is one node's part of a model and how far it got.

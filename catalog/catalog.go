@@ -85,10 +85,10 @@ type Catalog struct {
 	peers  shard.Peers
 	copies *replicator // the copies of model files this node keeps for the cluster
 
-	// hubChecks are the hub models whose check runs here (name → the
-	// unverified manifest's ID).
+	// hubChecks are the hub models whose check runs here (name → its
+	// unverified manifest and the cancel of its check).
 	hubMu     sync.Mutex
-	hubChecks map[string]string
+	hubChecks map[string]*hubCheck
 
 	bg   *sync.WaitGroup
 	done <-chan struct{}

@@ -12,25 +12,79 @@ import (
 	"shoal/shard"
 )
 
+// hubCheck is a hub check running on this agent: the model's unverified
+// manifest and the cancel of its context.
+type hubCheck struct {
+	id     string
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
 // claimHubCheck notes that the check of model under manifest id runs
-// here, or reports false when one already does.
-func (c *Catalog) claimHubCheck(model, id string) bool {
+// here, or reports nil when one already does. The claim's context ends
+// when the check is stopped (stopHubCheck) or the agent stops.
+func (c *Catalog) claimHubCheck(model, id string) *hubCheck {
 	c.hubMu.Lock()
 	defer c.hubMu.Unlock()
 	if c.hubChecks == nil {
-		c.hubChecks = map[string]string{}
+		c.hubChecks = map[string]*hubCheck{}
 	}
-	if c.hubChecks[model] == id {
-		return false
+	if cur := c.hubChecks[model]; cur != nil && cur.id == id {
+		return nil
 	}
-	c.hubChecks[model] = id
-	return true
+	return c.newHubCheckLocked(model, id)
 }
 
-func (c *Catalog) releaseHubCheck(model string) {
+func (c *Catalog) newHubCheckLocked(model, id string) *hubCheck {
+	if old := c.hubChecks[model]; old != nil {
+		old.cancel()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	hc := &hubCheck{id: id, ctx: ctx, cancel: cancel}
+	c.hubChecks[model] = hc
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return hc
+}
+
+// takeOverHubCheck claims the check of model under manifest id, stopping
+// the one running here, if any: the state no longer has model under that
+// manifest (it was unloaded, and is loaded again now), so that check
+// checks nothing any more.
+func (c *Catalog) takeOverHubCheck(model, id string) *hubCheck {
 	c.hubMu.Lock()
+	defer c.hubMu.Unlock()
+	if c.hubChecks == nil {
+		c.hubChecks = map[string]*hubCheck{}
+	}
+	return c.newHubCheckLocked(model, id)
+}
+
+// releaseHubCheck ends the claim hc, unless another claim replaced it.
+func (c *Catalog) releaseHubCheck(model string, hc *hubCheck) {
+	c.hubMu.Lock()
+	if c.hubChecks[model] == hc {
+		delete(c.hubChecks, model)
+	}
+	c.hubMu.Unlock()
+	hc.cancel()
+}
+
+// stopHubCheck stops the check of model running here, if any: the model
+// was unloaded.
+func (c *Catalog) stopHubCheck(model string) {
+	c.hubMu.Lock()
+	hc := c.hubChecks[model]
 	delete(c.hubChecks, model)
 	c.hubMu.Unlock()
+	if hc != nil {
+		hc.cancel()
+	}
 }
 
 // hubTakeOverAfter is how long the agent checking a hub model must have
@@ -64,7 +118,8 @@ func (c *Catalog) resumeHubChecks(st *coordinator.State) {
 			}
 			takeOver = true
 		}
-		if !c.claimHubCheck(m.Name, m.Manifest) {
+		hc := c.claimHubCheck(m.Name, m.Manifest)
+		if hc == nil {
 			continue
 		}
 		c.bg.Add(1)
@@ -76,13 +131,13 @@ func (c *Catalog) resumeHubChecks(st *coordinator.State) {
 			// then asked this agent for in vain.
 			if raw, ok := c.checkedHere(m); ok {
 				defer c.bg.Done()
-				defer c.releaseHubCheck(m.Name)
+				defer c.releaseHubCheck(m.Name, hc)
 				id := shard.ManifestID(raw)
 				c.updateModel(m.Name, m.Manifest, func(cur *coordinator.Model) { cur.Manifest, cur.Unverified, cur.SourceNode = id, false, c.id })
 				return
 			}
 			if !c.stillUnverified(m) {
-				c.releaseHubCheck(m.Name)
+				c.releaseHubCheck(m.Name, hc)
 				c.bg.Done()
 				return
 			}
@@ -99,7 +154,7 @@ func (c *Catalog) resumeHubChecks(st *coordinator.State) {
 				}
 			}
 			if pending == nil {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				ctx, cancel := context.WithTimeout(hc.ctx, 2*time.Minute)
 				client := c.hub()
 				_, gf, err := readHeader(ctx, &rangeReader{ctx: ctx, c: client, repo: m.Hub.Repo, rev: m.Hub.Revision, file: m.Hub.File, size: m.Hub.Size}, m.Hub.Size)
 				cancel()
@@ -112,13 +167,13 @@ func (c *Catalog) resumeHubChecks(st *coordinator.State) {
 				}
 				switch {
 				case err != nil:
-					c.releaseHubCheck(m.Name) // tried again on a later pass
+					c.releaseHubCheck(m.Name, hc) // tried again on a later pass
 					c.bg.Done()
 					c.log.Warn("cannot read the hub model's header to resume its check", zap.String("model", m.Name), zap.Error(err))
 					return
 				case shard.ManifestID(pending) != m.Manifest:
 					c.failHub(m, fmt.Sprintf("%s/%s changed on the hub while it was being loaded (its header differs): load it again", m.Hub.Repo, m.Hub.File))
-					c.releaseHubCheck(m.Name)
+					c.releaseHubCheck(m.Name, hc)
 					c.bg.Done()
 					return
 				}
@@ -126,7 +181,7 @@ func (c *Catalog) resumeHubChecks(st *coordinator.State) {
 					ss.KeepManifest(m.Digest, pending)
 				}
 			}
-			c.checkHubFile(m, pending, nil)
+			c.checkHubFile(hc, m, pending, nil)
 		}(*m)
 	}
 }
@@ -173,18 +228,10 @@ const hubCheckWait = 6 * time.Hour
 // reads the whole file from the hub: a match means a node holds bad bytes
 // (its unit checks will mend them); no match fails the model with both
 // hashes.
-func (c *Catalog) checkHubFile(m coordinator.Model, pending, prefix []byte) {
+func (c *Catalog) checkHubFile(hc *hubCheck, m coordinator.Model, pending, prefix []byte) {
 	defer c.bg.Done()
-	defer c.releaseHubCheck(m.Name)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-c.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	defer c.releaseHubCheck(m.Name, hc)
+	ctx := hc.ctx
 	t0 := time.Now()
 	where := m.Hub.Repo + "/" + m.Hub.File
 	pendingID := shard.ManifestID(pending)

@@ -142,7 +142,7 @@ func TestHubCheckerBecomesSource(t *testing.T) {
 	cl.st.Models["hubby"].SourceNode = "leader" // the take-over landed meanwhile
 	cl.mu.Unlock()
 	c.bg.Add(1)
-	c.checkHubFile(m, pending, nil)
+	c.checkHubFile(c.claimHubCheck(m.Name, m.Manifest), m, pending, nil)
 	got := cl.model("hubby")
 	if got.Unverified || got.Manifest == m.Manifest {
 		t.Fatalf("the check recorded nothing: %+v", got)
@@ -167,8 +167,8 @@ func TestHubTakeOverWaitsForRestart(t *testing.T) {
 	cl.mu.Unlock()
 	st, _ := cl.State(context.Background())
 	c.resumeHubChecks(st)
-	if c.claimHubCheck("hubby", st.Models["hubby"].Manifest) {
-		c.releaseHubCheck("hubby")
+	if hc := c.claimHubCheck("hubby", st.Models["hubby"].Manifest); hc != nil {
+		c.releaseHubCheck("hubby", hc)
 	} else {
 		t.Fatal("the leader took the check over a second after the loader failed")
 	}
@@ -195,7 +195,7 @@ func TestHubCheckNotStartedAgain(t *testing.T) {
 	c, cl, store, m, pending, hs := hubCheckFixture(t, "loader")
 	stale, _ := cl.State(context.Background())
 	c.bg.Add(1)
-	c.checkHubFile(m, pending, nil)
+	c.checkHubFile(c.claimHubCheck(m.Name, m.Manifest), m, pending, nil)
 	checked, _ := store.Manifest(m.Digest)
 	if cl.model("hubby").Unverified {
 		t.Fatal("the check recorded nothing")

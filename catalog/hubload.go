@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -139,12 +141,8 @@ func (c *Catalog) registerHubModel(ctx context.Context, req api.LoadModelRequest
 		Disagg: req.Disagg, DisaggFailure: req.DisaggFailure, Wire: req.Wire, KVType: req.KVType, Profile: &prof, Pin: pin, Hub: hf, Digest: fi.SHA256,
 	}
 	verified := false
-	if ss := c.shardStore(); ss != nil {
-		if raw, ok := ss.Manifest(fi.SHA256); ok { // checked before by this agent
-			if man, err := shard.ParseManifest(raw, shard.ManifestID(raw), fi.SHA256); err == nil && !man.Unverified {
-				m.Manifest, verified = shard.ManifestID(raw), true
-			}
-		}
+	if raw, ok := c.checkedManifest(ctx, cs, fi.SHA256); ok {
+		m.Manifest, verified = shard.ManifestID(raw), true
 	}
 	var pending []byte
 	if !verified {
@@ -156,15 +154,21 @@ func (c *Catalog) registerHubModel(ctx context.Context, req api.LoadModelRequest
 		}
 		m.Manifest, m.Unverified = shard.ManifestID(pending), true
 	}
-	if !verified && !c.claimHubCheck(m.Name, m.Manifest) {
-		if old := cs.Models[name]; old != nil && old.Manifest == m.Manifest {
-			return old, nil // loaded already, being checked: the same load again
+	var check *hubCheck
+	if !verified {
+		if check = c.claimHubCheck(m.Name, m.Manifest); check == nil {
+			if old := cs.Models[name]; old != nil && old.Manifest == m.Manifest {
+				return old, nil // loaded already, being checked: the same load again
+			}
+			// The check running here is of a model unloaded since (by
+			// another agent, or before its check saw the unload): it
+			// checks nothing any more, and this load's check replaces it.
+			check = c.takeOverHubCheck(m.Name, m.Manifest)
 		}
-		return nil, &coordinator.Error{Code: http.StatusConflict, Msg: fmt.Sprintf("model %q from %s is being checked already: wait for it (shoal model ls)", name, where)}
 	}
 	if err := c.cluster.Apply(ctx, coordinator.ModelUpsertType, coordinator.ModelUpsertRequest{Model: m}); err != nil {
-		if !verified {
-			c.releaseHubCheck(m.Name)
+		if check != nil {
+			c.releaseHubCheck(m.Name, check)
 		}
 		return nil, err
 	}
@@ -172,7 +176,70 @@ func (c *Catalog) registerHubModel(ctx context.Context, req api.LoadModelRequest
 		zap.String("lfs_sha256", fi.SHA256), zap.Int("layers", prof.NLayer), zap.Int("header_bytes", len(prefix)), zap.Bool("verified", verified))
 	if !verified {
 		c.bg.Add(1)
-		go c.checkHubFile(m, pending, prefix)
+		go c.checkHubFile(check, m, pending, prefix)
 	}
 	return &m, nil
+}
+
+// checkedManifest returns a checked manifest of the file with sha256 sha,
+// the hub's LFS sha256 of a file being loaded, that this agent can serve
+// to the nodes: one it keeps (the file was checked here, or this agent has
+// the same bytes as a file it hashed), else one a node with a model of
+// the same sha256 serves (kept here then). The file is then not checked
+// again, and the nodes can read its ranges from those of that model.
+// Without it the new model's nodes asked this agent for a manifest it did
+// not keep, or got the file's where they wanted the unverified one.
+func (c *Catalog) checkedManifest(ctx context.Context, cs *coordinator.State, sha string) ([]byte, bool) {
+	checked := func(raw []byte, id string) bool {
+		if id == "" {
+			id = shard.ManifestID(raw)
+		}
+		man, err := shard.ParseManifest(raw, id, sha)
+		return err == nil && !man.Unverified
+	}
+	if raw, ok := c.files.manifest(sha); ok && checked(raw, "") {
+		return raw, true
+	}
+	ss := c.shardStore()
+	if ss == nil {
+		return nil, false
+	}
+	if raw, ok := ss.Manifest(sha); ok && checked(raw, "") {
+		return raw, true
+	}
+	for _, name := range slices.Sorted(maps.Keys(cs.Models)) {
+		o := cs.Models[name]
+		if o.Digest != sha || o.Unverified || o.Manifest == "" || o.Status == coordinator.ModelFailed {
+			continue
+		}
+		for _, id := range fileHolderIDs(cs, o) {
+			n := cs.Nodes[id]
+			if n == nil || n.Status != coordinator.StatusAlive || n.RPCAddr == "" || id == c.id {
+				continue
+			}
+			hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			raw, _, err := c.peers.Holdings(hctx, n.RPCAddr, sha)
+			cancel()
+			if err == nil && raw != nil && checked(raw, o.Manifest) {
+				ss.KeepManifest(sha, raw)
+				return raw, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// fileHolderIDs lists the nodes that may hold m's file or ranges of it:
+// its source, its copies' nodes, then the nodes of its shards.
+func fileHolderIDs(st *coordinator.State, m *coordinator.Model) []string {
+	out := []string{m.SourceNode}
+	for _, id := range slices.Sorted(maps.Keys(m.Holders)) {
+		out = append(out, id)
+	}
+	for _, k := range slices.Sorted(maps.Keys(st.Shards)) {
+		if s := st.Shards[k]; s.Model == m.Name && !slices.Contains(out, s.Node) {
+			out = append(out, s.Node)
+		}
+	}
+	return out
 }

@@ -41,6 +41,7 @@ func (c *Catalog) ModelInfo(st *coordinator.State, m *coordinator.Model) api.Mod
 	info := api.ModelInfo{
 		Name: m.Name, Path: m.Source, SourceNode: m.SourceNode, SourceName: m.SourceNode, Digest: m.Digest,
 		Bytes: m.Bytes, Layers: m.Layers, Ctx: m.Ctx, MaxSeqs: m.MaxSeqs, Queue: m.Queue, Status: m.Status, Reason: m.Reason,
+		CreatedAt: m.CreatedAt,
 	}
 	if n := st.Nodes[m.SourceNode]; n != nil {
 		info.SourceName = n.Name
@@ -210,6 +211,9 @@ func (c *Catalog) UnloadModel(ctx context.Context, name string) error {
 	err := c.cluster.Apply(ctx, coordinator.ModelDeleteType, coordinator.ModelDeleteRequest{Name: name})
 	if transport.StatusOf(err) == http.StatusNotFound {
 		return notFoundErr("model %q is not loaded (see 'shoal model ls')", name)
+	}
+	if err == nil {
+		c.stopHubCheck(name) // it checks nothing any more
 	}
 	return err
 }

@@ -95,9 +95,17 @@ type TokenRevokeRequest struct {
 	Now time.Time `json:"now"`
 }
 
-// ModelUpsertRequest adds or replaces a model.
+// ModelUpsertRequest adds or replaces a model. With StatusOnly it changes
+// only the Status and Reason of the model of that name, and only while it
+// is the same registration (CreatedAt) and its status is still
+// FromStatus: the planner records what it decided on a
+// state read a moment before without putting back the rest of the model as
+// it read it (an agent may have registered the model again meanwhile,
+// with another pin or file, or a check failed it).
 type ModelUpsertRequest struct {
-	Model Model `json:"model"`
+	Model      Model  `json:"model"`
+	StatusOnly bool   `json:"status_only,omitempty"`
+	FromStatus string `json:"from_status,omitempty"`
 }
 
 // ModelDeleteRequest removes a model with its plan.
@@ -341,6 +349,12 @@ var commandTable = map[MessageType]command{
 			return errorf(http.StatusBadRequest, "model without a name")
 		}
 		m := r.Model
+		if r.StatusOnly {
+			if old := s.Models[m.Name]; old != nil && old.Status == r.FromStatus && old.CreatedAt.Equal(m.CreatedAt) {
+				old.Status, old.Reason = m.Status, m.Reason
+			}
+			return nil // unloaded, or its status changed since: nothing to record
+		}
 		if _, known := s.Models[m.Name]; !known && len(s.Models) >= MaxModels {
 			return errorf(http.StatusConflict, "the cluster holds %d models, limit %d: unload one first", len(s.Models), MaxModels)
 		}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -360,5 +361,44 @@ func TestFSMSnapshotRestore(t *testing.T) {
 	bad := append([]byte{9}, sink.Bytes()[1:]...)
 	if err := g.Restore(io.NopCloser(bytes.NewReader(bad))); err == nil || !strings.Contains(err.Error(), "snapshot version 9") {
 		t.Fatalf("bad version: %v", err)
+	}
+}
+
+// TestFSMModelStatusOnly: the planner's status-only upsert sets the status
+// and reason of the registration it planned, while that status is the one
+// it read; the rest of the model stays as the state has it, and a model
+// loaded again since (another CreatedAt), or whose status changed, or
+// that is gone, is left alone.
+func TestFSMModelStatusOnly(t *testing.T) {
+	f := NewFSM()
+	a := &applier{t: t, f: f}
+	m := Model{Name: "m", SourceNode: "a", Source: "/m.gguf", Digest: "d1", Pin: []string{"a", "b"}, CreatedAt: t0}
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: m})
+	planned := m
+	planned.Status = ModelPlanned
+	mine := m
+	mine.Pin = []string{"a"}
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: mine}) // the same registration, its pin changed
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: planned, StatusOnly: true, FromStatus: ""})
+	if got := f.State().Models["m"]; got.Status != ModelPlanned || !slices.Equal(got.Pin, []string{"a"}) {
+		t.Fatalf("status-only upsert: status %q, pin %v", got.Status, got.Pin)
+	}
+	again := m
+	again.CreatedAt = t0.Add(time.Second) // unloaded and loaded again
+	a.ok(ModelDeleteType, ModelDeleteRequest{Name: "m"})
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: again})
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: planned, StatusOnly: true, FromStatus: ""})
+	if got := f.State().Models["m"]; got.Status != "" {
+		t.Fatalf("the status planned for the earlier registration landed on the new one: %q", got.Status)
+	}
+	planned.CreatedAt = again.CreatedAt
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: planned, StatusOnly: true, FromStatus: ModelUnservable})
+	if got := f.State().Models["m"]; got.Status != "" {
+		t.Fatalf("a status written from another than the state's: %q", got.Status)
+	}
+	a.ok(ModelDeleteType, ModelDeleteRequest{Name: "m"})
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: planned, StatusOnly: true, FromStatus: ""})
+	if got := f.State().Models["m"]; got != nil {
+		t.Fatalf("a status-only upsert made a model: %+v", got)
 	}
 }

@@ -97,14 +97,16 @@ func (s *Server) planModels() {
 }
 
 // planSignature is what planning model m reads of the state: its inputs,
-// the model's status (as the state has it now), and its plan's version;
-// planning runs again when it changes.
+// the model's status (as the state has it now), m's registration and its
+// plan's version; planning runs again when it changes.
 func planSignature(st *State, m *Model) string {
 	status := ""
 	if cur := st.Models[m.Name]; cur != nil {
 		status = cur.Status
 	}
-	sig := planInputs(st, m) + "|" + status
+	// The registration planned: a model unloaded and loaded again while
+	// it was planned is planned again, though its inputs are the same.
+	sig := planInputs(st, m) + "|" + status + "|" + m.CreatedAt.String()
 	if p := st.Plans[m.Name]; p != nil {
 		sig += fmt.Sprintf("|v%d", p.Version)
 		if len(p.Pools) > 0 && !PlanLoaded(st, m, p) {
@@ -347,7 +349,7 @@ func (s *Server) planModel(st *State, m *Model, prev *placement.Plan) error {
 			s.log.Warn("model is unservable", zap.String("model", m.Name), zap.String("reason", reason))
 			mm := *m
 			mm.Status, mm.Reason = ModelUnservable, reason
-			if err := s.Apply(ModelUpsertType, ModelUpsertRequest{Model: mm}, applyTimeout); err != nil {
+			if err := s.Apply(ModelUpsertType, ModelUpsertRequest{Model: mm, StatusOnly: true, FromStatus: m.Status}, applyTimeout); err != nil {
 				return err
 			}
 		}
@@ -373,7 +375,7 @@ func (s *Server) planModel(st *State, m *Model, prev *placement.Plan) error {
 	if m.Status != ModelPlanned || m.Reason != "" {
 		mm := *m
 		mm.Status, mm.Reason = ModelPlanned, ""
-		return s.Apply(ModelUpsertType, ModelUpsertRequest{Model: mm}, applyTimeout)
+		return s.Apply(ModelUpsertType, ModelUpsertRequest{Model: mm, StatusOnly: true, FromStatus: m.Status}, applyTimeout)
 	}
 	return nil
 }

@@ -278,3 +278,34 @@ func TestHubSourceHasNoFile(t *testing.T) {
 		}
 	}
 }
+
+// TestPlannerKeepsNewerModel (issue #38): the planner decides on a state
+// read before an agent registered the model again with a new pin (shoal up
+// --nodes 1 --model X after --nodes 2: the agent pins X to itself while the
+// leader finds X's old pin on a failed node unservable). The status it
+// records changes the status only: the new pin stays, and is planned on
+// the next pass.
+func TestPlannerKeepsNewerModel(t *testing.T) {
+	c := newTestCluster(t)
+	c.add(1)
+	worker(c, StatusAlive, "w1", "w2")
+	l := c.leader(10 * time.Second)
+	upsertTwoNodeModel(t, l)
+	stale := l.srv.fsm.State()
+	m := stale.Models["m"]
+	m.Pin = []string{"w1", "w2"}
+	stale.Nodes["w2"].Status = StatusFailed // as the planner saw it
+	// The agent's registration lands meanwhile.
+	fresh := *m
+	fresh.Pin = []string{"w1"}
+	if err := l.srv.Apply(ModelUpsertType, ModelUpsertRequest{Model: fresh}, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.srv.planModel(stale, m, stale.Plans["m"]); err != nil {
+		t.Fatal(err)
+	}
+	got := l.srv.fsm.State().Models["m"]
+	if !slices.Equal(got.Pin, []string{"w1"}) {
+		t.Fatalf("the planner's status write put back the pin it planned on: %v (reason %q)", got.Pin, got.Reason)
+	}
+}

@@ -632,3 +632,109 @@ func TestHubLoadUnreachableSaysAgentEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestHubReloadAfterUnload (issue #38): a hub model unloaded while its
+// check still waits for the nodes' ranges, then loaded again at once: the
+// unload stops that check, and the second load is accepted (not refused
+// as "being checked already") and becomes ready.
+func TestHubReloadAfterUnload(t *testing.T) {
+	const name = "again"
+	hs, _, repo, _ := hubRepo(t, name, 14)
+	c := tc.NewWith(t, 1, func(i int, cfg *node.Config) {
+		cfg.Hub = &hub.Client{Endpoint: hs.URL, Backoff: 20 * time.Millisecond}
+	})
+	waitHealthy(t, c, 0, 1, 1, 20*time.Second)
+	// The node's range reads wait (the header is read at load): the check
+	// cannot end before the unload.
+	release := hs.Hold(func(r *http.Request) bool { return !strings.HasSuffix(r.Header.Get("User-Agent"), " header") })
+	defer release()
+	cl := c.Client(0, tc.Secret)
+	req := api.LoadModelRequest{Hub: repo + ":Q8_0", Name: name, Ctx: 256}
+	if _, err := cl.LoadModel(ctx(t), req); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.UnloadModel(ctx(t), name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.LoadModel(ctx(t), req); err != nil {
+		t.Fatalf("loaded again right after its unload: %v", err)
+	}
+	release()
+	waitModelReady(t, c, name)
+	tc.Eventually(t, 30*time.Second, "a completion", func() bool {
+		code, _ := completion(t, "http://"+c.Members[0].Agent.HTTPAddr(), name)
+		return code == 200
+	})
+}
+
+// TestHubLoadSameFileTwoNames (issue #38): a hub file the cluster holds
+// already under another name, loaded by hub reference: from the same hub
+// file loaded before, or the same bytes loaded by path. The second name
+// reuses the manifest the cluster has for that sha256 (it was stuck
+// degraded: "no live node has the model's manifest"); both names become
+// ready and answer alike.
+func TestHubLoadSameFileTwoNames(t *testing.T) {
+	hs, _, repo, _ := hubRepo(t, "twice", 15)
+	path := enginetest.Write(t, "", synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 4, NHead: 4, NHeadKV: 2, NFF: 512, Type: "q8_0", Seed: 16, Name: "bypath"})
+	file, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.AddRepo("org/bypath-GGUF", map[string][]byte{"bypath-q8_0.gguf": file})
+	c := tc.NewWith(t, 2, func(i int, cfg *node.Config) {
+		cfg.Hub = &hub.Client{Endpoint: hs.URL, Backoff: 20 * time.Millisecond}
+	})
+	tc.Eventually(t, 20*time.Second, "a leader", func() bool {
+		s, err := c.Client(0, "").Status(ctx(t))
+		return err == nil && s.Leader != "" && s.NodesAlive == 2
+	})
+	cl := c.Client(0, tc.Secret)
+	base := "http://" + c.Members[0].Agent.HTTPAddr()
+	answer := func(name string) string {
+		var text string
+		tc.Eventually(t, 30*time.Second, name+" answers", func() bool {
+			var code int
+			code, text = completion(t, base, name)
+			return code == 200
+		})
+		return text
+	}
+	n0, n1 := c.Members[0].Cfg.Name, c.Members[1].Cfg.Name
+	for _, tt := range []struct {
+		first        api.LoadModelRequest
+		second, what string
+		on           string // the second's node
+	}{
+		{api.LoadModelRequest{Hub: repo + ":Q8_0", Name: "first", Nodes: []string{n1}, Ctx: 256}, "second", "the same hub file", n0},
+		// The file's node loads it from the hub too (as shoal up --model
+		// REF loads the store's file), the plan on the other node.
+		{api.LoadModelRequest{Path: path, Name: "file", Nodes: []string{n0}, Ctx: 256}, "fromhub", "the same bytes by path", n1},
+	} {
+		if _, err := cl.LoadModel(ctx(t), tt.first); err != nil {
+			t.Fatal(err)
+		}
+		waitModelReady(t, c, tt.first.Name)
+		ref := repo + ":Q8_0"
+		if tt.first.Path != "" {
+			ref = "org/bypath-GGUF:Q8_0"
+		}
+		before := len(hs.Requests())
+		if _, err := cl.LoadModel(ctx(t), api.LoadModelRequest{Hub: ref, Name: tt.second, Nodes: []string{tt.on}, Ctx: 256}); err != nil {
+			t.Fatalf("%s: %v", tt.what, err)
+		}
+		waitModelReady(t, c, tt.second)
+		// Its node reads the ranges from the nodes that hold them.
+		var read int64
+		for _, r := range hs.Requests()[before:] {
+			if !strings.HasSuffix(r.UserAgent, " header") {
+				read += r.Bytes
+			}
+		}
+		if read != 0 {
+			t.Errorf("%s: %s read %d bytes from the hub; the cluster holds the file", tt.what, tt.second, read)
+		}
+		if a, b := answer(tt.first.Name), answer(tt.second); a != b {
+			t.Errorf("%s: %s answers %q, %s %q", tt.what, tt.first.Name, a, tt.second, b)
+		}
+	}
+}

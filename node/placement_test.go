@@ -243,3 +243,64 @@ func TestDiskFullMoves(t *testing.T) {
 		t.Fatalf("the plan is on %v: want it on the node with room, not on %s", nodes, full)
 	}
 }
+
+// TestLoadAgainReplacesPin (issue #38): a model pinned to two nodes, one
+// of which is gone for good, is unservable ("pinned node ... is failed").
+// Loaded again with --nodes naming the live node only, its pin is
+// replaced and it becomes ready there; and so it is when the agent is
+// restarted with the model as its --model (as shoal up --nodes 1 --model X
+// does on the data dir of an earlier shoal up --nodes 2 --model X).
+func TestLoadAgainReplacesPin(t *testing.T) {
+	path := writeModel(t)
+	c := tc.New(t, 1)
+	if _, err := c.Add("worker", false, tc.Secret); err != nil {
+		t.Fatal(err)
+	}
+	tc.Eventually(t, 20*time.Second, "both agents alive", func() bool {
+		s, err := c.Client(0, "").Status(ctx(t))
+		return err == nil && s.Leader != "" && s.NodesAlive == 2
+	})
+	cl := c.Client(0, tc.Secret)
+	two := api.LoadModelRequest{Path: path, Name: "pinned", Nodes: []string{"server-0", "worker"}, Strategy: "pipeline", Ctx: 256}
+	if _, err := cl.LoadModel(ctx(t), two); err != nil {
+		t.Fatal(err)
+	}
+	waitModelReady(t, c, "pinned")
+	c.Stop(1, false)
+	unservable := func() {
+		t.Helper()
+		tc.Eventually(t, 60*time.Second, "the model unservable on its pin with the worker gone", func() bool {
+			i := modelInfo(t, c, 0, "pinned")
+			return i != nil && i.Status == "unservable" && strings.Contains(i.Reason, "pinned node")
+		})
+	}
+	unservable()
+	ready := func(what string) {
+		t.Helper()
+		waitModelReady(t, c, "pinned")
+		tc.Eventually(t, 30*time.Second, what+": a completion", func() bool {
+			code, _ := completion(t, "http://"+c.Members[0].Agent.HTTPAddr(), "pinned")
+			return code == 200
+		})
+		if pin := c.Members[0].Agent.Server().FSM().State().Models["pinned"].Pin; len(pin) != 1 || pin[0] != c.Members[0].Agent.ID() {
+			t.Errorf("%s: pinned to %v, want server-0 alone", what, pin)
+		}
+	}
+
+	one := two
+	one.Nodes = []string{"server-0"}
+	if _, err := cl.LoadModel(ctx(t), one); err != nil {
+		t.Fatalf("loaded again on the live node: %v", err)
+	}
+	ready("loaded again with --nodes server-0")
+
+	// Pinned to both again, then served by server-0 as its --model.
+	if _, err := cl.LoadModel(ctx(t), two); err != nil {
+		t.Fatal(err)
+	}
+	unservable()
+	c.Stop(0, true)
+	c.Members[0].Cfg.Models = []node.ModelConfig{{Path: path, Name: "pinned", Ctx: 256}}
+	c.Restart(0)
+	ready("restarted with it as --model")
+}

@@ -2,7 +2,9 @@ package node
 
 import (
 	"context"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -168,7 +170,8 @@ func (a *Agent) reportShards(s shard.Status) error {
 // modelHolders lists the live nodes other than self that may hold ranges of
 // m's file: the source, the nodes with a verified copy of the whole file
 // (by name), then the nodes that reported shards of the model (ready
-// first; a released shard's file is kept a while for peers). Suspect nodes
+// first; a released shard's file is kept a while for peers), those of
+// other models of the same file (same sha256) with them. Suspect nodes
 // come after the alive ones, in the same order: on a loaded host gossip
 // suspects nodes that still answer, and a shard whose only holders are
 // suspect would otherwise find none.
@@ -194,9 +197,22 @@ func modelHolders(st *coordinator.State, m *coordinator.Model, self string) []sh
 	for _, n := range coordinator.WholeHolders(st, m) {
 		add(n.ID)
 	}
+	// Another model of the same file (loaded under another name): its
+	// nodes serve the ranges they hold too.
+	same := func(name string) bool {
+		o := st.Models[name]
+		return name == m.Name || o != nil && m.Digest != "" && o.Digest == m.Digest
+	}
+	for _, name := range slices.Sorted(maps.Keys(st.Models)) {
+		if name != m.Name && same(name) {
+			for _, n := range coordinator.WholeHolders(st, st.Models[name]) {
+				add(n.ID)
+			}
+		}
+	}
 	var ready, other []string
 	for _, s := range st.Shards {
-		if s.Model != m.Name {
+		if !same(s.Model) {
 			continue
 		}
 		if s.State == coordinator.ShardReady {

@@ -200,7 +200,7 @@ func (m *Manager) loadFromHolders(ctx context.Context, j *job, w Want) error {
 		}
 	}
 	if raw == nil {
-		return fmt.Errorf("no live node has the model's manifest %.12s %v", w.Manifest, errs)
+		return fmt.Errorf("no live node has the model's manifest %.12s %v: the node that loaded the model keeps it; start that node again, or unload the model and load it again", w.Manifest, errs)
 	}
 	man, err := ParseManifest(raw, w.Manifest, sha)
 	if err != nil {

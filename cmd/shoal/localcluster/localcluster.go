@@ -53,6 +53,7 @@ type Options struct {
 // Cluster is a running local cluster.
 type Cluster struct {
 	opts   Options
+	since  time.Time // when this run started its agents
 	procs  []*exec.Cmd
 	exited chan int
 	Token  string // the cluster secret: the admin key of the CLI
@@ -174,7 +175,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{opts: o, Token: tok, exited: make(chan int, o.Nodes)}
+	c := &Cluster{opts: o, Token: tok, exited: make(chan int, o.Nodes), since: time.Now()}
 	c.Model = strings.TrimSuffix(filepath.Base(modelPath), ".gguf")
 	if o.ModelName != "" {
 		c.Model = o.ModelName
@@ -391,10 +392,12 @@ func orAuto(s string) string {
 	return s
 }
 
-// settle waits until the model is ready on exactly the nodes on, and its
-// plan stands: the links among those nodes measured (a plan made before
-// they are is weighed again when they arrive, and may move; after 15 s
-// without them it goes on) and the plan's version unchanged for a second.
+// settle waits until this run's registration of the model (not an
+// earlier run's, still in the state) is ready on exactly the nodes on,
+// and its plan stands: the links among those nodes measured (a plan made
+// before they are is weighed again when they arrive, and may move; after
+// 15 s without them it goes on) and the plan's version unchanged for a
+// second.
 // It sets Layout from the plan. A model the cluster does not list (an
 // encoder its agent serves alone) has no plan: Layout stays empty.
 func (c *Cluster) settle(ctx context.Context, cl *api.Client, on []string) error {
@@ -413,6 +416,12 @@ func (c *Cluster) settle(ctx context.Context, cl *api.Client, on []string) error
 		}
 		if m == nil {
 			return c.listed(ctx), nil // served but not planned: an encoder its agent serves alone
+		}
+		if m.CreatedAt.Before(c.since) {
+			// An earlier run's registration, on its nodes (one of them
+			// may be gone: unservable): this run's load or node-1's
+			// --model replaces it in a moment.
+			return false, nil
 		}
 		switch m.Status {
 		case "unservable", "failed":

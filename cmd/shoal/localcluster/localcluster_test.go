@@ -1,7 +1,13 @@
 package localcluster
 
 import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"shoal/api"
 )
@@ -34,5 +40,45 @@ func TestLayout(t *testing.T) {
 		if got := Layout(&tc.p); got != tc.want {
 			t.Errorf("got  %q\nwant %q", got, tc.want)
 		}
+	}
+}
+
+// TestSettleWaitsForThisRun (issue #38): shoal up --nodes 1 --model X on
+// the data dir of an earlier shoal up --nodes 2 --model X finds X in the
+// state as that run left it, pinned to its two nodes, and unservable once
+// the leader sees the earlier node-2 failed, until node-1 registers X
+// again pinned to itself. Up waits for this run's registration instead of
+// failing on the earlier one's status.
+func TestSettleWaitsForThisRun(t *testing.T) {
+	since := time.Now()
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var v any
+		switch r.URL.Path {
+		case "/v1/cluster/models":
+			m := api.ModelInfo{Name: "x", Status: "unservable", Reason: "placement: pinned node n2 is failed", CreatedAt: since.Add(-time.Hour)}
+			if calls.Add(1) > 3 { // node-1 registered it again
+				m = api.ModelInfo{Name: "x", Status: "ready", PlanVersion: 3, CreatedAt: since.Add(time.Second),
+					Shards: []api.ShardInfo{{NodeName: "node-1", Lo: 0, Hi: 4, State: "ready"}}}
+			}
+			v = []api.ModelInfo{m}
+		case "/v1/cluster/models/x/placement":
+			v = api.PlacementInfo{Model: "x", Version: 3, Strategy: "single", Stages: []api.PlacementStage{
+				{Lo: 0, Hi: 4, Members: []api.PlacementMember{{NodeName: "node-1"}}}}}
+		default:
+			http.NotFound(w, r)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(v)
+	}))
+	defer srv.Close()
+	c := &Cluster{Model: "x", exited: make(chan int), since: since}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.settle(ctx, api.NewClient(srv.URL, "k"), []string{"node-1"}); err != nil {
+		t.Fatalf("up failed on the earlier run's status: %v", err)
+	}
+	if c.Layout != "single, node-1 layers 0-3" {
+		t.Errorf("layout %q", c.Layout)
 	}
 }
