@@ -46,7 +46,7 @@ func OpenEmbedding(e Embedding, owner string, log *zap.Logger) (m *openai.Model,
 		enc.Close()
 		return nil, nil, fmt.Errorf("%s: %w", e.Path, err)
 	}
-	m = &openai.Model{Name: e.Name, Tokenizer: openAITokenizer{tok, ""}, Embedder: EncoderEmbedder(enc),
+	m = &openai.Model{Name: e.Name, Tokenizer: newOpenAITokenizer(tok, ""), Embedder: EncoderEmbedder(enc),
 		Created: time.Now(), OwnedBy: owner}
 	log.Info("serving embedding model", zap.String("model", e.Name), zap.Int("dims", enc.Dims()), zap.Int("context", enc.MaxTokens()))
 	return m, enc.Close, nil
@@ -97,7 +97,7 @@ func openDecoderEmbedder(e Embedding, owner string, log *zap.Logger) (*openai.Mo
 		m.Close()
 		return nil, nil, err
 	}
-	om := &openai.Model{Name: e.Name, Tokenizer: openAITokenizer{tok, ""}, Embedder: &decoderEmbedder{r: r, pooling: e.Pooling, ctx: ctx},
+	om := &openai.Model{Name: e.Name, Tokenizer: newOpenAITokenizer(tok, ""), Embedder: &decoderEmbedder{r: r, pooling: e.Pooling, ctx: ctx},
 		Created: time.Now(), OwnedBy: owner}
 	log.Info("serving embedding model", zap.String("model", e.Name), zap.String("kind", "decoder"), zap.Stringer("pooling", e.Pooling),
 		zap.Int("dims", m.NEmbd), zap.Int("context", ctx))

@@ -44,11 +44,13 @@ func newConstrainer(tok *tokenizer.Tokenizer) *constrainer {
 }
 
 // vocabulary builds the token trie: every token's bytes, none for control
-// tokens (a grammar never produces them), and the tokens that end a
-// generation.
+// tokens (a grammar never produces them) but those that mark tool calls
+// (their text, as the endpoint renders them: a call's grammar writes them),
+// and the tokens that end a generation.
 func (c *constrainer) vocabulary() *grammar.Vocab {
 	c.once.Do(func() {
 		n := c.tok.NVocab()
+		marks := toolMarks(c.tok)
 		pieces := make([][]byte, n)
 		var eog []int32
 		for id := range int32(n) {
@@ -56,7 +58,9 @@ func (c *constrainer) vocabulary() *grammar.Vocab {
 				eog = append(eog, id)
 				continue
 			}
-			if !c.tok.IsControl(id) {
+			if s, ok := marks[id]; ok {
+				pieces[id] = []byte(s)
+			} else if !c.tok.IsControl(id) {
 				pieces[id] = c.tok.Piece(id)
 			}
 		}

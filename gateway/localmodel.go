@@ -15,7 +15,7 @@ import (
 // with tok's vocabulary and chatTemplate (the GGUF's
 // tokenizer.chat_template, "" when it has none).
 func NewOpenAIModel(name, owner string, sched *serve.Scheduler, tok *tokenizer.Tokenizer, chatTemplate string) *openai.Model {
-	return &openai.Model{Name: name, Tokenizer: openAITokenizer{tok, chatTemplate}, Submitter: schedSubmitter{sched},
+	return &openai.Model{Name: name, Tokenizer: newOpenAITokenizer(tok, chatTemplate), Submitter: schedSubmitter{sched},
 		Constrainer: newConstrainer(tok), Created: time.Now(), OwnedBy: owner}
 }
 
@@ -23,7 +23,7 @@ func NewOpenAIModel(name, owner string, sched *serve.Scheduler, tok *tokenizer.T
 // them: the tokenizer, and the constrainer that compiles grammars for it.
 // The gateway builds a model another agent drives from them.
 func OpenAIVocab(tok *tokenizer.Tokenizer, chatTemplate string) (openai.Tokenizer, openai.Constrainer) {
-	return openAITokenizer{tok, chatTemplate}, newConstrainer(tok)
+	return newOpenAITokenizer(tok, chatTemplate), newConstrainer(tok)
 }
 
 // SchedulerOf returns the scheduler m runs on (nil if none).
@@ -35,21 +35,70 @@ func SchedulerOf(m *openai.Model) *serve.Scheduler {
 }
 
 // openAITokenizer is a tokenizer and chat template as the endpoint sees
-// them.
+// them: the control tokens that mark tool calls (openai.ToolCallMarkers)
+// are rendered as their text, in pieces and in generated text, for the
+// endpoint to read and constrain the calls.
 type openAITokenizer struct {
 	t        *tokenizer.Tokenizer
 	template string
+	marks    map[int32]string
 }
+
+func newOpenAITokenizer(t *tokenizer.Tokenizer, template string) openAITokenizer {
+	return openAITokenizer{t, template, toolMarks(t)}
+}
+
+// toolMarks are t's control tokens that mark tool calls, by id, with
+// their texts (nil when it has none).
+func toolMarks(t *tokenizer.Tokenizer) map[int32]string {
+	var m map[int32]string
+	for _, s := range openai.ToolCallMarkers() {
+		if id, ok := t.TokenID(s); ok && t.IsControl(id) && !t.IsEOG(id) {
+			if m == nil {
+				m = map[int32]string{}
+			}
+			m[id] = s
+		}
+	}
+	return m
+}
+
+// markDecoder renders the tool-call markers among generated tokens.
+type markDecoder struct {
+	d     *tokenizer.Decoder
+	marks map[int32]string
+}
+
+func (d markDecoder) Add(id int32) string {
+	if s, ok := d.marks[id]; ok {
+		return d.d.Flush() + s
+	}
+	return d.d.Add(id)
+}
+
+func (d markDecoder) Flush() string { return d.d.Flush() }
 
 func (o openAITokenizer) Encode(text string, addSpecial bool) []int32 {
 	return o.t.Encode(text, addSpecial, true)
 }
 
-func (o openAITokenizer) Decode(ids []int32) string  { return o.t.Detokenize(ids, false, false) }
-func (o openAITokenizer) Piece(id int32) []byte      { return o.t.Piece(id) }
-func (o openAITokenizer) NewDecoder() openai.Decoder { return o.t.NewContinuationDecoder() }
-func (o openAITokenizer) NVocab() int                { return o.t.NVocab() }
-func (o openAITokenizer) ChatTemplate() string       { return o.template }
+func (o openAITokenizer) Decode(ids []int32) string { return o.t.Detokenize(ids, false, false) }
+func (o openAITokenizer) Piece(id int32) []byte {
+	if s, ok := o.marks[id]; ok {
+		return []byte(s)
+	}
+	return o.t.Piece(id)
+}
+
+func (o openAITokenizer) NewDecoder() openai.Decoder {
+	if len(o.marks) > 0 {
+		return markDecoder{o.t.NewContinuationDecoder(), o.marks}
+	}
+	return o.t.NewContinuationDecoder()
+}
+
+func (o openAITokenizer) NVocab() int          { return o.t.NVocab() }
+func (o openAITokenizer) ChatTemplate() string { return o.template }
 
 func (o openAITokenizer) Specials() openai.Specials {
 	sp := openai.Specials{BOSID: o.t.BOS(), AddBOS: o.t.AddBOS() && o.t.BOS() != tokenizer.NoToken}

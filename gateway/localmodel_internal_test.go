@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"shoal/api/openai"
@@ -81,5 +82,53 @@ func TestOpenAITokenizer(t *testing.T) {
 	}
 	if SchedulerOf(m) != nil || SchedulerOf(&openai.Model{}) != nil {
 		t.Fatal("SchedulerOf found a scheduler")
+	}
+}
+
+// TestToolMarkersRendered: control tokens that mark tool calls (DeepSeek's
+// <｜tool▁sep｜> here) come out as their text, in pieces, in generated
+// text (after any text held back before them) and in the grammar's
+// vocabulary, so that a call's grammar allows the token; other control
+// tokens stay silent and out of grammars.
+func TestToolMarkersRendered(t *testing.T) {
+	v, err := tokenizer.ByteLevelVocab(300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sep, other = "<｜tool▁sep｜>", "<|other|>"
+	v.Pad(304)
+	v.Tokens[302], v.Types[302] = sep, tokenizer.TypeControl
+	v.Tokens[303], v.Types[303] = other, tokenizer.TypeControl
+	tok, err := tokenizer.New(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewOpenAIModel("m", "me", nil, tok, "")
+	o := m.Tokenizer
+	if got := string(o.Piece(302)); got != sep {
+		t.Fatalf("the marker's piece is %q", got)
+	}
+	if got := string(o.Piece(303)); got != "" {
+		t.Fatalf("another control token's piece is %q", got)
+	}
+	d := o.NewDecoder()
+	var out string
+	for _, id := range append(tok.Encode("f", false, false), 302, 303) {
+		out += d.Add(id)
+	}
+	out += d.Add(tok.Encode("{}", false, false)[0]) + d.Flush()
+	if !strings.HasPrefix(out, "f"+sep+"{") {
+		t.Fatalf("generated text %q", out)
+	}
+	c, err := m.Constrainer.Grammar(`root ::= "f<｜tool▁sep｜>{}"`, []byte("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mask := c.Mask()
+	if mask[302/64]&(1<<(302%64)) == 0 || mask[303/64]&(1<<(303%64)) != 0 {
+		t.Fatal("the grammar does not allow the marker token, or allows the other control token")
+	}
+	if err := c.Accept(302); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -114,7 +114,9 @@ func (req *ChatRequest) tokenize(h *handler, r *genRequest) *apiError {
 		mt := h.template(r.model)
 		p.format = toolsGeneric
 		if !mt.fallback {
-			p.format = detectToolFormat(mt.tpl.Source())
+			src := mt.tpl.Source()
+			p.format = detectToolFormat(src)
+			p.describe = p.format != toolsGeneric && !strings.Contains(src, "tools")
 		}
 		if p.format != toolsGeneric {
 			tools = p.raw
@@ -219,7 +221,9 @@ func (c *chatShape) streamable() string {
 	if !c.calling && c.tools.format == toolsGeneric && c.tools.choice == "auto" {
 		return c.streamResponse()
 	}
-	if c.calling || trigger == "" || c.tools.choice != "auto" {
+	if c.calling || trigger == "" || c.tools.choice != "auto" || c.tools.format == toolsHarmony {
+		// gpt-oss's answer is harmony messages: its text is known when
+		// they are read, at the end.
 		c.calling = true
 		return ""
 	}
@@ -306,7 +310,14 @@ func (c *chatShape) last(finish string) []any {
 	var out []any
 	if c.tools != nil {
 		full := c.text.String()
-		_, calls := c.tools.parse(full)
+		content, calls := c.tools.parse(full)
+		rest := full[c.sent:]
+		if c.tools.format == toolsHarmony {
+			rest = content // nothing was streamed
+			if len(calls) > 0 && content != "" {
+				out = append(out, c.streamed(ChatChunkChoice{Delta: ChatDelta{Content: &content}}))
+			}
+		}
 		if len(calls) > 0 {
 			deltas := make([]ToolCallDelta, 0, 2*len(calls))
 			for i, call := range calls {
@@ -319,7 +330,7 @@ func (c *chatShape) last(finish string) []any {
 			if finish == "stop" {
 				finish = "tool_calls"
 			}
-		} else if rest := full[c.sent:]; rest != "" && !c.jsonText {
+		} else if rest != "" && !c.jsonText {
 			out = append(out, c.streamed(ChatChunkChoice{Delta: ChatDelta{Content: &rest}}))
 		}
 	}

@@ -53,9 +53,16 @@ var (
 	modelFiles = map[string]string{}
 )
 
+// markerTokens are control tokens of the test vocabulary that mark tool
+// calls in DeepSeek's, Kimi K2's and GLM's formats, as in their real
+// vocabularies (from id 302 on).
+var markerTokens = []string{"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>",
+	"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+	"<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"}
+
 // testVocab is the shoal byte-level vocabulary (512 tokens, BOS 256 "<|bos|>",
 // EOS 257 "<|eos|>", add_bos true) with <|im_start|> and <|im_end|> as
-// control tokens and <|im_end|> as end of turn.
+// control tokens and <|im_end|> as end of turn, and the markerTokens.
 func testVocab(t testing.TB) tokenizer.Vocab {
 	v, err := tokenizer.ByteLevelVocab(300)
 	if err != nil {
@@ -64,6 +71,9 @@ func testVocab(t testing.TB) tokenizer.Vocab {
 	v.Pad(512)
 	v.Tokens[imStart], v.Tokens[imEnd] = "<|im_start|>", "<|im_end|>"
 	v.Types[imStart], v.Types[imEnd] = tokenizer.TypeControl, tokenizer.TypeControl
+	for i, m := range markerTokens {
+		v.Tokens[302+i], v.Types[302+i] = m, tokenizer.TypeControl
+	}
 	v.EOT = imEnd
 	return v
 }

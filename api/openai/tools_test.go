@@ -60,6 +60,15 @@ func weatherTools() []oa.ChatCompletionToolUnionParam {
 	}
 }
 
+// toolParams asks for the weather in Paris with the weather tools.
+func toolParams(choice oa.ChatCompletionToolChoiceOptionUnionParam, seed int64) oa.ChatCompletionNewParams {
+	p := chatParams("What is the weather in Paris?", 200, 1)
+	p.Tools = weatherTools()
+	p.ToolChoice = choice
+	p.Seed = oa.Int(seed)
+	return p
+}
+
 // checkCall checks that a call names one of the tools with arguments valid
 // against its parameters.
 func checkCall(t *testing.T, name, args string) {
@@ -88,13 +97,7 @@ func TestClientTools(t *testing.T) {
 			e := newEnv(t, envOptions{template: tc.template, cacheTokens: 4096})
 			c := newClient(e)
 			ctx := context.Background()
-			params := func(choice oa.ChatCompletionToolChoiceOptionUnionParam, seed int64) oa.ChatCompletionNewParams {
-				p := chatParams("What is the weather in Paris?", 200, 1)
-				p.Tools = weatherTools()
-				p.ToolChoice = choice
-				p.Seed = oa.Int(seed)
-				return p
-			}
+			params := toolParams
 			required := oa.ChatCompletionToolChoiceOptionUnionParam{OfAuto: oa.String("required")}
 			res, err := c.Chat.Completions.New(ctx, params(required, 1))
 			if err != nil {
@@ -283,5 +286,129 @@ func TestLazyGrammar(t *testing.T) {
 	feed("c</tool_call>")
 	if !lc.Done() {
 		t.Fatal("the call is complete but the constraint is not done")
+	}
+}
+
+// Templates of our own that mimic the native formats' markers (see
+// tools_native_test.go for the formats): DeepSeek-V3.1's (tools not
+// shown), GLM-4.5's, Kimi K2's and gpt-oss's.
+const (
+	deepSeekTemplate = `{% for m in messages %}{% if m.role == 'system' %}{{ m.content }}{% elif m.role == 'user' %}<｜User｜>{{ m.content }}{% elif m.tool_calls %}<｜Assistant｜><｜tool▁calls▁begin｜>{% for c in m.tool_calls %}<｜tool▁call▁begin｜>{{ c.function.name }}<｜tool▁sep｜>{{ c.function.arguments }}<｜tool▁call▁end｜>{% endfor %}<｜tool▁calls▁end｜><|im_end|>{% elif m.role == 'tool' %}<｜tool▁output▁begin｜>{{ m.content }}<｜tool▁output▁end｜>{% else %}<｜Assistant｜>{{ m.content }}<|im_end|>{% endif %}{% endfor %}{% if add_generation_prompt %}<｜Assistant｜>{% endif %}`
+	glmTemplate      = `[gMASK]<sop>{% if tools %}<|system|>{% for t in tools %}{{ t | tojson }}{% endfor %}{% endif %}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% for c in m.tool_calls %}
+<tool_call>{{ c.function.name }}{% for k, v in c.function.arguments.items() %}
+<arg_key>{{ k }}</arg_key>
+<arg_value>{{ v }}</arg_value>{% endfor %}
+</tool_call>{% endfor %}{% endfor %}<|assistant|>`
+	kimiTemplate   = `{% if tools %}<|im_system|>tool_declare<|im_middle|>{{ tools | tojson }}<|im_end|>{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}<|im_middle|>{{ m.content }}{% if m.tool_calls %}<|tool_calls_section_begin|>{% for c in m.tool_calls %}<|tool_call_begin|>{{ c.id }}<|tool_call_argument_begin|>{{ c.function.arguments | tojson }}<|tool_call_end|>{% endfor %}<|tool_calls_section_end|>{% endif %}<|im_end|>{% endfor %}<|im_start|>assistant<|im_middle|>`
+	gptOSSTemplate = `{% for m in messages %}<|start|>{{ m.role }}{% if m.role == 'assistant' %}<|channel|>final{% endif %}<|message|>{{ m.content }}<|end|>{% endfor %}{% if tools %}<|start|>developer<|message|>namespace functions {{ '{' }}{% for t in tools %}type {{ t.function.name }};{% endfor %}}<|end|>{% endif %}<|start|>assistant`
+)
+
+// TestNativeToolCalls runs required and named calls through a small random
+// model in DeepSeek-V3.1's, GLM-4.5's, Kimi K2's and gpt-oss's formats:
+// each format's grammar compiles for the vocabulary (whose DeepSeek,
+// Kimi and GLM markers are control tokens) and makes the model write a
+// call that the answer reads back, in whole answers and streamed, with
+// arguments valid against the tool's parameters (GLM's string values
+// written as text). DeepSeek's template does not show the tools: the
+// system message describes them.
+func TestNativeToolCalls(t *testing.T) {
+	for _, tc := range []struct {
+		name, template, marker string
+	}{{"deepseek-v3.1", deepSeekTemplate, "<｜tool▁calls▁begin｜>"}, {"glm-4.5", glmTemplate, "<tool_call>"},
+		{"kimi-k2", kimiTemplate, "<|tool_calls_section_begin|>"}, {"gpt-oss", gptOSSTemplate, " to=functions."}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{template: tc.template, cacheTokens: 4096})
+			c := newClient(e)
+			ctx := context.Background()
+			params := func(choice oa.ChatCompletionToolChoiceOptionUnionParam, seed int64) oa.ChatCompletionNewParams {
+				p := toolParams(choice, seed)
+				// One call: a random model would chain calls until
+				// max_tokens cuts them.
+				p.ParallelToolCalls = oa.Bool(false)
+				return p
+			}
+			required := oa.ChatCompletionToolChoiceOptionUnionParam{OfAuto: oa.String("required")}
+			named := oa.ToolChoiceOptionFunctionToolChoice(oa.ChatCompletionNamedToolChoiceFunctionParam{Name: "get_weather"})
+			for seed := range int64(3) {
+				for _, choice := range []oa.ChatCompletionToolChoiceOptionUnionParam{required, named} {
+					res, err := c.Chat.Completions.New(ctx, params(choice, seed))
+					if err != nil {
+						t.Fatal(err)
+					}
+					ch := res.Choices[0]
+					if ch.FinishReason != "tool_calls" || len(ch.Message.ToolCalls) == 0 {
+						t.Fatalf("seed %d: finish %q, content %q, %d calls", seed, ch.FinishReason, ch.Message.Content, len(ch.Message.ToolCalls))
+					}
+					for _, call := range ch.Message.ToolCalls {
+						checkCall(t, call.Function.Name, call.Function.Arguments)
+					}
+					if choice.OfFunctionToolChoice != nil && ch.Message.ToolCalls[0].Function.Name != "get_weather" {
+						t.Fatalf("named get_weather, called %s", ch.Message.ToolCalls[0].Function.Name)
+					}
+					if tc.name == "kimi-k2" && !strings.HasPrefix(ch.Message.ToolCalls[0].ID, "functions."+ch.Message.ToolCalls[0].Function.Name+":") {
+						t.Errorf("Kimi's call id %q", ch.Message.ToolCalls[0].ID)
+					}
+					if seed == 0 {
+						t.Logf("%s(%s), content %q", ch.Message.ToolCalls[0].Function.Name, ch.Message.ToolCalls[0].Function.Arguments, ch.Message.Content)
+					}
+				}
+			}
+			st := c.Chat.Completions.NewStreaming(ctx, params(required, 7))
+			acc := oa.ChatCompletionAccumulator{}
+			for st.Next() {
+				acc.AddChunk(st.Current())
+			}
+			if err := st.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if sc := acc.Choices[0]; sc.FinishReason != "tool_calls" || len(sc.Message.ToolCalls) == 0 {
+				t.Fatalf("streamed: finish %q, %d calls", sc.FinishReason, len(sc.Message.ToolCalls))
+			}
+			// tool_choice auto: the grammar waits for the format's
+			// trigger; a random model's answers are text.
+			res, err := c.Chat.Completions.New(ctx, params(oa.ChatCompletionToolChoiceOptionUnionParam{OfAuto: oa.String("auto")}, 3))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := res.Choices[0].Message; len(m.ToolCalls) == 0 && strings.Contains(m.Content, tc.marker) {
+				t.Errorf("auto: the answer has the trigger but no call: %q", m.Content)
+			}
+		})
+	}
+}
+
+// TestNativeToolGrammars: each native format's grammar (tool_choice
+// required, parallel calls) takes two calls written as the model writes
+// them and is then done, and refuses a call of a tool that is not offered.
+func TestNativeToolGrammars(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	tools := `[{"type": "function", "function": {"name": "get_time", "parameters": ` + timeParams + `}},
+		{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "note": {"type": "string"}}, "required": ["a"]}}}]`
+	for _, tc := range []struct{ format, calls, bad string }{
+		{"deepseek-v3.1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{\"zone\": \"utc\"}<｜tool▁call▁end｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>{\"a\": 2}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+			"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>sub<｜tool▁sep｜>"},
+		{"deepseek-r1", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{\"zone\": \"local\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>add\n```json\n{\"a\": 1}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+			"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>sub"},
+		{"glm-4.5", "<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>3</arg_value>\n<arg_key>note</arg_key>\n<arg_value>three \"3\"</arg_value>\n</tool_call>\n<tool_call>get_time\n<arg_key>zone</arg_key>\n<arg_value>utc</arg_value>\n</tool_call>",
+			"<tool_call>add\n<arg_key>b</arg_key>"},
+		{"kimi-k2", "<|tool_calls_section_begin|><|tool_call_begin|>functions.add:0<|tool_call_argument_begin|>{\"a\": 5, \"note\": \"x\"}<|tool_call_end|><|tool_call_begin|>functions.get_time:1<|tool_call_argument_begin|>{\"zone\": \"utc\"}<|tool_call_end|><|tool_calls_section_end|>",
+			"<|tool_calls_section_begin|><|tool_call_begin|>functions.sub:"},
+		{"gpt-oss", "<|channel|>analysis<|message|>Use add.<|end|><|start|>assistant<|channel|>commentary to=functions.add <|constrain|>json<|message|>{\"a\": 7}", "<|channel|>commentary to=functions.sub"},
+	} {
+		gbnf, err := openai.NativeToolGrammar(tc.format, []byte(tools), e.model.Constrainer)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.format, err)
+		}
+		c, err := e.model.Constrainer.Grammar(gbnf, []byte(tc.calls))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", tc.format, err, gbnf)
+		}
+		// GLM's calls are separated by newlines: another may follow.
+		if !c.Done() && tc.format != "glm-4.5" {
+			t.Errorf("%s: the calls are complete but the grammar is not done", tc.format)
+		}
+		if _, err := e.model.Constrainer.Grammar(gbnf, []byte(tc.bad)); err == nil {
+			t.Errorf("%s: the grammar takes %q", tc.format, tc.bad)
+		}
 	}
 }
