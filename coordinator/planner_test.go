@@ -290,6 +290,11 @@ func TestPlannerKeepsNewerModel(t *testing.T) {
 	c.add(1)
 	worker(c, StatusAlive, "w1", "w2")
 	l := c.leader(10 * time.Second)
+	// The workers' registrations land a moment after gossip lists them.
+	waitFor(t, 10*time.Second, "both workers in the state", func() bool {
+		st := l.srv.fsm.State()
+		return st.Nodes["w1"] != nil && st.Nodes["w2"] != nil
+	})
 	upsertTwoNodeModel(t, l)
 	stale := l.srv.fsm.State()
 	m := stale.Models["m"]
