@@ -393,10 +393,16 @@ func (f *faultEnv) leader(t *testing.T) string {
 // that just joined serves HTTPS once a server signed its certificate).
 func (f *faultEnv) refreshIDs(t *testing.T, p *proc) {
 	var nodes []nodeInfo
+	// A server restarted a moment ago answers from its state before it
+	// has read its log back: no nodes, or fewer than were known.
+	want := max(1, len(f.ids))
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
 		err := f.cli(p, &nodes, "node", "ls")
-		if err == nil {
+		if err == nil && len(nodes) >= want {
 			break
+		}
+		if err == nil {
+			err = fmt.Errorf("node ls lists %d nodes, %d were known", len(nodes), want)
 		}
 		if time.Now().After(deadline) {
 			t.Fatal(err)
