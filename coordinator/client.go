@@ -146,7 +146,8 @@ var errNoServer = &Error{Code: http.StatusServiceUnavailable, Msg: "no server kn
 
 // State reads the cluster state from the leader, as Consul's default
 // consistency does, so a server that is still catching up never answers
-// with an old view. Without a leader a server answers from its own copy.
+// with an old view. Without a leader a server answers from its own copy
+// once that copy is whole (ownState).
 func (c *Client) State(ctx context.Context) (*State, error) {
 	if c.srv != nil && c.srv.IsLeader() {
 		return c.srv.FSM().State(), nil
@@ -154,7 +155,7 @@ func (c *Client) State(ctx context.Context) (*State, error) {
 	addr, err := c.ServerAddr()
 	if err != nil {
 		if c.srv != nil {
-			return c.srv.FSM().State(), nil
+			return c.ownState(ctx)
 		}
 		return nil, err
 	}
@@ -167,11 +168,34 @@ func (c *Client) State(ctx context.Context) (*State, error) {
 	var st State
 	if err := c.call.Call(cctx, addr, MethodState, nil, &st); err != nil {
 		if c.srv != nil {
-			return c.srv.FSM().State(), nil
+			return c.ownState(ctx)
 		}
 		return nil, err
 	}
 	return &st, nil
+}
+
+// ErrCatchingUp answers a read on a server that restarted a moment ago
+// and has heard from no leader since: its copy of the state may be far
+// behind (empty, before a first snapshot), and a read from it would list
+// the cluster as it was long ago.
+var ErrCatchingUp = &Error{Code: http.StatusServiceUnavailable,
+	Msg: "this server restarted a moment ago and has not caught up with the cluster (no leader has answered yet): try again shortly"}
+
+// ownState is this server's copy for a read no leader answered, once the
+// copy is whole (Server.CaughtUp). Before that it waits for a leader as
+// LeaderState does, and fails with ErrCatchingUp when none answers.
+func (c *Client) ownState(ctx context.Context) (*State, error) {
+	if c.srv.CaughtUp() {
+		return c.srv.FSM().State(), nil
+	}
+	if st, err := c.LeaderState(ctx); err == nil {
+		return st, nil
+	}
+	if c.srv.CaughtUp() {
+		return c.srv.FSM().State(), nil
+	}
+	return nil, ErrCatchingUp
 }
 
 // LeaderState reads the leader's state, waiting for a leader as writes do

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -262,5 +264,62 @@ func TestClientNodeWrites(t *testing.T) {
 	}
 	if _, err := cl.Handle(ctx, node, MethodTransferLeader, body); StatusCode(err) != http.StatusForbidden {
 		t.Errorf("leadership transfer without a key: %v", err)
+	}
+}
+
+// TestReadWhileCatchingUp: a server restarted without a leader to talk
+// to holds only its last snapshot (here none: an empty state). A read on
+// it waits for a leader and then fails with ErrCatchingUp instead of
+// listing an empty cluster; once the others are back the read answers
+// with the whole state.
+func TestReadWhileCatchingUp(t *testing.T) {
+	c := newTestCluster(t)
+	for i := 0; i < 3; i++ {
+		s := &testServer{id: fmt.Sprintf("node-%d", i), addr: "127.0.0.1:0", expect: 3, snaps: 1 << 20}
+		s.dir = filepath.Join(c.base, s.id)
+		c.addServer(s)
+		c.start(s)
+	}
+	if err := c.onLeader(func(l *testServer) error {
+		return l.srv.Apply(ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "kept"}}, 5*time.Second)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	first := c.servers[0]
+	waitFor(t, 10*time.Second, "the model on every server", func() bool {
+		for _, s := range c.servers {
+			if s.srv.FSM().State().Models["kept"] == nil {
+				return false
+			}
+		}
+		return true
+	})
+	for _, s := range c.servers {
+		c.stop(s)
+	}
+	c.start(first)
+	if first.srv.CaughtUp() {
+		t.Fatal("a server restarted without a leader says it caught up")
+	}
+	cl := NewClient(first.srv, c.members, &memCaller{clients: map[string]*Client{}}, zap.NewNop())
+	cl.LeaderWait = time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if st, err := cl.State(ctx); !errors.Is(err, ErrCatchingUp) {
+		n := -1
+		if st != nil {
+			n = len(st.Models)
+		}
+		t.Fatalf("read before catching up: %d models, %v; want ErrCatchingUp", n, err)
+	}
+	for _, s := range c.servers[1:] {
+		c.start(s)
+	}
+	waitFor(t, 15*time.Second, "the restarted server caught up", first.srv.CaughtUp)
+	// Without a leader reachable through this caller, the read answers
+	// from the server's own copy, now whole.
+	st, err := cl.State(ctx)
+	if err != nil || st.Models["kept"] == nil {
+		t.Fatalf("read after catching up: %v, %v", st, err)
 	}
 }

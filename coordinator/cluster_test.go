@@ -1,13 +1,16 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -58,6 +61,7 @@ func (f *fakeMembers) setStatus(id string, st NodeStatus) {
 }
 
 type testServer struct {
+	snaps  uint64 // SnapshotThreshold (0: 16)
 	id     string
 	dir    string
 	addr   string
@@ -122,9 +126,16 @@ func (c *testCluster) running(id string) *Server {
 
 func (c *testCluster) start(s *testServer) {
 	c.t.Helper()
+	if err := c.tryStart(s); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// tryStart starts s, or returns why its server did not start.
+func (c *testCluster) tryStart(s *testServer) error {
 	ident, err := transport.SelfIssue(c.ca, s.id, transport.RoleServer)
 	if err != nil {
-		c.t.Fatal(err)
+		return err
 	}
 	var ep *transport.Endpoint
 	for i := 0; i < 20; i++ { // the old port may linger for a moment
@@ -135,7 +146,7 @@ func (c *testCluster) start(s *testServer) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if err != nil {
-		c.t.Fatal(err)
+		return err
 	}
 	s.ep = ep
 	s.addr = ep.Addr().String()
@@ -144,7 +155,7 @@ func (c *testCluster) start(s *testServer) {
 		Bootstrap:        s.expect,
 		HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond,
 		ReconcileInterval: 100 * time.Millisecond, ServerStabilization: 200 * time.Millisecond, DeadServerGrace: time.Second,
-		SnapshotThreshold: 16, SnapshotInterval: 200 * time.Millisecond,
+		SnapshotThreshold: cmp.Or(s.snaps, 16), SnapshotInterval: 200 * time.Millisecond,
 		Certify: certifyByPeer(ep),
 		PeerHasState: func(ctx context.Context, m Member) (bool, error) {
 			if o := c.running(m.ID); o != nil {
@@ -154,12 +165,15 @@ func (c *testCluster) start(s *testServer) {
 		},
 	})
 	if err != nil {
-		c.t.Fatal(err)
+		ep.Close()
+		s.ep = nil
+		return err
 	}
 	c.mu.Lock()
 	s.srv = srv
 	c.mu.Unlock()
 	c.members.set(Member{ID: s.id, Name: s.id, Role: RoleServer, RPCAddr: s.addr, Status: StatusAlive, Expect: s.expect})
+	return nil
 }
 
 // blockedCerts holds, by RPC address, the certifications that wait for
@@ -528,5 +542,68 @@ func TestTransferLeadership(t *testing.T) {
 		if err := c.onLeader(func(l *testServer) error { return l.srv.TransferLeadership(x.id) }); StatusCode(err) != x.code {
 			t.Errorf("transfer to %s: %v, want status %d", x.id, err, x.code)
 		}
+	}
+}
+
+// TestRecoverFromLostMajority: three voters, two of them gone for good.
+// The one left cannot elect itself; its recovery file names it alone, and
+// on its next start it leads with the state it had, and the file is gone.
+// A malformed file stops the start with an error naming the file.
+func TestRecoverFromLostMajority(t *testing.T) {
+	c := newTestCluster(t)
+	for i := 0; i < 3; i++ {
+		c.add(3)
+	}
+	if err := c.onLeader(func(l *testServer) error {
+		return l.srv.Apply(ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "kept"}}, 5*time.Second)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	left := c.servers[0]
+	waitFor(t, 10*time.Second, "the model on the server that stays", func() bool {
+		return left.srv.FSM().State().Models["kept"] != nil
+	})
+	for _, s := range c.servers {
+		c.stop(s)
+	}
+	stored, err := StoredConfiguration(left.dir)
+	if err != nil || len(stored) != 3 {
+		t.Fatalf("stored configuration: %v, %v; want 3 servers", stored, err)
+	}
+
+	// Alone, without recovery: no leader.
+	c.start(left)
+	time.Sleep(2 * time.Second)
+	if left.srv.IsLeader() {
+		t.Fatal("one of three voters elected itself")
+	}
+	c.stop(left)
+
+	if err := os.WriteFile(RecoveryPath(left.dir), []byte("[{\"id\": "), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.tryStart(left); err == nil || !strings.Contains(err.Error(), RecoveryPath(left.dir)) {
+		t.Fatalf("a malformed recovery file: %v, want an error naming it", err)
+	}
+
+	if err := WriteRecovery(left.dir, []RecoveryEntry{{ID: left.id, Address: left.addr}}); err != nil {
+		t.Fatal(err)
+	}
+	c.start(left)
+	if l := c.leader(10 * time.Second); l != left {
+		t.Fatalf("leader %s, want %s", l.id, left.id)
+	}
+	if left.srv.FSM().State().Models["kept"] == nil {
+		t.Fatal("the recovered server lost the state it had")
+	}
+	if _, err := os.Stat(RecoveryPath(left.dir)); !os.IsNotExist(err) {
+		t.Fatalf("the recovery file stays after it was applied: %v", err)
+	}
+	if err := left.srv.Apply(ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "after"}}, 5*time.Second); err != nil {
+		t.Fatalf("the recovered cluster does not take commands: %v", err)
+	}
+	c.stop(left)
+	if stored, err := StoredConfiguration(left.dir); err != nil || len(stored) != 1 || stored[0].ID != left.id || !stored[0].Voter {
+		t.Fatalf("stored configuration after recovery: %+v, %v", stored, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -136,6 +137,9 @@ type Server struct {
 	planSig map[string]string    // per model, the planning inputs of the last committed decision
 
 	certs certifier // the leader's certified view of gossip members
+
+	startIndex uint64      // the last log index read back at start
+	caughtUp   atomic.Bool // latched by CaughtUp
 }
 
 // NewServer opens the stores and starts Raft.
@@ -187,6 +191,11 @@ func NewServer(cfg Config) (*Server, error) {
 	rc.TrailingLogs = 1024
 	notify := make(chan bool, 10)
 	rc.NotifyCh = notify
+	if err := applyRecovery(dir, rc, store, snaps, trans, log); err != nil {
+		trans.Close()
+		store.Close()
+		return nil, err
+	}
 	r, err := raft.NewRaft(rc, fsm, store, store, snaps, trans)
 	if err != nil {
 		trans.Close()
@@ -198,6 +207,7 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg: cfg, raft: r, fsm: fsm, store: store, trans: trans, log: log,
 		notify: notify, shutdown: make(chan struct{}),
 		removed: map[string]time.Time{}, seen: map[string]time.Time{}, failed: map[string]time.Time{},
+		startIndex: r.LastIndex(),
 	}
 	s.wg.Add(2)
 	go s.monitorLeadership()
@@ -231,6 +241,25 @@ func (s *Server) Leader() (id, addr string) {
 	a, i := s.raft.LeaderWithID()
 	_, addr = nodeaddr.Split(string(a)) // raft learns it as resolved, with the ID
 	return string(i), addr
+}
+
+// CaughtUp reports whether this server's copy of the state is whole: it
+// has applied the log it read back at start, or what a leader it has
+// heard from since says is committed. Raft restores only the last
+// snapshot at start; the entries after it are applied once a leader says
+// they are committed, so until then the copy can be far behind (empty,
+// before a first snapshot).
+func (s *Server) CaughtUp() bool {
+	if s.caughtUp.Load() {
+		return true
+	}
+	applied := s.raft.AppliedIndex()
+	ok := applied >= s.startIndex ||
+		!s.raft.LastContact().IsZero() && applied >= s.raft.CommitIndex()
+	if ok {
+		s.caughtUp.Store(true)
+	}
+	return ok
 }
 
 // HasState reports whether this server belongs to a Raft cluster.

@@ -15,20 +15,27 @@ import (
 // figures placement show prints and the driver's warning compares.
 func TestMeasuredFromDriver(t *testing.T) {
 	c, _, front := servingElsewhere(t)
-	if code, body := post(t, front+"/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":24,"ignore_eos":true}`); code != 200 {
-		t.Fatalf("chat: %d %s", code, body)
-	}
 	read, err := c.Client(0, tc.Secret).CreateToken(context.Background(), api.TokenRequest{Kind: api.TokenRead})
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, body := request(t, read.Secret, "GET", front+"/v1/cluster/models/tiny/measured", "")
-	if code != 200 {
-		t.Fatalf("measured through the front agent: %d %s", code, body)
-	}
+	// A plan made before the links were measured may be made again when
+	// they are (on a loaded host, during the answer): the new plan's
+	// scheduler counts only the steps after it. Another answer then
+	// counts in full.
 	var m api.Measured
-	if err := json.Unmarshal([]byte(body), &m); err != nil {
-		t.Fatal(err)
+	for try := 0; try < 3 && m.DecodeSteps < 10; try++ {
+		if code, body := post(t, front+"/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":24,"ignore_eos":true}`); code != 200 {
+			t.Fatalf("chat: %d %s", code, body)
+		}
+		code, body := request(t, read.Secret, "GET", front+"/v1/cluster/models/tiny/measured", "")
+		if code != 200 {
+			t.Fatalf("measured through the front agent: %d %s", code, body)
+		}
+		m = api.Measured{}
+		if err := json.Unmarshal([]byte(body), &m); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if m.Driver != "gpu-box" || m.PlanVersion == 0 || m.PredictedMsPerToken <= 0 || m.DecodeSteps < 10 || m.MeasuredMsPerToken <= 0 {
 		t.Fatalf("measured: %+v", m)

@@ -4,7 +4,10 @@ package integration
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -23,7 +26,26 @@ import (
 // Ctrl-C stops every agent.
 func TestUpCurl(t *testing.T) {
 	dir, bin := buildForUp(t)
-	upAndCurl(t, dir, bin)
+	upAndCurl(t, dir, bin, 3)
+}
+
+// TestUpFewerNodes: 'shoal up --nodes 1' on the data dir of a 3-node run
+// (whose Raft configuration has three voters, two of which this run does
+// not start) serves, instead of waiting for a leader that never comes;
+// and a 3-node run after it serves again.
+func TestUpFewerNodes(t *testing.T) {
+	dir, bin := buildForUp(t)
+	upAndCurl(t, dir, bin, 3)
+	var log bytes.Buffer
+	upAndCurlLog(t, dir, bin, 1, &log)
+	if !strings.Contains(log.String(), "names voters this run does not start (node-2, node-3); node-1 start as its voters") {
+		t.Errorf("shoal up did not say it made the started node the voter:\n%s", log.String())
+	}
+	log.Reset()
+	upAndCurlLog(t, dir, bin, 3, &log)
+	if !strings.Contains(log.String(), "differs among the nodes") {
+		t.Errorf("shoal up did not say it made the nodes agree on the voters:\n%s", log.String())
+	}
 }
 
 // TestUpFewLayers: `shoal up --model OWNER/REPO:QUANT` of a hub model
@@ -49,7 +71,7 @@ func TestUpFewLayers(t *testing.T) {
 	t.Setenv("HF_TOKEN", "")
 	t.Setenv("HUGGING_FACE_HUB_TOKEN", "")
 	t.Setenv("SHOAL_MODELS", filepath.Join(dir, "store"))
-	banner := upAndCurl(t, dir, bin, "--model", "tester/TwoLayer-GGUF:Q8_0")
+	banner := upAndCurl(t, dir, bin, 3, "--model", "tester/TwoLayer-GGUF:Q8_0")
 	note, named := "", false
 	for _, l := range banner {
 		s := strings.TrimSpace(l)
@@ -81,14 +103,23 @@ func buildForUp(t *testing.T) (dir, bin string) {
 	return dir, bin
 }
 
-// upAndCurl runs `shoal up` with 3 agents (and args), runs the curl line it
+// upAndCurl runs `shoal up` with nodes agents (and args), runs the curl line it
 // prints, checks the completion, stops it with Ctrl-C and checks that no
 // agent is left; it returns the lines printed up to the banner's end.
-func upAndCurl(t *testing.T, dir, bin string, args ...string) []string {
+func upAndCurl(t *testing.T, dir, bin string, nodes int, args ...string) []string {
+	return upAndCurlLog(t, dir, bin, nodes, nil, args...)
+}
+
+// upAndCurlLog is upAndCurl that also copies what shoal up writes to
+// stderr into log.
+func upAndCurlLog(t *testing.T, dir, bin string, nodes int, log io.Writer, args ...string) []string {
 	base := freeBase(t)
-	cmd := exec.Command(bin, append([]string{"up", "--nodes", "3", "--data-dir", filepath.Join(dir, "up"), "--port", base}, args...)...)
+	cmd := exec.Command(bin, append([]string{"up", "--nodes", strconv.Itoa(nodes), "--data-dir", filepath.Join(dir, "up"), "--port", base}, args...)...)
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
+	if log != nil {
+		cmd.Stderr = io.MultiWriter(os.Stderr, log)
+	}
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -137,6 +168,13 @@ wait:
 	}
 	out, err := exec.Command("sh", "-c", strings.Join(curl, " ")+" --silent --show-error --fail").Output()
 	if err != nil {
+		for i := 1; i <= nodes; i++ {
+			b, _ := os.ReadFile(filepath.Join(dir, "up", fmt.Sprintf("node-%d", i), "agent.log"))
+			if len(b) > 6000 {
+				b = b[len(b)-6000:]
+			}
+			t.Logf("node-%d's log ends:\n%s", i, b)
+		}
 		t.Fatalf("the printed curl line failed: %v\n%s", err, out)
 	}
 	var resp struct {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"shoal/api"
+	"shoal/coordinator"
 	"shoal/engine/gguf"
 	"shoal/engine/model"
 	"shoal/engine/synth"
@@ -194,6 +195,9 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			load, on = req, req.Nodes
 		}
 	}
+	if err := c.recoverVoters(); err != nil {
+		return nil, err
+	}
 	for i := 0; i < o.Nodes; i++ {
 		if err := c.startAgent(i, modelPath, i == 0 && load == nil); err != nil {
 			c.Stop()
@@ -302,6 +306,102 @@ func spreadRequest(path, name string, o Options) (*api.LoadModelRequest, bool, e
 		req.Nodes = append(req.Nodes, fmt.Sprintf("node-%d", i+1))
 	}
 	return req, true, nil
+}
+
+// recoverVoters makes a data dir whose Raft configuration names voters
+// this run does not start (an earlier run had more nodes, or another node
+// led and made node-1 a non-voter to keep the voter count odd), or whose
+// nodes' configurations differ, start with one leader: without a majority
+// of its voters the cluster would never elect one, and with differing
+// configurations two could lead. Every started node that has Raft state
+// gets a recovery file naming those nodes as the voters
+// (coordinator.WriteRecovery); nodes without state join as the leader
+// adds them.
+func (c *Cluster) recoverVoters() error {
+	o := c.opts
+	type held struct {
+		i    int
+		id   string
+		conf []coordinator.ServerInfo
+	}
+	var hs []held
+	started := map[string]bool{}
+	for i := 0; i < o.Nodes; i++ {
+		dir := c.agentDir(i)
+		conf, err := coordinator.StoredConfiguration(dir)
+		if err != nil {
+			return fmt.Errorf("node-%d's cluster state in %s: %w", i+1, dir, err)
+		}
+		if len(conf) == 0 {
+			continue
+		}
+		id, err := node.NodeID(dir)
+		if err != nil {
+			return err
+		}
+		hs = append(hs, held{i, id, conf})
+		started[id] = true
+	}
+	var missing []string
+	confs := map[string]bool{}
+	for _, h := range hs {
+		var key []string
+		for _, s := range h.conf {
+			if s.Voter && !started[s.ID] && !slices.Contains(missing, s.ID) {
+				missing = append(missing, s.ID)
+			}
+			key = append(key, fmt.Sprintf("%s:%v", s.ID, s.Voter))
+		}
+		slices.Sort(key)
+		confs[strings.Join(key, ",")] = true
+	}
+	var why string
+	switch {
+	case len(missing) > 0:
+		names := c.namesOf(missing)
+		slices.Sort(names)
+		why = "names voters this run does not start (" + strings.Join(names, ", ") + ")"
+	case len(confs) > 1:
+		// Nodes that sat out a run keep the configuration they last had:
+		// two of them could elect each other on it and lead beside the
+		// node that led without them.
+		why = "differs among the nodes (some sat out the last run)"
+	default:
+		return nil
+	}
+	var entries []coordinator.RecoveryEntry
+	var on []string
+	for _, h := range hs {
+		entries = append(entries, coordinator.RecoveryEntry{ID: h.id, Address: net.JoinHostPort("127.0.0.1", strconv.Itoa(o.port(h.i, 1)))})
+		on = append(on, fmt.Sprintf("node-%d", h.i+1))
+	}
+	for _, h := range hs {
+		if err := coordinator.WriteRecovery(c.agentDir(h.i), entries); err != nil {
+			return fmt.Errorf("node-%d: %w", h.i+1, err)
+		}
+	}
+	fmt.Fprintf(o.Log, "the cluster state in %s %s; %s start as its voters\n", o.DataDir, why, strings.Join(on, ", "))
+	return nil
+}
+
+// namesOf names node IDs by the data dir (node-N) that holds each, or
+// the ID where none does.
+func (c *Cluster) namesOf(ids []string) []string {
+	byID := map[string]string{}
+	dirs, _ := filepath.Glob(filepath.Join(c.opts.DataDir, "node-*", "node-id"))
+	for _, p := range dirs {
+		if b, err := os.ReadFile(p); err == nil {
+			byID[string(b)] = filepath.Base(filepath.Dir(p))
+		}
+	}
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id
+		if n, ok := byID[id]; ok {
+			out[i] = n
+		}
+	}
+	return out
 }
 
 func (c *Cluster) startAgent(i int, modelPath string, whole bool) error {
