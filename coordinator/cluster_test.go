@@ -566,9 +566,9 @@ func TestRecoverFromLostMajority(t *testing.T) {
 	for _, s := range c.servers {
 		c.stop(s)
 	}
-	stored, err := StoredConfiguration(left.dir)
-	if err != nil || len(stored) != 3 {
-		t.Fatalf("stored configuration: %v, %v; want 3 servers", stored, err)
+	before, err := ReadStored(left.dir)
+	if err != nil || before == nil || len(before.Servers) != 3 || before.LastIndex == 0 || before.LastTerm == 0 {
+		t.Fatalf("stored: %+v, %v; want 3 servers and a log", before, err)
 	}
 
 	// Alone, without recovery: no leader.
@@ -603,7 +603,11 @@ func TestRecoverFromLostMajority(t *testing.T) {
 		t.Fatalf("the recovered cluster does not take commands: %v", err)
 	}
 	c.stop(left)
-	if stored, err := StoredConfiguration(left.dir); err != nil || len(stored) != 1 || stored[0].ID != left.id || !stored[0].Voter {
-		t.Fatalf("stored configuration after recovery: %+v, %v", stored, err)
+	after, err := ReadStored(left.dir)
+	if err != nil || after == nil || len(after.Servers) != 1 || after.Servers[0].ID != left.id || !after.Servers[0].Voter {
+		t.Fatalf("stored after recovery: %+v, %v", after, err)
+	}
+	if !after.After(before) {
+		t.Fatalf("the log after recovery and a command (%d/%d) is not after the one before (%d/%d)", after.LastTerm, after.LastIndex, before.LastTerm, before.LastIndex)
 	}
 }

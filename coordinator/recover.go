@@ -101,10 +101,29 @@ func applyRecovery(dir string, rc *raft.Config, store interface {
 	return nil
 }
 
-// StoredConfiguration reads the Raft configuration kept in dataDir
-// without starting a server (the server must not be running): nil when
-// there is no Raft state there.
-func StoredConfiguration(dataDir string) ([]ServerInfo, error) {
+// Stored is what a server's data dir holds of the cluster: the Raft
+// configuration, and the term and index of the last entry of its log (or
+// of its snapshot, when the log holds none past it): what an election
+// compares to pick the most up-to-date server.
+type Stored struct {
+	Servers   []ServerInfo
+	LastTerm  uint64
+	LastIndex uint64
+}
+
+// After reports whether s's log is more up to date than o's, as Raft
+// compares them: the later last term, then the longer log.
+func (s *Stored) After(o *Stored) bool {
+	if s.LastTerm != o.LastTerm {
+		return s.LastTerm > o.LastTerm
+	}
+	return s.LastIndex > o.LastIndex
+}
+
+// ReadStored reads what dataDir holds of the cluster without starting a
+// server (the server must not be running): nil when there is no Raft
+// state there.
+func ReadStored(dataDir string) (*Stored, error) {
 	dir := filepath.Join(dataDir, "raft")
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -123,6 +142,16 @@ func StoredConfiguration(dataDir string) ([]ServerInfo, error) {
 	if err != nil || !has {
 		return nil, err
 	}
+	out := &Stored{}
+	if metas, err := snaps.List(); err == nil && len(metas) > 0 {
+		out.LastTerm, out.LastIndex = metas[0].Term, metas[0].Index
+	}
+	if last, err := store.LastIndex(); err == nil && last > out.LastIndex {
+		var l raft.Log
+		if err := store.GetLog(last, &l); err == nil {
+			out.LastTerm, out.LastIndex = l.Term, l.Index
+		}
+	}
 	rc := raft.DefaultConfig()
 	rc.LocalID = "offline-reader"
 	rc.Logger = hl
@@ -131,9 +160,8 @@ func StoredConfiguration(dataDir string) ([]ServerInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ServerInfo, 0, len(conf.Servers))
 	for _, s := range conf.Servers {
-		out = append(out, ServerInfo{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter})
+		out.Servers = append(out.Servers, ServerInfo{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter})
 	}
 	return out, nil
 }

@@ -170,6 +170,11 @@ wait:
 	if err != nil {
 		for i := 1; i <= nodes; i++ {
 			b, _ := os.ReadFile(filepath.Join(dir, "up", fmt.Sprintf("node-%d", i), "agent.log"))
+			for _, crash := range []string{"\npanic: ", "\nfatal error: "} {
+				if k := bytes.Index(b, []byte(crash)); k >= 0 {
+					t.Logf("node-%d crashed:\n%s", i, b[k:min(len(b), k+4000)])
+				}
+			}
 			if len(b) > 6000 {
 				b = b[len(b)-6000:]
 			}

@@ -314,39 +314,38 @@ func spreadRequest(path, name string, o Options) (*api.LoadModelRequest, bool, e
 // nodes' configurations differ, start with one leader: without a majority
 // of its voters the cluster would never elect one, and with differing
 // configurations two could lead. Every started node that has Raft state
-// gets a recovery file naming those nodes as the voters
-// (coordinator.WriteRecovery); nodes without state join as the leader
-// adds them.
+// gets a recovery file naming those nodes (coordinator.WriteRecovery);
+// nodes without state join as the leader adds them.
 func (c *Cluster) recoverVoters() error {
 	o := c.opts
 	type held struct {
-		i    int
-		id   string
-		conf []coordinator.ServerInfo
+		i  int
+		id string
+		st *coordinator.Stored
 	}
 	var hs []held
 	started := map[string]bool{}
 	for i := 0; i < o.Nodes; i++ {
 		dir := c.agentDir(i)
-		conf, err := coordinator.StoredConfiguration(dir)
+		st, err := coordinator.ReadStored(dir)
 		if err != nil {
 			return fmt.Errorf("node-%d's cluster state in %s: %w", i+1, dir, err)
 		}
-		if len(conf) == 0 {
+		if st == nil {
 			continue
 		}
 		id, err := node.NodeID(dir)
 		if err != nil {
 			return err
 		}
-		hs = append(hs, held{i, id, conf})
+		hs = append(hs, held{i, id, st})
 		started[id] = true
 	}
 	var missing []string
 	confs := map[string]bool{}
 	for _, h := range hs {
 		var key []string
-		for _, s := range h.conf {
+		for _, s := range h.st.Servers {
 			if s.Voter && !started[s.ID] && !slices.Contains(missing, s.ID) {
 				missing = append(missing, s.ID)
 			}
@@ -369,18 +368,34 @@ func (c *Cluster) recoverVoters() error {
 	default:
 		return nil
 	}
+	// The nodes with the most recent log become the voters, the rest
+	// non-voters that the leader brings up to date and promotes: with all
+	// of them voters, two that sat out a run could elect one of them on
+	// its older log, and the others would take that log over their own.
 	var entries []coordinator.RecoveryEntry
-	var on []string
+	var on, behind []string
 	for _, h := range hs {
-		entries = append(entries, coordinator.RecoveryEntry{ID: h.id, Address: net.JoinHostPort("127.0.0.1", strconv.Itoa(o.port(h.i, 1)))})
-		on = append(on, fmt.Sprintf("node-%d", h.i+1))
+		latest := true
+		for _, x := range hs {
+			latest = latest && !x.st.After(h.st)
+		}
+		entries = append(entries, coordinator.RecoveryEntry{ID: h.id, Address: net.JoinHostPort("127.0.0.1", strconv.Itoa(o.port(h.i, 1))), NonVoter: !latest})
+		if latest {
+			on = append(on, fmt.Sprintf("node-%d", h.i+1))
+		} else {
+			behind = append(behind, fmt.Sprintf("node-%d", h.i+1))
+		}
 	}
 	for _, h := range hs {
 		if err := coordinator.WriteRecovery(c.agentDir(h.i), entries); err != nil {
 			return fmt.Errorf("node-%d: %w", h.i+1, err)
 		}
 	}
-	fmt.Fprintf(o.Log, "the cluster state in %s %s; %s start as its voters\n", o.DataDir, why, strings.Join(on, ", "))
+	msg := fmt.Sprintf("the cluster state in %s %s; %s start as its voters", o.DataDir, why, strings.Join(on, ", "))
+	if len(behind) > 0 {
+		msg += fmt.Sprintf(" (the most recent state), %s as non-voters the leader promotes", strings.Join(behind, ", "))
+	}
+	fmt.Fprintln(o.Log, msg)
 	return nil
 }
 
