@@ -16,20 +16,26 @@ var chatRoles = map[string]string{"system": "system", "developer": "system", "us
 // when the vocabulary asks for it and the rendered text does not already
 // start with it, as llama.cpp does.
 func (h *handler) chatPrompt(m *Model, msgs []TemplateMessage, tools []json.RawMessage) ([]int32, *apiError) {
+	ids, _, e := h.chatPromptText(m, msgs, tools)
+	return ids, e
+}
+
+// chatPromptText is chatPrompt that also returns the rendered text.
+func (h *handler) chatPromptText(m *Model, msgs []TemplateMessage, tools []json.RawMessage) ([]int32, string, *apiError) {
 	sp := m.Tokenizer.Specials()
 	text, err := h.template(m).tpl.Render(TemplateInput{Messages: msgs, BOS: sp.BOS, EOS: sp.EOS, AddGenerationPrompt: true, Tools: tools})
 	if err != nil {
 		var te *TemplateError
 		if errors.As(err, &te) {
-			return nil, badRequest("messages", "%s", te.Message)
+			return nil, "", badRequest("messages", "%s", te.Message)
 		}
-		return nil, &apiError{status: http.StatusInternalServerError, typ: "server_error", msg: err.Error()}
+		return nil, "", &apiError{status: http.StatusInternalServerError, typ: "server_error", msg: err.Error()}
 	}
 	ids := m.Tokenizer.Encode(text, false)
 	if sp.AddBOS && (sp.BOS == "" || !strings.HasPrefix(text, sp.BOS)) {
 		ids = append([]int32{sp.BOSID}, ids...)
 	}
-	return ids, nil
+	return ids, text, nil
 }
 
 func (h *handler) chat(x *exchange) *apiError { return h.generate(x, &ChatRequest{}) }
@@ -61,6 +67,13 @@ func (req *ChatRequest) check(r *genRequest) *apiError {
 		return badRequest("top_logprobs", "top_logprobs requires logprobs to be true")
 	}
 	r.gen.Logprobs = req.Logprobs
+	switch req.ReasoningFormat {
+	case "", "auto", "deepseek":
+	case "none":
+		r.noReason = true
+	default:
+		return badRequest("reasoning_format", "reasoning_format %q is not one of auto, deepseek, none", req.ReasoningFormat)
+	}
 	return nil
 }
 
@@ -136,7 +149,15 @@ func (req *ChatRequest) tokenize(h *handler, r *genRequest) *apiError {
 		}
 	}
 	var e *apiError
-	r.gen.Prompt, e = h.chatPrompt(r.model, msgs, tools)
+	var text string
+	r.gen.Prompt, text, e = h.chatPromptText(r.model, msgs, tools)
+	// An answer a grammar shapes from its first token has no reasoning
+	// (and with <think> opened by the prompt, would all be taken for it).
+	whole := r.grammar != "" && r.trigger == ""
+	if mt := h.template(r.model); e == nil && !r.noReason && !mt.fallback && !whole {
+		r.reasoning = detectReasoning(mt.tpl.Source())
+		r.thinkOpen = r.reasoning == reasonThink && strings.HasSuffix(strings.TrimRight(text, " \t\r\n"), thinkOpen)
+	}
 	return e
 }
 
@@ -144,7 +165,13 @@ func (req *ChatRequest) shapes(h *handler, r *genRequest) []shape {
 	a := h.newAnswer(r, "chatcmpl-")
 	out := make([]shape, r.n)
 	for i := range out {
-		c := &chatShape{answer: a, tok: r.model.Tokenizer, logprobs: r.gen.Logprobs, all: []TokenLogprob{}, tools: r.tools}
+		c := &chatShape{answer: a, tok: r.model.Tokenizer, logprobs: r.gen.Logprobs, all: []TokenLogprob{}, tools: r.tools,
+			reasoning: r.reasoning, thinkOpen: r.thinkOpen}
+		// gpt-oss's calls are harmony messages too: with tools the whole
+		// answer is read at its end (toolPlan.parse), reasoning included.
+		if r.reasoning != reasonNone && (r.tools == nil || r.tools.format != toolsHarmony) {
+			c.reason = newReasoner(r.reasoning, r.thinkOpen)
+		}
 		c.index = i
 		out[i] = c
 	}
@@ -168,6 +195,12 @@ type chatShape struct {
 	// jsonText: a generic-format answer that is text, streamed from its
 	// JSON string (sent counts the raw bytes decoded).
 	jsonText bool
+	// reasoning is how the answer marks its reasoning; reason splits it
+	// off as it streams (nil: not split, or split at the end).
+	reasoning reasoningFormat
+	thinkOpen bool
+	reason    *reasoner
+	thought   strings.Builder // the reasoning of an answer that is not streamed
 }
 
 // tokens are the logprobs of generated tokens.
@@ -199,13 +232,24 @@ func (c *chatShape) first() any {
 }
 
 func (c *chatShape) chunk(text string, toks []genToken) any {
+	var thought string
+	if c.reason != nil {
+		thought, text = c.reason.feed(text)
+	}
 	if c.tools != nil {
 		c.text.WriteString(text)
-		if text = c.streamable(); text == "" {
-			return nil
-		}
+		text = c.streamable()
 	}
-	choice := ChatChunkChoice{Delta: ChatDelta{Content: &text}}
+	if text == "" && thought == "" && (c.tools != nil || c.reason != nil) {
+		return nil
+	}
+	var choice ChatChunkChoice
+	if thought != "" {
+		choice.Delta.ReasoningContent = &thought
+	}
+	if text != "" || thought == "" {
+		choice.Delta.Content = &text
+	}
 	if c.logprobs {
 		choice.Logprobs = &ChatLogprobs{Content: c.tokens(toks)}
 	}
@@ -234,13 +278,7 @@ func (c *chatShape) streamable() string {
 		c.sent += i
 		return rest[:i]
 	}
-	safe := len(rest)
-	for k := min(len(trigger)-1, len(rest)); k > 0; k-- {
-		if strings.HasSuffix(rest, trigger[:k]) {
-			safe = len(rest) - k
-			break
-		}
-	}
+	safe := len(rest) - heldPrefix(rest, trigger)
 	c.sent += safe
 	return rest[:safe]
 }
@@ -300,6 +338,11 @@ scan:
 }
 
 func (c *chatShape) add(text string, toks []genToken) {
+	if c.reason != nil {
+		thought, content := c.reason.feed(text)
+		c.thought.WriteString(thought)
+		text = content
+	}
 	c.text.WriteString(text)
 	if c.logprobs {
 		c.all = append(c.all, c.tokens(toks)...)
@@ -308,12 +351,26 @@ func (c *chatShape) add(text string, toks []genToken) {
 
 func (c *chatShape) last(finish string) []any {
 	var out []any
+	if c.reason != nil {
+		thought, rest := c.reason.flush()
+		if thought != "" {
+			out = append(out, c.streamed(ChatChunkChoice{Delta: ChatDelta{ReasoningContent: &thought}}))
+		}
+		if c.tools != nil {
+			c.text.WriteString(rest)
+		} else if rest != "" {
+			out = append(out, c.streamed(ChatChunkChoice{Delta: ChatDelta{Content: &rest}}))
+		}
+	}
 	if c.tools != nil {
 		full := c.text.String()
 		content, calls := c.tools.parse(full)
 		rest := full[c.sent:]
 		if c.tools.format == toolsHarmony {
 			rest = content // nothing was streamed
+			if thought, _ := c.harmonyThought(full); thought != "" {
+				out = append(out, c.streamed(ChatChunkChoice{Delta: ChatDelta{ReasoningContent: &thought}}))
+			}
 			if len(calls) > 0 && content != "" {
 				out = append(out, c.streamed(ChatChunkChoice{Delta: ChatDelta{Content: &content}}))
 			}
@@ -346,8 +403,20 @@ func (c *chatShape) whole(finish string, u Usage) any {
 	if c.logprobs {
 		lp = &ChatLogprobs{Content: c.all}
 	}
+	if c.reason != nil {
+		thought, rest := c.reason.flush()
+		c.thought.WriteString(thought)
+		c.text.WriteString(rest)
+	}
 	text := c.text.String()
 	msg := AssistantMessage{Role: "assistant", Content: &text}
+	if thought, ok := c.harmonyThought(text); ok {
+		c.thought.WriteString(thought)
+	}
+	if c.thought.Len() > 0 {
+		thought := c.thought.String()
+		msg.ReasoningContent = &thought
+	}
 	if c.tools != nil {
 		content, calls := c.tools.parse(text)
 		msg.Content, msg.ToolCalls = &content, calls
@@ -362,4 +431,14 @@ func (c *chatShape) whole(finish string, u Usage) any {
 	}
 	return ChatCompletion{Envelope: c.as("chat.completion"), Usage: u,
 		Choices: []ChatChoice{{Index: c.index, Message: msg, Logprobs: lp, FinishReason: finish}}}
+}
+
+// harmonyThought is the reasoning of a gpt-oss answer with tools, read
+// whole at its end (ok false when the answer is not split that way).
+func (c *chatShape) harmonyThought(full string) (string, bool) {
+	if c.reasoning != reasonHarmony || c.reason != nil || c.tools == nil || c.tools.format != toolsHarmony {
+		return "", false
+	}
+	thought, _ := splitAll(reasonHarmony, false, full)
+	return thought, true
 }

@@ -61,3 +61,29 @@ func TestReadSSE(t *testing.T) {
 		t.Fatalf("[DONE] without a final blank line: %v", err)
 	}
 }
+
+// TestCLIClientReasoning: the CLI's client hands a reasoning model's
+// thinking to OnThought as it streams and keeps it out of the answer;
+// streamed, it equals what the whole answer's reasoning_content says.
+func TestCLIClientReasoning(t *testing.T) {
+	e := authEnv(t, envOptions{template: thinkOpenTemplate})
+	c := &openai.Client{BaseURL: strings.TrimPrefix(e.srv.URL, "http://"), APIKey: testKey, HTTP: e.srv.Client()}
+	zero := 0.0
+	msgs := []openai.Message{{Role: "user", Content: "Hi"}}
+	var thoughts []string
+	reply, err := c.StreamChat(context.Background(), openai.ChatParams{Model: "tiny", Messages: msgs, MaxTokens: 9, Temperature: &zero,
+		OnThought: func(s string) { thoughts = append(thoughts, s) }}, func(s string) { t.Errorf("content %q streamed", s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(reply.Reasoning, "</think>") {
+		t.Skip("the random model closed <think>")
+	}
+	if reply.Reasoning == "" || strings.Join(thoughts, "") != reply.Reasoning || reply.Content != "" {
+		t.Fatalf("reply %+v, thoughts %q", reply, thoughts)
+	}
+	resp := e.post(t, "/v1/chat/completions", map[string]any{"model": "tiny", "messages": msgs, "max_tokens": 9, "temperature": 0}, "Authorization", "Bearer "+testKey)
+	if cc := decodeBody[openai.ChatCompletion](t, resp); cc.Choices[0].Message.ReasoningContent == nil || *cc.Choices[0].Message.ReasoningContent != reply.Reasoning {
+		t.Fatalf("streamed %q, not streamed %+v", reply.Reasoning, cc.Choices[0].Message)
+	}
+}

@@ -33,11 +33,15 @@ type ChatParams struct {
 	MaxTokens   int      // 0 = the server's default
 	Temperature *float64 // nil = the server's default
 	Seed        *int64
+	// OnThought, when set, gets each piece of a reasoning model's
+	// thinking (reasoning_content) as it arrives.
+	OnThought func(string)
 }
 
 // ChatReply is the outcome of a streamed chat request.
 type ChatReply struct {
 	Content      string `json:"content"`
+	Reasoning    string `json:"reasoning,omitempty"` // a reasoning model's thinking
 	FinishReason string `json:"finish_reason"`
 	Usage        *Usage `json:"usage,omitempty"`
 }
@@ -133,7 +137,7 @@ func (c *Client) StreamChat(ctx context.Context, p ChatParams, onDelta func(stri
 	}
 	defer resp.Body.Close()
 	reply := &ChatReply{}
-	var content strings.Builder
+	var content, thought strings.Builder
 	err = ReadSSE(resp.Body, func(data []byte) error {
 		var chunk struct {
 			Choices []struct {
@@ -150,6 +154,12 @@ func (c *Client) StreamChat(ctx context.Context, p ChatParams, onDelta func(stri
 			return &APIError{Status: http.StatusOK, ErrorDetail: *chunk.Error}
 		}
 		for _, ch := range chunk.Choices {
+			if r := ch.Delta.ReasoningContent; r != nil && *r != "" {
+				thought.WriteString(*r)
+				if p.OnThought != nil {
+					p.OnThought(*r)
+				}
+			}
 			if ch.Delta.Content != nil && *ch.Delta.Content != "" {
 				content.WriteString(*ch.Delta.Content)
 				if onDelta != nil {
@@ -165,7 +175,7 @@ func (c *Client) StreamChat(ctx context.Context, p ChatParams, onDelta func(stri
 		}
 		return nil
 	})
-	reply.Content = content.String()
+	reply.Content, reply.Reasoning = content.String(), thought.String()
 	return reply, err
 }
 

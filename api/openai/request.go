@@ -24,6 +24,11 @@ type genRequest struct {
 	trigger string
 	// tools are a chat request's tools, nil when the answer uses none.
 	tools *toolPlan
+	// reasoning is how a chat answer marks its reasoning (reasonNone:
+	// not split off); thinkOpen says the prompt opened <think>.
+	reasoning reasoningFormat
+	thinkOpen bool
+	noReason  bool // reasoning_format "none"
 
 	messages []TemplateMessage // chat: the messages the prompt is rendered from
 	// Completions: the prompt as text (for echo and text_offset), and

@@ -181,6 +181,10 @@ type ChatRequest struct {
 	ToolChoice          json.RawMessage `json:"tool_choice"`
 	ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
 	ResponseFormat      *ResponseFormat `json:"response_format"`
+	// ReasoningFormat (llama-server's): "auto" (the default) answers a
+	// reasoning model's thinking in reasoning_content, "none" leaves it in
+	// content as the model wrote it.
+	ReasoningFormat string `json:"reasoning_format"`
 }
 
 // ResponseFormat is a chat request's response_format: "text",
@@ -301,6 +305,9 @@ type AssistantMessage struct {
 	Content   *string    `json:"content"`
 	Refusal   *string    `json:"refusal"`
 	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// ReasoningContent is what a reasoning model thought before its
+	// answer (DeepSeek's API and llama-server give it so).
+	ReasoningContent *string `json:"reasoning_content,omitempty"`
 }
 
 // Envelope starts every completion and streamed chunk.
@@ -331,9 +338,10 @@ type ChatCompletion struct {
 
 // ChatDelta is the delta of a streamed chat chunk.
 type ChatDelta struct {
-	Role      string          `json:"role,omitempty"`
-	Content   *string         `json:"content,omitempty"`
-	ToolCalls []ToolCallDelta `json:"tool_calls,omitempty"`
+	Role             string          `json:"role,omitempty"`
+	Content          *string         `json:"content,omitempty"`
+	ReasoningContent *string         `json:"reasoning_content,omitempty"`
+	ToolCalls        []ToolCallDelta `json:"tool_calls,omitempty"`
 }
 
 // ChatChunkChoice is one choice of a streamed chat chunk.

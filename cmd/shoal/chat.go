@@ -156,11 +156,30 @@ func chatLoop(ctx context.Context, c *openai.Client, p openai.ChatParams, system
 		p.Messages = history
 		// Ctrl-C stops this answer, not the program.
 		rctx, stop := signal.NotifyContext(ctx, os.Interrupt)
-		onDelta := func(s string) { fmt.Fprint(out, s) }
+		// A reasoning model's thinking goes to stderr, framed, so that
+		// stdout holds only answers.
+		thinking := false
+		p.OnThought = func(s string) {
+			if !thinking {
+				fmt.Fprintln(errw, "Thinking...")
+				thinking = true
+			}
+			fmt.Fprint(errw, s)
+		}
+		onDelta := func(s string) {
+			if thinking {
+				fmt.Fprint(errw, "\n...done thinking.\n\n")
+				thinking = false
+			}
+			fmt.Fprint(out, s)
+		}
 		if asJSON {
-			onDelta = nil
+			onDelta, p.OnThought = nil, nil
 		}
 		reply, err := c.StreamChat(rctx, p, onDelta)
+		if thinking {
+			fmt.Fprintln(errw) // the answer ended while thinking
+		}
 		interrupted := rctx.Err() != nil && ctx.Err() == nil
 		stop()
 		switch {

@@ -274,12 +274,17 @@ async function send() {
   const mine = chatID;
   busy = { controller };
   setState('streaming');
-  const st = { text: '', chunks: 0, usage: null, finish: '', t0: performance.now(), tFirst: 0, tLast: 0, done: false, stopped: false, error: '' };
+  const st = { text: '', thought: '', chunks: 0, usage: null, finish: '', t0: performance.now(), tFirst: 0, tLast: 0, done: false, stopped: false, error: '' };
   let shown = -1;
   const draw = () => {
-    if (st.text.length !== shown) {
-      ans.body.innerHTML = renderMarkdown(st.text); // escaped by the renderer
-      shown = st.text.length;
+    if (st.text.length + st.thought.length !== shown) {
+      // A reasoning model's thinking (reasoning_content) in a fold above
+      // the answer, open while it is all there is. Escaped by the renderer.
+      const thinking = st.thought
+        ? '<details class="thinking"' + (st.text ? '' : ' open') + '><summary>Thinking</summary>' + renderMarkdown(st.thought) + '</details>'
+        : '';
+      ans.body.innerHTML = thinking + renderMarkdown(st.text);
+      shown = st.text.length + st.thought.length;
       scrollDown(false);
     }
     ans.msg.dataset.chunks = String(st.chunks);
@@ -301,11 +306,13 @@ async function send() {
     for (const c of obj.choices || []) {
       if (c.index) continue; // one answer is asked for
       const piece = c.delta && c.delta.content;
-      if (piece) {
+      const thought = c.delta && c.delta.reasoning_content;
+      if (piece || thought) {
         const now = performance.now();
         if (!st.tFirst) st.tFirst = now;
         st.tLast = now;
-        st.text += piece;
+        if (piece) st.text += piece;
+        if (thought) st.thought += thought;
         st.chunks++;
       }
       if (c.finish_reason) st.finish = c.finish_reason;
