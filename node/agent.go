@@ -92,6 +92,8 @@ type Agent struct {
 	fsm     atomic.Pointer[coordinator.FSM] // a server's state, once its Raft runs (read by the endpoint and gossip from their goroutines)
 	// lastState is the state a client agent's serving loop read last.
 	lastState atomic.Pointer[coordinator.State]
+	// catchingUp: the serving loop said it waits for the cluster's state.
+	catchingUp atomic.Bool
 	// lingers tracks the replaced plans that run on (serving loop only).
 	lingers parallel.Lingers
 

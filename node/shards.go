@@ -87,10 +87,21 @@ func (a *Agent) servingLoop() {
 	}
 }
 
-// servingState is the state to serve from: a server's own copy, a
-// client's read from a server (nil when none answers).
+// servingState is the state to serve from: a server's own copy once it
+// has caught up (coordinator.Server.CaughtUp), a client's read from a
+// server (nil when none answers). A server restarted a moment ago holds
+// its last snapshot until a leader tells it what is committed; serving
+// that (or, with a data dir whose history the cluster did not keep, a
+// plan that shares its version with the cluster's) would map shards and
+// start runners the next state takes away under them.
 func (a *Agent) servingState() *coordinator.State {
 	if a.srv != nil {
+		if !a.srv.CaughtUp() {
+			if a.catchingUp.CompareAndSwap(false, true) {
+				a.log.Info("waiting to catch up with the cluster's state before serving from it")
+			}
+			return nil
+		}
 		return a.srv.FSM().State()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
