@@ -341,8 +341,10 @@ async function send() {
     setState('ready', '');
     return;
   }
-  if (st.text) {
-    messages.push({ role: 'assistant', content: st.text }); // a stopped answer is kept as it stands
+  if (st.text || st.thought) {
+    // A stopped answer is kept as it stands; one that only thought is an
+    // empty turn, so that the next question does not follow this one.
+    messages.push({ role: 'assistant', content: st.text });
   } else if (st.error) {
     messages.pop(); // not answered: not part of the conversation; its text goes back in the box
     user.msg.classList.add('unanswered');
