@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"shoal/coordinator"
+	"shoal/node/identity"
 )
 
 // What an agent tells about itself: its ID and name, and the addresses of
@@ -54,3 +55,7 @@ func (a *Agent) localAddr(port int) string {
 // Device says what runs this node's layers (--device) and, on the CPU
 // under auto, why no GPU does.
 func (a *Agent) Device() string { return a.devLine }
+
+// NodeID is the ID of the agent whose data dir is dataDir, made and kept
+// there when the dir has none yet (what the agent does at start).
+func NodeID(dataDir string) (string, error) { return identity.LoadNodeID(dataDir) }

@@ -55,7 +55,3 @@ func (a *Agent) awaitHTTPS(ctx context.Context, d time.Duration) {
 		a.https.Await(ctx, d)
 	}
 }
-
-// NodeID is the ID of the agent whose data dir is dataDir, made and kept
-// there when the dir has none yet (what the agent does at start).
-func NodeID(dataDir string) (string, error) { return identity.LoadNodeID(dataDir) }
