@@ -117,9 +117,8 @@ func TestPoolCrowded(t *testing.T) {
 // TestPoolStaleWake wakes a sleeping worker for a job it has already done,
 // as a Run does when it bumps the generation, is descheduled while that
 // worker does the job and goes back to sleep, and only then claims it:
-// the worker must sleep again rather than do the job twice (which drove
-// pending below zero, so that a later Run could return before its
-// workers were done).
+// the worker must sleep again, and every later job must still cover its
+// range exactly once.
 func TestPoolStaleWake(t *testing.T) {
 	p := NewPool(2)
 	defer p.Close()
@@ -138,8 +137,8 @@ func TestPoolStaleWake(t *testing.T) {
 			w.wake <- struct{}{}
 		}
 		time.Sleep(5 * time.Millisecond)
-		if n := p.pending.Load(); n != 0 {
-			t.Fatalf("round %d: pending is %d after a stale wake-up, want 0", round, n)
+		if !w.sleeping.Load() {
+			t.Fatalf("round %d: the worker stayed awake after a stale wake-up", round)
 		}
 	}
 	if sum.Load() != 20*64 {
@@ -165,5 +164,83 @@ func TestPoolWakeups(t *testing.T) {
 	}
 	if got := done[0] + done[1] + done[2]; got != 3*runs {
 		t.Fatalf("%d items done, want %d", got, 3*runs)
+	}
+}
+
+// A worker that never looks at a job (descheduled by the OS while it
+// polled) does not hold the job up: the caller takes its chunks. Before,
+// Run waited for every worker to check in, so on a host with more busy
+// threads than cores each job waited out a descheduled worker's
+// timeslice; here the worker never runs at all, and Run must still return.
+func TestPoolAbsentWorker(t *testing.T) {
+	p := &Pool{n: 2}
+	w := &worker{id: 1, wake: make(chan struct{}, 1)}
+	p.workers = append(p.workers, w) // its goroutine is not started yet
+	var sum atomic.Int64
+	fn := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			sum.Add(int64(i))
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 10 {
+			p.Run(1000, 1, fn)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run waited for a worker that never ran")
+	}
+	if got, want := sum.Load(), int64(10*999*1000/2); got != want {
+		t.Fatalf("sum %d, want %d", got, want)
+	}
+	// The worker starts late, having seen none of the jobs: it finds
+	// nothing to do in the last one, and takes part in the next ones.
+	go p.loop(w, 0)
+	defer p.Close()
+	sum.Store(0)
+	for range 100 {
+		p.Run(1000, 1, fn)
+	}
+	if got, want := sum.Load(), int64(100*999*1000/2); got != want {
+		t.Fatalf("after the late start: sum %d, want %d", got, want)
+	}
+}
+
+// A claim is for one job: a worker that comes back with an older job's
+// generation while a newer job runs takes none of its chunks (it would run
+// them with whatever function and size it read for its own job).
+func TestPoolStaleClaim(t *testing.T) {
+	p := &Pool{n: 2}
+	p.workers = append(p.workers, &worker{id: 1, wake: make(chan struct{}, 1)}) // never started
+	hits := make([]int32, 64)
+	var stale atomic.Int32
+	first := true
+	p.Run(64, 1, func(lo, hi int) {})
+	old := p.gen.Load()
+	p.Run(64, 1, func(lo, hi int) {
+		if first {
+			first = false
+			// Chunks of this job are still unclaimed: a worker late
+			// from the previous job must not take them.
+			own := p.fn
+			p.fn = func(lo, hi int) { stale.Add(1) }
+			p.work(1, old)
+			p.fn = own
+		}
+		for i := lo; i < hi; i++ {
+			atomic.AddInt32(&hits[i], 1)
+		}
+	})
+	if n := stale.Load(); n != 0 {
+		t.Fatalf("a worker with the previous job's generation ran %d chunks of the next", n)
+	}
+	for i, h := range hits {
+		if h != 1 {
+			t.Fatalf("index %d visited %d times", i, h)
+		}
 	}
 }
