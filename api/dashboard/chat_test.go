@@ -149,11 +149,7 @@ func TestChatInBrowser(t *testing.T) {
 	if states := eval(`JSON.stringify(window.pageStates)`); !strings.Contains(states, `"streaming"`) {
 		t.Fatalf("the page never showed it was streaming: its states %s", states)
 	}
-	type seen struct {
-		State string
-		Chars int
-	}
-	var obs []seen
+	var obs []answerSeen
 	if err := json.Unmarshal([]byte(eval(`JSON.stringify(window.seen)`)), &obs); err != nil {
 		t.Fatal(err)
 	}
@@ -165,23 +161,12 @@ func TestChatInBrowser(t *testing.T) {
 		t.Fatalf("conversation %+v, want the question and an answer", convo)
 	}
 	answer := convo[1].Content
-	var growing []int // the lengths seen while streaming, growing
-	for _, o := range obs {
-		if o.State != "streaming" || o.Chars == 0 {
-			continue
-		}
-		if n := len(growing); n > 0 && o.Chars < growing[n-1] {
-			t.Errorf("the answer shrank while streaming: %v", obs)
-		}
-		if n := len(growing); n == 0 || o.Chars > growing[n-1] {
-			growing = append(growing, o.Chars)
-		}
-	}
+	growing := grew(t, obs)
 	final := len([]rune(answer)) // JavaScript counts UTF-16 units; the same for this text unless it has astral runes
 	t.Logf("answer grew through %d lengths %v to %d characters", len(growing), growing, final)
-	if len(growing) < 2 {
-		t.Errorf("the answer did not grow over two observations while streaming: %v", obs)
-	}
+	// 48 tokens may all come in one read of the stream (a loaded host
+	// with 2 cores did it at once): that the page shows an answer as it
+	// grows is checked on the long one below.
 	if len(growing) > 0 && growing[len(growing)-1] > final+1 {
 		t.Errorf("streamed lengths %v exceed the final answer (%d)", growing, final)
 	}
@@ -198,11 +183,12 @@ func TestChatInBrowser(t *testing.T) {
 		t.Errorf("the rendered answer holds %s script/img/iframe elements", n)
 	}
 
-	// A long generation, stopped.
+	// A long generation, shown as it grows, then stopped.
 	before := latestRequest(t, base).Seq
 	err = chromedp.Do(bctx,
 		chromedp.Click(chromedp.ID("new-chat")),
 		poll(`document.querySelectorAll('#log article').length === 0 && shoalChat.messages().length === 0`, 5*time.Second),
+		poll(`(window.seen = [], true)`, 5*time.Second),
 		chromedp.SetValue(chromedp.ID("max-tokens"), "1500"),
 		chromedp.SetValue(chromedp.ID("prompt"), "hi"),
 		chromedp.Click(chromedp.ID("send")),
@@ -214,6 +200,13 @@ func TestChatInBrowser(t *testing.T) {
 		t.Fatalf("stopping a long generation: %v\npage:\n%s", err, body())
 	}
 	at := eval(lastAnswer + `.dataset.chars`)
+	obs = nil
+	if err := json.Unmarshal([]byte(eval(`JSON.stringify(window.seen)`)), &obs); err != nil {
+		t.Fatal(err)
+	}
+	if growing := grew(t, obs); len(growing) < 2 {
+		t.Errorf("the long answer did not grow over two observations while streaming: %v", obs)
+	}
 	time.Sleep(1200 * time.Millisecond)
 	after := eval(`JSON.stringify([` + lastAnswer + `.dataset.chars, String(document.getElementById('stop').disabled), String(document.getElementById('send').disabled), ` + lastAnswer + `.querySelector('.meta').textContent, String(shoalChat.messages().length), String(shoalChat.messages()[1].content.length)])`)
 	var st []string
@@ -414,4 +407,29 @@ func latestRequest(t *testing.T, base string) dashboardRecord {
 		return dashboardRecord{}
 	}
 	return out.Requests[0]
+}
+
+// answerSeen is the last answer's state and length at a change of the page.
+type answerSeen struct {
+	State string
+	Chars int
+}
+
+// grew is the lengths an answer was seen with while streaming, growing; an
+// answer that shrank is an error.
+func grew(t *testing.T, obs []answerSeen) []int {
+	t.Helper()
+	var growing []int
+	for _, o := range obs {
+		if o.State != "streaming" || o.Chars == 0 {
+			continue
+		}
+		if n := len(growing); n > 0 && o.Chars < growing[n-1] {
+			t.Errorf("the answer shrank while streaming: %v", obs)
+		}
+		if n := len(growing); n == 0 || o.Chars > growing[n-1] {
+			growing = append(growing, o.Chars)
+		}
+	}
+	return growing
 }
