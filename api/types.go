@@ -444,13 +444,15 @@ type BenchRow struct {
 // BenchResult is the answer of a cluster benchmark, run on the model's
 // driver through the committed plan.
 type BenchResult struct {
-	Model               string     `json:"model"`
-	PlanVersion         uint64     `json:"plan_version"`
-	Strategy            string     `json:"strategy"`
-	Nodes               int        `json:"nodes"`
-	Stages              []string   `json:"stages"` // "[0,11) node-a", "[11,22) node-b+node-c (tp)"
-	Driver              string     `json:"driver"`
-	Activations         string     `json:"activations"` // wire dtype of hidden states
+	Model       string   `json:"model"`
+	PlanVersion uint64   `json:"plan_version"`
+	Strategy    string   `json:"strategy"`
+	Nodes       int      `json:"nodes"`
+	Stages      []string `json:"stages"` // "[0,11) node-a", "[11,22) node-b+node-c (tp)"
+	Driver      string   `json:"driver"`
+	Activations string   `json:"activations"` // wire dtype of hidden states
+	// PredictedMsPerToken is the plan's decode step of one sequence (as
+	// the tg rows run) on the nodes' and links' figures now.
 	PredictedMsPerToken float64    `json:"predicted_ms_per_token"`
 	Results             []BenchRow `json:"results"`
 }
@@ -471,9 +473,12 @@ type ClusterRunner interface {
 // (a prediction off by more than OffBy is logged by the driver and shown
 // by placement show).
 type Measured struct {
-	Model               string  `json:"model"`
-	Driver              string  `json:"driver"` // the driving node's name
-	PlanVersion         uint64  `json:"plan_version"`
+	Model       string `json:"model"`
+	Driver      string `json:"driver"` // the driving node's name
+	PlanVersion uint64 `json:"plan_version"`
+	// PredictedMsPerToken is the plan's decode step of one sequence, on
+	// the nodes' and links' figures now (the plan's own cost is for its
+	// whole batch, on the figures of when it was made).
 	PredictedMsPerToken float64 `json:"predicted_ms_per_token"`
 	// MeasuredMsPerToken is a decode step of one sequence, averaged
 	// exponentially over DecodeSteps steps (0: none yet).

@@ -402,6 +402,30 @@ func decidePlan(st *State, m *Model, prev *placement.Plan) placement.Decision {
 	return d
 }
 
+// DecodePrediction is the predicted time of a decode step of one sequence
+// through model name's plan, costed on the nodes' and links' figures in st
+// now: what a driver's measured decode steps (serve.Stats.DecodeMs, one
+// sequence each) are held against. The plan's own Cost is for a step of
+// its whole batch, on the figures of when it was made, often before any
+// link was measured. A plan Recost cannot weigh (several pools) answers
+// its own Cost. ok is false when the model has no placed plan.
+func DecodePrediction(st *State, name string) (version uint64, ms float64, ok bool) {
+	p := st.Plans[name]
+	if p == nil || len(p.Pools) == 0 {
+		return 0, 0, false
+	}
+	version, ms = p.Version, p.Cost.MsPerToken
+	if m := st.Models[name]; m != nil && m.Profile != nil {
+		opts := placement.Options{Context: m.Ctx, Batch: 1, Overhead: m.Overhead, Strategy: placement.Strategy(m.Strategy), Pin: m.Pin, Disagg: m.Disagg, KVType: m.KVType}
+		profile := *m.Profile
+		profile.Name = m.Name
+		if c, ok := placement.Recost(profile, PlacementNodes(st, name), LinkMatrix(st), opts, p); ok {
+			ms = c.MsPerToken
+		}
+	}
+	return version, ms, true
+}
+
 // clipLines keeps at most placement.MaxPlanLines lines of at most
 // placement.MaxPlanLine bytes each.
 func clipLines(lines []string) []string {

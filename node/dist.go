@@ -235,6 +235,9 @@ func (c clusterRuns) ClusterBench(ctx context.Context, name string, req api.Benc
 	}
 	out := &api.BenchResult{Model: r.Model, PlanVersion: r.PlanVersion, Strategy: r.Strategy, Nodes: r.Nodes, Stages: r.Stages,
 		Driver: c.driver, Activations: r.Activations, PredictedMsPerToken: r.PredictedMsPerToken}
+	if _, predicted, ok := c.plan(name); ok {
+		out.PredictedMsPerToken = predicted // one sequence, on the figures measured now, as the tg rows run
+	}
 	for _, row := range r.Results {
 		out.Results = append(out.Results, api.BenchRow{Test: row.Test, TokPerSec: row.TokPerSec, StdDev: row.StdDev, Samples: row.Samples,
 			MsPerToken: row.MsPerToken, BytesPerToken: row.BytesPerToken, ComputeMs: row.ComputeMs})

@@ -11,13 +11,12 @@ import (
 	"shoal/serve"
 )
 
-// planPrediction is the version and predicted ms/token of model's plan in
-// this agent's copy of the state.
+// planPrediction is the version of model's plan in this agent's copy of
+// the state, and its predicted decode step of one sequence on the nodes'
+// and links' figures now (coordinator.DecodePrediction).
 func (a *Agent) planPrediction(model string) (version uint64, predicted float64, ok bool) {
 	a.viewState(func(st *coordinator.State) {
-		if p := st.Plans[model]; p != nil {
-			version, predicted, ok = p.Version, p.Cost.MsPerToken, true
-		}
+		version, predicted, ok = coordinator.DecodePrediction(st, model)
 	})
 	return
 }

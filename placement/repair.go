@@ -98,10 +98,13 @@ func (e *env) evaluateAt(groups [][]int, bounds []int, split bool) *candidate {
 	return c
 }
 
-// recost is the cost of prev's single pool as the nodes measure now: the
-// same members, each with the same layers. ok is false for a plan of
-// several pools or one whose members no longer fit.
-func recost(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, prev *Plan) (Cost, bool) {
+// Recost is the cost of prev's single pool as the nodes and links measure
+// now: the same members, each with the same layers, for a step of
+// opts.Batch sequences. A plan's own Cost is from when it was made, often
+// before the links were measured (1 ms each by default) or while a just
+// started cluster measured itself slow. ok is false for a plan of several
+// pools or one whose members no longer fit.
+func Recost(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, prev *Plan) (Cost, bool) {
 	o := opts.normalized()
 	l, ok := layoutOf(&profile, nodes, o, prev)
 	if !ok || len(l.holes) > 0 {

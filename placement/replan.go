@@ -106,7 +106,7 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 		// Weigh it as the nodes measure now, like the fastest: its cost
 		// from when it was planned is stale when the nodes were measured
 		// again (a cluster just started measures itself slow).
-		if cost, ok := recost(profile, nodes, links, opts, prev); ok {
+		if cost, ok := Recost(profile, nodes, links, opts, prev); ok {
 			c.plan.Cost = cost
 		}
 		cands = append(cands, c)

@@ -469,8 +469,8 @@ func printPlacement(w io.Writer, p *api.PlacementInfo) {
 	case m.DecodeSteps == 0:
 		fmt.Fprintf(w, "measured: no decode step on the driver (%s) yet\n", m.Driver)
 	default:
-		fmt.Fprintf(w, "measured %.2f ms/token by the driver (%s) over %d decode steps of one sequence: %.2fx the prediction\n",
-			m.MeasuredMsPerToken, m.Driver, m.DecodeSteps, m.MeasuredMsPerToken/m.PredictedMsPerToken)
+		fmt.Fprintf(w, "measured %.2f ms/token by the driver (%s) over %d decode steps of one sequence: %.2fx the %.2f ms predicted for one sequence on the figures measured now\n",
+			m.MeasuredMsPerToken, m.Driver, m.DecodeSteps, m.MeasuredMsPerToken/m.PredictedMsPerToken, m.PredictedMsPerToken)
 		if m.Off() {
 			fmt.Fprintf(w, "note: the prediction is off by more than %gx: the planner weighed capacities or links that do not hold now (agents measure them again every 10 minutes)\n", api.OffBy)
 		}
