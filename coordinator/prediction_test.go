@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/hashicorp/raft"
-
 	"shoal/placement"
 )
 
@@ -17,13 +15,7 @@ import (
 // figures the state holds now.
 func TestDecodePrediction(t *testing.T) {
 	f := NewFSM()
-	index := uint64(0)
-	must := func(typ MessageType, req any) {
-		index++
-		if r := f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: mustEncode(typ, req)}); r != nil {
-			t.Fatalf("%s: %v", CommandName(typ), r)
-		}
-	}
+	must := (&applier{t: t, f: f}).ok
 	ids := []string{"n1", "n2", "n3"}
 	for i, id := range ids {
 		must(RegisterNodeType, RegisterNodeRequest{Now: t0, Node: Node{ID: id, Name: id, Role: RoleServer, RPCAddr: fmt.Sprintf("10.0.0.%d:7947", i+1), Status: StatusAlive,
