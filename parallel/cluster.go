@@ -40,6 +40,12 @@ type Options struct {
 	Collectives transport.DType
 	// Times, when set, accumulates each member node's step times.
 	Times *StepTimes
+	// Piece is the tokens per piece of a pipelined prefill: a step of
+	// more tokens through a plan of several stages runs as steps of this
+	// many, sent at once, so the stages compute different pieces at the
+	// same time. 0 picks the size from the step (pieceSize); < 0 never
+	// cuts a step.
+	Piece int
 }
 
 // DefaultWire is the wire encoding of activations and collectives when
@@ -304,8 +310,6 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, sreqs []s
 	}
 	c := s.c
 	lay := c.lay
-	s.step++
-	step := s.step
 	chunks := make([]wireChunk, len(b.Chunks))
 	clear(s.pos)
 	for i := range b.Chunks {
@@ -320,75 +324,125 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, sreqs []s
 		s.pos[ch.Seq] = p + ch.N
 		chunks[i] = wireChunk{Seq: int32(ch.Seq), Pos: p, N: ch.N}
 	}
-	ms := lay.members()
-	s.reqs = s.reqs[:0]
-	for _, m := range ms {
-		r := stepReq{memberAddr: s.addr(m), Step: step, Chunks: chunks, Handoff: ho}
-		if m == lay.Embedder || (m.Stage == 0 && m.Embedding) {
-			r.Tokens = b.Tokens
-		}
-		if m == lay.Output {
-			r.Rows, r.Sample = rows, sreqs
-		}
-		s.reqs = append(s.reqs, r)
-	}
 	s.logits = grow(s.logits, len(rows)*s.nVocab)
+	var pieces []*piece
+	if size := c.pieceSize(n); ho == nil && size > 0 {
+		pieces = splitPieces(chunks, b.Tokens, rows, sreqs, size)
+	} else {
+		// One step: the buffers are the session's, reused step after step.
+		pieces = []*piece{{chunks: chunks, tokens: b.Tokens, rows: rows, sreqs: sreqs, logits: s.logits}}
+	}
+	ms := lay.members()
+	for k, pc := range pieces {
+		s.step++
+		pc.step = s.step
+		reqs := s.reqs[:0]
+		if len(pieces) > 1 {
+			reqs = make([]stepReq, 0, len(ms))
+		}
+		for _, m := range ms {
+			r := stepReq{memberAddr: s.addr(m), Step: pc.step, Chunks: pc.chunks, Handoff: ho}
+			if m == lay.Embedder || (m.Stage == 0 && m.Embedding) {
+				r.Tokens = pc.tokens
+			}
+			if m == lay.Output {
+				r.Rows, r.Sample = pc.rows, pc.sreqs
+			}
+			reqs = append(reqs, r)
+		}
+		pc.reqs = reqs
+		if k == 0 && len(pieces) == 1 {
+			s.reqs = reqs
+		}
+		if pc.logits == nil && len(pc.rows) > 0 && sreqs == nil {
+			pc.logits = make([]float32, len(pc.rows)*s.nVocab)
+		}
+	}
 
 	sctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
 	defer cancel()
 	var control atomic.Int64
-	var sampled []sample.Result
 	var stageMu sync.Mutex
-	stageCompute := make([]int64, len(lay.Stages))
+	// stageCompute[k][st]: piece k's compute in stage st (its slowest member).
+	stageCompute := make([][]int64, len(pieces))
+	for k := range stageCompute {
+		stageCompute[k] = make([]int64, len(lay.Stages))
+	}
 	var tr [3]atomic.Int64
-	err := c.each(sctx, func(ctx context.Context, i int, m memberRef) error {
-		var recvErr chan error
-		rctx, rcancel := context.WithCancel(ctx)
-		defer rcancel()
-		if m == lay.Output && len(rows) > 0 && sreqs == nil {
-			recvErr = make(chan error, 1)
-			go func() {
-				recvErr <- recvRows(rctx, c.h.mb, step, tagLogits(s.id), len(rows), s.nVocab, s.logits)
-			}()
-		}
-		var got traffic
-		t0 := time.Now()
-		sent, recvd, err := c.h.call(ctx, m.Addr, methodStep, &s.reqs[i], &got)
-		control.Add(int64(sent + recvd))
-		if recvErr != nil {
+	stepPiece := func(ctx context.Context, k int) error {
+		pc := pieces[k]
+		return c.each(ctx, func(ctx context.Context, i int, m memberRef) error {
+			var recvErr chan error
+			rctx, rcancel := context.WithCancel(ctx)
+			defer rcancel()
+			if m == lay.Output && len(pc.rows) > 0 && pc.sreqs == nil {
+				recvErr = make(chan error, 1)
+				go func() {
+					recvErr <- recvRows(rctx, c.h.mb, pc.step, tagLogits(s.id), len(pc.rows), s.nVocab, pc.logits)
+				}()
+			}
+			var got traffic
+			t0 := time.Now()
+			sent, recvd, err := c.h.call(ctx, m.Addr, methodStep, &pc.reqs[i], &got)
+			control.Add(int64(sent + recvd))
+			if recvErr != nil {
+				if err != nil {
+					rcancel()
+				}
+				// The member sends the logits before it replies.
+				if rerr := <-recvErr; err == nil && rerr != nil {
+					err = fmt.Errorf("receiving the logits: %w", rerr)
+				}
+			}
 			if err != nil {
-				rcancel()
+				return err
 			}
-			// The member sends the logits before it replies.
-			if rerr := <-recvErr; err == nil && rerr != nil {
-				err = fmt.Errorf("receiving the logits: %w", rerr)
+			c.opt.Times.observe(m.Node, time.Since(t0))
+			if got.KVError != "" && kvErr != nil {
+				kvMu.Lock()
+				if *kvErr == nil {
+					*kvErr = fmt.Errorf("%v: %s", m, got.KVError)
+				}
+				kvMu.Unlock()
 			}
-		}
-		if err != nil {
-			return err
-		}
-		c.opt.Times.observe(m.Node, time.Since(t0))
-		if got.KVError != "" && kvErr != nil {
-			kvMu.Lock()
-			if *kvErr == nil {
-				*kvErr = fmt.Errorf("%v: %s", m, got.KVError)
+			if m == lay.Output && pc.sreqs != nil {
+				if len(got.Sampled) != len(pc.rows) {
+					return fmt.Errorf("%v sampled %d rows of %d", m, len(got.Sampled), len(pc.rows))
+				}
+				pc.sampled = got.Sampled
 			}
-			kvMu.Unlock()
+			stageMu.Lock()
+			stageCompute[k][m.Stage] = max(stageCompute[k][m.Stage], got.ComputeUs)
+			stageMu.Unlock()
+			tr[0].Add(got.Activations)
+			tr[1].Add(got.Collectives)
+			tr[2].Add(got.Logits)
+			return nil
+		})
+	}
+	var err error
+	if len(pieces) == 1 {
+		err = stepPiece(sctx, 0)
+	} else {
+		// The pieces' steps go out at once: each member runs them in
+		// order, so stage 0 computes piece k+1 while stage 1 computes
+		// piece k. The first failure cancels the rest.
+		pctx, pcancel := context.WithCancel(sctx)
+		var once sync.Once
+		var wg sync.WaitGroup
+		for k := range pieces {
+			wg.Go(func() {
+				if e := stepPiece(pctx, k); e != nil {
+					once.Do(func() {
+						err = fmt.Errorf("piece %d of %d (step %d): %w", k+1, len(pieces), pieces[k].step, e)
+						pcancel()
+					})
+				}
+			})
 		}
-		if m == lay.Output && sreqs != nil {
-			if len(got.Sampled) != len(rows) {
-				return fmt.Errorf("%v sampled %d rows of %d", m, len(got.Sampled), len(rows))
-			}
-			sampled = got.Sampled
-		}
-		stageMu.Lock()
-		stageCompute[m.Stage] = max(stageCompute[m.Stage], got.ComputeUs)
-		stageMu.Unlock()
-		tr[0].Add(got.Activations)
-		tr[1].Add(got.Collectives)
-		tr[2].Add(got.Logits)
-		return nil
-	})
+		wg.Wait()
+		pcancel()
+	}
 	c.control.Add(control.Load())
 	c.act.Add(tr[0].Load())
 	c.coll.Add(tr[1].Load())
@@ -397,28 +451,148 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, sreqs []s
 		if ctx.Err() == nil && sctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("%w (no reply within %v)", err, c.opt.Timeout)
 		}
-		s.fail(fmt.Errorf("dist: session %s step %d: %w", s.id, step, err))
+		s.fail(fmt.Errorf("dist: session %s step %d: %w", s.id, pieces[0].step, err))
 		s.abortAll()
 		return nil, nil, s.err
 	}
 	c.steps.Add(1)
 	c.tokens.Add(int64(n))
-	for _, us := range stageCompute {
-		c.compute.Add(us)
-	}
+	c.compute.Add(criticalCompute(stageCompute))
 	s.lenMu.Lock()
 	for q, p := range s.pos {
 		s.seqLen[q] = p
 	}
 	s.lenMu.Unlock()
 	if sreqs != nil {
+		if len(pieces) == 1 {
+			return nil, pieces[0].sampled, nil
+		}
+		sampled := make([]sample.Result, len(rows))
+		for _, pc := range pieces {
+			for j, at := range pc.at {
+				sampled[at] = pc.sampled[j]
+			}
+		}
 		return nil, sampled, nil
+	}
+	if len(pieces) > 1 {
+		V := s.nVocab
+		for _, pc := range pieces {
+			for j, at := range pc.at {
+				copy(s.logits[at*V:(at+1)*V], pc.logits[j*V:(j+1)*V])
+			}
+		}
 	}
 	if ho != nil {
 		// Handoffs run from several goroutines: each gets its own copy.
 		return append([]float32(nil), s.logits...), nil, nil
 	}
 	return s.logits, nil, nil
+}
+
+// piece is one step of a batch run as several (pipelined prefill): its
+// chunks, their tokens, the logits rows it computes (indexes into its own
+// tokens; at maps each to the caller's row), and what came back.
+type piece struct {
+	step    uint64
+	chunks  []wireChunk
+	tokens  []int32
+	rows    []int
+	at      []int
+	sreqs   []sample.Request
+	reqs    []stepReq
+	logits  []float32
+	sampled []sample.Result
+}
+
+// MinPiece is the fewest tokens a pipelined prefill's piece holds: the
+// matrix kernels lose their efficiency on fewer rows.
+const MinPiece = 32
+
+// pieceSize is the tokens per piece of a step of n tokens through the
+// plan, 0 to run it as one step: a plan of several stages cuts a prompt
+// of at least 2*MinPiece tokens into 4 pieces per stage (a pipeline of S
+// stages and P pieces takes (P+S-1)/P of a stage's share, so 4 per stage
+// keeps the bubble near a fifth), none of fewer than MinPiece tokens.
+// Options.Piece overrides it (< 0: never cut).
+func (c *Cluster) pieceSize(n int) int {
+	stages := len(c.lay.Stages)
+	switch {
+	case c.opt.Piece < 0 || stages < 2:
+		return 0
+	case c.opt.Piece > 0:
+		if n <= c.opt.Piece {
+			return 0
+		}
+		return c.opt.Piece
+	case n < 2*MinPiece:
+		return 0
+	}
+	return max(MinPiece, (n+4*stages-1)/(4*stages))
+}
+
+// splitPieces cuts a step's tokens (laid out chunk after chunk) into pieces
+// of size tokens, the last one shorter; a chunk that straddles a cut is
+// split in two at that position. rows (and their sampling requests) go to
+// the piece that holds their token.
+func splitPieces(chunks []wireChunk, tokens []int32, rows []int, sreqs []sample.Request, size int) []*piece {
+	n := len(tokens)
+	pieces := make([]*piece, 0, (n+size-1)/size)
+	for lo := 0; lo < n; lo += size {
+		pieces = append(pieces, &piece{tokens: tokens[lo:min(lo+size, n)]})
+	}
+	at := 0 // token offset of the current chunk
+	for _, ch := range chunks {
+		for done := 0; done < ch.N; {
+			k := (at + done) / size
+			take := min(ch.N-done, (k+1)*size-(at+done))
+			pieces[k].chunks = append(pieces[k].chunks, wireChunk{Seq: ch.Seq, Pos: ch.Pos + done, N: take})
+			done += take
+		}
+		at += ch.N
+	}
+	for i, r := range rows {
+		pc := pieces[r/size]
+		pc.rows = append(pc.rows, r%size)
+		pc.at = append(pc.at, i)
+		if sreqs != nil {
+			pc.sreqs = append(pc.sreqs, sreqs[i])
+		}
+	}
+	return pieces
+}
+
+// criticalCompute is the compute on a step's critical path from each
+// piece's compute per stage: one piece, the sum over its stages; several
+// pipelined, the busiest stage's total plus the other stages' share of one
+// piece (the fill and drain of the pipeline).
+func criticalCompute(stageCompute [][]int64) int64 {
+	if len(stageCompute) == 1 {
+		var sum int64
+		for _, us := range stageCompute[0] {
+			sum += us
+		}
+		return sum
+	}
+	per := make([]int64, len(stageCompute[0]))
+	for _, pc := range stageCompute {
+		for st, us := range pc {
+			per[st] += us
+		}
+	}
+	busiest := 0
+	for st := range per {
+		if per[st] > per[busiest] {
+			busiest = st
+		}
+	}
+	total := per[busiest]
+	for st, us := range per {
+		if st != busiest {
+			total += us / int64(len(stageCompute))
+		}
+	}
+	return total
 }
 
 // abortAll tells every member, in the background and bounded, that the

@@ -420,10 +420,13 @@ func TestMemberDies(t *testing.T) {
 		name   string
 		plan   string
 		victim int // index of the member (node) closed
+		piece  int // Options.Piece: 1 cuts every step of several tokens into steps of one
 	}{
-		{"pp3, middle stage", "pp3", 1},
-		{"pp2xtp2, stage 1 rank 1", "pp2xtp2", 3},
-		{"pp2xtp2, stage 0 rank 0", "pp2xtp2", 0},
+		{"pp3, middle stage", "pp3", 1, 0},
+		{"pp2xtp2, stage 1 rank 1", "pp2xtp2", 3, 0},
+		{"pp2xtp2, stage 0 rank 0", "pp2xtp2", 0, 0},
+		{"pp3, middle stage, pipelined prefill", "pp3", 1, 1},
+		{"pp2xtp2, stage 1 rank 1, pipelined prefill", "pp2xtp2", 3, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Members give up at 3/4 of it, so that their error, which
@@ -437,7 +440,7 @@ func TestMemberDies(t *testing.T) {
 			// Drive from a host that is not in the plan, so any member
 			// may die.
 			drvHost := cl.extraHost(t)
-			drv, err := drvHost.NewCluster(plan, cl.addrs(), Options{Timeout: timeout})
+			drv, err := drvHost.NewCluster(plan, cl.addrs(), Options{Timeout: timeout, Piece: tc.piece})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -474,7 +477,11 @@ func TestMemberDies(t *testing.T) {
 			victim := cl.members[tc.victim]
 			cl.eps[tc.victim].Close()
 			start := time.Now()
-			err = step(toks[7:8])
+			if tc.piece > 0 {
+				err = step(toks[7:9]) // two pieces of one token, sent at once
+			} else {
+				err = step(toks[7:8])
+			}
 			elapsed := time.Since(start)
 			t.Logf("step after closing %v failed after %v: %v", victim.me, elapsed.Round(time.Millisecond), err)
 			if err == nil {

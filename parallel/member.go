@@ -152,7 +152,8 @@ type memberSession struct {
 	imports  map[uint64]*kvImport // KV imports of disaggregated prefill, by transfer
 
 	stepMu sync.Mutex // one step (or free) at a time; held by close
-	next   uint64
+	next   uint64     // the step to run next
+	turn   sync.Cond  // on stepMu: a step ended (a later one may be waiting its turn)
 	x, emb []float32
 	wire   []byte // scratch of roundRows
 	logits []float32
@@ -295,6 +296,7 @@ func (m *Member) open(peer transport.Peer, req *openReq) (*openResp, error) {
 	}()
 	s := &memberSession{m: m, id: req.Session, samplers: map[sample.Params]*sample.Sampler{}, timeout: time.Duration(req.TimeoutMs) * time.Millisecond,
 		act: req.Activations, driver: req.Driver, next: 1, peer: peer.ID, from: addrPort(peer.Addr)}
+	s.turn.L = &s.stepMu
 	s.touch()
 	st := m.lay.Stages[m.me.Stage]
 	var coll model.Collective
@@ -439,6 +441,14 @@ func (m *Member) step(ctx context.Context, req *stepReq) (*traffic, error) {
 	defer s.touch()
 	s.stepMu.Lock()
 	defer s.stepMu.Unlock()
+	defer s.turn.Broadcast()
+	if req.Step > s.next {
+		// A pipelined prefill sends its pieces' steps at once: this one
+		// waits until the earlier ones have run here.
+		if err := s.awaitTurn(ctx, req.Step); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.failed(); err != nil {
 		return nil, fmt.Errorf("dist: session %s is unusable on %v: %w", s.id, m.me, err)
 	}
@@ -471,6 +481,28 @@ func (m *Member) step(ctx context.Context, req *stepReq) (*traffic, error) {
 		tr.Collectives = s.coll.bytes.Swap(0)
 	}
 	return &tr, nil
+}
+
+// awaitTurn waits (s.stepMu held, released while waiting) until step is
+// the next to run, the session fails or closes, or ctx ends.
+func (s *memberSession) awaitTurn(ctx context.Context, step uint64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopS := context.AfterFunc(s.ctx, cancel)
+	defer stopS()
+	stopW := context.AfterFunc(wctx, func() {
+		s.stepMu.Lock()
+		s.turn.Broadcast()
+		s.stepMu.Unlock()
+	})
+	defer stopW()
+	for step > s.next && wctx.Err() == nil && s.runner != nil {
+		s.turn.Wait()
+	}
+	if step > s.next && s.failed() == nil && s.runner != nil {
+		return fmt.Errorf("dist: %v, step %d: still waiting for step %d of session %s: %w", s.m.me, step, s.next, s.id, context.Cause(wctx))
+	}
+	return nil
 }
 
 // run executes one step on this member: take the input (embed it, or

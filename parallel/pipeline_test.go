@@ -1,0 +1,172 @@
+package parallel
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"shoal/engine/enginetest"
+	"shoal/engine/kv"
+	"shoal/engine/model"
+	"shoal/engine/sample"
+)
+
+// TestSplitPieces: a step's tokens cut at every size tokens, a chunk
+// straddling a cut split at that position, every row in the piece holding
+// its token.
+func TestSplitPieces(t *testing.T) {
+	chunks := []wireChunk{{Seq: 1, Pos: 10, N: 5}, {Seq: 2, Pos: 0, N: 9}, {Seq: 3, Pos: 4, N: 1}}
+	tokens := make([]int32, 15)
+	for i := range tokens {
+		tokens[i] = int32(100 + i)
+	}
+	rows := []int{14, 0, 4, 5, 9}
+	sreqs := make([]sample.Request, len(rows))
+	for i := range sreqs {
+		sreqs[i].Params.Seed = uint64(i)
+	}
+	ps := splitPieces(chunks, tokens, rows, sreqs, 4)
+	want := [][]wireChunk{
+		{{1, 10, 4}},
+		{{1, 14, 1}, {2, 0, 3}},
+		{{2, 3, 4}},
+		{{2, 7, 2}, {3, 4, 1}},
+	}
+	if len(ps) != len(want) {
+		t.Fatalf("%d pieces, want %d", len(ps), len(want))
+	}
+	seen := map[int]bool{}
+	for k, pc := range ps {
+		if !slices.Equal(pc.chunks, want[k]) {
+			t.Errorf("piece %d: chunks %v, want %v", k, pc.chunks, want[k])
+		}
+		if n := len(pc.tokens); n != min(4, 15-4*k) || pc.tokens[0] != int32(100+4*k) {
+			t.Errorf("piece %d: tokens %v", k, pc.tokens)
+		}
+		for j, r := range pc.rows {
+			at := pc.at[j]
+			if seen[at] || rows[at] != 4*k+r || pc.sreqs[j].Params.Seed != uint64(at) {
+				t.Errorf("piece %d row %d (caller's row %d): token %d, want %d", k, r, at, 4*k+r, rows[at])
+			}
+			seen[at] = true
+		}
+	}
+	if len(seen) != len(rows) {
+		t.Errorf("rows placed: %v of %d", seen, len(rows))
+	}
+}
+
+// TestPipelinedPrefill: a batch of several sequences' prompts through
+// plans of two stages (and two stages of two members), run as one step and
+// cut into pieces sent at once, gives a single node's logits for rows in
+// every piece, leaves every sequence where the single node has it (the
+// decode steps after it agree too), and did run as pieces.
+func TestPipelinedPrefill(t *testing.T) {
+	ref, path := openRef(t)
+	c := &ref.Config
+	toks := enginetest.Tokens(48, ref.NVocab, 60)
+	for _, name := range []string{"pp2", "pp2xtp2"} {
+		for _, piece := range []int{-1, 8, 0} {
+			t.Run(name, func(t *testing.T) {
+				single, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 128})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer single.Close()
+				plan := shapeOf(c).Plans(denseQ8.Name).Get(name)
+				cl := startCluster(t, path, plan, Options{Timeout: 10 * time.Second, Piece: piece})
+				ctx := context.Background()
+				s, err := cl.drv.Open(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close(ctx)
+				chunks := []model.Chunk{{Seq: 1, N: 23}, {Seq: 2, N: 17}, {Seq: 3, N: 5}}
+				steps := []struct {
+					chunks []model.Chunk
+					tokens []int32
+					rows   []int
+				}{
+					{chunks, toks[:45], []int{0, 7, 8, 22, 23, 39, 44}},
+					{[]model.Chunk{{Seq: 2, N: 1}, {Seq: 1, N: 1}, {Seq: 3, N: 1}}, toks[45:48], []int{0, 1, 2}},
+				}
+				for i, st := range steps {
+					wb := model.Batch{Tokens: st.tokens, Chunks: slices.Clone(st.chunks)}
+					want, err := single.Step(&wb, st.rows)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want = slices.Clone(want)
+					before := s.step
+					gb := model.Batch{Tokens: st.tokens, Chunks: slices.Clone(st.chunks)}
+					got, err := s.Step(ctx, &gb, st.rows)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for j := range gb.Chunks {
+						if gb.Chunks[j].Pos != wb.Chunks[j].Pos {
+							t.Errorf("step %d chunk %d at position %d, single node %d", i, j, gb.Chunks[j].Pos, wb.Chunks[j].Pos)
+						}
+					}
+					m := enginetest.Compare(want, got, c.NVocab)
+					steps := s.step - before
+					t.Logf("piece %d, step %d: %d member steps; %s", piece, i, steps, m)
+					if err := m.Check(false); err != nil {
+						t.Error(err)
+					}
+					if wantSteps := uint64(max(1, len(splitIf(cl.drv, len(st.tokens))))); steps != wantSteps {
+						t.Errorf("step %d ran as %d member steps, want %d", i, steps, wantSteps)
+					}
+				}
+				if piece == 8 && s.step < 7 {
+					t.Errorf("the 45-token prompt of pieces of 8 ran as %d steps", s.step-1)
+				}
+			})
+		}
+	}
+}
+
+// splitIf is the pieces c cuts a step of n tokens into (nil: one step).
+func splitIf(c *Cluster, n int) []int {
+	size := c.pieceSize(n)
+	if size == 0 {
+		return nil
+	}
+	var out []int
+	for lo := 0; lo < n; lo += size {
+		out = append(out, min(size, n-lo))
+	}
+	return out
+}
+
+// TestPipelinedPrefillSampled: rows sampled on the output member come back
+// in the caller's order from a cut step, the same tokens as the uncut one
+// (seeded, deterministic samplers).
+func TestPipelinedPrefillSampled(t *testing.T) {
+	ref, path := openRef(t)
+	toks := enginetest.Tokens(40, ref.NVocab, 5)
+	plan := shapeOf(&ref.Config).Plans(denseQ8.Name).Get("pp2")
+	var results [2][]sample.Result
+	for k, piece := range []int{-1, 8} {
+		cl := startCluster(t, path, plan, Options{Timeout: 10 * time.Second, Piece: piece})
+		ctx := context.Background()
+		s, err := cl.drv.Open(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := []int{39, 3, 17, 24}
+		reqs := make([]sample.Request, len(rows))
+		for i := range reqs {
+			reqs[i].Params = sample.Params{Temperature: 0.8, TopK: 40, Seed: uint64(7 + i)}
+		}
+		b := model.Batch{Tokens: toks, Chunks: []model.Chunk{{Seq: kv.SeqID(1), N: len(toks)}}}
+		if results[k], err = s.StepSampled(ctx, &b, rows, reqs); err != nil {
+			t.Fatal(err)
+		}
+		s.Close(ctx)
+	}
+	if len(results[0]) != 4 || !slices.EqualFunc(results[0], results[1], func(a, b sample.Result) bool { return a.Token == b.Token }) {
+		t.Fatalf("sampled rows: one step %v, in pieces %v", results[0], results[1])
+	}
+}
