@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -289,6 +290,13 @@ func (c *Client) Models(ctx context.Context) ([]ModelInfo, error) {
 // UnloadModel removes a model, its plan and its shards.
 func (c *Client) UnloadModel(ctx context.Context, name string) error {
 	return c.do(ctx, "DELETE", "/v1/cluster/models/"+url.PathEscape(name), nil, nil)
+}
+
+// PredictPrefill is the model's plan's predicted prefill of a prompt of
+// tokens tokens.
+func (c *Client) PredictPrefill(ctx context.Context, name string, tokens int) (*PrefillPrediction, error) {
+	var p PrefillPrediction
+	return &p, c.do(ctx, "GET", "/v1/cluster/models/"+url.PathEscape(name)+"/prefill?tokens="+strconv.Itoa(tokens), nil, &p)
 }
 
 // Placement is a model's committed plan.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -166,6 +167,15 @@ func Handler(b Backend) http.Handler {
 	}))
 	if cr, ok := b.(ClusterRunner); ok {
 		h.clusterRunner(mux, cr)
+	}
+	if pp, ok := b.(PrefillPredictor); ok {
+		mux.HandleFunc("GET /v1/cluster/models/{name}/prefill", h.read(func(r *http.Request) (any, error) {
+			n, err := strconv.Atoi(r.URL.Query().Get("tokens"))
+			if err != nil || n < 1 || n > MaxPrefillTokens {
+				return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("tokens=%q: want the prompt's length, 1 to %d", r.URL.Query().Get("tokens"), MaxPrefillTokens)}
+			}
+			return pp.PredictPrefill(r.Context(), r.PathValue("name"), n)
+		}))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, Error{Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})

@@ -322,6 +322,35 @@ type PlacementInfo struct {
 	// Measured is what the driver measures beside the prediction
 	// (placement show asks the driver; absent when it could not answer).
 	Measured *Measured `json:"measured,omitempty"`
+	// Prefill is the predicted prefill of a prompt (placement show
+	// --prompt N asks for it).
+	Prefill *PrefillPrediction `json:"prefill,omitempty"`
+}
+
+// PrefillPrediction is the answer of GET
+// /v1/cluster/models/{name}/prefill?tokens=N: the plan's predicted prefill
+// of one prompt of N tokens on the nodes' and links' figures now, cut into
+// Pieces pieces of Piece tokens that flow through the stages at once (1
+// and 0 for a prompt run as one step), beside the same prompt run as one
+// step; StageMs is each stage's time for one piece.
+type PrefillPrediction struct {
+	Model       string    `json:"model"`
+	PlanVersion uint64    `json:"plan_version"`
+	Tokens      int       `json:"tokens"`
+	Piece       int       `json:"piece"`
+	Pieces      int       `json:"pieces"`
+	Ms          float64   `json:"ms"`
+	OneStepMs   float64   `json:"one_step_ms"`
+	StageMs     []float64 `json:"stage_ms"`
+}
+
+// MaxPrefillTokens bounds the prompt of a prefill prediction.
+const MaxPrefillTokens = 1 << 20
+
+// PrefillPredictor predicts a model's prefill (GET
+// /v1/cluster/models/{name}/prefill?tokens=N).
+type PrefillPredictor interface {
+	PredictPrefill(ctx context.Context, model string, tokens int) (*PrefillPrediction, error)
 }
 
 // PlacementStage is one pipeline stage of a plan.
@@ -439,6 +468,10 @@ type BenchRow struct {
 	// collectives excluded); MsPerToken less it is the network, the waits
 	// and the driver.
 	ComputeMs float64 `json:"compute_ms"`
+	// PredictedMsPerToken is the plan's prediction for the row: for ppN
+	// the predicted prefill of N tokens (placement.PredictPrefill) over N,
+	// for tgN the decode step of one sequence (absent when none).
+	PredictedMsPerToken float64 `json:"predicted_ms_per_token,omitempty"`
 }
 
 // BenchResult is the answer of a cluster benchmark, run on the model's

@@ -384,7 +384,7 @@ func (s *Server) planModel(st *State, m *Model, prev *placement.Plan) error {
 // state's nodes and links, from its previous plan prev (nil if none): what
 // the leader's planner commits. It reads st only.
 func decidePlan(st *State, m *Model, prev *placement.Plan) placement.Decision {
-	opts := placement.Options{Context: m.Ctx, Batch: m.MaxSeqs, Overhead: m.Overhead, Strategy: placement.Strategy(m.Strategy), Pin: m.Pin, Disagg: m.Disagg, KVType: m.KVType}
+	opts := modelOptions(m)
 	profile := *m.Profile
 	profile.Name = m.Name
 	// The source node reads its shard from its own copy of the file; a
@@ -402,6 +402,26 @@ func decidePlan(st *State, m *Model, prev *placement.Plan) placement.Decision {
 	return d
 }
 
+// PrefillPrediction is model name's plan's predicted prefill of one prompt
+// of n tokens, on the nodes' and links' figures in st now
+// (placement.PredictPrefill). ok is false when the model has no placed
+// plan, or one the prediction cannot weigh (several pools).
+func PrefillPrediction(st *State, name string, n int) (version uint64, pf placement.Prefill, ok bool) {
+	p, m := st.Plans[name], st.Models[name]
+	if p == nil || len(p.Pools) == 0 || m == nil || m.Profile == nil {
+		return 0, pf, false
+	}
+	profile := *m.Profile
+	profile.Name = m.Name
+	pf, ok = placement.PredictPrefill(profile, PlacementNodes(st, name), LinkMatrix(st), modelOptions(m), p, n)
+	return p.Version, pf, ok
+}
+
+// modelOptions are the planner's options for model m.
+func modelOptions(m *Model) placement.Options {
+	return placement.Options{Context: m.Ctx, Batch: m.MaxSeqs, Overhead: m.Overhead, Strategy: placement.Strategy(m.Strategy), Pin: m.Pin, Disagg: m.Disagg, KVType: m.KVType}
+}
+
 // DecodePrediction is the predicted time of a decode step of one sequence
 // through model name's plan, costed on the nodes' and links' figures in st
 // now: what a driver's measured decode steps (serve.Stats.DecodeMs, one
@@ -416,7 +436,8 @@ func DecodePrediction(st *State, name string) (version uint64, ms float64, ok bo
 	}
 	version, ms = p.Version, p.Cost.MsPerToken
 	if m := st.Models[name]; m != nil && m.Profile != nil {
-		opts := placement.Options{Context: m.Ctx, Batch: 1, Overhead: m.Overhead, Strategy: placement.Strategy(m.Strategy), Pin: m.Pin, Disagg: m.Disagg, KVType: m.KVType}
+		opts := modelOptions(m)
+		opts.Batch = 1
 		profile := *m.Profile
 		profile.Name = m.Name
 		if c, ok := placement.Recost(profile, PlacementNodes(st, name), LinkMatrix(st), opts, p); ok {

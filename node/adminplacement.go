@@ -34,6 +34,24 @@ func (b *admin) UnloadModel(ctx context.Context, name string) error {
 	return b.cat.UnloadModel(ctx, name)
 }
 
+// PredictPrefill is the model's plan's predicted prefill of a prompt of
+// tokens tokens (coordinator.PrefillPrediction).
+func (b *admin) PredictPrefill(ctx context.Context, name string, tokens int) (*api.PrefillPrediction, error) {
+	st, err := b.cluster.State(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if st.Models[name] == nil {
+		return nil, notFoundErr("model %q is not loaded (see 'shoal model ls')", name)
+	}
+	version, pf, ok := coordinator.PrefillPrediction(st, name, tokens)
+	if !ok {
+		return nil, &coordinator.Error{Code: http.StatusConflict, Msg: fmt.Sprintf("model %q has no plan whose prefill can be predicted (not placed yet, or disaggregated pools)", name)}
+	}
+	return &api.PrefillPrediction{Model: name, PlanVersion: version, Tokens: pf.Tokens, Piece: pf.Piece, Pieces: pf.Pieces,
+		Ms: pf.Ms, OneStepMs: pf.OneStepMs, StageMs: pf.StageMs}, nil
+}
+
 // Placement is a model's committed plan, by node name.
 func (b *admin) Placement(ctx context.Context, name string) (*api.PlacementInfo, error) {
 	st, err := b.cluster.State(ctx)

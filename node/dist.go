@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -199,6 +200,8 @@ type clusterRuns struct {
 	pub    *publisher
 	// plan gives the version and predicted ms/token of model's plan.
 	plan func(model string) (version uint64, predicted float64, ok bool)
+	// prefill gives the predicted prefill of a prompt of n tokens, in ms.
+	prefill func(model string, n int) (ms float64, ok bool)
 }
 
 // ClusterMeasured implements api.ClusterRunner.
@@ -239,8 +242,20 @@ func (c clusterRuns) ClusterBench(ctx context.Context, name string, req api.Benc
 		out.PredictedMsPerToken = predicted // one sequence, on the figures measured now, as the tg rows run
 	}
 	for _, row := range r.Results {
-		out.Results = append(out.Results, api.BenchRow{Test: row.Test, TokPerSec: row.TokPerSec, StdDev: row.StdDev, Samples: row.Samples,
-			MsPerToken: row.MsPerToken, BytesPerToken: row.BytesPerToken, ComputeMs: row.ComputeMs})
+		br := api.BenchRow{Test: row.Test, TokPerSec: row.TokPerSec, StdDev: row.StdDev, Samples: row.Samples,
+			MsPerToken: row.MsPerToken, BytesPerToken: row.BytesPerToken, ComputeMs: row.ComputeMs}
+		var n int
+		switch {
+		case strings.HasPrefix(row.Test, "tg"):
+			br.PredictedMsPerToken = out.PredictedMsPerToken
+		case c.prefill != nil && strings.HasPrefix(row.Test, "pp"):
+			if _, err := fmt.Sscanf(row.Test, "pp%d", &n); err == nil && n > 0 {
+				if ms, ok := c.prefill(name, n); ok {
+					br.PredictedMsPerToken = ms / float64(n)
+				}
+			}
+		}
+		out.Results = append(out.Results, br)
 	}
 	return out, nil
 }

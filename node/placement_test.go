@@ -103,6 +103,19 @@ func TestModelLoadSpreadsAndReplans(t *testing.T) {
 			nodes := checkPlan(t, p, tcase.limit)
 			t.Logf("plan v%d: %s over %d nodes, predicted %.2f ms/token (compute %.2f, memory %.2f, network %.2f)",
 				p.Version, p.Strategy, len(nodes), p.Cost.MsPerToken, p.Cost.ComputeMs, p.Cost.MemoryMs, p.Cost.NetworkMs)
+			// Issue #39: the plan's prefill of a long prompt, its stages
+			// computing pieces of it at once.
+			pf, err := c.Client(2, "").PredictPrefill(ctx(t), "spread", 512)
+			if err != nil || pf.PlanVersion != p.Version || pf.Tokens != 512 || pf.Ms <= 0 || len(pf.StageMs) != len(p.Stages) {
+				t.Fatalf("prefill prediction: %+v, %v", pf, err)
+			}
+			if len(p.Stages) > 1 && (pf.Pieces < 2 || pf.Ms >= pf.OneStepMs) {
+				t.Errorf("a prompt through %d stages is not pipelined: %+v", len(p.Stages), pf)
+			}
+			t.Logf("prefill of 512 tokens: %.2f ms in %d pieces of %d (as one step %.2f ms)", pf.Ms, pf.Pieces, pf.Piece, pf.OneStepMs)
+			if _, err := c.Client(2, "").PredictPrefill(ctx(t), "spread", 0); err == nil || !strings.Contains(err.Error(), "tokens") {
+				t.Errorf("a prediction of 0 tokens: %v", err)
+			}
 			source := c.Members[0].Agent.ID()
 			fetched := 0
 			for _, s := range mi.Shards {

@@ -8,6 +8,7 @@ import (
 	"shoal/api"
 	"shoal/coordinator"
 	"shoal/parallel"
+	"shoal/placement"
 	"shoal/serve"
 )
 
@@ -17,6 +18,17 @@ import (
 func (a *Agent) planPrediction(model string) (version uint64, predicted float64, ok bool) {
 	a.viewState(func(st *coordinator.State) {
 		version, predicted, ok = coordinator.DecodePrediction(st, model)
+	})
+	return
+}
+
+// prefillPrediction is model's plan's predicted prefill of a prompt of n
+// tokens in this agent's copy of the state (coordinator.PrefillPrediction).
+func (a *Agent) prefillPrediction(model string, n int) (ms float64, ok bool) {
+	a.viewState(func(st *coordinator.State) {
+		var pf placement.Prefill
+		_, pf, ok = coordinator.PrefillPrediction(st, model, n)
+		ms = pf.Ms
 	})
 	return
 }

@@ -45,7 +45,7 @@ func (a *Agent) startServing() {
 		Host: host, Node: a.id, Shards: a.shards, Publisher: a.pub,
 		Threads: a.cfg.Threads, StepTimeout: a.cfg.Tuning.DistStep.Or(parallel.DefaultStepTimeout), Log: a.log, Device: a.dev,
 	})
-	a.admin.runner = clusterRuns{par: a.par, driver: a.cfg.Name, pub: a.pub, plan: a.planPrediction}
+	a.admin.runner = clusterRuns{par: a.par, driver: a.cfg.Name, pub: a.pub, plan: a.planPrediction, prefill: a.prefillPrediction}
 }
 
 // servingLoop reconciles the shards and the parallel runtime with the

@@ -505,16 +505,9 @@ type piece struct {
 	sampled []sample.Result
 }
 
-// MinPiece is the fewest tokens a pipelined prefill's piece holds: the
-// matrix kernels lose their efficiency on fewer rows.
-const MinPiece = 32
-
 // pieceSize is the tokens per piece of a step of n tokens through the
-// plan, 0 to run it as one step: a plan of several stages cuts a prompt
-// of at least 2*MinPiece tokens into 4 pieces per stage (a pipeline of S
-// stages and P pieces takes (P+S-1)/P of a stage's share, so 4 per stage
-// keeps the bubble near a fifth), none of fewer than MinPiece tokens.
-// Options.Piece overrides it (< 0: never cut).
+// plan, 0 to run it as one step: placement.PrefillPiece (what the planner
+// predicts prefill with), or Options.Piece (< 0: never cut).
 func (c *Cluster) pieceSize(n int) int {
 	stages := len(c.lay.Stages)
 	switch {
@@ -525,10 +518,8 @@ func (c *Cluster) pieceSize(n int) int {
 			return 0
 		}
 		return c.opt.Piece
-	case n < 2*MinPiece:
-		return 0
 	}
-	return max(MinPiece, (n+4*stages-1)/(4*stages))
+	return placement.PrefillPiece(stages, n)
 }
 
 // splitPieces cuts a step's tokens (laid out chunk after chunk) into pieces

@@ -19,8 +19,8 @@
 // f16 or q8_0 on request); the driver never relays them.
 //
 // Pipelined prefill: a step of many tokens through a plan of several
-// stages is cut into pieces (Options.Piece; by default 4 per stage, at
-// least MinPiece tokens each), whose steps go out at once. A member runs a
+// stages is cut into pieces (Options.Piece; by default
+// placement.PrefillPiece), whose steps go out at once. A member runs a
 // session's steps in their order (a later one waits its turn), so stage 0
 // computes piece k+1 while stage 1 computes piece k; the rows' logits come
 // back from the pieces that hold them.

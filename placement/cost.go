@@ -19,7 +19,9 @@ type env struct {
 	usable []float64 // per node: free × (1 − margin) − overhead, bytes
 	links  LinkMatrix
 
-	batch   float64 // sequences per step
+	batch   float64 // sequences per step (tokens per piece in a prefill env)
+	seqs    float64 // sequences the KV cache holds (Options.Batch)
+	prefill bool    // a prefill piece: KV read once for all its tokens, logits of one row
 	ctxAvg  float64 // average attended positions per decode token
 	hidden  float64 // bytes of one step's hidden states (batch × n_embd × 4)
 	touched float64 // probability a given expert is used by some token of the step
@@ -36,6 +38,7 @@ func newEnv(p *ModelProfile, nodes []Node, links LinkMatrix, o Options) *env {
 	}
 	e := &env{p: p, o: o, nodes: nodes, links: links}
 	e.batch = float64(o.Batch)
+	e.seqs = e.batch
 	e.ctxAvg = float64(o.Context) / 2
 	e.hidden = e.batch * float64(p.NEmbd) * actBytes
 	if p.NExpert > 0 {
@@ -86,7 +89,7 @@ func (e *env) stageParts(lo, hi int) parts {
 	var s parts
 	s.attn = work{
 		mem:   attnB + e.kvBytes(lo, hi),
-		read:  attnB + nl*e.batch*e.ctxAvg*kv,
+		read:  attnB + nl*e.rowsOut()*e.ctxAvg*kv,
 		flops: e.batch * (e.attnF[hi] - e.attnF[lo] + nl*4*float64(p.NHead*p.HeadDim)*e.ctxAvg),
 	}
 	ffnB := e.ffnB[hi] - e.ffnB[lo]
@@ -103,7 +106,17 @@ func (e *env) stageParts(lo, hi int) parts {
 // kvBytes is the KV cache of layers [lo,hi) (all heads) for Context tokens
 // of each of Batch sequences.
 func (e *env) kvBytes(lo, hi int) float64 {
-	return float64(hi-lo) * float64(e.o.Context) * e.batch * float64(e.p.KVBytesPerToken)
+	return float64(hi-lo) * float64(e.o.Context) * e.seqs * float64(e.p.KVBytesPerToken)
+}
+
+// rowsOut is the step's sequences as its attention and logits see them:
+// each decode sequence reads its KV and gets a logits row; a prefill piece
+// reads the KV once for all its tokens and gets its last row only.
+func (e *env) rowsOut() float64 {
+	if e.prefill {
+		return 1
+	}
+	return e.batch
 }
 
 // extras is the work of the embedding and output a member may hold.
@@ -117,7 +130,7 @@ func (e *env) extras(embed, out bool) work {
 	if out {
 		w.mem += float64(p.OutputBytes)
 		w.read += float64(p.OutputBytes)
-		w.flops += e.batch * p.OutputFLOPs()
+		w.flops += e.rowsOut() * p.OutputFLOPs()
 		if p.Tied {
 			w.read += float64(p.EmbedBytes)
 			if !embed {

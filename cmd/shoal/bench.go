@@ -216,7 +216,10 @@ func benchCluster(w, errw io.Writer, addr, key, name string, o bench.Options, as
 	fmt.Fprintln(w, "| ----: | ----- | -------------: | -------: | ---------: | -------: | -----------------: | ----------: |")
 	for _, r := range res.Results {
 		pred := ""
-		if strings.HasPrefix(r.Test, "tg") {
+		switch {
+		case r.PredictedMsPerToken > 0:
+			pred = fmt.Sprintf("%.2f", r.PredictedMsPerToken)
+		case strings.HasPrefix(r.Test, "tg"): // an agent before pp rows had predictions
 			pred = fmt.Sprintf("%.2f", res.PredictedMsPerToken)
 		}
 		fmt.Fprintf(w, "| %5d | %-5s | %7.2f ± %5.2f | %8.2f | %10.2f | %8.2f | %18s | %11.0f |\n", res.Nodes, r.Test, r.TokPerSec, r.StdDev, r.MsPerToken,

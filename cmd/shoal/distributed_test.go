@@ -111,7 +111,9 @@ func TestDistributedServing(t *testing.T) {
 		t.Fatalf("bench --cluster: %q %v", out, err)
 	}
 	for _, r := range res.Results {
-		if r.TokPerSec <= 0 || r.BytesPerToken <= 0 || r.ComputeMs <= 0 || r.ComputeMs > r.MsPerToken {
+		// Every row has the plan's prediction beside it: the pp row the
+		// predicted prefill of its prompt (issue #39), the tg row decode.
+		if r.TokPerSec <= 0 || r.BytesPerToken <= 0 || r.ComputeMs <= 0 || r.ComputeMs > r.MsPerToken || r.PredictedMsPerToken <= 0 {
 			t.Errorf("bench row %+v", r)
 		}
 	}

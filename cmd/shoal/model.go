@@ -396,6 +396,7 @@ predicted ms/token with its compute, memory and network parts.
 
 func placementShowCmd() *cobra.Command {
 	var f clusterFlags
+	var prompt int
 	cmd := &cobra.Command{
 		Use:   "show MODEL",
 		Short: "Print a model's plan: stages, members, memory per node, predicted ms/token",
@@ -404,8 +405,13 @@ its layer range and members (tensor-parallel rank, heads, FFN columns,
 experts), each node's predicted memory use against what it offers, and the
 predicted time of one decode step with its compute, memory and network
 parts, then the planner's reasoning and what the last re-plan moved.
+With --prompt N it adds the predicted prefill of a prompt of N tokens (the
+time to the first token): a plan of several stages cuts a long prompt into
+pieces that flow through the stages at once, and the line shows that
+against the same prompt run as one step.
 
   shoal placement show llama-8b-q4_k_m
+  shoal placement show llama-8b-q4_k_m --prompt 2048
   shoal placement show llama-8b-q4_k_m -o json | jq .cost`,
 		Args: exactArgs(1, "a model name (see 'shoal model ls')"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -425,6 +431,11 @@ parts, then the planner's reasoning and what the last re-plan moved.
 					p.Measured = m
 				}
 			}
+			if prompt > 0 {
+				if p.Prefill, err = c.PredictPrefill(ctx, args[0], prompt); err != nil {
+					return err
+				}
+			}
 			w := cmd.OutOrStdout()
 			if f.json() {
 				return printJSON(w, p)
@@ -434,6 +445,7 @@ parts, then the planner's reasoning and what the last re-plan moved.
 		},
 	}
 	f.register(cmd)
+	cmd.Flags().IntVar(&prompt, "prompt", 0, "also predict the prefill of a prompt of this many tokens (time to first token)")
 	return cmd
 }
 
@@ -474,6 +486,13 @@ func printPlacement(w io.Writer, p *api.PlacementInfo) {
 		if m.Off() {
 			fmt.Fprintf(w, "note: the prediction is off by more than %gx: the planner weighed capacities or links that do not hold now (agents measure them again every 10 minutes)\n", api.OffBy)
 		}
+	}
+	if pf := p.Prefill; pf != nil {
+		fmt.Fprintf(w, "prefill of %d tokens: predicted %.0f ms (%.0f tok/s)", pf.Tokens, pf.Ms, float64(pf.Tokens)/pf.Ms*1000)
+		if pf.Pieces > 1 {
+			fmt.Fprintf(w, " in %d pieces of %d tokens through %d stages at once; as one step %.0f ms", pf.Pieces, pf.Piece, len(pf.StageMs), pf.OneStepMs)
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w)
 	tw := table(w)
