@@ -25,7 +25,7 @@ func TestMeasuredFromDriver(t *testing.T) {
 	// counts in full.
 	var m api.Measured
 	for try := 0; try < 3 && m.DecodeSteps < 10; try++ {
-		if code, body := post(t, front+"/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":24,"ignore_eos":true}`); code != 200 {
+		if code, body := post(t, front+"/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":24,"ignore_eos":true,"temperature":0}`); code != 200 {
 			t.Fatalf("chat: %d %s", code, body)
 		}
 		code, body := request(t, read.Secret, "GET", front+"/v1/cluster/models/tiny/measured", "")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,9 @@ import (
 
 // endlessModel makes the agent serve modelName without an end-of-sequence
 // token: a greedy answer then runs on to max_tokens, long enough to be
-// stopped from the page.
+// stopped from the page. Its context holds stopLong tokens: at the
+// thousands of tokens a second the tiny model decodes, an answer of 1,500
+// once ended before the test clicked Stop.
 func endlessModel(t *testing.T) func(*node.Config) {
 	return func(c *node.Config) {
 		v, err := tokenizer.ByteLevelVocab(300)
@@ -35,8 +38,12 @@ func endlessModel(t *testing.T) func(*node.Config) {
 		spec.Name = modelName
 		spec.Tokenizer = v.KVs()
 		c.Models[0].Path = enginetest.Write(t, t.TempDir(), spec)
+		c.Models[0].Ctx = stopLong + 512
 	}
 }
+
+// stopLong is the max_tokens of the answer the chat test stops.
+const stopLong = 40000
 
 // browserFor is headless with a longer deadline: the chat test streams
 // several answers.
@@ -189,7 +196,7 @@ func TestChatInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.ID("new-chat")),
 		poll(`document.querySelectorAll('#log article').length === 0 && shoalChat.messages().length === 0`, 5*time.Second),
 		poll(`(window.seen = [], true)`, 5*time.Second),
-		chromedp.SetValue(chromedp.ID("max-tokens"), "1500"),
+		chromedp.SetValue(chromedp.ID("max-tokens"), strconv.Itoa(stopLong)),
 		chromedp.SetValue(chromedp.ID("prompt"), "hi"),
 		chromedp.Click(chromedp.ID("send")),
 		poll(`Number((`+lastAnswer+` || {dataset: {}}).dataset.chunks || 0) >= 5`, 30*time.Second),
@@ -234,8 +241,8 @@ func TestChatInBrowser(t *testing.T) {
 		return rec.Seq > before
 	})
 	t.Logf("the agent's record of the stopped request: %+v", rec)
-	if rec.Endpoint != "chat.completions" || rec.FinishReason != "cancelled" || rec.GeneratedTokens >= 1500 || !rec.Stream {
-		t.Errorf("the stopped request ended %q after %d tokens (stream %v), want cancelled short of 1500", rec.FinishReason, rec.GeneratedTokens, rec.Stream)
+	if rec.Endpoint != "chat.completions" || rec.FinishReason != "cancelled" || rec.GeneratedTokens >= stopLong || !rec.Stream {
+		t.Errorf("the stopped request ended %q after %d tokens (stream %v), want cancelled short of %d", rec.FinishReason, rec.GeneratedTokens, rec.Stream, stopLong)
 	}
 	nodetest.Eventually(t, 10*time.Second, "no sequence to run on the agent", func() bool {
 		return strings.Contains(getText(t, base+"/metrics"), `shoal_running_sequences{model="`+modelName+`"} 0`)
