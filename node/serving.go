@@ -120,7 +120,7 @@ func (a *Agent) registerLocal(reqs []api.LoadModelRequest) {
 // model run across nodes advances prefill in short steps.
 func (a *Agent) serveOptions(name string, s parallel.Servable) serve.Options {
 	if mc, ok := a.localModel(name); ok && s.Runner != nil {
-		return serve.Options{MaxSeqs: mc.MaxSeqs, QueueSize: mc.Queue, NoPrefixCache: mc.NoPrefixCache}
+		return serve.Options{MaxSeqs: mc.MaxSeqs, QueueSize: mc.Queue, NoPrefixCache: mc.NoPrefixCache, Lookup: mc.Lookup}
 	}
 	o := serve.Options{MaxSeqs: max(s.Seqs, 1), SeqTokens: s.SeqTokens, QueueSize: queueBound(s.Queue, s.Seqs)}
 	if s.Runner == nil {

@@ -37,6 +37,14 @@ type Options struct {
 	// NoPrefixCache turns off the reuse of KV blocks across requests that
 	// share a prompt prefix (on by default where the engine supports it).
 	NoPrefixCache bool
+	// Lookup, when positive, drafts up to that many tokens per decode
+	// step from the sequence's own context (prompt lookup: what followed
+	// the last earlier occurrence of its latest n-gram) and verifies them
+	// in the same step: speculative decoding without a draft model. The
+	// output is what it would be without (see speculate.go). Only on an
+	// engine whose sequences can be cut back (Truncater) and that returns
+	// logits.
+	Lookup int
 }
 
 func (o *Options) defaults() {
@@ -109,6 +117,9 @@ type seq struct {
 	// remote: the prompt is being prefilled elsewhere (RemotePrefiller);
 	// local: it is prefilled here (it was not sent, or that failed).
 	remote, local bool
+	// draft: the tokens drafted for this step after its last token
+	// (Options.Lookup); the step computes a row for each.
+	draft []int32
 }
 
 // Stats is a snapshot of the scheduler's state.
@@ -136,6 +147,10 @@ type Stats struct {
 	// ms/token.
 	DecodeMs    float64
 	DecodeSteps uint64
+	// Drafted counts the tokens drafted by prompt lookup (Options.Lookup),
+	// Accepted those of them the model agreed with: tokens that cost no
+	// step of their own.
+	Drafted, Accepted uint64
 }
 
 // decodeWeight is the weight of the latest step in Stats.DecodeMs.
@@ -203,6 +218,7 @@ func (e RunnerEngine) Step(b *model.Batch, rows []int) ([]float32, error) { retu
 func (e RunnerEngine) Free(seq kv.SeqID)                                  { e.R.Cache().Free(seq) }
 func (e RunnerEngine) Cache() *kv.Cache                                   { return e.R.Cache() }
 func (e RunnerEngine) NVocab() int                                        { return e.R.Model().NVocab }
+func (e RunnerEngine) Truncate(seq kv.SeqID, n int)                       { e.R.Cache().Truncate(seq, n) }
 
 // PrefixCache reports that the runner's cache holds every K and V the
 // model reads, so blocks shared through it are complete.
@@ -737,11 +753,25 @@ func (s *Scheduler) buildBatch() {
 		budget -= n
 	}
 	s.prefill = s.prefill[:0]
+	decoding := 0
+	for _, sq := range s.running {
+		sq.draft = sq.draft[:0]
+		if !sq.remote && len(sq.tokens)-sq.processed == 1 {
+			decoding++
+		}
+	}
 	for _, sq := range s.running {
 		if sq.remote {
 			continue
 		}
 		if len(sq.tokens)-sq.processed == 1 {
+			decoding--
+			// Drafts take what the other decode tokens leave of the budget.
+			if k := s.draftFor(sq, budget-1-decoding); k > 0 {
+				s.addDrafted(sq)
+				budget -= 1 + k
+				continue
+			}
 			add(sq, 1)
 		} else {
 			s.prefill = append(s.prefill, sq)
@@ -784,6 +814,9 @@ func (s *Scheduler) afterStep(logits []float32, sampled []sample.Result) {
 	var prompt uint64
 	for i, c := range s.batch.Chunks {
 		sq := s.chunkSeq[i]
+		if len(sq.draft) > 0 {
+			continue // verify advances it by what it keeps
+		}
 		prompt += uint64(max(0, min(sq.processed+c.N, len(sq.req.Prompt))-sq.processed))
 		sq.processed += c.N
 		if s.prefix {
@@ -791,11 +824,17 @@ func (s *Scheduler) afterStep(logits []float32, sampled []sample.Result) {
 		}
 	}
 	finished := map[*seq]bool{}
-	for i, sq := range s.rowSeq {
+	for i := 0; i < len(s.rowSeq); i++ {
+		sq := s.rowSeq[i]
 		var done bool
-		if sampled != nil {
+		switch {
+		case len(sq.draft) > 0:
+			n := len(sq.draft)
+			done = s.verify(sq, logits[i*V:(i+1+n)*V])
+			i += n
+		case sampled != nil:
 			done = s.emitSampled(sq, &sampled[i])
-		} else {
+		default:
 			done = s.emit(sq, logits[i*V:(i+1)*V])
 		}
 		if done {

@@ -19,7 +19,14 @@ type ModelConfig struct {
 	Queue   int    `json:"queue"`    // requests waiting beyond the batch before 429 (default 64)
 	// NoPrefixCache turns off reusing the KV blocks of shared prompt prefixes.
 	NoPrefixCache bool `json:"no_prefix_cache,omitempty"`
+	// Lookup drafts up to that many tokens a decode step from the
+	// sequence's own context and verifies them in the step (speculative
+	// decoding by prompt lookup, serve.Options.Lookup); 0: off.
+	Lookup int `json:"lookup,omitempty"`
 }
+
+// MaxLookup bounds ModelConfig.Lookup.
+const MaxLookup = 16
 
 // Validate reports the first problem in one line.
 func (c *ModelConfig) Validate() error {
@@ -28,6 +35,9 @@ func (c *ModelConfig) Validate() error {
 	}
 	if c.Ctx < 0 || c.Threads < 0 || c.MaxSeqs < 0 || c.Queue < 0 {
 		return fmt.Errorf("model %s: ctx, threads, max-seqs and queue must not be negative", c.Path)
+	}
+	if c.Lookup < 0 || c.Lookup > MaxLookup {
+		return fmt.Errorf("model %s: lookup %d: draft 0 (off) to %d tokens a step", c.Path, c.Lookup, MaxLookup)
 	}
 	return nil
 }

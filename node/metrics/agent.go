@@ -20,6 +20,8 @@ var (
 	descPreempt   = prometheus.NewDesc("shoal_preemptions_total", "Sequences preempted for lack of KV blocks.", []string{"model"}, nil)
 	descKVCached  = prometheus.NewDesc("shoal_kv_blocks_cached", "KV cache blocks registered in the prefix cache (held by sequences or idle and reusable).", []string{"model"}, nil)
 	descPrefixHit = prometheus.NewDesc("shoal_prompt_tokens_cached_total", "Prompt tokens read from the prefix cache instead of computed.", []string{"model"}, nil)
+	descDrafted   = prometheus.NewDesc("shoal_draft_tokens_total", "Tokens drafted by prompt lookup (--lookup) for verification.", []string{"model"}, nil)
+	descAccepted  = prometheus.NewDesc("shoal_draft_tokens_accepted_total", "Drafted tokens the model agreed with: generated without a step of their own.", []string{"model"}, nil)
 	descReplays   = prometheus.NewDesc("shoal_replays_total", "Times the driver moved a model's running sequences to a new session (a failed step or a new plan) and replayed them.", []string{"model"}, nil)
 	descReplayLag = prometheus.NewDesc("shoal_replay_last_pause_seconds", "How long the last replay paused the model's steps.", []string{"model"}, nil)
 	descMemberMs  = prometheus.NewDesc("shoal_member_step_seconds", "Time a member node of a model run across nodes took to answer a step of the driver (a later stage's includes waiting for the earlier).", []string{"model", "node"}, nil)
@@ -57,7 +59,7 @@ type agentCollector struct{ src Source }
 
 func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descQueue, descRunning, descKVUsed, descKVFree, descBatch, descSteps, descPreempt, descKVCached, descPrefixHit,
-		descReplays, descReplayLag, descMemberMs, descLeader, descMembers, descRaftKnown, descRemote, descRemoteTok, descRemoteSec, descRemoteRun, descRemotePh, descKVLink} {
+		descDrafted, descAccepted, descReplays, descReplayLag, descMemberMs, descLeader, descMembers, descRaftKnown, descRemote, descRemoteTok, descRemoteSec, descRemoteRun, descRemotePh, descKVLink} {
 		ch <- d
 	}
 }
@@ -101,6 +103,8 @@ func collectScheduler(ch chan<- prometheus.Metric, n string, sc *serve.Scheduler
 	ch <- prometheus.MustNewConstMetric(descPreempt, prometheus.CounterValue, float64(st.Preemptions), n)
 	ch <- prometheus.MustNewConstMetric(descKVCached, prometheus.GaugeValue, float64(st.KVBlocksCached), n)
 	ch <- prometheus.MustNewConstMetric(descPrefixHit, prometheus.CounterValue, float64(st.CachedPromptTokens), n)
+	ch <- prometheus.MustNewConstMetric(descDrafted, prometheus.CounterValue, float64(st.Drafted), n)
+	ch <- prometheus.MustNewConstMetric(descAccepted, prometheus.CounterValue, float64(st.Accepted), n)
 }
 
 // collectEngine sends the replays and the member step times of model n,

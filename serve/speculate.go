@@ -1,0 +1,134 @@
+package serve
+
+import (
+	"shoal/engine/kv"
+	"shoal/engine/model"
+)
+
+// Speculative decoding by prompt lookup (Options.Lookup). A decoding
+// sequence whose latest n-gram (4 tokens down to 2) occurred earlier in
+// its context drafts the tokens that followed it there; the step runs its
+// last token and the drafts as one chunk and computes a row of logits for
+// each. verify then samples the rows in order, exactly as it would sample
+// one token per step (the same sampler, penalties over the same history,
+// the grammar's mask after the same tokens): while the token drawn is the
+// draft at that position, that position's KV was computed from the right
+// input and the next row is valid; the first token that differs (or the
+// one after the last draft) is kept and the rest is cut from the cache.
+// Every emitted token is drawn once from its row, so the output, sampled
+// or greedy, is the one decoding token by token gives (up to the float
+// differences of a batched step), and the sampler's random draws are the
+// same: replay holds. A draft costs its rows' compute; on a memory-bound
+// decode a step of a few tokens reads the weights once, as one does.
+
+// Truncater is an Engine whose sequences can be cut back to n positions
+// (the KV of drafts the model did not accept).
+type Truncater interface {
+	Truncate(seq kv.SeqID, n int)
+}
+
+// lookupMaxN and lookupMinN bound the n-grams prompt lookup matches.
+const (
+	lookupMaxN = 4
+	lookupMinN = 2
+)
+
+// draftFor drafts up to room tokens for decoding sequence sq into sq.draft
+// and returns how many.
+func (s *Scheduler) draftFor(sq *seq, room int) int {
+	if s.opts.Lookup <= 0 || room <= 0 {
+		return 0
+	}
+	if _, ok := s.r.(Truncater); !ok {
+		return 0
+	}
+	if rs, ok := s.r.(RowSampler); ok && rs.SamplesRemotely() {
+		return 0
+	}
+	k := min(s.opts.Lookup, room, s.seqCap-len(sq.tokens)-1)
+	if sq.req.MaxTokens > 0 {
+		k = min(k, sq.req.MaxTokens-sq.generated-1)
+	}
+	if k <= 0 {
+		return 0
+	}
+	sq.draft = lookup(sq.tokens, k, sq.draft[:0])
+	return len(sq.draft)
+}
+
+// lookup appends to dst up to k tokens that followed the latest earlier
+// occurrence of the longest n-gram (lookupMaxN down to lookupMinN) that
+// ends toks.
+func lookup(toks []int32, k int, dst []int32) []int32 {
+	n := len(toks)
+	for g := min(lookupMaxN, n-1); g >= lookupMinN; g-- {
+		tail := toks[n-g:]
+		// The latest occurrence that ends before the tail does and has a
+		// token after it.
+		for end := n - 1; end >= g; end-- {
+			if !equalTokens(toks[end-g:end], tail) {
+				continue
+			}
+			return append(dst, toks[end:min(end+k, n)]...)
+		}
+	}
+	return dst
+}
+
+func equalTokens(a, b []int32) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// addDrafted adds sq's last token and its drafts to the batch as one
+// chunk, with a logits row for every position.
+func (s *Scheduler) addDrafted(sq *seq) {
+	b := &s.batch
+	n := 1 + len(sq.draft)
+	b.Chunks = append(b.Chunks, model.Chunk{Seq: sq.id, N: n})
+	s.chunkSeq = append(s.chunkSeq, sq)
+	b.Tokens = append(b.Tokens, sq.tokens[sq.processed])
+	b.Tokens = append(b.Tokens, sq.draft...)
+	for i := range n {
+		s.rows = append(s.rows, len(b.Tokens)-n+i)
+		s.rowSeq = append(s.rowSeq, sq)
+	}
+}
+
+// verify samples sq's rows of a drafted step in order (logits: one row
+// for its last token and one per draft) while the tokens drawn are the
+// drafts, keeps the KV of the positions whose input was right and cuts
+// the rest; true when the sequence ended.
+func (s *Scheduler) verify(sq *seq, logits []float32) bool {
+	V := s.r.NVocab()
+	base := sq.processed // the position of the step's first token
+	accepted := 0
+	done := false
+	for j := 0; j <= len(sq.draft); j++ {
+		if done = s.emit(sq, logits[j*V:(j+1)*V]); done {
+			break
+		}
+		if j == len(sq.draft) || sq.tokens[len(sq.tokens)-1] != sq.draft[j] {
+			break
+		}
+		accepted++
+	}
+	s.statsMu.Lock()
+	s.stats.Drafted += uint64(len(sq.draft))
+	s.stats.Accepted += uint64(accepted)
+	s.statsMu.Unlock()
+	sq.draft = sq.draft[:0]
+	if done {
+		return true // finish freed its KV
+	}
+	sq.processed = base + 1 + accepted
+	s.r.(Truncater).Truncate(sq.id, sq.processed)
+	if s.prefix {
+		s.publish(sq)
+	}
+	return false
+}
