@@ -45,6 +45,13 @@ func (s *Scheduler) draftFor(sq *seq, room int) int {
 	if rs, ok := s.r.(RowSampler); ok && rs.SamplesRemotely() {
 		return 0
 	}
+	// Drafts take only KV room no other sequence needs this step: what is
+	// left of the sequence's last block, and the free blocks beyond one
+	// per running sequence (a draft never makes the scheduler preempt).
+	c := s.r.Cache()
+	bs := c.Config().BlockSize
+	spare := max(0, c.FreeBlocks()-len(s.running))
+	room = min(room, (bs-(sq.processed+1)%bs)%bs+spare*bs)
 	k := min(s.opts.Lookup, room, s.seqCap-len(sq.tokens)-1)
 	if sq.req.MaxTokens > 0 {
 		k = min(k, sq.req.MaxTokens-sq.generated-1)
