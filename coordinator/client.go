@@ -243,7 +243,22 @@ func (c *Client) Apply(ctx context.Context, t MessageType, req any) error {
 		return err
 	}
 	r := ApplyRequest{Type: t, Body: b, Key: c.keyOf(ctx)}
-	return c.holdForLeader(ctx, func() error { return c.applyRaw(ctx, r) })
+	uncertain := false
+	err = c.holdForLeader(ctx, func() error {
+		err := c.applyRaw(ctx, r)
+		if err != nil && strings.Contains(err.Error(), outcomeUnknown) {
+			uncertain = true
+		}
+		return err
+	})
+	// A delete sent again after a try that may have been applied finds
+	// nothing to delete: it was done (an unload answered "not loaded" after
+	// a leader change under load).
+	var hs interface{ HTTPStatus() int }
+	if uncertain && t == ModelDeleteType && errors.As(err, &hs) && hs.HTTPStatus() == http.StatusNotFound {
+		return nil
+	}
+	return err
 }
 
 // holdForLeader runs write until it succeeds, fails for another reason

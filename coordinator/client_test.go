@@ -323,3 +323,32 @@ func TestReadWhileCatchingUp(t *testing.T) {
 		t.Fatalf("read after catching up: %v, %v", st, err)
 	}
 }
+
+// TestDeleteAfterLostLeadership: an unload whose first try reached a
+// leader that lost its term while the delete was committing (it may have
+// been applied) is sent again; the next leader finds no such model, and
+// that means done (TestArchPlans under -race on a loaded host answered an
+// unload of a loaded model with "not loaded"). A model that was never
+// there is still not found.
+func TestDeleteAfterLostLeadership(t *testing.T) {
+	// As they cross the RPC from the server.
+	lost := remoteErr{http.StatusServiceUnavailable, errLeadershipLost.Error()}
+	missing := remoteErr{http.StatusNotFound, `model "m" not found`}
+	for _, c := range []struct {
+		name  string
+		errs  []error
+		calls int
+		ok    bool
+	}{
+		{"the first try may have applied it", []error{lost, missing}, 2, true},
+		{"never there", []error{missing}, 1, false},
+		{"a lost try, then another error", []error{lost, errors.New("disk full")}, 2, false},
+	} {
+		sc := &scriptedCaller{errs: c.errs}
+		cl := NewClient(nil, oneServer{}, sc, zap.NewNop())
+		err := cl.Apply(context.Background(), ModelDeleteType, ModelDeleteRequest{Name: "m"})
+		if (err == nil) != c.ok || int(sc.calls.Load()) != c.calls {
+			t.Errorf("%s: %v after %d calls; want ok %v after %d", c.name, err, sc.calls.Load(), c.ok, c.calls)
+		}
+	}
+}

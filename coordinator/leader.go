@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -467,6 +468,12 @@ func (s *Server) TransferLeadership(id string) error {
 		}
 		s.log.Info("transferring leadership", zap.String("to", id))
 		if err := s.wait(s.raft.LeadershipTransferToServer(srv.ID, srv.Address)); err != nil {
+			if strings.Contains(err.Error(), "leadership transfer timeout") {
+				// Raft gave up: the node did not win an election within
+				// a term (a busy host, a slow link). This server leads
+				// on; the transfer may be asked again.
+				return fmt.Errorf("%w: to node %s", ErrTransferTimeout, id)
+			}
 			return raftError("leadership transfer", err)
 		}
 		return nil
@@ -488,6 +495,11 @@ func (s *Server) DeregisterNode(id string) error {
 	}
 	return err
 }
+
+// ErrTransferTimeout is a leadership transfer Raft gave up on: the node
+// asked to lead did not win an election within a term. The leader stays;
+// the transfer may be asked again.
+var ErrTransferTimeout = &Error{Code: http.StatusServiceUnavailable, Msg: "the leadership transfer timed out (the node did not win an election within a term, as on a busy host); the leader stays, ask again"}
 
 // raftError is err of a Raft operation on the leader: ErrNotLeader when
 // leadership was lost (a caller may try again on the next leader).

@@ -21,8 +21,7 @@ func TestNewLeaderKeepsPlan(t *testing.T) {
 	}
 	// Three workers, each too small for the 16 MiB model alone.
 	worker(c, StatusAlive, "w1", "w2", "w3")
-	l := c.leader(10 * time.Second)
-	upsertTwoNodeModel(t, l)
+	c.apply(t, ModelUpsertType, ModelUpsertRequest{Model: twoNodeModel()})
 	defer func() {
 		if t.Failed() {
 			st := c.leader(5 * time.Second).srv.fsm.State()
@@ -37,12 +36,10 @@ func TestNewLeaderKeepsPlan(t *testing.T) {
 	// and moves it to a pair of nodes whose link nobody measured slow.
 	slow := []LinkStat{{From: nodes[0], To: nodes[1], Gbit: 0.01, LatencyMs: 200, MeasuredAt: time.Now()},
 		{From: nodes[1], To: nodes[0], Gbit: 0.01, LatencyMs: 200, MeasuredAt: time.Now()}}
-	if err := l.srv.Apply(LinkReportType, LinkReportRequest{Links: slow}, 2*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	c.apply(t, LinkReportType, LinkReportRequest{Links: slow})
 	newerPlan(t, c, v1.Version, "a re-plan off the slow link")
 	time.Sleep(500 * time.Millisecond) // let it settle
-	l = c.leader(5 * time.Second)
+	l := c.leader(5 * time.Second)
 	v1 = l.srv.fsm.State().Plans["m"]
 	nodes = v1.Nodes()
 	// The leader stops: the new one reads the same links and nodes, and
@@ -69,7 +66,6 @@ func TestSlowerLinkReplans(t *testing.T) {
 	}
 	ids := []string{"w1", "w2", "w3"}
 	worker(c, StatusAlive, ids...)
-	l := c.leader(10 * time.Second)
 	report := func(gbit map[[2]string]float64) {
 		t.Helper()
 		var links []LinkStat
@@ -84,12 +80,10 @@ func TestSlowerLinkReplans(t *testing.T) {
 				}
 			}
 		}
-		if err := c.leader(5*time.Second).srv.Apply(LinkReportType, LinkReportRequest{Links: links}, 2*time.Second); err != nil {
-			t.Fatal(err)
-		}
+		c.apply(t, LinkReportType, LinkReportRequest{Links: links})
 	}
 	report(nil)
-	upsertTwoNodeModel(t, l)
+	c.apply(t, ModelUpsertType, ModelUpsertRequest{Model: twoNodeModel()})
 	v1 := firstPlan(t, c)
 	nodes := v1.Nodes()
 	a, b := nodes[0], nodes[1]
@@ -124,8 +118,7 @@ func TestLoadingPlanKept(t *testing.T) {
 	}
 	ids := []string{"w1", "w2", "w3"}
 	worker(c, StatusAlive, ids...)
-	l := c.leader(10 * time.Second)
-	upsertTwoNodeModel(t, l)
+	c.apply(t, ModelUpsertType, ModelUpsertRequest{Model: twoNodeModel()})
 	v1 := firstPlan(t, c)
 	nodes := v1.Nodes()
 	// One node has its shard, the other is fetching when the link between
@@ -138,9 +131,7 @@ func TestLoadingPlanKept(t *testing.T) {
 	report(nodes[1], ShardFetching, v1.Version)
 	slow := []LinkStat{{From: nodes[0], To: nodes[1], Gbit: 0.01, LatencyMs: 200, MeasuredAt: time.Now()},
 		{From: nodes[1], To: nodes[0], Gbit: 0.01, LatencyMs: 200, MeasuredAt: time.Now()}}
-	if err := c.leader(5*time.Second).srv.Apply(LinkReportType, LinkReportRequest{Links: slow}, 2*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	c.apply(t, LinkReportType, LinkReportRequest{Links: slow})
 	time.Sleep(time.Second) // five planning passes
 	if p := c.leader(5 * time.Second).srv.fsm.State().Plans["m"]; p.Version != v1.Version {
 		t.Fatalf("re-planned while its nodes were loading it: v%d on %v", p.Version, p.Nodes())
@@ -164,7 +155,7 @@ func TestNoRoomMoves(t *testing.T) {
 		c.add(3)
 	}
 	worker(c, StatusAlive, "w1", "w2", "w3")
-	upsertTwoNodeModel(t, c.leader(10*time.Second))
+	c.apply(t, ModelUpsertType, ModelUpsertRequest{Model: twoNodeModel()})
 	v1 := firstPlan(t, c)
 	nodes := v1.Nodes()
 	reportShard(t, c, ShardStatus{Node: nodes[0], Model: "m", State: ShardFetching, PlanVersion: v1.Version, UpdatedAt: time.Now()})
@@ -243,15 +234,19 @@ func reportShard(t *testing.T, c *testCluster, sh ShardStatus) {
 // needs two of the 16 MiB workers.
 func upsertTwoNodeModel(t *testing.T, l *testServer) {
 	t.Helper()
+	if err := l.srv.Apply(ModelUpsertType, ModelUpsertRequest{Model: twoNodeModel()}, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// twoNodeModel is the model upsertTwoNodeModel loads.
+func twoNodeModel() Model {
 	prof := placement.ModelProfile{Name: "m", Arch: "llama", NLayer: 8, NEmbd: 256, NHead: 4, NHeadKV: 4, HeadDim: 64, NVocab: 512,
 		FFNDim: 768, HeadUnit: 1, FFNUnit: 32, KVBytesPerToken: 2048}
 	for range prof.NLayer {
 		prof.Layers = append(prof.Layers, placement.LayerProfile{AttnBytes: 512 << 10, FFNBytes: 1536 << 10, AttnFLOPs: 2 << 20, FFNFLOPs: 4 << 20})
 	}
-	model := Model{Name: "m", Digest: "d", Profile: &prof, Ctx: 64, MaxSeqs: 1, Overhead: 1 << 20, Strategy: string(placement.Pipeline)}
-	if err := l.srv.Apply(ModelUpsertType, ModelUpsertRequest{Model: model}, 2*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	return Model{Name: "m", Digest: "d", Profile: &prof, Ctx: 64, MaxSeqs: 1, Overhead: 1 << 20, Strategy: string(placement.Pipeline)}
 }
 
 // TestHubSourceHasNoFile: the node a model's file sits on reads its shard

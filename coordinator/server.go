@@ -114,6 +114,15 @@ func (c *Config) defaults() {
 // ErrNotLeader is returned by Apply on a follower; callers forward.
 var ErrNotLeader = &Error{Code: http.StatusServiceUnavailable, Msg: "not the leader"}
 
+// errLeadershipLost is Apply's answer when the leader lost its term while
+// the command was committing: it is an ErrNotLeader (the write may be
+// sent again), but the command may have been applied all the same.
+var errLeadershipLost = fmt.Errorf("%w (%s)", ErrNotLeader, outcomeUnknown)
+
+// outcomeUnknown is in the text of an error whose command may have been
+// applied (it travels in the message between agents).
+const outcomeUnknown = "leadership lost while committing: the command may have been applied"
+
 // ErrNoLeader means the cluster has no leader right now.
 var ErrNoLeader = &Error{Code: http.StatusServiceUnavailable, Msg: "no cluster leader"}
 
@@ -244,18 +253,22 @@ func (s *Server) Leader() (id, addr string) {
 }
 
 // CaughtUp reports whether this server's copy of the state is whole: it
-// has applied the log it read back at start, or what a leader it has
-// heard from since says is committed. Raft restores only the last
-// snapshot at start; the entries after it are applied once a leader says
-// they are committed, so until then the copy can be far behind (empty,
-// before a first snapshot).
+// has applied the log it read back at start, or, having heard from a
+// leader since, every entry of its log is committed and applied (a tail
+// it held that the cluster never committed was replaced). Raft restores
+// only the last snapshot at start; the entries after it are applied once
+// a leader says they are committed, so until then the copy can be far
+// behind (empty, before a first snapshot). A leader just elected says
+// nothing is committed (0) until an entry of its own term is: a commit
+// index below the log's end is not yet a whole copy (TestReadWhileCatchingUp
+// read an empty state that way on a loaded host).
 func (s *Server) CaughtUp() bool {
 	if s.caughtUp.Load() {
 		return true
 	}
-	applied := s.raft.AppliedIndex()
+	applied, commit := s.raft.AppliedIndex(), s.raft.CommitIndex()
 	ok := applied >= s.startIndex ||
-		!s.raft.LastContact().IsZero() && applied >= s.raft.CommitIndex()
+		!s.raft.LastContact().IsZero() && commit >= s.raft.LastIndex() && applied >= commit
 	if ok {
 		s.caughtUp.Store(true)
 	}
@@ -315,7 +328,10 @@ func (s *Server) Apply(t MessageType, req any, timeout time.Duration) error {
 	f := s.raft.Apply(b, timeout)
 	err = s.wait(f)
 	if err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		if errors.Is(err, raft.ErrLeadershipLost) {
+			return errLeadershipLost
+		}
+		if errors.Is(err, raft.ErrNotLeader) {
 			return ErrNotLeader
 		}
 		return fmt.Errorf("raft apply: %w", err)
