@@ -472,9 +472,12 @@ func (m *Manager) reportModel(model string, force bool) {
 		if s.Source == "" {
 			s.Source = j.source
 		}
+		// A retry after a failure for want of disk still lacks the room
+		// until it succeeds: the planner keeps leaving the node out.
+		s.NoRoom = s.NoRoom || j.noRoom
 		switch {
 		case j.state == StateFailed:
-			s.State, s.Error, s.NoRoom = StateFailed, j.err, s.NoRoom || j.noRoom
+			s.State, s.Error = StateFailed, j.err
 		case j.state != StateReady && s.State != StateFailed:
 			s.State = StateFetching
 		case j.unverified && s.State == StateReady:

@@ -49,13 +49,22 @@ func (p *testPeers) Ranges(addr string) RangeFetcher {
 type reports struct {
 	mu   sync.Mutex
 	last map[string]Status
+	all  []Status
 }
 
 func (r *reports) report(s Status) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.last[s.Model] = s
+	r.all = append(r.all, s)
 	return nil
+}
+
+// since is every report from the n-th on.
+func (r *reports) since(n int) []Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Status(nil), r.all[min(n, len(r.all)):]...)
 }
 
 func (r *reports) get(model string) Status {
@@ -236,6 +245,24 @@ func TestNoRoom(t *testing.T) {
 	}
 	if files, _ := filepath.Glob(filepath.Join(dir, "*.shard")); len(files) != 0 {
 		t.Fatalf("wrote %v without room", files)
+	}
+	// The retry, still without room: while it runs, its report keeps
+	// saying no room (a "fetching" report without it let the planner
+	// plan on the node again; TestDiskFullMoves read one on a loaded host).
+	n := len(rep.since(0))
+	waitFor(t, "a retry", func() bool {
+		mgr.Reconcile(want)
+		for _, s := range rep.since(n) {
+			if s.State == StateFetching {
+				return true
+			}
+		}
+		return false
+	})
+	for _, s := range rep.since(n) {
+		if !s.NoRoom {
+			t.Fatalf("a report during the retry without room: %+v", s)
+		}
 	}
 	free.Store(1 << 30)
 	waitFor(t, "the shard once there is room", func() bool { mgr.Reconcile(want); return rep.get("dense").State == StateReady })
