@@ -244,15 +244,12 @@ func (c clusterRuns) ClusterBench(ctx context.Context, name string, req api.Benc
 	for _, row := range r.Results {
 		br := api.BenchRow{Test: row.Test, TokPerSec: row.TokPerSec, StdDev: row.StdDev, Samples: row.Samples,
 			MsPerToken: row.MsPerToken, BytesPerToken: row.BytesPerToken, ComputeMs: row.ComputeMs}
-		var n int
 		switch {
 		case strings.HasPrefix(row.Test, "tg"):
 			br.PredictedMsPerToken = out.PredictedMsPerToken
-		case c.prefill != nil && strings.HasPrefix(row.Test, "pp"):
-			if _, err := fmt.Sscanf(row.Test, "pp%d", &n); err == nil && n > 0 {
-				if ms, ok := c.prefill(name, n); ok {
-					br.PredictedMsPerToken = ms / float64(n)
-				}
+		case c.prefill != nil && strings.HasPrefix(row.Test, "pp") && row.Tokens > 0:
+			if ms, ok := c.prefill(name, row.Tokens); ok {
+				br.PredictedMsPerToken = ms / float64(row.Tokens)
 			}
 		}
 		out.Results = append(out.Results, br)

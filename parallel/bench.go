@@ -37,6 +37,7 @@ type BenchRequest struct {
 // nodes sent per token over the measured runs.
 type BenchRow struct {
 	Test                      string
+	Tokens                    int // the row's N: prompt tokens (ppN) or generated (tgN)
 	TokPerSec, StdDev         float64
 	Samples                   []float64
 	MsPerToken, BytesPerToken float64
@@ -239,7 +240,7 @@ func (b *benchRun) measure(test string, n int, run func() error) error {
 		computeUs += st.ComputeUs
 	}
 	mean, sd := bench.MeanSD(xs)
-	row := BenchRow{Test: test, TokPerSec: mean, StdDev: sd, Samples: xs}
+	row := BenchRow{Test: test, Tokens: n, TokPerSec: mean, StdDev: sd, Samples: xs}
 	if mean > 0 {
 		row.MsPerToken = 1000 / mean
 	}
