@@ -61,7 +61,8 @@ func (f *fakeMembers) setStatus(id string, st NodeStatus) {
 }
 
 type testServer struct {
-	snaps  uint64 // SnapshotThreshold (0: 16)
+	snaps  uint64        // SnapshotThreshold (0: 16)
+	slow   time.Duration // how long its FSM takes over each command
 	id     string
 	dir    string
 	addr   string
@@ -157,6 +158,7 @@ func (c *testCluster) tryStart(s *testServer) error {
 		ReconcileInterval: 100 * time.Millisecond, ServerStabilization: 200 * time.Millisecond, DeadServerGrace: time.Second,
 		SnapshotThreshold: cmp.Or(s.snaps, 16), SnapshotInterval: 200 * time.Millisecond,
 		Certify: certifyByPeer(ep),
+		fsmHook: func() { time.Sleep(s.slow) },
 		PeerHasState: func(ctx context.Context, m Member) (bool, error) {
 			if o := c.running(m.ID); o != nil {
 				return o.HasState(), nil

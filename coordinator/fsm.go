@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	"go.uber.org/zap"
@@ -23,6 +24,15 @@ type FSM struct {
 	// changed is closed and replaced after every apply or restore, so
 	// readers can wait for the next change.
 	changed chan struct{}
+
+	// done is the index of the last command this FSM has taken in, the
+	// skipped ones included, or of the state a restore swapped in. Raft
+	// counts an entry applied when it hands it to the FSM's goroutine,
+	// before the FSM has run it; Server.CaughtUp reads this instead.
+	done atomic.Uint64
+
+	// applyHook, when set (tests), runs before each command: a slow FSM.
+	applyHook func()
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -49,7 +59,14 @@ func NewFSM() *FSM {
 //     logged with the index and answered as a 500 error (what the handler
 //     wrote before it panicked stays, the same on every server).
 func (f *FSM) Apply(l *raft.Log) any {
-	if l.Type != raft.LogCommand || len(l.Data) == 0 {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	if f.applyHook != nil {
+		f.applyHook()
+	}
+	defer f.took(l.Index)
+	if len(l.Data) == 0 {
 		return nil
 	}
 	t := MessageType(l.Data[0])
@@ -78,6 +95,17 @@ func (f *FSM) Apply(l *raft.Log) any {
 	}()
 	return f.apply(c, t, l.Index, req)
 }
+
+// took records that the command at index has been taken in.
+func (f *FSM) took(index uint64) {
+	if index > f.done.Load() {
+		f.done.Store(index)
+	}
+}
+
+// Done returns the index of the last command the FSM has taken in
+// (applied or skipped) or restored.
+func (f *FSM) Done() uint64 { return f.done.Load() }
 
 // check decodes and checks a command, a panic (a bug in a check) turned
 // into an error like one in a handler.
@@ -150,6 +178,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	})
 	f.mu.Lock()
 	f.state = s
+	f.done.Store(s.Index)
 	close(f.changed)
 	f.changed = make(chan struct{})
 	f.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,6 +83,8 @@ type Config struct {
 	ServerStabilization time.Duration
 	SnapshotThreshold   uint64
 	SnapshotInterval    time.Duration
+
+	fsmHook func() // tests: runs before each command the FSM takes in
 }
 
 func (c *Config) defaults() {
@@ -177,6 +180,7 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("raft snapshots: %w", err)
 	}
 	fsm := NewFSM()
+	fsm.applyHook = cfg.fsmHook
 	// Servers are dialed by ID where gossip and the state say they are
 	// now, not only at the address the configuration recorded: a server
 	// that restarts on a new IP keeps its ID.
@@ -269,10 +273,38 @@ func (s *Server) CaughtUp() bool {
 	applied, commit := s.raft.AppliedIndex(), s.raft.CommitIndex()
 	ok := applied >= s.startIndex ||
 		!s.raft.LastContact().IsZero() && commit >= s.raft.LastIndex() && applied >= commit
+	if ok && !s.fsmReached(applied) {
+		ok = false
+	}
 	if ok {
 		s.caughtUp.Store(true)
 	}
 	return ok
+}
+
+// fsmReached reports whether the FSM has taken in every command up to
+// index: Raft's applied index moves when it hands entries to the FSM's
+// goroutine, before they are run, so a read right after it could miss
+// them. The entries after the FSM's last command are read back from the
+// log: if none of them up to index is a command (noops and configuration
+// changes never reach the FSM), the FSM is there. Entries at or below the
+// last snapshot are in the state already (a restore is done before Raft
+// moves its index past it), and so are entries compacted out of the log.
+func (s *Server) fsmReached(index uint64) bool {
+	lo := s.fsm.Done()
+	if snap, err := strconv.ParseUint(s.raft.Stats()["last_snapshot_index"], 10, 64); err == nil && snap > lo {
+		lo = snap
+	}
+	var l raft.Log
+	for i := index; i > lo; i-- {
+		if err := s.store.GetLog(i, &l); err != nil {
+			return true // compacted: i and below are in a snapshot
+		}
+		if l.Type == raft.LogCommand {
+			return false
+		}
+	}
+	return true
 }
 
 // HasState reports whether this server belongs to a Raft cluster.
