@@ -45,6 +45,11 @@ type Options struct {
 	// engine whose sequences can be cut back (Truncater) and that returns
 	// logits.
 	Lookup int
+	// Draft, when set, drafts the tokens instead (a draft model:
+	// ModelDrafter), up to DraftMax a step (default 6). Either way the
+	// number drafted adapts to how many the model accepts.
+	Draft    Drafter
+	DraftMax int
 }
 
 func (o *Options) defaults() {
@@ -96,6 +101,9 @@ type Event struct {
 	TotalTime  time.Duration
 	KVCapacity int
 	Draws      uint64 // the sampler's random draws after this token
+	// Drafted counts the tokens drafted for the sequence (speculative
+	// decoding), Accepted those the model agreed with.
+	Drafted, Accepted int
 }
 
 type seq struct {
@@ -118,8 +126,12 @@ type seq struct {
 	// local: it is prefilled here (it was not sent, or that failed).
 	remote, local bool
 	// draft: the tokens drafted for this step after its last token
-	// (Options.Lookup); the step computes a row for each.
-	draft []int32
+	// (Options.Lookup, Options.Draft); the step computes a row for each.
+	// k is how many to draft next (adapted to what was accepted);
+	// drafted and accepted count them for the final event.
+	draft             []int32
+	k                 int
+	drafted, accepted int
 }
 
 // Stats is a snapshot of the scheduler's state.
@@ -147,7 +159,7 @@ type Stats struct {
 	// ms/token.
 	DecodeMs    float64
 	DecodeSteps uint64
-	// Drafted counts the tokens drafted by prompt lookup (Options.Lookup),
+	// Drafted counts the tokens drafted (Options.Lookup, Options.Draft),
 	// Accepted those of them the model agreed with: tokens that cost no
 	// step of their own.
 	Drafted, Accepted uint64
@@ -165,6 +177,9 @@ type Scheduler struct {
 	seqCap int  // the longest sequence: cap, or less with Options.SeqTokens
 	prefix bool // share KV blocks of common prompt prefixes
 
+	drafter  Drafter // nil: no speculation
+	draftMax int
+
 	mu      sync.Mutex
 	waiting []*seq
 	wake    chan struct{}
@@ -178,6 +193,7 @@ type Scheduler struct {
 	rowSeq   []*seq
 	reqs     []sample.Request // a RowSampler's, by row
 	chunkSeq []*seq
+	drafting bool   // the batch holds drafts
 	prefill  []*seq // buildBatch's scratch
 	prefillN []int
 	stats    Stats
@@ -298,6 +314,15 @@ func newScheduler(e Engine, isEOG func(int32) bool, o Options) (*Scheduler, erro
 	}
 	if pc, ok := e.(prefixCacher); ok && pc.PrefixCache() && !o.NoPrefixCache {
 		s.prefix = true
+	}
+	switch {
+	case o.Draft != nil:
+		s.drafter, s.draftMax = o.Draft, o.DraftMax
+		if s.draftMax <= 0 {
+			s.draftMax = defaultDraftMax
+		}
+	case o.Lookup > 0:
+		s.drafter, s.draftMax = lookupDrafter{}, o.Lookup
 	}
 	return s, nil
 }
@@ -423,8 +448,12 @@ func (s *Scheduler) shutdown() {
 // finish frees the sequence and sends its final event.
 func (s *Scheduler) finish(sq *seq, reason string, err error) {
 	s.r.Free(sq.id)
+	if s.drafter != nil {
+		s.drafter.Forget(sq.id)
+	}
 	ev := Event{Done: true, Reason: reason, Err: err, Prompt: len(sq.req.Prompt), Cached: sq.cached, Generated: sq.generated,
-		Preempted: sq.preempted, TotalTime: time.Since(sq.arrived), KVCapacity: s.seqCap}
+		Preempted: sq.preempted, TotalTime: time.Since(sq.arrived), KVCapacity: s.seqCap,
+		Drafted: sq.drafted, Accepted: sq.accepted}
 	if !sq.first.IsZero() {
 		ev.TTFT = sq.first.Sub(sq.arrived)
 	}
@@ -569,7 +598,9 @@ func (s *Scheduler) step() bool {
 		var sampled []sample.Result
 		var err error
 		t0 := time.Now()
-		if rs, ok := s.r.(RowSampler); ok && rs.SamplesRemotely() && len(s.rows) > 0 {
+		// A step with drafts takes its rows' logits back to verify them
+		// here (several rows per sequence, each sampled after the last).
+		if rs, ok := s.r.(RowSampler); ok && rs.SamplesRemotely() && len(s.rows) > 0 && !s.drafting {
 			s.reqs = s.reqs[:0]
 			for _, sq := range s.rowSeq {
 				r := sq.sampler.Request(sq.tokens, sq.req.Logprobs, sq.req.TopLogprobs)
@@ -753,6 +784,7 @@ func (s *Scheduler) buildBatch() {
 		budget -= n
 	}
 	s.prefill = s.prefill[:0]
+	s.drafting = false
 	decoding := 0
 	for _, sq := range s.running {
 		sq.draft = sq.draft[:0]
@@ -769,6 +801,7 @@ func (s *Scheduler) buildBatch() {
 			// Drafts take what the other decode tokens leave of the budget.
 			if k := s.draftFor(sq, budget-1-decoding); k > 0 {
 				s.addDrafted(sq)
+				s.drafting = true
 				budget -= 1 + k
 				continue
 			}

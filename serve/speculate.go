@@ -33,16 +33,16 @@ const (
 	lookupMinN = 2
 )
 
+// defaultDraftMax is Options.DraftMax when unset.
+const defaultDraftMax = 6
+
 // draftFor drafts up to room tokens for decoding sequence sq into sq.draft
 // and returns how many.
 func (s *Scheduler) draftFor(sq *seq, room int) int {
-	if s.opts.Lookup <= 0 || room <= 0 {
+	if s.drafter == nil || room <= 0 {
 		return 0
 	}
 	if _, ok := s.r.(Truncater); !ok {
-		return 0
-	}
-	if rs, ok := s.r.(RowSampler); ok && rs.SamplesRemotely() {
 		return 0
 	}
 	// Drafts take only KV room no other sequence needs this step: what is
@@ -52,15 +52,30 @@ func (s *Scheduler) draftFor(sq *seq, room int) int {
 	bs := c.Config().BlockSize
 	spare := max(0, c.FreeBlocks()-len(s.running))
 	room = min(room, (bs-(sq.processed+1)%bs)%bs+spare*bs)
-	k := min(s.opts.Lookup, room, s.seqCap-len(sq.tokens)-1)
+	if sq.k <= 0 {
+		sq.k = s.draftMax
+	}
+	k := min(sq.k, room, s.seqCap-len(sq.tokens)-1)
 	if sq.req.MaxTokens > 0 {
 		k = min(k, sq.req.MaxTokens-sq.generated-1)
 	}
 	if k <= 0 {
 		return 0
 	}
-	sq.draft = lookup(sq.tokens, k, sq.draft[:0])
+	sq.draft = s.drafter.Draft(sq.id, sq.tokens, k, sq.draft[:0])
 	return len(sq.draft)
+}
+
+// adapt sets how many tokens sq drafts next from how many of n drafts the
+// model accepted: one more after all of them, else about half-way to the
+// run just accepted plus one (a poor guesser drafts one token a step,
+// which costs a row, not a step).
+func (s *Scheduler) adapt(sq *seq, n, accepted int) {
+	if accepted == n {
+		sq.k = min(sq.k+1, s.draftMax)
+		return
+	}
+	sq.k = max(1, (sq.k+accepted+1)/2)
 }
 
 // lookup appends to dst up to k tokens that followed the latest earlier
@@ -113,19 +128,25 @@ func (s *Scheduler) addDrafted(sq *seq) {
 func (s *Scheduler) verify(sq *seq, logits []float32) bool {
 	V := s.r.NVocab()
 	base := sq.processed // the position of the step's first token
+	n := len(sq.draft)
+	// Counted first: a sequence that ends here reports this step's drafts
+	// in its final event.
+	sq.drafted += n
 	accepted := 0
 	done := false
-	for j := 0; j <= len(sq.draft); j++ {
+	for j := 0; j <= n; j++ {
 		if done = s.emit(sq, logits[j*V:(j+1)*V]); done {
 			break
 		}
-		if j == len(sq.draft) || sq.tokens[len(sq.tokens)-1] != sq.draft[j] {
+		if j == n || sq.tokens[len(sq.tokens)-1] != sq.draft[j] {
 			break
 		}
 		accepted++
+		sq.accepted++
 	}
+	s.adapt(sq, n, accepted)
 	s.statsMu.Lock()
-	s.stats.Drafted += uint64(len(sq.draft))
+	s.stats.Drafted += uint64(n)
 	s.stats.Accepted += uint64(accepted)
 	s.statsMu.Unlock()
 	sq.draft = sq.draft[:0]

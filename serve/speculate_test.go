@@ -2,8 +2,13 @@ package serve
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
+
+	"shoal/engine/enginetest"
+	"shoal/engine/model"
 )
 
 // TestLookup: the tokens after the latest earlier occurrence of the
@@ -45,40 +50,10 @@ func TestLookupSpeculation(t *testing.T) {
 		p = append(p, p[:5]...)
 		reqs = append(reqs, Request{Prompt: p, MaxTokens: 48, Sampling: greedy(), TopLogprobs: 2})
 	}
-	run := func(s *Scheduler, r Request) ([]int32, [][]TokenLogprob) {
-		ch, err := s.Submit(context.Background(), r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var toks []int32
-		var top [][]TokenLogprob
-		for ev := range ch {
-			if ev.Done {
-				if ev.Reason != "length" {
-					t.Fatalf("ended %q: %v", ev.Reason, ev.Err)
-				}
-				break
-			}
-			toks = append(toks, ev.Token)
-			top = append(top, ev.Top)
-		}
-		return toks, top
-	}
 	for i, r := range reqs {
-		want, top := run(plain, r)
-		got, _ := run(spec, r)
-		if len(got) != len(want) {
-			t.Fatalf("request %d: %d tokens with lookup, %d without", i, len(got), len(want))
-		}
-		for k := range got {
-			if got[k] == want[k] {
-				continue
-			}
-			if tk := top[k]; len(tk) < 2 || tk[1].Token != got[k] || tk[0].Logprob-tk[1].Logprob > 0.05 {
-				t.Errorf("request %d: with lookup %v, without %v (position %d, choices %v)", i, got, want, k, tk)
-			}
-			break
-		}
+		want, top, _ := runLength(t, plain, r)
+		got, _, _ := runLength(t, spec, r)
+		sameGreedy(t, fmt.Sprintf("request %d", i), got, want, top)
 	}
 	st := spec.Stats()
 	t.Logf("drafted %d, accepted %d (%.0f%%); steps %d with lookup, %d without", st.Drafted, st.Accepted, 100*float64(st.Accepted)/float64(max(st.Drafted, 1)), spec.steps.Load(), plain.steps.Load())
@@ -87,5 +62,110 @@ func TestLookupSpeculation(t *testing.T) {
 	}
 	if st.KVBlocksUsed != 0 {
 		t.Errorf("%d KV blocks held after every request ended", st.KVBlocksUsed)
+	}
+}
+
+// runLength runs r on s to its length: the tokens, their top choices and
+// the final event.
+func runLength(t *testing.T, s *Scheduler, r Request) ([]int32, [][]TokenLogprob, Event) {
+	t.Helper()
+	ch, err := s.Submit(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var toks []int32
+	var top [][]TokenLogprob
+	for ev := range ch {
+		if ev.Done {
+			if ev.Reason != "length" {
+				t.Fatalf("ended %q: %v", ev.Reason, ev.Err)
+			}
+			return toks, top, ev
+		}
+		toks = append(toks, ev.Token)
+		top = append(top, ev.Top)
+	}
+	t.Fatal("the events ended without a final one")
+	return nil, nil, Event{}
+}
+
+// sameGreedy checks that greedy tokens got (with speculation) are want
+// (without), up to the first near tie of want's top choices, where a
+// batched step may round the other way (see TestBatchedEqualsAlone).
+func sameGreedy(t *testing.T, what string, got, want []int32, top [][]TokenLogprob) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d tokens with speculation, %d without", what, len(got), len(want))
+	}
+	for k := range got {
+		if got[k] == want[k] {
+			continue
+		}
+		if tk := top[k]; len(tk) < 2 || tk[1].Token != got[k] || tk[0].Logprob-tk[1].Logprob > 0.05 {
+			t.Errorf("%s: with speculation %v, without %v (position %d, choices %v)", what, got, want, k, tk)
+		}
+		return
+	}
+}
+
+// TestDraftModel: a draft model of the same vocabulary (the oracle's
+// Q4_K_M file drafting for the Q8_0 file of the same weights) proposes
+// tokens the served model verifies: the greedy tokens are those without a
+// draft, drafts were accepted, the final event counts them as Stats does,
+// and every KV block, the draft model's too, is free at the end.
+func TestDraftModel(t *testing.T) {
+	var target, draft string
+	var toks []int32
+	for _, c := range enginetest.OracleCases(t) {
+		switch c.Name {
+		case "llama-q8_0":
+			target, toks = c.Model, c.Tokens
+		case "llama-q4_k_m":
+			draft = c.Model
+		}
+	}
+	if target == "" || draft == "" {
+		t.Skip("the oracle's llama-q8_0 or llama-q4_k_m case is absent")
+	}
+	m, dm := enginetest.OpenPath(t, target), enginetest.OpenPath(t, draft)
+	dr, err := model.NewRunner(dm, model.Options{Threads: 2, CacheTokens: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dr.Close() })
+	d, err := NewModelDrafter(dr, m.NVocab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := newSched(t, m, 1024, Options{MaxSeqs: 4, MaxTokens: 64})
+	spec := newSched(t, m, 1024, Options{MaxSeqs: 4, MaxTokens: 64, Draft: d, DraftMax: 5})
+	var drafted, accepted int
+	for i := range 3 {
+		p := append(slices.Clone(toks[:4+4*i]), prompt(i, 3)...)
+		r := Request{Prompt: p, MaxTokens: 40, Sampling: greedy(), TopLogprobs: 2}
+		want, top, _ := runLength(t, plain, r)
+		got, _, end := runLength(t, spec, r)
+		sameGreedy(t, fmt.Sprintf("prompt %d", i), got, want, top)
+		drafted += end.Drafted
+		accepted += end.Accepted
+	}
+	st := spec.Stats()
+	t.Logf("drafted %d, accepted %d (%.0f%%); steps %d with the draft, %d without", st.Drafted, st.Accepted,
+		100*float64(st.Accepted)/float64(max(st.Drafted, 1)), spec.steps.Load(), plain.steps.Load())
+	if st.Accepted == 0 || spec.steps.Load() >= plain.steps.Load() {
+		t.Errorf("drafted %d, accepted %d; %d steps with the draft, %d without", st.Drafted, st.Accepted, spec.steps.Load(), plain.steps.Load())
+	}
+	if uint64(drafted) != st.Drafted || uint64(accepted) != st.Accepted {
+		t.Errorf("the final events count %d drafted, %d accepted; Stats %d, %d", drafted, accepted, st.Drafted, st.Accepted)
+	}
+	if st.KVBlocksUsed != 0 {
+		t.Errorf("%d KV blocks held after every request ended", st.KVBlocksUsed)
+	}
+	if c := dr.Cache(); c.FreeBlocks() != c.Config().NumBlocks {
+		t.Errorf("the draft model holds %d of %d blocks after every request ended", c.Config().NumBlocks-c.FreeBlocks(), c.Config().NumBlocks)
+	}
+	// A draft of another vocabulary is refused.
+	if _, err := NewModelDrafter(dr, m.NVocab+1); err == nil || !strings.Contains(err.Error(), "vocabulary") {
+		t.Errorf("a draft of another vocabulary: %v", err)
 	}
 }
