@@ -152,7 +152,7 @@ func (s *schedStream) Next() (openai.Event, error) {
 		return openai.Event{}, errNoFinalEvent
 	}
 	out := openai.Event{Token: ev.Token, Logprob: ev.Logprob, Done: ev.Done, Reason: ev.Reason, Generated: ev.Generated, Cached: ev.Cached,
-		Draws: ev.Draws}
+		Draws: ev.Draws, Drafted: ev.Drafted, Accepted: ev.Accepted}
 	if ev.Err != nil {
 		out.Err = classifyServeError(ev.Err)
 	}

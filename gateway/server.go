@@ -175,7 +175,7 @@ func (s *Server) generate(st *transport.Stream, sv Served, req Request) {
 			ev = openai.Event{Done: true, Reason: "error", Err: err}
 		}
 		we := wireEvent{Token: ev.Token, Logprob: finite(ev.Logprob), Done: ev.Done, Reason: ev.Reason, Err: toWire(ev.Err), Cached: ev.Cached,
-			Draws: ev.Draws}
+			Draws: ev.Draws, Drafted: ev.Drafted, Accepted: ev.Accepted}
 		if ev.Done {
 			we.Token, we.Generated = 0, ev.Generated+done
 		}

@@ -256,7 +256,7 @@ func (s *remoteStream) read() (openai.Event, error) {
 		return openai.Event{}, fmt.Errorf("malformed event from the driver: %w", err)
 	}
 	ev := openai.Event{Token: we.Token, Logprob: we.Logprob, Done: we.Done, Reason: we.Reason, Err: we.Err.err(),
-		Generated: we.Generated, Cached: we.Cached, Draws: we.Draws}
+		Generated: we.Generated, Cached: we.Cached, Draws: we.Draws, Drafted: we.Drafted, Accepted: we.Accepted}
 	for _, c := range we.Top {
 		ev.Top = append(ev.Top, openai.Candidate{Token: c.Token, Logprob: c.Logprob})
 	}

@@ -144,6 +144,8 @@ type wireEvent struct {
 	Err       *wireError `json:"err,omitempty"`
 	Generated int        `json:"gen,omitempty"` // counting the request's Generated
 	Cached    int        `json:"cached,omitempty"`
+	Drafted   int        `json:"drafted,omitempty"` // speculative decoding's drafts, on the final event
+	Accepted  int        `json:"accepted,omitempty"`
 	Draws     uint64     `json:"draws,omitempty"` // the sampler's random draws after the token
 }
 

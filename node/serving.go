@@ -77,6 +77,14 @@ func (a *Agent) localRequests() ([]api.LoadModelRequest, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
+		if mc.Draft != "" {
+			if err := catalog.CheckModelFile(mc.Draft); err != nil {
+				return nil, fmt.Errorf("--draft %s: %v: give the path of a GGUF file", mc.Draft, err)
+			}
+			if err := serve.CheckDraft(mc.Draft, path); err != nil {
+				return nil, err
+			}
+		}
 		ctx := mc.Ctx
 		if ctx == 0 {
 			ctx = min(cfg.NCtx, 8192)
@@ -120,7 +128,17 @@ func (a *Agent) registerLocal(reqs []api.LoadModelRequest) {
 // model run across nodes advances prefill in short steps.
 func (a *Agent) serveOptions(name string, s parallel.Servable) serve.Options {
 	if mc, ok := a.localModel(name); ok && s.Runner != nil {
-		return serve.Options{MaxSeqs: mc.MaxSeqs, QueueSize: mc.Queue, NoPrefixCache: mc.NoPrefixCache, Lookup: mc.Lookup}
+		o := serve.Options{MaxSeqs: mc.MaxSeqs, QueueSize: mc.Queue, NoPrefixCache: mc.NoPrefixCache, Lookup: mc.Lookup}
+		if mc.Draft != "" {
+			c := s.Runner.Cache().Config()
+			d, err := serve.OpenModelDrafter(mc.Draft, mc.Path, mc.Threads, c.NumBlocks*c.BlockSize)
+			if err != nil {
+				a.log.Error("serving without the draft model", zap.String("model", name), zap.String("draft", mc.Draft), zap.Error(err))
+			} else {
+				o.Draft, o.DraftMax = d, mc.DraftMax
+			}
+		}
+		return o
 	}
 	o := serve.Options{MaxSeqs: max(s.Seqs, 1), SeqTokens: s.SeqTokens, QueueSize: queueBound(s.Queue, s.Seqs)}
 	if s.Runner == nil {

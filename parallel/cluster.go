@@ -158,6 +158,7 @@ type Session struct {
 	// length without waiting for the step in flight.
 	lenMu  sync.Mutex
 	seqLen map[kv.SeqID]int
+	cut    map[kv.SeqID]bool // cut back by Truncate since their last step (lenMu)
 	pos    map[kv.SeqID]int
 	reqs   []stepReq
 	logits []float32
@@ -168,7 +169,7 @@ type Session struct {
 func (c *Cluster) Open(ctx context.Context) (*Session, error) {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	s := &Session{c: c, id: hex.EncodeToString(id[:]), seqLen: map[kv.SeqID]int{}, pos: map[kv.SeqID]int{}}
+	s := &Session{c: c, id: hex.EncodeToString(id[:]), seqLen: map[kv.SeqID]int{}, cut: map[kv.SeqID]bool{}, pos: map[kv.SeqID]int{}}
 	ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
 	defer cancel()
 	ms := c.lay.members()
@@ -315,14 +316,15 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, sreqs []s
 	for i := range b.Chunks {
 		ch := &b.Chunks[i]
 		p, ok := s.pos[ch.Seq]
+		cut := false
 		if !ok {
 			s.lenMu.Lock()
-			p = s.seqLen[ch.Seq]
+			p, cut = s.seqLen[ch.Seq], s.cut[ch.Seq]
 			s.lenMu.Unlock()
 		}
 		ch.Pos = p
 		s.pos[ch.Seq] = p + ch.N
-		chunks[i] = wireChunk{Seq: int32(ch.Seq), Pos: p, N: ch.N}
+		chunks[i] = wireChunk{Seq: int32(ch.Seq), Pos: p, N: ch.N, Cut: cut}
 	}
 	s.logits = grow(s.logits, len(rows)*s.nVocab)
 	var pieces []*piece
@@ -461,6 +463,7 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, sreqs []s
 	s.lenMu.Lock()
 	for q, p := range s.pos {
 		s.seqLen[q] = p
+		delete(s.cut, q)
 	}
 	s.lenMu.Unlock()
 	if sreqs != nil {
@@ -537,7 +540,7 @@ func splitPieces(chunks []wireChunk, tokens []int32, rows []int, sreqs []sample.
 		for done := 0; done < ch.N; {
 			k := (at + done) / size
 			take := min(ch.N-done, (k+1)*size-(at+done))
-			pieces[k].chunks = append(pieces[k].chunks, wireChunk{Seq: ch.Seq, Pos: ch.Pos + done, N: take})
+			pieces[k].chunks = append(pieces[k].chunks, wireChunk{Seq: ch.Seq, Pos: ch.Pos + done, N: take, Cut: ch.Cut && done == 0})
 			done += take
 		}
 		at += ch.N
@@ -640,9 +643,22 @@ func (s *Session) Free(ctx context.Context, seqs ...kv.SeqID) error {
 	s.lenMu.Lock()
 	for _, q := range seqs {
 		delete(s.seqLen, q)
+		delete(s.cut, q)
 	}
 	s.lenMu.Unlock()
 	return nil
+}
+
+// Truncate cuts seq back to its first n positions: the members drop the
+// rest of its KV at its next step (wireChunk.Cut), so the cut costs no
+// round trip of its own. A sequence no longer than n is left as it is.
+func (s *Session) Truncate(seq kv.SeqID, n int) {
+	s.lenMu.Lock()
+	defer s.lenMu.Unlock()
+	if p, ok := s.seqLen[seq]; ok && n < p {
+		s.seqLen[seq] = max(n, 0)
+		s.cut[seq] = true
+	}
 }
 
 // Close ends the session on every member (best effort, bounded) and

@@ -300,6 +300,17 @@ func (e *Engine) Free(seq kv.SeqID) {
 	_ = e.s.Free(context.Background(), seq)
 }
 
+// Truncate cuts seq back to its first n positions (drafts the model did
+// not accept): in the shadow cache and the replay history now, on the
+// members with its next step.
+func (e *Engine) Truncate(seq kv.SeqID, n int) {
+	e.shadow.Truncate(seq, n)
+	if h := e.hist[seq]; n < len(h) {
+		e.hist[seq] = h[:n]
+	}
+	e.s.Truncate(seq, n)
+}
+
 // Cache is the shadow cache.
 func (e *Engine) Cache() *kv.Cache { return e.shadow }
 

@@ -237,3 +237,125 @@ func (h *stepHook) Step(b *model.Batch, rows []int) ([]float32, error) {
 	}
 	return h.Engine.Step(b, rows)
 }
+
+// nearTop reports whether tok is among a distribution's top choices
+// within eps of the best: a near tie that another order of float sums (a
+// tensor-parallel all-reduce, a batched step) may break the other way.
+func nearTop(top []serve.TokenLogprob, tok int32, eps float32) bool {
+	for _, c := range top {
+		if c.Token == tok {
+			return top[0].Logprob-c.Logprob <= eps
+		}
+	}
+	return false
+}
+
+// TestEngineSpeculates: speculative decoding through a plan. The
+// scheduler drafts by prompt lookup (partly accepted: the members cut the
+// rejected positions at the next step) and with a draft model (the same
+// file: accepted but where a batched row rounds the other way); the
+// greedy tokens are a single node's without speculation, up to the first
+// near tie, and every member's cache is empty at the end.
+func TestEngineSpeculates(t *testing.T) {
+	ref, path := openRef(t)
+	r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var prompts [][]int32
+	for i := range 3 {
+		p := []int32{1}
+		for j := range 10 {
+			p = append(p, int32(100+(i*37+j*11)%400))
+		}
+		prompts = append(prompts, append(p, p[1:]...)) // it repeats itself
+	}
+	const n = 24
+	run := func(e serve.Engine, o serve.Options) ([][]int32, [][][]serve.TokenLogprob, serve.Stats) {
+		o.MaxSeqs, o.MaxTokens = 4, 64
+		sc, err := serve.NewEngine(e, func(int32) bool { return false }, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sc.Close()
+		out := make([][]int32, len(prompts))
+		top := make([][][]serve.TokenLogprob, len(prompts))
+		var wg sync.WaitGroup
+		for i, p := range prompts {
+			ch, err := sc.Submit(context.Background(), serve.Request{Prompt: p, MaxTokens: n, TopLogprobs: 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ev := range ch {
+					if ev.Err != nil {
+						t.Errorf("request %d: %v", i, ev.Err)
+					}
+					if !ev.Done {
+						out[i] = append(out[i], ev.Token)
+						top[i] = append(top[i], ev.Top)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		st := sc.Stats()
+		if st.KVBlocksUsed != 0 {
+			t.Errorf("%d KV blocks still used after every request finished", st.KVBlocksUsed)
+		}
+		return out, top, st
+	}
+	want, top, _ := run(serve.RunnerEngine{R: r}, serve.Options{})
+	for _, name := range []string{"pp2", "tp2"} {
+		plan := shapeOf(&ref.Config).Plans(denseQ8.Name).Get(name)
+		cl := startClusterCache(t, path, plan, Options{Timeout: 10 * time.Second}, 256)
+		dr, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 256})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dr.Close()
+		d, err := serve.NewModelDrafter(dr, ref.NVocab)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range []struct {
+			what string
+			opt  serve.Options
+		}{{"plain", serve.Options{}}, {"lookup", serve.Options{Lookup: 4}}, {"draft", serve.Options{Draft: d, DraftMax: 4}}} {
+			s, err := cl.drv.Open(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			eng, err := NewEngine(s, 256, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _, st := run(eng, o.opt)
+			t.Logf("%s, %s: drafted %d, accepted %d", name, o.what, st.Drafted, st.Accepted)
+			if st.Accepted == 0 && o.what != "plain" {
+				t.Errorf("%s, %s: none of %d drafts accepted", name, o.what, st.Drafted)
+			}
+			for i := range prompts {
+				if len(got[i]) != n {
+					t.Fatalf("%s, %s, request %d: %d tokens", name, o.what, i, len(got[i]))
+				}
+				for k := range got[i] {
+					if got[i][k] == want[i][k] {
+						continue
+					}
+					if tk := top[i][k]; !nearTop(tk, got[i][k], 0.05) {
+						t.Errorf("%s, %s, request %d: %v, single node %v (position %d, choices %v)", name, o.what, i, got[i], want[i], k, tk)
+					}
+					break
+				}
+			}
+			if err := s.Err(); err != nil {
+				t.Errorf("%s, %s: session: %v", name, o.what, err)
+			}
+			_ = s.Close(context.Background())
+		}
+	}
+}

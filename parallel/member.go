@@ -526,6 +526,16 @@ func (s *memberSession) run(ctx context.Context, req *stepReq, tr *traffic) erro
 		return errors.New("empty step")
 	}
 	b.Tokens = req.Tokens
+	c := r.Cache()
+	for _, ch := range req.Chunks {
+		if !ch.Cut {
+			continue
+		}
+		if have := c.Len(kv.SeqID(ch.Seq)); ch.Pos > have {
+			return fmt.Errorf("sequence %d is cut back to position %d but holds %d here", ch.Seq, ch.Pos, have)
+		}
+		c.Truncate(kv.SeqID(ch.Seq), ch.Pos)
+	}
 	embedder := me == lay.Embedder
 	embeds := embedder || (me.Stage == 0 && me.Embedding)
 	if embeds && len(req.Tokens) != n {

@@ -14,9 +14,9 @@ import (
 
 // TestSplitPieces: a step's tokens cut at every size tokens, a chunk
 // straddling a cut split at that position, every row in the piece holding
-// its token.
+// its token; a cut sequence is cut by its first piece only.
 func TestSplitPieces(t *testing.T) {
-	chunks := []wireChunk{{Seq: 1, Pos: 10, N: 5}, {Seq: 2, Pos: 0, N: 9}, {Seq: 3, Pos: 4, N: 1}}
+	chunks := []wireChunk{{Seq: 1, Pos: 10, N: 5}, {Seq: 2, Pos: 0, N: 9, Cut: true}, {Seq: 3, Pos: 4, N: 1}}
 	tokens := make([]int32, 15)
 	for i := range tokens {
 		tokens[i] = int32(100 + i)
@@ -28,10 +28,10 @@ func TestSplitPieces(t *testing.T) {
 	}
 	ps := splitPieces(chunks, tokens, rows, sreqs, 4)
 	want := [][]wireChunk{
-		{{1, 10, 4}},
-		{{1, 14, 1}, {2, 0, 3}},
-		{{2, 3, 4}},
-		{{2, 7, 2}, {3, 4, 1}},
+		{{1, 10, 4, false}},
+		{{1, 14, 1, false}, {2, 0, 3, true}},
+		{{2, 3, 4, false}},
+		{{2, 7, 2, false}, {3, 4, 1, false}},
 	}
 	if len(ps) != len(want) {
 		t.Fatalf("%d pieces, want %d", len(ps), len(want))

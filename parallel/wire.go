@@ -48,6 +48,11 @@ type wireChunk struct {
 	Seq int32 `json:"seq"`
 	Pos int   `json:"pos"`
 	N   int   `json:"n"`
+	// Cut: the sequence was cut back to Pos since its last step (drafts
+	// the model did not accept); the member drops its KV from Pos on
+	// before the chunk. Without it, a chunk must start where the
+	// member's sequence ends.
+	Cut bool `json:"cut,omitempty"`
 }
 
 // stepReq is one step as a member sees it: every member gets the chunks;

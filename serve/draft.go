@@ -3,7 +3,9 @@ package serve
 import (
 	"errors"
 	"fmt"
+	"slices"
 
+	"shoal/engine/gguf"
 	"shoal/engine/kv"
 	"shoal/engine/model"
 )
@@ -42,6 +44,7 @@ func (lookupDrafter) Forget(kv.SeqID) {}
 // It is used from the scheduler's goroutine only.
 type ModelDrafter struct {
 	r     *model.Runner
+	owned *model.Model         // closed by Close, with r (OpenModelDrafter)
 	have  map[kv.SeqID][]int32 // the tokens in r's cache, by sequence
 	batch model.Batch
 	rows  [1]int
@@ -120,6 +123,78 @@ func (d *ModelDrafter) step(seq kv.SeqID, toks []int32, row bool) ([]float32, er
 		err = errors.New("serve: the draft model returned no logits")
 	}
 	return l, err
+}
+
+// OpenModelDrafter loads the draft model at path for a served model whose
+// GGUF file is servedPath: the two must have the same vocabulary, token
+// for token. Its KV cache holds cacheTokens positions (the served model's
+// capacity: a draft is never shorter of room than what it drafts for).
+// Close releases it; a scheduler closes the Drafter it was given.
+func OpenModelDrafter(path, servedPath string, threads, cacheTokens int) (*ModelDrafter, error) {
+	if err := sameVocabulary(path, servedPath); err != nil {
+		return nil, err
+	}
+	m, err := model.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("draft model %s: %w", path, err)
+	}
+	r, err := model.NewRunner(m, model.Options{Threads: threads, CacheTokens: cacheTokens})
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("draft model %s: %w", path, err)
+	}
+	d, err := NewModelDrafter(r, m.NVocab)
+	if err != nil {
+		r.Close()
+		m.Close()
+		return nil, err
+	}
+	d.owned = m
+	return d, nil
+}
+
+// CheckDraft reports whether the GGUF file at path can draft for the
+// model at servedPath: the two list the same tokens.
+func CheckDraft(path, servedPath string) error { return sameVocabulary(path, servedPath) }
+
+// sameVocabulary checks that the GGUF files at a and b list the same
+// tokens.
+func sameVocabulary(a, b string) error {
+	const key = "tokenizer.ggml.tokens"
+	var toks [2][]string
+	for i, p := range []string{a, b} {
+		f, err := gguf.Open(p)
+		if err != nil {
+			return fmt.Errorf("draft: %w", err)
+		}
+		t, ok := f.Strings(key)
+		f.Close()
+		if !ok {
+			return fmt.Errorf("draft: %s has no vocabulary (%s): a draft model and the model it drafts for need the same one", p, key)
+		}
+		toks[i] = t
+	}
+	if !slices.Equal(toks[0], toks[1]) {
+		n := 0
+		for n < min(len(toks[0]), len(toks[1])) && toks[0][n] == toks[1][n] {
+			n++
+		}
+		return fmt.Errorf("draft: %s (%d tokens) and %s (%d tokens) have different vocabularies (first difference at token %d): a draft model must share the served model's tokenizer, e.g. a smaller model of the same family or a lower-bit file of the same model",
+			a, len(toks[0]), b, len(toks[1]), n)
+	}
+	return nil
+}
+
+// Close releases a drafter opened by OpenModelDrafter (its runner and
+// model); one made by NewModelDrafter leaves its runner to its owner.
+func (d *ModelDrafter) Close() error {
+	if d.owned == nil {
+		return nil
+	}
+	d.r.Close()
+	d.owned.Close()
+	d.owned = nil
+	return nil
 }
 
 // Forget frees seq's KV in the draft model's cache.

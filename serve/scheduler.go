@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -47,7 +48,9 @@ type Options struct {
 	Lookup int
 	// Draft, when set, drafts the tokens instead (a draft model:
 	// ModelDrafter), up to DraftMax a step (default 6). Either way the
-	// number drafted adapts to how many the model accepts.
+	// number drafted adapts to how many the model accepts. The scheduler
+	// calls the drafter from its loop only, and closes it on Close when
+	// it is an io.Closer.
 	Draft    Drafter
 	DraftMax int
 }
@@ -206,6 +209,7 @@ type Scheduler struct {
 // generation. Close stops it.
 func New(r *model.Runner, isEOG func(int32) bool, o Options) (*Scheduler, error) {
 	if lo, hi := r.Range(); lo != 0 || hi != r.Model().NLayer {
+		closeDrafter(o.Draft)
 		return nil, fmt.Errorf("serve: the runner holds layers [%d,%d); the scheduler needs the whole model", lo, hi)
 	}
 	return NewEngine(RunnerEngine{r}, isEOG, o)
@@ -290,10 +294,19 @@ type prefixCacher interface{ PrefixCache() bool }
 func NewEngine(e Engine, isEOG func(int32) bool, o Options) (*Scheduler, error) {
 	s, err := newScheduler(e, isEOG, o)
 	if err != nil {
+		closeDrafter(o.Draft)
 		return nil, err
 	}
 	go s.loop()
 	return s, nil
+}
+
+// closeDrafter closes d when it is an io.Closer: the scheduler owns the
+// drafter it is given, started or not.
+func closeDrafter(d Drafter) {
+	if c, ok := d.(io.Closer); ok {
+		c.Close()
+	}
 }
 
 // newScheduler builds a scheduler whose loop is not started yet (tests
@@ -414,6 +427,7 @@ func (s *Scheduler) Stats() Stats {
 
 func (s *Scheduler) loop() {
 	defer close(s.done)
+	defer closeDrafter(s.drafter)
 	for {
 		s.mu.Lock()
 		closed := s.closed

@@ -114,7 +114,7 @@ func sameGreedy(t *testing.T, what string, got, want []int32, top [][]TokenLogpr
 // draft, drafts were accepted, the final event counts them as Stats does,
 // and every KV block, the draft model's too, is free at the end.
 func TestDraftModel(t *testing.T) {
-	var target, draft string
+	var target, draft, other string
 	var toks []int32
 	for _, c := range enginetest.OracleCases(t) {
 		switch c.Name {
@@ -122,6 +122,8 @@ func TestDraftModel(t *testing.T) {
 			target, toks = c.Model, c.Tokens
 		case "llama-q4_k_m":
 			draft = c.Model
+		case "qwen2-f16":
+			other = c.Model
 		}
 	}
 	if target == "" || draft == "" {
@@ -167,5 +169,24 @@ func TestDraftModel(t *testing.T) {
 	// A draft of another vocabulary is refused.
 	if _, err := NewModelDrafter(dr, m.NVocab+1); err == nil || !strings.Contains(err.Error(), "vocabulary") {
 		t.Errorf("a draft of another vocabulary: %v", err)
+	}
+	if err := CheckDraft(draft, target); err != nil {
+		t.Errorf("the Q4_K_M file drafting for the Q8_0 file: %v", err)
+	}
+	if other != "" {
+		err := CheckDraft(other, target)
+		if err == nil || !strings.Contains(err.Error(), "different vocabularies") {
+			t.Errorf("a qwen2 file drafting for a llama file: %v", err)
+		}
+		if _, err := OpenModelDrafter(other, target, 1, 256); err == nil {
+			t.Error("OpenModelDrafter took a draft of another vocabulary")
+		}
+	}
+	od, err := OpenModelDrafter(draft, target, 1, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := od.Close(); err != nil {
+		t.Error(err)
 	}
 }

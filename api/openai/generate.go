@@ -110,13 +110,19 @@ type genResult struct {
 	finish    string // "stop" or "length"; "" when it failed
 	generated int
 	cached    int   // prompt tokens read from the prefix cache
+	drafted   int   // tokens drafted by speculative decoding
+	accepted  int   // of which the model accepted
 	err       error // the client went away, the engine failed, or a write failed
 }
 
 // usage is the token accounting of a finished generation.
 func (g *generation) usage(res genResult) Usage {
-	return Usage{PromptTokens: g.prompt, CompletionTokens: res.generated, TotalTokens: g.prompt + res.generated,
+	u := Usage{PromptTokens: g.prompt, CompletionTokens: res.generated, TotalTokens: g.prompt + res.generated,
 		PromptTokensDetails: PromptTokensDetails{CachedTokens: res.cached}}
+	if res.drafted > 0 {
+		u.CompletionTokensDetails = &CompletionTokensDetails{AcceptedPredictionTokens: res.accepted, RejectedPredictionTokens: res.drafted - res.accepted}
+	}
+	return u
 }
 
 // start submits the request (choice i of its n: a constraint of its own,
@@ -223,7 +229,7 @@ func (g *generation) end(ev Event, gen int, dec Decoder, f *stopFilter) genResul
 			reason = "stop"
 		}
 		rec.FinishReason = reason
-		return genResult{finish: reason, generated: gen, cached: ev.Cached}
+		return genResult{finish: reason, generated: gen, cached: ev.Cached, drafted: ev.Drafted, accepted: ev.Accepted}
 	case "cancelled":
 		rec.FinishReason = "cancelled"
 		err := ev.Err

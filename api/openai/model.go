@@ -161,6 +161,9 @@ type Event struct {
 	Err       error
 	Generated int // tokens generated
 	Cached    int // prompt tokens read from a prefix cache instead of computed
+	// Drafted counts the tokens speculative decoding drafted for the
+	// request, Accepted those the model agreed with (the last driver's).
+	Drafted, Accepted int
 	// Draws is how many random draws the sampler has made after this
 	// token (sample.Sampler.Draws): where a resubmission's sampler
 	// starts (Sampling.Skip).

@@ -269,6 +269,17 @@ type Usage struct {
 	CompletionTokens    int                 `json:"completion_tokens"`
 	TotalTokens         int                 `json:"total_tokens"`
 	PromptTokensDetails PromptTokensDetails `json:"prompt_tokens_details"`
+	// CompletionTokensDetails is set when the model decodes
+	// speculatively (a draft model or prompt lookup).
+	CompletionTokensDetails *CompletionTokensDetails `json:"completion_tokens_details,omitempty"`
+}
+
+// CompletionTokensDetails counts, in OpenAI's predicted-output fields,
+// the drafted tokens the model accepted (each cost no step of its own)
+// and those it rejected (each cost a row of a step).
+type CompletionTokensDetails struct {
+	AcceptedPredictionTokens int `json:"accepted_prediction_tokens"`
+	RejectedPredictionTokens int `json:"rejected_prediction_tokens"`
 }
 
 // PromptTokensDetails says how many prompt tokens were read from the

@@ -23,6 +23,12 @@ type ModelConfig struct {
 	// sequence's own context and verifies them in the step (speculative
 	// decoding by prompt lookup, serve.Options.Lookup); 0: off.
 	Lookup int `json:"lookup,omitempty"`
+	// Draft is the path of a draft model (a GGUF file with the same
+	// vocabulary, run whole on this node) that proposes up to DraftMax
+	// tokens a step (default 6) for the model to verify (speculative
+	// decoding, serve.Options.Draft).
+	Draft    string `json:"draft,omitempty"`
+	DraftMax int    `json:"draft_max,omitempty"`
 }
 
 // MaxLookup bounds ModelConfig.Lookup.
@@ -38,6 +44,12 @@ func (c *ModelConfig) Validate() error {
 	}
 	if c.Lookup < 0 || c.Lookup > MaxLookup {
 		return fmt.Errorf("model %s: lookup %d: draft 0 (off) to %d tokens a step", c.Path, c.Lookup, MaxLookup)
+	}
+	if c.DraftMax < 0 || c.DraftMax > MaxLookup {
+		return fmt.Errorf("model %s: draft-max %d: draft 1 to %d tokens a step (0: the default, 6)", c.Path, c.DraftMax, MaxLookup)
+	}
+	if c.Draft != "" && c.Lookup > 0 {
+		return fmt.Errorf("model %s: --draft and --lookup both draft tokens: give one of them", c.Path)
 	}
 	return nil
 }
