@@ -3,12 +3,14 @@ package serve
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
 
 	"shoal/engine/enginetest"
 	"shoal/engine/model"
+	"shoal/engine/sample"
 )
 
 // TestLookup: the tokens after the latest earlier occurrence of the
@@ -188,5 +190,88 @@ func TestDraftModel(t *testing.T) {
 	}
 	if err := od.Close(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestSpeculativeSampling: sampled generations with prompt-lookup
+// drafting come from the distribution of those without. Over many seeds,
+// the same seed gives the same tokens (every token is drawn once from its
+// own row, with the same random draws; a batched row may round a near
+// boundary the other way, so not always), and the rate at which a token
+// is the one lookup would have drafted, the statistic a biased
+// verification moves first, is the same within sampling noise
+// (two-proportion z-test).
+func TestSpeculativeSampling(t *testing.T) {
+	var p []int32
+	var m *model.Model
+	for _, c := range enginetest.OracleCases(t) {
+		if c.Name == "real-stories260k-f32" {
+			m, p = enginetest.OpenPath(t, c.Model), c.Tokens
+		}
+	}
+	if m == nil {
+		t.Skip("the oracle's real-stories260k-f32 case is absent")
+	}
+	// A trained model's stories repeat their phrases: lookup drafts often.
+	const seeds, n = 240, 32
+	o := Options{MaxSeqs: 16, MaxTokens: 128, QueueSize: seeds}
+	plain := newSched(t, m, 8192, o)
+	o.Lookup = 4
+	spec := newSched(t, m, 8192, o)
+	gen := func(s *Scheduler) [][]int32 {
+		chs := make([]<-chan Event, seeds)
+		for i := range chs {
+			var err error
+			chs[i], err = s.Submit(context.Background(), Request{Prompt: p, MaxTokens: n,
+				Sampling: sample.Params{Temperature: 0.8, Seed: uint64(i + 1)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := make([][]int32, seeds)
+		for i, ch := range chs {
+			out[i], _ = collect(t, ch)
+		}
+		return out
+	}
+	// hits counts the generated tokens lookup would have drafted first.
+	hits := func(gens [][]int32) (hit, eligible int) {
+		for _, g := range gens {
+			ctx := slices.Clone(p)
+			for _, tok := range g {
+				if d := lookup(ctx, 1, nil); len(d) > 0 {
+					eligible++
+					if d[0] == tok {
+						hit++
+					}
+				}
+				ctx = append(ctx, tok)
+			}
+		}
+		return hit, eligible
+	}
+	a, b := gen(plain), gen(spec)
+	same := 0
+	for i := range a {
+		if slices.Equal(a[i], b[i]) {
+			same++
+		}
+	}
+	ha, ea := hits(a)
+	hb, eb := hits(b)
+	pa, pb := float64(ha)/float64(ea), float64(hb)/float64(eb)
+	pool := float64(ha+hb) / float64(ea+eb)
+	z := (pb - pa) / math.Sqrt(pool*(1-pool)*(1/float64(ea)+1/float64(eb)))
+	st := spec.Stats()
+	t.Logf("%d of %d seeds give the same tokens; lookup's token drawn %d/%d (%.3f) without, %d/%d (%.3f) with (z %.2f); drafted %d, accepted %d",
+		same, seeds, ha, ea, pa, hb, eb, pb, z, st.Drafted, st.Accepted)
+	if st.Drafted == 0 || st.Accepted == 0 {
+		t.Fatalf("drafted %d, accepted %d: the test speculated on nothing", st.Drafted, st.Accepted)
+	}
+	if same < seeds*8/10 {
+		t.Errorf("only %d of %d seeds give the same tokens with speculation", same, seeds)
+	}
+	if math.Abs(z) > 3 {
+		t.Errorf("speculation moved the rate of lookup's token from %.3f to %.3f (z %.2f)", pa, pb, z)
 	}
 }
