@@ -192,6 +192,10 @@ type LoadModelRequest struct {
 	// with Retry-After (4 x MaxSeqs when 0).
 	MaxSeqs int `json:"max_seqs,omitempty"`
 	Queue   int `json:"queue,omitempty"`
+	// Lookup, when positive, decodes speculatively by prompt lookup: up
+	// to that many tokens a step drafted from the sequence's own context
+	// and verified through the plan in one pass (at most 16).
+	Lookup int `json:"lookup,omitempty"`
 	// Strategy forces the planner's choice: "pipeline" (one node per
 	// stage) or "tensor" (one tensor-parallel group); empty or "auto"
 	// lets it choose.

@@ -65,6 +65,9 @@ func (c *Catalog) registerHubModel(ctx context.Context, req api.LoadModelRequest
 	if req.Ctx < 0 || req.MaxSeqs < 0 || req.Queue < 0 || req.Replicas < 0 {
 		return nil, badRequest("ctx %d, max-seqs %d, queue %d, replicas %d: want positive numbers (or 0 for the defaults)", req.Ctx, req.MaxSeqs, req.Queue, req.Replicas)
 	}
+	if req.Lookup < 0 || req.Lookup > coordinator.MaxLookup {
+		return nil, badRequest("lookup %d: draft 0 (off) to %d tokens a step", req.Lookup, coordinator.MaxLookup)
+	}
 	if req.Replicas > 1 {
 		return nil, badRequest("--replicas %d: a model read from the hub has no whole copies on the nodes (each reads its own ranges); pull it (shoal pull) and load the file to keep copies", req.Replicas)
 	}
@@ -137,7 +140,7 @@ func (c *Catalog) registerHubModel(ctx context.Context, req api.LoadModelRequest
 	}
 	m := coordinator.Model{
 		Name: name, Source: HubOrigin(hf), Layers: prof.NLayer, Bytes: uint64(fi.Size), CreatedAt: time.Now().UTC(),
-		SourceNode: c.id, Replicas: 1, Ctx: req.Ctx, MaxSeqs: req.MaxSeqs, Queue: req.Queue, Overhead: req.Overhead, Strategy: req.Strategy,
+		SourceNode: c.id, Replicas: 1, Ctx: req.Ctx, MaxSeqs: req.MaxSeqs, Queue: req.Queue, Lookup: req.Lookup, Overhead: req.Overhead, Strategy: req.Strategy,
 		Disagg: req.Disagg, DisaggFailure: req.DisaggFailure, Wire: req.Wire, KVType: req.KVType, Profile: &prof, Pin: pin, Hub: hf, Digest: fi.SHA256,
 	}
 	verified := false

@@ -95,6 +95,9 @@ func (c *Catalog) RegisterFile(ctx context.Context, req api.LoadModelRequest, pi
 	if req.Ctx < 0 || req.MaxSeqs < 0 || req.Queue < 0 || req.Replicas < 0 {
 		return nil, badRequest("ctx %d, max-seqs %d, queue %d, replicas %d: want positive numbers (or 0 for the defaults)", req.Ctx, req.MaxSeqs, req.Queue, req.Replicas)
 	}
+	if req.Lookup < 0 || req.Lookup > coordinator.MaxLookup {
+		return nil, badRequest("lookup %d: draft 0 (off) to %d tokens a step", req.Lookup, coordinator.MaxLookup)
+	}
 	if !filepath.IsAbs(path) {
 		return nil, badRequest("model path %q is not absolute: give the full path on node %s", path, c.name)
 	}
@@ -148,7 +151,7 @@ func (c *Catalog) RegisterFile(ctx context.Context, req api.LoadModelRequest, pi
 	}
 	m := coordinator.Model{
 		Name: name, Source: path, Layers: prof.NLayer, Bytes: uint64(st.Size()), CreatedAt: time.Now().UTC(),
-		SourceNode: c.id, Replicas: req.Replicas, Ctx: req.Ctx, MaxSeqs: req.MaxSeqs, Queue: req.Queue, Overhead: req.Overhead, Strategy: req.Strategy, Disagg: req.Disagg, DisaggFailure: req.DisaggFailure, Wire: req.Wire, KVType: req.KVType, Profile: &prof, Status: coordinator.ModelHashing,
+		SourceNode: c.id, Replicas: req.Replicas, Ctx: req.Ctx, MaxSeqs: req.MaxSeqs, Queue: req.Queue, Lookup: req.Lookup, Overhead: req.Overhead, Strategy: req.Strategy, Disagg: req.Disagg, DisaggFailure: req.DisaggFailure, Wire: req.Wire, KVType: req.KVType, Profile: &prof, Status: coordinator.ModelHashing,
 		Pin: pin,
 	}
 	if sha, ok := c.files.lookupPath(path, st); ok {

@@ -123,6 +123,10 @@ type Model struct {
 	// (4 x MaxSeqs when 0).
 	MaxSeqs int `json:"max_seqs,omitempty"`
 	Queue   int `json:"queue,omitempty"`
+	// Lookup, when positive, has the driver decode speculatively by
+	// prompt lookup, drafting up to that many tokens a step (verified
+	// through the plan in the same step: serve.Options.Lookup).
+	Lookup int `json:"lookup,omitempty"`
 	// Strategy forces the planner's strategy (placement.Pipeline or
 	// placement.Tensor); empty lets it choose.
 	Strategy string `json:"strategy,omitempty"`

@@ -57,6 +57,7 @@ const (
 	// MaxCores a node's cores.
 	MaxReplicas = 1024
 	MaxQueue    = 1 << 20
+	MaxLookup   = 16 // tokens drafted a step (Model.Lookup)
 	MaxCores    = 1 << 20
 	// MaxGFLOPS and MaxGBps bound a node's measured compute and memory
 	// bandwidth; MaxGbit and MaxLatencyMs a link's bandwidth and latency.
@@ -436,6 +437,7 @@ func validateModel(m *Model) error {
 		checkBytes("overhead", m.Overhead),
 		checkInt("max_seqs", m.MaxSeqs, 0, placement.MaxBatch),
 		checkInt("queue", m.Queue, 0, MaxQueue),
+		checkInt("lookup", m.Lookup, 0, MaxLookup),
 		checkOneOf("strategy", m.Strategy, "", string(placement.Auto), string(placement.Pipeline), string(placement.Tensor)),
 		checkOneOf("disagg", m.Disagg, "", placement.DisaggAuto, placement.DisaggOn, placement.DisaggOff),
 		checkWord("disagg_failure", m.DisaggFailure, MaxShortLen),

@@ -24,23 +24,8 @@ import (
 // tolerances.
 func TestArchPlans(t *testing.T) {
 	cases := enginetest.ArchCases(t)
-	c := tc.NewWith(t, 3, func(i int, cfg *node.Config) {
-		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := fingerprint.Record(cfg.DataDir, "test", 10, 1); err != nil {
-			t.Fatal(err)
-		}
-	})
+	c, names := equalNodes(t, 3)
 	cl := c.Client(0, "")
-	var names []string
-	for _, m := range c.Members {
-		names = append(names, m.Cfg.Name)
-	}
-	tc.Eventually(t, 30*time.Second, "three nodes listed", func() bool {
-		nodes, err := cl.Nodes(ctx(t))
-		return err == nil && len(nodes) == 3
-	})
 	for _, oc := range cases {
 		for _, strategy := range []string{"tensor", "pipeline", "experts"} {
 			t.Run(oc.Name+"/"+strategy, func(t *testing.T) {
@@ -167,4 +152,30 @@ func configOf(t *testing.T, path string) model.Config {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// equalNodes starts n agents that record the same measured capacity (10
+// GFLOPS, 1 GB/s) instead of measuring their own, so a plan over them does
+// not depend on a busy host, and waits until each is listed; it returns
+// the cluster and the nodes' names.
+func equalNodes(t *testing.T, n int) (*tc.Cluster, []string) {
+	t.Helper()
+	c := tc.NewWith(t, n, func(i int, cfg *node.Config) {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := fingerprint.Record(cfg.DataDir, "test", 10, 1); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var names []string
+	for _, m := range c.Members {
+		names = append(names, m.Cfg.Name)
+	}
+	cl := c.Client(0, "")
+	tc.Eventually(t, 30*time.Second, fmt.Sprintf("%d nodes listed", n), func() bool {
+		nodes, err := cl.Nodes(ctx(t))
+		return err == nil && len(nodes) == n
+	})
+	return c, names
 }

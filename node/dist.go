@@ -163,7 +163,7 @@ func planView(st *coordinator.State, info func(*coordinator.State, *coordinator.
 		if mc, ok := local(name); ok {
 			pm.Threads = mc.Threads
 		}
-		pm.Queue = m.Queue
+		pm.Queue, pm.Lookup = m.Queue, m.Lookup
 		if o := old[name]; o != nil {
 			pm.Prev = o.Version
 			if n := st.Nodes[parallel.DriverOf(o)]; n != nil && allAlive(st, o.Nodes()) {

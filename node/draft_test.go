@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"shoal/api"
 	"shoal/engine/enginetest"
 	"shoal/engine/synth"
 	"shoal/node"
@@ -31,11 +32,8 @@ func TestDraftServing(t *testing.T) {
 	})
 	var resp struct {
 		Usage struct {
-			CompletionTokens int `json:"completion_tokens"`
-			Details          *struct {
-				Accepted int `json:"accepted_prediction_tokens"`
-				Rejected int `json:"rejected_prediction_tokens"`
-			} `json:"completion_tokens_details"`
+			CompletionTokens int           `json:"completion_tokens"`
+			Details          *usageDetails `json:"completion_tokens_details"`
 		} `json:"usage"`
 	}
 	if err := json.Unmarshal([]byte(out), &resp); err != nil {
@@ -46,4 +44,62 @@ func TestDraftServing(t *testing.T) {
 		t.Fatalf("usage of a speculative completion: %s", out)
 	}
 	t.Logf("%d tokens: %d drafts accepted, %d rejected", u.CompletionTokens, u.Details.Accepted, u.Details.Rejected)
+}
+
+// TestLookupThroughPlan: a model loaded over two agents as a pipeline
+// with --lookup decodes speculatively through both stages: its greedy
+// answer is the one the same file gives loaded without, and the usage
+// counts accepted drafts.
+func TestLookupThroughPlan(t *testing.T) {
+	c, names := equalNodes(t, 2)
+	cl := c.Client(0, "")
+	path := writeModel(t)
+	for _, req := range []api.LoadModelRequest{
+		{Path: path, Name: "plain", Nodes: names, Strategy: "pipeline", Ctx: 256},
+		{Path: path, Name: "spec", Nodes: names, Strategy: "pipeline", Ctx: 256, Lookup: 4},
+	} {
+		if _, err := cl.LoadModel(ctx(t), req); err != nil {
+			t.Fatal(err)
+		}
+		waitModelReady(t, c, req.Name)
+		if pl, err := cl.Placement(ctx(t), req.Name); err != nil || len(pl.Stages) != 2 {
+			t.Fatalf("%s: placement %+v, %v: want two stages", req.Name, pl, err)
+		}
+	}
+	base := "http://" + c.Members[0].Agent.HTTPAddr()
+	answer := func(name string) (string, *usageDetails) {
+		body := `{"model":"` + name + `","prompt":"one two three four one two three four one two three four one two","max_tokens":40,"temperature":0}`
+		var out string
+		tc.Eventually(t, 30*time.Second, name+" served", func() bool {
+			var code int
+			code, out = request(t, tc.Secret, "POST", base+"/v1/completions", body)
+			return code == http.StatusOK
+		})
+		var resp struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+			Usage struct {
+				Details *usageDetails `json:"completion_tokens_details"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(out), &resp); err != nil || len(resp.Choices) != 1 {
+			t.Fatalf("%s: %s (%v)", name, out, err)
+		}
+		return resp.Choices[0].Text, resp.Usage.Details
+	}
+	want, none := answer("plain")
+	got, d := answer("spec")
+	if got != want {
+		t.Errorf("with lookup through the pipeline %q, without %q", got, want)
+	}
+	if none != nil || d == nil || d.Accepted == 0 {
+		t.Fatalf("usage details: %+v without lookup, %+v with", none, d)
+	}
+	t.Logf("through two stages: %d drafts accepted, %d rejected", d.Accepted, d.Rejected)
+}
+
+type usageDetails struct {
+	Accepted int `json:"accepted_prediction_tokens"`
+	Rejected int `json:"rejected_prediction_tokens"`
 }

@@ -140,7 +140,7 @@ func (a *Agent) serveOptions(name string, s parallel.Servable) serve.Options {
 		}
 		return o
 	}
-	o := serve.Options{MaxSeqs: max(s.Seqs, 1), SeqTokens: s.SeqTokens, QueueSize: queueBound(s.Queue, s.Seqs)}
+	o := serve.Options{MaxSeqs: max(s.Seqs, 1), SeqTokens: s.SeqTokens, QueueSize: queueBound(s.Queue, s.Seqs), Lookup: s.Lookup}
 	if s.Runner == nil {
 		o.MaxTokens = distMaxTokens
 	}

@@ -105,7 +105,7 @@ func (r *Reconciler) startDriver(pm *PlannedModel) (*driver, error) {
 	} else if err := r.startSession(d); err != nil {
 		return nil, err
 	}
-	sv := Servable{Engine: d.eng, Runner: d.runner, Meta: meta, Seqs: max(pm.Plan.Batch, 1), SeqTokens: d.ctx / max(pm.Plan.Batch, 1), Queue: pm.Queue}
+	sv := Servable{Engine: d.eng, Runner: d.runner, Meta: meta, Seqs: max(pm.Plan.Batch, 1), SeqTokens: d.ctx / max(pm.Plan.Batch, 1), Queue: pm.Queue, Lookup: pm.Lookup}
 	if err := r.cfg.Publisher.Publish(d.name, sv); err != nil {
 		return nil, err
 	}

@@ -74,6 +74,8 @@ type PlannedModel struct {
 	// Queue is how many requests may wait for one of the plan's Batch
 	// running places (0: the publisher's default).
 	Queue int
+	// Lookup is the model's prompt-lookup drafting (Servable.Lookup).
+	Lookup int
 	// Prefill, for a plan with a prefill pool, says which prompts (by
 	// their tokens) the driver prefills there (nil: every prompt);
 	// PrefillFail ends a request whose prefill there failed instead of
@@ -126,6 +128,9 @@ type Servable struct {
 	// publisher runs at most Seqs at once, each up to SeqTokens, and
 	// queues up to Queue more (0: its default).
 	Seqs, SeqTokens, Queue int
+	// Lookup drafts up to that many tokens a step by prompt lookup
+	// (serve.Options.Lookup; 0: off).
+	Lookup int
 }
 
 // Route says which node drives a planned model.

@@ -119,6 +119,9 @@ GGUF, use shoal pull and load the file.
 			if req.Ctx < 0 {
 				return fmt.Errorf("--ctx %d: want a positive number of tokens", req.Ctx)
 			}
+			if req.Lookup < 0 || req.Lookup > 16 {
+				return fmt.Errorf("--lookup %d: draft 0 (off) to 16 tokens a step", req.Lookup)
+			}
 			if req.MaxSeqs < 0 || req.Queue < 0 || req.Replicas < 0 {
 				return fmt.Errorf("--max-seqs %d, --queue %d, --replicas %d: want positive numbers", req.MaxSeqs, req.Queue, req.Replicas)
 			}
@@ -167,6 +170,7 @@ GGUF, use shoal pull and load the file.
 	cmd.Flags().IntVar(&req.Ctx, "ctx", 0, "context length per sequence the plan reserves KV cache for (default 4096)")
 	cmd.Flags().IntVar(&req.MaxSeqs, "max-seqs", 0, "sequences the plan reserves --ctx tokens of KV cache for, run at once (default 1)")
 	cmd.Flags().IntVar(&req.Queue, "queue", 0, "requests that wait for a running place before more get 429 (default 4 x --max-seqs)")
+	cmd.Flags().IntVar(&req.Lookup, "lookup", 0, "speculative decoding by prompt lookup: the driver drafts up to N tokens a step from what followed the latest earlier occurrence of the sequence's last few tokens, and the plan verifies them in one pass (one trip through the stages for several tokens; the output is unchanged); 0: off, at most 16")
 	cmd.Flags().StringVar(&req.Node, "node", "", "the node that has the file (ID, ID prefix or name; default: the agent at --addr)")
 	cmd.Flags().IntVar(&req.Replicas, "replicas", 0, "live nodes that should have the whole file: this one and copies other nodes make in the background when they have the disk (default 2; 1: no copy)")
 	cmd.Flags().StringVar(&req.Strategy, "strategy", "", "force the plan's strategy: pipeline or tensor (default: the planner chooses)")
