@@ -2,6 +2,9 @@ package parallel
 
 import (
 	"context"
+	"os"
+	"shoal/engine/synth"
+	"shoal/serve"
 	"slices"
 	"testing"
 	"time"
@@ -222,6 +225,85 @@ func BenchmarkPipelinedPrefill(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tok/s")
+		})
+	}
+}
+
+// BenchmarkSpeculativeDecode: one greedy stream decoding through a 2-stage
+// pipeline of one thread per stage, without speculation and with prompt
+// lookup drafting up to 8 tokens a step (a random model's greedy text
+// falls into loops that lookup predicts: the acceptance is reported), and
+// one node alone for reference. tok/s counts the tokens after the first.
+// SHOAL_BENCH_SHAPE=tinyllama runs TinyLlama-1.1B's shapes in Q4_0 (issue
+// #39's case; its file is 600 MiB), else a 512-wide 8-layer model.
+func BenchmarkSpeculativeDecode(b *testing.B) {
+	spec := synth.Spec{Name: "spec-bench", Arch: "llama", NEmbd: 512, NLayer: 8, NHead: 8, NHeadKV: 4, NFF: 1408, Type: "q4_0", Seed: 1}
+	if os.Getenv("SHOAL_BENCH_SHAPE") == "tinyllama" {
+		spec.NEmbd, spec.NLayer, spec.NHead, spec.NHeadKV, spec.NFF = 2048, 22, 32, 4, 5632
+	}
+	path := enginetest.Write(b, "", spec)
+	ref := enginetest.OpenPath(b, path)
+	const gen, ctxTokens = 128, 512
+	prompt := enginetest.Tokens(32, ref.NVocab, 5)
+	plan := shapeOf(&ref.Config).Plans(spec.Name).Get("pp2")
+	decode := func(b *testing.B, e serve.Engine, o serve.Options) {
+		o.MaxSeqs = 1
+		sc, err := serve.NewEngine(e, func(int32) bool { return false }, o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sc.Close()
+		var toks int
+		var d time.Duration
+		for b.Loop() {
+			ch, err := sc.Submit(context.Background(), serve.Request{Prompt: prompt, MaxTokens: gen})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var first time.Time
+			for ev := range ch {
+				if ev.Err != nil {
+					b.Fatal(ev.Err)
+				}
+				if first.IsZero() {
+					first = time.Now()
+				}
+			}
+			d += time.Since(first)
+			toks += gen - 1
+		}
+		st := sc.Stats()
+		b.ReportMetric(float64(toks)/d.Seconds(), "tok/s")
+		if st.Drafted > 0 {
+			b.ReportMetric(float64(st.Accepted)/float64(st.Drafted), "accepted/drafted")
+			b.ReportMetric(float64(st.GeneratedTokens)/float64(st.Steps), "tokens/step")
+			b.ReportMetric(float64(st.Drafted)/float64(st.Steps), "drafted/step")
+		}
+	}
+	b.Run("one-node", func(b *testing.B) {
+		r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: ctxTokens})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.Close()
+		decode(b, serve.RunnerEngine{R: r}, serve.Options{})
+	})
+	for _, c := range []struct {
+		name   string
+		lookup int
+	}{{"pp2", 0}, {"pp2-lookup", 8}} {
+		b.Run(c.name, func(b *testing.B) {
+			cl := startClusterCache(b, path, plan, Options{Timeout: time.Minute}, ctxTokens)
+			s, err := cl.drv.Open(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			eng, err := NewEngine(s, ctxTokens, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer eng.Close()
+			decode(b, eng, serve.Options{Lookup: c.lookup})
 		})
 	}
 }

@@ -78,9 +78,12 @@ func (s *Scheduler) adapt(sq *seq, n, accepted int) {
 	sq.k = max(1, (sq.k+accepted+1)/2)
 }
 
-// lookup appends to dst up to k tokens that followed the latest earlier
+// lookup appends to dst the k tokens that followed the latest earlier
 // occurrence of the longest n-gram (lookupMaxN down to lookupMinN) that
-// ends toks.
+// ends toks, or none. Where the context ends before k tokens are copied,
+// the copy goes on from what it drafted, as an overlapping copy does: the
+// text since that occurrence is taken to repeat, so a loop (a repeated
+// line, a token over and over) is drafted k tokens at a time.
 func lookup(toks []int32, k int, dst []int32) []int32 {
 	n := len(toks)
 	for g := min(lookupMaxN, n-1); g >= lookupMinN; g-- {
@@ -91,7 +94,15 @@ func lookup(toks []int32, k int, dst []int32) []int32 {
 			if !equalTokens(toks[end-g:end], tail) {
 				continue
 			}
-			return append(dst, toks[end:min(end+k, n)]...)
+			start := len(dst)
+			for i := range k {
+				if src := end + i; src < n {
+					dst = append(dst, toks[src])
+				} else {
+					dst = append(dst, dst[start+src-n])
+				}
+			}
+			return dst
 		}
 	}
 	return dst

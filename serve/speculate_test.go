@@ -22,12 +22,12 @@ func TestLookup(t *testing.T) {
 		want []int32
 	}{
 		{[]int32{1, 2, 3, 4, 5, 1, 2, 3}, 3, []int32{4, 5, 1}},
-		{[]int32{1, 2, 3, 4, 5, 1, 2, 3}, 9, []int32{4, 5, 1, 2, 3}},
-		{[]int32{7, 8, 9, 7, 8, 6, 7, 8}, 2, []int32{6, 7}},    // the latest occurrence of 7 8
-		{[]int32{1, 2, 9, 2, 3, 1, 2, 3}, 4, []int32{1, 2, 3}}, // "2 3" beats the older "1 2"
-		{[]int32{5, 6, 7, 8}, 4, nil},                          // nothing repeats
-		{[]int32{4, 4, 4, 4}, 2, []int32{4}},                   // the n-gram overlaps its match: what the context holds after it
-		{[]int32{9, 1, 2, 3, 4, 0, 1, 2, 3, 4}, 1, []int32{0}}, // a 4-gram first
+		{[]int32{1, 2, 3, 4, 5, 1, 2, 3}, 9, []int32{4, 5, 1, 2, 3, 4, 5, 1, 2}}, // past the context's end, the cycle goes on
+		{[]int32{7, 8, 9, 7, 8, 6, 7, 8}, 2, []int32{6, 7}},                      // the latest occurrence of 7 8
+		{[]int32{1, 2, 9, 2, 3, 1, 2, 3}, 4, []int32{1, 2, 3, 1}},                // "2 3" beats the older "1 2"
+		{[]int32{5, 6, 7, 8}, 4, nil},                                            // nothing repeats
+		{[]int32{4, 4, 4, 4}, 3, []int32{4, 4, 4}},                               // the n-gram overlaps its match: a token over and over
+		{[]int32{9, 1, 2, 3, 4, 0, 1, 2, 3, 4}, 1, []int32{0}},                   // a 4-gram first
 		{[]int32{3}, 4, nil},
 	} {
 		if got := lookup(c.toks, c.k, nil); !slices.Equal(got, c.want) {
