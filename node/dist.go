@@ -35,6 +35,11 @@ const (
 	// model: prefill advances in chunks this long, so a step stays well
 	// inside the step timeout on slow nodes.
 	distMaxTokens = 64
+	// distPrefillTokens is the budget of a step while no sequence
+	// decodes: a prompt alone prefills in steps of up to this many tokens,
+	// pipelined in pieces through the stages, each step kept to a quarter
+	// of the step timeout at the speed the steps measure.
+	distPrefillTokens = 2048
 )
 
 // publisher serves the models this node drives on the OpenAI endpoint:

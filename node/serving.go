@@ -125,7 +125,8 @@ func (a *Agent) registerLocal(reqs []api.LoadModelRequest) {
 // its --ctx); any other runs at most the sequences its plan reserved KV
 // for (model load --max-seqs), each up to the plan's context, and queues
 // up to --queue more (4 per sequence by default) before answering 429. A
-// model run across nodes advances prefill in short steps.
+// model run across nodes advances prefill in short steps beside decoding
+// streams, and in long ones (bounded in time) when a prompt is alone.
 func (a *Agent) serveOptions(name string, s parallel.Servable) serve.Options {
 	if mc, ok := a.localModel(name); ok && s.Runner != nil {
 		o := serve.Options{MaxSeqs: mc.MaxSeqs, QueueSize: mc.Queue, NoPrefixCache: mc.NoPrefixCache, Lookup: mc.Lookup}
@@ -143,6 +144,8 @@ func (a *Agent) serveOptions(name string, s parallel.Servable) serve.Options {
 	o := serve.Options{MaxSeqs: max(s.Seqs, 1), SeqTokens: s.SeqTokens, QueueSize: queueBound(s.Queue, s.Seqs), Lookup: s.Lookup}
 	if s.Runner == nil {
 		o.MaxTokens = distMaxTokens
+		o.PrefillTokens = distPrefillTokens
+		o.PrefillTime = a.cfg.Tuning.DistStep.Or(parallel.DefaultStepTimeout) / 4
 	}
 	return o
 }

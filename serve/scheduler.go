@@ -27,6 +27,13 @@ var (
 type Options struct {
 	MaxSeqs   int // sequences in the running batch (default 16)
 	MaxTokens int // tokens per step: decode tokens plus prefill chunks (default 256)
+	// PrefillTokens, when above MaxTokens, is a step's budget while no
+	// sequence decodes: a prompt with no stream waiting on it prefills in
+	// longer steps (fewer trips through a plan's stages, each step
+	// pipelined in pieces across them), no longer than PrefillTime at the
+	// prefill speed the steps measure (the first at MaxTokens tokens).
+	PrefillTokens int
+	PrefillTime   time.Duration
 	QueueSize int // requests waiting beyond the running batch (default 64)
 	// SeqTokens, when positive, caps every sequence (prompt plus
 	// generated) at that many tokens, so that MaxSeqs sequences fit the
@@ -197,6 +204,10 @@ type Scheduler struct {
 	reqs     []sample.Request // a RowSampler's, by row
 	chunkSeq []*seq
 	drafting bool   // the batch holds drafts
+	// prefillOnly: the batch holds no decode token; prefillSec is the
+	// measured time per token of such steps (averaged like DecodeMs).
+	prefillOnly bool
+	prefillSec  float64
 	prefill  []*seq // buildBatch's scratch
 	prefillN []int
 	stats    Stats
@@ -653,6 +664,9 @@ func (s *Scheduler) step() bool {
 		if len(s.batch.Chunks) == 1 && len(s.batch.Tokens) == 1 {
 			s.noteDecode(took)
 		}
+		if s.prefillOnly {
+			s.notePrefill(took, len(s.batch.Tokens))
+		}
 		s.afterStep(logits, sampled)
 		return true
 	}
@@ -669,6 +683,35 @@ func (s *Scheduler) noteDecode(d time.Duration) {
 		s.stats.DecodeMs += decodeWeight * (ms - s.stats.DecodeMs)
 	}
 	s.stats.DecodeSteps++
+}
+
+// prefillBudget is a step's token budget while no sequence decodes.
+func (s *Scheduler) prefillBudget() int {
+	o := &s.opts
+	if o.PrefillTokens <= o.MaxTokens {
+		return o.MaxTokens
+	}
+	if o.PrefillTime <= 0 {
+		return o.PrefillTokens
+	}
+	if s.prefillSec <= 0 {
+		return o.MaxTokens // measure first
+	}
+	return max(o.MaxTokens, min(o.PrefillTokens, int(o.PrefillTime.Seconds()/s.prefillSec)))
+}
+
+// notePrefill adds a step of n tokens, none of them decoding, that took
+// d to the measured prefill speed.
+func (s *Scheduler) notePrefill(d time.Duration, n int) {
+	if n < 16 {
+		return // a short prompt's step measures the step's fixed cost
+	}
+	sec := d.Seconds() / float64(n)
+	if s.prefillSec == 0 {
+		s.prefillSec = sec
+		return
+	}
+	s.prefillSec += 0.3 * (sec - s.prefillSec)
 }
 
 // remoteSeqs lists the running sequences that wait for a remote prefill.
@@ -787,6 +830,16 @@ func (s *Scheduler) buildBatch() {
 	b.Tokens, b.Chunks = b.Tokens[:0], b.Chunks[:0]
 	s.rows, s.rowSeq, s.chunkSeq = s.rows[:0], s.rowSeq[:0], s.chunkSeq[:0]
 	budget := s.opts.MaxTokens
+	decoding := 0
+	for _, sq := range s.running {
+		sq.draft = sq.draft[:0]
+		if !sq.remote && len(sq.tokens)-sq.processed == 1 {
+			decoding++
+		}
+	}
+	if s.prefillOnly = decoding == 0; s.prefillOnly {
+		budget = s.prefillBudget()
+	}
 	add := func(sq *seq, n int) {
 		b.Chunks = append(b.Chunks, model.Chunk{Seq: sq.id, N: n})
 		s.chunkSeq = append(s.chunkSeq, sq)
@@ -799,13 +852,6 @@ func (s *Scheduler) buildBatch() {
 	}
 	s.prefill = s.prefill[:0]
 	s.drafting = false
-	decoding := 0
-	for _, sq := range s.running {
-		sq.draft = sq.draft[:0]
-		if !sq.remote && len(sq.tokens)-sq.processed == 1 {
-			decoding++
-		}
-	}
 	for _, sq := range s.running {
 		if sq.remote {
 			continue

@@ -452,3 +452,58 @@ func TestDecodeMs(t *testing.T) {
 		t.Fatalf("%d tokens: %d decode steps timed at %.3f ms, want %d and a positive time", len(toks), st.DecodeSteps, st.DecodeMs, want)
 	}
 }
+
+// TestPrefillBudget: a prompt alone prefills in steps of PrefillTokens,
+// not MaxTokens; a PrefillTime shorter than any step keeps the steps at
+// MaxTokens once the first is measured; and while another sequence
+// decodes, a prompt gets MaxTokens a step (the decoding stream is not
+// held up by a long step).
+func TestPrefillBudget(t *testing.T) {
+	m := testModel(t)
+	p := prompt(3, 200)
+	steps := func(o Options) uint64 {
+		s := newSched(t, m, 1024, o)
+		ch, err := s.Submit(context.Background(), Request{Prompt: p, MaxTokens: 1, Sampling: greedy()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		collect(t, ch)
+		return s.Stats().Steps
+	}
+	if n := steps(Options{MaxTokens: 16}); n != 13 {
+		t.Errorf("200 tokens at 16 a step: %d steps, want 13", n)
+	}
+	if n := steps(Options{MaxTokens: 16, PrefillTokens: 256}); n != 1 {
+		t.Errorf("200 tokens alone with a prefill budget of 256: %d steps, want 1", n)
+	}
+	if n := steps(Options{MaxTokens: 16, PrefillTokens: 256, PrefillTime: time.Nanosecond}); n != 13 {
+		t.Errorf("200 tokens with a prefill step of at most 1ns: %d steps, want 13", n)
+	}
+	if n := steps(Options{MaxTokens: 16, PrefillTokens: 256, PrefillTime: time.Hour}); n != 2 {
+		t.Errorf("200 tokens with a prefill step of at most an hour: %d steps, want 2 (16 measured, then the rest)", n)
+	}
+	// A stream decoding: the prompt beside it goes 16 tokens a step at
+	// most (steps run by hand: the loop is not started).
+	r, err := model.NewRunner(m, model.Options{Threads: 2, CacheTokens: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	s, err := newScheduler(RunnerEngine{r}, func(int32) bool { return false }, Options{MaxTokens: 16, PrefillTokens: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Submit(context.Background(), Request{Prompt: prompt(1, 4), MaxTokens: 100, Sampling: greedy()}); err != nil {
+		t.Fatal(err)
+	}
+	s.step() // its prompt; it decodes from here on
+	if _, err := s.Submit(context.Background(), Request{Prompt: p, MaxTokens: 1, Sampling: greedy()}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		s.step()
+		if st := s.Stats(); st.LastBatchTokens != 16 {
+			t.Errorf("a step beside a decoding stream held %d tokens, want 16 (1 decode token, 15 of the prompt)", st.LastBatchTokens)
+		}
+	}
+}
