@@ -34,7 +34,7 @@ type Options struct {
 	// prefill speed the steps measure (the first at MaxTokens tokens).
 	PrefillTokens int
 	PrefillTime   time.Duration
-	QueueSize int // requests waiting beyond the running batch (default 64)
+	QueueSize     int // requests waiting beyond the running batch (default 64)
 	// SeqTokens, when positive, caps every sequence (prompt plus
 	// generated) at that many tokens, so that MaxSeqs sequences fit the
 	// cache together and none is preempted for another: a plan reserves
@@ -203,17 +203,17 @@ type Scheduler struct {
 	rowSeq   []*seq
 	reqs     []sample.Request // a RowSampler's, by row
 	chunkSeq []*seq
-	drafting bool   // the batch holds drafts
+	drafting bool // the batch holds drafts
 	// prefillOnly: the batch holds no decode token; prefillSec is the
 	// measured time per token of such steps (averaged like DecodeMs).
 	prefillOnly bool
 	prefillSec  float64
-	prefill  []*seq // buildBatch's scratch
-	prefillN []int
-	stats    Stats
-	statsMu  sync.Mutex
-	steps    atomic.Uint64
-	done     chan struct{}
+	prefill     []*seq // buildBatch's scratch
+	prefillN    []int
+	stats       Stats
+	statsMu     sync.Mutex
+	steps       atomic.Uint64
+	done        chan struct{}
 }
 
 // New starts the scheduler loop on r. isEOG tells which tokens end a
