@@ -39,7 +39,7 @@ const (
 	// decodes: a prompt alone prefills in steps of up to this many tokens,
 	// pipelined in pieces through the stages, each step kept to a quarter
 	// of the step timeout at the speed the steps measure.
-	distPrefillTokens = 2048
+	distPrefillTokens = parallel.PrefillStep
 )
 
 // publisher serves the models this node drives on the OpenAI endpoint:

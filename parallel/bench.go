@@ -15,8 +15,11 @@ import (
 	"shoal/transport"
 )
 
-// benchChunk is the longest prefill step of a cluster benchmark.
-const benchChunk = 128
+// PrefillStep is the longest prefill step of a prompt alone: a cluster
+// benchmark's ppN runs in steps of this many tokens, as a served prompt
+// with no stream decoding beside it does (each step pipelined in pieces
+// through the stages: placement.PredictPrefill's prediction).
+const PrefillStep = 2048
 
 // Logits is one step's logits through a plan: NTokens rows of NVocab.
 type Logits struct {
@@ -116,7 +119,7 @@ func (r *Reconciler) Logits(ctx context.Context, name string, tokens []int32) (*
 }
 
 // Bench runs ppN (N random tokens of one sequence from an empty cache, in
-// steps of at most benchChunk) and tgN (N one-token steps) through the plan
+// steps of at most PrefillStep) and tgN (N one-token steps) through the plan
 // of model (driven here): one warm-up and Reps measured runs each, with the
 // payload bytes the plan's nodes sent per token.
 func (r *Reconciler) Bench(ctx context.Context, name string, req BenchRequest) (*BenchResult, error) {
@@ -193,8 +196,8 @@ func (b *benchRun) step(toks []int32, rows []int) error {
 }
 
 func (b *benchRun) prefill(p int) error {
-	for off := 0; off < p; off += benchChunk {
-		n := min(benchChunk, p-off)
+	for off := 0; off < p; off += PrefillStep {
+		n := min(PrefillStep, p-off)
 		var rows []int
 		if off+n == p {
 			rows = []int{n - 1}

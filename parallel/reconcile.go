@@ -43,7 +43,7 @@ import (
 const DefaultReplayWait = 60 * time.Second
 
 // RunTimeout bounds one step of the sessions opened for cluster logits and
-// benchmarks (prefill steps of up to benchChunk tokens); an RPC server that
+// benchmarks (prefill steps of up to PrefillStep tokens); an RPC server that
 // runs steps must allow a little more.
 const RunTimeout = 2 * time.Minute
 

@@ -8,7 +8,7 @@
 # cores; one device gets all CORES), or SHARE cores each. For every link
 # rate and device count the script starts N agents, loads MODEL with each
 # strategy, waits until it is served, runs `shoal bench --cluster` (prefill
-# and single-stream decode) on the driver, then loads it again for 8
+# of each PROMPT size and single-stream decode) on the driver, then loads it again for 8
 # sequences and runs 8 streams at once (`shoal bench-endpoint`, from the hub
 # namespace, outside every quota). It prints a table: devices, link, plan,
 # single-stream decode and prompt tok/s, the 8-stream aggregate, bytes on
@@ -40,8 +40,10 @@
 #              size; default: CORES/N (N devices split CORES, one gets all)
 #   PERIOD_US  CFS period of the quota (default 100000; a shorter one makes
 #              a fractional share less bursty)
-#   PROMPT, GEN, REPS   bench sizes (default 64, 64, 3)
-#   CTX        context the plan reserves (default 256)
+#   PROMPT     prompt sizes of the prefill table, comma-separated (default
+#              512,2048: one step each, pipelined in pieces through the stages)
+#   GEN, REPS  decode length and runs of each test (default 64, 3)
+#   CTX        context the plan reserves (default 2304: the longest prompt)
 #   LATENCY    one-way latency per link rate (default "10gbit=50us
 #              1gbit=150us"; "none": no delay line)
 #   DELAYLINE  the delay line binary (bin/delayline)
@@ -56,10 +58,10 @@ DEVICES=${DEVICES:-1 2 4}
 LINKS=${LINKS:-10gbit 1gbit}
 STRATEGIES=${STRATEGIES:-auto pipeline tensor}
 CORES=${CORES:-2}
-PROMPT=${PROMPT:-64}
+PROMPT=${PROMPT:-512,2048}
 GEN=${GEN:-64}
 REPS=${REPS:-3}
-CTX=${CTX:-256}
+CTX=${CTX:-2304}
 LATENCY=${LATENCY:-10gbit=50us 1gbit=150us}
 DELAYLINE=${DELAYLINE:-bin/delayline}
 STREAMS=${STREAMS:-8}
@@ -279,7 +281,8 @@ run_one() {
 		devices: $n, link: $link, latency: $lat, asked: $asked, strategy: $res.strategy, stages: $res.stages,
 		predicted_ms: $pl.cost.ms_per_token, cost: $pl.cost, predicted8_ms: ($pl8.cost.ms_per_token // null),
 		decode: ($res.results[] | select(.test | startswith("tg"))),
-		prompt: ($res.results[] | select(.test | startswith("pp"))),
+		prompt: ([$res.results[] | select(.test | startswith("pp"))][0]),
+		prompts: [$res.results[] | select(.test | startswith("pp"))],
 		streams: $agg, caps: $caps, cores_used: $used}' >>"$out"
 	stop_cluster
 }
@@ -322,6 +325,21 @@ jq -r '[.devices, .link, .asked, .strategy, (.decode.tok_per_sec*100|round/100),
 	([.caps[].mem_gbps | .*10|round/10] | map(tostring) | join(","))] | @tsv' "$results" |
 	while IFS=$'\t' read -r d l a s dt pt at b p1 p8 br bw; do
 		printf '| %7s | %-6s | %-8s | %-9s | %9s | %9s | %11s | %11s | %15s | %15s | %24s | %11s |\n' "$d" "$l" "$a" "$s" "$dt" "$pt" "$at" "$b" "$p1" "$p8" "$br" "$bw"
+	done
+echo
+echo "prefill (time to first token) of one prompt: tok/s, the ratio to one device on the same link, TTFT measured and predicted (placement.PredictPrefill)"
+echo
+printf '| %-7s | %-6s | %-8s | %-9s | %-7s | %-9s | %-8s | %-12s | %-12s | %-7s |\n' devices link asked plan prompt "pp t/s" "x 1 dev" "TTFT ms" "predicted ms" "error"
+printf '| %-7s | %-6s | %-8s | %-9s | %-7s | %-9s | %-8s | %-12s | %-12s | %-7s |\n' ------: ------ -------- --------- ------: --------: -------: -----------: -----------: ------:
+jq -s -r '(map(select(.devices == 1)) | map({key: .link, value: (.prompts | map({key: .test, value: .tok_per_sec}) | from_entries)}) | from_entries) as $one |
+	.[] | . as $r | .prompts[] | (.test | ltrimstr("pp") | tonumber) as $n |
+	($n * .ms_per_token) as $meas | ($n * (.predicted_ms_per_token // 0)) as $pred |
+	[$r.devices, $r.link, $r.asked, $r.strategy, $n, (.tok_per_sec*10|round/10),
+	 (if ($one[$r.link][.test] // 0) > 0 then (.tok_per_sec / $one[$r.link][.test] * 100 | round / 100) else "-" end),
+	 ($meas|round), (if $pred > 0 then ($pred|round) else "-" end),
+	 (if $pred > 0 then "\(($pred / $meas - 1) * 100 | round)%" else "-" end)] | @tsv' "$results" |
+	while IFS=$'\t' read -r d l a s n t x m p e; do
+		printf '| %7s | %-6s | %-8s | %-9s | %7s | %9s | %8s | %12s | %12s | %7s |\n' "$d" "$l" "$a" "$s" "$n" "$t" "$x" "$m" "$p" "$e"
 	done
 echo
 jq -r '"plan of \(.devices) device(s), \(.link), \(.asked): \(.stages | join(", ")); 1 stream measured: compute \(.decode.compute_ms // 0 | .*100|round/100) ms + other \((.decode.ms_per_token - (.decode.compute_ms // 0)) | .*100|round/100) ms a token; cores each device used during bench --cluster: \(.cores_used // [] | map(tostring) | join(", "))"' "$results"
