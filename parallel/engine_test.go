@@ -359,3 +359,55 @@ func TestEngineSpeculates(t *testing.T) {
 		}
 	}
 }
+
+// TestEngineTruncateReplay: a sequence cut back (drafts rejected) and then
+// moved to a new session replays what it kept, not what was cut: the
+// next step's logits are a single node's for the kept tokens, within the
+// rounding of differently batched steps.
+func TestEngineTruncateReplay(t *testing.T) {
+	ref, path := openRef(t)
+	plan := shapeOf(&ref.Config).Plans(denseQ8.Name).Get("pp2")
+	cl := startCluster(t, path, plan, Options{Timeout: 10 * time.Second})
+	open := func() *Session {
+		s, err := cl.drv.Open(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	eng, err := NewEngine(open(), 64, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	step := func(e serve.Engine, toks ...int32) []float32 {
+		b := &model.Batch{Tokens: toks, Chunks: []model.Chunk{{Seq: 3, N: len(toks)}}}
+		l, err := e.Step(b, []int{len(toks) - 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Clone(l)
+	}
+	step(eng, 1, 450, 496, 173, 97, 278) // the last three: drafts
+	eng.Truncate(3, 3)
+	if !eng.Offer(open()) {
+		t.Fatal("offer refused")
+	}
+	got := step(eng, 299) // replays [1 450 496] first
+	if n, _ := eng.Replays(); n != 1 {
+		t.Fatalf("%d replays, want 1", n)
+	}
+	r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	single := serve.RunnerEngine{R: r}
+	step(single, 1, 450, 496)
+	want := step(single, 299)
+	m := enginetest.Compare(want, got, ref.NVocab)
+	t.Logf("after a cut and a replay: %s", m)
+	if m.NRMSE > 0.05 || m.MaxAbs > 0.2 {
+		t.Errorf("logits after a cut and a replay differ from a single node's for the kept tokens: %s", m)
+	}
+}
