@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"shoal/engine/synth"
+	"shoal/placement"
 	"shoal/serve"
 	"slices"
 	"testing"
@@ -203,12 +204,14 @@ func BenchmarkPipelinedPrefill(b *testing.B) {
 		}
 		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tok/s")
 	})
+	tp := shapeOf(&ref.Config).Plans(spec.Name).Get("tp2")
 	for _, c := range []struct {
 		name  string
+		plan  placement.Plan
 		piece int
-	}{{"pp2-one-step", -1}, {"pp2-pieces", 0}} {
+	}{{"pp2-one-step", plan, -1}, {"pp2-pieces", plan, 0}, {"tp2", tp, 0}} {
 		b.Run(c.name, func(b *testing.B) {
-			cl := startClusterCache(b, path, plan, Options{Timeout: time.Minute, Piece: c.piece}, n)
+			cl := startClusterCache(b, path, c.plan, Options{Timeout: time.Minute, Piece: c.piece}, n)
 			ctx := context.Background()
 			s, err := cl.drv.Open(ctx)
 			if err != nil {

@@ -9,6 +9,7 @@ import (
 	"math"
 	"unsafe"
 
+	"shoal/engine/kernels"
 	"shoal/engine/quant"
 )
 
@@ -83,6 +84,12 @@ func AppendTensor(dst []byte, d DType, src []float32) []byte {
 			}
 		}
 	case F16:
+		if nativeLittleEndian && len(src) > 0 && uintptr(unsafe.Pointer(&out[0]))%2 == 0 {
+			// The engine's converter (F16C on amd64), rounding as
+			// quant.FP32ToFP16 does.
+			kernels.F32ToF16(unsafe.Slice((*uint16)(unsafe.Pointer(&out[0])), len(src)), src)
+			break
+		}
 		for i, v := range src {
 			binary.LittleEndian.PutUint16(out[2*i:], quant.FP32ToFP16(v))
 		}
