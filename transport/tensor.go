@@ -125,6 +125,10 @@ func DecodeTensor(d DType, src []byte, dst []float32) error {
 			}
 		}
 	case F16:
+		if nativeLittleEndian && len(dst) > 0 && uintptr(unsafe.Pointer(&src[0]))%2 == 0 {
+			kernels.F16ToF32(dst, unsafe.Slice((*uint16)(unsafe.Pointer(&src[0])), len(dst)))
+			break
+		}
 		for i := range dst {
 			dst[i] = quant.FP16ToFP32(binary.LittleEndian.Uint16(src[2*i:]))
 		}

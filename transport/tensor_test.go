@@ -74,9 +74,10 @@ func TestTensorEncodingRoundTrip(t *testing.T) {
 	}
 }
 
-// TestTensorF16Bits: F16 encodes each value as quant.FP32ToFP16 does,
-// through the vector converter at an even offset and the scalar one at
-// an odd offset, specials and subnormals included.
+// TestTensorF16Bits: F16 encodes each value as quant.FP32ToFP16 does and
+// decodes it as quant.FP16ToFP32 does, through the vector converters at
+// an even offset and the scalar ones at an odd offset, specials and
+// subnormals included.
 func TestTensorF16Bits(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	x := randVec(r, 1003, 100)
@@ -91,6 +92,17 @@ func TestTensorF16Bits(t *testing.T) {
 			}
 			if got != want {
 				t.Fatalf("offset %d, [%d] %g: %#04x, want %#04x", off, i, v, got, want)
+			}
+		}
+		// And back, at this offset: each value as quant.FP16ToFP32 reads it.
+		back := make([]float32, len(x))
+		if err := DecodeTensor(F16, enc, back); err != nil {
+			t.Fatal(err)
+		}
+		for i := range x {
+			h := binary.LittleEndian.Uint16(enc[2*i:])
+			if want := quant.FP16ToFP32(h); math.Float32bits(back[i]) != math.Float32bits(want) && !(back[i] != back[i] && want != want) {
+				t.Fatalf("offset %d, [%d] %#04x decoded as %v, want %v", off, i, h, back[i], want)
 			}
 		}
 	}
@@ -292,13 +304,24 @@ func readFrame(r io.Reader, maxPayload int, buf []byte) (TensorFrame, error) {
 }
 
 // BenchmarkTensorF16: encoding 4,096 values (one token's hidden state of
-// a 4,096-wide model) as F16, beside the scalar conversion it replaced.
+// a 4,096-wide model) as F16 and decoding them, beside the scalar
+// encoding the vector one replaced.
 func BenchmarkTensorF16(b *testing.B) {
 	x := randVec(rand.New(rand.NewPCG(5, 6)), 4096, 10)
 	buf := make([]byte, 0, 2*len(x))
 	b.Run("append", func(b *testing.B) {
 		for b.Loop() {
 			buf = AppendTensor(buf[:0], F16, x)
+		}
+		b.ReportMetric(float64(len(x)*b.N)/b.Elapsed().Seconds()/1e9, "Gvalues/s")
+	})
+	b.Run("decode", func(b *testing.B) {
+		buf = AppendTensor(buf[:0], F16, x)
+		y := make([]float32, len(x))
+		for b.Loop() {
+			if err := DecodeTensor(F16, buf, y); err != nil {
+				b.Fatal(err)
+			}
 		}
 		b.ReportMetric(float64(len(x)*b.N)/b.Elapsed().Seconds()/1e9, "Gvalues/s")
 	})

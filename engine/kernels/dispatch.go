@@ -99,9 +99,10 @@ type level struct {
 	// expSub and siluMul are ExpSub and SiLUMul on n (a multiple of 8) floats.
 	expSub  func(x *float32, n int, m float32) float32
 	siluMul func(g, u *float32, n int)
-	// f32ToF16 and roundF16 are F32ToF16 and RoundF16 on n (a multiple of 8)
-	// floats.
+	// f32ToF16, f16ToF32 and roundF16 are F32ToF16, F16ToF32 and RoundF16
+	// on n (a multiple of 8) values.
 	f32ToF16 func(dst *uint16, src *float32, n int)
+	f16ToF32 func(dst *float32, src *uint16, n int)
 	roundF16 func(x *float32, n int)
 	// scaleRoundF16 is ScaleRoundF16 on n (a multiple of 8) floats.
 	scaleRoundF16 func(x *float32, n int, s float32)

@@ -22,7 +22,7 @@ func archLevels() []*level {
 	pickX := func(name string) rowsXFn { return x(forVendor(intel, name)) }
 	l := &level{name: "avx2", q8_0: quantQ8_0AVX2, q8_K: quantQ8_KAVX2, prepU8: prepU8AVX2, scoresF16: scoresF16AVX2, accumF16: accumF16AVX2,
 		accumQ8_0: accumQ8_0AVX2, accumQ4_0: accumQ4_0AVX2,
-		expSub: expSubAVX2, siluMul: siluMulAVX2, f32ToF16: f32ToF16AVX2, roundF16: roundF16AVX2,
+		expSub: expSubAVX2, siluMul: siluMulAVX2, f32ToF16: f32ToF16AVX2, f16ToF32: f16ToF32AVX2, roundF16: roundF16AVX2,
 		scaleRoundF16: scaleRoundF16AVX2, scaleMax: scaleMaxAVX2}
 	l.k[quant.Q4_0] = &kset{blockLen: quant.QK,
 		one: one("dotQ4_0R2C1"), rowsR: 4, rowsX: pickX("dotQ4_0X4"), auxPrep: auxPairs(8), tile: k("dotQ4_0R2C4"), tileR: 2, tileC: 4}

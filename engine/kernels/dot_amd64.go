@@ -70,6 +70,11 @@ func siluMulAVX2(gate *float32, up *float32, n int)
 //go:noescape
 func f32ToF16AVX2(dst *uint16, src *float32, n int)
 
+// f16ToF32AVX2: dst[i] = the float32 value of half bits src[i] for n (a multiple of 8) halves.
+//
+//go:noescape
+func f16ToF32AVX2(dst *float32, src *uint16, n int)
+
 // scaleRoundF16AVX2: x[i] = x[i]·s rounded to half precision (nearest even), n a multiple of 8.
 //
 //go:noescape

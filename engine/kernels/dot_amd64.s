@@ -46518,6 +46518,27 @@ done:
 	VZEROUPPER
 	RET
 
+// func f16ToF32AVX2(dst *float32, src *uint16, n int)
+// Requires: AVX, F16C
+TEXT ·f16ToF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ  dst+0(FP), AX
+	MOVQ  src+8(FP), CX
+	MOVQ  n+16(FP), DX
+	TESTQ DX, DX
+	JZ    done
+
+loop:
+	VCVTPH2PS (CX), Y0
+	VMOVUPS   Y0, (AX)
+	ADDQ      $0x10, CX
+	ADDQ      $0x20, AX
+	SUBQ      $0x08, DX
+	JNZ       loop
+
+done:
+	VZEROUPPER
+	RET
+
 // func scaleRoundF16AVX2(x *float32, n int, s float32)
 // Requires: AVX, AVX2, F16C, SSE
 TEXT ·scaleRoundF16AVX2(SB), NOSPLIT, $0-20

@@ -19,6 +19,22 @@ func F32ToF16(dst []uint16, src []float32) {
 	}
 }
 
+// F16ToF32 writes the float32 value of the half-precision bits src[i] to
+// dst[i] (exact): quant.FP16ToFP32 element by element (F16C's VCVTPH2PS
+// on amd64). It decodes F16 payloads off the wire.
+func F16ToF32(dst []float32, src []uint16) {
+	dst = dst[:len(src)]
+	if f := cur.f16ToF32; f != nil {
+		if n := len(src) &^ 7; n > 0 {
+			f(&dst[0], &src[0], n)
+			dst, src = dst[n:], src[n:]
+		}
+	}
+	for i, h := range src {
+		dst[i] = quant.FP16ToFP32(h)
+	}
+}
+
 // RoundF16 rounds every x[i] to the nearest half-precision value (ties to
 // even), in place.
 func RoundF16(x []float32) {

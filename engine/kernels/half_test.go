@@ -60,3 +60,26 @@ func TestHalfKernels(t *testing.T) {
 		}
 	})
 }
+
+// F16ToF32 gives quant.FP16ToFP32's value for every one of the 65,536
+// half bit patterns on every level, from every offset of the 8-lane step
+// (a NaN may come out with another payload).
+func TestF16ToF32(t *testing.T) {
+	all := make([]uint16, 1<<16)
+	for i := range all {
+		all[i] = uint16(i)
+	}
+	eachLevel(t, func(lv string) {
+		for _, off := range []int{0, 1, 5} {
+			src := all[off:]
+			got := make([]float32, len(src))
+			F16ToF32(got, src)
+			for i, h := range src {
+				want := quant.FP16ToFP32(h)
+				if math.Float32bits(got[i]) != math.Float32bits(want) && !(got[i] != got[i] && want != want) {
+					t.Fatalf("%s offset %d: F16ToF32(%#04x) = %v (%#08x), want %v (%#08x)", lv, off, h, got[i], math.Float32bits(got[i]), want, math.Float32bits(want))
+				}
+			}
+		}
+	})
+}

@@ -147,6 +147,28 @@ func f32ToF16() {
 	RET()
 }
 
+// f16ToF32: dst[i] = float32(src[i]) for n (a multiple of 8) halves
+// (F16 payloads off the wire; exact).
+func f16ToF32() {
+	TEXT("f16ToF32AVX2", NOSPLIT, "func(dst *float32, src *uint16, n int)")
+	Pragma("noescape")
+	Doc("f16ToF32AVX2: dst[i] = the float32 value of half bits src[i] for n (a multiple of 8) halves.")
+	d, s, n := ld("dst"), ld("src"), ld("n")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	Label("loop")
+	v := YMM()
+	VCVTPH2PS(Mem{Base: s}, v)
+	VMOVUPS(v, Mem{Base: d})
+	ADDQ(U8(16), s)
+	ADDQ(U8(32), d)
+	SUBQ(U8(8), n)
+	JNZ(LabelRef("loop"))
+	Label("done")
+	VZEROUPPER()
+	RET()
+}
+
 // roundF16s: x[i] = float32(half(x[i])) in place for n (a multiple of 8)
 // floats, and the same after scaling by s (scaleRoundF16AVX2).
 func roundF16s() {

@@ -165,6 +165,7 @@ func main() {
 	expSub()
 	siluMul()
 	f32ToF16()
+	f16ToF32()
 	roundF16s()
 	scaleMax()
 
