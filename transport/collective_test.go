@@ -345,10 +345,17 @@ func TestGroupOfOne(t *testing.T) {
 	}
 }
 
+// BenchmarkAllReduce: one all-reduce of 2 members on loopback, per call:
+// 2,048 values in F32 and in F16 (issue #39's 4 KB payload), and a large
+// vector.
 func BenchmarkAllReduce(b *testing.B) {
-	for _, n := range []int{2048, 2048 * 64} {
-		b.Run(fmt.Sprintf("members=2/floats=%d", n), func(b *testing.B) {
-			tg := newTestGroup(b, 2, GroupConfig{ID: fmt.Sprint("bench", n)})
+	for _, c := range []struct {
+		n  int
+		dt DType
+	}{{2048, F32}, {2048, F16}, {2048 * 64, F32}} {
+		n := c.n
+		b.Run(fmt.Sprintf("members=2/floats=%d/%v", n, c.dt), func(b *testing.B) {
+			tg := newTestGroup(b, 2, GroupConfig{ID: fmt.Sprint("bench", n, c.dt), DType: c.dt})
 			x := [2][]float32{make([]float32, n), make([]float32, n)}
 			b.SetBytes(int64(4 * n))
 			b.ResetTimer()
