@@ -65,6 +65,10 @@ func (d DType) EncodedLen(n int) int {
 	return -1
 }
 
+// halfChunk is the values an F16 payload is converted in at a time,
+// through a buffer on the stack.
+const halfChunk = 512
+
 // AppendTensor appends the encoding of src in dtype d to dst.
 func AppendTensor(dst []byte, d DType, src []float32) []byte {
 	n := d.EncodedLen(len(src))
@@ -84,14 +88,25 @@ func AppendTensor(dst []byte, d DType, src []float32) []byte {
 			}
 		}
 	case F16:
-		if nativeLittleEndian && len(src) > 0 && uintptr(unsafe.Pointer(&out[0]))%2 == 0 {
-			// The engine's converter (F16C on amd64), rounding as
-			// quant.FP32ToFP16 does.
+		if !nativeLittleEndian {
+			for i, v := range src {
+				binary.LittleEndian.PutUint16(out[2*i:], quant.FP32ToFP16(v))
+			}
+			break
+		}
+		// The engine's converter (F16C on amd64), rounding as
+		// quant.FP32ToFP16 does; through an aligned buffer where the
+		// payload starts at an odd offset (after a frame's header).
+		if len(src) > 0 && uintptr(unsafe.Pointer(&out[0]))%2 == 0 {
 			kernels.F32ToF16(unsafe.Slice((*uint16)(unsafe.Pointer(&out[0])), len(src)), src)
 			break
 		}
-		for i, v := range src {
-			binary.LittleEndian.PutUint16(out[2*i:], quant.FP32ToFP16(v))
+		var h [halfChunk]uint16
+		for len(src) > 0 {
+			n := min(len(src), halfChunk)
+			kernels.F32ToF16(h[:n], src[:n])
+			out = out[copy(out, unsafe.Slice((*byte)(unsafe.Pointer(&h[0])), 2*n)):]
+			src = src[n:]
 		}
 	case Q8_0:
 		full := len(src) / quant.QK * quant.QK
@@ -125,12 +140,22 @@ func DecodeTensor(d DType, src []byte, dst []float32) error {
 			}
 		}
 	case F16:
-		if nativeLittleEndian && len(dst) > 0 && uintptr(unsafe.Pointer(&src[0]))%2 == 0 {
+		if !nativeLittleEndian {
+			for i := range dst {
+				dst[i] = quant.FP16ToFP32(binary.LittleEndian.Uint16(src[2*i:]))
+			}
+			break
+		}
+		if len(dst) > 0 && uintptr(unsafe.Pointer(&src[0]))%2 == 0 {
 			kernels.F16ToF32(dst, unsafe.Slice((*uint16)(unsafe.Pointer(&src[0])), len(dst)))
 			break
 		}
-		for i := range dst {
-			dst[i] = quant.FP16ToFP32(binary.LittleEndian.Uint16(src[2*i:]))
+		var h [halfChunk]uint16
+		for len(dst) > 0 {
+			n := min(len(dst), halfChunk)
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(&h[0])), 2*n), src)
+			kernels.F16ToF32(dst[:n], h[:n])
+			dst, src = dst[n:], src[2*n:]
 		}
 	case Q8_0:
 		full := len(dst) / quant.QK * quant.QK
