@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"shoal/engine/enginetest"
 	"shoal/engine/model"
@@ -273,5 +274,73 @@ func TestSpeculativeSampling(t *testing.T) {
 	}
 	if math.Abs(z) > 3 {
 		t.Errorf("speculation moved the rate of lookup's token from %.3f to %.3f (z %.2f)", pa, pb, z)
+	}
+}
+
+// BenchmarkSpeculation: one greedy stream of 128 tokens on one thread,
+// without speculation, with prompt lookup (up to 8 drafted tokens a
+// step) and with a draft model, on the oracle's models: the trained
+// stories model (lookup only: it has no smaller sibling), and the Q8_0
+// llama file drafted for by its Q4_K_M file. tok/s counts the tokens after
+// the first; the acceptance and the tokens per step are reported.
+func BenchmarkSpeculation(b *testing.B) {
+	cases := map[string]enginetest.OracleCase{}
+	for _, c := range enginetest.OracleCases(b) {
+		cases[c.Name] = c
+	}
+	const gen = 128
+	run := func(b *testing.B, m *model.Model, p []int32, o Options) {
+		r, err := model.NewRunner(m, model.Options{Threads: 1, CacheTokens: 1024})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.Close()
+		o.MaxSeqs = 1
+		s, err := New(r, func(int32) bool { return false }, o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		var d time.Duration
+		toks := 0
+		for b.Loop() {
+			ch, err := s.Submit(context.Background(), Request{Prompt: p, MaxTokens: gen, Sampling: greedy()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var first time.Time
+			for range ch {
+				if first.IsZero() {
+					first = time.Now()
+				}
+			}
+			d += time.Since(first)
+			toks += gen - 1
+		}
+		st := s.Stats()
+		b.ReportMetric(float64(toks)/d.Seconds(), "tok/s")
+		if st.Drafted > 0 {
+			b.ReportMetric(float64(st.Accepted)/float64(st.Drafted), "accepted/drafted")
+			b.ReportMetric(float64(st.GeneratedTokens)/float64(st.Steps), "tokens/step")
+		}
+	}
+	if c, ok := cases["real-stories260k-f32"]; ok {
+		m := enginetest.OpenPath(b, c.Model)
+		b.Run("stories/plain", func(b *testing.B) { run(b, m, c.Tokens, Options{}) })
+		b.Run("stories/lookup", func(b *testing.B) { run(b, m, c.Tokens, Options{Lookup: 8}) })
+	}
+	t, okT := cases["llama-q8_0"]
+	d, okD := cases["llama-q4_k_m"]
+	if okT && okD {
+		m := enginetest.OpenPath(b, t.Model)
+		b.Run("llama-q8_0/plain", func(b *testing.B) { run(b, m, t.Tokens, Options{}) })
+		b.Run("llama-q8_0/lookup", func(b *testing.B) { run(b, m, t.Tokens, Options{Lookup: 8}) })
+		b.Run("llama-q8_0/draft-q4_k_m", func(b *testing.B) {
+			dr, err := OpenModelDrafter(d.Model, t.Model, 1, 1024)
+			if err != nil {
+				b.Fatal(err)
+			}
+			run(b, m, t.Tokens, Options{Draft: dr, DraftMax: 6})
+		})
 	}
 }
