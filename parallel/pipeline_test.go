@@ -6,6 +6,7 @@ import (
 	"shoal/engine/synth"
 	"shoal/placement"
 	"shoal/serve"
+	"shoal/serve/servetest"
 	"slices"
 	"testing"
 	"time"
@@ -256,27 +257,11 @@ func BenchmarkSpeculativeDecode(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer sc.Close()
-		var toks int
-		var d time.Duration
-		for b.Loop() {
-			ch, err := sc.Submit(context.Background(), serve.Request{Prompt: prompt, MaxTokens: gen})
-			if err != nil {
-				b.Fatal(err)
-			}
-			var first time.Time
-			for ev := range ch {
-				if ev.Err != nil {
-					b.Fatal(ev.Err)
-				}
-				if first.IsZero() {
-					first = time.Now()
-				}
-			}
-			d += time.Since(first)
-			toks += gen - 1
-		}
+		rate := servetest.StreamRate(b, gen, func() (<-chan serve.Event, error) {
+			return sc.Submit(context.Background(), serve.Request{Prompt: prompt, MaxTokens: gen})
+		}, func(ev serve.Event) error { return ev.Err })
 		st := sc.Stats()
-		b.ReportMetric(float64(toks)/d.Seconds(), "tok/s")
+		b.ReportMetric(rate, "tok/s")
 		if st.Drafted > 0 {
 			b.ReportMetric(float64(st.Accepted)/float64(st.Drafted), "accepted/drafted")
 			b.ReportMetric(float64(st.GeneratedTokens)/float64(st.Steps), "tokens/step")

@@ -7,11 +7,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"shoal/engine/enginetest"
 	"shoal/engine/model"
 	"shoal/engine/sample"
+	"shoal/serve/servetest"
 )
 
 // TestLookup: the tokens after the latest earlier occurrence of the
@@ -301,24 +301,11 @@ func BenchmarkSpeculation(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer s.Close()
-		var d time.Duration
-		toks := 0
-		for b.Loop() {
-			ch, err := s.Submit(context.Background(), Request{Prompt: p, MaxTokens: gen, Sampling: greedy()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			var first time.Time
-			for range ch {
-				if first.IsZero() {
-					first = time.Now()
-				}
-			}
-			d += time.Since(first)
-			toks += gen - 1
-		}
+		rate := servetest.StreamRate(b, gen, func() (<-chan Event, error) {
+			return s.Submit(context.Background(), Request{Prompt: p, MaxTokens: gen, Sampling: greedy()})
+		}, func(ev Event) error { return ev.Err })
 		st := s.Stats()
-		b.ReportMetric(float64(toks)/d.Seconds(), "tok/s")
+		b.ReportMetric(rate, "tok/s")
 		if st.Drafted > 0 {
 			b.ReportMetric(float64(st.Accepted)/float64(st.Drafted), "accepted/drafted")
 			b.ReportMetric(float64(st.GeneratedTokens)/float64(st.Steps), "tokens/step")
