@@ -60,6 +60,9 @@ type Options struct {
 	// it is an io.Closer.
 	Draft    Drafter
 	DraftMax int
+
+	// alwaysDraft (tests) drafts whether or not it pays (draftGain).
+	alwaysDraft bool
 }
 
 func (o *Options) defaults() {
@@ -189,6 +192,7 @@ type Scheduler struct {
 
 	drafter  Drafter // nil: no speculation
 	draftMax int
+	gain     draftGain // whether drafting pays here (speculate.go)
 
 	mu      sync.Mutex
 	waiting []*seq
@@ -667,9 +671,21 @@ func (s *Scheduler) step() bool {
 		if s.prefillOnly {
 			s.notePrefill(took, len(s.batch.Tokens))
 		}
+		decodeOnly := len(s.prefill) == 0
+		emitted := s.generated()
 		s.afterStep(logits, sampled)
+		if decodeOnly && s.drafter != nil {
+			s.gain.note(s.drafting, took, int(s.generated()-emitted))
+		}
 		return true
 	}
+}
+
+// generated is Stats.GeneratedTokens.
+func (s *Scheduler) generated() uint64 {
+	s.statsMu.Lock()
+	defer s.statsMu.Unlock()
+	return s.stats.GeneratedTokens
 }
 
 // noteDecode adds a decode step of one sequence to Stats.DecodeMs.

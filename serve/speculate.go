@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"time"
+
 	"shoal/engine/kv"
 	"shoal/engine/model"
 )
@@ -39,7 +41,7 @@ const defaultDraftMax = 6
 // draftFor drafts up to room tokens for decoding sequence sq into sq.draft
 // and returns how many.
 func (s *Scheduler) draftFor(sq *seq, room int) int {
-	if s.drafter == nil || room <= 0 {
+	if s.drafter == nil || room <= 0 || (s.gain.paused() && !s.opts.alwaysDraft) {
 		return 0
 	}
 	if _, ok := s.r.(Truncater); !ok {
@@ -64,6 +66,66 @@ func (s *Scheduler) draftFor(sq *seq, room int) int {
 	}
 	sq.draft = s.drafter.Draft(sq.id, sq.tokens, k, sq.draft[:0])
 	return len(sq.draft)
+}
+
+// draftGain decides whether drafting pays on this engine: a drafted row
+// costs little where a step is bound by reading the weights (a large
+// model), but on a small model, or with drafts that are seldom accepted,
+// a step of several rows can emit fewer tokens a second than steps of
+// one. It compares the tokens a second of decode steps with drafts and
+// without (averaged, the latest weighing most) and, when drafting loses,
+// pauses it for a while and then tries again; when every step drafts, it
+// pauses now and then to measure the steps without.
+type draftGain struct {
+	plain, drafted   float64 // tokens a second of decode steps without and with drafts
+	nPlain, nDrafted int     // steps measured of each since the last decision
+	off              int     // steps left without drafts
+}
+
+const (
+	gainWeight  = 0.2 // of the latest step in the averages
+	gainSteps   = 8   // drafted steps measured before a decision
+	gainPause   = 64  // steps without drafts when drafting loses
+	gainProbe   = 4   // steps without drafts to measure them
+	gainMargin  = 0.95
+	gainRedraft = 256 // drafted steps before plain ones are measured again
+)
+
+// paused reports whether this step drafts nothing.
+func (g *draftGain) paused() bool { return g.off > 0 }
+
+// note adds a decode-only step of d that emitted n tokens, with drafts or
+// without.
+func (g *draftGain) note(drafted bool, d time.Duration, n int) {
+	if d <= 0 || n <= 0 {
+		return
+	}
+	rate := float64(n) / d.Seconds()
+	avg := func(a *float64, k *int) {
+		if *k == 0 {
+			*a = rate
+		} else {
+			*a += gainWeight * (rate - *a)
+		}
+		*k++
+	}
+	if !drafted {
+		avg(&g.plain, &g.nPlain)
+		if g.off > 0 {
+			g.off--
+		}
+		return
+	}
+	avg(&g.drafted, &g.nDrafted)
+	switch {
+	case g.nPlain < gainProbe && g.nDrafted%gainRedraft == gainSteps:
+		g.off = gainProbe // measure steps without drafts
+	case g.nPlain >= gainProbe && g.nDrafted >= gainSteps && g.drafted < gainMargin*g.plain:
+		g.off, g.nDrafted, g.nPlain = gainPause, 0, 0
+	case g.nDrafted >= gainRedraft:
+		g.nPlain = 0 // steps without drafts change too: measure them again
+		g.nDrafted = 0
+	}
 }
 
 // adapt sets how many tokens sq drafts next from how many of n drafts the

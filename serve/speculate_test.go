@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"shoal/engine/enginetest"
 	"shoal/engine/model"
@@ -44,7 +45,7 @@ func TestLookup(t *testing.T) {
 func TestLookupSpeculation(t *testing.T) {
 	m := testModel(t)
 	plain := newSched(t, m, 2048, Options{MaxSeqs: 4, MaxTokens: 64})
-	spec := newSched(t, m, 2048, Options{MaxSeqs: 4, MaxTokens: 64, Lookup: 4})
+	spec := newSched(t, m, 2048, Options{MaxSeqs: 4, MaxTokens: 64, Lookup: 4, alwaysDraft: true})
 	var reqs []Request
 	for i := range 4 {
 		// A prompt that repeats itself, as code and edited text do.
@@ -143,7 +144,7 @@ func TestDraftModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	plain := newSched(t, m, 1024, Options{MaxSeqs: 4, MaxTokens: 64})
-	spec := newSched(t, m, 1024, Options{MaxSeqs: 4, MaxTokens: 64, Draft: d, DraftMax: 5})
+	spec := newSched(t, m, 1024, Options{MaxSeqs: 4, MaxTokens: 64, Draft: d, DraftMax: 5, alwaysDraft: true})
 	var drafted, accepted int
 	for i := range 3 {
 		p := append(slices.Clone(toks[:4+4*i]), prompt(i, 3)...)
@@ -217,7 +218,7 @@ func TestSpeculativeSampling(t *testing.T) {
 	const seeds, n = 240, 32
 	o := Options{MaxSeqs: 16, MaxTokens: 128, QueueSize: seeds}
 	plain := newSched(t, m, 8192, o)
-	o.Lookup = 4
+	o.Lookup, o.alwaysDraft = 4, true
 	spec := newSched(t, m, 8192, o)
 	gen := func(s *Scheduler) [][]int32 {
 		chs := make([]<-chan Event, seeds)
@@ -329,5 +330,48 @@ func BenchmarkSpeculation(b *testing.B) {
 			}
 			run(b, m, t.Tokens, Options{Draft: dr, DraftMax: 6})
 		})
+	}
+}
+
+// TestDraftGain: drafting that emits fewer tokens a second than steps
+// without drafts is paused, and tried again after the pause; drafting
+// that emits more goes on, pausing only for a few steps to measure those
+// without.
+func TestDraftGain(t *testing.T) {
+	ms := time.Millisecond
+	var g draftGain
+	// Every step drafts: after gainSteps of them, a probe of steps without.
+	for range gainSteps {
+		if g.paused() {
+			t.Fatal("paused before any decision")
+		}
+		g.note(true, 10*ms, 2) // 200 tokens/s
+	}
+	if g.off != gainProbe {
+		t.Fatalf("after %d drafted steps and none without: %d steps off, want a probe of %d", gainSteps, g.off, gainProbe)
+	}
+	for g.paused() {
+		g.note(false, 10*ms, 1) // 100 tokens/s
+	}
+	for range 50 {
+		g.note(true, 10*ms, 2)
+		if g.paused() {
+			t.Fatal("drafting at twice the rate was paused")
+		}
+	}
+	// Drafting turns slow (a small model, drafts rejected): paused.
+	var n int
+	for n = 0; !g.paused() && n < 100; n++ {
+		g.note(true, 30*ms, 1) // 33 tokens/s
+	}
+	if !g.paused() || g.off != gainPause {
+		t.Fatalf("drafting at a third of the rate: paused %v (%d steps off) after %d steps", g.paused(), g.off, n)
+	}
+	t.Logf("paused after %d slow drafted steps", n)
+	for range gainPause {
+		g.note(false, 10*ms, 1)
+	}
+	if g.paused() {
+		t.Fatalf("still paused after %d steps", gainPause)
 	}
 }
