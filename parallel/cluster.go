@@ -328,7 +328,7 @@ func (s *Session) run(ctx context.Context, b *model.Batch, rows []int, sreqs []s
 	}
 	s.logits = grow(s.logits, len(rows)*s.nVocab)
 	var pieces []*piece
-	if size := c.pieceSize(n); ho == nil && size > 0 {
+	if size := c.pieceSize(n); ho == nil && size > 0 && !chained(sreqs) {
 		pieces = splitPieces(chunks, b.Tokens, rows, sreqs, size)
 	} else {
 		// One step: the buffers are the session's, reused step after step.
@@ -523,6 +523,17 @@ func (c *Cluster) pieceSize(n int) int {
 		return c.opt.Piece
 	}
 	return placement.PrefillPiece(stages, n)
+}
+
+// chained reports whether a row's draw depends on the row before it
+// (sample.Request.After): such rows are sampled together, in one piece.
+func chained(reqs []sample.Request) bool {
+	for i := range reqs {
+		if reqs[i].After != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // splitPieces cuts a step's tokens (laid out chunk after chunk) into pieces

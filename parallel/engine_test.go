@@ -255,7 +255,8 @@ func nearTop(top []serve.TokenLogprob, tok int32, eps float32) bool {
 // rejected positions at the next step) and with a draft model (the same
 // file: accepted but where a batched row rounds the other way); the
 // greedy tokens are a single node's without speculation, up to the first
-// near tie, and every member's cache is empty at the end.
+// near tie, every member's cache is empty at the end, and the drafts were
+// drawn on the last stage: no logits came back to the driver.
 func TestEngineSpeculates(t *testing.T) {
 	ref, path := openRef(t)
 	r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 256})
@@ -333,8 +334,15 @@ func TestEngineSpeculates(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			before := cl.drv.Stats()
 			got, _, st := run(eng, o.opt)
-			t.Logf("%s, %s: drafted %d, accepted %d", name, o.what, st.Drafted, st.Accepted)
+			wire := cl.drv.Stats().Sub(before)
+			t.Logf("%s, %s: drafted %d, accepted %d; %d bytes of logits", name, o.what, st.Drafted, st.Accepted, wire.Logits)
+			// The drafts are verified where the logits are: only tokens
+			// come back to the driver (which is not on the last stage).
+			if wire.Logits != 0 {
+				t.Errorf("%s, %s: %d bytes of logits sent to the driver", name, o.what, wire.Logits)
+			}
 			if st.Accepted == 0 && o.what != "plain" {
 				t.Errorf("%s, %s: none of %d drafts accepted", name, o.what, st.Drafted)
 			}

@@ -644,20 +644,20 @@ func (s *memberSession) run(ctx context.Context, req *stepReq, tr *traffic) erro
 				return fmt.Errorf("%d sampling requests for %d rows", len(req.Sample), len(req.Rows))
 			}
 			tr.Sampled = make([]sample.Result, len(req.Rows))
-			for i := range req.Rows {
-				sm := s.samplers[req.Sample[i].Params]
+			sampler := func(p sample.Params) *sample.Sampler {
+				sm := s.samplers[p]
 				if sm == nil {
 					if len(s.samplers) >= 64 {
 						clear(s.samplers)
 					}
-					sm = sample.New(req.Sample[i].Params, V)
-					s.samplers[req.Sample[i].Params] = sm
+					sm = sample.New(p, V)
+					s.samplers[p] = sm
 				}
-				if tr.Sampled[i], err = sm.Remote(&req.Sample[i], s.logits[i*V:(i+1)*V]); err != nil {
-					return err
-				}
+				return sm
 			}
-			return nil
+			// Rows chained to the row before (drafts verified here) are
+			// drawn while the drafts are.
+			return sample.RemoteRows(req.Sample, func(i int) []float32 { return s.logits[i*V : (i+1)*V] }, sampler, tr.Sampled)
 		}
 		sent, err := sendRows(ctx, m.h.mb, s.driver, req.Step, tagLogits(s.id), transport.F32, len(req.Rows), V, s.logits)
 		tr.Logits += sent

@@ -627,17 +627,7 @@ func (s *Scheduler) step() bool {
 		var sampled []sample.Result
 		var err error
 		t0 := time.Now()
-		// A step with drafts takes its rows' logits back to verify them
-		// here (several rows per sequence, each sampled after the last).
-		if rs, ok := s.r.(RowSampler); ok && rs.SamplesRemotely() && len(s.rows) > 0 && !s.drafting {
-			s.reqs = s.reqs[:0]
-			for _, sq := range s.rowSeq {
-				r := sq.sampler.Request(sq.tokens, sq.req.Logprobs, sq.req.TopLogprobs)
-				if c := sq.req.Constraint; c != nil {
-					r.Allow = c.Mask()
-				}
-				s.reqs = append(s.reqs, r)
-			}
+		if rs, ok := s.r.(RowSampler); ok && rs.SamplesRemotely() && len(s.rows) > 0 && s.sampledRequests() {
 			sampled, err = rs.StepSampled(&s.batch, s.rows, s.reqs)
 		} else {
 			logits, err = s.r.Step(&s.batch, s.rows)
@@ -937,9 +927,13 @@ func (s *Scheduler) afterStep(logits []float32, sampled []sample.Result) {
 		sq := s.rowSeq[i]
 		var done bool
 		switch {
+		case len(sq.draft) > 0 && sampled != nil:
+			n := len(sq.draft)
+			done = s.verify(sq, nil, sampled[i:i+1+n])
+			i += n
 		case len(sq.draft) > 0:
 			n := len(sq.draft)
-			done = s.verify(sq, logits[i*V:(i+1+n)*V])
+			done = s.verify(sq, logits[i*V:(i+1+n)*V], nil)
 			i += n
 		case sampled != nil:
 			done = s.emitSampled(sq, &sampled[i])

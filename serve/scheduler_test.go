@@ -357,6 +357,7 @@ type rowSampler struct {
 	RunnerEngine
 	samplers map[sample.Params]*sample.Sampler
 	steps    int
+	accepted *int // when set, counts the chained rows drawn (drafts accepted)
 }
 
 func (e *rowSampler) SamplesRemotely() bool { return true }
@@ -369,29 +370,45 @@ func (e *rowSampler) StepSampled(b *model.Batch, rows []int, reqs []sample.Reque
 	e.steps++
 	V := e.NVocab()
 	out := make([]sample.Result, len(rows))
-	for i := range rows {
-		sm := e.samplers[reqs[i].Params]
+	err = sample.RemoteRows(reqs, func(i int) []float32 { return l[i*V : (i+1)*V] }, func(p sample.Params) *sample.Sampler {
+		sm := e.samplers[p]
 		if sm == nil {
-			sm = sample.New(reqs[i].Params, V)
-			e.samplers[reqs[i].Params] = sm
+			sm = sample.New(p, V)
+			e.samplers[p] = sm
 		}
-		if out[i], err = sm.Remote(&reqs[i], l[i*V:(i+1)*V]); err != nil {
-			return nil, err
+		return sm
+	}, out)
+	if e.accepted != nil {
+		for i := range reqs {
+			if reqs[i].After != nil && out[i-1].Token == *reqs[i].After {
+				*e.accepted++
+			}
 		}
 	}
-	return out, nil
+	return out, err
 }
 
 // TestSampledWhereTheLogitsAre runs the same seeded, penalized requests on
 // a scheduler that samples from the logits and on one whose engine
 // samples the rows itself (RowSampler): the same tokens and
 // log-probabilities come out, the second scheduler asking its engine for
-// tokens every step.
+// tokens every step. With prompt lookup on both (repetitive prompts),
+// the drafts are verified where the logits are, each draft's row drawn
+// only after the row before drew the draft: the same tokens again, and
+// only tokens come back.
 func TestSampledWhereTheLogitsAre(t *testing.T) {
 	m := testModel(t)
 	p := sample.Params{Temperature: 0.8, TopK: 30, TopP: 0.9, MinP: 0.02, RepeatPenalty: 1.1, RepeatLastN: 16, PresencePenalty: 0.3, Seed: 9}
+	lookup := false
 	run := func(e Engine) [][]Event {
-		s, err := NewEngine(e, func(int32) bool { return false }, Options{MaxSeqs: 3, MaxTokens: 64})
+		o := Options{MaxSeqs: 3, MaxTokens: 64}
+		if lookup {
+			o.Lookup, o.alwaysDraft = 4, true
+			// Nearly greedy, mildly penalized: the random model loops, and
+			// lookup's drafts are accepted.
+			p.Temperature, p.PresencePenalty, p.RepeatPenalty, p.RepeatLastN = 0.2, 0, 1.05, 8
+		}
+		s, err := NewEngine(e, func(int32) bool { return false }, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -400,7 +417,11 @@ func TestSampledWhereTheLogitsAre(t *testing.T) {
 		for i := range chs {
 			q := p
 			q.Seed += uint64(i)
-			if chs[i], err = s.Submit(context.Background(), Request{Prompt: prompt(i, 6+5*i), MaxTokens: 20, Sampling: q, TopLogprobs: 2}); err != nil {
+			pr := prompt(i, 6+5*i)
+			if lookup {
+				pr = append(pr, pr...)
+			}
+			if chs[i], err = s.Submit(context.Background(), Request{Prompt: pr, MaxTokens: 20, Sampling: q, TopLogprobs: 2}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -434,6 +455,20 @@ func TestSampledWhereTheLogitsAre(t *testing.T) {
 	if rs.steps == 0 {
 		t.Fatal("the scheduler never asked its RowSampler for tokens")
 	}
+
+	lookup = true
+	want = run(RunnerEngine{runner()})
+	rs = &rowSampler{RunnerEngine: RunnerEngine{runner()}, samplers: map[sample.Params]*sample.Sampler{}, accepted: new(int)}
+	got = run(rs)
+	for i := range want {
+		if len(want[i]) != 20 || !reflect.DeepEqual(got[i], want[i]) {
+			t.Fatalf("lookup, request %d: sampled by the engine %v, by the scheduler %v", i, got[i], want[i])
+		}
+	}
+	if *rs.accepted == 0 {
+		t.Fatal("no draft was drawn where the logits are")
+	}
+	t.Logf("lookup: %d drafts drawn by the engine", *rs.accepted)
 }
 
 // TestDecodeMs: a sequence's decode steps, alone in their batches, are

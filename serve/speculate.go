@@ -5,6 +5,7 @@ import (
 
 	"shoal/engine/kv"
 	"shoal/engine/model"
+	"shoal/engine/sample"
 )
 
 // Speculative decoding by prompt lookup (Options.Lookup). A decoding
@@ -197,8 +198,9 @@ func (s *Scheduler) addDrafted(sq *seq) {
 // verify samples sq's rows of a drafted step in order (logits: one row
 // for its last token and one per draft) while the tokens drawn are the
 // drafts, keeps the KV of the positions whose input was right and cuts
-// the rest; true when the sequence ended.
-func (s *Scheduler) verify(sq *seq, logits []float32) bool {
+// the rest; true when the sequence ended. With res, the rows were drawn
+// where the logits are (RowSampler) and res holds their draws.
+func (s *Scheduler) verify(sq *seq, logits []float32, res []sample.Result) bool {
 	V := s.r.NVocab()
 	base := sq.processed // the position of the step's first token
 	n := len(sq.draft)
@@ -208,7 +210,18 @@ func (s *Scheduler) verify(sq *seq, logits []float32) bool {
 	accepted := 0
 	done := false
 	for j := 0; j <= n; j++ {
-		if done = s.emit(sq, logits[j*V:(j+1)*V]); done {
+		if res != nil {
+			// Drawn where the logits are, each row chained to the one
+			// before (sample.Request.After): a row after a draft that was
+			// not drawn was not drawn either.
+			if res[j].Token < 0 {
+				break
+			}
+			done = s.emitSampled(sq, &res[j])
+		} else {
+			done = s.emit(sq, logits[j*V:(j+1)*V])
+		}
+		if done {
 			break
 		}
 		if j == n || sq.tokens[len(sq.tokens)-1] != sq.draft[j] {
@@ -232,4 +245,31 @@ func (s *Scheduler) verify(sq *seq, logits []float32) bool {
 		s.publish(sq)
 	}
 	return false
+}
+
+// sampledRequests fills s.reqs with a sampling request per row of the
+// batch for a RowSampler: a sequence's own for its row, and for each
+// draft's row one chained to the row before (drawn only when that row drew
+// the draft: verification where the logits are, so that only tokens come
+// back). ok is false when a drafted sequence is constrained: its mask after
+// a draft is not known before the draft is accepted here, so the step
+// takes its logits back instead.
+func (s *Scheduler) sampledRequests() (ok bool) {
+	s.reqs = s.reqs[:0]
+	for i := 0; i < len(s.rowSeq); i++ {
+		sq := s.rowSeq[i]
+		r := sq.sampler.Request(sq.tokens, sq.req.Logprobs, sq.req.TopLogprobs)
+		if c := sq.req.Constraint; c != nil {
+			if len(sq.draft) > 0 {
+				return false
+			}
+			r.Allow = c.Mask()
+		}
+		s.reqs = append(s.reqs, r)
+		for j := range sq.draft {
+			s.reqs = append(s.reqs, sample.Request{Params: r.Params, Logprobs: r.Logprobs, Top: r.Top, After: &sq.draft[j]})
+		}
+		i += len(sq.draft)
+	}
+	return true
 }

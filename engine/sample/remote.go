@@ -23,6 +23,60 @@ type Request struct {
 	// Allow, when set, is the bitset of the tokens a constraint permits
 	// (SampleAllowed); the constraint's state stays with the row's owner.
 	Allow Bits `json:"allow,omitempty"`
+	// After, when set, makes the row's draw depend on the row before it
+	// in the same list (a drafted token verified where the logits are):
+	// the row is drawn only when that one drew *After, from the generator
+	// state that draw left and with *After added to the history (Chained);
+	// else it is not drawn (RemoteRows gives it Token -1). Its RNG and
+	// History are not read.
+	After *int32 `json:"after,omitempty"`
+}
+
+// Chained is the request for the row after one drawn with r that drew
+// res: r's parameters, the generator state res left, and res.Token added
+// to the penalty window.
+func (r Request) Chained(res *Result) Request {
+	n := r
+	n.After = nil
+	if res.RNG != nil {
+		n.RNG = res.RNG
+	}
+	if r.History != nil {
+		h := append(make([]int32, 0, len(r.History)+1), r.History...)
+		h = append(h, res.Token)
+		if w := r.Params.RepeatLastN; w > 0 && len(h) > w {
+			h = h[len(h)-w:]
+		}
+		n.History = h
+	}
+	return n
+}
+
+// RemoteRows draws every row i of rows (logits(i), nVocab wide) as
+// reqs[i] says, with the sampler sampler(params) gives, into out. A row
+// whose request has After is drawn only when the row before it drew that
+// token (see Request.After); else its result is Token -1, and so is every
+// later row chained to it.
+func RemoteRows(reqs []Request, logits func(i int) []float32, sampler func(Params) *Sampler, out []Result) error {
+	var prev Request // the request the row before was drawn with
+	for i := range reqs {
+		r := reqs[i]
+		if r.After != nil {
+			if i == 0 || out[i-1].Token != *r.After {
+				out[i] = Result{Token: -1}
+				continue
+			}
+			c := prev.Chained(&out[i-1])
+			c.Logprobs, c.Top = r.Logprobs, r.Top
+			r = c
+		}
+		var err error
+		if out[i], err = sampler(r.Params).Remote(&r, logits(i)); err != nil {
+			return err
+		}
+		prev = r
+	}
+	return nil
 }
 
 // Constraint is one sequence's constrained-decoding state (a grammar or a

@@ -166,3 +166,73 @@ func TestSampleAllowed(t *testing.T) {
 		t.Fatal("a bitset of 3 bytes was accepted")
 	}
 }
+
+// TestRemoteRowsChained: rows chained by After draw what a local sampler
+// drawing them one after another draws (penalties over the drafted
+// tokens, the generator's state carried), through a JSON round trip of
+// the requests; a chain stops at the first row that did not draw its
+// draft, the rows after it not drawn (Token -1).
+func TestRemoteRowsChained(t *testing.T) {
+	const V, k = 200, 6
+	rng := rand.New(rand.NewPCG(3, 5))
+	rows := make([][]float32, k+1)
+	for i := range rows {
+		rows[i] = make([]float32, V)
+		for j := range rows[i] {
+			rows[i][j] = float32(rng.NormFloat64())
+		}
+	}
+	p := Params{Temperature: 1, RepeatPenalty: 1.8, RepeatLastN: 4, PresencePenalty: 1, Seed: 21}
+	hist := []int32{5, 6, 7}
+	// Locally, one row after another: the drafts are what it draws.
+	local := New(p, V)
+	h := slices.Clone(hist)
+	var want []int32
+	for i := range rows {
+		tok := local.Sample(rows[i], h)
+		want = append(want, tok)
+		h = append(h, tok)
+	}
+	for _, wrongAt := range []int{-1, 2} {
+		drafts := slices.Clone(want[:k])
+		if wrongAt >= 0 {
+			drafts[wrongAt] = (drafts[wrongAt] + 1) % V
+		}
+		owner := New(p, V)
+		reqs := []Request{owner.Request(hist, false, 0)}
+		for j := range drafts {
+			reqs = append(reqs, Request{Params: p, After: &drafts[j]})
+		}
+		b, err := json.Marshal(reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wire []Request
+		if err := json.Unmarshal(b, &wire); err != nil {
+			t.Fatal(err)
+		}
+		out := make([]Result, len(wire))
+		remote := map[Params]*Sampler{}
+		err = RemoteRows(wire, func(i int) []float32 { return rows[i] }, func(p Params) *Sampler {
+			if remote[p] == nil {
+				remote[p] = New(p, V)
+			}
+			return remote[p]
+		}, out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range out {
+			switch {
+			case wrongAt < 0 || i <= wrongAt:
+				if r.Token != want[i] {
+					t.Fatalf("draft %d wrong at %d: row %d drew %d, locally %d", wrongAt, wrongAt, i, r.Token, want[i])
+				}
+			default:
+				if r.Token != -1 {
+					t.Fatalf("row %d after the draft rejected at %d was drawn (%d)", i, wrongAt, r.Token)
+				}
+			}
+		}
+	}
+}
