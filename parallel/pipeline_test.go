@@ -3,11 +3,8 @@ package parallel
 import (
 	"context"
 	"os"
-	"shoal/engine/synth"
-	"shoal/placement"
-	"shoal/serve"
-	"shoal/serve/servetest"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -15,6 +12,10 @@ import (
 	"shoal/engine/kv"
 	"shoal/engine/model"
 	"shoal/engine/sample"
+	"shoal/engine/synth"
+	"shoal/placement"
+	"shoal/serve"
+	"shoal/serve/servetest"
 )
 
 // TestSplitPieces: a step's tokens cut at every size tokens, a chunk
@@ -239,11 +240,17 @@ func BenchmarkPipelinedPrefill(b *testing.B) {
 // falls into loops that lookup predicts: the acceptance is reported), and
 // one node alone for reference. tok/s counts the tokens after the first.
 // SHOAL_BENCH_SHAPE=tinyllama runs TinyLlama-1.1B's shapes in Q4_0 (issue
-// #39's case; its file is 600 MiB), else a 512-wide 8-layer model.
+// #39's case; its file is 600 MiB), else a 512-wide 8-layer model;
+// SHOAL_BENCH_STD sets the weights' standard deviation (synth's 0.02).
 func BenchmarkSpeculativeDecode(b *testing.B) {
 	spec := synth.Spec{Name: "spec-bench", Arch: "llama", NEmbd: 512, NLayer: 8, NHead: 8, NHeadKV: 4, NFF: 1408, Type: "q4_0", Seed: 1}
 	if os.Getenv("SHOAL_BENCH_SHAPE") == "tinyllama" {
 		spec.NEmbd, spec.NLayer, spec.NHead, spec.NHeadKV, spec.NFF = 2048, 22, 32, 4, 5632
+	}
+	if v, err := strconv.ParseFloat(os.Getenv("SHOAL_BENCH_STD"), 32); err == nil {
+		// Larger weights make a random model's greedy text fall into
+		// loops sooner: lookup's drafts are then accepted.
+		spec.Std = float32(v)
 	}
 	path := enginetest.Write(b, "", spec)
 	ref := enginetest.OpenPath(b, path)

@@ -81,13 +81,15 @@ type draftGain struct {
 	plain, drafted   float64 // tokens a second of decode steps without and with drafts
 	nPlain, nDrafted int     // steps measured of each since the last decision
 	off              int     // steps left without drafts
+	pause            int     // the next pause: doubled each time drafting loses again
 }
 
 const (
 	gainWeight  = 0.2 // of the latest step in the averages
 	gainSteps   = 8   // drafted steps measured before a decision
-	gainPause   = 64  // steps without drafts when drafting loses
-	gainProbe   = 4   // steps without drafts to measure them
+	gainPause   = 64  // steps without drafts when drafting loses (doubling while it keeps losing)
+	gainMaxStop = 4096
+	gainProbe   = 4 // steps without drafts to measure them
 	gainMargin  = 0.95
 	gainRedraft = 256 // drafted steps before plain ones are measured again
 )
@@ -122,10 +124,15 @@ func (g *draftGain) note(drafted bool, d time.Duration, n int) {
 	case g.nPlain < gainProbe && g.nDrafted%gainRedraft == gainSteps:
 		g.off = gainProbe // measure steps without drafts
 	case g.nPlain >= gainProbe && g.nDrafted >= gainSteps && g.drafted < gainMargin*g.plain:
-		g.off, g.nDrafted, g.nPlain = gainPause, 0, 0
+		// Each retry that loses again costs its drafted steps: the pauses
+		// grow, so what retrying costs stays small against a long run.
+		g.pause = min(max(2*g.pause, gainPause), gainMaxStop)
+		g.off, g.nDrafted, g.nPlain = g.pause, 0, 0
 	case g.nDrafted >= gainRedraft:
 		g.nPlain = 0 // steps without drafts change too: measure them again
 		g.nDrafted = 0
+	case g.nPlain >= gainProbe && g.nDrafted >= gainSteps:
+		g.pause = 0 // drafting pays: a later loss pauses briefly first
 	}
 }
 

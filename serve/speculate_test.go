@@ -334,9 +334,9 @@ func BenchmarkSpeculation(b *testing.B) {
 }
 
 // TestDraftGain: drafting that emits fewer tokens a second than steps
-// without drafts is paused, and tried again after the pause; drafting
-// that emits more goes on, pausing only for a few steps to measure those
-// without.
+// without drafts is paused, and tried again after the pause (a pause twice
+// as long each time it loses again); drafting that emits more goes on,
+// pausing only for a few steps to measure those without.
 func TestDraftGain(t *testing.T) {
 	ms := time.Millisecond
 	var g draftGain
@@ -373,5 +373,28 @@ func TestDraftGain(t *testing.T) {
 	}
 	if g.paused() {
 		t.Fatalf("still paused after %d steps", gainPause)
+	}
+	// Still slow when tried again: a pause twice as long.
+	for n = 0; !g.paused() && n < 100; n++ {
+		g.note(true, 30*ms, 1)
+	}
+	if g.off != 2*gainPause {
+		t.Fatalf("drafting lost twice: %d steps off, want %d", g.off, 2*gainPause)
+	}
+	for g.paused() {
+		g.note(false, 10*ms, 1)
+	}
+	// Fast again: drafting goes on, and a later loss pauses briefly.
+	for range 3 * gainSteps {
+		g.note(true, 5*ms, 2)
+		if g.paused() {
+			t.Fatal("drafting at four times the rate was paused")
+		}
+	}
+	for n = 0; !g.paused() && n < 100; n++ {
+		g.note(true, 30*ms, 1)
+	}
+	if g.off != gainPause {
+		t.Fatalf("a loss after drafting paid: %d steps off, want %d", g.off, gainPause)
 	}
 }
