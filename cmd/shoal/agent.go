@@ -173,7 +173,7 @@ launchd job, a container image, compose and Kubernetes files.`,
 	f.BoolVar(&modelOpts.NoPrefixCache, "no-prefix-cache", false, "compute every prompt in full instead of reusing the KV blocks of a prefix an earlier request computed")
 	f.IntVar(&modelOpts.Lookup, "lookup", 0, "speculative decoding without a draft model for each --model: draft up to N tokens a step from what followed the latest earlier occurrence of the sequence's last few tokens, verified in the same step (the output is unchanged; repetitive text, code and edits decode faster); 0: off")
 	f.StringVar(&modelOpts.Draft, "draft", "", "speculative decoding with a draft model for each --model: this GGUF file (the same vocabulary: a smaller model of the family, or a lower-bit file of the same model) runs whole here and proposes tokens the model verifies in one step (the output is unchanged; tokens the draft guesses right cost no step of their own)")
-	f.IntVar(&modelOpts.DraftMax, "draft-max", 0, "the most tokens --draft proposes a step; it drafts fewer while they are rejected (default 6, at most 16)")
+	f.IntVar(&modelOpts.DraftMax, "draft-max", 0, "the most tokens --draft proposes a step, at most 16; it drafts fewer while they are rejected (default 6)")
 	f.IntVar(&modelOpts.Queue, "queue", 0, "requests waiting beyond the running batch before 429 (default 64)")
 	f.StringVar(&configFile, "config", "", "JSON config file")
 	f.StringVar(&diskLimit, "disk-limit", "", "cap the disk the copies of model files this node keeps for the cluster may take (model load --replicas), e.g. 50GiB (default: the free disk)")
