@@ -8,6 +8,7 @@ import (
 	"shoal/engine/gguf"
 	"shoal/engine/kv"
 	"shoal/engine/model"
+	"shoal/engine/sample"
 )
 
 // Drafter proposes the tokens a decoding sequence is likely to go on
@@ -96,7 +97,7 @@ func (d *ModelDrafter) Draft(seq kv.SeqID, toks []int32, k int, dst []int32) []i
 		if len(feed) > 0 {
 			continue
 		}
-		t := argmax(logits)
+		t := sample.Argmax(logits)
 		dst = append(dst, t)
 		k--
 		if k > 0 {
@@ -203,15 +204,4 @@ func (d *ModelDrafter) Forget(seq kv.SeqID) {
 		d.r.Cache().Free(seq)
 		delete(d.have, seq)
 	}
-}
-
-// argmax is the first token of the highest logit.
-func argmax(l []float32) int32 {
-	best := 0
-	for i, v := range l {
-		if v > l[best] {
-			best = i
-		}
-	}
-	return int32(best)
 }

@@ -661,12 +661,15 @@ func (s *Scheduler) step() bool {
 		if s.prefillOnly {
 			s.notePrefill(took, len(s.batch.Tokens))
 		}
-		decodeOnly := len(s.prefill) == 0
+		if s.drafter == nil || len(s.prefill) > 0 {
+			s.afterStep(logits, sampled)
+			return true
+		}
+		// A decode-only step of a drafting scheduler: its tokens a second
+		// tell whether drafting pays (draftGain).
 		emitted := s.generated()
 		s.afterStep(logits, sampled)
-		if decodeOnly && s.drafter != nil {
-			s.gain.note(s.drafting, took, int(s.generated()-emitted))
-		}
+		s.gain.note(s.drafting, took, int(s.generated()-emitted))
 		return true
 	}
 }

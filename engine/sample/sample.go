@@ -229,7 +229,7 @@ func (s *Sampler) SampleAllowed(logits []float32, history []int32, allow []uint6
 		src = s.restrict(src, allow)
 	}
 	if s.greedy {
-		return argmax(src)
+		return Argmax(src)
 	}
 	if s.noFilter && (s.topK == 0 || s.topK >= len(src)) {
 		return s.drawDense(src)
@@ -272,9 +272,9 @@ func (s *Sampler) restrict(src []float32, allow []uint64) []float32 {
 	return out
 }
 
-// argmax returns the lowest id of the largest logit, ignoring NaN; 0 if all
-// are -Inf or NaN.
-func argmax(x []float32) int32 {
+// Argmax returns the lowest id of the largest logit, ignoring NaN; 0 if all
+// are -Inf or NaN: the greedy choice.
+func Argmax(x []float32) int32 {
 	best, bi := float32(math.Inf(-1)), 0
 	for i, v := range x {
 		if v > best {
@@ -393,7 +393,7 @@ func init() {
 // drawDense draws from softmax(logits/T) over the whole vocabulary, when no
 // filter is active.
 func (s *Sampler) drawDense(src []float32) int32 {
-	mi := argmax(src)
+	mi := Argmax(src)
 	maxv := src[mi]
 	if !(maxv > float32(math.Inf(-1))) || math.IsInf(float64(maxv), 1) {
 		return mi // all -Inf/NaN, or +Inf wins
@@ -444,7 +444,7 @@ func (s *Sampler) filter(src []float32) []uint64 {
 		return cutMinP(c, s.logMinP)
 	}
 
-	mi := argmax(src)
+	mi := Argmax(src)
 	maxv := src[mi]
 	if !(maxv > float32(math.Inf(-1))) || math.IsInf(float64(maxv), 1) {
 		return s.single(mi)
