@@ -238,6 +238,8 @@ func (a *Agent) start() error {
 			ReconcileInterval:   a.cfg.Tuning.ReconcileInterval.Or(2 * time.Second),
 			DeadServerGrace:     a.cfg.Tuning.DeadServerGrace.Or(30 * time.Second),
 			ServerStabilization: a.cfg.Tuning.ServerStabilization.Or(2 * time.Second),
+			SnapshotThreshold:   a.cfg.Tuning.SnapshotThreshold,
+			SnapshotInterval:    a.cfg.Tuning.SnapshotInterval.Or(0),
 		})
 		if err != nil {
 			return err

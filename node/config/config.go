@@ -111,6 +111,12 @@ type Tuning struct {
 	LinkProbe           Duration `json:"link_probe"`           // between link measurements to peers
 	DistStep            Duration `json:"dist_step"`            // bounds a step of a model served across nodes (10s)
 	HTTPBody            Duration `json:"http_body"`            // bounds reading an HTTP request's body (1m)
+	// SnapshotThreshold is the Raft log entries after which a server
+	// snapshots its state (8192), checked every SnapshotInterval (2m, with
+	// up to as much again of jitter): an operator who wants small logs, or
+	// a test that needs a snapshot soon, lowers them.
+	SnapshotThreshold uint64   `json:"snapshot_threshold"`
+	SnapshotInterval  Duration `json:"snapshot_interval"`
 	// GPUGBps, when set, is the GPU decode rate the node advertises in
 	// place of measuring it: for test clusters whose nodes differ in speed
 	// by design, not by the host's.
