@@ -125,6 +125,29 @@ func (p *publisher) Withdraw(name string) {
 	sc.Close()
 }
 
+// Retire implements parallel.Retirer: the model is no longer served here
+// to new requests (they follow its route to the new driver); the
+// scheduler serves those in flight until stop closes it.
+func (p *publisher) Retire(name string) (busy func() bool, stop func(), ok bool) {
+	p.mu.Lock()
+	sc := p.scheds[name]
+	delete(p.scheds, name)
+	delete(p.engines, name)
+	delete(p.served, name)
+	p.mu.Unlock()
+	if sc == nil {
+		return nil, nil, false
+	}
+	if m, ok := p.models.Model(name); ok && gateway.SchedulerOf(m) == sc {
+		p.models.Remove(name)
+	}
+	busy = func() bool {
+		st := sc.Stats()
+		return st.Waiting+st.Running > 0
+	}
+	return busy, sc.Close, true
+}
+
 // each calls f for every model published, by name, with its scheduler
 // and, for a model run across nodes, the engine under it (else nil).
 func (p *publisher) each(f func(name string, sc *serve.Scheduler, eng *parallel.Engine)) {

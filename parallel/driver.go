@@ -383,3 +383,76 @@ func (r *Reconciler) localDriver(ctx context.Context, model string) (*driver, er
 		return nil, transport.Errorf(http.StatusServiceUnavailable, "model %q is not served yet (%s)", model, rt.Status)
 	}
 }
+
+// retireIdle is how long a retiring driver must be idle before it stops.
+const retireIdle = 250 * time.Millisecond
+
+// retireDriver stops driver d, whose model is now driven by another node,
+// without cutting its requests in flight: they finish on d's session over
+// the replaced plan, whose members run on LingerAfterLoad, for up to
+// RetireMax, while new requests go to the new driver (the route names it,
+// and the model is no longer published here). Before, a driver that moved
+// ended every stream it carried with an error: a drained driver, and so
+// each step of a rolling upgrade, cut its clients off.
+func (r *Reconciler) retireDriver(d *driver) {
+	rt, ok := r.cfg.Publisher.(Retirer)
+	if !ok || !d.pub {
+		r.log.Info("stopping distributed serving: driven elsewhere now", zap.String("model", d.name))
+		r.stopDriver(d)
+		return
+	}
+	busy, stop, ok := rt.Retire(d.name)
+	if !ok {
+		r.stopDriver(d)
+		return
+	}
+	r.mu.Lock()
+	if r.drivers[d.name] == d {
+		delete(r.drivers, d.name)
+	}
+	d.pub = false // retired from the publisher: stopDriver must not withdraw a newer driver's model
+	if r.retiring == nil {
+		r.retiring = map[*driver]func(){}
+	}
+	quit := make(chan struct{})
+	var once sync.Once
+	r.retiring[d] = func() { once.Do(func() { close(quit) }) }
+	r.mu.Unlock()
+	r.log.Info("the model is driven elsewhere now: finishing the requests in flight here first", zap.String("model", d.name), zap.Uint64("version", d.version))
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		t0 := time.Now()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		// Idle for a moment: a request that found the model just before it
+		// was retired may not have reached the scheduler yet.
+		left, idleSince := true, time.Time{}
+		for time.Since(t0) < RetireMax {
+			if busy() {
+				idleSince = time.Time{}
+			} else if idleSince.IsZero() {
+				idleSince = time.Now()
+			} else if time.Since(idleSince) >= retireIdle {
+				left = false
+				break
+			}
+			select {
+			case <-quit:
+			case <-tick.C:
+				continue
+			}
+			break
+		}
+		if left {
+			r.log.Warn("stopping the moved driver with requests still in flight", zap.String("model", d.name), zap.Duration("after", time.Since(t0)))
+		} else {
+			r.log.Info("the moved driver finished its requests in flight; stopping it", zap.String("model", d.name), zap.Duration("took", time.Since(t0)))
+		}
+		stop()
+		r.stopDriver(d)
+		r.mu.Lock()
+		delete(r.retiring, d)
+		r.mu.Unlock()
+	}()
+}

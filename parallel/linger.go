@@ -24,8 +24,10 @@ type lingering struct {
 
 const (
 	// LingerAfterLoad is how long an old plan runs on once the new one is
-	// loaded everywhere: the driver moves within a reconcile or two.
-	LingerAfterLoad = 15 * time.Second
+	// loaded everywhere: a driver that stays on its node moves within a
+	// reconcile or two; one whose model moves to another node finishes
+	// the requests in flight on the old plan first (RetireMax).
+	LingerAfterLoad = 30 * time.Second
 	// LingerMax bounds how long an old plan runs beside a new one that
 	// does not load.
 	LingerMax = 3 * time.Minute

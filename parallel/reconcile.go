@@ -115,6 +115,22 @@ type Publisher interface {
 	Withdraw(name string)
 }
 
+// Retirer is a Publisher that can let a model's requests in flight finish
+// while new ones go elsewhere: Retire stops new requests for name from
+// reaching what it published (this node routes them to the model's new
+// driver), and returns busy, which tells whether requests are still in
+// flight, and stop, which ends what is left (with an error) and releases
+// it. ok is false when name is not published.
+type Retirer interface {
+	Retire(name string) (busy func() bool, stop func(), ok bool)
+}
+
+// RetireMax bounds how long a driver whose model moved to another node
+// serves its requests in flight on the replaced plan (whose members run
+// LingerAfterLoad after the new plan loaded) before it stops; what is
+// still running then ends with an error.
+const RetireMax = 25 * time.Second
+
 // Servable is a model a driver publishes: a session over its plan wrapped
 // in an Engine or, when the plan is this node alone with every layer, a
 // local Runner over the node's shard (no session, no step over the
@@ -186,6 +202,10 @@ type Reconciler struct {
 	drivers map[string]*driver    // by model
 	routes  map[string]Route      // by model
 	logged  map[string]string     // the last driver error logged, by model
+	// retiring are the drivers whose model moved to another node, while
+	// their requests in flight finish (retireDriver).
+	retiring map[*driver]func()
+	bg       sync.WaitGroup
 }
 
 type runMember struct {
@@ -291,6 +311,10 @@ func (r *Reconciler) Reconcile(v View) {
 	r.routes = routes
 	r.mu.Unlock()
 	for _, d := range stale {
+		if _, planned := routes[d.name]; planned {
+			r.retireDriver(d)
+			continue
+		}
 		r.log.Info("stopping distributed serving: no longer planned here", zap.String("model", d.name))
 		r.stopDriver(d)
 	}
@@ -518,7 +542,15 @@ func (r *Reconciler) Close() {
 	for k := range r.members {
 		keys = append(keys, k)
 	}
+	var retiring []func()
+	for _, stop := range r.retiring {
+		retiring = append(retiring, stop)
+	}
 	r.mu.Unlock()
+	for _, stop := range retiring {
+		stop()
+	}
+	r.bg.Wait()
 	for _, d := range ds {
 		r.stopDriver(d)
 	}

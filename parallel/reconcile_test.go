@@ -34,6 +34,26 @@ type testPublisher struct {
 	live       map[string]Servable
 	log        []string
 	onWithdraw func(name string)
+	// busy, when set, makes the publisher a Retirer: it tells whether a
+	// retired model's requests are still in flight; its stop calls
+	// onWithdraw.
+	busy func() bool
+}
+
+func (p *testPublisher) Retire(name string) (func() bool, func(), bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.busy == nil || p.live[name].Engine == nil && p.live[name].Runner == nil {
+		return nil, nil, false
+	}
+	delete(p.live, name)
+	p.log = append(p.log, "retire "+name)
+	hook := p.onWithdraw
+	return p.busy, func() {
+		if hook != nil {
+			hook(name)
+		}
+	}, true
 }
 
 func (p *testPublisher) Publish(name string, s Servable) error {
@@ -458,6 +478,107 @@ func TestReconcilerMakesBeforeBreak(t *testing.T) {
 	recs[1].mu.Unlock()
 	if left != 0 {
 		t.Errorf("n1 runs %d members after v3 stopped lingering", left)
+	}
+}
+
+// TestReconcilerRetiresMovedDriver: a plan that moves the driver to
+// another node (n0 drained, say) lets the request in flight on the old
+// driver finish there, on the replaced plan whose members linger, while
+// the new driver serves: the request gets every token, the text a single
+// node's, and no error; the old driver stops once it is idle. Before, the
+// old driver stopped at once and the request ended with "the model
+// stopped being served here".
+func TestReconcilerRetiresMovedDriver(t *testing.T) {
+	ref, path := openRef(t)
+	v3, _ := stageOneMoves(ref) // n0 drives stage 0, n1 stage 1
+	v5 := v3
+	v5.Version = 5
+	v5.Pools = []placement.Pool{v3.Pools[0]}
+	v5.Pools[0].Stages = slices.Clone(v3.Pools[0].Stages)
+	st := &v5.Pools[0].Stages[0]
+	st.Members = slices.Clone(st.Members)
+	for i := range st.Members {
+		st.Members[i].Node = "n2" // the driver moves to n2
+	}
+	_, recs, pub, viewOf := replayRig(t, path, 3, 20*time.Second, v3, v5)
+	reconcile := func(v View) {
+		for range 2 {
+			for _, r := range recs {
+				r.Reconcile(v)
+			}
+		}
+	}
+	reconcile(viewOf(v3))
+	served, ok := pub.get("m")
+	if !ok || served.Engine == nil {
+		t.Fatalf("n0 published %v", pub.log)
+	}
+	sc, err := serve.NewEngine(served.Engine, func(int32) bool { return false }, serve.Options{MaxSeqs: 2, MaxTokens: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	stopped := make(chan struct{})
+	pub.mu.Lock()
+	pub.busy = func() bool { s := sc.Stats(); return s.Running+s.Waiting > 0 }
+	pub.onWithdraw = func(string) { sc.Close(); close(stopped) }
+	pub.mu.Unlock()
+
+	moved := viewOf(v5)
+	moved.Models[0].Prev = 3 // v3's members run on beside v5's
+	prompt := []int32{1, 450, 496, 173}
+	const n = 24
+	want := singleNode(t, ref, prompt, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ch, err := sc.Submit(ctx, serve.Request{Prompt: prompt, MaxTokens: n, Sampling: sample.Params{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int32
+	var last error
+	for ev := range ch {
+		if ev.Err != nil {
+			last = ev.Err
+		}
+		if !ev.Done {
+			got = append(got, ev.Token)
+			if len(got) == 4 {
+				reconcile(moved) // v5 is ready: n2 drives now
+				if rt, _ := recs[1].Route("m"); rt.Node != "n2" {
+					t.Errorf("after the move n1 routes the model to %+v, want n2", rt)
+				}
+				if _, ok := pub.get("m"); ok {
+					t.Error("n0 still publishes the model to new requests after its driver moved")
+				}
+			}
+		}
+	}
+	if last != nil || !slices.Equal(got, want) {
+		t.Fatalf("the request in flight on the moved driver: %v (error %v), a single node gives %v", got, last, want)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the moved driver did not stop once its request finished")
+	}
+	recs[0].mu.Lock()
+	d, left := recs[0].drivers["m"], len(recs[0].retiring)
+	recs[0].mu.Unlock()
+	if d != nil {
+		t.Errorf("n0 still drives the model after it moved")
+	}
+	for range 100 {
+		if left == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+		recs[0].mu.Lock()
+		left = len(recs[0].retiring)
+		recs[0].mu.Unlock()
+	}
+	if left != 0 {
+		t.Errorf("%d drivers still retiring", left)
 	}
 }
 

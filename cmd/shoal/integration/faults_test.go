@@ -199,7 +199,7 @@ func TestFaults(t *testing.T) {
 			drained := time.Now()
 			return func() {
 				// The plan moved off it: its shard files go within a minute
-				// (held while the new plan loads, 15 s more for the move).
+				// (held while the new plan loads, 30 s more for the move).
 				t0 := time.Now()
 				for {
 					left, _ := filepath.Glob(filepath.Join(p.dir, "shards", "*.shard"))
