@@ -34,7 +34,8 @@ type Node struct {
 	Name         string       `json:"name"`
 	Role         string       `json:"role"`
 	Version      string       `json:"version"`
-	Status       string       `json:"status"` // alive, suspect, failed or left
+	Protocol     int          `json:"protocol"` // the newest protocol it speaks (1: a build from before protocols were named)
+	Status       string       `json:"status"`   // alive, suspect, failed or left
 	Draining     bool         `json:"draining"`
 	StatusSince  time.Time    `json:"status_since"`
 	RegisteredAt time.Time    `json:"registered_at"`
@@ -113,14 +114,15 @@ type ServerStatus struct {
 
 // Member is one entry of the raw gossip view.
 type Member struct {
-	ID      string       `json:"id"`
-	Name    string       `json:"name"`
-	Addr    string       `json:"addr"`
-	RPCAddr string       `json:"rpc_addr"`
-	Role    string       `json:"role"`
-	Status  string       `json:"status"`
-	Version string       `json:"version"`
-	Caps    Capabilities `json:"caps"`
+	ID       string       `json:"id"`
+	Name     string       `json:"name"`
+	Addr     string       `json:"addr"`
+	RPCAddr  string       `json:"rpc_addr"`
+	Role     string       `json:"role"`
+	Status   string       `json:"status"`
+	Version  string       `json:"version"`
+	Protocol int          `json:"protocol"`
+	Caps     Capabilities `json:"caps"`
 }
 
 // TokenRequest is the body of POST /v1/tokens.

@@ -147,7 +147,7 @@ func (s *Server) reconcile() {
 			certified = append(certified, *c)
 			n = Node{
 				ID: c.ID, Name: c.Name, Role: c.Role, Addr: c.Addr, RPCAddr: c.RPCAddr, HTTPAddr: c.HTTPAddr,
-				Version: c.Version, Status: m.Status, Caps: c.Caps,
+				Version: c.Version, Protocol: c.Protocol, Status: m.Status, Caps: c.Caps,
 			}
 			if !known && m.Status != StatusAlive {
 				continue // only live nodes join the state

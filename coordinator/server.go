@@ -34,6 +34,7 @@ type Member struct {
 	RPCAddr  string // QUIC; the raft address of a server
 	HTTPAddr string
 	Version  string
+	Protocol int // the protocol it speaks (0: a build from before protocol 2, which speaks 1)
 	Status   NodeStatus
 	Expect   int // the server's --bootstrap-expect
 	Caps     Capabilities

@@ -48,13 +48,16 @@ type Capabilities struct {
 
 // Node is one machine of the cluster.
 type Node struct {
-	ID           string       `json:"id"`
-	Name         string       `json:"name"`
-	Role         string       `json:"role"`
-	Addr         string       `json:"addr"`      // gossip host:port
-	RPCAddr      string       `json:"rpc_addr"`  // QUIC host:port
-	HTTPAddr     string       `json:"http_addr"` // admin API host:port
-	Version      string       `json:"version"`
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	Role     string `json:"role"`
+	Addr     string `json:"addr"`      // gossip host:port
+	RPCAddr  string `json:"rpc_addr"`  // QUIC host:port
+	HTTPAddr string `json:"http_addr"` // admin API host:port
+	Version  string `json:"version"`
+	// Protocol is the newest protocol the node speaks (absent: 1, a build
+	// from before protocol 2); see version.Protocol.
+	Protocol     int          `json:"protocol,omitempty"`
 	Status       NodeStatus   `json:"status"`
 	Draining     bool         `json:"draining"`
 	Caps         Capabilities `json:"caps"`

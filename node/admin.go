@@ -11,6 +11,7 @@ import (
 	"shoal/coordinator"
 	"shoal/internal/grantcache"
 	"shoal/internal/nodeaddr"
+	"shoal/internal/version"
 	"shoal/transport"
 )
 
@@ -41,7 +42,7 @@ func (a *Agent) newAdmin() *admin {
 		cluster: a.cluster, srv: a.srv, call: serverCaller(a.ep), members: a.gossip.Members,
 		self: func() api.Member {
 			return api.Member{ID: a.id, Name: a.cfg.Name, Addr: a.GossipAddr(), RPCAddr: a.RPCAddr(), Role: a.role,
-				Status: api.StatusAlive, Version: a.cfg.Version, Caps: apiCaps(a.selfCaps())}
+				Status: api.StatusAlive, Version: a.cfg.Version, Protocol: a.protocols().Max, Caps: apiCaps(a.selfCaps())}
 		},
 		caHash: strings.TrimPrefix(transport.CAHash(a.ident.CA.Cert), "sha256:"), bootstrapSecret: a.bootstrapSecret,
 		cat: a.catalog,
@@ -197,7 +198,7 @@ func (b *admin) Members(ctx context.Context) ([]api.Member, error) {
 	found := false
 	for _, m := range b.members() {
 		out = append(out, api.Member{ID: m.ID, Name: m.Name, Addr: m.Addr, RPCAddr: m.RPCAddr, Role: m.Role,
-			Status: string(m.Status), Version: m.Version, Caps: apiCaps(m.Caps)})
+			Status: string(m.Status), Version: m.Version, Protocol: version.Of(m.Protocol), Caps: apiCaps(m.Caps)})
 		found = found || m.ID == b.id
 	}
 	if !found {

@@ -3,6 +3,7 @@ package node
 import (
 	"shoal/api"
 	"shoal/coordinator"
+	"shoal/internal/version"
 	"shoal/placement"
 )
 
@@ -16,7 +17,7 @@ func apiCaps(c coordinator.Capabilities) api.Capabilities {
 
 func apiNode(n *coordinator.Node) *api.Node {
 	return &api.Node{
-		ID: n.ID, Name: n.Name, Role: n.Role, Addr: n.Addr, RPCAddr: n.RPCAddr, HTTPAddr: n.HTTPAddr, Version: n.Version,
+		ID: n.ID, Name: n.Name, Role: n.Role, Addr: n.Addr, RPCAddr: n.RPCAddr, HTTPAddr: n.HTTPAddr, Version: n.Version, Protocol: version.Of(n.Protocol),
 		Status: string(n.Status), Draining: n.Draining, Caps: apiCaps(n.Caps), RegisteredAt: n.RegisteredAt, StatusSince: n.StatusSince,
 	}
 }

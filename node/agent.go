@@ -181,7 +181,7 @@ func (a *Agent) start() error {
 	var err error
 	a.ep, err = transport.Listen(transport.Config{
 		Bind:     net.JoinHostPort(orDefault(a.cfg.Bind, "0.0.0.0"), strconv.Itoa(a.cfg.QUICPort)),
-		Identity: a.ident,
+		Identity: a.ident, Protocols: a.protocols(), Build: a.cfg.Version,
 	})
 	if err != nil {
 		return err
@@ -198,7 +198,7 @@ func (a *Agent) start() error {
 		return fmt.Errorf("http listen: %w", err)
 	}
 	a.meta = membership.Meta{
-		Name: a.cfg.Name, Role: a.role, Version: a.cfg.Version,
+		Name: a.cfg.Name, Role: a.role, Version: a.cfg.Version, Proto: a.protocols().Max,
 		QUIC: a.ep.Addr().Port, HTTP: a.httpLn.Addr().(*net.TCPAddr).Port, Expect: a.cfg.BootstrapExpect,
 		Mem: a.caps.MemTotal, Free: a.caps.MemFree, Cores: a.caps.Cores, GFLOPS: a.caps.GFLOPS, GBps: a.caps.MemGBps, Accel: a.caps.Accel, Serves: a.caps.Serves,
 		GPU: a.caps.GPU, GPUMem: a.caps.GPUMem, GPUGBps: a.caps.GPUGBps, GPUShared: a.caps.GPUShared,
@@ -208,7 +208,7 @@ func (a *Agent) start() error {
 	}
 	a.gossip, err = membership.Start(a.meta, membership.Options{
 		ID: a.id, Bind: orDefault(a.cfg.Bind, "0.0.0.0"), Port: a.cfg.GossipPort, Advertise: a.cfg.Advertise,
-		Key: a.gossipKey, Probe: a.cfg.Tuning.GossipProbe.Or(0), Revoked: a.isRevoked,
+		Key: a.gossipKey, Probe: a.cfg.Tuning.GossipProbe.Or(0), Revoked: a.isRevoked, Protocols: a.protocols(),
 		// Count a peer's traffic from its first packets (a shard fetch can
 		// follow its join within a second), not from the link loop's next tick.
 		Joined: func(id string, ip net.IP) {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"shoal/coordinator"
+	"shoal/internal/version"
 	"shoal/node/config"
 	"shoal/node/identity"
 )
@@ -25,6 +26,7 @@ func (a *Agent) setupIdentity(ctx context.Context) error {
 		Server: a.cfg.Server, BootstrapExpect: a.cfg.BootstrapExpect,
 		Token: a.cfg.Token, Join: join, Bind: a.cfg.Bind, QUICPort: a.cfg.QUICPort,
 		JoinTimeout: a.cfg.Tuning.JoinTimeout.Or(5 * time.Minute), Log: a.log,
+		Protocols: a.cfg.Protocols, Build: a.cfg.Version,
 	})
 	if err != nil {
 		return err
@@ -38,8 +40,16 @@ func (a *Agent) newAdmission() *identity.Admission {
 	return identity.NewAdmission(identity.AdmissionConfig{
 		ID: a.id, Name: a.cfg.Name, Server: a.srv, CA: a.ident.CA, GossipKey: a.gossipKey,
 		BootstrapSecret: a.bootstrapSecret, Call: serverCaller(a.ep), Seeds: a.aliveGossipAddrs,
-		CheckToken: checkToken, Log: a.log,
+		CheckToken: checkToken, Log: a.log, Protocols: a.protocols(), Build: a.cfg.Version,
 	})
+}
+
+// protocols is the window of protocols the agent speaks.
+func (a *Agent) protocols() version.Window {
+	if a.cfg.Protocols != (version.Window{}) {
+		return a.cfg.Protocols
+	}
+	return version.This
 }
 
 func (a *Agent) aliveGossipAddrs() []string {

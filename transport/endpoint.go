@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"shoal/internal/version"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,9 @@ type Peer struct {
 	Role     string // server or client
 	Addr     net.Addr
 	Verified bool
+	// Protocol is the protocol negotiated on the connection (1 with a
+	// build from before protocols were negotiated).
+	Protocol int
 }
 
 // Handler serves one accepted stream. It owns the stream and must close it.
@@ -72,6 +76,11 @@ type Config struct {
 	IdleTimeout time.Duration
 	// HandshakeTimeout bounds a dial to a silent peer.
 	HandshakeTimeout time.Duration
+	// Protocols is the window of protocols the endpoint speaks (zero:
+	// this build's, version.This); Build its version for the refusals of
+	// peers outside it (empty: version.String()). Tests set other ones.
+	Protocols version.Window
+	Build     string
 }
 
 // Endpoint is the node's one QUIC endpoint.
@@ -115,6 +124,12 @@ func Listen(cfg Config) (*Endpoint, error) {
 	if cfg.HandshakeTimeout == 0 {
 		cfg.HandshakeTimeout = 3 * time.Second
 	}
+	if cfg.Protocols == (version.Window{}) {
+		cfg.Protocols = version.This
+	}
+	if cfg.Build == "" {
+		cfg.Build = version.String()
+	}
 	ua, err := net.ResolveUDPAddr("udp", cfg.Bind)
 	if err != nil {
 		return nil, fmt.Errorf("quic bind address %q: %w", cfg.Bind, err)
@@ -140,7 +155,9 @@ func Listen(cfg Config) (*Endpoint, error) {
 		accepted: map[*quic.Conn]string{},
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
-	e.ln, err = e.tr.Listen(cfg.Identity.ServerTLS(), e.qcfg)
+	e.ln, err = e.tr.Listen(listenTLS(cfg.Identity.ServerTLS(), cfg.Protocols, func(offered []string) {
+		e.log.Warn("refused a node of another protocol", zap.Strings("offered", offered), zap.Stringer("window", cfg.Protocols))
+	}), e.qcfg)
 	if err != nil {
 		udp.Close()
 		return nil, fmt.Errorf("quic listen: %w", err)
@@ -193,7 +210,7 @@ func (e *Endpoint) acceptLoop() {
 
 func peerOf(conn *quic.Conn) Peer {
 	st := conn.ConnectionState().TLS
-	p := Peer{Addr: conn.RemoteAddr()}
+	p := Peer{Addr: conn.RemoteAddr(), Protocol: connProtocol(conn)}
 	if len(st.VerifiedChains) > 0 {
 		p.ID, p.Role = PeerIdentity(st.VerifiedChains[0])
 		p.Name = certName(st.VerifiedChains[0][0])
@@ -321,6 +338,10 @@ func (c *connStreams) done(k Kind) {
 
 func (e *Endpoint) serveConn(conn *quic.Conn) {
 	defer e.wg.Done()
+	if conn.ConnectionState().TLS.NegotiatedProtocol == alpnVersion {
+		answerVersion(conn, e.cfg.Build, e.cfg.Protocols)
+		return
+	}
 	peer := peerOf(conn)
 	if e.isRevoked(peer.ID) {
 		e.log.Warn("refused a removed node", zap.String("id", peer.ID), zap.Stringer("addr", peer.Addr))
@@ -469,7 +490,7 @@ func (e *Endpoint) DialAs(ctx context.Context, addr string, k Kind, wantID, want
 			if ctx.Err() != nil {
 				return nil, err
 			}
-			if err := asRevoked(err); errors.Is(err, ErrRevoked) {
+			if err := e.refused(err, addr); err != nil {
 				return nil, err
 			}
 			continue
@@ -478,7 +499,7 @@ func (e *Endpoint) DialAs(ctx context.Context, addr string, k Kind, wantID, want
 			s.CancelRead(0)
 			s.Close()
 			e.forget(addr, conn)
-			if err := asRevoked(err); errors.Is(err, ErrRevoked) {
+			if err := e.refused(err, addr); err != nil {
 				return nil, err
 			}
 			continue
@@ -493,6 +514,23 @@ func (e *Endpoint) DialAs(ctx context.Context, addr string, k Kind, wantID, want
 		return &Stream{Stream: s, Kind: k, Peer: p, local: e.Addr()}, nil
 	}
 	return nil, fmt.Errorf("dial %s: connection lost", addr)
+}
+
+// refused is err as the refusal it is (a revoked certificate, a protocol
+// outside the peer's window), or nil when it is none: retrying cannot
+// help a refusal.
+func (e *Endpoint) refused(err error, addr string) error {
+	if err := asRevoked(err); errors.Is(err, ErrRevoked) {
+		return err
+	}
+	return nil
+}
+
+// IsVersionMismatch reports whether err is a refusal for want of a shared
+// protocol (a *version.Mismatch).
+func IsVersionMismatch(err error) bool {
+	var m *version.Mismatch
+	return errors.As(err, &m)
 }
 
 func (e *Endpoint) conn(ctx context.Context, addr string) (*quic.Conn, error) {
@@ -525,7 +563,7 @@ func (e *Endpoint) conn(ctx context.Context, addr string) (*quic.Conn, error) {
 	e.conns[addr] = d
 	e.mu.Unlock()
 
-	d.conn, d.err = e.dialConn(ctx, addr, e.cfg.Identity.ClientTLS())
+	d.conn, d.err = e.dialConn(ctx, addr, dialTLS(e.cfg.Identity.ClientTLS(), e.cfg.Protocols))
 	if d.err == nil {
 		if id, _ := PeerIdentity(d.conn.ConnectionState().TLS.PeerCertificates); e.isRevoked(id) {
 			_ = d.conn.CloseWithError(codeRevoked, revokedMsg(id))
@@ -556,6 +594,9 @@ func (e *Endpoint) dialConn(ctx context.Context, addr string, tc *tls.Config) (*
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.HandshakeTimeout)
 	defer cancel()
 	c, err := e.tr.Dial(ctx, ua, tc, e.qcfg)
+	if noSharedProtocol(err) {
+		err = mismatch(context.WithoutCancel(ctx), e.tr, addr, e.cfg.Protocols, e.cfg.Build, e.cfg.HandshakeTimeout)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
@@ -611,6 +652,13 @@ func (e *Endpoint) Close() error {
 // of kind k. It is how a node without a certificate joins. Release the
 // connection with the returned func.
 func DialPinned(ctx context.Context, addr, caHash string, k Kind, timeout time.Duration) (*Stream, func(), error) {
+	return DialPinnedAs(ctx, addr, caHash, k, timeout, version.Window{}, "")
+}
+
+// DialPinnedAs is DialPinned for a dialer of protocol window w and version
+// build (zero: this build's). A server that refuses w fails the stream with
+// a *version.Mismatch naming both sides (AsVersionMismatch).
+func DialPinnedAs(ctx context.Context, addr, caHash string, k Kind, timeout time.Duration, w version.Window, build string) (*Stream, func(), error) {
 	var ca *x509.Certificate
 	tc := PinnedTLS(caHash, &ca)
 	var mismatch atomic.Bool // the handshake's error does not survive quic's wrapping
@@ -620,18 +668,32 @@ func DialPinned(ctx context.Context, addr, caHash string, k Kind, timeout time.D
 		mismatch.Store(errors.Is(err, ErrCAMismatch))
 		return err
 	}
-	return dialOnce(ctx, addr, tc, k, timeout, &mismatch)
+	return dialOnce(ctx, addr, dialTLS(tc, orThis(w)), k, timeout, &mismatch, w, build)
+}
+
+func orBuild(b string) string {
+	if b == "" {
+		return version.String()
+	}
+	return b
+}
+
+func orThis(w version.Window) version.Window {
+	if w == (version.Window{}) {
+		return version.This
+	}
+	return w
 }
 
 // DialUnverified is DialPinned without any check of the server: only for
 // exchanges whose messages authenticate themselves (the bootstrap servers
 // seal theirs with a key derived from their shared secret).
 func DialUnverified(ctx context.Context, addr string, k Kind, timeout time.Duration) (*Stream, func(), error) {
-	tc := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, NextProtos: []string{alpn}}
-	return dialOnce(ctx, addr, tc, k, timeout, nil)
+	tc := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, NextProtos: alpnFor(version.This)}
+	return dialOnce(ctx, addr, tc, k, timeout, nil, version.Window{}, "")
 }
 
-func dialOnce(ctx context.Context, addr string, tc *tls.Config, k Kind, timeout time.Duration, mismatch *atomic.Bool) (*Stream, func(), error) {
+func dialOnce(ctx context.Context, addr string, tc *tls.Config, k Kind, timeout time.Duration, caMismatch *atomic.Bool, w version.Window, build string) (*Stream, func(), error) {
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("join address %q: %w", addr, err)
@@ -645,11 +707,14 @@ func dialOnce(ctx context.Context, addr string, tc *tls.Config, k Kind, timeout 
 	defer cancel()
 	conn, err := tr.Dial(ctx, ua, tc, &quic.Config{HandshakeIdleTimeout: timeout, MaxIdleTimeout: 2 * timeout})
 	if err != nil {
-		tr.Close()
-		udp.Close()
-		if mismatch != nil && mismatch.Load() {
+		if caMismatch != nil && caMismatch.Load() {
 			err = ErrCAMismatch
 		}
+		if noSharedProtocol(err) {
+			err = mismatch(context.Background(), tr, addr, orThis(w), orBuild(build), timeout)
+		}
+		tr.Close()
+		udp.Close()
 		return nil, nil, fmt.Errorf("join %s: %w", addr, err)
 	}
 	cleanup := func() {
@@ -666,5 +731,5 @@ func dialOnce(ctx context.Context, addr string, tc *tls.Config, k Kind, timeout 
 		cleanup()
 		return nil, nil, fmt.Errorf("join %s: %w", addr, err)
 	}
-	return &Stream{Stream: s, Kind: k, Peer: Peer{Addr: conn.RemoteAddr()}, local: udp.LocalAddr()}, cleanup, nil
+	return &Stream{Stream: s, Kind: k, Peer: Peer{Addr: conn.RemoteAddr(), Protocol: connProtocol(conn)}, local: udp.LocalAddr()}, cleanup, nil
 }

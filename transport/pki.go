@@ -18,6 +18,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"shoal/internal/version"
 	"time"
 )
 
@@ -25,9 +26,6 @@ import (
 // identified by the certificate's common name (the node ID) and
 // organizational unit (the role), not by host names, which change.
 const ServerName = "shoal.node"
-
-// ALPN protocol of the node endpoint.
-const alpn = "shoal/1"
 
 // Roles carried in node certificates.
 const (
@@ -221,7 +219,7 @@ func (id *Identity) ServerTLS() *tls.Config {
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		ClientCAs:    id.pool(),
 		MinVersion:   tls.VersionTLS13,
-		NextProtos:   []string{alpn},
+		NextProtos:   alpnFor(version.This),
 	}
 }
 
@@ -232,7 +230,7 @@ func (id *Identity) ClientTLS() *tls.Config {
 		RootCAs:      id.pool(),
 		ServerName:   ServerName,
 		MinVersion:   tls.VersionTLS13,
-		NextProtos:   []string{alpn},
+		NextProtos:   alpnFor(version.This),
 	}
 }
 
@@ -247,7 +245,7 @@ func PinnedTLS(caHash string, got **x509.Certificate) *tls.Config {
 	return &tls.Config{
 		InsecureSkipVerify: true, // replaced by the pin check below
 		MinVersion:         tls.VersionTLS13,
-		NextProtos:         []string{alpn},
+		NextProtos:         alpnFor(version.This),
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			if len(raw) < 2 {
 				return errors.New("server sent no CA certificate")

@@ -3,14 +3,18 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"testing"
+
+	"shoal/engine/kernels"
+	"shoal/internal/version"
 )
 
 // execute runs the CLI in-process with args and stdin, returning stdout and
@@ -227,8 +231,9 @@ func TestCLIFindsLocalUp(t *testing.T) {
 }
 
 // TestVersion: `shoal --version` is a flag as users try it first, and both
-// it and `shoal version` name the build: the commit the go command stamped
-// when no version was set at link time, not a bare "dev".
+// it and `shoal version` name the build: its release, the protocol it
+// speaks and the oldest it works with, its Go version and kernel set, and
+// the GPUs it finds (or why none); -o json says the same to scripts.
 func TestVersion(t *testing.T) {
 	flag, err := execute(t, "", "--version")
 	if err != nil {
@@ -238,26 +243,34 @@ func TestVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if flag != sub || !strings.HasPrefix(flag, "shoal ") {
+	if flag != sub || !strings.HasPrefix(flag, "shoal "+version.Release) {
 		t.Errorf("--version printed %q, version %q", flag, sub)
 	}
-	stamped := &debug.BuildInfo{Main: debug.Module{Path: "shoal", Version: "(devel)"}, Settings: []debug.BuildSetting{
-		{Key: "vcs.revision", Value: "3f2a9c1e0b7d5a6e8f9012345678901234567890"},
-		{Key: "vcs.time", Value: "2026-12-06T17:45:20Z"},
-		{Key: "vcs.modified", Value: "true"},
-	}}
-	for _, x := range []struct {
-		bi   *debug.BuildInfo
-		want string
-	}{
-		{stamped, "dev-3f2a9c1e0b7d-dirty (2026-12-06)"},
-		{&debug.BuildInfo{Main: debug.Module{Path: "shoal", Version: "v0.4.0"}}, "v0.4.0"},
-		{&debug.BuildInfo{Main: debug.Module{Path: "shoal", Version: "(devel)"}}, "dev"},
-		{nil, "dev"},
-	} {
-		if got := buildVersion(x.bi, x.bi != nil); got != x.want {
-			t.Errorf("buildVersion(%+v) = %q, want %q", x.bi, got, x.want)
+	for _, want := range []string{fmt.Sprintf("protocol  %d (works with nodes of protocols %d-%d)", version.Protocol, version.MinProtocol, version.Protocol),
+		"go ", "kernels   " + kernels.Path(), "gpus "} {
+		if !strings.Contains(sub, want) {
+			t.Errorf("shoal version lacks %q:\n%s", want, sub)
 		}
+	}
+	js, err := execute(t, "", "version", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Release  string   `json:"release"`
+		Version  string   `json:"version"`
+		Protocol int      `json:"protocol"`
+		Min      int      `json:"min_protocol"`
+		Kernels  string   `json:"kernels"`
+		GPUs     []string `json:"gpus"`
+		Go       string   `json:"go"`
+	}
+	if err := json.Unmarshal([]byte(js), &r); err != nil {
+		t.Fatalf("%v: %s", err, js)
+	}
+	if r.Release != version.Release || r.Protocol != version.Protocol || r.Min != version.MinProtocol || r.Kernels != kernels.Path() || r.GPUs == nil || r.Go == "" ||
+		!strings.HasPrefix(r.Version, version.Release) {
+		t.Errorf("version -o json: %+v", r)
 	}
 }
 

@@ -1,64 +1,24 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"runtime/debug"
+	"runtime"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"shoal/engine/device/vulkan/vk"
+	"shoal/engine/kernels"
 	"shoal/internal/logging"
+	"shoal/internal/version"
 )
 
-// version is set at build time with -ldflags "-X main.version=...";
-// shoalVersion falls back to what the go command stamped into the binary.
-var version string
-
-// shoalVersion is the version the binary reports and gossips.
-func shoalVersion() string {
-	if version != "" {
-		return version
-	}
-	return buildVersion(debug.ReadBuildInfo())
-}
-
-// buildVersion names the build from what the go command records: a
-// tagged module version as it is, else "dev" with the commit (12 hex
-// digits, "-dirty" when the tree had changes) and its date, e.g.
-// "dev-3f2a9c1e0b7d (2026-12-06)". Without build information: "dev".
-func buildVersion(bi *debug.BuildInfo, ok bool) string {
-	if !ok || bi == nil {
-		return "dev"
-	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	var rev, when string
-	dirty := false
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.time":
-			when = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if rev == "" {
-		return "dev"
-	}
-	v := "dev-" + rev[:min(12, len(rev))]
-	if dirty {
-		v += "-dirty"
-	}
-	if len(when) >= 10 {
-		v += " (" + when[:10] + ")"
-	}
-	return v
-}
+// shoalVersion is the version the binary reports and gossips
+// ("0.9.0+3f2a9c1e0b7d").
+func shoalVersion() string { return version.String() }
 
 var logOpts logging.Options
 
@@ -94,7 +54,7 @@ the same binary; the engine commands below also work on a single machine.
 Quick start:
   shoal gen-model --arch llama --type q4_k --out model.gguf   # a small random-weight model
   shoal run --model model.gguf -p "Hello"                     # generate text`,
-		Version:       shoalVersion(),
+		Version:       shoalVersion(), // --version prints versionText (below)
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
@@ -109,7 +69,8 @@ Quick start:
 	}
 	root.PersistentFlags().StringVar(&logOpts.Level, "log-level", "warn", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&logOpts.Format, "log-format", "console", "log format: console or json")
-	root.SetVersionTemplate("shoal {{.Version}}\n")
+	cobra.AddTemplateFunc("versionText", func() string { return versionText(buildReport()) })
+	root.SetVersionTemplate("{{versionText}}")
 	root.AddCommand(commands()...)
 	strictGroups(root)
 	return root
@@ -172,12 +133,92 @@ func oneLine(err error) string {
 }
 
 func versionCmd() *cobra.Command {
-	return &cobra.Command{
+	var output string
+	c := &cobra.Command{
 		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, args []string) {
-			fmt.Fprintln(cmd.OutOrStdout(), "shoal", shoalVersion())
+		Short: "Print the version, protocol, kernels and GPUs of this build",
+		Long: `Print what this binary is: its release and commit, the protocol it speaks to
+other nodes (and the oldest it still works with: a cluster may run two adjacent
+releases while it is upgraded one node at a time), its Go version, the CPU
+kernel set it runs here and the Vulkan GPUs it finds. shoal --version prints
+the same. shoal node ls shows every node's version; shoal upgrade-check whether
+the cluster can take the next release.`,
+		Example: `  shoal version
+  shoal version -o json | jq -r .protocol`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r := buildReport()
+			switch output {
+			case "json":
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(r)
+			case "table", "text", "":
+				fmt.Fprint(cmd.OutOrStdout(), versionText(r))
+				return nil
+			}
+			return fmt.Errorf("--output %q: want table or json", output)
 		},
 	}
+	c.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	return c
+}
+
+// versionReport is what shoal version prints.
+type versionReport struct {
+	version.Build
+	Version     string   `json:"version"` // as nodes gossip it
+	Protocol    int      `json:"protocol"`
+	MinProtocol int      `json:"min_protocol"`
+	Platform    string   `json:"platform"`
+	Kernels     string   `json:"kernels"`            // the CPU kernel set in use
+	Levels      []string `json:"kernel_levels"`      // the sets this CPU can run, best first
+	GPUs        []string `json:"gpus"`               // Vulkan devices found
+	GPUNote     string   `json:"gpu_note,omitempty"` // why none, when none
+}
+
+func buildReport() versionReport {
+	b := version.Current()
+	r := versionReport{Build: b, Version: b.String(), Protocol: version.Protocol, MinProtocol: version.MinProtocol,
+		Platform: runtime.GOOS + "/" + runtime.GOARCH, Kernels: kernels.Path(), Levels: kernels.Levels(), GPUs: []string{}}
+	if r.Go == "" {
+		r.Go = runtime.Version()
+	}
+	gs, err := vk.GPUs()
+	if err != nil {
+		r.GPUNote = err.Error()
+	}
+	for _, g := range gs {
+		r.GPUs = append(r.GPUs, fmt.Sprintf("vulkan:%d %s (%s, %d MiB)", g.Index, g.Name, g.TypeName(), g.Memory>>20))
+	}
+	if err == nil && len(gs) == 0 {
+		r.GPUNote = "no Vulkan device"
+	}
+	return r
+}
+
+func versionText(r versionReport) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "shoal %s\n", r.Version)
+	if r.Commit != "" {
+		fmt.Fprintf(&b, "  commit    %s", r.Commit)
+		if r.Date != "" {
+			fmt.Fprintf(&b, " (%s)", r.Date)
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "  protocol  %d (works with nodes of %s)\n", r.Protocol, version.Window{Min: r.MinProtocol, Max: r.Protocol})
+	fmt.Fprintf(&b, "  go        %s %s\n", r.Go, r.Platform)
+	fmt.Fprintf(&b, "  kernels   %s (this CPU runs %s)\n", r.Kernels, strings.Join(r.Levels, ", "))
+	if len(r.GPUs) == 0 {
+		fmt.Fprintf(&b, "  gpus      none (%s)\n", r.GPUNote)
+	}
+	for i, g := range r.GPUs {
+		label := "gpus"
+		if i > 0 {
+			label = ""
+		}
+		fmt.Fprintf(&b, "  %-9s %s\n", label, g)
+	}
+	return b.String()
 }

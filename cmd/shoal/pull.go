@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"shoal/internal/version"
 	"strings"
 	"syscall"
 
@@ -93,7 +94,7 @@ Environment:
 			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			c := hub.NewClient()
-			c.UserAgent = "shoal/" + version
+			c.UserAgent = "shoal/" + version.Release
 			opts.Client = c
 			// --path is for $(...): a model already stored is answered
 			// from the store, without asking the hub.
@@ -281,7 +282,7 @@ func resolveModel(ctx context.Context, arg string, w io.Writer, pull bool) (path
 		m = got
 	} else if isRef && pull {
 		c := hub.NewClient()
-		c.UserAgent = "shoal/" + version
+		c.UserAgent = "shoal/" + version.Release
 		prog := &pullProgress{w: w, what: arg, tty: isTerminal(w)}
 		m, err = st.Pull(ctx, arg, hub.PullOptions{Client: c, Progress: prog.update, Stored: true})
 		prog.finish()

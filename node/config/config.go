@@ -7,6 +7,7 @@ import (
 
 	"shoal/coordinator"
 	"shoal/hub"
+	"shoal/internal/version"
 	"shoal/node/identity"
 	"shoal/node/links"
 )
@@ -61,7 +62,10 @@ type Config struct {
 	// (--metrics-public); else it takes a read or admin key.
 	MetricsPublic bool   `json:"metrics_public"`
 	Version       string `json:"-"`
-	Tuning        Tuning `json:"tuning"`
+	// Protocols is the window of protocols the agent speaks (zero: this
+	// build's, version.This): tests run an agent as another build.
+	Protocols version.Window `json:"-"`
+	Tuning    Tuning         `json:"tuning"`
 	// Hub is the client for models loaded by hub reference (nil: one
 	// from the environment, HF_ENDPOINT and HF_TOKEN).
 	Hub *hub.Client `json:"-"`

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"shoal/internal/version"
 	"time"
 
 	"go.uber.org/zap"
@@ -39,6 +40,10 @@ type AdmissionConfig struct {
 	// of kinds.
 	CheckToken func(st *coordinator.State, presented string, now time.Time, kinds ...string) (*coordinator.Token, error)
 	Log        *zap.Logger
+	// Protocols and Build are this node's protocol window and version
+	// (zero: this build's).
+	Protocols version.Window
+	Build     string
 }
 
 // NewAdmission is the join handler.
@@ -90,6 +95,16 @@ func (j *Admission) handle(ctx context.Context, req *joinRequest, forwarded bool
 	if j.cfg.Server == nil {
 		return &joinResponse{Err: fmt.Sprintf("agent %s is a client: --join a server", j.cfg.Name), Code: http.StatusBadRequest}
 	}
+	// The connection's protocol was checked by the transport; a join the
+	// leader gets from another server is checked against its own window.
+	w, build := j.cfg.Protocols, j.cfg.Build
+	if w == (version.Window{}) {
+		w, build = version.This, version.String()
+	}
+	if req.Protocol != 0 && !w.Has(req.Protocol) {
+		m := &version.Mismatch{Local: w, LocalBuild: build, Remote: req.Protocol, RemoteMin: req.Protocol, RemoteBuild: req.Version, Peer: "node " + req.Name}
+		return &joinResponse{Err: m.Error(), Code: http.StatusBadRequest}
+	}
 	if !j.cfg.Server.IsLeader() {
 		_, addr := j.cfg.Server.Leader()
 		if addr == "" || forwarded {
@@ -133,7 +148,8 @@ func (j *Admission) handle(ctx context.Context, req *joinRequest, forwarded bool
 			return fail(err)
 		}
 	}
-	j.cfg.Log.Info("admitted node", zap.String("name", req.Name), zap.String("id", id), zap.String("role", req.Role))
+	j.cfg.Log.Info("admitted node", zap.String("name", req.Name), zap.String("id", id), zap.String("role", req.Role),
+		zap.String("version", req.Version), zap.Int("protocol", version.Of(req.Protocol)))
 	return resp
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"shoal/internal/version"
 	"shoal/transport"
 )
 
@@ -32,7 +33,7 @@ func TestJoinNameChecked(t *testing.T) {
 	ep.Handle(transport.KindJoin, j.Serve)
 	for _, name := range []string{"evil\x1b[31m", "a\nb"} {
 		req, _ := json.Marshal(joinRequest{Token: "abc123.0123456789abcdef", NodeID: strings.Repeat("1", 36), Name: name, Role: "client", PublicKey: make([]byte, 32)})
-		resp, err := joinOnce(t.Context(), ep.Addr().String(), transport.CAHash(ident.CA.Cert), req)
+		resp, err := joinOnce(t.Context(), ep.Addr().String(), transport.CAHash(ident.CA.Cert), req, version.This, "")
 		if err != nil {
 			t.Fatal(err)
 		}

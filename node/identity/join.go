@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"shoal/internal/version"
 	"time"
 
 	"go.uber.org/zap"
@@ -75,6 +76,10 @@ type Config struct {
 	QUICPort    int
 	JoinTimeout time.Duration // how long joining or bootstrapping retries (5 minutes if 0)
 	Log         *zap.Logger
+	// Protocols and Build are the node's protocol window and version
+	// (zero: this build's); tests join as another build.
+	Protocols version.Window
+	Build     string
 }
 
 func (c *Config) joinTimeout() time.Duration {
@@ -196,6 +201,10 @@ type joinRequest struct {
 	PublicKey []byte `json:"public_key"`
 	// Bootstrap is a sealed bootstrapPoll (no token then).
 	Bootstrap []byte `json:"bootstrap,omitempty"`
+	// Version and Protocol are the joining build's (absent from builds
+	// before protocol 2): the server logs them.
+	Version  string `json:"version,omitempty"`
+	Protocol int    `json:"protocol,omitempty"`
 }
 
 type joinResponse struct {
@@ -221,14 +230,27 @@ func (a *joiner) joinWithToken(ctx context.Context, token string) error {
 	if err != nil {
 		return err
 	}
-	req, _ := json.Marshal(joinRequest{Token: token, NodeID: a.id, Name: a.cfg.Name, Role: a.role, PublicKey: pub})
+	w, build := a.cfg.Protocols, a.cfg.Build
+	if w == (version.Window{}) {
+		w, build = version.This, version.String()
+	}
+	req, _ := json.Marshal(joinRequest{Token: token, NodeID: a.id, Name: a.cfg.Name, Role: a.role, PublicKey: pub, Version: build, Protocol: w.Max})
 	deadline := time.Now().Add(a.cfg.joinTimeout())
 	var last error
 	for backoff := 200 * time.Millisecond; time.Now().Before(deadline); {
+		mismatched := 0
 		for _, addr := range a.cfg.Join {
-			resp, err := joinOnce(ctx, addr, caHash, req)
+			resp, err := joinOnce(ctx, addr, caHash, req, w, build)
 			if errors.Is(err, transport.ErrCAMismatch) {
 				return fmt.Errorf("%w: that server belongs to another cluster, or the token is not this cluster's (make one there with 'shoal token create')", err)
+			}
+			if transport.IsVersionMismatch(err) {
+				// Another server may be of a release this one works with
+				// (the cluster is being upgraded); when none is, retrying
+				// cannot help.
+				mismatched++
+				last = err
+				continue
 			}
 			if err != nil {
 				last = err
@@ -243,6 +265,9 @@ func (a *joiner) joinWithToken(ctx context.Context, token string) error {
 			}
 			return a.acceptJoin(resp, caHash, key)
 		}
+		if mismatched == len(a.cfg.Join) {
+			return fmt.Errorf("could not join: %w", last)
+		}
 		a.log.Info("join failed; retrying", zap.Error(last))
 		select {
 		case <-ctx.Done():
@@ -256,8 +281,8 @@ func (a *joiner) joinWithToken(ctx context.Context, token string) error {
 	return fmt.Errorf("could not join: %v", last)
 }
 
-func joinOnce(ctx context.Context, addr, caHash string, req []byte) (*joinResponse, error) {
-	st, done, err := transport.DialPinned(ctx, addr, caHash, transport.KindJoin, 3*time.Second)
+func joinOnce(ctx context.Context, addr, caHash string, req []byte, w version.Window, build string) (*joinResponse, error) {
+	st, done, err := transport.DialPinnedAs(ctx, addr, caHash, transport.KindJoin, 3*time.Second, w, build)
 	if err != nil {
 		return nil, err
 	}

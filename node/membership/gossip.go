@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"shoal/coordinator"
+	"shoal/internal/version"
 	"shoal/internal/zapio"
 )
 
@@ -28,6 +30,8 @@ type Gossip struct {
 
 	revoked func(id string) bool       // node IDs removed from the cluster
 	joined  func(id string, ip net.IP) // a member was seen alive (nil: nothing to do)
+
+	protocols version.Window // the protocols of the nodes it admits
 }
 
 // Options configure the memberlist a Gossip runs.
@@ -45,6 +49,9 @@ type Options struct {
 	Revoked func(id string) bool
 	// Joined is told of each member seen alive (nil: nothing to do).
 	Joined func(id string, ip net.IP)
+	// Protocols is the window of protocols this node works with (zero:
+	// this build's): a node gossiping a protocol outside it is refused.
+	Protocols version.Window
 }
 
 // Start creates the delegate gossiping md and the memberlist it runs;
@@ -55,12 +62,16 @@ func Start(md Meta, o Options) (*Gossip, error) {
 		return nil, err
 	}
 	g := &Gossip{
-		meta:    b,
-		nodes:   map[string]*memberlist.Node{},
-		status:  map[string]coordinator.NodeStatus{},
-		events:  make(chan struct{}, 1),
-		revoked: o.Revoked,
-		joined:  o.Joined,
+		meta:      b,
+		nodes:     map[string]*memberlist.Node{},
+		status:    map[string]coordinator.NodeStatus{},
+		events:    make(chan struct{}, 1),
+		revoked:   o.Revoked,
+		protocols: o.Protocols,
+		joined:    o.Joined,
+	}
+	if g.protocols == (version.Window{}) {
+		g.protocols = version.This
 	}
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = o.ID
@@ -99,6 +110,12 @@ func (g *Gossip) Memberlist() *memberlist.Memberlist { return g.ml }
 func (g *Gossip) NotifyAlive(n *memberlist.Node) error {
 	if g.revoked != nil && g.revoked(n.Name) {
 		return fmt.Errorf("node %s was removed from the cluster", n.Name)
+	}
+	// A node of a protocol this one does not work with is refused here
+	// as on QUIC, where the refusal names both versions.
+	var md Meta
+	if json.Unmarshal(n.Meta, &md) == nil && !g.protocols.Has(version.Of(md.Proto)) {
+		return fmt.Errorf("node %s (shoal %s) speaks protocol %d, outside this node's %s", n.Name, md.Version, version.Of(md.Proto), g.protocols)
 	}
 	return nil
 }

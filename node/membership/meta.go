@@ -17,6 +17,7 @@ type Meta struct {
 	Name      string  `json:"n"`
 	Role      string  `json:"r"`
 	Version   string  `json:"v"`
+	Proto     int     `json:"p,omitempty"` // the protocol the node speaks (absent: 1)
 	QUIC      int     `json:"q"`
 	HTTP      int     `json:"h"`
 	Expect    int     `json:"e,omitempty"`
@@ -54,7 +55,7 @@ func (m *Meta) Caps() coordinator.Capabilities {
 // MetaOf is the metadata gossip gave for member m: what an agent of a
 // version before Node.Hello is taken to have said.
 func MetaOf(m coordinator.Member) Meta {
-	got := Meta{Name: m.Name, Version: m.Version, Expect: m.Expect, Mem: m.Caps.MemTotal, Free: m.Caps.MemFree, Cores: m.Caps.Cores,
+	got := Meta{Name: m.Name, Version: m.Version, Proto: m.Protocol, Expect: m.Expect, Mem: m.Caps.MemTotal, Free: m.Caps.MemFree, Cores: m.Caps.Cores,
 		GFLOPS: m.Caps.GFLOPS, GBps: m.Caps.MemGBps, Accel: m.Caps.Accel, Serves: m.Caps.Serves,
 		GPU: m.Caps.GPU, GPUMem: m.Caps.GPUMem, GPUGBps: m.Caps.GPUGBps, GPUShared: m.Caps.GPUShared}
 	if _, p, err := net.SplitHostPort(m.HTTPAddr); err == nil {
@@ -72,7 +73,7 @@ func Certified(m coordinator.Member, id, name, role string, md Meta) coordinator
 		name = m.Name
 	}
 	out := coordinator.Member{
-		ID: id, Name: name, Role: role, Addr: m.Addr, RPCAddr: m.RPCAddr, Version: md.Version, Status: m.Status, Expect: md.Expect,
+		ID: id, Name: name, Role: role, Addr: m.Addr, RPCAddr: m.RPCAddr, Version: md.Version, Protocol: md.Proto, Status: m.Status, Expect: md.Expect,
 		Caps: md.Caps(),
 	}
 	if host, _, err := net.SplitHostPort(m.RPCAddr); err == nil && md.HTTP > 0 {
@@ -86,7 +87,7 @@ func memberOf(n *memberlist.Node, st coordinator.NodeStatus) coordinator.Member 
 	_ = json.Unmarshal(n.Meta, &m)
 	ip := n.Addr.String()
 	mb := coordinator.Member{
-		ID: n.Name, Name: m.Name, Role: m.Role, Version: m.Version, Status: st, Expect: m.Expect,
+		ID: n.Name, Name: m.Name, Role: m.Role, Version: m.Version, Protocol: m.Proto, Status: st, Expect: m.Expect,
 		Addr: net.JoinHostPort(ip, strconv.Itoa(int(n.Port))),
 		Caps: m.Caps(),
 	}
