@@ -100,6 +100,10 @@ type Status struct {
 	Nodes            int            `json:"nodes"`
 	NodesAlive       int            `json:"nodes_alive"`
 	Index            uint64         `json:"index"`
+	// Protocol is the cluster's protocol: the newest every alive node
+	// spoke when the leader last recorded it (0 from a server that
+	// predates protocols: 1).
+	Protocol int `json:"protocol"`
 }
 
 // ServerStatus is one Raft server.

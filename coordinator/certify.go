@@ -65,7 +65,7 @@ func (c *certifier) init() {
 // hintOf is what gossip says of m beyond its liveness: a change makes the
 // leader ask the node again.
 func hintOf(m Member) string {
-	return fmt.Sprintf("%s|%s|%s|%s|%s|%s|%d|%+v", m.Name, m.Role, m.Addr, m.RPCAddr, m.HTTPAddr, m.Version, m.Expect, m.Caps)
+	return fmt.Sprintf("%s|%s|%s|%s|%s|%s|%d|%d|%+v", m.Name, m.Role, m.Addr, m.RPCAddr, m.HTTPAddr, m.Version, m.Protocol, m.Expect, m.Caps)
 }
 
 // certified returns the certified record of gossip member m (its Status

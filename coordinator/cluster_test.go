@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"shoal/internal/version"
 	"shoal/transport"
 )
 
@@ -63,6 +64,9 @@ func (f *fakeMembers) setStatus(id string, st NodeStatus) {
 type testServer struct {
 	snaps  uint64        // SnapshotThreshold (0: 16)
 	slow   time.Duration // how long its FSM takes over each command
+	// protocols is the window it speaks (zero: this build's): a server
+	// of another build.
+	protocols version.Window
 	id     string
 	dir    string
 	addr   string
@@ -140,7 +144,7 @@ func (c *testCluster) tryStart(s *testServer) error {
 	}
 	var ep *transport.Endpoint
 	for i := 0; i < 20; i++ { // the old port may linger for a moment
-		ep, err = transport.Listen(transport.Config{Bind: s.addr, Identity: ident, IdleTimeout: 3 * time.Second, HandshakeTimeout: time.Second})
+		ep, err = transport.Listen(transport.Config{Bind: s.addr, Identity: ident, IdleTimeout: 3 * time.Second, HandshakeTimeout: time.Second, Protocols: s.protocols})
 		if err == nil {
 			break
 		}
@@ -157,7 +161,7 @@ func (c *testCluster) tryStart(s *testServer) error {
 		HeartbeatTimeout: 150 * time.Millisecond, ElectionTimeout: 150 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond,
 		ReconcileInterval: 100 * time.Millisecond, ServerStabilization: 200 * time.Millisecond, DeadServerGrace: time.Second,
 		SnapshotThreshold: cmp.Or(s.snaps, 16), SnapshotInterval: 200 * time.Millisecond,
-		Certify: certifyByPeer(ep),
+		Certify: certifyByPeer(ep), Protocols: s.protocols,
 		fsmHook: func() { time.Sleep(s.slow) },
 		PeerHasState: func(ctx context.Context, m Member) (bool, error) {
 			if o := c.running(m.ID); o != nil {
@@ -174,7 +178,8 @@ func (c *testCluster) tryStart(s *testServer) error {
 	c.mu.Lock()
 	s.srv = srv
 	c.mu.Unlock()
-	c.members.set(Member{ID: s.id, Name: s.id, Role: RoleServer, RPCAddr: s.addr, Status: StatusAlive, Expect: s.expect})
+	c.members.set(Member{ID: s.id, Name: s.id, Role: RoleServer, RPCAddr: s.addr, Status: StatusAlive, Expect: s.expect,
+		Protocol: cmp.Or(s.protocols, version.This).Max})
 	return nil
 }
 

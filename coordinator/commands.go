@@ -43,6 +43,10 @@ const (
 	// ModelHolderType records a node's copy of a model file. Sent with
 	// IgnoreUnknownTypeFlag: a server that predates it keeps no copies.
 	ModelHolderType MessageType = 14
+	// ProtocolSetType records the cluster's protocol (protocol.go). Added
+	// in protocol 2: written only once every server speaks it, with
+	// IgnoreUnknownTypeFlag all the same.
+	ProtocolSetType MessageType = 15
 )
 
 // RegisterNodeRequest upserts a node from gossip. Draining and RegisteredAt
@@ -217,6 +221,7 @@ var commands = func() map[MessageType]handler {
 
 // commandTable is the command table.
 var commandTable = map[MessageType]command{
+	ProtocolSetType: cmd(ProtocolSetType, applyProtocolSet),
 	HTTPSCASetType: cmd(HTTPSCASetType, func(s *State, _ uint64, r *HTTPSCASetRequest) any {
 		if r.CA.CertPEM == "" || r.CA.KeyPEM == "" {
 			return errorf(http.StatusBadRequest, "HTTPS CA without a certificate or key")

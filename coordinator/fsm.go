@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"go.uber.org/zap"
+
+	"shoal/internal/version"
 )
 
 // snapshotVersion is the first byte of every snapshot.
@@ -33,13 +35,17 @@ type FSM struct {
 
 	// applyHook, when set (tests), runs before each command: a slow FSM.
 	applyHook func()
+
+	// protocols is the window of the server (version.This unless a test
+	// runs it as another build).
+	protocols version.Window
 }
 
 var _ raft.FSM = (*FSM)(nil)
 
 // NewFSM returns an FSM with an empty state.
 func NewFSM() *FSM {
-	return &FSM{state: NewState(), log: zap.L().Named("fsm"), changed: make(chan struct{})}
+	return &FSM{state: NewState(), log: zap.L().Named("fsm"), changed: make(chan struct{}), protocols: version.This}
 }
 
 // Apply dispatches a log entry by its type byte. Every server applies the
@@ -70,6 +76,11 @@ func (f *FSM) Apply(l *raft.Log) any {
 		return nil
 	}
 	t := MessageType(l.Data[0])
+	if w := entryProtocol(l); !readable(w, f.protocols) {
+		f.log.Error("skipping a command written by a build of another protocol: upgrade this server", zap.String("command", CommandName(t)),
+			zap.Uint64("index", l.Index), zap.Stringer("written_by", w), zap.Stringer("reads", f.protocols))
+		return invalid("command %s at index %d was written by a server of %v; this server reads %v", CommandName(t), l.Index, w, f.protocols)
+	}
 	ignoreUnknown := t&IgnoreUnknownTypeFlag != 0
 	t &^= IgnoreUnknownTypeFlag
 	c, ok := commandTable[t]
@@ -160,7 +171,10 @@ func (f *FSM) Changed() <-chan struct{} {
 // Snapshot captures a copy of the state; Persist writes it outside the
 // FSM lock.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	return &snapshot{state: f.State()}, nil
+	st := f.State()
+	w := f.protocols
+	st.WrittenBy = &w
+	return &snapshot{state: st}, nil
 }
 
 // Restore replaces the state with a snapshot: it decodes into a fresh
@@ -171,6 +185,15 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
+	w := version.Window{Min: 1, Max: 1} // a snapshot from before protocol 2
+	if s.WrittenBy != nil {
+		w = *s.WrittenBy
+	}
+	if !readable(w, f.protocols) {
+		return fmt.Errorf("snapshot written by a server of %v; this server reads %v: run a release of the snapshot's window", w, f.protocols)
+	}
+	f.log.Info("restored a snapshot", zap.Uint64("index", s.Index), zap.Stringer("written_by", w))
+	s.WrittenBy = nil
 	// What no command could have written is dropped, with a log, rather
 	// than refused: a server must start on the snapshot it has.
 	s.sanitize(func(what, key string, err error) {

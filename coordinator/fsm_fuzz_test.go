@@ -110,6 +110,8 @@ func fuzzSeeds() []struct {
 		{TokenRotateType, TokenRotateRequest{ID: "adm", SecretHash: "h2"}},
 		{ModelHolderType | IgnoreUnknownTypeFlag, ModelHolderRequest{Model: "m", Holder: ModelHolder{Node: "w1", Digest: "d", State: HolderCopying}}},
 		{ModelHolderType, ModelHolderRequest{Model: "m", Holder: ModelHolder{Node: "n1", Digest: "d", State: "x", Error: huge}}},
+		{ProtocolSetType | IgnoreUnknownTypeFlag, ProtocolSetRequest{Protocol: 2}},
+		{ProtocolSetType, ProtocolSetRequest{Protocol: -4}},
 		{99, json.RawMessage(`{}`)},
 		{IgnoreUnknownTypeFlag | 99, json.RawMessage(`{"anything":1}`)},
 	}

@@ -183,6 +183,7 @@ func (s *Server) reconcile() {
 			return
 		}
 	}
+	s.raiseProtocol()
 	s.manageVoters(members, certified, removed)
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"shoal/internal/version"
 	"sort"
 	"strconv"
 	"sync"
@@ -84,6 +85,9 @@ type Config struct {
 	ServerStabilization time.Duration
 	SnapshotThreshold   uint64
 	SnapshotInterval    time.Duration
+	// Protocols is the window of protocols this server speaks (zero: this
+	// build's, version.This); tests run a server as another build.
+	Protocols version.Window
 
 	fsmHook func() // tests: runs before each command the FSM takes in
 }
@@ -182,6 +186,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	fsm := NewFSM()
 	fsm.applyHook = cfg.fsmHook
+	if cfg.Protocols != (version.Window{}) {
+		fsm.protocols = cfg.Protocols
+	}
 	// Servers are dialed by ID where gossip and the state say they are
 	// now, not only at the address the configuration recorded: a server
 	// that restarts on a new IP keeps its ID.
@@ -358,7 +365,12 @@ func (s *Server) Apply(t MessageType, req any, timeout time.Duration) error {
 	if err := ValidateCommand(t, b[1:]); err != nil {
 		return err
 	}
-	f := s.raft.Apply(b, timeout)
+	if p := commandProtocol[t&^IgnoreUnknownTypeFlag]; p > 1 {
+		if err := s.serversSpeak(p); err != nil {
+			return err
+		}
+	}
+	f := s.raft.ApplyLog(raft.Log{Data: b, Extensions: protocolExt(s.protocols())}, timeout)
 	err = s.wait(f)
 	if err != nil {
 		if errors.Is(err, raft.ErrLeadershipLost) {

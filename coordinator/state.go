@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"shoal/internal/version"
 	"shoal/placement"
 )
 
@@ -304,6 +305,13 @@ type State struct {
 	// leader creates it).
 	HTTPSCA *HTTPSCA `json:"https_ca,omitempty"`
 	Index   uint64   `json:"index"` // raft index of the last applied command
+	// Protocol is the cluster's protocol: the newest every alive node
+	// spoke when the leader last looked (absent: 1). See protocol.go.
+	Protocol int `json:"protocol,omitempty"`
+	// WrittenBy is the window of the server that wrote the snapshot the
+	// state was read from (absent: a build from before protocol 2); only
+	// snapshots carry it.
+	WrittenBy *version.Window `json:"written_by,omitempty"`
 }
 
 // Redacted is a copy of the state for a client node: the tokens without

@@ -89,6 +89,7 @@ var commandNames = map[MessageType]string{
 	NodeRevokeType:     "node-revoke",
 	TokenRotateType:    "token-rotate",
 	ModelHolderType:    "model-holder",
+	ProtocolSetType:    "protocol-set",
 }
 
 // CommandName names command type t (its IgnoreUnknownTypeFlag aside).

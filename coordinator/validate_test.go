@@ -168,6 +168,7 @@ func TestValidateCommands(t *testing.T) {
 			{"hub.repo", withModel(func(m *Model) { m.Hub.Repo = long(MaxPathLen + 1) })},
 		}},
 		{ModelDeleteType, ModelDeleteRequest{Name: "m"}, []bad{{"name", ModelDeleteRequest{}}, {"name", ModelDeleteRequest{Name: long(MaxModelNameLen + 1)}}}},
+		{ProtocolSetType, ProtocolSetRequest{Protocol: 2}, []bad{{"protocol", ProtocolSetRequest{}}, {"protocol", ProtocolSetRequest{Protocol: 256}}}},
 		{ModelHolderType, holder(), []bad{
 			{"model", withHolder(func(r *ModelHolderRequest) { r.Model = "" })},
 			{"holder: node", withHolder(func(r *ModelHolderRequest) { r.Holder.Node = "" })},

@@ -94,7 +94,7 @@ func (b *admin) Status(ctx context.Context) (*api.Status, error) {
 		return &s, nil
 	}
 	st := b.srv.FSM().State()
-	s := &api.Status{Node: b.id, NodeName: b.name, Role: b.role, Index: st.Index, Nodes: len(st.Nodes)}
+	s := &api.Status{Node: b.id, NodeName: b.name, Role: b.role, Index: st.Index, Nodes: len(st.Nodes), Protocol: version.Of(st.Protocol)}
 	for _, n := range st.Nodes {
 		if n.Status == coordinator.StatusAlive {
 			s.NodesAlive++

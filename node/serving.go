@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -19,10 +20,12 @@ import (
 	"shoal/api/dashboard"
 	"shoal/api/openai"
 	"shoal/catalog"
+	"shoal/coordinator"
 	"shoal/disagg"
 	"shoal/engine/gguf"
 	"shoal/engine/model"
 	"shoal/gateway"
+	"shoal/internal/version"
 	"shoal/node/links"
 	"shoal/node/metrics"
 	"shoal/parallel"
@@ -268,7 +271,25 @@ func (a *Agent) metricsSource() metrics.Source {
 			}
 			return alive, len(ms) - alive, true
 		},
+		Build: metrics.Build{Version: a.buildVersion(), Protocol: a.protocols().Max, MinProtocol: a.protocols().Min, Go: runtime.Version()},
+		ClusterProtocol: func() (int, bool) {
+			if a.srv == nil {
+				return 0, false
+			}
+			p := 0
+			a.srv.FSM().View(func(st *coordinator.State) { p = version.Of(st.Protocol) })
+			return p, true
+		},
 	}
+}
+
+// buildVersion is the version the agent reports: its configured one, else
+// this build's.
+func (a *Agent) buildVersion() string {
+	if a.cfg.Version != "" {
+		return a.cfg.Version
+	}
+	return version.String()
 }
 
 // awaitLocal waits up to d until every --model model is served. Start

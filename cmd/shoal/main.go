@@ -41,6 +41,7 @@ func commands() []*cobra.Command {
 		modelCmd(),
 		placementCmd(),
 		pullCmd(),
+		upgradeCheckCmd(),
 	}
 }
 

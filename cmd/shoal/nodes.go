@@ -32,15 +32,17 @@ func nodeLsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List nodes with their role, status and measured capabilities",
-		Long: `List nodes with their role, status and the capabilities each measured at
-start (memory, float32 matmul GFLOPS, memory bandwidth).
+		Long: `List nodes with their role, status, version (with the protocol it speaks,
+p2) and the capabilities each measured at start (memory, float32 matmul
+GFLOPS, memory bandwidth). shoal upgrade-check says whether the cluster can
+take the next release.
 
   shoal node ls
   shoal node ls -o json | jq '.[] | select(.status=="alive") | .name'`,
 		Args: cobra.NoArgs,
 		RunE: show(&f, (*api.Client).Nodes, func(w io.Writer, nodes []*api.Node) error {
 			tw := table(w)
-			fmt.Fprintln(tw, "ID\tNAME\tADDRESS\tROLE\tSTATUS\tMEMORY\tFREE\tCORES\tGFLOPS\tGB/s\tACCEL\tGPU")
+			fmt.Fprintln(tw, "ID\tNAME\tADDRESS\tROLE\tSTATUS\tVERSION\tMEMORY\tFREE\tCORES\tGFLOPS\tGB/s\tACCEL\tGPU")
 			for _, n := range nodes {
 				st := string(n.Status)
 				if n.Draining {
@@ -54,8 +56,8 @@ start (memory, float32 matmul GFLOPS, memory bandwidth).
 				if n.Caps.GPU != "" {
 					gpu = fmt.Sprintf("%s (%s, %.1f GB/s)", n.Caps.GPU, gib(n.Caps.GPUMem), n.Caps.GPUGBps)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%s\t%s\n", short(n.ID), n.Name, n.RPCAddr, n.Role, st,
-					gib(n.Caps.MemTotal), gib(n.Caps.MemFree), n.Caps.Cores, n.Caps.GFLOPS, n.Caps.MemGBps, accel, gpu)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\t%s\t%s\n", short(n.ID), n.Name, n.RPCAddr, n.Role, st,
+					nodeVersion(n.Version, n.Protocol), gib(n.Caps.MemTotal), gib(n.Caps.MemFree), n.Caps.Cores, n.Caps.GFLOPS, n.Caps.MemGBps, accel, gpu)
 			}
 			return tw.Flush()
 		}),

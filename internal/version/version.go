@@ -76,7 +76,8 @@ func String() string { return Current().String() }
 
 // Window is a range of protocols a build works with.
 type Window struct {
-	Min, Max int
+	Min int `json:"min"`
+	Max int `json:"max"`
 }
 
 // This is the window of this build.

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,8 @@ var (
 	descRemoteSec = prometheus.NewDesc("shoal_remote_prefill_seconds_total", "Time the remote prefills that ended well took, KV transfer included.", []string{"model"}, nil)
 	descRemoteRun = prometheus.NewDesc("shoal_remote_prefills_running", "Remote prefills under way.", []string{"model"}, nil)
 	descRemotePh  = prometheus.NewDesc("shoal_remote_prefill_phase_seconds_total", "Where remote prefills' time went: queue (waiting for the prefill pool), open (reserving the positions on the decode pool), step (the prefill pool's steps, KV sent as they go), wait (the decode pool finishing its imports after a step).", []string{"model", "phase"}, nil)
+	descBuild     = prometheus.NewDesc("shoal_build_info", "1, labelled with the agent's version, the protocol it speaks, the oldest protocol it works with and its Go version.", []string{"version", "protocol", "min_protocol", "go"}, nil)
+	descClusterP  = prometheus.NewDesc("shoal_cluster_protocol", "The cluster's protocol as this server's state records it: the newest every alive node speaks.", nil, nil)
 	descKVLink    = prometheus.NewDesc("shoal_kv_link_bytes_total", "KV cache bytes this node's kv streams carried, by direction and kind (payload, framing).", []string{"direction", "kind"}, nil)
 )
 
@@ -49,6 +52,18 @@ type Source struct {
 	// Gossip counts the members memberlist lists alive and otherwise (ok
 	// false: gossip is not running).
 	Gossip func() (alive, other int, ok bool)
+	// Build is the agent's version and protocols (shoal_build_info).
+	Build Build
+	// ClusterProtocol is the cluster's protocol in this server's state (ok
+	// false on a client agent; nil: not reported).
+	ClusterProtocol func() (int, bool)
+}
+
+// Build names the agent's build for shoal_build_info.
+type Build struct {
+	Version               string
+	Protocol, MinProtocol int
+	Go                    string
 }
 
 // Agent is the collector of the agent's live state.
@@ -59,7 +74,7 @@ type agentCollector struct{ src Source }
 
 func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descQueue, descRunning, descKVUsed, descKVFree, descBatch, descSteps, descPreempt, descKVCached, descPrefixHit,
-		descDrafted, descAccepted, descReplays, descReplayLag, descMemberMs, descLeader, descMembers, descRaftKnown, descRemote, descRemoteTok, descRemoteSec, descRemoteRun, descRemotePh, descKVLink} {
+		descDrafted, descAccepted, descReplays, descReplayLag, descMemberMs, descLeader, descMembers, descRaftKnown, descRemote, descRemoteTok, descRemoteSec, descRemoteRun, descRemotePh, descKVLink, descBuild, descClusterP} {
 		ch <- d
 	}
 }
@@ -81,6 +96,14 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	if alive, other, ok := c.src.Gossip(); ok {
 		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(alive), "alive")
 		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(other), "other")
+	}
+	if b := c.src.Build; b.Protocol > 0 {
+		ch <- prometheus.MustNewConstMetric(descBuild, prometheus.GaugeValue, 1, b.Version, strconv.Itoa(b.Protocol), strconv.Itoa(b.MinProtocol), b.Go)
+	}
+	if c.src.ClusterProtocol != nil {
+		if p, ok := c.src.ClusterProtocol(); ok {
+			ch <- prometheus.MustNewConstMetric(descClusterP, prometheus.GaugeValue, float64(p))
+		}
 	}
 }
 

@@ -129,7 +129,7 @@ function renderNodes(nodes, st) {
     const mem = c.mem_total ? fmtBytes(c.mem_total) + (c.mem_free ? ' (' + fmtBytes(c.mem_free) + ' free)' : '') : '—';
     return el('tr', { 'data-node': n.name },
       td(n.name), td(n.id.slice(0, 8), 'mono'), td(n.role), el('td', null, status), td(raft),
-      td(n.rpc_addr || n.addr, 'mono'), td(n.http_addr || '—', 'mono'), td(n.version || '—'),
+      td(n.rpc_addr || n.addr, 'mono'), td(n.http_addr || '—', 'mono'), td((n.version || '—') + (n.protocol ? ' p' + n.protocol : ''), 'mono'),
       num(c.cores || '—'), num(mem), num(c.gflops ? fmtNum(c.gflops, 1) : '—'), num(c.mem_gbps ? fmtNum(c.mem_gbps, 1) : '—'),
       td(c.gpu ? `${c.gpu} (${fmtBytes(c.gpu_mem)}, ${fmtNum(c.gpu_gbps, 1)} GB/s) + ${c.accel || 'cpu'}` : (c.accel || 'cpu')), td(fmtAgo(n.status_since)));
   });
