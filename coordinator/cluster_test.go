@@ -62,17 +62,17 @@ func (f *fakeMembers) setStatus(id string, st NodeStatus) {
 }
 
 type testServer struct {
-	snaps  uint64        // SnapshotThreshold (0: 16)
-	slow   time.Duration // how long its FSM takes over each command
+	snaps uint64        // SnapshotThreshold (0: 16)
+	slow  time.Duration // how long its FSM takes over each command
 	// protocols is the window it speaks (zero: this build's): a server
 	// of another build.
 	protocols version.Window
-	id     string
-	dir    string
-	addr   string
-	expect int
-	ep     *transport.Endpoint
-	srv    *Server
+	id        string
+	dir       string
+	addr      string
+	expect    int
+	ep        *transport.Endpoint
+	srv       *Server
 }
 
 type testCluster struct {
