@@ -251,4 +251,3 @@ func printUpgrade(w io.Writer, r upgradeReport) {
 		fmt.Fprintln(w, "  for each: shoal node drain NODE; stop it (SIGTERM drains its requests); start the new binary on the same data dir; wait until shoal node ls lists it alive; shoal node undrain NODE")
 	}
 }
-
