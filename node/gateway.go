@@ -52,6 +52,12 @@ func (a *Agent) peerAddr(id string) string {
 // but has no plan with nodes for (hashing, planning, unservable, failed), from the
 // state this agent read last.
 func (a *Agent) unserved(model string) (status string, known bool) {
+	if !a.life.synced.Load() {
+		// Just started: the cluster's models are not known here yet, and
+		// "does not exist" (404, which clients do not retry) would be
+		// wrong for one the cluster serves.
+		return "starting (this node has just started and has not read the cluster's models yet)", true
+	}
 	a.viewState(func(st *coordinator.State) {
 		m, p := st.Models[model], st.Plans[model]
 		if m == nil || p != nil && len(p.Pools) > 0 {

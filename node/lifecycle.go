@@ -20,10 +20,13 @@ import (
 type lifecycle struct {
 	joined     atomic.Bool // gossip joined, or nothing to join
 	registered atomic.Bool // the committed state lists this node alive
-	draining   atomic.Bool
-	inflight   atomic.Int64 // inference requests in this agent's handlers
-	ready      chan struct{}
-	readyOnce  atomic.Bool
+	// synced is set once the serving loop has applied a state: the
+	// agent knows the cluster's models and where they are driven.
+	synced    atomic.Bool
+	draining  atomic.Bool
+	inflight  atomic.Int64 // inference requests in this agent's handlers
+	ready     chan struct{}
+	readyOnce atomic.Bool
 }
 
 // Ready is closed the first time the agent is ready: joined, a leader
@@ -34,7 +37,7 @@ func (a *Agent) Ready() <-chan struct{} { return a.life.ready }
 // as Ready, and not draining, and a leader known at this moment.
 func (a *Agent) IsReady() bool {
 	l := &a.life
-	if !l.joined.Load() || !l.registered.Load() || l.draining.Load() {
+	if !l.joined.Load() || !l.registered.Load() || !l.synced.Load() || l.draining.Load() {
 		return false
 	}
 	if a.srv != nil {
@@ -154,6 +157,8 @@ func (a *Agent) notReadyReason() string {
 		return "joining"
 	case !l.registered.Load():
 		return "not registered"
+	case !l.synced.Load():
+		return "starting"
 	}
 	return "no leader"
 }

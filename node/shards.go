@@ -73,6 +73,7 @@ func (a *Agent) servingLoop() {
 			a.shards.Reconcile(wantedShards(st, a.id, old))
 			a.par.Reconcile(planView(st, a.catalog.ModelInfo, a.localModel, old))
 			a.catalog.Reconcile(st)
+			a.life.synced.Store(true)
 		}
 		select {
 		case <-a.done:
