@@ -18,7 +18,7 @@ func nodeCmd() *cobra.Command {
 named by its ID, a unique ID prefix or its name.
 
   shoal node ls
-  shoal node drain mac2       # keep new placements off mac2
+  shoal node drain mac2       # move mac2's models elsewhere, place nothing new on it
   shoal node undrain mac2
   shoal node lead mac1        # make server mac1 the Raft leader
   shoal node rm 3f2a9c1e      # remove from Raft, gossip and the state`,
@@ -68,7 +68,11 @@ take the next release.
 
 func nodeDrainCmd(drain bool) *cobra.Command {
 	var f clusterFlags
-	use, short, long := "drain ID", "Keep new placements off a node", `Mark a node draining: it keeps what it runs, but new placements skip it.
+	use, short, long := "drain ID", "Move a node's models elsewhere and keep new placements off it", `Mark a node draining: the leader moves the models it runs to other nodes
+(make-before-break: the old plan serves until the new one has loaded, and a
+driver that moves finishes its streams first) and places nothing new on it.
+It stays in the cluster; before a node's maintenance or upgrade, drain it,
+wait until shoal placement show no longer lists it, then stop it.
 
   shoal node drain mac2`
 	if !drain {
