@@ -31,6 +31,7 @@ type proc struct {
 	dir  string
 	args []string
 	cmd  *exec.Cmd
+	bin  string // the binary it runs ("": the one the test built)
 }
 
 func run(t *testing.T, name string, args ...string) error {
@@ -99,7 +100,11 @@ func (e *env) start(p *proc) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", p.ns, e.bin}, p.args...)...)
+	bin := e.bin
+	if p.bin != "" {
+		bin = p.bin
+	}
+	p.cmd = exec.Command("ip", append([]string{"netns", "exec", p.ns, bin}, p.args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		e.t.Fatal(err)
