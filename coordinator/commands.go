@@ -445,7 +445,15 @@ var commandTable = map[MessageType]command{
 		if _, ok := s.Models[sh.Model]; !ok {
 			return notFound("model", sh.Model)
 		}
-		s.Shards[ShardKey(sh.Node, sh.Model)] = &sh
+		key := ShardKey(sh.Node, sh.Model)
+		// A node sends its reports from more than one goroutine (a shard
+		// starting, a load ending), so they can arrive out of order: one
+		// older than the report held stays out (a stale "fetching" once
+		// replaced the "no room" failure that came before it).
+		if old := s.Shards[key]; old != nil && old.Node == sh.Node && sh.UpdatedAt.Before(old.UpdatedAt) {
+			return nil
+		}
+		s.Shards[key] = &sh
 		return nil
 	}),
 	LinkReportType: cmd(LinkReportType, func(s *State, _ uint64, r *LinkReportRequest) any {

@@ -402,3 +402,25 @@ func TestFSMModelStatusOnly(t *testing.T) {
 		t.Fatalf("a status-only upsert made a model: %+v", got)
 	}
 }
+
+// TestShardReportsOutOfOrder: a node's shard reports leave it from more
+// than one goroutine and may be applied out of order; the older one that
+// comes last does not replace the newer (TestDiskFullMoves once read a
+// stale "fetching" report in place of the "no room" failure after it).
+func TestShardReportsOutOfOrder(t *testing.T) {
+	f := NewFSM()
+	a := populate(t, f)
+	report := func(state string, noRoom bool, at time.Time) {
+		a.ok(ShardStatusType, ShardStatusRequest{Shard: ShardStatus{Node: "mac-2-id", Model: "llama", Lo: 16, Hi: 32, State: state, NoRoom: noRoom, UpdatedAt: at}})
+	}
+	report("failed", true, t0.Add(2*time.Second))
+	report("fetching", false, t0.Add(time.Second)) // sent first, applied last
+	sh := f.State().Shards[ShardKey("mac-2-id", "llama")]
+	if sh == nil || sh.State != "failed" || !sh.NoRoom {
+		t.Fatalf("after an older report applied last: %+v", sh)
+	}
+	report("fetching", true, t0.Add(3*time.Second)) // the retry
+	if sh := f.State().Shards[ShardKey("mac-2-id", "llama")]; sh.State != "fetching" {
+		t.Fatalf("a newer report did not replace the held one: %+v", sh)
+	}
+}
