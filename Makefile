@@ -30,7 +30,7 @@ help:
 	@echo "make generate  regenerate every generated file: assembly (avo, _generate/arm64), the eBPF object (bpf2go; clang, llvm-strip), the Vulkan SPIR-V (glslc)"
 
 build:
-	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/shoal
+	CGO_ENABLED=0 $(GO) build -buildvcs=auto -o $(BIN) ./cmd/shoal
 
 # The oracle keeps some models as recipes; write them before the tests read them.
 oracle:
@@ -173,6 +173,6 @@ IMAGE ?= shoal:latest
 image:
 	rm -rf deploy/.image && mkdir -p deploy/.image/rootfs/data deploy/.image/rootfs/models
 	mkdir -m 1777 deploy/.image/rootfs/tmp
-	CGO_ENABLED=0 $(GO) build -tags novulkan -trimpath -ldflags='-s -w' -o deploy/.image/shoal ./cmd/shoal
+	CGO_ENABLED=0 $(GO) build -buildvcs=auto -tags novulkan -trimpath -ldflags='-s -w' -o deploy/.image/shoal ./cmd/shoal
 	docker build -f deploy/Dockerfile -t $(IMAGE) deploy/.image
 	@docker image inspect $(IMAGE) --format 'image {{index .RepoTags 0}}: {{.Size}} bytes'
