@@ -235,7 +235,7 @@ func TestMixedVersionUpgrade(t *testing.T) {
 			}
 		}
 		hosts.Store(p.ip, false)
-		e.kill(p, syscall.SIGTERM) // drains the requests in flight at it, leaves, exits
+		stopDraining(t, p) // drains the requests in flight at it, leaves, exits
 		wasOld := p.bin == old
 		p.bin = ""
 		e.start(p)
@@ -265,6 +265,38 @@ func TestMixedVersionUpgrade(t *testing.T) {
 		}
 		t.Logf("MEASURED upgraded %s (old release: %v, in the plan: %v, its driver: %v) in %v", p.name, wasOld, inPlan, drives, time.Since(step).Round(time.Second))
 		time.Sleep(3 * time.Second) // streams run on the upgraded node too
+	}
+	// Then the driver moves under the streams on this release too: the
+	// node that drives now is drained, and undrained once the plan has
+	// moved (the order above moves it only when it meets the driver).
+	{
+		cur := f.waitServed(t, f.alive(t), 120*time.Second)
+		var p *proc
+		for _, q := range e.nodes[:4] {
+			if f.ids[q.name] == cur.driver {
+				p = q
+			}
+		}
+		if p == nil {
+			t.Fatalf("no agent drives the plan (driver %s)", cur.driver)
+		}
+		if err := e.cli(f.alive(t), nil, "node", "drain", p.name); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+			if now := f.waitServed(t, f.alive(t), 120*time.Second); now.driver != f.ids[p.name] {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the plan is still driven by drained %s after 120 s", p.name)
+			}
+		}
+		time.Sleep(3 * time.Second) // the moved driver finishes its streams
+		if err := e.cli(f.alive(t), nil, "node", "undrain", p.name); err != nil {
+			t.Fatal(err)
+		}
+		drivers++
+		t.Logf("MEASURED drained %s, which drove the plan, under the streams; the plan moved its driver", p.name)
 	}
 	close(stop)
 	wg.Wait()
@@ -310,6 +342,7 @@ func TestMixedVersionUpgrade(t *testing.T) {
 			t.Errorf("%s after the upgrade: %+v", name, n)
 		}
 	}
+	f.waitServed(t, f.alive(t), 120*time.Second)
 	after := stateOf(t, f)
 	if !slices.Equal(before.tokens, after.tokens) {
 		t.Errorf("tokens changed across the upgrade: %v -> %v", before.tokens, after.tokens)
@@ -336,6 +369,28 @@ func TestMixedVersionUpgrade(t *testing.T) {
 	if err := e.cli(f.alive(t), &after2, "upgrade-check"); err != nil || !after2.Ready {
 		t.Errorf("upgrade-check after the upgrade: %+v %v", after2, err)
 	}
+}
+
+// stopDraining stops p as its service manager would: SIGTERM, and the time
+// its drain takes (--drain-timeout, 30 s, and a margin; env.kill gives 10
+// s, then SIGKILL, which would cut the streams the drain lets finish).
+func stopDraining(t *testing.T, p *proc) {
+	t.Helper()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	t0 := time.Now()
+	for p.cmd.ProcessState == nil && time.Since(t0) < 45*time.Second {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if p.cmd.ProcessState == nil {
+		t.Errorf("%s did not exit 45 s after SIGTERM", p.name)
+		_ = p.cmd.Process.Kill()
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("MEASURED %s drained and exited %v after SIGTERM", p.name, time.Since(t0).Round(time.Millisecond))
+	p.cmd = nil
 }
 
 type nodeVersionInfo struct {
@@ -395,7 +450,7 @@ func stateOf(t *testing.T, f *faultEnv) clusterState {
 		t.Fatal(err)
 	}
 	for _, m := range ms {
-		s.models = append(s.models, m.Name+"/"+m.Status+"/"+m.Digest)
+		s.models = append(s.models, m.Name+"/"+m.Digest) // its status moves with its plan
 	}
 	var ns []nodeInfo
 	if err := f.cli(f.alive(t), &ns, "node", "ls"); err != nil {
