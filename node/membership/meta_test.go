@@ -1,6 +1,8 @@
 package membership
 
 import (
+	"github.com/hashicorp/memberlist"
+	"shoal/internal/version"
 	"strings"
 	"testing"
 
@@ -29,5 +31,32 @@ func TestCertifiedFromGossipMeta(t *testing.T) {
 	want.ID, want.Role = "id", coordinator.RoleServer
 	if got != want {
 		t.Fatalf("certified %+v, want %+v", got, want)
+	}
+}
+
+// TestGossipRefusesOtherProtocols: alive messages (and merges) of a node
+// whose gossiped protocol is outside this node's window are refused, as
+// its QUIC connections are; a node that gossips none is protocol 1, a
+// build from before protocols were named, which this window holds.
+func TestGossipRefusesOtherProtocols(t *testing.T) {
+	g := &Gossip{protocols: version.Window{Min: 1, Max: 2}}
+	node := func(p int) *memberlist.Node {
+		b, err := (&Meta{Name: "n", Version: "x", Proto: p}).Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &memberlist.Node{Name: "id", Meta: b, State: memberlist.StateAlive}
+	}
+	for _, p := range []int{0, 1, 2} {
+		if err := g.NotifyAlive(node(p)); err != nil {
+			t.Errorf("protocol %d: %v", p, err)
+		}
+	}
+	err := g.NotifyAlive(node(9))
+	if err == nil || !strings.Contains(err.Error(), "protocol 9") || !strings.Contains(err.Error(), "protocols 1-2") {
+		t.Errorf("protocol 9: %v", err)
+	}
+	if err := g.NotifyMerge([]*memberlist.Node{node(2), node(9)}); err == nil {
+		t.Error("a merge listing a node of protocol 9 alive was taken")
 	}
 }
