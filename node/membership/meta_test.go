@@ -1,12 +1,13 @@
 package membership
 
 import (
-	"github.com/hashicorp/memberlist"
-	"shoal/internal/version"
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/memberlist"
+
 	"shoal/coordinator"
+	"shoal/internal/version"
 )
 
 func TestMetaEncodeLimit(t *testing.T) {
