@@ -86,12 +86,7 @@ func applyProtocolSet(s *State, _ uint64, r *ProtocolSetRequest) any {
 }
 
 // protocols is the window this server speaks.
-func (s *Server) protocols() version.Window {
-	if s.cfg.Protocols != (version.Window{}) {
-		return s.cfg.Protocols
-	}
-	return version.This
-}
+func (s *Server) protocols() version.Window { return s.cfg.Protocols.Or() }
 
 // serversSpeak checks that every server of the Raft configuration speaks
 // protocol p, by the protocol its registration records (this server's own
@@ -142,9 +137,9 @@ func (s *Server) clusterProtocol(st *State) int {
 // raiseProtocol records the cluster's protocol once every alive node
 // speaks one above the recorded (the leader, on reconcile).
 func (s *Server) raiseProtocol() {
-	st := s.fsm.State()
-	p := s.clusterProtocol(st)
-	if p <= version.Of(st.Protocol) {
+	var p, recorded int
+	s.fsm.View(func(st *State) { p, recorded = s.clusterProtocol(st), version.Of(st.Protocol) })
+	if p <= recorded {
 		return
 	}
 	if err := s.serversSpeak(commandProtocol[ProtocolSetType]); err != nil {

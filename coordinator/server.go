@@ -186,9 +186,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	fsm := NewFSM()
 	fsm.applyHook = cfg.fsmHook
-	if cfg.Protocols != (version.Window{}) {
-		fsm.protocols = cfg.Protocols
-	}
+	fsm.protocols = cfg.Protocols.Or()
 	// Servers are dialed by ID where gossip and the state say they are
 	// now, not only at the address the configuration recorded: a server
 	// that restarts on a new IP keeps its ID.

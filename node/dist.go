@@ -110,25 +110,29 @@ func (p *publisher) gatewayModel(name string) (gateway.Served, bool) {
 
 // Withdraw implements parallel.Publisher.
 func (p *publisher) Withdraw(name string) {
-	p.mu.Lock()
-	sc := p.scheds[name]
-	delete(p.scheds, name)
-	delete(p.engines, name)
-	delete(p.served, name)
-	p.mu.Unlock()
-	if sc == nil {
-		return
+	if sc := p.unlist(name); sc != nil {
+		sc.Close()
 	}
-	if m, ok := p.models.Model(name); ok && gateway.SchedulerOf(m) == sc {
-		p.models.Remove(name)
-	}
-	sc.Close()
 }
 
 // Retire implements parallel.Retirer: the model is no longer served here
 // to new requests (they follow its route to the new driver); the
 // scheduler serves those in flight until stop closes it.
 func (p *publisher) Retire(name string) (busy func() bool, stop func(), ok bool) {
+	sc := p.unlist(name)
+	if sc == nil {
+		return nil, nil, false
+	}
+	busy = func() bool {
+		st := sc.Stats()
+		return st.Waiting+st.Running > 0
+	}
+	return busy, sc.Close, true
+}
+
+// unlist stops serving model name to new requests and returns the
+// scheduler that served it (nil: none).
+func (p *publisher) unlist(name string) *serve.Scheduler {
 	p.mu.Lock()
 	sc := p.scheds[name]
 	delete(p.scheds, name)
@@ -136,16 +140,12 @@ func (p *publisher) Retire(name string) (busy func() bool, stop func(), ok bool)
 	delete(p.served, name)
 	p.mu.Unlock()
 	if sc == nil {
-		return nil, nil, false
+		return nil
 	}
 	if m, ok := p.models.Model(name); ok && gateway.SchedulerOf(m) == sc {
 		p.models.Remove(name)
 	}
-	busy = func() bool {
-		st := sc.Stats()
-		return st.Waiting+st.Running > 0
-	}
-	return busy, sc.Close, true
+	return sc
 }
 
 // each calls f for every model published, by name, with its scheduler

@@ -45,12 +45,7 @@ func (a *Agent) newAdmission() *identity.Admission {
 }
 
 // protocols is the window of protocols the agent speaks.
-func (a *Agent) protocols() version.Window {
-	if a.cfg.Protocols != (version.Window{}) {
-		return a.cfg.Protocols
-	}
-	return version.This
-}
+func (a *Agent) protocols() version.Window { return a.cfg.Protocols.Or() }
 
 func (a *Agent) aliveGossipAddrs() []string {
 	out := []string{a.GossipAddr()}

@@ -423,31 +423,11 @@ func (r *Reconciler) retireDriver(d *driver) {
 	go func() {
 		defer r.bg.Done()
 		t0 := time.Now()
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		// Idle for a moment: a request that found the model just before it
-		// was retired may not have reached the scheduler yet.
-		left, idleSince := true, time.Time{}
-		for time.Since(t0) < RetireMax {
-			if busy() {
-				idleSince = time.Time{}
-			} else if idleSince.IsZero() {
-				idleSince = time.Now()
-			} else if time.Since(idleSince) >= retireIdle {
-				left = false
-				break
-			}
-			select {
-			case <-quit:
-			case <-tick.C:
-				continue
-			}
-			break
-		}
-		if left {
-			r.log.Warn("stopping the moved driver with requests still in flight", zap.String("model", d.name), zap.Duration("after", time.Since(t0)))
-		} else {
+		idle := awaitIdle(busy, quit, RetireMax)
+		if idle {
 			r.log.Info("the moved driver finished its requests in flight; stopping it", zap.String("model", d.name), zap.Duration("took", time.Since(t0)))
+		} else {
+			r.log.Warn("stopping the moved driver with requests still in flight", zap.String("model", d.name), zap.Duration("after", time.Since(t0)))
 		}
 		stop()
 		r.stopDriver(d)
@@ -455,4 +435,31 @@ func (r *Reconciler) retireDriver(d *driver) {
 		delete(r.retiring, d)
 		r.mu.Unlock()
 	}()
+}
+
+// awaitIdle waits until busy has been false for retireIdle (a request that
+// found the model just before it was retired may not have reached the
+// scheduler yet), and reports true; false when limit passes or quit closes
+// first.
+func awaitIdle(busy func() bool, quit <-chan struct{}, limit time.Duration) bool {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(limit)
+	var idleSince time.Time
+	for time.Now().Before(deadline) {
+		switch {
+		case busy():
+			idleSince = time.Time{}
+		case idleSince.IsZero():
+			idleSince = time.Now()
+		case time.Since(idleSince) >= retireIdle:
+			return true
+		}
+		select {
+		case <-quit:
+			return false
+		case <-tick.C:
+		}
+	}
+	return false
 }

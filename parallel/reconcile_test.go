@@ -427,13 +427,7 @@ func TestReconcilerMakesBeforeBreak(t *testing.T) {
 	ref, path := openRef(t)
 	v3, v4 := stageOneMoves(ref)
 	_, recs, pub, viewOf := replayRig(t, path, 3, 20*time.Second, v3, v4)
-	reconcile := func(v View) {
-		for range 2 {
-			for _, r := range recs {
-				r.Reconcile(v)
-			}
-		}
-	}
+	reconcile := func(v View) { reconcileAll(recs, v) }
 	reconcile(viewOf(v3))
 	served, ok := pub.get("m")
 	if !ok || served.Engine == nil {
@@ -490,24 +484,10 @@ func TestReconcilerMakesBeforeBreak(t *testing.T) {
 // stopped being served here".
 func TestReconcilerRetiresMovedDriver(t *testing.T) {
 	ref, path := openRef(t)
-	v3, _ := stageOneMoves(ref) // n0 drives stage 0, n1 stage 1
-	v5 := v3
-	v5.Version = 5
-	v5.Pools = []placement.Pool{v3.Pools[0]}
-	v5.Pools[0].Stages = slices.Clone(v3.Pools[0].Stages)
-	st := &v5.Pools[0].Stages[0]
-	st.Members = slices.Clone(st.Members)
-	for i := range st.Members {
-		st.Members[i].Node = "n2" // the driver moves to n2
-	}
+	v3, _ := stageOneMoves(ref)      // n0 drives stage 0, n1 stage 1
+	v5 := stageMoved(v3, 0, 5, "n2") // the driver moves to n2
 	_, recs, pub, viewOf := replayRig(t, path, 3, 20*time.Second, v3, v5)
-	reconcile := func(v View) {
-		for range 2 {
-			for _, r := range recs {
-				r.Reconcile(v)
-			}
-		}
-	}
+	reconcile := func(v View) { reconcileAll(recs, v) }
 	reconcile(viewOf(v3))
 	served, ok := pub.get("m")
 	if !ok || served.Engine == nil {
@@ -606,16 +586,30 @@ func (e *steppedEngine) StepSampled(b *model.Batch, rows []int, reqs []sample.Re
 func stageOneMoves(ref *model.Model) (v3, v4 placement.Plan) {
 	v3 = shapeOf(&ref.Config).Plans("m").Get("pp2")
 	v3.Version, v3.Context = 3, 64
-	v4 = v3
-	v4.Version = 4
-	v4.Pools = []placement.Pool{v3.Pools[0]}
-	v4.Pools[0].Stages = slices.Clone(v3.Pools[0].Stages)
-	st := &v4.Pools[0].Stages[1]
+	return v3, stageMoved(v3, 1, 4, "n2")
+}
+
+// stageMoved is p as version v with stage i on node.
+func stageMoved(p placement.Plan, i int, v uint64, node string) placement.Plan {
+	p.Version = v
+	p.Pools = []placement.Pool{p.Pools[0]}
+	p.Pools[0].Stages = slices.Clone(p.Pools[0].Stages)
+	st := &p.Pools[0].Stages[i]
 	st.Members = slices.Clone(st.Members)
-	for i := range st.Members {
-		st.Members[i].Node = "n2"
+	for j := range st.Members {
+		st.Members[j].Node = node
 	}
-	return v3, v4
+	return p
+}
+
+// reconcileAll has every reconciler take view v, twice (members first,
+// then the driver).
+func reconcileAll(recs []*Reconciler, v View) {
+	for range 2 {
+		for _, r := range recs {
+			r.Reconcile(v)
+		}
+	}
 }
 
 // generateGreedy runs one greedy request of n tokens for prompt on e

@@ -124,12 +124,7 @@ func Listen(cfg Config) (*Endpoint, error) {
 	if cfg.HandshakeTimeout == 0 {
 		cfg.HandshakeTimeout = 3 * time.Second
 	}
-	if cfg.Protocols == (version.Window{}) {
-		cfg.Protocols = version.This
-	}
-	if cfg.Build == "" {
-		cfg.Build = version.String()
-	}
+	cfg.Protocols, cfg.Build = cfg.Protocols.Or(), version.BuildOr(cfg.Build)
 	ua, err := net.ResolveUDPAddr("udp", cfg.Bind)
 	if err != nil {
 		return nil, fmt.Errorf("quic bind address %q: %w", cfg.Bind, err)
@@ -668,21 +663,7 @@ func DialPinnedAs(ctx context.Context, addr, caHash string, k Kind, timeout time
 		mismatch.Store(errors.Is(err, ErrCAMismatch))
 		return err
 	}
-	return dialOnce(ctx, addr, dialTLS(tc, orThis(w)), k, timeout, &mismatch, w, build)
-}
-
-func orBuild(b string) string {
-	if b == "" {
-		return version.String()
-	}
-	return b
-}
-
-func orThis(w version.Window) version.Window {
-	if w == (version.Window{}) {
-		return version.This
-	}
-	return w
+	return dialOnce(ctx, addr, dialTLS(tc, w.Or()), k, timeout, &mismatch, w, build)
 }
 
 // DialUnverified is DialPinned without any check of the server: only for
@@ -711,7 +692,7 @@ func dialOnce(ctx context.Context, addr string, tc *tls.Config, k Kind, timeout 
 			err = ErrCAMismatch
 		}
 		if noSharedProtocol(err) {
-			err = mismatch(context.Background(), tr, addr, orThis(w), orBuild(build), timeout)
+			err = mismatch(context.Background(), tr, addr, w.Or(), version.BuildOr(build), timeout)
 		}
 		tr.Close()
 		udp.Close()

@@ -137,3 +137,20 @@ func (m *Mismatch) Error() string {
 	return fmt.Sprintf("version mismatch: this node runs shoal %s (protocol %d, works with %s); the peer%s runs %s: %s",
 		m.LocalBuild, m.Local.Max, m.Local, peer, remote, hint)
 }
+
+// Or is w, or this build's window when w is zero: what a component takes
+// when its caller names no window (only tests run one as another build).
+func (w Window) Or() Window {
+	if w == (Window{}) {
+		return This
+	}
+	return w
+}
+
+// BuildOr is b, or this build's version when b is empty.
+func BuildOr(b string) string {
+	if b == "" {
+		return String()
+	}
+	return b
+}

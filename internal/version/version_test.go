@@ -28,6 +28,9 @@ func TestWindow(t *testing.T) {
 	if !This.Has(Protocol) || !This.Has(MinProtocol) || This.Has(Protocol+1) || This.Has(MinProtocol-1) {
 		t.Fatalf("window %v", This)
 	}
+	if (Window{}).Or() != This || (Window{Min: 8, Max: 9}).Or() != (Window{Min: 8, Max: 9}) || BuildOr("") != String() || BuildOr("1.6.0") != "1.6.0" {
+		t.Fatal("Or and BuildOr: this build's for a zero value, else the value")
+	}
 	if Of(0) != 1 || Of(3) != 3 {
 		t.Fatal("Of: a missing protocol is 1")
 	}

@@ -97,10 +97,7 @@ func (j *Admission) handle(ctx context.Context, req *joinRequest, forwarded bool
 	}
 	// The connection's protocol was checked by the transport; a join the
 	// leader gets from another server is checked against its own window.
-	w, build := j.cfg.Protocols, j.cfg.Build
-	if w == (version.Window{}) {
-		w, build = version.This, version.String()
-	}
+	w, build := j.cfg.Protocols.Or(), version.BuildOr(j.cfg.Build)
 	if req.Protocol != 0 && !w.Has(req.Protocol) {
 		m := &version.Mismatch{Local: w, LocalBuild: build, Remote: req.Protocol, RemoteMin: req.Protocol, RemoteBuild: req.Version, Peer: "node " + req.Name}
 		return &joinResponse{Err: m.Error(), Code: http.StatusBadRequest}

@@ -230,10 +230,7 @@ func (a *joiner) joinWithToken(ctx context.Context, token string) error {
 	if err != nil {
 		return err
 	}
-	w, build := a.cfg.Protocols, a.cfg.Build
-	if w == (version.Window{}) {
-		w, build = version.This, version.String()
-	}
+	w, build := a.cfg.Protocols.Or(), version.BuildOr(a.cfg.Build)
 	req, _ := json.Marshal(joinRequest{Token: token, NodeID: a.id, Name: a.cfg.Name, Role: a.role, PublicKey: pub, Version: build, Protocol: w.Max})
 	deadline := time.Now().Add(a.cfg.joinTimeout())
 	var last error

@@ -67,11 +67,8 @@ func Start(md Meta, o Options) (*Gossip, error) {
 		status:    map[string]coordinator.NodeStatus{},
 		events:    make(chan struct{}, 1),
 		revoked:   o.Revoked,
-		protocols: o.Protocols,
+		protocols: o.Protocols.Or(),
 		joined:    o.Joined,
-	}
-	if g.protocols == (version.Window{}) {
-		g.protocols = version.This
 	}
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = o.ID

@@ -645,29 +645,22 @@ func (f *faultEnv) streams(t *testing.T, host string, n, maxTokens int, inject f
 				if err != nil {
 					break
 				}
-				line = strings.TrimSpace(line)
+				ev := sseLine(line)
 				switch {
-				case line == "data: [DONE]":
+				case ev.done:
 					done = true
-				case strings.HasPrefix(line, "data: ") && strings.Contains(line, `"error"`):
-					errEvent = line
-				case strings.HasPrefix(line, "data: "):
-					var ev struct {
-						Choices []struct {
-							Delta struct{ Content string } `json:"delta"`
-						} `json:"choices"`
+				case ev.err != "":
+					errEvent = ev.err
+				case ev.token:
+					text.WriteString(ev.content)
+					tokens++
+					if !lastTok.IsZero() && now.Sub(lastTok) > gap {
+						gap = now.Sub(lastTok)
 					}
-					if json.Unmarshal([]byte(line[6:]), &ev) == nil && len(ev.Choices) > 0 {
-						text.WriteString(ev.Choices[0].Delta.Content)
-						tokens++
-						if !lastTok.IsZero() && now.Sub(lastTok) > gap {
-							gap = now.Sub(lastTok)
-						}
-						lastTok = now
-						if tokens == 10 && !signalled {
-							signalled = true
-							started <- struct{}{}
-						}
+					lastTok = now
+					if tokens == 10 && !signalled {
+						signalled = true
+						started <- struct{}{}
 					}
 				}
 			}
@@ -712,4 +705,32 @@ func (f *faultEnv) streams(t *testing.T, host string, n, maxTokens int, inject f
 	}
 	restore()
 	return res
+}
+
+// sseEvent is one line of a streamed chat completion: the end ([DONE]),
+// an error event, or a chunk with a choice (token) and its delta's text.
+type sseEvent struct {
+	done, token bool
+	err         string
+	content     string
+}
+
+func sseLine(line string) sseEvent {
+	line = strings.TrimSpace(line)
+	switch {
+	case line == "data: [DONE]":
+		return sseEvent{done: true}
+	case strings.HasPrefix(line, "data: ") && strings.Contains(line, `"error"`):
+		return sseEvent{err: line}
+	case strings.HasPrefix(line, "data: "):
+		var ev struct {
+			Choices []struct {
+				Delta struct{ Content string } `json:"delta"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal([]byte(line[6:]), &ev) == nil && len(ev.Choices) > 0 {
+			return sseEvent{token: true, content: ev.Choices[0].Delta.Content}
+		}
+	}
+	return sseEvent{}
 }

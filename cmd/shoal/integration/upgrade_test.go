@@ -4,7 +4,6 @@ package integration
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -516,19 +515,13 @@ func (f *faultEnv) streamUntil(t *testing.T, i int, agents []*proc, hosts *sync.
 			if err != nil {
 				break
 			}
-			line = strings.TrimSpace(line)
-			switch {
-			case line == "data: [DONE]":
+			switch ev := sseLine(line); {
+			case ev.done:
 				done = true
-			case strings.HasPrefix(line, "data: ") && strings.Contains(line, `"error"`):
-				errEvent = line
-			case strings.HasPrefix(line, "data: "):
-				var ev struct {
-					Choices []json.RawMessage `json:"choices"`
-				}
-				if json.Unmarshal([]byte(line[6:]), &ev) == nil && len(ev.Choices) > 0 {
-					tokens++
-				}
+			case ev.err != "":
+				errEvent = ev.err
+			case ev.token:
+				tokens++
 			}
 		}
 		resp.Body.Close()
