@@ -175,7 +175,7 @@ func (f *Forwarder) route(w http.ResponseWriter, r *http.Request, local http.Han
 			return
 		}
 	}
-	e := notReadyRefusal(rt)
+	e := refusal(rt, p)
 	w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	OpenAIError(w, e.Status, e.Type, e.Code, e.Message)
 }
@@ -192,7 +192,24 @@ const (
 	// notReady: nowhere yet (the plan is not ready, or this agent's
 	// driver did not start in time).
 	notReady
+	// moved: a forwarded request for a model driven by another node now.
+	moved
 )
+
+// movedRefusal answers a request another agent passed on by a route that
+// no longer holds: 503, to be sent again (the route names the new driver).
+func movedRefusal(rt Route) *openai.Refusal {
+	return &openai.Refusal{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "model_moved", RetryAfter: 1,
+		Message: fmt.Sprintf("model %s is driven by %s now; the request came here by an older route: send it again", rt.Model, rt.NodeName)}
+}
+
+// refusal says why a request for rt's model is not answered here.
+func refusal(rt Route, p placement) *openai.Refusal {
+	if p == moved {
+		return movedRefusal(rt)
+	}
+	return notReadyRefusal(rt)
+}
 
 // driverStartWait bounds how long a completion for a model this agent is
 // planned to drive waits for its driver to start: the plan turns ready
@@ -215,8 +232,14 @@ func (f *Forwarder) where(ctx context.Context, model string, forwarded bool) (Ro
 			return Route{Model: model, Status: status}, notReady
 		}
 		return rt, servedHere
-	case !ok || forwarded && rt.Node != f.cfg.Self:
+	case !ok:
 		return rt, servedHere
+	case forwarded && rt.Node != f.cfg.Self:
+		// Passed on by an agent whose route was older than this one's
+		// (the driver moved away from here a moment ago): not "does not
+		// exist", which clients do not retry; a forwarded request is
+		// never passed on again.
+		return rt, moved
 	case rt.Node == f.cfg.Self && (rt.Ready || forwarded) && f.awaitDriver(ctx, rt.Model):
 		return rt, servedHere
 	case rt.Node != f.cfg.Self && rt.Ready:

@@ -80,7 +80,7 @@ func (b frontBackend) Resolve(ctx context.Context, name string) (*openai.Model, 
 			return b.f.viaGateway(ctx, rt, addr)
 		}
 	}
-	return nil, notReadyRefusal(rt)
+	return nil, refusal(rt, p)
 }
 
 // viaGateway is rt's model, which the agent at addr drives, served here
