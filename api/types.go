@@ -202,6 +202,11 @@ type LoadModelRequest struct {
 	// to that many tokens a step drafted from the sequence's own context
 	// and verified through the plan in one pass (at most 16).
 	Lookup int `json:"lookup,omitempty"`
+	// PlanPrompt, when positive, plans for prompts of that many tokens:
+	// stages balanced for their prefill, the plan chosen by the predicted
+	// time to first token plus PlanGen decode steps (placement.Options.Prompt).
+	PlanPrompt int `json:"plan_prompt,omitempty"`
+	PlanGen    int `json:"plan_gen,omitempty"`
 	// Strategy forces the planner's choice: "pipeline" (one node per
 	// stage) or "tensor" (one tensor-parallel group); empty or "auto"
 	// lets it choose.
@@ -309,9 +314,12 @@ type PlacementInfo struct {
 	Version  uint64 `json:"version"`
 	Strategy string `json:"strategy"`
 	Context  int    `json:"context"`
-	Batch    int    `json:"batch"`    // sequences of Context tokens the plan reserves KV for (max-seqs)
-	Queue    int    `json:"queue"`    // requests that wait beyond Batch before 429
-	KVBytes  uint64 `json:"kv_bytes"` // KV reserved over every node
+	Batch    int    `json:"batch"` // sequences of Context tokens the plan reserves KV for (max-seqs)
+	Queue    int    `json:"queue"` // requests that wait beyond Batch before 429
+	// PlanPrompt is the prompt length the plan was made for (model load
+	// --plan-prompt), 0 for decode.
+	PlanPrompt int    `json:"plan_prompt,omitempty"`
+	KVBytes    uint64 `json:"kv_bytes"` // KV reserved over every node
 	// KVType is how the cache stores K and V (f16, q8_0, q4_0), and
 	// KVBytesPerToken what one token's K and V take over every layer.
 	KVType          string           `json:"kv_type"`

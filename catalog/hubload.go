@@ -140,7 +140,7 @@ func (c *Catalog) registerHubModel(ctx context.Context, req api.LoadModelRequest
 	}
 	m := coordinator.Model{
 		Name: name, Source: HubOrigin(hf), Layers: prof.NLayer, Bytes: uint64(fi.Size), CreatedAt: time.Now().UTC(),
-		SourceNode: c.id, Replicas: 1, Ctx: req.Ctx, MaxSeqs: req.MaxSeqs, Queue: req.Queue, Lookup: req.Lookup, Overhead: req.Overhead, Strategy: req.Strategy,
+		SourceNode: c.id, Replicas: 1, Ctx: req.Ctx, MaxSeqs: req.MaxSeqs, Queue: req.Queue, Lookup: req.Lookup, PlanPrompt: req.PlanPrompt, PlanGen: req.PlanGen, Overhead: req.Overhead, Strategy: req.Strategy,
 		Disagg: req.Disagg, DisaggFailure: req.DisaggFailure, Wire: req.Wire, KVType: req.KVType, Profile: &prof, Pin: pin, Hub: hf, Digest: fi.SHA256,
 	}
 	verified := false

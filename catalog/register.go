@@ -151,7 +151,7 @@ func (c *Catalog) RegisterFile(ctx context.Context, req api.LoadModelRequest, pi
 	}
 	m := coordinator.Model{
 		Name: name, Source: path, Layers: prof.NLayer, Bytes: uint64(st.Size()), CreatedAt: time.Now().UTC(),
-		SourceNode: c.id, Replicas: req.Replicas, Ctx: req.Ctx, MaxSeqs: req.MaxSeqs, Queue: req.Queue, Lookup: req.Lookup, Overhead: req.Overhead, Strategy: req.Strategy, Disagg: req.Disagg, DisaggFailure: req.DisaggFailure, Wire: req.Wire, KVType: req.KVType, Profile: &prof, Status: coordinator.ModelHashing,
+		SourceNode: c.id, Replicas: req.Replicas, Ctx: req.Ctx, MaxSeqs: req.MaxSeqs, Queue: req.Queue, Lookup: req.Lookup, PlanPrompt: req.PlanPrompt, PlanGen: req.PlanGen, Overhead: req.Overhead, Strategy: req.Strategy, Disagg: req.Disagg, DisaggFailure: req.DisaggFailure, Wire: req.Wire, KVType: req.KVType, Profile: &prof, Status: coordinator.ModelHashing,
 		Pin: pin,
 	}
 	if sha, ok := c.files.lookupPath(path, st); ok {

@@ -131,6 +131,11 @@ type Model struct {
 	// prompt lookup, drafting up to that many tokens a step (verified
 	// through the plan in the same step: serve.Options.Lookup).
 	Lookup int `json:"lookup,omitempty"`
+	// PlanPrompt and PlanGen, when PlanPrompt is positive, plan for
+	// requests of that many prompt tokens and PlanGen generated ones
+	// (placement.Options.Prompt and Generate).
+	PlanPrompt int `json:"plan_prompt,omitempty"`
+	PlanGen    int `json:"plan_gen,omitempty"`
 	// Strategy forces the planner's strategy (placement.Pipeline or
 	// placement.Tensor); empty lets it choose.
 	Strategy string `json:"strategy,omitempty"`

@@ -439,6 +439,8 @@ func validateModel(m *Model) error {
 		checkInt("max_seqs", m.MaxSeqs, 0, placement.MaxBatch),
 		checkInt("queue", m.Queue, 0, MaxQueue),
 		checkInt("lookup", m.Lookup, 0, MaxLookup),
+		checkInt("plan_prompt", m.PlanPrompt, 0, placement.MaxContext),
+		checkInt("plan_gen", m.PlanGen, 0, placement.MaxContext),
 		checkOneOf("strategy", m.Strategy, "", string(placement.Auto), string(placement.Pipeline), string(placement.Tensor)),
 		checkOneOf("disagg", m.Disagg, "", placement.DisaggAuto, placement.DisaggOn, placement.DisaggOff),
 		checkWord("disagg_failure", m.DisaggFailure, MaxShortLen),

@@ -70,6 +70,7 @@ func (b *admin) Placement(ctx context.Context, name string) (*api.PlacementInfo,
 	}
 	out.Version, out.Strategy, out.Context, out.Batch = pp.Version, pp.Strategy, pp.Context, pp.Batch
 	out.Queue = queueBound(m.Queue, pp.Batch)
+	out.PlanPrompt = m.PlanPrompt
 	out.KVType = pp.KVType
 	if out.KVType == "" {
 		out.KVType = "f16"

@@ -140,6 +140,10 @@ func (o Options) validate() error {
 		return fmt.Errorf("placement: context %d is outside [0, %d]", o.Context, MaxContext)
 	case o.Batch < 0 || o.Batch > MaxBatch:
 		return fmt.Errorf("placement: batch %d is outside [0, %d]", o.Batch, MaxBatch)
+	case o.Prompt < 0 || o.Prompt > MaxContext:
+		return fmt.Errorf("placement: prompt of %d tokens is outside [0, %d]", o.Prompt, MaxContext)
+	case o.Generate < 0 || o.Generate > MaxContext:
+		return fmt.Errorf("placement: %d generated tokens is outside [0, %d]", o.Generate, MaxContext)
 	case o.Overhead > MaxBytes:
 		return fmt.Errorf("placement: overhead %d is above the limit %d (1 PiB)", o.Overhead, MaxBytes)
 	case math.IsNaN(o.SafetyMargin) || o.SafetyMargin >= 1:

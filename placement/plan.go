@@ -23,6 +23,9 @@ type candidate struct {
 	// fastFirst: a group's fastest member was moved to rank 0, ahead of
 	// the one with the most memory; on a tie the memory order wins.
 	fastFirst bool
+	// prefill is the predicted prefill of Options.Prompt tokens (zero when
+	// the plan is for decode).
+	prefill Prefill
 }
 
 func (c *candidate) nodeCount() int {
@@ -65,8 +68,18 @@ func (e *env) key(groups [][]int) string {
 	return b.String()
 }
 
-// better reports whether a beats b: lower predicted ms/token; on a tie
-// (within a part in a million) fewer nodes, then the smaller key.
+// score is what arrangements are compared by: the predicted ms/token, or
+// with Options.Prompt the predicted time of a request (the prompt's time
+// to first token and Options.Generate decode steps).
+func (e *env) score(c *candidate) float64 {
+	if e.o.Prompt > 0 {
+		return c.prefill.Ms + float64(e.o.Generate)*c.cost.MsPerToken
+	}
+	return c.cost.MsPerToken
+}
+
+// better reports whether a beats b: a lower score; on a tie (within a
+// part in a million) lower ms/token, fewer nodes, then the smaller key.
 func (e *env) better(a, b *candidate) bool {
 	if a == nil || !a.ok {
 		return false
@@ -74,9 +87,10 @@ func (e *env) better(a, b *candidate) bool {
 	if b == nil || !b.ok {
 		return true
 	}
-	x, y := a.cost.MsPerToken, b.cost.MsPerToken
-	if math.Abs(x-y) > 1e-6*math.Max(x, y) {
-		return x < y
+	for _, xy := range [][2]float64{{e.score(a), e.score(b)}, {a.cost.MsPerToken, b.cost.MsPerToken}} {
+		if x, y := xy[0], xy[1]; math.Abs(x-y) > 1e-6*math.Max(x, y) {
+			return x < y
+		}
 	}
 	if a.nodeCount() != b.nodeCount() {
 		return a.nodeCount() < b.nodeCount()
@@ -576,7 +590,12 @@ func (e *env) evaluate(groups [][]int) *candidate {
 			return c // more members than head slices and experts
 		}
 	}
-	bounds := e.splitLayers(groups)
+	split := e
+	if e.o.Prompt > 0 {
+		// Stages balanced for a piece of the prompt.
+		split = e.prefillEnv(prefillTokens(len(groups), e.o.Prompt), e.o.Prompt)
+	}
+	bounds := split.splitLayers(groups)
 	if bounds == nil {
 		return c
 	}
@@ -591,6 +610,13 @@ func (e *env) evaluate(groups [][]int) *candidate {
 	}
 	c.stages = stages
 	c.cost = e.cost(groups, stages)
+	if e.o.Prompt > 0 {
+		pf, ok := e.prefillOf(groups, bounds, e.o.Prompt)
+		if !ok {
+			return c
+		}
+		c.prefill = pf
+	}
 	c.ok = true
 	return c
 }
@@ -977,13 +1003,27 @@ func (e *env) fitError(need, usable float64, evaluated int) error {
 func (e *env) why(s *search) []string {
 	b := s.best
 	var out []string
-	out = append(out, fmt.Sprintf("chose %s [%s]: %.2f ms/token (compute %.2f, memory %.2f, network %.2f); %d of %d arrangements fit",
-		b.strategy(), e.key(b.groups), b.cost.MsPerToken, b.cost.ComputeMs, b.cost.MemoryMs, b.cost.NetworkMs, s.feasible, s.evaluated))
+	// ttft is a candidate's predicted prefill of the prompt planned for.
+	ttft := func(c *candidate) string {
+		if e.o.Prompt <= 0 {
+			return ""
+		}
+		return fmt.Sprintf(", %.0f ms to prefill %d tokens", c.prefill.Ms, e.o.Prompt)
+	}
+	if e.o.Prompt > 0 {
+		by := fmt.Sprintf("the time to first token of a %d-token prompt", e.o.Prompt)
+		if e.o.Generate > 0 {
+			by = fmt.Sprintf("the time of a request of %d prompt tokens and %d generated", e.o.Prompt, e.o.Generate)
+		}
+		out = append(out, fmt.Sprintf("planned for prompts (--prompt): stages balanced for prefill, arrangements compared by %s", by))
+	}
+	out = append(out, fmt.Sprintf("chose %s [%s]: %.2f ms/token (compute %.2f, memory %.2f, network %.2f)%s; %d of %d arrangements fit",
+		b.strategy(), e.key(b.groups), b.cost.MsPerToken, b.cost.ComputeMs, b.cost.MemoryMs, b.cost.NetworkMs, ttft(b), s.feasible, s.evaluated))
 	if s.second != nil {
-		out = append(out, fmt.Sprintf("runner-up %s [%s]: %.2f ms/token", s.second.strategy(), e.key(s.second.groups), s.second.cost.MsPerToken))
+		out = append(out, fmt.Sprintf("runner-up %s [%s]: %.2f ms/token%s", s.second.strategy(), e.key(s.second.groups), s.second.cost.MsPerToken, ttft(s.second)))
 	}
 	if s.bestOne != nil && s.bestOne != b && s.bestOne != s.second {
-		out = append(out, fmt.Sprintf("best single node %s: %.2f ms/token", e.nodes[s.bestOne.groups[0][0]].ID, s.bestOne.cost.MsPerToken))
+		out = append(out, fmt.Sprintf("best single node %s: %.2f ms/token%s", e.nodes[s.bestOne.groups[0][0]].ID, s.bestOne.cost.MsPerToken, ttft(s.bestOne)))
 	} else if s.bestOne == nil {
 		big := 0
 		for i := range e.nodes {
@@ -1003,7 +1043,11 @@ func (e *env) why(s *search) []string {
 		for _, st := range b.stages {
 			ls = append(ls, fmt.Sprint(st.Hi-st.Lo))
 		}
-		out = append(out, fmt.Sprintf("layers split %s to balance stage times within memory; bottleneck stage %.2f ms", strings.Join(ls, "/"), b.cost.BottleneckMs))
+		what := "stage times"
+		if e.o.Prompt > 0 {
+			what = fmt.Sprintf("the stages' prefill of %d-token pieces", prefillTokens(len(b.groups), e.o.Prompt))
+		}
+		out = append(out, fmt.Sprintf("layers split %s to balance %s within memory; bottleneck stage %.2f ms", strings.Join(ls, "/"), what, b.cost.BottleneckMs))
 	}
 	for k, g := range b.groups {
 		if len(g) < 2 {

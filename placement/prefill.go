@@ -52,17 +52,37 @@ func PredictPrefill(profile ModelProfile, nodes []Node, links LinkMatrix, opts O
 	if !ok || len(l.holes) > 0 {
 		return Prefill{}, false
 	}
-	stages := len(l.groups)
+	return newEnv(&profile, l.eligible, links, o).prefillOf(l.groups, l.bounds, n)
+}
+
+// prefillEnv is e for one step of a prefill piece of tokens tokens of a
+// prompt of n: the piece's hidden states, its rows attending to half the
+// prompt on average, the weights read once for all of them.
+func (e *env) prefillEnv(tokens, n int) *env {
+	f := *e
+	f.prefill = true
+	f.batch = float64(tokens)
+	f.hidden = f.batch * float64(e.p.NEmbd) * actBytes
+	f.ctxAvg = float64(n) / 2
+	if e.p.NExpert > 0 {
+		f.touched = 1 - math.Pow(1-float64(e.p.NExpertUsed)/float64(e.p.NExpert), f.batch)
+	}
+	return &f
+}
+
+// prefillTokens is the tokens of one step of a prefill of n tokens through
+// stages stages: a piece, or the whole prompt.
+func prefillTokens(stages, n int) int {
+	if piece := PrefillPiece(stages, n); piece > 0 {
+		return piece
+	}
+	return n
+}
+
+// prefillOf is PredictPrefill for the arrangement groups with layer bounds.
+func (e *env) prefillOf(groups [][]int, bounds []int, n int) (Prefill, bool) {
 	steps := func(tokens int) ([]float64, float64, bool) {
-		e := newEnv(&profile, l.eligible, links, o)
-		e.prefill = true
-		e.batch = float64(tokens)
-		e.hidden = e.batch * float64(profile.NEmbd) * actBytes
-		e.ctxAvg = float64(n) / 2
-		if profile.NExpert > 0 {
-			e.touched = 1 - math.Pow(1-float64(profile.NExpertUsed)/float64(profile.NExpert), e.batch)
-		}
-		c := e.evaluateAt(l.groups, l.bounds, false)
+		c := e.prefillEnv(tokens, n).evaluateAt(groups, bounds, false)
 		if !c.ok {
 			return nil, 0, false
 		}
@@ -70,7 +90,7 @@ func PredictPrefill(profile ModelProfile, nodes []Node, links LinkMatrix, opts O
 		for k := range c.stages {
 			ms[k] = c.stages[k].Ms
 		}
-		last, first := l.groups[len(l.groups)-1][0], l.groups[0][0]
+		last, first := groups[len(groups)-1][0], groups[0][0]
 		return ms, e.sendMs(last, first, 4), true
 	}
 	whole, ret, ok := steps(n)
@@ -82,7 +102,7 @@ func PredictPrefill(profile ModelProfile, nodes []Node, links LinkMatrix, opts O
 		pf.OneStepMs += ms
 	}
 	pf.Ms = pf.OneStepMs
-	piece := PrefillPiece(stages, n)
+	piece := PrefillPiece(len(groups), n)
 	if piece == 0 {
 		return pf, true
 	}

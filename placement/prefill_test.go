@@ -1,6 +1,8 @@
 package placement
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"shoal/engine/quant"
@@ -62,5 +64,107 @@ func TestPredictPrefill(t *testing.T) {
 	}
 	if _, ok := PredictPrefill(prof, nodes, links, o, &one, 0); ok {
 		t.Error("an empty prompt has a prediction")
+	}
+}
+
+// TestPlanForPrompt (issue #39): planned for decode, two equal one-core
+// nodes serve TinyLlama's shapes from one node (a second stage's hop
+// costs more than its layers save a decode step), and a forced pipeline
+// gives the last stage fewer layers for the output matrix. Planned for
+// 2,048-token prompts (Options.Prompt) a pipeline's layers are split for
+// the prefill pieces (the output runs for one row there: equal halves),
+// predicted faster to the first token than the decode split, and the
+// planner's choice is the arrangement predicted fastest to the first
+// token, faster than one node; with many generated tokens beside the
+// prompt it goes back to the plan that decodes fastest.
+func TestPlanForPrompt(t *testing.T) {
+	prof, err := shape{name: "m", layers: 22, embd: 2048, heads: 32, kv: 4, ff: 5632, vocab: 32000, typ: quant.Q4_0, out: quant.Q6_K}.profile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []Node{
+		{ID: "a", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: 200, MemGBps: 25},
+		{ID: "b", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: 200, MemGBps: 25},
+	}
+	var links LinkMatrix
+	links.Set("a", "b", Link{Gbit: 10, LatencyMs: 0.05})
+	links.Set("b", "a", Link{Gbit: 10, LatencyMs: 0.05})
+	o := Options{Context: 2304}
+	decode, err := Place(prof, nodes, links, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	po := o
+	po.Strategy = Pipeline
+	decodePipe, err := Place(prof, nodes, links, po)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers := func(p Plan) []int {
+		var out []int
+		for _, st := range p.Pools[0].Stages {
+			out = append(out, st.Hi-st.Lo)
+		}
+		return out
+	}
+	const n = 2048
+	o.Prompt, po.Prompt = n, n
+	prompt, err := Place(prof, nodes, links, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	promptPipe, err := Place(prof, nodes, links, po)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttft := func(p Plan) float64 {
+		pf, ok := PredictPrefill(prof, nodes, links, o, &p, n)
+		if !ok {
+			t.Fatalf("no prediction for %s %v", p.Strategy, layers(p))
+		}
+		return pf.Ms
+	}
+	t.Logf("for decode: %s %v (%.2f ms/token, %.0f ms to prefill %d); pipeline %v (%.0f ms)", decode.Strategy, layers(decode), decode.Cost.MsPerToken, ttft(decode), n, layers(decodePipe), ttft(decodePipe))
+	t.Logf("for prompts: %s %v (%.2f ms/token, %.0f ms); pipeline %v", prompt.Strategy, layers(prompt), prompt.Cost.MsPerToken, ttft(prompt), layers(promptPipe))
+	for _, l := range prompt.Explain {
+		t.Log("  " + l)
+	}
+	if decode.Strategy != "single" {
+		t.Errorf("planned for decode: %s, want single", decode.Strategy)
+	}
+	if l := layers(decodePipe); l[1] >= l[0] {
+		t.Errorf("the decode split %v gives the last stage no fewer layers", l)
+	}
+	if s := layers(promptPipe); s[0] != 11 || s[1] != 11 {
+		t.Errorf("a pipeline planned for %d-token prompts splits %v, want 11/11", n, s)
+	}
+	if a, b := ttft(promptPipe), ttft(decodePipe); a >= b {
+		t.Errorf("predicted TTFT: the prefill split %.0f ms, the decode split %.0f", a, b)
+	}
+	to := o
+	to.Strategy = Tensor
+	tensor, err := Place(prof, nodes, links, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	best := min(ttft(promptPipe), ttft(tensor), ttft(decode))
+	if got := ttft(prompt); got != best || got >= ttft(decode) {
+		t.Errorf("planned for prompts: %s predicted %.0f ms; pipeline %.0f, tensor %.0f, one node %.0f", prompt.Strategy, got, ttft(promptPipe), ttft(tensor), ttft(decode))
+	}
+	if !slices.ContainsFunc(prompt.Explain, func(l string) bool { return strings.Contains(l, "--prompt") }) {
+		t.Errorf("the explanation does not say what the plan is for: %q", prompt.Explain)
+	}
+	o.Generate = 100000
+	long, err := Place(prof, nodes, links, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if long.Strategy != decode.Strategy {
+		t.Errorf("with %d generated tokens: %s, want the decode plan's %s", o.Generate, long.Strategy, decode.Strategy)
+	}
+	o.Generate = 0
+	o.Prompt = -1
+	if _, err := Place(prof, nodes, links, o); err == nil || !strings.Contains(err.Error(), "prompt") {
+		t.Errorf("a negative prompt: %v", err)
 	}
 }

@@ -138,6 +138,15 @@ type Options struct {
 	// link's latency and bandwidth: framing, the QUIC stream, waking the
 	// receiver (DefaultMessageMs if 0; negative for none).
 	MessageMs float64
+	// Prompt, when positive, plans for requests with prompts of this many
+	// tokens: each arrangement's layers are split so its stages prefill a
+	// piece of the prompt in equal time (a decode split gives the last
+	// stage fewer layers, for the output matrix a prefill runs for one row
+	// only), and arrangements are compared by the predicted time of a
+	// request, the prompt's time to first token plus Generate decode steps
+	// of one sequence, rather than by ms/token. 0 plans for decode.
+	Prompt   int
+	Generate int
 }
 
 // Defaults applied by Plan.

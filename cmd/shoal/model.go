@@ -122,6 +122,9 @@ GGUF, use shoal pull and load the file.
 			if req.Lookup < 0 || req.Lookup > 16 {
 				return fmt.Errorf("--lookup %d: draft 0 (off) to 16 tokens a step", req.Lookup)
 			}
+			if req.PlanPrompt < 0 || req.PlanGen < 0 || req.PlanGen > 0 && req.PlanPrompt == 0 {
+				return fmt.Errorf("--plan-prompt %d, --plan-gen %d: want a positive prompt length, and --plan-gen only with it", req.PlanPrompt, req.PlanGen)
+			}
 			if req.MaxSeqs < 0 || req.Queue < 0 || req.Replicas < 0 {
 				return fmt.Errorf("--max-seqs %d, --queue %d, --replicas %d: want positive numbers", req.MaxSeqs, req.Queue, req.Replicas)
 			}
@@ -171,6 +174,8 @@ GGUF, use shoal pull and load the file.
 	cmd.Flags().IntVar(&req.MaxSeqs, "max-seqs", 0, "sequences the plan reserves --ctx tokens of KV cache for, run at once (default 1)")
 	cmd.Flags().IntVar(&req.Queue, "queue", 0, "requests that wait for a running place before more get 429 (default 4 x --max-seqs)")
 	cmd.Flags().IntVar(&req.Lookup, "lookup", 0, "speculative decoding by prompt lookup: the driver drafts up to N tokens a step from what followed the latest earlier occurrence of the sequence's last few tokens, and the plan verifies them in one pass (one trip through the stages for several tokens; the output is unchanged); 0: off, at most 16")
+	cmd.Flags().IntVar(&req.PlanPrompt, "plan-prompt", 0, "plan for prompts of about N tokens: the layers are split so the stages prefill a long prompt's pieces in equal time, and the plan (one node, a pipeline, tensor parallel) is chosen by its predicted time to first token rather than its decode speed; 'placement show --prompt N' prints the prediction (default 0: plan for decode)")
+	cmd.Flags().IntVar(&req.PlanGen, "plan-gen", 0, "with --plan-prompt: the tokens a request generates after its prompt, so the plan is chosen by the predicted time of the whole request (first token plus N decode steps)")
 	cmd.Flags().StringVar(&req.Node, "node", "", "the node that has the file (ID, ID prefix or name; default: the agent at --addr)")
 	cmd.Flags().IntVar(&req.Replicas, "replicas", 0, "live nodes that should have the whole file: this one and copies other nodes make in the background when they have the disk (default 2; 1: no copy)")
 	cmd.Flags().StringVar(&req.Strategy, "strategy", "", "force the plan's strategy: pipeline or tensor (default: the planner chooses)")
@@ -412,7 +417,8 @@ parts, then the planner's reasoning and what the last re-plan moved.
 With --prompt N it adds the predicted prefill of a prompt of N tokens (the
 time to the first token): a plan of several stages cuts a long prompt into
 pieces that flow through the stages at once, and the line shows that
-against the same prompt run as one step.
+against the same prompt run as one step. A model loaded with
+--plan-prompt N shows the prefill of N tokens unless --prompt says otherwise.
 
   shoal placement show llama-8b-q4_k_m
   shoal placement show llama-8b-q4_k_m --prompt 2048
@@ -435,6 +441,9 @@ against the same prompt run as one step.
 					p.Measured = m
 				}
 			}
+			if prompt == 0 && p.PlanPrompt > 0 && p.Version > 0 {
+				prompt = p.PlanPrompt // the prompt the plan was made for
+			}
 			if prompt > 0 {
 				if p.Prefill, err = c.PredictPrefill(ctx, args[0], prompt); err != nil {
 					return err
@@ -449,7 +458,7 @@ against the same prompt run as one step.
 		},
 	}
 	f.register(cmd)
-	cmd.Flags().IntVar(&prompt, "prompt", 0, "also predict the prefill of a prompt of this many tokens (time to first token)")
+	cmd.Flags().IntVar(&prompt, "prompt", 0, "also predict the prefill of a prompt of this many tokens (time to first token; default: the model's --plan-prompt, if any)")
 	return cmd
 }
 

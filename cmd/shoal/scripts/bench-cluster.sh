@@ -32,8 +32,12 @@
 #   QUICK=1    use a small model instead (.shoal/bench-small-q4_0.gguf)
 #   DEVICES    device counts (default "1 2 4")
 #   LINKS      link rates (default "10gbit 1gbit")
-#   STRATEGIES plans tried for N > 1 (default "auto pipeline tensor"; auto
-#              lets the planner choose)
+#   STRATEGIES plans tried for N > 1 (default "auto pipeline tensor
+#              auto+prompt pipeline+prompt"; auto lets the planner choose;
+#              +prompt loads with --plan-prompt PLAN_PROMPT: stages balanced
+#              for prefill, the plan chosen by predicted time to first token)
+#   PLAN_PROMPT  the prompt length +prompt plans for (default: the longest
+#              of PROMPT)
 #   CORES      cores shared by the devices (default 2)
 #   SHARE      cores per device, the same for every device count (e.g. 1, or
 #              0.5), so N devices are compared with one device of the same
@@ -56,9 +60,10 @@ BIN=${BIN:-bin/shoal}
 SHARED=${SHARED:-../shared}
 DEVICES=${DEVICES:-1 2 4}
 LINKS=${LINKS:-10gbit 1gbit}
-STRATEGIES=${STRATEGIES:-auto pipeline tensor}
+STRATEGIES=${STRATEGIES:-auto pipeline tensor auto+prompt pipeline+prompt}
 CORES=${CORES:-2}
 PROMPT=${PROMPT:-512,2048}
+PLAN_PROMPT=${PLAN_PROMPT:-$(tr , '\n' <<<"$PROMPT" | sort -n | tail -n 1)}
 GEN=${GEN:-64}
 REPS=${REPS:-3}
 CTX=${CTX:-2304}
@@ -229,8 +234,12 @@ cpu_ticks() {
 run_one() {
 	local n=$1 rate=$2 strategy=$3 out=$4
 	start_cluster "$n" "$rate"
-	local load=(model load "$MODEL" --name bench --ctx "$CTX" --overhead 256MiB --wait 600s)
-	[ "$strategy" != auto ] && [ "$n" -gt 1 ] && load+=(--strategy "$strategy")
+	# STRATEGY[+prompt]: the forced strategy (auto: none), and whether the
+	# plan is made for PLAN_PROMPT-token prompts.
+	local base=${strategy%+prompt} planfor=()
+	[ "$base" != "$strategy" ] && planfor=(--plan-prompt "$PLAN_PROMPT")
+	local load=(model load "$MODEL" --name bench --ctx "$CTX" --overhead 256MiB --wait 600s "${planfor[@]}")
+	[ "$base" != auto ] && [ "$n" -gt 1 ] && load+=(--strategy "$base")
 	shoal_in 0 "${load[@]}" >&2 || { tail -n 20 "$work"/d*.log >&2; die "load failed ($n devices, $rate, $strategy)"; }
 	local pl
 	pl=$(shoal_in 0 placement show bench -o json)
@@ -257,8 +266,8 @@ run_one() {
 	if [ "$STREAMS" -gt 0 ]; then
 		# The same plan for STREAMS sequences a step, STREAMS streams at once.
 		shoal_in 0 model unload bench >&2 || die "unload failed"
-		load=(model load "$MODEL" --name bench --ctx "$CTX" --max-seqs "$STREAMS" --overhead 256MiB --wait 600s)
-		[ "$strategy" != auto ] && [ "$n" -gt 1 ] && load+=(--strategy "$strategy")
+		load=(model load "$MODEL" --name bench --ctx "$CTX" --max-seqs "$STREAMS" --overhead 256MiB --wait 600s "${planfor[@]}")
+		[ "$base" != auto ] && [ "$n" -gt 1 ] && load+=(--strategy "$base")
 		shoal_in 0 "${load[@]}" >&2 || { tail -n 20 "$work"/d*.log >&2; die "load of $STREAMS sequences failed ($n devices, $rate, $strategy)"; }
 		pl8=$(shoal_in 0 placement show bench -o json)
 		local drv
