@@ -593,7 +593,7 @@ func (e *env) evaluate(groups [][]int) *candidate {
 	split := e
 	if e.o.Prompt > 0 {
 		// Stages balanced for a piece of the prompt.
-		split = e.prefillEnv(prefillTokens(len(groups), e.o.Prompt), e.o.Prompt)
+		split = e.prefillEnv(prefillTokens(len(groups), e.o.Prompt), float64(e.o.Prompt)/2)
 	}
 	bounds := split.splitLayers(groups)
 	if bounds == nil {

@@ -40,7 +40,7 @@ func TestPredictPrefill(t *testing.T) {
 			t.Fatalf("one node, %d tokens: %+v (ok %v)", n, single, ok)
 		}
 		pp, ok := PredictPrefill(prof, nodes, links, po, &pipe, n)
-		if !ok || pp.Piece != PrefillPiece(2, n) || pp.Pieces != 8 || len(pp.StageMs) != 2 {
+		if !ok || pp.Piece != PrefillPiece(2, n) || pp.Pieces != 16 || len(pp.StageMs) != 2 {
 			t.Fatalf("pipeline, %d tokens: %+v (ok %v)", n, pp, ok)
 		}
 		ideal := float64(pp.Pieces+1) / float64(2*pp.Pieces)
