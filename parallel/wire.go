@@ -8,6 +8,7 @@ import (
 
 	"shoal/engine/quant"
 	"shoal/engine/sample"
+	"shoal/internal/version"
 	"shoal/transport"
 )
 
@@ -168,6 +169,11 @@ type countingGroup struct {
 
 func (c *countingGroup) Rank() int { return c.sum.Rank() }
 func (c *countingGroup) Size() int { return c.sum.Size() }
+
+// Overlaps reports whether every member runs a tensor-parallel step of
+// many tokens in overlapped parts (model.Runner): builds of protocol 3
+// and later do, older ones make one all-reduce of the whole step per half.
+func (c *countingGroup) Overlaps() bool { return c.sum.Protocol() >= version.OverlapProtocol }
 
 func (c *countingGroup) close() {
 	c.sum.Close()

@@ -183,6 +183,29 @@ func (g *Group) AllGatherContext(ctx context.Context, part, out []float32) error
 	})
 }
 
+// Protocol is the oldest of the protocols negotiated on the streams this
+// member sends to the others on: the newest protocol every member speaks.
+// A pair negotiates the newest protocol both speak, the older build's
+// newest, so every member computes the same minimum, that of the oldest
+// build in the group. 0 while it has not sent to every member yet (a
+// group's first collective opens the streams), and for a group of one.
+func (g *Group) Protocol() int {
+	low := 0
+	for j, m := range g.cfg.Members {
+		if j == g.cfg.Rank {
+			continue
+		}
+		p := g.hub.out.protocol(m)
+		if p == 0 {
+			return 0
+		}
+		if low == 0 || p < low {
+			low = p
+		}
+	}
+	return low
+}
+
 // Close aborts a pending call (it returns an error wrapping ErrClosed) and
 // makes later calls fail. It does not close the endpoint.
 func (g *Group) Close() error {

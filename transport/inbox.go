@@ -341,6 +341,23 @@ func (l *links) lost(addr string) <-chan struct{} {
 	return k.dead
 }
 
+// protocol is the protocol negotiated on the current stream to addr, 0
+// when there is none.
+func (l *links) protocol(addr string) int {
+	l.mu.Lock()
+	k := l.out[addr]
+	l.mu.Unlock()
+	if k == nil {
+		return 0
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.st == nil {
+		return 0
+	}
+	return k.st.Peer.Protocol
+}
+
 func abandon(st *Stream) {
 	st.CancelWrite(codeTensorAbort)
 	st.CancelRead(codeTensorAbort)

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +107,60 @@ func TestProtocolNegotiation(t *testing.T) {
 				t.Fatalf("a dialer of the listener's window after a refusal: %v", err)
 			}
 			s.Close()
+		})
+	}
+}
+
+// TestGroupProtocol: a group knows the newest protocol every member
+// speaks once its first collective has reached them all (0 before): the
+// oldest build's newest, on every member alike, so they agree on whether
+// to run the collectives that a newer protocol adds (tensor-parallel
+// overlap, version.OverlapProtocol).
+func TestGroupProtocol(t *testing.T) {
+	ca, _ := DeriveCA(testSecret)
+	newer := version.Window{Min: 1, Max: version.OverlapProtocol}
+	older := version.Window{Min: 1, Max: version.OverlapProtocol - 1}
+	for _, c := range []struct {
+		name    string
+		windows []version.Window
+		want    int
+	}{
+		{"same", []version.Window{newer, newer, newer}, version.OverlapProtocol},
+		{"one older", []version.Window{newer, older, newer}, version.OverlapProtocol - 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var eps []*Endpoint
+			var addrs []string
+			for i, w := range c.windows {
+				ep := endpointOf(t, ca, "n"+strconv.Itoa(i), RoleServer, w, "1.0.0")
+				eps, addrs = append(eps, ep), append(addrs, ep.Addr().String())
+			}
+			gs := make([]*Group, len(eps))
+			for r, ep := range eps {
+				g, err := NewGroup(ep, GroupConfig{ID: "proto-" + c.name, Members: addrs, Rank: r, Timeout: 10 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer g.Close()
+				if p := g.Protocol(); p != 0 {
+					t.Errorf("rank %d: protocol %d before any collective", r, p)
+				}
+				gs[r] = g
+			}
+			errs := make(chan error, len(gs))
+			for _, g := range gs {
+				go func() { errs <- g.AllReduceSum([]float32{1, 2, 3}) }()
+			}
+			for range gs {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			for r, g := range gs {
+				if p := g.Protocol(); p != c.want {
+					t.Errorf("rank %d: protocol %d, want %d", r, p, c.want)
+				}
+			}
 		})
 	}
 }

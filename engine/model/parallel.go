@@ -198,7 +198,8 @@ func (s *Slice) holds(x int) bool {
 
 // tpState is a runner's view of its tensor-parallel group.
 type tpState struct {
-	coll Collective
+	coll    Collective
+	ordered *orderedColl // coll, with background all-reduces (coll is this)
 	// Per rank, set by the handshake: the query columns (heads × head size)
 	// and FFN columns held, and the output rows computed of a gathered
 	// attn_output or ffn_down.

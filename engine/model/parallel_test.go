@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"shoal/engine/device"
+	"shoal/engine/device/vulkan"
 	"shoal/engine/enginetest"
 	"shoal/engine/kv"
 	"shoal/engine/model"
@@ -534,5 +535,111 @@ func TestParallelRejectsMixedSplit(t *testing.T) {
 		} else if r == 0 {
 			t.Logf("member 0: %v", err)
 		}
+	}
+}
+
+// TestParallelOverlap (issue #39): a tensor-parallel step of many tokens
+// runs in two parts whose all-reduces overlap the other part's compute.
+// Two sequences' prompts in one batch (the cut falls inside the first),
+// then one more of each: the overlapped members give the logits of the
+// same members run without overlap (Options.NoOverlap), which are a
+// single node's within the tolerances (bitwise, but for the last place of
+// a few rows); and a decode step after them too
+// (the parts wrote the KV cache the later steps read).
+func TestParallelOverlap(t *testing.T) {
+	for name, spec := range map[string]synth.Spec{"dense-q4_k_m": denseQ4K, "qwen2-f16": qwenF16} {
+		t.Run(name, func(t *testing.T) {
+			path := enginetest.Write(t, "", spec)
+			ref := enginetest.OpenPath(t, path)
+			c := &ref.Config
+			plan := shapeOf(c).Plans("").Get("tp2")
+			toks := enginetest.Tokens(113, c.NVocab, 5)
+			steps := []model.Batch{
+				{Tokens: toks[:111], Chunks: []model.Chunk{{Seq: 1, N: 70}, {Seq: 2, N: 41}}},
+				{Tokens: toks[111:113], Chunks: []model.Chunk{{Seq: 1, N: 1}, {Seq: 2, N: 1}}},
+			}
+			rows := [][]int{{69, 110}, {0, 1}}
+			// dev is rank 1's device (the CPU when nil): every member cuts
+			// its steps alike, whatever runs it.
+			var dev device.Device
+			run := func(t *testing.T, noOverlap bool, single bool) [][]float32 {
+				var out [][]float32
+				if single {
+					r, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 256})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer r.Close()
+					for i := range steps {
+						b := steps[i]
+						b.Chunks = slices.Clone(b.Chunks)
+						l, err := r.Step(&b, rows[i])
+						if err != nil {
+							t.Fatal(err)
+						}
+						out = append(out, slices.Clone(l))
+					}
+					return out
+				}
+				st := stage{lo: 0, hi: c.NLayer}
+				colls := newGroup(2)
+				for r, pm := range plan.Pools[0].Stages[0].Members {
+					spec := shard.SpecsFor(plan, pm.Node, "")[0]
+					spec.Embedding, spec.Output = true, true
+					o := model.Options{Threads: 1, CacheTokens: 256, Collective: colls[r], NoOverlap: noOverlap}
+					if r == 1 {
+						o.Device = dev
+					}
+					mb, err := openMember(path, spec, o)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer func() { mb.r.Close(); mb.sh.Close() }()
+					st.members = append(st.members, mb)
+				}
+				for i := range steps {
+					got := make([][]float32, 2)
+					concurrently(t, &st, func(r int, mb *member) error {
+						b := steps[i]
+						b.Chunks = slices.Clone(b.Chunks)
+						l, err := mb.r.Step(&b, rows[i])
+						got[r] = slices.Clone(l)
+						return err
+					})
+					// Members on one kind of device compute the same logits
+					// (on different devices, each its own output matrix's).
+					if dev == nil && !slices.Equal(got[0], got[1]) {
+						t.Fatalf("step %d: the members' logits differ", i)
+					}
+					out = append(out, got[1])
+				}
+				return out
+			}
+			over, plain, one := run(t, false, false), run(t, true, false), run(t, false, true)
+			t.Run("rank 1 on vulkan", func(t *testing.T) {
+				dev = vulkan.Device{GPU: enginetest.VulkanOrSkip(t)}
+				mixed := run(t, false, false)
+				for i := range steps {
+					m := enginetest.Compare(one[i], mixed[i], c.NVocab)
+					t.Logf("step %d: overlapped, rank 1 on Vulkan, vs one node: %s", i, m)
+					if err := m.Check(enginetest.IsFloat(ref.File)); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+			for i := range steps {
+				// The matrix kernels round a row alike in batches of any
+				// size up to their tiles' tails, so parts give the same
+				// logits to a few units in the last place.
+				if m := enginetest.Compare(plain[i], over[i], c.NVocab); m.NRMSE > 1e-5 {
+					t.Errorf("step %d: overlapped logits are not those without overlap: %s", i, m)
+				}
+				m := enginetest.Compare(one[i], over[i], c.NVocab)
+				t.Logf("step %d: overlapped vs one node: %s", i, m)
+				if err := m.Check(enginetest.IsFloat(ref.File)); err != nil {
+					t.Error(err)
+				}
+			}
+		})
 	}
 }

@@ -35,6 +35,11 @@ type Options struct {
 	// concurrently; the first Forward exchanges and checks the members'
 	// slices.
 	Collective Collective
+	// NoOverlap runs every tensor-parallel step as one batch, its
+	// all-reduces waited for in turn (by default a step of many tokens is
+	// cut in two parts that overlap one's all-reduces with the other's
+	// compute: forwardOverlapped).
+	NoOverlap bool
 
 	// Device runs the layers; nil is the CPU (cpu.Device).
 	Device device.Device
@@ -80,6 +85,13 @@ type Runner struct {
 	db device.Batch // the device's view of the batch in Forward
 	o  []float32    // a half's output, composing halves (tensor parallel)
 
+	// overlap: a tensor-parallel step of many tokens runs in parts whose
+	// all-reduces travel while the next part computes (forwardOverlapped);
+	// parts and partO are its batches and half outputs.
+	overlap bool
+	parts   []device.Batch
+	partO   [][]float32
+
 	x, logits []float32 // Step's hidden states and logits
 	one       struct {  // Decode's batch, kept to avoid allocation
 		tok   [1]int32
@@ -120,7 +132,8 @@ func NewRunner(m *Model, o Options) (*Runner, error) {
 		if c == nil || c.Rank() != sl.Rank || c.Size() != sl.Size {
 			return nil, fmt.Errorf("tensor-parallel rank %d of %d needs a collective of that rank and size", sl.Rank, sl.Size)
 		}
-		tp = &tpState{coll: c}
+		oc := &orderedColl{Collective: c}
+		tp = &tpState{coll: oc, ordered: oc}
 	} else if o.Collective != nil && o.Collective.Size() > 1 {
 		return nil, fmt.Errorf("a collective of %d members needs weights holding a tensor-parallel slice", o.Collective.Size())
 	}
@@ -160,7 +173,12 @@ func NewRunner(m *Model, o Options) (*Runner, error) {
 		rng.Close()
 		return nil, err
 	}
-	return &Runner{m: m, dev: rng, cache: cache, lo: lo, hi: hi, sl: sl, tp: tp}, nil
+	// Overlapped steps for the dense layers whose halves end in one
+	// all-reduce each (a MoE or latent-attention layer exchanges more).
+	// Every member decides alike, whatever its device: they must make the
+	// same collectives.
+	overlap := tp != nil && !m.IsMoE() && m.MLA == nil && !o.NoOverlap
+	return &Runner{m: m, dev: rng, cache: cache, lo: lo, hi: hi, sl: sl, tp: tp, overlap: overlap}, nil
 }
 
 // Close frees what the device holds (the CPU's threads).
@@ -260,6 +278,13 @@ func (r *Runner) Forward(b *Batch, lo, hi int, x []float32) error {
 		if err := r.handshake(); err != nil {
 			return err
 		}
+		// The handshake reached every member: the group knows their builds.
+		if o, ok := r.tp.ordered.Collective.(overlapper); ok && !o.Overlaps() {
+			r.overlap = false
+		}
+	}
+	if parts := r.overlapParts(b.Len()); parts > 0 {
+		return r.forwardOverlapped(lo, hi, parts, x)
 	}
 	r.o = grow(r.o, b.Len()*r.m.NEmbd)
 	for l := lo; l < hi; l++ {

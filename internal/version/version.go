@@ -14,10 +14,21 @@ const Release = "0.9.0"
 // works with. Raise Protocol with every change to what another node reads
 // (and keep reading what MinProtocol writes); raise MinProtocol when the
 // code for the oldest protocol goes.
+//
+// The protocols: 1, every build before versions were negotiated; 2, the
+// protocol in ALPN, join, gossip, Raft log entries and snapshots (and the
+// protocol-set command); 3, tensor-parallel members cut a step of many
+// tokens into parts whose all-reduces overlap compute (OverlapProtocol),
+// a different sequence of collectives, made only when every member of
+// the group speaks 3.
 const (
-	Protocol    = 2
+	Protocol    = 3
 	MinProtocol = 1
 )
+
+// OverlapProtocol is the first protocol whose tensor-parallel members run
+// overlapped steps.
+const OverlapProtocol = 3
 
 // release overrides Release when set at link time.
 var release string
