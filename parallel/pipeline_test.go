@@ -238,7 +238,9 @@ func BenchmarkPipelinedPrefill(b *testing.B) {
 // pipeline of one thread per stage, without speculation and with prompt
 // lookup drafting up to 8 tokens a step (a random model's greedy text
 // falls into loops that lookup predicts: the acceptance is reported), and
-// one node alone for reference. tok/s counts the tokens after the first.
+// one node alone for reference, and with a draft model of the same
+// weights' first layers (pp2-draft, below). tok/s counts the tokens after
+// the first.
 // SHOAL_BENCH_SHAPE=tinyllama runs TinyLlama-1.1B's shapes in Q4_0 (issue
 // #39's case; its file is 600 MiB), else a 512-wide 8-layer model;
 // SHOAL_BENCH_STD sets the weights' standard deviation (synth's 0.02).
@@ -283,10 +285,23 @@ func BenchmarkSpeculativeDecode(b *testing.B) {
 		defer r.Close()
 		decode(b, serve.RunnerEngine{R: r}, serve.Options{})
 	})
+	// The draft model: the same seed and shapes with fewer layers
+	// (SHOAL_BENCH_DRAFT_LAYERS, default 1). synth draws every tensor from
+	// its name, so the draft holds the model's own embedding, output and
+	// first layers; how often it agrees with the whole model is reported
+	// (accepted/drafted) and depends on how much the later layers change
+	// the hidden states (SHOAL_BENCH_STD).
+	dspec := spec
+	dspec.Name, dspec.NLayer = spec.Name+"-draft", 1
+	if v, err := strconv.Atoi(os.Getenv("SHOAL_BENCH_DRAFT_LAYERS")); err == nil && v > 0 && v < spec.NLayer {
+		dspec.NLayer = v
+	}
+	dref := enginetest.OpenPath(b, enginetest.Write(b, "", dspec))
 	for _, c := range []struct {
 		name   string
 		lookup int
-	}{{"pp2", 0}, {"pp2-lookup", 8}} {
+		draft  bool
+	}{{"pp2", 0, false}, {"pp2-lookup", 8, false}, {"pp2-draft", 0, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			cl := startClusterCache(b, path, plan, Options{Timeout: time.Minute}, ctxTokens)
 			s, err := cl.drv.Open(context.Background())
@@ -298,7 +313,20 @@ func BenchmarkSpeculativeDecode(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer eng.Close()
-			decode(b, eng, serve.Options{Lookup: c.lookup})
+			o := serve.Options{Lookup: c.lookup}
+			if c.draft {
+				dr, err := model.NewRunner(dref, model.Options{Threads: 1, CacheTokens: ctxTokens})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer dr.Close()
+				d, err := serve.NewModelDrafter(dr, dref.NVocab)
+				if err != nil {
+					b.Fatal(err)
+				}
+				o.Draft, o.DraftMax = d, 8
+			}
+			decode(b, eng, o)
 		})
 	}
 }

@@ -24,8 +24,9 @@ func main() {
 	out := flag.String("out", "dlout", "TUN device the delayed packets leave by")
 	delay := flag.Duration("delay", 100*time.Microsecond, "one-way delay added to every packet")
 	queue := flag.Int("queue", 1<<16, "packets held at most; more are dropped (counted)")
+	offload := flag.Bool("offload", true, "take and give segmentation-offloaded packets (up to 64 KiB of TCP or UDP segments in one, with a virtio-net header), relayed as they are, so a bulk transfer costs the line a read and a write per 64 KiB rather than per 1.5 KB packet")
 	flag.Parse()
-	if err := run(*in, *out, *delay, *queue); err != nil {
+	if err := run(*in, *out, *delay, *queue, *offload); err != nil {
 		fmt.Fprintln(os.Stderr, "delayline:", err)
 		os.Exit(1)
 	}
@@ -36,18 +37,22 @@ type packet struct {
 	data []byte
 }
 
-func run(inName, outName string, delay time.Duration, queue int) error {
-	in, err := openTUN(inName)
+func run(inName, outName string, delay time.Duration, queue int, offload bool) error {
+	in, inOff, err := openTUN(inName, offload)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := openTUN(outName)
+	out, outOff, err := openTUN(outName, offload)
 	if err != nil {
 		return err
 	}
 	defer out.Close()
-	fmt.Fprintf(os.Stderr, "delayline: %s -> %s, %v one way\n", inName, outName, delay)
+	if inOff != outOff {
+		// Both ends must carry the same header: relay plain packets.
+		return fmt.Errorf("%s takes offloads %#x, %s %#x: run with --offload=false", inName, inOff, outName, outOff)
+	}
+	fmt.Fprintf(os.Stderr, "delayline: %s -> %s, %v one way, offloads %#x\n", inName, outName, delay, inOff)
 
 	q := make(chan packet, queue)
 	var dropped, packets, bytes atomic.Int64
@@ -55,7 +60,7 @@ func run(inName, outName string, delay time.Duration, queue int) error {
 	var lates []time.Duration
 	start := time.Now()
 	go func() {
-		buf := make([]byte, 1<<16)
+		buf := make([]byte, 1<<17) // a 64 KiB offloaded packet and its header
 		for {
 			n, err := in.Read(buf)
 			if err != nil {
@@ -121,19 +126,44 @@ func run(inName, outName string, delay time.Duration, queue int) error {
 	return nil
 }
 
+// Offloads a TUN device may take (linux/if_tun.h; USO since Linux 6.2).
+const (
+	tunCSUM = 0x01
+	tunTSO4 = 0x02
+	tunTSO6 = 0x04
+	tunUSO4 = 0x20
+	tunUSO6 = 0x40
+)
+
 // openTUN creates (or attaches to) the TUN device name, without packet
-// information headers.
-func openTUN(name string) (*os.File, error) {
+// information headers. With offload, every packet carries a virtio-net
+// header and may be a segmentation-offloaded run of TCP or UDP segments:
+// it tries checksum, TSO and USO, then checksum and TSO, and returns the
+// offloads it set (0: plain packets, no header).
+func openTUN(name string, offload bool) (*os.File, int, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("open /dev/net/tun: %w", err)
+		return nil, 0, fmt.Errorf("open /dev/net/tun: %w", err)
 	}
 	var req [unix.IFNAMSIZ + 64]byte
 	copy(req[:unix.IFNAMSIZ-1], name)
-	*(*uint16)(unsafe.Pointer(&req[unix.IFNAMSIZ])) = unix.IFF_TUN | unix.IFF_NO_PI
+	flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if offload {
+		flags |= unix.IFF_VNET_HDR
+	}
+	*(*uint16)(unsafe.Pointer(&req[unix.IFNAMSIZ])) = flags
 	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETIFF, uintptr(unsafe.Pointer(&req[0]))); errno != 0 {
 		unix.Close(fd)
-		return nil, fmt.Errorf("TUNSETIFF %s: %w", name, errno)
+		return nil, 0, fmt.Errorf("TUNSETIFF %s: %w", name, errno)
 	}
-	return os.NewFile(uintptr(fd), name), nil
+	set := 0
+	if offload {
+		for _, o := range []int{tunCSUM | tunTSO4 | tunTSO6 | tunUSO4 | tunUSO6, tunCSUM | tunTSO4 | tunTSO6} {
+			if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETOFFLOAD, uintptr(o)); errno == 0 {
+				set = o
+				break
+			}
+		}
+	}
+	return os.NewFile(uintptr(fd), name), set, nil
 }

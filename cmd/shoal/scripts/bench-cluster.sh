@@ -54,6 +54,8 @@
 #   STREAMS    streams of the aggregate decode run (default 8; 0: skip)
 #   STREAM_SECONDS  its length (default 30)
 #   SHARED     the shared data dir with the tokenizer (default ../shared)
+#   PROFILE    a directory for each agent's Go CPU profile (agent --cpuprofile;
+#              written when the agent stops)
 set -euo pipefail
 
 BIN=${BIN:-bin/shoal}
@@ -204,6 +206,8 @@ start_cluster() {
 		local args=(agent --server --bootstrap-expect "$n" --name "d$i" --data-dir "$work/d$i" --bind "$(ipof "$i")"
 			--token "$secret" --threads "$threads" --log-level warn --insecure-http)
 		for j in $(seq 0 $((n - 1))); do [ "$j" != "$i" ] && args+=(--join "$(ipof "$j")"); done
+		# PROFILE=DIR: each agent's Go CPU profile, written when it stops.
+		[ -n "${PROFILE:-}" ] && mkdir -p "$PROFILE" && args+=(--cpuprofile "$(cd "$PROFILE" && pwd)/d$i-$n-$RANDOM.prof")
 		# The shell joins the cgroup, then becomes the agent (same pid).
 		sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$g" ip netns exec "$ns" "$BIN" "${args[@]}" >"$work/d$i.log" 2>&1 &
 		pids+=($!)
