@@ -67,12 +67,15 @@ func TestSplitPieces(t *testing.T) {
 // plans of two stages (and two stages of two members), run as one step and
 // cut into pieces sent at once, gives a single node's logits for rows in
 // every piece, leaves every sequence where the single node has it (the
-// decode steps after it agree too), and did run as pieces.
+// decode steps after it agree too), and did run as pieces. The step of 75
+// tokens is long enough for a tensor-parallel group to run it in
+// overlapped parts (model.MinOverlapTokens), over the transport: tp2 and
+// pp2xtp2 check those logits too.
 func TestPipelinedPrefill(t *testing.T) {
 	ref, path := openRef(t)
 	c := &ref.Config
-	toks := enginetest.Tokens(48, ref.NVocab, 60)
-	for _, name := range []string{"pp2", "pp2xtp2"} {
+	toks := enginetest.Tokens(78, ref.NVocab, 60)
+	for _, name := range []string{"pp2", "pp2xtp2", "tp2"} {
 		for _, piece := range []int{-1, 8, 0} {
 			t.Run(name, func(t *testing.T) {
 				single, err := model.NewRunner(ref, model.Options{Threads: 1, CacheTokens: 128})
@@ -88,14 +91,14 @@ func TestPipelinedPrefill(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer s.Close(ctx)
-				chunks := []model.Chunk{{Seq: 1, N: 23}, {Seq: 2, N: 17}, {Seq: 3, N: 5}}
+				chunks := []model.Chunk{{Seq: 1, N: 40}, {Seq: 2, N: 30}, {Seq: 3, N: 5}}
 				steps := []struct {
 					chunks []model.Chunk
 					tokens []int32
 					rows   []int
 				}{
-					{chunks, toks[:45], []int{0, 7, 8, 22, 23, 39, 44}},
-					{[]model.Chunk{{Seq: 2, N: 1}, {Seq: 1, N: 1}, {Seq: 3, N: 1}}, toks[45:48], []int{0, 1, 2}},
+					{chunks, toks[:75], []int{0, 7, 8, 39, 40, 69, 74}},
+					{[]model.Chunk{{Seq: 2, N: 1}, {Seq: 1, N: 1}, {Seq: 3, N: 1}}, toks[75:78], []int{0, 1, 2}},
 				}
 				for i, st := range steps {
 					wb := model.Batch{Tokens: st.tokens, Chunks: slices.Clone(st.chunks)}
@@ -125,8 +128,8 @@ func TestPipelinedPrefill(t *testing.T) {
 						t.Errorf("step %d ran as %d member steps, want %d", i, steps, wantSteps)
 					}
 				}
-				if piece == 8 && s.step < 7 {
-					t.Errorf("the 45-token prompt of pieces of 8 ran as %d steps", s.step-1)
+				if piece == 8 && len(plan.Pools[0].Stages) > 1 && s.step < 10 {
+					t.Errorf("the 75-token prompt of pieces of 8 ran as %d steps", s.step-1)
 				}
 			})
 		}
@@ -290,7 +293,8 @@ func BenchmarkSpeculativeDecode(b *testing.B) {
 	// its name, so the draft holds the model's own embedding, output and
 	// first layers; how often it agrees with the whole model is reported
 	// (accepted/drafted) and depends on how much the later layers change
-	// the hidden states (SHOAL_BENCH_STD).
+	// the hidden states (SHOAL_BENCH_STD): with TinyLlama's shapes, 0 of the
+	// drafts at synth's 0.02 and down to 0.001, 89% at 0.0003 (measured).
 	dspec := spec
 	dspec.Name, dspec.NLayer = spec.Name+"-draft", 1
 	if v, err := strconv.Atoi(os.Getenv("SHOAL_BENCH_DRAFT_LAYERS")); err == nil && v > 0 && v < spec.NLayer {
