@@ -86,6 +86,10 @@ func FuzzPlanner(f *testing.F) {
 	f.Add(int64(3), int64(64), int64(6), int64(3), int64(1), int64(0), int64(96), int64(1),
 		int64(3), int64(3), int64(2), uint64(1), uint64(7), uint64(5), uint64(3), uint64(1), 1e-300,
 		uint8(5), uint64(1<<20), 1e-300, 1e300, int64(1), int64(1), uint8(1))
+	// Planned for prompts (strategy bit 16: Options.Prompt = ctx).
+	f.Add(int64(8), int64(512), int64(8), int64(4), int64(64), int64(32000), int64(1408), int64(32),
+		int64(0), int64(0), int64(1), uint64(4096), uint64(1<<20), uint64(3<<20), uint64(0), uint64(1<<24), 5e8,
+		uint8(3), uint64(8<<30), 200.0, 20.0, int64(2048), int64(1), uint8(16))
 	f.Fuzz(func(t *testing.T, nLayer, nEmbd, nHead, nHeadKV, headDim, nVocab, ffnDim, ffnUnit, nExpert, nExpertUsed, headUnit int64,
 		kv, attnB, ffnB, expB, embB uint64, flops float64,
 		nNodes uint8, mem uint64, gflops, gbps float64, ctx, batch int64, strategy uint8) {
@@ -119,6 +123,9 @@ func FuzzPlanner(f *testing.F) {
 		o := Options{Context: int(ctx), Batch: int(batch), Strategy: []Strategy{Auto, Pipeline, Tensor, ""}[strategy%4]}
 		if strategy&4 != 0 && n > 1 {
 			nodes[n-1].Serves = ServesPrefill
+		}
+		if strategy&16 != 0 {
+			o.Prompt = int(ctx) // planned for prompts that fill the context
 		}
 		valid := prof.Validate()
 		withBudget(t, "plan", func() error {

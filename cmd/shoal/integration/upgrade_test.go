@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"shoal/internal/version"
 )
 
 // oldCommit is the earlier commit of main the mixed-version test builds:
@@ -70,7 +72,7 @@ func buildOld(t *testing.T, dir string) string {
 // clients stream completions: every stream that starts completes without
 // an error event, through members and drivers that move; afterwards the Raft state
 // (nodes, tokens, the model and its plan) is intact, the cluster records
-// protocol 2, shoal upgrade-check says it can take the next release, and
+// this build's protocol, shoal upgrade-check says it can take the next release, and
 // each upgraded server started from a snapshot the old release wrote.
 func TestMixedVersionUpgrade(t *testing.T) {
 	e := setup(t, 5)
@@ -136,7 +138,7 @@ func TestMixedVersionUpgrade(t *testing.T) {
 	vs := versions()
 	oldVersion, newVersion := vs[servers[0].name].Version, vs[servers[2].name].Version
 	t.Logf("MEASURED mixed cluster: %s", describeVersions(vs))
-	if oldVersion == newVersion || vs[servers[2].name].Protocol != 2 || vs[servers[0].name].Protocol != 1 {
+	if oldVersion == newVersion || vs[servers[2].name].Protocol != version.Protocol || vs[servers[0].name].Protocol != 1 {
 		t.Fatalf("the cluster is not of two releases: %s", describeVersions(vs))
 	}
 
@@ -239,7 +241,7 @@ func TestMixedVersionUpgrade(t *testing.T) {
 		p.bin = ""
 		e.start(p)
 		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-			if n := versions()[p.name]; n.Version == newVersion && n.Protocol == 2 && n.Status == "alive" {
+			if n := versions()[p.name]; n.Version == newVersion && n.Protocol == version.Protocol && n.Status == "alive" {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -329,7 +331,7 @@ func TestMixedVersionUpgrade(t *testing.T) {
 		ok := len(ns) == 4
 		for _, n := range ns {
 			vs[n.Name] = n
-			ok = ok && n.Version == newVersion && n.Protocol == 2 && n.Status == "alive"
+			ok = ok && n.Version == newVersion && n.Protocol == version.Protocol && n.Status == "alive"
 		}
 		if ok || time.Now().After(deadline) {
 			break
@@ -337,7 +339,7 @@ func TestMixedVersionUpgrade(t *testing.T) {
 	}
 	t.Logf("MEASURED upgraded cluster: %s", describeVersions(vs))
 	for name, n := range vs {
-		if n.Version != newVersion || n.Protocol != 2 || n.Status != "alive" {
+		if n.Version != newVersion || n.Protocol != version.Protocol || n.Status != "alive" {
 			t.Errorf("%s after the upgrade: %+v", name, n)
 		}
 	}
@@ -354,11 +356,11 @@ func TestMixedVersionUpgrade(t *testing.T) {
 		var s struct {
 			Protocol int `json:"protocol"`
 		}
-		if e.cli(f.alive(t), &s, "status") == nil && s.Protocol == 2 {
+		if e.cli(f.alive(t), &s, "status") == nil && s.Protocol == version.Protocol {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the cluster does not record protocol 2 a minute after the upgrade: %+v", s)
+			t.Fatalf("the cluster does not record protocol %d a minute after the upgrade: %+v", version.Protocol, s)
 		}
 	}
 	var after2 struct {
