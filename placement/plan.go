@@ -610,15 +610,20 @@ func (e *env) evaluate(groups [][]int) *candidate {
 	}
 	c.stages = stages
 	c.cost = e.cost(groups, stages)
-	if e.o.Prompt > 0 {
-		pf, ok := e.prefillOf(groups, bounds, e.o.Prompt)
-		if !ok {
-			return c
-		}
-		c.prefill = pf
-	}
-	c.ok = true
+	c.ok = e.predictPrompt(c)
 	return c
+}
+
+// predictPrompt sets c.prefill, the predicted prefill of the prompt a plan
+// for prompts is made for (Options.Prompt; nothing for decode, or in the
+// env of a prefill piece itself), and reports whether it could.
+func (e *env) predictPrompt(c *candidate) bool {
+	if e.o.Prompt <= 0 || e.prefill {
+		return true
+	}
+	pf, ok := e.prefillOf(c.groups, c.bounds, e.o.Prompt)
+	c.prefill = pf
+	return ok
 }
 
 // entryMs is the hop into stage k: from rank 0 of the previous stage (or,
@@ -1015,7 +1020,7 @@ func (e *env) why(s *search) []string {
 		if e.o.Generate > 0 {
 			by = fmt.Sprintf("the time of a request of %d prompt tokens and %d generated", e.o.Prompt, e.o.Generate)
 		}
-		out = append(out, fmt.Sprintf("planned for prompts (--prompt): stages balanced for prefill, arrangements compared by %s", by))
+		out = append(out, fmt.Sprintf("planned for prompts (--plan-prompt): stages balanced for prefill, arrangements compared by %s", by))
 	}
 	out = append(out, fmt.Sprintf("chose %s [%s]: %.2f ms/token (compute %.2f, memory %.2f, network %.2f)%s; %d of %d arrangements fit",
 		b.strategy(), e.key(b.groups), b.cost.MsPerToken, b.cost.ComputeMs, b.cost.MemoryMs, b.cost.NetworkMs, ttft(b), s.feasible, s.evaluated))

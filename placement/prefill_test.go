@@ -151,8 +151,13 @@ func TestPlanForPrompt(t *testing.T) {
 	if got := ttft(prompt); got != best || got >= ttft(decode) {
 		t.Errorf("planned for prompts: %s predicted %.0f ms; pipeline %.0f, tensor %.0f, one node %.0f", prompt.Strategy, got, ttft(promptPipe), ttft(tensor), ttft(decode))
 	}
-	if !slices.ContainsFunc(prompt.Explain, func(l string) bool { return strings.Contains(l, "--prompt") }) {
+	if !slices.ContainsFunc(prompt.Explain, func(l string) bool { return strings.Contains(l, "--plan-prompt") }) {
 		t.Errorf("the explanation does not say what the plan is for: %q", prompt.Explain)
+	}
+	// A re-plan weighs its candidates the same way: the decode plan, one
+	// node, is not kept when the model is now planned for prompts.
+	if d := Replan(prof, nodes, links, o, &decode, "a"); d.Keep || d.Plan.Strategy == "single" {
+		t.Errorf("re-planned for prompts: kept %v, %s (weighed %q)", d.Keep, d.Plan.Strategy, d.Weighed)
 	}
 	o.Generate = 100000
 	long, err := Place(prof, nodes, links, o)

@@ -48,7 +48,7 @@ func repair(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 				}
 				gs[h[0]][h[1]] = i
 				c := e.evaluateAt(gs, bounds, split)
-				if c.ok && (pick == nil || c.cost.MsPerToken < pick.cost.MsPerToken) {
+				if c.ok && (pick == nil || e.score(c) < e.score(pick)) {
 					pick, pickNode = c, i
 				}
 			}
@@ -94,7 +94,8 @@ func (e *env) evaluateAt(groups [][]int, bounds []int, split bool) *candidate {
 		}
 		stages[k] = st
 	}
-	c.stages, c.cost, c.ok = stages, e.cost(groups, stages), true
+	c.stages, c.cost = stages, e.cost(groups, stages)
+	c.ok = e.predictPrompt(c)
 	return c
 }
 

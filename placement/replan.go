@@ -51,6 +51,19 @@ type Decision struct {
 // that places everything as prev does keeps prev. local is the node that
 // has the model's file: it reads its shard from it and fetches nothing.
 // The plan is numbered prev.Version+1 (opts.Version without prev). Like
+// planScore is what a re-plan compares candidate plans by, as Place
+// compares arrangements (env.score): the plan's ms/token, or with
+// Options.Prompt its predicted time to first token of that prompt plus
+// Options.Generate decode steps (ms/token when it cannot be predicted).
+func planScore(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, p *Plan) float64 {
+	if opts.Prompt > 0 {
+		if pf, ok := PredictPrefill(profile, nodes, links, opts, p, opts.Prompt); ok {
+			return pf.Ms + float64(opts.Generate)*p.Cost.MsPerToken
+		}
+	}
+	return p.Cost.MsPerToken
+}
+
 // Place, Replan is a pure function.
 func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, prev *Plan, local string) Decision {
 	schedulable := map[string]bool{}
@@ -129,10 +142,13 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 	if len(cands) == 0 {
 		return unservable(err, prev, opts.Version, profile.Name, names)
 	}
-	fastest := cands[0].plan.Cost.MsPerToken
-	for _, c := range cands[1:] {
-		fastest = min(fastest, c.plan.Cost.MsPerToken)
+	// Candidates are weighed as the planner weighs arrangements (planScore:
+	// ms/token, or for a plan made for prompts the predicted request time).
+	scores := make([]float64, len(cands))
+	for i := range cands {
+		scores[i] = planScore(profile, nodes, links, opts, &cands[i].plan)
 	}
+	fastest := slices.Min(scores)
 	// A plan that keeps the previous driver (stage 0, rank 0: it runs the
 	// model's requests, which replay on it) goes before one that moves it.
 	driver := ""
@@ -149,7 +165,7 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 		case c.keep:
 			slack = KeepSlack
 		}
-		if c.plan.Cost.MsPerToken > fastest*(1+slack) {
+		if scores[i] > fastest*(1+slack) {
 			continue
 		}
 		if pick < 0 {
@@ -173,7 +189,7 @@ func Replan(profile ModelProfile, nodes []Node, links LinkMatrix, opts Options, 
 			if c.keep {
 				pick = i
 			}
-		case c.plan.Cost.MsPerToken < p.plan.Cost.MsPerToken:
+		case scores[i] < scores[pick]:
 			pick = i
 		}
 	}
