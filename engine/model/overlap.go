@@ -152,6 +152,15 @@ func (r *Runner) forwardOverlapped(lo, hi, parts int, x []float32) error {
 		off += n
 	}
 	var first error
+	// begin hands the device part p's batch, unless it holds it already.
+	var cur *device.Batch
+	begin := func(p *part) error {
+		if cur == p.db {
+			return nil
+		}
+		cur = p.db
+		return r.dev.Begin(p.db)
+	}
 	// finish waits for part p's all-reduce in flight and adds its residual.
 	finish := func(p *part) error {
 		if p.l < 0 {
@@ -163,7 +172,7 @@ func (r *Runner) forwardOverlapped(lo, hi, parts int, x []float32) error {
 			p.wait = nil
 		}
 		if err == nil {
-			if err = r.dev.Begin(p.db); err == nil {
+			if err = begin(p); err == nil {
 				r.dev.Residual(p.l, p.half, p.x, p.o)
 			}
 		}
@@ -175,7 +184,7 @@ func (r *Runner) forwardOverlapped(lo, hi, parts int, x []float32) error {
 		if err := finish(p); err != nil {
 			return err
 		}
-		if err := r.dev.Begin(p.db); err != nil {
+		if err := begin(p); err != nil {
 			return err
 		}
 		run := r.dev.Attention
