@@ -641,7 +641,7 @@ func checkManifests(m *manifests, facts agentFacts) []error {
 		port  int
 		proto corev1.Protocol
 		what  string
-	}{{gossipPort, corev1.ProtocolTCP, "gossip"}, {gossipPort, corev1.ProtocolUDP, "gossip"}, {quicPort, corev1.ProtocolUDP, "QUIC"}, {httpPort, corev1.ProtocolTCP, "API"}}
+	}{{gossipPort, corev1.ProtocolTCP, "gossip"}, {gossipPort, corev1.ProtocolUDP, "gossip"}, {quicPort, corev1.ProtocolUDP, "QUIC"}, {quicPort, corev1.ProtocolTCP, "direct collectives"}, {httpPort, corev1.ProtocolTCP, "API"}}
 	for _, n := range need {
 		if _, ok := containerPort(c, intstr.FromInt32(int32(n.port)), n.proto); !ok {
 			fail("container does not declare %s port %d/%s", n.what, n.port, n.proto)

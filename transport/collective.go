@@ -43,6 +43,13 @@ type GroupConfig struct {
 	DType DType
 	// Timeout bounds one collective call (default 10s).
 	Timeout time.Duration
+	// Poll is how long a call of a few kilobytes (a decode step's) polls
+	// a direct link for the peer's frame before it parks (default
+	// DefaultPoll; negative: never). Larger calls park at once.
+	Poll time.Duration
+	// NoDirect keeps every collective on QUIC streams, even to members
+	// that take direct links.
+	NoDirect bool
 	// DirectMaxBytes: all-reduces of vectors up to this many wire bytes,
 	// and every all-reduce of two members, send the whole vector to every
 	// member (one round trip); larger ones of more than two members use
@@ -62,6 +69,8 @@ type Group struct {
 	ctx       context.Context // ended by Close
 	cancel    context.CancelFunc
 	closeOnce sync.Once
+
+	direct []directPeer // by rank
 
 	mu     sync.Mutex // one call at a time; guards everything below
 	seq    uint64
@@ -102,12 +111,15 @@ func NewGroup(ep *Endpoint, cfg GroupConfig) (*Group, error) {
 	if cfg.DirectMaxBytes <= 0 {
 		cfg.DirectMaxBytes = DefaultDirectMaxBytes
 	}
+	if cfg.Poll == 0 {
+		cfg.Poll = DefaultPoll
+	}
 	cfg.Members = append([]string(nil), cfg.Members...)
 	h := hubOf(ep)
-	if err := h.register(cfg.ID); err != nil {
-		return nil, err
+	g := &Group{cfg: cfg, hub: h, frames: make([][]byte, len(cfg.Members)), direct: make([]directPeer, len(cfg.Members))}
+	for i := range g.direct {
+		g.direct[i].arrived = make(chan struct{})
 	}
-	g := &Group{cfg: cfg, hub: h, frames: make([][]byte, len(cfg.Members))}
 	for p := range g.tags {
 		g.tags[p] = make([]string, len(cfg.Members))
 		for r := range cfg.Members {
@@ -115,6 +127,10 @@ func NewGroup(ep *Endpoint, cfg GroupConfig) (*Group, error) {
 		}
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
+	if err := h.register(g); err != nil {
+		g.cancel()
+		return nil, err
+	}
 	return g, nil
 }
 
@@ -150,7 +166,10 @@ func (g *Group) AllReduceSum(x []float32) error {
 
 // AllReduceSumContext is AllReduceSum bounded by ctx as well.
 func (g *Group) AllReduceSumContext(ctx context.Context, x []float32) error {
-	return g.run(ctx, "all-reduce", func(c *call) error {
+	if done, err := g.pairExchange(ctx, x); done {
+		return err
+	}
+	return g.run(ctx, "all-reduce", len(x), func(c *call) error {
 		switch {
 		case len(x) == 0 || g.Size() == 1:
 			return nil
@@ -171,7 +190,7 @@ func (g *Group) AllGather(part, out []float32) error {
 
 // AllGatherContext is AllGather bounded by ctx as well.
 func (g *Group) AllGatherContext(ctx context.Context, part, out []float32) error {
-	return g.run(ctx, "all-gather", func(c *call) error {
+	return g.run(ctx, "all-gather", len(out), func(c *call) error {
 		if g.Size() == 1 {
 			if len(out) != len(part) {
 				return fmt.Errorf("transport: group %q all-gather: out holds %d values, parts add up to %d", g.cfg.ID, len(out), len(part))
@@ -212,6 +231,7 @@ func (g *Group) Close() error {
 	g.closeOnce.Do(func() {
 		g.cancel()
 		g.hub.forget(g.cfg.ID)
+		g.closeDirect()
 	})
 	return nil
 }
@@ -221,12 +241,13 @@ type call struct {
 	g      *Group
 	op     string
 	seq    uint64
+	poll   time.Duration // how long a read of a direct link polls
 	ctx    context.Context
 	cancel context.CancelFunc
 	wait   func() error
 }
 
-func (g *Group) run(ctx context.Context, op string, f func(c *call) error) error {
+func (g *Group) run(ctx context.Context, op string, values int, f func(c *call) error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.err != nil {
@@ -241,17 +262,25 @@ func (g *Group) run(ctx context.Context, op string, f func(c *call) error) error
 	stop := context.AfterFunc(g.ctx, cancel)
 	defer stop()
 	c := &call{g: g, op: op, seq: g.seq, ctx: ctx, cancel: cancel, wait: func() error { return nil }}
-	err := f(c)
-	if err == nil {
-		return nil
+	if g.cfg.Poll > 0 && g.cfg.DType.EncodedLen(values) <= pollMaxBytes {
+		c.poll = g.cfg.Poll
 	}
+	if err := f(c); err != nil {
+		return g.broke(op, c.seq, err)
+	}
+	return nil
+}
+
+// broke retires the group after call seq failed with err, which it
+// returns: the members no longer agree on where the sequence stands, so
+// later calls fail and the group's late frames are dropped. g.mu is held.
+func (g *Group) broke(op string, seq uint64, err error) error {
 	if g.ctx.Err() != nil {
-		err = fmt.Errorf("transport: group %q %s #%d: %w", g.cfg.ID, op, c.seq, ErrClosed)
+		err = fmt.Errorf("transport: group %q %s #%d: %w", g.cfg.ID, op, seq, ErrClosed)
 	}
-	// The members no longer agree on where the sequence stands: retire
-	// the group so its late frames are dropped.
 	g.err = fmt.Errorf("transport: group %q is unusable after a failed collective: %w", g.cfg.ID, err)
 	g.hub.forget(g.cfg.ID)
+	g.closeDirect()
 	return err
 }
 
@@ -276,8 +305,14 @@ func (c *call) sendAll(frame func(j int) []byte) {
 	g := c.g
 	var first error
 	var once sync.Once
-	send := func(j int) {
-		if err := g.hub.out.write(c.ctx, g.cfg.Members[j], frame(j)); err != nil {
+	send := func(j int, f []byte, d *directConn) {
+		var err error
+		if d != nil {
+			err = c.writeDirect(d, f)
+		} else {
+			err = g.hub.out.write(c.ctx, g.cfg.Members[j], f)
+		}
+		if err != nil {
 			once.Do(func() {
 				first = c.peerErr("send to", j, err)
 				c.cancel()
@@ -285,14 +320,31 @@ func (c *call) sendAll(frame func(j int) []byte) {
 		}
 	}
 	if g.Size() == 2 {
-		send(1 - g.cfg.Rank)
-		c.wait = func() error { return first }
+		j := 1 - g.cfg.Rank
+		f, d := frame(j), c.directTo(j)
+		if d == nil || len(f) <= directInlineMax {
+			send(j, f, d)
+			c.wait = func() error { return first }
+			return
+		}
+		// Both members may be sending megabytes at once: receive while
+		// this one is written.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			send(j, f, d)
+		}()
+		c.wait = func() error {
+			<-done
+			return first
+		}
 		return
 	}
 	var wg sync.WaitGroup
 	for j := range g.cfg.Members {
 		if j != g.cfg.Rank {
-			wg.Go(func() { send(j) })
+			d := c.directTo(j)
+			wg.Go(func() { send(j, frame(j), d) })
 		}
 	}
 	c.wait = func() error {
@@ -305,10 +357,7 @@ func (c *call) sendAll(frame func(j int) []byte) {
 // number of values it must carry.
 func (c *call) recv(phase, src, want int) (*message, error) {
 	g := c.g
-	// Every algorithm sends to src before waiting for it, so a stream to
-	// src exists; when it ends (src closed or died) the wait ends at once.
-	lost := g.hub.out.lost(g.cfg.Members[src])
-	m, err := g.hub.in.take(c.ctx, inboxKey{c.seq, g.tags[phase][src]}, "", lost)
+	m, err := c.take(phase, src)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("nothing within %v: %w", g.cfg.Timeout, err)
@@ -322,6 +371,55 @@ func (c *call) recv(phase, src, want int) (*message, error) {
 		return nil, c.peerErr("from", src, fmt.Errorf("got %d values, want %d (members disagree on the length)", n, want))
 	}
 	return m, nil
+}
+
+// take waits for src's frame of phase: read off src's direct link when
+// src sends this call on one, taken from the inbox otherwise.
+func (c *call) take(phase, src int) (*message, error) {
+	g := c.g
+	p := &g.direct[src]
+	for {
+		p.mu.Lock()
+		in, first, arrived := p.in, p.first, p.arrived
+		p.mu.Unlock()
+		if in != nil && c.seq >= first {
+			return c.readDirect(in, phase, src)
+		}
+		ctx, stop := c.ctx, func() {}
+		if in == nil && c.directPossible(src) {
+			// src may open a direct link for this very call: stop waiting
+			// on the inbox when it arrives.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(c.ctx)
+			go func() {
+				select {
+				case <-arrived:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			stop = cancel
+		}
+		// Every algorithm sends to src before waiting for it, so a stream
+		// to src exists; when it ends (src closed or died) the wait ends
+		// at once.
+		lost := g.hub.out.lost(g.cfg.Members[src])
+		m, err := g.hub.in.take(ctx, inboxKey{c.seq, g.tags[phase][src]}, "", lost)
+		stop()
+		if err != nil && in == nil && c.ctx.Err() == nil && closed(arrived) {
+			continue
+		}
+		return m, err
+	}
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // encode builds this member's frame of phase carrying data in buf.
@@ -521,7 +619,7 @@ type collHub struct {
 	out *links
 
 	mu       sync.Mutex
-	live     map[string]bool
+	live     map[string]*Group
 	gone     map[string]bool
 	goneFIFO []string
 }
@@ -539,7 +637,7 @@ func hubOf(ep *Endpoint) *collHub {
 	if h := hubs.m[ep]; h != nil {
 		return h
 	}
-	h := &collHub{in: newInbox(DefaultMaxBuffered), out: newLinks(ep, KindCollectives), live: map[string]bool{}, gone: map[string]bool{}}
+	h := &collHub{in: newInbox(DefaultMaxBuffered), out: newLinks(ep, KindCollectives), live: map[string]*Group{}, gone: map[string]bool{}}
 	h.in.drop = h.dropTag
 	ep.Handle(KindCollectives, func(s *Stream) {
 		serveTensorStream(s, h.in, MsgCollective, DefaultMaxTensorFrame)
@@ -555,13 +653,14 @@ func hubOf(ep *Endpoint) *collHub {
 	return h
 }
 
-func (h *collHub) register(id string) error {
+func (h *collHub) register(g *Group) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.live[id] || h.gone[id] {
+	id := g.cfg.ID
+	if h.live[id] != nil || h.gone[id] {
 		return fmt.Errorf("transport: group id %q is already in use on this endpoint", id)
 	}
-	h.live[id] = true
+	h.live[id] = g
 	return nil
 }
 
@@ -569,7 +668,7 @@ func (h *collHub) register(id string) error {
 // dropped.
 func (h *collHub) forget(id string) {
 	h.mu.Lock()
-	if h.live[id] {
+	if h.live[id] != nil {
 		delete(h.live, id)
 		h.gone[id] = true
 		h.goneFIFO = append(h.goneFIFO, id)

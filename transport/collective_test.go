@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,8 +30,7 @@ type testGroup struct {
 func newTestGroup(t testing.TB, n int, cfg GroupConfig) *testGroup {
 	t.Helper()
 	ca, _ := DeriveCA(testSecret)
-	tg := &testGroup{}
-	var addrs []string
+	var eps []*Endpoint
 	for i := range n {
 		ident, err := SelfIssue(ca, fmt.Sprintf("tp-%d", i), RoleServer)
 		if err != nil {
@@ -41,16 +41,26 @@ func newTestGroup(t testing.TB, n int, cfg GroupConfig) *testGroup {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { ep.Close() })
-		tg.eps = append(tg.eps, ep)
-		addrs = append(addrs, ep.Addr().String())
+		eps = append(eps, ep)
 	}
 	if cfg.ID == "" {
 		cfg.ID = "tp"
 	}
+	return groupsOn(t, eps, cfg)
+}
+
+// groupsOn builds one group over the given endpoints, rank i on eps[i].
+func groupsOn(t testing.TB, eps []*Endpoint, cfg GroupConfig) *testGroup {
+	t.Helper()
+	tg := &testGroup{eps: eps}
+	var addrs []string
+	for _, ep := range eps {
+		addrs = append(addrs, ep.Addr().String())
+	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
 	}
-	for i, ep := range tg.eps {
+	for i, ep := range eps {
 		c := cfg
 		c.Members, c.Rank = addrs, i
 		g, err := NewGroup(ep, c)
@@ -358,6 +368,7 @@ func BenchmarkAllReduce(b *testing.B) {
 			tg := newTestGroup(b, 2, GroupConfig{ID: fmt.Sprint("bench", n, c.dt), DType: c.dt})
 			x := [2][]float32{make([]float32, n), make([]float32, n)}
 			b.SetBytes(int64(4 * n))
+			lat := make([]time.Duration, b.N)
 			b.ResetTimer()
 			start := time.Now()
 			var wg sync.WaitGroup
@@ -365,7 +376,11 @@ func BenchmarkAllReduce(b *testing.B) {
 			for r := range 2 {
 				wg.Go(func() {
 					for i := 0; i < b.N && errs[r] == nil; i++ {
+						t0 := time.Now()
 						errs[r] = tg.groups[r].AllReduceSum(x[r])
+						if r == 0 {
+							lat[i] = time.Since(t0)
+						}
 					}
 				})
 			}
@@ -375,6 +390,10 @@ func BenchmarkAllReduce(b *testing.B) {
 				b.Fatal(errs)
 			}
 			b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N), "µs/call")
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[b.N/2].Nanoseconds())/1e3, "p50-µs")
+			b.ReportMetric(float64(lat[b.N*99/100].Nanoseconds())/1e3, "p99-µs")
+			b.ReportMetric(float64(tg.groups[0].Direct()), "direct-peers")
 		})
 	}
 }

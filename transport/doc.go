@@ -11,6 +11,11 @@
 // The package also holds the cluster PKI (CA, node certificates, CA pinning
 // for join tokens) and a raft.StreamLayer over streams of kind KindRaft.
 //
+// A tensor-parallel group's collectives may leave QUIC: between endpoints
+// of protocol 4 each member opens a TLS-over-TCP link to every other one on
+// the number of its QUIC port and writes tensor frames on it, which the
+// peer reads on its calling goroutine (direct.go).
+//
 // # Tensor frames
 //
 // Activations and collectives move float32 tensors as tensor frames: a

@@ -101,6 +101,7 @@ type Endpoint struct {
 	closed   bool
 	revoked  atomic.Pointer[func(id string) bool]
 	self     sync.Map // address -> whether it reaches this endpoint (IsSelf)
+	direct   *directSide
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -157,6 +158,7 @@ func Listen(cfg Config) (*Endpoint, error) {
 		udp.Close()
 		return nil, fmt.Errorf("quic listen: %w", err)
 	}
+	e.listenDirect()
 	e.wg.Add(1)
 	go e.acceptLoop()
 	return e, nil
@@ -268,6 +270,7 @@ func (e *Endpoint) CloseRevoked() {
 	for i, c := range close {
 		_ = c.CloseWithError(codeRevoked, revokedMsg(ids[i]))
 	}
+	e.closeDirect(e.isRevoked, false)
 }
 
 // Limits on what one peer may hold open on this endpoint. The cluster's
@@ -635,6 +638,7 @@ func (e *Endpoint) Close() error {
 	for _, c := range accepted {
 		_ = c.CloseWithError(codeOK, "shutdown")
 	}
+	e.closeDirect(nil, true)
 	_ = e.ln.Close()
 	err := e.tr.Close()
 	_ = e.udp.Close()

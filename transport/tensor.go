@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"sync"
 	"unsafe"
 
 	"shoal/engine/kernels"
@@ -65,9 +66,12 @@ func (d DType) EncodedLen(n int) int {
 	return -1
 }
 
-// halfChunk is the values an F16 payload is converted in at a time,
-// through a buffer on the stack.
+// halfChunk is the values an F16 payload at an odd address is converted
+// in at a time, through an aligned buffer (pooled: the converters are
+// assembly, so a buffer handed to them does not stay on the stack).
 const halfChunk = 512
+
+var halfPool = sync.Pool{New: func() any { return new([halfChunk]uint16) }}
 
 // AppendTensor appends the encoding of src in dtype d to dst.
 func AppendTensor(dst []byte, d DType, src []float32) []byte {
@@ -101,7 +105,8 @@ func AppendTensor(dst []byte, d DType, src []float32) []byte {
 			kernels.F32ToF16(unsafe.Slice((*uint16)(unsafe.Pointer(&out[0])), len(src)), src)
 			break
 		}
-		var h [halfChunk]uint16
+		h := halfPool.Get().(*[halfChunk]uint16)
+		defer halfPool.Put(h)
 		for len(src) > 0 {
 			n := min(len(src), halfChunk)
 			kernels.F32ToF16(h[:n], src[:n])
@@ -150,7 +155,8 @@ func DecodeTensor(d DType, src []byte, dst []float32) error {
 			kernels.F16ToF32(dst, unsafe.Slice((*uint16)(unsafe.Pointer(&src[0])), len(dst)))
 			break
 		}
-		var h [halfChunk]uint16
+		h := halfPool.Get().(*[halfChunk]uint16)
+		defer halfPool.Put(h)
 		for len(dst) > 0 {
 			n := min(len(dst), halfChunk)
 			copy(unsafe.Slice((*byte)(unsafe.Pointer(&h[0])), 2*n), src)

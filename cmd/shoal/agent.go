@@ -183,7 +183,7 @@ launchd job, a container image, compose and Kubernetes files.`,
 	f.StringVar(&cfg.Bind, "bind", "0.0.0.0", "IP address to listen on")
 	f.StringVar(&cfg.Advertise, "advertise", "", "IP address other nodes reach this one at (default: detected)")
 	f.IntVar(&cfg.GossipPort, "gossip-port", 7946, "gossip port (TCP and UDP)")
-	f.IntVar(&cfg.QUICPort, "quic-port", node.DefaultQUICPort, "QUIC port (UDP) for Raft and node-to-node traffic")
+	f.IntVar(&cfg.QUICPort, "quic-port", node.DefaultQUICPort, "QUIC port (UDP) for Raft and node-to-node traffic; tensor-parallel collectives use the same number over TCP")
 	f.IntVar(&cfg.HTTPPort, "http-port", 7948, "admin API port")
 	f.StringArrayVar(&cfg.Join, "join", nil, "QUIC address of an agent to join (repeatable)")
 	f.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "number of servers that bootstrap the cluster together (servers only)")

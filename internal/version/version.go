@@ -20,15 +20,20 @@ const Release = "0.9.0"
 // protocol-set command); 3, tensor-parallel members cut a step of many
 // tokens into parts whose all-reduces overlap compute (OverlapProtocol),
 // a different sequence of collectives, made only when every member of
-// the group speaks 3.
+// the group speaks 3; 4, a tensor-parallel group's collectives travel over
+// TCP between members that both speak 4 (DirectProtocol), QUIC otherwise.
 const (
-	Protocol    = 3
+	Protocol    = 4
 	MinProtocol = 1
 )
 
 // OverlapProtocol is the first protocol whose tensor-parallel members run
 // overlapped steps.
 const OverlapProtocol = 3
+
+// DirectProtocol is the first protocol whose endpoints accept a tensor-
+// parallel group's collectives over TCP, on their QUIC port's number.
+const DirectProtocol = 4
 
 // release overrides Release when set at link time.
 var release string
