@@ -136,7 +136,8 @@ bench-json: build
 # BENCH_CLUSTER_ENV passes settings, e.g. BENCH_CLUSTER_ENV="QUICK=1 DEVICES='1 2'".
 bench-cluster: build
 	$(GO) build -o bin/delayline ./cmd/delayline
-	env BIN=$(BIN) DELAYLINE=bin/delayline SHARED=$(SHARED) $(BENCH_CLUSTER_ENV) cmd/shoal/scripts/bench-cluster.sh
+	$(GO) build -o bin/benchcoll ./cmd/benchcoll
+	env BIN=$(BIN) DELAYLINE=bin/delayline BENCHCOLL=bin/benchcoll SHARED=$(SHARED) $(BENCH_CLUSTER_ENV) cmd/shoal/scripts/bench-cluster.sh
 
 # Disaggregated serving (issue 22) on two emulated devices of 1 core each
 # (netns, tc tbf links of 10 and 1 Gbit/s, cgroup v1 quotas): decode

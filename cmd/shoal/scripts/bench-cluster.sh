@@ -56,6 +56,13 @@
 #   SHARED     the shared data dir with the tokenizer (default ../shared)
 #   PROFILE    a directory for each agent's Go CPU profile (agent --cpuprofile;
 #              written when the agent stops)
+#   COLLECTIVES  vector sizes (floats, comma-separated) of the all-reduce table:
+#              two devices on each link run cmd/benchcoll, the same calls
+#              through QUIC and through direct links (default
+#              2048,65536,1048576; "none": no table). DEVICES=none runs only
+#              this table.
+#   BENCHCOLL  the benchcoll binary (bin/benchcoll)
+#   COLL_POLL  benchcoll's -poll (default: the transport's)
 set -euo pipefail
 
 BIN=${BIN:-bin/shoal}
@@ -73,6 +80,8 @@ LATENCY=${LATENCY:-10gbit=50us 1gbit=150us}
 DELAYLINE=${DELAYLINE:-bin/delayline}
 STREAMS=${STREAMS:-8}
 STREAM_SECONDS=${STREAM_SECONDS:-30}
+COLLECTIVES=${COLLECTIVES:-2048,65536,1048576}
+BENCHCOLL=${BENCHCOLL:-bin/benchcoll}
 if [ "${QUICK:-}" = 1 ]; then
 	MODEL=${MODEL:-.shoal/bench-small-q4_0.gguf}
 	GENARGS=(--arch llama --n-embd 512 --n-layer 8 --n-head 8 --n-head-kv 4 --n-ff 1408 --type q4_0 --seed 1)
@@ -86,18 +95,19 @@ die() { echo "bench-cluster: $*" >&2; exit 1; }
 command -v ip >/dev/null && command -v tc >/dev/null || die "needs iproute2 (ip, tc)"
 command -v jq >/dev/null || die "needs jq"
 [ -x "$BIN" ] || die "$BIN not built (make build)"
+[ "$COLLECTIVES" = none ] || [ -x "$BENCHCOLL" ] || die "$BENCHCOLL not built (go build -o bin/benchcoll ./cmd/benchcoll; make bench-cluster does)"
 [ "$LATENCY" = none ] || [ -x "$DELAYLINE" ] || die "$DELAYLINE not built (go build -o bin/delayline ./cmd/delayline; make bench-cluster does)"
 CG=/sys/fs/cgroup/cpu
 [ -f $CG/cpu.cfs_quota_us ] || die "no cgroup v1 cpu controller at $CG"
 
-if [ ! -f "$MODEL" ]; then
+if [ "$DEVICES" != none ] && [ ! -f "$MODEL" ]; then
 	mkdir -p "$(dirname "$MODEL")"
 	vocab=()
 	[ -f "$SHARED/tokenizer/ggml-vocab-llama-spm.gguf" ] && vocab=(--vocab-from "$SHARED/tokenizer/ggml-vocab-llama-spm.gguf")
 	echo "bench-cluster: generating $MODEL" >&2
 	"$BIN" gen-model "${GENARGS[@]}" "${vocab[@]}" -q --out "$MODEL"
 fi
-MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
+[ "$DEVICES" = none ] || MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
 
 prefix=sb$$
 secret=bench-cluster-$$-secret
@@ -152,7 +162,8 @@ shoal_in() {
 
 # start_cluster N RATE: N devices behind a routing hub (through the delay
 # line when RATE has a latency), links shaped to RATE, each agent in a
-# cgroup with CORES/N (or SHARE) cores.
+# cgroup with CORES/N (or SHARE) cores. With NOAGENTS=1 only the devices'
+# namespaces and cgroups are made.
 start_cluster() {
 	local n=$1 rate=$2 burst=1mb
 	[ "$rate" = 10gbit ] && burst=8mb
@@ -203,6 +214,7 @@ start_cluster() {
 		groups+=("$g")
 		echo "$period" >"$g/cpu.cfs_period_us"
 		echo "$quota" >"$g/cpu.cfs_quota_us"
+		[ "${NOAGENTS:-}" = 1 ] && continue
 		local args=(agent --server --bootstrap-expect "$n" --name "d$i" --data-dir "$work/d$i" --bind "$(ipof "$i")"
 			--token "$secret" --threads "$threads" --log-level warn --insecure-http)
 		for j in $(seq 0 $((n - 1))); do [ "$j" != "$i" ] && args+=(--join "$(ipof "$j")"); done
@@ -213,6 +225,7 @@ start_cluster() {
 		pids+=($!)
 		agents+=($!)
 	done
+	[ "${NOAGENTS:-}" = 1 ] && return 0
 	local deadline=$((SECONDS + 90))
 	until shoal_in 0 status -o json 2>/dev/null | jq -e --argjson n "$n" '.health == "healthy" and .nodes_alive == $n' >/dev/null; do
 		[ $SECONDS -lt $deadline ] || { tail -n 20 "$work"/d*.log >&2; die "$n agents not healthy within 90 s"; }
@@ -300,9 +313,36 @@ run_one() {
 	stop_cluster
 }
 
+# run_collectives RATE OUT: the all-reduce of two devices on RATE, through
+# QUIC and through direct links, one JSON line per size and path.
+run_collectives() {
+	local rate=$1 out=$2 members i
+	NOAGENTS=1 start_cluster 2 "$rate"
+	members="$(ipof 0):7947,$(ipof 1):7947"
+	for i in 1 0; do
+		sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$CG/shoal-$prefix-d$i" ip netns exec "$prefix-d$i" \
+			"$BENCHCOLL" -bind "$(ipof "$i"):7947" -members "$members" -rank "$i" -secret "$secret" -floats "$COLLECTIVES" ${COLL_POLL:+-poll "$COLL_POLL"} -json >"$work/coll$i.out" 2>"$work/coll$i.err" &
+		pids+=($!)
+	done
+	for i in 1 2; do
+		wait "${pids[-i]}" || { cat "$work"/coll*.err >&2; die "benchcoll failed ($rate)"; }
+	done
+	jq -c --arg link "$rate" --arg lat "$(latency_of "$rate")" '. + {link: $link, latency: $lat}' "$work/coll0.out" >>"$out"
+	stop_cluster
+}
+
 echo "bench-cluster: $(basename "$MODEL"), ${SHARE:+$SHARE core(s) per device of }$CORES cores, links shaped by tc tbf, latency from the delay line ($LATENCY)" >&2
 results=$work/results.jsonl
 : >"$results"
+colls=$work/collectives.jsonl
+: >"$colls"
+if [ "$COLLECTIVES" != none ]; then
+	for rate in $LINKS; do
+		echo "bench-cluster: all-reduce of 2 devices, $rate" >&2
+		run_collectives "$rate" "$colls"
+	done
+fi
+[ "$DEVICES" = none ] && DEVICES=""
 one=$work/one.jsonl
 for rate in $LINKS; do
 	for n in $DEVICES; do
@@ -354,6 +394,19 @@ jq -s -r '(map(select(.devices == 1)) | map({key: .link, value: (.prompts | map(
 	while IFS=$'\t' read -r d l a s n t x m p e; do
 		printf '| %7s | %-6s | %-8s | %-9s | %7s | %9s | %8s | %12s | %12s | %7s |\n' "$d" "$l" "$a" "$s" "$n" "$t" "$x" "$m" "$p" "$e"
 	done
+if [ -s "$colls" ]; then
+	echo
+	echo "all-reduce of 2 devices (cmd/benchcoll, one process per device in its namespace and cgroup): µs per call through QUIC streams and through direct links (TCP)"
+	echo
+	echo "(ping: the link's round trip of a UDP datagram through the delay line, min/avg µs, which no call can beat: an all-reduce's messages cross it once, in both directions at once)"
+	echo
+	printf '| %-6s | %-7s | %-11s | %-9s | %-5s | %-7s | %-6s | %-9s | %-9s | %-9s |\n' link latency "ping µs" floats dtype path calls "mean µs" "p50 µs" "p99 µs"
+	printf '| %-6s | %-7s | %-11s | %-9s | %-5s | %-7s | %-6s | %-9s | %-9s | %-9s |\n' ------ ------- ----------- --------: ----- ------- -----: --------: --------: --------:
+	jq -r '[.link, .latency, "\(.ping_min_us // "-")/\(.ping_avg_us // "-")", .floats, .dtype, .path, .calls, (.mean_us*10|round/10), (.p50_us*10|round/10), (.p99_us*10|round/10)] | @tsv' "$colls" |
+		while IFS=$'\t' read -r l la pg f d p c m p50 p99; do
+			printf '| %-6s | %-7s | %-11s | %9s | %-5s | %-7s | %6s | %9s | %9s | %9s |\n' "$l" "$la" "$pg" "$f" "$d" "$p" "$c" "$m" "$p50" "$p99"
+		done
+fi
 echo
 jq -r '"plan of \(.devices) device(s), \(.link), \(.asked): \(.stages | join(", ")); 1 stream measured: compute \(.decode.compute_ms // 0 | .*100|round/100) ms + other \((.decode.ms_per_token - (.decode.compute_ms // 0)) | .*100|round/100) ms a token; cores each device used during bench --cluster: \(.cores_used // [] | map(tostring) | join(", "))"' "$results"
 cp "$results" "${RESULTS:-bench-cluster-results.jsonl}" 2>/dev/null || true
