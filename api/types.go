@@ -418,13 +418,16 @@ type Link struct {
 	LatencyMs float64 `json:"latency_ms"`
 	ProbeGbit float64 `json:"probe_gbit,omitempty"` // the last active probe
 	LiveGbit  float64 `json:"live_gbit,omitempty"`  // the most real traffic achieved since
-	RTTMs     float64 `json:"rtt_ms,omitempty"`     // QUIC's smoothed round trip
-	Source    string  `json:"source,omitempty"`     // probe or traffic: which set Gbit
-	Iface     string  `json:"iface,omitempty"`      // the interface From reaches To through
-	Telemetry string  `json:"telemetry,omitempty"`  // ebpf-tcx, ebpf-tc or quic
-	TxBytes   uint64  `json:"tx_bytes,omitempty"`   // From sent To since From started
-	RxBytes   uint64  `json:"rx_bytes,omitempty"`
-	AgeSec    float64 `json:"age_s"` // since it was measured
+	// DirectGbit is what a direct link (TCP, a tensor-parallel group's
+	// all-reduces) achieved: the planner's all-reduce bandwidth when set.
+	DirectGbit float64 `json:"direct_gbit,omitempty"`
+	RTTMs      float64 `json:"rtt_ms,omitempty"`    // QUIC's smoothed round trip
+	Source     string  `json:"source,omitempty"`    // probe or traffic: which set Gbit
+	Iface      string  `json:"iface,omitempty"`     // the interface From reaches To through
+	Telemetry  string  `json:"telemetry,omitempty"` // ebpf-tcx, ebpf-tc or quic
+	TxBytes    uint64  `json:"tx_bytes,omitempty"`  // From sent To since From started
+	RxBytes    uint64  `json:"rx_bytes,omitempty"`
+	AgeSec     float64 `json:"age_s"` // since it was measured
 }
 
 // NodeMemory is a node's predicted memory use under a plan.

@@ -490,7 +490,7 @@ func clipText(s string, bound int) string {
 func LinkMatrix(st *State) placement.LinkMatrix {
 	var lm placement.LinkMatrix
 	for _, l := range st.Links {
-		lm.SetOneWay(l.From, l.To, placement.Link{Gbit: l.Gbit, LatencyMs: l.LatencyMs})
+		lm.SetOneWay(l.From, l.To, placement.Link{Gbit: l.Gbit, LatencyMs: l.LatencyMs, DirectGbit: l.DirectGbit})
 	}
 	return lm
 }

@@ -278,13 +278,18 @@ type LinkStat struct {
 	// above are what the planner uses, from these. Zero or empty when an
 	// older agent reported.
 	ProbeGbit float64 `json:"probe_gbit,omitempty"` // the last active probe (1 MiB pushed)
-	LiveGbit  float64 `json:"live_gbit,omitempty"`  // the most real traffic achieved in a window since
-	RTTMs     float64 `json:"rtt_ms,omitempty"`     // QUIC's smoothed round trip on the open connection
-	Source    string  `json:"source,omitempty"`     // which set Gbit: "probe" or "traffic"
-	Iface     string  `json:"iface,omitempty"`      // the interface that routes to the peer
-	Telemetry string  `json:"telemetry,omitempty"`  // where byte counts come from: ebpf-tcx, ebpf-tc, quic
-	TxBytes   uint64  `json:"tx_bytes,omitempty"`   // sent to the peer since the agent started
-	RxBytes   uint64  `json:"rx_bytes,omitempty"`   // received from it
+	// DirectGbit is what a probe over a direct link (TCP, the path of a
+	// tensor-parallel group's collectives between nodes of protocol 4)
+	// achieved: the planner's bandwidth for all-reduces. 0: not measured
+	// (an older node, or a TCP port it cannot reach).
+	DirectGbit float64 `json:"direct_gbit,omitempty"`
+	LiveGbit   float64 `json:"live_gbit,omitempty"` // the most real traffic achieved in a window since
+	RTTMs      float64 `json:"rtt_ms,omitempty"`    // QUIC's smoothed round trip on the open connection
+	Source     string  `json:"source,omitempty"`    // which set Gbit: "probe" or "traffic"
+	Iface      string  `json:"iface,omitempty"`     // the interface that routes to the peer
+	Telemetry  string  `json:"telemetry,omitempty"` // where byte counts come from: ebpf-tcx, ebpf-tc, quic
+	TxBytes    uint64  `json:"tx_bytes,omitempty"`  // sent to the peer since the agent started
+	RxBytes    uint64  `json:"rx_bytes,omitempty"`  // received from it
 }
 
 // ShardKey is the key of a shard status in State.Shards.

@@ -543,6 +543,7 @@ func validateLink(l *LinkStat) error {
 		checkFloat("latency_ms", l.LatencyMs, MaxLatencyMs),
 		checkFloat("probe_gbit", l.ProbeGbit, MaxGbit),
 		checkFloat("live_gbit", l.LiveGbit, MaxGbit),
+		checkFloat("direct_gbit", l.DirectGbit, MaxGbit),
 		checkFloat("rtt_ms", l.RTTMs, MaxLatencyMs),
 		checkWord("source", l.Source, MaxShortLen),
 		checkText("iface", l.Iface, MaxShortLen),

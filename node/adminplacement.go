@@ -125,7 +125,7 @@ func (b *admin) Placement(ctx context.Context, name string) (*api.PlacementInfo,
 	for _, k := range keys {
 		if l := st.Links[k]; (in[l.From] && (in[l.To] || live(l.To))) || (in[l.To] && live(l.From)) {
 			out.Links = append(out.Links, api.Link{From: nameOf(l.From), To: nameOf(l.To), Gbit: l.Gbit, LatencyMs: l.LatencyMs,
-				ProbeGbit: l.ProbeGbit, LiveGbit: l.LiveGbit, RTTMs: l.RTTMs, Source: l.Source, Iface: l.Iface, Telemetry: l.Telemetry,
+				ProbeGbit: l.ProbeGbit, LiveGbit: l.LiveGbit, DirectGbit: l.DirectGbit, RTTMs: l.RTTMs, Source: l.Source, Iface: l.Iface, Telemetry: l.Telemetry,
 				TxBytes: l.TxBytes, RxBytes: l.RxBytes, AgeSec: math.Round(time.Since(l.MeasuredAt).Seconds()*10) / 10})
 		}
 	}

@@ -13,12 +13,13 @@ import (
 func (a *Agent) linkLoop() {
 	defer a.bg.Done()
 	links.Loop(a.done, links.Config{
-		ID:        a.id,
-		Every:     a.cfg.Tuning.LinkProbe.Or(time.Minute),
-		Members:   a.gossip.Members,
-		Certified: a.certifiedAt,
-		Probe:     a.ep.Probe,
-		Traffic:   a.net,
+		ID:          a.id,
+		Every:       a.cfg.Tuning.LinkProbe.Or(time.Minute),
+		Members:     a.gossip.Members,
+		Certified:   a.certifiedAt,
+		Probe:       a.ep.Probe,
+		ProbeDirect: a.ep.ProbeDirect,
+		Traffic:     a.net,
 		Report: func(ctx context.Context, l []coordinator.LinkStat) error {
 			return a.cluster.Apply(ctx, coordinator.LinkReportType|coordinator.IgnoreUnknownTypeFlag, coordinator.LinkReportRequest{Links: l})
 		},

@@ -198,6 +198,19 @@ func (e *env) sendMs(a, b int, bytes float64) float64 {
 	return e.o.MessageMs + l.LatencyMs + bytes/(l.Gbit*bytesPerMsPerGbit)
 }
 
+// collectiveMs is sendMs for a message of a TP group's all-reduce: over
+// the direct link when one was measured.
+func (e *env) collectiveMs(a, b int, bytes float64) float64 {
+	if a == b {
+		return 0
+	}
+	l := e.links.Get(e.nodes[a].ID, e.nodes[b].ID)
+	if l.DirectGbit <= 0 {
+		return e.sendMs(a, b, bytes)
+	}
+	return min(e.o.MessageMs, DirectMessageMs) + l.LatencyMs + bytes/(l.DirectGbit*bytesPerMsPerGbit)
+}
+
 // fanoutMs is node src sending the step's hidden states to every member of
 // group (itself excluded): the sends share src's uplink, the latencies overlap.
 func (e *env) fanoutMs(src int, group []int) float64 {
@@ -223,7 +236,7 @@ func (e *env) allReduceMs(group []int) float64 {
 	}
 	step := 0.0
 	for r := range group {
-		step = math.Max(step, e.sendMs(group[r], group[(r+1)%g], e.hidden/float64(g)))
+		step = math.Max(step, e.collectiveMs(group[r], group[(r+1)%g], e.hidden/float64(g)))
 	}
 	return float64(2*(g-1)) * step
 }

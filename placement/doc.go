@@ -42,7 +42,10 @@
 // slowest link. Every message also costs Options.MessageMs of software time
 // (framing, the QUIC stream, waking the receiver; DefaultMessageMs 0.1 ms,
 // measured with transport's BenchmarkAllReduce on loopback), which is what
-// makes many small all-reduces expensive next to a pipeline's few hops. The sampled token's return to the first stage adds one latency.
+// makes many small all-reduces expensive next to a pipeline's few hops. A
+// link with a measured direct bandwidth (Link.DirectGbit: nodes of protocol
+// 4, whose all-reduces go over TCP) carries the all-reduces at that
+// bandwidth and DirectMessageMs a message instead. The sampled token's return to the first stage adds one latency.
 // MsPerToken is the sum over stages; Cost also reports the compute, memory
 // and network parts and the slowest stage (the step interval of a full
 // pipeline).

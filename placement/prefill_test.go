@@ -173,3 +173,46 @@ func TestPlanForPrompt(t *testing.T) {
 		t.Errorf("a negative prompt: %v", err)
 	}
 }
+
+// TestDirectLinkAllReduces (issue #39): a measured direct link carries a
+// tensor-parallel group's all-reduces at its own bandwidth and message
+// cost: a link whose QUIC probe reads 0.5 Gbit/s (QUIC on a slow core)
+// and whose direct link reads 8 predicts a TP group's prefill and decode
+// faster than the QUIC figures do, and a pipeline's hops, which stay on
+// QUIC, the same.
+func TestDirectLinkAllReduces(t *testing.T) {
+	prof, err := shape{name: "m", layers: 22, embd: 2048, heads: 32, kv: 4, ff: 5632, vocab: 32000, typ: quant.Q4_0, out: quant.Q6_K}.profile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []Node{
+		{ID: "a", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: 200, MemGBps: 20},
+		{ID: "b", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: 200, MemGBps: 20},
+	}
+	var quic, direct LinkMatrix
+	quic.Set("a", "b", Link{Gbit: 0.5, LatencyMs: 0.1})
+	direct.Set("a", "b", Link{Gbit: 0.5, LatencyMs: 0.1, DirectGbit: 8})
+	predict := func(links LinkMatrix, s Strategy) (float64, float64) {
+		o := Options{Context: 4096, Strategy: s, Pin: []string{"a", "b"}}
+		p, err := Place(prof, nodes, links, o)
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		pf, ok := PredictPrefill(prof, nodes, links, o, &p, 512)
+		if !ok {
+			t.Fatalf("%s: no prediction", s)
+		}
+		return pf.Ms, p.Cost.MsPerToken
+	}
+	tq, dq := predict(quic, Tensor)
+	td, dd := predict(direct, Tensor)
+	t.Logf("tensor over 2: 512-token prefill %.0f ms over QUIC, %.0f ms over the direct link; decode %.2f and %.2f ms/token", tq, td, dq, dd)
+	if td >= 0.9*tq || dd >= dq {
+		t.Errorf("the direct link does not speed up the TP group: prefill %.0f -> %.0f ms, decode %.2f -> %.2f ms", tq, td, dq, dd)
+	}
+	pq, _ := predict(quic, Pipeline)
+	pd, _ := predict(direct, Pipeline)
+	if pq != pd {
+		t.Errorf("a pipeline's prefill moved with the direct link: %.1f -> %.1f ms", pq, pd)
+	}
+}

@@ -58,6 +58,10 @@ const (
 type Link struct {
 	Gbit      float64 `json:"gbit"`       // bandwidth, Gbit/s
 	LatencyMs float64 `json:"latency_ms"` // one-way latency
+	// DirectGbit is the bandwidth of the direct link (TCP) a tensor-
+	// parallel group's all-reduces take between nodes of protocol 4, at
+	// DirectMessageMs a message; 0: they go as other messages do.
+	DirectGbit float64 `json:"direct_gbit,omitempty"`
 }
 
 // DefaultLink is assumed for pairs nobody measured: 1 Gbit/s, 1 ms.
@@ -158,6 +162,10 @@ const (
 	// members on loopback takes 114–160 µs (transport's BenchmarkAllReduce)
 	// where the link's own latency is about 30 µs.
 	DefaultMessageMs = 0.1
+	// DirectMessageMs is the software cost of an all-reduce's message over
+	// a direct link: 2,048 f16 values between two processes on loopback
+	// take 18-32 µs a call (cmd/benchcoll), QUIC 210 µs.
+	DirectMessageMs = 0.03
 )
 
 func (o Options) normalized() Options {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -31,8 +32,12 @@ import (
 // be reached over TCP (a firewall, another program on the port) keeps its
 // group on QUIC.
 
-// alpnDirect is the ALPN of a direct link.
-const alpnDirect = "shoal-direct/4"
+// alpnDirect is the ALPN of a direct link; alpnProbe of a link probe over
+// TCP (ProbeDirect).
+const (
+	alpnDirect = "shoal-direct/4"
+	alpnProbe  = "shoal-probe/4"
+)
 
 // maxDirectPerPeer bounds the direct links one node (by certificate) holds
 // open to this endpoint: one per group it shares with this node.
@@ -123,10 +128,12 @@ func (d *directConn) Close() error {
 
 // directSide is an endpoint's TCP listener and its open direct links.
 type directSide struct {
-	ln      net.Listener
-	server  *tls.Config
-	client  *tls.Config
-	pending chan struct{}
+	ln       net.Listener
+	server   *tls.Config
+	client   *tls.Config // for direct links
+	probe    *tls.Config // for probes
+	probeMax atomic.Int64
+	pending  chan struct{}
 
 	mu    sync.Mutex
 	conns map[*directConn]bool
@@ -139,12 +146,14 @@ func (e *Endpoint) listenDirect() {
 	ua := e.Addr()
 	srv := e.cfg.Identity.ServerTLS()
 	srv.ClientAuth = tls.RequireAndVerifyClientCert
-	srv.NextProtos = []string{alpnDirect}
+	srv.NextProtos = []string{alpnDirect, alpnProbe}
+	srv.DynamicRecordSizingDisabled = true
 	cli := e.cfg.Identity.ClientTLS()
 	cli.NextProtos = []string{alpnDirect}
 	cli.DynamicRecordSizingDisabled = true
-	srv.DynamicRecordSizingDisabled = true
-	e.direct = &directSide{server: srv, client: cli, pending: make(chan struct{}, maxDirectPending), conns: map[*directConn]bool{}}
+	probe := cli.Clone()
+	probe.NextProtos = []string{alpnProbe}
+	e.direct = &directSide{server: srv, client: cli, probe: probe, pending: make(chan struct{}, maxDirectPending), conns: map[*directConn]bool{}}
 	if e.cfg.Protocols.Max < version.DirectProtocol {
 		return
 	}
@@ -206,7 +215,7 @@ func (e *Endpoint) serveDirect(nc net.Conn) {
 		return
 	}
 	st := tc.ConnectionState()
-	if st.NegotiatedProtocol != alpnDirect || len(st.VerifiedChains) == 0 {
+	if (st.NegotiatedProtocol != alpnDirect && st.NegotiatedProtocol != alpnProbe) || len(st.VerifiedChains) == 0 {
 		_ = nc.Close()
 		return
 	}
@@ -214,6 +223,17 @@ func (e *Endpoint) serveDirect(nc net.Conn) {
 	if e.isRevoked(id) {
 		e.log.Warn("refused a direct link from a removed node", zap.String("id", id))
 		refuse(revokedMsg(id))
+		return
+	}
+	if st.NegotiatedProtocol == alpnProbe {
+		limit := e.direct.probeMax.Load()
+		d := &directConn{tls: tc, raw: pc, peer: id, ep: e}
+		if limit <= 0 || e.trackDirect(d) != nil {
+			_ = nc.Close()
+			return
+		}
+		serveProbe(tc, limit)
+		_ = d.Close()
 		return
 	}
 	b, err := ReadFrame(tc, directHelloMax)
@@ -304,17 +324,18 @@ func (e *Endpoint) closeDirect(match func(id string) bool, listener bool) {
 	}
 }
 
-// dialDirect opens a direct link to addr for hello's group: TCP to the
-// QUIC port's number, TLS with the cluster's certificates, the hello and
-// the peer's acceptance, all within ctx.
-func (e *Endpoint) dialDirect(ctx context.Context, addr string, hello directHello) (*directConn, error) {
+// dialTLS opens a TCP connection to addr (the QUIC port's number) and
+// runs TLS with the cluster's certificates and tc's one ALPN protocol; the
+// connection keeps ctx's deadline. It is tracked (closed with the endpoint
+// or the peer's revocation) until its Close.
+func (e *Endpoint) dialTLS(ctx context.Context, addr string, tc *tls.Config) (*directConn, error) {
 	var dl net.Dialer
 	nc, err := dl.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	pc := newPollConn(nc.(*net.TCPConn))
-	tc := tls.Client(pc, e.direct.client)
+	c := tls.Client(pc, tc)
 	if dl, ok := ctx.Deadline(); ok {
 		_ = nc.SetDeadline(dl)
 	}
@@ -322,21 +343,40 @@ func (e *Endpoint) dialDirect(ctx context.Context, addr string, hello directHell
 		_ = nc.Close()
 		return nil, err
 	}
-	if err := tc.HandshakeContext(ctx); err != nil {
+	if err := c.HandshakeContext(ctx); err != nil {
 		return fail(err)
 	}
-	st := tc.ConnectionState()
-	if st.NegotiatedProtocol != alpnDirect || len(st.VerifiedChains) == 0 {
-		return fail(fmt.Errorf("%s does not serve direct links", addr))
+	st := c.ConnectionState()
+	if st.NegotiatedProtocol != tc.NextProtos[0] || len(st.VerifiedChains) == 0 {
+		return fail(fmt.Errorf("%s does not serve %s", addr, tc.NextProtos[0]))
 	}
 	id, _ := PeerIdentity(st.VerifiedChains[0])
 	if e.isRevoked(id) {
 		return fail(fmt.Errorf("%w (%s)", ErrRevoked, id))
 	}
-	if err := WriteFrame(tc, hello.append(nil)); err != nil {
+	d := &directConn{tls: c, raw: pc, peer: id, ep: e}
+	if err := e.trackDirect(d); err != nil {
 		return fail(err)
 	}
-	b, err := ReadFrame(tc, 1024)
+	return d, nil
+}
+
+// dialDirect opens a direct link to addr for hello's group: TCP to the
+// QUIC port's number, TLS with the cluster's certificates, the hello and
+// the peer's acceptance, all within ctx.
+func (e *Endpoint) dialDirect(ctx context.Context, addr string, hello directHello) (*directConn, error) {
+	d, err := e.dialTLS(ctx, addr, e.direct.client)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*directConn, error) {
+		_ = d.Close()
+		return nil, err
+	}
+	if err := WriteFrame(d.tls, hello.append(nil)); err != nil {
+		return fail(err)
+	}
+	b, err := ReadFrame(d.tls, 1024)
 	if err != nil {
 		return fail(err)
 	}
@@ -346,11 +386,7 @@ func (e *Endpoint) dialDirect(ctx context.Context, addr string, hello directHell
 		}
 		return fail(fmt.Errorf("refused: %s", b))
 	}
-	_ = nc.SetDeadline(time.Time{})
-	d := &directConn{tls: tc, raw: pc, peer: id, ep: e}
-	if err := e.trackDirect(d); err != nil {
-		return fail(err)
-	}
+	_ = d.raw.SetDeadline(time.Time{})
 	return d, nil
 }
 

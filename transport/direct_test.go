@@ -14,6 +14,13 @@ import (
 	"shoal/internal/version"
 )
 
+// directLinks is how many direct connections e holds open.
+func directLinks(e *Endpoint) int {
+	e.direct.mu.Lock()
+	defer e.direct.mu.Unlock()
+	return len(e.direct.conns)
+}
+
 // directCalls runs the same sequence of all-reduces and all-gathers of
 // several sizes (inline and concurrent writes, direct and reduce-scatter
 // algorithms) on tg and returns every member's results.
@@ -107,7 +114,7 @@ func TestDirectOlderPeerStaysOnQUIC(t *testing.T) {
 			t.Fatalf("rank %d: %d direct peers with a protocol-3 member", r, d)
 		}
 	}
-	if n := len(newer.direct.conns); n != 0 {
+	if n := directLinks(newer); n != 0 {
 		t.Fatalf("the newer member holds %d direct links", n)
 	}
 }
@@ -293,7 +300,7 @@ func TestDirectRevokedPeerCut(t *testing.T) {
 	directCalls(t, tg, 4)
 	tg.eps[0].SetRevoked(func(id string) bool { return id == "tp-1" })
 	tg.eps[0].CloseRevoked()
-	if n := len(tg.eps[0].direct.conns); n != 0 {
+	if n := directLinks(tg.eps[0]); n != 0 {
 		t.Fatalf("%d direct links left after revoking the only peer", n)
 	}
 	errs := tg.each(func(r int, g *Group) error { return g.AllReduceSum(make([]float32, 8)) })

@@ -558,12 +558,12 @@ func printPlacement(w io.Writer, p *api.PlacementInfo) {
 		fmt.Fprintf(w, "\nfile (%d live node(s) wanted): %s\n", p.Replicas, holderList(p.Holders))
 	}
 	if len(p.Links) > 0 {
-		fmt.Fprintln(w, "\nlinks of the plan's nodes (what the planner uses; probe = 1 MiB pushed every minute, live = the most real traffic achieved since):")
+		fmt.Fprintln(w, "\nlinks of the plan's nodes (what the planner uses; probe = 1 MiB pushed every minute, live = the most real traffic achieved since, direct = 1 MiB over the TCP link a TP group's all-reduces take):")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "FROM\tTO\tGBIT/S\tLATENCY MS\tSET BY\tPROBE\tLIVE\tRTT MS\tIFACE\tSENT\tRECEIVED\tCOUNTED BY\tAGE")
+		fmt.Fprintln(tw, "FROM\tTO\tGBIT/S\tLATENCY MS\tSET BY\tPROBE\tLIVE\tDIRECT\tRTT MS\tIFACE\tSENT\tRECEIVED\tCOUNTED BY\tAGE")
 		for _, l := range p.Links {
-			fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0fs\n", l.From, l.To, l.Gbit, l.LatencyMs,
-				orDash(l.Source), gbitOrDash(l.ProbeGbit), gbitOrDash(l.LiveGbit), msOrDash(l.RTTMs), orDash(l.Iface),
+			fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0fs\n", l.From, l.To, l.Gbit, l.LatencyMs,
+				orDash(l.Source), gbitOrDash(l.ProbeGbit), gbitOrDash(l.LiveGbit), gbitOrDash(l.DirectGbit), msOrDash(l.RTTMs), orDash(l.Iface),
 				bytesOrDash(l.TxBytes), bytesOrDash(l.RxBytes), orDash(l.Telemetry), l.AgeSec)
 		}
 		tw.Flush()

@@ -27,9 +27,11 @@ const (
 )
 
 // Reading is one probe of a link: the bandwidth it achieved, half its
-// least round trip, and when it ended.
+// least round trip, and when it ended; DirectGbit the bandwidth a direct
+// link achieved (0: not probed).
 type Reading struct {
 	Gbit, LatMs float64
+	DirectGbit  float64
 	At          time.Time
 }
 
@@ -38,6 +40,7 @@ type Reading struct {
 type View struct {
 	probes                []Reading // the latest, oldest first
 	probeGbit, probeLatMs float64   // the estimate from them
+	directGbit            float64   // the most of the last linkProbesBandwidth direct probes
 	probedAt              time.Time
 	liveGbit              float64 // the most a busy tick achieved since the last probe
 	lastTx                uint64
@@ -98,10 +101,11 @@ func Estimate(v View, t Tick) (View, coordinator.LinkStat, bool) {
 		if len(v.probes) > linkProbesLatency {
 			v.probes = v.probes[1:]
 		}
-		v.probeGbit, v.probeLatMs = 0, 0
+		v.probeGbit, v.probeLatMs, v.directGbit = 0, 0, 0
 		for i, p := range v.probes {
 			if i >= len(v.probes)-linkProbesBandwidth {
 				v.probeGbit = max(v.probeGbit, p.Gbit)
+				v.directGbit = max(v.directGbit, p.DirectGbit)
 			}
 			if i == 0 || p.LatMs < v.probeLatMs {
 				v.probeLatMs = p.LatMs
@@ -112,13 +116,17 @@ func Estimate(v View, t Tick) (View, coordinator.LinkStat, bool) {
 		// The probe's own bytes are no real traffic.
 		if t.Counted {
 			v.lastTx += 2 * ProbeBulk
+			if r.DirectGbit > 0 {
+				v.lastTx += 2 * ProbeBulk
+			}
 		}
 	}
 	if v.probedAt.IsZero() {
 		return v, coordinator.LinkStat{}, false // nothing measured yet
 	}
 	l := coordinator.LinkStat{From: t.From, To: t.To, Gbit: v.probeGbit, LatencyMs: v.probeLatMs, MeasuredAt: now.UTC(),
-		ProbeGbit: v.probeGbit, LiveGbit: v.liveGbit, Source: "probe", Iface: tr.Iface, TxBytes: tr.TxBytes, RxBytes: tr.RxBytes}
+		ProbeGbit: v.probeGbit, LiveGbit: v.liveGbit, Source: "probe", Iface: tr.Iface, TxBytes: tr.TxBytes, RxBytes: tr.RxBytes,
+		DirectGbit: v.directGbit}
 	if v.liveGbit > v.probeGbit {
 		l.Gbit, l.Source = v.liveGbit, "traffic"
 	}
@@ -140,7 +148,10 @@ func Estimate(v View, t Tick) (View, coordinator.LinkStat, bool) {
 	if r := v.reported; !r.MeasuredAt.IsZero() && within(l.Gbit, r.Gbit) && within(l.LatencyMs, r.LatencyMs) {
 		l.Gbit, l.LatencyMs, l.Source = r.Gbit, r.LatencyMs, r.Source
 	}
-	report := len(t.Probes) > 0 || l.Gbit != v.reported.Gbit || l.LatencyMs != v.reported.LatencyMs || v.reported.Iface != l.Iface || now.Sub(v.reportedAt) >= t.Every
+	if r := v.reported; !r.MeasuredAt.IsZero() && within(l.DirectGbit, r.DirectGbit) {
+		l.DirectGbit = r.DirectGbit
+	}
+	report := len(t.Probes) > 0 || l.Gbit != v.reported.Gbit || l.LatencyMs != v.reported.LatencyMs || l.DirectGbit != v.reported.DirectGbit || v.reported.Iface != l.Iface || now.Sub(v.reportedAt) >= t.Every
 	return v, l, report
 }
 

@@ -19,6 +19,7 @@ type step struct {
 	at          time.Duration
 	tx          uint64
 	probes      [][2]float64 // {gbit, latency ms}
+	direct      []float64    // each probe's direct-link Gbit/s (missing: 0)
 	minRTT      time.Duration
 	srtt        time.Duration
 	iface       string
@@ -48,7 +49,11 @@ func run(steps []step) (View, coordinator.LinkStat, bool) {
 			t.Telemetry = "ebpf-tcx"
 		}
 		for i, p := range s.probes {
-			t.Probes = append(t.Probes, Reading{Gbit: p[0], LatMs: p[1], At: now.Add(time.Duration(i+1) * time.Millisecond)})
+			r := Reading{Gbit: p[0], LatMs: p[1], At: now.Add(time.Duration(i+1) * time.Millisecond)}
+			if i < len(s.direct) {
+				r.DirectGbit = s.direct[i]
+			}
+			t.Probes = append(t.Probes, r)
 		}
 		v, l, report = Estimate(v, t)
 		switch {
@@ -152,6 +157,35 @@ func TestEstimate(t *testing.T) {
 				if l.From != "a" || l.To != "b" || !l.MeasuredAt.Equal(t0.Add(last.at)) || l.TxBytes != last.tx || l.RxBytes != last.tx/2 {
 					t.Errorf("stat %+v: want a->b measured at the tick with its counters", l)
 				}
+			}
+		})
+	}
+}
+
+// TestEstimateDirect: a direct link's bandwidth is the most of the last
+// three probes that measured one, reported beside the QUIC estimate, and
+// moves what the planner reads only by a factor of 4 as the rest does.
+func TestEstimateDirect(t *testing.T) {
+	base := step{probes: probes(0.5, 0.5, 3), direct: []float64{2, 5, 3}}
+	for _, tc := range []struct {
+		name   string
+		steps  []step
+		report bool
+		want   float64
+	}{
+		{"the most of three", []step{base}, true, 5},
+		{"no direct probe: none", []step{{probes: probes(0.5, 0.5, 3)}}, true, 0},
+		{"the last three only", []step{base, {at: every, probes: probes(0.5, 0.5, 3), direct: []float64{1, 1.2, 1.1}}}, true, 1.2},
+		{"within 4x of the reported: kept, not reported without a probe", []step{base, {at: time.Second, probes: probes(0.5, 0.5, 1), direct: []float64{19}}}, true, 5},
+		{"beyond 4x: the new value", []step{base, {at: time.Second, probes: probes(0.5, 0.5, 1), direct: []float64{25}}}, true, 25},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, l, report := run(tc.steps)
+			if report != tc.report || l.DirectGbit != tc.want {
+				t.Fatalf("direct %v, report %v; want %v, %v", l.DirectGbit, report, tc.want, tc.report)
+			}
+			if l.Gbit != 0.5 || l.ProbeGbit != 0.5 {
+				t.Fatalf("the QUIC estimate moved: %+v", l)
 			}
 		})
 	}

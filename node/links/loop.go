@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"shoal/coordinator"
+	"shoal/internal/version"
 	"shoal/transport"
 )
 
@@ -22,8 +23,12 @@ type Config struct {
 	Certified func(id, addr string) bool
 	// Probe measures the link to addr over the QUIC endpoint, pushing bulk
 	// bytes (transport.Endpoint.Probe).
-	Probe   func(ctx context.Context, addr string, bulk int64) (transport.LinkProbe, error)
-	Traffic *Traffic // nil: no counters
+	Probe func(ctx context.Context, addr string, bulk int64) (transport.LinkProbe, error)
+	// ProbeDirect measures the bandwidth of a direct link to a peer of
+	// version.DirectProtocol or later (transport.Endpoint.ProbeDirect), the
+	// path a tensor-parallel group's collectives take; nil: none.
+	ProbeDirect func(ctx context.Context, addr string, bulk int64) (transport.LinkProbe, error)
+	Traffic     *Traffic // nil: no counters
 	// Report records links in the cluster state.
 	Report func(ctx context.Context, links []coordinator.LinkStat) error
 	Log    *zap.Logger
@@ -41,6 +46,9 @@ type Config struct {
 func Loop(done <-chan struct{}, c Config) {
 	tick := min(c.Every, 3*time.Second)
 	views := map[string]View{} // by peer ID
+	// Peers whose direct probe failed (a firewall that opens only UDP):
+	// not tried again before then.
+	directOff := map[string]time.Time{}
 	for {
 		select {
 		case <-done:
@@ -82,7 +90,19 @@ func Loop(done <-chan struct{}, c Config) {
 					c.Log.Debug("link probe failed", zap.String("peer", m.Name), zap.Error(err))
 					break
 				}
-				t.Probes = append(t.Probes, Reading{Gbit: p.Bandwidth * 8 / 1e9, LatMs: float64(p.RTTMin.Microseconds()) / 2000, At: time.Now()})
+				r := Reading{Gbit: p.Bandwidth * 8 / 1e9, LatMs: float64(p.RTTMin.Microseconds()) / 2000, At: time.Now()}
+				if c.ProbeDirect != nil && m.Protocol >= version.DirectProtocol && now.After(directOff[m.ID]) {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					d, err := c.ProbeDirect(ctx, m.RPCAddr, ProbeBulk)
+					cancel()
+					if err == nil && d.Bandwidth > 0 {
+						r.DirectGbit = d.Bandwidth * 8 / 1e9
+					} else {
+						c.Log.Debug("direct link probe failed", zap.String("peer", m.Name), zap.Error(err))
+						directOff[m.ID] = now.Add(10 * c.Every)
+					}
+				}
+				t.Probes = append(t.Probes, r)
 			}
 			if c.Traffic != nil {
 				t.Telemetry = c.Traffic.Source()
