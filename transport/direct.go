@@ -203,6 +203,10 @@ func (e *Endpoint) serveDirect(nc net.Conn) {
 	pc := newPollConn(nc.(*net.TCPConn))
 	tc := tls.Server(pc, e.direct.server)
 	_ = nc.SetDeadline(time.Now().Add(e.cfg.HandshakeTimeout))
+	// Until a group or the probe owns it (and closes it with the
+	// endpoint), the endpoint's close ends the connection's wait.
+	stop := context.AfterFunc(e.ctx, func() { _ = nc.Close() })
+	defer stop()
 	refuse := func(why string) {
 		_ = WriteFrame(tc, append([]byte{0}, why...))
 		_ = tc.Close()
@@ -403,8 +407,6 @@ type directPeer struct {
 // Direct is how many of the other members this member exchanges
 // collectives with over direct links in both directions.
 func (g *Group) Direct() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	n := 0
 	for j := range g.direct {
 		p := &g.direct[j]
