@@ -357,15 +357,17 @@ func TestGroupOfOne(t *testing.T) {
 
 // BenchmarkAllReduce: one all-reduce of 2 members on loopback, per call:
 // 2,048 values in F32 and in F16 (issue #39's 4 KB payload), and a large
-// vector.
+// vector, each over QUIC streams and over direct links (TCP).
 func BenchmarkAllReduce(b *testing.B) {
 	for _, c := range []struct {
-		n  int
-		dt DType
-	}{{2048, F32}, {2048, F16}, {2048 * 64, F32}} {
+		n    int
+		dt   DType
+		quic bool // collectives on QUIC streams, not direct links
+	}{{2048, F32, true}, {2048, F32, false}, {2048, F16, true}, {2048, F16, false}, {2048 * 64, F32, true}, {2048 * 64, F32, false}} {
 		n := c.n
-		b.Run(fmt.Sprintf("members=2/floats=%d/%v", n, c.dt), func(b *testing.B) {
-			tg := newTestGroup(b, 2, GroupConfig{ID: fmt.Sprint("bench", n, c.dt), DType: c.dt})
+		path := map[bool]string{false: "direct", true: "quic"}[c.quic]
+		b.Run(fmt.Sprintf("members=2/floats=%d/%v/%s", n, c.dt, path), func(b *testing.B) {
+			tg := newTestGroup(b, 2, GroupConfig{ID: fmt.Sprint("bench", n, c.dt, path), DType: c.dt, NoDirect: c.quic})
 			x := [2][]float32{make([]float32, n), make([]float32, n)}
 			b.SetBytes(int64(4 * n))
 			lat := make([]time.Duration, b.N)
