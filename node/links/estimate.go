@@ -116,8 +116,8 @@ func Estimate(v View, t Tick) (View, coordinator.LinkStat, bool) {
 		// The probe's own bytes are no real traffic.
 		if t.Counted {
 			v.lastTx += 2 * ProbeBulk
-			if r.DirectGbit > 0 {
-				v.lastTx += 2 * ProbeBulk
+			if r.DirectGbit > 0 { // ProbeDirect pushes its bulk twice
+				v.lastTx += 4 * ProbeBulk
 			}
 		}
 	}
