@@ -1059,15 +1059,21 @@ func (e *env) why(s *search) []string {
 			continue
 		}
 		slow := Link{Gbit: math.Inf(1)}
+		direct := math.Inf(1) // the ring's slowest direct link; 0 when one has none
 		for r := range g {
 			l := e.links.Get(e.nodes[g[r]].ID, e.nodes[g[(r+1)%len(g)]].ID)
 			if l.Gbit < slow.Gbit {
 				slow = l
 			}
+			direct = math.Min(direct, l.DirectGbit)
 		}
 		st := b.stages[k]
 		ar := float64(2*(st.Hi-st.Lo)) * e.allReduceMs(g)
-		out = append(out, fmt.Sprintf("stage %d TP group of %d over links >= %g Gbit/s, %g ms: all-reduces %.2f ms/token", k, len(g), slow.Gbit, slow.LatencyMs, ar))
+		over := fmt.Sprintf("links >= %g Gbit/s", slow.Gbit)
+		if direct > 0 && !math.IsInf(direct, 1) {
+			over = fmt.Sprintf("direct links (TCP) >= %.3g Gbit/s", direct)
+		}
+		out = append(out, fmt.Sprintf("stage %d TP group of %d over %s, %g ms: all-reduces %.2f ms/token", k, len(g), over, slow.LatencyMs, ar))
 	}
 	return out
 }
