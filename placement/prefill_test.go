@@ -8,6 +8,20 @@ import (
 	"shoal/engine/quant"
 )
 
+// tinyLlamaOnTwo is TinyLlama's shapes in Q4_0 and two equal nodes "a"
+// and "b" of gflops each.
+func tinyLlamaOnTwo(t *testing.T, gflops float64) (ModelProfile, []Node) {
+	t.Helper()
+	prof, err := shape{name: "m", layers: 22, embd: 2048, heads: 32, kv: 4, ff: 5632, vocab: 32000, typ: quant.Q4_0, out: quant.Q6_K}.profile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prof, []Node{
+		{ID: "a", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: gflops, MemGBps: 20},
+		{ID: "b", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: gflops, MemGBps: 20},
+	}
+}
+
 // TestPredictPrefill (issue #39): a prompt through two pipeline stages of
 // equal nodes is predicted at about (P+1)/(2P) of the same prompt run as
 // one step (P pieces: the stages compute different pieces at once); one
@@ -15,14 +29,7 @@ import (
 // two nodes is faster than its slower member's half would suggest only by
 // its compute, never below the all-reduces.
 func TestPredictPrefill(t *testing.T) {
-	prof, err := shape{name: "m", layers: 22, embd: 2048, heads: 32, kv: 4, ff: 5632, vocab: 32000, typ: quant.Q4_0, out: quant.Q6_K}.profile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodes := []Node{
-		{ID: "a", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: 20, MemGBps: 20},
-		{ID: "b", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: 20, MemGBps: 20},
-	}
+	prof, nodes := tinyLlamaOnTwo(t, 20)
 	var links LinkMatrix
 	links.Set("a", "b", Link{Gbit: 10, LatencyMs: 0.05})
 	o := Options{Context: 4096}
@@ -181,14 +188,7 @@ func TestPlanForPrompt(t *testing.T) {
 // faster than the QUIC figures do, and a pipeline's hops, which stay on
 // QUIC, the same.
 func TestDirectLinkAllReduces(t *testing.T) {
-	prof, err := shape{name: "m", layers: 22, embd: 2048, heads: 32, kv: 4, ff: 5632, vocab: 32000, typ: quant.Q4_0, out: quant.Q6_K}.profile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodes := []Node{
-		{ID: "a", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: 200, MemGBps: 20},
-		{ID: "b", Status: StatusAlive, MemFree: 8 << 30, GFLOPS: 200, MemGBps: 20},
-	}
+	prof, nodes := tinyLlamaOnTwo(t, 200)
 	var quic, direct LinkMatrix
 	quic.Set("a", "b", Link{Gbit: 0.5, LatencyMs: 0.1})
 	direct.Set("a", "b", Link{Gbit: 0.5, LatencyMs: 0.1, DirectGbit: 8})

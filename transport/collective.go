@@ -364,13 +364,26 @@ func (c *call) recv(phase, src, want int) (*message, error) {
 		}
 		return nil, c.peerErr("waiting for", src, err)
 	}
-	if m.frame.DType != g.cfg.DType {
-		return nil, c.peerErr("from", src, fmt.Errorf("got %v values, the group uses %v", m.frame.DType, g.cfg.DType))
-	}
-	if n := m.frame.Rows * m.frame.Cols; want >= 0 && n != want {
-		return nil, c.peerErr("from", src, fmt.Errorf("got %d values, want %d (members disagree on the length)", n, want))
+	if err := g.frameErr(&m.frame, c.seq, g.tags[phase][src], want); err != nil {
+		return nil, c.peerErr("from", src, err)
 	}
 	return m, nil
+}
+
+// frameErr says what is wrong with a frame received for call seq under
+// tag carrying want values (want < 0: any number): one of another call or
+// phase (a direct link's frames come in the order they were sent; the
+// inbox hands out only the one asked for), another dtype, another length.
+func (g *Group) frameErr(f *TensorFrame, seq uint64, tag string, want int) error {
+	switch n := f.Rows * f.Cols; {
+	case f.Type != MsgCollective || f.ID != seq || f.Tag != tag:
+		return fmt.Errorf("%w: direct link out of step: got %q #%d, want %q #%d", ErrBadTensorFrame, f.Tag, f.ID, tag, seq)
+	case f.DType != g.cfg.DType:
+		return fmt.Errorf("got %v values, the group uses %v", f.DType, g.cfg.DType)
+	case want >= 0 && n != want:
+		return fmt.Errorf("got %d values, want %d (members disagree on the length)", n, want)
+	}
+	return nil
 }
 
 // take waits for src's frame of phase: read off src's direct link when
@@ -383,7 +396,7 @@ func (c *call) take(phase, src int) (*message, error) {
 		in, first, arrived := p.in, p.first, p.arrived
 		p.mu.Unlock()
 		if in != nil && c.seq >= first {
-			return c.readDirect(in, phase, src)
+			return c.readDirect(in)
 		}
 		ctx, stop := c.ctx, func() {}
 		if in == nil && c.directPossible(src) {

@@ -560,10 +560,10 @@ func (d *directConn) write(frame []byte) error {
 // maxRecord is the payload of a full TLS record.
 const maxRecord = 16 << 10
 
-// readDirect reads src's frame of phase off its direct link. The link
-// carries src's frames of this group in the order src sends them, which
-// is the order this member asks for them; anything else is an error.
-func (c *call) readDirect(d *directConn, phase, src int) (*message, error) {
+// readDirect reads the next frame off src's direct link. The link carries
+// src's frames of this group in the order src sends them, which is the
+// order this member asks for them; recv refuses anything else.
+func (c *call) readDirect(d *directConn) (*message, error) {
 	g := c.g
 	d.raw.setPoll(c.poll)
 	bp := recvPool.Get().(*[]byte)
@@ -580,11 +580,6 @@ func (c *call) readDirect(d *directConn, phase, src int) (*message, error) {
 	if err != nil {
 		recvPool.Put(bp)
 		return nil, g.directErr(c.ctx, err)
-	}
-	want := g.tags[phase][src]
-	if f.Type != MsgCollective || f.ID != c.seq || f.Tag != want {
-		recvPool.Put(bp)
-		return nil, fmt.Errorf("%w: direct link out of step: got %q #%d, want %q #%d", ErrBadTensorFrame, f.Tag, f.ID, want, c.seq)
 	}
 	return &message{frame: f, size: len(f.Payload) + len(f.Tag), buf: bp}, nil
 }
@@ -651,14 +646,8 @@ func (g *Group) pairExchange(ctx context.Context, x []float32) (bool, error) {
 	if err != nil {
 		return fail("waiting for", g.directErr(ctx, err))
 	}
-	want := g.tags[phaseExchange][j]
-	switch {
-	case f.Type != MsgCollective || f.ID != seq || f.Tag != want:
-		return fail("from", fmt.Errorf("%w: direct link out of step: got %q #%d, want %q #%d", ErrBadTensorFrame, f.Tag, f.ID, want, seq))
-	case f.DType != dt:
-		return fail("from", fmt.Errorf("got %v values, the group uses %v", f.DType, dt))
-	case f.Rows*f.Cols != len(x):
-		return fail("from", fmt.Errorf("got %d values, want %d (members disagree on the length)", f.Rows*f.Cols, len(x)))
+	if err := g.frameErr(&f, seq, g.tags[phaseExchange][j], len(x)); err != nil {
+		return fail("from", err)
 	}
 	tmp := scratch(&g.tmp, len(x))
 	_ = f.Decode(tmp)
