@@ -192,6 +192,12 @@ func TestReplanWithoutSource(t *testing.T) {
 	if _, ok := b.Manifest(m.sha); !ok {
 		t.Fatal("b kept no manifest")
 	}
+	// Peers read a node's ranges one unit at a time: its reader is built
+	// once for the files it holds.
+	h1, _ := b.Holdings(m.sha)
+	if h2, _ := b.Holdings(m.sha); h2 != h1 {
+		t.Error("the reader of unchanged holdings was rebuilt")
+	}
 
 	n.set(n.down, "a", true)
 	src.Down = "failed"
@@ -201,6 +207,9 @@ func TestReplanWithoutSource(t *testing.T) {
 	c.Reconcile(nil)
 	rd := waitReady(t, b, []Want{{Model: "dense", Spec: all, Version: 2, Source: src, Manifest: id, Holders: holders}}, all)
 	sameShard(t, m, rd.Shard, all)
+	if h2, _ := b.Holdings(m.sha); heldBytes(h2) <= heldBytes(h1) {
+		t.Errorf("b holds %d bytes with every layer, %d before", heldBytes(h2), heldBytes(h1))
+	}
 	if n.servedBy("c") == 0 || n.servedBy("a") != aServed {
 		t.Errorf("served by c %d, by a after its death %d", n.servedBy("c"), n.servedBy("a")-aServed)
 	}
@@ -218,6 +227,13 @@ func TestReplanWithoutSource(t *testing.T) {
 		}
 		return false
 	})
+}
+
+func heldBytes(r *HeldReader) (n int64) {
+	for _, rg := range r.Ranges() {
+		n += rg.N
+	}
+	return n
 }
 
 // A holder serving corrupted bytes is caught by the manifest's unit sums

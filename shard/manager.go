@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -145,6 +146,17 @@ type Manager struct {
 	hmu      sync.Mutex
 	holdings map[string]*holding // files of released shards, by key
 	swept    time.Time           // when Dir was last swept of orphaned files
+
+	// readers caches the last HeldReader of each file with the held files
+	// it was built from: a tensor-parallel shard holds one segment per row
+	// of a split matrix, and peers ask for ranges one unit at a time.
+	rmu     sync.Mutex
+	readers map[string]cachedReader
+}
+
+type cachedReader struct {
+	files []*heldFile
+	r     *HeldReader
 }
 
 // holding is the file of a shard no longer wanted, kept to serve its
@@ -368,10 +380,34 @@ func (m *Manager) Holdings(fileSHA string) (*HeldReader, bool) {
 		}
 	}
 	m.hmu.Unlock()
+	m.rmu.Lock()
+	defer m.rmu.Unlock()
 	if len(files) == 0 {
+		delete(m.readers, fileSHA)
 		return nil, false
 	}
-	return newHeldReader(files, files[0].size), true
+	if c, ok := m.readers[fileSHA]; ok && sameFiles(c.files, files) {
+		return c.r, true
+	}
+	r := newHeldReader(files, files[0].size)
+	if m.readers == nil {
+		m.readers = map[string]cachedReader{}
+	}
+	m.readers[fileSHA] = cachedReader{files, r}
+	return r, true
+}
+
+// sameFiles reports whether a and b hold the same files in any order.
+func sameFiles(a, b []*heldFile) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, f := range b {
+		if !slices.Contains(a, f) {
+			return false
+		}
+	}
+	return true
 }
 
 // Close stops every load and unmaps every shard (assembled files stay for
@@ -390,6 +426,9 @@ func (m *Manager) Close() {
 	}
 	m.holdings = nil
 	m.hmu.Unlock()
+	m.rmu.Lock()
+	m.readers = nil
+	m.rmu.Unlock()
 }
 
 // modelJobs lists the jobs of model, by first layer.
