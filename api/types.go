@@ -202,6 +202,14 @@ type LoadModelRequest struct {
 	// to that many tokens a step drafted from the sequence's own context
 	// and verified through the plan in one pass (at most 16).
 	Lookup int `json:"lookup,omitempty"`
+	// Draft is a GGUF file on the same node as Path with the same
+	// vocabulary (a smaller model of the family, or a lower-bit file of
+	// the same model): the driver's node holds it whole and drafts with
+	// it, up to DraftMax tokens a step (coordinator.DefaultDraftMax if
+	// 0, at most 16), verified through the plan in one pass. Not with
+	// Lookup or Hub.
+	Draft    string `json:"draft,omitempty"`
+	DraftMax int    `json:"draft_max,omitempty"`
 	// PlanPrompt, when positive, plans for prompts of that many tokens:
 	// stages balanced for their prefill, the plan chosen by the predicted
 	// time to first token plus PlanGen decode steps (placement.Options.Prompt).
@@ -284,8 +292,24 @@ type ModelInfo struct {
 	Replicas int          `json:"replicas"`
 	Copies   int          `json:"copies"`
 	Holders  []FileHolder `json:"holders"`
+	// Draft is the model's draft model (model load --draft), if any.
+	Draft *DraftInfo `json:"draft,omitempty"`
 	// CreatedAt is when the model was registered (loaded) last.
 	CreatedAt time.Time `json:"created_at"`
+}
+
+// DraftInfo is a model's draft model: its file on the model's source
+// node, and its shard on the node that drives the plan (NodeName, State
+// as a ShardInfo's: pending until that node reports it).
+type DraftInfo struct {
+	Path     string `json:"path"`
+	Digest   string `json:"digest,omitempty"`
+	Bytes    uint64 `json:"bytes"`
+	Layers   int    `json:"layers"`
+	Max      int    `json:"max"`
+	NodeName string `json:"node_name,omitempty"`
+	State    string `json:"state,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 // ShardInfo is one node's part of a model and how far it got.

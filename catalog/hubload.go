@@ -65,6 +65,9 @@ func (c *Catalog) registerHubModel(ctx context.Context, req api.LoadModelRequest
 	if req.Ctx < 0 || req.MaxSeqs < 0 || req.Queue < 0 || req.Replicas < 0 {
 		return nil, badRequest("ctx %d, max-seqs %d, queue %d, replicas %d: want positive numbers (or 0 for the defaults)", req.Ctx, req.MaxSeqs, req.Queue, req.Replicas)
 	}
+	if req.Draft != "" || req.DraftMax != 0 {
+		return nil, badRequest("a draft model is not read from the hub: download the model and its draft to a node and load them with --draft")
+	}
 	if req.Lookup < 0 || req.Lookup > coordinator.MaxLookup {
 		return nil, badRequest("lookup %d: draft 0 (off) to %d tokens a step", req.Lookup, coordinator.MaxLookup)
 	}

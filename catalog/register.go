@@ -17,8 +17,11 @@ import (
 
 	"shoal/api"
 	"shoal/coordinator"
+	"shoal/engine/gguf"
 	"shoal/engine/kv"
+	"shoal/engine/model"
 	"shoal/internal/nodeaddr"
+	"shoal/internal/version"
 	"shoal/placement"
 	"shoal/shard"
 )
@@ -126,6 +129,10 @@ func (c *Catalog) RegisterFile(ctx context.Context, req api.LoadModelRequest, pi
 	if err := checkKVType(req.KVType, prof.HeadDim); err != nil {
 		return nil, badRequest("%s: %v", path, err)
 	}
+	draft, dst, err := c.draftFile(ctx, req, f)
+	if err != nil {
+		return nil, err
+	}
 	name := req.Name
 	if name == "" {
 		name = strings.TrimSuffix(filepath.Base(path), ".gguf")
@@ -142,6 +149,9 @@ func (c *Catalog) RegisterFile(ctx context.Context, req api.LoadModelRequest, pi
 			return nil, err
 		}
 	}
+	if draft != nil && cs.Protocol < version.DraftProtocol {
+		return nil, &coordinator.Error{Code: http.StatusConflict, Msg: fmt.Sprintf("the cluster speaks protocol %d and a draft model needs %d on every node: finish upgrading every node (shoal upgrade-check), or load without --draft", cs.Protocol, version.DraftProtocol)}
+	}
 	if old := cs.Models[name]; old != nil && (old.SourceNode != c.id || old.Source != path) {
 		src := old.SourceNode
 		if n := cs.Nodes[src]; n != nil {
@@ -152,11 +162,23 @@ func (c *Catalog) RegisterFile(ctx context.Context, req api.LoadModelRequest, pi
 	m := coordinator.Model{
 		Name: name, Source: path, Layers: prof.NLayer, Bytes: uint64(st.Size()), CreatedAt: time.Now().UTC(),
 		SourceNode: c.id, Replicas: req.Replicas, Ctx: req.Ctx, MaxSeqs: req.MaxSeqs, Queue: req.Queue, Lookup: req.Lookup, PlanPrompt: req.PlanPrompt, PlanGen: req.PlanGen, Overhead: req.Overhead, Strategy: req.Strategy, Disagg: req.Disagg, DisaggFailure: req.DisaggFailure, Wire: req.Wire, KVType: req.KVType, Profile: &prof, Status: coordinator.ModelHashing,
-		Pin: pin,
+		Pin: pin, Draft: draft,
 	}
 	if sha, ok := c.files.lookupPath(path, st); ok {
 		if raw, ok := c.files.manifest(sha); ok { // else hashed again, for the manifest
 			m.Digest, m.Manifest, m.Status = sha, shard.ManifestID(raw), ""
+		}
+	}
+	var known [2]string // the model file's digest and manifest, when hashed before
+	if draft != nil {
+		if sha, ok := c.files.lookupPath(draft.Source, dst); ok {
+			if raw, ok := c.files.manifest(sha); ok {
+				draft.Digest, draft.Manifest = sha, shard.ManifestID(raw)
+			}
+		}
+		if !draft.Hashed() { // the model waits for its draft's digest too
+			known = [2]string{m.Digest, m.Manifest}
+			m.Digest, m.Manifest, m.Status = "", "", coordinator.ModelHashing
 		}
 	}
 	if err := c.cluster.Apply(ctx, coordinator.ModelUpsertType, coordinator.ModelUpsertRequest{Model: m}); err != nil {
@@ -166,36 +188,97 @@ func (c *Catalog) RegisterFile(ctx context.Context, req api.LoadModelRequest, pi
 		zap.String("weights", placement.GiB(prof.WeightBytes())), zap.Bool("hashed", m.Digest != ""))
 	if m.Digest == "" {
 		c.bg.Add(1)
-		go c.hashModel(m, st)
+		go c.hashModel(m, st, dst, known)
 	}
 	return &m, nil
 }
 
-// hashModel computes the file's sha256, makes the file servable to peers
-// and records the digest, which lets the leader plan the model.
-func (c *Catalog) hashModel(m coordinator.Model, st os.FileInfo) {
+// draftFile checks req's draft model (req.Draft, a file of this node) for
+// the model whose header is f: a GGUF model of the same vocabulary. It
+// returns nil when req has none, and the draft file's stat.
+func (c *Catalog) draftFile(ctx context.Context, req api.LoadModelRequest, f *gguf.File) (*coordinator.DraftFile, os.FileInfo, error) {
+	if req.Draft == "" {
+		if req.DraftMax != 0 {
+			return nil, nil, badRequest("draft-max %d without a draft model: give --draft FILE", req.DraftMax)
+		}
+		return nil, nil, nil
+	}
+	switch {
+	case req.Lookup > 0:
+		return nil, nil, badRequest("a draft model and lookup both draft: give --draft or --lookup, not both")
+	case req.DraftMax < 0 || req.DraftMax > coordinator.MaxLookup:
+		return nil, nil, badRequest("draft-max %d: draft 1 to %d tokens a step (0: %d)", req.DraftMax, coordinator.MaxLookup, coordinator.DefaultDraftMax)
+	case !filepath.IsAbs(req.Draft):
+		return nil, nil, badRequest("draft path %q is not absolute: give the full path on node %s", req.Draft, c.name)
+	}
+	fh, st, err := openModelFile(req.Draft)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, notFoundErr("draft file not found on node %s: %s (the draft must be on the node that has the model file)", c.name, req.Draft)
+	}
+	if err != nil {
+		return nil, nil, badRequest("draft %s on node %s: %v", req.Draft, c.name, err)
+	}
+	_, df, err := readHeader(ctx, io.NewSectionReader(fh, 0, st.Size()), st.Size())
+	fh.Close()
+	if err != nil {
+		return nil, nil, badRequest("draft %s on node %s is not a GGUF model file: %v", req.Draft, c.name, err)
+	}
+	prof, err := placement.ProfileFromGGUF(df)
+	if err != nil {
+		return nil, nil, badRequest("draft %s: %v", req.Draft, err)
+	}
+	if err := model.SameVocabulary(df, req.Draft, f, req.Path); err != nil {
+		return nil, nil, badRequest("%v", err)
+	}
+	return &coordinator.DraftFile{Source: req.Draft, Bytes: uint64(st.Size()), Layers: prof.NLayer,
+		KVBytesPerToken: uint64(prof.NLayer) * prof.KVBytesPerToken, Max: req.DraftMax}, st, nil
+}
+
+// hashModel computes the file's sha256 (unless known holds it), and its
+// draft's, makes the files servable to peers and records the digests,
+// which lets the leader plan the model.
+func (c *Catalog) hashModel(m coordinator.Model, st, dst os.FileInfo, known [2]string) {
 	defer c.bg.Done()
 	t0 := time.Now()
-	var sha string
-	var raw []byte
-	err := CheckModelFile(m.Source) // it may have changed since it was registered
-	if err == nil {
-		sha, raw, err = shard.BuildManifest(m.Source, 0)
+	sha, id, err := known[0], known[1], error(nil)
+	if sha == "" {
+		sha, id, err = c.hashFile(m.Source, st)
 	}
-	if err == nil {
-		err = c.files.saveManifest(sha, raw)
-	}
-	if err == nil {
-		err = c.files.add(sha, m.Source, st)
+	if err == nil && m.Draft != nil && !m.Draft.Hashed() {
+		d := *m.Draft
+		if d.Digest, d.Manifest, err = c.hashFile(d.Source, dst); err != nil {
+			err = fmt.Errorf("draft: %w", err)
+		}
+		m.Draft = &d
 	}
 	if err != nil {
 		m.Status, m.Reason = coordinator.ModelFailed, fmt.Sprintf("hashing %s on %s: %v", m.Source, c.name, err)
 		c.log.Warn("model file unreadable", zap.String("model", m.Name), zap.Error(err))
 	} else {
-		m.Digest, m.Manifest, m.Status = sha, shard.ManifestID(raw), ""
-		c.log.Info("model hashed", zap.String("model", m.Name), zap.String("sha256", sha), zap.Duration("took", time.Since(t0)))
+		m.Digest, m.Manifest, m.Status = sha, id, ""
+		c.log.Info("model hashed", zap.String("model", m.Name), zap.String("sha256", sha), zap.Bool("draft", m.Draft != nil), zap.Duration("took", time.Since(t0)))
 	}
 	c.recordModel(m)
+}
+
+// hashFile computes the sha256 and manifest of the model file at path
+// (stat st when registered) and makes it servable to peers.
+func (c *Catalog) hashFile(path string, st os.FileInfo) (sha, manifest string, err error) {
+	var raw []byte
+	err = CheckModelFile(path) // it may have changed since it was registered
+	if err == nil {
+		sha, raw, err = shard.BuildManifest(path, 0)
+	}
+	if err == nil {
+		err = c.files.saveManifest(sha, raw)
+	}
+	if err == nil {
+		err = c.files.add(sha, path, st)
+	}
+	if err != nil {
+		return "", "", err
+	}
+	return sha, shard.ManifestID(raw), nil
 }
 
 // recordModel writes m to the state, retrying for a while.

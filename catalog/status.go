@@ -50,6 +50,7 @@ func (c *Catalog) ModelInfo(st *coordinator.State, m *coordinator.Model) api.Mod
 	}
 	info.Replicas = m.WantReplicas()
 	info.Holders, info.Copies = fileHolders(st, m, info.SourceName)
+	info.Draft = draftInfo(st, m)
 	if info.Status == coordinator.ModelHashing || info.Status == coordinator.ModelFailed || info.Status == coordinator.ModelUnservable {
 		return info
 	}
@@ -216,4 +217,30 @@ func (c *Catalog) UnloadModel(ctx context.Context, name string) error {
 		c.stopHubCheck(name) // it checks nothing any more
 	}
 	return err
+}
+
+// draftInfo describes m's draft model and its shard on the node that
+// drives m's plan.
+func draftInfo(st *coordinator.State, m *coordinator.Model) *api.DraftInfo {
+	d := m.Draft
+	if d == nil {
+		return nil
+	}
+	out := &api.DraftInfo{Path: d.Source, Digest: d.Digest, Bytes: d.Bytes, Layers: d.Layers, Max: d.Max}
+	if out.Max == 0 {
+		out.Max = coordinator.DefaultDraftMax
+	}
+	p := st.Plans[m.Name]
+	if p == nil || len(p.Pools) == 0 || len(p.Pools[0].Stages) == 0 || len(p.Pools[0].Stages[0].Members) == 0 {
+		return out
+	}
+	id := p.Pools[0].Stages[0].Members[0].Node
+	out.NodeName, out.State = id, "pending"
+	if n := st.Nodes[id]; n != nil {
+		out.NodeName = n.Name
+	}
+	if sh := st.Shards[coordinator.ShardKey(id, coordinator.DraftShardModel(m.Name))]; sh != nil {
+		out.State, out.Error = sh.State, sh.Error
+	}
+	return out
 }

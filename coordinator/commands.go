@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"shoal/placement"
@@ -413,7 +414,7 @@ var commandTable = map[MessageType]command{
 		delete(s.Plans, r.Name)
 		delete(s.PlanInputs, r.Name)
 		for k, sh := range s.Shards {
-			if sh.Model == r.Name {
+			if sh.Model == r.Name || sh.Model == DraftShardModel(r.Name) {
 				delete(s.Shards, k)
 			}
 		}
@@ -442,7 +443,11 @@ var commandTable = map[MessageType]command{
 		sh := r.Shard
 		// Reports of a model the state does not hold would stay forever
 		// (a model's delete removes its shards).
-		if _, ok := s.Models[sh.Model]; !ok {
+		if name, draft := strings.CutSuffix(sh.Model, DraftShardModel("")); draft {
+			if m := s.Models[name]; m == nil || m.Draft == nil {
+				return notFound("draft model of", name)
+			}
+		} else if _, ok := s.Models[sh.Model]; !ok {
 			return notFound("model", sh.Model)
 		}
 		key := ShardKey(sh.Node, sh.Model)

@@ -424,3 +424,31 @@ func TestShardReportsOutOfOrder(t *testing.T) {
 		t.Fatalf("a newer report did not replace the held one: %+v", sh)
 	}
 }
+
+// TestDraftShardReports: the driver's report of a model's draft shard
+// (DraftShardModel) is kept while the model has a draft and goes with
+// the model; a draft report of a model without one is refused.
+func TestDraftShardReports(t *testing.T) {
+	f := NewFSM()
+	a := populate(t, f)
+	draftReport := ShardStatusRequest{Shard: ShardStatus{Node: "mac-1-id", Model: DraftShardModel("llama"), Lo: 0, Hi: 2, State: "ready", Bytes: 1 << 20, UpdatedAt: t0}}
+	if r := a.apply(ShardStatusType, draftReport); r == nil {
+		t.Fatal("a draft shard of a model without a draft was kept")
+	}
+	a.ok(ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "llama", Source: "llama.gguf", Layers: 32, CreatedAt: t0, Digest: "d1", SourceNode: "mac-1-id",
+		Draft: &DraftFile{Source: "small.gguf", Digest: "d2", Manifest: "m2", Bytes: 1 << 20, Layers: 2, KVBytesPerToken: 1024}}})
+	if r := a.apply(ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "bad", Source: "x.gguf", Layers: 2, CreatedAt: t0, Draft: &DraftFile{Layers: 2}}}); r == nil {
+		t.Error("a draft without a source was kept")
+	}
+	a.ok(ShardStatusType, draftReport)
+	if sh := f.State().Shards[ShardKey("mac-1-id", DraftShardModel("llama"))]; sh == nil || sh.State != "ready" {
+		t.Fatalf("the draft's shard report: %+v", sh)
+	}
+	if got := f.State().Models["llama"].Draft.DriverBytes(100); got != 1<<20+100*1024 {
+		t.Errorf("driver bytes %d", got)
+	}
+	a.ok(ModelDeleteType, ModelDeleteRequest{Name: "llama"})
+	if len(f.State().Shards) != 0 {
+		t.Errorf("shards left after the model went: %v", f.State().Shards)
+	}
+}

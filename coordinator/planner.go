@@ -419,8 +419,16 @@ func PrefillPrediction(st *State, name string, n int) (version uint64, pf placem
 
 // modelOptions are the planner's options for model m.
 func modelOptions(m *Model) placement.Options {
-	return placement.Options{Context: m.Ctx, Batch: m.MaxSeqs, Overhead: m.Overhead, Strategy: placement.Strategy(m.Strategy), Pin: m.Pin, Disagg: m.Disagg, KVType: m.KVType,
+	o := placement.Options{Context: m.Ctx, Batch: m.MaxSeqs, Overhead: m.Overhead, Strategy: placement.Strategy(m.Strategy), Pin: m.Pin, Disagg: m.Disagg, KVType: m.KVType,
 		Prompt: m.PlanPrompt, Generate: m.PlanGen}
+	if m.Draft != nil {
+		ctx := m.Ctx
+		if ctx <= 0 {
+			ctx = placement.DefaultContext
+		}
+		o.DriverBytes = m.Draft.DriverBytes(ctx * max(m.MaxSeqs, 1))
+	}
+	return o
 }
 
 // DecodePrediction is the predicted time of a decode step of one sequence

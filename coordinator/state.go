@@ -131,6 +131,11 @@ type Model struct {
 	// prompt lookup, drafting up to that many tokens a step (verified
 	// through the plan in the same step: serve.Options.Lookup).
 	Lookup int `json:"lookup,omitempty"`
+	// Draft, when set, is a small model of the same vocabulary that the
+	// driver's node holds whole and runs to draft the served model's
+	// next tokens (model load --draft): the plan verifies them in one
+	// step, as with Lookup.
+	Draft *DraftFile `json:"draft,omitempty"`
 	// PlanPrompt and PlanGen, when PlanPrompt is positive, plan for
 	// requests of that many prompt tokens and PlanGen generated ones
 	// (placement.Options.Prompt and Generate).
@@ -178,6 +183,42 @@ type Model struct {
 	// sha256 against the hub's and recorded the full manifest; each node
 	// then checks its ranges unit by unit.
 	Unverified bool `json:"unverified,omitempty"`
+}
+
+// DraftFile is a model's draft model: a GGUF file on the model's
+// SourceNode, hashed and served like the model's own file. The driver's
+// node fetches it whole (its shard is reported under DraftShardModel).
+type DraftFile struct {
+	Source   string `json:"source"`             // the file's path on SourceNode
+	Digest   string `json:"digest,omitempty"`   // hex sha256, once hashed
+	Manifest string `json:"manifest,omitempty"` // the file's manifest ID, once hashed
+	Bytes    uint64 `json:"bytes"`
+	Layers   int    `json:"layers"`
+	// KVBytesPerToken is the draft's KV cache per position over all its
+	// layers (f16): the driver keeps the served model's context of it.
+	KVBytesPerToken uint64 `json:"kv_bytes_per_token"`
+	// Max is the most tokens drafted a step (DefaultDraftMax if 0).
+	Max int `json:"max,omitempty"`
+}
+
+// DefaultDraftMax is the most tokens a draft model proposes a step when
+// the model does not say.
+const DefaultDraftMax = 6
+
+// DraftShardModel names the shard of model's draft in shard reports: no
+// model can be called that ('#' is not in a model name).
+func DraftShardModel(model string) string { return model + "#draft" }
+
+// Hashed reports whether the draft's file is hashed (it can be fetched).
+func (d *DraftFile) Hashed() bool { return d != nil && d.Digest != "" && d.Manifest != "" }
+
+// DriverBytes is the memory the driver's node holds for the draft beyond
+// the plan's own: its weights and a KV cache of ctx positions.
+func (d *DraftFile) DriverBytes(ctx int) uint64 {
+	if d == nil {
+		return 0
+	}
+	return d.Bytes + d.KVBytesPerToken*uint64(max(ctx, 0))
 }
 
 // HubFile is a file of a Hugging Face style hub repository.

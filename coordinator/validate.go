@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -425,6 +426,22 @@ func validateModel(m *Model) error {
 		}
 		if h.Size < 0 || uint64(h.Size) > placement.MaxBytes {
 			return fmt.Errorf("hub.size %d is outside [0, %d]", h.Size, placement.MaxBytes)
+		}
+	}
+	if d := m.Draft; d != nil {
+		if err := first(
+			checkText("draft.source", d.Source, MaxPathLen),
+			checkWord("draft.digest", d.Digest, MaxShortLen),
+			checkWord("draft.manifest", d.Manifest, MaxShortLen),
+			checkBytes("draft.bytes", d.Bytes),
+			checkInt("draft.layers", d.Layers, 1, placement.MaxLayers),
+			checkBytes("draft.kv_bytes_per_token", d.KVBytesPerToken),
+			checkInt("draft.max", d.Max, 0, MaxLookup),
+		); err != nil {
+			return err
+		}
+		if d.Source == "" {
+			return errors.New("draft.source is empty")
 		}
 	}
 	return first(

@@ -160,7 +160,17 @@ func configOf(t *testing.T, path string) model.Config {
 // the cluster and the nodes' names.
 func equalNodes(t *testing.T, n int) (*tc.Cluster, []string) {
 	t.Helper()
+	return fingerprinted(t, n, nil)
+}
+
+// fingerprinted is a cluster of n agents whose fingerprints say the same,
+// each configured by more (when set).
+func fingerprinted(t *testing.T, n int, more func(i int, cfg *node.Config)) (*tc.Cluster, []string) {
+	t.Helper()
 	c := tc.NewWith(t, n, func(i int, cfg *node.Config) {
+		if more != nil {
+			more(i, cfg)
+		}
 		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 			t.Fatal(err)
 		}

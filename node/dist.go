@@ -16,6 +16,7 @@ import (
 	"shoal/parallel"
 	"shoal/placement"
 	"shoal/serve"
+	"shoal/shard"
 	"shoal/transport"
 )
 
@@ -192,6 +193,12 @@ func planView(st *coordinator.State, info func(*coordinator.State, *coordinator.
 			pm.Threads = mc.Threads
 		}
 		pm.Queue, pm.Lookup = m.Queue, m.Lookup
+		if spec, ok := draftSpec(m, p, parallel.DriverOf(p)); ok {
+			pm.DraftKey, pm.DraftMax = shard.Key(spec), m.Draft.Max
+			if pm.DraftMax == 0 {
+				pm.DraftMax = coordinator.DefaultDraftMax
+			}
+		}
 		if o := old[name]; o != nil {
 			pm.Prev = o.Version
 			if n := st.Nodes[parallel.DriverOf(o)]; n != nil && allAlive(st, o.Nodes()) {

@@ -3,12 +3,15 @@ package node_test
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"shoal/api"
+	"shoal/coordinator"
 	"shoal/engine/enginetest"
 	"shoal/engine/synth"
+	"shoal/engine/tokenizer"
 	"shoal/node"
 	tc "shoal/node/nodetest"
 )
@@ -67,29 +70,9 @@ func TestLookupThroughPlan(t *testing.T) {
 		}
 	}
 	base := "http://" + c.Members[0].Agent.HTTPAddr()
-	answer := func(name string) (string, *usageDetails) {
-		body := `{"model":"` + name + `","prompt":"one two three four one two three four one two three four one two","max_tokens":40,"temperature":0}`
-		var out string
-		tc.Eventually(t, 30*time.Second, name+" served", func() bool {
-			var code int
-			code, out = request(t, tc.Secret, "POST", base+"/v1/completions", body)
-			return code == http.StatusOK
-		})
-		var resp struct {
-			Choices []struct {
-				Text string `json:"text"`
-			} `json:"choices"`
-			Usage struct {
-				Details *usageDetails `json:"completion_tokens_details"`
-			} `json:"usage"`
-		}
-		if err := json.Unmarshal([]byte(out), &resp); err != nil || len(resp.Choices) != 1 {
-			t.Fatalf("%s: %s (%v)", name, out, err)
-		}
-		return resp.Choices[0].Text, resp.Usage.Details
-	}
-	want, none := answer("plain")
-	got, d := answer("spec")
+	prompt := "one two three four one two three four one two three four one two"
+	want, none := greedyAnswer(t, base, "plain", prompt)
+	got, d := greedyAnswer(t, base, "spec", prompt)
 	if got != want {
 		t.Errorf("with lookup through the pipeline %q, without %q", got, want)
 	}
@@ -99,7 +82,117 @@ func TestLookupThroughPlan(t *testing.T) {
 	t.Logf("through two stages: %d drafts accepted, %d rejected", d.Accepted, d.Rejected)
 }
 
+// greedyAnswer is model name's greedy completion of prompt (40 tokens)
+// from the agent at base, and its usage details.
+func greedyAnswer(t *testing.T, base, name, prompt string) (string, *usageDetails) {
+	t.Helper()
+	body := `{"model":"` + name + `","prompt":"` + prompt + `","max_tokens":40,"temperature":0}`
+	var out string
+	tc.Eventually(t, 60*time.Second, name+" served", func() bool {
+		var code int
+		code, out = request(t, tc.Secret, "POST", base+"/v1/completions", body)
+		return code == http.StatusOK
+	})
+	var resp struct {
+		Choices []struct {
+			Text string `json:"text"`
+		} `json:"choices"`
+		Usage struct {
+			Details *usageDetails `json:"completion_tokens_details"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(out), &resp); err != nil || len(resp.Choices) != 1 {
+		t.Fatalf("%s: %s (%v)", name, out, err)
+	}
+	return resp.Choices[0].Text, resp.Usage.Details
+}
+
 type usageDetails struct {
 	Accepted int `json:"accepted_prediction_tokens"`
 	Rejected int `json:"rejected_prediction_tokens"`
+}
+
+// TestDraftThroughPlan: a model loaded over two agents as a pipeline with
+// --draft (a lower-bit file of the same weights) drafts on the node that
+// drives it: that node fetches the draft whole from the source and
+// reports its shard, the greedy answer is the one the file gives without
+// a draft, and the usage counts accepted drafts. Drafts of another
+// vocabulary, or beside --lookup or --hub, are refused when loading.
+func TestDraftThroughPlan(t *testing.T) {
+	// server-1 has more room: it drives a plan with a draft, and the
+	// draft's file is on server-0, so it is fetched over the network.
+	c, names := fingerprinted(t, 2, func(i int, cfg *node.Config) { cfg.MemoryLimit = uint64(2+i) << 30 })
+	const src = 0
+	cl := c.Client(0, "")
+	path := writeModel(t)
+	draft := enginetest.Write(t, "", synth.Spec{Name: "tiny-q4", Arch: "llama", NEmbd: 64, NLayer: 2, NHead: 4, NFF: 128, Type: "q4_0", Seed: 3})
+	v, err := tokenizer.ByteLevelVocab(280) // 20 merges fewer than the model's
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Pad(512)
+	other := enginetest.Write(t, "", synth.Spec{Name: "other", Arch: "llama", NEmbd: 64, NLayer: 1, NHead: 4, NFF: 128, Type: "q8_0", Seed: 5, Tokenizer: v.KVs()})
+	for _, bad := range []struct {
+		req  api.LoadModelRequest
+		want string
+	}{
+		{api.LoadModelRequest{Path: path, Name: "bad", Draft: other}, "vocabular"},
+		{api.LoadModelRequest{Path: path, Name: "bad", Draft: draft, Lookup: 4}, "not both"},
+		{api.LoadModelRequest{Path: path, Name: "bad", Draft: "relative.gguf"}, "not absolute"},
+		{api.LoadModelRequest{Path: path, Name: "bad", Draft: path + ".missing"}, "not found"},
+		{api.LoadModelRequest{Path: path, Name: "bad", DraftMax: 4}, "without a draft"},
+	} {
+		if _, err := cl.LoadModel(ctx(t), bad.req); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("draft %q lookup %d max %d: %v, want an error saying %q", bad.req.Draft, bad.req.Lookup, bad.req.DraftMax, err, bad.want)
+		}
+	}
+	if modelInfo(t, c, 0, "bad") != nil {
+		t.Fatal("a refused load registered the model")
+	}
+
+	if _, err := cl.LoadModel(ctx(t), api.LoadModelRequest{Path: path, Name: "plain", Nodes: names, Strategy: "pipeline", Ctx: 256}); err != nil {
+		t.Fatal(err)
+	}
+	waitModelReady(t, c, "plain")
+	req := api.LoadModelRequest{Path: path, Name: "spec", Nodes: names, Strategy: "pipeline", Ctx: 256, Draft: draft, DraftMax: 4, Node: names[src]}
+	if _, err := cl.LoadModel(ctx(t), req); err != nil {
+		t.Fatal(err)
+	}
+	waitModelReady(t, c, "spec")
+	base := "http://" + c.Members[0].Agent.HTTPAddr()
+	want, none := greedyAnswer(t, base, "plain", "one two three")
+	got, d := greedyAnswer(t, base, "spec", "one two three")
+	if got != want {
+		t.Errorf("with the draft through the pipeline %q, without %q", got, want)
+	}
+	if none != nil || d == nil || d.Accepted == 0 {
+		t.Fatalf("usage details: %+v without a draft, %+v with", none, d)
+	}
+	t.Logf("through two stages: %d drafts accepted, %d rejected", d.Accepted, d.Rejected)
+
+	specPl, err := cl.Placement(ctx(t), "spec")
+	if err != nil || len(specPl.Stages) != 2 {
+		t.Fatalf("placement %+v, %v: want two stages", specPl, err)
+	}
+	drv := specPl.Stages[0].Members[0].Node
+	st := c.Members[0].Agent.Server().FSM().State()
+	var reports []string
+	for _, sh := range st.Shards {
+		if sh.Model == coordinator.DraftShardModel("spec") {
+			reports = append(reports, sh.Node)
+			t.Logf("draft shard on %s (driver %s, source %s): %s, %d bytes fetched from %q", sh.Node, drv, c.Members[src].Agent.ID(), sh.State, sh.Fetched, sh.Source)
+			if sh.State != coordinator.ShardReady || sh.Fetched == 0 || sh.Source != c.Members[src].Agent.ID() {
+				t.Errorf("the draft's shard on %s: %+v, want it ready, fetched from the source", sh.Node, sh)
+			}
+		}
+	}
+	if len(reports) != 1 || reports[0] != drv || drv == c.Members[src].Agent.ID() {
+		t.Errorf("draft shards reported by %v; the driver is %s, the source %s", reports, drv, c.Members[src].Agent.ID())
+	}
+	if m := st.Models["spec"]; m.Draft == nil || !m.Draft.Hashed() || m.Draft.Layers != 2 {
+		t.Errorf("the model's draft in the state: %+v", m.Draft)
+	}
+	if di := modelInfo(t, c, 0, "spec").Draft; di == nil || di.Path != draft || di.State != coordinator.ShardReady || di.Max != 4 || di.NodeName == c.Members[src].Cfg.Name {
+		t.Errorf("model ls's draft: %+v", di)
+	}
 }

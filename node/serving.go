@@ -144,7 +144,7 @@ func (a *Agent) serveOptions(name string, s parallel.Servable) serve.Options {
 		}
 		return o
 	}
-	o := serve.Options{MaxSeqs: max(s.Seqs, 1), SeqTokens: s.SeqTokens, QueueSize: queueBound(s.Queue, s.Seqs), Lookup: s.Lookup}
+	o := serve.Options{MaxSeqs: max(s.Seqs, 1), SeqTokens: s.SeqTokens, QueueSize: queueBound(s.Queue, s.Seqs), Lookup: s.Lookup, Draft: s.Draft, DraftMax: s.DraftMax}
 	if s.Runner == nil {
 		o.MaxTokens = distMaxTokens
 		o.PrefillTokens = distPrefillTokens

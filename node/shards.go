@@ -165,6 +165,38 @@ func wantedShards(st *coordinator.State, node string, old map[string]*placement.
 		for _, spec := range shard.SpecsFor(*p, node, m.Digest) {
 			out = append(out, shard.Want{Model: name, Spec: spec, Version: p.Version, Source: src, Manifest: m.Manifest, Holders: holders, Origin: origin})
 		}
+		if spec, ok := draftSpec(m, p, node); ok {
+			out = append(out, shard.Want{Model: spec.Model, Spec: spec, Version: p.Version, Source: src, Manifest: m.Draft.Manifest, Holders: draftHolders(st, m, node)})
+		}
+	}
+	return out
+}
+
+// draftSpec is the shard of m's draft model that node holds, whole: the
+// node that drives plan p does.
+func draftSpec(m *coordinator.Model, p *placement.Plan, node string) (shard.ShardSpec, bool) {
+	if !m.Draft.Hashed() || parallel.DriverOf(p) != node {
+		return shard.ShardSpec{}, false
+	}
+	return shard.ShardSpec{Model: coordinator.DraftShardModel(m.Name), FileSHA: m.Draft.Digest, Lo: 0, Hi: m.Draft.Layers, TPSize: 1, Embedding: true, Output: true}, true
+}
+
+// draftHolders lists the live nodes other than self that may hold m's
+// draft file: the source, then the nodes that reported its shard (a
+// former driver).
+func draftHolders(st *coordinator.State, m *coordinator.Model, self string) []shard.Peer {
+	var out []shard.Peer
+	ids := []string{m.SourceNode}
+	for _, s := range st.Shards {
+		if s.Model == coordinator.DraftShardModel(m.Name) && s.Node != m.SourceNode {
+			ids = append(ids, s.Node)
+		}
+	}
+	sort.Strings(ids[1:])
+	for _, id := range ids {
+		if n := st.Nodes[id]; n != nil && id != self && n.RPCAddr != "" && n.Status == coordinator.StatusAlive {
+			out = append(out, shard.Peer{ID: n.ID, Name: n.Name, Addr: n.RPCAddr})
+		}
 	}
 	return out
 }

@@ -106,7 +106,15 @@ func (r *Reconciler) startDriver(pm *PlannedModel) (*driver, error) {
 		return nil, err
 	}
 	sv := Servable{Engine: d.eng, Runner: d.runner, Meta: meta, Seqs: max(pm.Plan.Batch, 1), SeqTokens: d.ctx / max(pm.Plan.Batch, 1), Queue: pm.Queue, Lookup: pm.Lookup}
+	if pm.DraftKey != "" {
+		if g := r.openDraft(pm, d.ctx, d.nVocab()); g != nil {
+			sv.Draft, sv.DraftMax = g, pm.DraftMax
+		}
+	}
 	if err := r.cfg.Publisher.Publish(d.name, sv); err != nil {
+		if g, ok := sv.Draft.(*draftModel); ok {
+			g.Close()
+		}
 		return nil, err
 	}
 	d.pub = true
@@ -115,6 +123,14 @@ func (r *Reconciler) startDriver(pm *PlannedModel) (*driver, error) {
 		zap.String("strategy", d.plan.Strategy), zap.Int("nodes", len(d.addrs)), zap.Bool("local", d.runner != nil), zap.Int("ctx", d.ctx),
 		zap.Float64("predicted_ms_per_token", d.plan.Cost.MsPerToken))
 	return d, nil
+}
+
+// nVocab is the served model's vocabulary size.
+func (d *driver) nVocab() int {
+	if d.runner != nil {
+		return d.runner.Model().NVocab
+	}
+	return d.eng.NVocab()
 }
 
 // options are the cluster options of d's sessions on pool.

@@ -17,6 +17,7 @@ import (
 	"shoal/engine/model"
 	"shoal/engine/quant"
 	"shoal/placement"
+	"shoal/serve"
 	"shoal/shard"
 	"shoal/transport"
 )
@@ -76,6 +77,11 @@ type PlannedModel struct {
 	Queue int
 	// Lookup is the model's prompt-lookup drafting (Servable.Lookup).
 	Lookup int
+	// DraftKey is the shard key of the model's draft model, which the
+	// driver's node holds whole ("": none); DraftMax the most tokens it
+	// drafts a step (Servable.DraftMax).
+	DraftKey string
+	DraftMax int
 	// Prefill, for a plan with a prefill pool, says which prompts (by
 	// their tokens) the driver prefills there (nil: every prompt);
 	// PrefillFail ends a request whose prefill there failed instead of
@@ -147,6 +153,11 @@ type Servable struct {
 	// Lookup drafts up to that many tokens a step by prompt lookup
 	// (serve.Options.Lookup; 0: off).
 	Lookup int
+	// Draft, when set, drafts with the model's draft model, up to
+	// DraftMax tokens a step (serve.Options.Draft): the scheduler closes
+	// it.
+	Draft    serve.Drafter
+	DraftMax int
 }
 
 // Route says which node drives a planned model.
@@ -206,6 +217,10 @@ type Reconciler struct {
 	// their requests in flight finish (retireDriver).
 	retiring map[*driver]func()
 	bg       sync.WaitGroup
+	// drafts are the drafters open over draft shards (by shard key), and
+	// draftSince when each model's driver began waiting for its draft.
+	drafts     map[string][]*draftModel
+	draftSince map[string]time.Time
 }
 
 type runMember struct {
@@ -233,7 +248,8 @@ func NewReconciler(cfg ReconcilerConfig) *Reconciler {
 		cfg.Log = zap.NewNop()
 	}
 	return &Reconciler{cfg: cfg, log: cfg.Log, wake: make(chan struct{}, 1), members: map[string]*runMember{},
-		drivers: map[string]*driver{}, routes: map[string]Route{}, logged: map[string]string{}}
+		drivers: map[string]*driver{}, routes: map[string]Route{}, logged: map[string]string{},
+		drafts: map[string][]*draftModel{}, draftSince: map[string]time.Time{}}
 }
 
 // Wake receives when a driver failed and the owner should reconcile.
@@ -355,7 +371,7 @@ func (r *Reconciler) reconcileDriver(pm *PlannedModel) {
 		r.stopDriver(d)
 		d = nil
 	}
-	if d != nil || !pm.Ready {
+	if d != nil || !pm.Ready || r.awaitDraft(pm) {
 		return
 	}
 	d, err := r.startDriver(pm)
@@ -506,6 +522,7 @@ func (r *Reconciler) shardModelFor(s shard.Ready) (*model.Model, error) {
 // Every member of the shard goes: in each pool ("@pool") and of a replaced
 // plan (lingerMark).
 func (r *Reconciler) DropMember(key string) {
+	r.dropDrafts(key)
 	r.dropMembers(func(k string) bool {
 		return k == key || strings.HasPrefix(k, key+"@") || strings.HasPrefix(k, key+lingerMark)
 	})

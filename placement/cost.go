@@ -141,7 +141,7 @@ func (e *env) extras(embed, out bool) work {
 	p := e.p
 	var w work
 	if embed {
-		w.mem += float64(p.EmbedBytes)
+		w.mem += float64(p.EmbedBytes) + float64(e.o.DriverBytes)
 		w.read += e.batch * float64(p.EmbedBytes) / float64(max(p.NVocab, 1)) // one row per token
 	}
 	if out {

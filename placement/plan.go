@@ -506,7 +506,8 @@ func (e *env) fastFirst(groups [][]int) [][]int {
 // partitions lists the arrangements tried for a node set (IDs ascending).
 // Members of a group are ranked by usable memory (rank 0 holds the
 // embedding or output; bestFor also tries fastFirst's order), stages are
-// ordered by their first node's ID.
+// ordered by their first node's ID, except that with DriverBytes the
+// stage whose rank 0 has the most room comes first (it drives).
 func (e *env) partitions(set []int) [][][]int {
 	var out [][][]int
 	seen := map[string]bool{}
@@ -520,6 +521,17 @@ func (e *env) partitions(set []int) [][][]int {
 			})
 		}
 		sort.SliceStable(groups, func(i, j int) bool { return slices.Min(groups[i]) < slices.Min(groups[j]) })
+		if e.o.DriverBytes > 0 {
+			// The driver holds more (a draft model): the group whose rank
+			// 0 has the most room goes first.
+			roomy := 0
+			for gi, g := range groups {
+				if e.usable[g[0]] > e.usable[groups[roomy][0]] {
+					roomy = gi
+				}
+			}
+			groups = append(append([][]int{groups[roomy]}, groups[:roomy]...), groups[roomy+1:]...)
+		}
 		k := e.key(groups)
 		if !seen[k] {
 			seen[k] = true

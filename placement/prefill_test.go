@@ -216,3 +216,37 @@ func TestDirectLinkAllReduces(t *testing.T) {
 		t.Errorf("a pipeline's prefill moved with the direct link: %.1f -> %.1f ms", pq, pd)
 	}
 }
+
+// TestDriverBytes: memory the driver's node holds beyond its share (a
+// draft model and its cache) is reserved on rank 0 of the first stage:
+// it shows in that member's memory, a node too small for it does not
+// drive, and a plan that cannot hold it anywhere is refused.
+func TestDriverBytes(t *testing.T) {
+	prof, nodes := tinyLlamaOnTwo(t, 20)
+	o := Options{Context: 4096}
+	plain := mustPlace(t, prof, nodes[:1], o)
+	od := o
+	od.DriverBytes = 1 << 30
+	withDraft := mustPlace(t, prof, nodes[:1], od)
+	if got, want := withDraft.Pools[0].Stages[0].Members[0].MemBytes, plain.Pools[0].Stages[0].Members[0].MemBytes+1<<30; got != want {
+		t.Errorf("the driver's memory with a 1 GiB draft: %d, want %d", got, want)
+	}
+	od.DriverBytes = 8 << 30
+	if _, err := Place(prof, nodes[:1], LinkMatrix{}, od); err == nil {
+		t.Error("a draft larger than the only node was placed")
+	}
+	// a holds its share of a pipeline but not the draft beside it: b drives.
+	small := []Node{nodes[0], nodes[1]}
+	small[0].MemFree = 2 << 30
+	var links LinkMatrix
+	links.Set("a", "b", Link{Gbit: 10, LatencyMs: 0.05})
+	po := od
+	po.DriverBytes, po.Strategy, po.Pin = 4<<30, Pipeline, []string{"a", "b"}
+	p, err := Place(prof, small, links, po)
+	if err != nil || len(p.Pools[0].Stages) != 2 {
+		t.Fatalf("pipeline with a draft: %v (%s)", err, p.Explain)
+	}
+	if d := p.Pools[0].Stages[0].Members[0].Node; d != "b" {
+		t.Errorf("driver %s: the node without room for the draft drives", d)
+	}
+}

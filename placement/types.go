@@ -151,6 +151,10 @@ type Options struct {
 	// of one sequence, rather than by ms/token. 0 plans for decode.
 	Prompt   int
 	Generate int
+	// DriverBytes is memory the driver's node (rank 0 of the first stage,
+	// which holds the embedding) needs beyond its share of the model: a
+	// draft model and its KV cache (0: none).
+	DriverBytes uint64
 }
 
 // Defaults applied by Plan.

@@ -3,7 +3,6 @@ package serve
 import (
 	"errors"
 	"fmt"
-	"slices"
 
 	"shoal/engine/gguf"
 	"shoal/engine/kv"
@@ -161,29 +160,16 @@ func CheckDraft(path, servedPath string) error { return sameVocabulary(path, ser
 // sameVocabulary checks that the GGUF files at a and b list the same
 // tokens.
 func sameVocabulary(a, b string) error {
-	const key = "tokenizer.ggml.tokens"
-	var toks [2][]string
+	var fs [2]*gguf.File
 	for i, p := range []string{a, b} {
 		f, err := gguf.Open(p)
 		if err != nil {
 			return fmt.Errorf("draft: %w", err)
 		}
-		t, ok := f.Strings(key)
-		f.Close()
-		if !ok {
-			return fmt.Errorf("draft: %s has no vocabulary (%s): a draft model and the model it drafts for need the same one", p, key)
-		}
-		toks[i] = t
+		defer f.Close()
+		fs[i] = f
 	}
-	if !slices.Equal(toks[0], toks[1]) {
-		n := 0
-		for n < min(len(toks[0]), len(toks[1])) && toks[0][n] == toks[1][n] {
-			n++
-		}
-		return fmt.Errorf("draft: %s (%d tokens) and %s (%d tokens) have different vocabularies (first difference at token %d): a draft model must share the served model's tokenizer, e.g. a smaller model of the same family or a lower-bit file of the same model",
-			a, len(toks[0]), b, len(toks[1]), n)
-	}
-	return nil
+	return model.SameVocabulary(fs[0], a, fs[1], b)
 }
 
 // Close releases a drafter opened by OpenModelDrafter (its runner and

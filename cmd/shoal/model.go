@@ -111,6 +111,23 @@ GGUF, use shoal pull and load the file.
 			if err := storePath(cmd.Context(), &req); err != nil {
 				return err
 			}
+			if req.Draft != "" {
+				// a model of the store, or a file here, like FILE
+				dr := api.LoadModelRequest{Path: req.Draft, Name: "-"}
+				if err := storePath(cmd.Context(), &dr); err != nil {
+					return fmt.Errorf("--draft: %w", err)
+				}
+				req.Draft = dr.Path
+				switch {
+				case req.Hub != "":
+					return fmt.Errorf("--draft with --hub: a draft model is not read from the hub; download both and load the files")
+				case req.Lookup > 0:
+					return fmt.Errorf("--draft and --lookup both draft tokens: give one")
+				}
+			}
+			if req.DraftMax < 0 || req.DraftMax > 16 || req.DraftMax > 0 && req.Draft == "" {
+				return fmt.Errorf("--draft-max %d: draft 1 to 16 tokens a step, with --draft", req.DraftMax)
+			}
 			if overhead != "" {
 				if req.Overhead, err = node.ParseSize(overhead); err != nil {
 					return fmt.Errorf("--overhead: %w", err)
@@ -174,6 +191,8 @@ GGUF, use shoal pull and load the file.
 	cmd.Flags().IntVar(&req.MaxSeqs, "max-seqs", 0, "sequences the plan reserves --ctx tokens of KV cache for, run at once (default 1)")
 	cmd.Flags().IntVar(&req.Queue, "queue", 0, "requests that wait for a running place before more get 429 (default 4 x --max-seqs)")
 	cmd.Flags().IntVar(&req.Lookup, "lookup", 0, "speculative decoding by prompt lookup: the driver drafts up to N tokens a step from what followed the latest earlier occurrence of the sequence's last few tokens, and the plan verifies them in one pass (one trip through the stages for several tokens; the output is unchanged); 0: off, at most 16")
+	cmd.Flags().StringVar(&req.Draft, "draft", "", "speculative decoding with a draft model: a GGUF file (or a model of the store) on the same node as FILE with the same vocabulary, e.g. a smaller model of the family or a lower-bit file of the same model; the node that drives the plan holds it whole and drafts with it, and the plan verifies the drafts in one pass (the output is unchanged). Not with --lookup or --hub")
+	cmd.Flags().IntVar(&req.DraftMax, "draft-max", 0, "with --draft: the most tokens drafted a step, fewer while they are rejected; at most 16 (default 6)")
 	cmd.Flags().IntVar(&req.PlanPrompt, "plan-prompt", 0, "plan for prompts of about N tokens: the layers are split so the stages prefill a long prompt's pieces in equal time, and the plan (one node, a pipeline, tensor parallel) is chosen by its predicted time to first token rather than its decode speed; 'placement show --prompt N' prints the prediction (default 0: plan for decode)")
 	cmd.Flags().IntVar(&req.PlanGen, "plan-gen", 0, "with --plan-prompt: the tokens a request generates after its prompt, so the plan is chosen by the predicted time of the whole request (first token plus N decode steps)")
 	cmd.Flags().StringVar(&req.Node, "node", "", "the node that has the file (ID, ID prefix or name; default: the agent at --addr)")
@@ -340,6 +359,16 @@ func printModels(w io.Writer, ms []api.ModelInfo) {
 	for _, m := range ms {
 		if len(m.Holders) > 1 {
 			fmt.Fprintf(w, "%s: file on %s\n", m.Name, holderList(m.Holders))
+		}
+		if d := m.Draft; d != nil {
+			where := ""
+			if d.NodeName != "" {
+				where = fmt.Sprintf(", %s on %s", d.State, d.NodeName)
+				if d.Error != "" {
+					where += ": " + d.Error
+				}
+			}
+			fmt.Fprintf(w, "%s: drafts with %s (%s, %d layers, up to %d tokens a step%s)\n", m.Name, d.Path, mib(d.Bytes), d.Layers, d.Max, where)
 		}
 	}
 	for _, m := range ms {

@@ -105,12 +105,17 @@ func TestPrintFileHolders(t *testing.T) {
 	}
 	var b strings.Builder
 	printModels(&b, []api.ModelInfo{{Name: "m", Status: "ready", SourceName: "a", Replicas: 2, Copies: 1, Holders: holders,
-		Shards: []api.ShardInfo{{NodeName: "b", Lo: 0, Hi: 2, State: "ready"}}}})
+		Shards: []api.ShardInfo{{NodeName: "b", Lo: 0, Hi: 2, State: "ready"}},
+		Draft:  &api.DraftInfo{Path: "/models/small.gguf", Bytes: 3 << 20, Layers: 1, Max: 6, NodeName: "b", State: "ready"}}})
 	out := b.String()
 	t.Logf("model ls:\n%s", out)
-	want := "m: file on a (source, failed node), b (copy), c (no-room), d (copy failed: sha256 mismatch)"
-	if !strings.Contains(out, "COPIES") || !strings.Contains(out, "1/2") || !strings.Contains(out, want) {
-		t.Errorf("model ls without %q:\n%s", want, out)
+	for _, want := range []string{
+		"m: file on a (source, failed node), b (copy), c (no-room), d (copy failed: sha256 mismatch)",
+		"m: drafts with /models/small.gguf (3.0 MiB, 1 layers, up to 6 tokens a step, ready on b)",
+	} {
+		if !strings.Contains(out, "COPIES") || !strings.Contains(out, "1/2") || !strings.Contains(out, want) {
+			t.Errorf("model ls without %q:\n%s", want, out)
+		}
 	}
 	b.Reset()
 	printPlacement(&b, &api.PlacementInfo{Model: "m", Status: "ready", Version: 2, Replicas: 2, Holders: holders,

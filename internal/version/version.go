@@ -21,9 +21,11 @@ const Release = "0.9.0"
 // tokens into parts whose all-reduces overlap compute (OverlapProtocol),
 // a different sequence of collectives, made only when every member of
 // the group speaks 3; 4, a tensor-parallel group's collectives travel over
-// TCP between members that both speak 4 (DirectProtocol), QUIC otherwise.
+// TCP between members that both speak 4 (DirectProtocol), QUIC otherwise;
+// 5, a model may have a draft model, which the state records and whose
+// shard its driver reports (DraftProtocol).
 const (
-	Protocol    = 4
+	Protocol    = 5
 	MinProtocol = 1
 )
 
@@ -34,6 +36,11 @@ const OverlapProtocol = 3
 // DirectProtocol is the first protocol whose endpoints accept a tensor-
 // parallel group's collectives over TCP, on their QUIC port's number.
 const DirectProtocol = 4
+
+// DraftProtocol is the first protocol whose servers keep a model's draft
+// model (model load --draft) and its shard's reports: a cluster loads
+// one only once every node speaks it.
+const DraftProtocol = 5
 
 // release overrides Release when set at link time.
 var release string
