@@ -21,7 +21,7 @@ var (
 	descPreempt   = prometheus.NewDesc("shoal_preemptions_total", "Sequences preempted for lack of KV blocks.", []string{"model"}, nil)
 	descKVCached  = prometheus.NewDesc("shoal_kv_blocks_cached", "KV cache blocks registered in the prefix cache (held by sequences or idle and reusable).", []string{"model"}, nil)
 	descPrefixHit = prometheus.NewDesc("shoal_prompt_tokens_cached_total", "Prompt tokens read from the prefix cache instead of computed.", []string{"model"}, nil)
-	descDrafted   = prometheus.NewDesc("shoal_draft_tokens_total", "Tokens drafted by prompt lookup (--lookup) for verification.", []string{"model"}, nil)
+	descDrafted   = prometheus.NewDesc("shoal_draft_tokens_total", "Tokens drafted for verification, by prompt lookup (--lookup) or a draft model (--draft).", []string{"model"}, nil)
 	descAccepted  = prometheus.NewDesc("shoal_draft_tokens_accepted_total", "Drafted tokens the model agreed with: generated without a step of their own.", []string{"model"}, nil)
 	descReplays   = prometheus.NewDesc("shoal_replays_total", "Times the driver moved a model's running sequences to a new session (a failed step or a new plan) and replayed them.", []string{"model"}, nil)
 	descReplayLag = prometheus.NewDesc("shoal_replay_last_pause_seconds", "How long the last replay paused the model's steps.", []string{"model"}, nil)

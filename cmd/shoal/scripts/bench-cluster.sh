@@ -63,6 +63,14 @@
 #              this table.
 #   BENCHCOLL  the benchcoll binary (bin/benchcoll)
 #   COLL_POLL  benchcoll's -poll (default: the transport's)
+#   DRAFT=1    add a speculative decoding table: on each link, a 2-stage
+#              pipeline of DRAFT_MODEL_FOR (the model's shapes with weights
+#              of std DRAFT_STD, default 0.0003, so that a draft agrees with
+#              it) decodes one stream at temperature 0 through the endpoint,
+#              loaded without and with --draft (its first DRAFT_LAYERS
+#              layers, default 1: the same seed draws the same embedding,
+#              output and first layer); tok/s from TPOT and the drafts the
+#              driver's /metrics counts
 set -euo pipefail
 
 BIN=${BIN:-bin/shoal}
@@ -82,6 +90,8 @@ STREAMS=${STREAMS:-8}
 STREAM_SECONDS=${STREAM_SECONDS:-30}
 COLLECTIVES=${COLLECTIVES:-2048,65536,1048576}
 BENCHCOLL=${BENCHCOLL:-bin/benchcoll}
+DRAFT_STD=${DRAFT_STD:-0.0003}
+DRAFT_LAYERS=${DRAFT_LAYERS:-1}
 if [ "${QUICK:-}" = 1 ]; then
 	MODEL=${MODEL:-.shoal/bench-small-q4_0.gguf}
 	GENARGS=(--arch llama --n-embd 512 --n-layer 8 --n-head 8 --n-head-kv 4 --n-ff 1408 --type q4_0 --seed 1)
@@ -108,6 +118,19 @@ if [ "$DEVICES" != none ] && [ ! -f "$MODEL" ]; then
 	"$BIN" gen-model "${GENARGS[@]}" "${vocab[@]}" -q --out "$MODEL"
 fi
 [ "$DEVICES" = none ] || MODEL=$(cd "$(dirname "$MODEL")" && pwd)/$(basename "$MODEL")
+if [ "${DRAFT:-}" = 1 ]; then
+	# The model of the draft table and its draft: the same shapes and
+	# seed, small weights (at std 0.02 no two random models agree).
+	DRAFT_MODEL_FOR=${MODEL%.gguf}-std$DRAFT_STD.gguf
+	DRAFT_MODEL=${MODEL%.gguf}-std$DRAFT_STD-draft$DRAFT_LAYERS.gguf
+	mkdir -p "$(dirname "$DRAFT_MODEL")"
+	vocab=()
+	[ -f "$SHARED/tokenizer/ggml-vocab-llama-spm.gguf" ] && vocab=(--vocab-from "$SHARED/tokenizer/ggml-vocab-llama-spm.gguf")
+	[ -f "$DRAFT_MODEL_FOR" ] || "$BIN" gen-model "${GENARGS[@]}" "${vocab[@]}" --std "$DRAFT_STD" -q --out "$DRAFT_MODEL_FOR"
+	[ -f "$DRAFT_MODEL" ] || "$BIN" gen-model "${GENARGS[@]}" "${vocab[@]}" --std "$DRAFT_STD" --n-layer "$DRAFT_LAYERS" -q --out "$DRAFT_MODEL"
+	DRAFT_MODEL_FOR=$(cd "$(dirname "$DRAFT_MODEL_FOR")" && pwd)/$(basename "$DRAFT_MODEL_FOR")
+	DRAFT_MODEL=$(cd "$(dirname "$DRAFT_MODEL")" && pwd)/$(basename "$DRAFT_MODEL")
+fi
 
 prefix=sb$$
 secret=bench-cluster-$$-secret
@@ -246,6 +269,16 @@ cpu_ticks() {
 	echo "$out"
 }
 
+# driver_index MODEL: the device whose agent drives MODEL's plan.
+driver_index() {
+	local drv i di=0
+	drv=$(shoal_in 0 placement show "$1" -o json | jq -r '.stages[0].members[0].node')
+	for i in $(seq 0 $((${#agents[@]} - 1))); do
+		shoal_in 0 node ls -o json | jq -e --arg id "$drv" --arg nm "d$i" '.[] | select(.id == $id and .name == $nm)' >/dev/null && di=$i
+	done
+	echo "$di"
+}
+
 # run_one N RATE STRATEGY OUT: appends one JSON line with the results to
 # OUT. (Not in a subshell: the cleanup must see the namespaces it made.)
 run_one() {
@@ -287,12 +320,8 @@ run_one() {
 		[ "$base" != auto ] && [ "$n" -gt 1 ] && load+=(--strategy "$base")
 		shoal_in 0 "${load[@]}" >&2 || { tail -n 20 "$work"/d*.log >&2; die "load of $STREAMS sequences failed ($n devices, $rate, $strategy)"; }
 		pl8=$(shoal_in 0 placement show bench -o json)
-		local drv
-		drv=$(echo "$pl8" | jq -r '.stages[0].members[0].node')
-		local di=0
-		for i in $(seq 0 $((n - 1))); do
-			shoal_in 0 node ls -o json | jq -e --arg id "$drv" --arg nm "d$i" '.[] | select(.id == $id and .name == $nm)' >/dev/null && di=$i
-		done
+		local di
+		di=$(driver_index bench)
 		deadline=$((SECONDS + 120))
 		until agg=$(timeout --signal=INT --kill-after=30 $((STREAM_SECONDS + 300)) ip netns exec "$prefix-br" "$BIN" bench-endpoint \
 			--endpoint "http://$(ipof "$di"):7948" --token "$secret" -m bench --api completions --temperature 0 --json \
@@ -310,6 +339,44 @@ run_one() {
 		prompt: ([$res.results[] | select(.test | startswith("pp"))][0]),
 		prompts: [$res.results[] | select(.test | startswith("pp"))],
 		streams: $agg, caps: $caps, cores_used: $used}' >>"$out"
+	stop_cluster
+}
+
+# draft_count DEVICE NAME: the tokens drafted and accepted so far for
+# model NAME on DEVICE's agent (its /metrics), as "drafted accepted".
+draft_count() {
+	ip netns exec "$prefix-br" curl -s -H "Authorization: Bearer $secret" "http://$(ipof "$1"):7948/metrics" |
+		awk -v m="model=\"$2\"" 'index($0, m) && /^shoal_draft_tokens_total/ { d = $2 } index($0, m) && /^shoal_draft_tokens_accepted_total/ { a = $2 }
+			END { printf "%d %d", d, a }'
+}
+
+# run_draft RATE OUT: one stream through a 2-stage pipeline of
+# DRAFT_MODEL_FOR, loaded without and with --draft, one JSON line each.
+run_draft() {
+	local rate=$1 out=$2 name draft di res before after
+	start_cluster 2 "$rate"
+	for name in plain draft; do
+		draft=()
+		[ "$name" = draft ] && draft=(--draft "$DRAFT_MODEL")
+		shoal_in 0 model load "$DRAFT_MODEL_FOR" --name "$name" --ctx "$CTX" --overhead 256MiB --wait 600s --strategy pipeline "${draft[@]}" >&2 ||
+			{ tail -n 20 "$work"/d*.log >&2; die "load of $name failed ($rate)"; }
+		shoal_in 0 model ls >&2 || true
+		di=$(driver_index "$name")
+		before=$(draft_count "$di" "$name")
+		local deadline=$((SECONDS + 120))
+		until res=$(timeout --signal=INT --kill-after=30 600 ip netns exec "$prefix-br" "$BIN" bench-endpoint \
+			--endpoint "http://$(ipof "$di"):7948" --token "$secret" -m "$name" --api completions --temperature 0 --json \
+			-c 1 -n "$GEN" --prompt-tokens 16 --requests "$REPS" 2>"$work/draft.err"); do
+			grep -q "not served yet" "$work/draft.err" || { cat "$work/draft.err" >&2; die "the $name stream failed ($rate)"; }
+			[ $SECONDS -lt $deadline ] || die "$name not served within 120 s ($rate)"
+			sleep 1
+		done
+		after=$(draft_count "$di" "$name")
+		echo "$res" | jq -c --arg link "$rate" --arg lat "$(latency_of "$rate")" --arg name "$name" --arg b "$before" --arg a "$after" \
+			'.levels[0] | {link: $link, latency: $lat, model: $name, tok_per_sec: .per_stream_tokens_per_second, generated: .generated_tokens, errors,
+			drafted: (($a | split(" ")[0] | tonumber) - ($b | split(" ")[0] | tonumber)), accepted: (($a | split(" ")[1] | tonumber) - ($b | split(" ")[1] | tonumber))}' >>"$out"
+		shoal_in 0 model unload "$name" >&2 || die "unload failed"
+	done
 	stop_cluster
 }
 
@@ -340,6 +407,14 @@ if [ "$COLLECTIVES" != none ]; then
 	for rate in $LINKS; do
 		echo "bench-cluster: all-reduce of 2 devices, $rate" >&2
 		run_collectives "$rate" "$colls"
+	done
+fi
+drafts=$work/drafts.jsonl
+: >"$drafts"
+if [ "${DRAFT:-}" = 1 ]; then
+	for rate in $LINKS; do
+		echo "bench-cluster: speculative decoding, 2 devices, $rate" >&2
+		run_draft "$rate" "$drafts"
 	done
 fi
 [ "$DEVICES" = none ] && DEVICES=""
@@ -405,6 +480,19 @@ if [ -s "$colls" ]; then
 	jq -r '[.link, .latency, "\(.ping_min_us // "-")/\(.ping_avg_us // "-")", .floats, .dtype, .path, .calls, (.mean_us*10|round/10), (.p50_us*10|round/10), (.p99_us*10|round/10)] | @tsv' "$colls" |
 		while IFS=$'\t' read -r l la pg f d p c m p50 p99; do
 			printf '| %-6s | %-7s | %-11s | %9s | %-5s | %-7s | %6s | %9s | %9s | %9s |\n' "$l" "$la" "$pg" "$f" "$d" "$p" "$c" "$m" "$p50" "$p99"
+		done
+fi
+if [ -s "$drafts" ]; then
+	echo
+	echo "speculative decoding: a 2-stage pipeline of $(basename "$DRAFT_MODEL_FOR"), one stream at temperature 0 (tg$GEN, $REPS requests of 16 random prompt tokens), without and with --draft $(basename "$DRAFT_MODEL"); tok/s from TPOT; drafts as the driver's /metrics counts them"
+	echo
+	printf '| %-6s | %-7s | %-6s | %-9s | %-7s | %-8s | %-8s | %-9s |\n' link latency model "tok/s" "x plain" drafted accepted "accepted%"
+	printf '| %-6s | %-7s | %-6s | %-9s | %-7s | %-8s | %-8s | %-9s |\n' ------ ------- ------ --------: ------: -------: -------: --------:
+	jq -s -r '(map(select(.model == "plain")) | map({key: .link, value: .tok_per_sec}) | from_entries) as $plain | .[] |
+		[.link, .latency, .model, (.tok_per_sec*100|round/100), (if ($plain[.link] // 0) > 0 then (.tok_per_sec / $plain[.link] * 100 | round / 100) else "-" end),
+		 .drafted, .accepted, (if .drafted > 0 then (.accepted / .drafted * 100 | round) else "-" end)] | @tsv' "$drafts" |
+		while IFS=$'\t' read -r l la m t x d a p; do
+			printf '| %-6s | %-7s | %-6s | %9s | %7s | %8s | %8s | %9s |\n' "$l" "$la" "$m" "$t" "$x" "$d" "$a" "$p"
 		done
 fi
 echo
