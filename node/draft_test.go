@@ -196,3 +196,56 @@ func TestDraftThroughPlan(t *testing.T) {
 		t.Errorf("model ls's draft: %+v", di)
 	}
 }
+
+// TestDraftFollowsDriver: when the node that drives a model with a draft
+// is drained, the plan moves to the other node, which takes the draft up
+// (its own file, or fetched from the source, which still serves while it
+// drains) and drafts with it; the answer is unchanged.
+func TestDraftFollowsDriver(t *testing.T) {
+	c, names := fingerprinted(t, 2, func(i int, cfg *node.Config) { cfg.MemoryLimit = uint64(2+i) << 30 })
+	cl := c.Client(0, "")
+	path := writeModel(t)
+	draft := enginetest.Write(t, "", synth.Spec{Name: "tiny-q4", Arch: "llama", NEmbd: 64, NLayer: 2, NHead: 4, NFF: 128, Type: "q4_0", Seed: 3})
+	if _, err := cl.LoadModel(ctx(t), api.LoadModelRequest{Path: path, Name: "plain", Nodes: names[:1], Ctx: 256}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.LoadModel(ctx(t), api.LoadModelRequest{Path: path, Name: "spec", Ctx: 256, Draft: draft, DraftMax: 4, Node: names[0]}); err != nil {
+		t.Fatal(err)
+	}
+	waitModelReady(t, c, "plain")
+	waitModelReady(t, c, "spec")
+	driver := func() string {
+		pl, err := cl.Placement(ctx(t), "spec")
+		if err != nil || len(pl.Stages) == 0 {
+			t.Fatalf("placement %+v: %v", pl, err)
+		}
+		return pl.Stages[0].Members[0].NodeName
+	}
+	first := driver()
+	next := names[0]
+	if first == names[0] {
+		next = names[1]
+	}
+	base := "http://" + c.Members[0].Agent.HTTPAddr()
+	want, _ := greedyAnswer(t, base, "plain", "one two three")
+	if got, d := greedyAnswer(t, base, "spec", "one two three"); got != want || d == nil || d.Accepted == 0 {
+		t.Fatalf("on %s: %q (drafts %+v), without a draft %q", first, got, d, want)
+	}
+	t.Logf("driven by %s; draining it", first)
+	if err := cl.Drain(ctx(t), first, true); err != nil {
+		t.Fatal(err)
+	}
+	tc.Eventually(t, 60*time.Second, "the plan moved to "+next, func() bool {
+		mi := modelInfo(t, c, 0, "spec")
+		return driver() == next && mi != nil && mi.Status == "ready" && mi.Draft != nil && mi.Draft.State == coordinator.ShardReady && mi.Draft.NodeName == next
+	})
+	var got string
+	var d *usageDetails
+	tc.Eventually(t, 30*time.Second, "drafts on "+next, func() bool {
+		got, d = greedyAnswer(t, base, "spec", "one two three")
+		return d != nil && d.Accepted > 0
+	})
+	if got != want {
+		t.Errorf("after the move %q, without a draft %q", got, want)
+	}
+}

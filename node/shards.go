@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"shoal/catalog"
@@ -127,6 +128,8 @@ func (a *Agent) diskFree(dir string) (uint64, bool) {
 // the shard files this node holds: a plan of it is not loaded everywhere
 // (true too when this agent has read no state yet).
 func (a *Agent) modelFetching(model string) bool {
+	// a draft's shard is held while its model loads
+	model, _ = strings.CutSuffix(model, coordinator.DraftShardModel(""))
 	fetching, seen := false, false
 	a.viewState(func(st *coordinator.State) {
 		seen = true
