@@ -96,6 +96,11 @@ func fuzzSeeds() []struct {
 		{ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "bomb", Source: "/x.gguf", SourceNode: "w1", Digest: "e", Profile: bomb}}},
 		{ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "neg", SourceNode: "w1", Digest: "e", Profile: negative, Ctx: -1, MaxSeqs: -9, Replicas: -3}}},
 		{ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "m", Source: "/m.gguf", SourceNode: "w1", Digest: "d", Profile: prof, Pin: []string{"w1", "w1"}, Strategy: "tensor", Ctx: 1 << 30}}},
+		{ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "m", Source: "/m.gguf", SourceNode: "w1", Digest: "d", Profile: prof, Ctx: 64, Overhead: 1 << 20,
+			Draft: &DraftFile{Source: "/d.gguf", Digest: "f", Manifest: "g", Bytes: 1 << 20, Layers: 1, KVBytesPerToken: 64, Max: 4}}}},
+		{ModelUpsertType, ModelUpsertRequest{Model: Model{Name: "m", Source: "/m.gguf", SourceNode: "w1", Digest: "d", Profile: prof,
+			Draft: &DraftFile{Source: huge, Bytes: math.MaxUint64, Layers: -1, KVBytesPerToken: math.MaxUint64, Max: 99}}}},
+		{ShardStatusType, ShardStatusRequest{Shard: ShardStatus{Node: "w1", Model: DraftShardModel("m"), Lo: 0, Hi: 1, State: ShardReady}}},
 		{ModelDeleteType, ModelDeleteRequest{Name: "m"}},
 		{PlanSetType, PlanSetRequest{Plan: placement.Plan{Version: 9, Model: "m", Pools: []placement.Pool{{Role: "shared", Stages: []placement.Stage{
 			{Lo: 0, Hi: 8, Members: []placement.Member{{Node: "n1", TPSize: 1, Embedding: true, Output: true}}}}}}}}},

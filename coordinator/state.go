@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"encoding/json"
+	"math"
 	"sort"
 	"time"
 
@@ -218,7 +219,11 @@ func (d *DraftFile) DriverBytes(ctx int) uint64 {
 	if d == nil {
 		return 0
 	}
-	return d.Bytes + d.KVBytesPerToken*uint64(max(ctx, 0))
+	n := uint64(max(ctx, 0))
+	if d.KVBytesPerToken > 0 && n > (math.MaxUint64-d.Bytes)/d.KVBytesPerToken {
+		return math.MaxUint64 // the planner refuses it (placement.MaxBytes)
+	}
+	return d.Bytes + d.KVBytesPerToken*n
 }
 
 // HubFile is a file of a Hugging Face style hub repository.
