@@ -1,0 +1,6 @@
+//go:build !race
+
+package shard
+
+// raceOn is true under the race detector.
+const raceOn = false
