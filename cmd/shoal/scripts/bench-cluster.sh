@@ -51,6 +51,10 @@
 #   LATENCY    one-way latency per link rate (default "10gbit=50us
 #              1gbit=150us"; "none": no delay line)
 #   DELAYLINE  the delay line binary (bin/delayline)
+#   DELAYLINE_SPIN  its --spin: the end of each wait spent polling instead of
+#              sleeping, which a timer's late wake-up (40-50 us on a virtual
+#              machine) would add to every packet, at the cost of a core
+#              while packets are in flight (default 0)
 #   STREAMS    streams of the aggregate decode run (default 8; 0: skip)
 #   STREAM_SECONDS  its length (default 30)
 #   SHARED     the shared data dir with the tokenizer (default ../shared)
@@ -90,6 +94,7 @@ STREAMS=${STREAMS:-8}
 STREAM_SECONDS=${STREAM_SECONDS:-30}
 COLLECTIVES=${COLLECTIVES:-2048,65536,1048576}
 BENCHCOLL=${BENCHCOLL:-bin/benchcoll}
+DELAYLINE_SPIN=${DELAYLINE_SPIN:-0}
 DRAFT_STD=${DRAFT_STD:-0.0003}
 DRAFT_LAYERS=${DRAFT_LAYERS:-1}
 if [ "${QUICK:-}" = 1 ]; then
@@ -197,7 +202,7 @@ start_cluster() {
 	ip netns exec "$br" sysctl -q -w net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
 	ip -n "$br" link set lo up
 	if [ -n "$lat" ]; then
-		ip netns exec "$br" "$DELAYLINE" --delay "$lat" 2>"$work/delayline.log" &
+		ip netns exec "$br" "$DELAYLINE" --delay "$lat" --spin "$DELAYLINE_SPIN" 2>"$work/delayline.log" &
 		pids+=($!)
 		for _ in $(seq 50); do ip -n "$br" link show dlout >/dev/null 2>&1 && break; sleep 0.1; done
 		ip -n "$br" link set dlin up
@@ -396,6 +401,9 @@ run_collectives() {
 	done
 	jq -c --arg link "$rate" --arg lat "$(latency_of "$rate")" '. + {link: $link, latency: $lat}' "$work/coll0.out" >>"$out"
 	stop_cluster
+	# what the delay line says of itself when it stops: packets, overshoot
+	[ -f "$work/delayline.log" ] && tail -n 1 "$work/delayline.log" >&2
+	return 0
 }
 
 echo "bench-cluster: $(basename "$MODEL"), ${SHARE:+$SHARE core(s) per device of }$CORES cores, links shaped by tc tbf, latency from the delay line ($LATENCY)" >&2
@@ -477,7 +485,7 @@ if [ -s "$colls" ]; then
 	echo
 	printf '| %-6s | %-7s | %-11s | %-9s | %-5s | %-7s | %-6s | %-9s | %-9s | %-9s |\n' link latency "ping µs" floats dtype path calls "mean µs" "p50 µs" "p99 µs"
 	printf '| %-6s | %-7s | %-11s | %-9s | %-5s | %-7s | %-6s | %-9s | %-9s | %-9s |\n' ------ ------- ----------- --------: ----- ------- -----: --------: --------: --------:
-	jq -r '[.link, .latency, "\(.ping_min_us // "-")/\(.ping_avg_us // "-")", .floats, .dtype, .path, .calls, (.mean_us*10|round/10), (.p50_us*10|round/10), (.p99_us*10|round/10)] | @tsv' "$colls" |
+	jq -r '[.link, (if (.latency // "") == "" then "none" else .latency end), "\(.ping_min_us // "-" | if type == "number" then .*10|round/10 else . end)/\(.ping_avg_us // "-" | if type == "number" then .*10|round/10 else . end)", .floats, .dtype, .path, .calls, (.mean_us*10|round/10), (.p50_us*10|round/10), (.p99_us*10|round/10)] | @tsv' "$colls" |
 		while IFS=$'\t' read -r l la pg f d p c m p50 p99; do
 			printf '| %-6s | %-7s | %-11s | %9s | %-5s | %-7s | %6s | %9s | %9s | %9s |\n' "$l" "$la" "$pg" "$f" "$d" "$p" "$c" "$m" "$p50" "$p99"
 		done
