@@ -13,11 +13,11 @@ import (
 	"shoal/shard"
 )
 
-// DraftWait bounds how long a driver whose plan is loaded waits for its
+// DefaultDraftWait bounds how long a driver whose plan is loaded waits for its
 // draft model's shard before it serves without it: a draft never holds a
 // model back for long. A driver started without its draft takes it up
 // when it starts again (a new plan elsewhere, a restart).
-const DraftWait = 30 * time.Second
+const DefaultDraftWait = 30 * time.Second
 
 // draftModel is a driver's draft model (PlannedModel.DraftKey): a runner
 // over the whole draft shard held on this node, drafting for the
@@ -70,8 +70,8 @@ func (r *Reconciler) draftShard(pm *PlannedModel) (shard.Ready, bool) {
 }
 
 // awaitDraft says whether the driver of pm should wait for its draft
-// shard before it starts: it is not ready yet and DraftWait has not
-// passed since the plan was ready.
+// shard before it starts: it is not ready yet and the wait
+// (ReconcilerConfig.DraftWait) has not passed since the plan was ready.
 func (r *Reconciler) awaitDraft(pm *PlannedModel) bool {
 	if pm.DraftKey == "" {
 		return false
@@ -86,12 +86,16 @@ func (r *Reconciler) awaitDraft(pm *PlannedModel) bool {
 		r.draftSince[pm.Name] = time.Now()
 		return true
 	}
-	if time.Since(since) < DraftWait {
+	wait := r.cfg.DraftWait
+	if wait <= 0 {
+		wait = DefaultDraftWait
+	}
+	if time.Since(since) < wait {
 		return true
 	}
 	if r.logged[pm.Name+"#draft"] == "" {
 		r.logged[pm.Name+"#draft"] = "waited"
-		r.log.Warn("serving without the draft model: its shard is not ready on this node", zap.String("model", pm.Name), zap.Duration("waited", DraftWait))
+		r.log.Warn("serving without the draft model: its shard is not ready on this node", zap.String("model", pm.Name), zap.Duration("waited", wait))
 	}
 	return false
 }

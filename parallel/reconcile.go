@@ -196,7 +196,10 @@ type ReconcilerConfig struct {
 	// (3 if 0).
 	ReplayWait time.Duration
 	MaxReplays int
-	Log        *zap.Logger
+	// DraftWait bounds how long a driver whose plan is loaded waits for
+	// its draft model's shard (DefaultDraftWait if 0).
+	DraftWait time.Duration
+	Log       *zap.Logger
 }
 
 // Reconciler keeps the node's members, drivers and routes in line with a
