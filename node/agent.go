@@ -131,7 +131,7 @@ func Start(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("--device: %w", err)
 	}
 	a.log.Info("device", zap.String("device", a.devLine))
-	m := fingerprint.Probe(cfg.DataDir, cfg.Version, cfg.Tuning.ProbeDuration.Or(300*time.Millisecond))
+	m := fingerprint.Probe(cfg.DataDir, cfg.Version, cfg.Tuning.ProbeDuration.Or(300*time.Millisecond), cfg.Threads)
 	a.caps = coordinator.Capabilities{MemTotal: m.MemTotal, MemFree: m.MemFree, Cores: m.Cores, GFLOPS: m.GFLOPS, MemGBps: m.MemGBps,
 		Accel: m.Accel, Serves: cfg.Serves}
 	if err := a.gpuCaps(cfg.Tuning.ProbeDuration.Or(300 * time.Millisecond)); err != nil {

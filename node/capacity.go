@@ -57,7 +57,7 @@ func (a *Agent) remeasureLoop() {
 			continue
 		}
 		wait = every
-		gflops, gbps, n := fingerprint.Remeasure(a.cfg.DataDir, a.cfg.Version, d)
+		gflops, gbps, n := fingerprint.Remeasure(a.cfg.DataDir, a.cfg.Version, d, a.cfg.Threads)
 		if n == 0 {
 			return // figures pinned in the data dir: nothing to measure
 		}

@@ -21,6 +21,7 @@ type probeCache struct {
 	Version  string    `json:"version"`
 	Method   string    `json:"method"` // how GFLOPS was measured; another method re-probes
 	Cores    int       `json:"cores"`
+	Threads  int       `json:"threads,omitempty"` // the kernels' threads the figures were measured with
 	GFLOPS   float64   `json:"gflops"`
 	MemGBps  float64   `json:"mem_gbps"`
 	ProbedAt time.Time `json:"probed_at"`
@@ -42,7 +43,7 @@ const probeFile = "capabilities.json"
 
 // probeMethod names the GFLOPS measurement (cached numbers from another are
 // measured again).
-const probeMethod = "kernels-q8_0-n8,decode-stream"
+const probeMethod = "kernels-q8_0-n8,decode-stream,agent-threads"
 
 // Machine is what this machine offers: memory in bytes (the agent's cgroup
 // limit when lower than the machine's), cores, the GFLOPS and memory GB/s
@@ -55,27 +56,45 @@ type Machine struct {
 	Accel             string
 }
 
-// Probe measures the machine, reusing the numbers cached in dir
-// (capabilities.json) when the core count and the method have not changed.
-// version is recorded with the numbers. d bounds each measurement.
-func Probe(dir, version string, d time.Duration) Machine {
+// Probe measures the machine with the kernels' threads the agent runs
+// (threads; every core if 0), reusing the numbers cached in dir
+// (capabilities.json) when the core count, the threads and the method
+// have not changed. version is recorded with the numbers. d bounds each
+// measurement.
+//
+// The threads are the agent's, not the machine's: in a cgroup quota of
+// 0.9 of a core of two (an agent with --threads 1), two threads measured
+// 94-120 GFLOPS and 9.5-12.1 GB/s where one measures 134-146 and
+// 13.9-15.6, and the planner predicted that agent's prefill 19-24% and its
+// decode 30% slow.
+func Probe(dir, version string, d time.Duration, threads int) Machine {
+	threads = probeThreads(threads)
 	total, free := memInfo()
 	c := Machine{MemTotal: total, MemFree: free, Cores: runtime.NumCPU(), Accel: accelerator()}
 	path := filepath.Join(dir, probeFile)
 	var pc probeCache
-	if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &pc) == nil && pc.Cores == c.Cores && pc.GFLOPS > 0 && pc.Method == probeMethod {
+	if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &pc) == nil && pc.Cores == c.Cores && pc.GFLOPS > 0 && pc.Method == probeMethod && (pc.Threads == threads || pc.Pinned) {
 		c.GFLOPS, c.MemGBps = pc.GFLOPS, pc.MemGBps
 		return c
 	}
-	sm := measure(d)
+	sm := measure(d, threads)
 	c.GFLOPS, c.MemGBps = sm.GFLOPS, sm.MemGBps
-	_ = write(dir, probeCache{Version: version, Method: probeMethod, Cores: c.Cores, GFLOPS: c.GFLOPS, MemGBps: c.MemGBps, ProbedAt: sm.At, Samples: []Sample{sm}})
+	_ = write(dir, probeCache{Version: version, Method: probeMethod, Cores: c.Cores, Threads: threads, GFLOPS: c.GFLOPS, MemGBps: c.MemGBps, ProbedAt: sm.At, Samples: []Sample{sm}})
 	return c
 }
 
-// measure takes one sample, each rate measured for about d.
-func measure(d time.Duration) Sample {
-	s := Sample{GFLOPS: measureGFLOPS(d), MemGBps: measureMemGBps(d), At: time.Now().UTC()}
+// probeThreads is the kernels' threads an agent of threads runs.
+func probeThreads(threads int) int {
+	if threads <= 0 {
+		return runtime.NumCPU()
+	}
+	return threads
+}
+
+// measure takes one sample with threads kernel threads, each rate
+// measured for about d.
+func measure(d time.Duration, threads int) Sample {
+	s := Sample{GFLOPS: measureGFLOPS(d, threads), MemGBps: measureMemGBps(d, threads), At: time.Now().UTC()}
 	// The bandwidth probe's 107 MB of matrices are garbage now; hand them
 	// back to the OS at once rather than keep them resident beside the
 	// model (a fresh agent serving TinyLlama Q4_0 at ctx 2048 held 716 MiB
@@ -89,24 +108,25 @@ func measure(d time.Duration) Sample {
 // keepSamples samples, so that one busy moment, at start or later, does
 // not decide what the planner believes; n is how many samples they come
 // from. Figures Record pinned are returned as they are, with n 0.
-func Remeasure(dir, version string, d time.Duration) (gflops, memGBps float64, n int) {
+func Remeasure(dir, version string, d time.Duration, threads int) (gflops, memGBps float64, n int) {
+	threads = probeThreads(threads)
 	path := filepath.Join(dir, probeFile)
 	var pc probeCache
 	if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &pc) == nil && pc.Pinned && pc.Method == probeMethod {
 		return pc.GFLOPS, pc.MemGBps, 0
 	}
-	if pc.Method != probeMethod || pc.Cores != runtime.NumCPU() {
+	if pc.Method != probeMethod || pc.Cores != runtime.NumCPU() || pc.Threads != threads {
 		pc = probeCache{}
 	}
 	if len(pc.Samples) == 0 && pc.GFLOPS > 0 {
 		pc.Samples = []Sample{{GFLOPS: pc.GFLOPS, MemGBps: pc.MemGBps, At: pc.ProbedAt}} // a cache of one figure
 	}
-	sm := measure(d)
+	sm := measure(d, threads)
 	pc.Samples = append(pc.Samples, sm)
 	if k := len(pc.Samples) - keepSamples; k > 0 {
 		pc.Samples = pc.Samples[k:]
 	}
-	pc.Version, pc.Method, pc.Cores, pc.ProbedAt = version, probeMethod, runtime.NumCPU(), sm.At
+	pc.Version, pc.Method, pc.Cores, pc.Threads, pc.ProbedAt = version, probeMethod, runtime.NumCPU(), threads, sm.At
 	pc.GFLOPS, pc.MemGBps = medians(pc.Samples)
 	_ = write(dir, pc)
 	return pc.GFLOPS, pc.MemGBps, len(pc.Samples)
@@ -149,14 +169,14 @@ func write(dir string, pc probeCache) error {
 	return os.WriteFile(filepath.Join(dir, probeFile), b, 0o600)
 }
 
-// measureGFLOPS times the engine's own kernels on every core for about d:
+// measureGFLOPS times the engine's own kernels on threads threads for about d:
 // a Q8_0 matrix (in cache) against a small batch of activations, the
 // shape of a decode step of a few sequences. (A plain float32 loop measured
 // 5-9x less than the quantized kernels do, so the planner's compute term
 // drowned the memory term it should be next to.)
-func measureGFLOPS(d time.Duration) float64 {
+func measureGFLOPS(d time.Duration, threads int) float64 {
 	const rows, cols, n = 512, 2048, 8
-	p := kernels.NewPool(runtime.NumCPU())
+	p := kernels.NewPool(threads)
 	defer p.Close()
 	m := &kernels.Matrix{Type: quant.Q8_0, Rows: rows, Cols: cols, RowSize: quant.Q8_0.RowSize(cols)}
 	m.Data = make([]byte, rows*m.RowSize)
@@ -180,12 +200,12 @@ func measureGFLOPS(d time.Duration) float64 {
 }
 
 // measureMemGBps streams Q8_0 weights far larger than caches through the
-// engine's decode kernel (one activation row) on every core for about d:
+// engine's decode kernel (one activation row) on threads threads for about d:
 // the bytes of weights read per second, the rate a decode step reads
 // memory at. (A buffer copy counts writes too and overstated it about 2x.)
-func measureMemGBps(d time.Duration) float64 {
+func measureMemGBps(d time.Duration, threads int) float64 {
 	const rows, cols, mats = 4096, 4096, 6 // 6 x 17.8 MB
-	p := kernels.NewPool(runtime.NumCPU())
+	p := kernels.NewPool(threads)
 	defer p.Close()
 	ms := make([]*kernels.Matrix, mats)
 	for i := range ms {
