@@ -249,3 +249,36 @@ func TestDraftFollowsDriver(t *testing.T) {
 		t.Errorf("after the move %q, without a draft %q", got, want)
 	}
 }
+
+// TestDraftThroughTensor: the same through a tensor-parallel group of the
+// two agents: rank 0 drives, drafts, and the group verifies the drafts in
+// one pass; the greedy answer is the file's without a draft.
+func TestDraftThroughTensor(t *testing.T) {
+	c, names := fingerprinted(t, 2, func(i int, cfg *node.Config) { cfg.MemoryLimit = uint64(2+i) << 30 })
+	cl := c.Client(0, "")
+	path := writeModel(t)
+	draft := enginetest.Write(t, "", synth.Spec{Name: "tiny-q4", Arch: "llama", NEmbd: 64, NLayer: 2, NHead: 4, NFF: 128, Type: "q4_0", Seed: 3})
+	for _, req := range []api.LoadModelRequest{
+		{Path: path, Name: "plain", Nodes: names[:1], Ctx: 256},
+		{Path: path, Name: "spec", Nodes: names, Strategy: "tensor", Ctx: 256, Draft: draft, DraftMax: 4},
+	} {
+		if _, err := cl.LoadModel(ctx(t), req); err != nil {
+			t.Fatal(err)
+		}
+		waitModelReady(t, c, req.Name)
+	}
+	pl, err := cl.Placement(ctx(t), "spec")
+	if err != nil || len(pl.Stages) != 1 || len(pl.Stages[0].Members) != 2 {
+		t.Fatalf("placement %+v, %v: want one tensor-parallel group of two", pl, err)
+	}
+	base := "http://" + c.Members[0].Agent.HTTPAddr()
+	want, _ := greedyAnswer(t, base, "plain", "one two three")
+	got, d := greedyAnswer(t, base, "spec", "one two three")
+	if got != want {
+		t.Errorf("with the draft through the tensor group %q, without %q", got, want)
+	}
+	if d == nil || d.Accepted == 0 {
+		t.Fatalf("usage details with the draft: %+v", d)
+	}
+	t.Logf("through a tensor group of two: %d drafts accepted, %d rejected", d.Accepted, d.Rejected)
+}
