@@ -59,6 +59,18 @@ func TestReconcilerDraft(t *testing.T) {
 	if !ok || sv.Draft == nil || sv.DraftMax != 3 {
 		t.Fatalf("with the draft ready: published %v, draft %v (max %d)", ok, sv.Draft, sv.DraftMax)
 	}
+	// A model no longer planned forgets its wait: loaded again, it waits
+	// for its draft again.
+	r.mu.Lock()
+	r.draftSince["gone"] = time.Now().Add(-time.Hour)
+	r.mu.Unlock()
+	r.Reconcile(view)
+	r.mu.Lock()
+	_, kept := r.draftSince["gone"]
+	r.mu.Unlock()
+	if kept {
+		t.Error("the draft wait of a model no longer planned was kept")
+	}
 	prompt := []int32{1, 45, 496}
 	got := sv.Draft.Draft(kv.SeqID(1), prompt, 3, nil)
 	want := singleNode(t, ref, prompt, 3)

@@ -302,6 +302,14 @@ func (r *Reconciler) Reconcile(v View) {
 		planned[v.Models[i].Name] = &v.Models[i]
 	}
 	r.reconcileMembers(planned)
+	r.mu.Lock()
+	for name := range r.draftSince {
+		if planned[name] == nil || planned[name].DraftKey == "" {
+			delete(r.draftSince, name) // a model loaded again waits for its draft again
+			delete(r.logged, name+"#draft")
+		}
+	}
+	r.mu.Unlock()
 	routes := map[string]Route{}
 	for name, pm := range planned {
 		drv := DriverOf(&pm.Plan)
