@@ -444,8 +444,8 @@ func TestDraftShardReports(t *testing.T) {
 	if sh := f.State().Shards[ShardKey("mac-1-id", DraftShardModel("llama"))]; sh == nil || sh.State != "ready" {
 		t.Fatalf("the draft's shard report: %+v", sh)
 	}
-	if got := f.State().Models["llama"].Draft.DriverBytes(100); got != 1<<20+100*1024 {
-		t.Errorf("driver bytes %d", got)
+	if o := modelOptions(f.State().Models["llama"]); o.DriverBytes != 1<<20 || o.DriverKVBytesPerToken != 1024 {
+		t.Errorf("the planner holds %d bytes and %d a position on the driver, want the draft's 1 MiB and 1024", o.DriverBytes, o.DriverKVBytesPerToken)
 	}
 	a.ok(ModelDeleteType, ModelDeleteRequest{Name: "llama"})
 	if len(f.State().Shards) != 0 {

@@ -421,12 +421,8 @@ func PrefillPrediction(st *State, name string, n int) (version uint64, pf placem
 func modelOptions(m *Model) placement.Options {
 	o := placement.Options{Context: m.Ctx, Batch: m.MaxSeqs, Overhead: m.Overhead, Strategy: placement.Strategy(m.Strategy), Pin: m.Pin, Disagg: m.Disagg, KVType: m.KVType,
 		Prompt: m.PlanPrompt, Generate: m.PlanGen}
-	if m.Draft != nil {
-		ctx := m.Ctx
-		if ctx <= 0 {
-			ctx = placement.DefaultContext
-		}
-		o.DriverBytes = m.Draft.DriverBytes(ctx * max(m.MaxSeqs, 1))
+	if d := m.Draft; d != nil {
+		o.DriverBytes, o.DriverKVBytesPerToken = d.Bytes, d.KVBytesPerToken
 	}
 	return o
 }

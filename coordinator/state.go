@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"encoding/json"
-	"math"
 	"sort"
 	"time"
 
@@ -212,19 +211,6 @@ func DraftShardModel(model string) string { return model + "#draft" }
 
 // Hashed reports whether the draft's file is hashed (it can be fetched).
 func (d *DraftFile) Hashed() bool { return d != nil && d.Digest != "" && d.Manifest != "" }
-
-// DriverBytes is the memory the driver's node holds for the draft beyond
-// the plan's own: its weights and a KV cache of ctx positions.
-func (d *DraftFile) DriverBytes(ctx int) uint64 {
-	if d == nil {
-		return 0
-	}
-	n := uint64(max(ctx, 0))
-	if d.KVBytesPerToken > 0 && n > (math.MaxUint64-d.Bytes)/d.KVBytesPerToken {
-		return math.MaxUint64 // the planner refuses it (placement.MaxBytes)
-	}
-	return d.Bytes + d.KVBytesPerToken*n
-}
 
 // HubFile is a file of a Hugging Face style hub repository.
 type HubFile struct {

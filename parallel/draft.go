@@ -2,6 +2,7 @@ package parallel
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -57,6 +58,13 @@ func (g *draftModel) Close() error {
 		g.d, g.r = nil, nil
 	}
 	return nil
+}
+
+// closed reports whether g was closed.
+func (g *draftModel) closed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.d == nil
 }
 
 // draftShard finds the ready shard of pm's draft on this node.
@@ -129,7 +137,8 @@ func (r *Reconciler) openDraft(pm *PlannedModel, ctx int, nVocab int) *draftMode
 		return nil
 	}
 	r.mu.Lock()
-	r.drafts[g.key] = append(r.drafts[g.key], g)
+	// drafters their schedulers closed go; the open ones stay for DropMember
+	r.drafts[g.key] = append(slices.DeleteFunc(r.drafts[g.key], (*draftModel).closed), g)
 	delete(r.draftSince, pm.Name)
 	r.mu.Unlock()
 	return g

@@ -146,8 +146,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("placement: %d generated tokens is outside [0, %d]", o.Generate, MaxContext)
 	case o.Overhead > MaxBytes:
 		return fmt.Errorf("placement: overhead %d is above the limit %d (1 PiB)", o.Overhead, MaxBytes)
-	case o.DriverBytes > MaxBytes:
-		return fmt.Errorf("placement: driver bytes %d are above the limit %d (1 PiB)", o.DriverBytes, MaxBytes)
+	case o.DriverBytes > MaxBytes || o.DriverKVBytesPerToken > MaxBytes:
+		return fmt.Errorf("placement: driver bytes %d (and %d a position) are above the limit %d (1 PiB)", o.DriverBytes, o.DriverKVBytesPerToken, MaxBytes)
 	case math.IsNaN(o.SafetyMargin) || o.SafetyMargin >= 1:
 		return fmt.Errorf("placement: safety margin %g is not below 1", o.SafetyMargin)
 	case math.IsNaN(o.MessageMs) || math.IsInf(o.MessageMs, 0):

@@ -141,7 +141,7 @@ func (e *env) extras(embed, out bool) work {
 	p := e.p
 	var w work
 	if embed {
-		w.mem += float64(p.EmbedBytes) + float64(e.o.DriverBytes)
+		w.mem += float64(p.EmbedBytes) + e.driverMem()
 		w.read += e.batch * float64(p.EmbedBytes) / float64(max(p.NVocab, 1)) // one row per token
 	}
 	if out {
@@ -156,6 +156,12 @@ func (e *env) extras(embed, out bool) work {
 		}
 	}
 	return w
+}
+
+// driverMem is what the driver holds beyond its share (Options.DriverBytes
+// and its KV cache).
+func (e *env) driverMem() float64 {
+	return float64(e.o.DriverBytes) + float64(e.o.DriverKVBytesPerToken)*float64(e.o.Context)*float64(e.o.Batch)
 }
 
 // times is the compute and memory time of w on node i, in ms. On a node

@@ -521,7 +521,7 @@ func (e *env) partitions(set []int) [][][]int {
 			})
 		}
 		sort.SliceStable(groups, func(i, j int) bool { return slices.Min(groups[i]) < slices.Min(groups[j]) })
-		if e.o.DriverBytes > 0 {
+		if e.driverMem() > 0 {
 			// The driver holds more (a draft model): the group whose rank
 			// 0 has the most room goes first.
 			roomy := 0

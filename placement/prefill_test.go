@@ -231,6 +231,11 @@ func TestDriverBytes(t *testing.T) {
 	if got, want := withDraft.Pools[0].Stages[0].Members[0].MemBytes, plain.Pools[0].Stages[0].Members[0].MemBytes+1<<30; got != want {
 		t.Errorf("the driver's memory with a 1 GiB draft: %d, want %d", got, want)
 	}
+	ok := o
+	ok.DriverBytes, ok.DriverKVBytesPerToken = 512<<20, 128<<10 // and 128 KiB x 4096 positions
+	if got, want := mustPlace(t, prof, nodes[:1], ok).Pools[0].Stages[0].Members[0].MemBytes, plain.Pools[0].Stages[0].Members[0].MemBytes+1<<30; got != want {
+		t.Errorf("the driver's memory with a 512 MiB draft and its cache: %d, want %d", got, want)
+	}
 	od.DriverBytes = 8 << 30
 	if _, err := Place(prof, nodes[:1], LinkMatrix{}, od); err == nil {
 		t.Error("a draft larger than the only node was placed")

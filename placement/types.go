@@ -152,9 +152,11 @@ type Options struct {
 	Prompt   int
 	Generate int
 	// DriverBytes is memory the driver's node (rank 0 of the first stage,
-	// which holds the embedding) needs beyond its share of the model: a
+	// which holds the embedding) needs beyond its share of the model, and
+	// DriverKVBytesPerToken more for each of Context x Batch positions: a
 	// draft model and its KV cache (0: none).
-	DriverBytes uint64
+	DriverBytes           uint64
+	DriverKVBytesPerToken uint64
 }
 
 // Defaults applied by Plan.
