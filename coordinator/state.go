@@ -202,7 +202,8 @@ type DraftFile struct {
 }
 
 // DefaultDraftMax is the most tokens a draft model proposes a step when
-// the model does not say.
+// the model does not say: what the driver's scheduler drafts by default
+// (serve.Options.DraftMax), for the API to show.
 const DefaultDraftMax = 6
 
 // DraftShardModel names the shard of model's draft in shard reports: no

@@ -194,10 +194,7 @@ func planView(st *coordinator.State, info func(*coordinator.State, *coordinator.
 		}
 		pm.Queue, pm.Lookup = m.Queue, m.Lookup
 		if spec, ok := draftSpec(m, p, parallel.DriverOf(p)); ok {
-			pm.DraftKey, pm.DraftMax = shard.Key(spec), m.Draft.Max
-			if pm.DraftMax == 0 {
-				pm.DraftMax = coordinator.DefaultDraftMax
-			}
+			pm.DraftKey, pm.DraftMax = shard.Key(spec), m.Draft.Max // 0: the scheduler's default
 		}
 		if o := old[name]; o != nil {
 			pm.Prev = o.Version
